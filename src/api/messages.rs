@@ -1,0 +1,284 @@
+//! `/v1/messages`: push, look up, cancel.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Map, Value, json};
+
+use super::{ApiError, AppState};
+use crate::config::Config;
+use crate::message::{Due, Fields, MessageId, NewMessage, parse_duration};
+use crate::metrics as m;
+use crate::store::{Cancelled, ScheduleMode, Scheduled, Status};
+
+/// Reads a request body, refusing it past `limit` bytes with a 413.
+pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
+    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
+}
+
+/// Largest request body: a maximal message with room for JSON escaping and keys.
+pub(super) fn body_limit(config: &Config) -> usize {
+    config.api.limits.max_message_bytes * 2 + 64 * 1024
+}
+
+pub async fn push(State(state): State<AppState>, body: Body) -> Response {
+    match push_inner(&state, body).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> {
+    let value = read_json(body, body_limit(&state.config)).await?;
+    let (msg, mode) = parse_push(&value, &state.config)?;
+    let outcome = state.store.schedule(&msg, mode, state.config.api.limits.max_delay).await?;
+    Ok(match outcome {
+        Scheduled::Scheduled { due_ms } => {
+            metrics::counter!(m::SCHEDULED).increment(1);
+            (StatusCode::CREATED, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": "scheduled" }))).into_response()
+        }
+        Scheduled::Replaced { due_ms } => {
+            metrics::counter!(m::SCHEDULED).increment(1);
+            (StatusCode::OK, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": "scheduled", "replaced": true }))).into_response()
+        }
+        Scheduled::Duplicate { due_ms, state: existing } => {
+            metrics::counter!(m::DUPLICATES).increment(1);
+            (StatusCode::OK, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": existing, "duplicate": true }))).into_response()
+        }
+    })
+}
+
+const PUSH_KEYS: &[&str] = &[
+    "stream", "payload", "fields", "delay", "delay_ms", "deliver_at", "id", "priority", "ttl", "ttl_ms", "replace",
+];
+
+/// Turns a push body into a message, naming the field and the rule on any error.
+pub fn parse_push(value: &Value, config: &Config) -> Result<(NewMessage, ScheduleMode), ApiError> {
+    let obj = value
+        .as_object()
+        .ok_or_else(|| ApiError::malformed("body must be a JSON object"))?;
+    if let Some(unknown) = obj.keys().find(|k| !PUSH_KEYS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "{unknown}: unknown field (known: {})",
+            PUSH_KEYS.join(", ")
+        )));
+    }
+
+    let stream = match obj.get("stream") {
+        Some(Value::String(s)) => s.clone(),
+        Some(_) => return Err(ApiError::invalid("stream: must be a string")),
+        None => return Err(ApiError::invalid("stream: required")),
+    };
+    crate::message::validate_stream(&stream)?;
+    check_stream_allowed(&stream, config)?;
+
+    let fields = match (obj.get("payload"), obj.get("fields")) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("payload, fields: give one, not both")),
+        (None, None) => return Err(ApiError::invalid("fields: required (or payload)")),
+        (Some(Value::String(s)), None) => vec![("payload".to_owned(), s.clone())],
+        (Some(Value::Null), None) => return Err(ApiError::invalid("payload: must not be null")),
+        (Some(other), None) => vec![("payload".to_owned(), other.to_string())],
+        (None, Some(fields)) => parse_fields(fields)?,
+    };
+
+    let due = parse_due(obj)?;
+    let id = match obj.get("id") {
+        None | Some(Value::Null) => MessageId::generate(),
+        Some(Value::String(s)) => MessageId::parse(s)?,
+        Some(_) => return Err(ApiError::invalid("id: must be a string")),
+    };
+    let priority = match obj.get("priority") {
+        None | Some(Value::Null) => 0,
+        Some(v) => match v.as_u64() {
+            Some(p) if p <= u64::from(crate::message::MAX_PRIORITY) => p as u8,
+            _ => return Err(ApiError::invalid(format!("priority {v}: must be an integer from 0 to 9"))),
+        },
+    };
+    let ttl = match (obj.get("ttl"), obj.get("ttl_ms")) {
+        (Some(_), Some(_)) => return Err(ApiError::invalid("ttl, ttl_ms: give one, not both")),
+        (Some(v), None) => Some(human_duration("ttl", v)?),
+        (None, Some(v)) => Some(Duration::from_millis(non_negative_ms("ttl_ms", v)?)),
+        (None, None) => None,
+    };
+    let mode = match obj.get("replace") {
+        None | Some(Value::Bool(false)) => ScheduleMode::New,
+        Some(Value::Bool(true)) => ScheduleMode::Replace,
+        Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
+    };
+    let msg = NewMessage {
+        id,
+        stream,
+        fields,
+        due,
+        priority,
+        ttl,
+    };
+    msg.validate(&config.api.limits)?;
+    Ok((msg, mode))
+}
+
+pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), ApiError> {
+    let prefix = &config.redis.prefix;
+    if stream.starts_with(&format!("{{{prefix}:")) || stream.starts_with(&format!("{prefix}:")) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "stream_not_allowed",
+            format!("stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"),
+        ));
+    }
+    if !config.streams.allows(stream) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "stream_not_allowed",
+            format!("stream {stream:?}: not allowed (allowed: {})", config.streams.allow.join(", ")),
+        ));
+    }
+    Ok(())
+}
+
+fn scalar_text(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
+    let pairs: Vec<(String, String)> = match v {
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| {
+                scalar_text(v)
+                    .map(|text| (k.clone(), text))
+                    .ok_or_else(|| ApiError::invalid(format!("fields.{k}: must be a string, number or boolean")))
+            })
+            .collect::<Result<_, _>>()?,
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, pair)| match pair.as_array().map(Vec::as_slice) {
+                Some([Value::String(k), v]) => scalar_text(v)
+                    .map(|text| (k.clone(), text))
+                    .ok_or_else(|| ApiError::invalid(format!("fields[{i}]: value must be a string, number or boolean"))),
+                _ => Err(ApiError::invalid(format!("fields[{i}]: must be a [name, value] pair"))),
+            })
+            .collect::<Result<_, _>>()?,
+        _ => return Err(ApiError::invalid("fields: must be an object or a list of [name, value] pairs")),
+    };
+    Ok(pairs)
+}
+
+fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
+    let given: Vec<&str> = ["delay", "delay_ms", "deliver_at"]
+        .into_iter()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    match given[..] {
+        ["delay"] => Ok(Due::In(human_duration("delay", &obj["delay"])?)),
+        ["delay_ms"] => Ok(Due::In(Duration::from_millis(non_negative_ms("delay_ms", &obj["delay_ms"])?))),
+        ["deliver_at"] => parse_deliver_at(&obj["deliver_at"]),
+        [] => Err(ApiError::invalid("delay: required (or delay_ms, or deliver_at)")),
+        _ => Err(ApiError::invalid(format!("{}: give only one", given.join(", ")))),
+    }
+}
+
+/// Parses `"20m"`-style text; a leading minus is called out as negative.
+fn human_duration(key: &str, v: &Value) -> Result<Duration, ApiError> {
+    match v {
+        Value::String(s) if s.trim_start().starts_with('-') => {
+            Err(ApiError::invalid(format!("{key} {s:?}: must not be negative")))
+        }
+        Value::String(s) => parse_duration(s).map_err(|e| ApiError::invalid(format!("{key}: {e}"))),
+        Value::Number(_) => Err(ApiError::invalid(format!("{key}: must be text such as \"20m\"; for milliseconds use {key}_ms"))),
+        _ => Err(ApiError::invalid(format!("{key}: must be text such as \"20m\""))),
+    }
+}
+
+fn non_negative_ms(key: &str, v: &Value) -> Result<u64, ApiError> {
+    match v {
+        Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => {
+            Err(ApiError::invalid(format!("{key} {n}: must not be negative")))
+        }
+        Value::Number(n) => n
+            .as_u64()
+            .ok_or_else(|| ApiError::invalid(format!("{key} {n}: must be a whole number of milliseconds"))),
+        _ => Err(ApiError::invalid(format!("{key}: must be a whole number of milliseconds"))),
+    }
+}
+
+fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
+    match v {
+        Value::Number(_) => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
+        Value::String(s) => {
+            let ts: jiff::Timestamp = s.parse().map_err(|e| {
+                ApiError::invalid(format!("deliver_at {s:?}: not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"))
+            })?;
+            let ms = ts.as_millisecond();
+            if ms < 0 {
+                return Err(ApiError::invalid(format!("deliver_at {s:?}: before 1970")));
+            }
+            Ok(Due::At(ms as u64))
+        }
+        _ => Err(ApiError::invalid("deliver_at: must be epoch milliseconds or an RFC 3339 time")),
+    }
+}
+
+fn path_id(id: &str) -> Result<MessageId, ApiError> {
+    MessageId::parse(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string()))
+}
+
+pub async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+    let id = path_id(&id)?;
+    match state.store.get(&id).await? {
+        Status::Unknown => Err(ApiError::not_found(format!("message {id}: unknown (never scheduled, or its record expired)"))),
+        Status::Corrupt(why) => Ok(Json(json!({ "id": id.as_str(), "state": "corrupt", "detail": why }))),
+        Status::Scheduled(s) => Ok(Json(json!({
+            "id": id.as_str(),
+            "state": "scheduled",
+            "stream": s.stream,
+            "deliver_at": s.due_ms,
+            "priority": s.priority,
+            "created_at": s.created_ms,
+            "attempt": s.attempt,
+            "expires_at": s.expire_at_ms,
+            "fields": s.fields.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
+        }))),
+        Status::Done(r) => Ok(Json(json!({
+            "id": id.as_str(),
+            "state": r.state.as_str(),
+            "stream": r.stream,
+            "entry_id": r.entry_id,
+            "at": r.at_ms,
+            "attempt": r.attempt,
+        }))),
+    }
+}
+
+pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let id = path_id(&id)?;
+    match state.store.cancel(&id, state.config.records.retention).await? {
+        Cancelled::Cancelled => {
+            metrics::counter!(m::CANCELLED).increment(1);
+            Ok(Json(json!({ "id": id.as_str(), "state": "cancelled" })).into_response())
+        }
+        Cancelled::AlreadyDone(done) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_final",
+            format!("message {id}: already {}, cannot be cancelled", done.as_str()),
+        )),
+        Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}

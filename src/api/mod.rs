@@ -1,0 +1,101 @@
+//! The HTTP API. Handlers validate input and call `store`; they never build a
+//! Redis key.
+
+mod error;
+mod messages;
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+
+pub use error::ApiError;
+
+use crate::config::Config;
+use crate::leadership::{Leadership, Role};
+use crate::store::Store;
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub leadership: Leadership,
+    pub metrics: PrometheusHandle,
+}
+
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/messages", post(messages::push))
+        .route(
+            "/v1/messages/{id}",
+            get(messages::status).delete(messages::cancel),
+        )
+        .route("/v1/leader", get(leader))
+        .route("/leader", get(leader_only))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(render_metrics))
+        .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .with_state(state)
+}
+
+/// Redis answers: the process can do its job (as leader or standby).
+async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
+        Ok(Ok(())) => (StatusCode::OK, Json(json!({ "status": "ok" }))).into_response(),
+        Ok(Err(e)) => ApiError::unavailable(format!("redis: {e}")).into_response(),
+        Err(_) => ApiError::unavailable("redis: no answer within 2s").into_response(),
+    }
+}
+
+async fn leader(State(state): State<AppState>) -> impl IntoResponse {
+    let role = state.leadership.current();
+    let info = state.leadership.info();
+    let since_ms = match &role {
+        Role::Leader(term) => term.since.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64),
+        Role::Follower => None,
+    };
+    Json(json!({
+        "node_id": state.config.node_id,
+        "is_leader": role.is_leader(),
+        "mode": info.mode,
+        "leader": {
+            "node_id": info.node_id,
+            "address": info.address,
+            "epoch": info.epoch,
+        },
+        "epoch": role.epoch(),
+        "since_ms": since_ms,
+        "lease_left_ms": info.lease_left.map(|d| d.as_millis() as u64),
+    }))
+}
+
+/// 200 only on the leader, for load balancers and health checks.
+async fn leader_only(State(state): State<AppState>) -> impl IntoResponse {
+    match state.leadership.current() {
+        Role::Leader(term) => (
+            StatusCode::OK,
+            Json(json!({ "leader": true, "node_id": state.config.node_id, "epoch": term.epoch })),
+        )
+            .into_response(),
+        Role::Follower => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_leader",
+            format!("{} is a standby", state.config.node_id),
+        )
+        .into_response(),
+    }
+}
+
+async fn render_metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,277 @@
+//! Leader-only work: forwarding due messages into their streams, forgetting old
+//! records, and reporting what is pending.
+//!
+//! [`run_while_leading`] watches leadership; for each term it raises the fences,
+//! starts one forward loop per shard plus the housekeeping loops, and cancels them
+//! when the term ends. A loop finishes at most the script call in flight.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use tokio::sync::Notify;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::leadership::{Leadership, Role, StepDown};
+use crate::metrics as m;
+use crate::store::{ForwardOptions, Store, StoreError};
+
+/// Runs the leader-only loops during every term this node leads, until `cancel`.
+/// Returns once every loop has stopped.
+pub async fn run_while_leading(
+    config: Arc<Config>,
+    store: Store,
+    leadership: Leadership,
+    cancel: CancellationToken,
+) {
+    let mut roles = leadership.subscribe();
+    loop {
+        let role = roles.borrow_and_update().clone();
+        if let Role::Leader(term) = role {
+            let term_token = cancel.child_token();
+            let mut tasks = JoinSet::new();
+            tasks.spawn(lead_term(
+                config.clone(),
+                store.clone(),
+                leadership.clone(),
+                term.epoch,
+                term_token.clone(),
+            ));
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                changed = roles.changed() => if changed.is_err() { term_token.cancel(); tasks.join_all().await; return; }
+            }
+            term_token.cancel();
+            tasks.join_all().await;
+            tracing::info!(epoch = term.epoch, "leader loops stopped");
+        } else {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                changed = roles.changed() => if changed.is_err() { return; }
+            }
+        }
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
+}
+
+async fn lead_term(
+    config: Arc<Config>,
+    store: Store,
+    leadership: Leadership,
+    epoch: u64,
+    cancel: CancellationToken,
+) {
+    // Fence first: from here on, an older leader's scripts are refused.
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        match store.raise_fences(epoch).await {
+            Ok(()) => break,
+            Err(StoreError::Fenced { held, .. }) => {
+                leadership.step_down(StepDown::Fenced { epoch, held });
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(epoch, error = %e, "cannot raise the fences yet; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        }
+    }
+    tracing::info!(epoch, shards = store.shards(), "fences raised; forwarding");
+
+    let options = Arc::new(config.forward_options());
+    let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
+    let mut tasks = JoinSet::new();
+    tasks.spawn(dispatch_wakeups(store.clone(), wakers.clone(), cancel.clone()));
+    for shard in 0..store.shards() {
+        tasks.spawn(forward_shard(
+            ForwardLoop {
+                store: store.clone(),
+                leadership: leadership.clone(),
+                options: options.clone(),
+                idle_wakeup: config.forwarder.idle_wakeup,
+                shard,
+                epoch,
+                wakers: wakers.clone(),
+            },
+            cancel.clone(),
+        ));
+    }
+    tasks.spawn(trim_records(
+        store.clone(),
+        leadership.clone(),
+        epoch,
+        config.records.trim_interval,
+        cancel.clone(),
+    ));
+    tasks.spawn(report_pending(store.clone(), cancel.clone()));
+    tasks.join_all().await;
+}
+
+struct ForwardLoop {
+    store: Store,
+    leadership: Leadership,
+    options: Arc<ForwardOptions>,
+    idle_wakeup: Duration,
+    shard: u16,
+    epoch: u64,
+    wakers: Arc<Vec<Notify>>,
+}
+
+/// Forwards one shard: a batch at a time while batches come back full, otherwise
+/// sleeps until the shard's next due time, a wake-up, or `idle_wakeup`.
+async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
+    let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
+    let waker = &l.wakers[l.shard as usize];
+    let shard_label = l.shard.to_string();
+    let script_seconds = metrics::histogram!(m::SCRIPT_SECONDS, "script" => "forward");
+    let lateness = metrics::histogram!(m::LATENESS_SECONDS);
+    let batch_size = metrics::histogram!(m::FORWARD_BATCH);
+    while !cancel.is_cancelled() {
+        let started = Instant::now();
+        match l.store.forward(l.shard, l.epoch, &l.options).await {
+            Ok(batch) => {
+                backoff.reset();
+                script_seconds.record(started.elapsed().as_secs_f64());
+                if batch.moved() > 0 {
+                    batch_size.record(batch.moved() as f64);
+                    for &ms in &batch.lateness_ms {
+                        lateness.record(ms as f64 / 1000.0);
+                    }
+                    for (stream, count) in &batch.per_stream {
+                        metrics::counter!(m::FORWARDED, "stream" => stream.clone()).increment(*count);
+                    }
+                    if batch.expired > 0 {
+                        metrics::counter!(m::EXPIRED).increment(batch.expired);
+                    }
+                    if batch.dead > 0 {
+                        tracing::warn!(shard = l.shard, dead = batch.dead, "messages could not be forwarded and were dead-lettered");
+                        metrics::counter!(m::DEAD).increment(batch.dead);
+                    }
+                }
+                if batch.moved() as usize >= l.options.batch_size {
+                    // More is due: go again at once, letting other shards' loops in.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                let wait = match batch.next_due_ms {
+                    Some(due) => Duration::from_millis(due.saturating_sub(batch.now_ms)).min(l.idle_wakeup),
+                    None => l.idle_wakeup,
+                };
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = waker.notified() => {}
+                    _ = tokio::time::sleep(wait) => {}
+                }
+            }
+            Err(StoreError::Fenced { held, caller }) => {
+                tracing::error!(shard = l.shard, epoch = caller, held, "forward refused: a newer leader holds the fence; stepping down");
+                l.leadership.step_down(StepDown::Fenced { epoch: caller, held });
+                break;
+            }
+            Err(e) => {
+                metrics::counter!(m::FORWARD_ERRORS, "shard" => shard_label.clone()).increment(1);
+                let delay = backoff.next_delay();
+                tracing::warn!(shard = l.shard, error = %e, retry_in = ?delay, "forward failed");
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+/// Turns the schedule script's announcements into per-shard wake-ups. After every
+/// (re)subscription all shards are woken, since announcements may have been missed.
+async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: CancellationToken) {
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    while !cancel.is_cancelled() {
+        match store.wakeups().await {
+            Ok(mut wakeups) => {
+                backoff.reset();
+                wakers.iter().for_each(Notify::notify_one);
+                loop {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        shard = wakeups.next() => match shard {
+                            Some(shard) => if let Some(w) = wakers.get(shard as usize) { w.notify_one() },
+                            None => break,
+                        }
+                    }
+                }
+                tracing::warn!("wake-up subscription lost; resubscribing");
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot subscribe to wake-ups; forwarding on timers until it works"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(backoff.next_delay()) => {}
+        }
+    }
+}
+
+/// Forgets delivery, expiry and cancellation records past their retention.
+async fn trim_records(
+    store: Store,
+    leadership: Leadership,
+    epoch: u64,
+    every: Duration,
+    cancel: CancellationToken,
+) {
+    const LIMIT: usize = 1000;
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+        for shard in 0..store.shards() {
+            loop {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                match store.trim_records(shard, epoch, LIMIT).await {
+                    Ok(n) => {
+                        metrics::counter!(m::RECORDS_TRIMMED).increment(n);
+                        if (n as usize) < LIMIT {
+                            break;
+                        }
+                    }
+                    Err(StoreError::Fenced { held, caller }) => {
+                        leadership.step_down(StepDown::Fenced { epoch: caller, held });
+                        return;
+                    }
+                    Err(e) => {
+                        tracing::warn!(shard, error = %e, "trimming records failed; next round will retry");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Publishes how many messages each shard holds.
+async fn report_pending(store: Store, cancel: CancellationToken) {
+    loop {
+        match store.pending_per_shard().await {
+            Ok(counts) => {
+                for (shard, n) in counts.into_iter().enumerate() {
+                    metrics::gauge!(m::PENDING, "shard" => shard.to_string()).set(n as f64);
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot count pending messages"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}

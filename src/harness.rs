@@ -1,0 +1,395 @@
+//! Real servers for tests, the benchmark, the drill and the demo: `redis-server`,
+//! `etcd` and `delayq` processes on free loopback ports, each in its own temporary
+//! directory, killed when dropped. Binaries are found on `PATH` unless
+//! `DELAYQ_TEST_REDIS_SERVER` / `DELAYQ_TEST_ETCD` name them.
+
+use std::fs::File;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tempfile::TempDir;
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("bind an ephemeral loopback port")
+}
+
+fn binary(env: &str, default: &str) -> PathBuf {
+    std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+}
+
+fn wait_for_port(port: u16, timeout: Duration) -> bool {
+    let deadline = Instant::now() + timeout;
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    while Instant::now() < deadline {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &Child, sig: libc::c_int) {
+    // SAFETY: kill(2) with a pid we own; a stale pid only yields ESRCH.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+fn kill_and_wait(child: &mut Child) {
+    signal(child, libc::SIGCONT);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Options for a Redis server.
+#[derive(Clone, Debug, Default)]
+pub struct RedisOptions {
+    /// Append-only file with `appendfsync always`: nothing acknowledged is lost on a crash.
+    pub aof: bool,
+}
+
+/// A `redis-server` of our own.
+pub struct RedisServer {
+    pub port: u16,
+    options: RedisOptions,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl RedisServer {
+    pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(RedisOptions::default())
+    }
+
+    pub fn start_with(options: RedisOptions) -> anyhow::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("delayq-redis-").tempdir()?;
+        let mut server = RedisServer {
+            port: free_port(),
+            options,
+            dir,
+            child: None,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = self.dir.path().join("redis.log");
+        let mut cmd = Command::new(binary("DELAYQ_TEST_REDIS_SERVER", "redis-server"));
+        cmd.arg("--port").arg(self.port.to_string())
+            .args(["--bind", "127.0.0.1", "--save", "", "--protected-mode", "no", "--daemonize", "no"])
+            .arg("--dir").arg(self.dir.path())
+            .arg("--logfile").arg(&log)
+            .args(["--appendonly", if self.options.aof { "yes" } else { "no" }])
+            .args(["--appendfsync", "always"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let child = cmd.spawn().context("start redis-server (is it installed? set DELAYQ_TEST_REDIS_SERVER)")?;
+        self.child = Some(child);
+        if !wait_for_port(self.port, Duration::from_secs(10)) {
+            bail!("redis-server on port {} did not come up; its log:\n{}", self.port, self.log());
+        }
+        Ok(())
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        tail(&self.dir.path().join("redis.log"), 40)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// SIGKILL: a crash, with no chance to write anything more.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_wait(&mut child);
+        }
+    }
+
+    /// Starts again on the same port and directory (so an AOF is replayed).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// A synchronous connection, for test assertions.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .unwrap_or_else(|e| panic!("connect to redis on {}: {e}\n{}", self.port, self.log()))
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One `etcd` member (or a single-member cluster).
+pub struct EtcdServer {
+    pub name: String,
+    pub client_port: u16,
+    pub peer_port: u16,
+    initial_cluster: String,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl EtcdServer {
+    /// A single-member etcd cluster.
+    pub fn start() -> anyhow::Result<Self> {
+        let mut cluster = Self::cluster(1)?;
+        Ok(cluster.remove(0))
+    }
+
+    /// An etcd cluster of `n` members, all on loopback.
+    pub fn cluster(n: usize) -> anyhow::Result<Vec<Self>> {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial_cluster = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut members = Vec::with_capacity(n);
+        for (i, (client_port, peer_port)) in ports.into_iter().enumerate() {
+            let mut member = EtcdServer {
+                name: format!("m{i}"),
+                client_port,
+                peer_port,
+                initial_cluster: initial_cluster.clone(),
+                dir: tempfile::Builder::new().prefix("delayq-etcd-").tempdir()?,
+                child: None,
+            };
+            member.spawn(false)?;
+            members.push(member);
+        }
+        for member in &members {
+            member.wait_ready()?;
+        }
+        Ok(members)
+    }
+
+    fn spawn(&mut self, existing: bool) -> anyhow::Result<()> {
+        let log = File::create(self.dir.path().join("etcd.log"))?;
+        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let peer = format!("http://127.0.0.1:{}", self.peer_port);
+        let child = Command::new(binary("DELAYQ_TEST_ETCD", "etcd"))
+            .arg("--name").arg(&self.name)
+            .arg("--data-dir").arg(self.dir.path().join("data"))
+            .arg("--listen-client-urls").arg(&client)
+            .arg("--advertise-client-urls").arg(&client)
+            .arg("--listen-peer-urls").arg(&peer)
+            .arg("--initial-advertise-peer-urls").arg(&peer)
+            .arg("--initial-cluster").arg(&self.initial_cluster)
+            .arg("--initial-cluster-state").arg(if existing { "existing" } else { "new" })
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-outputs", "stderr"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("start etcd (is it installed? set DELAYQ_TEST_ETCD)")?;
+        self.child = Some(child);
+        Ok(())
+    }
+
+    /// Waits until this member answers on its client port and reports health.
+    pub fn wait_ready(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) {
+                use std::io::{Read, Write};
+                let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+                let req = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let mut body = String::new();
+                if s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut body).is_ok() && body.contains("\"health\":\"true\"") {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bail!("etcd {} on port {} did not become healthy; its log:\n{}", self.name, self.client_port, self.log())
+    }
+
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    pub fn log(&self) -> String {
+        tail(&self.dir.path().join("etcd.log"), 40)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_wait(&mut child);
+        }
+    }
+
+    /// SIGSTOP: the member hangs, its connections stay open.
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGCONT);
+        }
+    }
+
+    /// Starts the member again with its data (it rejoins its cluster).
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn(true)?;
+        Ok(())
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A `delayq run` process with its own config file and log.
+pub struct DelayqProcess {
+    pub name: String,
+    pub api: SocketAddr,
+    bin: PathBuf,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl DelayqProcess {
+    /// Starts `bin run --config <file>` with `config` (TOML) and waits until its
+    /// API answers. `[api] listen` is set here, on a free port.
+    pub fn start(bin: &Path, name: &str, config: &str) -> anyhow::Result<Self> {
+        let port = free_port();
+        let dir = tempfile::Builder::new().prefix("delayq-node-").tempdir()?;
+        let text = format!("[node]\nid = \"{name}\"\n\n{}", with_listen(config, port));
+        std::fs::write(dir.path().join("delayq.toml"), text)?;
+        let mut process = DelayqProcess {
+            name: name.to_owned(),
+            api: SocketAddr::from(([127, 0, 0, 1], port)),
+            bin: bin.to_owned(),
+            dir,
+            child: None,
+        };
+        process.spawn()?;
+        Ok(process)
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path())?;
+        let child = Command::new(&self.bin)
+            .arg("run")
+            .arg("--config")
+            .arg(self.dir.path().join("delayq.toml"))
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("start {}", self.bin.display()))?;
+        self.child = Some(child);
+        if !wait_for_port(self.api.port(), Duration::from_secs(20)) {
+            bail!("delayq {} did not open its API on {}; its log:\n{}", self.name, self.api, self.log());
+        }
+        Ok(())
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.api, path)
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("delayq.log")
+    }
+
+    pub fn log(&self) -> String {
+        tail(&self.log_path(), 60)
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        match &mut self.child {
+            Some(child) => matches!(child.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            signal(child, sig);
+        }
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_wait(&mut child);
+        }
+    }
+
+    /// SIGTERM, then waits up to `timeout` for the exit status.
+    pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        signal(&child, libc::SIGTERM);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_and_wait(&mut child);
+        None
+    }
+
+    /// Starts the process again with the same config and port.
+    pub fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for DelayqProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Puts `listen = "127.0.0.1:<port>"` into the `[api]` table of a config text.
+fn with_listen(config: &str, port: u16) -> String {
+    let line = format!("listen = \"127.0.0.1:{port}\"");
+    if config.contains("[api]") {
+        config.replacen("[api]", &format!("[api]\n{line}"), 1)
+    } else {
+        format!("{config}\n[api]\n{line}\n")
+    }
+}

@@ -1,0 +1,148 @@
+//! delayq delivers delayed messages into Redis Streams on time.
+//!
+//! # Layout
+//! - [`config`]: TOML + environment → validated [`config::Config`].
+//! - [`message`]: ids, due times, validation; pure.
+//! - [`store`]: the only module that speaks Redis; all changes happen in its Lua scripts.
+//! - [`leadership`]: leadership as a watch value; the standalone elector.
+//! - [`forwarder`]: leader-only loops (due → stream, record trimming).
+//! - [`api`]: the HTTP API (axum).
+//! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
+//!   the benchmark and the demo.
+//! - [`cli`]: the `delayq` command's subcommands other than `run`.
+//!
+//! [`start`] brings a daemon up; [`Daemon::stop`] takes it down in order.
+
+pub mod api;
+pub mod backoff;
+pub mod cli;
+pub mod config;
+pub mod forwarder;
+pub mod harness;
+pub mod leadership;
+pub mod message;
+pub mod metrics;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::leadership::Leadership;
+use crate::store::Store;
+
+/// A running daemon.
+pub struct Daemon {
+    pub api_addr: SocketAddr,
+    pub leadership: Leadership,
+    pub store: Store,
+    work: CancellationToken,
+    work_task: JoinHandle<()>,
+    election: CancellationToken,
+    election_task: JoinHandle<()>,
+    api: CancellationToken,
+    api_task: JoinHandle<std::io::Result<()>>,
+}
+
+/// Connects to Redis, binds the API, joins the election and starts the leader-only
+/// loops (which run only while this node leads).
+pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    let config = Arc::new(config);
+    let metrics = metrics::install();
+    let store = Store::connect(&config.store_config())
+        .await
+        .with_context(|| format!("connect to Redis at {}", config.redis.url))?;
+    let listener = tokio::net::TcpListener::bind(config.api.listen)
+        .await
+        .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
+    let api_addr = listener.local_addr()?;
+
+    let (elector, leadership) = leadership::channel();
+    let election = CancellationToken::new();
+    let election_task = match &config.etcd {
+        None => tokio::spawn(leadership::run_standalone(
+            store.clone(),
+            config.node_id.clone(),
+            api_addr.to_string(),
+            elector,
+            election.clone(),
+        )),
+        Some(_) => anyhow::bail!("etcd election is not available in this build (etcd.endpoints must be empty)"),
+    };
+
+    let work = CancellationToken::new();
+    let work_task = tokio::spawn(forwarder::run_while_leading(
+        config.clone(),
+        store.clone(),
+        leadership.clone(),
+        work.clone(),
+    ));
+
+    let upkeep = metrics.clone();
+    let upkeep_token = work.clone();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = upkeep_token.cancelled() => return,
+                _ = tokio::time::sleep(Duration::from_secs(5)) => upkeep.run_upkeep(),
+            }
+        }
+    });
+
+    let api = CancellationToken::new();
+    let router = api::router(api::AppState {
+        config: config.clone(),
+        store: store.clone(),
+        leadership: leadership.clone(),
+        metrics,
+    });
+    let api_task = tokio::spawn(
+        axum::serve(listener, router)
+            .with_graceful_shutdown(api.clone().cancelled_owned())
+            .into_future(),
+    );
+    tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.url, shards = config.redis.shards, "delayq started");
+
+    Ok(Daemon {
+        api_addr,
+        leadership,
+        store,
+        work,
+        work_task,
+        election,
+        election_task,
+        api,
+        api_task,
+    })
+}
+
+impl Daemon {
+    /// Stops in a fixed order: leader loops first (each finishes the batch in
+    /// flight), then the election (resigning, so a standby takes over at once),
+    /// then the API (draining requests in flight, for at most 5 s).
+    pub async fn stop(self) {
+        self.work.cancel();
+        let _ = self.work_task.await;
+        self.election.cancel();
+        let _ = self.election_task.await;
+        self.api.cancel();
+        if tokio::time::timeout(Duration::from_secs(5), self.api_task).await.is_err() {
+            tracing::warn!("API requests still in flight after 5s; closing anyway");
+        }
+        tracing::info!("delayq stopped");
+    }
+}
+
+/// Runs until `shutdown` completes, then stops in order.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+    let daemon = start(config).await?;
+    shutdown.await;
+    tracing::info!("shutting down");
+    daemon.stop().await;
+    Ok(())
+}

@@ -1,0 +1,318 @@
+//! The message model: ids, due times, priorities and the rules a message
+//! must satisfy before it is stored. Everything here is pure.
+
+use std::fmt;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Longest id a client may supply.
+pub const MAX_ID_LEN: usize = 128;
+/// Highest priority; higher is forwarded first among messages due in the same millisecond.
+pub const MAX_PRIORITY: u8 = 9;
+
+/// A message id: client-supplied (`[A-Za-z0-9._:-]{1,128}`) or generated (a ULID,
+/// which sorts by creation time).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct MessageId(String);
+
+impl MessageId {
+    /// Checks a client-supplied id.
+    pub fn parse(id: &str) -> Result<Self, InvalidMessage> {
+        if id.is_empty() || id.len() > MAX_ID_LEN {
+            return Err(InvalidMessage::Id(format!(
+                "id {id:?}: must be 1 to {MAX_ID_LEN} characters long"
+            )));
+        }
+        if let Some(bad) = id
+            .chars()
+            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+        {
+            return Err(InvalidMessage::Id(format!(
+                "id {id:?}: character {bad:?} is not allowed (allowed: A-Z a-z 0-9 . _ : -)"
+            )));
+        }
+        Ok(MessageId(id.to_owned()))
+    }
+
+    /// A fresh, time-sortable id.
+    pub fn generate() -> Self {
+        MessageId(ulid::Ulid::new().to_string())
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The shard this id lives in. CRC-32 (IEEE) is fixed by a standard, so every
+    /// version of the daemon and of the client agrees on it.
+    pub fn shard(&self, shards: u16) -> u16 {
+        (crc32fast::hash(self.0.as_bytes()) % u32::from(shards)) as u16
+    }
+}
+
+impl fmt::Display for MessageId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// When a message falls due. A relative delay is resolved against Redis's clock
+/// inside the schedule script, never against this process's clock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Due {
+    In(Duration),
+    /// Epoch milliseconds. A time in the past means "as soon as possible".
+    At(u64),
+}
+
+impl Due {
+    pub fn as_ms(&self) -> u64 {
+        match self {
+            Due::In(d) => d.as_millis() as u64,
+            Due::At(ms) => *ms,
+        }
+    }
+}
+
+/// Ordered field/value pairs, XADDed verbatim when the message falls due.
+pub type Fields = Vec<(String, String)>;
+
+/// A message as a producer hands it over.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewMessage {
+    pub id: MessageId,
+    pub stream: String,
+    pub fields: Fields,
+    pub due: Due,
+    pub priority: u8,
+    /// After `due + ttl` the message is no longer worth delivering: it goes to the
+    /// dead-letter stream with reason `expired` instead.
+    pub ttl: Option<Duration>,
+}
+
+impl NewMessage {
+    /// A message with a single `payload` field, due after `delay`.
+    pub fn payload(stream: &str, payload: &str, delay: Duration) -> Self {
+        NewMessage {
+            id: MessageId::generate(),
+            stream: stream.to_owned(),
+            fields: vec![("payload".to_owned(), payload.to_owned())],
+            due: Due::In(delay),
+            priority: 0,
+            ttl: None,
+        }
+    }
+
+    /// Checks what can be checked without Redis: stream name, fields, priority,
+    /// delay bounds and size. `max_delay` bounds relative delays here; absolute
+    /// due times are bounded by the schedule script against Redis's clock.
+    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidMessage> {
+        validate_stream(&self.stream)?;
+        if self.fields.is_empty() {
+            return Err(InvalidMessage::Fields(
+                "fields: must hold at least one field/value pair".into(),
+            ));
+        }
+        if self.fields.len() > limits.max_fields {
+            return Err(InvalidMessage::Fields(format!(
+                "fields: {} pairs is more than the {} allowed",
+                self.fields.len(),
+                limits.max_fields
+            )));
+        }
+        if let Some((name, _)) = self.fields.iter().find(|(name, _)| name.is_empty()) {
+            return Err(InvalidMessage::Fields(format!(
+                "fields: field name {name:?} must not be empty"
+            )));
+        }
+        if self.priority > MAX_PRIORITY {
+            return Err(InvalidMessage::Priority(format!(
+                "priority {}: must be 0 to {MAX_PRIORITY}",
+                self.priority
+            )));
+        }
+        if let Due::In(delay) = self.due {
+            if delay > limits.max_delay {
+                return Err(InvalidMessage::Delay(format!(
+                    "delay {}: longer than max_delay {}",
+                    humantime::format_duration(delay),
+                    humantime::format_duration(limits.max_delay)
+                )));
+            }
+        }
+        if let Some(ttl) = self.ttl {
+            if ttl.is_zero() {
+                return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
+            }
+        }
+        let size = self.size();
+        if size > limits.max_message_bytes {
+            return Err(InvalidMessage::TooLarge(format!(
+                "message is {size} bytes, more than max_message_bytes {}",
+                limits.max_message_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes of stream name, field names and values: what the message costs to hold.
+    pub fn size(&self) -> usize {
+        self.stream.len()
+            + self
+                .fields
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+    }
+}
+
+/// A stream name must be a plain, printable key name; `streams.allow` decides
+/// which names are permitted on top of that.
+pub fn validate_stream(stream: &str) -> Result<(), InvalidMessage> {
+    if stream.is_empty() || stream.len() > 256 {
+        return Err(InvalidMessage::Stream(format!(
+            "stream {stream:?}: must be 1 to 256 characters long"
+        )));
+    }
+    if stream.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        return Err(InvalidMessage::Stream(format!(
+            "stream {stream:?}: must not contain spaces or control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Bounds applied to every message, from config.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    pub max_delay: Duration,
+    pub max_message_bytes: usize,
+    pub max_fields: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_delay: Duration::from_secs(365 * 24 * 3600),
+            max_message_bytes: 1 << 20,
+            max_fields: 1000,
+        }
+    }
+}
+
+/// Why a message was refused. Each text names the input, the rule and, where
+/// it helps, the fix.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum InvalidMessage {
+    #[error("{0}")]
+    Id(String),
+    #[error("{0}")]
+    Stream(String),
+    #[error("{0}")]
+    Fields(String),
+    #[error("{0}")]
+    Priority(String),
+    #[error("{0}")]
+    Delay(String),
+    #[error("{0}")]
+    Ttl(String),
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// Score of a message in its shard's due set: due milliseconds, then priority
+/// (higher first) as the tie-break. Exact in an f64 until the year 30000.
+pub fn due_score(due_ms: u64, priority: u8) -> u64 {
+    due_ms * 10 + u64::from(MAX_PRIORITY - priority)
+}
+
+/// Parses a human duration such as `"20m"`, `"1500ms"` or `"1h 30m"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim()).map_err(|e| format!("{text:?} is not a duration ({e}); write e.g. \"20m\", \"1500ms\""))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_id(id: &str, ok: bool) {
+        assert_eq!(MessageId::parse(id).is_ok(), ok, "id {id:?}");
+    }
+
+    #[test]
+    fn ids() {
+        check_id("order-42", true);
+        check_id("a.b_c:d-e", true);
+        check_id(&"x".repeat(128), true);
+        check_id(&"x".repeat(129), false);
+        check_id("", false);
+        check_id("has space", false);
+        check_id("slash/no", false);
+        check_id("ünï", false);
+        check_id(MessageId::generate().as_str(), true);
+    }
+
+    #[test]
+    fn generated_ids_sort_by_time() {
+        let a = MessageId::generate();
+        std::thread::sleep(Duration::from_millis(2));
+        let b = MessageId::generate();
+        assert!(a < b, "{a} < {b}");
+    }
+
+    #[test]
+    fn shards_are_stable_and_spread() {
+        let id = MessageId::parse("order-42").unwrap();
+        assert_eq!(id.shard(16), id.shard(16));
+        let mut seen = [0u32; 16];
+        for i in 0..1600 {
+            seen[MessageId::parse(&format!("m{i}")).unwrap().shard(16) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n > 50), "uneven spread: {seen:?}");
+    }
+
+    #[test]
+    fn scores_order_by_due_then_priority() {
+        assert!(due_score(1000, 0) < due_score(1001, 9));
+        assert!(due_score(1000, 9) < due_score(1000, 0));
+        assert_eq!(due_score(1000, 9), 10_000);
+    }
+
+    #[track_caller]
+    fn check_valid(msg: NewMessage, expected: Result<(), &str>) {
+        let got = msg.validate(&Limits::default()).map_err(|e| e.to_string());
+        match expected {
+            Ok(()) => assert_eq!(got, Ok(())),
+            Err(part) => {
+                let err = got.expect_err("should be invalid");
+                assert!(err.contains(part), "{err:?} should mention {part:?}");
+            }
+        }
+    }
+
+    fn msg() -> NewMessage {
+        NewMessage::payload("orders", "hello", Duration::from_secs(1))
+    }
+
+    #[test]
+    fn validation() {
+        check_valid(msg(), Ok(()));
+        check_valid(NewMessage { stream: "".into(), ..msg() }, Err("stream"));
+        check_valid(NewMessage { stream: "a b".into(), ..msg() }, Err("spaces"));
+        check_valid(NewMessage { fields: vec![], ..msg() }, Err("at least one"));
+        check_valid(NewMessage { fields: vec![("".into(), "v".into())], ..msg() }, Err("field name"));
+        check_valid(NewMessage { priority: 10, ..msg() }, Err("priority 10"));
+        check_valid(NewMessage { due: Due::In(Duration::from_secs(366 * 86400)), ..msg() }, Err("max_delay"));
+        check_valid(NewMessage { ttl: Some(Duration::ZERO), ..msg() }, Err("ttl"));
+        check_valid(NewMessage { fields: vec![("p".into(), "x".repeat(2 << 20))], ..msg() }, Err("max_message_bytes"));
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("20m"), Ok(Duration::from_secs(1200)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert!(parse_duration("soon").unwrap_err().contains("not a duration"));
+    }
+}

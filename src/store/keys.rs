@@ -1,0 +1,95 @@
+//! Every Redis key delayq uses is named here and nowhere else.
+//!
+//! A shard's keys share one hash tag, `{<prefix>:<shard>}`, so each script touches
+//! a single Redis Cluster slot.
+
+/// Key names for one deployment (one prefix, one shard count).
+#[derive(Clone, Debug)]
+pub struct Keys {
+    prefix: String,
+    shards: u16,
+}
+
+/// The keys of one shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShardKeys {
+    /// Sorted set: id → due score (due ms × 10 + 9 − priority).
+    pub due: String,
+    /// Hash: id → message body.
+    pub bodies: String,
+    /// Hash: id → terminal record (delivered, expired, dead, cancelled).
+    pub records: String,
+    /// Sorted set: id → time its record may be forgotten.
+    pub records_by_expiry: String,
+    /// String: the highest leader epoch that has touched this shard.
+    pub fence: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str, shards: u16) -> Self {
+        Keys {
+            prefix: prefix.to_owned(),
+            shards,
+        }
+    }
+
+    pub fn shards(&self) -> u16 {
+        self.shards
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn shard(&self, shard: u16) -> ShardKeys {
+        let tag = format!("{{{}:{}}}", self.prefix, shard);
+        ShardKeys {
+            due: format!("{tag}:due"),
+            bodies: format!("{tag}:msg"),
+            records: format!("{tag}:done"),
+            records_by_expiry: format!("{tag}:done-by-expiry"),
+            fence: format!("{tag}:fence"),
+        }
+    }
+
+    /// Which shard a due-set key belongs to (wake-up messages carry the key).
+    pub fn shard_of_due_key(&self, key: &str) -> Option<u16> {
+        let rest = key.strip_prefix('{')?.strip_prefix(self.prefix.as_str())?;
+        let rest = rest.strip_prefix(':')?;
+        let (shard, tail) = rest.split_once('}')?;
+        (tail == ":due").then(|| shard.parse().ok())?
+    }
+
+    /// Pub/sub channel the schedule script publishes to when a message becomes the
+    /// earliest of its shard.
+    pub fn wake_channel(&self) -> String {
+        format!("{}:wake", self.prefix)
+    }
+
+    /// Counter standalone instances take their epoch from.
+    pub fn standalone_epoch(&self) -> String {
+        format!("{}:standalone-epoch", self.prefix)
+    }
+
+    /// Stream that receives bodies too damaged to know their own target stream.
+    pub fn unreadable_stream(&self) -> String {
+        format!("{}:unreadable", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shard_keys_share_a_hash_tag() {
+        let keys = Keys::new("dq", 16);
+        let k = keys.shard(3);
+        for key in [&k.due, &k.bodies, &k.records, &k.records_by_expiry, &k.fence] {
+            assert!(key.starts_with("{dq:3}:"), "{key}");
+        }
+        assert_eq!(keys.shard_of_due_key(&k.due), Some(3));
+        assert_eq!(keys.shard_of_due_key(&k.bodies), None);
+        assert_eq!(keys.shard_of_due_key("{other:3}:due"), None);
+    }
+}

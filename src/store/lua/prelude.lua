@@ -1,0 +1,62 @@
+-- prelude.lua: helpers prepended to every script in this folder.
+--
+-- Message body (a shard's bodies hash, field = id), cmsgpack array:
+--   { 1 (format), stream, { field, value, ... }, due_ms, priority, created_ms, attempt, expire_at_ms (0 = never) }
+-- Terminal record (a shard's records hash, field = id), a string of five lines:
+--   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream
+--   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none)
+-- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Checks the caller's fence epoch against the shard's. Epoch 0 is a producer
+-- (schedule, cancel, reschedule from any instance) and is never fenced.
+-- Returns nil when the caller may go on, or the epoch Redis holds when it may not.
+local function fenced(fence_key, epoch)
+  epoch = tonumber(epoch)
+  if epoch == 0 then return nil end
+  local held = tonumber(redis.call('GET', fence_key) or '0')
+  if held > epoch then return held end
+  if epoch > held then redis.call('SET', fence_key, epoch) end
+  return nil
+end
+
+local function fenced_reply(held, epoch)
+  return redis.error_reply('FENCED epoch ' .. epoch .. ' is below the fence ' .. held)
+end
+
+local function record(state, entry_id, at, attempt, stream)
+  return state .. '\n' .. entry_id .. '\n' .. at .. '\n' .. attempt .. '\n' .. stream
+end
+
+local function record_state(rec)
+  return string.sub(rec, 1, string.find(rec, '\n', 1, true) - 1)
+end
+
+local function keep_record(records, records_by_expiry, id, rec, expire_at)
+  redis.call('HSET', records, id, rec)
+  redis.call('ZADD', records_by_expiry, expire_at, id)
+end
+
+local function forget_record(records, records_by_expiry, id)
+  redis.call('HDEL', records, id)
+  redis.call('ZREM', records_by_expiry, id)
+end
+
+local function score_of(due, priority)
+  return due * 10 + (9 - priority)
+end
+
+-- Body as a table, or nil and a reason when it cannot be read.
+local function decode_body(body)
+  local ok, m = pcall(cmsgpack.unpack, body)
+  if not ok then return nil, 'undecodable body' end
+  if type(m) ~= 'table' or m[1] ~= 1 or type(m[2]) ~= 'string' or type(m[3]) ~= 'table'
+      or type(m[4]) ~= 'number' or #m[3] == 0 or #m[3] % 2 ~= 0 then
+    return nil, 'malformed body'
+  end
+  return m, nil
+end

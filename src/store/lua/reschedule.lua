@@ -1,0 +1,40 @@
+-- reschedule.lua: move a scheduled message to a new due time; priority, fields and ttl stay.
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] fence
+-- ARGV[1] epoch (0 for producers)
+-- ARGV[2] id
+-- ARGV[3] due kind: "in" (ARGV[4] is a delay in ms) or "at" (ARGV[4] is epoch ms)
+-- ARGV[4] due value
+-- ARGV[5] max delay ms
+-- ARGV[6] wake-up channel
+-- returns: { "rescheduled", due_ms } | { state } for a message no longer scheduled
+--        (delivered, expired, dead, cancelled) | { "unknown" }
+--        | error "TOO_FAR ..." | error "CORRUPT ..." | error "FENCED ..."
+local held = fenced(KEYS[4], ARGV[1])
+if held then return fenced_reply(held, ARGV[1]) end
+
+local id = ARGV[2]
+local body = redis.call('HGET', KEYS[2], id)
+if not body then
+  local rec = redis.call('HGET', KEYS[3], id)
+  if rec then return { record_state(rec) } end
+  return { 'unknown' }
+end
+local m, why = decode_body(body)
+if not m then return redis.error_reply('CORRUPT message ' .. id .. ': ' .. why) end
+
+local now = now_ms()
+local due = tonumber(ARGV[4])
+if ARGV[3] == 'in' then due = now + due end
+if due - now > tonumber(ARGV[5]) then
+  return redis.error_reply('TOO_FAR due time ' .. due .. ' is more than max_delay ' .. ARGV[5] .. ' ms after now ' .. now)
+end
+if due < now then due = now end
+
+-- A ttl counts from the due time, so it moves with it.
+if m[8] > 0 then m[8] = due + (m[8] - m[4]) end
+m[4] = due
+redis.call('HSET', KEYS[2], id, cmsgpack.pack(m))
+redis.call('ZADD', KEYS[1], score_of(due, m[5]), id)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0)
+if first[1] == id then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+return { 'rescheduled', due }
