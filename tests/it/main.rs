@@ -1,0 +1,8 @@
+//! One integration binary: every test runs against real servers that it starts
+//! itself (see `delayq::harness`).
+
+mod support;
+
+mod api;
+mod forwarding;
+mod store;
