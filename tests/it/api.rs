@@ -1,1 +1,388 @@
-//! placeholder
+//! The HTTP API against a real Redis and an in-process daemon.
+
+use serde_json::json;
+
+use crate::support::{Env, eventually};
+
+const CONFIG: &str = "[streams]\nallow = [\"orders\", \"billing:*\"]\n[api]\nmax_message_bytes = 1000\nmax_delay = \"1d\"\n";
+
+/// POSTs `body` (raw text) to /v1/messages; checks the status, the error code and
+/// that the detail mentions `detail_part`.
+#[track_caller]
+fn check<'a>(
+    env: &'a Env,
+    body: &'a str,
+    status: u16,
+    code: &'a str,
+    detail_part: &'a str,
+) -> impl Future<Output = ()> + 'a {
+    let caller = std::panic::Location::caller();
+    async move {
+        let (got_status, got) = env.post_raw("/v1/messages", body).await;
+        assert_eq!(got_status, status, "{body} → {got} (case at {caller})");
+        assert_eq!(got["error"], code, "{body} → {got} (case at {caller})");
+        let detail = got["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains(detail_part),
+            "{body} → detail {detail:?} should mention {detail_part:?} (case at {caller})"
+        );
+    }
+}
+
+#[tokio::test]
+async fn bad_pushes_are_refused_with_a_reason_naming_the_field() {
+    let env = Env::start(CONFIG).await;
+    let big = format!(
+        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+        "x".repeat(2000)
+    );
+    let huge = format!(
+        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+        "x".repeat(100_000)
+    );
+    check(&env, "{not json", 400, "malformed_json", "not valid JSON").await;
+    check(&env, "[1,2]", 400, "malformed_json", "JSON object").await;
+    check(
+        &env,
+        r#"{"payload":"x","delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "stream: required",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":7,"payload":"x","delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "stream: must be a string",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"payroll","payload":"x","delay":"1s"}"#,
+        403,
+        "stream_not_allowed",
+        "allowed: orders, billing:*",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"delayq:x","payload":"x","delay":"1s"}"#,
+        403,
+        "stream_not_allowed",
+        "delayq's own keys",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "fields: required",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","fields":{},"delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "at least one",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","fields":{"a":{"b":1}},"delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "fields.a",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","fields":[["a"]],"delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "fields[0]",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","fields":{"a":"b"},"delay":"1s"}"#,
+        422,
+        "invalid_field",
+        "not both",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x"}"#,
+        422,
+        "invalid_field",
+        "delay: required",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","delay_ms":5}"#,
+        422,
+        "invalid_field",
+        "give only one",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"-5s"}"#,
+        422,
+        "invalid_field",
+        "must not be negative",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay_ms":-5}"#,
+        422,
+        "invalid_field",
+        "delay_ms -5: must not be negative",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"soon"}"#,
+        422,
+        "invalid_field",
+        "not a duration",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"2d"}"#,
+        422,
+        "invalid_field",
+        "max_delay",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","deliver_at":"2990-01-01T00:00:00Z"}"#,
+        422,
+        "invalid_field",
+        "max_delay",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","deliver_at":"tomorrow"}"#,
+        422,
+        "invalid_field",
+        "RFC 3339",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","id":"bad id!"}"#,
+        422,
+        "invalid_field",
+        "not allowed",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","priority":10}"#,
+        422,
+        "invalid_field",
+        "priority 10",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"0s"}"#,
+        422,
+        "invalid_field",
+        "ttl",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","colour":"red"}"#,
+        422,
+        "invalid_field",
+        "colour: unknown field",
+    )
+    .await;
+    check(
+        &env,
+        r#"{"stream":"orders","payload":"x","delay":"1s","replace":"yes"}"#,
+        422,
+        "invalid_field",
+        "replace",
+    )
+    .await;
+    check(&env, &big, 413, "too_large", "max_message_bytes").await;
+    check(&env, &huge, 413, "too_large", "request body is larger").await;
+}
+
+#[tokio::test]
+async fn push_get_cancel_and_duplicates() {
+    let env = Env::start(CONFIG).await;
+    let (status, body) = env.post("/v1/messages", json!({"stream": "orders", "fields": [["order", "42"], ["kind", "reminder"]], "delay": "1h", "id": "o-42", "priority": 3, "ttl": "1h"})).await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["id"], "o-42");
+    let due = body["deliver_at"].as_u64().unwrap();
+
+    let (status, body) = env.get("/v1/messages/o-42").await;
+    assert_eq!(status, 200);
+    assert_eq!(body["state"], "scheduled");
+    assert_eq!(body["stream"], "orders");
+    assert_eq!(body["priority"], 3);
+    assert_eq!(body["deliver_at"].as_u64(), Some(due));
+    assert_eq!(body["expires_at"].as_u64(), Some(due + 3_600_000));
+    assert_eq!(
+        body["fields"],
+        json!([["order", "42"], ["kind", "reminder"]])
+    );
+
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "other", "delay": "1s", "id": "o-42"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["duplicate"], &body["state"]),
+        (200, &json!(true), &json!("scheduled")),
+        "{body}"
+    );
+
+    let (status, body) = env.delete("/v1/messages/o-42").await;
+    assert_eq!((status, &body["state"]), (200, &json!("cancelled")));
+    assert_eq!(env.get("/v1/messages/o-42").await.1["state"], "cancelled");
+    assert_eq!(env.get("/v1/messages/nope").await.0, 404);
+    assert_eq!(env.delete("/v1/messages/nope").await.0, 404);
+    let (status, body) = env.get("/v1/messages/bad%20id").await;
+    assert_eq!((status, &body["error"]), (400, &json!("invalid_id")));
+    assert_eq!(env.get("/v1/nothing-here").await.0, 404);
+}
+
+#[tokio::test]
+async fn a_delivered_message_reports_its_entry_and_cannot_be_cancelled() {
+    let env = Env::start(CONFIG).await;
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "billing:eu", "payload": {"amount": 5}, "delay_ms": 50, "id": "b-1"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let delivered = eventually(std::time::Duration::from_secs(5), "delivery", || async {
+        let (_, body) = env.get("/v1/messages/b-1").await;
+        (body["state"] == "delivered").then_some(body)
+    })
+    .await;
+    assert_eq!(delivered["stream"], "billing:eu");
+    let entry = delivered["entry_id"].as_str().unwrap().to_owned();
+    let got = crate::support::entries(&mut env.redis.client(), "billing:eu");
+    assert_eq!(got[0].id, entry);
+    assert_eq!(got[0].get("payload"), Some(r#"{"amount":5}"#));
+    let (status, body) = env.delete("/v1/messages/b-1").await;
+    assert_eq!(
+        (status, &body["error"]),
+        (409, &json!("already_final")),
+        "{body}"
+    );
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "billing:eu", "payload": "again", "delay_ms": 0, "id": "b-1"}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["state"]),
+        (200, &json!("delivered")),
+        "a re-push after delivery is a duplicate: {body}"
+    );
+}
+
+#[tokio::test]
+async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
+    let env = Env::start(CONFIG).await;
+    let now = env.store.now_ms().await.unwrap();
+    let at = now + 60_000;
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "x", "deliver_at": at}),
+        )
+        .await;
+    assert_eq!((status, body["deliver_at"].as_u64()), (201, Some(at)));
+    let ts = jiff::Timestamp::from_millisecond(at as i64).unwrap();
+    let with_offset = ts
+        .to_zoned(jiff::tz::TimeZone::fixed(jiff::tz::offset(2)))
+        .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
+        .to_string();
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "x", "deliver_at": with_offset}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["deliver_at"].as_u64()),
+        (201, Some(at)),
+        "{with_offset}: {body}"
+    );
+    // A time in the past means "now".
+    let (status, body) = env
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "x", "deliver_at": 1000}),
+        )
+        .await;
+    assert_eq!(status, 201);
+    assert!(body["deliver_at"].as_u64().unwrap() >= now);
+}
+
+#[tokio::test]
+async fn health_leader_and_metrics_endpoints() {
+    let env = Env::start(CONFIG).await;
+    assert_eq!(env.get("/healthz").await.0, 200);
+    let (status, body) = eventually(std::time::Duration::from_secs(5), "leading", || async {
+        let r = env.get("/leader").await;
+        (r.0 == 200).then_some(r)
+    })
+    .await;
+    assert_eq!((status, &body["leader"]), (200, &json!(true)));
+    let (_, body) = env.get("/v1/leader").await;
+    assert_eq!(body["mode"], "standalone");
+    assert!(body["epoch"].as_u64().unwrap() >= 1);
+    env.post(
+        "/v1/messages",
+        json!({"stream": "orders", "payload": "x", "delay_ms": 0}),
+    )
+    .await;
+    let text = eventually(
+        std::time::Duration::from_secs(5),
+        "forward metrics",
+        || async {
+            let text = env
+                .http
+                .get(env.url("/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            text.contains("delayq_messages_forwarded_total{stream=\"orders\"}")
+                .then_some(text)
+        },
+    )
+    .await;
+    for name in [
+        "delayq_messages_scheduled_total",
+        "delayq_forward_lateness_seconds_bucket",
+        "delayq_is_leader",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics");
+    }
+}

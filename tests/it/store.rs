@@ -1,1 +1,469 @@
-//! placeholder
+//! The scripts, driven through `Store` against a real Redis, as one-line cases.
+//!
+//! Each case is a list of `(step, expected)`:
+//! - `push ID +MS [p=N] [ttl=MS] [replace] [to=STREAM]`: due MS after the case's start
+//!   (Redis time); answers `scheduled`, `replaced` or `duplicate <state>`
+//! - `get ID`, `cancel ID`: the state
+//! - `reschedule ID +MS`: `rescheduled` or the state
+//! - `wait MS`
+//! - `forward`: forwards everything due; answers the ids now in stream `s` (in
+//!   order) and `dead:ID` for each new entry of `s:dead`
+
+use std::time::Duration;
+
+use delayq::message::{Due, MessageId, NewMessage};
+use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, StoreError};
+
+use crate::support::{Bare, entries};
+
+const STREAM: &str = "s";
+
+#[track_caller]
+fn check(steps: &'static [(&'static str, &'static str)]) -> impl Future<Output = ()> {
+    let caller = std::panic::Location::caller();
+    async move {
+        let bare = Bare::start("[redis]\nshards = 1\n").await;
+        run_steps(&bare, steps, caller).await;
+    }
+}
+
+async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Location<'_>) {
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    let start = store.now_ms().await.unwrap();
+    let mut seen_dead = 0;
+    let options = bare.config.forward_options();
+    for (step, expected) in steps {
+        let words: Vec<&str> = step.split_whitespace().collect();
+        let id = |i: usize| MessageId::parse(words[i]).unwrap();
+        let offset = |w: &str| start + w.trim_start_matches('+').parse::<u64>().unwrap();
+        let got = match words[0] {
+            "push" => {
+                let mut msg = NewMessage {
+                    id: id(1),
+                    stream: STREAM.into(),
+                    fields: vec![("k".into(), words[1].into())],
+                    due: Due::At(offset(words[2])),
+                    priority: 0,
+                    ttl: None,
+                };
+                let mut mode = ScheduleMode::New;
+                for opt in &words[3..] {
+                    match opt.split_once('=') {
+                        Some(("p", n)) => msg.priority = n.parse().unwrap(),
+                        Some(("ttl", n)) => {
+                            msg.ttl = Some(Duration::from_millis(n.parse().unwrap()))
+                        }
+                        Some(("to", s)) => msg.stream = s.into(),
+                        None if *opt == "replace" => mode = ScheduleMode::Replace,
+                        _ => panic!("bad option {opt}"),
+                    }
+                }
+                match store
+                    .schedule(&msg, mode, Duration::from_secs(86400))
+                    .await
+                    .unwrap()
+                {
+                    Scheduled::Scheduled { .. } => "scheduled".to_owned(),
+                    Scheduled::Replaced { .. } => "replaced".to_owned(),
+                    Scheduled::Duplicate { state, .. } => format!("duplicate {state}"),
+                }
+            }
+            "get" => match store.get(&id(1)).await.unwrap() {
+                Status::Scheduled(_) => "scheduled".to_owned(),
+                Status::Done(r) => r.state.as_str().to_owned(),
+                Status::Corrupt(_) => "corrupt".to_owned(),
+                Status::Unknown => "unknown".to_owned(),
+            },
+            "cancel" => match store.cancel(&id(1), Duration::from_secs(60)).await.unwrap() {
+                Cancelled::Cancelled => "cancelled".to_owned(),
+                Cancelled::AlreadyDone(s) => s.as_str().to_owned(),
+                Cancelled::Unknown => "unknown".to_owned(),
+            },
+            "reschedule" => match store
+                .reschedule(
+                    &id(1),
+                    Due::At(offset(words[2])),
+                    Duration::from_secs(86400),
+                )
+                .await
+                .unwrap()
+            {
+                Rescheduled::Rescheduled { .. } => "rescheduled".to_owned(),
+                Rescheduled::NotScheduled(s) => s.as_str().to_owned(),
+                Rescheduled::Unknown => "unknown".to_owned(),
+            },
+            "wait" => {
+                tokio::time::sleep(Duration::from_millis(words[1].parse().unwrap())).await;
+                String::new()
+            }
+            "forward" => {
+                for shard in 0..store.shards() {
+                    while store.forward(shard, 1, &options).await.unwrap().moved() > 0 {}
+                }
+                let mut out: Vec<String> = entries(&mut conn, STREAM)
+                    .iter()
+                    .map(|e| e.get("k").unwrap().to_owned())
+                    .collect();
+                let dead = entries(&mut conn, "s:dead");
+                out.extend(
+                    dead[seen_dead..]
+                        .iter()
+                        .map(|e| format!("dead:{}", e.get("k").unwrap())),
+                );
+                seen_dead = dead.len();
+                out.join(" ")
+            }
+            other => panic!("unknown step {other}"),
+        };
+        assert_eq!(&got, expected, "step {step:?} of the case at {caller}");
+    }
+}
+
+#[tokio::test]
+async fn pushing_an_id_twice_is_a_duplicate() {
+    check(&[
+        ("push a +0", "scheduled"),
+        ("push a +0", "duplicate scheduled"),
+        ("forward", "a"),
+        ("push a +0", "duplicate delivered"),
+        ("forward", "a"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn replace_reschedules_an_existing_id() {
+    check(&[
+        ("push a +60000", "scheduled"),
+        ("push a +0 replace", "replaced"),
+        ("forward", "a"),
+        ("push a +0 replace", "replaced"),
+        ("forward", "a a"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn get_follows_a_message_through_its_life() {
+    check(&[
+        ("get a", "unknown"),
+        ("push a +0", "scheduled"),
+        ("get a", "scheduled"),
+        ("forward", "a"),
+        ("get a", "delivered"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn cancel_answers_definitely() {
+    check(&[
+        ("cancel a", "unknown"),
+        ("push a +0", "scheduled"),
+        ("cancel a", "cancelled"),
+        ("cancel a", "cancelled"),
+        ("get a", "cancelled"),
+        ("forward", ""),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn cancel_after_delivery_says_delivered() {
+    check(&[
+        ("push a +0", "scheduled"),
+        ("forward", "a"),
+        ("cancel a", "delivered"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_cancelled_id_can_be_pushed_again() {
+    check(&[
+        ("push a +0", "scheduled"),
+        ("cancel a", "cancelled"),
+        ("push a +0", "scheduled"),
+        ("forward", "a"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn nothing_is_forwarded_early() {
+    check(&[
+        ("push a +400", "scheduled"),
+        ("forward", ""),
+        ("wait 450", ""),
+        ("forward", "a"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn due_time_orders_then_priority() {
+    check(&[
+        ("push low +200 p=0", "scheduled"),
+        ("push high +200 p=9", "scheduled"),
+        ("push mid +200 p=5", "scheduled"),
+        ("push early +100 p=0", "scheduled"),
+        ("wait 250", ""),
+        ("forward", "early high mid low"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn reschedule_moves_only_scheduled_messages() {
+    check(&[
+        ("reschedule a +0", "unknown"),
+        ("push a +60000", "scheduled"),
+        ("reschedule a +0", "rescheduled"),
+        ("forward", "a"),
+        ("reschedule a +0", "delivered"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_message_past_its_ttl_is_dead_lettered_as_expired() {
+    check(&[
+        ("push a +0 ttl=1", "scheduled"),
+        ("push b +0 ttl=60000", "scheduled"),
+        ("wait 30", ""),
+        ("forward", "b dead:a"),
+        ("get a", "expired"),
+        ("get b", "delivered"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_ttl_moves_with_a_reschedule() {
+    check(&[
+        ("push a +0 ttl=100", "scheduled"),
+        ("reschedule a +300", "rescheduled"),
+        ("wait 350", ""),
+        ("forward", "a"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn fields_arrive_verbatim_and_in_order_with_id_and_attempt() {
+    let bare = Bare::start("").await;
+    let msg = NewMessage {
+        id: MessageId::parse("order-42").unwrap(),
+        stream: "orders".into(),
+        fields: vec![
+            ("z".into(), "1".into()),
+            ("a".into(), "".into()),
+            ("z".into(), "ünïcødé \n x".into()),
+            ("m".into(), "{\"j\":1}".into()),
+        ],
+        due: Due::In(Duration::ZERO),
+        priority: 0,
+        ttl: None,
+    };
+    bare.store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap();
+    for shard in 0..bare.store.shards() {
+        bare.store
+            .forward(shard, 1, &bare.config.forward_options())
+            .await
+            .unwrap();
+    }
+    let got = entries(&mut bare.redis.client(), "orders");
+    assert_eq!(got.len(), 1);
+    let mut expected = msg.fields.clone();
+    expected.push(("delayq-id".into(), "order-42".into()));
+    expected.push(("delayq-attempt".into(), "1".into()));
+    assert_eq!(got[0].fields, expected);
+}
+
+#[tokio::test]
+async fn id_and_attempt_fields_can_be_switched_off() {
+    let bare = Bare::start("[forwarder]\nid_field = \"\"\nattempt_field = \"\"\n").await;
+    let msg = NewMessage::payload("orders", "p", Duration::ZERO);
+    bare.store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap();
+    for shard in 0..bare.store.shards() {
+        bare.store
+            .forward(shard, 1, &bare.config.forward_options())
+            .await
+            .unwrap();
+    }
+    let got = entries(&mut bare.redis.client(), "orders");
+    assert_eq!(got[0].fields, vec![("payload".to_owned(), "p".to_owned())]);
+}
+
+#[tokio::test]
+async fn maxlen_trims_target_streams() {
+    let bare =
+        Bare::start("[streams]\ndefault_maxlen = 50\n[streams.maxlen]\nbig = 100000\n").await;
+    for (stream, n) in [("small", 1000), ("big", 1000)] {
+        for i in 0..n {
+            let mut msg = NewMessage::payload(stream, "x", Duration::ZERO);
+            msg.id = MessageId::parse(&format!("{stream}-{i}")).unwrap();
+            bare.store
+                .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+                .await
+                .unwrap();
+        }
+    }
+    for shard in 0..bare.store.shards() {
+        while bare
+            .store
+            .forward(shard, 1, &bare.config.forward_options())
+            .await
+            .unwrap()
+            .moved()
+            > 0
+        {}
+    }
+    let mut conn = bare.redis.client();
+    let small: u64 = redis::cmd("XLEN").arg("small").query(&mut conn).unwrap();
+    let big: u64 = redis::cmd("XLEN").arg("big").query(&mut conn).unwrap();
+    // MAXLEN ~ trims whole radix-tree nodes (100 entries by default), never below 50.
+    assert!((50..=250).contains(&small), "small stream holds {small}");
+    assert_eq!(big, 1000);
+}
+
+#[tokio::test]
+async fn a_lower_epoch_is_fenced_and_a_higher_one_raises_the_fence() {
+    let bare = Bare::start("").await;
+    let options = bare.config.forward_options();
+    bare.store.forward(0, 5, &options).await.unwrap();
+    match bare.store.forward(0, 4, &options).await {
+        Err(StoreError::Fenced { held: 5, caller: 4 }) => {}
+        other => panic!("expected FENCED, got {other:?}"),
+    }
+    bare.store.raise_fences(9).await.unwrap();
+    assert!(matches!(
+        bare.store.forward(1, 5, &options).await,
+        Err(StoreError::Fenced { held: 9, .. })
+    ));
+    assert!(matches!(
+        bare.store.trim_records(1, 8, 10).await,
+        Err(StoreError::Fenced { held: 9, .. })
+    ));
+    assert!(matches!(
+        bare.store.raise_fences(8).await,
+        Err(StoreError::Fenced { .. })
+    ));
+    assert_eq!(bare.store.highest_fence().await.unwrap(), 9);
+    // Producers are never fenced.
+    let msg = NewMessage::payload("s", "p", Duration::ZERO);
+    bare.store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap();
+    bare.store.reset_fences(2).await.unwrap();
+    bare.store
+        .forward(msg.id.shard(bare.store.shards()), 3, &options)
+        .await
+        .unwrap();
+    assert_eq!(entries(&mut bare.redis.client(), "s").len(), 1);
+}
+
+#[tokio::test]
+async fn standalone_epochs_exceed_every_fence() {
+    let bare = Bare::start("").await;
+    let a = bare.store.next_standalone_epoch().await.unwrap();
+    let b = bare.store.next_standalone_epoch().await.unwrap();
+    assert!(b > a);
+    bare.store.raise_fences(1000).await.unwrap();
+    assert!(bare.store.next_standalone_epoch().await.unwrap() > 1000);
+}
+
+#[tokio::test]
+async fn a_due_time_beyond_max_delay_is_refused_by_redis_time() {
+    let bare = Bare::start("").await;
+    let now = bare.store.now_ms().await.unwrap();
+    let mut msg = NewMessage::payload("s", "p", Duration::ZERO);
+    msg.due = Due::At(now + 3_600_000);
+    let err = bare
+        .store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::TooFar(ref d) if d.contains("max_delay")),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stopping_the_batch() {
+    let bare = Bare::start("").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    // A body that is not msgpack, planted next to good messages in shard 0..n.
+    let shard_keys: Vec<_> = (0..store.shards()).map(|s| store.keys().shard(s)).collect();
+    for (i, k) in shard_keys.iter().enumerate() {
+        let id = format!("corrupt-{i}");
+        let () = redis::pipe()
+            .hset(&k.bodies, &id, "\u{1}garbage")
+            .ignore()
+            .zadd(&k.due, &id, 0)
+            .ignore()
+            .query(&mut conn)
+            .unwrap();
+    }
+    // A target key that is not a stream.
+    let () = redis::cmd("SET")
+        .arg("not-a-stream")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    for i in 0..20 {
+        let mut msg = NewMessage::payload(
+            if i == 7 { "not-a-stream" } else { "good" },
+            "p",
+            Duration::ZERO,
+        );
+        msg.id = MessageId::parse(&format!("m{i}")).unwrap();
+        store
+            .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+            .await
+            .unwrap();
+    }
+    let mut dead = 0;
+    for shard in 0..store.shards() {
+        loop {
+            let batch = store
+                .forward(shard, 1, &bare.config.forward_options())
+                .await
+                .unwrap();
+            dead += batch.dead;
+            if batch.moved() == 0 {
+                break;
+            }
+        }
+    }
+    assert_eq!(dead, store.shards() as u64 + 1);
+    let good = entries(&mut conn, "good");
+    assert_eq!(good.len(), 19, "every good message forwarded exactly once");
+    let unreadable = entries(&mut conn, &store.keys().unreadable_stream());
+    assert_eq!(unreadable.len(), store.shards() as usize + 1);
+    assert!(unreadable.iter().any(|e| e.get("delayq-id") == Some("m7")
+        && e.get("delayq-reason").is_some_and(
+            |r| r.contains("cannot write to not-a-stream") && r.contains("WRONGTYPE")
+        )));
+    assert!(
+        unreadable
+            .iter()
+            .any(|e| e.get("delayq-id") == Some("corrupt-0")
+                && e.get("delayq-reason") == Some("undecodable body")
+                || e.get("delayq-reason") == Some("malformed body"))
+    );
+    match store.get(&MessageId::parse("m7").unwrap()).await.unwrap() {
+        Status::Done(r) => assert_eq!(r.state.as_str(), "dead"),
+        other => panic!("m7: {other:?}"),
+    }
+}

@@ -31,11 +31,14 @@ local existing = redis.call('ZSCORE', KEYS[1], id)
 if existing and not replace then
   return { 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled' }
 end
+local replaced = existing ~= false
 local rec = redis.call('HGET', KEYS[3], id)
 if rec then
+  -- A cancelled id may be pushed again; a delivered, expired or dead one only with replace.
   local state = record_state(rec)
-  if state ~= 'cancelled' and not replace then
-    return { 'duplicate', 0, state }
+  if state ~= 'cancelled' then
+    if not replace then return { 'duplicate', 0, state } end
+    replaced = true
   end
   forget_record(KEYS[3], KEYS[4], id)
 end
@@ -53,5 +56,5 @@ redis.call('ZADD', KEYS[1], score_of(due, priority), id)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
 if first[1] == id then redis.call('PUBLISH', ARGV[10], KEYS[1]) end
 
-if existing or rec then return { 'replaced', due } end
+if replaced then return { 'replaced', due } end
 return { 'scheduled', due }
