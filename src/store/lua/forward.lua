@@ -56,8 +56,11 @@ local lateness, per_stream, per_stream_order = {}, {}, {}
 local record_args = {}
 local expiry_args = {}
 
-for _, id in ipairs(ids) do
-  local body = redis.call('HGET', KEYS[2], id)
+local bodies = {}
+if #ids > 0 then bodies = redis.call('HMGET', KEYS[2], unpack(ids)) end
+
+for i, id in ipairs(ids) do
+  local body = bodies[i]
   local rec
   if body then
     local m, why = decode_body(body)
