@@ -44,6 +44,7 @@ struct Raw {
     forwarder: RawForwarder,
     records: RawRecords,
     log: RawLog,
+    delivery: RawDelivery,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -184,6 +185,56 @@ impl Default for RawRecords {
 
 #[derive(Debug, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+struct RawDelivery {
+    groups: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    ack_timeout: Duration,
+    max_attempts: i64,
+    #[serde(with = "humantime_serde")]
+    backoff: Duration,
+    #[serde(with = "humantime_serde")]
+    backoff_max: Duration,
+    backoff_jitter: f64,
+    #[serde(with = "humantime_serde")]
+    sweep_interval: Duration,
+    sweep_batch: i64,
+    streams: BTreeMap<String, RawStreamDelivery>,
+}
+
+impl Default for RawDelivery {
+    fn default() -> Self {
+        RawDelivery {
+            groups: Vec::new(),
+            ack_timeout: Duration::from_secs(60),
+            max_attempts: 10,
+            backoff: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(300),
+            backoff_jitter: 0.2,
+            sweep_interval: Duration::from_secs(1),
+            sweep_batch: 100,
+            streams: BTreeMap::new(),
+        }
+    }
+}
+
+/// One stream's overrides of the `[delivery]` defaults; unset keys inherit them.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawStreamDelivery {
+    groups: Option<Vec<String>>,
+    #[serde(with = "humantime_serde")]
+    ack_timeout: Option<Duration>,
+    max_attempts: Option<i64>,
+    #[serde(with = "humantime_serde")]
+    backoff: Option<Duration>,
+    #[serde(with = "humantime_serde")]
+    backoff_max: Option<Duration>,
+    backoff_jitter: Option<f64>,
+    dead_letter_stream: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 struct RawLog {
     level: String,
     format: String,
@@ -212,6 +263,7 @@ pub struct Config {
     pub forwarder: ForwarderConfig,
     pub records: RecordsConfig,
     pub log: LogConfig,
+    pub delivery: DeliveryConfig,
 }
 
 #[derive(Clone, Debug)]
@@ -268,6 +320,46 @@ pub struct RecordsConfig {
     pub trim_interval: Duration,
 }
 
+/// Redelivery of entries consumer groups never acknowledged.
+#[derive(Clone, Debug)]
+pub struct DeliveryConfig {
+    /// How often the leader looks for entries pending too long.
+    pub sweep_interval: Duration,
+    /// Most pending entries looked at per stream and group in one pass.
+    pub sweep_batch: usize,
+    /// The watched streams (those under `[delivery.streams]`), in name order.
+    pub streams: Vec<StreamDelivery>,
+}
+
+/// Delivery settings of one watched stream, defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamDelivery {
+    pub stream: String,
+    /// Consumer groups whose unacknowledged entries are redelivered; never empty.
+    pub groups: Vec<String>,
+    /// An entry pending longer than this in a group counts as lost by its consumer.
+    pub ack_timeout: Duration,
+    /// Deliveries before a message goes to the dead-letter stream instead.
+    pub max_attempts: u32,
+    pub backoff: RetryBackoff,
+    pub dead_letter_stream: String,
+}
+
+/// Delay before redelivery attempt n + 1: `first` × 2^(n − 1), at most `max`,
+/// less up to `jitter` (a fraction) of it at random.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryBackoff {
+    pub first: Duration,
+    pub max: Duration,
+    pub jitter: f64,
+}
+
+impl DeliveryConfig {
+    pub fn stream(&self, stream: &str) -> Option<&StreamDelivery> {
+        self.streams.iter().find(|s| s.stream == stream)
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct LogConfig {
     pub level: String,
@@ -316,6 +408,15 @@ impl Config {
         }
     }
 
+    /// Where a stream's dead letters go: its `dead_letter_stream` under
+    /// `[delivery.streams]`, else `<stream><forwarder.dead_letter_suffix>`.
+    pub fn dead_letter_stream(&self, stream: &str) -> String {
+        match self.delivery.stream(stream) {
+            Some(s) => s.dead_letter_stream.clone(),
+            None => format!("{stream}{}", self.forwarder.dead_letter_suffix),
+        }
+    }
+
     pub fn store_config(&self) -> crate::store::StoreConfig {
         crate::store::StoreConfig {
             url: self.redis.url.clone(),
@@ -337,9 +438,10 @@ const SECTIONS: &[&str] = &[
     "forwarder",
     "records",
     "log",
+    "delivery",
 ];
 /// Keys that hold lists; their environment values are comma-separated.
-const LIST_KEYS: &[&str] = &["etcd.endpoints", "streams.allow"];
+const LIST_KEYS: &[&str] = &["etcd.endpoints", "streams.allow", "delivery.groups"];
 
 fn apply_env(
     table: &mut toml::Table,
@@ -426,6 +528,7 @@ impl Raw {
             forwarder,
             records,
             log,
+            delivery,
         } = self;
 
         let node_id = match id {
@@ -582,6 +685,15 @@ impl Raw {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
         }
 
+        let forwarder = ForwarderConfig {
+            batch_size,
+            idle_wakeup,
+            id_field: optional_field("forwarder.id_field", id_field)?,
+            attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
+            dead_letter_suffix,
+        };
+        let delivery = delivery.validate(&forwarder, retention)?;
+
         let RawLog { level, format } = log;
         tracing_subscriber::EnvFilter::try_new(&level)
             .map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
@@ -612,20 +724,214 @@ impl Raw {
                 default_maxlen,
                 maxlen,
             },
-            forwarder: ForwarderConfig {
-                batch_size,
-                idle_wakeup,
-                id_field: optional_field("forwarder.id_field", id_field)?,
-                attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
-                dead_letter_suffix,
-            },
+            forwarder,
             records: RecordsConfig {
                 retention,
                 trim_interval,
             },
             log: LogConfig { level, json },
+            delivery,
         })
     }
+}
+
+impl RawDelivery {
+    fn validate(
+        self,
+        forwarder: &ForwarderConfig,
+        retention: Duration,
+    ) -> Result<DeliveryConfig, ConfigError> {
+        let RawDelivery {
+            groups,
+            ack_timeout,
+            max_attempts,
+            backoff,
+            backoff_max,
+            backoff_jitter,
+            sweep_interval,
+            sweep_batch,
+            streams,
+        } = self;
+        let defaults = StreamDelivery {
+            stream: String::new(),
+            groups: consumer_groups("delivery.groups", groups)?,
+            ack_timeout: ack_timeout_within("delivery.ack_timeout", ack_timeout, retention)?,
+            max_attempts: positive("delivery.max_attempts", max_attempts, 1000)? as u32,
+            backoff: retry_backoff("delivery", backoff, backoff_max, backoff_jitter)?,
+            dead_letter_stream: String::new(),
+        };
+        if sweep_interval < Duration::from_millis(10) {
+            return Err(invalid("delivery.sweep_interval", "must be at least 10ms"));
+        }
+        let sweep_batch = positive("delivery.sweep_batch", sweep_batch, 10_000)? as usize;
+
+        let mut watched = Vec::with_capacity(streams.len());
+        for (stream, raw) in streams {
+            let key = format!("delivery.streams.{stream}");
+            crate::message::validate_stream(&stream).map_err(|e| invalid(&key, e.to_string()))?;
+            // Destructured in full, so a new override cannot be forgotten here.
+            let RawStreamDelivery {
+                groups,
+                ack_timeout,
+                max_attempts,
+                backoff,
+                backoff_max,
+                backoff_jitter,
+                dead_letter_stream,
+            } = raw;
+            let groups = match groups {
+                Some(groups) => consumer_groups(&format!("{key}.groups"), groups)?,
+                None => defaults.groups.clone(),
+            };
+            if groups.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.groups"),
+                    "no consumer group to watch (set it here or in delivery.groups)",
+                ));
+            }
+            let ack_timeout = match ack_timeout {
+                Some(t) => ack_timeout_within(&format!("{key}.ack_timeout"), t, retention)?,
+                None => defaults.ack_timeout,
+            };
+            let max_attempts = match max_attempts {
+                Some(n) => positive(&format!("{key}.max_attempts"), n, 1000)? as u32,
+                None => defaults.max_attempts,
+            };
+            let backoff = retry_backoff(
+                &key,
+                backoff.unwrap_or(defaults.backoff.first),
+                backoff_max.unwrap_or(defaults.backoff.max),
+                backoff_jitter.unwrap_or(defaults.backoff.jitter),
+            )?;
+            let dead_letter_stream = match dead_letter_stream {
+                Some(dead) => {
+                    crate::message::validate_stream(&dead).map_err(|e| {
+                        invalid(&format!("{key}.dead_letter_stream"), e.to_string())
+                    })?;
+                    dead
+                }
+                None => format!("{stream}{}", forwarder.dead_letter_suffix),
+            };
+            if dead_letter_stream == stream {
+                return Err(invalid(
+                    &format!("{key}.dead_letter_stream"),
+                    "must differ from the stream itself",
+                ));
+            }
+            watched.push(StreamDelivery {
+                stream,
+                groups,
+                ack_timeout,
+                max_attempts,
+                backoff,
+                dead_letter_stream,
+            });
+        }
+        // Replay reads a stream's dead letters back into that stream, so two streams
+        // sharing a dead-letter stream, or one stream's dead letters landing in another
+        // watched stream, would mix messages up.
+        for s in &watched {
+            if let Some(other) = watched.iter().find(|o| {
+                o.stream != s.stream
+                    && (o.dead_letter_stream == s.dead_letter_stream
+                        || o.stream == s.dead_letter_stream)
+            }) {
+                return Err(invalid(
+                    &format!("delivery.streams.{}.dead_letter_stream", s.stream),
+                    format!(
+                        "{:?} is also used by stream {:?}; every watched stream needs a dead-letter stream of its own",
+                        s.dead_letter_stream, other.stream
+                    ),
+                ));
+            }
+        }
+        if !watched.is_empty() {
+            // The sweep finds a message by the id on its entry, and counts attempts by it.
+            if forwarder.id_field.is_none() {
+                return Err(invalid(
+                    "forwarder.id_field",
+                    "must be set while [delivery.streams] watches streams (redelivery finds messages by it)",
+                ));
+            }
+            if forwarder.attempt_field.is_none() {
+                return Err(invalid(
+                    "forwarder.attempt_field",
+                    "must be set while [delivery.streams] watches streams (redelivery counts attempts by it)",
+                ));
+            }
+        }
+        Ok(DeliveryConfig {
+            sweep_interval,
+            sweep_batch,
+            streams: watched,
+        })
+    }
+}
+
+fn consumer_groups(key: &str, groups: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for group in &groups {
+        if group.is_empty() || group.chars().any(|c| c.is_control() || c.is_whitespace()) {
+            return Err(invalid(
+                key,
+                format!(
+                    "{group:?}: a group name must be non-empty, without spaces or control characters"
+                ),
+            ));
+        }
+    }
+    let mut unique = groups.clone();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != groups.len() {
+        return Err(invalid(key, "lists a group twice"));
+    }
+    Ok(groups)
+}
+
+fn ack_timeout_within(
+    key: &str,
+    timeout: Duration,
+    retention: Duration,
+) -> Result<Duration, ConfigError> {
+    if timeout < Duration::from_millis(10) {
+        return Err(invalid(key, "must be at least 10ms"));
+    }
+    // The delivery record tells a stale entry from an older delivery of the same
+    // message; once the record is forgotten the sweep could redeliver twice.
+    if timeout >= retention {
+        return Err(invalid(
+            key,
+            format!(
+                "must be shorter than records.retention ({})",
+                humantime::format_duration(retention)
+            ),
+        ));
+    }
+    Ok(timeout)
+}
+
+fn retry_backoff(
+    section: &str,
+    first: Duration,
+    max: Duration,
+    jitter: f64,
+) -> Result<RetryBackoff, ConfigError> {
+    if max < first {
+        return Err(invalid(
+            &format!("{section}.backoff_max"),
+            format!(
+                "must not be shorter than {section}.backoff ({})",
+                humantime::format_duration(first)
+            ),
+        ));
+    }
+    if !(0.0..=1.0).contains(&jitter) {
+        return Err(invalid(
+            &format!("{section}.backoff_jitter"),
+            format!("must be 0 to 1 (got {jitter})"),
+        ));
+    }
+    Ok(RetryBackoff { first, max, jitter })
 }
 
 fn default_node_id() -> String {
@@ -690,6 +996,8 @@ mod tests {
         assert_eq!(c.records.retention, Duration::from_secs(86400));
         assert_eq!(c.forwarder.id_field.as_deref(), Some("delayq-id"));
         assert!(c.streams.allows("anything"));
+        assert!(c.delivery.streams.is_empty());
+        assert_eq!(c.delivery.sweep_interval, Duration::from_secs(1));
     }
 
     #[test]
@@ -729,6 +1037,129 @@ mod tests {
         check_err("[redis]\ntimeout = \"soon\"", &[], "redis.timeout");
         check_err("", &[("DELAYQ_REDIS_SHARDS", "0")], "redis.shards");
         check_err("", &[("DELAYQ_API_LISTEN", "x")], "api.listen");
+        check_err(
+            "[delivery]\nmax_attempts = 0",
+            &[],
+            "delivery.max_attempts: must be 1 to 1000 (got 0)",
+        );
+        check_err(
+            "[delivery]\nack_timeout = \"1ms\"",
+            &[],
+            "delivery.ack_timeout: must be at least 10ms",
+        );
+        check_err(
+            "[delivery]\nack_timeout = \"2d\"",
+            &[],
+            "delivery.ack_timeout: must be shorter than records.retention",
+        );
+        check_err(
+            "[delivery]\nbackoff = \"10s\"\nbackoff_max = \"1s\"",
+            &[],
+            "delivery.backoff_max: must not be shorter than delivery.backoff",
+        );
+        check_err(
+            "[delivery]\nbackoff_jitter = 1.5",
+            &[],
+            "delivery.backoff_jitter: must be 0 to 1",
+        );
+        check_err("[delivery]\nsweep_batch = 0", &[], "delivery.sweep_batch");
+        check_err(
+            "[delivery]\nsweep_interval = \"1ms\"",
+            &[],
+            "delivery.sweep_interval",
+        );
+        check_err("[delivery]\ngroups = [\"a b\"]", &[], "delivery.groups");
+        check_err(
+            "[delivery]\ngroups = [\"g\", \"g\"]",
+            &[],
+            "delivery.groups: lists a group twice",
+        );
+        check_err(
+            "[delivery.streams.orders]\n",
+            &[],
+            "delivery.streams.orders.groups: no consumer group to watch",
+        );
+        check_err(
+            "[delivery.streams.orders]\ngroups = []",
+            &[],
+            "delivery.streams.orders.groups: no consumer group",
+        );
+        check_err(
+            "[delivery.streams.orders]\ngroups = [\"g\"]\nmax_attempts = -1",
+            &[],
+            "delivery.streams.orders.max_attempts",
+        );
+        check_err(
+            "[delivery.streams.orders]\ngroups = [\"g\"]\nbackoff_jitter = -0.1",
+            &[],
+            "delivery.streams.orders.backoff_jitter",
+        );
+        check_err(
+            "[delivery.streams.orders]\ngroups = [\"g\"]\nback_off = \"1s\"",
+            &[],
+            "unknown field `back_off`",
+        );
+        check_err(
+            "[delivery.streams.orders]\ngroups = [\"g\"]\ndead_letter_stream = \"orders\"",
+            &[],
+            "delivery.streams.orders.dead_letter_stream: must differ",
+        );
+        check_err(
+            "[delivery]\ngroups = [\"g\"]\n[delivery.streams.a]\ndead_letter_stream = \"x\"\n[delivery.streams.b]\ndead_letter_stream = \"x\"",
+            &[],
+            "dead_letter_stream: \"x\" is also used by stream",
+        );
+        check_err(
+            "[delivery]\ngroups = [\"g\"]\n[delivery.streams.a]\ndead_letter_stream = \"b\"\n[delivery.streams.b]\n",
+            &[],
+            "delivery.streams.a.dead_letter_stream",
+        );
+        check_err(
+            "[forwarder]\nid_field = \"\"\n[delivery.streams.orders]\ngroups = [\"g\"]",
+            &[],
+            "forwarder.id_field: must be set while",
+        );
+        check_err(
+            "[forwarder]\nattempt_field = \"\"\n[delivery.streams.orders]\ngroups = [\"g\"]",
+            &[],
+            "forwarder.attempt_field: must be set while",
+        );
+        check_err(
+            "",
+            &[("DELAYQ_DELIVERY_MAX_ATTEMPTS", "0")],
+            "delivery.max_attempts",
+        );
+    }
+
+    #[test]
+    fn delivery_streams_inherit_the_defaults() {
+        let c = Config::from_toml(
+            "[delivery]\ngroups = [\"workers\"]\nack_timeout = \"30s\"\n\
+             [delivery.streams.orders]\n\
+             [delivery.streams.billing]\ngroups = [\"a\", \"b\"]\nmax_attempts = 3\nbackoff = \"2s\"\ndead_letter_stream = \"billing-failed\"\n",
+            env(&[]),
+        )
+        .unwrap();
+        let names: Vec<_> = c
+            .delivery
+            .streams
+            .iter()
+            .map(|s| s.stream.as_str())
+            .collect();
+        assert_eq!(names, ["billing", "orders"]);
+        let orders = c.delivery.stream("orders").unwrap();
+        assert_eq!(orders.groups, ["workers"]);
+        assert_eq!(orders.ack_timeout, Duration::from_secs(30));
+        assert_eq!(orders.max_attempts, 10);
+        assert_eq!(orders.dead_letter_stream, "orders:dead");
+        let billing = c.delivery.stream("billing").unwrap();
+        assert_eq!(billing.groups, ["a", "b"]);
+        assert_eq!(billing.ack_timeout, Duration::from_secs(30));
+        assert_eq!(billing.max_attempts, 3);
+        assert_eq!(billing.backoff.first, Duration::from_secs(2));
+        assert_eq!(billing.backoff.max, Duration::from_secs(300));
+        assert_eq!(c.dead_letter_stream("billing"), "billing-failed");
+        assert_eq!(c.dead_letter_stream("unwatched"), "unwatched:dead");
     }
 
     #[test]
@@ -785,5 +1216,8 @@ mod tests {
         assert_eq!(c.records.retention, d.records.retention);
         assert_eq!(c.forwarder.batch_size, d.forwarder.batch_size);
         assert_eq!(c.api.limits.max_delay, d.api.limits.max_delay);
+        assert_eq!(c.delivery.streams, d.delivery.streams);
+        assert_eq!(c.delivery.sweep_interval, d.delivery.sweep_interval);
+        assert_eq!(c.delivery.sweep_batch, d.delivery.sweep_batch);
     }
 }

@@ -116,6 +116,13 @@ async fn lead_term(
         cancel.clone(),
     ));
     tasks.spawn(report_pending(store.clone(), cancel.clone()));
+    tasks.spawn(crate::sweeper::run(
+        config.clone(),
+        store.clone(),
+        leadership.clone(),
+        epoch,
+        cancel.clone(),
+    ));
     tasks.join_all().await;
 }
 

@@ -6,6 +6,7 @@
 //! - [`store`]: the only module that speaks Redis; all changes happen in its Lua scripts.
 //! - [`leadership`]: leadership as a watch value; the standalone elector.
 //! - [`forwarder`]: leader-only loops (due → stream, record trimming).
+//! - [`sweeper`]: leader-only: unacknowledged entries → redelivered or dead-lettered.
 //! - [`api`]: the HTTP API (axum).
 //! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
 //!   the benchmark and the demo.
@@ -23,6 +24,7 @@ pub mod leadership;
 pub mod message;
 pub mod metrics;
 pub mod store;
+pub mod sweeper;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -25,6 +25,15 @@ pub const EPOCH: &str = "delayq_leader_epoch";
 pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
 pub const FENCED: &str = "delayq_fenced_total";
 pub const HTTP_REQUESTS: &str = "delayq_http_requests_total";
+pub const REDELIVERED: &str = "delayq_messages_redelivered_total";
+pub const DEAD_LETTERED: &str = "delayq_messages_dead_lettered_total";
+pub const PENDING_TOO_LONG: &str = "delayq_entries_pending_too_long";
+pub const SWEEP_SECONDS: &str = "delayq_sweep_duration_seconds";
+pub const SWEEP_GROUP_MISSING: &str = "delayq_sweep_group_missing";
+pub const SWEEP_ERRORS: &str = "delayq_sweep_errors_total";
+pub const SWEEP_ENTRIES: &str = "delayq_sweep_entries_total";
+pub const DEAD_REPLAYED: &str = "delayq_dead_letters_replayed_total";
+pub const DEAD_PURGED: &str = "delayq_dead_letters_purged_total";
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 pub fn install() -> PrometheusHandle {

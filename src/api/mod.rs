@@ -1,6 +1,7 @@
 //! The HTTP API. Handlers validate input and call `store`; they never build a
 //! Redis key.
 
+mod dead;
 mod error;
 mod messages;
 
@@ -37,6 +38,9 @@ pub fn router(state: AppState) -> Router {
             "/v1/messages/{id}",
             get(messages::status).delete(messages::cancel),
         )
+        .route("/v1/streams/{stream}/dead", get(dead::list))
+        .route("/v1/streams/{stream}/dead/replay", post(dead::replay))
+        .route("/v1/streams/{stream}/dead/purge", post(dead::purge))
         .route("/v1/leader", get(leader))
         .route("/leader", get(leader_only))
         .route("/healthz", get(healthz))

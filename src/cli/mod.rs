@@ -3,6 +3,7 @@
 
 mod bench;
 mod client;
+mod dead;
 mod demo;
 
 use std::path::PathBuf;
@@ -37,6 +38,9 @@ enum Command {
     },
     #[command(flatten)]
     Client(client::ClientCommand),
+    /// List, replay or purge a stream's dead letters.
+    #[command(subcommand)]
+    Dead(dead::DeadCommand),
     /// Measure forwarding throughput and lateness against a local Redis.
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
@@ -48,6 +52,7 @@ pub fn main() -> ExitCode {
     match cli.command {
         Command::Run { config } => run(config),
         Command::Client(cmd) => runtime().block_on(client::main(cmd)),
+        Command::Dead(cmd) => runtime().block_on(dead::main(cmd)),
         Command::Bench(args) => {
             init_logging("warn", false);
             report(runtime().block_on(bench::main(args)))

@@ -28,6 +28,13 @@ macro_rules! script {
     };
 }
 
+mod delivery;
+
+pub use delivery::{
+    DEAD_LETTER_FIELDS, DeadLetter, PendingEntry, RedeliverOptions, Redelivered, Replayed,
+    split_own_fields,
+};
+
 /// The scripts, compiled into the binary and loaded lazily (`EVALSHA`, then
 /// `SCRIPT LOAD` on `NOSCRIPT`, which also covers a Redis restart or `SCRIPT FLUSH`).
 struct Scripts {
@@ -38,6 +45,8 @@ struct Scripts {
     forward: Script,
     trim: Script,
     raise_fence: Script,
+    redeliver: Script,
+    replay_dead: Script,
 }
 
 impl Scripts {
@@ -50,6 +59,8 @@ impl Scripts {
             forward: script!("forward"),
             trim: script!("trim"),
             raise_fence: script!("raise_fence"),
+            redeliver: script!("redeliver"),
+            replay_dead: script!("replay_dead"),
         }
     }
 }

@@ -85,7 +85,10 @@ for i, id in ipairs(ids) do
       else
         entry, err = xadd(stream, m[3], extra)
         if entry then
-          rec = record('delivered', entry, now, attempt, stream)
+          -- A redelivered message keeps its first delivery time for its dead letter.
+          local first_delivered = now
+          if type(m[9]) == 'number' and m[9] > 0 then first_delivered = m[9] end
+          rec = record('delivered', entry, now, attempt, stream, first_delivered)
           forwarded = forwarded + 1
           lateness[#lateness + 1] = now - m[4]
           if not per_stream[stream] then

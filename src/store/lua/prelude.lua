@@ -1,10 +1,14 @@
 -- prelude.lua: helpers prepended to every script in this folder.
 --
 -- Message body (a shard's bodies hash, field = id), cmsgpack array:
---   { 1 (format), stream, { field, value, ... }, due_ms, priority, created_ms, attempt, expire_at_ms (0 = never) }
--- Terminal record (a shard's records hash, field = id), a string of five lines:
---   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream
---   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none)
+--   { 1 (format), stream, { field, value, ... }, due_ms, priority, created_ms, attempt, expire_at_ms (0 = never),
+--     first_delivered_ms, redelivery_reason }
+--   The last two are set only on a message redelivered because a consumer group never
+--   acknowledged it (bodies written before them simply end after expire_at_ms).
+-- Terminal record (a shard's records hash, field = id), a string of five or six lines:
+--   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream [ "\n" first_delivered_ms ]
+--   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none);
+--   first_delivered_ms (delivered and dead only) is when attempt 1 reached the stream.
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
 
 local function now_ms()
@@ -28,8 +32,32 @@ local function fenced_reply(held, epoch)
   return redis.error_reply('FENCED epoch ' .. epoch .. ' is below the fence ' .. held)
 end
 
-local function record(state, entry_id, at, attempt, stream)
-  return state .. '\n' .. entry_id .. '\n' .. at .. '\n' .. attempt .. '\n' .. stream
+local function record(state, entry_id, at, attempt, stream, first_delivered)
+  local rec = state .. '\n' .. entry_id .. '\n' .. at .. '\n' .. attempt .. '\n' .. stream
+  if first_delivered then rec = rec .. '\n' .. first_delivered end
+  return rec
+end
+
+-- A record's lines as a table (see the format above).
+local function record_parts(rec)
+  local parts = {}
+  for part in string.gmatch(rec .. '\n', '([^\n]*)\n') do parts[#parts + 1] = part end
+  return parts
+end
+
+-- Splits a stream entry's flat field list into the fields a producer sent and the
+-- fields delayq appended after them: trailing pairs whose names are in `own` (a set)
+-- are delayq's. Returns the producer's fields and a table name -> value of delayq's.
+local function split_own_fields(flat, own)
+  local n = #flat
+  local found = {}
+  while n >= 2 and own[flat[n - 1]] and found[flat[n - 1]] == nil do
+    found[flat[n - 1]] = flat[n]
+    n = n - 2
+  end
+  local fields = {}
+  for i = 1, n do fields[i] = flat[i] end
+  return fields, found
 end
 
 local function record_state(rec)
