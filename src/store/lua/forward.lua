@@ -85,8 +85,9 @@ for i, id in ipairs(ids) do
       else
         entry, err = xadd(stream, m[3], extra)
         if entry then
-          -- A redelivered message keeps its first delivery time for its dead letter.
-          local first_delivered = now
+          -- A delivery's time is its entry id's; a redelivered message keeps the
+          -- first one, for its dead letter.
+          local first_delivered = tonumber(string.match(entry, '^(%d+)'))
           if type(m[9]) == 'number' and m[9] > 0 then first_delivered = m[9] end
           rec = record('delivered', entry, now, attempt, stream, first_delivered)
           forwarded = forwarded + 1

@@ -1,0 +1,39 @@
+-- replay_dead.lua: schedule a dead letter again, due now, and remove it from the
+-- dead-letter stream in the same call, so it is either back in delayq or still a
+-- dead letter, never both and never neither.
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
+--         (all of the message's shard)
+-- ARGV[1] epoch (0: an operator's request, accepted by any instance)
+-- ARGV[2] dead-letter stream   ARGV[3] its entry id
+-- ARGV[4] message id, as the caller read it from the entry (it chose KEYS by it)
+-- ARGV[5] target stream   ARGV[6] id field   ARGV[7] wake-up channel
+-- ARGV[8..] names of the fields delayq appends to entries (the id field among them);
+--           trailing fields with these names are not the producer's and are dropped
+-- returns: { "replayed", due_ms }  scheduled as attempt 1, the dead letter deleted
+--        | { "scheduled" }  the id is scheduled already; the dead letter stays
+--        | { "gone" }       no such entry (replayed or purged meanwhile)
+--        | { "foreign" }    the entry does not carry this id; left alone
+--        | error "FENCED ..."
+-- The dead-letter stream lies outside the shard's hash tag: standalone Redis (or
+-- Sentinel) only, like forward.lua.
+local held = fenced(KEYS[5], ARGV[1])
+if held then return fenced_reply(held, ARGV[1]) end
+
+local dead_stream, entry, id = ARGV[2], ARGV[3], ARGV[4]
+local read = redis.call('XRANGE', dead_stream, entry, entry)
+if #read == 0 then return { 'gone' } end
+local own = {}
+for i = 8, #ARGV do own[ARGV[i]] = true end
+local fields, extra = split_own_fields(read[1][2], own)
+if extra[ARGV[6]] ~= id or #fields == 0 then return { 'foreign' } end
+if redis.call('ZSCORE', KEYS[1], id) then return { 'scheduled' } end
+
+-- A replay starts over: attempt 1, with the full allowance of attempts.
+local now = now_ms()
+redis.call('HSET', KEYS[2], id, cmsgpack.pack({ 1, ARGV[5], fields, now, 0, now, 1, 0 }))
+redis.call('ZADD', KEYS[1], score_of(now, 0), id)
+forget_record(KEYS[3], KEYS[4], id)
+redis.call('XDEL', dead_stream, entry)
+local first = redis.call('ZRANGE', KEYS[1], 0, 0)
+if first[1] == id then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
+return { 'replayed', now }
