@@ -1,0 +1,228 @@
+//! Leader-only: entries that consumer groups of watched streams never acknowledged.
+//!
+//! A plain consumer group keeps an entry pending forever when its consumer dies. For
+//! every stream under `[delivery.streams]` and each of its groups, [`run`] looks
+//! every `delivery.sweep_interval` for entries pending longer than `ack_timeout`
+//! and hands each to the redeliver script, which in one atomic call schedules the
+//! message again (same id and fields, next attempt, after a backoff) or, after
+//! `max_attempts`, writes it to the dead-letter stream, and acknowledges the stale
+//! entry. Each script call checks the leader's fence, so a deposed leader's sweep is
+//! refused; a crash between calls leaves every entry either handled or still pending.
+//!
+//! A pass looks at no more than `delivery.sweep_batch` entries per stream and group,
+//! one short script call each, so forwarding (separate calls on the same
+//! connection) is never held up for long.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::{Config, StreamDelivery};
+use crate::leadership::{Leadership, StepDown};
+use crate::metrics as m;
+use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
+
+/// Sweeps the watched streams' consumer groups while `cancel` is not cancelled (one
+/// leader term). Returns at once when no stream is watched.
+pub async fn run(
+    config: Arc<Config>,
+    store: Store,
+    leadership: Leadership,
+    epoch: u64,
+    cancel: CancellationToken,
+) {
+    let mut watches: Vec<GroupSweep> = config
+        .delivery
+        .streams
+        .iter()
+        .flat_map(|s| s.groups.iter().map(|g| GroupSweep::new(&config, s, g)))
+        .collect();
+    if watches.is_empty() {
+        return;
+    }
+    let interval = config.delivery.sweep_interval;
+    let batch = config.delivery.sweep_batch;
+    let seconds = metrics::histogram!(m::SWEEP_SECONDS);
+    let mut backoff = Backoff::new(interval, Duration::from_secs(5).max(interval));
+    let mut wait = interval;
+    tracing::info!(
+        epoch,
+        groups = watches.len(),
+        "sweeping unacknowledged entries"
+    );
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(wait) => {}
+        }
+        let started = Instant::now();
+        let mut failure = None;
+        for w in &mut watches {
+            if cancel.is_cancelled() {
+                return;
+            }
+            match w.sweep(&store, epoch, batch).await {
+                Ok(()) => {}
+                Err(StoreError::Fenced { held, caller }) => {
+                    tracing::error!(
+                        epoch = caller,
+                        held,
+                        "sweep refused: a newer leader holds the fence; stepping down"
+                    );
+                    leadership.step_down(StepDown::Fenced {
+                        epoch: caller,
+                        held,
+                    });
+                    return;
+                }
+                Err(e) => {
+                    failure = Some((w.stream.clone(), w.group.clone(), e));
+                    break;
+                }
+            }
+        }
+        seconds.record(started.elapsed().as_secs_f64());
+        wait = match failure {
+            None => {
+                backoff.reset();
+                interval
+            }
+            Some((stream, group, e)) => {
+                metrics::counter!(m::SWEEP_ERRORS).increment(1);
+                let delay = backoff.next_delay();
+                tracing::warn!(%stream, %group, error = %e, retry_in = ?delay, "sweep failed");
+                delay
+            }
+        };
+    }
+}
+
+/// One stream and group being swept, and where the sweep stands.
+struct GroupSweep {
+    stream: String,
+    group: String,
+    options: RedeliverOptions,
+    /// Last pending entry looked at; the next pass goes on after it, so entries
+    /// delayq did not write cannot fill every pass's batch.
+    cursor: Option<String>,
+    /// The stream or group does not exist (yet): checked again after a backoff,
+    /// logged once.
+    missing: bool,
+    recheck_at: Instant,
+    missing_backoff: Backoff,
+}
+
+impl GroupSweep {
+    fn new(config: &Config, s: &StreamDelivery, group: &str) -> Self {
+        let interval = config.delivery.sweep_interval;
+        GroupSweep {
+            stream: s.stream.clone(),
+            group: group.to_owned(),
+            options: RedeliverOptions {
+                ack_timeout: s.ack_timeout,
+                max_attempts: s.max_attempts,
+                backoff_first: s.backoff.first,
+                backoff_max: s.backoff.max,
+                backoff_jitter: s.backoff.jitter,
+                dead_letter_stream: s.dead_letter_stream.clone(),
+                // Validation makes both set whenever a stream is watched.
+                id_field: config.forwarder.id_field.clone().unwrap_or_default(),
+                attempt_field: config.forwarder.attempt_field.clone().unwrap_or_default(),
+                retention: config.records.retention,
+            },
+            cursor: None,
+            missing: false,
+            recheck_at: Instant::now(),
+            missing_backoff: Backoff::new(interval, (interval * 10).min(Duration::from_secs(30))),
+        }
+    }
+
+    async fn sweep(&mut self, store: &Store, epoch: u64, batch: usize) -> Result<(), StoreError> {
+        if self.missing && Instant::now() < self.recheck_at {
+            return Ok(());
+        }
+        let scan = store
+            .stale_entries(
+                &self.stream,
+                &self.group,
+                self.cursor.as_deref(),
+                batch,
+                &self.options,
+            )
+            .await?;
+        let Some(entries) = scan else {
+            self.mark_missing();
+            return Ok(());
+        };
+        if self.missing {
+            tracing::info!(stream = %self.stream, group = %self.group, "consumer group found; redelivering what it leaves unacknowledged");
+            self.missing = false;
+            self.missing_backoff.reset();
+            metrics::gauge!(m::SWEEP_GROUP_MISSING, "stream" => self.stream.clone(), "group" => self.group.clone()).set(0.0);
+        }
+        self.cursor = if entries.len() < batch {
+            None
+        } else {
+            entries.last().map(|e| e.entry_id.clone())
+        };
+        let ours: Vec<_> = entries
+            .into_iter()
+            .filter_map(|e| e.message_id.clone().map(|id| (e, id)))
+            .collect();
+        metrics::gauge!(m::PENDING_TOO_LONG, "stream" => self.stream.clone(), "group" => self.group.clone())
+            .set(ours.len() as f64);
+        for (entry, id) in ours {
+            let random = rand::rng().random::<f64>();
+            let outcome = store
+                .redeliver(
+                    epoch,
+                    &self.stream,
+                    &self.group,
+                    &entry.entry_id,
+                    &id,
+                    &self.options,
+                    random,
+                )
+                .await?;
+            let label = match &outcome {
+                Redelivered::Rescheduled { attempt, due_ms } => {
+                    metrics::counter!(m::REDELIVERED, "stream" => self.stream.clone()).increment(1);
+                    tracing::debug!(stream = %self.stream, group = %self.group, %id, entry = %entry.entry_id, consumer = %entry.consumer, idle_ms = entry.idle_ms, attempt, due_ms, "unacknowledged: scheduled again");
+                    "rescheduled"
+                }
+                Redelivered::DeadLettered { attempts, entry_id } => {
+                    metrics::counter!(m::DEAD_LETTERED, "stream" => self.stream.clone(), "reason" => "max_attempts").increment(1);
+                    tracing::info!(stream = %self.stream, group = %self.group, %id, attempts, dead_letter_stream = %self.options.dead_letter_stream, dead_entry = %entry_id, "unacknowledged after the last attempt: dead-lettered");
+                    "dead"
+                }
+                Redelivered::Gone => {
+                    tracing::warn!(stream = %self.stream, group = %self.group, %id, entry = %entry.entry_id, "pending entry was deleted from the stream (MAXLEN?) before anyone acknowledged it; acknowledged, cannot redeliver");
+                    "gone"
+                }
+                Redelivered::NoGroup => {
+                    self.mark_missing();
+                    return Ok(());
+                }
+                Redelivered::Fresh => "fresh",
+                Redelivered::Superseded => "superseded",
+                Redelivered::Foreign => "foreign",
+            };
+            metrics::counter!(m::SWEEP_ENTRIES, "stream" => self.stream.clone(), "group" => self.group.clone(), "outcome" => label)
+                .increment(1);
+        }
+        Ok(())
+    }
+
+    fn mark_missing(&mut self) {
+        if !self.missing {
+            tracing::warn!(stream = %self.stream, group = %self.group, "consumer group does not exist (yet); redelivery for it waits until it does");
+            metrics::gauge!(m::SWEEP_GROUP_MISSING, "stream" => self.stream.clone(), "group" => self.group.clone()).set(1.0);
+            self.missing = true;
+        }
+        self.cursor = None;
+        self.recheck_at = Instant::now() + self.missing_backoff.next_delay();
+    }
+}
