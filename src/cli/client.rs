@@ -15,10 +15,10 @@ pub struct Target {
         default_value = "http://127.0.0.1:7070",
         global = true
     )]
-    url: String,
+    pub(super) url: String,
     /// Print the raw JSON answer.
     #[arg(long, global = true)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Subcommand, Debug)]

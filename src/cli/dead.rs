@@ -1,0 +1,238 @@
+//! `delayq dead list|replay|purge <stream>`: a stream's dead letters, through a
+//! running daemon's HTTP API.
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use serde_json::{Value, json};
+
+use super::client::Target;
+
+#[derive(Subcommand, Debug)]
+pub enum DeadCommand {
+    /// List a stream's dead letters, oldest first.
+    ///
+    /// Example:
+    ///   delayq dead list orders --limit 20
+    #[command(verbatim_doc_comment)]
+    List {
+        stream: String,
+        /// Start after this dead-letter entry id (the `next` of a previous page).
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    #[command(verbatim_doc_comment)]
+    /// Schedule dead letters again, due now, and remove them from the dead-letter stream.
+    ///
+    /// Examples:
+    ///   delayq dead replay orders --id order-42-reminder
+    ///   delayq dead replay orders --all
+    Replay {
+        stream: String,
+        #[command(flatten)]
+        which: Which,
+        #[command(flatten)]
+        target: Target,
+    },
+    #[command(verbatim_doc_comment)]
+    /// Delete dead letters for good.
+    ///
+    /// Examples:
+    ///   delayq dead purge orders --id order-42-reminder
+    ///   delayq dead purge orders --all
+    Purge {
+        stream: String,
+        #[command(flatten)]
+        which: Which,
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+#[derive(Args, Debug)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// A message id (repeatable).
+    #[arg(long = "id", value_name = "ID")]
+    ids: Vec<String>,
+    /// Every dead letter of the stream.
+    #[arg(long)]
+    all: bool,
+}
+
+/// Exit codes: 0 done, 1 refused or an id not found, 2 cannot reach delayq.
+pub async fn main(cmd: DeadCommand) -> ExitCode {
+    let result = match cmd {
+        DeadCommand::List {
+            stream,
+            after,
+            limit,
+            target,
+        } => list(&target, &stream, after, limit).await,
+        DeadCommand::Replay {
+            stream,
+            which,
+            target,
+        } => act(&target, &stream, "replay", which).await,
+        DeadCommand::Purge {
+            stream,
+            which,
+            target,
+        } => act(&target, &stream, "purge", which).await,
+    };
+    result.unwrap_or_else(|code| code)
+}
+
+async fn list(
+    target: &Target,
+    stream: &str,
+    after: Option<String>,
+    limit: usize,
+) -> Result<ExitCode, ExitCode> {
+    let mut path = format!("/v1/streams/{}/dead?limit={limit}", encode(stream));
+    if let Some(after) = after {
+        path.push_str(&format!("&after={}", encode(&after)));
+    }
+    let answer = request(target, reqwest::Method::GET, &path, None).await?;
+    if target.json {
+        println!("{answer}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let entries = answer["entries"].as_array().cloned().unwrap_or_default();
+    println!(
+        "{} dead letter(s) in {}",
+        entries.len(),
+        answer["dead_letter_stream"].as_str().unwrap_or("")
+    );
+    for e in &entries {
+        let fields: Vec<String> = e["fields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                format!(
+                    "{}={}",
+                    p[0].as_str().unwrap_or(""),
+                    p[1].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        println!(
+            "{}  id={}  reason={}  attempt={}  {}",
+            e["entry_id"].as_str().unwrap_or(""),
+            e["id"].as_str().unwrap_or("-"),
+            e["reason"].as_str().unwrap_or("-"),
+            e["attempt"]
+                .as_u64()
+                .map_or("-".to_owned(), |n| n.to_string()),
+            fields.join(" "),
+        );
+    }
+    if let Some(next) = answer["next"].as_str() {
+        println!("more: --after {next}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Replays or purges; with `--all`, page after page until the stream's end.
+async fn act(
+    target: &Target,
+    stream: &str,
+    action: &str,
+    which: Which,
+) -> Result<ExitCode, ExitCode> {
+    let path = format!("/v1/streams/{}/dead/{action}", encode(stream));
+    let mut body = if which.all {
+        json!({ "all": true })
+    } else {
+        json!({ "ids": which.ids })
+    };
+    let (mut done, mut skipped, mut not_found) = (0u64, Vec::new(), Vec::new());
+    loop {
+        let answer = request(target, reqwest::Method::POST, &path, Some(body.clone())).await?;
+        if target.json {
+            println!("{answer}");
+        }
+        done += match action {
+            "replay" => answer["replayed"].as_array().map_or(0, |a| a.len() as u64),
+            _ => answer["purged"].as_u64().unwrap_or(0),
+        };
+        skipped.extend(answer["skipped"].as_array().cloned().unwrap_or_default());
+        not_found.extend(answer["not_found"].as_array().cloned().unwrap_or_default());
+        match answer["next"].as_str() {
+            Some(next) => body = json!({ "all": true, "after": next }),
+            None => break,
+        }
+    }
+    if !target.json {
+        let verb = if action == "replay" {
+            "replayed"
+        } else {
+            "purged"
+        };
+        println!("{verb} {done} dead letter(s) of {stream}");
+        for s in &skipped {
+            println!(
+                "skipped {} ({}): {}",
+                s["id"].as_str().unwrap_or("-"),
+                s["entry_id"].as_str().unwrap_or(""),
+                s["why"].as_str().unwrap_or("")
+            );
+        }
+        for id in &not_found {
+            println!("not found: {}", id.as_str().unwrap_or(""));
+        }
+    }
+    Ok(if not_found.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+/// One API call: the JSON answer of a success, or the exit code of a failure
+/// (reported on stderr).
+async fn request(
+    target: &Target,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value, ExitCode> {
+    let url = format!("{}{}", target.url.trim_end_matches('/'), path);
+    let mut req = reqwest::Client::new().request(method, &url);
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.map_err(|e| {
+        eprintln!("delayq: cannot reach {url}: {e}");
+        ExitCode::from(2)
+    })?;
+    let status = resp.status();
+    let value: Value = resp.json().await.unwrap_or(Value::Null);
+    if status.is_success() {
+        return Ok(value);
+    }
+    eprintln!(
+        "delayq: {} {}: {}",
+        status.as_u16(),
+        value["error"].as_str().unwrap_or("error"),
+        value["detail"].as_str().unwrap_or("")
+    );
+    Err(ExitCode::from(1))
+}
+
+/// Percent-encodes a path segment or query value (stream names may hold ':' or '/').
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
