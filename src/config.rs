@@ -755,7 +755,7 @@ impl RawDelivery {
         let defaults = StreamDelivery {
             stream: String::new(),
             groups: consumer_groups("delivery.groups", groups)?,
-            ack_timeout: ack_timeout_within("delivery.ack_timeout", ack_timeout, retention)?,
+            ack_timeout: ack_timeout_at_least("delivery.ack_timeout", ack_timeout)?,
             max_attempts: positive("delivery.max_attempts", max_attempts, 1000)? as u32,
             backoff: retry_backoff("delivery", backoff, backoff_max, backoff_jitter)?,
             dead_letter_stream: String::new(),
@@ -789,10 +789,24 @@ impl RawDelivery {
                     "no consumer group to watch (set it here or in delivery.groups)",
                 ));
             }
-            let ack_timeout = match ack_timeout {
-                Some(t) => ack_timeout_within(&format!("{key}.ack_timeout"), t, retention)?,
-                None => defaults.ack_timeout,
+            let (ack_timeout, ack_timeout_key) = match ack_timeout {
+                Some(t) => {
+                    let key = format!("{key}.ack_timeout");
+                    (ack_timeout_at_least(&key, t)?, key)
+                }
+                None => (defaults.ack_timeout, "delivery.ack_timeout".to_owned()),
             };
+            // The delivery record tells a stale entry from an older delivery of the
+            // same message; once the record is forgotten a sweep could redeliver twice.
+            if ack_timeout >= retention {
+                return Err(invalid(
+                    &ack_timeout_key,
+                    format!(
+                        "must be shorter than records.retention ({}) for watched stream {stream:?}",
+                        humantime::format_duration(retention)
+                    ),
+                ));
+            }
             let max_attempts = match max_attempts {
                 Some(n) => positive(&format!("{key}.max_attempts"), n, 1000)? as u32,
                 None => defaults.max_attempts,
@@ -888,24 +902,9 @@ fn consumer_groups(key: &str, groups: Vec<String>) -> Result<Vec<String>, Config
     Ok(groups)
 }
 
-fn ack_timeout_within(
-    key: &str,
-    timeout: Duration,
-    retention: Duration,
-) -> Result<Duration, ConfigError> {
+fn ack_timeout_at_least(key: &str, timeout: Duration) -> Result<Duration, ConfigError> {
     if timeout < Duration::from_millis(10) {
         return Err(invalid(key, "must be at least 10ms"));
-    }
-    // The delivery record tells a stale entry from an older delivery of the same
-    // message; once the record is forgotten the sweep could redeliver twice.
-    if timeout >= retention {
-        return Err(invalid(
-            key,
-            format!(
-                "must be shorter than records.retention ({})",
-                humantime::format_duration(retention)
-            ),
-        ));
     }
     Ok(timeout)
 }
@@ -1048,9 +1047,14 @@ mod tests {
             "delivery.ack_timeout: must be at least 10ms",
         );
         check_err(
-            "[delivery]\nack_timeout = \"2d\"",
+            "[delivery]\nack_timeout = \"2d\"\ngroups = [\"g\"]\n[delivery.streams.orders]",
             &[],
-            "delivery.ack_timeout: must be shorter than records.retention",
+            "delivery.ack_timeout: must be shorter than records.retention (1day) for watched stream \"orders\"",
+        );
+        check_err(
+            "[records]\nretention = \"1m\"\n[delivery.streams.orders]\ngroups = [\"g\"]\nack_timeout = \"90s\"",
+            &[],
+            "delivery.streams.orders.ack_timeout: must be shorter than records.retention",
         );
         check_err(
             "[delivery]\nbackoff = \"10s\"\nbackoff_max = \"1s\"",
