@@ -64,7 +64,7 @@ pub struct LeaderInfo {
     pub node_id: Option<String>,
     pub address: Option<String>,
     pub epoch: Option<u64>,
-    /// Lease time left when this node leads, as of `lease_checked`.
+    /// Lease time left when this node leads (etcd mode), as of the last renewal.
     pub lease_left: Option<Duration>,
     pub mode: &'static str,
 }
