@@ -464,6 +464,12 @@ impl Raw {
             if lease_ttl < Duration::from_secs(2) {
                 return Err(invalid("etcd.lease_ttl", format!("{}: etcd's minimum lease is 2s", humantime::format_duration(lease_ttl))));
             }
+            if lease_ttl.subsec_nanos() != 0 {
+                return Err(invalid("etcd.lease_ttl", format!("{}: must be whole seconds (etcd grants leases in seconds)", humantime::format_duration(lease_ttl))));
+            }
+            if etcd_connect_timeout < Duration::from_millis(100) {
+                return Err(invalid("etcd.connect_timeout", "must be at least 100ms"));
+            }
             if cluster.is_empty() || cluster.contains('/') {
                 return Err(invalid("etcd.cluster", format!("{cluster:?}: must be non-empty, without '/'")));
             }
@@ -633,6 +639,8 @@ mod tests {
         check_err("[redis]\nurl = \"http://x\"", &[], "redis.url");
         check_err("[redis]\nprefix = \"a{b\"", &[], "redis.prefix");
         check_err("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"1s\"", &[], "etcd.lease_ttl");
+        check_err("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"2500ms\"", &[], "etcd.lease_ttl: 2s 500ms: must be whole seconds");
+        check_err("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nconnect_timeout = \"0s\"", &[], "etcd.connect_timeout");
         check_err("[etcd]\nendpoints = [\"127.0.0.1:2379\"]", &[], "etcd.endpoints");
         check_err("[api]\nlisten = \"nowhere\"", &[], "api.listen");
         check_err("[api]\nmax_message_bytes = -1", &[], "api.max_message_bytes");

@@ -222,7 +222,7 @@ impl EtcdServer {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let req = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
                 let mut body = String::new();
                 if s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut body).is_ok() && body.contains("\"health\":\"true\"") {
                     return Ok(());
@@ -360,6 +360,21 @@ impl DelayqProcess {
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
         let mut child = self.child.take()?;
         signal(&child, libc::SIGTERM);
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_and_wait(&mut child);
+        None
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself (after a signal sent
+    /// with [`DelayqProcess::signal`]); kills it if it does not.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.try_wait() {

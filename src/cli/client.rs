@@ -62,11 +62,21 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Show who leads: node, address, epoch, lease time left.
+    Leader {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Planned switchover: ask the leader (--url) to hand over to a standby.
+    Resign {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// Exit codes: 0 done, 1 refused or not found, 2 cannot reach delayq.
 pub async fn main(cmd: ClientCommand) -> ExitCode {
-    let result = match cmd {
+    match cmd {
         ClientCommand::Push { stream, payload, fields, delay, at, id, priority, ttl, replace, target } => {
             let mut body = json!({ "stream": stream, "priority": priority, "replace": replace });
             match (payload, fields.is_empty()) {
@@ -118,8 +128,9 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Cancel { id, target } => {
             call(&target, reqwest::Method::DELETE, &format!("/v1/messages/{id}"), None).await
         }
-    };
-    result
+        ClientCommand::Leader { target } => call(&target, reqwest::Method::GET, "/v1/leader", None).await,
+        ClientCommand::Resign { target } => call(&target, reqwest::Method::POST, "/v1/admin/resign", None).await,
+    }
 }
 
 async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> ExitCode {
