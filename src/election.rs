@@ -834,26 +834,24 @@ async fn observe_leader(
         .min(Duration::from_secs(1));
     let election = client.election_client();
     loop {
-        let seen = call(config.connect_timeout, || {
-            let mut c = election.clone();
-            let name = config.election_prefix.clone();
-            async move { c.leader(name).await }
-        });
+        // One attempt per round (the next round is the retry); an empty election
+        // is an error whose text is the only way to tell it from a failure.
+        let mut c = election.clone();
         let seen = tokio::select! {
             _ = cancel.cancelled() => return,
-            r = seen => r,
+            r = tokio::time::timeout(config.connect_timeout, c.leader(config.election_prefix.clone())) => r,
         };
         let leader = match seen {
-            Ok(resp) => Some(
+            Ok(Ok(resp)) => Some(
                 resp.kv()
                     .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
             ),
-            // etcd answers a query on an empty election with an error.
-            Err(e) if e.to_string().contains("no leader") => Some(None),
-            Err(e) => {
+            Ok(Err(e)) if e.to_string().contains("election: no leader") => Some(None),
+            Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot ask etcd who leads");
                 None
             }
+            Err(_) => None,
         };
         info.send_if_modified(|i| {
             let before = i.clone();

@@ -41,32 +41,44 @@ struct Cluster {
 
 impl Cluster {
     async fn start(etcd_members: usize, failsafe: bool) -> Cluster {
+        Self::start_with(etcd_members, failsafe, |_| (0..etcd_members).collect()).await
+    }
+
+    /// Node `i` is given the etcd members `members_of(i)`. Node 0 starts first
+    /// and is the first leader.
+    async fn start_with(
+        etcd_members: usize,
+        failsafe: bool,
+        members_of: impl Fn(usize) -> Vec<usize>,
+    ) -> Cluster {
         let redis = RedisServer::start().expect("start redis-server");
         let etcd = if etcd_members == 1 {
             vec![EtcdServer::start().expect("start etcd")]
         } else {
             EtcdServer::cluster(etcd_members).expect("start an etcd cluster")
         };
-        let endpoints: Vec<String> = etcd
-            .iter()
-            .map(|e| format!("\"{}\"", e.endpoint()))
-            .collect();
-        let config = format!(
-            "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [{}]\ncluster = \"ha\"\nlease_ttl = \"{}s\"\nfailsafe = {failsafe}\n\n[log]\nlevel = \"info\"\n",
-            redis.url(),
-            endpoints.join(", "),
-            TTL.as_secs(),
-        );
-        let nodes = (0..3)
-            .map(|i| {
-                DelayqProcess::start(&delayq_bin(), &format!("n{i}"), &config)
-                    .expect("start delayq")
-            })
-            .collect();
+        let config = |i: usize| {
+            let endpoints: Vec<String> = members_of(i)
+                .into_iter()
+                .map(|m| format!("\"{}\"", etcd[m].endpoint()))
+                .collect();
+            format!(
+                "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [{}]\ncluster = \"ha\"\nlease_ttl = \"{}s\"\nfailsafe = {failsafe}\n\n[log]\nlevel = \"info\"\n",
+                redis.url(),
+                endpoints.join(", "),
+                TTL.as_secs(),
+            )
+        };
+        let configs: Vec<String> = (0..3).map(config).collect();
+        let start = |i: usize| {
+            DelayqProcess::start(&delayq_bin(), &format!("n{i}"), &configs[i])
+                .expect("start delayq")
+        };
+        let nodes = vec![start(0)];
         let store = Store::connect(&support::config(&redis.url(), "").store_config())
             .await
             .expect("connect to redis");
-        Cluster {
+        let mut cluster = Cluster {
             redis,
             etcd,
             nodes,
@@ -75,7 +87,11 @@ impl Cluster {
                 .timeout(Duration::from_millis(500))
                 .build()
                 .unwrap(),
-        }
+        };
+        cluster.wait_leader(Duration::from_secs(5), &[]).await;
+        let more = [start(1), start(2)];
+        cluster.nodes.extend(more);
+        cluster
     }
 
     /// The epoch node `i` leads under, if it answers `/leader` with 200.
@@ -113,13 +129,21 @@ impl Cluster {
     /// Waits until exactly one node leads, not counting (nor asking) `except`,
     /// which may be stopped.
     async fn wait_leader(&self, timeout: Duration, except: &[usize]) -> (usize, u64) {
-        eventually(timeout, "exactly one leader", || async {
-            match self.leaders_among(except).await.as_slice() {
-                [(i, epoch)] => Some((*i, *epoch)),
-                _ => None,
+        let give_up = Instant::now() + timeout * patience();
+        loop {
+            let leaders = self.leaders_among(except).await;
+            if let [(i, epoch)] = leaders.as_slice() {
+                return (*i, *epoch);
             }
-        })
-        .await
+            if Instant::now() > give_up {
+                panic!(
+                    "no single leader (besides {except:?}) within {:?}: {leaders:?}\n{}",
+                    timeout * patience(),
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     async fn get(&self, i: usize, path: &str) -> (u16, serde_json::Value) {
@@ -596,6 +620,51 @@ async fn a_leader_stopped_past_its_lease_is_fenced_and_rejoins_as_a_standby() {
     println!(
         "SIGSTOP: takeover after {took:?}; old leader fenced {} times; {delivery:?}",
         fenced as u64
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_etcd_alone_is_stopped_by_the_fence() {
+    // n0 talks to etcd member m0 only, the others to m1 and m2: stopping m0 cuts
+    // off n0 alone, which leads on under failsafe while the others elect anew.
+    let cluster = Cluster::start_with(3, true, |i| if i == 0 { vec![0] } else { vec![1, 2] }).await;
+    let (old, old_epoch) = cluster.wait_leader(Duration::from_secs(5), &[]).await;
+    assert_eq!(old, 0);
+    let producer = Producer::start(&cluster.store);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    cluster.etcd[0].pause();
+    let cut_off = Instant::now();
+    let (new, new_epoch) = cluster.wait_leader(TTL * 3, &[old]).await;
+    let elected = cut_off.elapsed();
+    assert!(
+        new_epoch > old_epoch,
+        "new epoch {new_epoch} after {old_epoch}"
+    );
+    eventually(
+        Duration::from_secs(2),
+        "the cut-off leader is fenced",
+        || async {
+            let fenced = cluster.counter(old, "delayq_fenced_total").await;
+            (fenced >= 1.0 && cluster.leads(old).await.is_none()).then_some(())
+        },
+    )
+    .await;
+    let fenced_after = cut_off.elapsed() - elected;
+    assert_eq!(cluster.leaders().await, vec![(new, new_epoch)]);
+
+    cluster.etcd[0].resume();
+    let etcd = etcd_client(&cluster.etcd[1].endpoint()).await;
+    eventually(
+        Duration::from_secs(10),
+        "the old leader campaigns again",
+        || async { (campaigners(&mut etcd.clone()).await.len() == 3).then_some(()) },
+    )
+    .await;
+    let pushed = producer.stop().await;
+    let delivery = cluster.check_exactly_once(&pushed).await;
+    println!(
+        "leader cut off from etcd: new leader after {elected:?}, old one fenced {fenced_after:?} later; {delivery:?}"
     );
 }
 
