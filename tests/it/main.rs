@@ -5,5 +5,5 @@ mod support;
 
 mod api;
 mod forwarding;
-mod store;
 mod ha;
+mod store;
