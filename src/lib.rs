@@ -140,7 +140,10 @@ impl Daemon {
         self.election.cancel();
         let _ = self.election_task.await;
         self.api.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), self.api_task).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(5), self.api_task)
+            .await
+            .is_err()
+        {
             tracing::warn!("API requests still in flight after 5s; closing anyway");
         }
         tracing::info!("delayq stopped");

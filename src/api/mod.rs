@@ -67,9 +67,15 @@ async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let etcd = match state.leadership.info().etcd_reachable {
         None => "not configured",
         Some(true) => "ok",
-        Some(false) => return ApiError::unavailable("etcd: no answer to the last query").into_response(),
+        Some(false) => {
+            return ApiError::unavailable("etcd: no answer to the last query").into_response();
+        }
     };
-    (StatusCode::OK, Json(json!({ "status": "ok", "redis": "ok", "etcd": etcd }))).into_response()
+    (
+        StatusCode::OK,
+        Json(json!({ "status": "ok", "redis": "ok", "etcd": etcd })),
+    )
+        .into_response()
 }
 
 /// Planned switchover: the leader gives up its term and stays out of the next
@@ -118,7 +124,11 @@ async fn leader(State(state): State<AppState>) -> impl IntoResponse {
     let role = state.leadership.current();
     let info = state.leadership.info();
     let since_ms = match &role {
-        Role::Leader(term) => term.since.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64),
+        Role::Leader(term) => term
+            .since
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_millis() as u64),
         Role::Follower => None,
     };
     Json(json!({
