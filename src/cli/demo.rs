@@ -4,8 +4,6 @@
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use redis::AsyncCommands;
-use redis::streams::{StreamReadOptions, StreamReadReply};
 use serde_json::json;
 
 use crate::config::Config;
@@ -60,31 +58,19 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
     println!("\nwaiting for the message in stream \"orders\" (XREAD BLOCK)...");
     let sent = Instant::now();
     let mut conn = daemon.store.separate_connection().await?;
-    let reply: StreamReadReply = conn
-        .xread_options(
-            &["orders"],
-            &["0"],
-            &StreamReadOptions::default().block(args.delay.as_millis() as usize + 10_000),
-        )
+    // Read the raw reply: it keeps the fields in the order they were written.
+    let reply: redis::Value = redis::cmd("XREAD")
+        .arg("BLOCK")
+        .arg(args.delay.as_millis() as u64 + 10_000)
+        .arg("STREAMS")
+        .arg("orders")
+        .arg("0")
+        .query_async(&mut conn)
         .await?;
-    let entry = reply
-        .keys
-        .first()
-        .and_then(|k| k.ids.first())
-        .ok_or_else(|| anyhow::anyhow!("the message did not arrive"))?;
-    let fields: Vec<String> = entry
-        .map
-        .iter()
-        .map(|(k, v)| {
-            format!(
-                "{k}={}",
-                redis::from_redis_value_ref::<String>(v).unwrap_or_default()
-            )
-        })
-        .collect();
+    let (entry_id, fields) =
+        first_entry(&reply).ok_or_else(|| anyhow::anyhow!("the message did not arrive"))?;
     let due = resp["deliver_at"].as_u64().unwrap_or(0);
-    let entry_ms: u64 = entry
-        .id
+    let entry_ms: u64 = entry_id
         .split('-')
         .next()
         .unwrap_or("0")
@@ -93,7 +79,7 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
     println!(
         "arrived after {:.3}s: orders {} {}  (due {due}, entry time {entry_ms}: {} ms late)",
         sent.elapsed().as_secs_f64(),
-        entry.id,
+        entry_id,
         fields.join(" "),
         entry_ms.saturating_sub(due)
     );
@@ -112,4 +98,39 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
     daemon.stop().await;
     drop(redis);
     Ok(())
+}
+
+/// The first entry of an `XREAD` reply: its id and `name=value` fields in order.
+fn first_entry(reply: &redis::Value) -> Option<(String, Vec<String>)> {
+    use redis::Value;
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    // XREAD answers [[stream, [[id, [field, value, ...]], ...]]] (RESP2) or a map (RESP3).
+    let streams: Vec<&Value> = match reply {
+        Value::Array(items) => items.iter().collect(),
+        Value::Map(pairs) => pairs.iter().map(|(_, v)| v).collect(),
+        _ => return None,
+    };
+    let entries = match streams.first()? {
+        Value::Array(pair) if pair.len() == 2 => &pair[1],
+        other => other,
+    };
+    let Value::Array(entries) = entries else {
+        return None;
+    };
+    let Value::Array(entry) = entries.first()? else {
+        return None;
+    };
+    let id = text(entry.first()?)?;
+    let Value::Array(kv) = entry.get(1)? else {
+        return None;
+    };
+    let fields = kv
+        .chunks(2)
+        .filter_map(|p| Some(format!("{}={}", text(&p[0])?, text(p.get(1)?)?)))
+        .collect();
+    Some((id, fields))
 }
