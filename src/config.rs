@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::message::Limits;
@@ -33,7 +33,7 @@ fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
 
 // ---- raw: what the file says, with defaults -------------------------------------
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct Raw {
     node: RawNode,
@@ -46,13 +46,13 @@ struct Raw {
     log: RawLog,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawNode {
     id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawRedis {
     url: String,
@@ -76,7 +76,7 @@ impl Default for RawRedis {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawEtcd {
     endpoints: Vec<String>,
@@ -102,7 +102,7 @@ impl Default for RawEtcd {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawApi {
     listen: String,
@@ -123,7 +123,7 @@ impl Default for RawApi {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawStreams {
     allow: Vec<String>,
@@ -141,7 +141,7 @@ impl Default for RawStreams {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawForwarder {
     batch_size: i64,
@@ -164,7 +164,7 @@ impl Default for RawForwarder {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawRecords {
     #[serde(with = "humantime_serde")]
@@ -182,7 +182,7 @@ impl Default for RawRecords {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawLog {
     level: String,
@@ -628,6 +628,102 @@ impl Raw {
     }
 }
 
+// ---- effective configuration: what check-config prints and SIGHUP compares -------
+
+/// Key names whose values are secrets wherever they appear: printed as `<redacted>`.
+const SECRET_KEY_PARTS: &[&str] = &["token", "password", "secret"];
+
+impl Config {
+    /// Like [`Config::from_toml`], and also returns the effective configuration as
+    /// a table: every key with its value after defaults and environment overrides,
+    /// secrets redacted.
+    pub fn effective(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(Config, toml::Table), ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        apply_env(&mut table, env)?;
+        let raw: Raw = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let mut effective = toml::Table::try_from(&raw)
+            .map_err(|e| ConfigError::Parse(format!("render the configuration: {e}")))?;
+        let config = raw.validate()?;
+        // Values chosen during validation, shown as they will be used.
+        set_key(&mut effective, "node", "id", config.node_id.clone().into());
+        if let Some(etcd) = &config.etcd {
+            set_key(
+                &mut effective,
+                "etcd",
+                "prefix",
+                etcd.election_prefix.clone().into(),
+            );
+        }
+        redact(&mut effective);
+        Ok((config, effective))
+    }
+
+    /// Reads a file and returns [`Config::effective`] of it, with this process's environment.
+    pub fn load_effective(path: &Path) -> Result<(Config, toml::Table), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::effective(&text, std::env::vars())
+    }
+}
+
+fn set_key(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
+    if let Some(toml::Value::Table(t)) = table.get_mut(section) {
+        t.insert(key.to_owned(), value);
+    }
+}
+
+/// Replaces secrets in a configuration table: values of keys named like a secret,
+/// and passwords inside URLs (`redis://user:secret@host` → `redis://user:<redacted>@host`).
+pub fn redact(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        let secret = SECRET_KEY_PARTS
+            .iter()
+            .any(|part| key.to_ascii_lowercase().contains(part));
+        redact_value(value, secret);
+    }
+}
+
+fn redact_value(value: &mut toml::Value, secret: bool) {
+    match value {
+        toml::Value::Table(t) if secret => {
+            t.iter_mut().for_each(|(_, v)| redact_value(v, true));
+        }
+        toml::Value::Table(t) => redact(t),
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secret)),
+        toml::Value::String(s) if secret => *s = "<redacted>".into(),
+        toml::Value::String(s) => {
+            if let Some(clean) = redact_url_password(s) {
+                *s = clean;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host…` without its password; None when there is none.
+fn redact_url_password(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let userinfo = &rest[..at];
+    let user = match userinfo.split_once(':') {
+        Some((user, _)) => user,
+        // A lone userinfo is a password to Redis (`redis://secret@host`).
+        None if scheme.starts_with("redis") => "",
+        None => return None,
+    };
+    Some(format!("{scheme}://{user}:<redacted>{}", &rest[at..]))
+}
+
 fn default_node_id() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
         .map(|h| h.trim().to_owned())
@@ -785,5 +881,65 @@ mod tests {
         assert_eq!(c.records.retention, d.records.retention);
         assert_eq!(c.forwarder.batch_size, d.forwarder.batch_size);
         assert_eq!(c.api.limits.max_delay, d.api.limits.max_delay);
+    }
+
+    #[track_caller]
+    fn check_redacted(url: &str, expected: Option<&str>) {
+        assert_eq!(redact_url_password(url).as_deref(), expected, "{url}");
+    }
+
+    #[test]
+    fn url_passwords_are_redacted() {
+        check_redacted("redis://127.0.0.1:6379", None);
+        check_redacted(
+            "redis://app:s3cret@redis:6379/0",
+            Some("redis://app:<redacted>@redis:6379/0"),
+        );
+        check_redacted(
+            "rediss://:s3cret@redis:6380",
+            Some("rediss://:<redacted>@redis:6380"),
+        );
+        check_redacted("redis://s3cret@redis", Some("redis://:<redacted>@redis"));
+        check_redacted("http://etcd:2379/a@b", None);
+        check_redacted(
+            "http://root:pw@etcd:2379",
+            Some("http://root:<redacted>@etcd:2379"),
+        );
+        check_redacted("unix:///run/redis.sock", None);
+    }
+
+    #[test]
+    fn the_effective_configuration_fills_defaults_and_hides_secrets() {
+        let (config, table) = Config::effective(
+            "[redis]\nurl = \"redis://app:hunter2@db:6379\"\n[etcd]\nendpoints = [\"http://e:2379\"]",
+            env(&[("DELAYQ_REDIS_SHARDS", "8"), ("DELAYQ_NODE_ID", "n1")]),
+        )
+        .unwrap();
+        assert_eq!(config.redis.url, "redis://app:hunter2@db:6379");
+        let text = toml::to_string(&table).unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(
+            table["redis"]["url"].as_str(),
+            Some("redis://app:<redacted>@db:6379")
+        );
+        assert_eq!(table["redis"]["shards"].as_integer(), Some(8));
+        assert_eq!(table["node"]["id"].as_str(), Some("n1"));
+        assert_eq!(
+            table["etcd"]["prefix"].as_str(),
+            Some("/delayq/default/leader")
+        );
+        assert_eq!(table["etcd"]["lease_ttl"].as_str(), Some("6s"));
+        assert_eq!(table["forwarder"]["batch_size"].as_integer(), Some(200));
+        // Keys named like secrets are hidden whole, wherever they are.
+        let mut t: toml::Table = "[api]\ntokens = [\"abc\"]\n[x]\npassword = \"pw\""
+            .parse()
+            .unwrap();
+        redact(&mut t);
+        assert_eq!(t["api"]["tokens"][0].as_str(), Some("<redacted>"));
+        assert_eq!(t["x"]["password"].as_str(), Some("<redacted>"));
+        // The rendering reads back as the same configuration.
+        let again = Config::from_toml(&text.replace("<redacted>", "pw"), env(&[])).unwrap();
+        assert_eq!(again.redis.shards, 8);
+        assert_eq!(again.etcd.unwrap().lease_ttl, Duration::from_secs(6));
     }
 }

@@ -341,6 +341,7 @@ pub struct DelayqProcess {
     pub name: String,
     pub api: SocketAddr,
     bin: PathBuf,
+    env: Vec<(String, String)>,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -349,6 +350,16 @@ impl DelayqProcess {
     /// Starts `bin run --config <file>` with `config` (TOML) and waits until its
     /// API answers. `[api] listen` is set here, on a free port.
     pub fn start(bin: &Path, name: &str, config: &str) -> anyhow::Result<Self> {
+        Self::start_with_env(bin, name, config, &[])
+    }
+
+    /// [`DelayqProcess::start`] with extra environment variables (kept for restarts).
+    pub fn start_with_env(
+        bin: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = free_port();
         let dir = tempfile::Builder::new().prefix("delayq-node-").tempdir()?;
         let text = format!("[node]\nid = \"{name}\"\n\n{}", with_listen(config, port));
@@ -357,6 +368,10 @@ impl DelayqProcess {
             name: name.to_owned(),
             api: SocketAddr::from(([127, 0, 0, 1], port)),
             bin: bin.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             dir,
             child: None,
         };
@@ -374,6 +389,7 @@ impl DelayqProcess {
             .arg("--config")
             .arg(self.dir.path().join("delayq.toml"))
             .env_remove("RUST_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -397,6 +413,16 @@ impl DelayqProcess {
 
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("delayq.log")
+    }
+
+    /// The config file the process reads (rewrite it, then SIGHUP, to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("delayq.toml")
+    }
+
+    /// The whole log so far.
+    pub fn full_log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     pub fn log(&self) -> String {

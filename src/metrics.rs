@@ -25,6 +25,9 @@ pub const EPOCH: &str = "delayq_leader_epoch";
 pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
 pub const FENCED: &str = "delayq_fenced_total";
 pub const HTTP_REQUESTS: &str = "delayq_http_requests_total";
+pub const HTTP_SECONDS: &str = "delayq_http_request_duration_seconds";
+pub const CONFIG_RELOADS: &str = "delayq_config_reloads_total";
+pub const BUILD_INFO: &str = "delayq_build_info";
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 pub fn install() -> PrometheusHandle {

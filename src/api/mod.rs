@@ -24,10 +24,20 @@ use crate::store::Store;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// The configuration at start. Keys that a reload may change (see
+    /// `crate::reload::RELOADABLE`) are read from `live_config` instead.
     pub config: Arc<Config>,
+    pub live_config: tokio::sync::watch::Receiver<Arc<Config>>,
     pub store: Store,
     pub leadership: Leadership,
     pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// The running configuration, with the latest reload applied.
+    pub fn current_config(&self) -> Arc<Config> {
+        self.live_config.borrow().clone()
+    }
 }
 
 pub fn router(state: AppState) -> Router {
