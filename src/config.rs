@@ -662,6 +662,7 @@ impl Config {
             );
         }
         redact(&mut effective);
+        plain_long_durations(&mut effective);
         Ok((config, effective))
     }
 
@@ -672,6 +673,35 @@ impl Config {
             source,
         })?;
         Config::effective(&text, std::env::vars())
+    }
+}
+
+/// Durations of a month or more render in calendar units ("365days" becomes
+/// "11months 30days 3h 50m 24s"); shows them in days and smaller units instead.
+fn plain_long_durations(table: &mut toml::Table) {
+    for (_, value) in table.iter_mut() {
+        match value {
+            toml::Value::Table(t) => plain_long_durations(t),
+            toml::Value::String(s) if s.contains("month") || s.contains("year") => {
+                if let Ok(d) = humantime::parse_duration(s) {
+                    let secs = d.as_secs();
+                    let units = [
+                        (secs / 86_400, "d"),
+                        (secs % 86_400 / 3600, "h"),
+                        (secs % 3600 / 60, "m"),
+                        (secs % 60, "s"),
+                        (u64::from(d.subsec_millis()), "ms"),
+                    ];
+                    let parts: Vec<String> = units
+                        .iter()
+                        .filter(|(n, _)| *n > 0)
+                        .map(|(n, unit)| format!("{n}{unit}"))
+                        .collect();
+                    *s = parts.join(" ");
+                }
+            }
+            _ => {}
+        }
     }
 }
 
@@ -725,10 +755,23 @@ fn redact_url_password(url: &str) -> Option<String> {
 }
 
 fn default_node_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "node".into());
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+/// The host's name from uname(2), which works where /proc/sys is hidden (the
+/// systemd unit's ProcSubset=pid).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed; on success
+    // the name is NUL-terminated within it (the last byte stays 0).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..end]).trim().to_owned()
+    } else {
+        String::new()
+    };
+    if name.is_empty() { "node".into() } else { name }
 }
 
 /// Shell-style glob: `*` matches any run of characters, `?` any one character.
@@ -930,6 +973,7 @@ mod tests {
         );
         assert_eq!(table["etcd"]["lease_ttl"].as_str(), Some("6s"));
         assert_eq!(table["forwarder"]["batch_size"].as_integer(), Some(200));
+        assert_eq!(table["api"]["max_delay"].as_str(), Some("365d"));
         // Keys named like secrets are hidden whole, wherever they are.
         let mut t: toml::Table = "[api]\ntokens = [\"abc\"]\n[x]\npassword = \"pw\""
             .parse()

@@ -49,6 +49,7 @@ async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> 
         .store
         .schedule(&msg, mode, state.config.api.limits.max_delay)
         .await?;
+    tracing::debug!(id = msg.id.as_str(), stream = %msg.stream, ?outcome, "push");
     Ok(match outcome {
         Scheduled::Scheduled { due_ms } => {
             metrics::counter!(m::SCHEDULED).increment(1);

@@ -39,7 +39,9 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
                      environment applied, secrets redacted.\n\n{text}"
                 );
             }
-            eprintln!("{source}: configuration OK");
+            if !args.quiet {
+                eprintln!("{source}: configuration OK");
+            }
             ExitCode::SUCCESS
         }
         Err(e) => {
