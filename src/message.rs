@@ -141,7 +141,9 @@ impl NewMessage {
                 humantime::format_duration(limits.max_delay)
             )));
         }
-        if self.ttl.is_some_and(|ttl| ttl.is_zero()) {
+        if let Some(ttl) = self.ttl
+            && ttl.is_zero()
+        {
             return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
         }
         let size = self.size();

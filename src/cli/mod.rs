@@ -4,6 +4,7 @@
 mod bench;
 mod client;
 mod demo;
+mod fence;
 mod ops;
 
 use std::path::PathBuf;
@@ -46,6 +47,8 @@ enum Command {
     CheckConfig(ops::CheckConfigArgs),
     /// Probe a daemon's /healthz; exit 0 if healthy (for container health checks).
     Health(ops::HealthArgs),
+    /// Show or reset the fence epoch in Redis (after an etcd cluster was rebuilt).
+    Fence(fence::FenceArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -63,6 +66,10 @@ pub fn main() -> ExitCode {
         }
         Command::CheckConfig(args) => ops::check_config(args),
         Command::Health(args) => runtime().block_on(ops::health(args)),
+        Command::Fence(args) => {
+            init_logging("warn", false);
+            report(runtime().block_on(fence::main(args)))
+        }
     }
 }
 
