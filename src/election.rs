@@ -248,8 +248,9 @@ fn is_answer(e: &etcd_client::Error) -> bool {
     matches!(e, etcd_client::Error::GRpcStatus(status) if matches!(status.code() as i32, 3 | 5 | 6 | 7 | 9 | 16))
 }
 
-/// One etcd request, sent again while etcd does not answer (a dead member is
-/// then skipped by the balancer), for at most `limit` in all.
+/// One etcd request, sent again while etcd does not answer, for at most `limit`
+/// in all. The balancer still routes some requests to a dead member for a while
+/// (they fail at once), so a retry soon reaches a live one.
 async fn call<T, F, Fut>(limit: Duration, mut request: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
