@@ -39,10 +39,15 @@ pub fn status_line(role: &Role, info: &LeaderInfo) -> String {
     }
 }
 
-/// Whether the elector has joined: it published what it knows (standalone mode,
-/// or a connected etcd election). Until then the node is not ready.
-fn joined(info: &LeaderInfo) -> bool {
-    !info.mode.is_empty()
+/// Whether the node has joined its election: standalone, once it took its epoch
+/// from Redis (and published it); with etcd, once etcd answered (the election
+/// loop campaigns from then on). Until then the node is not ready.
+fn joined(role: &Role, info: &LeaderInfo) -> bool {
+    match info.mode {
+        "" => false,
+        "etcd" => role.is_leader() || info.etcd_reachable == Some(true),
+        _ => true,
+    }
 }
 
 /// Announces readiness once the node has joined its election (Redis is reachable
@@ -52,11 +57,12 @@ pub async fn announce(leadership: Leadership, cancel: CancellationToken) {
     let mut roles = leadership.subscribe();
     let mut infos = leadership.info_updates();
     loop {
-        if joined(&infos.borrow_and_update()) {
+        if joined(&roles.borrow_and_update(), &infos.borrow_and_update()) {
             break;
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
+            changed = roles.changed() => if changed.is_err() { return },
             changed = infos.changed() => if changed.is_err() { return },
         }
     }
@@ -221,12 +227,32 @@ mod tests {
         check(Role::Follower, None, None, "standby; no leader known");
     }
 
-    #[test]
-    fn joined_once_the_elector_published() {
-        assert!(!joined(&LeaderInfo::default()));
-        assert!(joined(&LeaderInfo {
-            mode: "standalone",
+    #[track_caller]
+    fn check_joined(mode: &'static str, etcd_reachable: Option<bool>, expected: bool) {
+        let info = LeaderInfo {
+            mode,
+            etcd_reachable,
             ..LeaderInfo::default()
-        }));
+        };
+        assert_eq!(joined(&Role::Follower, &info), expected);
+    }
+
+    #[test]
+    fn joined_once_the_election_answers() {
+        check_joined("", None, false);
+        check_joined("standalone", None, true);
+        check_joined("etcd", Some(false), false);
+        check_joined("etcd", Some(true), true);
+        let leader = Role::Leader(Term {
+            epoch: 3,
+            since: SystemTime::now(),
+        });
+        assert!(joined(
+            &leader,
+            &LeaderInfo {
+                mode: "etcd",
+                ..LeaderInfo::default()
+            }
+        ));
     }
 }

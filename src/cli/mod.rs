@@ -4,6 +4,7 @@
 mod bench;
 mod client;
 mod demo;
+mod drill;
 mod fence;
 mod ops;
 
@@ -43,6 +44,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
     Demo(demo::DemoArgs),
+    /// Failover drill: faults against the leader under load, with a report.
+    Drill(Box<drill::DrillArgs>),
     /// Validate a config file and print the effective configuration (secrets redacted).
     CheckConfig(ops::CheckConfigArgs),
     /// Probe a daemon's /healthz; exit 0 if healthy (for container health checks).
@@ -63,6 +66,10 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => {
             init_logging("warn", false);
             report(runtime().block_on(demo::main(args)))
+        }
+        Command::Drill(args) => {
+            init_logging("warn", false);
+            drill::main(args)
         }
         Command::CheckConfig(args) => ops::check_config(args),
         Command::Health(args) => runtime().block_on(ops::health(args)),

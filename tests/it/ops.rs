@@ -561,3 +561,218 @@ async fn health_command_answers_for_a_live_daemon_and_fails_for_a_dead_one() {
     assert_eq!(out.status.code(), Some(1));
     assert!(text(&out.stderr).contains("unreachable"), "{out:?}");
 }
+
+// ---- the failover drill ------------------------------------------------------------
+
+fn drill(args: &[&str]) -> (Option<i32>, serde_json::Value, String) {
+    let out = Command::new(delayq_bin())
+        .arg("drill")
+        .args(args)
+        .arg("--json")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run delayq drill");
+    let stderr = text(&out.stderr);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {}\n{stderr}", text(&out.stdout)));
+    (out.status.code(), report, stderr)
+}
+
+fn scenario<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["scenarios"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["scenario"] == name))
+        .unwrap_or_else(|| panic!("no {name} row in {report:#}"))
+}
+
+#[track_caller]
+fn check_scenario(report: &serde_json::Value, name: &str, rounds: u64) {
+    let row = scenario(report, name);
+    let m = &row["messages"];
+    assert_eq!(row["rounds"], rounds, "{name}: {row:#}");
+    assert!(
+        row["problems"].as_array().is_some_and(Vec::is_empty),
+        "{name}: {row:#}"
+    );
+    assert!(!row["takeover"].is_null(), "{name}: no takeover: {row:#}");
+    assert!(m["sent"].as_u64().unwrap() > 0, "{name}: no load: {row:#}");
+    assert_eq!(m["lost"], 0, "{name}: {row:#}");
+    assert_eq!(m["duplicated"], 0, "{name}: {row:#}");
+    assert_eq!(m["delivered"], m["sent"], "{name}: {row:#}");
+}
+
+#[test]
+fn drill_on_a_local_cluster_loses_nothing_in_any_scenario() {
+    let (code, report, stderr) = drill(&[
+        "--rounds",
+        "2",
+        "--rate",
+        "40",
+        "--steady",
+        "1s",
+        "--gap",
+        "500ms",
+        "--hold",
+        "3s",
+        "--lease-ttl",
+        "2s",
+    ]);
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["cluster"], "local");
+    for name in ["kill", "term", "pause", "etcd", "switchover"] {
+        check_scenario(&report, name, 2);
+    }
+    // A crashed or frozen leader is replaced only when its lease runs out: a
+    // takeover much faster than that would mean the drill measured the wrong thing.
+    for name in ["kill", "pause"] {
+        let fastest = scenario(&report, name)["takeover"]["min_ms"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            fastest >= 500,
+            "{name}: takeover in {fastest} ms with a 2s lease"
+        );
+    }
+    // Every crash and stop changed the leader; losing one etcd member of three did not
+    // stop forwarding for longer than a lease.
+    assert_eq!(scenario(&report, "kill")["leader_changes"], 2);
+    assert_eq!(scenario(&report, "switchover")["leader_changes"], 2);
+    let etcd_gap = scenario(&report, "etcd")["takeover"]["max_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(etcd_gap < 2000 * u64::from(patience()), "{report:#}");
+    let total = &report["total"];
+    assert_eq!(total["lost"], 0);
+    assert!(total["sent"].as_u64().unwrap() >= 200, "{total}");
+}
+
+/// An "existing" cluster for the drill: started here, driven through its APIs
+/// and shell commands, as the drill would drive containers or systemd units.
+struct Existing {
+    redis: RedisServer,
+    _etcd: delayq::harness::EtcdServer,
+    nodes: Vec<DelayqProcess>,
+}
+
+impl Existing {
+    fn start() -> Existing {
+        let redis = RedisServer::start().unwrap();
+        let etcd = delayq::harness::EtcdServer::start().unwrap();
+        let config = format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+            redis.url(),
+            etcd.endpoint()
+        );
+        let nodes = (1..=2)
+            .map(|i| DelayqProcess::start(&delayq_bin(), &format!("e{i}"), &config).unwrap())
+            .collect();
+        Existing {
+            redis,
+            _etcd: etcd,
+            nodes,
+        }
+    }
+
+    /// `--node` arguments naming each node by its pid, so `kill -STOP {node}` works.
+    fn node_args(&self) -> Vec<String> {
+        self.nodes
+            .iter()
+            .flat_map(|n| {
+                [
+                    "--node".to_owned(),
+                    format!("{}={}", n.pid().unwrap(), n.url("")),
+                ]
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn drill_drives_an_existing_cluster_through_its_commands() {
+    let cluster = Existing::start();
+    let mut args: Vec<String> = cluster.node_args();
+    args.extend(
+        [
+            "--redis-url",
+            &cluster.redis.url(),
+            "--pause-cmd",
+            "kill -STOP {node}",
+            "--resume-cmd",
+            "kill -CONT {node}",
+            "--rounds",
+            "1",
+            "--rate",
+            "40",
+            "--steady",
+            "1s",
+            "--gap",
+            "500ms",
+        ]
+        .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, report, stderr) = drill(&args);
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["cluster"], "existing");
+    // Without kill, start or etcd commands, only what the commands allow ran.
+    let names: Vec<&str> = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["steady", "pause", "switchover"]);
+    check_scenario(&report, "pause", 1);
+    check_scenario(&report, "switchover", 1);
+
+    // Asking for a scenario the commands cannot run is refused up front.
+    let out = Command::new(delayq_bin())
+        .arg("drill")
+        .args(&args)
+        .args(["--scenarios", "kill"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("scenario kill: needs --kill-cmd and --start-cmd"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn drill_exits_non_zero_when_messages_are_not_seen() {
+    // Reading the wrong id field, the drill sees none of its messages arrive:
+    // every one counts as lost, and the exit status says so.
+    let cluster = Existing::start();
+    let mut args: Vec<String> = cluster.node_args();
+    args.extend(
+        [
+            "--redis-url",
+            &cluster.redis.url(),
+            "--id-field",
+            "no-such-field",
+            "--scenarios",
+            "switchover",
+            "--rounds",
+            "1",
+            "--rate",
+            "20",
+            "--steady",
+            "500ms",
+            "--delay",
+            "200ms",
+            "--takeover-timeout",
+            "10s",
+        ]
+        .map(str::to_owned),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, report, _) = drill(&args);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(report["ok"], false);
+    let total = &report["total"];
+    assert!(total["sent"].as_u64().unwrap() > 0);
+    assert_eq!(total["lost"], total["sent"], "{total}");
+    assert_eq!(total["delivered"], 0);
+}
