@@ -776,3 +776,82 @@ fn drill_exits_non_zero_when_messages_are_not_seen() {
     assert_eq!(total["lost"], total["sent"], "{total}");
     assert_eq!(total["delivered"], 0);
 }
+
+// ---- the quickstart ------------------------------------------------------------------
+
+#[test]
+fn demo_shows_a_delayed_message_and_the_standby_taking_over() {
+    let out = delayq(&["demo", "--once", "--delay", "1s"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("leader (epoch"), "{stdout}");
+    assert!(stdout.contains("standby (leader: primary)"), "{stdout}");
+    assert_eq!(stdout.matches("   arrived after").count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("order=42 event=reminder delayq-id="),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("order=43 event=reminder delayq-id="),
+        "{stdout}"
+    );
+    assert!(stdout.contains("the standby took over after"), "{stdout}");
+    assert!(
+        stdout.contains("the primary exited: exit status: 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("stands by: standby (leader: standby)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn demo_tears_everything_down_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(delayq_bin())
+        .args(["demo", "--delay", "200ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("Ctrl-C stops everything");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let ports: Vec<u16> = seen
+        .iter()
+        .filter(|l| {
+            ["redis-server", "etcd", "primary", "standby"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| l.split("127.0.0.1:").nth(1))
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(ports.len(), 4, "{seen:#?}");
+    for port in &ports {
+        assert!(std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    for port in ports {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} still open after Ctrl-C"
+        );
+    }
+}
