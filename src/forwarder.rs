@@ -76,6 +76,11 @@ async fn lead_term(
         match store.raise_fences(epoch).await {
             Ok(()) => break,
             Err(StoreError::Fenced { held, .. }) => {
+                tracing::error!(
+                    epoch,
+                    held,
+                    "raising the fences refused: a newer leader holds them; stepping down"
+                );
                 leadership.step_down(StepDown::Fenced { epoch, held });
                 return;
             }
@@ -164,6 +169,12 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
                             .increment(*count);
                     }
                     if batch.expired > 0 {
+                        tracing::info!(
+                            shard = l.shard,
+                            expired = batch.expired,
+                            "messages past their ttl were dead-lettered to <stream>{}",
+                            l.options.dead_letter_suffix
+                        );
                         metrics::counter!(m::EXPIRED).increment(batch.expired);
                     }
                     if batch.dead > 0 {
@@ -276,6 +287,12 @@ async fn trim_records(
                         }
                     }
                     Err(StoreError::Fenced { held, caller }) => {
+                        tracing::error!(
+                            shard,
+                            epoch = caller,
+                            held,
+                            "trimming refused: a newer leader holds the fence; stepping down"
+                        );
                         leadership.step_down(StepDown::Fenced {
                             epoch: caller,
                             held,

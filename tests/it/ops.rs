@@ -221,6 +221,16 @@ async fn sighup_reloads_the_allow_list_and_log_level_and_keeps_the_rest() {
     assert!(node.full_log().contains("redis.shards: must be 1 to 1024"));
     assert_eq!(post_status(&http, &node, "billing-us").await, 201);
     assert_eq!(post_status(&http, &node, "payroll").await, 403);
+    let metrics = http
+        .get(node.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains("delayq_config_reloads_total{result=\"applied\"} 1"));
+    assert!(metrics.contains("delayq_config_reloads_total{result=\"refused\"} 1"));
 }
 
 // ---- the service manager protocol ------------------------------------------------
@@ -854,4 +864,155 @@ fn demo_tears_everything_down_on_ctrl_c() {
             "port {port} still open after Ctrl-C"
         );
     }
+}
+
+// ---- metrics ----------------------------------------------------------------------
+
+/// Metric names in the README's metrics table.
+fn documented_metrics() -> Vec<String> {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let table = &readme[readme.find("## Metrics").expect("a Metrics section")..];
+    let table = &table[..table[3..].find("\n## ").map_or(table.len(), |i| i + 3)];
+    table
+        .lines()
+        .filter(|l| l.starts_with("| `delayq_"))
+        .map(|l| {
+            l.trim_start_matches("| `")
+                .split(['`', '{'])
+                .next()
+                .unwrap()
+                .to_owned()
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn the_readme_metrics_table_matches_what_delayq_exports() {
+    let documented = documented_metrics();
+    let names = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
+    for name in &documented {
+        assert!(
+            names.contains(&format!("\"{name}\"")),
+            "{name} is documented but not in src/metrics.rs"
+        );
+    }
+
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let node = DelayqProcess::start(
+        &delayq_bin(),
+        "metered",
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+            redis.url(),
+            etcd.endpoint()
+        ),
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(10), "the node leads", || async {
+        let r = http.get(node.url("/leader")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    for body in [
+        serde_json::json!({ "id": "m1", "stream": "s", "payload": "x", "delay_ms": 0 }),
+        serde_json::json!({ "id": "m1", "stream": "s", "payload": "x", "delay_ms": 0 }),
+        serde_json::json!({ "id": "m2", "stream": "s", "payload": "x", "delay": "1h" }),
+    ] {
+        http.post(node.url("/v1/messages"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+    }
+    http.delete(node.url("/v1/messages/m2"))
+        .send()
+        .await
+        .unwrap();
+    let text = eventually(Duration::from_secs(10), "forwarded and counted", || async {
+        let text = http
+            .get(node.url("/metrics"))
+            .send()
+            .await
+            .ok()?
+            .text()
+            .await
+            .ok()?;
+        (text.contains("delayq_messages_forwarded_total{stream=\"s\"} 1")
+            && text.contains("delayq_keepalive_seconds"))
+        .then_some(text)
+    })
+    .await;
+    // Two new messages (201) and one duplicate (200).
+    assert!(
+        text.contains(
+            "delayq_http_requests_total{method=\"POST\",route=\"/v1/messages\",status=\"201\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "delayq_http_requests_total{method=\"POST\",route=\"/v1/messages\",status=\"200\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("route=\"/v1/messages/{id}\""),
+        "ids must not become labels: {text}"
+    );
+    assert!(text.contains("delayq_build_info{version=\""), "{text}");
+    let exported: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(exported.len() >= 15, "{exported:?}");
+    for name in exported {
+        assert!(
+            documented.iter().any(|d| d == name),
+            "{name} is exported but missing from the README's metrics table"
+        );
+    }
+}
+
+#[test]
+fn status_follows_leadership_in_an_etcd_pair() {
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+        redis.url(),
+        etcd.endpoint()
+    );
+    let (first_socket, second_socket) = (NotifySocket::bind(), NotifySocket::bind());
+    let start = |name: &str, socket: &NotifySocket| {
+        DelayqProcess::start_with_env(
+            &delayq_bin(),
+            name,
+            &config,
+            &[("NOTIFY_SOCKET", socket.path.to_str().unwrap())],
+        )
+        .unwrap()
+    };
+    let mut first = start("first", &first_socket);
+    // Ready once the election answered; then the status follows the role.
+    let mut seen = first_socket.wait_for("READY=1", Duration::from_secs(10));
+    if !seen.iter().any(|m| m.contains("STATUS=leader, epoch")) {
+        seen = first_socket.wait_for("STATUS=leader, epoch", Duration::from_secs(10));
+    }
+    assert!(seen.join("|").contains("(etcd)"), "{seen:?}");
+
+    let second = start("second", &second_socket);
+    let seen = second_socket.wait_for("READY=1", Duration::from_secs(10));
+    let ready = seen.iter().find(|m| m.contains("READY=1")).unwrap();
+    assert!(
+        ready.contains("STATUS=standby; leader first, epoch"),
+        "{seen:?}\n{}",
+        second.log()
+    );
+
+    // The leader goes; the standby's status says it leads now.
+    first.kill();
+    second_socket.wait_for("STATUS=leader, epoch", Duration::from_secs(10));
 }
