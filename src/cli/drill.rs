@@ -82,7 +82,8 @@ pub struct DrillArgs {
     /// How far ahead each message is due.
     #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
     delay: Duration,
-    /// Load before the first scenario (the "steady" row: lateness without faults).
+    /// Load before the first scenario (the "steady" row: lateness without faults;
+    /// it counts the messages due within it, so make it longer than --delay).
     #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
     steady: Duration,
     /// Steady load after each round, before the next one: each round's effects
@@ -300,7 +301,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     };
     bar.set_style(
         ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:25} {pos}/{len} rounds  {msg}  ({prefix})",
+            "{spinner} {elapsed:>4} {bar:16} {pos}/{len} {msg} ({prefix})",
         )
         .expect("a valid template"),
     );
