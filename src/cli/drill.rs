@@ -9,6 +9,8 @@
 //! anything was lost or duplicated or a takeover did not happen.
 
 mod load;
+mod probe;
+mod report;
 mod target;
 
 use std::process::ExitCode;
@@ -18,10 +20,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use load::{Load, PhaseCount, Traffic};
+use load::{Load, Traffic};
+use probe::{settle, wait_single_leader, wait_takeover, watch_leadership};
+use report::{RoundResult, build_report, ms, print_table};
 use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -150,16 +153,6 @@ pub struct DrillArgs {
     /// The field carrying the message id in forwarded entries (forwarder.id_field).
     #[arg(long, default_value = "delayq-id")]
     id_field: String,
-}
-
-/// One round of one scenario.
-#[derive(Clone, Debug)]
-struct RoundResult {
-    /// Time from the fault to a new leader (for etcd: the longest stretch with
-    /// no leader, zero if the leader kept leading). None: no takeover in time.
-    takeover: Option<Duration>,
-    leader_changed: bool,
-    problem: Option<String>,
 }
 
 /// Exit status: 0 all good, 1 something was lost or duplicated or a round
@@ -542,336 +535,6 @@ async fn run_round(
     })
 }
 
-/// Epoch of `node` if it answers `/leader` with 200 (it leads).
-async fn leads(http: &reqwest::Client, node: &Node) -> Option<u64> {
-    let resp = http
-        .get(format!("{}/leader", node.url))
-        .timeout(Duration::from_millis(300))
-        .send()
-        .await
-        .ok()?;
-    if resp.status() != 200 {
-        return None;
-    }
-    resp.json::<Value>().await.ok()?["epoch"].as_u64()
-}
-
-async fn leaders(http: &reqwest::Client, nodes: &[Node]) -> Vec<(usize, u64)> {
-    let answers = futures::future::join_all(nodes.iter().map(|n| leads(http, n))).await;
-    answers
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, e)| e.map(|e| (i, e)))
-        .collect()
-}
-
-async fn wait_single_leader(
-    http: &reqwest::Client,
-    nodes: &[Node],
-    timeout: Duration,
-) -> anyhow::Result<(usize, u64)> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        let seen = leaders(http, nodes).await;
-        if let [(i, epoch)] = seen[..] {
-            return Ok((i, epoch));
-        }
-        if Instant::now() > give_up {
-            bail!("no single leader within {}: {seen:?}", ms(timeout));
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-/// The instant a node other than `old` leads under an epoch above `epoch`.
-async fn wait_takeover(
-    http: &reqwest::Client,
-    nodes: &[Node],
-    old: usize,
-    epoch: u64,
-    timeout: Duration,
-) -> Option<Instant> {
-    let give_up = Instant::now() + timeout;
-    let others: Vec<Node> = nodes
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| *i != old)
-        .map(|(_, n)| n.clone())
-        .collect();
-    while Instant::now() < give_up {
-        let seen = leaders(http, &others).await;
-        if seen.iter().any(|(_, e)| *e > epoch) {
-            return Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    None
-}
-
-/// Watches leadership for `period`: the longest stretch without any leader, and
-/// whether the epoch changed.
-async fn watch_leadership(
-    http: &reqwest::Client,
-    nodes: &[Node],
-    epoch: u64,
-    period: Duration,
-) -> (Duration, bool) {
-    let started = Instant::now();
-    let mut longest = Duration::ZERO;
-    let mut leaderless_since: Option<Instant> = None;
-    let mut changed = false;
-    while started.elapsed() < period {
-        let seen = leaders(http, nodes).await;
-        let now = Instant::now();
-        if seen.is_empty() {
-            leaderless_since.get_or_insert(now);
-        } else {
-            if let Some(since) = leaderless_since.take() {
-                longest = longest.max(now - since);
-            }
-            changed |= seen.iter().any(|(_, e)| *e != epoch);
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    if let Some(since) = leaderless_since {
-        longest = longest.max(Instant::now() - since);
-    }
-    (longest, changed)
-}
-
-/// Waits until every node answers `/healthz` and exactly one leads.
-async fn settle(
-    http: &reqwest::Client,
-    nodes: &[Node],
-    traffic: &Traffic,
-    timeout: Duration,
-) -> anyhow::Result<()> {
-    let give_up = Instant::now() + timeout;
-    loop {
-        let healthy = futures::future::join_all(nodes.iter().map(|n| async move {
-            http.get(format!("{}/healthz", n.url))
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success())
-        }))
-        .await;
-        for (i, ok) in healthy.iter().enumerate() {
-            if *ok {
-                traffic.set_up(i, true);
-            }
-        }
-        let seen = leaders(http, nodes).await;
-        if healthy.iter().all(|h| *h) && seen.len() == 1 {
-            return Ok(());
-        }
-        if Instant::now() > give_up {
-            bail!(
-                "after {}: healthy {healthy:?}, leaders {seen:?}",
-                ms(timeout)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn ms(d: Duration) -> String {
-    if d >= Duration::from_secs(1) {
-        format!("{:.2}s", d.as_secs_f64())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
-
-/// Of sorted values; the mean of the middle two for an even count.
-fn median(sorted: &[u64]) -> u64 {
-    let n = sorted.len();
-    if n % 2 == 1 {
-        sorted[n / 2]
-    } else {
-        (sorted[n / 2 - 1] + sorted[n / 2]) / 2
-    }
-}
-
-fn takeover_stats(rounds: &[RoundResult]) -> Value {
-    let mut times: Vec<u64> = rounds
-        .iter()
-        .filter_map(|r| r.takeover.map(|t| t.as_millis() as u64))
-        .collect();
-    times.sort_unstable();
-    if times.is_empty() {
-        return Value::Null;
-    }
-    json!({
-        "min_ms": times[0],
-        "median_ms": median(&times),
-        "max_ms": times[times.len() - 1],
-        "each_ms": rounds.iter().map(|r| r.takeover.map(|t| t.as_millis() as u64)).collect::<Vec<_>>(),
-    })
-}
-
-fn count_json(c: &PhaseCount) -> Value {
-    json!({
-        "sent": c.sent,
-        "delivered": c.delivered,
-        "lost": c.lost,
-        "duplicated": c.duplicated,
-        "max_lateness_ms": c.max_lateness_ms,
-        "unconfirmed_pushes": c.unconfirmed,
-    })
-}
-
-fn build_report(
-    args: &DrillArgs,
-    target: &Target,
-    stream: &str,
-    scenarios: &[Scenario],
-    results: &[Vec<RoundResult>],
-    counts: &[PhaseCount],
-) -> Value {
-    let mut rows = vec![json!({
-        "scenario": "steady",
-        "rounds": 0,
-        "takeover": Value::Null,
-        "messages": count_json(&counts[0]),
-    })];
-    for (k, scenario) in scenarios.iter().enumerate() {
-        let rounds = results.get(k).map(Vec::as_slice).unwrap_or(&[]);
-        rows.push(json!({
-            "scenario": scenario.name(),
-            "rounds": rounds.len(),
-            "takeover": takeover_stats(rounds),
-            "leader_changes": rounds.iter().filter(|r| r.leader_changed).count(),
-            "problems": rounds.iter().filter_map(|r| r.problem.clone()).collect::<Vec<_>>(),
-            "messages": count_json(&counts[k + 1]),
-        }));
-    }
-    let total = counts.iter().fold(PhaseCount::default(), |mut t, c| {
-        t.sent += c.sent;
-        t.delivered += c.delivered;
-        t.lost += c.lost;
-        t.duplicated += c.duplicated;
-        t.max_lateness_ms = t.max_lateness_ms.max(c.max_lateness_ms);
-        t.unconfirmed += c.unconfirmed;
-        t
-    });
-    let rounds_missing =
-        scenarios.len() * args.rounds as usize != results.iter().map(Vec::len).sum::<usize>();
-    let problems = results.iter().flatten().any(|r| r.problem.is_some()) || rounds_missing;
-    json!({
-        "ok": total.lost == 0 && total.duplicated == 0 && !problems && total.sent > 0,
-        "cluster": if target.is_local() { "local" } else { "existing" },
-        "nodes": target.nodes().iter().map(|n| n.name.clone()).collect::<Vec<_>>(),
-        "stream": stream,
-        "parameters": {
-            "rounds": args.rounds,
-            "rate_per_second": args.rate,
-            "delay_ms": args.delay.as_millis() as u64,
-            "lease_ttl_ms": target.is_local().then_some(args.lease_ttl.as_millis() as u64),
-            "etcd_hold_ms": args.hold.as_millis() as u64,
-        },
-        "scenarios": rows,
-        "total": count_json(&total),
-    })
-}
-
-fn print_table(report: &Value) {
-    let p = &report["parameters"];
-    println!(
-        "\ndelayq drill: {} cluster ({}), {} msg/s due {} ms after sending, {} rounds per scenario{}",
-        report["cluster"].as_str().unwrap_or(""),
-        report["nodes"]
-            .as_array()
-            .map(|n| n
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default(),
-        p["rate_per_second"],
-        p["delay_ms"],
-        p["rounds"],
-        p["lease_ttl_ms"]
-            .as_u64()
-            .map(|t| format!(", lease TTL {} ms", t))
-            .unwrap_or_default(),
-    );
-    println!(
-        "\n{:<11} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
-        "scenario",
-        "rounds",
-        "takeover min/median/max",
-        "sent",
-        "delivered",
-        "lost",
-        "duplicated",
-        "max lateness"
-    );
-    let row = |name: &str, rounds: String, takeover: String, m: &Value| {
-        let n = |k: &str| m[k].as_u64().unwrap_or(0);
-        println!(
-            "{:<11} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
-            name,
-            rounds,
-            takeover,
-            n("sent"),
-            n("delivered"),
-            n("lost"),
-            n("duplicated"),
-            ms(Duration::from_millis(
-                m["max_lateness_ms"].as_u64().unwrap_or(0)
-            )),
-        );
-    };
-    for s in report["scenarios"].as_array().into_iter().flatten() {
-        let name = s["scenario"].as_str().unwrap_or("");
-        let t = &s["takeover"];
-        let takeover = if name == "steady" {
-            "-".to_owned()
-        } else if t.is_null() {
-            "none".to_owned()
-        } else {
-            let f = |k: &str| ms(Duration::from_millis(t[k].as_u64().unwrap_or(0)));
-            format!("{} / {} / {}", f("min_ms"), f("median_ms"), f("max_ms"))
-        };
-        let rounds = if name == "steady" {
-            "-".to_owned()
-        } else {
-            s["rounds"].to_string()
-        };
-        row(name, rounds, takeover, &s["messages"]);
-    }
-    row("total", String::new(), String::new(), &report["total"]);
-    println!(
-        "\ntakeover: fault → another node leads under a newer epoch (etcd: longest stretch with no leader)."
-    );
-    println!(
-        "lateness: stream entry time − due time, both Redis's clock; per scenario, the messages that fell due during it."
-    );
-    let unconfirmed = report["total"]["unconfirmed_pushes"].as_u64().unwrap_or(0);
-    if unconfirmed > 0 {
-        println!(
-            "{unconfirmed} pushes were never confirmed by any node (counted only if delivered)."
-        );
-    }
-    for s in report["scenarios"].as_array().into_iter().flatten() {
-        for p in s["problems"].as_array().into_iter().flatten() {
-            println!(
-                "problem in {}: {}",
-                s["scenario"].as_str().unwrap_or(""),
-                p.as_str().unwrap_or("")
-            );
-        }
-    }
-    println!(
-        "\n{}",
-        if report["ok"].as_bool().unwrap_or(false) {
-            "OK: nothing lost, nothing duplicated, every takeover happened."
-        } else {
-            "FAILED: see the lost and duplicated columns and the problems above."
-        }
-    );
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -896,26 +559,5 @@ mod tests {
         check_node("delayq-1", Err("expected NAME=URL"));
         check_node("=http://x", Err("expected NAME=http"));
         check_node("a=127.0.0.1:7071", Err("expected NAME=http"));
-    }
-
-    #[test]
-    fn takeover_statistics() {
-        let round = |ms: Option<u64>| RoundResult {
-            takeover: ms.map(Duration::from_millis),
-            leader_changed: ms.is_some(),
-            problem: None,
-        };
-        let stats = takeover_stats(&[
-            round(Some(300)),
-            round(Some(100)),
-            round(None),
-            round(Some(200)),
-        ]);
-        assert_eq!(stats["min_ms"], 100);
-        assert_eq!(stats["median_ms"], 200);
-        assert_eq!(median(&[100, 200, 400, 1000]), 300);
-        assert_eq!(stats["max_ms"], 300);
-        assert_eq!(stats["each_ms"], json!([300, 100, null, 200]));
-        assert!(takeover_stats(&[round(None)]).is_null());
     }
 }
