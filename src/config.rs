@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::message::Limits;
@@ -33,7 +33,7 @@ fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
 
 // ---- raw: what the file says, with defaults -------------------------------------
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct Raw {
     node: RawNode,
@@ -47,13 +47,13 @@ struct Raw {
     delivery: RawDelivery,
 }
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawNode {
     id: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawRedis {
     url: String,
@@ -77,7 +77,7 @@ impl Default for RawRedis {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawEtcd {
     endpoints: Vec<String>,
@@ -103,7 +103,7 @@ impl Default for RawEtcd {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawApi {
     listen: String,
@@ -124,7 +124,7 @@ impl Default for RawApi {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawStreams {
     allow: Vec<String>,
@@ -142,7 +142,7 @@ impl Default for RawStreams {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawForwarder {
     batch_size: i64,
@@ -165,7 +165,7 @@ impl Default for RawForwarder {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawRecords {
     #[serde(with = "humantime_serde")]
@@ -183,7 +183,7 @@ impl Default for RawRecords {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawDelivery {
     groups: Vec<String>,
@@ -218,7 +218,7 @@ impl Default for RawDelivery {
 }
 
 /// One stream's overrides of the `[delivery]` defaults; unset keys inherit them.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawStreamDelivery {
     groups: Option<Vec<String>>,
@@ -233,7 +233,7 @@ struct RawStreamDelivery {
     dead_letter_stream: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawLog {
     level: String,
@@ -945,11 +945,150 @@ fn retry_backoff(
     Ok(RetryBackoff { first, max, jitter })
 }
 
+// ---- effective configuration: what check-config prints and SIGHUP compares -------
+
+/// Key names whose values are secrets wherever they appear: printed as `<redacted>`.
+const SECRET_KEY_PARTS: &[&str] = &["token", "password", "secret"];
+
+impl Config {
+    /// Like [`Config::from_toml`], and also returns the effective configuration as
+    /// a table: every key with its value after defaults and environment overrides,
+    /// secrets redacted.
+    pub fn effective(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<(Config, toml::Table), ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        apply_env(&mut table, env)?;
+        let raw: Raw = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let mut effective = toml::Table::try_from(&raw)
+            .map_err(|e| ConfigError::Parse(format!("render the configuration: {e}")))?;
+        let config = raw.validate()?;
+        // Values chosen during validation, shown as they will be used.
+        set_key(&mut effective, "node", "id", config.node_id.clone().into());
+        if let Some(etcd) = &config.etcd {
+            set_key(
+                &mut effective,
+                "etcd",
+                "prefix",
+                etcd.election_prefix.clone().into(),
+            );
+        }
+        redact(&mut effective);
+        plain_long_durations(&mut effective);
+        Ok((config, effective))
+    }
+
+    /// Reads a file and returns [`Config::effective`] of it, with this process's environment.
+    pub fn load_effective(path: &Path) -> Result<(Config, toml::Table), ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.display().to_string(),
+            source,
+        })?;
+        Config::effective(&text, std::env::vars())
+    }
+}
+
+/// Durations of a month or more render in calendar units ("365days" becomes
+/// "11months 30days 3h 50m 24s"); shows them in days and smaller units instead.
+fn plain_long_durations(table: &mut toml::Table) {
+    for (_, value) in table.iter_mut() {
+        match value {
+            toml::Value::Table(t) => plain_long_durations(t),
+            toml::Value::String(s) if s.contains("month") || s.contains("year") => {
+                if let Ok(d) = humantime::parse_duration(s) {
+                    let secs = d.as_secs();
+                    let units = [
+                        (secs / 86_400, "d"),
+                        (secs % 86_400 / 3600, "h"),
+                        (secs % 3600 / 60, "m"),
+                        (secs % 60, "s"),
+                        (u64::from(d.subsec_millis()), "ms"),
+                    ];
+                    let parts: Vec<String> = units
+                        .iter()
+                        .filter(|(n, _)| *n > 0)
+                        .map(|(n, unit)| format!("{n}{unit}"))
+                        .collect();
+                    *s = parts.join(" ");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn set_key(table: &mut toml::Table, section: &str, key: &str, value: toml::Value) {
+    if let Some(toml::Value::Table(t)) = table.get_mut(section) {
+        t.insert(key.to_owned(), value);
+    }
+}
+
+/// Replaces secrets in a configuration table: values of keys named like a secret,
+/// and passwords inside URLs (`redis://user:secret@host` → `redis://user:<redacted>@host`).
+pub fn redact(table: &mut toml::Table) {
+    for (key, value) in table.iter_mut() {
+        let secret = SECRET_KEY_PARTS
+            .iter()
+            .any(|part| key.to_ascii_lowercase().contains(part));
+        redact_value(value, secret);
+    }
+}
+
+fn redact_value(value: &mut toml::Value, secret: bool) {
+    match value {
+        toml::Value::Table(t) if secret => {
+            t.iter_mut().for_each(|(_, v)| redact_value(v, true));
+        }
+        toml::Value::Table(t) => redact(t),
+        toml::Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secret)),
+        toml::Value::String(s) if secret => *s = "<redacted>".into(),
+        toml::Value::String(s) => {
+            if let Some(clean) = redact_url_password(s) {
+                *s = clean;
+            }
+        }
+        _ => {}
+    }
+}
+
+/// `scheme://user:password@host…` without its password; None when there is none.
+fn redact_url_password(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let at = rest[..authority_end].rfind('@')?;
+    let userinfo = &rest[..at];
+    let user = match userinfo.split_once(':') {
+        Some((user, _)) => user,
+        // A lone userinfo is a password to Redis (`redis://secret@host`).
+        None if scheme.starts_with("redis") => "",
+        None => return None,
+    };
+    Some(format!("{scheme}://{user}:<redacted>{}", &rest[at..]))
+}
+
 fn default_node_id() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_else(|_| "node".into());
-    format!("{host}-{}", std::process::id())
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+/// The host's name from uname(2), which works where /proc/sys is hidden (the
+/// systemd unit's ProcSubset=pid).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed; on success
+    // the name is NUL-terminated within it (the last byte stays 0).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..end]).trim().to_owned()
+    } else {
+        String::new()
+    };
+    if name.is_empty() { "node".into() } else { name }
 }
 
 /// Shell-style glob: `*` matches any run of characters, `?` any one character.
@@ -1245,5 +1384,66 @@ mod tests {
         assert_eq!(c.delivery.streams, d.delivery.streams);
         assert_eq!(c.delivery.sweep_interval, d.delivery.sweep_interval);
         assert_eq!(c.delivery.sweep_batch, d.delivery.sweep_batch);
+    }
+
+    #[track_caller]
+    fn check_redacted(url: &str, expected: Option<&str>) {
+        assert_eq!(redact_url_password(url).as_deref(), expected, "{url}");
+    }
+
+    #[test]
+    fn url_passwords_are_redacted() {
+        check_redacted("redis://127.0.0.1:6379", None);
+        check_redacted(
+            "redis://app:s3cret@redis:6379/0",
+            Some("redis://app:<redacted>@redis:6379/0"),
+        );
+        check_redacted(
+            "rediss://:s3cret@redis:6380",
+            Some("rediss://:<redacted>@redis:6380"),
+        );
+        check_redacted("redis://s3cret@redis", Some("redis://:<redacted>@redis"));
+        check_redacted("http://etcd:2379/a@b", None);
+        check_redacted(
+            "http://root:pw@etcd:2379",
+            Some("http://root:<redacted>@etcd:2379"),
+        );
+        check_redacted("unix:///run/redis.sock", None);
+    }
+
+    #[test]
+    fn the_effective_configuration_fills_defaults_and_hides_secrets() {
+        let (config, table) = Config::effective(
+            "[redis]\nurl = \"redis://app:hunter2@db:6379\"\n[etcd]\nendpoints = [\"http://e:2379\"]",
+            env(&[("DELAYQ_REDIS_SHARDS", "8"), ("DELAYQ_NODE_ID", "n1")]),
+        )
+        .unwrap();
+        assert_eq!(config.redis.url, "redis://app:hunter2@db:6379");
+        let text = toml::to_string(&table).unwrap();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(
+            table["redis"]["url"].as_str(),
+            Some("redis://app:<redacted>@db:6379")
+        );
+        assert_eq!(table["redis"]["shards"].as_integer(), Some(8));
+        assert_eq!(table["node"]["id"].as_str(), Some("n1"));
+        assert_eq!(
+            table["etcd"]["prefix"].as_str(),
+            Some("/delayq/default/leader")
+        );
+        assert_eq!(table["etcd"]["lease_ttl"].as_str(), Some("6s"));
+        assert_eq!(table["forwarder"]["batch_size"].as_integer(), Some(200));
+        assert_eq!(table["api"]["max_delay"].as_str(), Some("365d"));
+        // Keys named like secrets are hidden whole, wherever they are.
+        let mut t: toml::Table = "[api]\ntokens = [\"abc\"]\n[x]\npassword = \"pw\""
+            .parse()
+            .unwrap();
+        redact(&mut t);
+        assert_eq!(t["api"]["tokens"][0].as_str(), Some("<redacted>"));
+        assert_eq!(t["x"]["password"].as_str(), Some("<redacted>"));
+        // The rendering reads back as the same configuration.
+        let again = Config::from_toml(&text.replace("<redacted>", "pw"), env(&[])).unwrap();
+        assert_eq!(again.redis.shards, 8);
+        assert_eq!(again.etcd.unwrap().lease_ttl, Duration::from_secs(6));
     }
 }

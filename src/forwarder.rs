@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -20,9 +20,11 @@ use crate::metrics as m;
 use crate::store::{ForwardOptions, Store, StoreError};
 
 /// Runs the leader-only loops during every term this node leads, until `cancel`.
-/// Returns once every loop has stopped.
+/// Returns once every loop has stopped. `live` is the running configuration: a
+/// term starts with its latest value, and the forward loops follow the reloadable
+/// stream settings (MAXLEN) as they change.
 pub async fn run_while_leading(
-    config: Arc<Config>,
+    live: watch::Receiver<Arc<Config>>,
     store: Store,
     leadership: Leadership,
     cancel: CancellationToken,
@@ -34,7 +36,8 @@ pub async fn run_while_leading(
             let term_token = cancel.child_token();
             let mut tasks = JoinSet::new();
             tasks.spawn(lead_term(
-                config.clone(),
+                live.borrow().clone(),
+                live.clone(),
                 store.clone(),
                 leadership.clone(),
                 term.epoch,
@@ -61,6 +64,7 @@ pub async fn run_while_leading(
 
 async fn lead_term(
     config: Arc<Config>,
+    live: watch::Receiver<Arc<Config>>,
     store: Store,
     leadership: Leadership,
     epoch: u64,
@@ -72,6 +76,11 @@ async fn lead_term(
         match store.raise_fences(epoch).await {
             Ok(()) => break,
             Err(StoreError::Fenced { held, .. }) => {
+                tracing::error!(
+                    epoch,
+                    held,
+                    "raising the fences refused: a newer leader holds them; stepping down"
+                );
                 leadership.step_down(StepDown::Fenced { epoch, held });
                 return;
             }
@@ -100,6 +109,7 @@ async fn lead_term(
                 store: store.clone(),
                 leadership: leadership.clone(),
                 options: options.clone(),
+                live: live.clone(),
                 idle_wakeup: config.forwarder.idle_wakeup,
                 shard,
                 epoch,
@@ -130,6 +140,8 @@ struct ForwardLoop {
     store: Store,
     leadership: Leadership,
     options: Arc<ForwardOptions>,
+    /// Rebuilds `options` when a reload changed the configuration.
+    live: watch::Receiver<Arc<Config>>,
     idle_wakeup: Duration,
     shard: u16,
     epoch: u64,
@@ -138,7 +150,7 @@ struct ForwardLoop {
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
 /// sleeps until the shard's next due time, a wake-up, or `idle_wakeup`.
-async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
+async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
     let waker = &l.wakers[l.shard as usize];
     let shard_label = l.shard.to_string();
@@ -146,6 +158,9 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
     let lateness = metrics::histogram!(m::LATENESS_SECONDS);
     let batch_size = metrics::histogram!(m::FORWARD_BATCH);
     while !cancel.is_cancelled() {
+        if l.live.has_changed().unwrap_or(false) {
+            l.options = Arc::new(l.live.borrow_and_update().forward_options());
+        }
         let started = Instant::now();
         match l.store.forward(l.shard, l.epoch, &l.options).await {
             Ok(batch) => {
@@ -161,6 +176,12 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
                             .increment(*count);
                     }
                     if batch.expired > 0 {
+                        tracing::info!(
+                            shard = l.shard,
+                            expired = batch.expired,
+                            "messages past their ttl were dead-lettered to <stream>{}",
+                            l.options.dead_letter_suffix
+                        );
                         metrics::counter!(m::EXPIRED).increment(batch.expired);
                     }
                     if batch.dead > 0 {
@@ -273,6 +294,12 @@ async fn trim_records(
                         }
                     }
                     Err(StoreError::Fenced { held, caller }) => {
+                        tracing::error!(
+                            shard,
+                            epoch = caller,
+                            held,
+                            "trimming refused: a newer leader holds the fence; stepping down"
+                        );
                         leadership.step_down(StepDown::Fenced {
                             epoch: caller,
                             held,

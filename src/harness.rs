@@ -26,6 +26,26 @@ fn binary(env: &str, default: &str) -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(default))
 }
 
+/// Ports come from [`free_port`], which cannot reserve them: another process may
+/// take one (even as the local end of an outgoing connection) before the server
+/// binds it. Such a start is tried again, on fresh ports.
+fn retry_port_clash<T>(mut start: impl FnMut() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let mut attempts = 1;
+    loop {
+        match start() {
+            Err(e)
+                if attempts < 4
+                    && format!("{e:#}")
+                        .to_ascii_lowercase()
+                        .contains("address already in use") =>
+            {
+                attempts += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 fn wait_for_port(port: u16, timeout: Duration) -> bool {
     let deadline = Instant::now() + timeout;
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -79,15 +99,17 @@ impl RedisServer {
     }
 
     pub fn start_with(options: RedisOptions) -> anyhow::Result<Self> {
-        let dir = tempfile::Builder::new().prefix("delayq-redis-").tempdir()?;
-        let mut server = RedisServer {
-            port: free_port(),
-            options,
-            dir,
-            child: None,
-        };
-        server.spawn()?;
-        Ok(server)
+        retry_port_clash(|| {
+            let dir = tempfile::Builder::new().prefix("delayq-redis-").tempdir()?;
+            let mut server = RedisServer {
+                port: free_port(),
+                options: options.clone(),
+                dir,
+                child: None,
+            };
+            server.spawn()?;
+            Ok(server)
+        })
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
@@ -203,6 +225,10 @@ impl EtcdServer {
 
     /// An etcd cluster of `n` members, all on loopback.
     pub fn cluster(n: usize) -> anyhow::Result<Vec<Self>> {
+        retry_port_clash(|| Self::cluster_on_free_ports(n))
+    }
+
+    fn cluster_on_free_ports(n: usize) -> anyhow::Result<Vec<Self>> {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let initial_cluster = ports
             .iter()
@@ -341,6 +367,7 @@ pub struct DelayqProcess {
     pub name: String,
     pub api: SocketAddr,
     bin: PathBuf,
+    env: Vec<(String, String)>,
     dir: TempDir,
     child: Option<Child>,
 }
@@ -349,6 +376,25 @@ impl DelayqProcess {
     /// Starts `bin run --config <file>` with `config` (TOML) and waits until its
     /// API answers. `[api] listen` is set here, on a free port.
     pub fn start(bin: &Path, name: &str, config: &str) -> anyhow::Result<Self> {
+        Self::start_with_env(bin, name, config, &[])
+    }
+
+    /// [`DelayqProcess::start`] with extra environment variables (kept for restarts).
+    pub fn start_with_env(
+        bin: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
+        retry_port_clash(|| Self::start_on_a_free_port(bin, name, config, env))
+    }
+
+    fn start_on_a_free_port(
+        bin: &Path,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<Self> {
         let port = free_port();
         let dir = tempfile::Builder::new().prefix("delayq-node-").tempdir()?;
         let text = format!("[node]\nid = \"{name}\"\n\n{}", with_listen(config, port));
@@ -357,6 +403,10 @@ impl DelayqProcess {
             name: name.to_owned(),
             api: SocketAddr::from(([127, 0, 0, 1], port)),
             bin: bin.to_owned(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             dir,
             child: None,
         };
@@ -374,21 +424,30 @@ impl DelayqProcess {
             .arg("--config")
             .arg(self.dir.path().join("delayq.toml"))
             .env_remove("RUST_LOG")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
             .spawn()
             .with_context(|| format!("start {}", self.bin.display()))?;
         self.child = Some(child);
-        if !wait_for_port(self.api.port(), Duration::from_secs(20)) {
-            bail!(
-                "delayq {} did not open its API on {}; its log:\n{}",
-                self.name,
-                self.api,
-                self.log()
-            );
+        // Waits for the API, and gives up at once if the process exited (a bad
+        // config, a port taken meanwhile).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if wait_for_port(self.api.port(), Duration::from_millis(100)) {
+                return Ok(());
+            }
+            if !self.is_running() {
+                break;
+            }
         }
-        Ok(())
+        bail!(
+            "delayq {} did not open its API on {}; its log:\n{}",
+            self.name,
+            self.api,
+            self.log()
+        )
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -397,6 +456,16 @@ impl DelayqProcess {
 
     fn log_path(&self) -> PathBuf {
         self.dir.path().join("delayq.log")
+    }
+
+    /// The config file the process reads (rewrite it, then SIGHUP, to reload).
+    pub fn config_path(&self) -> PathBuf {
+        self.dir.path().join("delayq.toml")
+    }
+
+    /// The whole log so far.
+    pub fn full_log(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
     pub fn log(&self) -> String {

@@ -110,6 +110,11 @@ impl Leadership {
         self.info.borrow().clone()
     }
 
+    /// Follows what the elector publishes for operators (leader, epoch, mode).
+    pub fn info_updates(&self) -> watch::Receiver<LeaderInfo> {
+        self.info.clone()
+    }
+
     /// Asks the elector to end the current term. Ignored if the term already ended.
     pub fn step_down(&self, why: StepDown) {
         let _ = self.requests.send(why);

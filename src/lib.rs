@@ -10,6 +10,8 @@
 //! - [`forwarder`]: leader-only loops (due → stream, record trimming).
 //! - [`sweeper`]: leader-only: unacknowledged entries → redelivered or dead-lettered.
 //! - [`api`]: the HTTP API (axum).
+//! - [`reload`]: SIGHUP: what may change at run time, and the live configuration.
+//! - [`service`]: running under a service manager: readiness, status, watchdog.
 //! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
 //!   the benchmark and the demo.
 //! - [`cli`]: the `delayq` command's subcommands other than `run`.
@@ -26,6 +28,8 @@ pub mod harness;
 pub mod leadership;
 pub mod message;
 pub mod metrics;
+pub mod reload;
+pub mod service;
 pub mod store;
 pub mod sweeper;
 
@@ -46,6 +50,8 @@ pub struct Daemon {
     pub api_addr: SocketAddr,
     pub leadership: Leadership,
     pub store: Store,
+    /// The running configuration; a reload publishes a new one (see [`reload`]).
+    live: tokio::sync::watch::Sender<Arc<Config>>,
     work: CancellationToken,
     work_task: JoinHandle<()>,
     election: CancellationToken,
@@ -58,7 +64,9 @@ pub struct Daemon {
 /// loops (which run only while this node leads).
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let config = Arc::new(config);
+    let (live, live_config) = tokio::sync::watch::channel(config.clone());
     let metrics = metrics::install();
+    ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let store = Store::connect(&config.store_config())
         .await
         .with_context(|| format!("connect to Redis at {}", config.redis.url))?;
@@ -88,7 +96,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 
     let work = CancellationToken::new();
     let work_task = tokio::spawn(forwarder::run_while_leading(
-        config.clone(),
+        live_config.clone(),
         store.clone(),
         leadership.clone(),
         work.clone(),
@@ -108,6 +116,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let api = CancellationToken::new();
     let router = api::router(api::AppState {
         config: config.clone(),
+        live_config,
         store: store.clone(),
         leadership: leadership.clone(),
         metrics,
@@ -123,6 +132,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         api_addr,
         leadership,
         store,
+        live,
         work,
         work_task,
         election,
@@ -133,6 +143,11 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 }
 
 impl Daemon {
+    /// Publishes the running configuration; [`reload::Reloader`] sends on it.
+    pub fn live_config(&self) -> tokio::sync::watch::Sender<Arc<Config>> {
+        self.live.clone()
+    }
+
     /// Stops in a fixed order: leader loops first (each finishes the batch in
     /// flight), then the election (resigning, so a standby takes over at once),
     /// then the API (draining requests in flight, for at most 5 s).

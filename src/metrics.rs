@@ -36,6 +36,9 @@ pub const SWEEP_ERRORS: &str = "delayq_sweep_errors_total";
 pub const SWEEP_ENTRIES: &str = "delayq_sweep_entries_total";
 pub const DEAD_REPLAYED: &str = "delayq_dead_letters_replayed_total";
 pub const DEAD_PURGED: &str = "delayq_dead_letters_purged_total";
+pub const HTTP_SECONDS: &str = "delayq_http_request_duration_seconds";
+pub const CONFIG_RELOADS: &str = "delayq_config_reloads_total";
+pub const BUILD_INFO: &str = "delayq_build_info";
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 pub fn install() -> PrometheusHandle {

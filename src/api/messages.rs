@@ -41,12 +41,15 @@ pub async fn push(State(state): State<AppState>, body: Body) -> Response {
 }
 
 async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> {
-    let value = read_json(body, body_limit(&state.config)).await?;
-    let (msg, mode) = parse_push(&value, &state.config)?;
+    // The live configuration: the stream allow list can change on reload.
+    let config = state.current_config();
+    let value = read_json(body, body_limit(&config)).await?;
+    let (msg, mode) = parse_push(&value, &config)?;
     let outcome = state
         .store
         .schedule(&msg, mode, state.config.api.limits.max_delay)
         .await?;
+    tracing::debug!(id = msg.id.as_str(), stream = %msg.stream, ?outcome, "push");
     Ok(match outcome {
         Scheduled::Scheduled { due_ms } => {
             metrics::counter!(m::SCHEDULED).increment(1);

@@ -25,10 +25,20 @@ use crate::store::Store;
 /// What every handler can reach.
 #[derive(Clone)]
 pub struct AppState {
+    /// The configuration at start. Keys that a reload may change (see
+    /// `crate::reload::RELOADABLE`) are read from `live_config` instead.
     pub config: Arc<Config>,
+    pub live_config: tokio::sync::watch::Receiver<Arc<Config>>,
     pub store: Store,
     pub leadership: Leadership,
     pub metrics: PrometheusHandle,
+}
+
+impl AppState {
+    /// The running configuration, with the latest reload applied.
+    pub fn current_config(&self) -> Arc<Config> {
+        self.live_config.borrow().clone()
+    }
 }
 
 pub fn router(state: AppState) -> Router {
@@ -48,7 +58,30 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
+        .layer(axum::middleware::from_fn(count_requests))
         .with_state(state)
+}
+
+/// Counts every request and times it, by route pattern (not by path, so ids do
+/// not make a label each) and status.
+async fn count_requests(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().as_str().to_owned();
+    let started = std::time::Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!(crate::metrics::HTTP_SECONDS, "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!(crate::metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
+        .increment(1);
+    response
 }
 
 /// Redis answers: the process can do its job (as leader or standby).

@@ -1,45 +1,212 @@
-//! `delayq demo`: the quickstart. Starts a local redis-server and a delayq on
-//! loopback, pushes a delayed message over HTTP, and shows it arrive in its stream.
+//! `delayq demo`: the quickstart. Starts, on loopback, a redis-server, an etcd and
+//! two `delayq run` processes (a primary and a standby), pushes a delayed message
+//! and shows it arrive in its stream, then stops the primary and shows the
+//! standby take over and deliver the next message. Ctrl-C tears it all down.
 
 use std::time::{Duration, Instant};
 
+use anyhow::{Context, bail};
 use clap::Args;
-use serde_json::json;
+use serde_json::{Value, json};
 
-use crate::config::Config;
-use crate::harness::RedisServer;
+use crate::harness::{DelayqProcess, EtcdServer, RedisServer};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
-    /// Delay of the demo message.
+    /// Delay of the demo messages.
     #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
     delay: Duration,
-    /// Exit after the message arrived instead of serving until Ctrl-C.
+    /// Exit after the show instead of serving until Ctrl-C.
     #[arg(long)]
     once: bool,
 }
 
-pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
-    let redis = RedisServer::start()?;
-    println!(
-        "redis-server   {} (pid {})",
-        redis.url(),
-        redis.pid().unwrap_or(0)
-    );
-    let config = Config::from_toml(
-        &format!(
-            "[redis]\nurl = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"\n[log]\nlevel = \"warn\"\n",
-            redis.url()
-        ),
-        std::iter::empty(),
-    )?;
-    let daemon = crate::start(config).await?;
-    let api = format!("http://{}", daemon.api_addr);
-    println!("delayq API     {api}");
+/// Everything the demo started; dropping it stops every process.
+struct Cluster {
+    redis: RedisServer,
+    etcd: EtcdServer,
+    primary: DelayqProcess,
+    standby: DelayqProcess,
+}
 
-    let body = json!({ "stream": "orders", "fields": { "order": "42", "event": "reminder" }, "delay": humantime::format_duration(args.delay).to_string() });
-    println!("\n$ curl -X POST {api}/v1/messages -d '{body}'");
-    let resp: serde_json::Value = reqwest::Client::new()
+pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
+    tokio::select! {
+        r = show(args) => r,
+        _ = tokio::signal::ctrl_c() => {
+            println!("\nCtrl-C: stopping everything.");
+            Ok(())
+        }
+    }
+}
+
+async fn show(args: DemoArgs) -> anyhow::Result<()> {
+    let mut cluster = tokio::task::block_in_place(start)?;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let primary = format!("http://{}", cluster.primary.api);
+    let standby = format!("http://{}", cluster.standby.api);
+    println!("redis-server   {}", cluster.redis.url());
+    println!("etcd           {}", cluster.etcd.endpoint());
+    println!(
+        "primary        {primary}   {}",
+        describe(&http, &primary).await
+    );
+    println!(
+        "standby        {standby}   {}",
+        describe(&http, &standby).await
+    );
+
+    let redis = redis::Client::open(cluster.redis.url())?;
+    // A connection of the demo's own, without a response timeout: XREAD BLOCK.
+    let mut stream = redis
+        .get_multiplexed_async_connection_with_config(
+            &redis::AsyncConnectionConfig::new().set_response_timeout(None),
+        )
+        .await?;
+    let mut last_entry = "0".to_owned();
+
+    println!("\n1. A delayed message, pushed to the primary:");
+    push_and_watch(&http, &primary, &args, &mut stream, &mut last_entry, "42").await?;
+
+    println!("\n2. Stop the primary (SIGTERM: it finishes its batch, resigns, exits):");
+    let stopped = Instant::now();
+    cluster.primary.signal(libc::SIGTERM);
+    let epoch = wait_leader(&http, &standby, Duration::from_secs(30)).await?;
+    println!(
+        "   the standby took over after {} ms (epoch {epoch})",
+        stopped.elapsed().as_millis()
+    );
+    let exit = tokio::task::block_in_place(|| cluster.primary.wait_exit(Duration::from_secs(20)));
+    println!(
+        "   the primary exited: {}",
+        exit.map(|s| s.to_string())
+            .unwrap_or_else(|| "killed after 20s".into())
+    );
+    println!(
+        "   $ curl {standby}/v1/leader\n   {}",
+        leader_json(&http, &standby).await
+    );
+
+    println!("\n3. The next message, pushed to the new leader:");
+    push_and_watch(&http, &standby, &args, &mut stream, &mut last_entry, "43").await?;
+
+    tokio::task::block_in_place(|| cluster.primary.restart())?;
+    // It learns who leads from etcd within a second or so.
+    let mut seen = describe(&http, &primary).await;
+    let asked = Instant::now();
+    while !seen.contains("leader: standby") && asked.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = describe(&http, &primary).await;
+    }
+    println!("\n4. The old primary is back ({primary}) and stands by: {seen}");
+
+    if !args.once {
+        println!(
+            "\nEverything keeps running. Try:\n  delayq push orders hello --delay 5s --url {standby}\n  curl {primary}/v1/leader\nCtrl-C stops everything."
+        );
+        std::future::pending::<()>().await;
+    }
+    Ok(())
+}
+
+fn start() -> anyhow::Result<Cluster> {
+    let bin = std::env::current_exe().context("find the delayq binary")?;
+    let redis =
+        RedisServer::start().context("start redis-server (.ci/install-deps installs it)")?;
+    let etcd = EtcdServer::start().context("start etcd (.ci/install-deps installs it)")?;
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [\"{}\"]\ncluster = \"demo\"\nlease_ttl = \"2s\"\n\n[log]\nlevel = \"warn\"\n",
+        redis.url(),
+        etcd.endpoint()
+    );
+    // The primary starts first and wins; the standby lines up behind it.
+    let primary = DelayqProcess::start(&bin, "primary", &config)?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !leads_blocking(&format!("http://{}/leader", primary.api)) {
+        if Instant::now() > deadline {
+            bail!(
+                "the primary did not win the election; its log:\n{}",
+                primary.log()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let standby = DelayqProcess::start(&bin, "standby", &config)?;
+    Ok(Cluster {
+        redis,
+        etcd,
+        primary,
+        standby,
+    })
+}
+
+/// GET /leader without a runtime (the cluster starts on a blocking thread).
+fn leads_blocking(url: &str) -> bool {
+    use std::io::{Read, Write};
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let Ok(mut s) = std::net::TcpStream::connect(host) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    let mut answer = String::new();
+    s.write_all(request.as_bytes()).is_ok()
+        && s.read_to_string(&mut answer).is_ok()
+        && answer.starts_with("HTTP/1.1 200")
+}
+
+async fn leader_json(http: &reqwest::Client, api: &str) -> Value {
+    match http.get(format!("{api}/v1/leader")).send().await {
+        Ok(resp) => resp.json().await.unwrap_or(Value::Null),
+        Err(_) => Value::Null,
+    }
+}
+
+async fn describe(http: &reqwest::Client, api: &str) -> String {
+    let v = leader_json(http, api).await;
+    match (v["is_leader"].as_bool(), v["epoch"].as_u64()) {
+        (Some(true), Some(epoch)) => format!("leader (epoch {epoch})"),
+        (Some(false), _) => format!(
+            "standby (leader: {})",
+            v["leader"]["node_id"].as_str().unwrap_or("unknown")
+        ),
+        _ => "not answering".into(),
+    }
+}
+
+async fn wait_leader(http: &reqwest::Client, api: &str, timeout: Duration) -> anyhow::Result<u64> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Ok(resp) = http.get(format!("{api}/leader")).send().await
+            && resp.status() == 200
+            && let Ok(v) = resp.json::<Value>().await
+            && let Some(epoch) = v["epoch"].as_u64()
+        {
+            return Ok(epoch);
+        }
+        if Instant::now() > deadline {
+            bail!("{api} did not take over within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn push_and_watch(
+    http: &reqwest::Client,
+    api: &str,
+    args: &DemoArgs,
+    stream: &mut redis::aio::MultiplexedConnection,
+    last_entry: &mut String,
+    order: &str,
+) -> anyhow::Result<()> {
+    let delay = humantime::format_duration(args.delay).to_string();
+    let body = json!({ "stream": "orders", "fields": { "order": order, "event": "reminder" }, "delay": delay });
+    println!("   $ curl -X POST {api}/v1/messages -d '{body}'");
+    let resp: Value = http
         .post(format!("{api}/v1/messages"))
         .json(&body)
         .send()
@@ -47,90 +214,61 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
         .error_for_status()?
         .json()
         .await?;
-    println!("{resp}");
-    let id = resp["id"].as_str().unwrap_or_default().to_owned();
-    let status: serde_json::Value = reqwest::get(format!("{api}/v1/messages/{id}"))
-        .await?
-        .json()
-        .await?;
-    println!("\n$ curl {api}/v1/messages/{id}\n{status}");
-
-    println!("\nwaiting for the message in stream \"orders\" (XREAD BLOCK)...");
+    println!("   {resp}");
+    let due = resp["deliver_at"].as_u64().unwrap_or(0);
+    println!("   waiting for it in stream \"orders\" (XREAD BLOCK)...");
     let sent = Instant::now();
-    let mut conn = daemon.store.separate_connection().await?;
-    // Read the raw reply: it keeps the fields in the order they were written.
+    // Read raw, to show the fields in the order they were written.
     let reply: redis::Value = redis::cmd("XREAD")
+        .arg("COUNT")
+        .arg(1)
         .arg("BLOCK")
-        .arg(args.delay.as_millis() as u64 + 10_000)
+        .arg(args.delay.as_millis() as u64 + 15_000)
         .arg("STREAMS")
         .arg("orders")
-        .arg("0")
-        .query_async(&mut conn)
+        .arg(last_entry.as_str())
+        .query_async(stream)
         .await?;
-    let (entry_id, fields) =
-        first_entry(&reply).ok_or_else(|| anyhow::anyhow!("the message did not arrive"))?;
-    let due = resp["deliver_at"].as_u64().unwrap_or(0);
+    let (entry_id, fields) = first_entry(&reply).context("the message did not arrive")?;
+    let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let entry_ms: u64 = entry_id
         .split('-')
         .next()
-        .unwrap_or("0")
-        .parse()
+        .and_then(|ms| ms.parse().ok())
         .unwrap_or(0);
     println!(
-        "arrived after {:.3}s: orders {} {}  (due {due}, entry time {entry_ms}: {} ms late)",
+        "   arrived after {:.3}s: orders {} {}  ({} ms after its due time, by Redis's clock)",
         sent.elapsed().as_secs_f64(),
         entry_id,
         fields.join(" "),
         entry_ms.saturating_sub(due)
     );
-    let status: serde_json::Value = reqwest::get(format!("{api}/v1/messages/{id}"))
-        .await?
-        .json()
-        .await?;
-    println!("\n$ curl {api}/v1/messages/{id}\n{status}");
-
-    if !args.once {
-        println!(
-            "\ndelayq keeps running at {api}; try `delayq push orders hello --delay 5s --url {api}`. Ctrl-C stops everything."
-        );
-        tokio::signal::ctrl_c().await?;
-    }
-    daemon.stop().await;
-    drop(redis);
+    *last_entry = entry_id;
     Ok(())
 }
 
-/// The first entry of an `XREAD` reply: its id and `name=value` fields in order.
-fn first_entry(reply: &redis::Value) -> Option<(String, Vec<String>)> {
+/// The first entry of an XREAD reply: its id and fields, in order.
+fn first_entry(reply: &redis::Value) -> Option<(String, Vec<(String, String)>)> {
     use redis::Value;
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
+    let text = |v: &Value| redis::from_redis_value_ref::<String>(v).ok();
+    let Value::Array(streams) = reply else {
+        return None;
     };
-    // XREAD answers [[stream, [[id, [field, value, ...]], ...]]] (RESP2) or a map (RESP3).
-    let streams: Vec<&Value> = match reply {
-        Value::Array(items) => items.iter().collect(),
-        Value::Map(pairs) => pairs.iter().map(|(_, v)| v).collect(),
-        _ => return None,
+    let Value::Array(stream) = streams.first()? else {
+        return None;
     };
-    let entries = match streams.first()? {
-        Value::Array(pair) if pair.len() == 2 => &pair[1],
-        other => other,
-    };
-    let Value::Array(entries) = entries else {
+    let Value::Array(entries) = stream.get(1)? else {
         return None;
     };
     let Value::Array(entry) = entries.first()? else {
         return None;
     };
-    let id = text(entry.first()?)?;
     let Value::Array(kv) = entry.get(1)? else {
         return None;
     };
     let fields = kv
         .chunks(2)
-        .filter_map(|p| Some(format!("{}={}", text(&p[0])?, text(p.get(1)?)?)))
+        .filter_map(|p| Some((text(p.first()?)?, text(p.get(1)?)?)))
         .collect();
-    Some((id, fields))
+    Some((text(entry.first()?)?, fields))
 }

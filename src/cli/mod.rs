@@ -5,7 +5,9 @@ mod bench;
 mod client;
 mod dead;
 mod demo;
+mod drill;
 mod fence;
+mod ops;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -46,6 +48,12 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
     Demo(demo::DemoArgs),
+    /// Failover drill: faults against the leader under load, with a report.
+    Drill(Box<drill::DrillArgs>),
+    /// Validate a config file and print the effective configuration (secrets redacted).
+    CheckConfig(ops::CheckConfigArgs),
+    /// Probe a daemon's /healthz; exit 0 if healthy (for container health checks).
+    Health(ops::HealthArgs),
     /// Show or reset the fence epoch in Redis (after an etcd cluster was rebuilt).
     Fence(fence::FenceArgs),
 }
@@ -64,6 +72,12 @@ pub fn main() -> ExitCode {
             init_logging("warn", false);
             report(runtime().block_on(demo::main(args)))
         }
+        Command::Drill(args) => {
+            init_logging("warn", false);
+            drill::main(args)
+        }
+        Command::CheckConfig(args) => ops::check_config(args),
+        Command::Health(args) => runtime().block_on(ops::health(args)),
         Command::Fence(args) => {
             init_logging("warn", false);
             report(runtime().block_on(fence::main(args)))
@@ -90,50 +104,70 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 
 /// Sets up tracing: `RUST_LOG` wins over the configured level.
 pub fn init_logging(level: &str, json: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = init_reloadable_logging(level, json);
+}
+
+/// Sets up tracing and returns how to change its level later (a reload). With
+/// `RUST_LOG` set, the environment keeps winning and a reload leaves it alone.
+pub fn init_reloadable_logging(level: &str, json: bool) -> crate::reload::SetLogLevel {
+    use tracing_subscriber::EnvFilter;
+    let from_env = EnvFilter::try_from_default_env().ok();
+    let pinned = from_env.is_some();
+    let filter = from_env.unwrap_or_else(|| EnvFilter::new(level));
+    // Colours only for a person at a terminal, not in a journal or a log file.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
+    // The handle's type differs per format; both become the same closure.
+    fn setter<L: Send + Sync + 'static, S: 'static>(
+        handle: tracing_subscriber::reload::Handle<L, S>,
+        pinned: bool,
+        make: fn(&str) -> anyhow::Result<L>,
+    ) -> crate::reload::SetLogLevel {
+        Box::new(move |level: &str| {
+            if pinned {
+                tracing::warn!(
+                    level,
+                    "RUST_LOG is set and wins over log.level; log filter unchanged"
+                );
+                return Ok(());
+            }
+            handle.reload(make(level)?)?;
+            Ok(())
+        })
+    }
+    fn make_filter(level: &str) -> anyhow::Result<EnvFilter> {
+        Ok(EnvFilter::try_new(level)?)
+    }
+    if json {
+        let builder = builder.json().with_filter_reloading();
+        let handle = builder.reload_handle();
+        let _ = builder.try_init();
+        setter(handle, pinned, make_filter)
     } else {
-        builder.try_init()
-    };
+        let builder = builder.with_filter_reloading();
+        let handle = builder.reload_handle();
+        let _ = builder.try_init();
+        setter(handle, pinned, make_filter)
+    }
 }
 
 fn run(path: Option<PathBuf>) -> ExitCode {
-    let config = match Config::load(path.as_deref()) {
-        Ok(config) => config,
+    // With a file, keep its effective table: a reload compares against it.
+    let loaded = match &path {
+        Some(path) => Config::load_effective(path)
+            .map(|(config, table)| (config, Some((path.clone(), table)))),
+        None => Config::load(None).map(|config| (config, None)),
+    };
+    let (config, file) = match loaded {
+        Ok(loaded) => loaded,
         Err(e) => {
             eprintln!("delayq: bad configuration: {e}");
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    init_logging(&config.log.level, config.log.json);
-    report(runtime().block_on(async move {
-        let shutdown = shutdown_signal()?;
-        crate::run(config, shutdown).await
-    }))
-}
-
-/// Completes on the first SIGTERM or SIGINT. A second one exits at once.
-fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
-    use futures::StreamExt;
-    use signal_hook::consts::{SIGINT, SIGTERM};
-    let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT])?;
-    Ok(async move {
-        if let Some(sig) = signals.next().await {
-            tracing::info!(
-                signal = sig,
-                "signal received; stopping (send again to exit at once)"
-            );
-        }
-        tokio::spawn(async move {
-            if signals.next().await.is_some() {
-                eprintln!("delayq: second signal; exiting without draining");
-                std::process::exit(130);
-            }
-        });
-    })
+    let set_log_level = init_reloadable_logging(&config.log.level, config.log.json);
+    report(runtime().block_on(crate::service::run(config, file, set_log_level)))
 }

@@ -6,5 +6,6 @@ mod support;
 mod api;
 mod forwarding;
 mod ha;
+mod ops;
 mod store;
 mod sweep;

@@ -1,0 +1,563 @@
+//! `delayq drill`: a failover drill with a report people can trust.
+//!
+//! Against a cluster it starts itself (redis-server, an etcd cluster and N
+//! `delayq run` processes on loopback) or an existing one (node APIs plus
+//! operator commands), it sends a steady load of delayed messages, runs the
+//! chosen scenarios round after round against whichever node leads, reads the
+//! target stream, and reports per scenario: takeover time, messages sent,
+//! delivered, lost and duplicated, and the worst lateness. Exit status 1 when
+//! anything was lost or duplicated or a takeover did not happen.
+
+mod load;
+mod probe;
+mod report;
+mod target;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use tokio_util::sync::CancellationToken;
+
+use load::{Load, Traffic};
+use probe::{settle, wait_single_leader, wait_takeover, watch_leadership};
+use report::{RoundResult, build_report, ms, print_table};
+use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Scenario {
+    /// SIGKILL the leader; a standby takes over when its lease expires.
+    Kill,
+    /// SIGTERM the leader; it resigns on the way out.
+    Term,
+    /// SIGSTOP the leader, SIGCONT it after the takeover (a stale leader wakes).
+    Pause,
+    /// Kill one etcd member (another each round) for --hold, then restart it.
+    Etcd,
+    /// POST /v1/admin/resign on the leader.
+    Switchover,
+}
+
+impl Scenario {
+    const ALL: [Scenario; 5] = [
+        Scenario::Kill,
+        Scenario::Term,
+        Scenario::Pause,
+        Scenario::Etcd,
+        Scenario::Switchover,
+    ];
+
+    fn fault(self) -> Fault {
+        match self {
+            Scenario::Kill => Fault::Kill,
+            Scenario::Term => Fault::Term,
+            Scenario::Pause => Fault::Pause,
+            Scenario::Etcd => Fault::EtcdLoss,
+            Scenario::Switchover => Fault::Switchover,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Scenario::Kill => "kill",
+            Scenario::Term => "term",
+            Scenario::Pause => "pause",
+            Scenario::Etcd => "etcd",
+            Scenario::Switchover => "switchover",
+        }
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct DrillArgs {
+    /// Scenarios, comma-separated. Default: every one the target can run.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    scenarios: Vec<Scenario>,
+    /// Rounds per scenario.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Messages pushed per second, all through the run.
+    #[arg(long, default_value_t = 100)]
+    rate: u32,
+    /// How far ahead each message is due.
+    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
+    delay: Duration,
+    /// Load before the first scenario (the "steady" row: lateness without faults;
+    /// it counts the messages due within it, so make it longer than --delay).
+    #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
+    steady: Duration,
+    /// Steady load after each round, before the next one: each round's effects
+    /// land in its own scenario, and switchovers do not follow each other faster
+    /// than the election's resign pause.
+    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
+    gap: Duration,
+    /// How long an etcd member stays down in the etcd scenario.
+    #[arg(long, default_value = "4s", value_parser = crate::message::parse_duration)]
+    hold: Duration,
+    /// Give up on a takeover (or on the cluster settling) after this long.
+    /// Default: 5 × lease TTL + 5s for a local cluster, 30s otherwise.
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    takeover_timeout: Option<Duration>,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+
+    /// Local cluster: delayq processes to start.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Local cluster: etcd.lease_ttl of the nodes (whole seconds, at least 2s).
+    #[arg(long, default_value = "2s", value_parser = crate::message::parse_duration)]
+    lease_ttl: Duration,
+    /// Local cluster: redis.shards of the nodes.
+    #[arg(long, default_value_t = 4)]
+    shards: u16,
+
+    /// Existing cluster: a node as NAME=API_URL (repeat for each); NAME is what
+    /// {node} stands for in the commands. Without --node the drill starts its own.
+    #[arg(long = "node", value_name = "NAME=URL")]
+    node: Vec<String>,
+    /// Existing cluster: the Redis the nodes use (the drill reads the target stream).
+    #[arg(long)]
+    redis_url: Option<String>,
+    /// Existing cluster: SIGKILL a node, e.g. "docker kill {node}" or
+    /// "systemctl kill -s SIGKILL delayq@{node}".
+    #[arg(long)]
+    kill_cmd: Option<String>,
+    /// Existing cluster: stop a node gracefully, e.g. "docker stop -t 20 {node}".
+    #[arg(long)]
+    term_cmd: Option<String>,
+    /// Existing cluster: start a node again, e.g. "docker start {node}".
+    #[arg(long)]
+    start_cmd: Option<String>,
+    /// Existing cluster: freeze a node, e.g. "docker pause {node}".
+    #[arg(long)]
+    pause_cmd: Option<String>,
+    /// Existing cluster: unfreeze a node, e.g. "docker unpause {node}".
+    #[arg(long)]
+    resume_cmd: Option<String>,
+    /// Existing cluster: an etcd member's name, for {member} (repeat for each).
+    #[arg(long = "etcd-member", value_name = "NAME")]
+    etcd_member: Vec<String>,
+    /// Existing cluster: kill an etcd member, e.g. "docker kill {member}".
+    #[arg(long)]
+    etcd_kill_cmd: Option<String>,
+    /// Existing cluster: start an etcd member again, e.g. "docker start {member}".
+    #[arg(long)]
+    etcd_start_cmd: Option<String>,
+    /// Target stream (must be allowed by streams.allow). Default: drill-<run id>.
+    #[arg(long)]
+    stream: Option<String>,
+    /// The field carrying the message id in forwarded entries (forwarder.id_field).
+    #[arg(long, default_value = "delayq-id")]
+    id_field: String,
+}
+
+/// Exit status: 0 all good, 1 something was lost or duplicated or a round
+/// failed, 2 the drill could not run.
+pub fn main(args: Box<DrillArgs>) -> ExitCode {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("build the tokio runtime");
+    let result = runtime.block_on(async {
+        tokio::select! {
+            r = run(*args) => r,
+            _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted; tearing down")),
+        }
+    });
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("drill: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn parse_nodes(specs: &[String]) -> anyhow::Result<Vec<Node>> {
+    specs
+        .iter()
+        .map(|s| {
+            let (name, url) = s
+                .split_once('=')
+                .with_context(|| format!("--node {s:?}: expected NAME=URL"))?;
+            if name.is_empty() || !url.starts_with("http") {
+                bail!("--node {s:?}: expected NAME=http://host:port");
+            }
+            Ok(Node {
+                name: name.to_owned(),
+                url: url.trim_end_matches('/').to_owned(),
+            })
+        })
+        .collect()
+}
+
+/// The drill's voice: progress bar lines on a terminal, stderr otherwise,
+/// nothing with --json.
+struct Say {
+    bar: ProgressBar,
+    quiet: bool,
+}
+
+impl Say {
+    fn line(&self, text: impl AsRef<str>) {
+        if self.quiet {
+            return;
+        }
+        if self.bar.is_hidden() {
+            eprintln!("{}", text.as_ref());
+        } else {
+            self.bar.println(text.as_ref());
+        }
+    }
+}
+
+async fn run(args: DrillArgs) -> anyhow::Result<bool> {
+    if args.rate == 0 || args.rounds == 0 {
+        bail!("--rate and --rounds must be at least 1");
+    }
+    let run_id = ulid::Ulid::new().to_string()[20..].to_ascii_lowercase();
+    let stream = args
+        .stream
+        .clone()
+        .unwrap_or_else(|| format!("drill-{run_id}"));
+
+    let mut target = if args.node.is_empty() {
+        if args.nodes < 2 {
+            bail!("--nodes: a drill needs at least 2 nodes");
+        }
+        if args.lease_ttl < Duration::from_secs(2) || args.lease_ttl.subsec_nanos() != 0 {
+            bail!("--lease-ttl: whole seconds, at least 2s (etcd's minimum)");
+        }
+        let wants_etcd_loss = args.scenarios.is_empty() || args.scenarios.contains(&Scenario::Etcd);
+        let bin = std::env::current_exe().context("find the delayq binary")?;
+        let spec = LocalSpec {
+            bin: &bin,
+            nodes: args.nodes,
+            // Losing one member of three is the realistic fault; one is enough otherwise.
+            etcd_members: if wants_etcd_loss { 3 } else { 1 },
+            lease_ttl: args.lease_ttl,
+            shards: args.shards,
+        };
+        tokio::task::block_in_place(|| Target::start_local(&spec))?
+    } else {
+        Target::Remote(Box::new(Remote {
+            nodes: parse_nodes(&args.node)?,
+            redis_url: args
+                .redis_url
+                .clone()
+                .context("--redis-url: required with --node (the drill reads the stream)")?,
+            etcd_members: args.etcd_member.clone(),
+            commands: Commands {
+                kill: args.kill_cmd.clone(),
+                term: args.term_cmd.clone(),
+                start: args.start_cmd.clone(),
+                pause: args.pause_cmd.clone(),
+                resume: args.resume_cmd.clone(),
+                etcd_kill: args.etcd_kill_cmd.clone(),
+                etcd_start: args.etcd_start_cmd.clone(),
+            },
+        }))
+    };
+    let scenarios: Vec<Scenario> = if args.scenarios.is_empty() {
+        Scenario::ALL
+            .into_iter()
+            .filter(|s| target.missing_for(s.fault()).is_none())
+            .collect()
+    } else {
+        for s in &args.scenarios {
+            if let Some(missing) = target.missing_for(s.fault()) {
+                bail!("scenario {}: needs {missing}", s.name());
+            }
+        }
+        args.scenarios.clone()
+    };
+    if scenarios.is_empty() {
+        bail!("no scenario can run against this cluster: give operator commands (see --help)");
+    }
+    let takeover_timeout = args.takeover_timeout.unwrap_or(if target.is_local() {
+        args.lease_ttl * 5 + Duration::from_secs(5)
+    } else {
+        Duration::from_secs(30)
+    });
+    let nodes = target.nodes();
+
+    let total_rounds = scenarios.len() as u64 * u64::from(args.rounds);
+    let bar = if args.json {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(total_rounds)
+    };
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {elapsed:>4} {bar:16} {pos}/{len} {msg} ({prefix})",
+        )
+        .expect("a valid template"),
+    );
+    let say = Say {
+        bar: bar.clone(),
+        quiet: args.json,
+    };
+    say.line(format!(
+        "drill {run_id}: {} nodes ({}), stream {stream:?}, {} msg/s due {} after sending, scenarios {}, {} rounds each",
+        nodes.len(),
+        if target.is_local() { "started locally" } else { "existing cluster" },
+        args.rate,
+        humantime::format_duration(args.delay),
+        scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
+        args.rounds,
+    ));
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(500))
+        .build()?;
+    let first = wait_single_leader(&http, &nodes, takeover_timeout)
+        .await
+        .context("waiting for the cluster to elect a leader")?;
+    say.line(format!(
+        "leader: {} (epoch {})",
+        nodes[first.0].name, first.1
+    ));
+
+    let traffic = Traffic::new(nodes.len());
+    let stop_consumer = CancellationToken::new();
+    let consumer = tokio::spawn(load::consume(
+        target.redis_url(),
+        stream.clone(),
+        args.id_field.clone(),
+        traffic.clone(),
+        stop_consumer.clone(),
+    ));
+    let stop_producer = CancellationToken::new();
+    let producer = tokio::spawn(load::produce(
+        Load {
+            nodes: nodes.clone(),
+            stream: stream.clone(),
+            rate: args.rate,
+            delay: args.delay,
+            run_id: format!("drill-{run_id}"),
+        },
+        traffic.clone(),
+        stop_producer.clone(),
+    ));
+    let ticker = {
+        let (bar, traffic) = (bar.clone(), traffic.clone());
+        let stop = stop_consumer.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let (sent, delivered) = {
+                    let l = traffic.ledger();
+                    (l.sent_count(), l.delivered_count())
+                };
+                bar.set_prefix(format!("sent {sent} delivered {delivered}"));
+                bar.tick();
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+
+    bar.set_message("steady load");
+    tokio::time::sleep(args.steady).await;
+
+    let mut results: Vec<Vec<RoundResult>> = Vec::new();
+    for scenario in &scenarios {
+        traffic.next_phase();
+        let mut rounds = Vec::new();
+        for r in 0..args.rounds {
+            bar.set_message(format!(
+                "{} round {}/{}",
+                scenario.name(),
+                r + 1,
+                args.rounds
+            ));
+            let result = run_round(
+                &mut target,
+                &http,
+                &traffic,
+                *scenario,
+                r as usize,
+                takeover_timeout,
+                args.hold,
+            )
+            .await;
+            let result = match result {
+                Ok(result) => result,
+                Err(e) => RoundResult {
+                    takeover: None,
+                    leader_changed: false,
+                    problem: Some(format!("{e:#}")),
+                },
+            };
+            say.line(format!(
+                "{} round {}: {}{}",
+                scenario.name(),
+                r + 1,
+                match result.takeover {
+                    Some(t) => format!("takeover {}", ms(t)),
+                    None => "no takeover".into(),
+                },
+                result
+                    .problem
+                    .as_ref()
+                    .map(|p| format!(" — {p}"))
+                    .unwrap_or_default()
+            ));
+            let failed = result.problem.is_some();
+            rounds.push(result);
+            bar.inc(1);
+            tokio::time::sleep(args.gap).await;
+            if failed {
+                // The cluster is in an unknown state: settle it before going on.
+                if let Err(e) = settle(&http, &nodes, &traffic, takeover_timeout).await {
+                    say.line(format!("cluster did not settle: {e:#}; stopping the drill"));
+                    break;
+                }
+            }
+        }
+        results.push(rounds);
+    }
+
+    bar.set_message("waiting for the last messages");
+    stop_producer.cancel();
+    let _ = producer.await;
+    let give_up_after = args.delay + takeover_timeout + Duration::from_secs(2);
+    let waited = Instant::now();
+    while traffic.ledger().outstanding() > 0 && waited.elapsed() < give_up_after {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A late duplicate would come from a stale leader; give one more moment.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop_consumer.cancel();
+    consumer.await.context("the stream reader")??;
+    let _ = ticker.await;
+    bar.finish_and_clear();
+
+    let counts = traffic.count(args.delay);
+    let report = build_report(&args, &target, &stream, &scenarios, &results, &counts);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_table(&report);
+    }
+    let ok = report["ok"].as_bool().unwrap_or(false);
+    if !ok && target.is_local() {
+        for (i, node) in nodes.iter().enumerate() {
+            if let Some(log) = target.node_log(i) {
+                eprintln!("\n--- last lines of {}'s log ---\n{log}", node.name);
+            }
+        }
+    }
+    drop(target);
+    Ok(ok)
+}
+
+/// Runs one round: waits for one leader, injects the fault, measures the
+/// takeover, undoes the fault and waits for the cluster to settle.
+async fn run_round(
+    target: &mut Target,
+    http: &reqwest::Client,
+    traffic: &Arc<Traffic>,
+    scenario: Scenario,
+    round: usize,
+    timeout: Duration,
+    hold: Duration,
+) -> anyhow::Result<RoundResult> {
+    let nodes = target.nodes();
+    let (leader, epoch) = wait_single_leader(http, &nodes, timeout).await?;
+    let fault = scenario.fault();
+    let (victim, measured) = match scenario {
+        Scenario::Etcd => {
+            let members = target.etcd_members();
+            let member = round % members.len();
+            let started = Instant::now();
+            let (injected, watched) = tokio::join!(
+                target.inject(fault, member),
+                watch_leadership(http, &nodes, epoch, hold)
+            );
+            injected?;
+            let (gap, changed) = watched;
+            let left = hold.saturating_sub(started.elapsed());
+            tokio::time::sleep(left).await;
+            (member, (Some(gap), changed))
+        }
+        Scenario::Switchover => {
+            let url = format!("{}/v1/admin/resign", nodes[leader].url);
+            let started = Instant::now();
+            let resign = async {
+                let resp = http
+                    .post(&url)
+                    .timeout(Duration::from_secs(10))
+                    .send()
+                    .await?;
+                let status = resp.status();
+                if !status.is_success() {
+                    bail!("{url}: {status} {}", resp.text().await.unwrap_or_default());
+                }
+                Ok(())
+            };
+            let (resigned, took) =
+                tokio::join!(resign, wait_takeover(http, &nodes, leader, epoch, timeout));
+            resigned?;
+            (
+                leader,
+                (took.map(|t| t.duration_since(started)), took.is_some()),
+            )
+        }
+        _ => {
+            traffic.set_up(leader, false);
+            let started = Instant::now();
+            let (injected, took) = tokio::join!(
+                target.inject(fault, leader),
+                wait_takeover(http, &nodes, leader, epoch, timeout)
+            );
+            injected?;
+            let takeover = took.map(|t| t.duration_since(started));
+            (leader, (takeover, takeover.is_some()))
+        }
+    };
+    let (takeover, leader_changed) = measured;
+    target.restore(fault, victim, timeout).await?;
+    if matches!(fault, Fault::Kill | Fault::Term | Fault::Pause) {
+        traffic.set_up(victim, true);
+    }
+    settle(http, &nodes, traffic, timeout).await?;
+    let problem = takeover
+        .is_none()
+        .then(|| format!("no new leader within {}", ms(timeout)));
+    Ok(RoundResult {
+        takeover,
+        leader_changed,
+        problem,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_node(spec: &str, expected: Result<(&str, &str), &str>) {
+        match (parse_nodes(&[spec.to_owned()]), expected) {
+            (Ok(nodes), Ok((name, url))) => {
+                assert_eq!((nodes[0].name.as_str(), nodes[0].url.as_str()), (name, url))
+            }
+            (Err(e), Err(part)) => assert!(e.to_string().contains(part), "{e}"),
+            (got, want) => panic!("{spec}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn node_specs() {
+        check_node(
+            "delayq-1=http://127.0.0.1:7071/",
+            Ok(("delayq-1", "http://127.0.0.1:7071")),
+        );
+        check_node("delayq-1", Err("expected NAME=URL"));
+        check_node("=http://x", Err("expected NAME=http"));
+        check_node("a=127.0.0.1:7071", Err("expected NAME=http"));
+    }
+}

@@ -1,0 +1,374 @@
+//! The drill's traffic and its bookkeeping: a producer pushing delayed messages at
+//! a steady rate through any node that answers, a consumer reading the target
+//! stream on a connection of its own, and a ledger that says, per phase, what was
+//! sent, delivered, lost, duplicated and how late.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redis::streams::{StreamReadOptions, StreamReadReply};
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+use super::target::Node;
+
+/// What the drill knows about its messages. Phase 0 is the steady run before the
+/// first scenario; phase `k` is the `k`-th scenario. A message belongs to the
+/// phase during which it fell due (it was sent `delay` before), so that a
+/// scenario is charged with the lateness its faults caused.
+#[derive(Default)]
+pub struct Ledger {
+    /// Accepted by a node: id → (when it was sent, due time in Redis ms).
+    sent: HashMap<String, (Instant, u64)>,
+    /// Every attempt failed (timeouts, refusals); the message may or may not exist.
+    unconfirmed: HashMap<String, Instant>,
+    /// id → stream entry times (Redis ms), one per delivery.
+    delivered: HashMap<String, Vec<u64>>,
+}
+
+/// One phase's numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PhaseCount {
+    pub sent: u64,
+    pub delivered: u64,
+    pub lost: u64,
+    /// Extra deliveries beyond the first.
+    pub duplicated: u64,
+    pub max_lateness_ms: u64,
+    /// Pushes no node confirmed; counted as sent only if they were delivered.
+    pub unconfirmed: u64,
+}
+
+impl Ledger {
+    pub fn sent(&mut self, id: String, sent_at: Instant, due_ms: u64) {
+        self.unconfirmed.remove(&id);
+        self.sent.insert(id, (sent_at, due_ms));
+    }
+
+    pub fn unconfirmed(&mut self, id: String, sent_at: Instant) {
+        if !self.sent.contains_key(&id) {
+            self.unconfirmed.insert(id, sent_at);
+        }
+    }
+
+    pub fn delivered(&mut self, id: String, entry_ms: u64) {
+        self.delivered.entry(id).or_default().push(entry_ms);
+    }
+
+    pub fn sent_count(&self) -> usize {
+        self.sent.len()
+    }
+
+    pub fn delivered_count(&self) -> usize {
+        self.delivered.len()
+    }
+
+    /// Sent messages not delivered yet.
+    pub fn outstanding(&self) -> usize {
+        self.sent
+            .keys()
+            .filter(|id| !self.delivered.contains_key(*id))
+            .count()
+    }
+
+    /// Counts per phase; phase `k` began at `starts[k]`. Deliveries of ids never
+    /// pushed by this drill are ignored (the stream is the drill's own).
+    pub fn count(&self, starts: &[Instant], delay: Duration) -> Vec<PhaseCount> {
+        let mut out = vec![PhaseCount::default(); starts.len()];
+        let phase_of = |sent_at: Instant| {
+            let due = sent_at + delay;
+            starts.iter().filter(|s| **s <= due).count().max(1) - 1
+        };
+        for (id, &(sent_at, due)) in &self.sent {
+            let c = &mut out[phase_of(sent_at)];
+            c.sent += 1;
+            match self.delivered.get(id) {
+                Some(times) => {
+                    c.delivered += 1;
+                    c.duplicated += times.len() as u64 - 1;
+                    let late = times[0].saturating_sub(due);
+                    c.max_lateness_ms = c.max_lateness_ms.max(late);
+                }
+                None => c.lost += 1,
+            }
+        }
+        for (id, &sent_at) in &self.unconfirmed {
+            let c = &mut out[phase_of(sent_at)];
+            c.unconfirmed += 1;
+            // It did get in: it counts, but without a due time, no lateness.
+            if let Some(times) = self.delivered.get(id) {
+                c.sent += 1;
+                c.delivered += 1;
+                c.duplicated += times.len() as u64 - 1;
+            }
+        }
+        out
+    }
+}
+
+/// Shared between the drill and its traffic tasks.
+pub struct Traffic {
+    pub ledger: Mutex<Ledger>,
+    /// When each phase began.
+    pub phase_starts: Mutex<Vec<Instant>>,
+    /// Which nodes to send to now (a node down or paused is skipped).
+    pub up: Vec<AtomicBool>,
+}
+
+impl Traffic {
+    pub fn new(nodes: usize) -> Arc<Traffic> {
+        Arc::new(Traffic {
+            ledger: Mutex::new(Ledger::default()),
+            phase_starts: Mutex::new(vec![Instant::now()]),
+            up: (0..nodes).map(|_| AtomicBool::new(true)).collect(),
+        })
+    }
+
+    pub fn set_up(&self, node: usize, up: bool) {
+        self.up[node].store(up, Ordering::Relaxed);
+    }
+
+    pub fn ledger(&self) -> std::sync::MutexGuard<'_, Ledger> {
+        self.ledger.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the next phase now.
+    pub fn next_phase(&self) {
+        self.phase_starts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(Instant::now());
+    }
+
+    pub fn count(&self, delay: Duration) -> Vec<PhaseCount> {
+        let starts = self
+            .phase_starts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        self.ledger().count(&starts, delay)
+    }
+}
+
+/// Where and what the producer sends.
+pub struct Load {
+    pub nodes: Vec<Node>,
+    pub stream: String,
+    pub rate: u32,
+    pub delay: Duration,
+    pub run_id: String,
+}
+
+/// Pushes `rate` messages per second until `cancel`, each due `delay` after it
+/// is sent. Each push goes to the next node that is up and is retried on the
+/// following ones with the same id (a retry of a push that did get in is
+/// answered as a duplicate), for up to 5 s.
+pub async fn produce(load: Load, traffic: Arc<Traffic>, cancel: CancellationToken) {
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_millis(800))
+        .build()
+        .expect("build the HTTP client");
+    let load = Arc::new(load);
+    // Bounds pushes in flight when nodes hang (SIGSTOP): the rate is kept by
+    // the ticker, not by waiting for answers.
+    let in_flight = Arc::new(Semaphore::new(256));
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / load.rate.max(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut n: u64 = 0;
+    let mut tasks = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tick.tick() => {}
+        }
+        let Ok(permit) = in_flight.clone().acquire_owned().await else {
+            break;
+        };
+        n += 1;
+        let id = format!("{}-{n}", load.run_id);
+        let sent_at = Instant::now();
+        let (http, load, traffic) = (http.clone(), load.clone(), traffic.clone());
+        tasks.spawn(async move {
+            let _permit = permit;
+            match push_one(&http, &load, &traffic, &id, n as usize).await {
+                Some(due) => traffic.ledger().sent(id, sent_at, due),
+                None => traffic.ledger().unconfirmed(id, sent_at),
+            }
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    tasks.join_all().await;
+}
+
+async fn push_one(
+    http: &reqwest::Client,
+    load: &Load,
+    traffic: &Traffic,
+    id: &str,
+    start: usize,
+) -> Option<u64> {
+    let body = serde_json::json!({
+        "id": id,
+        "stream": load.stream,
+        "payload": id,
+        "delay_ms": load.delay.as_millis() as u64,
+    });
+    let give_up = tokio::time::Instant::now() + Duration::from_secs(5);
+    let nodes = load.nodes.len();
+    let mut attempt = 0;
+    while tokio::time::Instant::now() < give_up {
+        let i = (start + attempt) % nodes;
+        attempt += 1;
+        if !traffic.up[i].load(Ordering::Relaxed) && attempt < nodes * 4 {
+            continue;
+        }
+        let sent = http
+            .post(format!("{}/v1/messages", load.nodes[i].url))
+            .json(&body)
+            .send()
+            .await;
+        if let Ok(resp) = sent
+            && (resp.status().as_u16() == 201 || resp.status().as_u16() == 200)
+            && let Ok(answer) = resp.json::<serde_json::Value>().await
+            && let Some(due) = answer["deliver_at"].as_u64()
+        {
+            return Some(due);
+        }
+        if attempt % nodes == 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    None
+}
+
+/// Reads the stream from the start until `cancel`, on a connection of its own
+/// (a blocking read on a shared connection would stall everything behind it).
+pub async fn consume(
+    redis_url: String,
+    stream: String,
+    id_field: String,
+    traffic: Arc<Traffic>,
+    cancel: CancellationToken,
+) -> anyhow::Result<()> {
+    let client = redis::Client::open(redis_url.as_str())?;
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
+    let mut last = "0".to_owned();
+    let options = StreamReadOptions::default().block(250).count(1000);
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+    while !cancel.is_cancelled() {
+        let reply: redis::RedisResult<Option<StreamReadReply>> =
+            redis::AsyncCommands::xread_options(
+                &mut conn,
+                &[stream.as_str()],
+                &[last.as_str()],
+                &options,
+            )
+            .await;
+        let reply = match reply {
+            Ok(reply) => {
+                backoff.reset();
+                reply
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "drill: reading the stream failed; retrying");
+                tokio::time::sleep(backoff.next_delay()).await;
+                continue;
+            }
+        };
+        let Some(reply) = reply else { continue };
+        let mut ledger = traffic.ledger();
+        for key in reply.keys {
+            for entry in key.ids {
+                let entry_ms = entry
+                    .id
+                    .split('-')
+                    .next()
+                    .and_then(|ms| ms.parse().ok())
+                    .unwrap_or(0);
+                if let Some(value) = entry.map.get(&id_field)
+                    && let Ok(id) = redis::from_redis_value_ref::<String>(value)
+                {
+                    ledger.delivered(id, entry_ms);
+                }
+                last = entry.id;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_phase_by_due_time() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // Phases begin at 0, 1000 and 2000 ms; messages are due 500 ms after sending.
+        let starts = [at(0), at(1000), at(2000)];
+        let delay = Duration::from_millis(500);
+        let mut l = Ledger::default();
+        l.sent("a".into(), at(0), 10_000);
+        l.sent("b".into(), at(600), 10_000); // due at 1100: phase 1
+        l.sent("c".into(), at(1200), 20_000);
+        l.sent("d".into(), at(1600), 30_000); // due at 2100: phase 2
+        l.unconfirmed("e".into(), at(1800));
+        l.unconfirmed("f".into(), at(1900));
+        l.delivered("a".into(), 10_005);
+        l.delivered("b".into(), 12_500);
+        l.delivered("b".into(), 12_600);
+        l.delivered("c".into(), 20_001);
+        l.delivered("e".into(), 3000);
+        l.delivered("stranger".into(), 1);
+        let counts = l.count(&starts, delay);
+        assert_eq!(
+            counts[0],
+            PhaseCount {
+                sent: 1,
+                delivered: 1,
+                max_lateness_ms: 5,
+                ..PhaseCount::default()
+            }
+        );
+        assert_eq!(
+            counts[1],
+            PhaseCount {
+                sent: 2,
+                delivered: 2,
+                duplicated: 1,
+                max_lateness_ms: 2500,
+                ..PhaseCount::default()
+            }
+        );
+        assert_eq!(
+            counts[2],
+            PhaseCount {
+                sent: 2,
+                delivered: 1,
+                lost: 1,
+                unconfirmed: 2,
+                ..PhaseCount::default()
+            }
+        );
+        assert_eq!(l.outstanding(), 1);
+    }
+
+    #[test]
+    fn a_confirmation_after_a_failed_attempt_wins() {
+        let t0 = Instant::now();
+        let mut l = Ledger::default();
+        l.unconfirmed("a".into(), t0);
+        l.sent("a".into(), t0, 10);
+        l.unconfirmed("a".into(), t0);
+        let counts = l.count(&[t0], Duration::ZERO);
+        assert_eq!(counts[0].unconfirmed, 0);
+        assert_eq!(counts[0].lost, 1);
+    }
+}

@@ -1,0 +1,143 @@
+//! What the drill asks the nodes: who leads (`/leader`), whether they are
+//! healthy, and how long until a takeover.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use serde_json::Value;
+
+use super::load::Traffic;
+use super::report::ms;
+use super::target::Node;
+
+/// Epoch of `node` if it answers `/leader` with 200 (it leads).
+pub(super) async fn leads(http: &reqwest::Client, node: &Node) -> Option<u64> {
+    let resp = http
+        .get(format!("{}/leader", node.url))
+        .timeout(Duration::from_millis(300))
+        .send()
+        .await
+        .ok()?;
+    if resp.status() != 200 {
+        return None;
+    }
+    resp.json::<Value>().await.ok()?["epoch"].as_u64()
+}
+
+pub(super) async fn leaders(http: &reqwest::Client, nodes: &[Node]) -> Vec<(usize, u64)> {
+    let answers = futures::future::join_all(nodes.iter().map(|n| leads(http, n))).await;
+    answers
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, e)| e.map(|e| (i, e)))
+        .collect()
+}
+
+pub(super) async fn wait_single_leader(
+    http: &reqwest::Client,
+    nodes: &[Node],
+    timeout: Duration,
+) -> anyhow::Result<(usize, u64)> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let seen = leaders(http, nodes).await;
+        if let [(i, epoch)] = seen[..] {
+            return Ok((i, epoch));
+        }
+        if Instant::now() > give_up {
+            bail!("no single leader within {}: {seen:?}", ms(timeout));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The instant a node other than `old` leads under an epoch above `epoch`.
+pub(super) async fn wait_takeover(
+    http: &reqwest::Client,
+    nodes: &[Node],
+    old: usize,
+    epoch: u64,
+    timeout: Duration,
+) -> Option<Instant> {
+    let give_up = Instant::now() + timeout;
+    let others: Vec<Node> = nodes
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != old)
+        .map(|(_, n)| n.clone())
+        .collect();
+    while Instant::now() < give_up {
+        let seen = leaders(http, &others).await;
+        if seen.iter().any(|(_, e)| *e > epoch) {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Watches leadership for `period`: the longest stretch without any leader, and
+/// whether the epoch changed.
+pub(super) async fn watch_leadership(
+    http: &reqwest::Client,
+    nodes: &[Node],
+    epoch: u64,
+    period: Duration,
+) -> (Duration, bool) {
+    let started = Instant::now();
+    let mut longest = Duration::ZERO;
+    let mut leaderless_since: Option<Instant> = None;
+    let mut changed = false;
+    while started.elapsed() < period {
+        let seen = leaders(http, nodes).await;
+        let now = Instant::now();
+        if seen.is_empty() {
+            leaderless_since.get_or_insert(now);
+        } else {
+            if let Some(since) = leaderless_since.take() {
+                longest = longest.max(now - since);
+            }
+            changed |= seen.iter().any(|(_, e)| *e != epoch);
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if let Some(since) = leaderless_since {
+        longest = longest.max(Instant::now() - since);
+    }
+    (longest, changed)
+}
+
+/// Waits until every node answers `/healthz` and exactly one leads.
+pub(super) async fn settle(
+    http: &reqwest::Client,
+    nodes: &[Node],
+    traffic: &Traffic,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let healthy = futures::future::join_all(nodes.iter().map(|n| async move {
+            http.get(format!("{}/healthz", n.url))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success())
+        }))
+        .await;
+        for (i, ok) in healthy.iter().enumerate() {
+            if *ok {
+                traffic.set_up(i, true);
+            }
+        }
+        let seen = leaders(http, nodes).await;
+        if healthy.iter().all(|h| *h) && seen.len() == 1 {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            bail!(
+                "after {}: healthy {healthy:?}, leaders {seen:?}",
+                ms(timeout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,258 @@
+//! Reloading the configuration while running (SIGHUP): which keys may change
+//! without a restart, what changed, and the live configuration that readers of
+//! those keys follow.
+//!
+//! The daemon keeps its start-time [`Config`] for everything else; a reload builds
+//! a new `Config` that is the running one with only the [`RELOADABLE`] keys taken
+//! from the file, and publishes it on a watch channel. Keys that changed in the
+//! file but cannot change at run time are reported, and keep their running value.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::config::{Config, ConfigError};
+
+/// Dotted keys, or sections ending in `.`, that take effect without a restart.
+/// `log.level`: the filter of the tracing subscriber. `streams.`: the allow list
+/// (read by the API on every push) and the MAXLEN settings (read by the forward
+/// loops before every batch).
+pub const RELOADABLE: &[&str] = &["log.level", "streams."];
+
+pub fn is_reloadable(key: &str) -> bool {
+    RELOADABLE.iter().any(|r| match r.strip_suffix('.') {
+        Some(section) => key
+            .strip_prefix(section)
+            .is_some_and(|k| k.starts_with('.')),
+        None => key == *r,
+    })
+}
+
+/// One key whose value differs between the running configuration and the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    pub key: String,
+    /// None: the key was absent (a per-stream entry added or removed).
+    pub old: Option<String>,
+    pub new: Option<String>,
+}
+
+impl std::fmt::Display for Change {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let show = |v: &Option<String>| v.clone().unwrap_or_else(|| "(unset)".into());
+        write!(
+            f,
+            "{}: {} -> {}",
+            self.key,
+            show(&self.old),
+            show(&self.new)
+        )
+    }
+}
+
+/// Flattens a configuration table to `section.key[.subkey]` → value text. Arrays
+/// stay one value: a changed allow list is one change.
+pub fn flatten(table: &toml::Table) -> BTreeMap<String, String> {
+    fn walk(prefix: &str, table: &toml::Table, out: &mut BTreeMap<String, String>) {
+        for (key, value) in table {
+            let dotted = if prefix.is_empty() {
+                key.clone()
+            } else {
+                format!("{prefix}.{key}")
+            };
+            match value {
+                toml::Value::Table(t) => walk(&dotted, t, out),
+                toml::Value::String(s) => {
+                    out.insert(dotted, format!("{s:?}"));
+                }
+                other => {
+                    out.insert(dotted, other.to_string());
+                }
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk("", table, &mut out);
+    out
+}
+
+/// Every key whose value differs, in key order.
+pub fn diff(old: &BTreeMap<String, String>, new: &BTreeMap<String, String>) -> Vec<Change> {
+    let keys: std::collections::BTreeSet<&String> = old.keys().chain(new.keys()).collect();
+    keys.into_iter()
+        .filter(|k| old.get(*k) != new.get(*k))
+        .map(|k| Change {
+            key: k.clone(),
+            old: old.get(k).cloned(),
+            new: new.get(k).cloned(),
+        })
+        .collect()
+}
+
+/// The running configuration with the reloadable parts of `file` taken over.
+/// Must cover exactly the keys [`RELOADABLE`] names.
+pub fn merge(running: &Config, file: &Config) -> Config {
+    let mut merged = running.clone();
+    merged.log.level = file.log.level.clone();
+    merged.streams = file.streams.clone();
+    merged
+}
+
+/// What one reload did.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub applied: Vec<Change>,
+    /// Changed in the file; the running value stays until a restart.
+    pub needs_restart: Vec<Change>,
+}
+
+/// Changes the log filter; an error means the level was not applied.
+pub type SetLogLevel = Box<dyn Fn(&str) -> anyhow::Result<()> + Send + Sync>;
+
+/// Rereads the config file on request and publishes its reloadable parts.
+pub struct Reloader {
+    path: PathBuf,
+    running: BTreeMap<String, String>,
+    live: watch::Sender<Arc<Config>>,
+    set_log_level: SetLogLevel,
+}
+
+impl Reloader {
+    /// `effective` is the running configuration's table, as
+    /// [`Config::effective`] rendered it at start.
+    pub fn new(
+        path: PathBuf,
+        effective: &toml::Table,
+        live: watch::Sender<Arc<Config>>,
+        set_log_level: SetLogLevel,
+    ) -> Reloader {
+        Reloader {
+            path,
+            running: flatten(effective),
+            live,
+            set_log_level,
+        }
+    }
+
+    /// Reads the file again (with this process's environment). A bad file changes
+    /// nothing and returns the error, naming the key.
+    pub fn reload(&mut self) -> Result<Outcome, ConfigError> {
+        let (file, table) = Config::load_effective(&self.path)?;
+        let changes = diff(&self.running, &flatten(&table));
+        let (applied, needs_restart): (Vec<Change>, Vec<Change>) =
+            changes.into_iter().partition(|c| is_reloadable(&c.key));
+        if applied.iter().any(|c| c.key == "log.level") {
+            (self.set_log_level)(&file.log.level).map_err(|e| ConfigError::Invalid {
+                key: "log.level".into(),
+                problem: e.to_string(),
+            })?;
+        }
+        let merged = merge(&self.live.borrow(), &file);
+        self.live.send_replace(Arc::new(merged));
+        for change in &applied {
+            match &change.new {
+                Some(v) => self.running.insert(change.key.clone(), v.clone()),
+                None => self.running.remove(&change.key),
+            };
+        }
+        Ok(Outcome {
+            applied,
+            needs_restart,
+        })
+    }
+
+    /// [`Reloader::reload`], with every outcome logged and counted.
+    pub fn reload_and_log(&mut self) -> bool {
+        match self.reload() {
+            Ok(outcome) => {
+                for change in &outcome.applied {
+                    tracing::info!(key = %change.key, old = %change.old.as_deref().unwrap_or("(unset)"), new = %change.new.as_deref().unwrap_or("(unset)"), "configuration reloaded: key changed");
+                }
+                for change in &outcome.needs_restart {
+                    tracing::warn!(key = %change.key, running = %change.old.as_deref().unwrap_or("(unset)"), file = %change.new.as_deref().unwrap_or("(unset)"), "configuration reload: this key changes only at a restart; keeping the running value");
+                }
+                let keys: Vec<&str> = outcome.applied.iter().map(|c| c.key.as_str()).collect();
+                tracing::info!(
+                    path = %self.path.display(),
+                    changed = %keys.join(", "),
+                    needs_restart = outcome.needs_restart.len(),
+                    "configuration reloaded"
+                );
+                metrics::counter!(crate::metrics::CONFIG_RELOADS, "result" => "applied")
+                    .increment(1);
+                true
+            }
+            Err(e) => {
+                tracing::error!(path = %self.path.display(), error = %e, "configuration reload refused; keeping the running configuration");
+                metrics::counter!(crate::metrics::CONFIG_RELOADS, "result" => "refused")
+                    .increment(1);
+                false
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_reloadable(key: &str, expected: bool) {
+        assert_eq!(is_reloadable(key), expected, "{key}");
+    }
+
+    #[test]
+    fn reloadable_keys() {
+        check_reloadable("log.level", true);
+        check_reloadable("log.format", false);
+        check_reloadable("streams.allow", true);
+        check_reloadable("streams.maxlen.orders", true);
+        check_reloadable("streams", false);
+        check_reloadable("streamsx.allow", false);
+        check_reloadable("redis.url", false);
+        check_reloadable("api.listen", false);
+    }
+
+    fn effective(text: &str) -> (Config, BTreeMap<String, String>) {
+        let (config, table) =
+            Config::effective(text, [("DELAYQ_NODE_ID".into(), "n".into())]).expect("valid config");
+        (config, flatten(&table))
+    }
+
+    #[test]
+    fn diff_names_every_changed_key() {
+        let (_, old) = effective("[streams]\nallow = [\"a\"]\n[streams.maxlen]\nx = 5");
+        let (_, new) = effective(
+            "[streams]\nallow = [\"a\", \"b\"]\n[streams.maxlen]\ny = 7\n[redis]\nshards = 4",
+        );
+        let keys: Vec<String> = diff(&old, &new)
+            .into_iter()
+            .map(|c| c.to_string())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "redis.shards: 16 -> 4",
+                "streams.allow: [\"a\"] -> [\"a\", \"b\"]",
+                "streams.maxlen.x: 5 -> (unset)",
+                "streams.maxlen.y: (unset) -> 7",
+            ]
+        );
+    }
+
+    #[test]
+    fn merge_takes_only_the_reloadable_parts() {
+        let (running, _) = effective("[streams]\nallow = [\"a\"]\n[redis]\nshards = 8");
+        let (file, _) = effective(
+            "[streams]\nallow = [\"b*\"]\ndefault_maxlen = 10\n[redis]\nshards = 2\n[log]\nlevel = \"debug\"\nformat = \"json\"",
+        );
+        let merged = merge(&running, &file);
+        assert!(merged.streams.allows("b1") && !merged.streams.allows("a"));
+        assert_eq!(merged.streams.default_maxlen, 10);
+        assert_eq!(merged.log.level, "debug");
+        assert_eq!(merged.redis.shards, 8);
+        assert!(!merged.log.json);
+    }
+}
