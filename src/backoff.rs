@@ -43,7 +43,9 @@ mod tests {
         let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
         let delays: Vec<_> = (0..8).map(|_| b.next_delay()).collect();
         assert!(delays[0] >= Duration::from_millis(75) && delays[0] <= Duration::from_millis(125));
-        assert!(delays[7] >= Duration::from_millis(750) && delays[7] <= Duration::from_millis(1250));
+        assert!(
+            delays[7] >= Duration::from_millis(750) && delays[7] <= Duration::from_millis(1250)
+        );
         b.reset();
         assert!(b.next_delay() <= Duration::from_millis(125));
     }

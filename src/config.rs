@@ -369,7 +369,12 @@ fn apply_env(
         } else {
             // A number or boolean where TOML reads one; a plain string otherwise.
             match format!("v = {value}").parse::<toml::Table>() {
-                Ok(mut t) if !matches!(t.get("v"), Some(toml::Value::Array(_) | toml::Value::Table(_))) => {
+                Ok(mut t)
+                    if !matches!(
+                        t.get("v"),
+                        Some(toml::Value::Array(_) | toml::Value::Table(_))
+                    ) =>
+                {
                     t.remove("v").expect("parsed key")
                 }
                 _ => toml::Value::String(value.clone()),
@@ -401,7 +406,10 @@ fn non_negative(key: &str, value: i64) -> Result<u64, ConfigError> {
 
 fn optional_field(key: &str, value: String) -> Result<Option<String>, ConfigError> {
     if value.chars().any(|c| c.is_control() || c.is_whitespace()) {
-        return Err(invalid(key, format!("{value:?}: no spaces or control characters")));
+        return Err(invalid(
+            key,
+            format!("{value:?}: no spaces or control characters"),
+        ));
     }
     Ok((!value.is_empty()).then_some(value))
 }
@@ -421,7 +429,9 @@ impl Raw {
         } = self;
 
         let node_id = match id {
-            Some(id) if id.trim().is_empty() => return Err(invalid("node.id", "must not be empty")),
+            Some(id) if id.trim().is_empty() => {
+                return Err(invalid("node.id", "must not be empty"));
+            }
             Some(id) => id,
             None => default_node_id(),
         };
@@ -433,12 +443,25 @@ impl Raw {
             timeout,
             connect_timeout,
         } = redis;
-        if !(url.starts_with("redis://") || url.starts_with("rediss://") || url.starts_with("unix://")) {
-            return Err(invalid("redis.url", format!("{url:?}: must start with redis://, rediss:// or unix://")));
+        if !(url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with("unix://"))
+        {
+            return Err(invalid(
+                "redis.url",
+                format!("{url:?}: must start with redis://, rediss:// or unix://"),
+            ));
         }
-        redis::Client::open(url.as_str()).map_err(|e| invalid("redis.url", format!("{url:?}: {e}")))?;
-        if prefix.is_empty() || prefix.contains(['{', '}']) || prefix.chars().any(char::is_whitespace) {
-            return Err(invalid("redis.prefix", format!("{prefix:?}: must be non-empty, without braces or spaces")));
+        redis::Client::open(url.as_str())
+            .map_err(|e| invalid("redis.url", format!("{url:?}: {e}")))?;
+        if prefix.is_empty()
+            || prefix.contains(['{', '}'])
+            || prefix.chars().any(char::is_whitespace)
+        {
+            return Err(invalid(
+                "redis.prefix",
+                format!("{prefix:?}: must be non-empty, without braces or spaces"),
+            ));
         }
         let shards = positive("redis.shards", shards, 1024)? as u16;
         if timeout < Duration::from_millis(50) {
@@ -458,18 +481,31 @@ impl Raw {
         } else {
             for endpoint in &endpoints {
                 if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-                    return Err(invalid("etcd.endpoints", format!("{endpoint:?}: must start with http:// or https://")));
+                    return Err(invalid(
+                        "etcd.endpoints",
+                        format!("{endpoint:?}: must start with http:// or https://"),
+                    ));
                 }
             }
             if lease_ttl < Duration::from_secs(2) {
-                return Err(invalid("etcd.lease_ttl", format!("{}: etcd's minimum lease is 2s", humantime::format_duration(lease_ttl))));
+                return Err(invalid(
+                    "etcd.lease_ttl",
+                    format!(
+                        "{}: etcd's minimum lease is 2s",
+                        humantime::format_duration(lease_ttl)
+                    ),
+                ));
             }
             if cluster.is_empty() || cluster.contains('/') {
-                return Err(invalid("etcd.cluster", format!("{cluster:?}: must be non-empty, without '/'")));
+                return Err(invalid(
+                    "etcd.cluster",
+                    format!("{cluster:?}: must be non-empty, without '/'"),
+                ));
             }
             Some(EtcdConfig {
                 endpoints,
-                election_prefix: election_prefix.unwrap_or_else(|| format!("/delayq/{cluster}/leader")),
+                election_prefix: election_prefix
+                    .unwrap_or_else(|| format!("/delayq/{cluster}/leader")),
                 lease_ttl,
                 failsafe,
                 connect_timeout: etcd_connect_timeout,
@@ -482,12 +518,16 @@ impl Raw {
             max_delay,
             max_fields,
         } = api;
-        let listen: SocketAddr = listen
-            .parse()
-            .map_err(|_| invalid("api.listen", format!("{listen:?}: must be an address such as 127.0.0.1:7070")))?;
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            invalid(
+                "api.listen",
+                format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
+            )
+        })?;
         let limits = Limits {
             max_delay,
-            max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)? as usize,
+            max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
+                as usize,
             max_fields: positive("api.max_fields", max_fields, 2000)? as usize,
         };
         if max_delay.is_zero() {
@@ -500,12 +540,20 @@ impl Raw {
             maxlen,
         } = streams;
         if let Some(bad) = allow.iter().find(|p| p.is_empty()) {
-            return Err(invalid("streams.allow", format!("{bad:?}: an empty pattern matches nothing")));
+            return Err(invalid(
+                "streams.allow",
+                format!("{bad:?}: an empty pattern matches nothing"),
+            ));
         }
         let default_maxlen = non_negative("streams.default_maxlen", default_maxlen)?;
         let maxlen = maxlen
             .into_iter()
-            .map(|(stream, n)| Ok((stream.clone(), non_negative(&format!("streams.maxlen.{stream}"), n)?)))
+            .map(|(stream, n)| {
+                Ok((
+                    stream.clone(),
+                    non_negative(&format!("streams.maxlen.{stream}"), n)?,
+                ))
+            })
             .collect::<Result<Vec<_>, ConfigError>>()?;
 
         let RawForwarder {
@@ -520,7 +568,10 @@ impl Raw {
             return Err(invalid("forwarder.idle_wakeup", "must be at least 10ms"));
         }
         if dead_letter_suffix.is_empty() {
-            return Err(invalid("forwarder.dead_letter_suffix", "must not be empty (dead letters would go to the stream itself)"));
+            return Err(invalid(
+                "forwarder.dead_letter_suffix",
+                "must not be empty (dead letters would go to the stream itself)",
+            ));
         }
 
         let RawRecords {
@@ -532,11 +583,17 @@ impl Raw {
         }
 
         let RawLog { level, format } = log;
-        tracing_subscriber::EnvFilter::try_new(&level).map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
+        tracing_subscriber::EnvFilter::try_new(&level)
+            .map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
         let json = match format.as_str() {
             "text" => false,
             "json" => true,
-            other => return Err(invalid("log.format", format!("{other:?}: must be \"text\" or \"json\""))),
+            other => {
+                return Err(invalid(
+                    "log.format",
+                    format!("{other:?}: must be \"text\" or \"json\""),
+                ));
+            }
         };
 
         Ok(Config {
@@ -607,13 +664,21 @@ mod tests {
     use super::*;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[track_caller]
     fn check_err(toml: &str, env_pairs: &[(&str, &str)], expected: &str) {
-        let err = Config::from_toml(toml, env(env_pairs)).expect_err("should be refused").to_string();
-        assert!(err.contains(expected), "{err:?} should contain {expected:?}");
+        let err = Config::from_toml(toml, env(env_pairs))
+            .expect_err("should be refused")
+            .to_string();
+        assert!(
+            err.contains(expected),
+            "{err:?} should contain {expected:?}"
+        );
     }
 
     #[test]
@@ -629,16 +694,36 @@ mod tests {
 
     #[test]
     fn bad_values_name_their_key() {
-        check_err("[redis]\nshards = 0", &[], "redis.shards: must be 1 to 1024 (got 0)");
+        check_err(
+            "[redis]\nshards = 0",
+            &[],
+            "redis.shards: must be 1 to 1024 (got 0)",
+        );
         check_err("[redis]\nurl = \"http://x\"", &[], "redis.url");
         check_err("[redis]\nprefix = \"a{b\"", &[], "redis.prefix");
-        check_err("[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"1s\"", &[], "etcd.lease_ttl");
-        check_err("[etcd]\nendpoints = [\"127.0.0.1:2379\"]", &[], "etcd.endpoints");
+        check_err(
+            "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"1s\"",
+            &[],
+            "etcd.lease_ttl",
+        );
+        check_err(
+            "[etcd]\nendpoints = [\"127.0.0.1:2379\"]",
+            &[],
+            "etcd.endpoints",
+        );
         check_err("[api]\nlisten = \"nowhere\"", &[], "api.listen");
-        check_err("[api]\nmax_message_bytes = -1", &[], "api.max_message_bytes");
+        check_err(
+            "[api]\nmax_message_bytes = -1",
+            &[],
+            "api.max_message_bytes",
+        );
         check_err("[forwarder]\nbatch_size = 0", &[], "forwarder.batch_size");
         check_err("[forwarder]\nid_field = \"a b\"", &[], "forwarder.id_field");
-        check_err("[streams.maxlen]\norders = -5", &[], "streams.maxlen.orders");
+        check_err(
+            "[streams.maxlen]\norders = -5",
+            &[],
+            "streams.maxlen.orders",
+        );
         check_err("[log]\nformat = \"xml\"", &[], "log.format");
         check_err("[redis]\nshard = 3", &[], "unknown field `shard`");
         check_err("[redis]\ntimeout = \"soon\"", &[], "redis.timeout");

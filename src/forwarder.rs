@@ -89,7 +89,11 @@ async fn lead_term(
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let mut tasks = JoinSet::new();
-    tasks.spawn(dispatch_wakeups(store.clone(), wakers.clone(), cancel.clone()));
+    tasks.spawn(dispatch_wakeups(
+        store.clone(),
+        wakers.clone(),
+        cancel.clone(),
+    ));
     for shard in 0..store.shards() {
         tasks.spawn(forward_shard(
             ForwardLoop {
@@ -146,13 +150,18 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
                         lateness.record(ms as f64 / 1000.0);
                     }
                     for (stream, count) in &batch.per_stream {
-                        metrics::counter!(m::FORWARDED, "stream" => stream.clone()).increment(*count);
+                        metrics::counter!(m::FORWARDED, "stream" => stream.clone())
+                            .increment(*count);
                     }
                     if batch.expired > 0 {
                         metrics::counter!(m::EXPIRED).increment(batch.expired);
                     }
                     if batch.dead > 0 {
-                        tracing::warn!(shard = l.shard, dead = batch.dead, "messages could not be forwarded and were dead-lettered");
+                        tracing::warn!(
+                            shard = l.shard,
+                            dead = batch.dead,
+                            "messages could not be forwarded and were dead-lettered"
+                        );
                         metrics::counter!(m::DEAD).increment(batch.dead);
                     }
                 }
@@ -162,7 +171,9 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
                     continue;
                 }
                 let wait = match batch.next_due_ms {
-                    Some(due) => Duration::from_millis(due.saturating_sub(batch.now_ms)).min(l.idle_wakeup),
+                    Some(due) => {
+                        Duration::from_millis(due.saturating_sub(batch.now_ms)).min(l.idle_wakeup)
+                    }
                     None => l.idle_wakeup,
                 };
                 tokio::select! {
@@ -172,8 +183,16 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
                 }
             }
             Err(StoreError::Fenced { held, caller }) => {
-                tracing::error!(shard = l.shard, epoch = caller, held, "forward refused: a newer leader holds the fence; stepping down");
-                l.leadership.step_down(StepDown::Fenced { epoch: caller, held });
+                tracing::error!(
+                    shard = l.shard,
+                    epoch = caller,
+                    held,
+                    "forward refused: a newer leader holds the fence; stepping down"
+                );
+                l.leadership.step_down(StepDown::Fenced {
+                    epoch: caller,
+                    held,
+                });
                 break;
             }
             Err(e) => {
@@ -209,7 +228,9 @@ async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: Cancel
                 }
                 tracing::warn!("wake-up subscription lost; resubscribing");
             }
-            Err(e) => tracing::warn!(error = %e, "cannot subscribe to wake-ups; forwarding on timers until it works"),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot subscribe to wake-ups; forwarding on timers until it works")
+            }
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -245,7 +266,10 @@ async fn trim_records(
                         }
                     }
                     Err(StoreError::Fenced { held, caller }) => {
-                        leadership.step_down(StepDown::Fenced { epoch: caller, held });
+                        leadership.step_down(StepDown::Fenced {
+                            epoch: caller,
+                            held,
+                        });
                         return;
                     }
                     Err(e) => {

@@ -21,7 +21,9 @@ pub fn free_port() -> u16 {
 }
 
 fn binary(env: &str, default: &str) -> PathBuf {
-    std::env::var_os(env).map(PathBuf::from).unwrap_or_else(|| PathBuf::from(default))
+    std::env::var_os(env)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default))
 }
 
 fn wait_for_port(port: u16, timeout: Duration) -> bool {
@@ -91,19 +93,37 @@ impl RedisServer {
     fn spawn(&mut self) -> anyhow::Result<()> {
         let log = self.dir.path().join("redis.log");
         let mut cmd = Command::new(binary("DELAYQ_TEST_REDIS_SERVER", "redis-server"));
-        cmd.arg("--port").arg(self.port.to_string())
-            .args(["--bind", "127.0.0.1", "--save", "", "--protected-mode", "no", "--daemonize", "no"])
-            .arg("--dir").arg(self.dir.path())
-            .arg("--logfile").arg(&log)
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--protected-mode",
+                "no",
+                "--daemonize",
+                "no",
+            ])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(&log)
             .args(["--appendonly", if self.options.aof { "yes" } else { "no" }])
             .args(["--appendfsync", "always"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let child = cmd.spawn().context("start redis-server (is it installed? set DELAYQ_TEST_REDIS_SERVER)")?;
+        let child = cmd
+            .spawn()
+            .context("start redis-server (is it installed? set DELAYQ_TEST_REDIS_SERVER)")?;
         self.child = Some(child);
         if !wait_for_port(self.port, Duration::from_secs(10)) {
-            bail!("redis-server on port {} did not come up; its log:\n{}", self.port, self.log());
+            bail!(
+                "redis-server on port {} did not come up; its log:\n{}",
+                self.port,
+                self.log()
+            );
         }
         Ok(())
     }
@@ -197,15 +217,32 @@ impl EtcdServer {
         let client = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
         let child = Command::new(binary("DELAYQ_TEST_ETCD", "etcd"))
-            .arg("--name").arg(&self.name)
-            .arg("--data-dir").arg(self.dir.path().join("data"))
-            .arg("--listen-client-urls").arg(&client)
-            .arg("--advertise-client-urls").arg(&client)
-            .arg("--listen-peer-urls").arg(&peer)
-            .arg("--initial-advertise-peer-urls").arg(&peer)
-            .arg("--initial-cluster").arg(&self.initial_cluster)
-            .arg("--initial-cluster-state").arg(if existing { "existing" } else { "new" })
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500", "--logger", "zap", "--log-outputs", "stderr"])
+            .arg("--name")
+            .arg(&self.name)
+            .arg("--data-dir")
+            .arg(self.dir.path().join("data"))
+            .arg("--listen-client-urls")
+            .arg(&client)
+            .arg("--advertise-client-urls")
+            .arg(&client)
+            .arg("--listen-peer-urls")
+            .arg(&peer)
+            .arg("--initial-advertise-peer-urls")
+            .arg(&peer)
+            .arg("--initial-cluster")
+            .arg(&self.initial_cluster)
+            .arg("--initial-cluster-state")
+            .arg(if existing { "existing" } else { "new" })
+            .args([
+                "--heartbeat-interval",
+                "50",
+                "--election-timeout",
+                "500",
+                "--logger",
+                "zap",
+                "--log-outputs",
+                "stderr",
+            ])
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -222,15 +259,24 @@ impl EtcdServer {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let req = format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let req =
+                    format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
                 let mut body = String::new();
-                if s.write_all(req.as_bytes()).is_ok() && s.read_to_string(&mut body).is_ok() && body.contains("\"health\":\"true\"") {
+                if s.write_all(req.as_bytes()).is_ok()
+                    && s.read_to_string(&mut body).is_ok()
+                    && body.contains("\"health\":\"true\"")
+                {
                     return Ok(());
                 }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        bail!("etcd {} on port {} did not become healthy; its log:\n{}", self.name, self.client_port, self.log())
+        bail!(
+            "etcd {} on port {} did not become healthy; its log:\n{}",
+            self.name,
+            self.client_port,
+            self.log()
+        )
     }
 
     pub fn endpoint(&self) -> String {
@@ -303,7 +349,10 @@ impl DelayqProcess {
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path())?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
         let child = Command::new(&self.bin)
             .arg("run")
             .arg("--config")
@@ -316,7 +365,12 @@ impl DelayqProcess {
             .with_context(|| format!("start {}", self.bin.display()))?;
         self.child = Some(child);
         if !wait_for_port(self.api.port(), Duration::from_secs(20)) {
-            bail!("delayq {} did not open its API on {}; its log:\n{}", self.name, self.api, self.log());
+            bail!(
+                "delayq {} did not open its API on {}; its log:\n{}",
+                self.name,
+                self.api,
+                self.log()
+            );
         }
         Ok(())
     }

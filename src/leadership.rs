@@ -143,7 +143,8 @@ pub async fn run_standalone(
     mut elector: Elector,
     cancel: CancellationToken,
 ) {
-    let mut backoff = crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let epoch = loop {
         match store.next_standalone_epoch().await {
             Ok(epoch) => break epoch,

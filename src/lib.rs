@@ -72,7 +72,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             elector,
             election.clone(),
         )),
-        Some(_) => anyhow::bail!("etcd election is not available in this build (etcd.endpoints must be empty)"),
+        Some(_) => anyhow::bail!(
+            "etcd election is not available in this build (etcd.endpoints must be empty)"
+        ),
     };
 
     let work = CancellationToken::new();
@@ -131,7 +133,10 @@ impl Daemon {
         self.election.cancel();
         let _ = self.election_task.await;
         self.api.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), self.api_task).await.is_err() {
+        if tokio::time::timeout(Duration::from_secs(5), self.api_task)
+            .await
+            .is_err()
+        {
             tracing::warn!("API requests still in flight after 5s; closing anyway");
         }
         tracing::info!("delayq stopped");

@@ -229,7 +229,8 @@ pub fn due_score(due_ms: u64, priority: u8) -> u64 {
 
 /// Parses a human duration such as `"20m"`, `"1500ms"` or `"1h 30m"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|e| format!("{text:?} is not a duration ({e}); write e.g. \"20m\", \"1500ms\""))
+    humantime::parse_duration(text.trim())
+        .map_err(|e| format!("{text:?} is not a duration ({e}); write e.g. \"20m\", \"1500ms\""))
 }
 
 #[cfg(test)]
@@ -299,20 +300,72 @@ mod tests {
     #[test]
     fn validation() {
         check_valid(msg(), Ok(()));
-        check_valid(NewMessage { stream: "".into(), ..msg() }, Err("stream"));
-        check_valid(NewMessage { stream: "a b".into(), ..msg() }, Err("spaces"));
-        check_valid(NewMessage { fields: vec![], ..msg() }, Err("at least one"));
-        check_valid(NewMessage { fields: vec![("".into(), "v".into())], ..msg() }, Err("field name"));
-        check_valid(NewMessage { priority: 10, ..msg() }, Err("priority 10"));
-        check_valid(NewMessage { due: Due::In(Duration::from_secs(366 * 86400)), ..msg() }, Err("max_delay"));
-        check_valid(NewMessage { ttl: Some(Duration::ZERO), ..msg() }, Err("ttl"));
-        check_valid(NewMessage { fields: vec![("p".into(), "x".repeat(2 << 20))], ..msg() }, Err("max_message_bytes"));
+        check_valid(
+            NewMessage {
+                stream: "".into(),
+                ..msg()
+            },
+            Err("stream"),
+        );
+        check_valid(
+            NewMessage {
+                stream: "a b".into(),
+                ..msg()
+            },
+            Err("spaces"),
+        );
+        check_valid(
+            NewMessage {
+                fields: vec![],
+                ..msg()
+            },
+            Err("at least one"),
+        );
+        check_valid(
+            NewMessage {
+                fields: vec![("".into(), "v".into())],
+                ..msg()
+            },
+            Err("field name"),
+        );
+        check_valid(
+            NewMessage {
+                priority: 10,
+                ..msg()
+            },
+            Err("priority 10"),
+        );
+        check_valid(
+            NewMessage {
+                due: Due::In(Duration::from_secs(366 * 86400)),
+                ..msg()
+            },
+            Err("max_delay"),
+        );
+        check_valid(
+            NewMessage {
+                ttl: Some(Duration::ZERO),
+                ..msg()
+            },
+            Err("ttl"),
+        );
+        check_valid(
+            NewMessage {
+                fields: vec![("p".into(), "x".repeat(2 << 20))],
+                ..msg()
+            },
+            Err("max_message_bytes"),
+        );
     }
 
     #[test]
     fn durations() {
         assert_eq!(parse_duration("20m"), Ok(Duration::from_secs(1200)));
         assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
-        assert!(parse_duration("soon").unwrap_err().contains("not a duration"));
+        assert!(
+            parse_duration("soon")
+                .unwrap_err()
+                .contains("not a duration")
+        );
     }
 }

@@ -59,9 +59,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::TooFar(detail) => ApiError::invalid(format!("deliver_at: {detail}")),
-            StoreError::Corrupt(detail) => {
-                ApiError::new(StatusCode::CONFLICT, "corrupt", detail)
-            }
+            StoreError::Corrupt(detail) => ApiError::new(StatusCode::CONFLICT, "corrupt", detail),
             other => {
                 tracing::warn!(error = %other, "request failed in Redis");
                 ApiError::unavailable(format!("storage unavailable: {other}"))

@@ -24,7 +24,8 @@ pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiErro
             format!("request body is larger than {limit} bytes"),
         )
     })?;
-    serde_json::from_slice(&bytes).map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
 }
 
 /// Largest request body: a maximal message with room for JSON escaping and keys.
@@ -42,17 +43,27 @@ pub async fn push(State(state): State<AppState>, body: Body) -> Response {
 async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> {
     let value = read_json(body, body_limit(&state.config)).await?;
     let (msg, mode) = parse_push(&value, &state.config)?;
-    let outcome = state.store.schedule(&msg, mode, state.config.api.limits.max_delay).await?;
+    let outcome = state
+        .store
+        .schedule(&msg, mode, state.config.api.limits.max_delay)
+        .await?;
     Ok(match outcome {
         Scheduled::Scheduled { due_ms } => {
             metrics::counter!(m::SCHEDULED).increment(1);
-            (StatusCode::CREATED, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": "scheduled" }))).into_response()
+            (
+                StatusCode::CREATED,
+                Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": "scheduled" })),
+            )
+                .into_response()
         }
         Scheduled::Replaced { due_ms } => {
             metrics::counter!(m::SCHEDULED).increment(1);
             (StatusCode::OK, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": "scheduled", "replaced": true }))).into_response()
         }
-        Scheduled::Duplicate { due_ms, state: existing } => {
+        Scheduled::Duplicate {
+            due_ms,
+            state: existing,
+        } => {
             metrics::counter!(m::DUPLICATES).increment(1);
             (StatusCode::OK, Json(json!({ "id": msg.id.as_str(), "deliver_at": due_ms, "state": existing, "duplicate": true }))).into_response()
         }
@@ -60,7 +71,17 @@ async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> 
 }
 
 const PUSH_KEYS: &[&str] = &[
-    "stream", "payload", "fields", "delay", "delay_ms", "deliver_at", "id", "priority", "ttl", "ttl_ms", "replace",
+    "stream",
+    "payload",
+    "fields",
+    "delay",
+    "delay_ms",
+    "deliver_at",
+    "id",
+    "priority",
+    "ttl",
+    "ttl_ms",
+    "replace",
 ];
 
 /// Turns a push body into a message, naming the field and the rule on any error.
@@ -102,7 +123,11 @@ pub fn parse_push(value: &Value, config: &Config) -> Result<(NewMessage, Schedul
         None | Some(Value::Null) => 0,
         Some(v) => match v.as_u64() {
             Some(p) if p <= u64::from(crate::message::MAX_PRIORITY) => p as u8,
-            _ => return Err(ApiError::invalid(format!("priority {v}: must be an integer from 0 to 9"))),
+            _ => {
+                return Err(ApiError::invalid(format!(
+                    "priority {v}: must be an integer from 0 to 9"
+                )));
+            }
         },
     };
     let ttl = match (obj.get("ttl"), obj.get("ttl_ms")) {
@@ -141,7 +166,10 @@ pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), 
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "stream_not_allowed",
-            format!("stream {stream:?}: not allowed (allowed: {})", config.streams.allow.join(", ")),
+            format!(
+                "stream {stream:?}: not allowed (allowed: {})",
+                config.streams.allow.join(", ")
+            ),
         ));
     }
     Ok(())
@@ -161,22 +189,32 @@ fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
         Value::Object(map) => map
             .iter()
             .map(|(k, v)| {
-                scalar_text(v)
-                    .map(|text| (k.clone(), text))
-                    .ok_or_else(|| ApiError::invalid(format!("fields.{k}: must be a string, number or boolean")))
+                scalar_text(v).map(|text| (k.clone(), text)).ok_or_else(|| {
+                    ApiError::invalid(format!("fields.{k}: must be a string, number or boolean"))
+                })
             })
             .collect::<Result<_, _>>()?,
         Value::Array(items) => items
             .iter()
             .enumerate()
             .map(|(i, pair)| match pair.as_array().map(Vec::as_slice) {
-                Some([Value::String(k), v]) => scalar_text(v)
-                    .map(|text| (k.clone(), text))
-                    .ok_or_else(|| ApiError::invalid(format!("fields[{i}]: value must be a string, number or boolean"))),
-                _ => Err(ApiError::invalid(format!("fields[{i}]: must be a [name, value] pair"))),
+                Some([Value::String(k), v]) => {
+                    scalar_text(v).map(|text| (k.clone(), text)).ok_or_else(|| {
+                        ApiError::invalid(format!(
+                            "fields[{i}]: value must be a string, number or boolean"
+                        ))
+                    })
+                }
+                _ => Err(ApiError::invalid(format!(
+                    "fields[{i}]: must be a [name, value] pair"
+                ))),
             })
             .collect::<Result<_, _>>()?,
-        _ => return Err(ApiError::invalid("fields: must be an object or a list of [name, value] pairs")),
+        _ => {
+            return Err(ApiError::invalid(
+                "fields: must be an object or a list of [name, value] pairs",
+            ));
+        }
     };
     Ok(pairs)
 }
@@ -188,34 +226,48 @@ fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
         .collect();
     match given[..] {
         ["delay"] => Ok(Due::In(human_duration("delay", &obj["delay"])?)),
-        ["delay_ms"] => Ok(Due::In(Duration::from_millis(non_negative_ms("delay_ms", &obj["delay_ms"])?))),
+        ["delay_ms"] => Ok(Due::In(Duration::from_millis(non_negative_ms(
+            "delay_ms",
+            &obj["delay_ms"],
+        )?))),
         ["deliver_at"] => parse_deliver_at(&obj["deliver_at"]),
-        [] => Err(ApiError::invalid("delay: required (or delay_ms, or deliver_at)")),
-        _ => Err(ApiError::invalid(format!("{}: give only one", given.join(", ")))),
+        [] => Err(ApiError::invalid(
+            "delay: required (or delay_ms, or deliver_at)",
+        )),
+        _ => Err(ApiError::invalid(format!(
+            "{}: give only one",
+            given.join(", ")
+        ))),
     }
 }
 
 /// Parses `"20m"`-style text; a leading minus is called out as negative.
 fn human_duration(key: &str, v: &Value) -> Result<Duration, ApiError> {
     match v {
-        Value::String(s) if s.trim_start().starts_with('-') => {
-            Err(ApiError::invalid(format!("{key} {s:?}: must not be negative")))
-        }
+        Value::String(s) if s.trim_start().starts_with('-') => Err(ApiError::invalid(format!(
+            "{key} {s:?}: must not be negative"
+        ))),
         Value::String(s) => parse_duration(s).map_err(|e| ApiError::invalid(format!("{key}: {e}"))),
-        Value::Number(_) => Err(ApiError::invalid(format!("{key}: must be text such as \"20m\"; for milliseconds use {key}_ms"))),
-        _ => Err(ApiError::invalid(format!("{key}: must be text such as \"20m\""))),
+        Value::Number(_) => Err(ApiError::invalid(format!(
+            "{key}: must be text such as \"20m\"; for milliseconds use {key}_ms"
+        ))),
+        _ => Err(ApiError::invalid(format!(
+            "{key}: must be text such as \"20m\""
+        ))),
     }
 }
 
 fn non_negative_ms(key: &str, v: &Value) -> Result<u64, ApiError> {
     match v {
-        Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => {
-            Err(ApiError::invalid(format!("{key} {n}: must not be negative")))
-        }
-        Value::Number(n) => n
-            .as_u64()
-            .ok_or_else(|| ApiError::invalid(format!("{key} {n}: must be a whole number of milliseconds"))),
-        _ => Err(ApiError::invalid(format!("{key}: must be a whole number of milliseconds"))),
+        Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => Err(ApiError::invalid(format!(
+            "{key} {n}: must not be negative"
+        ))),
+        Value::Number(n) => n.as_u64().ok_or_else(|| {
+            ApiError::invalid(format!("{key} {n}: must be a whole number of milliseconds"))
+        }),
+        _ => Err(ApiError::invalid(format!(
+            "{key}: must be a whole number of milliseconds"
+        ))),
     }
 }
 
@@ -224,7 +276,9 @@ fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
         Value::Number(_) => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
         Value::String(s) => {
             let ts: jiff::Timestamp = s.parse().map_err(|e| {
-                ApiError::invalid(format!("deliver_at {s:?}: not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"))
+                ApiError::invalid(format!(
+                    "deliver_at {s:?}: not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"
+                ))
             })?;
             let ms = ts.as_millisecond();
             if ms < 0 {
@@ -232,19 +286,29 @@ fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
             }
             Ok(Due::At(ms as u64))
         }
-        _ => Err(ApiError::invalid("deliver_at: must be epoch milliseconds or an RFC 3339 time")),
+        _ => Err(ApiError::invalid(
+            "deliver_at: must be epoch milliseconds or an RFC 3339 time",
+        )),
     }
 }
 
 fn path_id(id: &str) -> Result<MessageId, ApiError> {
-    MessageId::parse(id).map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string()))
+    MessageId::parse(id)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string()))
 }
 
-pub async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
+pub async fn status(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
     let id = path_id(&id)?;
     match state.store.get(&id).await? {
-        Status::Unknown => Err(ApiError::not_found(format!("message {id}: unknown (never scheduled, or its record expired)"))),
-        Status::Corrupt(why) => Ok(Json(json!({ "id": id.as_str(), "state": "corrupt", "detail": why }))),
+        Status::Unknown => Err(ApiError::not_found(format!(
+            "message {id}: unknown (never scheduled, or its record expired)"
+        ))),
+        Status::Corrupt(why) => Ok(Json(
+            json!({ "id": id.as_str(), "state": "corrupt", "detail": why }),
+        )),
         Status::Scheduled(s) => Ok(Json(json!({
             "id": id.as_str(),
             "state": "scheduled",
@@ -267,9 +331,16 @@ pub async fn status(State(state): State<AppState>, Path(id): Path<String>) -> Re
     }
 }
 
-pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
     let id = path_id(&id)?;
-    match state.store.cancel(&id, state.config.records.retention).await? {
+    match state
+        .store
+        .cancel(&id, state.config.records.retention)
+        .await?
+    {
         Cancelled::Cancelled => {
             metrics::counter!(m::CANCELLED).increment(1);
             Ok(Json(json!({ "id": id.as_str(), "state": "cancelled" })).into_response())
@@ -277,7 +348,10 @@ pub async fn cancel(State(state): State<AppState>, Path(id): Path<String>) -> Re
         Cancelled::AlreadyDone(done) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "already_final",
-            format!("message {id}: already {}, cannot be cancelled", done.as_str()),
+            format!(
+                "message {id}: already {}, cannot be cancelled",
+                done.as_str()
+            ),
         )),
         Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
     }

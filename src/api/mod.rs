@@ -58,7 +58,11 @@ async fn leader(State(state): State<AppState>) -> impl IntoResponse {
     let role = state.leadership.current();
     let info = state.leadership.info();
     let since_ms = match &role {
-        Role::Leader(term) => term.since.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis() as u64),
+        Role::Leader(term) => term
+            .since
+            .duration_since(UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_millis() as u64),
         Role::Follower => None,
     };
     Json(json!({

@@ -51,7 +51,10 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         Some(_) => None,
         None => Some(RedisServer::start().context("start a local redis-server for the benchmark")?),
     };
-    let url = args.redis_url.clone().unwrap_or_else(|| server.as_ref().expect("started").url());
+    let url = args
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| server.as_ref().expect("started").url());
     let mut results = Vec::new();
     if args.burst > 0 {
         results.push(burst(&args, &url).await?);
@@ -59,7 +62,9 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     if args.rate > 0 {
         results.push(spread(&args, &url).await?);
     }
-    let redis_version = redis_info_field(&url, "server", "redis_version").await.unwrap_or_default();
+    let redis_version = redis_info_field(&url, "server", "redis_version")
+        .await
+        .unwrap_or_default();
     let report = json!({
         "machine": { "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0), "redis": redis_version },
         "parameters": { "payload_bytes": args.payload, "shards": args.shards, "batch_size": args.batch_size },
@@ -82,7 +87,9 @@ fn bench_config(args: &BenchArgs, url: &str) -> anyhow::Result<Config> {
 }
 
 async fn wipe(url: &str) -> anyhow::Result<()> {
-    let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
     let () = redis::cmd("FLUSHDB").query_async(&mut conn).await?;
     Ok(())
 }
@@ -103,7 +110,9 @@ async fn burst(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
     let config = bench_config(args, url)?;
     let store = Store::connect(&config.store_config()).await?;
     let payload = "x".repeat(args.payload);
-    let mem_before = redis_info_field(url, "memory", "used_memory").await?.parse::<f64>()?;
+    let mem_before = redis_info_field(url, "memory", "used_memory")
+        .await?
+        .parse::<f64>()?;
     let due_at = store.now_ms().await? + 1000;
     let started = Instant::now();
     let max_delay = config.api.limits.max_delay;
@@ -117,7 +126,9 @@ async fn burst(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
         .try_for_each_ok()
         .await?;
     let schedule_secs = started.elapsed().as_secs_f64();
-    let mem_after = redis_info_field(url, "memory", "used_memory").await?.parse::<f64>()?;
+    let mem_after = redis_info_field(url, "memory", "used_memory")
+        .await?
+        .parse::<f64>()?;
     let bytes_per_pending = (mem_after - mem_before) / args.burst as f64;
 
     // Everything is due before the forwarder starts: a pure drain.
@@ -181,7 +192,10 @@ async fn spread(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
                 let due = now + delay.as_millis() as u64;
                 msg.due = Due::At(due);
                 msg.fields.last_mut().expect("pushed").1 = due.to_string();
-                store.schedule(&msg, ScheduleMode::New, max_delay).await.map(|_| ())
+                store
+                    .schedule(&msg, ScheduleMode::New, max_delay)
+                    .await
+                    .map(|_| ())
             });
             sent += 1;
         }
@@ -240,7 +254,11 @@ async fn entry_lateness(
             let fields: std::collections::HashMap<String, String> = entry
                 .map
                 .iter()
-                .filter_map(|(k, v)| redis::from_redis_value_ref::<String>(v).ok().map(|v| (k.clone(), v)))
+                .filter_map(|(k, v)| {
+                    redis::from_redis_value_ref::<String>(v)
+                        .ok()
+                        .map(|v| (k.clone(), v))
+                })
                 .collect();
             hist.record(ms.saturating_sub(due_of(&fields)).max(1))?;
             last_ms = last_ms.max(ms);
@@ -264,8 +282,13 @@ fn summary(h: &Histogram<u64>) -> Value {
 }
 
 async fn redis_info_field(url: &str, section: &str, field: &str) -> anyhow::Result<String> {
-    let mut conn = redis::Client::open(url)?.get_multiplexed_async_connection().await?;
-    let info: String = redis::cmd("INFO").arg(section).query_async(&mut conn).await?;
+    let mut conn = redis::Client::open(url)?
+        .get_multiplexed_async_connection()
+        .await?;
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(&mut conn)
+        .await?;
     info.lines()
         .find_map(|l| l.strip_prefix(&format!("{field}:")))
         .map(|v| v.trim().to_owned())
@@ -288,8 +311,12 @@ fn own_cpu_secs() -> f64 {
 }
 
 async fn redis_cpu_secs(url: &str) -> anyhow::Result<f64> {
-    let user: f64 = redis_info_field(url, "cpu", "used_cpu_user").await?.parse()?;
-    let sys: f64 = redis_info_field(url, "cpu", "used_cpu_sys").await?.parse()?;
+    let user: f64 = redis_info_field(url, "cpu", "used_cpu_user")
+        .await?
+        .parse()?;
+    let sys: f64 = redis_info_field(url, "cpu", "used_cpu_sys")
+        .await?
+        .parse()?;
     Ok(user + sys)
 }
 
@@ -330,11 +357,16 @@ where
 fn print_table(report: &Value) {
     println!(
         "delayq bench: {} cores, Redis {}, payload {} B, {} shards, batch {}",
-        report["machine"]["cores"], report["machine"]["redis"].as_str().unwrap_or("?"),
-        report["parameters"]["payload_bytes"], report["parameters"]["shards"], report["parameters"]["batch_size"]
+        report["machine"]["cores"],
+        report["machine"]["redis"].as_str().unwrap_or("?"),
+        report["parameters"]["payload_bytes"],
+        report["parameters"]["shards"],
+        report["parameters"]["batch_size"]
     );
     println!();
-    println!("| scenario | messages | throughput (msg/s) | lateness p50 / p99 / p99.9 / max (ms) | bytes/pending msg | CPU µs/msg Redis / delayq |");
+    println!(
+        "| scenario | messages | throughput (msg/s) | lateness p50 / p99 / p99.9 / max (ms) | bytes/pending msg | CPU µs/msg Redis / delayq |"
+    );
     println!("|---|---|---|---|---|---|");
     for s in report["scenarios"].as_array().into_iter().flatten() {
         let l = &s["lateness_ms"];
@@ -348,9 +380,14 @@ fn print_table(report: &Value) {
             s["scenario"].as_str().unwrap_or("?"),
             s["messages"],
             throughput,
-            l["p50"], l["p99"], l["p99_9"], l["max"],
-            s.get("bytes_per_pending_message").map_or("-".to_owned(), |v| v.to_string()),
-            s["cpu_us_per_message"]["redis"], s["cpu_us_per_message"]["delayq"],
+            l["p50"],
+            l["p99"],
+            l["p99_9"],
+            l["max"],
+            s.get("bytes_per_pending_message")
+                .map_or("-".to_owned(), |v| v.to_string()),
+            s["cpu_us_per_message"]["redis"],
+            s["cpu_us_per_message"]["delayq"],
         );
     }
 }

@@ -9,7 +9,12 @@ use serde_json::{Value, json};
 #[derive(Args, Debug, Clone)]
 pub struct Target {
     /// Base URL of a delayq instance.
-    #[arg(long, env = "DELAYQ_URL", default_value = "http://127.0.0.1:7070", global = true)]
+    #[arg(
+        long,
+        env = "DELAYQ_URL",
+        default_value = "http://127.0.0.1:7070",
+        global = true
+    )]
     url: String,
     /// Print the raw JSON answer.
     #[arg(long, global = true)]
@@ -67,7 +72,18 @@ pub enum ClientCommand {
 /// Exit codes: 0 done, 1 refused or not found, 2 cannot reach delayq.
 pub async fn main(cmd: ClientCommand) -> ExitCode {
     let result = match cmd {
-        ClientCommand::Push { stream, payload, fields, delay, at, id, priority, ttl, replace, target } => {
+        ClientCommand::Push {
+            stream,
+            payload,
+            fields,
+            delay,
+            at,
+            id,
+            priority,
+            ttl,
+            replace,
+            target,
+        } => {
             let mut body = json!({ "stream": stream, "priority": priority, "replace": replace });
             match (payload, fields.is_empty()) {
                 (Some(p), true) => {
@@ -102,7 +118,10 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             match (delay, at) {
                 (Some(d), _) => body["delay"] = Value::String(d),
                 (None, Some(a)) => {
-                    body["deliver_at"] = a.parse::<u64>().map(Value::from).unwrap_or(Value::String(a));
+                    body["deliver_at"] = a
+                        .parse::<u64>()
+                        .map(Value::from)
+                        .unwrap_or(Value::String(a));
                 }
                 (None, None) => body["delay_ms"] = Value::from(0),
             }
@@ -114,15 +133,34 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             }
             call(&target, reqwest::Method::POST, "/v1/messages", Some(body)).await
         }
-        ClientCommand::Get { id, target } => call(&target, reqwest::Method::GET, &format!("/v1/messages/{id}"), None).await,
+        ClientCommand::Get { id, target } => {
+            call(
+                &target,
+                reqwest::Method::GET,
+                &format!("/v1/messages/{id}"),
+                None,
+            )
+            .await
+        }
         ClientCommand::Cancel { id, target } => {
-            call(&target, reqwest::Method::DELETE, &format!("/v1/messages/{id}"), None).await
+            call(
+                &target,
+                reqwest::Method::DELETE,
+                &format!("/v1/messages/{id}"),
+                None,
+            )
+            .await
         }
     };
     result
 }
 
-async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option<Value>) -> ExitCode {
+async fn call(
+    target: &Target,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> ExitCode {
     let url = format!("{}{}", target.url.trim_end_matches('/'), path);
     let client = reqwest::Client::new();
     let mut req = client.request(method, &url);
@@ -150,7 +188,11 @@ async fn call(target: &Target, method: reqwest::Method, path: &str, body: Option
             value["detail"].as_str().unwrap_or("")
         );
     }
-    if status.is_success() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn print_human(value: &Value) {

@@ -17,7 +17,11 @@ use crate::config::Config;
 pub const EXIT_CONFIG: u8 = 64;
 
 #[derive(Parser, Debug)]
-#[command(name = "delayq", version, about = "Delivers delayed messages into Redis Streams on time")]
+#[command(
+    name = "delayq",
+    version,
+    about = "Delivers delayed messages into Redis Streams on time"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -76,8 +80,14 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 pub fn init_logging(level: &str, json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }
 
 fn run(path: Option<PathBuf>) -> ExitCode {
@@ -102,7 +112,10 @@ fn shutdown_signal() -> anyhow::Result<impl Future<Output = ()>> {
     let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT])?;
     Ok(async move {
         if let Some(sig) = signals.next().await {
-            tracing::info!(signal = sig, "signal received; stopping (send again to exit at once)");
+            tracing::info!(
+                signal = sig,
+                "signal received; stopping (send again to exit at once)"
+            );
         }
         tokio::spawn(async move {
             if signals.next().await.is_some() {

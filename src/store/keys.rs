@@ -85,7 +85,13 @@ mod tests {
     fn shard_keys_share_a_hash_tag() {
         let keys = Keys::new("dq", 16);
         let k = keys.shard(3);
-        for key in [&k.due, &k.bodies, &k.records, &k.records_by_expiry, &k.fence] {
+        for key in [
+            &k.due,
+            &k.bodies,
+            &k.records,
+            &k.records_by_expiry,
+            &k.fence,
+        ] {
             assert!(key.starts_with("{dq:3}:"), "{key}");
         }
         assert_eq!(keys.shard_of_due_key(&k.due), Some(3));

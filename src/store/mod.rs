@@ -127,10 +127,17 @@ pub enum ScheduleMode {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scheduled {
-    Scheduled { due_ms: u64 },
-    Replaced { due_ms: u64 },
+    Scheduled {
+        due_ms: u64,
+    },
+    Replaced {
+        due_ms: u64,
+    },
     /// The id is known already; `due_ms` is set while it is still scheduled.
-    Duplicate { due_ms: Option<u64>, state: String },
+    Duplicate {
+        due_ms: Option<u64>,
+        state: String,
+    },
 }
 
 /// Final states, kept on record for the retention window.
@@ -623,7 +630,9 @@ fn array(v: Value) -> Result<Vec<Value>> {
     match v {
         Value::Array(items) => Ok(items),
         Value::Nil => Ok(Vec::new()),
-        other => Err(StoreError::Reply(format!("expected an array, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected an array, got {other:?}"
+        ))),
     }
 }
 
@@ -632,7 +641,9 @@ fn text(v: &Value) -> Result<String> {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
         Value::Int(n) => Ok(n.to_string()),
-        other => Err(StoreError::Reply(format!("expected a string, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected a string, got {other:?}"
+        ))),
     }
 }
 
@@ -643,7 +654,9 @@ fn int(v: &Value) -> Result<i64> {
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| StoreError::Reply(format!("expected a number, got {b:?}"))),
-        other => Err(StoreError::Reply(format!("expected a number, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected a number, got {other:?}"
+        ))),
     }
 }
 

@@ -22,7 +22,11 @@ pub fn patience() -> u32 {
     std::env::var("DELAYQ_TEST_PATIENCE")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(if std::env::var_os("CI").is_some() { 3 } else { 1 })
+        .unwrap_or(if std::env::var_os("CI").is_some() {
+            3
+        } else {
+            1
+        })
 }
 
 /// Polls `check` until it returns Some, or panics with `what` after `timeout` × patience.
@@ -37,7 +41,10 @@ where
             return v;
         }
         if Instant::now() > deadline {
-            panic!("timed out after {:?} waiting for: {what}", timeout * patience());
+            panic!(
+                "timed out after {:?} waiting for: {what}",
+                timeout * patience()
+            );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -51,7 +58,8 @@ pub fn config(redis_url: &str, extra: &str) -> Config {
         text.push_str("[api]\nlisten = \"127.0.0.1:0\"\n");
     }
     text.push_str(extra);
-    Config::from_toml(&text, std::iter::empty()).unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
+    Config::from_toml(&text, std::iter::empty())
+        .unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
 }
 
 /// A Redis server and a store on it, without a daemon.
@@ -69,8 +77,14 @@ impl Bare {
     pub async fn start_with(options: RedisOptions, extra: &str) -> Bare {
         let redis = RedisServer::start_with(options).expect("start redis-server");
         let config = config(&redis.url(), extra);
-        let store = Store::connect(&config.store_config()).await.expect("connect");
-        Bare { redis, store, config }
+        let store = Store::connect(&config.store_config())
+            .await
+            .expect("connect");
+        Bare {
+            redis,
+            store,
+            config,
+        }
     }
 }
 
@@ -89,7 +103,11 @@ impl Env {
     }
 
     pub async fn start_with(options: RedisOptions, extra: &str) -> Env {
-        let Bare { redis, store, config } = Bare::start_with(options, extra).await;
+        let Bare {
+            redis,
+            store,
+            config,
+        } = Bare::start_with(options, extra).await;
         let daemon = delayq::start(config.clone()).await.expect("start delayq");
         Env {
             daemon: Some(daemon),
@@ -101,7 +119,10 @@ impl Env {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.daemon.as_ref().expect("running").api_addr)
+        format!(
+            "http://{}{path}",
+            self.daemon.as_ref().expect("running").api_addr
+        )
     }
 
     pub async fn stop(&mut self) {
@@ -135,7 +156,12 @@ impl Env {
     }
 
     pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
-        let resp = self.http.delete(self.url(path)).send().await.expect("request");
+        let resp = self
+            .http
+            .delete(self.url(path))
+            .send()
+            .await
+            .expect("request");
         let status = resp.status().as_u16();
         (status, resp.json().await.unwrap_or(serde_json::Value::Null))
     }
@@ -150,7 +176,10 @@ pub struct Entry {
 
 impl Entry {
     pub fn get(&self, name: &str) -> Option<&str> {
-        self.fields.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Milliseconds part of the entry id: when Redis wrote it.
@@ -180,14 +209,20 @@ pub fn entries(conn: &mut redis::Connection, stream: &str) -> Vec<Entry> {
             .arg(10_000)
             .query(conn)
             .expect("XRANGE");
-        let Value::Array(items) = reply else { panic!("XRANGE reply") };
+        let Value::Array(items) = reply else {
+            panic!("XRANGE reply")
+        };
         if items.is_empty() {
             return out;
         }
         for item in items {
-            let Value::Array(parts) = item else { panic!("entry") };
+            let Value::Array(parts) = item else {
+                panic!("entry")
+            };
             let id = text(&parts[0]);
-            let Value::Array(kv) = &parts[1] else { panic!("fields") };
+            let Value::Array(kv) = &parts[1] else {
+                panic!("fields")
+            };
             let fields = kv.chunks(2).map(|p| (text(&p[0]), text(&p[1]))).collect();
             start = format!("({id}");
             out.push(Entry { id, fields });
