@@ -60,3 +60,41 @@ local function decode_body(body)
   end
   return m, nil
 end
+
+-- Resolves a due time against now. kind "in": value is a delay in ms; "at": epoch ms.
+-- Returns the due ms (a time in the past means now), or nil and the TOO_FAR text when
+-- it lies more than max_delay ms after now.
+local function resolve_due(kind, value, max_delay, now)
+  local due = tonumber(value)
+  if kind == 'in' then due = now + due end
+  if due - now > tonumber(max_delay) then
+    return nil, 'TOO_FAR due time ' .. due .. ' is more than max_delay ' .. max_delay .. ' ms after now ' .. now
+  end
+  if due < now then due = now end
+  return due, nil
+end
+
+-- Stores one message in a shard, idempotently by id. The caller checks the fence and
+-- announces wake-ups. keys: { due set, bodies, records, records by expiry }.
+-- A cancelled id may be scheduled again; any other known id is a duplicate unless replace.
+-- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
+local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
+  local existing = redis.call('ZSCORE', keys[1], id)
+  if existing and not replace then
+    return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
+  end
+  local rec = redis.call('HGET', keys[3], id)
+  if rec then
+    local state = record_state(rec)
+    if state ~= 'cancelled' and not replace then
+      return 'duplicate', 0, state
+    end
+    forget_record(keys[3], keys[4], id)
+  end
+  local expire_at = 0
+  if ttl > 0 then expire_at = due + ttl end
+  redis.call('HSET', keys[2], id, cmsgpack.pack({ 1, stream, fields, due, priority, now, 1, expire_at }))
+  redis.call('ZADD', keys[1], score_of(due, priority), id)
+  if existing or rec then return 'replaced', due end
+  return 'scheduled', due
+end
