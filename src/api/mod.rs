@@ -35,7 +35,7 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let app = Router::new()
         .route("/v1/messages", post(messages::push))
         // The static segment wins over `{id}`: GET and DELETE here still reach the
         // message whose id is "batch".
@@ -67,8 +67,12 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_token,
         ))
+        .with_state(state);
+    // Around the whole router, not per route: axum completes some answers (the Allow
+    // header of a 405) outside route-level layers.
+    Router::new()
+        .fallback_service(app)
         .layer(axum::middleware::map_response(error::json_errors))
-        .with_state(state)
 }
 
 /// Redis answers: the process can do its job (as leader or standby).
