@@ -400,12 +400,12 @@ impl Config {
                 "stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"
             ));
         }
-        if let Some(inbox) = &self.inbox {
-            if stream == inbox.stream || stream == inbox.rejected_stream {
-                return Some(format!(
-                    "stream {stream:?}: is delayq's inbox (inbox.stream, inbox.rejected_stream)"
-                ));
-            }
+        if let Some(inbox) = &self.inbox
+            && (stream == inbox.stream || stream == inbox.rejected_stream)
+        {
+            return Some(format!(
+                "stream {stream:?}: is delayq's inbox (inbox.stream, inbox.rejected_stream)"
+            ));
         }
         if !self.streams.allows(stream) {
             return Some(format!(

@@ -259,8 +259,8 @@ impl EtcdServer {
             if let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.client_port)) {
                 use std::io::{Read, Write};
                 let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-                let req =
-                    format!("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+                let req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+                    .to_string();
                 let mut body = String::new();
                 if s.write_all(req.as_bytes()).is_ok()
                     && s.read_to_string(&mut body).is_ok()

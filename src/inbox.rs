@@ -349,8 +349,11 @@ mod tests {
         }
     }
 
+    /// A parsed message: id, due time, message fields.
+    type Parsed<'a> = (&'a str, Due, &'a [(&'a str, &'a str)]);
+
     #[track_caller]
-    fn check(fields: &[(&str, &str)], expected: Result<(&str, Due, &[(&str, &str)]), &str>) {
+    fn check(fields: &[(&str, &str)], expected: Result<Parsed<'_>, &str>) {
         let got = parse_entry(&entry(fields), &config());
         match (got, expected) {
             (Ok(msg), Ok((id, due, message_fields))) => {
@@ -370,164 +373,29 @@ mod tests {
     }
 
     #[test]
+    #[rustfmt::skip]
     fn entries() {
         let ms = Duration::from_millis;
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1500"),
-                ("a", "1"),
-            ],
-            Ok(("1700000000000-0", Due::In(ms(1500)), &[("a", "1")])),
-        );
-        check(
-            &[
-                ("a", "1"),
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "20m"),
-                ("b", "2"),
-            ],
-            Ok((
-                "1700000000000-0",
-                Due::In(ms(1_200_000)),
-                &[("a", "1"), ("b", "2")],
-            )),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-at", "1800000000000"),
-                ("delayq-id", "o-1"),
-                ("a", "1"),
-            ],
-            Ok(("o-1", Due::At(1_800_000_000_000), &[("a", "1")])),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-at", "2027-01-15T08:00:00Z"),
-                ("a", "1"),
-            ],
-            Ok(("1700000000000-0", Due::At(1_800_000_000_000), &[("a", "1")])),
-        );
-        check(
-            &[("delayq-delay", "1s"), ("a", "1")],
-            Err("delayq-stream: required"),
-        );
-        check(
-            &[
-                ("delayq-stream", "billing"),
-                ("delayq-delay", "1s"),
-                ("a", "1"),
-            ],
-            Err("not allowed (allowed: orders*)"),
-        );
-        check(
-            &[("delayq-stream", "orders"), ("a", "1")],
-            Err("delayq-delay or delayq-at: required"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-at", "1"),
-                ("a", "1"),
-            ],
-            Err("give one, not both"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "-5"),
-                ("a", "1"),
-            ],
-            Err("delayq-delay \"-5\": must not be negative"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "soon"),
-                ("a", "1"),
-            ],
-            Err("delayq-delay: \"soon\" is not a duration"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "400days"),
-                ("a", "1"),
-            ],
-            Err("max_delay"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-at", "tomorrow"),
-                ("a", "1"),
-            ],
-            Err("delayq-at \"tomorrow\": not epoch milliseconds"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-id", "a b"),
-                ("a", "1"),
-            ],
-            Err("delayq-id: id \"a b\""),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-priority", "10"),
-                ("a", "1"),
-            ],
-            Err("delayq-priority \"10\": must be an integer from 0 to 9"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-ttl", "-1s"),
-                ("a", "1"),
-            ],
-            Err("delayq-ttl \"-1s\": must not be negative"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-dealy", "1s"),
-                ("a", "1"),
-            ],
-            Err("delayq-dealy: unknown reserved field"),
-        );
-        check(
-            &[
-                ("delayq-stream", "orders"),
-                ("delayq-delay", "1s"),
-                ("delayq-delay", "2s"),
-                ("a", "1"),
-            ],
-            Err("delayq-delay: given more than once"),
-        );
-        check(
-            &[("delayq-stream", "orders"), ("delayq-delay", "1s")],
-            Err("no message fields"),
-        );
-        check(
-            &[
-                ("delayq-stream", "delayq:inbox"),
-                ("delayq-delay", "1s"),
-                ("a", "1"),
-            ],
-            Err("delayq's own keys"),
-        );
-        check(
-            &[("delayq-stream", "a b"), ("delayq-delay", "1s"), ("a", "1")],
-            Err("delayq-stream: stream \"a b\""),
-        );
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1500"), ("a", "1")], Ok(("1700000000000-0", Due::In(ms(1500)), &[("a", "1")])));
+        check(&[("a", "1"), ("delayq-stream", "orders"), ("delayq-delay", "20m"), ("b", "2")], Ok(("1700000000000-0", Due::In(ms(1_200_000)), &[("a", "1"), ("b", "2")])));
+        check(&[("delayq-stream", "orders"), ("delayq-at", "1800000000000"), ("delayq-id", "o-1"), ("a", "1")], Ok(("o-1", Due::At(1_800_000_000_000), &[("a", "1")])));
+        check(&[("delayq-stream", "orders"), ("delayq-at", "2027-01-15T08:00:00Z"), ("a", "1")], Ok(("1700000000000-0", Due::At(1_800_000_000_000), &[("a", "1")])));
+        check(&[("delayq-delay", "1s"), ("a", "1")], Err("delayq-stream: required"));
+        check(&[("delayq-stream", "billing"), ("delayq-delay", "1s"), ("a", "1")], Err("not allowed (allowed: orders*)"));
+        check(&[("delayq-stream", "orders"), ("a", "1")], Err("delayq-delay or delayq-at: required"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-at", "1"), ("a", "1")], Err("give one, not both"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "-5"), ("a", "1")], Err("delayq-delay \"-5\": must not be negative"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "soon"), ("a", "1")], Err("delayq-delay: \"soon\" is not a duration"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "400days"), ("a", "1")], Err("max_delay"));
+        check(&[("delayq-stream", "orders"), ("delayq-at", "tomorrow"), ("a", "1")], Err("delayq-at \"tomorrow\": not epoch milliseconds"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-id", "a b"), ("a", "1")], Err("delayq-id: id \"a b\""));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-priority", "10"), ("a", "1")], Err("delayq-priority \"10\": must be an integer from 0 to 9"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-ttl", "-1s"), ("a", "1")], Err("delayq-ttl \"-1s\": must not be negative"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-dealy", "1s"), ("a", "1")], Err("delayq-dealy: unknown reserved field"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-delay", "2s"), ("a", "1")], Err("delayq-delay: given more than once"));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s")], Err("no message fields"));
+        check(&[("delayq-stream", "delayq:inbox"), ("delayq-delay", "1s"), ("a", "1")], Err("delayq's own keys"));
+        check(&[("delayq-stream", "a b"), ("delayq-delay", "1s"), ("a", "1")], Err("delayq-stream: stream \"a b\""));
     }
 
     #[test]

@@ -132,19 +132,19 @@ impl NewMessage {
                 self.priority
             )));
         }
-        if let Due::In(delay) = self.due {
-            if delay > limits.max_delay {
-                return Err(InvalidMessage::Delay(format!(
-                    "delay {}: longer than max_delay {}",
-                    humantime::format_duration(delay),
-                    humantime::format_duration(limits.max_delay)
-                )));
-            }
+        if let Due::In(delay) = self.due
+            && delay > limits.max_delay
+        {
+            return Err(InvalidMessage::Delay(format!(
+                "delay {}: longer than max_delay {}",
+                humantime::format_duration(delay),
+                humantime::format_duration(limits.max_delay)
+            )));
         }
-        if let Some(ttl) = self.ttl {
-            if ttl.is_zero() {
-                return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
-            }
+        if let Some(ttl) = self.ttl
+            && ttl.is_zero()
+        {
+            return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
         }
         let size = self.size();
         if size > limits.max_message_bytes {

@@ -491,14 +491,14 @@ pub async fn reschedule(
     }
     let due = parse_due(obj)?;
     let limits = &state.config.api.limits;
-    if let Due::In(delay) = due {
-        if delay > limits.max_delay {
-            return Err(ApiError::invalid(format!(
-                "delay {}: longer than max_delay {}",
-                humantime::format_duration(delay),
-                humantime::format_duration(limits.max_delay)
-            )));
-        }
+    if let Due::In(delay) = due
+        && delay > limits.max_delay
+    {
+        return Err(ApiError::invalid(format!(
+            "delay {}: longer than max_delay {}",
+            humantime::format_duration(delay),
+            humantime::format_duration(limits.max_delay)
+        )));
     }
     match state.store.reschedule(&id, due, limits.max_delay).await? {
         Rescheduled::Rescheduled { due_ms } => {
