@@ -5,4 +5,5 @@ mod support;
 
 mod api;
 mod forwarding;
+mod interfaces;
 mod store;
