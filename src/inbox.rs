@@ -22,6 +22,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -52,12 +54,14 @@ const RESERVED: &[&str] = &[
 ];
 
 /// Longest a read waits for new entries before the loop looks at cancellation and
-/// abandoned entries again.
-const MAX_BLOCK: Duration = Duration::from_secs(1);
+/// abandoned entries again (and so the longest a stop waits for an idle reader).
+const MAX_BLOCK: Duration = Duration::from_millis(500);
+/// Batches scheduled at once by one instance, while it reads the next.
+const MAX_IN_FLIGHT: usize = 3;
 
 /// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
-/// inbox is disabled. Errors are logged and retried with backoff; a batch in flight
-/// when `cancel` comes is finished.
+/// inbox is disabled. Errors are logged and retried with backoff; the read and the
+/// batches in flight when `cancel` comes are finished.
 pub async fn run(config: Arc<Config>, store: Store, cancel: CancellationToken) {
     let Some(inbox) = config.inbox.clone() else {
         return;
@@ -124,20 +128,35 @@ impl Worker {
             .clamp(Duration::from_millis(50), Duration::from_secs(10));
         let block = reclaim_every.min(MAX_BLOCK);
         let mut next_reclaim = Instant::now();
+        // Batches being scheduled while the next one is read, so Redis is not left idle
+        // while this process parses; a failed one fails the connection's life, and its
+        // entries, still pending, are read again first.
+        let mut in_flight = FuturesUnordered::new();
         loop {
+            while let Some(Some(done)) = in_flight.next().now_or_never() {
+                done?;
+            }
+            if in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some(done) = in_flight.next().await {
+                    done?;
+                }
+                continue;
+            }
             if cancel.is_cancelled() {
+                while let Some(done) = in_flight.next().await {
+                    done?;
+                }
                 return Ok(());
             }
             if Instant::now() >= next_reclaim {
                 self.reclaim(&mut reader).await?;
                 next_reclaim = Instant::now() + reclaim_every;
             }
-            let entries = tokio::select! {
-                _ = cancel.cancelled() => return Ok(()),
-                entries = reader.next(batch, block) => entries?,
-            };
+            // Never abandoned half-way (not even for cancellation): entries a read
+            // returns are pending for this consumer and must be handled.
+            let entries = reader.next(batch, block).await?;
             if !entries.is_empty() {
-                self.handle(&entries).await?;
+                in_flight.push(async move { self.handle(&entries).await });
             }
         }
     }

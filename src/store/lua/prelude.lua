@@ -74,11 +74,12 @@ local function resolve_due(kind, value, max_delay, now)
   return due, nil
 end
 
--- Stores one message in a shard, idempotently by id. The caller checks the fence and
--- announces wake-ups. keys: { due set, bodies, records, records by expiry }.
--- A cancelled id may be scheduled again; any other known id is a duplicate unless replace.
--- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
-local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
+-- Decides whether a message may be stored under id, by the idempotency rules: a
+-- scheduled id, or one with a record other than a cancellation, is a duplicate unless
+-- replace. A record in the way is forgotten. keys: { due set, bodies, records, records by expiry }.
+-- returns: "scheduled" | "replaced" (the id may be stored)
+--        | "duplicate", due (0 if no longer scheduled), state
+local function admit(keys, id, replace)
   local existing = redis.call('ZSCORE', keys[1], id)
   if existing and not replace then
     return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
@@ -91,10 +92,24 @@ local function store_message(keys, id, replace, due, priority, ttl, stream, fiel
     end
     forget_record(keys[3], keys[4], id)
   end
+  if existing or rec then return 'replaced' end
+  return 'scheduled'
+end
+
+-- A new message's body (see the format above); ttl counts from the due time.
+local function new_body(stream, fields, due, priority, ttl, now)
   local expire_at = 0
   if ttl > 0 then expire_at = due + ttl end
-  redis.call('HSET', keys[2], id, cmsgpack.pack({ 1, stream, fields, due, priority, now, 1, expire_at }))
+  return cmsgpack.pack({ 1, stream, fields, due, priority, now, 1, expire_at })
+end
+
+-- Stores one message in a shard, idempotently by id (admit's rules). The caller checks
+-- the fence and announces wake-ups. keys: { due set, bodies, records, records by expiry }.
+-- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
+local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
+  local status, at, state = admit(keys, id, replace)
+  if status == 'duplicate' then return status, at, state end
+  redis.call('HSET', keys[2], id, new_body(stream, fields, due, priority, ttl, now))
   redis.call('ZADD', keys[1], score_of(due, priority), id)
-  if existing or rec then return 'replaced', due end
-  return 'scheduled', due
+  return status, due
 end

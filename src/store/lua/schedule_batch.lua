@@ -26,7 +26,10 @@ local keys = { KEYS[1], KEYS[2], KEYS[3], KEYS[4] }
 local max_delay, inbox, group = ARGV[2], ARGV[4], ARGV[5]
 local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
 
+-- Bodies and scores are written once for the whole call, so messages stored earlier in
+-- this call are tracked here: a repeated id is a duplicate of its earlier self.
 local out, acks = {}, {}
+local pending, order = {}, {}
 local i = 6
 while i <= #ARGV do
   local entry, id, replace = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'replace'
@@ -37,13 +40,36 @@ while i <= #ARGV do
   i = i + 9 + 2 * n
 
   local due, too_far = resolve_due(kind, value, max_delay, now)
+  local status, at, state
   if not due then
-    out[#out + 1] = 'too_far'; out[#out + 1] = 0; out[#out + 1] = too_far
+    status, at, state = 'too_far', 0, too_far
+  elseif pending[id] and not replace then
+    status, at, state = 'duplicate', pending[id].due, 'scheduled'
   else
-    local status, at, state = store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
-    out[#out + 1] = status; out[#out + 1] = at; out[#out + 1] = state or ''
-    if entry ~= '' then acks[#acks + 1] = entry end
+    if pending[id] then
+      status = 'replaced'
+    else
+      status, at, state = admit(keys, id, replace)
+    end
+    if status ~= 'duplicate' then
+      if not pending[id] then order[#order + 1] = id end
+      pending[id] = { due = due, score = score_of(due, priority), body = new_body(stream, fields, due, priority, ttl, now) }
+      at, state = due, ''
+    end
   end
+  out[#out + 1] = status; out[#out + 1] = at; out[#out + 1] = state
+  if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+end
+
+if #order > 0 then
+  local bodies, scores = {}, {}
+  for _, id in ipairs(order) do
+    local p = pending[id]
+    bodies[#bodies + 1] = id; bodies[#bodies + 1] = p.body
+    scores[#scores + 1] = p.score; scores[#scores + 1] = id
+  end
+  redis.call('HSET', KEYS[2], unpack(bodies))
+  redis.call('ZADD', KEYS[1], unpack(scores))
 end
 
 if inbox ~= '' and #acks > 0 then

@@ -532,3 +532,42 @@ async fn a_clean_batch_schedules_every_item() {
         50
     );
 }
+
+/// An id repeated within one batch follows the same rules as across requests.
+#[tokio::test]
+async fn an_id_repeated_in_a_batch_is_a_duplicate_unless_replaced() {
+    let env = Env::start("").await;
+    let batch = json!({ "messages": [
+        { "stream": "orders", "payload": "first", "delay": "1h", "id": "twin" },
+        { "stream": "orders", "payload": "second", "delay": "1h", "id": "twin" },
+        { "stream": "orders", "payload": "third", "delay": "2h", "id": "twin", "replace": true },
+    ]});
+    let (status, answer) = env.post("/v1/messages/batch", batch).await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(
+        (results[0]["status"].as_u64(), results[0]["state"].as_str()),
+        (Some(201), Some("scheduled"))
+    );
+    assert_eq!(
+        (
+            results[1]["duplicate"].as_bool(),
+            results[1]["state"].as_str()
+        ),
+        (Some(true), Some("scheduled"))
+    );
+    assert_eq!(results[1]["deliver_at"], results[0]["deliver_at"]);
+    assert_eq!(results[2]["replaced"].as_bool(), Some(true));
+    let (_, got) = env.get("/v1/messages/twin").await;
+    assert_eq!(got["fields"], json!([["payload", "third"]]));
+    assert_eq!(got["deliver_at"], results[2]["deliver_at"]);
+    assert_eq!(
+        env.store
+            .pending_per_shard()
+            .await
+            .unwrap()
+            .iter()
+            .sum::<u64>(),
+        1
+    );
+}
