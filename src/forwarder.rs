@@ -127,7 +127,7 @@ async fn lead_term(
     ));
     tasks.spawn(report_pending(store.clone(), cancel.clone()));
     tasks.spawn(crate::sweeper::run(
-        config.clone(),
+        live.clone(),
         store.clone(),
         leadership.clone(),
         epoch,
@@ -171,6 +171,7 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
                     for &ms in &batch.lateness_ms {
                         lateness.record(ms as f64 / 1000.0);
                     }
+                    m::record_lateness(&batch.lateness_ms);
                     for (stream, count) in &batch.per_stream {
                         metrics::counter!(m::FORWARDED, "stream" => stream.clone())
                             .increment(*count);

@@ -9,6 +9,8 @@
 //!   deadline, resign.
 //! - [`forwarder`]: leader-only loops (due → stream, record trimming).
 //! - [`sweeper`]: leader-only: unacknowledged entries → redelivered or dead-lettered.
+//! - [`inbox`]: every instance schedules what producers XADD into the inbox stream.
+//! - [`client`]: the Rust producer API (Redis directly, the daemon's own scripts).
 //! - [`api`]: the HTTP API (axum).
 //! - [`reload`]: SIGHUP: what may change at run time, and the live configuration.
 //! - [`service`]: running under a service manager: readiness, status, watchdog.
@@ -21,10 +23,12 @@
 pub mod api;
 pub mod backoff;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod election;
 pub mod forwarder;
 pub mod harness;
+pub mod inbox;
 pub mod leadership;
 pub mod message;
 pub mod metrics;
@@ -54,6 +58,7 @@ pub struct Daemon {
     live: tokio::sync::watch::Sender<Arc<Config>>,
     work: CancellationToken,
     work_task: JoinHandle<()>,
+    inbox_task: JoinHandle<()>,
     election: CancellationToken,
     election_task: JoinHandle<()>,
     api: CancellationToken,
@@ -102,6 +107,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         work.clone(),
     ));
 
+    // Every instance, leader or standby, schedules from the inbox.
+    let inbox_task = tokio::spawn(inbox::run(config.clone(), store.clone(), work.clone()));
+
     let upkeep = metrics.clone();
     let upkeep_token = work.clone();
     tokio::spawn(async move {
@@ -135,6 +143,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         live,
         work,
         work_task,
+        inbox_task,
         election,
         election_task,
         api,
@@ -148,12 +157,13 @@ impl Daemon {
         self.live.clone()
     }
 
-    /// Stops in a fixed order: leader loops first (each finishes the batch in
-    /// flight), then the election (resigning, so a standby takes over at once),
-    /// then the API (draining requests in flight, for at most 5 s).
+    /// Stops in a fixed order: leader loops and the inbox reader first (each
+    /// finishes the batch in flight), then the election (resigning, so a standby
+    /// takes over at once), then the API (draining requests in flight, for at most 5 s).
     pub async fn stop(self) {
         self.work.cancel();
         let _ = self.work_task.await;
+        let _ = self.inbox_task.await;
         self.election.cancel();
         let _ = self.election_task.await;
         self.api.cancel();

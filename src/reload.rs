@@ -19,7 +19,7 @@ use crate::config::{Config, ConfigError};
 /// `log.level`: the filter of the tracing subscriber. `streams.`: the allow list
 /// (read by the API on every push) and the MAXLEN settings (read by the forward
 /// loops before every batch).
-pub const RELOADABLE: &[&str] = &["log.level", "streams."];
+pub const RELOADABLE: &[&str] = &["log.level", "streams.", "delivery."];
 
 pub fn is_reloadable(key: &str) -> bool {
     RELOADABLE.iter().any(|r| match r.strip_suffix('.') {
@@ -97,6 +97,7 @@ pub fn merge(running: &Config, file: &Config) -> Config {
     let mut merged = running.clone();
     merged.log.level = file.log.level.clone();
     merged.streams = file.streams.clone();
+    merged.delivery = file.delivery.clone();
     merged
 }
 
@@ -254,5 +255,11 @@ mod tests {
         assert_eq!(merged.log.level, "debug");
         assert_eq!(merged.redis.shards, 8);
         assert!(!merged.log.json);
+        let (file, _) = effective("[delivery.streams.orders]\ngroups = [\"g\"]\nmax_attempts = 3");
+        let merged = merge(&running, &file);
+        assert_eq!(
+            merged.delivery.stream("orders").map(|s| s.max_attempts),
+            Some(3)
+        );
     }
 }

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -25,9 +26,61 @@ use crate::leadership::{Leadership, StepDown};
 use crate::metrics as m;
 use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
 
-/// Sweeps the watched streams' consumer groups while `cancel` is not cancelled (one
-/// leader term). Returns at once when no stream is watched.
+/// Sweeps the watched streams' consumer groups for one leader term (until `cancel`),
+/// following the live configuration: when a reload changes `[delivery]`, the sweep
+/// starts over with the new settings.
 pub async fn run(
+    mut live: watch::Receiver<Arc<Config>>,
+    store: Store,
+    leadership: Leadership,
+    epoch: u64,
+    cancel: CancellationToken,
+) {
+    loop {
+        let config = live.borrow_and_update().clone();
+        let pass = cancel.child_token();
+        let sweep = sweep_term(
+            config.clone(),
+            store.clone(),
+            leadership.clone(),
+            epoch,
+            pass.clone(),
+        );
+        tokio::pin!(sweep);
+        // The sweep also ends on its own when nothing is watched or it was fenced;
+        // then only a reload (or the end of the term) is left to wait for.
+        let mut swept_out = false;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => {
+                    if !swept_out {
+                        sweep.await;
+                    }
+                    return;
+                }
+                _ = &mut sweep, if !swept_out => swept_out = true,
+                changed = live.changed() => {
+                    if changed.is_err() {
+                        pass.cancel();
+                        return;
+                    }
+                    if live.borrow().delivery != config.delivery {
+                        break;
+                    }
+                }
+            }
+        }
+        pass.cancel();
+        if !swept_out {
+            sweep.await;
+        }
+        tracing::info!(epoch, "delivery settings reloaded; sweeping with them");
+    }
+}
+
+/// Sweeps with one configuration until `cancel`. Returns at once when no stream is
+/// watched.
+async fn sweep_term(
     config: Arc<Config>,
     store: Store,
     leadership: Leadership,

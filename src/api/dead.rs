@@ -32,8 +32,9 @@ pub struct ListQuery {
 /// A stream name from the path, with its dead-letter stream.
 fn streams(state: &AppState, stream: &str) -> Result<(String, String), ApiError> {
     crate::message::validate_stream(stream)?;
-    check_stream_allowed(stream, &state.config)?;
-    Ok((stream.to_owned(), state.config.dead_letter_stream(stream)))
+    let config = state.current_config();
+    check_stream_allowed(stream, &config)?;
+    Ok((stream.to_owned(), config.dead_letter_stream(stream)))
 }
 
 fn limit(given: Option<usize>) -> Result<usize, ApiError> {

@@ -3,6 +3,10 @@
 //! Burst: N messages all due at one instant, scheduled before the forwarder starts;
 //! measures how fast the backlog drains. Spread: a steady rate of messages, each due
 //! a fixed delay after it was sent; measures lateness (stream entry time − due).
+//! Ingest (in `ingest`): messages into delayq through batch HTTP and the inbox, and
+//! single-push latency.
+
+mod ingest;
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +42,15 @@ pub struct BenchArgs {
     /// Messages per forward call (forwarder.batch_size).
     #[arg(long, default_value_t = 200)]
     pub batch_size: usize,
+    /// Messages in each ingest scenario (batch HTTP, inbox); 0 skips them.
+    #[arg(long, default_value_t = 100_000)]
+    pub ingest_messages: u64,
+    /// Messages per batch request in the batch HTTP scenario (at most 5000).
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=5000))]
+    pub http_batch: u64,
+    /// Sequential single pushes timed for latency; 0 skips it.
+    #[arg(long, default_value_t = 2000)]
+    pub push_latency_requests: u64,
     /// Use this Redis instead of starting one (its data under prefix "delayq-bench" is wiped).
     #[arg(long)]
     pub redis_url: Option<String>,
@@ -62,6 +75,13 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     if args.rate > 0 {
         results.push(spread(&args, &url).await?);
     }
+    if args.ingest_messages > 0 {
+        results.push(ingest::http_batch(&args, &url).await?);
+        results.push(ingest::inbox(&args, &url).await?);
+    }
+    if args.push_latency_requests > 0 {
+        results.push(ingest::push_latency(&args, &url).await?);
+    }
     let redis_version = redis_info_field(&url, "server", "redis_version")
         .await
         .unwrap_or_default();
@@ -80,8 +100,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
 
 fn bench_config(args: &BenchArgs, url: &str) -> anyhow::Result<Config> {
     let text = format!(
-        "[redis]\nurl = \"{url}\"\nprefix = \"delayq-bench\"\nshards = {}\n[api]\nlisten = \"127.0.0.1:0\"\n[forwarder]\nbatch_size = {}\n[log]\nlevel = \"warn\"\n",
-        args.shards, args.batch_size
+        "[redis]\nurl = \"{url}\"\nprefix = \"delayq-bench\"\nshards = {}\n[api]\nlisten = \"127.0.0.1:0\"\nmax_batch = {}\n[forwarder]\nbatch_size = {}\n[log]\nlevel = \"warn\"\n",
+        args.shards, args.http_batch, args.batch_size
     );
     Ok(Config::from_toml(&text, std::iter::empty())?)
 }
@@ -368,7 +388,12 @@ fn print_table(report: &Value) {
         "| scenario | messages | throughput (msg/s) | lateness p50 / p99 / p99.9 / max (ms) | bytes/pending msg | CPU µs/msg Redis / delayq |"
     );
     println!("|---|---|---|---|---|---|");
-    for s in report["scenarios"].as_array().into_iter().flatten() {
+    let (ingest, forwarding): (Vec<&Value>, Vec<&Value>) = report["scenarios"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .partition(|s| !matches!(s["scenario"].as_str(), Some("burst" | "spread")));
+    for s in forwarding {
         let l = &s["lateness_ms"];
         let throughput = if s["scenario"] == "burst" {
             format!("{} drained", s["drain_rate_per_sec"])
@@ -390,4 +415,5 @@ fn print_table(report: &Value) {
             s["cpu_us_per_message"]["delayq"],
         );
     }
+    ingest::print_table(&ingest);
 }

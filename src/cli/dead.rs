@@ -204,12 +204,15 @@ async fn request(
 ) -> Result<Value, ExitCode> {
     let url = format!("{}{}", target.url.trim_end_matches('/'), path);
     let mut req = reqwest::Client::new().request(method, &url);
+    if let Some(token) = &target.token {
+        req = req.bearer_auth(token);
+    }
     if let Some(body) = body {
         req = req.json(&body);
     }
     let resp = req.send().await.map_err(|e| {
         eprintln!("delayq: cannot reach {url}: {e}");
-        ExitCode::from(2)
+        ExitCode::from(super::client::EXIT_UNREACHABLE)
     })?;
     let status = resp.status();
     let value: Value = resp.json().await.unwrap_or(Value::Null);
@@ -222,7 +225,7 @@ async fn request(
         value["error"].as_str().unwrap_or("error"),
         value["detail"].as_str().unwrap_or("")
     );
-    Err(ExitCode::from(1))
+    Err(ExitCode::from(super::client::exit_code(status)))
 }
 
 /// Percent-encodes a path segment or query value (stream names may hold ':' or '/').

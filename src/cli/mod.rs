@@ -24,7 +24,8 @@ pub const EXIT_CONFIG: u8 = 64;
 #[command(
     name = "delayq",
     version,
-    about = "Delivers delayed messages into Redis Streams on time"
+    about = "Delivers delayed messages into Redis Streams on time",
+    after_help = client::EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]
@@ -45,6 +46,7 @@ enum Command {
     #[command(subcommand)]
     Dead(dead::DeadCommand),
     /// Measure forwarding throughput and lateness against a local Redis.
+    /// Measure forwarding throughput and lateness, ingest rates and push latency against a local Redis.
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
     Demo(demo::DemoArgs),

@@ -6,6 +6,7 @@ mod support;
 mod api;
 mod forwarding;
 mod ha;
+mod interfaces;
 mod ops;
 mod store;
 mod sweep;

@@ -1,0 +1,265 @@
+//! Ingest scenarios of `delayq bench`: how fast messages get *into* delayq, through
+//! the batch HTTP endpoint and through the inbox stream, and the latency of a single
+//! HTTP push. Messages are due in an hour, so no forwarding competes.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+use serde_json::{Value, json};
+
+use super::{BenchArgs, CpuMeter, bench_config, wipe};
+use crate::store::Store;
+
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    failed: u64,
+}
+
+/// Batch requests in flight at once.
+const HTTP_CONCURRENCY: usize = 4;
+/// Inbox entries XADDed per pipeline round trip by the producer.
+const XADD_PIPELINE: usize = 1000;
+
+/// Messages pending in all shards.
+async fn pending(store: &Store) -> anyhow::Result<u64> {
+    Ok(store.pending_per_shard().await?.iter().sum())
+}
+
+async fn wait_pending(store: &Store, n: u64, patience: Duration) -> anyhow::Result<()> {
+    let deadline = Instant::now() + patience;
+    while pending(store).await? < n {
+        if Instant::now() > deadline {
+            bail!(
+                "only {} of {n} messages scheduled after {patience:?}",
+                pending(store).await?
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    Ok(())
+}
+
+/// N messages through `POST /v1/messages/batch`, `HTTP_CONCURRENCY` requests at a time.
+pub(super) async fn http_batch(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
+    wipe(url).await?;
+    let config = bench_config(args, url)?;
+    let store = Store::connect(&config.store_config()).await?;
+    let daemon = crate::start(config).await?;
+    let endpoint = format!("http://{}/v1/messages/batch", daemon.api_addr);
+    let payload = "x".repeat(args.payload);
+    // Bodies are built before the clock starts: the client's JSON work is not delayq's.
+    let bodies: Vec<String> = (0..args.ingest_messages)
+        .collect::<Vec<_>>()
+        .chunks(args.http_batch as usize)
+        .map(|chunk| {
+            let messages: Vec<Value> = chunk
+                .iter()
+                .map(|n| json!({ "stream": "bench:ingest", "payload": payload, "delay": "1h", "id": format!("h{n}") }))
+                .collect();
+            json!({ "messages": messages }).to_string()
+        })
+        .collect();
+    let http = reqwest::Client::new();
+    let cpu = CpuMeter::start(url).await?;
+    let started = Instant::now();
+    let mut responses = futures::stream::iter(bodies)
+        .map(|body| {
+            let request = http
+                .post(&endpoint)
+                .header("content-type", "application/json")
+                .body(body);
+            async move {
+                let resp = request.send().await?;
+                let status = resp.status();
+                let body = resp.bytes().await?;
+                // Only the count of failures is read: the client's parsing is not delayq's work.
+                let answer: BatchAnswer = serde_json::from_slice(&body).with_context(|| {
+                    format!("batch answer {status}: {}", String::from_utf8_lossy(&body))
+                })?;
+                anyhow::Ok((status, answer))
+            }
+        })
+        .buffer_unordered(HTTP_CONCURRENCY);
+    while let Some(result) = responses.next().await {
+        let (status, answer) = result?;
+        if !status.is_success() || answer.failed != 0 {
+            bail!("batch refused: {status}, {} failed", answer.failed);
+        }
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let cpu = cpu.stop(args.ingest_messages).await?;
+    let stored = pending(&store).await?;
+    daemon.stop().await;
+    if stored != args.ingest_messages {
+        bail!("{stored} of {} messages stored", args.ingest_messages);
+    }
+    Ok(json!({
+        "scenario": "ingest-http-batch",
+        "messages": args.ingest_messages,
+        "batch": args.http_batch,
+        "concurrency": HTTP_CONCURRENCY,
+        "rate_per_sec": (args.ingest_messages as f64 / secs).round(),
+        "cpu_us_per_message": cpu,
+    }))
+}
+
+/// XADDs `n` inbox entries, pipelined; returns how long it took.
+async fn produce(
+    conn: &mut redis::aio::MultiplexedConnection,
+    inbox: &str,
+    n: u64,
+    payload: &str,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    let mut sent = 0;
+    while sent < n {
+        let mut pipe = redis::pipe();
+        let chunk = (n - sent).min(XADD_PIPELINE as u64);
+        for _ in 0..chunk {
+            pipe.cmd("XADD")
+                .arg(inbox)
+                .arg("*")
+                .arg("delayq-stream")
+                .arg("bench:inbox")
+                .arg("delayq-delay")
+                .arg("1h")
+                .arg("payload")
+                .arg(payload)
+                .ignore();
+        }
+        let () = pipe.query_async(conn).await?;
+        sent += chunk;
+    }
+    Ok(started.elapsed())
+}
+
+/// Through the inbox, two ways. Drain: N entries XADDed first, then a daemon started
+/// and timed until every one is scheduled (delayq's own intake rate). Live: N entries
+/// XADDed while a daemon schedules them, timed until the last is scheduled (producer
+/// and delayq sharing Redis, as in production).
+pub(super) async fn inbox(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
+    let total = args.ingest_messages;
+    let payload = "x".repeat(args.payload);
+    let config = bench_config(args, url)?;
+    let inbox = config
+        .inbox
+        .clone()
+        .context("the inbox is enabled in the bench config")?;
+
+    wipe(url).await?;
+    let store = Store::connect(&config.store_config()).await?;
+    let mut producer = store.separate_connection().await?;
+    let produced_in = produce(&mut producer, &inbox.stream, total, &payload).await?;
+    let cpu = CpuMeter::start(url).await?;
+    let started = Instant::now();
+    let daemon = crate::start(config.clone()).await?;
+    wait_pending(&store, total, Duration::from_secs(300)).await?;
+    let drain_secs = started.elapsed().as_secs_f64();
+    let cpu = cpu.stop(total).await?;
+    daemon.stop().await;
+
+    wipe(url).await?;
+    let daemon = crate::start(config).await?;
+    let started = Instant::now();
+    let (produced, scheduled) = tokio::join!(
+        produce(&mut producer, &inbox.stream, total, &payload),
+        wait_pending(&store, total, Duration::from_secs(300))
+    );
+    produced?;
+    scheduled?;
+    let live_secs = started.elapsed().as_secs_f64();
+    daemon.stop().await;
+
+    Ok(json!({
+        "scenario": "ingest-inbox",
+        "messages": total,
+        "inbox_batch": inbox.batch_size,
+        "rate_per_sec": (total as f64 / drain_secs).round(),
+        "live_rate_per_sec": (total as f64 / live_secs).round(),
+        "producer_rate_per_sec": (total as f64 / produced_in.as_secs_f64()).round(),
+        "cpu_us_per_message": cpu,
+    }))
+}
+
+/// Sequential single pushes (`POST /v1/messages`), one at a time, round trip timed.
+pub(super) async fn push_latency(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
+    wipe(url).await?;
+    let config = bench_config(args, url)?;
+    let daemon = crate::start(config).await?;
+    let endpoint = format!("http://{}/v1/messages", daemon.api_addr);
+    let payload = "x".repeat(args.payload);
+    let http = reqwest::Client::new();
+    let mut micros = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+    const WARM_UP: u64 = 100;
+    for n in 0..args.push_latency_requests + WARM_UP {
+        let body = json!({ "stream": "bench:latency", "payload": payload, "delay": "1h", "id": format!("l{n}") }).to_string();
+        let started = Instant::now();
+        let resp = http
+            .post(&endpoint)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await?;
+        let status = resp.status();
+        resp.bytes().await?;
+        let took = started.elapsed();
+        if status.as_u16() != 201 {
+            bail!("push answered {status}");
+        }
+        if n >= WARM_UP {
+            micros.record(took.as_micros().max(1) as u64)?;
+        }
+    }
+    daemon.stop().await;
+    Ok(json!({
+        "scenario": "push-latency",
+        "messages": args.push_latency_requests,
+        "latency_us": {
+            "p50": micros.value_at_quantile(0.5),
+            "p99": micros.value_at_quantile(0.99),
+            "p99_9": micros.value_at_quantile(0.999),
+            "max": micros.max(),
+        },
+        "rate_per_sec": (args.push_latency_requests as f64 * 1e6 / (micros.mean() * micros.len() as f64)).round(),
+    }))
+}
+
+/// The ingest scenarios as a table.
+pub(super) fn print_table(scenarios: &[&Value]) {
+    if scenarios.is_empty() {
+        return;
+    }
+    println!();
+    println!(
+        "| ingest scenario | messages | rate (msg/s) | single push latency p50 / p99 / p99.9 / max (µs) | CPU µs/msg Redis / delayq |"
+    );
+    println!("|---|---|---|---|---|");
+    for s in scenarios {
+        let latency = &s["latency_us"];
+        let latency = if latency.is_object() {
+            format!(
+                "{} / {} / {} / {}",
+                latency["p50"], latency["p99"], latency["p99_9"], latency["max"]
+            )
+        } else {
+            "-".to_owned()
+        };
+        let cpu = &s["cpu_us_per_message"];
+        let cpu = if cpu.is_object() {
+            format!("{} / {}", cpu["redis"], cpu["delayq"])
+        } else {
+            "-".to_owned()
+        };
+        let rate = match s.get("live_rate_per_sec") {
+            Some(live) => format!("{} drain, {live} live", s["rate_per_sec"]),
+            None => s["rate_per_sec"].to_string(),
+        };
+        println!(
+            "| {} | {} | {rate} | {latency} | {cpu} |",
+            s["scenario"].as_str().unwrap_or("?"),
+            s["messages"],
+        );
+    }
+}
