@@ -104,6 +104,9 @@ pub struct DrillArgs {
     /// Print the report as JSON on stdout.
     #[arg(long)]
     json: bool,
+    /// Bearer token for the nodes' API, when they have api.tokens set.
+    #[arg(long, env = "DELAYQ_TOKEN", hide_env_values = true)]
+    token: Option<String>,
 
     /// Local cluster: delayq processes to start.
     #[arg(long, default_value_t = 3)]
@@ -312,9 +315,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         args.rounds,
     ));
 
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(500))
-        .build()?;
+    let http = load::http_client(Duration::from_millis(500), args.token.as_deref())?;
     let first = wait_single_leader(&http, &nodes, takeover_timeout)
         .await
         .context("waiting for the cluster to elect a leader")?;
@@ -340,6 +341,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
             rate: args.rate,
             delay: args.delay,
             run_id: format!("drill-{run_id}"),
+            token: args.token.clone(),
         },
         traffic.clone(),
         stop_producer.clone(),

@@ -455,6 +455,7 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
             .arg("-f")
             .arg(&file)
             .args(args)
+            .env("DELAYQ_API_TOKENS", "compose-test-token")
             .output()
             .unwrap();
         assert!(
@@ -490,9 +491,24 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
             "{rendered}"
         );
     }
-    // The API token line is there, commented, for operators to fill in.
-    let source = std::fs::read_to_string(&file).unwrap();
-    assert!(source.contains("# DELAYQ_API_TOKENS: "), "{source}");
+    // The instances listen beyond loopback, so compose insists on tokens.
+    assert!(
+        rendered.contains("DELAYQ_API_TOKENS: compose-test-token"),
+        "{rendered}"
+    );
+    let without_token = Command::new(&compose)
+        .arg("-f")
+        .arg(&file)
+        .arg("config")
+        .env_remove("DELAYQ_API_TOKENS")
+        .output()
+        .unwrap();
+    assert!(!without_token.status.success());
+    assert!(
+        text(&without_token.stderr).contains("DELAYQ_API_TOKENS"),
+        "{}",
+        text(&without_token.stderr)
+    );
 
     // Every DELAYQ_* variable the instances get must make a valid configuration.
     let env: Vec<(String, String)> = rendered

@@ -159,6 +159,23 @@ pub struct Load {
     pub rate: u32,
     pub delay: Duration,
     pub run_id: String,
+    /// Bearer token for the nodes' API.
+    pub token: Option<String>,
+}
+
+/// An HTTP client for the nodes: a timeout per request, and the bearer token on
+/// every request when there is one.
+pub fn http_client(timeout: Duration, token: Option<&str>) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?;
+        value.set_sensitive(true);
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
+    Ok(reqwest::Client::builder()
+        .timeout(timeout)
+        .default_headers(headers)
+        .build()?)
 }
 
 /// Pushes `rate` messages per second until `cancel`, each due `delay` after it
@@ -166,9 +183,7 @@ pub struct Load {
 /// following ones with the same id (a retry of a push that did get in is
 /// answered as a duplicate), for up to 5 s.
 pub async fn produce(load: Load, traffic: Arc<Traffic>, cancel: CancellationToken) {
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_millis(800))
-        .build()
+    let http = http_client(Duration::from_millis(800), load.token.as_deref())
         .expect("build the HTTP client");
     let load = Arc::new(load);
     // Bounds pushes in flight when nodes hang (SIGSTOP): the rate is kept by
