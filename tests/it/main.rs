@@ -4,5 +4,6 @@
 mod support;
 
 mod api;
+mod bench;
 mod forwarding;
 mod store;
