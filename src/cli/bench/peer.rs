@@ -65,7 +65,7 @@ pub async fn versions(dir: &Path) -> Json {
 impl Bench {
     fn node(&self, role: &str, n: u64) -> Command {
         let mut cmd = Command::new("node");
-        cmd.arg(self.peer_dir.join("bullmq.mjs"))
+        cmd.arg("bullmq.mjs")
             .arg(role)
             .args([
                 "--host",
