@@ -496,6 +496,18 @@ impl Raw {
                     ),
                 ));
             }
+            if lease_ttl.subsec_nanos() != 0 {
+                return Err(invalid(
+                    "etcd.lease_ttl",
+                    format!(
+                        "{}: must be whole seconds (etcd grants leases in seconds)",
+                        humantime::format_duration(lease_ttl)
+                    ),
+                ));
+            }
+            if etcd_connect_timeout < Duration::from_millis(100) {
+                return Err(invalid("etcd.connect_timeout", "must be at least 100ms"));
+            }
             if cluster.is_empty() || cluster.contains('/') {
                 return Err(invalid(
                     "etcd.cluster",
@@ -705,6 +717,16 @@ mod tests {
             "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"1s\"",
             &[],
             "etcd.lease_ttl",
+        );
+        check_err(
+            "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nlease_ttl = \"2500ms\"",
+            &[],
+            "etcd.lease_ttl: 2s 500ms: must be whole seconds",
+        );
+        check_err(
+            "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\nconnect_timeout = \"0s\"",
+            &[],
+            "etcd.connect_timeout",
         );
         check_err(
             "[etcd]\nendpoints = [\"127.0.0.1:2379\"]",

@@ -441,6 +441,21 @@ impl DelayqProcess {
         None
     }
 
+    /// Waits up to `timeout` for the process to exit by itself (after a signal sent
+    /// with [`DelayqProcess::signal`]); kills it if it does not.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        kill_and_wait(&mut child);
+        None
+    }
+
     /// Starts the process again with the same config and port.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();

@@ -67,6 +67,8 @@ pub struct LeaderInfo {
     /// Lease time left when this node leads, as of `lease_checked`.
     pub lease_left: Option<Duration>,
     pub mode: &'static str,
+    /// Whether etcd answered the last query (None without etcd), for `/readyz`.
+    pub etcd_reachable: Option<bool>,
 }
 
 /// The elector's side of a [`Leadership`].
@@ -163,6 +165,7 @@ pub async fn run_standalone(
         epoch: Some(epoch),
         lease_left: None,
         mode: "standalone",
+        etcd_reachable: None,
     });
     elector.set(
         Role::Leader(Term {

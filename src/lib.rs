@@ -5,6 +5,8 @@
 //! - [`message`]: ids, due times, validation; pure.
 //! - [`store`]: the only module that speaks Redis; all changes happen in its Lua scripts.
 //! - [`leadership`]: leadership as a watch value; the standalone elector.
+//! - [`election`]: the only module that speaks etcd: lease, campaign, keepalive
+//!   deadline, resign.
 //! - [`forwarder`]: leader-only loops (due → stream, record trimming).
 //! - [`api`]: the HTTP API (axum).
 //! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
@@ -17,6 +19,7 @@ pub mod api;
 pub mod backoff;
 pub mod cli;
 pub mod config;
+pub mod election;
 pub mod forwarder;
 pub mod harness;
 pub mod leadership;
@@ -72,9 +75,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             elector,
             election.clone(),
         )),
-        Some(_) => anyhow::bail!(
-            "etcd election is not available in this build (etcd.endpoints must be empty)"
-        ),
+        Some(etcd) => tokio::spawn(election::run(
+            etcd.clone(),
+            config.node_id.clone(),
+            api_addr.to_string(),
+            elector,
+            election.clone(),
+        )),
     };
 
     let work = CancellationToken::new();

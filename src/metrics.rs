@@ -24,6 +24,8 @@ pub const IS_LEADER: &str = "delayq_is_leader";
 pub const EPOCH: &str = "delayq_leader_epoch";
 pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
 pub const FENCED: &str = "delayq_fenced_total";
+pub const LEASE_REMAINING: &str = "delayq_lease_remaining_seconds";
+pub const KEEPALIVE_SECONDS: &str = "delayq_keepalive_seconds";
 pub const HTTP_REQUESTS: &str = "delayq_http_requests_total";
 
 /// Installs the process-wide recorder the first time, and returns its handle.

@@ -18,7 +18,7 @@ use serde_json::json;
 pub use error::ApiError;
 
 use crate::config::Config;
-use crate::leadership::{Leadership, Role};
+use crate::leadership::{Leadership, Role, StepDown};
 use crate::store::Store;
 
 /// What every handler can reach.
@@ -39,7 +39,9 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/leader", get(leader))
         .route("/leader", get(leader_only))
+        .route("/v1/admin/resign", post(resign))
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
         .with_state(state)
@@ -51,6 +53,70 @@ async fn healthz(State(state): State<AppState>) -> impl IntoResponse {
         Ok(Ok(())) => (StatusCode::OK, Json(json!({ "status": "ok" }))).into_response(),
         Ok(Err(e)) => ApiError::unavailable(format!("redis: {e}")).into_response(),
         Err(_) => ApiError::unavailable("redis: no answer within 2s").into_response(),
+    }
+}
+
+/// Redis answers and, when an etcd election is configured, etcd does too: the
+/// instance can take over if the leader goes away.
+async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), state.store.ping()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return ApiError::unavailable(format!("redis: {e}")).into_response(),
+        Err(_) => return ApiError::unavailable("redis: no answer within 2s").into_response(),
+    }
+    let etcd = match state.leadership.info().etcd_reachable {
+        None => "not configured",
+        Some(true) => "ok",
+        Some(false) => {
+            return ApiError::unavailable("etcd: no answer to the last query").into_response();
+        }
+    };
+    (
+        StatusCode::OK,
+        Json(json!({ "status": "ok", "redis": "ok", "etcd": etcd })),
+    )
+        .into_response()
+}
+
+/// Planned switchover: the leader gives up its term and stays out of the next
+/// election for a moment, so that a standby takes over. Answers once this node
+/// has stepped down.
+async fn resign(State(state): State<AppState>) -> impl IntoResponse {
+    let info = state.leadership.info();
+    if info.mode == "standalone" {
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "standalone",
+            "no etcd configured: there is no other instance to hand over to",
+        )
+        .into_response();
+    }
+    let Role::Leader(term) = state.leadership.current() else {
+        let leader = match (info.node_id, info.address) {
+            (Some(node), Some(address)) => format!("; the leader is {node} at {address}"),
+            _ => String::new(),
+        };
+        return ApiError::new(
+            StatusCode::CONFLICT,
+            "not_leader",
+            format!("{} is a standby{leader}", state.config.node_id),
+        )
+        .into_response();
+    };
+    let mut roles = state.leadership.subscribe();
+    state.leadership.step_down(StepDown::Resign);
+    let stepped_down = tokio::time::timeout(
+        Duration::from_secs(5),
+        roles.wait_for(|role| role.epoch() != Some(term.epoch)),
+    )
+    .await;
+    match stepped_down {
+        Ok(Ok(_)) => (
+            StatusCode::OK,
+            Json(json!({ "resigned": true, "node_id": state.config.node_id, "epoch": term.epoch })),
+        )
+            .into_response(),
+        _ => ApiError::unavailable("asked to resign, but still leading after 5s").into_response(),
     }
 }
 

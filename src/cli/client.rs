@@ -67,6 +67,16 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Show who leads: node, address, epoch, lease time left.
+    Leader {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Planned switchover: ask the leader (--url) to hand over to a standby.
+    Resign {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// Exit codes: 0 done, 1 refused or not found, 2 cannot reach delayq.
@@ -150,6 +160,12 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                 None,
             )
             .await
+        }
+        ClientCommand::Leader { target } => {
+            call(&target, reqwest::Method::GET, "/v1/leader", None).await
+        }
+        ClientCommand::Resign { target } => {
+            call(&target, reqwest::Method::POST, "/v1/admin/resign", None).await
         }
     }
 }

@@ -4,6 +4,7 @@
 mod bench;
 mod client;
 mod demo;
+mod fence;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -41,6 +42,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
     Demo(demo::DemoArgs),
+    /// Show or reset the fence epoch in Redis (after an etcd cluster was rebuilt).
+    Fence(fence::FenceArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -55,6 +58,10 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => {
             init_logging("warn", false);
             report(runtime().block_on(demo::main(args)))
+        }
+        Command::Fence(args) => {
+            init_logging("warn", false);
+            report(runtime().block_on(fence::main(args)))
         }
     }
 }

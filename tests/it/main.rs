@@ -6,4 +6,5 @@ mod support;
 mod api;
 mod bench;
 mod forwarding;
+mod ha;
 mod store;

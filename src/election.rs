@@ -1,0 +1,1025 @@
+//! Leadership through etcd: the only module that speaks etcd.
+//!
+//! [`run`] is one loop per process. Each round it grants a lease, keeps it alive
+//! from its own timer, campaigns on `etcd.election_prefix` (etcd's v3 election
+//! API), and leads while the lease holds and its leader key exists. The epoch of a
+//! term is the leader key's create revision, which only grows from one leader to
+//! the next. Any sign that the term is over ends it at once (the role goes to
+//! `Follower` before anything else is tried); the round then resigns, revokes its
+//! lease and the next round campaigns again with a fresh lease.
+//!
+//! The lease is judged locally, on the monotonic clock: each renewal etcd
+//! confirms moves a deadline to `time the renewal was sent + granted TTL − margin`.
+//! etcd cannot expire the lease before that instant, so a leader that stops at
+//! its deadline stops before anybody else can be elected. With `etcd.failsafe`, a
+//! leader whose renewals fail because etcd does not answer at all (errors,
+//! timeouts) keeps leading past the deadline: while etcd is unreachable nobody can
+//! be elected, and if somebody is (only this node was cut off), that leader's
+//! fence refuses this one's scripts and the forwarder reports `FENCED`. Any
+//! *answer* from etcd that the lease or the key is gone ends the term.
+
+use std::future::Future;
+use std::time::{Duration, SystemTime};
+
+use anyhow::anyhow;
+use etcd_client::{
+    Client, ConnectOptions, EventType, GetOptions, LeaderKey, ResignOptions, SortOrder, SortTarget,
+    WatchOptions, WatchStream,
+};
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::{CancellationToken, DropGuard};
+
+use crate::backoff::Backoff;
+use crate::config::EtcdConfig;
+use crate::leadership::{Elector, LeaderInfo, Role, StepDown, Term};
+use crate::metrics as m;
+
+/// HTTP/2 pings on the etcd connections, so that a member that hangs (stopped,
+/// partitioned) breaks the streams waiting on it (campaign, watch) instead of
+/// leaving them hanging. etcd answers pings closer than 5 s apart
+/// (`--grpc-keepalive-min-time`) with "too many pings" and drops the connection,
+/// hence 6 s.
+const HTTP2_PING_EVERY: Duration = Duration::from_secs(6);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long a node that resigned stays out of the race, so that another takes
+/// over (those already campaigning win within milliseconds).
+const RESIGN_PAUSE: Duration = Duration::from_secs(1);
+/// Bound on each of resign and revoke when a term ends, so shutdown stays fast
+/// even when etcd is gone.
+const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What a node puts in its leader key: who it is and where its API listens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderValue {
+    pub node_id: String,
+    pub address: String,
+}
+
+impl LeaderValue {
+    /// Reads a leader key's value; a value that is not ours (written by hand) is
+    /// shown as the node id.
+    pub fn parse(bytes: &[u8]) -> LeaderValue {
+        serde_json::from_slice(bytes).unwrap_or_else(|_| LeaderValue {
+            node_id: String::from_utf8_lossy(bytes).into_owned(),
+            address: String::new(),
+        })
+    }
+}
+
+/// Timings of one lease, derived from the TTL etcd granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Timing {
+    ttl: Duration,
+    /// Renewal period, and how long a renewal may wait for its answer.
+    renew_every: Duration,
+    /// Taken off the deadline for clock-rate differences and the forwarder's
+    /// batch in flight. Below `renew_every`, so that a renewal that got no answer
+    /// has been declared failed before the deadline it would have moved.
+    margin: Duration,
+}
+
+impl Timing {
+    fn new(ttl: Duration) -> Timing {
+        Timing {
+            ttl,
+            renew_every: ttl / 3,
+            margin: (ttl / 4).min(Duration::from_secs(1)),
+        }
+    }
+
+    /// The local deadline after a renewal sent at `sent` that etcd confirmed.
+    fn deadline(&self, sent: Instant) -> Instant {
+        sent + self.ttl - self.margin
+    }
+}
+
+/// Lease TTL in the whole seconds etcd grants, rounded up.
+fn ttl_seconds(ttl: Duration) -> i64 {
+    ttl.as_millis().div_ceil(1000).max(1) as i64
+}
+
+/// What the keepalive loop last learnt about the lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Contact {
+    /// etcd confirmed a renewal; the deadline moved.
+    Renewed,
+    /// The last renewal got no answer from etcd (an error or a timeout).
+    Unreachable,
+    /// etcd answered that the lease does not exist any more.
+    Gone,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct LeaseState {
+    contact: Contact,
+    deadline: Instant,
+}
+
+/// What a leader does when its lease deadline passes without a renewal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AtDeadline {
+    StepDown,
+    /// etcd is unreachable and failsafe is on: nobody else can be elected now,
+    /// and the fence stops this node if somebody is.
+    KeepLeading,
+}
+
+fn at_deadline(contact: Contact, failsafe: bool) -> AtDeadline {
+    match (contact, failsafe) {
+        (Contact::Unreachable, true) => AtDeadline::KeepLeading,
+        // `Renewed` at the deadline means no renewal has even failed yet (the
+        // process was stalled): that says nothing about etcd, so step down.
+        _ => AtDeadline::StepDown,
+    }
+}
+
+/// Why a term ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum TermEnd {
+    Shutdown,
+    Resigned,
+    Fenced { held: u64 },
+    LeaseGone,
+    KeyDeleted,
+    Deadline,
+}
+
+impl TermEnd {
+    fn reason(&self) -> String {
+        match self {
+            TermEnd::Shutdown => "shutting down".into(),
+            TermEnd::Resigned => "resign requested".into(),
+            TermEnd::Fenced { held } => format!("fenced: epoch {held} holds the fence"),
+            TermEnd::LeaseGone => "etcd says the lease expired".into(),
+            TermEnd::KeyDeleted => "the leader key was deleted".into(),
+            TermEnd::Deadline => "lease deadline passed without a renewal".into(),
+        }
+    }
+}
+
+/// What the loop does after a round.
+enum Next {
+    Stop,
+    Again(Duration),
+}
+
+/// Joins the election until `cancel`, publishing this node's role through
+/// `elector`. On cancellation a leader resigns and revokes its lease, so that a
+/// standby takes over at once.
+pub async fn run(
+    config: EtcdConfig,
+    node_id: String,
+    address: String,
+    elector: Elector,
+    cancel: CancellationToken,
+) {
+    elector.info.send_modify(|i| {
+        i.mode = "etcd";
+        i.etcd_reachable = Some(false);
+    });
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    // The channel connects lazily and reconnects by itself, so this fails only on
+    // an endpoint it cannot parse.
+    let client = loop {
+        match connect(&config).await {
+            Ok(client) => break client,
+            Err(e) => {
+                tracing::error!(error = %e, endpoints = ?config.endpoints, "cannot set up the etcd client; retrying");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        }
+    };
+    backoff.reset();
+    tokio::spawn(observe_leader(
+        client.clone(),
+        config.clone(),
+        elector.info.clone(),
+        cancel.child_token(),
+    ));
+
+    let me = LeaderValue { node_id, address };
+    let mut node = Node {
+        value: serde_json::to_string(&me).expect("two strings serialize"),
+        me,
+        client,
+        config,
+        elector,
+        cancel,
+        backoff,
+    };
+    loop {
+        match node.round().await {
+            Next::Stop => break,
+            Next::Again(pause) => {
+                tokio::select! {
+                    _ = node.cancel.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+    }
+    node.elector.set(Role::Follower, "shutting down");
+}
+
+async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(config.connect_timeout)
+        .with_keep_alive(HTTP2_PING_EVERY, HTTP2_PING_TIMEOUT)
+        // Pings on a connection without streams count against us in etcd's
+        // policy, and an idle connection needs no liveness check.
+        .with_keep_alive_while_idle(false)
+        // A member cut off from its cluster refuses instead of answering stale.
+        .with_require_leader(true);
+    // No request timeout on the channel: it would also cut the campaign, which
+    // waits as long as another node leads. Each call is bounded by `call` instead.
+    Client::connect(&config.endpoints, Some(options)).await
+}
+
+/// Whether an error is etcd's answer (retrying will not change it) rather than
+/// a failure to reach it.
+fn is_answer(e: &etcd_client::Error) -> bool {
+    // gRPC codes: InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+    // FailedPrecondition, Unauthenticated.
+    matches!(e, etcd_client::Error::GRpcStatus(status) if matches!(status.code() as i32, 3 | 5 | 6 | 7 | 9 | 16))
+}
+
+/// One etcd request, sent again while etcd does not answer, for at most `limit`
+/// in all. The balancer still routes some requests to a dead member for a while
+/// (they fail at once), so a retry soon reaches a live one.
+async fn call<T, F, Fut>(limit: Duration, mut request: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let give_up = Instant::now() + limit;
+    let mut retry = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+    loop {
+        match tokio::time::timeout_at(give_up, request()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if is_answer(&e) => return Err(e.into()),
+            Ok(Err(e)) => {
+                let delay = retry.next_delay();
+                if Instant::now() + delay >= give_up {
+                    return Err(e.into());
+                }
+                tokio::time::sleep(delay).await;
+            }
+            Err(_) => {
+                return Err(anyhow!(
+                    "no answer from etcd within {}",
+                    humantime::format_duration(limit)
+                ));
+            }
+        }
+    }
+}
+
+struct Node {
+    client: Client,
+    config: EtcdConfig,
+    me: LeaderValue,
+    /// `me` as JSON: the leader key's value.
+    value: String,
+    elector: Elector,
+    cancel: CancellationToken,
+    /// Between rounds that failed or ended in short terms.
+    backoff: Backoff,
+}
+
+impl Node {
+    /// One lease: grant, campaign, lead, release.
+    async fn round(&mut self) -> Next {
+        let ttl = ttl_seconds(self.config.lease_ttl);
+        let sent = Instant::now();
+        let lease_client = self.client.lease_client();
+        let granted = tokio::select! {
+            _ = self.cancel.cancelled() => return Next::Stop,
+            r = call(self.config.connect_timeout, || {
+                let mut c = lease_client.clone();
+                async move { c.grant(ttl, None).await }
+            }) => r,
+        };
+        let granted = match granted {
+            Ok(g) if g.ttl() > 0 => g,
+            Ok(g) => {
+                tracing::warn!(error = g.error(), "etcd refused a lease; retrying");
+                return Next::Again(self.backoff.next_delay());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot get a lease from etcd; retrying");
+                return Next::Again(self.backoff.next_delay());
+            }
+        };
+        let timing = Timing::new(Duration::from_secs(granted.ttl() as u64));
+        let mut lease = Lease::keep_alive(self.client.clone(), granted.id(), timing, sent);
+        tracing::debug!(lease = granted.id(), ttl = ?timing.ttl, "lease granted; campaigning");
+
+        let key = match self.campaign(&mut lease).await {
+            Ok(key) => key,
+            Err(next) => {
+                self.release(lease, None).await;
+                return next;
+            }
+        };
+
+        // etcd 3.4 can end a campaign whose key expired while it waited: lead only
+        // once the key is seen to exist, and watch it from that read on.
+        let mut watch = KeyWatch::new(
+            self.client.clone(),
+            key.key().to_vec(),
+            key.rev(),
+            self.config.connect_timeout,
+        );
+        let checked = tokio::select! {
+            _ = self.cancel.cancelled() => {
+                self.release(lease, Some(key)).await;
+                return Next::Stop;
+            }
+            r = watch.open() => r,
+        };
+        match checked {
+            Ok(KeyCheck::Present) => {}
+            Ok(KeyCheck::Gone) => {
+                tracing::info!(
+                    "won the election, but the leader key was gone by then; campaigning again"
+                );
+                self.release(lease, Some(key)).await;
+                return Next::Again(self.backoff.next_delay());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "won the election, but cannot watch the leader key; campaigning again");
+                self.release(lease, Some(key)).await;
+                return Next::Again(self.backoff.next_delay());
+            }
+        }
+
+        let started = Instant::now();
+        let end = self.lead(&mut lease, key.rev() as u64, &mut watch).await;
+        drop(watch);
+        if started.elapsed() > timing.ttl {
+            self.backoff.reset();
+        }
+        self.release(lease, Some(key)).await;
+        match end {
+            TermEnd::Shutdown => Next::Stop,
+            TermEnd::Resigned => Next::Again(RESIGN_PAUSE),
+            // A node fenced again right after each win (an etcd cluster rebuilt
+            // under an old fence) backs off further each time.
+            _ => Next::Again(self.backoff.next_delay()),
+        }
+    }
+
+    /// Campaigns until this node leads; the lease stays alive meanwhile.
+    async fn campaign(&mut self, lease: &mut Lease) -> Result<LeaderKey, Next> {
+        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        loop {
+            let mut election = self.client.election_client();
+            let attempt = election.campaign(
+                self.config.election_prefix.clone(),
+                self.value.clone(),
+                lease.id,
+            );
+            tokio::pin!(attempt);
+            let failure = loop {
+                tokio::select! {
+                    _ = self.cancel.cancelled() => return Err(Next::Stop),
+                    state = lease.changed() => if state.contact == Contact::Gone {
+                        tracing::info!("lease expired while standing by; campaigning again with a new one");
+                        return Err(Next::Again(Duration::ZERO));
+                    },
+                    Some(request) = self.elector.requests.recv() => {
+                        tracing::debug!(?request, "not leading; step-down request ignored");
+                    }
+                    result = &mut attempt => match result {
+                        Ok(mut resp) => match resp.take_leader() {
+                            Some(key) => return Ok(key),
+                            None => break anyhow!("etcd answered the campaign without a leader key"),
+                        },
+                        Err(e) => break anyhow::Error::from(e),
+                    },
+                }
+            };
+            let delay = retry.next_delay();
+            tracing::warn!(error = %failure, retry_in = ?delay, "campaign failed");
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(Next::Stop),
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// Leads until the term ends, and says why it ended. The role is `Follower`
+    /// again when this returns.
+    async fn lead(&mut self, lease: &mut Lease, epoch: u64, watch: &mut KeyWatch) -> TermEnd {
+        let failsafe = self.config.failsafe;
+        let state = lease.state();
+        if state.contact == Contact::Gone {
+            return TermEnd::LeaseGone;
+        }
+        if Instant::now() >= state.deadline
+            && at_deadline(state.contact, failsafe) == AtDeadline::StepDown
+        {
+            return TermEnd::Deadline;
+        }
+        self.elector.set(
+            Role::Leader(Term {
+                epoch,
+                since: SystemTime::now(),
+            }),
+            "won the etcd election",
+        );
+        self.publish_lease(Some(state.deadline), epoch);
+
+        // Past the deadline under failsafe: the deadline timer is off until a
+        // renewal moves the deadline again.
+        let mut beyond_deadline = false;
+        let mut told_unreachable = false;
+        let end = loop {
+            let deadline = lease.state().deadline;
+            tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => break TermEnd::Shutdown,
+                Some(request) = self.elector.requests.recv() => match request {
+                    StepDown::Fenced { epoch: caller, held } if caller == epoch => break TermEnd::Fenced { held },
+                    StepDown::Resign => break TermEnd::Resigned,
+                    other => tracing::debug!(?other, "step-down request from an earlier term ignored"),
+                },
+                state = lease.changed() => match state.contact {
+                    Contact::Gone => break TermEnd::LeaseGone,
+                    Contact::Renewed => {
+                        if beyond_deadline {
+                            tracing::info!(epoch, "etcd answers again and the lease holds; leading under its deadline again");
+                        }
+                        beyond_deadline = false;
+                        told_unreachable = false;
+                        self.publish_lease(Some(state.deadline), epoch);
+                    }
+                    Contact::Unreachable => if !told_unreachable {
+                        told_unreachable = true;
+                        tracing::warn!(epoch, failsafe, left = ?state.deadline.saturating_duration_since(Instant::now()),
+                            "etcd does not answer lease renewals; leading until the lease deadline{}",
+                            if failsafe { ", and beyond it while etcd stays unreachable (failsafe)" } else { "" });
+                    },
+                },
+                _ = tokio::time::sleep_until(deadline), if !beyond_deadline => {
+                    match at_deadline(lease.state().contact, failsafe) {
+                        AtDeadline::StepDown => break TermEnd::Deadline,
+                        AtDeadline::KeepLeading => {
+                            beyond_deadline = true;
+                            tracing::warn!(epoch, "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence");
+                            self.publish_lease(None, epoch);
+                        }
+                    }
+                }
+                () = watch.deleted() => break TermEnd::KeyDeleted,
+            }
+        };
+        self.elector.set(Role::Follower, &end.reason());
+        let me = self.me.node_id.clone();
+        self.elector.info.send_modify(|i| {
+            i.lease_left = None;
+            if i.node_id.as_deref() == Some(me.as_str()) {
+                i.node_id = None;
+                i.address = None;
+                i.epoch = None;
+            }
+        });
+        metrics::gauge!(m::LEASE_REMAINING).set(0.0);
+        if let TermEnd::Fenced { held } = end {
+            metrics::counter!(m::FENCED).increment(1);
+            tracing::error!(
+                epoch,
+                held,
+                "fenced out: a leader with a newer epoch raised the fence. If this repeats after every election, the etcd cluster was probably rebuilt and its revisions restarted below the fence: see `delayq fence show`"
+            );
+        }
+        end
+    }
+
+    /// Shows the lease time left on `/v1/leader` and in metrics (zero beyond the
+    /// deadline, under failsafe).
+    fn publish_lease(&self, deadline: Option<Instant>, epoch: u64) {
+        let left = deadline.map_or(Duration::ZERO, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
+        metrics::gauge!(m::LEASE_REMAINING).set(left.as_secs_f64());
+        let me = self.me.clone();
+        self.elector.info.send_modify(|i| {
+            i.node_id = Some(me.node_id);
+            i.address = Some(me.address);
+            i.epoch = Some(epoch);
+            i.lease_left = Some(left);
+        });
+    }
+
+    /// Resigns (a standby takes over within milliseconds) and revokes the lease,
+    /// each bounded so that shutdown stays fast when etcd is gone.
+    async fn release(&self, lease: Lease, key: Option<LeaderKey>) {
+        let gone = lease.state().contact == Contact::Gone;
+        let id = lease.id;
+        drop(lease);
+        if gone {
+            return;
+        }
+        if let Some(key) = key {
+            let election = self.client.election_client();
+            let resigned = call(RELEASE_TIMEOUT, || {
+                let mut c = election.clone();
+                let key = key.clone();
+                async move { c.resign(Some(ResignOptions::new().with_leader(key))).await }
+            })
+            .await;
+            if let Err(e) = resigned {
+                tracing::warn!(error = %e, "cannot resign; the lease will expire instead");
+            }
+        }
+        let lease_client = self.client.lease_client();
+        let revoked = call(RELEASE_TIMEOUT, || {
+            let mut c = lease_client.clone();
+            async move { c.revoke(id).await }
+        })
+        .await;
+        if let Err(e) = revoked {
+            tracing::debug!(error = %e, "cannot revoke the lease; it will expire");
+        }
+    }
+}
+
+/// A lease kept alive by its own task; dropping it stops the renewals.
+struct Lease {
+    id: i64,
+    state: watch::Receiver<LeaseState>,
+    _renewals: DropGuard,
+}
+
+impl Lease {
+    /// Starts renewing a lease that etcd granted for a request sent at `granted_at`.
+    fn keep_alive(client: Client, id: i64, timing: Timing, granted_at: Instant) -> Lease {
+        let (tx, rx) = watch::channel(LeaseState {
+            contact: Contact::Renewed,
+            deadline: timing.deadline(granted_at),
+        });
+        let stop = CancellationToken::new();
+        tokio::spawn(renew_lease(
+            client,
+            id,
+            timing,
+            granted_at,
+            tx,
+            stop.clone(),
+        ));
+        Lease {
+            id,
+            state: rx,
+            _renewals: stop.drop_guard(),
+        }
+    }
+
+    fn state(&self) -> LeaseState {
+        *self.state.borrow()
+    }
+
+    /// The next news of the lease. Cancel-safe.
+    async fn changed(&mut self) -> LeaseState {
+        if self.state.changed().await.is_err() {
+            // The renewals ended (the lease is gone, already reported): no more news.
+            std::future::pending::<()>().await;
+        }
+        *self.state.borrow_and_update()
+    }
+}
+
+/// Renews the lease every `renew_every` over a keepalive stream, reopening the
+/// stream whenever it fails or an answer is late; reports each outcome.
+async fn renew_lease(
+    client: Client,
+    id: i64,
+    timing: Timing,
+    granted_at: Instant,
+    state: watch::Sender<LeaseState>,
+    stop: CancellationToken,
+) {
+    let round_trip = metrics::histogram!(m::KEEPALIVE_SECONDS);
+    let mut retry = Backoff::new(Duration::from_millis(20), timing.renew_every / 2);
+    let mut lease_client = client.lease_client();
+    let renewed = |sent: Instant| {
+        round_trip.record(sent.elapsed().as_secs_f64());
+        let was = state.borrow().contact;
+        if was == Contact::Unreachable {
+            tracing::info!(lease = id, "etcd answers lease renewals again");
+        }
+        state.send_replace(LeaseState {
+            contact: Contact::Renewed,
+            deadline: timing.deadline(sent),
+        });
+    };
+    let unreachable = |why: &dyn std::fmt::Display| {
+        state.send_if_modified(|s| {
+            if s.contact == Contact::Unreachable {
+                tracing::debug!(lease = id, error = %why, "lease renewal failed again");
+                return false;
+            }
+            tracing::warn!(lease = id, error = %why, "lease renewal failed; etcd unreachable?");
+            s.contact = Contact::Unreachable;
+            true
+        });
+    };
+    let gone = || {
+        tracing::warn!(lease = id, "etcd says the lease does not exist any more");
+        state.send_modify(|s| s.contact = Contact::Gone);
+    };
+
+    let mut next = granted_at + timing.renew_every;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tokio::time::sleep_until(next) => {}
+        }
+        // Opening the stream sends a renewal and waits for its answer.
+        let sent = Instant::now();
+        let opened = tokio::select! {
+            _ = stop.cancelled() => return,
+            r = tokio::time::timeout(timing.renew_every, lease_client.keep_alive(id)) => r,
+        };
+        let (mut keeper, mut stream) = match opened {
+            Ok(Ok(pair)) => {
+                retry.reset();
+                renewed(sent);
+                pair
+            }
+            Ok(Err(etcd_client::Error::LeaseKeepAliveError(e))) if e.contains("not found") => {
+                gone();
+                return;
+            }
+            Ok(Err(e)) => {
+                unreachable(&e);
+                next = Instant::now() + retry.next_delay();
+                continue;
+            }
+            Err(_) => {
+                unreachable(&format_args!("no answer within {:?}", timing.renew_every));
+                next = Instant::now();
+                continue;
+            }
+        };
+        let mut last_sent = sent;
+        loop {
+            next = last_sent + timing.renew_every;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep_until(next) => {}
+            }
+            let sent = Instant::now();
+            if let Err(e) = keeper.keep_alive().await {
+                unreachable(&e);
+                next = Instant::now();
+                break;
+            }
+            let answer = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = tokio::time::timeout(timing.renew_every, stream.message()) => r,
+            };
+            match answer {
+                Ok(Ok(Some(resp))) if resp.ttl() > 0 => {
+                    renewed(sent);
+                    last_sent = sent;
+                }
+                Ok(Ok(Some(_))) => {
+                    gone();
+                    return;
+                }
+                Ok(Ok(None)) => {
+                    unreachable(&"keepalive stream closed");
+                    next = Instant::now() + retry.next_delay();
+                    break;
+                }
+                Ok(Err(e)) => {
+                    unreachable(&e);
+                    next = Instant::now() + retry.next_delay();
+                    break;
+                }
+                Err(_) => {
+                    unreachable(&format_args!("no answer within {:?}", timing.renew_every));
+                    next = Instant::now();
+                    break;
+                }
+            }
+        }
+    }
+}
+
+enum KeyCheck {
+    Present,
+    Gone,
+}
+
+/// Watches this node's leader key, so that its deletion (by an operator, or by
+/// etcd when the lease expired) ends the term.
+struct KeyWatch {
+    client: Client,
+    key: Vec<u8>,
+    /// The key's create revision: a key recreated under the same name is not ours.
+    revision: i64,
+    limit: Duration,
+    stream: Option<WatchStream>,
+    retry: Backoff,
+    retry_at: Option<Instant>,
+}
+
+impl KeyWatch {
+    fn new(client: Client, key: Vec<u8>, revision: i64, limit: Duration) -> KeyWatch {
+        KeyWatch {
+            client,
+            key,
+            revision,
+            limit,
+            stream: None,
+            retry: Backoff::new(Duration::from_millis(50), Duration::from_secs(2)),
+            retry_at: None,
+        }
+    }
+
+    /// Reads the key and, if it is still ours, watches it from just after that read.
+    async fn open(&mut self) -> anyhow::Result<KeyCheck> {
+        let read = call(self.limit, || {
+            let mut c = self.client.clone();
+            let key = self.key.clone();
+            async move { c.get(key, None).await }
+        })
+        .await?;
+        let ours = read
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == self.revision);
+        if !ours {
+            return Ok(KeyCheck::Gone);
+        }
+        let from = read.header().map_or(0, |h| h.revision()) + 1;
+        let stream = call(self.limit, || {
+            let mut c = self.client.clone();
+            let key = self.key.clone();
+            async move {
+                c.watch(key, Some(WatchOptions::new().with_start_revision(from)))
+                    .await
+            }
+        })
+        .await?;
+        self.stream = Some(stream);
+        Ok(KeyCheck::Present)
+    }
+
+    /// Completes when etcd says the key is gone. A broken watch is opened again
+    /// (after reading the key), for as long as it takes. Cancel-safe.
+    async fn deleted(&mut self) {
+        loop {
+            match &mut self.stream {
+                Some(stream) => match stream.message().await {
+                    Ok(Some(resp)) => {
+                        if resp
+                            .events()
+                            .iter()
+                            .any(|e| e.event_type() == EventType::Delete)
+                        {
+                            return;
+                        }
+                        if resp.canceled() {
+                            tracing::debug!(
+                                reason = resp.cancel_reason(),
+                                "watch on the leader key cancelled; watching again"
+                            );
+                            self.stream = None;
+                        }
+                    }
+                    Ok(None) => self.stream = None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "watch on the leader key broke; watching again");
+                        self.stream = None;
+                    }
+                },
+                None => {
+                    if let Some(at) = self.retry_at {
+                        tokio::time::sleep_until(at).await;
+                    }
+                    match self.open().await {
+                        Ok(KeyCheck::Gone) => return,
+                        Ok(KeyCheck::Present) => {
+                            self.retry.reset();
+                            self.retry_at = None;
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "cannot watch the leader key yet");
+                            self.retry_at = Some(Instant::now() + self.retry.next_delay());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Keeps `/v1/leader` and `/readyz` informed on every node: who leads (as etcd
+/// says) and whether etcd answers.
+async fn observe_leader(
+    client: Client,
+    config: EtcdConfig,
+    info: watch::Sender<LeaderInfo>,
+    cancel: CancellationToken,
+) {
+    let every = Timing::new(config.lease_ttl)
+        .renew_every
+        .min(Duration::from_secs(1));
+    let election = client.election_client();
+    loop {
+        // One attempt per round (the next round is the retry); an empty election
+        // is an error whose text is the only way to tell it from a failure.
+        let mut c = election.clone();
+        let seen = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(config.connect_timeout, c.leader(config.election_prefix.clone())) => r,
+        };
+        let leader = match seen {
+            Ok(Ok(resp)) => Some(
+                resp.kv()
+                    .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
+            ),
+            Ok(Err(e)) if e.to_string().contains("election: no leader") => Some(None),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot ask etcd who leads");
+                None
+            }
+            Err(_) => None,
+        };
+        info.send_if_modified(|i| {
+            let before = i.clone();
+            i.etcd_reachable = Some(leader.is_some());
+            if let Some(leader) = &leader {
+                i.node_id = leader.as_ref().map(|(v, _)| v.node_id.clone());
+                i.address = leader.as_ref().map(|(v, _)| v.address.clone());
+                i.epoch = leader.as_ref().map(|(_, epoch)| *epoch);
+            }
+            *i != before
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// What etcd says about the election, for operators.
+#[derive(Clone, Debug)]
+pub struct ElectionView {
+    /// etcd's current revision: every leader elected from now on gets a higher epoch.
+    pub revision: u64,
+    /// The current leader and its epoch.
+    pub leader: Option<(LeaderValue, u64)>,
+}
+
+/// Asks etcd once for its revision and the current leader (the key with the
+/// lowest create revision under the election prefix, as etcd's election decides).
+pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
+    let client = connect(config).await?;
+    let prefix = format!("{}/", config.election_prefix);
+    let read = call(config.connect_timeout, || {
+        let mut c = client.clone();
+        let prefix = prefix.clone();
+        async move {
+            c.get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1),
+                ),
+            )
+            .await
+        }
+    })
+    .await?;
+    Ok(ElectionView {
+        revision: read.header().map_or(0, |h| h.revision()) as u64,
+        leader: read
+            .kvs()
+            .first()
+            .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check_timing(ttl_ms: u64, renew_every_ms: u64, margin_ms: u64) {
+        let t = Timing::new(Duration::from_millis(ttl_ms));
+        assert_eq!(
+            t.renew_every.as_millis(),
+            renew_every_ms.into(),
+            "renew_every for {ttl_ms}ms"
+        );
+        assert_eq!(
+            t.margin.as_millis(),
+            margin_ms.into(),
+            "margin for {ttl_ms}ms"
+        );
+        // A renewal that got no answer is declared failed (after renew_every)
+        // before the deadline the previous renewal set.
+        assert!(
+            t.renew_every * 2 < t.ttl - t.margin,
+            "{ttl_ms}ms: the deadline comes too early"
+        );
+    }
+
+    #[test]
+    fn timings_follow_the_ttl() {
+        check_timing(2_000, 666, 500);
+        check_timing(3_000, 1_000, 750);
+        check_timing(6_000, 2_000, 1_000);
+        check_timing(60_000, 20_000, 1_000);
+    }
+
+    #[test]
+    fn the_deadline_counts_from_when_the_renewal_was_sent() {
+        let t = Timing::new(Duration::from_secs(6));
+        let sent = Instant::now();
+        assert_eq!(t.deadline(sent), sent + Duration::from_secs(5));
+    }
+
+    #[track_caller]
+    fn check_deadline(contact: Contact, failsafe: bool, expected: AtDeadline) {
+        assert_eq!(
+            at_deadline(contact, failsafe),
+            expected,
+            "{contact:?}, failsafe {failsafe}"
+        );
+    }
+
+    #[test]
+    fn only_an_unreachable_etcd_under_failsafe_keeps_a_leader_past_its_deadline() {
+        check_deadline(Contact::Unreachable, true, AtDeadline::KeepLeading);
+        check_deadline(Contact::Unreachable, false, AtDeadline::StepDown);
+        check_deadline(Contact::Gone, true, AtDeadline::StepDown);
+        check_deadline(Contact::Gone, false, AtDeadline::StepDown);
+        check_deadline(Contact::Renewed, true, AtDeadline::StepDown);
+        check_deadline(Contact::Renewed, false, AtDeadline::StepDown);
+    }
+
+    #[track_caller]
+    fn check_ttl(ttl: &str, seconds: i64) {
+        assert_eq!(
+            ttl_seconds(humantime::parse_duration(ttl).unwrap()),
+            seconds,
+            "{ttl}"
+        );
+    }
+
+    #[test]
+    fn lease_ttls_round_up_to_whole_seconds() {
+        check_ttl("2s", 2);
+        check_ttl("6s", 6);
+        check_ttl("2500ms", 3);
+        check_ttl("1ms", 1);
+    }
+
+    #[track_caller]
+    fn check_value(bytes: &[u8], node_id: &str, address: &str) {
+        let v = LeaderValue::parse(bytes);
+        assert_eq!((v.node_id.as_str(), v.address.as_str()), (node_id, address));
+    }
+
+    #[test]
+    fn leader_values_read_back() {
+        check_value(
+            br#"{"node_id":"a","address":"10.0.0.1:7070"}"#,
+            "a",
+            "10.0.0.1:7070",
+        );
+        check_value(b"written by hand", "written by hand", "");
+        let me = LeaderValue {
+            node_id: "n1".into(),
+            address: "127.0.0.1:1".into(),
+        };
+        assert_eq!(
+            LeaderValue::parse(serde_json::to_string(&me).unwrap().as_bytes()),
+            me
+        );
+    }
+
+    #[test]
+    fn term_ends_name_their_cause() {
+        assert_eq!(
+            TermEnd::Fenced { held: 42 }.reason(),
+            "fenced: epoch 42 holds the fence"
+        );
+        assert_eq!(
+            TermEnd::Deadline.reason(),
+            "lease deadline passed without a renewal"
+        );
+    }
+}
