@@ -1,5 +1,5 @@
 //! `delayq bench` at a tiny scale: the command runs every scenario (no peer) against
-//! its own Redis and writes a well-formed report with nothing lost or duplicated.
+//! its own Redis (and etcd, for failover) and writes a well-formed report with nothing lost or duplicated.
 
 use std::process::Command;
 use std::time::Duration;
@@ -127,6 +127,21 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     assert_eq!(ingest.len(), 1);
     check_delivered(ingest[0]);
     check_measured(ingest[0]);
+
+    let failover = rows(&report, "delayq", "failover-sigterm");
+    assert_eq!(failover.len(), 1);
+    check_delivered(failover[0]);
+    check_lateness(failover[0]);
+    assert!(
+        failover[0]["takeover_ms"].as_f64().is_some(),
+        "no takeover: {}",
+        failover[0]
+    );
+    assert!(
+        failover[0]["forwarding_gap_ms"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        failover[0]
+    );
 
     let reference = &report["redis_benchmark"][0]["results"];
     for key in [

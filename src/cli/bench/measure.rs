@@ -205,6 +205,10 @@ pub struct Tally {
     pub unexpected: u64,
     pub first_ms: u64,
     pub last_ms: u64,
+    /// The longest time between two consecutive entries, with the wall-clock ms
+    /// (Redis's) at which it ended: during a steady spread, how long forwarding stopped.
+    pub longest_gap_ms: u64,
+    pub longest_gap_end_ms: u64,
 }
 
 impl Tally {
@@ -235,6 +239,8 @@ pub async fn tally_stream(
         unexpected: 0,
         first_ms: u64::MAX,
         last_ms: 0,
+        longest_gap_ms: 0,
+        longest_gap_end_ms: 0,
     };
     let mut start = "-".to_owned();
     loop {
@@ -259,6 +265,10 @@ pub async fn tally_stream(
             };
             let id: String = redis::from_redis_value_ref(id)?;
             let ms: u64 = id.split('-').next().unwrap_or("0").parse()?;
+            if tally.entries > 0 && ms.saturating_sub(tally.last_ms) > tally.longest_gap_ms {
+                tally.longest_gap_ms = ms - tally.last_ms;
+                tally.longest_gap_end_ms = ms;
+            }
             tally.entries += 1;
             tally.first_ms = tally.first_ms.min(ms);
             tally.last_ms = tally.last_ms.max(ms);

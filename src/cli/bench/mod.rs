@@ -3,6 +3,8 @@
 //!
 //! - `scenarios`: delayq's burst, spread, spread search, backlog and HTTP ingest.
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
+//! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
+//!   elected through etcd.
 //! - `peer`: BullMQ delayed jobs (node, `bench/peer/`).
 //! - `measure`: CPU, memory, the PING probe, stream tallies (lateness, lost, duplicated).
 //! - `report`: the JSON report, the Markdown tables and the targets.
@@ -11,6 +13,7 @@
 //! BullMQ: worker pick time − due time, see `peer`).
 
 mod ceiling;
+mod failover;
 mod measure;
 mod peer;
 mod report;
@@ -26,7 +29,7 @@ use redis::aio::MultiplexedConnection;
 use serde_json::{Value as Json, json};
 
 use crate::config::Config;
-use crate::harness::RedisServer;
+use crate::harness::{EtcdServer, RedisServer};
 use crate::store::Store;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -73,6 +76,12 @@ pub struct BenchArgs {
     /// Skip the ceiling (Lua loop and redis-benchmark).
     #[arg(long)]
     pub no_ceiling: bool,
+    /// Skip failover under load (needs etcd).
+    #[arg(long)]
+    pub no_failover: bool,
+    /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    pub lease_ttl: Option<Duration>,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 100)]
     pub payload: usize,
@@ -115,6 +124,10 @@ struct Plan {
     peer_rates: Vec<u64>,
     ceiling: bool,
     redis_benchmark_requests: u64,
+    failover_stops: Vec<failover::Stop>,
+    failover_rate: u64,
+    failover_after: Duration,
+    lease_ttl: Duration,
 }
 
 impl Plan {
@@ -134,6 +147,10 @@ impl Plan {
                 peer_rates: vec![500],
                 ceiling: true,
                 redis_benchmark_requests: 2000,
+                failover_stops: vec![failover::Stop::Term],
+                failover_rate: 500,
+                failover_after: Duration::from_secs(1),
+                lease_ttl: Duration::from_secs(2),
             },
             Suite::Quick => Plan {
                 bursts: vec![100_000],
@@ -149,6 +166,10 @@ impl Plan {
                 peer_rates: vec![1000, 10_000],
                 ceiling: true,
                 redis_benchmark_requests: 200_000,
+                failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
+                failover_rate: 1000,
+                failover_after: Duration::from_secs(3),
+                lease_ttl: Duration::from_secs(6),
             },
             Suite::Full => Plan {
                 bursts: vec![100_000, 1_000_000],
@@ -164,6 +185,10 @@ impl Plan {
                 peer_rates: vec![1000, 10_000],
                 ceiling: true,
                 redis_benchmark_requests: 1_000_000,
+                failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
+                failover_rate: 1000,
+                failover_after: Duration::from_secs(3),
+                lease_ttl: Duration::from_secs(6),
             },
         };
         if let Some(bursts) = &args.burst {
@@ -196,6 +221,12 @@ impl Plan {
         if args.no_ceiling {
             plan.ceiling = false;
         }
+        if args.no_failover {
+            plan.failover_stops.clear();
+        }
+        if let Some(ttl) = args.lease_ttl {
+            plan.lease_ttl = ttl;
+        }
         plan
     }
 
@@ -217,6 +248,10 @@ impl Plan {
             "peer": self.peer,
             "peer_worker_concurrency": peer::WORKER_CONCURRENCY,
             "ceiling_callers": 4,
+            "failover": self.failover_stops.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "failover_rate": self.failover_rate,
+            "failover_after_seconds": self.failover_after.as_secs_f64(),
+            "lease_ttl_seconds": self.lease_ttl.as_secs_f64(),
         })
     }
 }
@@ -335,6 +370,14 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     if plan.peer {
         peer::ensure_installed(&args.peer_dir).await?;
     }
+    let etcd = if plan.failover_stops.is_empty() {
+        None
+    } else {
+        Some(
+            EtcdServer::start()
+                .context("start etcd for the failover scenario (--no-failover skips it)")?,
+        )
+    };
     let started = jiff::Timestamp::now();
     let machine = report::machine(&bench, &args, plan.peer).await;
     let mut rows: Vec<Json> = Vec::new();
@@ -389,6 +432,24 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         if plan.ingest > 0 {
             progress(&format!("run {run}: delayq HTTP ingest {}", plan.ingest));
             add(bench.ingest_http(plan.ingest).await?);
+        }
+        if let Some(etcd) = &etcd {
+            for &stop in &plan.failover_stops {
+                progress(&format!(
+                    "run {run}: delayq failover by {} at {}/s",
+                    stop.name(),
+                    plan.failover_rate
+                ));
+                add(bench
+                    .failover(
+                        etcd,
+                        stop,
+                        plan.failover_rate,
+                        plan.failover_after,
+                        plan.lease_ttl,
+                    )
+                    .await?);
+            }
         }
         if plan.ceiling {
             progress(&format!("run {run}: redis-benchmark"));

@@ -231,7 +231,7 @@ fn targets(rows: &[Json]) -> Vec<Json> {
         })
         .collect();
     out.push(target(
-        "a 1M backlog changes spread p99 by < 20%",
+        "a backlog (1M in the full suite) changes spread p99 by < 20%",
         backlog_checks,
     ));
 
@@ -256,6 +256,32 @@ fn targets(rows: &[Json]) -> Vec<Json> {
         })
         .collect();
     out.push(target("≤ 300 bytes per pending 100-byte message", bytes));
+
+    for (stop, name) in [
+        ("failover-sigterm", "SIGTERM takeover ≤ 100 ms"),
+        ("failover-sigkill", "SIGKILL takeover ≤ lease TTL + 0.5 s"),
+    ] {
+        let checks = rows_of(rows, "delayq", stop)
+            .map(|r| {
+                let gap = r["forwarding_gap_ms"].as_f64().unwrap_or(f64::MAX);
+                let limit = if stop == "failover-sigterm" {
+                    100.0
+                } else {
+                    r["lease_ttl_ms"].as_f64().unwrap_or(0.0) + 500.0
+                };
+                (
+                    format!(
+                        "forwarding gap {} ms, standby leading after {} ms (run {})",
+                        text(&r["forwarding_gap_ms"]),
+                        text(&r["takeover_ms"]),
+                        r["run"]
+                    ),
+                    gap <= limit && r["takeover_ms"].is_number(),
+                )
+            })
+            .collect();
+        out.push(target(name, checks));
+    }
 
     let (mut lost, mut dup) = (0u64, 0u64);
     let mut counted = 0;
@@ -553,6 +579,46 @@ pub fn markdown(report: &Json) -> String {
                 text(&q["max"]),
                 cpu(r),
                 stalls(r),
+                lost_dup(r),
+            );
+        }
+    }
+
+    let failovers: Vec<&Json> = rows
+        .iter()
+        .filter(|r| {
+            r["scenario"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("failover"))
+        })
+        .collect();
+    if !failovers.is_empty() {
+        let _ = writeln!(
+            md,
+            "\n## Failover under load: two daemons elected through etcd, the leader stopped mid-spread\n"
+        );
+        let _ = writeln!(
+            md,
+            "| stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+        for r in &failovers {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                r["scenario"]
+                    .as_str()
+                    .unwrap_or("")
+                    .trim_start_matches("failover-")
+                    .to_uppercase(),
+                text(&r["rate_per_sec"]),
+                text(&r["run"]),
+                text(&r["load_average"]),
+                text(&r["lease_ttl_ms"]),
+                text(&r["takeover_ms"]),
+                text(&r["old_leader_exit_ms"]),
+                text(&r["forwarding_gap_ms"]),
+                lateness(r),
                 lost_dup(r),
             );
         }

@@ -92,7 +92,7 @@ impl Bench {
     }
 
     /// Waits until `stream` holds `n` entries or `deadline` passes.
-    async fn wait_for_entries(
+    pub(super) async fn wait_for_entries(
         &self,
         stream: &str,
         n: u64,
@@ -184,52 +184,11 @@ impl Bench {
         let mut daemon = self.start_delayq("bench-spread").await?;
         let total = (rate as f64 * duration.as_secs_f64()).round().max(1.0) as u64;
         let prefix = format!("s{rate}-");
-        let dues: Arc<Vec<AtomicU64>> = Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
 
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
-        let max_delay = self.config.api.limits.max_delay;
-        // Bounded in flight: a producer that falls behind shows as a lower achieved
-        // rate instead of an ever-growing queue of requests.
-        let in_flight = Arc::new(Semaphore::new(1024));
-        let mut tasks = JoinSet::new();
-        let mut tick = tokio::time::interval(Duration::from_millis(1));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-        let started = Instant::now();
-        let mut sent = 0u64;
-        while sent < total {
-            tick.tick().await;
-            let target = ((started.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
-            while sent < target {
-                let permit = in_flight.clone().acquire_owned().await?;
-                let store = self.store.clone();
-                let dues = dues.clone();
-                let msg = self.message(
-                    SPREAD_STREAM,
-                    format!("{prefix}{sent}"),
-                    Due::In(SPREAD_DELAY),
-                );
-                let i = sent as usize;
-                tasks.spawn(async move {
-                    let reply = store.schedule(&msg, ScheduleMode::New, max_delay).await;
-                    drop(permit);
-                    match reply? {
-                        Scheduled::Scheduled { due_ms } => dues[i].store(due_ms, Ordering::Relaxed),
-                        other => bail!("schedule {}: {other:?}", msg.id.as_str()),
-                    }
-                    Ok(())
-                });
-                sent += 1;
-            }
-            while let Some(done) = tasks.try_join_next() {
-                done??;
-            }
-        }
-        while let Some(done) = tasks.join_next().await {
-            done??;
-        }
-        let send_secs = started.elapsed().as_secs_f64();
+        let (dues, achieved) = self.producer(SPREAD_STREAM, &prefix, rate, total).await?;
         let deadline = Instant::now() + SPREAD_DELAY + Duration::from_secs(30);
         self.wait_for_entries(SPREAD_STREAM, total, deadline)
             .await?;
@@ -237,10 +196,9 @@ impl Bench {
         let probe = probe.finish()?;
         daemon.terminate(Duration::from_secs(10));
         let tally = tally_stream(&mut conn, SPREAD_STREAM, &prefix, total, |i| {
-            dues[i as usize].load(Ordering::Relaxed)
+            dues[i as usize]
         })
         .await?;
-        let achieved = (total as f64 / send_secs).round();
         let p99 = (!tally.lateness.is_empty()).then(|| tally.lateness.value_at_quantile(0.99));
         Ok(json!({
             "system": "delayq",
@@ -248,7 +206,7 @@ impl Bench {
             "messages": total,
             "load_average": load,
             "rate_per_sec": rate,
-            "throughput_per_sec": achieved as u64,
+            "throughput_per_sec": achieved.round() as u64,
             "on_time": p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS)
                 && achieved >= rate as f64 * 0.95
                 && tally.lost == 0,
@@ -259,6 +217,67 @@ impl Bench {
             "redis_longest_event_ms": cpu.longest_event_ms,
             "tally": tally.json(),
         }))
+    }
+
+    /// Schedules `total` messages `<prefix><n>` at `rate` a second, each due
+    /// `SPREAD_DELAY` after it is sent; returns their due times and the rate achieved.
+    pub(super) fn producer(
+        &self,
+        stream: &str,
+        prefix: &str,
+        rate: u64,
+        total: u64,
+    ) -> impl Future<Output = anyhow::Result<(Vec<u64>, f64)>> + Send + 'static {
+        let store = self.store.clone();
+        let max_delay = self.config.api.limits.max_delay;
+        let template = self.message(stream, format!("{prefix}0"), Due::In(SPREAD_DELAY));
+        let prefix = prefix.to_owned();
+        async move {
+            let dues: Arc<Vec<AtomicU64>> =
+                Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+            // Bounded in flight: a producer that falls behind shows as a lower achieved
+            // rate instead of an ever-growing queue of requests.
+            let in_flight = Arc::new(Semaphore::new(1024));
+            let mut tasks = JoinSet::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let started = Instant::now();
+            let mut sent = 0u64;
+            while sent < total {
+                tick.tick().await;
+                let target = ((started.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+                while sent < target {
+                    let permit = in_flight.clone().acquire_owned().await?;
+                    let store = store.clone();
+                    let dues = dues.clone();
+                    let mut msg = template.clone();
+                    msg.id =
+                        MessageId::parse(&format!("{prefix}{sent}")).expect("bench ids are valid");
+                    let i = sent as usize;
+                    tasks.spawn(async move {
+                        let reply = store.schedule(&msg, ScheduleMode::New, max_delay).await;
+                        drop(permit);
+                        match reply? {
+                            Scheduled::Scheduled { due_ms } => {
+                                dues[i].store(due_ms, Ordering::Relaxed)
+                            }
+                            other => bail!("schedule {}: {other:?}", msg.id.as_str()),
+                        }
+                        Ok(())
+                    });
+                    sent += 1;
+                }
+                while let Some(done) = tasks.try_join_next() {
+                    done??;
+                }
+            }
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+            let achieved = total as f64 / started.elapsed().as_secs_f64();
+            let dues = dues.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+            Ok((dues, achieved))
+        }
     }
 
     /// Steps up `ladder` until a rate is not on time; every step is a row.
