@@ -44,6 +44,7 @@ struct Raw {
     forwarder: RawForwarder,
     records: RawRecords,
     log: RawLog,
+    inbox: RawInbox,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -110,6 +111,12 @@ struct RawApi {
     #[serde(with = "humantime_serde")]
     max_delay: Duration,
     max_fields: i64,
+    tokens: Vec<String>,
+    max_batch: i64,
+    max_body_bytes: i64,
+    #[serde(with = "humantime_serde")]
+    max_wait: Duration,
+    max_polls: i64,
 }
 
 impl Default for RawApi {
@@ -119,6 +126,36 @@ impl Default for RawApi {
             max_message_bytes: 1 << 20,
             max_delay: Duration::from_secs(365 * 24 * 3600),
             max_fields: 1000,
+            tokens: Vec::new(),
+            max_batch: 1000,
+            max_body_bytes: 16 << 20,
+            max_wait: Duration::from_secs(60),
+            max_polls: 64,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+struct RawInbox {
+    enabled: bool,
+    stream: String,
+    group: String,
+    rejected_stream: String,
+    batch_size: i64,
+    #[serde(with = "humantime_serde")]
+    reclaim_after: Duration,
+}
+
+impl Default for RawInbox {
+    fn default() -> Self {
+        RawInbox {
+            enabled: true,
+            stream: "delayq:inbox".into(),
+            group: "delayq".into(),
+            rejected_stream: "delayq:inbox:rejected".into(),
+            batch_size: 500,
+            reclaim_after: Duration::from_secs(30),
         }
     }
 }
@@ -212,6 +249,8 @@ pub struct Config {
     pub forwarder: ForwarderConfig,
     pub records: RecordsConfig,
     pub log: LogConfig,
+    /// None: producers cannot schedule through the inbox stream.
+    pub inbox: Option<InboxConfig>,
 }
 
 #[derive(Clone, Debug)]
@@ -237,6 +276,30 @@ pub struct EtcdConfig {
 pub struct ApiConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
+    /// Bearer tokens accepted on `/v1/*`; empty means no authentication (loopback only).
+    pub tokens: Vec<String>,
+    /// Most messages in one `POST /v1/messages/batch`.
+    pub max_batch: usize,
+    /// Largest request body of a batch.
+    pub max_body_bytes: usize,
+    /// Longest a `GET /v1/streams/{stream}/next` may wait for entries.
+    pub max_wait: Duration,
+    /// Most long polls waiting at once (each holds a Redis connection).
+    pub max_polls: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct InboxConfig {
+    /// The stream producers XADD delayed sends into.
+    pub stream: String,
+    /// The consumer group every instance reads the inbox through.
+    pub group: String,
+    /// Where malformed inbox entries go, with the reason.
+    pub rejected_stream: String,
+    /// Entries read per XREADGROUP.
+    pub batch_size: usize,
+    /// How long an entry may stay unacknowledged before another instance takes it over.
+    pub reclaim_after: Duration,
 }
 
 #[derive(Clone, Debug)]
@@ -323,7 +386,34 @@ impl Config {
             shards: self.redis.shards,
             response_timeout: self.redis.timeout,
             connect_timeout: self.redis.connect_timeout,
+            max_blocking_reads: self.api.max_polls,
         }
+    }
+
+    /// Why a producer may not target `stream`, if it may not: delayq's own keys and
+    /// streams, and names outside `streams.allow`. The text names the rule.
+    pub fn target_refusal(&self, stream: &str) -> Option<String> {
+        let prefix = &self.redis.prefix;
+        if stream.starts_with(&format!("{{{prefix}:")) || stream.starts_with(&format!("{prefix}:"))
+        {
+            return Some(format!(
+                "stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"
+            ));
+        }
+        if let Some(inbox) = &self.inbox
+            && (stream == inbox.stream || stream == inbox.rejected_stream)
+        {
+            return Some(format!(
+                "stream {stream:?}: is delayq's inbox (inbox.stream, inbox.rejected_stream)"
+            ));
+        }
+        if !self.streams.allows(stream) {
+            return Some(format!(
+                "stream {stream:?}: not allowed (allowed: {})",
+                self.streams.allow.join(", ")
+            ));
+        }
+        None
     }
 }
 
@@ -337,9 +427,10 @@ const SECTIONS: &[&str] = &[
     "forwarder",
     "records",
     "log",
+    "inbox",
 ];
 /// Keys that hold lists; their environment values are comma-separated.
-const LIST_KEYS: &[&str] = &["etcd.endpoints", "streams.allow"];
+const LIST_KEYS: &[&str] = &["etcd.endpoints", "streams.allow", "api.tokens"];
 
 fn apply_env(
     table: &mut toml::Table,
@@ -426,6 +517,7 @@ impl Raw {
             forwarder,
             records,
             log,
+            inbox,
         } = self;
 
         let node_id = match id {
@@ -529,6 +621,11 @@ impl Raw {
             max_message_bytes,
             max_delay,
             max_fields,
+            tokens,
+            max_batch,
+            max_body_bytes,
+            max_wait,
+            max_polls,
         } = api;
         let listen: SocketAddr = listen.parse().map_err(|_| {
             invalid(
@@ -536,6 +633,35 @@ impl Raw {
                 format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
             )
         })?;
+        if let Some(bad) = tokens
+            .iter()
+            .find(|t| t.is_empty() || t.chars().any(|c| c.is_control() || c.is_whitespace()))
+        {
+            let shown = if bad.is_empty() {
+                "an empty token"
+            } else {
+                "a token"
+            };
+            return Err(invalid(
+                "api.tokens",
+                format!("{shown}: must be non-empty, without spaces or control characters"),
+            ));
+        }
+        // Without tokens anyone who can connect may schedule and cancel: only loopback is safe.
+        if tokens.is_empty() && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "api.listen",
+                format!(
+                    "{listen} is not loopback and api.tokens is empty: set api.tokens (or DELAYQ_API_TOKENS) or listen on 127.0.0.1"
+                ),
+            ));
+        }
+        let max_batch = positive("api.max_batch", max_batch, 5000)? as usize;
+        let max_body_bytes = positive("api.max_body_bytes", max_body_bytes, 1 << 30)? as usize;
+        let max_polls = positive("api.max_polls", max_polls, 10_000)? as usize;
+        if max_wait > Duration::from_secs(3600) {
+            return Err(invalid("api.max_wait", "must be at most 1h"));
+        }
         let limits = Limits {
             max_delay,
             max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
@@ -594,6 +720,49 @@ impl Raw {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
         }
 
+        let RawInbox {
+            enabled,
+            stream: inbox_stream,
+            group: inbox_group,
+            rejected_stream,
+            batch_size: inbox_batch_size,
+            reclaim_after,
+        } = inbox;
+        let inbox = if enabled {
+            for (key, value) in [
+                ("inbox.stream", &inbox_stream),
+                ("inbox.group", &inbox_group),
+                ("inbox.rejected_stream", &rejected_stream),
+            ] {
+                if value.is_empty() || value.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "{value:?}: must be non-empty, without spaces or control characters"
+                        ),
+                    ));
+                }
+            }
+            if rejected_stream == inbox_stream {
+                return Err(invalid(
+                    "inbox.rejected_stream",
+                    "must differ from inbox.stream (rejected entries would be read again)",
+                ));
+            }
+            if reclaim_after < Duration::from_millis(100) {
+                return Err(invalid("inbox.reclaim_after", "must be at least 100ms"));
+            }
+            Some(InboxConfig {
+                stream: inbox_stream,
+                group: inbox_group,
+                rejected_stream,
+                batch_size: positive("inbox.batch_size", inbox_batch_size, 5000)? as usize,
+                reclaim_after,
+            })
+        } else {
+            None
+        };
+
         let RawLog { level, format } = log;
         tracing_subscriber::EnvFilter::try_new(&level)
             .map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
@@ -618,7 +787,15 @@ impl Raw {
                 connect_timeout,
             },
             etcd,
-            api: ApiConfig { listen, limits },
+            api: ApiConfig {
+                listen,
+                limits,
+                tokens,
+                max_batch,
+                max_body_bytes,
+                max_wait,
+                max_polls,
+            },
             streams: StreamsConfig {
                 allow,
                 default_maxlen,
@@ -636,6 +813,7 @@ impl Raw {
                 trim_interval,
             },
             log: LogConfig { level, json },
+            inbox,
         })
     }
 }
@@ -751,6 +929,34 @@ mod tests {
         check_err("[redis]\ntimeout = \"soon\"", &[], "redis.timeout");
         check_err("", &[("DELAYQ_REDIS_SHARDS", "0")], "redis.shards");
         check_err("", &[("DELAYQ_API_LISTEN", "x")], "api.listen");
+        check_err(
+            "[api]\nlisten = \"0.0.0.0:7070\"",
+            &[],
+            "api.listen: 0.0.0.0:7070 is not loopback and api.tokens is empty",
+        );
+        check_err("[api]\ntokens = [\"\"]", &[], "api.tokens: an empty token");
+        check_err("[api]\ntokens = [\"a b\"]", &[], "api.tokens: a token");
+        check_err(
+            "[api]\nmax_batch = 0",
+            &[],
+            "api.max_batch: must be 1 to 5000",
+        );
+        check_err("[api]\nmax_body_bytes = 0", &[], "api.max_body_bytes");
+        check_err("[api]\nmax_wait = \"2h\"", &[], "api.max_wait");
+        check_err("[api]\nmax_polls = 0", &[], "api.max_polls");
+        check_err("[inbox]\nstream = \"\"", &[], "inbox.stream");
+        check_err("[inbox]\ngroup = \"a b\"", &[], "inbox.group");
+        check_err(
+            "[inbox]\nrejected_stream = \"delayq:inbox\"",
+            &[],
+            "inbox.rejected_stream: must differ",
+        );
+        check_err("[inbox]\nbatch_size = 0", &[], "inbox.batch_size");
+        check_err(
+            "[inbox]\nreclaim_after = \"1ms\"",
+            &[],
+            "inbox.reclaim_after",
+        );
     }
 
     #[test]
@@ -776,6 +982,62 @@ mod tests {
         assert_eq!(etcd.lease_ttl, Duration::from_secs(3));
         assert_eq!(etcd.election_prefix, "/delayq/default/leader");
         assert!(c.streams.allows("billing-eu") && !c.streams.allows("payroll"));
+    }
+
+    #[test]
+    fn tokens_open_non_loopback_addresses() {
+        let c = Config::from_toml(
+            "[api]\nlisten = \"0.0.0.0:7070\"",
+            env(&[("DELAYQ_API_TOKENS", "s3cret, other")]),
+        )
+        .unwrap();
+        assert_eq!(c.api.tokens, ["s3cret", "other"]);
+        let c = Config::from_toml("[api]\nlisten = \"[::1]:7070\"", env(&[])).unwrap();
+        assert!(c.api.tokens.is_empty());
+    }
+
+    #[test]
+    fn inbox_defaults_and_switch() {
+        let c = Config::from_toml("", env(&[])).unwrap();
+        let inbox = c.inbox.expect("enabled by default");
+        assert_eq!(inbox.stream, "delayq:inbox");
+        assert_eq!(inbox.rejected_stream, "delayq:inbox:rejected");
+        let c = Config::from_toml("", env(&[("DELAYQ_INBOX_ENABLED", "false")])).unwrap();
+        assert!(c.inbox.is_none());
+    }
+
+    #[track_caller]
+    fn check_target(toml: &str, stream: &str, refusal: Option<&str>) {
+        let c = Config::from_toml(toml, env(&[])).unwrap();
+        match (c.target_refusal(stream), refusal) {
+            (None, None) => {}
+            (Some(got), Some(part)) => {
+                assert!(got.contains(part), "{got:?} should contain {part:?}")
+            }
+            (got, want) => panic!("{stream}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn targets() {
+        check_target("", "orders", None);
+        check_target("", "delayq:inbox", Some("delayq's own keys"));
+        check_target(
+            "[redis]\nprefix = \"dq\"",
+            "delayq:inbox",
+            Some("delayq's inbox"),
+        );
+        check_target(
+            "[redis]\nprefix = \"dq\"",
+            "{dq:1}:due",
+            Some("delayq's own keys"),
+        );
+        check_target(
+            "[streams]\nallow = [\"orders*\"]",
+            "billing",
+            Some("not allowed (allowed: orders*)"),
+        );
+        check_target("[streams]\nallow = [\"orders*\"]", "orders:eu", None);
     }
 
     #[track_caller]
@@ -807,5 +1069,19 @@ mod tests {
         assert_eq!(c.records.retention, d.records.retention);
         assert_eq!(c.forwarder.batch_size, d.forwarder.batch_size);
         assert_eq!(c.api.limits.max_delay, d.api.limits.max_delay);
+        assert_eq!(c.api.max_batch, d.api.max_batch);
+        assert_eq!(c.api.max_body_bytes, d.api.max_body_bytes);
+        assert_eq!(c.api.max_wait, d.api.max_wait);
+        assert_eq!(c.api.max_polls, d.api.max_polls);
+        assert_eq!(c.api.tokens, d.api.tokens);
+        let (ci, di) = (c.inbox.expect("enabled"), d.inbox.expect("enabled"));
+        assert_eq!(
+            (ci.stream, ci.group, ci.rejected_stream),
+            (di.stream, di.group, di.rejected_stream)
+        );
+        assert_eq!(
+            (ci.batch_size, ci.reclaim_after),
+            (di.batch_size, di.reclaim_after)
+        );
     }
 }

@@ -149,6 +149,7 @@ async fn forward_shard(l: ForwardLoop, cancel: CancellationToken) {
                     for &ms in &batch.lateness_ms {
                         lateness.record(ms as f64 / 1000.0);
                     }
+                    m::record_lateness(&batch.lateness_ms);
                     for (stream, count) in &batch.per_stream {
                         metrics::counter!(m::FORWARDED, "stream" => stream.clone())
                             .increment(*count);

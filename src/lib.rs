@@ -8,6 +8,8 @@
 //! - [`election`]: the only module that speaks etcd: lease, campaign, keepalive
 //!   deadline, resign.
 //! - [`forwarder`]: leader-only loops (due → stream, record trimming).
+//! - [`inbox`]: every instance schedules what producers XADD into the inbox stream.
+//! - [`client`]: the Rust producer API (Redis directly, the daemon's own scripts).
 //! - [`api`]: the HTTP API (axum).
 //! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
 //!   the benchmark and the demo.
@@ -18,10 +20,12 @@
 pub mod api;
 pub mod backoff;
 pub mod cli;
+pub mod client;
 pub mod config;
 pub mod election;
 pub mod forwarder;
 pub mod harness;
+pub mod inbox;
 pub mod leadership;
 pub mod message;
 pub mod metrics;
@@ -46,6 +50,7 @@ pub struct Daemon {
     pub store: Store,
     work: CancellationToken,
     work_task: JoinHandle<()>,
+    inbox_task: JoinHandle<()>,
     election: CancellationToken,
     election_task: JoinHandle<()>,
     api: CancellationToken,
@@ -92,6 +97,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         work.clone(),
     ));
 
+    // Every instance, leader or standby, schedules from the inbox.
+    let inbox_task = tokio::spawn(inbox::run(config.clone(), store.clone(), work.clone()));
+
     let upkeep = metrics.clone();
     let upkeep_token = work.clone();
     tokio::spawn(async move {
@@ -123,6 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store,
         work,
         work_task,
+        inbox_task,
         election,
         election_task,
         api,
@@ -131,12 +140,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 }
 
 impl Daemon {
-    /// Stops in a fixed order: leader loops first (each finishes the batch in
-    /// flight), then the election (resigning, so a standby takes over at once),
-    /// then the API (draining requests in flight, for at most 5 s).
+    /// Stops in a fixed order: leader loops and the inbox reader first (each
+    /// finishes the batch in flight), then the election (resigning, so a standby
+    /// takes over at once), then the API (draining requests in flight, for at most 5 s).
     pub async fn stop(self) {
         self.work.cancel();
         let _ = self.work_task.await;
+        let _ = self.inbox_task.await;
         self.election.cancel();
         let _ = self.election_task.await;
         self.api.cancel();

@@ -60,6 +60,9 @@ impl From<StoreError> for ApiError {
         match e {
             StoreError::TooFar(detail) => ApiError::invalid(format!("deliver_at: {detail}")),
             StoreError::Corrupt(detail) => ApiError::new(StatusCode::CONFLICT, "corrupt", detail),
+            StoreError::Busy(detail) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", detail)
+            }
             other => {
                 tracing::warn!(error = %other, "request failed in Redis");
                 ApiError::unavailable(format!("storage unavailable: {other}"))
@@ -76,4 +79,50 @@ impl IntoResponse for ApiError {
         )
             .into_response()
     }
+}
+
+/// Gives every error response the JSON shape, including those axum makes itself
+/// (unknown method, a path or query it cannot parse), which come as plain text.
+pub(super) async fn json_errors(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if is_json {
+        return response;
+    }
+    let (parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024)
+        .await
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&text).trim().to_owned();
+    let reason = status.canonical_reason().unwrap_or("error");
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request".to_owned(),
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed".to_owned(),
+        StatusCode::PAYLOAD_TOO_LARGE => "too_large".to_owned(),
+        StatusCode::UNPROCESSABLE_ENTITY => "invalid_field".to_owned(),
+        _ => reason.to_ascii_lowercase().replace([' ', '-'], "_"),
+    };
+    let detail = match (status, parts.headers.get(axum::http::header::ALLOW)) {
+        (StatusCode::METHOD_NOT_ALLOWED, Some(allow)) => {
+            format!(
+                "method not allowed here (allowed: {})",
+                allow.to_str().unwrap_or("?")
+            )
+        }
+        _ if text.is_empty() => reason.to_ascii_lowercase(),
+        _ => text,
+    };
+    let mut response = (status, Json(json!({ "error": code, "detail": detail }))).into_response();
+    for (name, value) in &parts.headers {
+        if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
+            response.headers_mut().insert(name, value.clone());
+        }
+    }
+    response
 }

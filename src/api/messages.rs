@@ -1,4 +1,4 @@
-//! `/v1/messages`: push, look up, cancel.
+//! `/v1/messages`: push (one or a batch), look up, cancel, reschedule.
 
 use std::time::Duration;
 
@@ -13,20 +13,37 @@ use super::{ApiError, AppState};
 use crate::config::Config;
 use crate::message::{Due, Fields, MessageId, NewMessage, parse_duration};
 use crate::metrics as m;
-use crate::store::{Cancelled, ScheduleMode, Scheduled, Status};
+use crate::store::{BatchItem, Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
 
-/// Reads a request body, refusing it past `limit` bytes with a 413.
+/// Reads a request body, refusing it past `limit` bytes with a 413 (a body that
+/// breaks off is a 400).
 pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
-    let bytes = axum::body::to_bytes(body, limit).await.map_err(|_| {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            format!("request body is larger than {limit} bytes"),
-        )
-    })?;
+    use futures::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("cannot read the request body: {e}"),
+            )
+        })?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body is larger than {limit} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
     serde_json::from_slice(&bytes)
         .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
 }
+
+/// Largest body of a request that carries no message (reschedule, ack).
+pub(super) const SMALL_BODY: usize = 64 * 1024;
 
 /// Largest request body: a maximal message with room for JSON escaping and keys.
 pub(super) fn body_limit(config: &Config) -> usize {
@@ -154,25 +171,14 @@ pub fn parse_push(value: &Value, config: &Config) -> Result<(NewMessage, Schedul
 }
 
 pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), ApiError> {
-    let prefix = &config.redis.prefix;
-    if stream.starts_with(&format!("{{{prefix}:")) || stream.starts_with(&format!("{prefix}:")) {
-        return Err(ApiError::new(
+    match config.target_refusal(stream) {
+        Some(refusal) => Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "stream_not_allowed",
-            format!("stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"),
-        ));
+            refusal,
+        )),
+        None => Ok(()),
     }
-    if !config.streams.allows(stream) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "stream_not_allowed",
-            format!(
-                "stream {stream:?}: not allowed (allowed: {})",
-                config.streams.allow.join(", ")
-            ),
-        ));
-    }
-    Ok(())
 }
 
 fn scalar_text(v: &Value) -> Option<String> {
@@ -292,7 +298,7 @@ fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
     }
 }
 
-fn path_id(id: &str) -> Result<MessageId, ApiError> {
+pub(super) fn path_id(id: &str) -> Result<MessageId, ApiError> {
     MessageId::parse(id)
         .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string()))
 }
@@ -354,5 +360,162 @@ pub async fn cancel(
             ),
         )),
         Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}
+
+/// `POST /v1/messages/batch`: `{"messages": [push body, ...]}`, each item answered on
+/// its own (in order, with the status a single push would have had).
+pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response, ApiError> {
+    let config = &state.config;
+    let value = read_json(body, config.api.max_body_bytes).await?;
+    let obj = value.as_object().ok_or_else(|| {
+        ApiError::malformed("body must be a JSON object such as {\"messages\": [...]}")
+    })?;
+    if let Some(unknown) = obj.keys().find(|k| k.as_str() != "messages") {
+        return Err(ApiError::invalid(format!(
+            "{unknown}: unknown field (known: messages)"
+        )));
+    }
+    let items = match obj.get("messages") {
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(ApiError::invalid("messages: must be a list of push bodies")),
+        None => {
+            return Err(ApiError::invalid(
+                "messages: required (a list of push bodies)",
+            ));
+        }
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages: must hold at least one message",
+        ));
+    }
+    if items.len() > config.api.max_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "messages: {} items is more than api.max_batch {}; split the batch",
+                items.len(),
+                config.api.max_batch
+            ),
+        ));
+    }
+
+    let mut results: Vec<Option<Value>> = vec![None; items.len()];
+    let mut valid = Vec::with_capacity(items.len());
+    let mut positions = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match parse_push(item, config) {
+            Ok((msg, mode)) => {
+                valid.push(BatchItem {
+                    msg,
+                    mode,
+                    inbox_entry: None,
+                });
+                positions.push(i);
+            }
+            Err(e) => results[i] = Some(item_error(i, e)),
+        }
+    }
+    let outcomes = state
+        .store
+        .schedule_many(&valid, config.api.limits.max_delay, None)
+        .await;
+    let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);
+    for ((item, i), outcome) in valid.iter().zip(positions).zip(outcomes) {
+        let id = item.msg.id.as_str();
+        results[i] = Some(match outcome {
+            Ok(Scheduled::Scheduled { due_ms }) => {
+                scheduled += 1;
+                json!({ "index": i, "status": 201, "id": id, "deliver_at": due_ms, "state": "scheduled" })
+            }
+            Ok(Scheduled::Replaced { due_ms }) => {
+                scheduled += 1;
+                json!({ "index": i, "status": 200, "id": id, "deliver_at": due_ms, "state": "scheduled", "replaced": true })
+            }
+            Ok(Scheduled::Duplicate {
+                due_ms,
+                state: existing,
+            }) => {
+                duplicates += 1;
+                json!({ "index": i, "status": 200, "id": id, "deliver_at": due_ms, "state": existing, "duplicate": true })
+            }
+            Err(e) => {
+                if e.is_unavailable() {
+                    unavailable += 1;
+                }
+                item_error(i, ApiError::from(e))
+            }
+        });
+    }
+    if unavailable > 0 && unavailable == valid.len() {
+        // Nothing could be stored: one answer for the whole batch tells the client to retry it.
+        return Err(ApiError::unavailable(
+            "storage unavailable: no message of the batch could be stored; retry it",
+        ));
+    }
+    metrics::counter!(m::SCHEDULED).increment(scheduled);
+    metrics::counter!(m::DUPLICATES).increment(duplicates);
+    let results: Vec<Value> = results
+        .into_iter()
+        .map(|r| r.unwrap_or(Value::Null))
+        .collect();
+    let failed = results.len() as u64 - scheduled - duplicates;
+    Ok(Json(json!({ "scheduled": scheduled, "duplicates": duplicates, "failed": failed, "results": results })).into_response())
+}
+
+fn item_error(index: usize, e: ApiError) -> Value {
+    json!({ "index": index, "status": e.status.as_u16(), "error": e.code, "detail": format!("messages[{index}]: {}", e.detail) })
+}
+
+const RESCHEDULE_KEYS: &[&str] = &["delay", "delay_ms", "deliver_at"];
+
+/// `POST /v1/messages/{id}/reschedule`: a new due time (`delay`, `delay_ms` or
+/// `deliver_at`) for a message still scheduled; fields, priority and ttl stay.
+pub async fn reschedule(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let id = path_id(&id)?;
+    let value = read_json(body, SMALL_BODY).await?;
+    let obj = value.as_object().ok_or_else(|| {
+        ApiError::malformed("body must be a JSON object such as {\"delay\": \"5m\"}")
+    })?;
+    if let Some(unknown) = obj.keys().find(|k| !RESCHEDULE_KEYS.contains(&k.as_str())) {
+        return Err(ApiError::invalid(format!(
+            "{unknown}: unknown field (known: {})",
+            RESCHEDULE_KEYS.join(", ")
+        )));
+    }
+    let due = parse_due(obj)?;
+    let limits = &state.config.api.limits;
+    if let Due::In(delay) = due
+        && delay > limits.max_delay
+    {
+        return Err(ApiError::invalid(format!(
+            "delay {}: longer than max_delay {}",
+            humantime::format_duration(delay),
+            humantime::format_duration(limits.max_delay)
+        )));
+    }
+    match state.store.reschedule(&id, due, limits.max_delay).await? {
+        Rescheduled::Rescheduled { due_ms } => {
+            metrics::counter!(m::RESCHEDULED).increment(1);
+            Ok(
+                Json(json!({ "id": id.as_str(), "deliver_at": due_ms, "state": "scheduled" }))
+                    .into_response(),
+            )
+        }
+        Rescheduled::NotScheduled(done) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_final",
+            format!(
+                "message {id}: already {}, cannot be rescheduled",
+                done.as_str()
+            ),
+        )),
+        Rescheduled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
     }
 }

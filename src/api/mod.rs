@@ -1,8 +1,12 @@
 //! The HTTP API. Handlers validate input and call `store`; they never build a
 //! Redis key.
 
+mod auth;
 mod error;
 mod messages;
+mod openapi;
+mod stats;
+mod streams;
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -31,12 +35,29 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let app = Router::new()
         .route("/v1/messages", post(messages::push))
+        // The static segment wins over `{id}`: GET and DELETE here still reach the
+        // message whose id is "batch".
+        .route(
+            "/v1/messages/batch",
+            post(messages::batch)
+                .get(|state: State<AppState>| {
+                    messages::status(state, axum::extract::Path("batch".to_owned()))
+                })
+                .delete(|state: State<AppState>| {
+                    messages::cancel(state, axum::extract::Path("batch".to_owned()))
+                }),
+        )
         .route(
             "/v1/messages/{id}",
             get(messages::status).delete(messages::cancel),
         )
+        .route("/v1/messages/{id}/reschedule", post(messages::reschedule))
+        .route("/v1/stats", get(stats::stats))
+        .route("/v1/streams/{stream}/next", get(streams::next))
+        .route("/v1/streams/{stream}/ack", post(streams::ack))
+        .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/leader", get(leader))
         .route("/leader", get(leader_only))
         .route("/v1/admin/resign", post(resign))
@@ -44,7 +65,16 @@ pub fn router(state: AppState) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
-        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_token,
+        ))
+        .with_state(state);
+    // Around the whole router, not per route: axum completes some answers (the Allow
+    // header of a 405) outside route-level layers.
+    Router::new()
+        .fallback_service(app)
+        .layer(axum::middleware::map_response(error::json_errors))
 }
 
 /// Redis answers: the process can do its job (as leader or standby).

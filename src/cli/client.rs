@@ -19,16 +19,40 @@ pub struct Target {
     /// Print the raw JSON answer.
     #[arg(long, global = true)]
     json: bool,
+    /// Bearer token, when the daemon has api.tokens set.
+    #[arg(long, env = "DELAYQ_TOKEN", global = true, hide_env_values = true)]
+    token: Option<String>,
 }
+
+/// How client commands end, for scripts.
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  done
+  1  refused: the input breaks a rule (HTTP 400, 413, 422), or a local input error
+  2  command line not understood
+  3  not found (HTTP 404)
+  4  conflict: the message is already delivered, expired, dead or cancelled (HTTP 409)
+  5  not authorized: missing or unknown token (HTTP 401), or stream not allowed (HTTP 403)
+  6  delayq cannot do it now: Redis unreachable or busy (HTTP 5xx); retry later
+  7  cannot reach delayq at --url";
+
+const EXIT_REFUSED: u8 = 1;
+const EXIT_NOT_FOUND: u8 = 3;
+const EXIT_CONFLICT: u8 = 4;
+const EXIT_UNAUTHORIZED: u8 = 5;
+const EXIT_UNAVAILABLE: u8 = 6;
+const EXIT_UNREACHABLE: u8 = 7;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
     /// Schedule a message.
     ///
     /// Examples:
+    ///   delayq push orders 'order 42' --delay 20m --token "$TOKEN"
     ///   delayq push orders 'order 42 reminder' --delay 20m
     ///   delayq push orders --field order=42 --field kind=reminder --at 2026-12-01T09:00:00Z
     ///   echo '{"a":1}' | delayq push orders - --delay 1h --id order-42-reminder
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Push {
         stream: String,
         /// Payload (the one field `payload`); `-` reads it from stdin.
@@ -56,18 +80,60 @@ pub enum ClientCommand {
         target: Target,
     },
     /// Show a message's state.
+    ///
+    /// Examples:
+    ///   delayq get 01M80K2AE02CJQBD3JZ9KCS0JC
+    ///   delayq get order-42-reminder --json
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Get {
         id: String,
         #[command(flatten)]
         target: Target,
     },
     /// Cancel a scheduled message.
+    ///
+    /// Examples:
+    ///   delayq cancel order-42-reminder
+    ///   delayq cancel order-42-reminder || [ $? -eq 4 ]   # already delivered is fine
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Cancel {
         id: String,
         #[command(flatten)]
         target: Target,
     },
-    /// Show who leads: node, address, epoch, lease time left.
+    /// Move a scheduled message to a new due time (fields, priority and ttl stay).
+    ///
+    /// Examples:
+    ///   delayq reschedule order-42-reminder --delay 1h
+    ///   delayq reschedule order-42-reminder --at 2026-12-01T09:00:00Z
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
+    Reschedule {
+        id: String,
+        /// New delay from now, e.g. 20m, 1500ms, 1h30m.
+        #[arg(long, conflicts_with = "at", required_unless_present = "at")]
+        delay: Option<String>,
+        /// New absolute due time: epoch ms or RFC 3339.
+        #[arg(long)]
+        at: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show what is scheduled, what is due next, recent lateness, the inbox and the leader.
+    ///
+    /// Examples:
+    ///   delayq stats
+    ///   delayq stats --json | jq .pending.per_stream
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
+    Stats {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show who leads, as the instance at --url sees it.
+    ///
+    /// Examples:
+    ///   delayq leader
+    ///   delayq leader --url http://10.0.0.7:7070 --json
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Leader {
         #[command(flatten)]
         target: Target,
@@ -79,7 +145,7 @@ pub enum ClientCommand {
     },
 }
 
-/// Exit codes: 0 done, 1 refused or not found, 2 cannot reach delayq.
+/// Runs a client command; the exit code tells scripts what happened ([`EXIT_CODES`]).
 pub async fn main(cmd: ClientCommand) -> ExitCode {
     match cmd {
         ClientCommand::Push {
@@ -101,7 +167,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                         let mut s = String::new();
                         if let Err(e) = std::io::stdin().read_to_string(&mut s) {
                             eprintln!("delayq: reading stdin: {e}");
-                            return ExitCode::from(1);
+                            return ExitCode::from(EXIT_REFUSED);
                         }
                         s
                     } else {
@@ -114,7 +180,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                     for f in &fields {
                         let Some((k, v)) = f.split_once('=') else {
                             eprintln!("delayq: --field {f:?}: write it as name=value");
-                            return ExitCode::from(1);
+                            return ExitCode::from(EXIT_REFUSED);
                         };
                         pairs.push(json!([k, v]));
                     }
@@ -122,7 +188,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                 }
                 _ => {
                     eprintln!("delayq: give a payload or --field name=value (not both)");
-                    return ExitCode::from(1);
+                    return ExitCode::from(EXIT_REFUSED);
                 }
             }
             match (delay, at) {
@@ -144,20 +210,39 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             call(&target, reqwest::Method::POST, "/v1/messages", Some(body)).await
         }
         ClientCommand::Get { id, target } => {
-            call(
-                &target,
-                reqwest::Method::GET,
-                &format!("/v1/messages/{id}"),
-                None,
-            )
-            .await
+            let path = format!("/v1/messages/{}", path_segment(&id));
+            call(&target, reqwest::Method::GET, &path, None).await
         }
         ClientCommand::Cancel { id, target } => {
-            call(
+            let path = format!("/v1/messages/{}", path_segment(&id));
+            call(&target, reqwest::Method::DELETE, &path, None).await
+        }
+        ClientCommand::Reschedule {
+            id,
+            delay,
+            at,
+            target,
+        } => {
+            let body = match (delay, at) {
+                (Some(d), _) => json!({ "delay": d }),
+                (None, Some(a)) => {
+                    json!({ "deliver_at": a.parse::<u64>().map(Value::from).unwrap_or(Value::String(a)) })
+                }
+                (None, None) => {
+                    eprintln!("delayq: give --delay or --at");
+                    return ExitCode::from(EXIT_REFUSED);
+                }
+            };
+            let path = format!("/v1/messages/{}/reschedule", path_segment(&id));
+            call(&target, reqwest::Method::POST, &path, Some(body)).await
+        }
+        ClientCommand::Stats { target } => {
+            call_with(
                 &target,
-                reqwest::Method::DELETE,
-                &format!("/v1/messages/{id}"),
+                reqwest::Method::GET,
+                "/v1/stats",
                 None,
+                print_stats,
             )
             .await
         }
@@ -170,15 +255,43 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
     }
 }
 
+/// An id as one path segment: ids are `[A-Za-z0-9._:-]`, anything else is escaped
+/// so the daemon sees (and refuses) it as it is, rather than as another path.
+fn path_segment(id: &str) -> String {
+    id.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b':' | b'-' => {
+                (b as char).to_string()
+            }
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
 async fn call(
     target: &Target,
     method: reqwest::Method,
     path: &str,
     body: Option<Value>,
 ) -> ExitCode {
+    call_with(target, method, path, body, print_human).await
+}
+
+/// Sends one request; prints the answer (`render` for people, raw with `--json`)
+/// or the error, and turns the status into an exit code.
+async fn call_with(
+    target: &Target,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+    render: fn(&Value),
+) -> ExitCode {
     let url = format!("{}{}", target.url.trim_end_matches('/'), path);
     let client = reqwest::Client::new();
     let mut req = client.request(method, &url);
+    if let Some(token) = &target.token {
+        req = req.bearer_auth(token);
+    }
     if let Some(body) = body {
         req = req.json(&body);
     }
@@ -186,7 +299,7 @@ async fn call(
         Ok(resp) => resp,
         Err(e) => {
             eprintln!("delayq: cannot reach {url}: {e}");
-            return ExitCode::from(2);
+            return ExitCode::from(EXIT_UNREACHABLE);
         }
     };
     let status = resp.status();
@@ -194,7 +307,7 @@ async fn call(
     if target.json {
         println!("{value}");
     } else if status.is_success() {
-        print_human(&value);
+        render(&value);
     } else {
         eprintln!(
             "delayq: {} {}: {}",
@@ -203,10 +316,17 @@ async fn call(
             value["detail"].as_str().unwrap_or("")
         );
     }
-    if status.is_success() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    ExitCode::from(exit_code(status))
+}
+
+fn exit_code(status: reqwest::StatusCode) -> u8 {
+    match status.as_u16() {
+        200..=299 => 0,
+        401 | 403 => EXIT_UNAUTHORIZED,
+        404 => EXIT_NOT_FOUND,
+        409 => EXIT_CONFLICT,
+        500..=599 => EXIT_UNAVAILABLE,
+        _ => EXIT_REFUSED,
     }
 }
 
@@ -220,5 +340,76 @@ fn print_human(value: &Value) {
         }
     } else {
         println!("{value}");
+    }
+}
+
+fn print_stats(v: &Value) {
+    let leader = &v["leader"];
+    let role = if leader["is_leader"].as_bool() == Some(true) {
+        "leader"
+    } else {
+        "standby"
+    };
+    println!(
+        "node {} ({role}); leader {} epoch {} ({})",
+        text(&v["node_id"]),
+        text(&leader["node_id"]),
+        text(&leader["epoch"]),
+        text(&leader["mode"])
+    );
+    let pending = &v["pending"];
+    let next = match pending["next_due_in_ms"].as_u64() {
+        Some(ms) => format!(
+            "next due in {}",
+            humantime::format_duration(std::time::Duration::from_millis(ms))
+        ),
+        None => "nothing due".to_owned(),
+    };
+    println!("pending: {} ({next})", text(&pending["total"]));
+    if let Some(streams) = pending["per_stream"].as_object() {
+        let exact = if pending["per_stream_exact"].as_bool() == Some(false) {
+            " (counted in part)"
+        } else {
+            ""
+        };
+        for (stream, n) in streams {
+            println!("  {stream}: {n}{exact}");
+        }
+    }
+    if let Some(shards) = pending["per_shard"].as_array() {
+        let counts: Vec<String> = shards.iter().map(text).collect();
+        println!("per shard: {}", counts.join(" "));
+    }
+    for (label, key) in [
+        ("lateness, last minutes", "recent"),
+        ("lateness, since start", "since_start"),
+    ] {
+        let l = &v["lateness_ms"][key];
+        if l.is_object() {
+            println!(
+                "{label}: p50 {} ms, p99 {} ms, max {} ms ({} messages)",
+                text(&l["p50"]),
+                text(&l["p99"]),
+                text(&l["max"]),
+                text(&l["count"])
+            );
+        }
+    }
+    let inbox = &v["inbox"];
+    if inbox.is_object() {
+        println!(
+            "inbox {}: {} entries, {} being scheduled",
+            text(&inbox["stream"]),
+            text(&inbox["length"]),
+            text(&inbox["pending"])
+        );
+    }
+}
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".to_owned(),
+        other => other.to_string(),
     }
 }

@@ -21,7 +21,8 @@ pub const EXIT_CONFIG: u8 = 64;
 #[command(
     name = "delayq",
     version,
-    about = "Delivers delayed messages into Redis Streams on time"
+    about = "Delivers delayed messages into Redis Streams on time",
+    after_help = client::EXIT_CODES
 )]
 struct Cli {
     #[command(subcommand)]

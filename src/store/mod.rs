@@ -4,7 +4,11 @@
 //! so each operation is atomic on the Redis server. This module builds their keys
 //! and arguments and turns their replies into types.
 
+mod batch;
+mod inbox;
 mod keys;
+mod stats;
+mod streams;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +18,11 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, RedisError, Script, Value};
 use thiserror::Error;
 
+pub use batch::{BatchItem, InboxAck};
+pub use inbox::{InboxEntry, InboxQueue, InboxReader, InboxStats};
 pub use keys::{Keys, ShardKeys};
+pub use stats::StreamCounts;
+pub use streams::StreamEntry;
 
 use crate::message::{Due, MessageId, NewMessage};
 
@@ -38,6 +46,9 @@ struct Scripts {
     forward: Script,
     trim: Script,
     raise_fence: Script,
+    schedule_batch: Script,
+    reject_inbox: Script,
+    pending_streams: Script,
 }
 
 impl Scripts {
@@ -50,6 +61,9 @@ impl Scripts {
             forward: script!("forward"),
             trim: script!("trim"),
             raise_fence: script!("raise_fence"),
+            schedule_batch: script!("schedule_batch"),
+            reject_inbox: script!("reject_inbox"),
+            pending_streams: script!("pending_streams"),
         }
     }
 }
@@ -63,6 +77,8 @@ pub struct StoreConfig {
     /// A reply slower than this fails the command (the connection is then re-established).
     pub response_timeout: Duration,
     pub connect_timeout: Duration,
+    /// Most blocking stream reads (HTTP long polls) at once, each on a connection of its own.
+    pub max_blocking_reads: usize,
 }
 
 /// A handle on delayq's Redis data. Cheap to clone: clones share one multiplexed connection.
@@ -72,9 +88,12 @@ pub struct Store {
     conn: ConnectionManager,
     keys: Keys,
     scripts: Arc<Scripts>,
+    response_timeout: Duration,
+    /// Connections for blocking reads on behalf of HTTP consumers.
+    polls: Arc<streams::PollPool>,
 }
 
-#[derive(Debug, Error)]
+#[derive(Clone, Debug, Error)]
 pub enum StoreError {
     /// A newer leader has raised the shard's fence: this caller must stop leading.
     #[error("fenced: epoch {caller} is below the fence {held}")]
@@ -85,6 +104,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("unexpected reply from Redis: {0}")]
     Reply(String),
+    /// Too many blocking reads are waiting already; retry later.
+    #[error("{0}")]
+    Busy(String),
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
@@ -111,7 +133,7 @@ impl StoreError {
 
     /// Whether retrying later may help (Redis down or slow) rather than the request being wrong.
     pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Redis(_))
+        matches!(self, StoreError::Redis(_) | StoreError::Busy(_))
     }
 }
 
@@ -265,6 +287,8 @@ impl Store {
             conn,
             keys: Keys::new(&config.prefix, config.shards),
             scripts: Arc::new(Scripts::new()),
+            response_timeout: config.response_timeout,
+            polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
         })
     }
 

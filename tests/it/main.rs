@@ -7,4 +7,5 @@ mod api;
 mod bench;
 mod forwarding;
 mod ha;
+mod interfaces;
 mod store;

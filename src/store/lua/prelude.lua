@@ -60,3 +60,59 @@ local function decode_body(body)
   end
   return m, nil
 end
+
+-- Resolves a due time against now. kind "in": value is a delay in ms; "at": epoch ms.
+-- Returns the due ms (a time in the past means now), or nil and the TOO_FAR text when
+-- it lies more than max_delay ms after now.
+local function resolve_due(kind, value, max_delay, now)
+  local due = tonumber(value)
+  if kind == 'in' then due = now + due end
+  if due - now > tonumber(max_delay) then
+    return nil, 'TOO_FAR due time ' .. due .. ' is more than max_delay ' .. max_delay .. ' ms after now ' .. now
+  end
+  if due < now then due = now end
+  return due, nil
+end
+
+-- Decides whether a message may be stored under id, by the idempotency rules: a
+-- scheduled id, or one with a record other than a cancellation, is a duplicate unless
+-- replace. A record in the way is forgotten. keys: { due set, bodies, records, records by expiry }.
+-- returns: "scheduled" | "replaced" (the id may be stored)
+--        | "duplicate", due (0 if no longer scheduled), state
+local function admit(keys, id, replace)
+  local existing = redis.call('ZSCORE', keys[1], id)
+  if existing and not replace then
+    return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
+  end
+  local replaced = existing ~= false
+  local rec = redis.call('HGET', keys[3], id)
+  if rec then
+    -- A cancelled id may be pushed again; a delivered, expired or dead one only with replace.
+    local state = record_state(rec)
+    if state ~= 'cancelled' then
+      if not replace then return 'duplicate', 0, state end
+      replaced = true
+    end
+    forget_record(keys[3], keys[4], id)
+  end
+  if replaced then return 'replaced' end
+  return 'scheduled'
+end
+
+-- A new message's body (see the format above); ttl counts from the due time.
+local function new_body(stream, fields, due, priority, ttl, now)
+  local expire_at = 0
+  if ttl > 0 then expire_at = due + ttl end
+  return cmsgpack.pack({ 1, stream, fields, due, priority, now, 1, expire_at })
+end
+
+-- Stores one message in a shard, idempotently by id (admit's rules). The caller checks
+-- the fence and announces wake-ups. keys: { due set, bodies, records, records by expiry }.
+-- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
+local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
+  local status, at, state = admit(keys, id, replace)
+  if status == 'duplicate' then return status, at, state end
+  redis.call('HSET', keys[2], id, new_body(stream, fields, due, priority, ttl, now))
+  redis.call('ZADD', keys[1], score_of(due, priority), id)
+  return status, due
+end

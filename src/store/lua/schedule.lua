@@ -17,44 +17,17 @@
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
-local id = ARGV[2]
-local replace = ARGV[3] == 'replace'
 local now = now_ms()
-local due = tonumber(ARGV[5])
-if ARGV[4] == 'in' then due = now + due end
-if due - now > tonumber(ARGV[6]) then
-  return redis.error_reply('TOO_FAR due time ' .. due .. ' is more than max_delay ' .. ARGV[6] .. ' ms after now ' .. now)
-end
-if due < now then due = now end
+local due, too_far = resolve_due(ARGV[4], ARGV[5], ARGV[6], now)
+if not due then return redis.error_reply(too_far) end
 
-local existing = redis.call('ZSCORE', KEYS[1], id)
-if existing and not replace then
-  return { 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled' }
-end
-local replaced = existing ~= false
-local rec = redis.call('HGET', KEYS[3], id)
-if rec then
-  -- A cancelled id may be pushed again; a delivered, expired or dead one only with replace.
-  local state = record_state(rec)
-  if state ~= 'cancelled' then
-    if not replace then return { 'duplicate', 0, state } end
-    replaced = true
-  end
-  forget_record(KEYS[3], KEYS[4], id)
-end
-
-local priority = tonumber(ARGV[7])
-local ttl = tonumber(ARGV[8])
-local expire_at = 0
-if ttl > 0 then expire_at = due + ttl end
 local fields = {}
 for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
-local body = cmsgpack.pack({ 1, ARGV[9], fields, due, priority, now, 1, expire_at })
+local id = ARGV[2]
+local status, at, state = store_message({ KEYS[1], KEYS[2], KEYS[3], KEYS[4] }, id, ARGV[3] == 'replace',
+  due, tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], fields, now)
+if status == 'duplicate' then return { status, at, state } end
 
-redis.call('HSET', KEYS[2], id, body)
-redis.call('ZADD', KEYS[1], score_of(due, priority), id)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
 if first[1] == id then redis.call('PUBLISH', ARGV[10], KEYS[1]) end
-
-if replaced then return { 'replaced', due } end
-return { 'scheduled', due }
+return { status, at }

@@ -1,0 +1,338 @@
+//! The Rust producer API: schedule, look up, cancel and reschedule messages by
+//! talking to Redis directly, through the same [`Store`] and Lua scripts the daemon
+//! runs, so there is no HTTP hop and every guarantee is the daemon's own (idempotent
+//! ids, Redis's clock for delays). A daemon must still run somewhere to deliver what
+//! is scheduled, on the same Redis with the same `redis.prefix` and `redis.shards`:
+//! build the producer from the daemon's configuration file to be sure
+//! ([`ProducerOptions::from_config`]).
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> anyhow::Result<()> {
+//! # let redis = delayq::harness::RedisServer::start()?;
+//! use std::time::Duration;
+//!
+//! use delayq::client::{Producer, Sent};
+//! use delayq::store::Status;
+//!
+//! let producer = Producer::connect(&redis.url()).await?;
+//!
+//! // Due in an hour: stored until then, and delivered to "orders" by the daemon.
+//! let sent = producer.send("orders", &[("order", "42"), ("event", "reminder")], Duration::from_secs(3600)).await?;
+//! let Sent::Scheduled { id, .. } = sent else { panic!("a delay schedules") };
+//! assert!(matches!(producer.get(id.as_str()).await?, Status::Scheduled(_)));
+//!
+//! // No delay: XADDed to the stream at once, as a plain producer would.
+//! let now = producer.send("orders", &[("order", "43")], Duration::ZERO).await?;
+//! assert!(matches!(now, Sent::Appended { .. }));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With a daemon running on the same Redis (here in-process), the message arrives in
+//! its stream when due, with its fields in order, plus `delayq-id`:
+//!
+//! ```
+//! # #[tokio::main]
+//! # async fn main() -> anyhow::Result<()> {
+//! # let redis = delayq::harness::RedisServer::start()?;
+//! use std::time::Duration;
+//!
+//! use delayq::client::{Producer, ProducerOptions};
+//! use delayq::config::Config;
+//! use redis::streams::{StreamReadOptions, StreamReadReply};
+//!
+//! let config = Config::from_toml(
+//!     &format!("[redis]\nurl = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"", redis.url()),
+//!     std::iter::empty(),
+//! )?;
+//! let daemon = delayq::start(config.clone()).await?;
+//! let producer = Producer::with_options(ProducerOptions::from_config(&config)).await?;
+//! producer.send("orders", &[("order", "42")], Duration::from_millis(200)).await?;
+//!
+//! let mut conn = producer.store().separate_connection().await?;
+//! let reply: StreamReadReply = redis::AsyncCommands::xread_options(
+//!     &mut conn,
+//!     &["orders"],
+//!     &["0"],
+//!     &StreamReadOptions::default().block(10_000),
+//! )
+//! .await?;
+//! let entry = &reply.keys[0].ids[0];
+//! assert_eq!(entry.get::<String>("order").as_deref(), Some("42"));
+//! assert!(entry.map.contains_key("delayq-id"));
+//! daemon.stop().await;
+//! # Ok(())
+//! # }
+//! ```
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::config::Config;
+use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage};
+use crate::store::{
+    Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig, StoreError,
+};
+
+/// Why a client call failed.
+#[derive(Debug, Error)]
+pub enum ClientError {
+    /// The message or id breaks a rule; the text names it. Retrying will not help.
+    #[error(transparent)]
+    Invalid(#[from] InvalidMessage),
+    /// Redis refused or could not be reached ([`StoreError::is_unavailable`] tells
+    /// whether retrying may help).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+/// What [`Producer::send`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sent {
+    /// No delay: written to the stream at once, as this entry.
+    Appended { entry_id: String },
+    /// Stored, due at `due_ms` (epoch ms, Redis's clock).
+    Scheduled { id: MessageId, due_ms: u64 },
+}
+
+/// Where the producer's Redis is and how the deployment lays out its keys.
+#[derive(Clone, Debug)]
+pub struct ProducerOptions {
+    pub redis_url: String,
+    /// Must equal the daemon's `redis.prefix`.
+    pub prefix: String,
+    /// Must equal the daemon's `redis.shards`: a message stored in a shard the daemon
+    /// does not serve is never delivered.
+    pub shards: u16,
+    /// Bounds every message is checked against (the daemon's `api.*` limits).
+    pub limits: Limits,
+    /// How long a cancellation stays on record (the daemon's `records.retention`).
+    pub retention: Duration,
+    /// A Redis reply slower than this fails the call.
+    pub timeout: Duration,
+}
+
+impl Default for ProducerOptions {
+    /// The daemon's defaults, against a Redis on localhost.
+    fn default() -> Self {
+        let config = Config::from_toml("", std::iter::empty()).expect("the defaults are valid");
+        ProducerOptions::from_config(&config)
+    }
+}
+
+impl ProducerOptions {
+    /// The options a daemon with this configuration uses, so both agree on the layout.
+    ///
+    /// ```
+    /// let config = delayq::config::Config::from_toml("[redis]\nshards = 4", std::iter::empty())?;
+    /// let options = delayq::client::ProducerOptions::from_config(&config);
+    /// assert_eq!(options.shards, 4);
+    /// # Ok::<(), delayq::config::ConfigError>(())
+    /// ```
+    pub fn from_config(config: &Config) -> Self {
+        ProducerOptions {
+            redis_url: config.redis.url.clone(),
+            prefix: config.redis.prefix.clone(),
+            shards: config.redis.shards,
+            limits: config.api.limits.clone(),
+            retention: config.records.retention,
+            timeout: config.redis.timeout,
+        }
+    }
+}
+
+/// Schedules messages into a delayq deployment's Redis. Cheap to clone; clones share
+/// one multiplexed connection.
+#[derive(Clone)]
+pub struct Producer {
+    store: Store,
+    limits: Limits,
+    retention: Duration,
+}
+
+impl Producer {
+    /// Connects with the daemon's default layout (prefix `delayq`, 16 shards).
+    pub async fn connect(redis_url: &str) -> Result<Producer> {
+        Producer::with_options(ProducerOptions {
+            redis_url: redis_url.to_owned(),
+            ..ProducerOptions::default()
+        })
+        .await
+    }
+
+    /// Connects with explicit options (failing fast if Redis is unreachable now).
+    pub async fn with_options(options: ProducerOptions) -> Result<Producer> {
+        let store = Store::connect(&StoreConfig {
+            url: options.redis_url,
+            prefix: options.prefix,
+            shards: options.shards,
+            response_timeout: options.timeout,
+            connect_timeout: options.timeout,
+            max_blocking_reads: 1,
+        })
+        .await?;
+        Ok(Producer {
+            store,
+            limits: options.limits,
+            retention: options.retention,
+        })
+    }
+
+    /// Sends `fields` to `stream` after `delay`: XADDs at once when the delay is zero,
+    /// schedules (under a fresh id) otherwise.
+    pub async fn send<K: AsRef<str>, V: AsRef<str>>(
+        &self,
+        stream: &str,
+        fields: &[(K, V)],
+        delay: Duration,
+    ) -> Result<Sent> {
+        let msg = NewMessage {
+            id: MessageId::generate(),
+            stream: stream.to_owned(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+                .collect(),
+            due: Due::In(delay),
+            priority: 0,
+            ttl: None,
+        };
+        msg.validate(&self.limits)?;
+        if delay.is_zero() {
+            let entry_id = self.store.append(&msg.stream, &msg.fields).await?;
+            return Ok(Sent::Appended { entry_id });
+        }
+        match self
+            .store
+            .schedule(&msg, ScheduleMode::New, self.limits.max_delay)
+            .await?
+        {
+            Scheduled::Scheduled { due_ms } | Scheduled::Replaced { due_ms } => {
+                Ok(Sent::Scheduled { id: msg.id, due_ms })
+            }
+            Scheduled::Duplicate { state, .. } => Err(StoreError::Reply(format!(
+                "fresh id {} already known ({state})",
+                msg.id
+            ))
+            .into()),
+        }
+    }
+
+    /// Schedules a message with every option (own id for exactly-once submission,
+    /// absolute due time, priority, ttl). A known id is answered as a duplicate and
+    /// changes nothing, also after delivery (within the records' retention).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// use std::time::Duration;
+    ///
+    /// use delayq::message::{Due, MessageId, NewMessage};
+    /// use delayq::store::Scheduled;
+    ///
+    /// let producer = delayq::client::Producer::connect(&redis.url()).await?;
+    /// let msg = NewMessage {
+    ///     id: MessageId::parse("invoice-7-reminder")?,
+    ///     priority: 5,
+    ///     ttl: Some(Duration::from_secs(600)),
+    ///     ..NewMessage::payload("billing", "invoice 7 is due", Duration::from_secs(86_400))
+    /// };
+    /// assert!(matches!(producer.schedule(&msg).await?, Scheduled::Scheduled { .. }));
+    /// // A retry of the same id is recognised.
+    /// assert!(matches!(producer.schedule(&msg).await?, Scheduled::Duplicate { .. }));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn schedule(&self, msg: &NewMessage) -> Result<Scheduled> {
+        msg.validate(&self.limits)?;
+        Ok(self
+            .store
+            .schedule(msg, ScheduleMode::New, self.limits.max_delay)
+            .await?)
+    }
+
+    /// A message's state: scheduled (with its details), or how it ended (within the
+    /// records' retention), or unknown.
+    pub async fn get(&self, id: &str) -> Result<Status> {
+        Ok(self.store.get(&MessageId::parse(id)?).await?)
+    }
+
+    /// Withdraws a scheduled message.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// use std::time::Duration;
+    ///
+    /// use delayq::client::{Producer, Sent};
+    /// use delayq::store::{Cancelled, RecordState, Status};
+    ///
+    /// let producer = Producer::connect(&redis.url()).await?;
+    /// let Sent::Scheduled { id, .. } = producer.send("orders", &[("order", "42")], Duration::from_secs(60)).await? else {
+    ///     unreachable!()
+    /// };
+    /// assert_eq!(producer.cancel(id.as_str()).await?, Cancelled::Cancelled);
+    /// assert!(matches!(producer.get(id.as_str()).await?, Status::Done(r) if r.state == RecordState::Cancelled));
+    /// assert_eq!(producer.cancel("never-sent").await?, Cancelled::Unknown);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancel(&self, id: &str) -> Result<Cancelled> {
+        Ok(self
+            .store
+            .cancel(&MessageId::parse(id)?, self.retention)
+            .await?)
+    }
+
+    /// Moves a scheduled message to a new due time; its fields, priority and ttl stay.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// use std::time::Duration;
+    ///
+    /// use delayq::client::{Producer, Sent};
+    /// use delayq::message::Due;
+    /// use delayq::store::Rescheduled;
+    ///
+    /// let producer = Producer::connect(&redis.url()).await?;
+    /// let Sent::Scheduled { id, due_ms } = producer.send("orders", &[("order", "42")], Duration::from_secs(60)).await? else {
+    ///     unreachable!()
+    /// };
+    /// let Rescheduled::Rescheduled { due_ms: later } = producer.reschedule(id.as_str(), Due::In(Duration::from_secs(3600))).await? else {
+    ///     unreachable!()
+    /// };
+    /// assert!(later >= due_ms + 3_540_000);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn reschedule(&self, id: &str, due: Due) -> Result<Rescheduled> {
+        let id = MessageId::parse(id)?;
+        if let Due::In(delay) = due
+            && delay > self.limits.max_delay
+        {
+            return Err(InvalidMessage::Delay(format!(
+                "delay {}: longer than max_delay {}",
+                humantime::format_duration(delay),
+                humantime::format_duration(self.limits.max_delay)
+            ))
+            .into());
+        }
+        Ok(self
+            .store
+            .reschedule(&id, due, self.limits.max_delay)
+            .await?)
+    }
+
+    /// The store underneath, for what this API does not cover.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+}

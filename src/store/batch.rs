@@ -1,0 +1,163 @@
+//! Scheduling many messages at once: one script call per shard (`schedule_batch.lua`),
+//! the calls running concurrently, so a batch costs a few round trips, not one per message.
+
+use std::time::Duration;
+
+use redis::Value;
+
+use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, text};
+use crate::message::NewMessage;
+
+/// Most messages in one script call: bounds how long one call holds Redis (and
+/// stays clear of Lua's limit on unpacked values).
+const MAX_PER_CALL: usize = 1000;
+
+/// One message of a batch.
+#[derive(Clone, Debug)]
+pub struct BatchItem {
+    pub msg: NewMessage,
+    pub mode: ScheduleMode,
+    /// The inbox entry this message came from, acknowledged when it is stored.
+    pub inbox_entry: Option<String>,
+}
+
+/// Where the inbox entries of a batch are acknowledged.
+#[derive(Clone, Copy, Debug)]
+pub struct InboxAck<'a> {
+    pub stream: &'a str,
+    pub group: &'a str,
+}
+
+impl Store {
+    /// Stores many messages, each idempotently by id as [`Store::schedule`] does, and
+    /// acknowledges (and deletes) the inbox entry of each one stored, in the same
+    /// atomic call. Outcomes come back in input order: a due time too far ahead is
+    /// `TooFar` for that message alone (its inbox entry stays unacknowledged); a
+    /// failed call fails each message it carried, which may or may not have been
+    /// stored (retrying with the same ids is safe).
+    pub async fn schedule_many(
+        &self,
+        items: &[BatchItem],
+        max_delay: Duration,
+        ack: Option<InboxAck<'_>>,
+    ) -> Vec<Result<Scheduled>> {
+        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); usize::from(self.shards())];
+        for (i, item) in items.iter().enumerate() {
+            by_shard[usize::from(item.msg.id.shard(self.shards()))].push(i);
+        }
+        let calls = by_shard
+            .iter()
+            .enumerate()
+            .flat_map(|(shard, indexes)| {
+                indexes
+                    .chunks(MAX_PER_CALL)
+                    .map(move |chunk| (shard as u16, chunk))
+            })
+            .map(|(shard, chunk)| async move {
+                let outcome = self
+                    .schedule_chunk(shard, chunk, items, max_delay, ack)
+                    .await;
+                (chunk, outcome)
+            });
+        let mut out: Vec<Option<Result<Scheduled>>> = (0..items.len()).map(|_| None).collect();
+        for (chunk, outcome) in futures::future::join_all(calls).await {
+            match outcome {
+                Ok(results) => {
+                    for (&i, result) in chunk.iter().zip(results) {
+                        out[i] = Some(result);
+                    }
+                }
+                Err(e) => {
+                    for &i in chunk {
+                        out[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+        }
+        out.into_iter()
+            .map(|o| {
+                o.unwrap_or_else(|| Err(StoreError::Reply("no outcome for a batch item".into())))
+            })
+            .collect()
+    }
+
+    async fn schedule_chunk(
+        &self,
+        shard: u16,
+        chunk: &[usize],
+        items: &[BatchItem],
+        max_delay: Duration,
+        ack: Option<InboxAck<'_>>,
+    ) -> Result<Vec<Result<Scheduled>>> {
+        let k = self.keys.shard(shard);
+        let mut inv = self.scripts.schedule_batch.prepare_invoke();
+        inv.key(&k.due)
+            .key(&k.bodies)
+            .key(&k.records)
+            .key(&k.records_by_expiry)
+            .key(&k.fence)
+            .arg(0)
+            .arg(max_delay.as_millis() as u64)
+            .arg(self.keys.wake_channel())
+            .arg(ack.map_or("", |a| a.stream))
+            .arg(ack.map_or("", |a| a.group));
+        for &i in chunk {
+            let BatchItem {
+                msg,
+                mode,
+                inbox_entry,
+            } = &items[i];
+            let (kind, value) = super::due_args(msg.due);
+            inv.arg(inbox_entry.as_deref().unwrap_or(""))
+                .arg(msg.id.as_str())
+                .arg(match mode {
+                    ScheduleMode::New => "new",
+                    ScheduleMode::Replace => "replace",
+                })
+                .arg(kind)
+                .arg(value)
+                .arg(msg.priority)
+                .arg(msg.ttl.map_or(0, |t| t.as_millis() as u64))
+                .arg(&msg.stream)
+                .arg(msg.fields.len());
+            for (field, value) in &msg.fields {
+                inv.arg(field).arg(value);
+            }
+        }
+        let reply: Value = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)?;
+        let values = array(reply)?;
+        if values.len() != chunk.len() * 3 {
+            return Err(StoreError::Reply(format!(
+                "schedule_batch answered {} values for {} messages",
+                values.len(),
+                chunk.len()
+            )));
+        }
+        values
+            .chunks(3)
+            .map(|v| {
+                let (status, due, detail) = (text(&v[0])?, int(&v[1])?.max(0) as u64, text(&v[2])?);
+                Ok(match status.as_str() {
+                    "scheduled" => Ok(Scheduled::Scheduled { due_ms: due }),
+                    "replaced" => Ok(Scheduled::Replaced { due_ms: due }),
+                    "duplicate" => Ok(Scheduled::Duplicate {
+                        due_ms: (due > 0).then_some(due),
+                        state: detail,
+                    }),
+                    "too_far" => Err(StoreError::TooFar(
+                        detail
+                            .strip_prefix("TOO_FAR ")
+                            .unwrap_or(&detail)
+                            .to_owned(),
+                    )),
+                    other => {
+                        return Err(StoreError::Reply(format!("schedule_batch said {other:?}")));
+                    }
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,84 @@
+-- schedule_batch.lua: store several messages of one shard, idempotently by id, and
+-- acknowledge the inbox entries they came from, in one atomic call: an inbox entry is
+-- acknowledged (and deleted from the inbox) exactly when its message is stored.
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
+-- ARGV[1] epoch (0 for producers)
+-- ARGV[2] max delay ms: a due time further than this from now is refused, per message
+-- ARGV[3] wake-up channel, published to with the shard's due set when its earliest due time moves earlier
+-- ARGV[4] inbox stream ("" = no entries to acknowledge)
+-- ARGV[5] inbox consumer group
+-- ARGV[6..] one record per message, in order:
+--   inbox entry id ("" = none), id, mode ("new" | "replace"), due kind ("in" | "at"),
+--   due value, priority 0-9, ttl ms (0 = none), target stream,
+--   n (number of field/value pairs), field, value, ... (2n values)
+-- returns: { status, due_ms, detail, ... }, three values per message, in order:
+--   "scheduled" | "replaced", due_ms, ""
+--   | "duplicate", due_ms (0 if no longer scheduled), state
+--   | "too_far", 0, text: nothing stored and the inbox entry NOT acknowledged
+--   | error "FENCED ..."
+-- The inbox stream is named in ARGV, not KEYS, like forward.lua's target streams: it
+-- lives outside the shard's hash tag.
+local held = fenced(KEYS[5], ARGV[1])
+if held then return fenced_reply(held, ARGV[1]) end
+
+local now = now_ms()
+local keys = { KEYS[1], KEYS[2], KEYS[3], KEYS[4] }
+local max_delay, inbox, group = ARGV[2], ARGV[4], ARGV[5]
+local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+
+-- Bodies and scores are written once for the whole call, so messages stored earlier in
+-- this call are tracked here: a repeated id is a duplicate of its earlier self.
+local out, acks = {}, {}
+local pending, order = {}, {}
+local i = 6
+while i <= #ARGV do
+  local entry, id, replace = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'replace'
+  local kind, value, priority, ttl, stream = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
+  local n = tonumber(ARGV[i + 8])
+  local fields = {}
+  for j = i + 9, i + 8 + 2 * n do fields[#fields + 1] = ARGV[j] end
+  i = i + 9 + 2 * n
+
+  local due, too_far = resolve_due(kind, value, max_delay, now)
+  local status, at, state
+  if not due then
+    status, at, state = 'too_far', 0, too_far
+  elseif pending[id] and not replace then
+    status, at, state = 'duplicate', pending[id].due, 'scheduled'
+  else
+    if pending[id] then
+      status = 'replaced'
+    else
+      status, at, state = admit(keys, id, replace)
+    end
+    if status ~= 'duplicate' then
+      if not pending[id] then order[#order + 1] = id end
+      pending[id] = { due = due, score = score_of(due, priority), body = new_body(stream, fields, due, priority, ttl, now) }
+      at, state = due, ''
+    end
+  end
+  out[#out + 1] = status; out[#out + 1] = at; out[#out + 1] = state
+  if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+end
+
+if #order > 0 then
+  local bodies, scores = {}, {}
+  for _, id in ipairs(order) do
+    local p = pending[id]
+    bodies[#bodies + 1] = id; bodies[#bodies + 1] = p.body
+    scores[#scores + 1] = p.score; scores[#scores + 1] = id
+  end
+  redis.call('HSET', KEYS[2], unpack(bodies))
+  redis.call('ZADD', KEYS[1], unpack(scores))
+end
+
+if inbox ~= '' and #acks > 0 then
+  redis.call('XACK', inbox, group, unpack(acks))
+  redis.call('XDEL', inbox, unpack(acks))
+end
+
+local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+if after[1] and (not before[1] or tonumber(after[2]) < tonumber(before[2])) then
+  redis.call('PUBLISH', ARGV[3], KEYS[1])
+end
+return out

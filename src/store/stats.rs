@@ -1,0 +1,89 @@
+//! Read-only views for operators: what is scheduled, where to, and when next.
+
+use std::collections::BTreeMap;
+
+use redis::Value;
+
+use super::{Result, Store, StoreError, array, int, text};
+
+/// Bodies looked at per `pending_streams.lua` call.
+const SCAN_STEP: usize = 1000;
+
+/// Scheduled messages counted by target stream.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamCounts {
+    pub per_stream: BTreeMap<String, u64>,
+    /// False when the count stopped at its limit before seeing every message.
+    pub exact: bool,
+}
+
+impl Store {
+    /// Due time of the earliest scheduled message, over all shards.
+    pub async fn next_due_ms(&self) -> Result<Option<u64>> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            pipe.cmd("ZRANGE")
+                .arg(self.keys.shard(shard).due)
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES");
+        }
+        let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        let mut earliest: Option<u64> = None;
+        for reply in replies {
+            let items = array(reply)?;
+            if let Some(score) = items.get(1) {
+                let score: f64 = text(score)?.parse().map_err(|_| {
+                    StoreError::Reply(format!("due score {score:?} is not a number"))
+                })?;
+                let due = (score / 10.0).floor() as u64;
+                earliest = Some(earliest.map_or(due, |e| e.min(due)));
+            }
+        }
+        Ok(earliest)
+    }
+
+    /// Scheduled messages per target stream, looking at no more than `limit` of them
+    /// (a scan in small steps, so Redis is never held for long). Messages whose body
+    /// cannot be read count under "".
+    pub async fn pending_per_stream(&self, limit: usize) -> Result<StreamCounts> {
+        let mut counts = StreamCounts {
+            per_stream: BTreeMap::new(),
+            exact: true,
+        };
+        let mut seen = 0usize;
+        'shards: for shard in 0..self.keys.shards() {
+            let bodies = self.keys.shard(shard).bodies;
+            let mut cursor = "0".to_owned();
+            loop {
+                if seen >= limit {
+                    counts.exact = false;
+                    break 'shards;
+                }
+                let reply: Value = self
+                    .scripts
+                    .pending_streams
+                    .key(&bodies)
+                    .arg(&cursor)
+                    .arg(SCAN_STEP)
+                    .invoke_async(&mut self.conn.clone())
+                    .await
+                    .map_err(StoreError::from_script)?;
+                let mut parts = array(reply)?.into_iter();
+                cursor = text(&parts.next().unwrap_or(Value::Nil))?;
+                seen += int(&parts.next().unwrap_or(Value::Nil))?.max(0) as usize;
+                let flat = array(parts.next().unwrap_or(Value::Nil))?;
+                for pair in flat.chunks(2) {
+                    if let [stream, n] = pair {
+                        *counts.per_stream.entry(text(stream)?).or_default() +=
+                            int(n)?.max(0) as u64;
+                    }
+                }
+                if cursor == "0" {
+                    break;
+                }
+            }
+        }
+        Ok(counts)
+    }
+}

@@ -1,0 +1,285 @@
+//! Target streams on behalf of clients without a Redis connection of their own: a
+//! consumer group read with a wait (HTTP long polls), acknowledgements, and plain
+//! appends for the client library's zero-delay sends.
+//!
+//! A blocking read never runs on the shared multiplexed connection (it would stall
+//! every command queued behind it): each takes a connection of its own from a small
+//! pool, and at most `max_blocking_reads` wait at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{ErrorKind, RedisError, Value};
+use tokio::sync::Semaphore;
+
+use super::{Result, Store, StoreError, array};
+
+/// Idle connections kept for the next long poll; more are opened when busier.
+const MAX_IDLE: usize = 8;
+
+/// A stream entry, field order kept. Values that are not UTF-8 are shown lossily.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StreamEntry {
+    pub id: String,
+    pub fields: Vec<(String, String)>,
+}
+
+pub(super) struct PollPool {
+    idle: Mutex<Vec<MultiplexedConnection>>,
+    permits: Arc<Semaphore>,
+    max: usize,
+}
+
+impl PollPool {
+    pub(super) fn new(max: usize) -> Self {
+        PollPool {
+            idle: Mutex::new(Vec::new()),
+            permits: Arc::new(Semaphore::new(max.max(1))),
+            max: max.max(1),
+        }
+    }
+
+    fn take(&self) -> Option<MultiplexedConnection> {
+        self.idle.lock().expect("pool lock").pop()
+    }
+
+    fn put(&self, conn: MultiplexedConnection) {
+        let mut idle = self.idle.lock().expect("pool lock");
+        if idle.len() < MAX_IDLE {
+            idle.push(conn);
+        }
+    }
+}
+
+impl Store {
+    /// Reads up to `count` entries of `stream` not yet delivered to `group`, for
+    /// `consumer`, waiting up to `wait` for the first (zero: not at all). The group is
+    /// created if missing, reading from the stream's start (so entries written before
+    /// the first read are not skipped), and the stream with it. Entries read stay
+    /// pending for the consumer until acknowledged ([`Store::ack`]).
+    pub async fn read_group(
+        &self,
+        stream: &str,
+        group: &str,
+        consumer: &str,
+        count: usize,
+        wait: Duration,
+    ) -> Result<Vec<StreamEntry>> {
+        let _permit = self
+            .polls
+            .permits
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| {
+                StoreError::Busy(format!(
+                    "{} long polls are waiting already (api.max_polls); retry later",
+                    self.polls.max
+                ))
+            })?;
+        let (mut conn, pooled) = match self.polls.take() {
+            Some(conn) => (conn, true),
+            None => (self.separate_connection().await?, false),
+        };
+        let limit = wait + self.response_timeout;
+        let mut result = within(
+            limit,
+            read_group(&mut conn, stream, group, consumer, count, wait),
+        )
+        .await;
+        if pooled
+            && matches!(&result, Err(StoreError::Redis(e)) if e.is_connection_dropped() || e.is_io_error())
+        {
+            // The idle connection went stale (Redis restarted, or a proxy cut it): once more on a fresh one.
+            conn = self.separate_connection().await?;
+            result = within(
+                limit,
+                read_group(&mut conn, stream, group, consumer, count, wait),
+            )
+            .await;
+        }
+        let entries = result?;
+        self.polls.put(conn);
+        Ok(entries
+            .into_iter()
+            .map(|(id, fields)| StreamEntry {
+                id,
+                fields: fields
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, v)| {
+                        (
+                            String::from_utf8_lossy(&k).into_owned(),
+                            String::from_utf8_lossy(&v).into_owned(),
+                        )
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    /// Acknowledges entries of `group`; returns how many were pending.
+    pub async fn ack(&self, stream: &str, group: &str, ids: &[String]) -> Result<u64> {
+        let mut cmd = redis::cmd("XACK");
+        cmd.arg(stream).arg(group).arg(ids);
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| wrong_type(e, stream))
+    }
+
+    /// Appends an entry to a stream now (XADD), bypassing scheduling; returns its id.
+    pub async fn append(&self, stream: &str, fields: &[(String, String)]) -> Result<String> {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(stream).arg("*");
+        for (field, value) in fields {
+            cmd.arg(field).arg(value);
+        }
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| wrong_type(e, stream))
+    }
+}
+
+/// A key of the wrong type is the caller's conflict with what Redis holds, not an outage.
+fn wrong_type(e: RedisError, stream: &str) -> StoreError {
+    if e.code() == Some("WRONGTYPE") {
+        StoreError::Corrupt(format!(
+            "key {stream:?} holds something other than a stream"
+        ))
+    } else {
+        StoreError::Redis(e)
+    }
+}
+
+/// Runs a command on a connection without a response timeout, with one.
+pub(super) async fn within<T>(limit: Duration, f: impl Future<Output = Result<T>>) -> Result<T> {
+    match tokio::time::timeout(limit, f).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Redis(RedisError::from((
+            ErrorKind::Io,
+            "timed out",
+            format!("no answer from Redis within {limit:?}"),
+        )))),
+    }
+}
+
+/// Creates a consumer group reading from the stream's start, and the stream if
+/// missing; a group that exists already is left as it is.
+pub(super) async fn ensure_group(
+    conn: &mut MultiplexedConnection,
+    stream: &str,
+    group: &str,
+) -> Result<()> {
+    let created: redis::RedisResult<()> = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(stream)
+        .arg(group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(conn)
+        .await;
+    match created {
+        Ok(()) => Ok(()),
+        Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+        Err(e) => Err(wrong_type(e, stream)),
+    }
+}
+
+/// An entry as read: id, and fields (None when the entry was deleted meanwhile).
+pub(super) type RawEntry = (String, Option<Vec<(Vec<u8>, Vec<u8>)>>);
+
+async fn read_group(
+    conn: &mut MultiplexedConnection,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    count: usize,
+    wait: Duration,
+) -> Result<Vec<RawEntry>> {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count);
+    if !wait.is_zero() {
+        cmd.arg("BLOCK").arg(wait.as_millis().max(1) as u64);
+    }
+    cmd.arg("STREAMS").arg(stream).arg(">");
+    let reply: Value = match cmd.query_async(conn).await {
+        Ok(reply) => reply,
+        Err(e) if e.code() == Some("NOGROUP") => {
+            ensure_group(conn, stream, group).await?;
+            cmd.query_async(conn)
+                .await
+                .map_err(|e| wrong_type(e, stream))?
+        }
+        Err(e) => return Err(wrong_type(e, stream)),
+    };
+    read_reply(reply)
+}
+
+/// Entries of an XREADGROUP reply for one stream (Nil when the wait ran out).
+pub(super) fn read_reply(reply: Value) -> Result<Vec<RawEntry>> {
+    let streams = match reply {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Map(pairs) => pairs.into_iter().map(|(_, entries)| entries).collect(),
+        other => array(other)?
+            .into_iter()
+            .map(|s| {
+                array(s).map(|mut parts| {
+                    if parts.len() == 2 {
+                        parts.remove(1)
+                    } else {
+                        Value::Nil
+                    }
+                })
+            })
+            .collect::<Result<Vec<_>>>()?,
+    };
+    let mut out = Vec::new();
+    for entries in streams {
+        out.extend(entry_list(entries)?);
+    }
+    Ok(out)
+}
+
+/// `[[id, [field, value, ...] | nil], ...]`.
+pub(super) fn entry_list(v: Value) -> Result<Vec<RawEntry>> {
+    array(v)?
+        .into_iter()
+        .map(|entry| {
+            let parts = array(entry)?;
+            let id = match parts.first() {
+                Some(v) => String::from_utf8_lossy(&bytes(v)?).into_owned(),
+                None => return Err(StoreError::Reply("stream entry without an id".into())),
+            };
+            let fields = match parts.into_iter().nth(1) {
+                None | Some(Value::Nil) => None,
+                Some(v) => Some(
+                    array(v)?
+                        .chunks(2)
+                        .map(|pair| match pair {
+                            [k, v] => Ok((bytes(k)?, bytes(v)?)),
+                            _ => Err(StoreError::Reply(
+                                "stream entry with an odd number of field values".into(),
+                            )),
+                        })
+                        .collect::<Result<Vec<_>>>()?,
+                ),
+            };
+            Ok((id, fields))
+        })
+        .collect()
+}
+
+fn bytes(v: &Value) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b.clone()),
+        Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+        Value::Int(n) => Ok(n.to_string().into_bytes()),
+        other => Err(StoreError::Reply(format!(
+            "expected a string, got {other:?}"
+        ))),
+    }
+}

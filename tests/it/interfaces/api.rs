@@ -1,0 +1,573 @@
+//! The HTTP API: every endpoint, and every bad input answered with the right status
+//! and a message naming the problem.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{TOKEN, redis, request, strict};
+use crate::support::{Env, entries, eventually};
+
+/// One bad (or good) request and what it must be answered with.
+struct Case {
+    line: u32,
+    method: &'static str,
+    path: &'static str,
+    token: Option<&'static str>,
+    body: Option<String>,
+    status: u16,
+    code: &'static str,
+    detail: &'static str,
+}
+
+fn case(
+    line: u32,
+    method: &'static str,
+    path: &'static str,
+    token: Option<&'static str>,
+    body: Option<&str>,
+    (status, code, detail): (u16, &'static str, &'static str),
+) -> Case {
+    Case {
+        line,
+        method,
+        path,
+        token,
+        body: body.map(str::to_owned),
+        status,
+        code,
+        detail,
+    }
+}
+
+async fn check(env: &Env, c: &Case) {
+    let (status, answer) = request(env, c.method, c.path, c.token, c.body.as_deref()).await;
+    let where_ = format!("case at line {}: {} {}", c.line, c.method, c.path);
+    assert_eq!(status, c.status, "{where_}: status; answer {answer}");
+    assert_eq!(
+        answer["error"], c.code,
+        "{where_}: error code; answer {answer}"
+    );
+    let detail = answer["detail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{where_}: no detail in {answer}"));
+    assert!(
+        detail.contains(c.detail),
+        "{where_}: detail {detail:?} should contain {:?}",
+        c.detail
+    );
+}
+
+const T: Option<&str> = Some(TOKEN);
+
+#[tokio::test]
+async fn bad_inputs_get_the_right_status_and_name_the_problem() {
+    let env = Env::start(&strict("")).await;
+    let far = (jiff::Timestamp::now().as_millisecond() + 3 * 3_600_000).to_string();
+    let far_at = format!(r#"{{"stream":"orders","payload":"x","deliver_at":{far}}}"#);
+    let big_payload = format!(
+        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+        "x".repeat(2000)
+    );
+    let huge_body = format!(
+        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+        "x".repeat(70_000)
+    );
+    let item = r#"{"stream":"orders","payload":"x","delay":"1s"}"#;
+    let four = format!(r#"{{"messages":[{item},{item},{item},{item}]}}"#);
+    let big_batch = format!(
+        r#"{{"messages":[{{"stream":"orders","payload":"{}","delay":"1s"}}]}}"#,
+        "x".repeat(5000)
+    );
+    #[rustfmt::skip]
+    let cases = [
+        // authentication
+        case(line!(), "POST", "/v1/messages", None, Some(item), (401, "missing_token", "Authorization: Bearer")),
+        case(line!(), "POST", "/v1/messages", Some("wrong"), Some(item), (401, "invalid_token", "not one of api.tokens")),
+        case(line!(), "GET", "/v1/stats", None, None, (401, "missing_token", "api.tokens")),
+        case(line!(), "GET", "/v1/openapi.json", Some("t0ken-for-test"), None, (401, "invalid_token", "api.tokens")),
+        case(line!(), "GET", "/v1/no-such-thing", None, None, (401, "missing_token", "api.tokens")),
+        // malformed bodies and wrong types
+        case(line!(), "POST", "/v1/messages", T, Some("{not json"), (400, "malformed_json", "body is not valid JSON")),
+        case(line!(), "POST", "/v1/messages", T, Some("[1, 2]"), (400, "malformed_json", "body must be a JSON object")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":5,"payload":"x","delay":"1s"}"#), (422, "invalid_field", "stream: must be a string")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"payload":"x","delay":"1s"}"#), (422, "invalid_field", "stream: required")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","delay":"1s"}"#), (422, "invalid_field", "fields: required")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","fields":{"a":[1]},"delay":"1s"}"#), (422, "invalid_field", "fields.a: must be a string")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":5}"#), (422, "invalid_field", "delay: must be text such as \"20m\"")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"soon"}"#), (422, "invalid_field", "delay: \"soon\" is not a duration")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","colour":"red","delay":"1s"}"#), (422, "invalid_field", "colour: unknown field")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","replace":"yes"}"#), (422, "invalid_field", "replace: must be true or false")),
+        // delays: negative, too long, ambiguous
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"-5s"}"#), (422, "invalid_field", "delay \"-5s\": must not be negative")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay_ms":-5}"#), (422, "invalid_field", "delay_ms -5: must not be negative")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"2h"}"#), (422, "invalid_field", "longer than max_delay 1h")),
+        case(line!(), "POST", "/v1/messages", T, Some(&far_at), (422, "invalid_field", "is more than max_delay 3600000 ms")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","delay_ms":5}"#), (422, "invalid_field", "delay, delay_ms: give only one")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x"}"#), (422, "invalid_field", "delay: required")),
+        // ids, priorities, streams, sizes
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","id":"a b"}"#), (422, "invalid_field", "id \"a b\": character ' ' is not allowed")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","priority":12}"#), (422, "invalid_field", "priority 12: must be an integer from 0 to 9")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"billing","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "stream \"billing\": not allowed (allowed: orders*, jobs)")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"delayq:inbox","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "delayq's own keys")),
+        case(line!(), "POST", "/v1/messages", T, Some(&big_payload), (413, "too_large", "more than max_message_bytes 1000")),
+        case(line!(), "POST", "/v1/messages", T, Some(&huge_body), (413, "too_large", "request body is larger than")),
+        case(line!(), "GET", "/v1/messages/a%20b", T, None, (400, "invalid_id", "id \"a b\"")),
+        case(line!(), "GET", "/v1/messages/%FF", T, None, (400, "bad_request", "UTF-8")),
+        case(line!(), "GET", "/v1/messages/never-pushed", T, None, (404, "not_found", "message never-pushed: unknown")),
+        case(line!(), "DELETE", "/v1/messages/never-pushed", T, None, (404, "not_found", "message never-pushed: unknown")),
+        // batches
+        case(line!(), "POST", "/v1/messages/batch", T, Some(&four), (413, "batch_too_large", "messages: 4 items is more than api.max_batch 3")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some(&big_batch), (413, "too_large", "request body is larger than 4096 bytes")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some(r#"{"messages":[]}"#), (422, "invalid_field", "messages: must hold at least one")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some(r#"{"messages":"x"}"#), (422, "invalid_field", "messages: must be a list")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some("{}"), (422, "invalid_field", "messages: required")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some("[]"), (400, "malformed_json", "must be a JSON object")),
+        case(line!(), "POST", "/v1/messages/batch", T, Some("{\"messages\": ["), (400, "malformed_json", "not valid JSON")),
+        // reschedule
+        case(line!(), "POST", "/v1/messages/never-pushed/reschedule", T, Some(r#"{"delay":"1m"}"#), (404, "not_found", "message never-pushed: unknown")),
+        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"delay":"-1m"}"#), (422, "invalid_field", "must not be negative")),
+        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"delay":"3h"}"#), (422, "invalid_field", "longer than max_delay 1h")),
+        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"when":"1m"}"#), (422, "invalid_field", "when: unknown field (known: delay, delay_ms, deliver_at)")),
+        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some("{}"), (422, "invalid_field", "delay: required")),
+        case(line!(), "POST", "/v1/messages/a%20b/reschedule", T, Some(r#"{"delay":"1m"}"#), (400, "invalid_id", "id \"a b\"")),
+        // long polls and acks
+        case(line!(), "GET", "/v1/streams/orders/next?consumer=c", T, None, (422, "invalid_field", "group: required")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g", T, None, (422, "invalid_field", "consumer: required")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&wait=10s", T, None, (422, "invalid_field", "wait 10s: longer than api.max_wait 5s")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&wait=-1s", T, None, (422, "invalid_field", "wait \"-1s\": must not be negative")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&count=0", T, None, (422, "invalid_field", "count \"0\": must be an integer from 1 to 1000")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&colour=red", T, None, (422, "invalid_field", "colour: unknown parameter")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=a%20b&consumer=c", T, None, (422, "invalid_field", "group \"a b\"")),
+        case(line!(), "GET", "/v1/streams/billing/next?group=g&consumer=c", T, None, (403, "stream_not_allowed", "stream \"billing\": not allowed")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["x"]}"#), (422, "invalid_field", "ids[0] \"x\": not a stream entry id")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":[]}"#), (422, "invalid_field", "ids: must hold 1 to 10000")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"ids":["1-0"]}"#), (422, "invalid_field", "group: required")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some("nope"), (400, "malformed_json", "not valid JSON")),
+        case(line!(), "POST", "/v1/streams/billing/ack", T, Some(r#"{"group":"g","ids":["1-0"]}"#), (403, "stream_not_allowed", "not allowed")),
+        // axum's own refusals, as JSON
+        case(line!(), "PUT", "/v1/messages", T, Some(item), (405, "method_not_allowed", "allowed: POST")),
+        case(line!(), "GET", "/v1/messages", T, None, (405, "method_not_allowed", "method not allowed")),
+        case(line!(), "GET", "/nowhere", None, None, (404, "not_found", "no such endpoint")),
+    ];
+    for c in &cases {
+        check(&env, c).await;
+    }
+}
+
+#[tokio::test]
+async fn push_batch_get_reschedule_cancel_and_delivery() {
+    let env = Env::start(&strict("")).await;
+    let (status, pushed) = request(&env, "POST", "/v1/messages", Some("second-token"), Some(r#"{"stream":"orders","fields":[["order","42"],["kind","reminder"]],"delay":"1h","id":"o-42"}"#)).await;
+    assert_eq!(
+        (status, pushed["state"].as_str()),
+        (201, Some("scheduled")),
+        "{pushed}"
+    );
+
+    let batch = json!({ "messages": [
+        { "stream": "orders", "payload": "soon", "delay_ms": 100, "id": "o-soon" },
+        { "stream": "billing", "payload": "x", "delay": "1s" },
+        { "stream": "orders", "payload": "again", "delay": "1h", "id": "o-42" },
+    ]});
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/messages/batch",
+        Some(TOKEN),
+        Some(&batch.to_string()),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (
+            answer["scheduled"].as_u64(),
+            answer["duplicates"].as_u64(),
+            answer["failed"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{answer}"
+    );
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(
+        results
+            .iter()
+            .map(|r| r["index"].as_u64().unwrap())
+            .collect::<Vec<_>>(),
+        [0, 1, 2]
+    );
+    assert_eq!(
+        (results[0]["status"].as_u64(), results[0]["id"].as_str()),
+        (Some(201), Some("o-soon"))
+    );
+    assert_eq!(
+        (results[1]["status"].as_u64(), results[1]["error"].as_str()),
+        (Some(403), Some("stream_not_allowed"))
+    );
+    assert!(
+        results[1]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("messages[1]: stream \"billing\""),
+        "{}",
+        results[1]
+    );
+    assert_eq!(
+        (
+            results[2]["status"].as_u64(),
+            results[2]["duplicate"].as_bool()
+        ),
+        (Some(200), Some(true))
+    );
+
+    // The batch's short message arrives in its stream, once.
+    let mut conn = redis(&env);
+    let delivered = eventually(Duration::from_secs(10), "o-soon delivered", || {
+        let found = entries(&mut conn, "orders");
+        async move { (!found.is_empty()).then_some(found) }
+    })
+    .await;
+    assert_eq!(delivered.len(), 1);
+    assert_eq!(
+        (delivered[0].get("payload"), delivered[0].get("delayq-id")),
+        (Some("soon"), Some("o-soon"))
+    );
+
+    let (status, got) = request(&env, "GET", "/v1/messages/o-42", Some(TOKEN), None).await;
+    assert_eq!(
+        (status, got["state"].as_str(), got["fields"].clone()),
+        (
+            200,
+            Some("scheduled"),
+            json!([["order", "42"], ["kind", "reminder"]])
+        )
+    );
+    let due_before = got["deliver_at"].as_u64().unwrap();
+
+    let (status, moved) = request(
+        &env,
+        "POST",
+        "/v1/messages/o-42/reschedule",
+        Some(TOKEN),
+        Some(r#"{"delay":"30m"}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    let due_after = moved["deliver_at"].as_u64().unwrap();
+    assert!(
+        due_after + 25 * 60_000 < due_before,
+        "rescheduled earlier: {due_after} < {due_before}"
+    );
+    let (_, got) = request(&env, "GET", "/v1/messages/o-42", Some(TOKEN), None).await;
+    assert_eq!(got["deliver_at"].as_u64(), Some(due_after));
+
+    let (status, _) = request(&env, "DELETE", "/v1/messages/o-42", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/messages/o-42/reschedule",
+        Some(TOKEN),
+        Some(r#"{"delay":"1m"}"#),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("already_final")),
+        "{answer}"
+    );
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already cancelled"),
+        "{answer}"
+    );
+    let (status, answer) = request(&env, "DELETE", "/v1/messages/o-soon", Some(TOKEN), None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("already_final")),
+        "{answer}"
+    );
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/messages/o-soon/reschedule",
+        Some(TOKEN),
+        Some(r#"{"delay":"1m"}"#),
+    )
+    .await;
+    assert_eq!(status, 409, "{answer}");
+
+    // A message whose id is "batch" stays reachable next to the batch endpoint.
+    let (status, _) = request(
+        &env,
+        "POST",
+        "/v1/messages",
+        Some(TOKEN),
+        Some(r#"{"stream":"orders","payload":"x","delay":"1h","id":"batch"}"#),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, got) = request(&env, "GET", "/v1/messages/batch", Some(TOKEN), None).await;
+    assert_eq!((status, got["id"].as_str()), (200, Some("batch")));
+    let (status, _) = request(&env, "DELETE", "/v1/messages/batch", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+
+    // Open endpoints need no token.
+    for path in ["/healthz", "/leader", "/metrics"] {
+        let resp = env.http.get(env.url(path)).send().await.expect("request");
+        assert_eq!(resp.status().as_u16(), 200, "{path}");
+    }
+    let (status, leader) = request(&env, "GET", "/v1/leader", Some(TOKEN), None).await;
+    assert_eq!((status, leader["is_leader"].as_bool()), (200, Some(true)));
+}
+
+#[tokio::test]
+async fn stats_count_pending_per_shard_and_stream_and_show_the_next_due_time() {
+    let env = Env::start("").await;
+    let before = env.store.now_ms().await.unwrap();
+    let batch = json!({ "messages": [
+        { "stream": "orders", "payload": "1", "delay": "10m" },
+        { "stream": "orders", "payload": "2", "delay": "20m" },
+        { "stream": "billing", "payload": "3", "delay": "5m" },
+    ]});
+    let (status, _) = env.post("/v1/messages/batch", batch).await;
+    assert_eq!(status, 200);
+    let (status, stats) = env.get("/v1/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    let pending = &stats["pending"];
+    assert_eq!(pending["total"].as_u64(), Some(3), "{stats}");
+    assert_eq!(pending["per_shard"].as_array().map(Vec::len), Some(4));
+    assert_eq!(
+        pending["per_shard"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n.as_u64().unwrap())
+            .sum::<u64>(),
+        3
+    );
+    assert_eq!(pending["per_stream"], json!({ "billing": 1, "orders": 2 }));
+    assert_eq!(pending["per_stream_exact"], json!(true));
+    let next_due = pending["next_due"].as_u64().expect("next due");
+    assert!(
+        next_due >= before + 300_000 && next_due < before + 310_000,
+        "{next_due} vs {before}"
+    );
+    assert!(pending["next_due_in_ms"].as_u64().unwrap() <= 300_000);
+    assert_eq!(stats["leader"]["is_leader"], json!(true));
+    assert_eq!(stats["node_id"].as_str(), Some(env.config.node_id.as_str()));
+    assert_eq!(stats["inbox"]["stream"], json!("delayq:inbox"));
+    assert!(stats["lateness_ms"].is_object(), "{stats}");
+
+    // Forwarded messages show up in the lateness summary.
+    let (status, _) = env
+        .post(
+            "/v1/messages",
+            json!({ "stream": "orders", "payload": "now", "delay_ms": 0 }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let stats = eventually(Duration::from_secs(10), "lateness recorded", || async {
+        let (_, stats) = env.get("/v1/stats").await;
+        stats["lateness_ms"]["recent"]["count"]
+            .as_u64()
+            .is_some_and(|n| n >= 1)
+            .then_some(stats)
+    })
+    .await;
+    assert!(
+        stats["lateness_ms"]["recent"]["p99"].as_u64().is_some(),
+        "{stats}"
+    );
+}
+
+/// Every documented operation is routed (answers something other than "no such
+/// endpoint" or "method not allowed"), and the document is served as JSON.
+#[tokio::test]
+async fn the_openapi_document_describes_every_served_endpoint() {
+    let env = Env::start(&strict("")).await;
+    let (status, doc) = request(&env, "GET", "/v1/openapi.json", Some(TOKEN), None).await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"].as_str(), Some("3.0.3"));
+    let mut seen = BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for method in ["get", "post", "delete"] {
+            if item.get(method).is_none() {
+                continue;
+            }
+            let concrete = path
+                .replace("{id}", "doc-probe")
+                .replace("{stream}", "orders");
+            let query = if concrete.ends_with("/next") {
+                "?group=g&consumer=c&wait=0"
+            } else {
+                ""
+            };
+            let body = (method == "post").then_some("{}");
+            let (status, answer) = request(
+                &env,
+                &method.to_uppercase(),
+                &format!("{concrete}{query}"),
+                Some(TOKEN),
+                body,
+            )
+            .await;
+            assert!(
+                status != 405 && answer["detail"] != json!("no such endpoint"),
+                "{method} {path}: {status} {answer}"
+            );
+            seen.insert(format!("{method} {path}"));
+        }
+    }
+    for must in [
+        "post /v1/messages/batch",
+        "post /v1/messages/{id}/reschedule",
+        "get /v1/stats",
+        "get /v1/streams/{stream}/next",
+        "post /v1/streams/{stream}/ack",
+        "get /v1/openapi.json",
+    ] {
+        assert!(seen.contains(must), "{must} documented");
+    }
+}
+
+/// Any instance takes writes: a standby (fenced out by a newer standalone instance)
+/// stores a push, and the leader delivers it.
+#[tokio::test]
+async fn a_standby_accepts_writes_and_the_leader_delivers_them() {
+    let mut env = Env::start("").await;
+    let leader = delayq::start(env.config.clone())
+        .await
+        .expect("second instance");
+    let standby = env.daemon.as_ref().expect("running");
+    eventually(
+        Duration::from_secs(10),
+        "the first instance is fenced out",
+        || async { (!standby.leadership.current().is_leader()).then_some(()) },
+    )
+    .await;
+    let (status, pushed) = env
+        .post(
+            "/v1/messages",
+            json!({ "stream": "jobs", "payload": "via standby", "delay_ms": 50 }),
+        )
+        .await;
+    assert_eq!(status, 201, "{pushed}");
+    let mut conn = redis(&env);
+    let got = eventually(Duration::from_secs(10), "delivered by the leader", || {
+        let found = entries(&mut conn, "jobs");
+        async move { (!found.is_empty()).then_some(found) }
+    })
+    .await;
+    assert_eq!(got[0].get("payload"), Some("via standby"));
+    leader.stop().await;
+    env.stop().await;
+}
+
+#[tokio::test]
+async fn redis_down_is_503_for_single_and_batch_pushes() {
+    let mut env = Env::start("").await;
+    env.redis.kill();
+    let cases = [
+        (
+            "/v1/messages",
+            json!({ "stream": "orders", "payload": "x", "delay": "1s" }),
+        ),
+        (
+            "/v1/messages/batch",
+            json!({ "messages": [{ "stream": "orders", "payload": "x", "delay": "1s" }] }),
+        ),
+    ];
+    for (path, body) in cases {
+        let (status, answer) = env.post(path, body).await;
+        assert_eq!(
+            (status, answer["error"].as_str()),
+            (503, Some("unavailable")),
+            "{path}: {answer}"
+        );
+        assert!(
+            answer["detail"]
+                .as_str()
+                .unwrap()
+                .contains("storage unavailable"),
+            "{answer}"
+        );
+    }
+    env.stop().await;
+}
+
+/// Shows what a batch answer looks like when it has no failures, for the README.
+#[tokio::test]
+async fn a_clean_batch_schedules_every_item() {
+    let env = Env::start("").await;
+    let messages: Vec<Value> = (0..50)
+        .map(|i| json!({ "stream": "orders", "payload": format!("m{i}"), "delay": "1h" }))
+        .collect();
+    let (status, answer) = env
+        .post("/v1/messages/batch", json!({ "messages": messages }))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (answer["scheduled"].as_u64(), answer["failed"].as_u64()),
+        (Some(50), Some(0)),
+        "{answer}"
+    );
+    let ids: BTreeSet<&str> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 50);
+    assert_eq!(
+        env.store
+            .pending_per_shard()
+            .await
+            .unwrap()
+            .iter()
+            .sum::<u64>(),
+        50
+    );
+}
+
+/// An id repeated within one batch follows the same rules as across requests.
+#[tokio::test]
+async fn an_id_repeated_in_a_batch_is_a_duplicate_unless_replaced() {
+    let env = Env::start("").await;
+    let batch = json!({ "messages": [
+        { "stream": "orders", "payload": "first", "delay": "1h", "id": "twin" },
+        { "stream": "orders", "payload": "second", "delay": "1h", "id": "twin" },
+        { "stream": "orders", "payload": "third", "delay": "2h", "id": "twin", "replace": true },
+    ]});
+    let (status, answer) = env.post("/v1/messages/batch", batch).await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(
+        (results[0]["status"].as_u64(), results[0]["state"].as_str()),
+        (Some(201), Some("scheduled"))
+    );
+    assert_eq!(
+        (
+            results[1]["duplicate"].as_bool(),
+            results[1]["state"].as_str()
+        ),
+        (Some(true), Some("scheduled"))
+    );
+    assert_eq!(results[1]["deliver_at"], results[0]["deliver_at"]);
+    assert_eq!(results[2]["replaced"].as_bool(), Some(true));
+    let (_, got) = env.get("/v1/messages/twin").await;
+    assert_eq!(got["fields"], json!([["payload", "third"]]));
+    assert_eq!(got["deliver_at"], results[2]["deliver_at"]);
+    assert_eq!(
+        env.store
+            .pending_per_shard()
+            .await
+            .unwrap()
+            .iter()
+            .sum::<u64>(),
+        1
+    );
+}

@@ -1,0 +1,207 @@
+//! Consumption over HTTP: long polls on a consumer group, and acknowledgements.
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use super::{TOKEN, redis, request, strict};
+use crate::support::{Env, eventually, patience};
+
+fn pending_count(conn: &mut redis::Connection, stream: &str, group: &str) -> u64 {
+    let reply: redis::Value = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg(group)
+        .query(conn)
+        .expect("XPENDING");
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => *n as u64,
+            other => panic!("XPENDING count: {other:?}"),
+        },
+        other => panic!("XPENDING: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
+    let env = Env::start(&strict("")).await;
+    // Nothing there yet: wait=0 answers at once with an empty list (and creates the group).
+    let started = Instant::now();
+    let (status, answer) = request(
+        &env,
+        "GET",
+        "/v1/streams/jobs/next?group=workers&consumer=w1&wait=0",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, answer["messages"].clone()),
+        (200, json!([])),
+        "{answer}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(2) * patience());
+
+    // A poll waiting while the message is still scheduled gets it when it falls due.
+    let poll = {
+        let url = env.url("/v1/streams/jobs/next?group=workers&consumer=w1&wait=5s&count=10");
+        let http = env.http.clone();
+        tokio::spawn(async move {
+            let resp = http.get(url).bearer_auth(TOKEN).send().await.expect("poll");
+            (
+                resp.status().as_u16(),
+                resp.json::<serde_json::Value>().await.expect("json"),
+            )
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (status, _) = request(
+        &env,
+        "POST",
+        "/v1/messages",
+        Some(TOKEN),
+        Some(r#"{"stream":"jobs","fields":{"job":"7"},"delay_ms":300}"#),
+    )
+    .await;
+    assert_eq!(status, 201);
+    let (status, answer) = poll.await.expect("poll task");
+    assert_eq!(status, 200, "{answer}");
+    let messages = answer["messages"].as_array().expect("messages");
+    assert_eq!(messages.len(), 1, "{answer}");
+    assert_eq!(messages[0]["fields"][0], json!(["job", "7"]));
+    let entry_id = messages[0]["id"].as_str().expect("entry id").to_owned();
+
+    let mut conn = redis(&env);
+    assert_eq!(pending_count(&mut conn, "jobs", "workers"), 1);
+    let ack = json!({ "group": "workers", "ids": [entry_id] }).to_string();
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/streams/jobs/ack",
+        Some(TOKEN),
+        Some(&ack),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["acked"].as_u64()),
+        (200, Some(1)),
+        "{answer}"
+    );
+    assert_eq!(pending_count(&mut conn, "jobs", "workers"), 0);
+    let (_, answer) = request(
+        &env,
+        "POST",
+        "/v1/streams/jobs/ack",
+        Some(TOKEN),
+        Some(&ack),
+    )
+    .await;
+    assert_eq!(
+        answer["acked"].as_u64(),
+        Some(0),
+        "acknowledging twice changes nothing"
+    );
+
+    // A wait that runs out answers an empty list after about the wait.
+    let started = Instant::now();
+    let (status, answer) = request(
+        &env,
+        "GET",
+        "/v1/streams/jobs/next?group=workers&consumer=w1&wait=300ms",
+        Some(TOKEN),
+        None,
+    )
+    .await;
+    assert_eq!((status, answer["messages"].clone()), (200, json!([])));
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "waited {:?}",
+        started.elapsed()
+    );
+}
+
+/// A group created by the first poll starts at the stream's beginning: entries
+/// delivered before anyone polled are not skipped.
+#[tokio::test]
+async fn a_new_group_reads_entries_delivered_before_the_first_poll() {
+    let env = Env::start("").await;
+    for i in 0..3 {
+        let (status, _) = env
+            .post(
+                "/v1/messages",
+                json!({ "stream": "jobs", "payload": format!("early {i}"), "delay_ms": 0 }),
+            )
+            .await;
+        assert_eq!(status, 201);
+    }
+    let mut conn = redis(&env);
+    eventually(Duration::from_secs(10), "3 entries delivered", || {
+        let n: u64 = redis::cmd("XLEN").arg("jobs").query(&mut conn).unwrap();
+        async move { (n == 3).then_some(()) }
+    })
+    .await;
+    let (status, answer) = env
+        .get("/v1/streams/jobs/next?group=late&consumer=c&wait=0&count=10")
+        .await;
+    assert_eq!(status, 200);
+    // Same-millisecond messages in different shards may arrive in any order.
+    let mut payloads: Vec<&str> = answer["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["fields"][0][1].as_str().unwrap())
+        .collect();
+    payloads.sort();
+    assert_eq!(payloads, ["early 0", "early 1", "early 2"]);
+}
+
+#[tokio::test]
+async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked() {
+    let env = Env::start("[api]\nlisten = \"127.0.0.1:0\"\nmax_polls = 1\n").await;
+    let holder = {
+        let url = env.url("/v1/streams/jobs/next?group=g&consumer=a&wait=3s");
+        let http = env.http.clone();
+        tokio::spawn(async move { http.get(url).send().await.expect("poll").status().as_u16() })
+    };
+    let (status, answer) = eventually(
+        Duration::from_secs(5),
+        "the second poll is refused",
+        || async {
+            let (status, answer) = env
+                .get("/v1/streams/jobs/next?group=g&consumer=b&wait=0")
+                .await;
+            (status == 503).then_some((status, answer))
+        },
+    )
+    .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("busy")),
+        "{answer}"
+    );
+    assert!(
+        answer["detail"].as_str().unwrap().contains("api.max_polls"),
+        "{answer}"
+    );
+    assert_eq!(holder.await.unwrap(), 200);
+
+    // A key that is not a stream is a conflict, not an outage.
+    let mut conn = redis(&env);
+    let () = redis::cmd("SET")
+        .arg("not-a-stream")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let (status, answer) = env
+        .get("/v1/streams/not-a-stream/next?group=g&consumer=c&wait=0")
+        .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("corrupt")),
+        "{answer}"
+    );
+    assert!(
+        answer["detail"].as_str().unwrap().contains("not-a-stream"),
+        "{answer}"
+    );
+}

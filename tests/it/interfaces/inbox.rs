@@ -1,0 +1,396 @@
+//! The inbox: producers XADD delayed sends into a stream; every instance schedules
+//! them once, rejects malformed ones with a reason, and takes over what a dead
+//! instance left unacknowledged.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use delayq::harness::DelayqProcess;
+use delayq::store::{BatchItem, InboxAck, InboxEntry, ScheduleMode, Scheduled};
+
+use super::redis;
+use crate::support::{Entry, Env, delayq_bin, entries, eventually};
+
+const INBOX: &str = "delayq:inbox";
+const REJECTED: &str = "delayq:inbox:rejected";
+
+fn xadd(conn: &mut redis::Connection, stream: &str, fields: &[(&str, &str)]) -> String {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(stream).arg("*");
+    for (k, v) in fields {
+        cmd.arg(*k).arg(*v);
+    }
+    cmd.query(conn).expect("XADD")
+}
+
+fn len(conn: &mut redis::Connection, stream: &str) -> u64 {
+    redis::cmd("XLEN").arg(stream).query(conn).expect("XLEN")
+}
+
+fn group_pending(conn: &mut redis::Connection) -> u64 {
+    let reply: redis::Value = redis::cmd("XPENDING")
+        .arg(INBOX)
+        .arg("delayq")
+        .query(conn)
+        .expect("XPENDING");
+    match reply {
+        redis::Value::Array(items) => match items.first() {
+            Some(redis::Value::Int(n)) => *n as u64,
+            other => panic!("XPENDING: {other:?}"),
+        },
+        other => panic!("XPENDING: {other:?}"),
+    }
+}
+
+async fn wait_for_entries(conn: &mut redis::Connection, stream: &str, n: usize) -> Vec<Entry> {
+    eventually(
+        Duration::from_secs(20),
+        &format!("{n} entries in {stream}"),
+        || {
+            let found = entries(conn, stream);
+            async move { (found.len() >= n).then_some(found) }
+        },
+    )
+    .await
+}
+
+#[tokio::test]
+async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
+    let env = Env::start("").await;
+    let mut conn = redis(&env);
+    let now = env.store.now_ms().await.unwrap();
+    let past = (now - 1000).to_string();
+    let first = xadd(
+        &mut conn,
+        INBOX,
+        &[
+            ("delayq-stream", "orders"),
+            ("delayq-delay", "100"),
+            ("a", "1"),
+            ("b", "2"),
+        ],
+    );
+    let second = xadd(
+        &mut conn,
+        INBOX,
+        &[
+            ("c", "3"),
+            ("delayq-at", &past),
+            ("delayq-stream", "orders"),
+        ],
+    );
+    // A producer retrying with its own id: one message.
+    for _ in 0..2 {
+        xadd(
+            &mut conn,
+            INBOX,
+            &[
+                ("delayq-stream", "orders"),
+                ("delayq-delay", "50ms"),
+                ("delayq-id", "order-9"),
+                ("d", "4"),
+            ],
+        );
+    }
+    let later = xadd(
+        &mut conn,
+        INBOX,
+        &[
+            ("delayq-stream", "orders"),
+            ("delayq-delay", "1h"),
+            ("delayq-priority", "5"),
+            ("delayq-ttl", "10m"),
+            ("e", "5"),
+        ],
+    );
+
+    let delivered = wait_for_entries(&mut conn, "orders", 3).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let delivered_now = entries(&mut conn, "orders");
+    assert_eq!(
+        delivered_now.len(),
+        3,
+        "exactly three deliveries: {delivered_now:?}"
+    );
+    let by_id = |id: &str| {
+        delivered
+            .iter()
+            .find(|e| e.get("delayq-id") == Some(id))
+            .unwrap_or_else(|| panic!("{id} delivered: {delivered:?}"))
+            .clone()
+    };
+    let pairs = |e: &Entry| {
+        e.fields
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        pairs(&by_id(&first)),
+        [
+            "a=1".to_string(),
+            "b=2".to_string(),
+            format!("delayq-id={first}"),
+            "delayq-attempt=1".to_string()
+        ]
+    );
+    assert_eq!(pairs(&by_id(&second))[0], "c=3");
+    assert_eq!(pairs(&by_id("order-9"))[0], "d=4");
+
+    // Still scheduled, under the inbox entry id, with its options.
+    let (status, got) = env.get(&format!("/v1/messages/{later}")).await;
+    assert_eq!(
+        (status, got["state"].as_str(), got["priority"].as_u64()),
+        (200, Some("scheduled"), Some(5)),
+        "{got}"
+    );
+    assert_eq!(
+        got["expires_at"].as_u64().unwrap() - got["deliver_at"].as_u64().unwrap(),
+        600_000
+    );
+
+    // Every entry left the inbox, acknowledged; nothing was rejected.
+    eventually(Duration::from_secs(5), "inbox drained", || {
+        let done = len(&mut conn, INBOX) == 0 && group_pending(&mut conn) == 0;
+        async move { done.then_some(()) }
+    })
+    .await;
+    assert_eq!(len(&mut conn, REJECTED), 0);
+}
+
+#[tokio::test]
+async fn malformed_inbox_entries_are_rejected_with_reason_and_original_fields() {
+    let env = Env::start(
+        "[streams]\nallow = [\"orders*\"]\n[api]\nlisten = \"127.0.0.1:0\"\nmax_delay = \"1h\"\n",
+    )
+    .await;
+    let mut conn = redis(&env);
+    let far = (env.store.now_ms().await.unwrap() + 3 * 3_600_000).to_string();
+    #[rustfmt::skip]
+    let cases: &[(&[(&str, &str)], &str)] = &[
+        (&[("a", "1")], "delayq-stream: required"),
+        (&[("delayq-stream", "orders"), ("a", "1")], "delayq-delay or delayq-at: required"),
+        (&[("delayq-stream", "payroll"), ("delayq-delay", "1s"), ("a", "1")], "delayq-stream: stream \"payroll\": not allowed (allowed: orders*)"),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "-5"), ("a", "1")], "delayq-delay \"-5\": must not be negative"),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "2h"), ("a", "1")], "longer than max_delay 1h"),
+        (&[("delayq-stream", "orders"), ("delayq-at", &far), ("a", "1")], "delayq-at: due time"),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-id", "a b"), ("a", "1")], "delayq-id: id \"a b\""),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-priority", "high"), ("a", "1")], "delayq-priority \"high\""),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "1s")], "no message fields"),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-prio", "1"), ("a", "1")], "delayq-prio: unknown reserved field"),
+    ];
+    let mut ids = Vec::new();
+    for (fields, _) in cases {
+        ids.push(xadd(&mut conn, INBOX, fields));
+    }
+    let good = xadd(
+        &mut conn,
+        INBOX,
+        &[
+            ("delayq-stream", "orders"),
+            ("delayq-delay", "0"),
+            ("ok", "yes"),
+        ],
+    );
+
+    let rejected = wait_for_entries(&mut conn, REJECTED, cases.len()).await;
+    assert_eq!(rejected.len(), cases.len());
+    for ((fields, reason), id) in cases.iter().zip(&ids) {
+        let r = rejected
+            .iter()
+            .find(|e| e.get("delayq-inbox-id") == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("{id} rejected"));
+        let why = r.get("delayq-reason").expect("reason");
+        assert!(why.contains(reason), "{why:?} should contain {reason:?}");
+        let original: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(
+            r.fields[2..],
+            original[..],
+            "original fields kept, in order"
+        );
+    }
+    let delivered = wait_for_entries(&mut conn, "orders", 1).await;
+    assert_eq!(delivered[0].get("delayq-id"), Some(good.as_str()));
+    eventually(Duration::from_secs(5), "inbox drained", || {
+        let done = len(&mut conn, INBOX) == 0 && group_pending(&mut conn) == 0;
+        async move { done.then_some(()) }
+    })
+    .await;
+}
+
+/// An instance that read entries and died before scheduling them: another takes them
+/// over after `inbox.reclaim_after`. Handling an entry twice (the first instance
+/// was only slow) schedules it once.
+#[tokio::test]
+async fn entries_left_unacknowledged_are_taken_over_and_scheduled_once() {
+    let bare = crate::support::Bare::start("[inbox]\nreclaim_after = \"300ms\"\n").await;
+    let mut conn = bare.redis.client();
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(INBOX)
+        .arg("delayq")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    let ids: Vec<String> = (0..20)
+        .map(|i| {
+            xadd(
+                &mut conn,
+                INBOX,
+                &[
+                    ("delayq-stream", "jobs"),
+                    ("delayq-delay", "0"),
+                    ("n", &i.to_string()),
+                ],
+            )
+        })
+        .collect();
+    // A consumer that reads everything and then dies.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg("delayq")
+        .arg("ghost")
+        .arg("COUNT")
+        .arg(100)
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(group_pending(&mut conn), 20);
+
+    let daemon = delayq::start(bare.config.clone()).await.expect("start");
+    let delivered = wait_for_entries(&mut conn, "jobs", 20).await;
+    let got: BTreeSet<&str> = delivered
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap())
+        .collect();
+    assert_eq!(got, ids.iter().map(String::as_str).collect::<BTreeSet<_>>());
+    assert_eq!(group_pending(&mut conn), 0);
+
+    // The dead consumer's copies handled again: every one a duplicate, nothing new.
+    let items: Vec<BatchItem> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| {
+            let entry = InboxEntry {
+                id: id.clone(),
+                fields: Some(vec![
+                    (b"delayq-stream".to_vec(), b"jobs".to_vec()),
+                    (b"delayq-delay".to_vec(), b"0".to_vec()),
+                    (b"n".to_vec(), i.to_string().into_bytes()),
+                ]),
+            };
+            BatchItem {
+                msg: delayq::inbox::parse_entry(&entry, &bare.config).expect("valid"),
+                mode: ScheduleMode::New,
+                inbox_entry: Some(id.clone()),
+            }
+        })
+        .collect();
+    let ack = InboxAck {
+        stream: INBOX,
+        group: "delayq",
+    };
+    let outcomes = bare
+        .store
+        .schedule_many(&items, Duration::from_secs(60), Some(ack))
+        .await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Scheduled::Duplicate { .. }))),
+        "{outcomes:?}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(len(&mut conn, "jobs"), 20);
+    daemon.stop().await;
+}
+
+/// A real instance SIGKILLed while it holds inbox entries it read but had not
+/// scheduled: another instance takes them over; every entry is delivered exactly once.
+#[tokio::test]
+async fn none_lost_when_an_instance_is_killed_mid_batch() {
+    let bare = crate::support::Bare::start("").await;
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 4\n[inbox]\nbatch_size = 500\nreclaim_after = \"1s\"\n[log]\nlevel = \"warn\"\n",
+        bare.redis.url()
+    );
+    let mut conn = bare.redis.client();
+    const N: usize = 20_000;
+    let mut a = DelayqProcess::start(&delayq_bin(), "node-a", &config).expect("start node-a");
+    let mut pipe = redis::pipe();
+    for i in 0..N {
+        pipe.cmd("XADD")
+            .arg(INBOX)
+            .arg("*")
+            .arg("delayq-stream")
+            .arg("jobs")
+            .arg("delayq-delay")
+            .arg("0")
+            .arg("n")
+            .arg(i)
+            .ignore();
+        if i % 2000 == 1999 {
+            let () = pipe.query(&mut conn).expect("XADD batch");
+            pipe = redis::pipe();
+        }
+    }
+    // Freeze node-a at a moment it holds entries it read and has not scheduled, then kill it.
+    let mut held = 0;
+    for _ in 0..2000 {
+        a.signal(libc::SIGSTOP);
+        held = consumer_pending(&mut conn, "node-a");
+        if held > 0 {
+            break;
+        }
+        a.signal(libc::SIGCONT);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(held > 0, "caught node-a holding unacknowledged entries");
+    a.kill();
+
+    let b = DelayqProcess::start(&delayq_bin(), "node-b", &config).expect("start node-b");
+    let delivered = eventually(Duration::from_secs(60), "every entry delivered", || {
+        let found = if len(&mut conn, "jobs") >= N as u64 {
+            Some(entries(&mut conn, "jobs"))
+        } else {
+            None
+        };
+        async move { found }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        len(&mut conn, "jobs"),
+        N as u64,
+        "no duplicates; node-b log:\n{}",
+        b.log()
+    );
+    let ns: BTreeSet<usize> = delivered
+        .iter()
+        .map(|e| e.get("n").unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(ns.len(), N, "every entry delivered once");
+    assert_eq!((len(&mut conn, INBOX), group_pending(&mut conn)), (0, 0));
+}
+
+fn consumer_pending(conn: &mut redis::Connection, consumer: &str) -> u64 {
+    let reply: redis::Value = redis::cmd("XPENDING")
+        .arg(INBOX)
+        .arg("delayq")
+        .arg("-")
+        .arg("+")
+        .arg(1)
+        .arg(consumer)
+        .query(conn)
+        .unwrap_or(redis::Value::Nil);
+    match reply {
+        redis::Value::Array(items) => items.len() as u64,
+        _ => 0,
+    }
+}
