@@ -123,10 +123,12 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         2000
     );
 
-    let ingest = rows(&report, "delayq", "ingest-http");
-    assert_eq!(ingest.len(), 1);
-    check_delivered(ingest[0]);
-    check_measured(ingest[0]);
+    for scenario in ["ingest-http", "ingest-http-batch", "ingest-inbox"] {
+        let ingest = rows(&report, "delayq", scenario);
+        assert_eq!(ingest.len(), 1, "{scenario}");
+        check_delivered(ingest[0]);
+        check_measured(ingest[0]);
+    }
 
     let failover = rows(&report, "delayq", "failover-sigterm");
     assert_eq!(failover.len(), 1);

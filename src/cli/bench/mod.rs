@@ -1,7 +1,8 @@
 //! `delayq bench`: delayq measured against the physical limit and a peer, on one
 //! Redis, in one run.
 //!
-//! - `scenarios`: delayq's burst, spread, spread search, backlog and HTTP ingest.
+//! - `scenarios`: delayq's burst, spread, spread search and backlog.
+//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream.
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
 //! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
 //!   elected through etcd.
@@ -14,6 +15,7 @@
 
 mod ceiling;
 mod failover;
+mod ingest;
 mod measure;
 mod peer;
 mod report;
@@ -64,7 +66,7 @@ pub struct BenchArgs {
     /// Far-future messages pending during the backlog scenario (0 skips it).
     #[arg(long)]
     pub backlog: Option<u64>,
-    /// Messages pushed over HTTP in the ingest scenario (0 skips it).
+    /// Messages in each ingest scenario (HTTP, batch HTTP, inbox); 0 skips them.
     #[arg(long)]
     pub ingest: Option<u64>,
     /// Runs of every scenario.
@@ -430,8 +432,13 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             }
         }
         if plan.ingest > 0 {
-            progress(&format!("run {run}: delayq HTTP ingest {}", plan.ingest));
+            progress(&format!(
+                "run {run}: delayq ingest {} (HTTP, batch HTTP, inbox)",
+                plan.ingest
+            ));
             add(bench.ingest_http(plan.ingest).await?);
+            add(bench.ingest_batch(plan.ingest).await?);
+            add(bench.ingest_inbox(plan.ingest).await?);
         }
         if let Some(etcd) = &etcd {
             for &stop in &plan.failover_stops {

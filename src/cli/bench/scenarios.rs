@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use hdrhistogram::Histogram;
 use redis::AsyncCommands;
 use serde_json::{Value as Json, json};
 use tokio::sync::Semaphore;
@@ -326,57 +325,5 @@ impl Bench {
             row["backlog_still_pending"] = json!(pending);
         }
         Ok(rows)
-    }
-
-    /// Ingest over HTTP: `n` single-message POSTs, 64 in flight, each due in a day
-    /// (so nothing is forwarded meanwhile). Measures what the API accepts.
-    pub async fn ingest_http(&self, n: u64) -> anyhow::Result<Json> {
-        self.flush().await?;
-        let mut conn = self.conn.clone();
-        let daemon = self.start_delayq("bench-ingest").await?;
-        let url = daemon.url("/v1/messages");
-        let load = measure::load_average();
-        let probe = PingProbe::start(&self.url)?;
-        let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
-        let started = Instant::now();
-        let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-        let mut accepted = 0u64;
-        let mut refused = 0u64;
-        let mut replies = futures::stream::iter(0..n)
-            .map(|i| {
-                let body = json!({ "stream": "bench:ingest", "id": format!("i{i}"), "payload": self.payload, "delay": "1d" });
-                let req = self.http.post(&url).json(&body);
-                async move {
-                    let sent = Instant::now();
-                    let status = req.send().await.map(|r| r.status().as_u16());
-                    (status, sent.elapsed())
-                }
-            })
-            .buffer_unordered(64);
-        while let Some((status, took)) = replies.next().await {
-            latency.record(took.as_micros() as u64)?;
-            match status {
-                Ok(201) => accepted += 1,
-                _ => refused += 1,
-            }
-        }
-        let secs = started.elapsed().as_secs_f64();
-        let cpu = meter.stop(&mut conn, n).await?;
-        let probe = probe.finish()?;
-        drop(daemon);
-        let pending: u64 = self.store.pending_per_shard().await?.iter().sum();
-        let ms = |q: f64| (latency.value_at_quantile(q) as f64 / 100.0).round() / 10.0;
-        Ok(json!({
-            "system": "delayq",
-            "scenario": "ingest-http",
-            "messages": n,
-            "load_average": load,
-            "throughput_per_sec": (accepted as f64 / secs).round() as u64,
-            "request_ms": { "p50": ms(0.5), "p99": ms(0.99), "p99_9": ms(0.999), "max": (latency.max() as f64 / 100.0).round() / 10.0 },
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": { "delivered": pending, "lost": n.saturating_sub(pending), "duplicated": pending.saturating_sub(n), "refused": refused },
-        }))
     }
 }
