@@ -101,7 +101,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Move a scheduled message to a new due time (fields, priority and ttl stay)
+    /// Move a scheduled message to a new due time (fields, priority and ttl stay).
     ///
     /// Examples:
     ///   delayq reschedule order-42-reminder --delay 1h

@@ -4,6 +4,7 @@
 mod support;
 
 mod api;
+mod bench;
 mod forwarding;
 mod ha;
 mod interfaces;

@@ -1,265 +1,218 @@
-//! Ingest scenarios of `delayq bench`: how fast messages get *into* delayq, through
-//! the batch HTTP endpoint and through the inbox stream, and the latency of a single
-//! HTTP push. Messages are due in an hour, so no forwarding competes.
+//! Ingest: how fast messages get into delayq, each due in a day so that no
+//! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight),
+//! `POST /v1/messages/batch` (500 messages a request, 4 in flight) and the inbox
+//! stream (entries XADDed by a pipelined producer, 1000 per round trip, timed until
+//! every one is scheduled).
 
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use serde_json::{Value, json};
+use serde_json::{Value as Json, json};
 
-use super::{BenchArgs, CpuMeter, bench_config, wipe};
-use crate::store::Store;
+use super::Bench;
+use super::measure::{self, CpuMeter, PingProbe};
 
-#[derive(serde::Deserialize)]
-struct BatchAnswer {
-    failed: u64,
-}
-
+/// Messages per batch request.
+pub const HTTP_BATCH: u64 = 500;
 /// Batch requests in flight at once.
-const HTTP_CONCURRENCY: usize = 4;
-/// Inbox entries XADDed per pipeline round trip by the producer.
-const XADD_PIPELINE: usize = 1000;
+const BATCH_CONCURRENCY: usize = 4;
+/// Inbox entries XADDed per pipeline round trip.
+const XADD_PIPELINE: u64 = 1000;
 
-/// Messages pending in all shards.
-async fn pending(store: &Store) -> anyhow::Result<u64> {
-    Ok(store.pending_per_shard().await?.iter().sum())
-}
-
-async fn wait_pending(store: &Store, n: u64, patience: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + patience;
-    while pending(store).await? < n {
-        if Instant::now() > deadline {
-            bail!(
-                "only {} of {n} messages scheduled after {patience:?}",
-                pending(store).await?
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
+impl Bench {
+    async fn pending(&self) -> anyhow::Result<u64> {
+        Ok(self.store.pending_per_shard().await?.iter().sum())
     }
-    Ok(())
-}
 
-/// N messages through `POST /v1/messages/batch`, `HTTP_CONCURRENCY` requests at a time.
-pub(super) async fn http_batch(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
-    wipe(url).await?;
-    let config = bench_config(args, url)?;
-    let store = Store::connect(&config.store_config()).await?;
-    let daemon = crate::start(config).await?;
-    let endpoint = format!("http://{}/v1/messages/batch", daemon.api_addr);
-    let payload = "x".repeat(args.payload);
-    // Bodies are built before the clock starts: the client's JSON work is not delayq's.
-    let bodies: Vec<String> = (0..args.ingest_messages)
-        .collect::<Vec<_>>()
-        .chunks(args.http_batch as usize)
-        .map(|chunk| {
-            let messages: Vec<Value> = chunk
-                .iter()
-                .map(|n| json!({ "stream": "bench:ingest", "payload": payload, "delay": "1h", "id": format!("h{n}") }))
-                .collect();
-            json!({ "messages": messages }).to_string()
+    /// The row every ingest scenario shares.
+    fn ingest_row(
+        scenario: &str,
+        n: u64,
+        load: String,
+        secs: f64,
+        cpu: measure::PhaseCpu,
+        probe: &measure::Probe,
+        pending: u64,
+    ) -> Json {
+        json!({
+            "system": "delayq",
+            "scenario": scenario,
+            "messages": n,
+            "load_average": load,
+            "throughput_per_sec": (pending.min(n) as f64 / secs).round() as u64,
+            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
+            "redis_unresponsive_ms": probe.longest_overall_ms(),
+            "redis_longest_event_ms": cpu.longest_event_ms,
+            "tally": { "delivered": pending.min(n), "lost": n.saturating_sub(pending), "duplicated": pending.saturating_sub(n) },
         })
-        .collect();
-    let http = reqwest::Client::new();
-    let cpu = CpuMeter::start(url).await?;
-    let started = Instant::now();
-    let mut responses = futures::stream::iter(bodies)
-        .map(|body| {
-            let request = http
-                .post(&endpoint)
-                .header("content-type", "application/json")
-                .body(body);
-            async move {
-                let resp = request.send().await?;
-                let status = resp.status();
-                let body = resp.bytes().await?;
-                // Only the count of failures is read: the client's parsing is not delayq's work.
-                let answer: BatchAnswer = serde_json::from_slice(&body).with_context(|| {
-                    format!("batch answer {status}: {}", String::from_utf8_lossy(&body))
-                })?;
-                anyhow::Ok((status, answer))
-            }
-        })
-        .buffer_unordered(HTTP_CONCURRENCY);
-    while let Some(result) = responses.next().await {
-        let (status, answer) = result?;
-        if !status.is_success() || answer.failed != 0 {
-            bail!("batch refused: {status}, {} failed", answer.failed);
-        }
     }
-    let secs = started.elapsed().as_secs_f64();
-    let cpu = cpu.stop(args.ingest_messages).await?;
-    let stored = pending(&store).await?;
-    daemon.stop().await;
-    if stored != args.ingest_messages {
-        bail!("{stored} of {} messages stored", args.ingest_messages);
-    }
-    Ok(json!({
-        "scenario": "ingest-http-batch",
-        "messages": args.ingest_messages,
-        "batch": args.http_batch,
-        "concurrency": HTTP_CONCURRENCY,
-        "rate_per_sec": (args.ingest_messages as f64 / secs).round(),
-        "cpu_us_per_message": cpu,
-    }))
-}
 
-/// XADDs `n` inbox entries, pipelined; returns how long it took.
-async fn produce(
-    conn: &mut redis::aio::MultiplexedConnection,
-    inbox: &str,
-    n: u64,
-    payload: &str,
-) -> anyhow::Result<Duration> {
-    let started = Instant::now();
-    let mut sent = 0;
-    while sent < n {
-        let mut pipe = redis::pipe();
-        let chunk = (n - sent).min(XADD_PIPELINE as u64);
-        for _ in 0..chunk {
-            pipe.cmd("XADD")
-                .arg(inbox)
-                .arg("*")
-                .arg("delayq-stream")
-                .arg("bench:inbox")
-                .arg("delayq-delay")
-                .arg("1h")
-                .arg("payload")
-                .arg(payload)
-                .ignore();
-        }
-        let () = pipe.query_async(conn).await?;
-        sent += chunk;
-    }
-    Ok(started.elapsed())
-}
-
-/// Through the inbox, two ways. Drain: N entries XADDed first, then a daemon started
-/// and timed until every one is scheduled (delayq's own intake rate). Live: N entries
-/// XADDed while a daemon schedules them, timed until the last is scheduled (producer
-/// and delayq sharing Redis, as in production).
-pub(super) async fn inbox(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
-    let total = args.ingest_messages;
-    let payload = "x".repeat(args.payload);
-    let config = bench_config(args, url)?;
-    let inbox = config
-        .inbox
-        .clone()
-        .context("the inbox is enabled in the bench config")?;
-
-    wipe(url).await?;
-    let store = Store::connect(&config.store_config()).await?;
-    let mut producer = store.separate_connection().await?;
-    let produced_in = produce(&mut producer, &inbox.stream, total, &payload).await?;
-    let cpu = CpuMeter::start(url).await?;
-    let started = Instant::now();
-    let daemon = crate::start(config.clone()).await?;
-    wait_pending(&store, total, Duration::from_secs(300)).await?;
-    let drain_secs = started.elapsed().as_secs_f64();
-    let cpu = cpu.stop(total).await?;
-    daemon.stop().await;
-
-    wipe(url).await?;
-    let daemon = crate::start(config).await?;
-    let started = Instant::now();
-    let (produced, scheduled) = tokio::join!(
-        produce(&mut producer, &inbox.stream, total, &payload),
-        wait_pending(&store, total, Duration::from_secs(300))
-    );
-    produced?;
-    scheduled?;
-    let live_secs = started.elapsed().as_secs_f64();
-    daemon.stop().await;
-
-    Ok(json!({
-        "scenario": "ingest-inbox",
-        "messages": total,
-        "inbox_batch": inbox.batch_size,
-        "rate_per_sec": (total as f64 / drain_secs).round(),
-        "live_rate_per_sec": (total as f64 / live_secs).round(),
-        "producer_rate_per_sec": (total as f64 / produced_in.as_secs_f64()).round(),
-        "cpu_us_per_message": cpu,
-    }))
-}
-
-/// Sequential single pushes (`POST /v1/messages`), one at a time, round trip timed.
-pub(super) async fn push_latency(args: &BenchArgs, url: &str) -> anyhow::Result<Value> {
-    wipe(url).await?;
-    let config = bench_config(args, url)?;
-    let daemon = crate::start(config).await?;
-    let endpoint = format!("http://{}/v1/messages", daemon.api_addr);
-    let payload = "x".repeat(args.payload);
-    let http = reqwest::Client::new();
-    let mut micros = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-    const WARM_UP: u64 = 100;
-    for n in 0..args.push_latency_requests + WARM_UP {
-        let body = json!({ "stream": "bench:latency", "payload": payload, "delay": "1h", "id": format!("l{n}") }).to_string();
+    /// Ingest over HTTP: `n` single-message POSTs, 64 in flight, each due in a day
+    /// (so nothing is forwarded meanwhile). Measures what the API accepts.
+    pub async fn ingest_http(&self, n: u64) -> anyhow::Result<Json> {
+        self.flush().await?;
+        let mut conn = self.conn.clone();
+        let daemon = self.start_delayq("bench-ingest").await?;
+        let url = daemon.url("/v1/messages");
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
         let started = Instant::now();
-        let resp = http
-            .post(&endpoint)
-            .header("content-type", "application/json")
-            .body(body)
-            .send()
-            .await?;
-        let status = resp.status();
-        resp.bytes().await?;
-        let took = started.elapsed();
-        if status.as_u16() != 201 {
-            bail!("push answered {status}");
+        let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
+        let mut accepted = 0u64;
+        let mut refused = 0u64;
+        let mut replies = futures::stream::iter(0..n)
+            .map(|i| {
+                let body = json!({ "stream": "bench:ingest", "id": format!("i{i}"), "payload": self.payload, "delay": "1d" });
+                let req = self.http.post(&url).json(&body);
+                async move {
+                    let sent = Instant::now();
+                    let status = req.send().await.map(|r| r.status().as_u16());
+                    (status, sent.elapsed())
+                }
+            })
+            .buffer_unordered(64);
+        while let Some((status, took)) = replies.next().await {
+            latency.record(took.as_micros() as u64)?;
+            match status {
+                Ok(201) => accepted += 1,
+                _ => refused += 1,
+            }
         }
-        if n >= WARM_UP {
-            micros.record(took.as_micros().max(1) as u64)?;
-        }
+        let secs = started.elapsed().as_secs_f64();
+        let cpu = meter.stop(&mut conn, n).await?;
+        let probe = probe.finish()?;
+        drop(daemon);
+        let pending: u64 = self.store.pending_per_shard().await?.iter().sum();
+        let ms = |q: f64| (latency.value_at_quantile(q) as f64 / 100.0).round() / 10.0;
+        Ok(json!({
+            "system": "delayq",
+            "scenario": "ingest-http",
+            "messages": n,
+            "load_average": load,
+            "throughput_per_sec": (accepted as f64 / secs).round() as u64,
+            "request_ms": { "p50": ms(0.5), "p99": ms(0.99), "p99_9": ms(0.999), "max": (latency.max() as f64 / 100.0).round() / 10.0 },
+            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
+            "redis_unresponsive_ms": probe.longest_overall_ms(),
+            "redis_longest_event_ms": cpu.longest_event_ms,
+            "tally": { "delivered": pending, "lost": n.saturating_sub(pending), "duplicated": pending.saturating_sub(n), "refused": refused },
+        }))
     }
-    daemon.stop().await;
-    Ok(json!({
-        "scenario": "push-latency",
-        "messages": args.push_latency_requests,
-        "latency_us": {
-            "p50": micros.value_at_quantile(0.5),
-            "p99": micros.value_at_quantile(0.99),
-            "p99_9": micros.value_at_quantile(0.999),
-            "max": micros.max(),
-        },
-        "rate_per_sec": (args.push_latency_requests as f64 * 1e6 / (micros.mean() * micros.len() as f64)).round(),
-    }))
-}
 
-/// The ingest scenarios as a table.
-pub(super) fn print_table(scenarios: &[&Value]) {
-    if scenarios.is_empty() {
-        return;
+    /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.
+    pub async fn ingest_batch(&self, n: u64) -> anyhow::Result<Json> {
+        self.flush().await?;
+        let mut conn = self.conn.clone();
+        let daemon = self.start_delayq("bench-ingest-batch").await?;
+        let url = daemon.url("/v1/messages/batch");
+        // Bodies are built before the clock starts: the client's JSON work is not delayq's.
+        let bodies: Vec<String> = (0..n)
+            .collect::<Vec<_>>()
+            .chunks(HTTP_BATCH as usize)
+            .map(|chunk| {
+                let messages: Vec<Json> = chunk
+                    .iter()
+                    .map(|i| json!({ "stream": "bench:ingest", "id": format!("b{i}"), "payload": self.payload, "delay": "1d" }))
+                    .collect();
+                json!({ "messages": messages }).to_string()
+            })
+            .collect();
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
+        let started = Instant::now();
+        let mut replies = futures::stream::iter(bodies)
+            .map(|body| {
+                let req = self
+                    .http
+                    .post(&url)
+                    .header("content-type", "application/json")
+                    .body(body);
+                async move {
+                    let resp = req.send().await?;
+                    let status = resp.status();
+                    let answer: Json = resp.json().await?;
+                    anyhow::Ok((status, answer))
+                }
+            })
+            .buffer_unordered(BATCH_CONCURRENCY);
+        while let Some(reply) = replies.next().await {
+            let (status, answer) = reply?;
+            if !status.is_success() || answer["failed"].as_u64() != Some(0) {
+                bail!("batch refused: {status} {answer}");
+            }
+        }
+        let secs = started.elapsed().as_secs_f64();
+        let cpu = meter.stop(&mut conn, n).await?;
+        let probe = probe.finish()?;
+        drop(daemon);
+        let pending = self.pending().await?;
+        let mut row = Self::ingest_row("ingest-http-batch", n, load, secs, cpu, &probe, pending);
+        row["batch"] = json!(HTTP_BATCH);
+        Ok(row)
     }
-    println!();
-    println!(
-        "| ingest scenario | messages | rate (msg/s) | single push latency p50 / p99 / p99.9 / max (µs) | CPU µs/msg Redis / delayq |"
-    );
-    println!("|---|---|---|---|---|");
-    for s in scenarios {
-        let latency = &s["latency_us"];
-        let latency = if latency.is_object() {
-            format!(
-                "{} / {} / {} / {}",
-                latency["p50"], latency["p99"], latency["p99_9"], latency["max"]
-            )
-        } else {
-            "-".to_owned()
+
+    /// `n` entries XADDed into the inbox stream, timed until all are scheduled.
+    pub async fn ingest_inbox(&self, n: u64) -> anyhow::Result<Json> {
+        self.flush().await?;
+        let inbox = self
+            .config
+            .inbox
+            .as_ref()
+            .context("the bench config enables the inbox")?
+            .stream
+            .clone();
+        let mut conn = self.conn.clone();
+        let daemon = self.start_delayq("bench-ingest-inbox").await?;
+        let mut producer = self.store.separate_connection().await?;
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
+        let started = Instant::now();
+        let produce = async {
+            let mut sent = 0;
+            while sent < n {
+                let mut pipe = redis::pipe();
+                let end = (sent + XADD_PIPELINE).min(n);
+                for i in sent..end {
+                    pipe.cmd("XADD")
+                        .arg(&inbox)
+                        .arg("*")
+                        .arg("delayq-stream")
+                        .arg("bench:ingest")
+                        .arg("delayq-delay")
+                        .arg("1d")
+                        .arg("delayq-id")
+                        .arg(format!("x{i}"))
+                        .arg("payload")
+                        .arg(&self.payload)
+                        .ignore();
+                }
+                let () = pipe.query_async(&mut producer).await?;
+                sent = end;
+            }
+            anyhow::Ok(started.elapsed())
         };
-        let cpu = &s["cpu_us_per_message"];
-        let cpu = if cpu.is_object() {
-            format!("{} / {}", cpu["redis"], cpu["delayq"])
-        } else {
-            "-".to_owned()
+        let scheduled = async {
+            let deadline = started + Duration::from_secs(60) + Duration::from_millis(n);
+            loop {
+                let pending = self.pending().await?;
+                if pending >= n || Instant::now() > deadline {
+                    return anyhow::Ok(pending);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
         };
-        let rate = match s.get("live_rate_per_sec") {
-            Some(live) => format!("{} drain, {live} live", s["rate_per_sec"]),
-            None => s["rate_per_sec"].to_string(),
-        };
-        println!(
-            "| {} | {} | {rate} | {latency} | {cpu} |",
-            s["scenario"].as_str().unwrap_or("?"),
-            s["messages"],
-        );
+        let (produced_in, pending) = tokio::join!(produce, scheduled);
+        let (produced_in, pending) = (produced_in?, pending?);
+        let secs = started.elapsed().as_secs_f64();
+        let cpu = meter.stop(&mut conn, n).await?;
+        let probe = probe.finish()?;
+        drop(daemon);
+        let mut row = Self::ingest_row("ingest-inbox", n, load, secs, cpu, &probe, pending);
+        row["producer_rate_per_sec"] = json!((n as f64 / produced_in.as_secs_f64()).round() as u64);
+        Ok(row)
     }
 }

@@ -1,0 +1,321 @@
+//! What a scenario measures besides its own clock: CPU time of Redis and of the
+//! process doing the work, Redis memory, how long Redis stopped answering (a PING
+//! probe on a connection of its own, and Redis's latency monitor), and what reached
+//! a stream (lateness, lost, duplicated).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value as Json, json};
+
+/// Wall clock in epoch milliseconds: the clock Redis's `TIME` and node's `Date.now()`
+/// read on this machine, so figures from all three compare.
+pub fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// One field of `INFO <section>`.
+pub async fn info_field(
+    conn: &mut MultiplexedConnection,
+    section: &str,
+    field: &str,
+) -> anyhow::Result<String> {
+    let info: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+        .with_context(|| format!("INFO {section} has no {field}"))
+}
+
+pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
+    Ok(info_field(conn, "memory", "used_memory").await?.parse()?)
+}
+
+async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
+    let user: f64 = info_field(conn, "cpu", "used_cpu_user").await?.parse()?;
+    let sys: f64 = info_field(conn, "cpu", "used_cpu_sys").await?.parse()?;
+    Ok(user + sys)
+}
+
+/// User + system CPU seconds a live process has used, from `/proc/<pid>/stat`.
+pub fn process_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces; fields after its ')' are plain.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after ')'.
+    let ticks: f64 = fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?;
+    // SAFETY: sysconf only reads a system constant.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some(ticks / per_sec.max(1.0))
+}
+
+/// CPU of Redis and of one worker process over a phase, and the longest Redis event
+/// its latency monitor saw (`latency-monitor-threshold` is 1 ms on the bench Redis).
+pub struct CpuMeter {
+    redis_start: f64,
+    worker_pid: Option<u32>,
+    worker_start: f64,
+}
+
+impl CpuMeter {
+    pub async fn start(
+        conn: &mut MultiplexedConnection,
+        worker_pid: Option<u32>,
+    ) -> anyhow::Result<Self> {
+        let _: i64 = redis::cmd("LATENCY").arg("RESET").query_async(conn).await?;
+        Ok(CpuMeter {
+            redis_start: redis_cpu_secs(conn).await?,
+            worker_pid,
+            worker_start: worker_pid.and_then(process_cpu_secs).unwrap_or(0.0),
+        })
+    }
+
+    /// Counts a process that started after `start` in full, from its first tick.
+    pub fn attach_new_process(&mut self, pid: Option<u32>) {
+        self.worker_pid = pid;
+        self.worker_start = 0.0;
+    }
+
+    /// Redis and worker CPU µs per message, and the longest Redis event in ms.
+    pub async fn stop(
+        self,
+        conn: &mut MultiplexedConnection,
+        messages: u64,
+    ) -> anyhow::Result<PhaseCpu> {
+        let worker = self
+            .worker_pid
+            .and_then(process_cpu_secs)
+            .map(|s| s - self.worker_start);
+        let redis = redis_cpu_secs(conn).await? - self.redis_start;
+        let latest: Value = redis::cmd("LATENCY")
+            .arg("LATEST")
+            .query_async(conn)
+            .await?;
+        let mut longest_event_ms = 0u64;
+        if let Value::Array(events) = latest {
+            for event in events {
+                if let Value::Array(parts) = event
+                    && let Some(Value::Int(max)) = parts.get(3)
+                {
+                    longest_event_ms = longest_event_ms.max(*max as u64);
+                }
+            }
+        }
+        let per = |secs: f64| per_message_us(secs, messages);
+        Ok(PhaseCpu {
+            redis_us: per(redis),
+            worker_us: worker.map(per),
+            longest_event_ms,
+        })
+    }
+}
+
+pub fn per_message_us(secs: f64, messages: u64) -> f64 {
+    (secs * 1e6 / messages.max(1) as f64 * 10.0).round() / 10.0
+}
+
+pub struct PhaseCpu {
+    pub redis_us: f64,
+    pub worker_us: Option<f64>,
+    pub longest_event_ms: u64,
+}
+
+/// Sends PING on a connection of its own once a millisecond, on a thread of its own
+/// (so a busy async runtime does not delay it), and keeps every round trip.
+pub struct PingProbe {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<anyhow::Result<Vec<(u64, u32)>>>,
+}
+
+impl PingProbe {
+    pub fn start(url: &str) -> anyhow::Result<Self> {
+        let mut conn = redis::Client::open(url)?.get_connection()?;
+        conn.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("bench-ping-probe".into())
+            .spawn(move || {
+                let mut samples = Vec::new();
+                while !flag.load(Ordering::Relaxed) {
+                    let at = wall_ms();
+                    let sent = Instant::now();
+                    let _: String = redis::cmd("PING").query(&mut conn)?;
+                    let rtt = sent.elapsed();
+                    samples.push((at, rtt.as_micros().min(u32::MAX as u128) as u32));
+                    if let Some(rest) = Duration::from_millis(1).checked_sub(rtt) {
+                        std::thread::sleep(rest);
+                    }
+                }
+                Ok(samples)
+            })?;
+        Ok(PingProbe { stop, thread })
+    }
+
+    pub fn finish(self) -> anyhow::Result<Probe> {
+        self.stop.store(true, Ordering::Relaxed);
+        let samples = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the PING probe thread panicked"))??;
+        Ok(Probe { samples })
+    }
+}
+
+/// PING round trips: (wall ms when sent, µs until the answer).
+pub struct Probe {
+    samples: Vec<(u64, u32)>,
+}
+
+impl Probe {
+    /// The longest round trip of a PING sent between two wall-clock times, in ms.
+    pub fn longest_ms(&self, from_ms: u64, to_ms: u64) -> f64 {
+        let us = self
+            .samples
+            .iter()
+            .filter(|(at, _)| *at >= from_ms && *at <= to_ms)
+            .map(|(_, rtt)| *rtt)
+            .max()
+            .unwrap_or(0);
+        (us as f64 / 100.0).round() / 10.0
+    }
+
+    pub fn longest_overall_ms(&self) -> f64 {
+        self.longest_ms(0, u64::MAX)
+    }
+}
+
+/// What reached a stream, checked against what was sent: ids are
+/// `<prefix><n>` for n in 0..expected, read from the `delayq-id` field.
+pub struct Tally {
+    pub lateness: Histogram<u64>,
+    pub entries: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    pub unexpected: u64,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    /// The longest time between two consecutive entries, with the wall-clock ms
+    /// (Redis's) at which it ended: during a steady spread, how long forwarding stopped.
+    pub longest_gap_ms: u64,
+    pub longest_gap_end_ms: u64,
+}
+
+impl Tally {
+    pub fn json(&self) -> Json {
+        json!({
+            "delivered": self.entries - self.duplicated - self.unexpected,
+            "lost": self.lost,
+            "duplicated": self.duplicated,
+            "unexpected": self.unexpected,
+        })
+    }
+}
+
+/// Reads a whole stream and tallies it. `due_of(n)` is message n's due time (Redis ms).
+pub async fn tally_stream(
+    conn: &mut MultiplexedConnection,
+    stream: &str,
+    id_prefix: &str,
+    expected: u64,
+    due_of: impl Fn(u64) -> u64,
+) -> anyhow::Result<Tally> {
+    let mut seen = vec![0u8; expected as usize];
+    let mut tally = Tally {
+        lateness: Histogram::new_with_bounds(1, 24 * 3_600_000, 3)?,
+        entries: 0,
+        lost: 0,
+        duplicated: 0,
+        unexpected: 0,
+        first_ms: u64::MAX,
+        last_ms: 0,
+        longest_gap_ms: 0,
+        longest_gap_end_ms: 0,
+    };
+    let mut start = "-".to_owned();
+    loop {
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(&start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(10_000)
+            .query_async(conn)
+            .await?;
+        let Value::Array(items) = reply else {
+            anyhow::bail!("XRANGE {stream}: unexpected reply {reply:?}")
+        };
+        if items.is_empty() {
+            break;
+        }
+        for item in &items {
+            let Value::Array(parts) = item else { continue };
+            let (Some(id), Some(Value::Array(fields))) = (parts.first(), parts.get(1)) else {
+                continue;
+            };
+            let id: String = redis::from_redis_value_ref(id)?;
+            let ms: u64 = id.split('-').next().unwrap_or("0").parse()?;
+            if tally.entries > 0 && ms.saturating_sub(tally.last_ms) > tally.longest_gap_ms {
+                tally.longest_gap_ms = ms - tally.last_ms;
+                tally.longest_gap_end_ms = ms;
+            }
+            tally.entries += 1;
+            tally.first_ms = tally.first_ms.min(ms);
+            tally.last_ms = tally.last_ms.max(ms);
+            start = format!("({id}");
+            let n = fields
+                .chunks(2)
+                .find(|p| matches!(&p[0], Value::BulkString(b) if b == b"delayq-id"))
+                .and_then(|p| redis::from_redis_value_ref::<String>(&p[1]).ok())
+                .and_then(|v| {
+                    v.strip_prefix(id_prefix)
+                        .and_then(|n| n.parse::<u64>().ok())
+                })
+                .filter(|n| *n < expected);
+            match n {
+                Some(n) if seen[n as usize] == 0 => {
+                    seen[n as usize] = 1;
+                    tally.lateness.record(ms.saturating_sub(due_of(n)))?;
+                }
+                Some(_) => tally.duplicated += 1,
+                None => tally.unexpected += 1,
+            }
+        }
+    }
+    tally.lost = seen.iter().filter(|s| **s == 0).count() as u64;
+    if tally.entries == 0 {
+        tally.first_ms = 0;
+    }
+    Ok(tally)
+}
+
+/// p50, p99, p99.9 and max of a lateness histogram, in ms (null when empty).
+pub fn summary(h: &Histogram<u64>) -> Json {
+    if h.is_empty() {
+        return Json::Null;
+    }
+    json!({
+        "p50": h.value_at_quantile(0.5),
+        "p99": h.value_at_quantile(0.99),
+        "p99_9": h.value_at_quantile(0.999),
+        "max": h.max(),
+    })
+}
+
+/// The 1-, 5- and 15-minute load averages, as `uptime` prints them.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}

@@ -1,0 +1,489 @@
+//! `delayq bench`: delayq measured against the physical limit and a peer, on one
+//! Redis, in one run.
+//!
+//! - `scenarios`: delayq's burst, spread, spread search and backlog.
+//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream.
+//! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
+//! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
+//!   elected through etcd.
+//! - `peer`: BullMQ delayed jobs (node, `bench/peer/`).
+//! - `measure`: CPU, memory, the PING probe, stream tallies (lateness, lost, duplicated).
+//! - `report`: the JSON report, the Markdown tables and the targets.
+//!
+//! Lateness is always stream entry time − due time, both on Redis's clock (for
+//! BullMQ: worker pick time − due time, see `peer`).
+
+mod ceiling;
+mod failover;
+mod ingest;
+mod measure;
+mod peer;
+mod report;
+mod scenarios;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, ValueEnum};
+use redis::IntoConnectionInfo;
+use redis::aio::MultiplexedConnection;
+use serde_json::{Value as Json, json};
+
+use crate::config::Config;
+use crate::harness::{EtcdServer, RedisServer};
+use crate::store::Store;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Suite {
+    /// Seconds: a few thousand messages, every scenario once (a smoke test).
+    Tiny,
+    /// A few minutes: 100k burst, 1k and 10k msg/s spreads, 100k backlog, the peer.
+    Quick,
+    /// Everything, twice: 100k and 1M bursts, the spread search, a 1M backlog, the
+    /// peer at the same sizes, ingest.
+    Full,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which set of scenarios and sizes; the options below override its choices.
+    #[arg(long, value_enum, default_value = "quick")]
+    pub suite: Suite,
+    /// Burst sizes (messages due at one instant), comma-separated; 0 skips.
+    #[arg(long, value_delimiter = ',')]
+    pub burst: Option<Vec<u64>>,
+    /// Spread rates (msg/s), comma-separated; with --search, the ladder climbed
+    /// until p99 lateness reaches 10 ms.
+    #[arg(long = "rate", value_delimiter = ',')]
+    pub rates: Option<Vec<u64>>,
+    /// Climb the rates until one is not on time (instead of running each).
+    #[arg(long)]
+    pub search: Option<bool>,
+    /// How long each spread sends.
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Far-future messages pending during the backlog scenario (0 skips it).
+    #[arg(long)]
+    pub backlog: Option<u64>,
+    /// Messages in each ingest scenario (HTTP, batch HTTP, inbox); 0 skips them.
+    #[arg(long)]
+    pub ingest: Option<u64>,
+    /// Runs of every scenario.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// Skip the BullMQ peer.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Skip the ceiling (Lua loop and redis-benchmark).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Skip failover under load (needs etcd).
+    #[arg(long)]
+    pub no_failover: bool,
+    /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    pub lease_ttl: Option<Duration>,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 100)]
+    pub payload: usize,
+    /// Shards (redis.shards).
+    #[arg(long, default_value_t = 16)]
+    pub shards: u16,
+    /// Messages per forward call (forwarder.batch_size), also the ceiling's batch.
+    #[arg(long, default_value_t = 200)]
+    pub batch_size: usize,
+    /// Use this Redis instead of starting one. It is FLUSHALLed between scenarios.
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// The delayq binary to run as the daemon under test (default: this one).
+    #[arg(long)]
+    pub delayq_bin: Option<PathBuf>,
+    /// Where the peer's package.json and script are.
+    #[arg(long, default_value = "bench/peer")]
+    pub peer_dir: PathBuf,
+    /// Write results.json and results.md here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// What one run does, after the suite's defaults and the options.
+#[derive(Clone, Debug)]
+struct Plan {
+    bursts: Vec<u64>,
+    rates: Vec<u64>,
+    search: bool,
+    duration: Duration,
+    backlog: u64,
+    backlog_rates: Vec<u64>,
+    ingest: u64,
+    repeat: u32,
+    peer: bool,
+    peer_bursts: Vec<u64>,
+    peer_rates: Vec<u64>,
+    ceiling: bool,
+    redis_benchmark_requests: u64,
+    failover_stops: Vec<failover::Stop>,
+    failover_rate: u64,
+    failover_after: Duration,
+    lease_ttl: Duration,
+}
+
+impl Plan {
+    fn new(args: &BenchArgs) -> Plan {
+        let mut plan = match args.suite {
+            Suite::Tiny => Plan {
+                bursts: vec![2000],
+                rates: vec![500],
+                search: false,
+                duration: Duration::from_secs(2),
+                backlog: 2000,
+                backlog_rates: vec![500],
+                ingest: 1000,
+                repeat: 1,
+                peer: false,
+                peer_bursts: vec![2000],
+                peer_rates: vec![500],
+                ceiling: true,
+                redis_benchmark_requests: 2000,
+                failover_stops: vec![failover::Stop::Term],
+                failover_rate: 500,
+                failover_after: Duration::from_secs(1),
+                lease_ttl: Duration::from_secs(2),
+            },
+            Suite::Quick => Plan {
+                bursts: vec![100_000],
+                rates: vec![1000, 10_000],
+                search: false,
+                duration: Duration::from_secs(10),
+                backlog: 100_000,
+                backlog_rates: vec![1000, 10_000],
+                ingest: 20_000,
+                repeat: 1,
+                peer: true,
+                peer_bursts: vec![100_000],
+                peer_rates: vec![1000, 10_000],
+                ceiling: true,
+                redis_benchmark_requests: 200_000,
+                failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
+                failover_rate: 1000,
+                failover_after: Duration::from_secs(3),
+                lease_ttl: Duration::from_secs(6),
+            },
+            Suite::Full => Plan {
+                bursts: vec![100_000, 1_000_000],
+                rates: vec![1000, 2000, 5000, 10_000, 20_000, 30_000, 50_000],
+                search: true,
+                duration: Duration::from_secs(10),
+                backlog: 1_000_000,
+                backlog_rates: vec![1000, 10_000],
+                ingest: 100_000,
+                repeat: 2,
+                peer: true,
+                peer_bursts: vec![100_000, 1_000_000],
+                peer_rates: vec![1000, 10_000],
+                ceiling: true,
+                redis_benchmark_requests: 1_000_000,
+                failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
+                failover_rate: 1000,
+                failover_after: Duration::from_secs(3),
+                lease_ttl: Duration::from_secs(6),
+            },
+        };
+        if let Some(bursts) = &args.burst {
+            plan.bursts = bursts.iter().copied().filter(|n| *n > 0).collect();
+            plan.peer_bursts = plan.bursts.clone();
+        }
+        if let Some(rates) = &args.rates {
+            plan.rates = rates.iter().copied().filter(|n| *n > 0).collect();
+            plan.backlog_rates = plan.rates.clone();
+            plan.peer_rates = plan.rates.clone();
+        }
+        if let Some(search) = args.search {
+            plan.search = search;
+        }
+        if let Some(d) = args.duration {
+            plan.duration = d;
+        }
+        if let Some(n) = args.backlog {
+            plan.backlog = n;
+        }
+        if let Some(n) = args.ingest {
+            plan.ingest = n;
+        }
+        if let Some(n) = args.repeat {
+            plan.repeat = n.max(1);
+        }
+        if args.no_peer {
+            plan.peer = false;
+        }
+        if args.no_ceiling {
+            plan.ceiling = false;
+        }
+        if args.no_failover {
+            plan.failover_stops.clear();
+        }
+        if let Some(ttl) = args.lease_ttl {
+            plan.lease_ttl = ttl;
+        }
+        plan
+    }
+
+    fn json(&self, args: &BenchArgs) -> Json {
+        json!({
+            "suite": format!("{:?}", args.suite).to_lowercase(),
+            "payload_bytes": args.payload,
+            "shards": args.shards,
+            "batch_size": args.batch_size,
+            "bursts": self.bursts,
+            "spread_rates": self.rates,
+            "spread_search": self.search,
+            "spread_seconds": self.duration.as_secs_f64(),
+            "spread_delay_ms": scenarios::SPREAD_DELAY.as_millis() as u64,
+            "backlog": self.backlog,
+            "backlog_rates": self.backlog_rates,
+            "ingest": self.ingest,
+            "repeat": self.repeat,
+            "peer": self.peer,
+            "peer_worker_concurrency": peer::WORKER_CONCURRENCY,
+            "ceiling_callers": 4,
+            "failover": self.failover_stops.iter().map(|s| s.name()).collect::<Vec<_>>(),
+            "failover_rate": self.failover_rate,
+            "failover_after_seconds": self.failover_after.as_secs_f64(),
+            "lease_ttl_seconds": self.lease_ttl.as_secs_f64(),
+        })
+    }
+}
+
+/// What every scenario works with: one Redis, connections to it, the daemon's config.
+pub struct Bench {
+    url: String,
+    host: String,
+    port: u16,
+    conn: MultiplexedConnection,
+    store: Store,
+    config: Config,
+    delayq_config: String,
+    delayq_bin: PathBuf,
+    peer_dir: PathBuf,
+    payload: String,
+    batch_size: usize,
+    http: reqwest::Client,
+}
+
+impl Bench {
+    async fn new(args: &BenchArgs, url: String) -> anyhow::Result<Bench> {
+        let delayq_config = format!(
+            "[redis]\nurl = \"{url}\"\nprefix = \"delayq-bench\"\nshards = {}\n[forwarder]\nbatch_size = {}\n[log]\nlevel = \"warn\"\n",
+            args.shards, args.batch_size
+        );
+        let config = Config::from_toml(
+            &format!("{delayq_config}[api]\nlisten = \"127.0.0.1:0\"\n"),
+            std::iter::empty(),
+        )?;
+        let store = Store::connect(&config.store_config()).await?;
+        let conn = store.separate_connection().await?;
+        let info = url.as_str().into_connection_info()?;
+        let (host, port) = match info.addr() {
+            redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            other => anyhow::bail!("the bench needs a TCP Redis, not {other:?}"),
+        };
+        let delayq_bin = match &args.delayq_bin {
+            Some(bin) => bin.clone(),
+            None => std::env::current_exe().context("find the delayq binary")?,
+        };
+        let mut bench = Bench {
+            url,
+            host,
+            port,
+            conn,
+            store,
+            config,
+            delayq_config,
+            delayq_bin,
+            peer_dir: args.peer_dir.clone(),
+            payload: "x".repeat(args.payload),
+            batch_size: args.batch_size,
+            http: reqwest::Client::new(),
+        };
+        // Redis records every event over 1 ms, read back per phase (LATENCY LATEST).
+        let () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("latency-monitor-threshold")
+            .arg(1)
+            .query_async(&mut bench.conn)
+            .await?;
+        bench.warm_up().await?;
+        Ok(bench)
+    }
+
+    /// Loads delayq's scripts into Redis once, so that memory measured later is the
+    /// messages' alone and not the script cache's (FLUSHALL keeps scripts).
+    async fn warm_up(&self) -> anyhow::Result<()> {
+        let msg = self.message(
+            "bench:warm-up",
+            "warm-up".to_owned(),
+            crate::message::Due::In(Duration::ZERO),
+        );
+        self.store
+            .schedule(
+                &msg,
+                crate::store::ScheduleMode::New,
+                self.config.api.limits.max_delay,
+            )
+            .await?;
+        let leader = self.start_delayq("bench-warm-up").await?;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut conn = self.conn.clone();
+        while redis::AsyncCommands::xlen::<_, u64>(&mut conn, "bench:warm-up").await? == 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(leader);
+        self.flush().await
+    }
+
+    /// Empties Redis.
+    async fn flush(&self) -> anyhow::Result<()> {
+        let mut conn = self.conn.clone();
+        let () = redis::cmd("FLUSHALL")
+            .arg("SYNC")
+            .query_async(&mut conn)
+            .await?;
+        Ok(())
+    }
+}
+
+pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
+    let plan = Plan::new(&args);
+    let server = match &args.redis_url {
+        Some(_) => None,
+        None => Some(RedisServer::start().context("start a local redis-server for the benchmark")?),
+    };
+    let url = args
+        .redis_url
+        .clone()
+        .unwrap_or_else(|| server.as_ref().expect("started").url());
+    let bench = Bench::new(&args, url).await?;
+    if plan.peer {
+        peer::ensure_installed(&args.peer_dir).await?;
+    }
+    let etcd = if plan.failover_stops.is_empty() {
+        None
+    } else {
+        Some(
+            EtcdServer::start()
+                .context("start etcd for the failover scenario (--no-failover skips it)")?,
+        )
+    };
+    let started = jiff::Timestamp::now();
+    let machine = report::machine(&bench, &args, plan.peer).await;
+    let mut rows: Vec<Json> = Vec::new();
+    let mut reference = Vec::new();
+    let progress = |what: &str| eprintln!("bench: {what} (load {})", measure::load_average());
+    for run in 1..=plan.repeat {
+        let mut add = |mut row: Json| {
+            row["run"] = json!(run);
+            rows.push(row);
+        };
+        for &n in &plan.bursts {
+            progress(&format!("run {run}: delayq burst {n}"));
+            add(bench.burst(n).await?);
+            if plan.ceiling {
+                progress(&format!("run {run}: ceiling burst {n}"));
+                add(bench.ceiling(n).await?);
+            }
+        }
+        if plan.peer {
+            for &n in &plan.peer_bursts {
+                progress(&format!("run {run}: BullMQ burst {n}"));
+                add(bench.peer_burst(n).await?);
+            }
+        }
+        if plan.search {
+            progress(&format!("run {run}: delayq spread search"));
+            for row in bench.spread_search(&plan.rates, plan.duration).await? {
+                add(row);
+            }
+        } else {
+            bench.flush().await?;
+            for &rate in &plan.rates {
+                progress(&format!("run {run}: delayq spread {rate}/s"));
+                add(bench.spread("spread", rate, plan.duration).await?);
+            }
+        }
+        if plan.peer {
+            for &rate in &plan.peer_rates {
+                progress(&format!("run {run}: BullMQ spread {rate}/s"));
+                add(bench.peer_spread(rate, plan.duration).await?);
+            }
+        }
+        if plan.backlog > 0 {
+            progress(&format!("run {run}: delayq backlog {}", plan.backlog));
+            for row in bench
+                .backlog(plan.backlog, &plan.backlog_rates, plan.duration)
+                .await?
+            {
+                add(row);
+            }
+        }
+        if plan.ingest > 0 {
+            progress(&format!(
+                "run {run}: delayq ingest {} (HTTP, batch HTTP, inbox)",
+                plan.ingest
+            ));
+            add(bench.ingest_http(plan.ingest).await?);
+            add(bench.ingest_batch(plan.ingest).await?);
+            add(bench.ingest_inbox(plan.ingest).await?);
+        }
+        if let Some(etcd) = &etcd {
+            for &stop in &plan.failover_stops {
+                progress(&format!(
+                    "run {run}: delayq failover by {} at {}/s",
+                    stop.name(),
+                    plan.failover_rate
+                ));
+                add(bench
+                    .failover(
+                        etcd,
+                        stop,
+                        plan.failover_rate,
+                        plan.failover_after,
+                        plan.lease_ttl,
+                    )
+                    .await?);
+            }
+        }
+        if plan.ceiling {
+            progress(&format!("run {run}: redis-benchmark"));
+            let mut rb = bench.redis_benchmark(plan.redis_benchmark_requests).await?;
+            rb["run"] = json!(run);
+            reference.push(rb);
+        }
+    }
+    bench.flush().await?;
+    let report = report::assemble(machine, plan.json(&args), started, rows, reference);
+    let markdown = report::markdown(&report);
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+        std::fs::write(
+            dir.join("results.json"),
+            serde_json::to_string_pretty(&report)?,
+        )?;
+        std::fs::write(dir.join("results.md"), &markdown)?;
+        eprintln!(
+            "bench: wrote {0}/results.json and {0}/results.md",
+            dir.display()
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{markdown}");
+    }
+    Ok(())
+}

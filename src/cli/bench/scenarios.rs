@@ -1,0 +1,329 @@
+//! delayq's scenarios: burst, spread (fixed rates or a search for the highest rate
+//! that stays on time), backlog (spread over a large far-future backlog) and HTTP
+//! ingest. The daemon under test is a separate `delayq run` process, so its CPU is
+//! its own; producers run in this process and write through `Store`, as the API does.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use redis::AsyncCommands;
+use serde_json::{Value as Json, json};
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::Bench;
+use super::measure::{self, CpuMeter, PingProbe, summary, tally_stream};
+use crate::harness::DelayqProcess;
+use crate::message::{Due, MessageId, NewMessage};
+use crate::store::{ScheduleMode, Scheduled};
+
+/// How long after it is sent a spread message falls due.
+pub const SPREAD_DELAY: Duration = Duration::from_millis(500);
+/// The p99 lateness a spread rate must stay under to count as on time.
+pub const SPREAD_P99_LIMIT_MS: u64 = 10;
+
+const BURST_STREAM: &str = "bench:burst";
+const SPREAD_STREAM: &str = "bench:spread";
+const BACKLOG_STREAM: &str = "bench:backlog";
+
+impl Bench {
+    pub(super) fn message(&self, stream: &str, id: String, due: Due) -> NewMessage {
+        NewMessage {
+            id: MessageId::parse(&id).expect("bench ids are valid"),
+            stream: stream.to_owned(),
+            fields: vec![("payload".to_owned(), self.payload.clone())],
+            due,
+            priority: 0,
+            ttl: None,
+        }
+    }
+
+    /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, 256 calls in
+    /// flight; returns each message's due time (Redis ms) and the rate achieved.
+    async fn load(
+        &self,
+        stream: &str,
+        prefix: &str,
+        n: u64,
+        due: Due,
+    ) -> anyhow::Result<(Vec<u64>, f64)> {
+        let started = Instant::now();
+        let max_delay = self.config.api.limits.max_delay;
+        let mut dues = vec![0u64; n as usize];
+        let mut results = futures::stream::iter(0..n)
+            .map(|i| {
+                let store = self.store.clone();
+                let msg = self.message(stream, format!("{prefix}{i}"), due);
+                async move { (i, store.schedule(&msg, ScheduleMode::New, max_delay).await) }
+            })
+            .buffer_unordered(256);
+        while let Some((i, result)) = results.next().await {
+            match result.with_context(|| format!("schedule {prefix}{i}"))? {
+                Scheduled::Scheduled { due_ms } => dues[i as usize] = due_ms,
+                other => bail!("schedule {prefix}{i}: {other:?} (the bench Redis was not empty)"),
+            }
+        }
+        Ok((dues, n as f64 / started.elapsed().as_secs_f64()))
+    }
+
+    /// A `delayq run` process on the bench Redis, leading once this returns.
+    pub async fn start_delayq(&self, name: &str) -> anyhow::Result<DelayqProcess> {
+        let process = DelayqProcess::start(&self.delayq_bin, name, &self.delayq_config)?;
+        let url = process.url("/leader");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(resp) = self.http.get(&url).send().await
+                && resp.status().is_success()
+            {
+                return Ok(process);
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "delayq did not lead within 20s; its log:\n{}",
+                    process.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Waits until `stream` holds `n` entries or `deadline` passes.
+    pub(super) async fn wait_for_entries(
+        &self,
+        stream: &str,
+        n: u64,
+        deadline: Instant,
+    ) -> anyhow::Result<u64> {
+        let mut conn = self.conn.clone();
+        loop {
+            let len: u64 = conn.xlen(stream).await?;
+            if len >= n || Instant::now() > deadline {
+                return Ok(len);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    async fn wait_for_redis_time(&self, ms: u64) -> anyhow::Result<()> {
+        while self.store.now_ms().await? <= ms {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        Ok(())
+    }
+
+    /// Burst: n messages due at one instant, all scheduled before the daemon starts,
+    /// so what is measured is a pure drain.
+    pub async fn burst(&self, n: u64) -> anyhow::Result<Json> {
+        self.flush().await?;
+        let mut conn = self.conn.clone();
+        let mem_before = measure::used_memory(&mut conn).await?;
+        // Due after the load should be over (assuming ≥ 20k schedules/s); a slower
+        // load leaves the last messages due when they were scheduled instead, and
+        // `due_spread_ms` says so.
+        let due_at = self.store.now_ms().await? + 2000 + n / 20;
+        let (dues, load_rate) = self.load(BURST_STREAM, "m", n, Due::At(due_at)).await?;
+        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let (first_due, last_due) = (
+            dues.iter().min().copied().unwrap_or(0),
+            dues.iter().max().copied().unwrap_or(0),
+        );
+        self.wait_for_redis_time(last_due).await?;
+
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let mut meter = CpuMeter::start(&mut conn, None).await?;
+        let started = Instant::now();
+        let mut daemon =
+            DelayqProcess::start(&self.delayq_bin, "bench-burst", &self.delayq_config)?;
+        meter.attach_new_process(daemon.pid());
+        let deadline = started + Duration::from_secs(60) + Duration::from_millis(n / 2);
+        let len = self.wait_for_entries(BURST_STREAM, n, deadline).await?;
+        let cpu = meter.stop(&mut conn, n).await?;
+        let probe = probe.finish()?;
+        daemon.terminate(Duration::from_secs(10));
+        if len < n {
+            eprintln!(
+                "burst {n}: only {len} entries before the deadline; delayq log:\n{}",
+                daemon.log()
+            );
+        }
+        let tally = tally_stream(&mut conn, BURST_STREAM, "m", n, |i| dues[i as usize]).await?;
+        let drain_ms = tally.last_ms.saturating_sub(tally.first_ms).max(1);
+        Ok(json!({
+            "system": "delayq",
+            "scenario": "burst",
+            "messages": n,
+            "load_average": load,
+            "schedule_rate_per_sec": load_rate.round() as u64,
+            "due_spread_ms": last_due - first_due,
+            "drain_ms": drain_ms,
+            "throughput_per_sec": (tally.entries as f64 * 1000.0 / drain_ms as f64).round() as u64,
+            "lateness_ms": summary(&tally.lateness),
+            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
+            "redis_unresponsive_ms": probe.longest_overall_ms(),
+            "redis_longest_event_ms": cpu.longest_event_ms,
+            "bytes_per_pending_message": bytes_per_pending.round() as i64,
+            "tally": tally.json(),
+        }))
+    }
+
+    /// Spread: `rate` messages a second for `duration`, each due `SPREAD_DELAY` after
+    /// it is sent, with a daemon already running. `scenario` names the row.
+    pub async fn spread(
+        &self,
+        scenario: &str,
+        rate: u64,
+        duration: Duration,
+    ) -> anyhow::Result<Json> {
+        let mut conn = self.conn.clone();
+        let _: u64 = conn.del(SPREAD_STREAM).await?;
+        let mut daemon = self.start_delayq("bench-spread").await?;
+        let total = (rate as f64 * duration.as_secs_f64()).round().max(1.0) as u64;
+        let prefix = format!("s{rate}-");
+
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
+        let (dues, achieved) = self.producer(SPREAD_STREAM, &prefix, rate, total).await?;
+        let deadline = Instant::now() + SPREAD_DELAY + Duration::from_secs(30);
+        self.wait_for_entries(SPREAD_STREAM, total, deadline)
+            .await?;
+        let cpu = meter.stop(&mut conn, total).await?;
+        let probe = probe.finish()?;
+        daemon.terminate(Duration::from_secs(10));
+        let tally = tally_stream(&mut conn, SPREAD_STREAM, &prefix, total, |i| {
+            dues[i as usize]
+        })
+        .await?;
+        let p99 = (!tally.lateness.is_empty()).then(|| tally.lateness.value_at_quantile(0.99));
+        Ok(json!({
+            "system": "delayq",
+            "scenario": scenario,
+            "messages": total,
+            "load_average": load,
+            "rate_per_sec": rate,
+            "throughput_per_sec": achieved.round() as u64,
+            "on_time": p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS)
+                && achieved >= rate as f64 * 0.95
+                && tally.lost == 0,
+            "producer_kept_up": achieved >= rate as f64 * 0.95,
+            "lateness_ms": summary(&tally.lateness),
+            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
+            "redis_unresponsive_ms": probe.longest_overall_ms(),
+            "redis_longest_event_ms": cpu.longest_event_ms,
+            "tally": tally.json(),
+        }))
+    }
+
+    /// Schedules `total` messages `<prefix><n>` at `rate` a second, each due
+    /// `SPREAD_DELAY` after it is sent; returns their due times and the rate achieved.
+    pub(super) fn producer(
+        &self,
+        stream: &str,
+        prefix: &str,
+        rate: u64,
+        total: u64,
+    ) -> impl Future<Output = anyhow::Result<(Vec<u64>, f64)>> + Send + 'static {
+        let store = self.store.clone();
+        let max_delay = self.config.api.limits.max_delay;
+        let template = self.message(stream, format!("{prefix}0"), Due::In(SPREAD_DELAY));
+        let prefix = prefix.to_owned();
+        async move {
+            let dues: Arc<Vec<AtomicU64>> =
+                Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
+            // Bounded in flight: a producer that falls behind shows as a lower achieved
+            // rate instead of an ever-growing queue of requests.
+            let in_flight = Arc::new(Semaphore::new(1024));
+            let mut tasks = JoinSet::new();
+            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+            let started = Instant::now();
+            let mut sent = 0u64;
+            while sent < total {
+                tick.tick().await;
+                let target = ((started.elapsed().as_secs_f64() * rate as f64) as u64).min(total);
+                while sent < target {
+                    let permit = in_flight.clone().acquire_owned().await?;
+                    let store = store.clone();
+                    let dues = dues.clone();
+                    let mut msg = template.clone();
+                    msg.id =
+                        MessageId::parse(&format!("{prefix}{sent}")).expect("bench ids are valid");
+                    let i = sent as usize;
+                    tasks.spawn(async move {
+                        let reply = store.schedule(&msg, ScheduleMode::New, max_delay).await;
+                        drop(permit);
+                        match reply? {
+                            Scheduled::Scheduled { due_ms } => {
+                                dues[i].store(due_ms, Ordering::Relaxed)
+                            }
+                            other => bail!("schedule {}: {other:?}", msg.id.as_str()),
+                        }
+                        Ok(())
+                    });
+                    sent += 1;
+                }
+                while let Some(done) = tasks.try_join_next() {
+                    done??;
+                }
+            }
+            while let Some(done) = tasks.join_next().await {
+                done??;
+            }
+            let achieved = total as f64 / started.elapsed().as_secs_f64();
+            let dues = dues.iter().map(|d| d.load(Ordering::Relaxed)).collect();
+            Ok((dues, achieved))
+        }
+    }
+
+    /// Steps up `ladder` until a rate is not on time; every step is a row.
+    pub async fn spread_search(
+        &self,
+        ladder: &[u64],
+        duration: Duration,
+    ) -> anyhow::Result<Vec<Json>> {
+        self.flush().await?;
+        let mut rows = Vec::new();
+        for &rate in ladder {
+            let row = self.spread("spread", rate, duration).await?;
+            let on_time = row["on_time"].as_bool().unwrap_or(false);
+            rows.push(row);
+            if !on_time {
+                break;
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Backlog: `n` messages due in a day, then the spread scenario at each rate.
+    pub async fn backlog(
+        &self,
+        n: u64,
+        rates: &[u64],
+        duration: Duration,
+    ) -> anyhow::Result<Vec<Json>> {
+        self.flush().await?;
+        let mut conn = self.conn.clone();
+        let mem_before = measure::used_memory(&mut conn).await?;
+        let (_, load_rate) = self
+            .load(BACKLOG_STREAM, "f", n, Due::In(Duration::from_secs(86_400)))
+            .await?;
+        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let mut rows = Vec::new();
+        for &rate in rates {
+            let mut row = self.spread("backlog-spread", rate, duration).await?;
+            row["backlog"] = json!(n);
+            row["schedule_rate_per_sec"] = json!(load_rate.round() as u64);
+            row["bytes_per_pending_message"] = json!(bytes_per_pending.round() as i64);
+            rows.push(row);
+        }
+        let pending: u64 = self.store.pending_per_shard().await?.iter().sum();
+        for row in &mut rows {
+            row["backlog_still_pending"] = json!(pending);
+        }
+        Ok(rows)
+    }
+}

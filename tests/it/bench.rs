@@ -1,0 +1,187 @@
+//! `delayq bench` at a tiny scale: the command runs every scenario (no peer) against
+//! its own Redis (and etcd, for failover) and writes a well-formed report with nothing lost or duplicated.
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::delayq_bin;
+
+fn rows<'a>(report: &'a Value, system: &str, scenario: &str) -> Vec<&'a Value> {
+    report["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter(|r| r["system"] == system && r["scenario"] == scenario)
+        .collect()
+}
+
+#[track_caller]
+fn check_delivered(row: &Value) {
+    let t = &row["tally"];
+    assert_eq!(t["lost"], 0, "lost in {row}");
+    assert_eq!(t["duplicated"], 0, "duplicated in {row}");
+    assert_eq!(t["delivered"], row["messages"], "delivered in {row}");
+}
+
+#[track_caller]
+fn check_lateness(row: &Value) {
+    let l = &row["lateness_ms"];
+    let q = |k: &str| {
+        l[k].as_f64()
+            .unwrap_or_else(|| panic!("lateness {k} in {row}"))
+    };
+    assert!(
+        q("p50") <= q("p99") && q("p99") <= q("p99_9") && q("p99_9") <= q("max"),
+        "{row}"
+    );
+}
+
+#[track_caller]
+fn check_measured(row: &Value) {
+    assert!(
+        row["throughput_per_sec"].as_f64().unwrap_or(0.0) > 0.0,
+        "throughput in {row}"
+    );
+    assert!(
+        row["cpu_us_per_message"]["redis"].as_f64().unwrap_or(0.0) > 0.0,
+        "Redis CPU in {row}"
+    );
+    assert!(
+        row["redis_unresponsive_ms"].as_f64().unwrap_or(0.0) > 0.0,
+        "probe in {row}"
+    );
+    assert!(
+        !row["load_average"].as_str().unwrap_or("").is_empty(),
+        "load in {row}"
+    );
+}
+
+#[test]
+fn tiny_suite_reports_every_scenario_with_nothing_lost() {
+    let out = tempfile::tempdir().expect("temp dir");
+    let started = std::time::Instant::now();
+    let status = Command::new(delayq_bin())
+        .args(["bench", "--suite", "tiny", "--no-peer", "--out"])
+        .arg(out.path())
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run delayq bench");
+    assert!(status.success(), "delayq bench failed: {status}");
+    assert!(
+        started.elapsed() < Duration::from_secs(120) * crate::support::patience(),
+        "took {:?}",
+        started.elapsed()
+    );
+
+    let report: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.path().join("results.json")).expect("results.json"),
+    )
+    .expect("JSON");
+    assert_eq!(
+        report["machine"]["redis"]
+            .as_str()
+            .map(|v| v.starts_with(|c: char| c.is_ascii_digit())),
+        Some(true)
+    );
+
+    let burst = rows(&report, "delayq", "burst");
+    assert_eq!(burst.len(), 1);
+    check_delivered(burst[0]);
+    check_lateness(burst[0]);
+    check_measured(burst[0]);
+    assert!(
+        burst[0]["bytes_per_pending_message"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 100.0,
+        "{}",
+        burst[0]
+    );
+    assert!(
+        burst[0]["cpu_us_per_message"]["delayq"].is_number(),
+        "{}",
+        burst[0]
+    );
+
+    let ceiling = rows(&report, "ceiling", "burst");
+    assert_eq!(ceiling.len(), 1);
+    check_delivered(ceiling[0]);
+    check_measured(ceiling[0]);
+
+    for scenario in ["spread", "backlog-spread"] {
+        let spread = rows(&report, "delayq", scenario);
+        assert_eq!(spread.len(), 1, "{scenario}");
+        check_delivered(spread[0]);
+        check_lateness(spread[0]);
+        check_measured(spread[0]);
+    }
+    assert_eq!(
+        rows(&report, "delayq", "backlog-spread")[0]["backlog_still_pending"],
+        2000
+    );
+
+    for scenario in ["ingest-http", "ingest-http-batch", "ingest-inbox"] {
+        let ingest = rows(&report, "delayq", scenario);
+        assert_eq!(ingest.len(), 1, "{scenario}");
+        check_delivered(ingest[0]);
+        check_measured(ingest[0]);
+    }
+
+    let failover = rows(&report, "delayq", "failover-sigterm");
+    assert_eq!(failover.len(), 1);
+    check_delivered(failover[0]);
+    check_lateness(failover[0]);
+    assert!(
+        failover[0]["takeover_ms"].as_f64().is_some(),
+        "no takeover: {}",
+        failover[0]
+    );
+    assert!(
+        failover[0]["forwarding_gap_ms"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        failover[0]
+    );
+
+    let reference = &report["redis_benchmark"][0]["results"];
+    for key in [
+        "xadd_p1_per_sec",
+        "xadd_p16_per_sec",
+        "zadd_p1_per_sec",
+        "zadd_p16_per_sec",
+    ] {
+        assert!(
+            reference[key].as_f64().unwrap_or(0.0) > 0.0,
+            "{key}: {reference}"
+        );
+    }
+
+    let targets = report["targets"].as_array().expect("targets");
+    let zero_loss = targets
+        .iter()
+        .find(|t| t["target"] == "0 lost, 0 duplicated")
+        .expect("loss target");
+    assert_eq!(zero_loss["met"], "yes", "{zero_loss}");
+    assert!(
+        targets
+            .iter()
+            .all(|t| t["met"].is_string() && t["measured"].is_array())
+    );
+
+    let markdown = std::fs::read_to_string(out.path().join("results.md")).expect("results.md");
+    for heading in [
+        "## Targets",
+        "## Burst",
+        "## Spread",
+        "## Ingest",
+        "## redis-benchmark",
+    ] {
+        assert!(
+            markdown.contains(heading),
+            "{heading} missing from:\n{markdown}"
+        );
+    }
+    assert!(markdown.contains("| delayq | 2000 |"), "{markdown}");
+}
