@@ -78,6 +78,9 @@ pub struct BenchArgs {
     /// Skip the ceiling (Lua loop and redis-benchmark).
     #[arg(long)]
     pub no_ceiling: bool,
+    /// How the leader is stopped in the failover scenario, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub failover: Option<Vec<failover::Stop>>,
     /// Skip failover under load (needs etcd).
     #[arg(long)]
     pub no_failover: bool,
@@ -186,7 +189,7 @@ impl Plan {
                 peer_bursts: vec![100_000, 1_000_000],
                 peer_rates: vec![1000, 10_000],
                 ceiling: true,
-                redis_benchmark_requests: 1_000_000,
+                redis_benchmark_requests: 300_000,
                 failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
                 failover_rate: 1000,
                 failover_after: Duration::from_secs(3),
@@ -222,6 +225,9 @@ impl Plan {
         }
         if args.no_ceiling {
             plan.ceiling = false;
+        }
+        if let Some(stops) = &args.failover {
+            plan.failover_stops = stops.clone();
         }
         if args.no_failover {
             plan.failover_stops.clear();
