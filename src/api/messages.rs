@@ -402,7 +402,7 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response
         ));
     }
 
-    let mut results: Vec<Option<Value>> = vec![None; items.len()];
+    let mut results: Vec<Option<ItemResult>> = (0..items.len()).map(|_| None).collect();
     let mut valid = Vec::with_capacity(items.len());
     let mut positions = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
@@ -415,7 +415,7 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response
                 });
                 positions.push(i);
             }
-            Err(e) => results[i] = Some(item_error(i, e)),
+            Err(e) => results[i] = Some(ItemResult::failed(i, e)),
         }
     }
     let outcomes = state
@@ -423,33 +423,40 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response
         .schedule_many(&valid, config.api.limits.max_delay, None)
         .await;
     let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);
-    for ((item, i), outcome) in valid.iter().zip(positions).zip(outcomes) {
-        let id = item.msg.id.as_str();
-        results[i] = Some(match outcome {
+    let stored_count = valid.len();
+    for ((item, index), outcome) in valid.into_iter().zip(positions).zip(outcomes) {
+        let id = item.msg.id.as_str().to_owned();
+        let stored = |status, deliver_at, state: &str, duplicate, replaced| ItemResult::Stored {
+            index,
+            status,
+            id,
+            deliver_at,
+            state: state.to_owned(),
+            duplicate,
+            replaced,
+        };
+        results[index] = Some(match outcome {
             Ok(Scheduled::Scheduled { due_ms }) => {
                 scheduled += 1;
-                json!({ "index": i, "status": 201, "id": id, "deliver_at": due_ms, "state": "scheduled" })
+                stored(201, Some(due_ms), "scheduled", false, false)
             }
             Ok(Scheduled::Replaced { due_ms }) => {
                 scheduled += 1;
-                json!({ "index": i, "status": 200, "id": id, "deliver_at": due_ms, "state": "scheduled", "replaced": true })
+                stored(200, Some(due_ms), "scheduled", false, true)
             }
-            Ok(Scheduled::Duplicate {
-                due_ms,
-                state: existing,
-            }) => {
+            Ok(Scheduled::Duplicate { due_ms, state }) => {
                 duplicates += 1;
-                json!({ "index": i, "status": 200, "id": id, "deliver_at": due_ms, "state": existing, "duplicate": true })
+                stored(200, due_ms, &state, true, false)
             }
             Err(e) => {
                 if e.is_unavailable() {
                     unavailable += 1;
                 }
-                item_error(i, ApiError::from(e))
+                ItemResult::failed(index, ApiError::from(e))
             }
         });
     }
-    if unavailable > 0 && unavailable == valid.len() {
+    if unavailable > 0 && unavailable == stored_count {
         // Nothing could be stored: one answer for the whole batch tells the client to retry it.
         return Err(ApiError::unavailable(
             "storage unavailable: no message of the batch could be stored; retry it",
@@ -457,16 +464,59 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response
     }
     metrics::counter!(m::SCHEDULED).increment(scheduled);
     metrics::counter!(m::DUPLICATES).increment(duplicates);
-    let results: Vec<Value> = results
-        .into_iter()
-        .map(|r| r.unwrap_or(Value::Null))
-        .collect();
+    let results: Vec<ItemResult> = results.into_iter().flatten().collect();
     let failed = results.len() as u64 - scheduled - duplicates;
-    Ok(Json(json!({ "scheduled": scheduled, "duplicates": duplicates, "failed": failed, "results": results })).into_response())
+    Ok(Json(BatchAnswer {
+        scheduled,
+        duplicates,
+        failed,
+        results,
+    })
+    .into_response())
 }
 
-fn item_error(index: usize, e: ApiError) -> Value {
-    json!({ "index": index, "status": e.status.as_u16(), "error": e.code, "detail": format!("messages[{index}]: {}", e.detail) })
+/// The answer to a batch; typed rather than built as a JSON map, since a batch
+/// answers thousands of items.
+#[derive(serde::Serialize)]
+struct BatchAnswer {
+    scheduled: u64,
+    duplicates: u64,
+    failed: u64,
+    results: Vec<ItemResult>,
+}
+
+/// One item's answer, with the status a single push would have had.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+enum ItemResult {
+    Stored {
+        index: usize,
+        status: u16,
+        id: String,
+        deliver_at: Option<u64>,
+        state: String,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        replaced: bool,
+    },
+    Failed {
+        index: usize,
+        status: u16,
+        error: &'static str,
+        detail: String,
+    },
+}
+
+impl ItemResult {
+    fn failed(index: usize, e: ApiError) -> Self {
+        ItemResult::Failed {
+            index,
+            status: e.status.as_u16(),
+            error: e.code,
+            detail: format!("messages[{index}]: {}", e.detail),
+        }
+    }
 }
 
 const RESCHEDULE_KEYS: &[&str] = &["delay", "delay_ms", "deliver_at"];

@@ -45,7 +45,7 @@ const EXIT_UNREACHABLE: u8 = 7;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
-    /// Schedule a message.
+    /// Schedule a message
     ///
     /// Examples:
     ///   delayq push orders 'order 42' --delay 20m --token "$TOKEN"
@@ -79,7 +79,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Show a message's state.
+    /// Show a message's state
     ///
     /// Examples:
     ///   delayq get 01M80K2AE02CJQBD3JZ9KCS0JC
@@ -90,7 +90,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Cancel a scheduled message.
+    /// Cancel a scheduled message
     ///
     /// Examples:
     ///   delayq cancel order-42-reminder
@@ -101,7 +101,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Move a scheduled message to a new due time (fields, priority and ttl stay).
+    /// Move a scheduled message to a new due time (fields, priority and ttl stay)
     ///
     /// Examples:
     ///   delayq reschedule order-42-reminder --delay 1h
@@ -118,7 +118,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Show what is scheduled, what is due next, recent lateness, the inbox and the leader.
+    /// Show what is scheduled, what is due next, recent lateness, the inbox and the leader
     ///
     /// Examples:
     ///   delayq stats
@@ -128,7 +128,7 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Show who leads, as the instance at --url sees it.
+    /// Show who leads, as the instance at --url sees it
     ///
     /// Examples:
     ///   delayq leader
@@ -359,10 +359,12 @@ fn print_stats(v: &Value) {
     );
     let pending = &v["pending"];
     let next = match pending["next_due_in_ms"].as_u64() {
-        Some(ms) => format!(
+        // Whole seconds past a second: milliseconds only matter up close.
+        Some(ms) if ms >= 1000 => format!(
             "next due in {}",
-            humantime::format_duration(std::time::Duration::from_millis(ms))
+            humantime::format_duration(std::time::Duration::from_secs(ms / 1000))
         ),
+        Some(ms) => format!("next due in {ms}ms"),
         None => "nothing due".to_owned(),
     };
     println!("pending: {} ({next})", text(&pending["total"]));

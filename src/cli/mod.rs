@@ -39,7 +39,7 @@ enum Command {
     },
     #[command(flatten)]
     Client(client::ClientCommand),
-    /// Measure forwarding throughput and lateness against a local Redis.
+    /// Measure forwarding throughput and lateness, ingest rates and push latency against a local Redis.
     Bench(bench::BenchArgs),
     /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
     Demo(demo::DemoArgs),

@@ -244,39 +244,44 @@ pub(super) fn read_reply(reply: Value) -> Result<Vec<RawEntry>> {
     Ok(out)
 }
 
-/// `[[id, [field, value, ...] | nil], ...]`.
+/// `[[id, [field, value, ...] | nil], ...]`. Values are moved out, not copied: a
+/// batch of inbox entries is thousands of them.
 pub(super) fn entry_list(v: Value) -> Result<Vec<RawEntry>> {
     array(v)?
         .into_iter()
         .map(|entry| {
-            let parts = array(entry)?;
-            let id = match parts.first() {
-                Some(v) => String::from_utf8_lossy(&bytes(v)?).into_owned(),
+            let mut parts = array(entry)?.into_iter();
+            let id = match parts.next() {
+                Some(v) => String::from_utf8(owned_bytes(v)?)
+                    .map_err(|_| StoreError::Reply("stream entry id is not UTF-8".into()))?,
                 None => return Err(StoreError::Reply("stream entry without an id".into())),
             };
-            let fields = match parts.into_iter().nth(1) {
+            let fields = match parts.next() {
                 None | Some(Value::Nil) => None,
-                Some(v) => Some(
-                    array(v)?
-                        .chunks(2)
-                        .map(|pair| match pair {
-                            [k, v] => Ok((bytes(k)?, bytes(v)?)),
-                            _ => Err(StoreError::Reply(
-                                "stream entry with an odd number of field values".into(),
-                            )),
-                        })
-                        .collect::<Result<Vec<_>>>()?,
-                ),
+                Some(v) => {
+                    let flat = array(v)?;
+                    if flat.len() % 2 != 0 {
+                        return Err(StoreError::Reply(
+                            "stream entry with an odd number of field values".into(),
+                        ));
+                    }
+                    let mut pairs = Vec::with_capacity(flat.len() / 2);
+                    let mut values = flat.into_iter();
+                    while let (Some(k), Some(v)) = (values.next(), values.next()) {
+                        pairs.push((owned_bytes(k)?, owned_bytes(v)?));
+                    }
+                    Some(pairs)
+                }
             };
             Ok((id, fields))
         })
         .collect()
 }
 
-fn bytes(v: &Value) -> Result<Vec<u8>> {
+fn owned_bytes(v: Value) -> Result<Vec<u8>> {
     match v {
-        Value::BulkString(b) => Ok(b.clone()),
-        Value::SimpleString(s) => Ok(s.clone().into_bytes()),
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
         Value::Int(n) => Ok(n.to_string().into_bytes()),
         other => Err(StoreError::Reply(format!(
             "expected a string, got {other:?}"

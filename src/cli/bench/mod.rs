@@ -2,7 +2,8 @@
 //! Redis, in one run.
 //!
 //! - `scenarios`: delayq's burst, spread, spread search and backlog.
-//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream.
+//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
+//!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
 //! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
 //!   elected through etcd.
@@ -444,6 +445,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             ));
             add(bench.ingest_http(plan.ingest).await?);
             add(bench.ingest_batch(plan.ingest).await?);
+            add(bench.ingest_inbox_drain(plan.ingest).await?);
             add(bench.ingest_inbox(plan.ingest).await?);
         }
         if let Some(etcd) = &etcd {
