@@ -157,15 +157,17 @@ impl Daemon {
         self.live.clone()
     }
 
-    /// Stops in a fixed order: leader loops and the inbox reader first (each
-    /// finishes the batch in flight), then the election (resigning, so a standby
-    /// takes over at once), then the API (draining requests in flight, for at most 5 s).
+    /// Stops in a fixed order: leader loops first (each finishes the batch in
+    /// flight), then the election (resigning, so a standby takes over at once), then
+    /// the inbox reader (it finishes its blocking read, up to 500 ms, and the batches
+    /// in flight: standbys read the inbox too, so the handover need not wait for it),
+    /// then the API (draining requests in flight, for at most 5 s).
     pub async fn stop(self) {
         self.work.cancel();
         let _ = self.work_task.await;
-        let _ = self.inbox_task.await;
         self.election.cancel();
         let _ = self.election_task.await;
+        let _ = self.inbox_task.await;
         self.api.cancel();
         if tokio::time::timeout(Duration::from_secs(5), self.api_task)
             .await

@@ -123,7 +123,12 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         2000
     );
 
-    for scenario in ["ingest-http", "ingest-http-batch", "ingest-inbox"] {
+    for scenario in [
+        "ingest-http",
+        "ingest-http-batch",
+        "ingest-inbox-drain",
+        "ingest-inbox",
+    ] {
         let ingest = rows(&report, "delayq", scenario);
         assert_eq!(ingest.len(), 1, "{scenario}");
         check_delivered(ingest[0]);

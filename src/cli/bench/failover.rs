@@ -20,9 +20,13 @@ use crate::harness::{DelayqProcess, EtcdServer};
 
 const STREAM: &str = "bench:failover";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Stop {
+    /// A clean stop: the leader resigns.
+    #[value(name = "sigterm")]
     Term,
+    /// A crash: the lease must expire.
+    #[value(name = "sigkill")]
     Kill,
 }
 
@@ -87,14 +91,18 @@ impl Bench {
             Stop::Term => Duration::from_secs(2),
             Stop::Kill => lease_ttl + Duration::from_secs(2),
         };
-        let total = (rate as f64 * (stop_after + tail).as_secs_f64()).round() as u64;
+        let total = (rate as f64 * (stop_after + Duration::from_secs(1) + tail).as_secs_f64())
+            .round() as u64;
         let prefix = format!("{}-", stop.name());
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, None).await?;
         let producer = tokio::spawn(self.producer(STREAM, &prefix, rate, total));
 
-        tokio::time::sleep(stop_after).await;
+        // A random offset, so the stop does not fall at the same point of the daemon's
+        // periodic loops (its blocking reads, its timers) in every run.
+        let jitter = Duration::from_millis(rand::random_range(0..1000));
+        tokio::time::sleep(stop_after + jitter).await;
         let stopped_at_ms = self.store.now_ms().await?;
         let stopped_at = Instant::now();
         match stop {

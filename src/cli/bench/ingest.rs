@@ -1,8 +1,9 @@
 //! Ingest: how fast messages get into delayq, each due in a day so that no
 //! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight),
 //! `POST /v1/messages/batch` (500 messages a request, 4 in flight) and the inbox
-//! stream (entries XADDed by a pipelined producer, 1000 per round trip, timed until
-//! every one is scheduled).
+//! stream, two ways: drained (entries XADDed first, then a daemon started and timed
+//! until every one is scheduled: delayq's own intake rate) and live (entries XADDed
+//! by a pipelined producer, 1000 per round trip, while the daemon schedules them).
 
 use std::time::{Duration, Instant};
 
@@ -20,6 +21,12 @@ pub const HTTP_BATCH: u64 = 500;
 const BATCH_CONCURRENCY: usize = 4;
 /// Inbox entries XADDed per pipeline round trip.
 const XADD_PIPELINE: u64 = 1000;
+
+/// The one part of a batch answer the bench reads: parsing the rest is client work.
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    failed: u64,
+}
 
 impl Bench {
     async fn pending(&self) -> anyhow::Result<u64> {
@@ -133,15 +140,18 @@ impl Bench {
                 async move {
                     let resp = req.send().await?;
                     let status = resp.status();
-                    let answer: Json = resp.json().await?;
+                    let body = resp.bytes().await?;
+                    let answer: BatchAnswer = serde_json::from_slice(&body).with_context(|| {
+                        format!("batch answer {status}: {}", String::from_utf8_lossy(&body))
+                    })?;
                     anyhow::Ok((status, answer))
                 }
             })
             .buffer_unordered(BATCH_CONCURRENCY);
         while let Some(reply) = replies.next().await {
             let (status, answer) = reply?;
-            if !status.is_success() || answer["failed"].as_u64() != Some(0) {
-                bail!("batch refused: {status} {answer}");
+            if !status.is_success() || answer.failed != 0 {
+                bail!("batch refused: {status}, {} failed", answer.failed);
             }
         }
         let secs = started.elapsed().as_secs_f64();
@@ -154,7 +164,81 @@ impl Bench {
         Ok(row)
     }
 
-    /// `n` entries XADDed into the inbox stream, timed until all are scheduled.
+    /// XADDs inbox entries `x<from>` .. `x<to - 1>`, pipelined.
+    async fn fill_inbox(&self, inbox: &str, from: u64, to: u64) -> anyhow::Result<Duration> {
+        let mut producer = self.store.separate_connection().await?;
+        let started = Instant::now();
+        let mut sent = from;
+        while sent < to {
+            let mut pipe = redis::pipe();
+            let end = (sent + XADD_PIPELINE).min(to);
+            for i in sent..end {
+                pipe.cmd("XADD")
+                    .arg(inbox)
+                    .arg("*")
+                    .arg("delayq-stream")
+                    .arg("bench:ingest")
+                    .arg("delayq-delay")
+                    .arg("1d")
+                    .arg("delayq-id")
+                    .arg(format!("x{i}"))
+                    .arg("payload")
+                    .arg(&self.payload)
+                    .ignore();
+            }
+            let () = pipe.query_async(&mut producer).await?;
+            sent = end;
+        }
+        Ok(started.elapsed())
+    }
+
+    /// Waits until `n` messages are pending (or a generous deadline passes).
+    async fn wait_pending(&self, n: u64, started: Instant) -> anyhow::Result<u64> {
+        let deadline = started + Duration::from_secs(60) + Duration::from_millis(n);
+        loop {
+            let pending = self.pending().await?;
+            if pending >= n || Instant::now() > deadline {
+                return Ok(pending);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    /// The inbox, drained: `n` entries XADDed first, then a daemon started and timed
+    /// until every one is scheduled.
+    pub async fn ingest_inbox_drain(&self, n: u64) -> anyhow::Result<Json> {
+        self.flush().await?;
+        let inbox = self
+            .config
+            .inbox
+            .as_ref()
+            .context("the bench config enables the inbox")?
+            .stream
+            .clone();
+        let mut conn = self.conn.clone();
+        let produced_in = self.fill_inbox(&inbox, 0, n).await?;
+        let load = measure::load_average();
+        let probe = PingProbe::start(&self.url)?;
+        let mut meter = CpuMeter::start(&mut conn, None).await?;
+        let started = Instant::now();
+        let daemon = crate::harness::DelayqProcess::start(
+            &self.delayq_bin,
+            "bench-ingest-inbox",
+            &self.delayq_config,
+        )?;
+        meter.attach_new_process(daemon.pid());
+        let pending = self.wait_pending(n, started).await?;
+        let secs = started.elapsed().as_secs_f64();
+        let cpu = meter.stop(&mut conn, n).await?;
+        let probe = probe.finish()?;
+        drop(daemon);
+        let mut row = Self::ingest_row("ingest-inbox-drain", n, load, secs, cpu, &probe, pending);
+        row["producer_rate_per_sec"] = json!((n as f64 / produced_in.as_secs_f64()).round() as u64);
+        Ok(row)
+    }
+
+    /// The inbox, live: `n` entries XADDed while a daemon schedules them, timed until
+    /// the last is scheduled (producer and delayq sharing Redis, as in production).
     pub async fn ingest_inbox(&self, n: u64) -> anyhow::Result<Json> {
         self.flush().await?;
         let inbox = self
@@ -166,46 +250,12 @@ impl Bench {
             .clone();
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest-inbox").await?;
-        let mut producer = self.store.separate_connection().await?;
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
         let started = Instant::now();
-        let produce = async {
-            let mut sent = 0;
-            while sent < n {
-                let mut pipe = redis::pipe();
-                let end = (sent + XADD_PIPELINE).min(n);
-                for i in sent..end {
-                    pipe.cmd("XADD")
-                        .arg(&inbox)
-                        .arg("*")
-                        .arg("delayq-stream")
-                        .arg("bench:ingest")
-                        .arg("delayq-delay")
-                        .arg("1d")
-                        .arg("delayq-id")
-                        .arg(format!("x{i}"))
-                        .arg("payload")
-                        .arg(&self.payload)
-                        .ignore();
-                }
-                let () = pipe.query_async(&mut producer).await?;
-                sent = end;
-            }
-            anyhow::Ok(started.elapsed())
-        };
-        let scheduled = async {
-            let deadline = started + Duration::from_secs(60) + Duration::from_millis(n);
-            loop {
-                let pending = self.pending().await?;
-                if pending >= n || Instant::now() > deadline {
-                    return anyhow::Ok(pending);
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
-            }
-        };
-        let (produced_in, pending) = tokio::join!(produce, scheduled);
+        let (produced_in, pending) =
+            tokio::join!(self.fill_inbox(&inbox, 0, n), self.wait_pending(n, started));
         let (produced_in, pending) = (produced_in?, pending?);
         let secs = started.elapsed().as_secs_f64();
         let cpu = meter.stop(&mut conn, n).await?;

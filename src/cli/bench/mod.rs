@@ -2,7 +2,8 @@
 //! Redis, in one run.
 //!
 //! - `scenarios`: delayq's burst, spread, spread search and backlog.
-//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream.
+//! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
+//!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
 //! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
 //!   elected through etcd.
@@ -78,6 +79,9 @@ pub struct BenchArgs {
     /// Skip the ceiling (Lua loop and redis-benchmark).
     #[arg(long)]
     pub no_ceiling: bool,
+    /// How the leader is stopped in the failover scenario, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub failover: Option<Vec<failover::Stop>>,
     /// Skip failover under load (needs etcd).
     #[arg(long)]
     pub no_failover: bool,
@@ -186,7 +190,7 @@ impl Plan {
                 peer_bursts: vec![100_000, 1_000_000],
                 peer_rates: vec![1000, 10_000],
                 ceiling: true,
-                redis_benchmark_requests: 1_000_000,
+                redis_benchmark_requests: 300_000,
                 failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
                 failover_rate: 1000,
                 failover_after: Duration::from_secs(3),
@@ -222,6 +226,9 @@ impl Plan {
         }
         if args.no_ceiling {
             plan.ceiling = false;
+        }
+        if let Some(stops) = &args.failover {
+            plan.failover_stops = stops.clone();
         }
         if args.no_failover {
             plan.failover_stops.clear();
@@ -438,6 +445,7 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             ));
             add(bench.ingest_http(plan.ingest).await?);
             add(bench.ingest_batch(plan.ingest).await?);
+            add(bench.ingest_inbox_drain(plan.ingest).await?);
             add(bench.ingest_inbox(plan.ingest).await?);
         }
         if let Some(etcd) = &etcd {
