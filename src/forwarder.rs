@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use tokio::sync::{Notify, watch};
+use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
@@ -97,6 +97,7 @@ async fn lead_term(
 
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
+    let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
     let mut tasks = JoinSet::new();
     tasks.spawn(dispatch_wakeups(
         store.clone(),
@@ -114,6 +115,7 @@ async fn lead_term(
                 shard,
                 epoch,
                 wakers: wakers.clone(),
+                in_flight: in_flight.clone(),
             },
             cancel.clone(),
         ));
@@ -136,6 +138,13 @@ async fn lead_term(
     tasks.join_all().await;
 }
 
+/// Forward scripts a leader has in flight at once, over all shards. Redis runs a
+/// connection's queued commands back to back, so sixteen pipelined batches would
+/// keep every other client waiting for about sixteen batches' time; two keep Redis
+/// busy (the next batch is queued while one runs) and other clients wait for at
+/// most about two batches (~4 ms).
+const FORWARDS_IN_FLIGHT: usize = 2;
+
 struct ForwardLoop {
     store: Store,
     leadership: Leadership,
@@ -146,6 +155,8 @@ struct ForwardLoop {
     shard: u16,
     epoch: u64,
     wakers: Arc<Vec<Notify>>,
+    /// Shared by the term's shard loops: see [`FORWARDS_IN_FLIGHT`].
+    in_flight: Arc<Semaphore>,
 }
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
@@ -162,7 +173,14 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
             l.options = Arc::new(l.live.borrow_and_update().forward_options());
         }
         let started = Instant::now();
-        match l.store.forward(l.shard, l.epoch, &l.options).await {
+        let permit = l
+            .in_flight
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        let result = l.store.forward(l.shard, l.epoch, &l.options).await;
+        drop(permit);
+        match result {
             Ok(batch) => {
                 backoff.reset();
                 script_seconds.record(started.elapsed().as_secs_f64());

@@ -45,10 +45,9 @@ enum Command {
     /// List, replay or purge a stream's dead letters.
     #[command(subcommand)]
     Dead(dead::DeadCommand),
-    /// Measure forwarding throughput and lateness against a local Redis.
-    /// Measure forwarding throughput and lateness, ingest rates and push latency against a local Redis.
+    /// Benchmark: forwarding, the Redis ceiling, the BullMQ peer, ingest and failover.
     Bench(bench::BenchArgs),
-    /// Start a local Redis and a delayq, push a delayed message and watch it arrive.
+    /// Quickstart: a local Redis, etcd and primary/standby pair; a delayed message, a takeover.
     Demo(demo::DemoArgs),
     /// Failover drill: faults against the leader under load, with a report.
     Drill(Box<drill::DrillArgs>),
