@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, text};
+use super::{
+    Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_invocation, text,
+};
 use crate::message::NewMessage;
 
 /// Most messages in one script call: bounds how long one call holds Redis (and
@@ -90,13 +92,8 @@ impl Store {
         ack: Option<InboxAck<'_>>,
     ) -> Result<Vec<Result<Scheduled>>> {
         let k = self.keys.shard(shard);
-        let mut inv = self.scripts.schedule_batch.prepare_invoke();
-        inv.key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
-            .arg(0)
+        let mut inv = shard_invocation(&self.scripts.schedule_batch, &k);
+        inv.arg(0)
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(ack.map_or("", |a| a.stream))

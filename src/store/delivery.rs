@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::{Result, Store, StoreError, array, text};
+use super::{Result, Store, StoreError, array, shard_invocation, text};
 use crate::message::{Fields, MessageId};
 
 /// Fields delayq appends to dead-letter entries after the producer's own (besides
@@ -196,14 +196,7 @@ impl Store {
         random: f64,
     ) -> Result<Redelivered> {
         let k = self.shard_keys(id);
-        let reply: Value = self
-            .scripts
-            .redeliver
-            .key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
+        let reply: Value = shard_invocation(&self.scripts.redeliver, &k)
             .arg(epoch)
             .arg(stream)
             .arg(group)
@@ -295,13 +288,8 @@ impl Store {
             return Ok(Replayed::Foreign);
         };
         let k = self.shard_keys(id);
-        let mut inv = self.scripts.replay_dead.prepare_invoke();
-        inv.key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
-            .arg(0)
+        let mut inv = shard_invocation(&self.scripts.replay_dead, &k);
+        inv.arg(0)
             .arg(dead_stream)
             .arg(&letter.entry_id)
             .arg(id.as_str())

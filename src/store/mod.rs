@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, RedisError, Script, Value};
+use redis::{AsyncCommands, RedisError, Script, ScriptInvocation, Value};
 use thiserror::Error;
 
 pub use batch::{BatchItem, InboxAck};
@@ -337,13 +337,8 @@ impl Store {
     ) -> Result<Scheduled> {
         let k = self.shard_keys(&msg.id);
         let (kind, value) = due_args(msg.due);
-        let mut inv = self.scripts.schedule.prepare_invoke();
-        inv.key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
-            .arg(0)
+        let mut inv = shard_invocation(&self.scripts.schedule, &k);
+        inv.arg(0)
             .arg(msg.id.as_str())
             .arg(match mode {
                 ScheduleMode::New => "new",
@@ -432,14 +427,7 @@ impl Store {
     /// Withdraws a scheduled message; the cancellation stays on record for `retention`.
     pub async fn cancel(&self, id: &MessageId, retention: Duration) -> Result<Cancelled> {
         let k = self.shard_keys(id);
-        let reply: String = self
-            .scripts
-            .cancel
-            .key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
+        let reply: String = shard_invocation(&self.scripts.cancel, &k)
             .arg(0)
             .arg(id.as_str())
             .arg(retention.as_millis() as u64)
@@ -504,13 +492,8 @@ impl Store {
         options: &ForwardOptions,
     ) -> Result<ForwardBatch> {
         let k = self.keys.shard(shard);
-        let mut inv = self.scripts.forward.prepare_invoke();
-        inv.key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
-            .arg(epoch)
+        let mut inv = shard_invocation(&self.scripts.forward, &k);
+        inv.arg(epoch)
             .arg(options.batch_size)
             .arg(options.retention.as_millis() as u64)
             .arg(options.id_field.as_deref().unwrap_or(""))
@@ -652,6 +635,19 @@ impl Store {
             .get_multiplexed_async_connection_with_config(&config)
             .await?)
     }
+}
+
+/// An invocation of `script` with a shard's keys in the order every script that
+/// changes a shard lists them in its contract: due set, bodies, records, records by
+/// expiry, fence.
+fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'a> {
+    let mut inv = script.prepare_invoke();
+    inv.key(&k.due)
+        .key(&k.bodies)
+        .key(&k.records)
+        .key(&k.records_by_expiry)
+        .key(&k.fence);
+    inv
 }
 
 fn due_args(due: Due) -> (&'static str, u64) {
