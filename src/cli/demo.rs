@@ -54,7 +54,7 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
     );
     println!(
         "standby        {standby}   {}",
-        describe(&http, &standby).await
+        describe_once_it_knows(&http, &standby, "primary").await
     );
 
     let redis = redis::Client::open(cluster.redis.url())?;
@@ -92,13 +92,7 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
     push_and_watch(&http, &standby, &args, &mut stream, &mut last_entry, "43").await?;
 
     tokio::task::block_in_place(|| cluster.primary.restart())?;
-    // It learns who leads from etcd within a second or so.
-    let mut seen = describe(&http, &primary).await;
-    let asked = Instant::now();
-    while !seen.contains("leader: standby") && asked.elapsed() < Duration::from_secs(5) {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        seen = describe(&http, &primary).await;
-    }
+    let seen = describe_once_it_knows(&http, &primary, "standby").await;
     println!("\n4. The old primary is back ({primary}) and stands by: {seen}");
 
     if !args.once {
@@ -164,6 +158,19 @@ async fn leader_json(http: &reqwest::Client, api: &str) -> Value {
         Ok(resp) => resp.json().await.unwrap_or(Value::Null),
         Err(_) => Value::Null,
     }
+}
+
+/// [`describe`], once the node names `leader` as the leader: a standby learns who
+/// leads from etcd within a second or so. Gives up (and says what it saw) after 5 s.
+async fn describe_once_it_knows(http: &reqwest::Client, api: &str, leader: &str) -> String {
+    let expected = format!("leader: {leader})");
+    let asked = Instant::now();
+    let mut seen = describe(http, api).await;
+    while !seen.contains(&expected) && asked.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        seen = describe(http, api).await;
+    }
+    seen
 }
 
 async fn describe(http: &reqwest::Client, api: &str) -> String {
