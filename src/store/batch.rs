@@ -107,19 +107,14 @@ impl Store {
             let (kind, value) = super::due_args(msg.due);
             inv.arg(inbox_entry.as_deref().unwrap_or(""))
                 .arg(msg.id.as_str())
-                .arg(match mode {
-                    ScheduleMode::New => "new",
-                    ScheduleMode::Replace => "replace",
-                })
+                .arg(mode.as_arg())
                 .arg(kind)
                 .arg(value)
                 .arg(msg.priority)
                 .arg(msg.ttl.map_or(0, |t| t.as_millis() as u64))
                 .arg(&msg.stream)
                 .arg(msg.fields.len());
-            for (field, value) in &msg.fields {
-                inv.arg(field).arg(value);
-            }
+            super::push_fields(&mut inv, &msg.fields);
         }
         let reply: Value = inv
             .invoke_async(&mut self.conn.clone())

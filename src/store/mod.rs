@@ -158,6 +158,16 @@ pub enum ScheduleMode {
     Replace,
 }
 
+impl ScheduleMode {
+    /// The word the schedule scripts take for this mode.
+    fn as_arg(self) -> &'static str {
+        match self {
+            ScheduleMode::New => "new",
+            ScheduleMode::Replace => "replace",
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Scheduled {
     Scheduled {
@@ -340,10 +350,7 @@ impl Store {
         let mut inv = shard_invocation(&self.scripts.schedule, &k);
         inv.arg(0)
             .arg(msg.id.as_str())
-            .arg(match mode {
-                ScheduleMode::New => "new",
-                ScheduleMode::Replace => "replace",
-            })
+            .arg(mode.as_arg())
             .arg(kind)
             .arg(value)
             .arg(max_delay.as_millis() as u64)
@@ -351,9 +358,7 @@ impl Store {
             .arg(msg.ttl.map_or(0, |t| t.as_millis() as u64))
             .arg(&msg.stream)
             .arg(self.keys.wake_channel());
-        for (field, value) in &msg.fields {
-            inv.arg(field).arg(value);
-        }
+        push_fields(&mut inv, &msg.fields);
         let reply: Value = inv
             .invoke_async(&mut self.conn.clone())
             .await
@@ -648,6 +653,13 @@ fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'
         .key(&k.records_by_expiry)
         .key(&k.fence);
     inv
+}
+
+/// A message's fields as the schedule scripts take them: name, value, name, value, ...
+fn push_fields(inv: &mut ScriptInvocation<'_>, fields: &[(String, String)]) {
+    for (field, value) in fields {
+        inv.arg(field).arg(value);
+    }
 }
 
 fn due_args(due: Due) -> (&'static str, u64) {
