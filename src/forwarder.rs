@@ -314,9 +314,9 @@ async fn trim_records(
                     return;
                 }
                 match store.trim_records(shard, epoch, LIMIT).await {
-                    Ok(n) => {
-                        metrics::counter!(m::RECORDS_TRIMMED).increment(n);
-                        if (n as usize) < LIMIT {
+                    Ok(trimmed) => {
+                        metrics::counter!(m::RECORDS_TRIMMED).increment(trimmed.forgotten);
+                        if (trimmed.looked_at as usize) < LIMIT {
                             break;
                         }
                     }

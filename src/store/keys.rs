@@ -19,7 +19,8 @@ pub struct ShardKeys {
     pub bodies: String,
     /// Hash: id → terminal record (delivered, expired, dead, cancelled).
     pub records: String,
-    /// Sorted set: id → time its record may be forgotten.
+    /// Sorted set: the ids recorded at one instant (a forward batch's) → the time their
+    /// records may be forgotten.
     pub records_by_expiry: String,
     /// String: the highest leader epoch that has touched this shard.
     pub fence: String,

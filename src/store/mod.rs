@@ -293,6 +293,15 @@ impl ForwardBatch {
     }
 }
 
+/// What one trim call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    pub forgotten: u64,
+    /// Record ids whose retention had passed, forgotten or not (an id recorded again
+    /// since keeps its newer record).
+    pub looked_at: u64,
+}
+
 impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
@@ -537,10 +546,11 @@ impl Store {
         })
     }
 
-    /// Forgets up to `limit` terminal records of a shard whose retention has passed.
-    pub async fn trim_records(&self, shard: u16, epoch: u64, limit: usize) -> Result<u64> {
+    /// Forgets terminal records of a shard whose retention has passed, looking at about
+    /// `limit` of them (a forward batch's records expire together and are taken whole).
+    pub async fn trim_records(&self, shard: u16, epoch: u64, limit: usize) -> Result<Trimmed> {
         let k = self.keys.shard(shard);
-        let n: u64 = self
+        let (forgotten, looked_at): (u64, u64) = self
             .scripts
             .trim
             .key(&k.records)
@@ -551,7 +561,10 @@ impl Store {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
-        Ok(n)
+        Ok(Trimmed {
+            forgotten,
+            looked_at,
+        })
     }
 
     /// Raises every shard's fence to `epoch`, so that an older leader is refused from

@@ -8,6 +8,7 @@
 //! - `wait MS`
 //! - `forward`: forwards everything due; answers the ids now in stream `s` (in
 //!   order) and `dead:ID` for each new entry of `s:dead`
+//! - `trim`: forgets the records whose retention has passed; answers how many
 
 use std::time::Duration;
 
@@ -20,9 +21,18 @@ const STREAM: &str = "s";
 
 #[track_caller]
 fn check(steps: &'static [(&'static str, &'static str)]) -> impl Future<Output = ()> {
+    check_with("", steps)
+}
+
+/// `check` with more config (TOML) than the single shard.
+#[track_caller]
+fn check_with(
+    extra: &'static str,
+    steps: &'static [(&'static str, &'static str)],
+) -> impl Future<Output = ()> {
     let caller = std::panic::Location::caller();
     async move {
-        let bare = Bare::start("[redis]\nshards = 1\n").await;
+        let bare = Bare::start(&format!("[redis]\nshards = 1\n{extra}")).await;
         run_steps(&bare, steps, caller).await;
     }
 }
@@ -75,7 +85,7 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                 Status::Corrupt(_) => "corrupt".to_owned(),
                 Status::Unknown => "unknown".to_owned(),
             },
-            "cancel" => match store.cancel(&id(1), Duration::from_secs(60)).await.unwrap() {
+            "cancel" => match store.cancel(&id(1), options.retention).await.unwrap() {
                 Cancelled::Cancelled => "cancelled".to_owned(),
                 Cancelled::AlreadyDone(s) => s.as_str().to_owned(),
                 Cancelled::Unknown => "unknown".to_owned(),
@@ -113,6 +123,13 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                 );
                 seen_dead = dead.len();
                 out.join(" ")
+            }
+            "trim" => {
+                let mut forgotten = 0;
+                for shard in 0..store.shards() {
+                    forgotten += store.trim_records(shard, 1, 1000).await.unwrap().forgotten;
+                }
+                forgotten.to_string()
             }
             other => panic!("unknown step {other}"),
         };
@@ -188,6 +205,67 @@ async fn a_cancelled_id_can_be_pushed_again() {
         ("forward", "a"),
     ])
     .await;
+}
+
+#[tokio::test]
+async fn records_are_forgotten_after_retention_unless_written_again() {
+    // a and b are forwarded in one batch, which expires as a whole at +2 s; b, delivered
+    // again at +1 s, keeps its newer record until +3 s.
+    check_with(
+        "[records]\nretention = \"2s\"\n",
+        &[
+            ("push a +0", "scheduled"),
+            ("push b +0", "scheduled"),
+            ("push c +0", "scheduled"),
+            ("forward", "a b c"),
+            ("trim", "0"),
+            ("wait 1000", ""),
+            ("push b +0 replace", "replaced"),
+            ("forward", "a b c b"),
+            ("push d +60000", "scheduled"),
+            ("cancel d", "cancelled"),
+            ("wait 1400", ""),
+            ("trim", "2"),
+            ("get a", "unknown"),
+            ("get c", "unknown"),
+            ("get b", "delivered"),
+            ("get d", "cancelled"),
+            ("push a +0", "scheduled"),
+            ("wait 1000", ""),
+            ("trim", "2"),
+            ("get b", "unknown"),
+            ("get d", "unknown"),
+            ("get a", "scheduled"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn trim_also_forgets_expiry_entries_of_the_older_layout() {
+    // Before batch entries, the expiry index held the bare id.
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let mut conn = bare.redis.client();
+    let k = bare.store.keys().shard(0);
+    let _: () = redis::pipe()
+        .hset(&k.records, "old", "delivered\n1-0\n1\n1\ns")
+        .zadd(&k.records_by_expiry, "old", 1)
+        .query(&mut conn)
+        .unwrap();
+    let trimmed = bare.store.trim_records(0, 1, 10).await.unwrap();
+    assert_eq!((trimmed.forgotten, trimmed.looked_at), (1, 1));
+    let left: u64 = redis::cmd("ZCARD")
+        .arg(&k.records_by_expiry)
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(left, 0);
+    assert!(matches!(
+        bare.store
+            .get(&MessageId::parse("old").unwrap())
+            .await
+            .unwrap(),
+        Status::Unknown
+    ));
 }
 
 #[tokio::test]

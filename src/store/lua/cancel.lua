@@ -11,7 +11,7 @@ local id = ARGV[2]
 if redis.call('ZREM', KEYS[1], id) == 1 then
   redis.call('HDEL', KEYS[2], id)
   local now = now_ms()
-  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now + tonumber(ARGV[3]))
+  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, now + tonumber(ARGV[3]))
   return 'cancelled'
 end
 local rec = redis.call('HGET', KEYS[3], id)

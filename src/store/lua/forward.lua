@@ -27,23 +27,6 @@ local maxlens = {}
 for i = 9, #ARGV, 2 do maxlens[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local default_maxlen = tonumber(ARGV[8])
 
--- XADD through pcall: a script error is not rolled back, so one bad target (a key
--- that is not a stream) must not abort the batch after earlier entries were written.
--- returns: entry id, or nil and the error text
-local function xadd(stream, fields, extra)
-  local args = { 'XADD', stream }
-  local maxlen = maxlens[stream] or default_maxlen
-  if maxlen > 0 then
-    args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
-  end
-  args[#args + 1] = '*'
-  for i = 1, #fields do args[#args + 1] = fields[i] end
-  for i = 1, #extra do args[#args + 1] = extra[i] end
-  local res = redis.pcall(unpack(args))
-  if type(res) == 'table' and res.err then return nil, res.err end
-  return res, nil
-end
-
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
 local function unreadable(id, why, body)
   local res = redis.pcall('XADD', ARGV[7], '*', 'delayq-id', id, 'delayq-reason', why, 'delayq-body', body)
@@ -54,11 +37,13 @@ end
 local forwarded, expired, dead = 0, 0, 0
 local lateness, per_stream, per_stream_order = {}, {}, {}
 local record_args = {}
-local expiry_args = {}
+local recorded = {}
 
 local bodies = {}
 if #ids > 0 then bodies = redis.call('HMGET', KEYS[2], unpack(ids)) end
 
+-- The loop below runs once per message and is most of the script's cost: it builds
+-- each XADD's arguments in one table and nothing it does not need.
 for i, id in ipairs(ids) do
   local body = bodies[i]
   local rec
@@ -68,46 +53,55 @@ for i, id in ipairs(ids) do
       rec = record('dead', unreadable(id, why, body), now, 0, ARGV[7])
       dead = dead + 1
     else
-      local stream, attempt = m[2], m[7]
-      local extra = {}
-      if id_field ~= '' then extra[#extra + 1] = id_field; extra[#extra + 1] = id end
-      if attempt_field ~= '' then extra[#extra + 1] = attempt_field; extra[#extra + 1] = attempt end
-      local entry, err
-      if m[8] > 0 and now > m[8] then
-        local dead_stream = stream .. dead_suffix
-        extra[#extra + 1] = 'delayq-reason'; extra[#extra + 1] = 'expired'
-        extra[#extra + 1] = 'delayq-due'; extra[#extra + 1] = m[4]
-        entry, err = xadd(dead_stream, m[3], extra)
-        if entry then
-          rec = record('expired', entry, now, attempt, dead_stream)
-          expired = expired + 1
-        end
-      else
-        entry, err = xadd(stream, m[3], extra)
-        if entry then
-          -- A delivery's time is its entry id's; a redelivered message keeps the
-          -- first one, for its dead letter.
-          local first_delivered = tonumber(string.match(entry, '^(%d+)'))
-          if type(m[9]) == 'number' and m[9] > 0 then first_delivered = m[9] end
-          rec = record('delivered', entry, now, attempt, stream, first_delivered)
-          forwarded = forwarded + 1
-          lateness[#lateness + 1] = now - m[4]
-          if not per_stream[stream] then
-            per_stream[stream] = 0
-            per_stream_order[#per_stream_order + 1] = stream
-          end
-          per_stream[stream] = per_stream[stream] + 1
-        end
+      local stream, fields, attempt = m[2], m[3], m[7]
+      local is_expired = m[8] > 0 and now > m[8]
+      local target = stream
+      if is_expired then target = stream .. dead_suffix end
+      local args = { 'XADD', target }
+      local n = 2
+      local maxlen = maxlens[target] or default_maxlen
+      if maxlen > 0 then
+        args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
+        n = 5
       end
-      if not entry then
-        rec = record('dead', unreadable(id, 'cannot write to ' .. stream .. ': ' .. err, body), now, attempt, ARGV[7])
+      n = n + 1; args[n] = '*'
+      for j = 1, #fields do args[n + j] = fields[j] end
+      n = n + #fields
+      if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
+      if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
+      if is_expired then
+        args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
+        args[n + 3] = 'delayq-due'; args[n + 4] = m[4]
+      end
+      -- Through pcall: a script error is not rolled back, so one bad target (a key
+      -- that is not a stream) must not abort the batch after earlier entries were written.
+      local entry = redis.pcall(unpack(args))
+      if type(entry) == 'table' then
+        rec = record('dead', unreadable(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body), now,
+          attempt, ARGV[7])
         dead = dead + 1
+      elseif is_expired then
+        rec = record('expired', entry, now, attempt, target)
+        expired = expired + 1
+      else
+        -- A delivery's time is its entry id's, which readers take when the record has
+        -- no first delivery time; a redelivered message keeps its first one.
+        local first_delivered = m[9]
+        if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
+        rec = record('delivered', entry, now, attempt, stream, first_delivered)
+        forwarded = forwarded + 1
+        lateness[forwarded] = now - m[4]
+        local count = per_stream[stream]
+        if not count then
+          count = 0
+          per_stream_order[#per_stream_order + 1] = stream
+        end
+        per_stream[stream] = count + 1
       end
     end
     record_args[#record_args + 1] = id
     record_args[#record_args + 1] = rec
-    expiry_args[#expiry_args + 1] = keep_until
-    expiry_args[#expiry_args + 1] = id
+    recorded[#recorded + 1] = id
   end
 end
 
@@ -117,7 +111,8 @@ if #ids > 0 then
 end
 if #record_args > 0 then
   redis.call('HSET', KEYS[3], unpack(record_args))
-  redis.call('ZADD', KEYS[4], unpack(expiry_args))
+  -- One expiry entry for the whole batch (see the prelude): not one per record.
+  redis.call('ZADD', KEYS[4], keep_until, now .. '|' .. table.concat(recorded, '\n'))
 end
 
 local next_due = -1

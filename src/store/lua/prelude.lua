@@ -8,7 +8,13 @@
 -- Terminal record (a shard's records hash, field = id), a string of five or six lines:
 --   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream [ "\n" first_delivered_ms ]
 --   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none);
---   first_delivered_ms (delivered and dead only) is when attempt 1 reached the stream.
+--   first_delivered_ms (delivered and dead only) is when attempt 1 reached the stream;
+--   a delivered record leaves it out when that is its own entry's time (attempt 1).
+-- Records by expiry (a shard's sorted set): score = when records may be forgotten (ms),
+--   member = at_ms "|" id [ "\n" id ... ]: the records written at at_ms, one member for a
+--   whole forward batch. trim forgets a listed id only if its record still carries that
+--   at_ms, so an id recorded again later keeps its newer record. (A member without "|"
+--   is a single id, written by older versions.)
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
 
 local function now_ms()
@@ -64,14 +70,16 @@ local function record_state(rec)
   return string.sub(rec, 1, string.find(rec, '\n', 1, true) - 1)
 end
 
-local function keep_record(records, records_by_expiry, id, rec, expire_at)
+-- Keeps one record written at `at` (the at_ms inside `rec`) until `expire_at`.
+local function keep_record(records, records_by_expiry, id, rec, at, expire_at)
   redis.call('HSET', records, id, rec)
-  redis.call('ZADD', records_by_expiry, expire_at, id)
+  redis.call('ZADD', records_by_expiry, expire_at, at .. '|' .. id)
 end
 
+-- Its expiry entry stays behind: trim skips it, as the record is gone or newer.
 local function forget_record(records, records_by_expiry, id)
   redis.call('HDEL', records, id)
-  redis.call('ZREM', records_by_expiry, id)
+  redis.call('ZREM', records_by_expiry, id) -- an entry of the older layout, if any
 end
 
 local function score_of(due, priority)

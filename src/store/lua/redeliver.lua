@@ -92,7 +92,8 @@ if attempt >= tonumber(ARGV[7]) then
     return redis.error_reply('DEADLETTER cannot write to ' .. ARGV[12] .. ': ' .. dead.err)
   end
   redis.call('XACK', stream, group, entry)
-  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now + tonumber(ARGV[15]))
+  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now,
+    now + tonumber(ARGV[15]))
   return { 'dead', attempt, dead }
 end
 
