@@ -1,6 +1,6 @@
 //! The peer: BullMQ delayed jobs on the same Redis, same N and payload, driven by
 //! `bench/peer/bullmq.mjs` (versions pinned in `bench/peer/package-lock.json`,
-//! installed with `npm ci` on first use). Producer and worker are separate node
+//! installed on first use). Producer and worker are separate node
 //! processes; the worker reports its own CPU and lateness (see the script's header).
 
 use std::path::Path;
@@ -21,23 +21,57 @@ use super::scenarios::{SPREAD_DELAY, SPREAD_P99_LIMIT_MS};
 pub const WORKER_CONCURRENCY: u32 = 100;
 
 /// Installs the pinned peer packages unless they are there already.
+///
+/// `npm ci` first. Some npm versions refuse a lock file that lacks the optional
+/// native packages of other platforms, or a registry that does not have them, so a
+/// refusal falls back to `npm install --no-save`, which still takes the versions in
+/// the lock file; either way the installed BullMQ must be the pinned one.
 pub async fn ensure_installed(dir: &Path) -> anyhow::Result<()> {
-    if dir.join("node_modules/.package-lock.json").exists() {
-        return Ok(());
+    if !dir.join("node_modules/.package-lock.json").exists() {
+        eprintln!("bench: installing the peer (npm ci in {})", dir.display());
+        if let Err(ci) = npm(dir, &["ci", "--no-audit", "--no-fund"]).await {
+            eprintln!("bench: npm ci refused ({ci:#}); trying npm install --no-save");
+            npm(dir, &["install", "--no-save", "--no-audit", "--no-fund"]).await?;
+        }
     }
-    eprintln!("bench: installing the peer (npm ci in {})", dir.display());
+    let read = |path: &str| -> anyhow::Result<Json> {
+        let text =
+            std::fs::read_to_string(dir.join(path)).with_context(|| format!("read {path}"))?;
+        Ok(serde_json::from_str(&text)?)
+    };
+    let pinned = read("package.json")?["dependencies"]["bullmq"].clone();
+    let installed = read("node_modules/bullmq/package.json")?["version"].clone();
+    if pinned != installed {
+        bail!(
+            "BullMQ {installed} is installed in {}, not the pinned {pinned}; remove node_modules there",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
+async fn npm(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     let output = Command::new("npm")
-        .args(["ci", "--no-audit", "--no-fund"])
+        .args(args)
         .current_dir(dir)
         .kill_on_drop(true)
         .output()
         .await
         .context("run npm (node 20 and npm are needed for the peer; --no-peer skips it)")?;
     if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        // npm prints the command's help after the reason; the reason is what matters.
+        let reason: Vec<&str> = stderr
+            .lines()
+            .filter(|l| l.starts_with("npm error") && !l.trim_end().ends_with("npm error"))
+            .take_while(|l| !l.contains("Usage:") && !l.contains("Clean install a project"))
+            .take(8)
+            .collect();
         bail!(
-            "npm ci in {} failed:\n{}",
+            "npm {} in {} failed: {}",
+            args[0],
             dir.display(),
-            String::from_utf8_lossy(&output.stderr)
+            reason.join("; ")
         );
     }
     Ok(())
