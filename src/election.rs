@@ -482,7 +482,7 @@ impl Node {
         self.elector.set(Role::Follower, &end.reason());
         let me = self.me.node_id.clone();
         self.elector.info.send_modify(|i| {
-            i.lease_left = None;
+            i.lease_deadline = None;
             if i.node_id.as_deref() == Some(me.as_str()) {
                 i.node_id = None;
                 i.address = None;
@@ -504,16 +504,16 @@ impl Node {
     /// Shows the lease time left on `/v1/leader` and in metrics (zero beyond the
     /// deadline, under failsafe).
     fn publish_lease(&self, deadline: Option<Instant>, epoch: u64) {
-        let left = deadline.map_or(Duration::ZERO, |d| {
-            d.saturating_duration_since(Instant::now())
-        });
+        let now = Instant::now();
+        let deadline = deadline.unwrap_or(now);
+        let left = deadline.saturating_duration_since(now);
         metrics::gauge!(m::LEASE_REMAINING).set(left.as_secs_f64());
         let me = self.me.clone();
         self.elector.info.send_modify(|i| {
             i.node_id = Some(me.node_id);
             i.address = Some(me.address);
             i.epoch = Some(epoch);
-            i.lease_left = Some(left);
+            i.lease_deadline = Some(deadline);
         });
     }
 

@@ -8,6 +8,7 @@
 use std::time::{Duration, SystemTime};
 
 use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::store::Store;
@@ -64,11 +65,21 @@ pub struct LeaderInfo {
     pub node_id: Option<String>,
     pub address: Option<String>,
     pub epoch: Option<u64>,
-    /// Lease time left when this node leads (etcd mode), as of the last renewal.
-    pub lease_left: Option<Duration>,
+    /// When this node's lease runs out by its own clock, while it leads (etcd mode):
+    /// the local deadline of the last renewal, or a past instant once it is beyond it
+    /// (failsafe). See [`LeaderInfo::lease_left`].
+    pub lease_deadline: Option<Instant>,
     pub mode: &'static str,
     /// Whether etcd answered the last query (None without etcd), for `/readyz`.
     pub etcd_reachable: Option<bool>,
+}
+
+impl LeaderInfo {
+    /// Lease time left now (zero beyond the deadline), while this node leads.
+    pub fn lease_left(&self) -> Option<Duration> {
+        self.lease_deadline
+            .map(|d| d.saturating_duration_since(Instant::now()))
+    }
 }
 
 /// The elector's side of a [`Leadership`].
@@ -168,7 +179,7 @@ pub async fn run_standalone(
         node_id: Some(node_id),
         address: Some(address),
         epoch: Some(epoch),
-        lease_left: None,
+        lease_deadline: None,
         mode: "standalone",
         etcd_reachable: None,
     });

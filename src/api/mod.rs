@@ -209,7 +209,7 @@ async fn leader(State(state): State<AppState>) -> impl IntoResponse {
         },
         "epoch": role.epoch(),
         "since_ms": since_ms,
-        "lease_left_ms": info.lease_left.map(|d| d.as_millis() as u64),
+        "lease_left_ms": info.lease_left().map(|d| d.as_millis() as u64),
     }))
 }
 
