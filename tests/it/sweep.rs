@@ -127,7 +127,7 @@ fn producer_fields(e: &Entry) -> Vec<(String, String)> {
 // Each case is a list of `(step, expected)` on stream `s`, group `g`, consumer `c`:
 // - `opts K=V ...`: ack_timeout, max_attempts, backoff, backoff_max (ms), jitter,
 //   random (defaults 200, 2, 0, 0, 0, 0)
-// - `push ID [replace]`: scheduled due now, fields k=ID n=1
+// - `push ID [replace] [p=N] [ttl=MS]`: scheduled due now, fields k=ID n=1
 // - `deliver`: forwards what is due and reads it as `c`; answers `ID@attempt` each
 // - `wait MS`, `ack ID`, `claim ID` (XCLAIM to `c`, resetting idle), `xdel ID`
 // - `sweep ID`: the redeliver script on each entry ID was delivered as, oldest first;
@@ -135,7 +135,8 @@ fn producer_fields(e: &Entry) -> Vec<(String, String)> {
 // - `scan`: message ids of the stale entries the store finds (`-` for foreign ones)
 // - `foreign`: an entry delayq did not write, read by `c`
 // - `fence N` raises the fences; `epoch N` is the sweeping leader's epoch (1)
-// - `hurry ID`: reschedule to now; `get ID`: the state
+// - `hurry ID`: reschedule to now; `get ID`: the state (scheduled: the attempt, and
+//   the priority and whether it expires when they are set)
 // - `dead`: the dead letters: `ID reason attempt=N first=#i last=#j k=..`, where #i
 //   is which delivery of ID in `s` the time matches
 
@@ -220,11 +221,18 @@ impl Case {
                     priority: 0,
                     ttl: None,
                 };
-                let mode = if words.get(2) == Some(&"replace") {
-                    ScheduleMode::Replace
-                } else {
-                    ScheduleMode::New
-                };
+                let mut msg = msg;
+                let mut mode = ScheduleMode::New;
+                for opt in &words[2..] {
+                    match opt.split_once('=') {
+                        Some(("p", n)) => msg.priority = n.parse().unwrap(),
+                        Some(("ttl", n)) => {
+                            msg.ttl = Some(Duration::from_millis(n.parse().unwrap()))
+                        }
+                        None if *opt == "replace" => mode = ScheduleMode::Replace,
+                        _ => panic!("bad option {opt}"),
+                    }
+                }
                 format!(
                     "{:?}",
                     store
@@ -316,7 +324,16 @@ impl Case {
                 String::new()
             }
             "get" => match store.get(&id(1)).await.unwrap() {
-                Status::Scheduled(s) => format!("scheduled attempt={}", s.attempt),
+                Status::Scheduled(s) => {
+                    let mut out = format!("scheduled attempt={}", s.attempt);
+                    if s.priority > 0 {
+                        out += &format!(" p={}", s.priority);
+                    }
+                    if s.expire_at_ms.is_some() {
+                        out += " expires";
+                    }
+                    out
+                }
                 Status::Done(r) => r.state.as_str().to_owned(),
                 other => format!("{other:?}"),
             },
@@ -444,6 +461,28 @@ async fn an_unacknowledged_entry_is_redelivered_then_dead_lettered_once() {
         ),
         ("pending", ""),
         ("deliver", ""),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn a_redelivery_keeps_the_priority_and_the_expiry() {
+    check(&[
+        ("opts max_attempts=3", ""),
+        ("push a p=7 ttl=2000", "scheduled"),
+        ("push b", "scheduled"),
+        ("deliver", "a@1,b@1"),
+        ("wait 250", ""),
+        ("sweep a", "rescheduled 2 in 0s"),
+        ("sweep b", "rescheduled 2 in 0s"),
+        ("get a", "scheduled attempt=2 p=7 expires"),
+        ("get b", "scheduled attempt=2"),
+        ("deliver", "a@2,b@2"),
+        // Past due + ttl, the next redelivery is dead-lettered as expired.
+        ("wait 1900", ""),
+        ("sweep a", "fresh,rescheduled 3 in 0s"),
+        ("deliver", ""),
+        ("get a", "expired"),
     ])
     .await;
 }

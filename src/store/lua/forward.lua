@@ -88,7 +88,7 @@ for i, id in ipairs(ids) do
         -- no first delivery time; a redelivered message keeps its first one.
         local first_delivered = m[9]
         if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
-        rec = record('delivered', entry, now, attempt, stream, first_delivered)
+        rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(m[5]) or 0, m[8])
         forwarded = forwarded + 1
         lateness[forwarded] = now - m[4]
         local count = per_stream[stream]

@@ -6,10 +6,13 @@
 --   The last two are set only on a message redelivered because a consumer group never
 --   acknowledged it (bodies written before them simply end after expire_at_ms).
 -- Terminal record (a shard's records hash, field = id), a string of five or six lines:
---   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream [ "\n" first_delivered_ms ]
+--   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream
+--     [ "\n" first_delivered_ms [ "\n" priority "\n" expire_at_ms ] ]
 --   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none);
 --   first_delivered_ms (delivered and dead only) is when attempt 1 reached the stream;
 --   a delivered record leaves it out when that is its own entry's time (attempt 1).
+--   priority and expire_at_ms (0 = never) are the delivered message's, kept so that a
+--   redelivery keeps them; left out when both are 0.
 -- Records by expiry (a shard's sorted set): score = when records may be forgotten (ms),
 --   member = at_ms "|" id [ "\n" id ... ]: the records written at at_ms, one member for a
 --   whole forward batch. trim forgets a listed id only if its record still carries that
@@ -38,8 +41,14 @@ local function fenced_reply(held, epoch)
   return redis.error_reply('FENCED epoch ' .. epoch .. ' is below the fence ' .. held)
 end
 
-local function record(state, entry_id, at, attempt, stream, first_delivered)
+-- priority and expire_at (a delivered message's, for a redelivery) are written only
+-- when either is not 0, after first_delivered (then written even if empty).
+local function record(state, entry_id, at, attempt, stream, first_delivered, priority, expire_at)
   local rec = state .. '\n' .. entry_id .. '\n' .. at .. '\n' .. attempt .. '\n' .. stream
+  priority, expire_at = priority or 0, expire_at or 0
+  if priority ~= 0 or expire_at ~= 0 then
+    return rec .. '\n' .. (first_delivered or '') .. '\n' .. priority .. '\n' .. expire_at
+  end
   if first_delivered then rec = rec .. '\n' .. first_delivered end
   return rec
 end

@@ -60,6 +60,7 @@ if extra[id_field] ~= id or #fields == 0 then return { 'foreign' } end
 local last_delivered = tonumber(string.match(entry, '^(%d+)'))
 local attempt = tonumber(extra[attempt_field]) or 1
 local first_delivered = last_delivered
+local priority, expire_at = 0, 0
 if redis.call('ZSCORE', KEYS[1], id) then
   redis.call('XACK', stream, group, entry)
   return { 'superseded' }
@@ -73,6 +74,8 @@ if rec then
   end
   attempt = tonumber(parts[4]) or attempt
   first_delivered = tonumber(parts[6] or '') or first_delivered
+  priority = tonumber(parts[7] or '') or 0
+  expire_at = tonumber(parts[8] or '') or 0
 end
 
 local now = now_ms()
@@ -101,11 +104,12 @@ local delay = math.min(tonumber(ARGV[8]) * 2 ^ (attempt - 1), tonumber(ARGV[9]))
 delay = math.floor(delay * (1 - tonumber(ARGV[10]) * tonumber(ARGV[11])))
 local due = now + delay
 local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with consumer ' .. consumer .. ' in group ' .. group
--- Priority, creation time and ttl are not kept past a delivery; a redelivery runs
--- at priority 0 with no ttl.
-local body = { 1, stream, fields, due, 0, now, attempt + 1, 0, first_delivered, why }
+-- Priority and the expiry time (due + ttl) come from the delivery record; a redelivery
+-- due past its expiry is dead-lettered as expired by the forward, like any message.
+-- The creation time is the redelivery's.
+local body = { 1, stream, fields, due, priority, now, attempt + 1, expire_at, first_delivered, why }
 redis.call('HSET', KEYS[2], id, cmsgpack.pack(body))
-redis.call('ZADD', KEYS[1], score_of(due, 0), id)
+redis.call('ZADD', KEYS[1], score_of(due, priority), id)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
