@@ -324,7 +324,10 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         nodes[first.0].name, first.1
     ));
 
-    let traffic = Traffic::new(nodes.len());
+    let mut clock = load::RedisClock::connect(&target.redis_url())
+        .await
+        .context("connect to Redis")?;
+    let traffic = Traffic::new(nodes.len(), clock.now_ms().await?);
     let stop_consumer = CancellationToken::new();
     let consumer = tokio::spawn(load::consume(
         target.redis_url(),
@@ -367,7 +370,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
 
     let mut results: Vec<Vec<RoundResult>> = Vec::new();
     for scenario in &scenarios {
-        traffic.next_phase();
+        traffic.next_phase(clock.now_ms().await.context("read Redis's clock")?);
         let mut rounds = Vec::new();
         for r in 0..args.rounds {
             bar.set_message(format!(

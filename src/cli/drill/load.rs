@@ -16,8 +16,10 @@ use super::target::Node;
 
 /// What the drill knows about its messages. Phase 0 is the steady run before the
 /// first scenario; phase `k` is the `k`-th scenario. A message belongs to the
-/// phase during which it fell due (it was sent `delay` before), so that a
-/// scenario is charged with the lateness its faults caused.
+/// phase during which it fell due or, if it was still undelivered when a later
+/// phase began, to that phase: a message due a moment before a fault and not yet
+/// forwarded when the fault struck is late because of the fault, so the scenario
+/// is charged with all the lateness its faults caused. Both times are Redis's.
 #[derive(Default)]
 pub struct Ledger {
     /// Accepted by a node: id → (when it was sent, due time in Redis ms).
@@ -75,14 +77,19 @@ impl Ledger {
 
     /// Counts per phase; phase `k` began at `starts[k]`. Deliveries of ids never
     /// pushed by this drill are ignored (the stream is the drill's own).
-    pub fn count(&self, starts: &[Instant], delay: Duration) -> Vec<PhaseCount> {
+    pub fn count(&self, starts: &[PhaseStart], delay: Duration) -> Vec<PhaseCount> {
         let mut out = vec![PhaseCount::default(); starts.len()];
-        let phase_of = |sent_at: Instant| {
+        // By Redis time: the later of the due time and the first delivery (or the due
+        // time alone for a message never delivered).
+        let phase_at = |ms: u64| starts.iter().filter(|s| s.redis_ms <= ms).count().max(1) - 1;
+        // Unconfirmed pushes have no due time: when they were sent, plus the delay.
+        let phase_sent = |sent_at: Instant| {
             let due = sent_at + delay;
-            starts.iter().filter(|s| **s <= due).count().max(1) - 1
+            starts.iter().filter(|s| s.at <= due).count().max(1) - 1
         };
-        for (id, &(sent_at, due)) in &self.sent {
-            let c = &mut out[phase_of(sent_at)];
+        for (id, &(_, due)) in &self.sent {
+            let first = self.delivered.get(id).map(|times| times[0]);
+            let c = &mut out[phase_at(first.map_or(due, |f| f.max(due)))];
             c.sent += 1;
             match self.delivered.get(id) {
                 Some(times) => {
@@ -95,7 +102,7 @@ impl Ledger {
             }
         }
         for (id, &sent_at) in &self.unconfirmed {
-            let c = &mut out[phase_of(sent_at)];
+            let c = &mut out[phase_sent(sent_at)];
             c.unconfirmed += 1;
             // It did get in: it counts, but without a due time, no lateness.
             if let Some(times) = self.delivered.get(id) {
@@ -108,20 +115,31 @@ impl Ledger {
     }
 }
 
+/// When a phase began, by this process's clock and by Redis's.
+#[derive(Clone, Copy, Debug)]
+pub struct PhaseStart {
+    pub at: Instant,
+    pub redis_ms: u64,
+}
+
 /// Shared between the drill and its traffic tasks.
 pub struct Traffic {
     pub ledger: Mutex<Ledger>,
     /// When each phase began.
-    pub phase_starts: Mutex<Vec<Instant>>,
+    pub phase_starts: Mutex<Vec<PhaseStart>>,
     /// Which nodes to send to now (a node down or paused is skipped).
     pub up: Vec<AtomicBool>,
 }
 
 impl Traffic {
-    pub fn new(nodes: usize) -> Arc<Traffic> {
+    /// Phase 0 begins now, at `redis_ms` by Redis's clock.
+    pub fn new(nodes: usize, redis_ms: u64) -> Arc<Traffic> {
         Arc::new(Traffic {
             ledger: Mutex::new(Ledger::default()),
-            phase_starts: Mutex::new(vec![Instant::now()]),
+            phase_starts: Mutex::new(vec![PhaseStart {
+                at: Instant::now(),
+                redis_ms,
+            }]),
             up: (0..nodes).map(|_| AtomicBool::new(true)).collect(),
         })
     }
@@ -134,12 +152,15 @@ impl Traffic {
         self.ledger.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Starts the next phase now.
-    pub fn next_phase(&self) {
+    /// Starts the next phase now, at `redis_ms` by Redis's clock.
+    pub fn next_phase(&self, redis_ms: u64) {
         self.phase_starts
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(Instant::now());
+            .push(PhaseStart {
+                at: Instant::now(),
+                redis_ms,
+            });
     }
 
     pub fn count(&self, delay: Duration) -> Vec<PhaseCount> {
@@ -258,6 +279,21 @@ async fn push_one(
     None
 }
 
+/// Redis's clock, for phase boundaries that compare with due and entry times.
+pub struct RedisClock(redis::aio::MultiplexedConnection);
+
+impl RedisClock {
+    pub async fn connect(redis_url: &str) -> anyhow::Result<RedisClock> {
+        let client = redis::Client::open(redis_url)?;
+        Ok(RedisClock(client.get_multiplexed_async_connection().await?))
+    }
+
+    pub async fn now_ms(&mut self) -> anyhow::Result<u64> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.0).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+}
+
 /// Reads the stream from the start until `cancel`, on a connection of its own
 /// (a blocking read on a shared connection would stall everything behind it).
 pub async fn consume(
@@ -326,20 +362,27 @@ mod tests {
     fn counts_per_phase_by_due_time() {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        // Phases begin at 0, 1000 and 2000 ms; messages are due 500 ms after sending.
-        let starts = [at(0), at(1000), at(2000)];
+        // Phases begin at 0, 1000 and 2000 ms (Redis: 9500, 10_500 and 20_500 ms);
+        // messages are due 500 ms after sending.
+        let start = |ms: u64, redis_ms: u64| PhaseStart {
+            at: at(ms),
+            redis_ms,
+        };
+        let starts = [start(0, 9500), start(1000, 10_500), start(2000, 20_500)];
         let delay = Duration::from_millis(500);
         let mut l = Ledger::default();
         l.sent("a".into(), at(0), 10_000);
-        l.sent("b".into(), at(600), 10_000); // due at 1100: phase 1
+        l.sent("b".into(), at(600), 10_500); // due as phase 1 begins
         l.sent("c".into(), at(1200), 20_000);
-        l.sent("d".into(), at(1600), 30_000); // due at 2100: phase 2
+        l.sent("d".into(), at(1600), 30_000); // never delivered: phase 2 by its due time
+        l.sent("g".into(), at(1300), 20_499); // due in phase 1, delivered in phase 2
         l.unconfirmed("e".into(), at(1800));
         l.unconfirmed("f".into(), at(1900));
         l.delivered("a".into(), 10_005);
         l.delivered("b".into(), 12_500);
         l.delivered("b".into(), 12_600);
         l.delivered("c".into(), 20_001);
+        l.delivered("g".into(), 22_499);
         l.delivered("e".into(), 3000);
         l.delivered("stranger".into(), 1);
         let counts = l.count(&starts, delay);
@@ -358,17 +401,18 @@ mod tests {
                 sent: 2,
                 delivered: 2,
                 duplicated: 1,
-                max_lateness_ms: 2500,
+                max_lateness_ms: 2000,
                 ..PhaseCount::default()
             }
         );
         assert_eq!(
             counts[2],
             PhaseCount {
-                sent: 2,
-                delivered: 1,
+                sent: 3,
+                delivered: 2,
                 lost: 1,
                 unconfirmed: 2,
+                max_lateness_ms: 2000,
                 ..PhaseCount::default()
             }
         );
@@ -382,7 +426,11 @@ mod tests {
         l.unconfirmed("a".into(), t0);
         l.sent("a".into(), t0, 10);
         l.unconfirmed("a".into(), t0);
-        let counts = l.count(&[t0], Duration::ZERO);
+        let start = PhaseStart {
+            at: t0,
+            redis_ms: 0,
+        };
+        let counts = l.count(&[start], Duration::ZERO);
         assert_eq!(counts[0].unconfirmed, 0);
         assert_eq!(counts[0].lost, 1);
     }

@@ -190,7 +190,7 @@ pub(super) fn print_table(report: &Value) {
         "\ntakeover: fault → another node leads under a newer epoch (etcd: longest stretch with no leader)."
     );
     println!(
-        "lateness: stream entry time − due time, both Redis's clock; per scenario, the messages that fell due during it."
+        "lateness: stream entry time − due time, both Redis's clock; per scenario, the messages that fell due during it or were still undelivered when it began."
     );
     let unconfirmed = report["total"]["unconfirmed_pushes"].as_u64().unwrap_or(0);
     if unconfirmed > 0 {
