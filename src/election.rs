@@ -46,6 +46,12 @@ const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long a node that resigned stays out of the race, so that another takes
 /// over (those already campaigning win within milliseconds).
 const RESIGN_PAUSE: Duration = Duration::from_secs(1);
+/// How often a standby whose campaign has not returned asks etcd who leads. When
+/// the answer is its own key twice running, the campaign is stuck and is sent
+/// again, which returns at once (the key is already first in line). Seen after etcd
+/// members restart: the member serving a campaign can leave it waiting until etcd's
+/// request timeout, seconds after the leader before it resigned.
+const STUCK_CAMPAIGN_CHECK: Duration = Duration::from_millis(100);
 /// Bound on each of resign and revoke when a term ends, so shutdown stays fast
 /// even when etcd is gone.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -385,6 +391,10 @@ impl Node {
                 lease.id,
             );
             tokio::pin!(attempt);
+            let sent = Instant::now();
+            let mut check = tokio::time::interval(STUCK_CAMPAIGN_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let mut named_leader = 0;
             let failure = loop {
                 tokio::select! {
                     _ = self.cancel.cancelled() => return Err(Next::Stop),
@@ -398,12 +408,34 @@ impl Node {
                     result = &mut attempt => match result {
                         Ok(mut resp) => match resp.take_leader() {
                             Some(key) => return Ok(key),
-                            None => break anyhow!("etcd answered the campaign without a leader key"),
+                            None => break Some(anyhow!("etcd answered the campaign without a leader key")),
                         },
-                        Err(e) => break anyhow::Error::from(e),
+                        Err(e) => break Some(anyhow::Error::from(e)),
                     },
+                    _ = check.tick() => {
+                        if self.etcd_names_leader(lease.id).await {
+                            named_leader += 1;
+                        } else {
+                            named_leader = 0;
+                        }
+                        if named_leader >= 2 {
+                            break None;
+                        }
+                    }
                 }
             };
+            let Some(failure) = failure else {
+                tracing::info!(
+                    "etcd names this node leader but its campaign has not returned; campaigning again at once"
+                );
+                continue;
+            };
+            // A campaign that stood a while before failing (its etcd member went away,
+            // or etcd timed it out when the leader resigned) is no failure streak: the
+            // next one goes out after the first, short delay, not a grown one.
+            if sent.elapsed() > Duration::from_secs(1) {
+                retry.reset();
+            }
             let delay = retry.next_delay();
             tracing::warn!(error = %failure, retry_in = ?delay, "campaign failed");
             tokio::select! {
@@ -411,6 +443,18 @@ impl Node {
                 _ = tokio::time::sleep(delay) => {}
             }
         }
+    }
+
+    /// Whether etcd's current leader key is this node's (made with `lease_id`);
+    /// false when etcd does not answer soon.
+    async fn etcd_names_leader(&self, lease_id: i64) -> bool {
+        let mut election = self.client.election_client();
+        let asked = tokio::time::timeout(
+            STUCK_CAMPAIGN_CHECK * 5,
+            election.leader(self.config.election_prefix.clone()),
+        )
+        .await;
+        matches!(asked, Ok(Ok(resp)) if resp.kv().is_some_and(|kv| kv.lease() == lease_id))
     }
 
     /// Leads until the term ends, and says why it ended. The role is `Follower`
