@@ -279,21 +279,6 @@ async fn push_one(
     None
 }
 
-/// Redis's clock, for phase boundaries that compare with due and entry times.
-pub struct RedisClock(redis::aio::MultiplexedConnection);
-
-impl RedisClock {
-    pub async fn connect(redis_url: &str) -> anyhow::Result<RedisClock> {
-        let client = redis::Client::open(redis_url)?;
-        Ok(RedisClock(client.get_multiplexed_async_connection().await?))
-    }
-
-    pub async fn now_ms(&mut self) -> anyhow::Result<u64> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.0).await?;
-        Ok(secs * 1000 + micros / 1000)
-    }
-}
-
 /// Reads the stream from the start until `cancel`, on a connection of its own
 /// (a blocking read on a shared connection would stall everything behind it).
 pub async fn consume(
