@@ -497,17 +497,8 @@ impl DelayqProcess {
 
     /// SIGTERM, then waits up to `timeout` for the exit status.
     pub fn terminate(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        signal(&child, libc::SIGTERM);
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        kill_and_wait(&mut child);
-        None
+        self.signal(libc::SIGTERM);
+        self.wait_exit(timeout)
     }
 
     /// Waits up to `timeout` for the process to exit by itself (after a signal sent
