@@ -210,11 +210,11 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             call(&target, reqwest::Method::POST, "/v1/messages", Some(body)).await
         }
         ClientCommand::Get { id, target } => {
-            let path = format!("/v1/messages/{}", path_segment(&id));
+            let path = format!("/v1/messages/{}", encode(&id));
             call(&target, reqwest::Method::GET, &path, None).await
         }
         ClientCommand::Cancel { id, target } => {
-            let path = format!("/v1/messages/{}", path_segment(&id));
+            let path = format!("/v1/messages/{}", encode(&id));
             call(&target, reqwest::Method::DELETE, &path, None).await
         }
         ClientCommand::Reschedule {
@@ -233,7 +233,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                     return ExitCode::from(EXIT_REFUSED);
                 }
             };
-            let path = format!("/v1/messages/{}/reschedule", path_segment(&id));
+            let path = format!("/v1/messages/{}/reschedule", encode(&id));
             call(&target, reqwest::Method::POST, &path, Some(body)).await
         }
         ClientCommand::Stats { target } => {
@@ -255,12 +255,13 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
     }
 }
 
-/// An id as one path segment: ids are `[A-Za-z0-9._:-]`, anything else is escaped
-/// so the daemon sees (and refuses) it as it is, rather than as another path.
-fn path_segment(id: &str) -> String {
-    id.bytes()
+/// Percent-encodes an id, a stream name or a query value as one URL component:
+/// anything but unreserved characters and ':' is escaped, so the daemon sees (and
+/// judges) the text as it is, rather than as another path or parameter.
+pub(super) fn encode(text: &str) -> String {
+    text.bytes()
         .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b':' | b'-' => {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b':' | b'-' | b'~' => {
                 (b as char).to_string()
             }
             other => format!("%{other:02X}"),

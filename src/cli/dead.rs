@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::client::Target;
+use super::client::{Target, encode};
 
 #[derive(Subcommand, Debug)]
 pub enum DeadCommand {
@@ -226,16 +226,4 @@ async fn request(
         value["detail"].as_str().unwrap_or("")
     );
     Err(ExitCode::from(super::client::exit_code(status)))
-}
-
-/// Percent-encodes a path segment or query value (stream names may hold ':' or '/').
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            other => format!("%{other:02X}"),
-        })
-        .collect()
 }
