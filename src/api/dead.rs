@@ -103,26 +103,33 @@ pub async fn list(
     let (stream, dead_stream) = streams(&state, &stream)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
-    let (id_field, attempt_field) = state.own_fields();
-    let letters = state
-        .store
-        .dead_letters(
-            &dead_stream,
-            after.as_deref(),
-            limit,
-            id_field,
-            attempt_field,
-        )
-        .await?;
-    let next = (letters.len() == limit)
-        .then(|| letters.last().map(|l| l.entry_id.clone()))
-        .flatten();
+    let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
+    let (_, attempt_field) = state.own_fields();
     Ok(Json(json!({
         "stream": stream,
         "dead_letter_stream": dead_stream,
         "entries": letters.iter().map(|l| letter_json(l, attempt_field)).collect::<Vec<_>>(),
         "next": next,
     })))
+}
+
+/// Up to `limit` dead letters after `after`, and the cursor of the next page (None:
+/// this one reached the end).
+async fn page(
+    state: &AppState,
+    dead_stream: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<DeadLetter>, Option<String>), ApiError> {
+    let (id_field, attempt_field) = state.own_fields();
+    let letters = state
+        .store
+        .dead_letters(dead_stream, after, limit, id_field, attempt_field)
+        .await?;
+    let next = (letters.len() == limit)
+        .then(|| letters.last().map(|l| l.entry_id.clone()))
+        .flatten();
+    Ok((letters, next))
 }
 
 /// Which dead letters a replay or purge is about.
@@ -210,23 +217,15 @@ async fn select(
     dead_stream: &str,
     selection: &Selection,
 ) -> Result<(Vec<DeadLetter>, Vec<String>, Option<String>), ApiError> {
-    let (id_field, attempt_field) = state.own_fields();
     match selection {
         Selection::All { after, limit } => {
-            let limit = limit.unwrap_or(MAX_LIMIT);
-            let letters = state
-                .store
-                .dead_letters(
-                    dead_stream,
-                    after.as_deref(),
-                    limit,
-                    id_field,
-                    attempt_field,
-                )
-                .await?;
-            let next = (letters.len() == limit)
-                .then(|| letters.last().map(|l| l.entry_id.clone()))
-                .flatten();
+            let (letters, next) = page(
+                state,
+                dead_stream,
+                after.as_deref(),
+                limit.unwrap_or(MAX_LIMIT),
+            )
+            .await?;
             Ok((letters, Vec::new(), next))
         }
         Selection::Ids(ids) => {
@@ -234,19 +233,9 @@ async fn select(
             let mut seen = BTreeSet::new();
             let mut cursor: Option<String> = None;
             loop {
-                let page = state
-                    .store
-                    .dead_letters(
-                        dead_stream,
-                        cursor.as_deref(),
-                        SCAN_PAGE,
-                        id_field,
-                        attempt_field,
-                    )
-                    .await?;
-                let full = page.len() == SCAN_PAGE;
-                cursor = page.last().map(|l| l.entry_id.clone());
-                for letter in page {
+                let (letters, next) =
+                    page(state, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
+                for letter in letters {
                     if let Some(id) = letter
                         .message_id
                         .as_ref()
@@ -256,7 +245,8 @@ async fn select(
                         found.push(letter);
                     }
                 }
-                if !full {
+                cursor = next;
+                if cursor.is_none() {
                     break;
                 }
             }
