@@ -192,6 +192,15 @@ impl Bench {
         Ok(started.elapsed())
     }
 
+    /// The inbox stream of the bench's config.
+    fn inbox_stream(&self) -> anyhow::Result<String> {
+        let inbox = self.config.inbox.as_ref();
+        Ok(inbox
+            .context("the bench config enables the inbox")?
+            .stream
+            .clone())
+    }
+
     /// Waits until `n` messages are pending (or a generous deadline passes).
     async fn wait_pending(&self, n: u64, started: Instant) -> anyhow::Result<u64> {
         let deadline = started + Duration::from_secs(60) + Duration::from_millis(n);
@@ -208,13 +217,7 @@ impl Bench {
     /// until every one is scheduled.
     pub async fn ingest_inbox_drain(&self, n: u64) -> anyhow::Result<Json> {
         self.flush().await?;
-        let inbox = self
-            .config
-            .inbox
-            .as_ref()
-            .context("the bench config enables the inbox")?
-            .stream
-            .clone();
+        let inbox = self.inbox_stream()?;
         let mut conn = self.conn.clone();
         let produced_in = self.fill_inbox(&inbox, 0, n).await?;
         let load = measure::load_average();
@@ -241,13 +244,7 @@ impl Bench {
     /// the last is scheduled (producer and delayq sharing Redis, as in production).
     pub async fn ingest_inbox(&self, n: u64) -> anyhow::Result<Json> {
         self.flush().await?;
-        let inbox = self
-            .config
-            .inbox
-            .as_ref()
-            .context("the bench config enables the inbox")?
-            .stream
-            .clone();
+        let inbox = self.inbox_stream()?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest-inbox").await?;
         let load = measure::load_average();
