@@ -413,16 +413,34 @@ async fn campaigners(etcd: &mut etcd_client::Client) -> Vec<(String, i64)> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigkill_of_the_leader_fails_over_within_the_ttl_without_loss() {
-    let cluster = Arc::new(tokio::sync::RwLock::new(Cluster::start(1, true).await));
-    let (mut leader, _) = cluster
+/// A cluster with `etcd_members` etcd members (failsafe on), shared between the test
+/// and its monitor; once it has a leader (returned with its epoch), a producer's load
+/// runs and the monitor watches who leads.
+async fn under_load(
+    etcd_members: usize,
+) -> (
+    Arc<tokio::sync::RwLock<Cluster>>,
+    usize,
+    u64,
+    Producer,
+    Monitor,
+) {
+    let cluster = Arc::new(tokio::sync::RwLock::new(
+        Cluster::start(etcd_members, true).await,
+    ));
+    let (leader, epoch) = cluster
         .read()
         .await
         .wait_leader(Duration::from_secs(5), &[])
         .await;
     let producer = Producer::start(&cluster.read().await.store);
     let monitor = Monitor::start(&cluster);
+    (cluster, leader, epoch, producer, monitor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_leader_fails_over_within_the_ttl_without_loss() {
+    let (cluster, mut leader, _, producer, monitor) = under_load(1).await;
     let mut takeovers = Vec::new();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -449,14 +467,7 @@ async fn sigkill_of_the_leader_fails_over_within_the_ttl_without_loss() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_and_resign_hand_over_at_once_without_loss() {
-    let cluster = Arc::new(tokio::sync::RwLock::new(Cluster::start(1, true).await));
-    let (mut leader, _) = cluster
-        .read()
-        .await
-        .wait_leader(Duration::from_secs(5), &[])
-        .await;
-    let producer = Producer::start(&cluster.read().await.store);
-    let monitor = Monitor::start(&cluster);
+    let (cluster, mut leader, _, producer, monitor) = under_load(1).await;
     let mut handovers = Vec::new();
     for _ in 0..3 {
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -670,14 +681,7 @@ async fn a_leader_cut_off_from_etcd_alone_is_stopped_by_the_fence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_etcd_restart_keeps_or_reforms_leadership_without_loss() {
-    let cluster = Arc::new(tokio::sync::RwLock::new(Cluster::start(1, true).await));
-    let (_, before) = cluster
-        .read()
-        .await
-        .wait_leader(Duration::from_secs(5), &[])
-        .await;
-    let producer = Producer::start(&cluster.read().await.store);
-    let monitor = Monitor::start(&cluster);
+    let (cluster, _, before, producer, monitor) = under_load(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     {
         let mut c = cluster.write().await;
@@ -784,14 +788,7 @@ async fn without_failsafe_forwarding_stops_at_the_lease_deadline_while_etcd_is_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_one_of_three_etcd_members_does_not_interrupt_forwarding() {
-    let cluster = Arc::new(tokio::sync::RwLock::new(Cluster::start(3, true).await));
-    let (leader, epoch) = cluster
-        .read()
-        .await
-        .wait_leader(Duration::from_secs(5), &[])
-        .await;
-    let producer = Producer::start(&cluster.read().await.store);
-    let monitor = Monitor::start(&cluster);
+    let (cluster, leader, epoch, producer, monitor) = under_load(3).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Kill etcd's own raft leader: the harder case (an etcd election follows).
@@ -833,14 +830,7 @@ async fn losing_one_of_three_etcd_members_does_not_interrupt_forwarding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_the_leader_key_by_hand_makes_the_leader_step_down() {
-    let cluster = Arc::new(tokio::sync::RwLock::new(Cluster::start(1, true).await));
-    let (leader, epoch) = cluster
-        .read()
-        .await
-        .wait_leader(Duration::from_secs(5), &[])
-        .await;
-    let producer = Producer::start(&cluster.read().await.store);
-    let monitor = Monitor::start(&cluster);
+    let (cluster, leader, epoch, producer, monitor) = under_load(1).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let mut etcd = etcd_client(&cluster.read().await.etcd[0].endpoint()).await;
