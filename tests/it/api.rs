@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{Env, eventually};
+use crate::support::{Env, eventually, metrics};
 
 const CONFIG: &str = "[streams]\nallow = [\"orders\", \"billing:*\"]\n[api]\nmax_message_bytes = 1000\nmax_delay = \"1d\"\n";
 
@@ -364,15 +364,7 @@ async fn health_leader_and_metrics_endpoints() {
         std::time::Duration::from_secs(5),
         "forward metrics",
         || async {
-            let text = env
-                .http
-                .get(env.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+            let text = metrics(&env.http, env.url("/metrics")).await.unwrap();
             text.contains("delayq_messages_forwarded_total{stream=\"orders\"}")
                 .then_some(text)
         },

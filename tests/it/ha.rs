@@ -171,19 +171,10 @@ impl Cluster {
 
     /// The sum of a counter on node `i`'s `/metrics`.
     async fn counter(&self, i: usize, name: &str) -> f64 {
-        let text = self
-            .http
-            .get(self.nodes[i].url("/metrics"))
-            .send()
+        let text = support::metrics(&self.http, self.nodes[i].url("/metrics"))
             .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("metrics text");
-        text.lines()
-            .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+            .expect("metrics");
+        support::counter(&text, name)
     }
 
     /// Entries of the target stream.
@@ -875,21 +866,8 @@ async fn a_fence_left_by_an_older_etcd_cluster_is_reported_and_can_be_reset() {
         Duration::from_secs(5),
         "the new leader is fenced",
         || async {
-            let text = http
-                .get(node.url("/metrics"))
-                .send()
-                .await
-                .ok()?
-                .text()
-                .await
-                .ok()?;
-            let n = text
-                .lines()
-                .find(|l| l.starts_with("delayq_fenced_total "))?
-                .rsplit(' ')
-                .next()?
-                .parse::<f64>()
-                .ok()?;
+            let text = support::metrics(&http, node.url("/metrics")).await?;
+            let n = support::counter(&text, "delayq_fenced_total");
             fenced.store(n as usize, Ordering::Relaxed);
             (n >= 1.0).then_some(())
         },

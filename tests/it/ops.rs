@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{delayq_bin, eventually, patience};
+use crate::support::{delayq_bin, eventually, metrics, patience};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -221,14 +221,7 @@ async fn sighup_reloads_the_allow_list_and_log_level_and_keeps_the_rest() {
     assert!(node.full_log().contains("redis.shards: must be 1 to 1024"));
     assert_eq!(post_status(&http, &node, "billing-us").await, 201);
     assert_eq!(post_status(&http, &node, "payroll").await, 403);
-    let metrics = http
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics(&http, node.url("/metrics")).await.unwrap();
     assert!(metrics.contains("delayq_config_reloads_total{result=\"applied\"} 1"));
     assert!(metrics.contains("delayq_config_reloads_total{result=\"refused\"} 1"));
 }
@@ -948,14 +941,7 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
         .await
         .unwrap();
     let text = eventually(Duration::from_secs(10), "forwarded and counted", || async {
-        let text = http
-            .get(node.url("/metrics"))
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
+        let text = metrics(&http, node.url("/metrics")).await?;
         (text.contains("delayq_messages_forwarded_total{stream=\"s\"} 1")
             && text.contains("delayq_keepalive_seconds"))
         .then_some(text)

@@ -244,3 +244,16 @@ pub fn entries(conn: &mut redis::Connection, stream: &str) -> Vec<Entry> {
         }
     }
 }
+
+/// A node's `/metrics` text at `url`; None if it does not answer.
+pub async fn metrics(http: &reqwest::Client, url: String) -> Option<String> {
+    http.get(url).send().await.ok()?.text().await.ok()
+}
+
+/// The sum of a counter's series in a `/metrics` text (0 if it has none).
+pub fn counter(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

@@ -11,7 +11,7 @@ use delayq::store::{RedeliverOptions, Redelivered, ScheduleMode, Status, StoreEr
 use redis::Value;
 use serde_json::json;
 
-use crate::support::{Bare, Entry, Env, delayq_bin, entries, eventually};
+use crate::support::{self, Bare, Entry, Env, delayq_bin, entries, eventually};
 
 const STREAM: &str = "s";
 const GROUP: &str = "g";
@@ -717,13 +717,7 @@ async fn consumers_that_do_not_ack_in_time_get_the_message_again() {
             false
         ),
     );
-    let metrics = env
-        .http
-        .get(env.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
+    let metrics = support::metrics(&env.http, env.url("/metrics"))
         .await
         .unwrap();
     assert!(
@@ -987,15 +981,7 @@ async fn a_group_that_does_not_exist_yet_is_waited_for_quietly() {
         .await
         .unwrap();
     assert_eq!(resp.status(), 201);
-    let metrics = || async {
-        http.get(node.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
-    };
+    let metrics = || async { support::metrics(&http, node.url("/metrics")).await.unwrap() };
     let missing = format!("delayq_sweep_group_missing{{stream=\"{stream}\",group=\"{GROUP}\"}}");
     let m = eventually(
         Duration::from_secs(5),
