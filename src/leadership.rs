@@ -175,6 +175,15 @@ pub async fn run_standalone(
             }
         }
     };
+    // The role first: whoever sees the standalone details (the service manager's
+    // READY, `/v1/leader`) then also sees this node leading.
+    elector.set(
+        Role::Leader(Term {
+            epoch,
+            since: SystemTime::now(),
+        }),
+        "standalone: no etcd configured",
+    );
     elector.info.send_replace(LeaderInfo {
         node_id: Some(node_id),
         address: Some(address),
@@ -183,13 +192,6 @@ pub async fn run_standalone(
         mode: "standalone",
         etcd_reachable: None,
     });
-    elector.set(
-        Role::Leader(Term {
-            epoch,
-            since: SystemTime::now(),
-        }),
-        "standalone: no etcd configured",
-    );
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
