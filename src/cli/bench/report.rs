@@ -377,6 +377,28 @@ fn lost_dup(r: &Json) -> String {
     )
 }
 
+/// Whether a row's scenario name begins with `prefix` ("ingest-http", "failover-kill").
+fn scenario_starts_with(row: &Json, prefix: &str) -> bool {
+    row["scenario"]
+        .as_str()
+        .is_some_and(|s| s.starts_with(prefix))
+}
+
+/// Appends a section: its title, then a table whose columns are named in `columns`
+/// ("a | b | c"), with one line per row. Nothing at all when there are no rows.
+fn table(md: &mut String, title: &str, columns: &str, rows: impl Iterator<Item = Vec<String>>) {
+    let mut rows = rows.peekable();
+    if rows.peek().is_none() {
+        return;
+    }
+    let _ = writeln!(md, "\n## {title}\n");
+    let _ = writeln!(md, "| {columns} |");
+    let _ = writeln!(md, "|{}", "---|".repeat(columns.split(" | ").count()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+}
+
 pub fn markdown(report: &Json) -> String {
     let mut md = String::new();
     let m = &report["machine"];
@@ -448,82 +470,70 @@ pub fn markdown(report: &Json) -> String {
         );
     }
 
-    let header = "| lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms) |";
-    let bursts: Vec<&Json> = rows.iter().filter(|r| r["scenario"] == "burst").collect();
-    if !bursts.is_empty() {
-        let _ = writeln!(md, "\n## Burst: N messages due at one instant, drained\n");
-        let _ = writeln!(
-            md,
-            "| system | N | run | load | drain (msg/s) | vs ceiling | vs BullMQ {header} bytes/pending | lost / dup |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|---|");
-        for r in &bursts {
-            let same = |system: &str| {
-                find(
-                    &rows,
-                    system,
-                    "burst",
-                    &r["run"],
-                    "messages",
-                    &r["messages"],
-                )
-            };
-            let vs = |system: &str| {
-                if r["system"] != "delayq" {
-                    return "–".to_owned();
+    // Columns every drain table shares.
+    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms)";
+    let burst_rows = rows.iter().filter(|r| r["scenario"] == "burst").map(|r| {
+        let vs = |system: &str| {
+            if r["system"] != "delayq" {
+                return "–".to_owned();
+            }
+            find(
+                &rows,
+                system,
+                "burst",
+                &r["run"],
+                "messages",
+                &r["messages"],
+            )
+            .and_then(|o| ratio(&r["throughput_per_sec"], &o["throughput_per_sec"]))
+            .map_or("–".to_owned(), |x| {
+                if system == "ceiling" {
+                    format!("{:.0}%", x * 100.0)
+                } else {
+                    format!("{x}×")
                 }
-                same(system)
-                    .and_then(|o| ratio(&r["throughput_per_sec"], &o["throughput_per_sec"]))
-                    .map_or("–".to_owned(), |x| {
-                        if system == "ceiling" {
-                            format!("{:.0}%", x * 100.0)
-                        } else {
-                            format!("{x}×")
-                        }
-                    })
-            };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-                text(&r["system"]),
-                text(&r["messages"]),
-                text(&r["run"]),
-                text(&r["load_average"]),
-                text(&r["throughput_per_sec"]),
-                vs("ceiling"),
-                vs("bullmq"),
-                lateness(r),
-                cpu(r),
-                stalls(r),
-                text(&r["bytes_per_pending_message"]),
-                lost_dup(r),
-            );
-        }
-    }
+            })
+        };
+        vec![
+            text(&r["system"]),
+            text(&r["messages"]),
+            text(&r["run"]),
+            text(&r["load_average"]),
+            text(&r["throughput_per_sec"]),
+            vs("ceiling"),
+            vs("bullmq"),
+            lateness(r),
+            cpu(r),
+            stalls(r),
+            text(&r["bytes_per_pending_message"]),
+            lost_dup(r),
+        ]
+    });
+    table(
+        &mut md,
+        "Burst: N messages due at one instant, drained",
+        &format!(
+            "system | N | run | load | drain (msg/s) | vs ceiling | vs BullMQ | {measured} | bytes/pending | lost / dup"
+        ),
+        burst_rows,
+    );
 
-    let spreads: Vec<&Json> = rows
+    let spread_rows = rows
         .iter()
         .filter(|r| r["scenario"] == "spread" || r["scenario"] == "backlog-spread")
-        .collect();
-    if !spreads.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## Spread: a steady rate, each message due {} ms after it is sent\n",
-            text(&p["spread_delay_ms"])
-        );
-        let _ = writeln!(
-            md,
-            "| system | scenario | rate (msg/s) | run | load | sent (msg/s) {header} lost / dup | on time (p99 < 10 ms) |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|");
-        for r in &spreads {
+        .map(|r| {
             let scenario = match r["backlog"].as_u64() {
                 Some(n) => format!("spread over a backlog of {}", text(&json!(n))),
                 None => "spread".to_owned(),
             };
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            let on_time = if r["on_time"] == true {
+                "yes"
+            } else if r["producer_kept_up"] == false {
+                "no (producer behind)"
+            } else {
+                "no"
+            };
+            vec![
                 text(&r["system"]),
                 scenario,
                 text(&r["rate_per_sec"]),
@@ -534,78 +544,56 @@ pub fn markdown(report: &Json) -> String {
                 cpu(r),
                 stalls(r),
                 lost_dup(r),
-                if r["on_time"] == true {
-                    "yes"
-                } else if r["producer_kept_up"] == false {
-                    "no (producer behind)"
-                } else {
-                    "no"
-                },
-            );
-        }
-    }
+                on_time.to_owned(),
+            ]
+        });
+    table(
+        &mut md,
+        &format!(
+            "Spread: a steady rate, each message due {} ms after it is sent",
+            text(&p["spread_delay_ms"])
+        ),
+        &format!(
+            "system | scenario | rate (msg/s) | run | load | sent (msg/s) | {measured} | lost / dup | on time (p99 < 10 ms)"
+        ),
+        spread_rows,
+    );
 
-    let ingest: Vec<&Json> = rows
+    let ingest_rows = rows
         .iter()
-        .filter(|r| {
-            r["scenario"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("ingest"))
-        })
-        .collect();
-    if !ingest.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)\n"
-        );
-        let _ = writeln!(
-            md,
-            "| path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq | Redis unresponsive: probe / longest event (ms) | lost / dup |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-        for r in &ingest {
+        .filter(|r| scenario_starts_with(r, "ingest"))
+        .map(|r| {
             let q = &r["request_ms"];
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} / {} / {} / {} | {} | {} | {} |",
+            vec![
                 text(&r["scenario"]),
                 text(&r["messages"]),
                 text(&r["run"]),
                 text(&r["load_average"]),
                 text(&r["throughput_per_sec"]),
-                text(&q["p50"]),
-                text(&q["p99"]),
-                text(&q["p99_9"]),
-                text(&q["max"]),
+                format!(
+                    "{} / {} / {} / {}",
+                    text(&q["p50"]),
+                    text(&q["p99"]),
+                    text(&q["p99_9"]),
+                    text(&q["max"])
+                ),
                 cpu(r),
                 stalls(r),
                 lost_dup(r),
-            );
-        }
-    }
+            ]
+        });
+    table(
+        &mut md,
+        "Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)",
+        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq | Redis unresponsive: probe / longest event (ms) | lost / dup",
+        ingest_rows,
+    );
 
-    let failovers: Vec<&Json> = rows
+    let failover_rows = rows
         .iter()
-        .filter(|r| {
-            r["scenario"]
-                .as_str()
-                .is_some_and(|s| s.starts_with("failover"))
-        })
-        .collect();
-    if !failovers.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## Failover under load: two daemons elected through etcd, the leader stopped mid-spread\n"
-        );
-        let _ = writeln!(
-            md,
-            "| stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup |"
-        );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
-        for r in &failovers {
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        .filter(|r| scenario_starts_with(r, "failover"))
+        .map(|r| {
+            vec![
                 r["scenario"]
                     .as_str()
                     .unwrap_or("")
@@ -620,37 +608,36 @@ pub fn markdown(report: &Json) -> String {
                 text(&r["forwarding_gap_ms"]),
                 lateness(r),
                 lost_dup(r),
-            );
-        }
-    }
+            ]
+        });
+    table(
+        &mut md,
+        "Failover under load: two daemons elected through etcd, the leader stopped mid-spread",
+        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
+        failover_rows,
+    );
 
-    let reference = report["redis_benchmark"]
+    let reference_rows = report["redis_benchmark"]
         .as_array()
-        .cloned()
-        .unwrap_or_default();
-    if !reference.is_empty() {
-        let _ = writeln!(
-            md,
-            "\n## redis-benchmark on the same Redis (requests/s, 50 connections)\n"
-        );
-        let _ = writeln!(
-            md,
-            "| run | load | XADD | XADD, pipeline 16 | ZADD | ZADD, pipeline 16 |\n|---|---|---|---|---|---|"
-        );
-        for r in &reference {
+        .into_iter()
+        .flatten()
+        .map(|r| {
             let x = &r["results"];
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} | {} | {} | {} |",
+            vec![
                 text(&r["run"]),
                 text(&r["load_average"]),
                 text(&x["xadd_p1_per_sec"]),
                 text(&x["xadd_p16_per_sec"]),
                 text(&x["zadd_p1_per_sec"]),
                 text(&x["zadd_p16_per_sec"]),
-            );
-        }
-    }
+            ]
+        });
+    table(
+        &mut md,
+        "redis-benchmark on the same Redis (requests/s, 50 connections)",
+        "run | load | XADD | XADD, pipeline 16 | ZADD | ZADD, pipeline 16",
+        reference_rows,
+    );
     let _ = writeln!(md, "\nWhat each figure means: bench/README.md.");
     md
 }
