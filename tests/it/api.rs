@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::support::{Env, eventually, metrics};
+use crate::support::{Env, assert_refused, eventually, metrics};
 
 const CONFIG: &str = "[streams]\nallow = [\"orders\", \"billing:*\"]\n[api]\nmax_message_bytes = 1000\nmax_delay = \"1d\"\n";
 
@@ -19,12 +19,10 @@ fn check<'a>(
     let caller = std::panic::Location::caller();
     async move {
         let (got_status, got) = env.post_raw("/v1/messages", body).await;
-        assert_eq!(got_status, status, "{body} → {got} (case at {caller})");
-        assert_eq!(got["error"], code, "{body} → {got} (case at {caller})");
-        let detail = got["detail"].as_str().unwrap_or_default();
-        assert!(
-            detail.contains(detail_part),
-            "{body} → detail {detail:?} should mention {detail_part:?} (case at {caller})"
+        assert_refused(
+            (got_status, &got),
+            (status, code, detail_part),
+            &format!("{body} (case at {caller})"),
         );
     }
 }

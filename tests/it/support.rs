@@ -257,3 +257,23 @@ pub fn counter(text: &str, name: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Asserts that an API answer is the refusal expected: its status, its error code
+/// (`"error"`) and a `"detail"` that mentions `detail_part`. `case` names the case
+/// in a failure message.
+#[track_caller]
+pub fn assert_refused(
+    (status, answer): (u16, &serde_json::Value),
+    (want_status, code, detail_part): (u16, &str, &str),
+    case: &str,
+) {
+    assert_eq!(status, want_status, "{case}: status; answer {answer}");
+    assert_eq!(answer["error"], code, "{case}: error code; answer {answer}");
+    let detail = answer["detail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{case}: no detail in {answer}"));
+    assert!(
+        detail.contains(detail_part),
+        "{case}: detail {detail:?} should mention {detail_part:?}"
+    );
+}

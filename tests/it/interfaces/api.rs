@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{TOKEN, redis, request, strict};
-use crate::support::{Env, entries, eventually};
+use crate::support::{Env, assert_refused, entries, eventually};
 
 /// One bad (or good) request and what it must be answered with.
 struct Case {
@@ -43,19 +43,10 @@ fn case(
 
 async fn check(env: &Env, c: &Case) {
     let (status, answer) = request(env, c.method, c.path, c.token, c.body.as_deref()).await;
-    let where_ = format!("case at line {}: {} {}", c.line, c.method, c.path);
-    assert_eq!(status, c.status, "{where_}: status; answer {answer}");
-    assert_eq!(
-        answer["error"], c.code,
-        "{where_}: error code; answer {answer}"
-    );
-    let detail = answer["detail"]
-        .as_str()
-        .unwrap_or_else(|| panic!("{where_}: no detail in {answer}"));
-    assert!(
-        detail.contains(c.detail),
-        "{where_}: detail {detail:?} should contain {:?}",
-        c.detail
+    assert_refused(
+        (status, &answer),
+        (c.status, c.code, c.detail),
+        &format!("case at line {}: {} {}", c.line, c.method, c.path),
     );
 }
 
@@ -272,17 +263,10 @@ async fn push_batch_get_reschedule_cancel_and_delivery() {
         Some(r#"{"delay":"1m"}"#),
     )
     .await;
-    assert_eq!(
-        (status, answer["error"].as_str()),
-        (409, Some("already_final")),
-        "{answer}"
-    );
-    assert!(
-        answer["detail"]
-            .as_str()
-            .unwrap()
-            .contains("already cancelled"),
-        "{answer}"
+    assert_refused(
+        (status, &answer),
+        (409, "already_final", "already cancelled"),
+        "reschedule after cancel",
     );
     let (status, answer) = request(&env, "DELETE", "/v1/messages/o-soon", Some(TOKEN), None).await;
     assert_eq!(
@@ -483,17 +467,10 @@ async fn redis_down_is_503_for_single_and_batch_pushes() {
     ];
     for (path, body) in cases {
         let (status, answer) = env.post(path, body).await;
-        assert_eq!(
-            (status, answer["error"].as_str()),
-            (503, Some("unavailable")),
-            "{path}: {answer}"
-        );
-        assert!(
-            answer["detail"]
-                .as_str()
-                .unwrap()
-                .contains("storage unavailable"),
-            "{answer}"
+        assert_refused(
+            (status, &answer),
+            (503, "unavailable", "storage unavailable"),
+            path,
         );
     }
     env.stop().await;

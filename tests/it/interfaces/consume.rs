@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{TOKEN, redis, request, strict};
-use crate::support::{Env, eventually, patience};
+use crate::support::{Env, assert_refused, eventually, patience};
 
 fn pending_count(conn: &mut redis::Connection, stream: &str, group: &str) -> u64 {
     let reply: redis::Value = redis::cmd("XPENDING")
@@ -174,14 +174,10 @@ async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked
         },
     )
     .await;
-    assert_eq!(
-        (status, answer["error"].as_str()),
-        (503, Some("busy")),
-        "{answer}"
-    );
-    assert!(
-        answer["detail"].as_str().unwrap().contains("api.max_polls"),
-        "{answer}"
+    assert_refused(
+        (status, &answer),
+        (503, "busy", "api.max_polls"),
+        "a poll over api.max_polls",
     );
     assert_eq!(holder.await.unwrap(), 200);
 
@@ -195,13 +191,9 @@ async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked
     let (status, answer) = env
         .get("/v1/streams/not-a-stream/next?group=g&consumer=c&wait=0")
         .await;
-    assert_eq!(
-        (status, answer["error"].as_str()),
-        (409, Some("corrupt")),
-        "{answer}"
-    );
-    assert!(
-        answer["detail"].as_str().unwrap().contains("not-a-stream"),
-        "{answer}"
+    assert_refused(
+        (status, &answer),
+        (409, "corrupt", "not-a-stream"),
+        "a poll on a key that is not a stream",
     );
 }
