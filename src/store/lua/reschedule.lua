@@ -23,12 +23,8 @@ local m, why = decode_body(body)
 if not m then return redis.error_reply('CORRUPT message ' .. id .. ': ' .. why) end
 
 local now = now_ms()
-local due = tonumber(ARGV[4])
-if ARGV[3] == 'in' then due = now + due end
-if due - now > tonumber(ARGV[5]) then
-  return redis.error_reply('TOO_FAR due time ' .. due .. ' is more than max_delay ' .. ARGV[5] .. ' ms after now ' .. now)
-end
-if due < now then due = now end
+local due, too_far = resolve_due(ARGV[3], ARGV[4], ARGV[5], now)
+if not due then return redis.error_reply(too_far) end
 
 -- A ttl counts from the due time, so it moves with it.
 if m[8] > 0 then m[8] = due + (m[8] - m[4]) end
