@@ -354,6 +354,17 @@ pub struct InboxConfig {
     pub reclaim_after: Duration,
 }
 
+impl InboxConfig {
+    /// The inbox's streams and group, as the store reads and acknowledges them.
+    pub fn queue(&self) -> crate::store::InboxQueue {
+        crate::store::InboxQueue {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+            rejected_stream: self.rejected_stream.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct StreamsConfig {
     pub allow: Vec<String>,

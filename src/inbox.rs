@@ -66,11 +66,7 @@ pub async fn run(config: Arc<Config>, store: Store, cancel: CancellationToken) {
     let Some(inbox) = config.inbox.clone() else {
         return;
     };
-    let queue = InboxQueue {
-        stream: inbox.stream.clone(),
-        group: inbox.group.clone(),
-        rejected_stream: inbox.rejected_stream.clone(),
-    };
+    let queue = inbox.queue();
     let worker = Worker {
         config: config.clone(),
         inbox,

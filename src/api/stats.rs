@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
 use crate::metrics::{LatenessSummary, lateness_summary};
-use crate::store::InboxQueue;
+use crate::config::InboxConfig;
 
 /// Most scheduled messages looked at to count them per stream; past it the counts
 /// are marked inexact rather than holding the request (and Redis) for long.
@@ -15,23 +15,25 @@ const STREAM_COUNT_LIMIT: usize = 200_000;
 
 pub async fn stats(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let store = &state.store;
-    let inbox = state.config.inbox.as_ref().map(|i| InboxQueue {
-        stream: i.stream.clone(),
-        group: i.group.clone(),
-        rejected_stream: i.rejected_stream.clone(),
-    });
-    let (per_shard, next_due, per_stream, now) = tokio::try_join!(
+    let inbox = state.config.inbox.as_ref().map(InboxConfig::queue);
+    let inbox_stats = async {
+        match &inbox {
+            Some(queue) => store.inbox_stats(queue).await.map(Some),
+            None => Ok(None),
+        }
+    };
+    let (per_shard, next_due, per_stream, now, inbox_stats) = tokio::try_join!(
         store.pending_per_shard(),
         store.next_due_ms(),
         store.pending_per_stream(STREAM_COUNT_LIMIT),
         store.now_ms(),
+        inbox_stats,
     )?;
-    let inbox = match &inbox {
-        Some(queue) => {
-            let s = store.inbox_stats(queue).await?;
+    let inbox = match (&inbox, inbox_stats) {
+        (Some(queue), Some(s)) => {
             json!({ "stream": queue.stream, "length": s.length, "pending": s.pending })
         }
-        None => Value::Null,
+        _ => Value::Null,
     };
     let role = state.leadership.current();
     let info = state.leadership.info();
