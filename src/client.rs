@@ -315,16 +315,7 @@ impl Producer {
     /// ```
     pub async fn reschedule(&self, id: &str, due: Due) -> Result<Rescheduled> {
         let id = MessageId::parse(id)?;
-        if let Due::In(delay) = due
-            && delay > self.limits.max_delay
-        {
-            return Err(InvalidMessage::Delay(format!(
-                "delay {}: longer than max_delay {}",
-                humantime::format_duration(delay),
-                humantime::format_duration(self.limits.max_delay)
-            ))
-            .into());
-        }
+        self.limits.check_delay(due)?;
         Ok(self
             .store
             .reschedule(&id, due, self.limits.max_delay)

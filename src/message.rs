@@ -132,15 +132,7 @@ impl NewMessage {
                 self.priority
             )));
         }
-        if let Due::In(delay) = self.due
-            && delay > limits.max_delay
-        {
-            return Err(InvalidMessage::Delay(format!(
-                "delay {}: longer than max_delay {}",
-                humantime::format_duration(delay),
-                humantime::format_duration(limits.max_delay)
-            )));
-        }
+        limits.check_delay(self.due)?;
         if self.ttl.is_some_and(|ttl| ttl.is_zero()) {
             return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
         }
@@ -187,6 +179,21 @@ pub struct Limits {
     pub max_delay: Duration,
     pub max_message_bytes: usize,
     pub max_fields: usize,
+}
+
+impl Limits {
+    /// Refuses a relative delay longer than `max_delay`. An absolute time is
+    /// checked against Redis's clock by the scripts instead.
+    pub fn check_delay(&self, due: Due) -> Result<(), InvalidMessage> {
+        match due {
+            Due::In(delay) if delay > self.max_delay => Err(InvalidMessage::Delay(format!(
+                "delay {}: longer than max_delay {}",
+                humantime::format_duration(delay),
+                humantime::format_duration(self.max_delay)
+            ))),
+            _ => Ok(()),
+        }
+    }
 }
 
 impl Default for Limits {

@@ -229,8 +229,9 @@ fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
 }
 
 fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
-    let given: Vec<&str> = ["delay", "delay_ms", "deliver_at"]
-        .into_iter()
+    let given: Vec<&str> = DUE_KEYS
+        .iter()
+        .copied()
         .filter(|k| obj.contains_key(*k))
         .collect();
     match given[..] {
@@ -523,7 +524,8 @@ impl ItemResult {
     }
 }
 
-const RESCHEDULE_KEYS: &[&str] = &["delay", "delay_ms", "deliver_at"];
+/// The fields that say when a message is due; a request gives exactly one.
+const DUE_KEYS: &[&str] = &["delay", "delay_ms", "deliver_at"];
 
 /// `POST /v1/messages/{id}/reschedule`: a new due time (`delay`, `delay_ms` or
 /// `deliver_at`) for a message still scheduled; fields, priority and ttl stay.
@@ -537,23 +539,15 @@ pub async fn reschedule(
     let obj = value.as_object().ok_or_else(|| {
         ApiError::malformed("body must be a JSON object such as {\"delay\": \"5m\"}")
     })?;
-    if let Some(unknown) = obj.keys().find(|k| !RESCHEDULE_KEYS.contains(&k.as_str())) {
+    if let Some(unknown) = obj.keys().find(|k| !DUE_KEYS.contains(&k.as_str())) {
         return Err(ApiError::invalid(format!(
             "{unknown}: unknown field (known: {})",
-            RESCHEDULE_KEYS.join(", ")
+            DUE_KEYS.join(", ")
         )));
     }
     let due = parse_due(obj)?;
     let limits = &state.config.api.limits;
-    if let Due::In(delay) = due
-        && delay > limits.max_delay
-    {
-        return Err(ApiError::invalid(format!(
-            "delay {}: longer than max_delay {}",
-            humantime::format_duration(delay),
-            humantime::format_duration(limits.max_delay)
-        )));
-    }
+    limits.check_delay(due)?;
     match state.store.reschedule(&id, due, limits.max_delay).await? {
         Rescheduled::Rescheduled { due_ms } => {
             metrics::counter!(m::RESCHEDULED).increment(1);

@@ -6,8 +6,8 @@ use axum::extract::State;
 use serde_json::{Value, json};
 
 use super::{ApiError, AppState};
-use crate::metrics::{LatenessSummary, lateness_summary};
 use crate::config::InboxConfig;
+use crate::metrics::{LatenessSummary, lateness_summary};
 
 /// Most scheduled messages looked at to count them per stream; past it the counts
 /// are marked inexact rather than holding the request (and Redis) for long.
