@@ -22,9 +22,6 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::store::Store;
-
 use load::{Load, Traffic};
 use probe::{settle, wait_single_leader, wait_takeover, watch_leadership};
 use report::{RoundResult, build_report, ms, print_table};
@@ -328,15 +325,10 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     ));
 
     // Redis's clock, for phase boundaries comparable with due and entry times.
-    let clock = Store::connect(
-        &Config::from_toml(
-            &format!("[redis]\nurl = \"{}\"\n", target.redis_url()),
-            std::iter::empty(),
-        )?
-        .store_config(),
-    )
-    .await
-    .context("connect to Redis")?;
+    let connection = crate::client::Producer::connect(&target.redis_url())
+        .await
+        .context("connect to Redis")?;
+    let clock = connection.store();
     let traffic = Traffic::new(nodes.len(), clock.now_ms().await?);
     let stop_consumer = CancellationToken::new();
     let consumer = tokio::spawn(load::consume(
