@@ -22,8 +22,8 @@ use super::target::Node;
 /// is charged with all the lateness its faults caused. Both times are Redis's.
 #[derive(Default)]
 pub struct Ledger {
-    /// Accepted by a node: id → (when it was sent, due time in Redis ms).
-    sent: HashMap<String, (Instant, u64)>,
+    /// Accepted by a node: id → due time in Redis ms.
+    sent: HashMap<String, u64>,
     /// Every attempt failed (timeouts, refusals); the message may or may not exist.
     unconfirmed: HashMap<String, Instant>,
     /// id → stream entry times (Redis ms), one per delivery.
@@ -44,9 +44,9 @@ pub struct PhaseCount {
 }
 
 impl Ledger {
-    pub fn sent(&mut self, id: String, sent_at: Instant, due_ms: u64) {
+    pub fn sent(&mut self, id: String, due_ms: u64) {
         self.unconfirmed.remove(&id);
-        self.sent.insert(id, (sent_at, due_ms));
+        self.sent.insert(id, due_ms);
     }
 
     pub fn unconfirmed(&mut self, id: String, sent_at: Instant) {
@@ -87,11 +87,11 @@ impl Ledger {
             let due = sent_at + delay;
             starts.iter().filter(|s| s.at <= due).count().max(1) - 1
         };
-        for (id, &(_, due)) in &self.sent {
-            let first = self.delivered.get(id).map(|times| times[0]);
-            let c = &mut out[phase_at(first.map_or(due, |f| f.max(due)))];
+        for (id, &due) in &self.sent {
+            let delivered = self.delivered.get(id);
+            let c = &mut out[phase_at(delivered.map_or(due, |times| times[0].max(due)))];
             c.sent += 1;
-            match self.delivered.get(id) {
+            match delivered {
                 Some(times) => {
                     c.delivered += 1;
                     c.duplicated += times.len() as u64 - 1;
@@ -229,7 +229,7 @@ pub async fn produce(load: Load, traffic: Arc<Traffic>, cancel: CancellationToke
         tasks.spawn(async move {
             let _permit = permit;
             match push_one(&http, &load, &traffic, &id, n as usize).await {
-                Some(due) => traffic.ledger().sent(id, sent_at, due),
+                Some(due) => traffic.ledger().sent(id, due),
                 None => traffic.ledger().unconfirmed(id, sent_at),
             }
         });
@@ -356,11 +356,11 @@ mod tests {
         let starts = [start(0, 9500), start(1000, 10_500), start(2000, 20_500)];
         let delay = Duration::from_millis(500);
         let mut l = Ledger::default();
-        l.sent("a".into(), at(0), 10_000);
-        l.sent("b".into(), at(600), 10_500); // due as phase 1 begins
-        l.sent("c".into(), at(1200), 20_000);
-        l.sent("d".into(), at(1600), 30_000); // never delivered: phase 2 by its due time
-        l.sent("g".into(), at(1300), 20_499); // due in phase 1, delivered in phase 2
+        l.sent("a".into(), 10_000);
+        l.sent("b".into(), 10_500); // due as phase 1 begins
+        l.sent("c".into(), 20_000);
+        l.sent("d".into(), 30_000); // never delivered: phase 2 by its due time
+        l.sent("g".into(), 20_499); // due in phase 1, delivered in phase 2
         l.unconfirmed("e".into(), at(1800));
         l.unconfirmed("f".into(), at(1900));
         l.delivered("a".into(), 10_005);
@@ -409,7 +409,7 @@ mod tests {
         let t0 = Instant::now();
         let mut l = Ledger::default();
         l.unconfirmed("a".into(), t0);
-        l.sent("a".into(), t0, 10);
+        l.sent("a".into(), 10);
         l.unconfirmed("a".into(), t0);
         let start = PhaseStart {
             at: t0,
