@@ -477,7 +477,7 @@ impl Node {
             }),
             "won the etcd election",
         );
-        self.publish_lease(Some(state.deadline), epoch);
+        self.publish_lease(state.deadline, epoch);
 
         // Past the deadline under failsafe: the deadline timer is off until a
         // renewal moves the deadline again.
@@ -501,7 +501,7 @@ impl Node {
                         }
                         beyond_deadline = false;
                         told_unreachable = false;
-                        self.publish_lease(Some(state.deadline), epoch);
+                        self.publish_lease(state.deadline, epoch);
                     }
                     Contact::Unreachable => if !told_unreachable {
                         told_unreachable = true;
@@ -516,7 +516,7 @@ impl Node {
                         AtDeadline::KeepLeading => {
                             beyond_deadline = true;
                             tracing::warn!(epoch, "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence");
-                            self.publish_lease(None, epoch);
+                            self.publish_lease(deadline, epoch);
                         }
                     }
                 }
@@ -545,12 +545,10 @@ impl Node {
         end
     }
 
-    /// Shows the lease time left on `/v1/leader` and in metrics (zero beyond the
-    /// deadline, under failsafe).
-    fn publish_lease(&self, deadline: Option<Instant>, epoch: u64) {
-        let now = Instant::now();
-        let deadline = deadline.unwrap_or(now);
-        let left = deadline.saturating_duration_since(now);
+    /// Shows the lease time left on `/v1/leader` and in metrics (zero once the
+    /// deadline has passed, under failsafe).
+    fn publish_lease(&self, deadline: Instant, epoch: u64) {
+        let left = deadline.saturating_duration_since(Instant::now());
         metrics::gauge!(m::LEASE_REMAINING).set(left.as_secs_f64());
         let me = self.me.clone();
         self.elector.info.send_modify(|i| {
