@@ -505,9 +505,10 @@ impl Config {
     /// Why a producer may not target `stream`, if it may not: delayq's own keys and
     /// streams, and names outside `streams.allow`. The text names the rule.
     pub fn target_refusal(&self, stream: &str) -> Option<String> {
-        let prefix = &self.redis.prefix;
-        if stream.starts_with(&format!("{{{prefix}:")) || stream.starts_with(&format!("{prefix}:"))
-        {
+        let prefix = self.redis.prefix.as_str();
+        // "<prefix>:…" or "{<prefix>:…", checked without building either pattern.
+        let own = |s: &str| s.strip_prefix(prefix).is_some_and(|r| r.starts_with(':'));
+        if own(stream) || stream.strip_prefix('{').is_some_and(own) {
             return Some(format!(
                 "stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"
             ));
