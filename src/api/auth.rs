@@ -1,6 +1,7 @@
 //! Bearer tokens: with `api.tokens` set, every `/v1/*` request must carry
-//! `Authorization: Bearer <one of them>`. Health, leader and metrics endpoints stay
-//! open for load balancers and scrapers.
+//! `Authorization: Bearer <one of them>`, `/v1/leader` and `/v1/admin/resign`
+//! included. `/healthz`, `/readyz`, `/leader` and `/metrics` stay open for load
+//! balancers and scrapers.
 
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
