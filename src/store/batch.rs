@@ -132,23 +132,14 @@ impl Store {
             .chunks(3)
             .map(|v| {
                 let (status, due, detail) = (text(&v[0])?, int(&v[1])?.max(0) as u64, text(&v[2])?);
-                Ok(match status.as_str() {
-                    "scheduled" => Ok(Scheduled::Scheduled { due_ms: due }),
-                    "replaced" => Ok(Scheduled::Replaced { due_ms: due }),
-                    "duplicate" => Ok(Scheduled::Duplicate {
-                        due_ms: (due > 0).then_some(due),
-                        state: detail,
-                    }),
-                    "too_far" => Err(StoreError::TooFar(
-                        detail
-                            .strip_prefix("TOO_FAR ")
-                            .unwrap_or(&detail)
-                            .to_owned(),
-                    )),
-                    other => {
-                        return Err(StoreError::Reply(format!("schedule_batch said {other:?}")));
-                    }
-                })
+                if status == "too_far" {
+                    let detail = detail.strip_prefix("TOO_FAR ").unwrap_or(&detail);
+                    return Ok(Err(StoreError::TooFar(detail.to_owned())));
+                }
+                match Scheduled::from_reply(&status, due, || Ok(detail))? {
+                    Some(scheduled) => Ok(Ok(scheduled)),
+                    None => Err(StoreError::Reply(format!("schedule_batch said {status:?}"))),
+                }
             })
             .collect()
     }

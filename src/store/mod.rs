@@ -183,6 +183,27 @@ pub enum Scheduled {
     },
 }
 
+impl Scheduled {
+    /// Reads a schedule script's answer for one message: its status, due time and,
+    /// for a duplicate only, the state it is in (`state` is not called otherwise).
+    /// None for a status the scripts do not give.
+    fn from_reply(
+        status: &str,
+        due: u64,
+        state: impl FnOnce() -> Result<String>,
+    ) -> Result<Option<Scheduled>> {
+        Ok(Some(match status {
+            "scheduled" => Scheduled::Scheduled { due_ms: due },
+            "replaced" => Scheduled::Replaced { due_ms: due },
+            "duplicate" => Scheduled::Duplicate {
+                due_ms: (due > 0).then_some(due),
+                state: state()?,
+            },
+            _ => return Ok(None),
+        }))
+    }
+}
+
 /// Final states, kept on record for the retention window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecordState {
@@ -375,15 +396,8 @@ impl Store {
         let items = array(reply)?;
         let status = string_at(&items, 0)?;
         let due = int_at(&items, 1)?;
-        Ok(match status.as_str() {
-            "scheduled" => Scheduled::Scheduled { due_ms: due },
-            "replaced" => Scheduled::Replaced { due_ms: due },
-            "duplicate" => Scheduled::Duplicate {
-                due_ms: (due > 0).then_some(due),
-                state: string_at(&items, 2)?,
-            },
-            other => return Err(StoreError::Reply(format!("schedule said {other:?}"))),
-        })
+        Scheduled::from_reply(&status, due, || string_at(&items, 2))?
+            .ok_or_else(|| StoreError::Reply(format!("schedule said {status:?}")))
     }
 
     pub async fn get(&self, id: &MessageId) -> Result<Status> {
