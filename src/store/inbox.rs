@@ -9,7 +9,7 @@ use std::time::Duration;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use super::streams::{RawEntry, ensure_group, entry_list, read_reply, within};
+use super::streams::{RawEntry, ensure_group, entry_list, read_reply, within, xreadgroup};
 use super::{Result, Store, StoreError, array, text};
 
 /// Names of the inbox stream, its group and its rejected stream.
@@ -143,16 +143,14 @@ impl InboxReader {
         count: usize,
         block: Option<Duration>,
     ) -> Result<Vec<InboxEntry>> {
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(&self.queue.group)
-            .arg(&self.consumer)
-            .arg("COUNT")
-            .arg(count);
-        if let Some(block) = block {
-            cmd.arg("BLOCK").arg(block.as_millis().max(1) as u64);
-        }
-        cmd.arg("STREAMS").arg(&self.queue.stream).arg(from);
+        let cmd = xreadgroup(
+            &self.queue.group,
+            &self.consumer,
+            count,
+            block,
+            &self.queue.stream,
+            from,
+        );
         let conn = &mut self.conn;
         let limit = block.unwrap_or_default() + self.timeout;
         let reply: Value = within(limit, async { Ok(cmd.query_async(conn).await?) }).await?;

@@ -196,16 +196,8 @@ async fn read_group(
     count: usize,
     wait: Duration,
 ) -> Result<Vec<RawEntry>> {
-    let mut cmd = redis::cmd("XREADGROUP");
-    cmd.arg("GROUP")
-        .arg(group)
-        .arg(consumer)
-        .arg("COUNT")
-        .arg(count);
-    if !wait.is_zero() {
-        cmd.arg("BLOCK").arg(wait.as_millis().max(1) as u64);
-    }
-    cmd.arg("STREAMS").arg(stream).arg(">");
+    let block = (!wait.is_zero()).then_some(wait);
+    let cmd = xreadgroup(group, consumer, count, block, stream, ">");
     let reply: Value = match cmd.query_async(conn).await {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("NOGROUP") => {
@@ -220,6 +212,29 @@ async fn read_group(
 }
 
 /// Entries of an XREADGROUP reply for one stream (Nil when the wait ran out).
+/// `XREADGROUP GROUP group consumer COUNT count [BLOCK ms] STREAMS stream from`;
+/// a block shorter than a millisecond still blocks (BLOCK 0 would wait forever).
+pub(super) fn xreadgroup(
+    group: &str,
+    consumer: &str,
+    count: usize,
+    block: Option<Duration>,
+    stream: &str,
+    from: &str,
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("XREADGROUP");
+    cmd.arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count);
+    if let Some(block) = block {
+        cmd.arg("BLOCK").arg(block.as_millis().max(1) as u64);
+    }
+    cmd.arg("STREAMS").arg(stream).arg(from);
+    cmd
+}
+
 pub(super) fn read_reply(reply: Value) -> Result<Vec<RawEntry>> {
     let streams = match reply {
         Value::Nil => return Ok(Vec::new()),
