@@ -10,7 +10,6 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
 use serde_json::{Value as Json, json};
 
 use super::Bench;
@@ -40,19 +39,6 @@ impl Stop {
 }
 
 impl Bench {
-    async fn leads(&self, node: &DelayqProcess) -> bool {
-        match self
-            .http
-            .get(node.url("/leader"))
-            .timeout(Duration::from_millis(500))
-            .send()
-            .await
-        {
-            Ok(resp) => resp.status().is_success(),
-            Err(_) => false,
-        }
-    }
-
     /// A spread at `rate` with the leader stopped by `stop` after `stop_after`.
     pub async fn failover(
         &self,
@@ -72,17 +58,7 @@ impl Bench {
             etcd.endpoint(),
             lease_ttl.as_secs()
         );
-        let mut leader = DelayqProcess::start(&self.delayq_bin, "bench-a", &config)?;
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.leads(&leader).await {
-            if Instant::now() > deadline {
-                bail!(
-                    "the first delayq did not lead within 20s; its log:\n{}",
-                    leader.log()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let mut leader = self.start_delayq_with("bench-a", &config).await?;
         let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &config)?;
         // Let the standby's campaign reach etcd before the leader is stopped.
         tokio::time::sleep(Duration::from_millis(500)).await;

@@ -344,12 +344,7 @@ impl Bench {
             .await?;
         let leader = self.start_delayq("bench-warm-up").await?;
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let mut conn = self.conn.clone();
-        while redis::AsyncCommands::xlen::<_, u64>(&mut conn, "bench:warm-up").await? == 0
-            && std::time::Instant::now() < deadline
-        {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        self.wait_for_entries("bench:warm-up", 1, deadline).await?;
         drop(leader);
         self.flush().await
     }

@@ -71,13 +71,19 @@ impl Bench {
 
     /// A `delayq run` process on the bench Redis, leading once this returns.
     pub async fn start_delayq(&self, name: &str) -> anyhow::Result<DelayqProcess> {
-        let process = DelayqProcess::start(&self.delayq_bin, name, &self.delayq_config)?;
-        let url = process.url("/leader");
+        self.start_delayq_with(name, &self.delayq_config).await
+    }
+
+    /// A `delayq run` process with `config`, leading once this returns.
+    pub(super) async fn start_delayq_with(
+        &self,
+        name: &str,
+        config: &str,
+    ) -> anyhow::Result<DelayqProcess> {
+        let process = DelayqProcess::start(&self.delayq_bin, name, config)?;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
-            if let Ok(resp) = self.http.get(&url).send().await
-                && resp.status().is_success()
-            {
+            if self.leads(&process).await {
                 return Ok(process);
             }
             if Instant::now() > deadline {
@@ -87,6 +93,20 @@ impl Bench {
                 );
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Whether `node` answers `/leader` with success (it leads).
+    pub(super) async fn leads(&self, node: &DelayqProcess) -> bool {
+        match self
+            .http
+            .get(node.url("/leader"))
+            .timeout(Duration::from_millis(500))
+            .send()
+            .await
+        {
+            Ok(resp) => resp.status().is_success(),
+            Err(_) => false,
         }
     }
 
