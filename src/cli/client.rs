@@ -191,15 +191,9 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                     return ExitCode::from(EXIT_REFUSED);
                 }
             }
-            match (delay, at) {
-                (Some(d), _) => body["delay"] = Value::String(d),
-                (None, Some(a)) => {
-                    body["deliver_at"] = a
-                        .parse::<u64>()
-                        .map(Value::from)
-                        .unwrap_or(Value::String(a));
-                }
-                (None, None) => body["delay_ms"] = Value::from(0),
+            match due_field(delay, at) {
+                Some((name, value)) => body[name] = value,
+                None => body["delay_ms"] = Value::from(0),
             }
             if let Some(id) = id {
                 body["id"] = Value::String(id);
@@ -223,16 +217,11 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             at,
             target,
         } => {
-            let body = match (delay, at) {
-                (Some(d), _) => json!({ "delay": d }),
-                (None, Some(a)) => {
-                    json!({ "deliver_at": a.parse::<u64>().map(Value::from).unwrap_or(Value::String(a)) })
-                }
-                (None, None) => {
-                    eprintln!("delayq: give --delay or --at");
-                    return ExitCode::from(EXIT_REFUSED);
-                }
+            let Some((name, value)) = due_field(delay, at) else {
+                eprintln!("delayq: give --delay or --at");
+                return ExitCode::from(EXIT_REFUSED);
             };
+            let body = json!({ name: value });
             let path = format!("/v1/messages/{}/reschedule", encode(&id));
             call(&target, reqwest::Method::POST, &path, Some(body)).await
         }
@@ -252,6 +241,21 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Resign { target } => {
             call(&target, reqwest::Method::POST, "/v1/admin/resign", None).await
         }
+    }
+}
+
+/// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else
+/// RFC 3339 text); None when neither was given.
+fn due_field(delay: Option<String>, at: Option<String>) -> Option<(&'static str, Value)> {
+    match (delay, at) {
+        (Some(d), _) => Some(("delay", Value::String(d))),
+        (None, Some(a)) => Some((
+            "deliver_at",
+            a.parse::<u64>()
+                .map(Value::from)
+                .unwrap_or(Value::String(a)),
+        )),
+        (None, None) => None,
     }
 }
 
@@ -278,6 +282,41 @@ async fn call(
     call_with(target, method, path, body, print_human).await
 }
 
+/// Sends one request (with the target's token, if any): the status and the JSON
+/// answer (Null when it is not JSON), or the exit code of an unreachable daemon,
+/// reported on stderr.
+pub(super) async fn send(
+    target: &Target,
+    method: reqwest::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<(reqwest::StatusCode, Value), ExitCode> {
+    let url = format!("{}{}", target.url.trim_end_matches('/'), path);
+    let mut req = reqwest::Client::new().request(method, &url);
+    if let Some(token) = &target.token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        req = req.json(&body);
+    }
+    let resp = req.send().await.map_err(|e| {
+        eprintln!("delayq: cannot reach {url}: {e}");
+        ExitCode::from(EXIT_UNREACHABLE)
+    })?;
+    let status = resp.status();
+    Ok((status, resp.json().await.unwrap_or(Value::Null)))
+}
+
+/// Reports a refusal on stderr: the status, the error code and the detail.
+pub(super) fn report_refusal(status: reqwest::StatusCode, answer: &Value) {
+    eprintln!(
+        "delayq: {} {}: {}",
+        status.as_u16(),
+        answer["error"].as_str().unwrap_or("error"),
+        answer["detail"].as_str().unwrap_or("")
+    );
+}
+
 /// Sends one request; prints the answer (`render` for people, raw with `--json`)
 /// or the error, and turns the status into an exit code.
 async fn call_with(
@@ -287,35 +326,16 @@ async fn call_with(
     body: Option<Value>,
     render: fn(&Value),
 ) -> ExitCode {
-    let url = format!("{}{}", target.url.trim_end_matches('/'), path);
-    let client = reqwest::Client::new();
-    let mut req = client.request(method, &url);
-    if let Some(token) = &target.token {
-        req = req.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = match req.send().await {
-        Ok(resp) => resp,
-        Err(e) => {
-            eprintln!("delayq: cannot reach {url}: {e}");
-            return ExitCode::from(EXIT_UNREACHABLE);
-        }
+    let (status, value) = match send(target, method, path, body).await {
+        Ok(answer) => answer,
+        Err(code) => return code,
     };
-    let status = resp.status();
-    let value: Value = resp.json().await.unwrap_or(Value::Null);
     if target.json {
         println!("{value}");
     } else if status.is_success() {
         render(&value);
     } else {
-        eprintln!(
-            "delayq: {} {}: {}",
-            status.as_u16(),
-            value["error"].as_str().unwrap_or("error"),
-            value["detail"].as_str().unwrap_or("")
-        );
+        report_refusal(status, &value);
     }
     ExitCode::from(exit_code(status))
 }

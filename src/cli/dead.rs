@@ -202,28 +202,10 @@ async fn request(
     path: &str,
     body: Option<Value>,
 ) -> Result<Value, ExitCode> {
-    let url = format!("{}{}", target.url.trim_end_matches('/'), path);
-    let mut req = reqwest::Client::new().request(method, &url);
-    if let Some(token) = &target.token {
-        req = req.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        req = req.json(&body);
-    }
-    let resp = req.send().await.map_err(|e| {
-        eprintln!("delayq: cannot reach {url}: {e}");
-        ExitCode::from(super::client::EXIT_UNREACHABLE)
-    })?;
-    let status = resp.status();
-    let value: Value = resp.json().await.unwrap_or(Value::Null);
+    let (status, value) = super::client::send(target, method, path, body).await?;
     if status.is_success() {
         return Ok(value);
     }
-    eprintln!(
-        "delayq: {} {}: {}",
-        status.as_u16(),
-        value["error"].as_str().unwrap_or("error"),
-        value["detail"].as_str().unwrap_or("")
-    );
+    super::client::report_refusal(status, &value);
     Err(ExitCode::from(super::client::exit_code(status)))
 }
