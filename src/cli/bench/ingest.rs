@@ -29,7 +29,8 @@ struct BatchAnswer {
 }
 
 impl Bench {
-    async fn pending(&self) -> anyhow::Result<u64> {
+    /// Messages scheduled in all shards.
+    pub(super) async fn pending(&self) -> anyhow::Result<u64> {
         Ok(self.store.pending_per_shard().await?.iter().sum())
     }
 
@@ -92,20 +93,14 @@ impl Bench {
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         drop(daemon);
-        let pending: u64 = self.store.pending_per_shard().await?.iter().sum();
+        let pending = self.pending().await?;
         let ms = |q: f64| (latency.value_at_quantile(q) as f64 / 100.0).round() / 10.0;
-        Ok(json!({
-            "system": "delayq",
-            "scenario": "ingest-http",
-            "messages": n,
-            "load_average": load,
-            "throughput_per_sec": (accepted as f64 / secs).round() as u64,
-            "request_ms": { "p50": ms(0.5), "p99": ms(0.99), "p99_9": ms(0.999), "max": (latency.max() as f64 / 100.0).round() / 10.0 },
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": { "delivered": pending, "lost": n.saturating_sub(pending), "duplicated": pending.saturating_sub(n), "refused": refused },
-        }))
+        let mut row = Self::ingest_row("ingest-http", n, load, secs, cpu, &probe, pending);
+        // What the API accepted, rather than what ended up scheduled.
+        row["throughput_per_sec"] = json!((accepted as f64 / secs).round() as u64);
+        row["request_ms"] = json!({ "p50": ms(0.5), "p99": ms(0.99), "p99_9": ms(0.999), "max": (latency.max() as f64 / 100.0).round() / 10.0 });
+        row["tally"]["refused"] = json!(refused);
+        Ok(row)
     }
 
     /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.

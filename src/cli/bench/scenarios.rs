@@ -340,7 +340,7 @@ impl Bench {
             row["bytes_per_pending_message"] = json!(bytes_per_pending.round() as i64);
             rows.push(row);
         }
-        let pending: u64 = self.store.pending_per_shard().await?.iter().sum();
+        let pending = self.pending().await?;
         for row in &mut rows {
             row["backlog_still_pending"] = json!(pending);
         }
