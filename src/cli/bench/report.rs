@@ -235,10 +235,11 @@ fn targets(rows: &[Json]) -> Vec<Json> {
         backlog_checks,
     ));
 
+    let first_backlog_rate = rows_first_backlog_rate(rows);
     let bytes = rows
         .iter()
         .filter(|r| r["system"] == "delayq" && r["bytes_per_pending_message"].is_number())
-        .filter(|r| r["scenario"] == "burst" || r["rate_per_sec"] == rows_first_backlog_rate(rows))
+        .filter(|r| r["scenario"] == "burst" || r["rate_per_sec"] == first_backlog_rate)
         .map(|r| {
             let b = r["bytes_per_pending_message"].as_f64().unwrap_or(f64::MAX);
             (
@@ -437,7 +438,7 @@ pub fn markdown(report: &Json) -> String {
     );
     let _ = writeln!(
         md,
-        "Parameters: payload {} B, {} shards, batch {}, spread delay {} ms, spreads of {} s, {} run(s) of each scenario.\n",
+        "Parameters: payload {} B, {} shards, batch {}, spread delay {} ms, spreads of {} s, {} run(s) of each scenario.",
         text(&p["payload_bytes"]),
         text(&p["shards"]),
         text(&p["batch_size"]),
@@ -446,29 +447,21 @@ pub fn markdown(report: &Json) -> String {
         text(&p["repeat"])
     );
 
-    let _ = writeln!(
-        md,
-        "## Targets\n\n| target | measured | met |\n|---|---|---|"
-    );
-    for t in report["targets"].as_array().into_iter().flatten() {
+    let target_rows = report["targets"].as_array().into_iter().flatten().map(|t| {
         let measured: Vec<String> = t["measured"]
             .as_array()
             .into_iter()
             .flatten()
             .map(text)
             .collect();
-        let _ = writeln!(
-            md,
-            "| {} | {} | {} |",
-            text(&t["target"]),
-            if measured.is_empty() {
-                "–".to_owned()
-            } else {
-                measured.join("; ")
-            },
-            text(&t["met"])
-        );
-    }
+        let measured = if measured.is_empty() {
+            "–".to_owned()
+        } else {
+            measured.join("; ")
+        };
+        vec![text(&t["target"]), measured, text(&t["met"])]
+    });
+    table(&mut md, "Targets", "target | measured | met", target_rows);
 
     // Columns every drain table shares.
     let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms)";
