@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, InboxConfig};
-use crate::message::{Due, MessageId, NewMessage, parse_duration};
+use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
 use crate::metrics as m;
 use crate::store::{
     BatchItem, InboxAck, InboxEntry, InboxQueue, InboxReader, ScheduleMode, Scheduled, Store,
@@ -280,7 +280,7 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
     let due = match (get(DELAY_FIELD), get(AT_FIELD)) {
         (Some(_), Some(_)) => return Err(format!("{DELAY_FIELD}, {AT_FIELD}: give one, not both")),
         (None, None) => return Err(format!("{DELAY_FIELD} or {AT_FIELD}: required")),
-        (Some(delay), None) => Due::In(duration_field(DELAY_FIELD, delay)?),
+        (Some(delay), None) => Due::In(parse_duration_field(DELAY_FIELD, delay)?),
         (None, Some(at)) => Due::At(epoch_ms(at)?),
     };
     let id = match get(ID_FIELD) {
@@ -297,7 +297,7 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
             .ok_or_else(|| format!("{PRIORITY_FIELD} {p:?}: must be an integer from 0 to 9"))?,
     };
     let ttl = get(TTL_FIELD)
-        .map(|t| duration_field(TTL_FIELD, t))
+        .map(|t| parse_duration_field(TTL_FIELD, t))
         .transpose()?;
     if fields.is_empty() {
         return Err(format!(
@@ -315,18 +315,6 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
     msg.validate(&config.api.limits)
         .map_err(|e| e.to_string())?;
     Ok(msg)
-}
-
-/// Milliseconds (`1500`) or human text (`20m`); never negative.
-fn duration_field(name: &str, value: &str) -> Result<Duration, String> {
-    let value = value.trim();
-    if value.starts_with('-') {
-        return Err(format!("{name} {value:?}: must not be negative"));
-    }
-    if let Ok(ms) = value.parse::<u64>() {
-        return Ok(Duration::from_millis(ms));
-    }
-    parse_duration(value).map_err(|e| format!("{name}: {e}"))
 }
 
 /// Epoch milliseconds, or an RFC 3339 time.

@@ -238,6 +238,19 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration ({e}); write e.g. \"20m\", \"1500ms\""))
 }
 
+/// Milliseconds (`1500`) or human text (`20m`), as an inbox field or a query
+/// parameter gives a duration; never negative. Errors name the field.
+pub fn parse_duration_field(name: &str, value: &str) -> Result<Duration, String> {
+    let value = value.trim();
+    if value.starts_with('-') {
+        return Err(format!("{name} {value:?}: must not be negative"));
+    }
+    if let Ok(ms) = value.parse::<u64>() {
+        return Ok(Duration::from_millis(ms));
+    }
+    parse_duration(value).map_err(|e| format!("{name}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

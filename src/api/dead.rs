@@ -10,6 +10,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::messages::{check_stream_allowed, read_json};
+use super::streams::entry_id;
 use super::{ApiError, AppState};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
@@ -49,21 +50,11 @@ fn limit(given: Option<usize>) -> Result<usize, ApiError> {
 
 fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
     match after {
-        Some(a) if !is_entry_id(&a) => Err(ApiError::invalid(format!(
+        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!(
             "after {a:?}: must be a stream entry id such as 1700000000000-0"
         ))),
         other => Ok(other),
     }
-}
-
-fn is_entry_id(s: &str) -> bool {
-    let mut parts = s.splitn(2, '-');
-    let ms = parts.next().unwrap_or("");
-    let seq = parts.next().unwrap_or("0");
-    !ms.is_empty()
-        && ms.chars().all(|c| c.is_ascii_digit())
-        && !seq.is_empty()
-        && seq.chars().all(|c| c.is_ascii_digit())
 }
 
 impl AppState {

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use super::messages::{SMALL_BODY, check_stream_allowed, read_json};
 use super::{ApiError, AppState};
-use crate::message::parse_duration;
+use crate::message::parse_duration_field;
 
 /// Wait when the request names none, unless `api.max_wait` is shorter.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
@@ -70,18 +70,8 @@ pub async fn next(
     let max_wait = state.config.api.max_wait;
     let wait = match param("wait") {
         None => DEFAULT_WAIT.min(max_wait),
-        Some(text) if text.trim_start().starts_with('-') => {
-            return Err(ApiError::invalid(format!(
-                "wait {text:?}: must not be negative"
-            )));
-        }
         Some(text) => {
-            let wait = match text.trim().parse::<u64>() {
-                Ok(ms) => Duration::from_millis(ms),
-                Err(_) => {
-                    parse_duration(text).map_err(|e| ApiError::invalid(format!("wait: {e}")))?
-                }
-            };
+            let wait = parse_duration_field("wait", text).map_err(ApiError::invalid)?;
             if wait > max_wait {
                 return Err(ApiError::invalid(format!(
                     "wait {}: longer than api.max_wait {}",
@@ -117,7 +107,7 @@ pub async fn next(
 }
 
 /// A stream entry id: `<ms>-<seq>` (or `<ms>`).
-fn entry_id(id: &str) -> bool {
+pub(super) fn entry_id(id: &str) -> bool {
     let mut parts = id.splitn(2, '-');
     let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
     parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
