@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::message::Limits;
+use crate::message::{Limits, is_plain};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -615,7 +615,7 @@ fn non_negative(key: &str, value: i64) -> Result<u64, ConfigError> {
 }
 
 fn optional_field(key: &str, value: String) -> Result<Option<String>, ConfigError> {
-    if value.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    if !is_plain(&value) {
         return Err(invalid(
             key,
             format!("{value:?}: no spaces or control characters"),
@@ -753,10 +753,7 @@ impl Raw {
                 format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
             )
         })?;
-        if let Some(bad) = tokens
-            .iter()
-            .find(|t| t.is_empty() || t.chars().any(|c| c.is_control() || c.is_whitespace()))
-        {
+        if let Some(bad) = tokens.iter().find(|t| t.is_empty() || !is_plain(t)) {
             let shown = if bad.is_empty() {
                 "an empty token"
             } else {
@@ -862,7 +859,7 @@ impl Raw {
                 ("inbox.group", &inbox_group),
                 ("inbox.rejected_stream", &rejected_stream),
             ] {
-                if value.is_empty() || value.chars().any(|c| c.is_control() || c.is_whitespace()) {
+                if value.is_empty() || !is_plain(value) {
                     return Err(invalid(
                         key,
                         format!(
@@ -1090,7 +1087,7 @@ impl RawDelivery {
 
 fn consumer_groups(key: &str, groups: Vec<String>) -> Result<Vec<String>, ConfigError> {
     for group in &groups {
-        if group.is_empty() || group.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        if group.is_empty() || !is_plain(group) {
             return Err(invalid(
                 key,
                 format!(

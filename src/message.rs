@@ -157,6 +157,12 @@ impl NewMessage {
     }
 }
 
+/// Whether `text` has no spaces and no control characters: the rule for stream,
+/// group and consumer names, tokens and field names that travel as plain words.
+pub fn is_plain(text: &str) -> bool {
+    !text.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
 /// A stream name must be a plain, printable key name; `streams.allow` decides
 /// which names are permitted on top of that.
 pub fn validate_stream(stream: &str) -> Result<(), InvalidMessage> {
@@ -165,7 +171,7 @@ pub fn validate_stream(stream: &str) -> Result<(), InvalidMessage> {
             "stream {stream:?}: must be 1 to 256 characters long"
         )));
     }
-    if stream.chars().any(|c| c.is_control() || c.is_whitespace()) {
+    if !is_plain(stream) {
         return Err(InvalidMessage::Stream(format!(
             "stream {stream:?}: must not contain spaces or control characters"
         )));

@@ -28,10 +28,7 @@ fn checked_stream(stream: &str, state: &AppState) -> Result<(), ApiError> {
 /// A consumer group or consumer name: plain printable text.
 fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
     let value = value.ok_or_else(|| ApiError::invalid(format!("{key}: required")))?;
-    if value.is_empty()
-        || value.len() > 256
-        || value.chars().any(|c| c.is_control() || c.is_whitespace())
-    {
+    if value.is_empty() || value.len() > 256 || !crate::message::is_plain(value) {
         return Err(ApiError::invalid(format!(
             "{key} {value:?}: must be 1 to 256 characters, without spaces or control characters"
         )));
