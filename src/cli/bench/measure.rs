@@ -30,10 +30,14 @@ pub async fn info_field(
     field: &str,
 ) -> anyhow::Result<String> {
     let info: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
+    field_of(&info, field).with_context(|| format!("INFO {section} has no {field}"))
+}
+
+/// A `field:value` line's value in INFO text.
+fn field_of(info: &str, field: &str) -> Option<String> {
     info.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .map(|v| v.trim().to_owned())
-        .with_context(|| format!("INFO {section} has no {field}"))
 }
 
 pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
@@ -41,9 +45,14 @@ pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64
 }
 
 async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    let user: f64 = info_field(conn, "cpu", "used_cpu_user").await?.parse()?;
-    let sys: f64 = info_field(conn, "cpu", "used_cpu_sys").await?.parse()?;
-    Ok(user + sys)
+    // Both from one INFO, so they describe the same instant.
+    let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
+    let secs = |field| -> anyhow::Result<f64> {
+        Ok(field_of(&info, field)
+            .with_context(|| format!("INFO cpu has no {field}"))?
+            .parse()?)
+    };
+    Ok(secs("used_cpu_user")? + secs("used_cpu_sys")?)
 }
 
 /// User + system CPU seconds a live process has used, from `/proc/<pid>/stat`.
