@@ -1021,3 +1021,48 @@ async fn a_group_that_does_not_exist_yet_is_waited_for_quietly() {
         node.log()
     );
 }
+
+#[tokio::test]
+async fn a_reload_that_changes_the_delivery_settings_sweeps_with_them() {
+    let stream = "reloaded";
+    let redis = RedisServer::start().unwrap();
+    let mut conn = redis.client();
+    create_group(&mut conn, stream, GROUP);
+    let config = process_config(&redis, &delivery(&[stream], "ack_timeout = \"1h\""));
+    let node = DelayqProcess::start(&delayq_bin(), "n1", &config).unwrap();
+    let resp = reqwest::Client::new()
+        .post(node.url("/v1/messages"))
+        .json(&json!({ "stream": stream, "id": "r1", "payload": "x", "delay_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let first = eventually(Duration::from_secs(5), "first delivery", || {
+        std::future::ready(read_new(&mut conn, stream, GROUP, CONSUMER).pop())
+    })
+    .await;
+    assert_eq!(first.get("delayq-attempt"), Some("1"));
+    // Under an ack timeout of an hour, nothing comes back.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(read_new(&mut conn, stream, GROUP, CONSUMER).is_empty());
+
+    let file = std::fs::read_to_string(node.config_path()).unwrap();
+    std::fs::write(
+        node.config_path(),
+        file.replace("ack_timeout = \"1h\"", "ack_timeout = \"300ms\""),
+    )
+    .unwrap();
+    node.signal(libc::SIGHUP);
+    let again = eventually(Duration::from_secs(10), "a redelivery", || {
+        std::future::ready(read_new(&mut conn, stream, GROUP, CONSUMER).pop())
+    })
+    .await;
+    assert_eq!(again.get("delayq-id"), Some("r1"));
+    assert_eq!(again.get("delayq-attempt"), Some("2"));
+    assert!(
+        node.full_log()
+            .contains("delivery settings reloaded; sweeping with them"),
+        "{}",
+        node.log()
+    );
+}
