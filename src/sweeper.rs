@@ -21,7 +21,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
-use crate::config::{Config, StreamDelivery};
+use crate::config::{Config, DeliveryConfig, StreamDelivery};
 use crate::leadership::{Leadership, StepDown};
 use crate::metrics as m;
 use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
@@ -46,35 +46,38 @@ pub async fn run(
             epoch,
             pass.clone(),
         );
-        tokio::pin!(sweep);
-        // The sweep also ends on its own when nothing is watched or it was fenced;
-        // then only a reload (or the end of the term) is left to wait for.
-        let mut swept_out = false;
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => {
-                    if !swept_out {
-                        sweep.await;
-                    }
-                    return;
-                }
-                _ = &mut sweep, if !swept_out => swept_out = true,
-                changed = live.changed() => {
-                    if changed.is_err() {
-                        pass.cancel();
-                        return;
-                    }
-                    if live.borrow().delivery != config.delivery {
-                        break;
-                    }
-                }
-            }
-        }
-        pass.cancel();
-        if !swept_out {
-            sweep.await;
+        // The pass ends with the term or with a reload that changes `[delivery]`; the
+        // sweep may end sooner on its own (nothing watched, or fenced). Either way it
+        // finishes the step in flight before anything else starts.
+        let reload = async {
+            let reloaded = tokio::select! {
+                _ = pass.cancelled() => false,
+                changed = delivery_changed(&mut live, &config.delivery) => changed,
+            };
+            pass.cancel();
+            reloaded
+        };
+        let ((), reloaded) = tokio::join!(sweep, reload);
+        if !reloaded {
+            return;
         }
         tracing::info!(epoch, "delivery settings reloaded; sweeping with them");
+    }
+}
+
+/// Waits for a reload that changes `[delivery]` from `current`; false once the
+/// configuration can no longer change (its sender is gone).
+async fn delivery_changed(
+    live: &mut watch::Receiver<Arc<Config>>,
+    current: &DeliveryConfig,
+) -> bool {
+    loop {
+        if live.changed().await.is_err() {
+            return false;
+        }
+        if live.borrow().delivery != *current {
+            return true;
+        }
     }
 }
 
