@@ -189,7 +189,6 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
         drop(turn);
         match result {
             Ok(batch) => {
-                backoff.reset();
                 script_seconds.record(started.elapsed().as_secs_f64());
                 if batch.moved() > 0 {
                     batch_size.record(batch.moved() as f64);
@@ -219,6 +218,29 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
                         metrics::counter!(m::DEAD).increment(batch.dead);
                     }
                 }
+                if batch.parked > 0 {
+                    tracing::error!(
+                        shard = l.shard,
+                        parked = batch.parked,
+                        "messages whose stream and dead-letter stream both refuse them are kept and tried again in a minute"
+                    );
+                    metrics::counter!(m::FORWARD_ERRORS, "shard" => shard_label.clone())
+                        .increment(batch.parked);
+                }
+                if let Some(error) = &batch.held_back {
+                    // Redis refused a write that is not the message's fault (OOM,
+                    // READONLY, ...): what went before is committed, the rest waits.
+                    metrics::counter!(m::FORWARD_ERRORS, "shard" => shard_label.clone())
+                        .increment(1);
+                    let delay = backoff.next_delay();
+                    tracing::warn!(shard = l.shard, %error, retry_in = ?delay, "forward held back");
+                    tokio::select! {
+                        _ = cancel.cancelled() => break,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    continue;
+                }
+                backoff.reset();
                 draining = batch.moved() as usize >= l.options.batch_size;
                 if draining {
                     // More is due: go again at once, letting other shards' loops in.

@@ -306,6 +306,12 @@ pub struct ForwardBatch {
     /// Forward time minus due time of each forwarded message, by Redis's clock.
     pub lateness_ms: Vec<u64>,
     pub per_stream: Vec<(String, u64)>,
+    /// Messages kept for later because neither their stream nor their dead-letter
+    /// stream takes them (both refuse for reasons of their own, e.g. a wrong type).
+    pub parked: u64,
+    /// The Redis error that stopped the batch part-way (OOM, READONLY, ...): the
+    /// messages before it were moved, it and the rest stay scheduled.
+    pub held_back: Option<String>,
 }
 
 impl ForwardBatch {
@@ -557,6 +563,12 @@ impl Store {
             now_ms: int_at(&items, 4)?,
             lateness_ms: lateness,
             per_stream,
+            parked: int_at(&items, 7)?,
+            held_back: items
+                .get(8)
+                .map(text)
+                .transpose()?
+                .filter(|e| !e.is_empty()),
         })
     }
 

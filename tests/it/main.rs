@@ -8,6 +8,7 @@ mod bench;
 mod forwarding;
 mod ha;
 mod interfaces;
+mod limits;
 mod ops;
 mod store;
 mod sweep;

@@ -11,8 +11,16 @@
 -- ARGV[8] default MAXLEN ~ for target streams (0 = none)
 -- ARGV[9..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
---            { lateness_ms, ... },  { stream, count, stream, count, ... } }
---        | error "FENCED ..."
+--            { lateness_ms, ... },  { stream, count, stream, count, ... },
+--            parked, held_back }
+--        | error "FENCED ..." | the Redis error that held back the batch's first message
+-- Failed writes (see own_fault in the prelude): a message whose target cannot take it
+-- for reasons of its own is dead-lettered; if its dead letter cannot be written for
+-- reasons of its own either, it is parked (kept, due again PARK_MS later) so that it
+-- cannot hold up the shard. Any other error (OOM, READONLY, ...) stops the batch
+-- there: the messages before it are committed, it and the rest stay scheduled, and
+-- held_back carries the error ("" = none). Nothing is ever deleted unless its entry
+-- or its dead letter was written.
 -- Streams are written by name, not through KEYS: on Redis Cluster they live in other
 -- slots, and forwarding there takes the claim/confirm path instead of this script.
 local held = fenced(KEYS[5], ARGV[1])
@@ -28,30 +36,46 @@ for i = 9, #ARGV, 2 do maxlens[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local default_maxlen = tonumber(ARGV[8])
 
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
+-- returns: the entry id, or nil and the error.
 local function unreadable(id, why, body)
   local res = redis.pcall('XADD', ARGV[7], '*', 'delayq-id', id, 'delayq-reason', why, 'delayq-body', body)
-  if type(res) == 'table' and res.err then return '' end
-  return res
+  if type(res) == 'table' then return nil, res.err end
+  return res, nil
 end
+local PARK_MS = 60000
 
 local forwarded, expired, dead = 0, 0, 0
 local lateness, per_stream, per_stream_order = {}, {}, {}
 local record_args = {}
-local recorded = {}
+local recorded, moved, parked = {}, {}, {}
+local held_back = ''
 
-local bodies = {}
-if #ids > 0 then bodies = redis.call('HMGET', KEYS[2], unpack(ids)) end
+local bodies = chunked({ 'HMGET', KEYS[2] }, ids)
+
+-- Writes a dead letter for a message whose own target refused it. Returns its record,
+-- or nil and "park" (the dead letter is refused too, for reasons of its own) or the
+-- error that holds back the batch.
+local function dead_letter(id, why, body, attempt)
+  local entry, err = unreadable(id, why, body)
+  if entry then
+    dead = dead + 1
+    return record('dead', entry, now, attempt, ARGV[7]), nil
+  end
+  if own_fault(err) then return nil, 'park' end
+  return nil, err
+end
 
 -- The loop below runs once per message and is most of the script's cost: it builds
 -- each XADD's arguments in one table and nothing it does not need.
 for i, id in ipairs(ids) do
   local body = bodies[i]
-  local rec
-  if body then
+  local rec, stop
+  if not body then
+    moved[#moved + 1] = id -- scheduled without a body: nothing to send, only forget it
+  else
     local m, why = decode_body(body)
     if not m then
-      rec = record('dead', unreadable(id, why, body), now, 0, ARGV[7])
-      dead = dead + 1
+      rec, stop = dead_letter(id, why, body, 0)
     else
       local stream, fields, attempt = m[2], m[3], m[7]
       local is_expired = m[8] > 0 and now > m[8]
@@ -73,13 +97,15 @@ for i, id in ipairs(ids) do
         args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
         args[n + 3] = 'delayq-due'; args[n + 4] = m[4]
       end
-      -- Through pcall: a script error is not rolled back, so one bad target (a key
-      -- that is not a stream) must not abort the batch after earlier entries were written.
+      -- Through pcall: a script error is not rolled back, so one bad target must not
+      -- abort the batch after earlier entries were written.
       local entry = redis.pcall(unpack(args))
       if type(entry) == 'table' then
-        rec = record('dead', unreadable(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body), now,
-          attempt, ARGV[7])
-        dead = dead + 1
+        if own_fault(entry.err) then
+          rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
+        else
+          stop = entry.err
+        end
       elseif is_expired then
         rec = record('expired', entry, now, attempt, target)
         expired = expired + 1
@@ -99,18 +125,33 @@ for i, id in ipairs(ids) do
         per_stream[stream] = count + 1
       end
     end
-    record_args[#record_args + 1] = id
-    record_args[#record_args + 1] = rec
-    recorded[#recorded + 1] = id
+    if rec then
+      moved[#moved + 1] = id
+      record_args[#record_args + 1] = id
+      record_args[#record_args + 1] = rec
+      recorded[#recorded + 1] = id
+    elseif stop == 'park' then
+      local m = decode_body(body)
+      parked[#parked + 1] = score_of(now + PARK_MS, (m and tonumber(m[5])) or 0)
+      parked[#parked + 1] = id
+    elseif stop then
+      held_back = stop
+      break
+    end
   end
 end
 
-if #ids > 0 then
-  redis.call('ZREM', KEYS[1], unpack(ids))
-  redis.call('HDEL', KEYS[2], unpack(ids))
+if #moved == 0 and #parked == 0 and held_back ~= '' then
+  -- Nothing was written: hand Redis's refusal back as it is.
+  return redis.error_reply(held_back)
 end
+if #moved > 0 then
+  chunked({ 'ZREM', KEYS[1] }, moved)
+  chunked({ 'HDEL', KEYS[2] }, moved)
+end
+if #parked > 0 then chunked({ 'ZADD', KEYS[1] }, parked) end
 if #record_args > 0 then
-  redis.call('HSET', KEYS[3], unpack(record_args))
+  chunked({ 'HSET', KEYS[3] }, record_args)
   -- One expiry entry for the whole batch (see the prelude): not one per record.
   redis.call('ZADD', KEYS[4], keep_until, now .. '|' .. table.concat(recorded, '\n'))
 end
@@ -124,4 +165,4 @@ for _, stream in ipairs(per_stream_order) do
   counts[#counts + 1] = stream
   counts[#counts + 1] = per_stream[stream]
 end
-return { forwarded, expired, dead, next_due, now, lateness, counts }
+return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back }

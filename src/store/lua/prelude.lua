@@ -20,6 +20,46 @@
 --   is a single id, written by older versions.)
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
 
+-- Lua in Redis cannot unpack more than a few thousand values into one command (its C
+-- stack holds 8000), so a command built from a list of any length goes through
+-- `chunked`, at most CHUNK values a call (an even number, so pairs stay whole).
+-- head: the command and its leading arguments, e.g. { 'HDEL', key } or { 'XACK', stream, group }.
+-- returns: the replies added up (integer replies) or joined in order (array replies).
+local CHUNK = 1000
+local function chunked(head, list)
+  local sum, joined = 0, nil
+  for first = 1, #list, CHUNK do
+    local args, n = {}, #head
+    for i = 1, n do args[i] = head[i] end
+    for i = first, math.min(first + CHUNK - 1, #list) do
+      n = n + 1
+      args[n] = list[i]
+    end
+    local reply = redis.call(unpack(args))
+    if type(reply) == 'table' then
+      joined = joined or {}
+      local m = #joined
+      for i = 1, #reply do joined[m + i] = reply[i] end
+    else
+      sum = sum + reply
+    end
+  end
+  return joined or sum
+end
+
+-- The most values a stored message's field list may hold (field, value, ...). Ingest
+-- allows at most api.max_fields <= 2000 pairs; a body or entry beyond this bound did not
+-- come through ingest, and one XADD of it would not fit through unpack.
+local MAX_FIELD_VALUES = 6000
+
+-- Whether a failed write is the message's own fault (its target is a key of another
+-- type, or a stream that has used up its ids), so that retrying can never succeed.
+-- Anything else (OOM, READONLY, MISCONF, ...) is Redis not taking writes now: the
+-- message stays where it is and is tried again.
+local function own_fault(err)
+  return string.find(err, 'WRONGTYPE', 1, true) ~= nil or string.find(err, 'exhausted', 1, true) ~= nil
+end
+
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -103,6 +143,7 @@ local function decode_body(body)
       or type(m[4]) ~= 'number' or #m[3] == 0 or #m[3] % 2 ~= 0 then
     return nil, 'malformed body'
   end
+  if #m[3] > MAX_FIELD_VALUES then return nil, 'too many fields' end
   return m, nil
 end
 
@@ -121,8 +162,9 @@ end
 
 -- Decides whether a message may be stored under id, by the idempotency rules: a
 -- scheduled id, or one with a record other than a cancellation, is a duplicate unless
--- replace. A record in the way is forgotten. keys: { due set, bodies, records, records by expiry }.
--- returns: "scheduled" | "replaced" (the id may be stored)
+-- replace. Read-only: a record in the way is the caller's to forget when it writes.
+-- keys: { due set, bodies, records, records by expiry }.
+-- returns: "scheduled" | "replaced", nil, nil, record_in_way (the id may be stored)
 --        | "duplicate", due (0 if no longer scheduled), state
 local function admit(keys, id, replace)
   local existing = redis.call('ZSCORE', keys[1], id)
@@ -138,10 +180,9 @@ local function admit(keys, id, replace)
       if not replace then return 'duplicate', 0, state end
       replaced = true
     end
-    forget_record(keys[3], keys[4], id)
   end
-  if replaced then return 'replaced' end
-  return 'scheduled'
+  if replaced then return 'replaced', nil, nil, rec ~= false end
+  return 'scheduled', nil, nil, rec ~= false
 end
 
 -- A new message's body (see the format above); ttl counts from the due time.
@@ -155,8 +196,9 @@ end
 -- the fence and announces wake-ups. keys: { due set, bodies, records, records by expiry }.
 -- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
 local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
-  local status, at, state = admit(keys, id, replace)
+  local status, at, state, in_way = admit(keys, id, replace)
   if status == 'duplicate' then return status, at, state end
+  if in_way then forget_record(keys[3], keys[4], id) end
   redis.call('HSET', keys[2], id, new_body(stream, fields, due, priority, ttl, now))
   redis.call('ZADD', keys[1], score_of(due, priority), id)
   return status, due

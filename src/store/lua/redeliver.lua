@@ -22,7 +22,8 @@
 --        | { "superseded" }  the message is scheduled again or was delivered since;
 --                            only the stale entry is acknowledged
 --        | { "gone" }        pending, but deleted from the stream; acknowledged
---        | { "foreign" }     not an entry delayq wrote for this id; left alone
+--        | { "foreign" }     not an entry delayq wrote for this id (or more fields than
+--                            delayq writes); left alone
 --        | { "nogroup" }     the stream or the group does not exist
 --        | error "FENCED ..." | error "DEADLETTER ..." (nothing was changed)
 -- Dead-letter entries: the producer's fields, then the id and attempt fields,
@@ -53,7 +54,8 @@ local own = {}
 own[id_field] = true
 own[attempt_field] = true
 local fields, extra = split_own_fields(read[1][2], own)
-if extra[id_field] ~= id or #fields == 0 then return { 'foreign' } end
+-- More fields than delayq ever writes (see MAX_FIELD_VALUES): not delayq's entry.
+if extra[id_field] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
 
 -- The record of the latest delivery, if this entry is it, knows the attempt and the
 -- first delivery; another record means a newer outcome of the same message.

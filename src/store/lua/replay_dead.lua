@@ -12,7 +12,8 @@
 -- returns: { "replayed", due_ms }  scheduled as attempt 1, the dead letter deleted
 --        | { "scheduled" }  the id is scheduled already; the dead letter stays
 --        | { "gone" }       no such entry (replayed or purged meanwhile)
---        | { "foreign" }    the entry does not carry this id; left alone
+--        | { "foreign" }    the entry does not carry this id, or more fields than delayq
+--                           writes; left alone
 --        | error "FENCED ..."
 -- The dead-letter stream lies outside the shard's hash tag: standalone Redis (or
 -- Sentinel) only, like forward.lua.
@@ -25,7 +26,7 @@ if #read == 0 then return { 'gone' } end
 local own = {}
 for i = 8, #ARGV do own[ARGV[i]] = true end
 local fields, extra = split_own_fields(read[1][2], own)
-if extra[ARGV[6]] ~= id or #fields == 0 then return { 'foreign' } end
+if extra[ARGV[6]] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
 if redis.call('ZSCORE', KEYS[1], id) then return { 'scheduled' } end
 
 -- A replay starts over: attempt 1, with the full allowance of attempts.

@@ -25,11 +25,18 @@ local now = now_ms()
 local keys = { KEYS[1], KEYS[2], KEYS[3], KEYS[4] }
 local max_delay, inbox, group = ARGV[2], ARGV[4], ARGV[5]
 local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+-- Every check comes before the first write (below the loop), so the call is all or nothing.
+if inbox ~= '' then
+  local kind = redis.call('TYPE', inbox)['ok']
+  if kind ~= 'stream' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE inbox ' .. inbox .. ' is a ' .. kind .. ', not a stream')
+  end
+end
 
 -- Bodies and scores are written once for the whole call, so messages stored earlier in
 -- this call are tracked here: a repeated id is a duplicate of its earlier self.
 local out, acks = {}, {}
-local pending, order = {}, {}
+local pending, order, in_way = {}, {}, {}
 local i = 6
 while i <= #ARGV do
   local entry, id, replace = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'replace'
@@ -49,7 +56,9 @@ while i <= #ARGV do
     if pending[id] then
       status = 'replaced'
     else
-      status, at, state = admit(keys, id, replace)
+      local record_in_way
+      status, at, state, record_in_way = admit(keys, id, replace)
+      if record_in_way then in_way[#in_way + 1] = id end
     end
     if status ~= 'duplicate' then
       if not pending[id] then order[#order + 1] = id end
@@ -61,6 +70,9 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
+-- Records in the way (see admit); expiry entries of the older layout are single ids.
+chunked({ 'HDEL', KEYS[3] }, in_way)
+chunked({ 'ZREM', KEYS[4] }, in_way)
 if #order > 0 then
   local bodies, scores = {}, {}
   for _, id in ipairs(order) do
@@ -68,13 +80,13 @@ if #order > 0 then
     bodies[#bodies + 1] = id; bodies[#bodies + 1] = p.body
     scores[#scores + 1] = p.score; scores[#scores + 1] = id
   end
-  redis.call('HSET', KEYS[2], unpack(bodies))
-  redis.call('ZADD', KEYS[1], unpack(scores))
+  chunked({ 'HSET', KEYS[2] }, bodies)
+  chunked({ 'ZADD', KEYS[1] }, scores)
 end
 
-if inbox ~= '' and #acks > 0 then
-  redis.call('XACK', inbox, group, unpack(acks))
-  redis.call('XDEL', inbox, unpack(acks))
+if inbox ~= '' then
+  chunked({ 'XACK', inbox, group }, acks)
+  chunked({ 'XDEL', inbox }, acks)
 end
 
 local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')

@@ -22,15 +22,15 @@ for _, entry in ipairs(entries) do
     local at = string.sub(entry, 1, bar - 1)
     local ids = {}
     for id in string.gmatch(string.sub(entry, bar + 1), '[^\n]+') do ids[#ids + 1] = id end
-    local recs = redis.call('HMGET', KEYS[1], unpack(ids))
+    local recs = chunked({ 'HMGET', KEYS[1] }, ids)
     local gone = {}
     for i, id in ipairs(ids) do
       if recs[i] and string.match(recs[i], '^[^\n]*\n[^\n]*\n([^\n]*)') == at then gone[#gone + 1] = id end
     end
-    if #gone > 0 then forgotten = forgotten + redis.call('HDEL', KEYS[1], unpack(gone)) end
+    forgotten = forgotten + chunked({ 'HDEL', KEYS[1] }, gone)
     looked = looked + #ids
   end
   done[#done + 1] = entry
 end
-if #done > 0 then redis.call('ZREM', KEYS[2], unpack(done)) end
+chunked({ 'ZREM', KEYS[2] }, done)
 return { forgotten, looked }

@@ -1,0 +1,295 @@
+//! Scripts at their limits, against a real Redis: batches larger than one Lua
+//! `unpack` can carry, Redis refusing writes (maxmemory), targets and dead-letter
+//! streams that refuse a message for reasons of their own, and calls that must be
+//! all or nothing.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use delayq::message::{Due, MessageId, NewMessage};
+use delayq::store::{
+    BatchItem, ForwardBatch, ForwardOptions, InboxAck, InboxEntry, InboxQueue, RecordState,
+    ScheduleMode, Status, Store,
+};
+
+use crate::support::{Bare, entries};
+
+const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+/// Schedules `count` messages `m0..` to `stream`, all due now, through the batch path.
+async fn schedule_due_now(store: &Store, stream: &str, count: usize) -> Vec<MessageId> {
+    let items: Vec<BatchItem> = (0..count)
+        .map(|i| {
+            let mut msg = NewMessage::payload(stream, &format!("p{i}"), Duration::ZERO);
+            msg.id = MessageId::parse(&format!("m{i}")).unwrap();
+            msg.due = Due::In(Duration::ZERO);
+            BatchItem {
+                msg,
+                mode: ScheduleMode::New,
+                inbox_entry: None,
+            }
+        })
+        .collect();
+    for outcome in store.schedule_many(&items, MAX_DELAY, None).await {
+        outcome.expect("scheduled");
+    }
+    items.into_iter().map(|i| i.msg.id).collect()
+}
+
+fn options(bare: &Bare, batch_size: usize, retention: Duration) -> ForwardOptions {
+    ForwardOptions {
+        batch_size,
+        retention,
+        ..bare.config.forward_options()
+    }
+}
+
+async fn forward(store: &Store, options: &ForwardOptions) -> ForwardBatch {
+    store.forward(0, 1, options).await.expect("forward")
+}
+
+/// Asserts that every id reached `stream` exactly once and is on record as delivered
+/// with the entry that carries it.
+async fn assert_delivered_once_on_record(bare: &Bare, stream: &str, ids: &[MessageId]) {
+    let mut conn = bare.redis.client();
+    let written = entries(&mut conn, stream);
+    assert_eq!(written.len(), ids.len(), "entries in {stream}");
+    let carried: HashSet<&str> = written.iter().filter_map(|e| e.get("delayq-id")).collect();
+    assert_eq!(carried.len(), ids.len(), "each id exactly once");
+    for id in ids {
+        let entry = written
+            .iter()
+            .find(|e| e.get("delayq-id") == Some(id.as_str()))
+            .unwrap_or_else(|| panic!("{id} not delivered"));
+        match bare.store.get(id).await.unwrap() {
+            Status::Done(record) => {
+                assert_eq!(record.state, RecordState::Delivered, "{id}");
+                assert_eq!(record.entry_id.as_deref(), Some(entry.id.as_str()), "{id}");
+            }
+            other => panic!("{id}: not on record as delivered: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_largest_batch_moves_whole_and_on_record_and_trims_whole() {
+    let bare = Bare::start("[redis]\nshards = 1").await;
+    let store = &bare.store;
+    // More due at one instant than the largest allowed batch holds.
+    let ids = schedule_due_now(store, "big", 12_000).await;
+    let options = options(&bare, 10_000, Duration::from_millis(1));
+    let first = forward(store, &options).await;
+    assert_eq!((first.forwarded, first.dead), (10_000, 0));
+    let second = forward(store, &options).await;
+    assert_eq!((second.forwarded, second.dead), (2_000, 0));
+    assert_eq!(forward(store, &options).await.moved(), 0);
+    assert_delivered_once_on_record(&bare, "big", &ids).await;
+
+    // The first batch's 10,000 records share one expiry entry: trim takes it whole.
+    let mut forgotten = 0;
+    while forgotten < 12_000 {
+        let trimmed = store.trim_records(0, 1, 20_000).await.expect("trim");
+        forgotten += trimmed.forgotten;
+        if trimmed.looked_at == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    assert_eq!(forgotten, 12_000);
+    assert!(matches!(store.get(&ids[0]).await.unwrap(), Status::Unknown));
+}
+
+#[tokio::test]
+async fn a_redis_out_of_memory_holds_messages_back_and_loses_none() {
+    let bare = Bare::start("[redis]\nshards = 1").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    let ids = schedule_due_now(store, "oom", 200).await;
+    let used: String = redis::cmd("INFO").arg("memory").query(&mut conn).unwrap();
+    let used: u64 = used
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query(&mut conn)
+        .unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used / 2)
+        .query(&mut conn)
+        .unwrap();
+
+    let options = options(&bare, 500, Duration::from_secs(60));
+    for _ in 0..5 {
+        let err = store.forward(0, 1, &options).await.unwrap_err();
+        assert!(err.is_unavailable(), "a transient refusal: {err}");
+        assert!(err.to_string().contains("OOM"), "{err}");
+    }
+    assert!(entries(&mut conn, "oom").is_empty());
+    assert!(entries(&mut conn, &store.keys().unreadable_stream()).is_empty());
+    for id in &ids {
+        assert!(
+            matches!(store.get(id).await.unwrap(), Status::Scheduled(_)),
+            "{id} still scheduled"
+        );
+    }
+
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let batch = forward(store, &options).await;
+    assert_eq!(
+        (batch.forwarded, batch.dead, batch.held_back),
+        (200, 0, None)
+    );
+    assert_delivered_once_on_record(&bare, "oom", &ids).await;
+}
+
+#[tokio::test]
+async fn a_message_no_stream_will_take_is_parked_not_deleted() {
+    let bare = Bare::start("[redis]\nshards = 1").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    // The target and the last-resort stream are both keys of another type.
+    for key in ["refuses".to_owned(), store.keys().unreadable_stream()] {
+        let () = redis::cmd("SET")
+            .arg(key)
+            .arg("x")
+            .query(&mut conn)
+            .unwrap();
+    }
+    let mut stuck = NewMessage::payload("refuses", "p", Duration::ZERO);
+    stuck.id = MessageId::parse("stuck").unwrap();
+    store
+        .schedule(&stuck, ScheduleMode::New, MAX_DELAY)
+        .await
+        .unwrap();
+    let ids = schedule_due_now(store, "fine", 30).await;
+
+    let options = options(&bare, 10, Duration::from_secs(60));
+    let mut parked = 0;
+    loop {
+        let batch = forward(store, &options).await;
+        parked += batch.parked;
+        assert_eq!((batch.dead, batch.held_back.as_deref()), (0, None));
+        if batch.moved() == 0 {
+            break;
+        }
+    }
+    assert_eq!(parked, 1);
+    assert_delivered_once_on_record(&bare, "fine", &ids).await;
+    assert!(matches!(
+        store.get(&stuck.id).await.unwrap(),
+        Status::Scheduled(_)
+    ));
+    // Kept with its body and due time, but its place in the due set moved on.
+    let now = store.now_ms().await.unwrap();
+    let score: u64 = redis::cmd("ZSCORE")
+        .arg(&store.keys().shard(0).due)
+        .arg("stuck")
+        .query(&mut conn)
+        .unwrap();
+    assert!(score / 10 > now + 30_000, "parked for later: {score}");
+}
+
+#[tokio::test]
+async fn a_batch_schedule_is_all_or_nothing() {
+    let bare = Bare::start("[redis]\nshards = 1").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    // A cancelled record that a new push of the same id would forget, and an inbox
+    // key of the wrong type that only shows at the acknowledgement.
+    let mut cancelled = NewMessage::payload("s", "p", Duration::from_secs(60));
+    cancelled.id = MessageId::parse("again").unwrap();
+    store
+        .schedule(&cancelled, ScheduleMode::New, MAX_DELAY)
+        .await
+        .unwrap();
+    store
+        .cancel(&cancelled.id, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let () = redis::cmd("SET")
+        .arg("inbox-not-a-stream")
+        .arg("x")
+        .query(&mut conn)
+        .unwrap();
+    let items: Vec<BatchItem> = ["again", "fresh"]
+        .iter()
+        .map(|id| {
+            let mut msg = NewMessage::payload("s", "p", Duration::from_secs(60));
+            msg.id = MessageId::parse(id).unwrap();
+            BatchItem {
+                msg,
+                mode: ScheduleMode::New,
+                inbox_entry: Some("1-1".to_owned()),
+            }
+        })
+        .collect();
+    let ack = InboxAck {
+        stream: "inbox-not-a-stream",
+        group: "g",
+    };
+    for outcome in store.schedule_many(&items, MAX_DELAY, Some(ack)).await {
+        let err = outcome.unwrap_err();
+        assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+    }
+    match store.get(&cancelled.id).await.unwrap() {
+        Status::Done(r) => assert_eq!(r.state, RecordState::Cancelled),
+        other => panic!("the cancelled record must be untouched: {other:?}"),
+    }
+    let fresh = MessageId::parse("fresh").unwrap();
+    assert!(matches!(store.get(&fresh).await.unwrap(), Status::Unknown));
+}
+
+#[tokio::test]
+async fn an_inbox_rejection_too_large_to_copy_keeps_its_id_and_reason() {
+    let bare = Bare::start("").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    let queue = InboxQueue {
+        stream: "inbox".to_owned(),
+        group: "g".to_owned(),
+        rejected_stream: "rejected".to_owned(),
+    };
+    let small = InboxEntry {
+        id: "1-1".to_owned(),
+        fields: Some(vec![(b"a".to_vec(), b"\x00\xff".to_vec())]),
+    };
+    let huge = InboxEntry {
+        id: "1-2".to_owned(),
+        fields: Some(
+            (0..5_000)
+                .map(|i| (format!("f{i}").into_bytes(), b"v".to_vec()))
+                .collect(),
+        ),
+    };
+    let rejected = store
+        .reject_inbox_entries(
+            &queue,
+            &[(&small, "bad".to_owned()), (&huge, "too many".to_owned())],
+        )
+        .await
+        .unwrap();
+    assert_eq!(rejected, 2);
+    let written = entries(&mut conn, "rejected");
+    assert_eq!(written.len(), 2);
+    assert_eq!(written[0].get("delayq-inbox-id"), Some("1-1"));
+    assert_eq!(written[0].fields.len(), 3, "reason, id and the one field");
+    assert_eq!(written[1].get("delayq-inbox-id"), Some("1-2"));
+    assert!(
+        written[1]
+            .get("delayq-reason")
+            .is_some_and(|r| r.starts_with("too many") && r.contains("5000 fields")),
+        "{:?}",
+        written[1]
+    );
+    assert_eq!(written[1].fields.len(), 2, "no fields copied");
+}
