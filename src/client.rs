@@ -72,6 +72,7 @@ use thiserror::Error;
 
 use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage};
+use crate::secret::RedisUrl;
 use crate::store::{
     Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig, StoreError,
 };
@@ -102,7 +103,8 @@ pub enum Sent {
 /// Where the producer's Redis is and how the deployment lays out its keys.
 #[derive(Clone, Debug)]
 pub struct ProducerOptions {
-    pub redis_url: String,
+    /// Shown redacted in `Debug`.
+    pub redis_url: RedisUrl,
     /// Must equal the daemon's `redis.prefix`.
     pub prefix: String,
     /// Must equal the daemon's `redis.shards`: a message stored in a shard the daemon
@@ -158,7 +160,7 @@ impl Producer {
     /// Connects with the daemon's default layout (prefix `delayq`, 16 shards).
     pub async fn connect(redis_url: &str) -> Result<Producer> {
         Producer::with_options(ProducerOptions {
-            redis_url: redis_url.to_owned(),
+            redis_url: RedisUrl::new(redis_url),
             ..ProducerOptions::default()
         })
         .await

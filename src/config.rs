@@ -3,13 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::message::{Limits, is_plain};
+use crate::secret::{self, ExposeSecret, RedisUrl, SecretString};
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -58,6 +59,8 @@ struct RawNode {
 #[serde(default, deny_unknown_fields)]
 struct RawRedis {
     url: String,
+    /// A file holding the password, put into `url` (never logged).
+    password_file: Option<String>,
     prefix: String,
     shards: i64,
     #[serde(with = "humantime_serde")]
@@ -70,6 +73,7 @@ impl Default for RawRedis {
     fn default() -> Self {
         RawRedis {
             url: "redis://127.0.0.1:6379".into(),
+            password_file: None,
             prefix: "delayq".into(),
             shards: 16,
             timeout: Duration::from_secs(2),
@@ -113,6 +117,8 @@ struct RawApi {
     max_delay: Duration,
     max_fields: i64,
     tokens: Vec<String>,
+    /// A file with more tokens, one a line (never logged).
+    tokens_file: Option<String>,
     max_batch: i64,
     max_body_bytes: i64,
     #[serde(with = "humantime_serde")]
@@ -128,6 +134,7 @@ impl Default for RawApi {
             max_delay: Duration::from_secs(365 * 24 * 3600),
             max_fields: 1000,
             tokens: Vec::new(),
+            tokens_file: None,
             max_batch: 1000,
             max_body_bytes: 16 << 20,
             max_wait: Duration::from_secs(60),
@@ -307,7 +314,8 @@ pub struct Config {
 
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
-    pub url: String,
+    /// Shown redacted; `expose()` only to connect.
+    pub url: RedisUrl,
     pub prefix: String,
     pub shards: u16,
     pub timeout: Duration,
@@ -329,7 +337,7 @@ pub struct ApiConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
     /// Bearer tokens accepted on `/v1/*`; empty means no authentication (loopback only).
-    pub tokens: Vec<String>,
+    pub tokens: Vec<SecretString>,
     /// Most messages in one `POST /v1/messages/batch`.
     pub max_batch: usize,
     /// Largest request body of a batch.
@@ -648,8 +656,14 @@ impl Raw {
             None => default_node_id(),
         };
 
+        let credentials_dir = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+        let read_secret = |key: &str, path: &str| {
+            secret::read_file(&secret::credential_path(path, credentials_dir.as_deref()))
+                .map_err(|e| invalid(key, e))
+        };
         let RawRedis {
             url,
+            password_file,
             prefix,
             shards,
             timeout,
@@ -661,11 +675,22 @@ impl Raw {
         {
             return Err(invalid(
                 "redis.url",
-                format!("{url:?}: must start with redis://, rediss:// or unix://"),
+                format!(
+                    "{:?}: must start with redis://, rediss:// or unix://",
+                    secret::shown_url(&url)
+                ),
             ));
         }
-        redis::Client::open(url.as_str())
-            .map_err(|e| invalid("redis.url", format!("{url:?}: {e}")))?;
+        let url = match password_file {
+            Some(path) => with_password(&url, read_secret("redis.password_file", &path)?)?,
+            None => url,
+        };
+        let url = RedisUrl::new(url);
+        redis::Client::open(url.expose()).map_err(|e| {
+            // The client's own message may quote the URL: show neither.
+            let _ = e;
+            invalid("redis.url", format!("{url:?}: not a valid Redis URL"))
+        })?;
         if prefix.is_empty()
             || prefix.contains(['{', '}'])
             || prefix.chars().any(char::is_whitespace)
@@ -742,11 +767,23 @@ impl Raw {
             max_delay,
             max_fields,
             tokens,
+            tokens_file,
             max_batch,
             max_body_bytes,
             max_wait,
             max_polls,
         } = api;
+        let mut tokens = tokens;
+        if let Some(path) = tokens_file {
+            let file = read_secret("api.tokens_file", &path)?;
+            tokens.extend(
+                file.expose_secret()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .map(str::to_owned),
+            );
+        }
         let listen: SocketAddr = listen.parse().map_err(|_| {
             invalid(
                 "api.listen",
@@ -915,7 +952,7 @@ impl Raw {
             api: ApiConfig {
                 listen,
                 limits,
-                tokens,
+                tokens: tokens.into_iter().map(SecretString::from).collect(),
                 max_batch,
                 max_body_bytes,
                 max_wait,
@@ -1239,7 +1276,7 @@ fn redact_value(value: &mut toml::Value, secret: bool) {
         toml::Value::Array(items) => items.iter_mut().for_each(|v| redact_value(v, secret)),
         toml::Value::String(s) if secret => *s = "<redacted>".into(),
         toml::Value::String(s) => {
-            if let Some(clean) = redact_url_password(s) {
+            if let Some(clean) = secret::redacted(s) {
                 *s = clean;
             }
         }
@@ -1247,19 +1284,22 @@ fn redact_value(value: &mut toml::Value, secret: bool) {
     }
 }
 
-/// `scheme://user:password@host…` without its password; None when there is none.
-fn redact_url_password(url: &str) -> Option<String> {
-    let (scheme, rest) = url.split_once("://")?;
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    let at = rest[..authority_end].rfind('@')?;
-    let userinfo = &rest[..at];
-    let user = match userinfo.split_once(':') {
-        Some((user, _)) => user,
-        // A lone userinfo is a password to Redis (`redis://secret@host`).
-        None if scheme.starts_with("redis") => "",
-        None => return None,
-    };
-    Some(format!("{scheme}://{user}:<redacted>{}", &rest[at..]))
+/// `url` with the password read from `redis.password_file`: in the userinfo, or as
+/// the `pass` parameter of a `unix://` URL.
+fn with_password(url: &str, password: SecretString) -> Result<String, ConfigError> {
+    let mut parsed = url::Url::parse(url)
+        .map_err(|e| invalid("redis.url", format!("{:?}: {e}", secret::shown_url(url))))?;
+    if parsed.scheme() == "unix" {
+        parsed
+            .query_pairs_mut()
+            .append_pair("pass", password.expose_secret());
+    } else if parsed.set_password(Some(password.expose_secret())).is_err() {
+        return Err(invalid(
+            "redis.password_file",
+            format!("{:?} has no host to log in to", secret::shown_url(url)),
+        ));
+    }
+    Ok(parsed.into())
 }
 
 fn default_node_id() -> String {
@@ -1309,6 +1349,10 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn exposed(tokens: &[SecretString]) -> Vec<&str> {
+        tokens.iter().map(|t| t.expose_secret()).collect()
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -1561,7 +1605,7 @@ mod tests {
             ]),
         )
         .unwrap();
-        assert_eq!(c.redis.url, "redis://env:6379");
+        assert_eq!(c.redis.url.expose(), "redis://env:6379");
         assert_eq!(c.redis.shards, 4);
         assert_eq!(c.node_id, "n7");
         let etcd = c.etcd.unwrap();
@@ -1578,7 +1622,7 @@ mod tests {
             env(&[("DELAYQ_API_TOKENS", "s3cret, other")]),
         )
         .unwrap();
-        assert_eq!(c.api.tokens, ["s3cret", "other"]);
+        assert_eq!(exposed(&c.api.tokens), ["s3cret", "other"]);
         let c = Config::from_toml("[api]\nlisten = \"[::1]:7070\"", env(&[])).unwrap();
         assert!(c.api.tokens.is_empty());
     }
@@ -1660,7 +1704,7 @@ mod tests {
         assert_eq!(c.api.max_body_bytes, d.api.max_body_bytes);
         assert_eq!(c.api.max_wait, d.api.max_wait);
         assert_eq!(c.api.max_polls, d.api.max_polls);
-        assert_eq!(c.api.tokens, d.api.tokens);
+        assert_eq!(exposed(&c.api.tokens), exposed(&d.api.tokens));
         let (ci, di) = (c.inbox.expect("enabled"), d.inbox.expect("enabled"));
         assert_eq!(
             (ci.stream, ci.group, ci.rejected_stream),
@@ -1675,31 +1719,6 @@ mod tests {
         assert_eq!(c.delivery.sweep_batch, d.delivery.sweep_batch);
     }
 
-    #[track_caller]
-    fn check_redacted(url: &str, expected: Option<&str>) {
-        assert_eq!(redact_url_password(url).as_deref(), expected, "{url}");
-    }
-
-    #[test]
-    fn url_passwords_are_redacted() {
-        check_redacted("redis://127.0.0.1:6379", None);
-        check_redacted(
-            "redis://app:s3cret@redis:6379/0",
-            Some("redis://app:<redacted>@redis:6379/0"),
-        );
-        check_redacted(
-            "rediss://:s3cret@redis:6380",
-            Some("rediss://:<redacted>@redis:6380"),
-        );
-        check_redacted("redis://s3cret@redis", Some("redis://:<redacted>@redis"));
-        check_redacted("http://etcd:2379/a@b", None);
-        check_redacted(
-            "http://root:pw@etcd:2379",
-            Some("http://root:<redacted>@etcd:2379"),
-        );
-        check_redacted("unix:///run/redis.sock", None);
-    }
-
     #[test]
     fn the_effective_configuration_fills_defaults_and_hides_secrets() {
         let (config, table) = Config::effective(
@@ -1707,7 +1726,7 @@ mod tests {
             env(&[("DELAYQ_REDIS_SHARDS", "8"), ("DELAYQ_NODE_ID", "n1")]),
         )
         .unwrap();
-        assert_eq!(config.redis.url, "redis://app:hunter2@db:6379");
+        assert_eq!(config.redis.url.expose(), "redis://app:hunter2@db:6379");
         let text = toml::to_string(&table).unwrap();
         assert!(!text.contains("hunter2"), "{text}");
         assert_eq!(

@@ -33,6 +33,7 @@ pub mod leadership;
 pub mod message;
 pub mod metrics;
 pub mod reload;
+pub mod secret;
 pub mod service;
 pub mod store;
 pub mod sweeper;

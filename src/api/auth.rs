@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState};
 use crate::metrics as m;
+use crate::secret::{ExposeSecret, SecretString};
 
 /// Paths under this prefix need a token when tokens are configured.
 const PROTECTED: &str = "/v1/";
@@ -56,9 +57,9 @@ fn bearer(request: &Request) -> Option<&str> {
 /// Whether `presented` equals one of `tokens`. Every token is compared in full, in
 /// time that depends only on the lengths, so timing tells nothing of how close a
 /// guess came.
-fn accepted(presented: &[u8], tokens: &[String]) -> bool {
+fn accepted(presented: &[u8], tokens: &[SecretString]) -> bool {
     tokens.iter().fold(false, |found, token| {
-        found | constant_time_eq(presented, token.as_bytes())
+        found | constant_time_eq(presented, token.expose_secret().as_bytes())
     })
 }
 
@@ -78,7 +79,7 @@ mod tests {
 
     #[track_caller]
     fn check(presented: &str, tokens: &[&str], expected: bool) {
-        let tokens: Vec<String> = tokens.iter().map(|t| t.to_string()).collect();
+        let tokens: Vec<SecretString> = tokens.iter().map(|&t| t.into()).collect();
         assert_eq!(
             accepted(presented.as_bytes(), &tokens),
             expected,

@@ -25,6 +25,7 @@ pub use stats::StreamCounts;
 pub use streams::StreamEntry;
 
 use crate::message::{Due, MessageId, NewMessage};
+use crate::secret::RedisUrl;
 
 macro_rules! script {
     ($name:literal) => {
@@ -82,7 +83,7 @@ impl Scripts {
 /// How to reach Redis and lay out keys.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
-    pub url: String,
+    pub url: RedisUrl,
     pub prefix: String,
     pub shards: u16,
     /// A reply slower than this fails the command (the connection is then re-established).
@@ -332,7 +333,7 @@ pub struct Trimmed {
 impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
-        let client = redis::Client::open(config.url.as_str())?;
+        let client = redis::Client::open(config.url.expose())?;
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connect_timeout))

@@ -10,5 +10,6 @@ mod ha;
 mod interfaces;
 mod limits;
 mod ops;
+mod secrets;
 mod store;
 mod sweep;
