@@ -28,6 +28,7 @@ pub mod config;
 pub mod election;
 pub mod forwarder;
 pub mod harness;
+pub mod health;
 pub mod inbox;
 pub mod leadership;
 pub mod message;
@@ -55,6 +56,8 @@ pub struct Daemon {
     pub api_addr: SocketAddr,
     pub leadership: Leadership,
     pub store: Store,
+    /// What this node's Redis probe found (see [`health`]).
+    pub health: health::Health,
     /// The running configuration; a reload publishes a new one (see [`reload`]).
     live: tokio::sync::watch::Sender<Arc<Config>>,
     work: CancellationToken,
@@ -64,6 +67,8 @@ pub struct Daemon {
     election_task: JoinHandle<()>,
     api: CancellationToken,
     api_task: JoinHandle<std::io::Result<()>>,
+    probe: CancellationToken,
+    probe_task: JoinHandle<()>,
 }
 
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
@@ -80,6 +85,13 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .await
         .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
     let api_addr = listener.local_addr()?;
+    let probe = CancellationToken::new();
+    let (health, probe_task) = health::start(
+        store.clone(),
+        config.node_id.clone(),
+        config.redis.timeout,
+        probe.clone(),
+    );
 
     let (elector, leadership) = leadership::channel();
     let election = CancellationToken::new();
@@ -128,6 +140,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         live_config,
         store: store.clone(),
         leadership: leadership.clone(),
+        health: health.clone(),
         metrics,
     });
     let api_task = tokio::spawn(
@@ -141,6 +154,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         api_addr,
         leadership,
         store,
+        health,
         live,
         work,
         work_task,
@@ -149,6 +163,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         election_task,
         api,
         api_task,
+        probe,
+        probe_task,
     })
 }
 
@@ -176,6 +192,8 @@ impl Daemon {
         {
             tracing::warn!("API requests still in flight after 5s; closing anyway");
         }
+        self.probe.cancel();
+        let _ = self.probe_task.await;
         tracing::info!("delayq stopped");
     }
 }

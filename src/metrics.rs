@@ -48,6 +48,9 @@ pub const INBOX_ENTRIES: &str = "delayq_inbox_entries_total";
 pub const INBOX_RECLAIMED: &str = "delayq_inbox_reclaimed_total";
 /// Failed inbox reads or batches (retried with backoff).
 pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
+/// 1 while this node's probe write to Redis succeeds, 0 while Redis refuses writes
+/// (READONLY, OOM, MISCONF) or does not answer.
+pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
 

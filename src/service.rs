@@ -13,9 +13,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::health::{self, Health, RedisState};
 use crate::leadership::{LeaderInfo, Leadership, Role};
 use crate::reload::{Reloader, SetLogLevel};
-use crate::store::Store;
 
 /// Sends notifications; a failure is logged, never fatal (the manager may be gone).
 pub fn notify(states: &[NotifyState]) {
@@ -27,8 +27,17 @@ pub fn notify(states: &[NotifyState]) {
     }
 }
 
-/// The one-line status shown by `systemctl status`.
-pub fn status_line(role: &Role, info: &LeaderInfo) -> String {
+/// The one-line status shown by `systemctl status`, with what keeps this node from
+/// its job, if anything.
+pub fn status_line(role: &Role, info: &LeaderInfo, redis: &RedisState) -> String {
+    let line = status_of_role(role, info);
+    match redis {
+        RedisState::Starting | RedisState::Writable => line,
+        _ => format!("{line}; {}", redis.problem().unwrap_or_default()),
+    }
+}
+
+fn status_of_role(role: &Role, info: &LeaderInfo) -> String {
     match role {
         Role::Leader(term) => format!("leader, epoch {} ({})", term.epoch, info.mode),
         Role::Follower => match (&info.node_id, info.epoch) {
@@ -53,9 +62,10 @@ fn joined(role: &Role, info: &LeaderInfo) -> bool {
 /// Announces readiness once the node has joined its election (Redis is reachable
 /// by then: [`crate::start`] connected), then keeps `STATUS=` current on every
 /// change of role or leader. Returns when `cancel` fires.
-pub async fn announce(leadership: Leadership, cancel: CancellationToken) {
+pub async fn announce(leadership: Leadership, health: Health, cancel: CancellationToken) {
     let mut roles = leadership.subscribe();
     let mut infos = leadership.info_updates();
+    let mut probes = health.updates();
     loop {
         if joined(&roles.borrow_and_update(), &infos.borrow_and_update()) {
             break;
@@ -71,7 +81,8 @@ pub async fn announce(leadership: Leadership, cancel: CancellationToken) {
     loop {
         let role = roles.borrow_and_update().clone();
         let info = infos.borrow_and_update().clone();
-        let status = status_line(&role, &info);
+        probes.borrow_and_update();
+        let status = status_line(&role, &info, &health.redis());
         if !ready {
             notify(&[NotifyState::Ready, NotifyState::Status(&status)]);
             tracing::info!(status = %status, "ready");
@@ -84,32 +95,41 @@ pub async fn announce(leadership: Leadership, cancel: CancellationToken) {
             _ = cancel.cancelled() => return,
             changed = roles.changed() => if changed.is_err() { return },
             changed = infos.changed() => if changed.is_err() { return },
+            changed = probes.changed() => if changed.is_err() { return },
         }
     }
 }
 
-/// Pings the service manager's watchdog (`WatchdogSec=`) while the process is
-/// healthy: this task got scheduled (the runtime is not wedged) and Redis
-/// answered through the shared connection (the one every loop and handler uses)
-/// within half the watchdog interval. A hung process stops pinging and is
-/// restarted. Returns at once when no watchdog is configured.
-pub async fn watchdog(store: Store, cancel: CancellationToken) {
+/// Pings the service manager's watchdog (`WatchdogSec=`) while this process is
+/// alive: the runtime runs a task spawned for the purpose within half the interval,
+/// and the Redis probe loop finished a round recently (its rounds are bounded, so a
+/// stale one means the process's loops are stuck). Whether Redis answers does not
+/// matter here: a Redis outage must not make the manager restart every instance at
+/// once; it shows in readiness, the status line and metrics instead. Returns at once
+/// when no watchdog is configured.
+pub async fn watchdog(health: Health, cancel: CancellationToken) {
     let Some(interval) = sd_notify::watchdog_enabled() else {
         return;
     };
-    // Several chances per interval, so one slow answer does not cost a restart.
+    // Several chances per interval, so one slow round does not cost a restart.
     let every = interval / 4;
     let deadline = interval / 2;
     tracing::info!(interval = ?interval, "watchdog enabled");
     loop {
-        match tokio::time::timeout(deadline, store.ping()).await {
-            Ok(Ok(())) => notify(&[NotifyState::Watchdog]),
-            Ok(Err(e)) => {
-                tracing::warn!(error = %e, "watchdog: Redis does not answer; not telling the service manager we are alive")
+        let runs = tokio::time::timeout(deadline, tokio::spawn(async {})).await;
+        let progress = health.last_round().elapsed();
+        match runs {
+            Ok(Ok(())) if progress <= health::PROBE_EVERY * 3 + interval => {
+                notify(&[NotifyState::Watchdog])
             }
-            Err(_) => {
-                tracing::warn!(timeout = ?deadline, "watchdog: Redis did not answer in time; not telling the service manager we are alive")
-            }
+            Ok(_) => tracing::error!(
+                last_round_ms = progress.as_millis() as u64,
+                "watchdog: the Redis probe loop made no progress; not telling the service manager we are alive"
+            ),
+            Err(_) => tracing::error!(
+                timeout = ?deadline,
+                "watchdog: the runtime did not run a task in time; not telling the service manager we are alive"
+            ),
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -121,8 +141,12 @@ pub async fn watchdog(store: Store, cancel: CancellationToken) {
 /// Starts [`announce`] and [`watchdog`] for a running daemon.
 pub fn supervise(daemon: &crate::Daemon, cancel: CancellationToken) -> Vec<JoinHandle<()>> {
     vec![
-        tokio::spawn(announce(daemon.leadership.clone(), cancel.clone())),
-        tokio::spawn(watchdog(daemon.store.clone(), cancel)),
+        tokio::spawn(announce(
+            daemon.leadership.clone(),
+            daemon.health.clone(),
+            cancel.clone(),
+        )),
+        tokio::spawn(watchdog(daemon.health.clone(), cancel)),
     ]
 }
 
@@ -202,7 +226,7 @@ mod tests {
             mode: "etcd",
             ..LeaderInfo::default()
         };
-        assert_eq!(status_line(&role, &info), expected);
+        assert_eq!(status_line(&role, &info, &RedisState::Writable), expected);
     }
 
     #[test]
@@ -225,6 +249,17 @@ mod tests {
             "standby; no leader (last epoch 9)",
         );
         check(Role::Follower, None, None, "standby; no leader known");
+        let info = LeaderInfo::default();
+        let refused = RedisState::Refuses("READONLY You can't write".into());
+        assert_eq!(
+            status_line(&Role::Follower, &info, &refused),
+            "standby; no leader known; redis refuses writes: READONLY You can't write"
+        );
+        let gone = RedisState::Unreachable("connection refused".into());
+        assert_eq!(
+            status_line(&Role::Follower, &info, &gone),
+            "standby; no leader known; redis unreachable: connection refused"
+        );
     }
 
     #[track_caller]

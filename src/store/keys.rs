@@ -72,6 +72,11 @@ impl Keys {
         format!("{}:standalone-epoch", self.prefix)
     }
 
+    /// String a node writes (with an expiry) to learn whether Redis takes writes.
+    pub fn write_probe(&self, node_id: &str) -> String {
+        format!("{}:probe:{node_id}", self.prefix)
+    }
+
     /// Stream that receives bodies too damaged to know their own target stream.
     pub fn unreadable_stream(&self) -> String {
         format!("{}:unreadable", self.prefix)

@@ -143,6 +143,19 @@ impl StoreError {
         }
     }
 
+    /// Redis's error reply as Redis wrote it (`READONLY You can't write…`, `OOM …`,
+    /// `MISCONF …`) when it answered with one: it is up, but refused. None when it
+    /// did not answer at all.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            StoreError::Redis(e) => {
+                let code = e.code()?;
+                Some(format!("{code} {}", e.detail().unwrap_or_default()))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether retrying later may help (Redis down or slow) rather than the request being wrong.
     pub fn is_unavailable(&self) -> bool {
         matches!(self, StoreError::Redis(_) | StoreError::Busy(_))
@@ -365,6 +378,21 @@ impl Store {
     pub async fn ping(&self) -> Result<()> {
         let mut conn = self.conn.clone();
         let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+        Ok(())
+    }
+
+    /// Writes this node's probe key (expiring in a minute): Ok when Redis takes
+    /// writes. A replica answers READONLY, a full Redis OOM, one whose last save
+    /// failed MISCONF; those are [`StoreError::Redis`] with Redis's code.
+    pub async fn probe_write(&self, node_id: &str) -> Result<()> {
+        let mut conn = self.conn.clone();
+        let () = redis::cmd("SET")
+            .arg(self.keys.write_probe(node_id))
+            .arg(1)
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut conn)
+            .await?;
         Ok(())
     }
 

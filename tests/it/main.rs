@@ -7,6 +7,7 @@ mod api;
 mod bench;
 mod forwarding;
 mod ha;
+mod health;
 mod interfaces;
 mod limits;
 mod ops;

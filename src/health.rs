@@ -1,0 +1,149 @@
+//! Whether this node can do its job: a loop writes a probe key to Redis every
+//! second, so that a Redis that answers but refuses writes (a replica after a
+//! failover answers READONLY, a full one OOM, one whose last save failed MISCONF)
+//! shows as clearly as one that does not answer. `/healthz`, `/readyz`, the service
+//! manager's status line and `delayq_redis_writable` read the outcome; nothing waits
+//! on a probe. The watchdog reads when the loop last finished a round, which proves
+//! this process's own loops run, whatever state Redis is in.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::metrics as m;
+use crate::store::Store;
+
+/// How often the probe writes.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// What the last probe found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RedisState {
+    /// No probe has finished yet.
+    Starting,
+    Writable,
+    /// Redis answered the write with an error (READONLY, OOM, MISCONF, …).
+    Refuses(String),
+    /// No answer: connection refused or lost, or no reply within `redis.timeout`.
+    Unreachable(String),
+}
+
+impl RedisState {
+    /// Why this node cannot do its job, or None when Redis takes writes.
+    pub fn problem(&self) -> Option<String> {
+        match self {
+            RedisState::Writable => None,
+            RedisState::Starting => Some("redis: not probed yet".to_owned()),
+            RedisState::Refuses(e) => Some(format!("redis refuses writes: {e}")),
+            RedisState::Unreachable(e) => Some(format!("redis unreachable: {e}")),
+        }
+    }
+}
+
+/// One probe round's outcome.
+#[derive(Clone, Debug)]
+pub struct Probe {
+    pub redis: RedisState,
+    /// When the round finished.
+    pub finished: Instant,
+}
+
+/// The probe loop's findings, for readers anywhere in the daemon.
+#[derive(Clone)]
+pub struct Health {
+    rx: watch::Receiver<Probe>,
+    /// A round takes at most the probe's timeout plus [`PROBE_EVERY`]; one older than
+    /// this means the loop itself is stuck.
+    stale_after: Duration,
+}
+
+impl Health {
+    /// Redis as last probed; `Unreachable` when no round finished for too long.
+    pub fn redis(&self) -> RedisState {
+        let probe = self.rx.borrow();
+        if probe.finished.elapsed() > self.stale_after {
+            return RedisState::Unreachable(format!(
+                "no probe finished for {} ms",
+                probe.finished.elapsed().as_millis()
+            ));
+        }
+        probe.redis.clone()
+    }
+
+    /// When the probe loop last finished a round (the watchdog's proof of progress).
+    pub fn last_round(&self) -> Instant {
+        self.rx.borrow().finished
+    }
+
+    /// Every round, as it finishes.
+    pub fn updates(&self) -> watch::Receiver<Probe> {
+        self.rx.clone()
+    }
+}
+
+/// Starts the probe loop: one write every [`PROBE_EVERY`], each bounded by `timeout`.
+pub fn start(
+    store: Store,
+    node_id: String,
+    timeout: Duration,
+    cancel: CancellationToken,
+) -> (Health, JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Probe {
+        redis: RedisState::Starting,
+        finished: Instant::now(),
+    });
+    let health = Health {
+        rx,
+        stale_after: (timeout + PROBE_EVERY) * 3,
+    };
+    let task = tokio::spawn(run(store, node_id, timeout, tx, cancel));
+    (health, task)
+}
+
+async fn run(
+    store: Store,
+    node_id: String,
+    timeout: Duration,
+    tx: watch::Sender<Probe>,
+    cancel: CancellationToken,
+) {
+    let writable = metrics::gauge!(m::REDIS_WRITABLE);
+    let mut last = RedisState::Starting;
+    loop {
+        let state = match tokio::time::timeout(timeout, store.probe_write(&node_id)).await {
+            Ok(Ok(())) => RedisState::Writable,
+            Ok(Err(e)) => match e.refusal() {
+                Some(refusal) => RedisState::Refuses(refusal),
+                None => RedisState::Unreachable(e.to_string()),
+            },
+            Err(_) => RedisState::Unreachable(format!("no answer within {timeout:?}")),
+        };
+        if state != last {
+            // One line per change of condition, not one per round.
+            match (&state, state.problem()) {
+                (_, None) if last == RedisState::Starting => {}
+                (_, None) => tracing::info!("redis takes writes again"),
+                (RedisState::Refuses(_), Some(problem)) => {
+                    tracing::warn!(%problem, "this node cannot do its job until Redis takes writes")
+                }
+                (_, Some(problem)) => tracing::warn!(%problem, "redis does not answer"),
+            }
+            writable.set(if state == RedisState::Writable {
+                1.0
+            } else {
+                0.0
+            });
+            last = state.clone();
+        }
+        tx.send_replace(Probe {
+            redis: state,
+            finished: Instant::now(),
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(PROBE_EVERY) => {}
+        }
+    }
+}

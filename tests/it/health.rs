@@ -1,0 +1,166 @@
+//! Health that tells the truth: a Redis that answers but refuses writes (turned
+//! into a replica with REPLICAOF, or full at maxmemory) makes `/healthz` and
+//! `/readyz` fail with the reason, `delayq_redis_writable` drop to 0 and a WARN line
+//! name the Redis error; all recover by themselves once Redis takes writes again.
+//! Real Redis servers and a real daemon process.
+
+use std::time::Duration;
+
+use delayq::harness::{DelayqProcess, RedisServer};
+
+use crate::support::{delayq_bin, entries, eventually, metrics};
+
+/// How Redis is made to refuse writes, and the error it then answers with.
+struct Refusal {
+    break_it: fn(&RedisServer, &RedisServer) -> Vec<String>,
+    mend_it: fn(&RedisServer, &RedisServer) -> Vec<String>,
+    error: &'static str,
+}
+
+fn replica_of_other(_: &RedisServer, other: &RedisServer) -> Vec<String> {
+    vec![
+        "REPLICAOF".into(),
+        "127.0.0.1".into(),
+        other.port.to_string(),
+    ]
+}
+fn primary_again(_: &RedisServer, _: &RedisServer) -> Vec<String> {
+    vec!["REPLICAOF".into(), "NO".into(), "ONE".into()]
+}
+fn full(_: &RedisServer, _: &RedisServer) -> Vec<String> {
+    vec![
+        "CONFIG".into(),
+        "SET".into(),
+        "maxmemory".into(),
+        "1".into(),
+    ]
+}
+fn unbounded(_: &RedisServer, _: &RedisServer) -> Vec<String> {
+    vec![
+        "CONFIG".into(),
+        "SET".into(),
+        "maxmemory".into(),
+        "0".into(),
+    ]
+}
+
+const REFUSALS: &[Refusal] = &[
+    Refusal {
+        break_it: replica_of_other,
+        mend_it: primary_again,
+        error: "READONLY",
+    },
+    Refusal {
+        break_it: full,
+        mend_it: unbounded,
+        error: "OOM",
+    },
+];
+
+#[tokio::test]
+async fn a_redis_that_refuses_writes_fails_health_with_the_reason_and_recovers() {
+    for refusal in REFUSALS {
+        check(refusal).await;
+    }
+}
+
+async fn get(http: &reqwest::Client, url: String) -> (u16, serde_json::Value) {
+    let answer = http.get(url).send().await.expect("the API answers");
+    let status = answer.status().as_u16();
+    (status, answer.json().await.unwrap_or_default())
+}
+
+async fn push(http: &reqwest::Client, node: &DelayqProcess, id: &str) -> u16 {
+    http.post(node.url("/v1/messages"))
+        .json(&serde_json::json!({"stream": "h", "id": id, "payload": "p", "delay": "10ms"}))
+        .send()
+        .await
+        .expect("the API answers")
+        .status()
+        .as_u16()
+}
+
+fn run(redis: &RedisServer, words: Vec<String>) {
+    let () = redis::cmd(&words[0])
+        .arg(&words[1..])
+        .query(&mut redis.client())
+        .unwrap();
+}
+
+async fn check(refusal: &Refusal) {
+    let redis = RedisServer::start().unwrap();
+    let other = RedisServer::start().unwrap();
+    let node = DelayqProcess::start(
+        &delayq_bin(),
+        "probed",
+        &format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url()),
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let metric = |text: Option<String>| {
+        text.and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("delayq_redis_writable "))
+                .map(str::to_owned)
+        })
+    };
+    for path in ["/healthz", "/readyz"] {
+        eventually(Duration::from_secs(10), "healthy at start", || async {
+            (get(&http, node.url(path)).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    assert_eq!(push(&http, &node, "before").await, 201);
+
+    run(&redis, (refusal.break_it)(&redis, &other));
+    for path in ["/healthz", "/readyz"] {
+        let detail = eventually(Duration::from_secs(10), "health fails", || async {
+            let (status, body) = get(&http, node.url(path)).await;
+            (status == 503).then(|| body["detail"].as_str().unwrap_or_default().to_owned())
+        })
+        .await;
+        assert!(
+            detail.contains("redis refuses writes") && detail.contains(refusal.error),
+            "{path}: {detail}"
+        );
+    }
+    let gauge = metric(metrics(&http, node.url("/metrics")).await);
+    assert_eq!(gauge.as_deref(), Some("delayq_redis_writable 0"));
+    assert_eq!(
+        push(&http, &node, "refused").await,
+        503,
+        "a push cannot be stored"
+    );
+    let log = node.full_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains(refusal.error)),
+        "a WARN line names the error:\n{log}"
+    );
+
+    run(&redis, (refusal.mend_it)(&redis, &other));
+    for path in ["/healthz", "/readyz"] {
+        eventually(Duration::from_secs(10), "healthy again", || async {
+            (get(&http, node.url(path)).await.0 == 200).then_some(())
+        })
+        .await;
+    }
+    let gauge = metric(metrics(&http, node.url("/metrics")).await);
+    assert_eq!(gauge.as_deref(), Some("delayq_redis_writable 1"));
+    assert!(node.full_log().contains("redis takes writes again"));
+    // And it does its job again: a new message is delivered, once.
+    assert_eq!(push(&http, &node, "after").await, 201);
+    eventually(
+        Duration::from_secs(10),
+        "delivered after recovery",
+        || async {
+            let got = entries(&mut redis.client(), "h");
+            let after = got
+                .iter()
+                .filter(|e| e.get("delayq-id") == Some("after"))
+                .count();
+            (after == 1).then_some(())
+        },
+    )
+    .await;
+}
