@@ -52,7 +52,24 @@ struct Raw {
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 struct RawNode {
+    /// Any non-empty name; a bare number (`id = 123`, `DELAYQ_NODE_ID=123`) too.
+    #[serde(deserialize_with = "text_or_number")]
     id: Option<String>,
+}
+
+fn text_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum TextOrNumber {
+        Text(String),
+        Integer(i64),
+        Float(f64),
+    }
+    Ok(Some(match TextOrNumber::deserialize(d)? {
+        TextOrNumber::Text(s) => s,
+        TextOrNumber::Integer(n) => n.to_string(),
+        TextOrNumber::Float(n) => n.to_string(),
+    }))
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -147,9 +164,12 @@ impl Default for RawApi {
 #[serde(default, deny_unknown_fields)]
 struct RawInbox {
     enabled: bool,
-    stream: String,
-    group: String,
-    rejected_stream: String,
+    /// Default `<redis.prefix>:inbox`, so deployments sharing a Redis never collide.
+    stream: Option<String>,
+    /// Default `<redis.prefix>`.
+    group: Option<String>,
+    /// Default `<redis.prefix>:inbox:rejected`.
+    rejected_stream: Option<String>,
     batch_size: i64,
     #[serde(with = "humantime_serde")]
     reclaim_after: Duration,
@@ -159,9 +179,9 @@ impl Default for RawInbox {
     fn default() -> Self {
         RawInbox {
             enabled: true,
-            stream: "delayq:inbox".into(),
-            group: "delayq".into(),
-            rejected_stream: "delayq:inbox:rejected".into(),
+            stream: None,
+            group: None,
+            rejected_stream: None,
             batch_size: 500,
             reclaim_after: Duration::from_secs(30),
         }
@@ -717,10 +737,20 @@ impl Raw {
             None
         } else {
             for endpoint in &endpoints {
-                if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                if endpoint.starts_with("https://") {
+                    // Refused here rather than failing at run time: the etcd client is
+                    // built without TLS.
                     return Err(invalid(
                         "etcd.endpoints",
-                        format!("{endpoint:?}: must start with http:// or https://"),
+                        format!(
+                            "{endpoint:?}: TLS to etcd is not supported yet; use http:// (e.g. over a private network or a local TLS-terminating proxy)"
+                        ),
+                    ));
+                }
+                if !endpoint.starts_with("http://") {
+                    return Err(invalid(
+                        "etcd.endpoints",
+                        format!("{endpoint:?}: must start with http://"),
                     ));
                 }
             }
@@ -890,6 +920,9 @@ impl Raw {
             batch_size: inbox_batch_size,
             reclaim_after,
         } = inbox;
+        let inbox_stream = inbox_stream.unwrap_or_else(|| format!("{prefix}:inbox"));
+        let inbox_group = inbox_group.unwrap_or_else(|| prefix.clone());
+        let rejected_stream = rejected_stream.unwrap_or_else(|| format!("{prefix}:inbox:rejected"));
         let inbox = if enabled {
             for (key, value) in [
                 ("inbox.stream", &inbox_stream),
@@ -1198,6 +1231,15 @@ impl Config {
         let config = raw.validate()?;
         // Values chosen during validation, shown as they will be used.
         set_key(&mut effective, "node", "id", config.node_id.clone().into());
+        if let Some(inbox) = &config.inbox {
+            for (key, value) in [
+                ("stream", &inbox.stream),
+                ("group", &inbox.group),
+                ("rejected_stream", &inbox.rejected_stream),
+            ] {
+                set_key(&mut effective, "inbox", key, value.clone().into());
+            }
+        }
         if let Some(etcd) = &config.etcd {
             set_key(
                 &mut effective,
@@ -1373,6 +1415,49 @@ mod tests {
     }
 
     #[test]
+    fn any_non_empty_node_id_is_a_name_numbers_too() {
+        for (toml, env_pairs, expected) in [
+            ("[node]\nid = \"n1\"", &[][..], "n1"),
+            ("[node]\nid = 123", &[], "123"),
+            ("", &[("DELAYQ_NODE_ID", "123")], "123"),
+            ("", &[("DELAYQ_NODE_ID", "0042")], "0042"),
+            ("", &[("DELAYQ_NODE_ID", "1.5")], "1.5"),
+        ] {
+            let c = Config::from_toml(toml, env(env_pairs)).unwrap();
+            assert_eq!(c.node_id, expected, "{toml} {env_pairs:?}");
+        }
+    }
+
+    #[test]
+    fn the_inbox_lives_under_the_prefix_unless_named() {
+        for (toml, expected) in [
+            ("", ("delayq:inbox", "delayq", "delayq:inbox:rejected")),
+            (
+                "[redis]\nprefix = \"b\"",
+                ("b:inbox", "b", "b:inbox:rejected"),
+            ),
+            (
+                "[redis]\nprefix = \"b\"\n[inbox]\nstream = \"mq\"\ngroup = \"g\"\nrejected_stream = \"r\"",
+                ("mq", "g", "r"),
+            ),
+        ] {
+            let c = Config::from_toml(toml, env(&[])).unwrap();
+            let inbox = c.inbox.expect("enabled");
+            assert_eq!(
+                (
+                    inbox.stream.as_str(),
+                    inbox.group.as_str(),
+                    inbox.rejected_stream.as_str()
+                ),
+                expected,
+                "{toml}"
+            );
+        }
+        let (_, table) = Config::effective("[redis]\nprefix = \"b\"", env(&[])).unwrap();
+        assert_eq!(table["inbox"]["stream"].as_str(), Some("b:inbox"));
+    }
+
+    #[test]
     fn defaults() {
         let c = Config::from_toml("", env(&[])).unwrap();
         assert_eq!(c.redis.shards, 16);
@@ -1447,6 +1532,13 @@ mod tests {
         check_err("[api]\nmax_body_bytes = 0", &[], "api.max_body_bytes");
         check_err("[api]\nmax_wait = \"2h\"", &[], "api.max_wait");
         check_err("[api]\nmax_polls = 0", &[], "api.max_polls");
+        check_err(
+            "[etcd]\nendpoints = [\"https://e:2379\"]",
+            &[],
+            "etcd.endpoints: \"https://e:2379\": TLS to etcd is not supported yet",
+        );
+        check_err("[node]\nid = \" \"", &[], "node.id: must not be empty");
+        check_err("[node]\nid = true", &[], "node");
         check_err("[inbox]\nstream = \"\"", &[], "inbox.stream");
         check_err("[inbox]\ngroup = \"a b\"", &[], "inbox.group");
         check_err(
@@ -1653,11 +1745,13 @@ mod tests {
     fn targets() {
         check_target("", "orders", None);
         check_target("", "delayq:inbox", Some("delayq's own keys"));
+        check_target("[redis]\nprefix = \"dq\"", "delayq:inbox", None);
         check_target(
             "[redis]\nprefix = \"dq\"",
-            "delayq:inbox",
-            Some("delayq's inbox"),
+            "dq:inbox",
+            Some("delayq's own keys"),
         );
+        check_target("[inbox]\nstream = \"mq\"", "mq", Some("delayq's inbox"));
         check_target(
             "[redis]\nprefix = \"dq\"",
             "{dq:1}:due",
