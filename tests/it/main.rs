@@ -5,6 +5,7 @@ mod support;
 
 mod api;
 mod bench;
+mod edges;
 mod forwarding;
 mod ha;
 mod interfaces;
