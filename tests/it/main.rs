@@ -7,6 +7,7 @@ mod api;
 mod bench;
 mod edges;
 mod forwarding;
+mod fuzz;
 mod ha;
 mod interfaces;
 mod ops;
