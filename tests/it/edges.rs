@@ -816,3 +816,165 @@ async fn check_config_accepts_each_bound_and_refuses_one_step_outside_naming_the
         }
     }
 }
+
+/// A Redis at `maxmemory` with `noeviction` while messages fall due: none is lost or
+/// dead-lettered for want of memory, and forwarding resumes once memory is freed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_loses_nothing_and_forwarding_resumes_when_memory_frees() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let mut conn = redis.client();
+    let text = config_text(&redis.url(), &[("log.level", "\"warn\"")]);
+    let node = DelayqProcess::start(&delayq_bin(), "full", &text).expect("start delayq");
+    let ctx = |what: &str| format!("{what}\ndelayq log:\n{}", node.log());
+    let http = reqwest::Client::new();
+    let w = W;
+    let streams: Vec<String> = (0..w.streams).map(|s| format!("full-{s}")).collect();
+    let lead_ms = 1500 * u64::from(patience());
+    let at_ms = redis_now_ms(&mut conn) + lead_ms;
+    let planned: Vec<Planned> = (0..w.http)
+        .map(|i| {
+            let stream = streams[i % streams.len()].clone();
+            Planned {
+                id: format!("full-{i}"),
+                fields: message_fields(i, &stream, &w),
+                stream,
+                due_ms: at_ms,
+            }
+        })
+        .collect();
+    for chunk in planned.chunks(w.chunk) {
+        let body =
+            json!({ "messages": chunk.iter().map(|m| push_body(m, at_ms)).collect::<Vec<_>>() });
+        let answer: Value = http
+            .post(node.url("/v1/messages/batch"))
+            .json(&body)
+            .send()
+            .await
+            .expect("batch")
+            .json()
+            .await
+            .expect("json");
+        assert_eq!(
+            answer["scheduled"].as_u64(),
+            Some(chunk.len() as u64),
+            "{answer:.300}"
+        );
+    }
+
+    // Redis full: a little room over what it holds, then a filler key up to the limit.
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query(&mut conn)
+        .unwrap();
+    let info: String = redis::cmd("INFO").arg("memory").query(&mut conn).unwrap();
+    let used: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory");
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(used + (4 << 20))
+        .query(&mut conn)
+        .unwrap();
+    let chunk = "f".repeat(64 << 10);
+    let mut oom = false;
+    for _ in 0..10_000 {
+        match redis::cmd("APPEND")
+            .arg("filler")
+            .arg(&chunk)
+            .query::<u64>(&mut conn)
+        {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("OOM") => {
+                oom = true;
+                break;
+            }
+            Err(e) => panic!("APPEND: {e}"),
+        }
+    }
+    assert!(oom, "writes never answered OOM");
+    assert!(
+        redis_now_ms(&mut conn) < at_ms,
+        "{}",
+        ctx("memory filled before the messages fell due")
+    );
+
+    // The messages fall due while no write can succeed; the forwarder tries a while.
+    eventually(
+        Duration::from_secs(10),
+        "the messages overdue by a second",
+        || {
+            let late = redis_now_ms(&mut conn) > at_ms + 1000;
+            std::future::ready(late.then_some(()))
+        },
+    )
+    .await;
+    let dead_letters: usize = streams
+        .iter()
+        .map(|s| {
+            redis::cmd("XLEN")
+                .arg(format!("{s}:dead"))
+                .query::<usize>(&mut conn)
+                .unwrap()
+        })
+        .sum();
+    let states: Vec<(String, Value)> = futures::stream::iter(&planned)
+        .map(|m| {
+            let http = http.clone();
+            let url = node.url(&format!("/v1/messages/{}", m.id));
+            async move {
+                let got: Value = http
+                    .get(url)
+                    .send()
+                    .await
+                    .expect("GET")
+                    .json()
+                    .await
+                    .unwrap_or(Value::Null);
+                (m.id.clone(), got["state"].clone())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let gone: Vec<&(String, Value)> = states
+        .iter()
+        .filter(|(_, state)| *state != "scheduled" && *state != "delivered")
+        .collect();
+    assert!(
+        dead_letters == 0 && gone.is_empty(),
+        "{}",
+        ctx(&format!(
+            "while Redis was full: {dead_letters} dead letters, {} messages neither scheduled nor delivered, e.g. {:?}",
+            gone.len(),
+            &gone[..gone.len().min(5)]
+        ))
+    );
+
+    // Memory freed: every message arrives, once, verbatim, on record.
+    let _: u64 = redis::cmd("DEL").arg("filler").query(&mut conn).unwrap();
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    eventually(
+        Duration::from_secs(15),
+        "every message delivered after memory freed",
+        || {
+            let got: usize = streams
+                .iter()
+                .map(|s| redis::cmd("XLEN").arg(s).query::<usize>(&mut conn).unwrap())
+                .sum();
+            std::future::ready((got >= planned.len()).then_some(()))
+        },
+    )
+    .await;
+    let entry_ids = check_delivered(&mut conn, &streams, &planned, 1, &ctx);
+    check_records(&http, &node, &planned, &entry_ids, "delivered", &ctx).await;
+}
