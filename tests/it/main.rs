@@ -5,7 +5,9 @@ mod support;
 
 mod api;
 mod bench;
+mod edges;
 mod forwarding;
+mod fuzz;
 mod ha;
 mod health;
 mod interfaces;
