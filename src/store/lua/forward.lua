@@ -31,9 +31,11 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'LIMIT', 
 local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
 local keep_until = now + tonumber(ARGV[3])
 
+-- MAXLEN values stay the strings they came as: a Lua number is a double, and one
+-- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
 local maxlens = {}
-for i = 9, #ARGV, 2 do maxlens[ARGV[i]] = tonumber(ARGV[i + 1]) end
-local default_maxlen = tonumber(ARGV[8])
+for i = 9, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
+local default_maxlen = ARGV[8]
 
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
 -- returns: the entry id, or nil and the error.
@@ -84,7 +86,7 @@ for i, id in ipairs(ids) do
       local args = { 'XADD', target }
       local n = 2
       local maxlen = maxlens[target] or default_maxlen
-      if maxlen > 0 then
+      if maxlen ~= '0' then
         args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
         n = 5
       end
