@@ -157,6 +157,47 @@ impl NewMessage {
     }
 }
 
+/// A stream entry id as a client gives it: `<ms>-<seq>` or `<ms>`, each part a
+/// decimal number (at most 20 digits) that fits in 64 bits, as Redis requires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EntryId {
+    pub ms: u64,
+    pub seq: Option<u64>,
+}
+
+impl EntryId {
+    pub fn parse(text: &str) -> Option<EntryId> {
+        let number = |s: &str| {
+            (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+        };
+        let (ms, seq) = match text.split_once('-') {
+            Some((ms, seq)) => (ms, Some(number(seq)?)),
+            None => (text, None),
+        };
+        Some(EntryId {
+            ms: number(ms)?,
+            seq,
+        })
+    }
+
+    /// Whether no entry can come after this one (`XRANGE` refuses an exclusive
+    /// start here).
+    pub fn is_last(&self) -> bool {
+        self.ms == u64::MAX && self.seq == Some(u64::MAX)
+    }
+}
+
+impl fmt::Display for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.seq {
+            Some(seq) => write!(f, "{}-{seq}", self.ms),
+            None => write!(f, "{}", self.ms),
+        }
+    }
+}
+
 /// Whether `text` has no spaces and no control characters: the rule for stream,
 /// group and consumer names, tokens and field names that travel as plain words.
 pub fn is_plain(text: &str) -> bool {

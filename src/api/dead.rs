@@ -10,7 +10,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::messages::{check_stream_allowed, read_json};
-use super::streams::entry_id;
+use super::streams::{ENTRY_ID_RULE, entry_id};
 use super::{ApiError, AppState};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
@@ -50,9 +50,7 @@ fn limit(given: Option<usize>) -> Result<usize, ApiError> {
 
 fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
     match after {
-        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!(
-            "after {a:?}: must be a stream entry id such as 1700000000000-0"
-        ))),
+        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!("after {a:?}: {ENTRY_ID_RULE}"))),
         other => Ok(other),
     }
 }
@@ -368,6 +366,14 @@ mod tests {
         check(r#"{"ids":[3]}"#, Err("ids[0]: must be a string"));
         check(r#"{"all":"yes"}"#, Err("all: must be true or false"));
         check(r#"{"all":true,"after":"x"}"#, Err("after \"x\""));
+        check(
+            r#"{"all":true,"after":"99999999999999999999999-0"}"#,
+            Err("below 2^64"),
+        );
+        check(
+            r#"{"all":true,"after":"1-18446744073709551616"}"#,
+            Err("below 2^64"),
+        );
         check(r#"{"all":true,"limit":0}"#, Err("limit 0"));
         check(r#"{"ids":["a"],"limit":3}"#, Err("only with \"all\""));
         check(r#"{"id":"a"}"#, Err("id: unknown field"));

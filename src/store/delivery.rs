@@ -237,7 +237,8 @@ impl Store {
     }
 
     /// Up to `count` entries of a dead-letter stream after entry `after` (exclusive;
-    /// None: from the start), oldest first. A missing stream has none.
+    /// None: from the start), oldest first. A missing stream has none, and so has
+    /// anything after the last possible id.
     pub async fn dead_letters(
         &self,
         dead_stream: &str,
@@ -246,6 +247,12 @@ impl Store {
         id_field: &str,
         attempt_field: &str,
     ) -> Result<Vec<DeadLetter>> {
+        if after
+            .and_then(crate::message::EntryId::parse)
+            .is_some_and(|a| a.is_last())
+        {
+            return Ok(Vec::new());
+        }
         let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
         let reply: Value = redis::cmd("XRANGE")
             .arg(dead_stream)

@@ -71,6 +71,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         r#"{{"messages":[{{"stream":"orders","payload":"{}","delay":"1s"}}]}}"#,
         "x".repeat(5000)
     );
+    let beyond = "below 2^64";
     #[rustfmt::skip]
     let cases = [
         // authentication
@@ -137,6 +138,16 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"ids":["1-0"]}"#), (422, "invalid_field", "group: required")),
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some("nope"), (400, "malformed_json", "not valid JSON")),
         case(line!(), "POST", "/v1/streams/billing/ack", T, Some(r#"{"group":"g","ids":["1-0"]}"#), (403, "stream_not_allowed", "not allowed")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["99999999999999999999999-0"]}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-0","18446744073709551616-0"]}"#), (422, "invalid_field", "ids[1] \"18446744073709551616-0\"")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-18446744073709551616"]}"#), (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&count=99999999999999999999999", T, None, (422, "invalid_field", "must be an integer from 1 to 1000")),
+        // dead letters
+        case(line!(), "GET", "/v1/streams/orders/dead?after=99999999999999999999999-0", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=18446744073709551616-0", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=1-18446744073709551616", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true,"after":"18446744073709551616-0"}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"after":"1-18446744073709551616"}"#), (422, "invalid_field", beyond)),
         // axum's own refusals, as JSON
         case(line!(), "PUT", "/v1/messages", T, Some(item), (405, "method_not_allowed", "allowed: POST")),
         case(line!(), "GET", "/v1/messages", T, None, (405, "method_not_allowed", "method not allowed")),
@@ -546,5 +557,39 @@ async fn an_id_repeated_in_a_batch_is_a_duplicate_unless_replaced() {
             .iter()
             .sum::<u64>(),
         1
+    );
+}
+
+/// An entry id no stream can hold past: nothing comes after it, and asking is no error.
+#[tokio::test]
+async fn dead_letters_after_the_last_possible_id_are_none() {
+    let env = Env::start(&strict("")).await;
+    let last = "18446744073709551615-18446744073709551615";
+    let (status, answer) = request(
+        &env,
+        "GET",
+        &format!("/v1/streams/orders/dead?after={last}"),
+        T,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, answer["entries"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{answer}"
+    );
+    let body = format!(r#"{{"all":true,"after":"{last}"}}"#);
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/streams/orders/dead/purge",
+        T,
+        Some(&body),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["purged"].as_u64()),
+        (200, Some(0)),
+        "{answer}"
     );
 }
