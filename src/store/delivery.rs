@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::streams::wrong_type;
 use super::{Result, Store, StoreError, array, shard_invocation, text};
 use crate::message::{Fields, MessageId};
 
@@ -261,7 +262,8 @@ impl Store {
             .arg("COUNT")
             .arg(count)
             .query_async(&mut self.conn.clone())
-            .await?;
+            .await
+            .map_err(|e| wrong_type(e, dead_stream))?;
         let own = own_field_names(id_field, attempt_field);
         Ok(stream_entries(reply)?
             .into_iter()
@@ -332,22 +334,20 @@ impl Store {
     ) -> Result<u64> {
         let mut conn = self.conn.clone();
         let n: u64 = match entries {
-            None => {
-                redis::cmd("XTRIM")
-                    .arg(dead_stream)
-                    .arg("MAXLEN")
-                    .arg(0)
-                    .query_async(&mut conn)
-                    .await?
-            }
+            None => redis::cmd("XTRIM")
+                .arg(dead_stream)
+                .arg("MAXLEN")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| wrong_type(e, dead_stream))?,
             Some([]) => 0,
-            Some(ids) => {
-                redis::cmd("XDEL")
-                    .arg(dead_stream)
-                    .arg(ids)
-                    .query_async(&mut conn)
-                    .await?
-            }
+            Some(ids) => redis::cmd("XDEL")
+                .arg(dead_stream)
+                .arg(ids)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| wrong_type(e, dead_stream))?,
         };
         Ok(n)
     }

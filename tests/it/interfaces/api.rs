@@ -593,3 +593,34 @@ async fn dead_letters_after_the_last_possible_id_are_none() {
         "{answer}"
     );
 }
+
+/// A key that holds something other than a stream is a conflict (409) wherever a
+/// stream is read, not an outage.
+#[tokio::test]
+async fn a_key_of_the_wrong_type_is_a_conflict_on_every_stream_read() {
+    let env = Env::start(&strict("")).await;
+    let mut conn = redis(&env);
+    for key in ["orders", "orders:dead"] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg("not a stream")
+            .exec(&mut conn)
+            .unwrap();
+    }
+    let conflict = |key: &'static str| (409, "corrupt", key);
+    #[rustfmt::skip]
+    let cases = [
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&wait=0", T, None, conflict("key \"orders\" holds something other than a stream")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-0"]}"#), conflict("key \"orders\" holds something other than a stream")),
+        case(line!(), "GET", "/v1/streams/orders/dead", T, None, conflict("key \"orders:dead\" holds something other than a stream")),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=1-0&limit=5", T, None, conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"ids":["m-1"]}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"limit":5}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"ids":["m-1"]}"#), conflict("key \"orders:dead\"")),
+    ];
+    for c in &cases {
+        check(&env, c).await;
+    }
+}
