@@ -5,12 +5,13 @@ use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::messages::{check_stream_allowed, read_json};
-use super::streams::{ENTRY_ID_RULE, entry_id};
+use super::streams::{ENTRY_ID_RULE, bad_query, entry_id};
 use super::{ApiError, AppState};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
@@ -87,9 +88,10 @@ fn letter_json(letter: &DeadLetter, attempt_field: &str) -> Value {
 pub async fn list(
     State(state): State<AppState>,
     Path(stream): Path<String>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
+    let Query(query) = query.map_err(bad_query)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;

@@ -71,7 +71,7 @@ impl From<StoreError> for ApiError {
             ),
             other => {
                 tracing::warn!(error = %other, "request failed in Redis");
-                ApiError::unavailable(format!("storage unavailable: {other}"))
+                ApiError::unavailable(format!("storage unavailable (Redis): {other}"))
             }
         }
     }

@@ -45,8 +45,7 @@ pub async fn next(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     checked_stream(&stream, &state)?;
-    let Query(params) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let Query(params) = query.map_err(bad_query)?;
     if let Some((unknown, _)) = params
         .iter()
         .find(|(k, _)| !NEXT_PARAMS.contains(&k.as_str()))
@@ -101,6 +100,11 @@ pub async fn next(
     Ok(Json(
         json!({ "stream": stream, "group": group, "consumer": consumer, "messages": messages }),
     ))
+}
+
+/// A query string that cannot be read as parameters.
+pub(super) fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
 }
 
 /// A stream entry id: `<ms>-<seq>` (or `<ms>`), each part below 2^64.

@@ -71,6 +71,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         r#"{{"messages":[{{"stream":"orders","payload":"{}","delay":"1s"}}]}}"#,
         "x".repeat(5000)
     );
+    let huge_ack = format!(r#"{{"group":"g","ids":["{}"]}}"#, "1".repeat(1 << 20));
     let beyond = "below 2^64";
     #[rustfmt::skip]
     let cases = [
@@ -141,17 +142,24 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["99999999999999999999999-0"]}"#), (422, "invalid_field", beyond)),
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-0","18446744073709551616-0"]}"#), (422, "invalid_field", "ids[1] \"18446744073709551616-0\"")),
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-18446744073709551616"]}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(&huge_ack), (413, "too_large", "request body is larger than")),
         case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&count=99999999999999999999999", T, None, (422, "invalid_field", "must be an integer from 1 to 1000")),
         // dead letters
         case(line!(), "GET", "/v1/streams/orders/dead?after=99999999999999999999999-0", T, None, (422, "invalid_field", beyond)),
         case(line!(), "GET", "/v1/streams/orders/dead?after=18446744073709551616-0", T, None, (422, "invalid_field", beyond)),
         case(line!(), "GET", "/v1/streams/orders/dead?after=1-18446744073709551616", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?limit=many", T, None, (400, "bad_query", "limit")),
         case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true,"after":"18446744073709551616-0"}"#), (422, "invalid_field", beyond)),
         case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"after":"1-18446744073709551616"}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some("{\"all\":"), (400, "malformed_json", "not valid JSON")),
         // axum's own refusals, as JSON
         case(line!(), "PUT", "/v1/messages", T, Some(item), (405, "method_not_allowed", "allowed: POST")),
         case(line!(), "GET", "/v1/messages", T, None, (405, "method_not_allowed", "method not allowed")),
+        case(line!(), "DELETE", "/v1/streams/orders/dead", T, None, (405, "method_not_allowed", "allowed: GET")),
+        case(line!(), "GET", "/v1/streams/orders/ack", T, None, (405, "method_not_allowed", "allowed: POST")),
         case(line!(), "GET", "/nowhere", None, None, (404, "not_found", "no such endpoint")),
+        case(line!(), "GET", "/v1/nowhere", T, None, (404, "not_found", "no such endpoint")),
+        case(line!(), "GET", "/v1/streams/%FF/dead", T, None, (400, "bad_request", "UTF-8")),
     ];
     for c in &cases {
         check(&env, c).await;
@@ -623,4 +631,41 @@ async fn a_key_of_the_wrong_type_is_a_conflict_on_every_stream_read() {
     for c in &cases {
         check(&env, c).await;
     }
+}
+
+/// The body is read as JSON whatever its content type says (`curl -d` sends a form
+/// type); a body that is not JSON gets the JSON refusal.
+#[tokio::test]
+async fn bodies_are_read_as_json_whatever_their_content_type() {
+    let env = Env::start(&strict("")).await;
+    let send = |content_type: &'static str, body: &'static str| {
+        env.http
+            .post(env.url("/v1/messages"))
+            .bearer_auth(TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    for (content_type, body) in [
+        ("text/xml", "<message stream=\"orders\"/>"),
+        (
+            "application/x-www-form-urlencoded",
+            "stream=orders&payload=x&delay=1s",
+        ),
+        ("multipart/form-data; boundary=b", "--b\r\n\r\nx\r\n--b--"),
+    ] {
+        let response = send(content_type, body).await.expect("request");
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.expect("a JSON answer");
+        assert_refused(
+            (status, &answer),
+            (400, "malformed_json", "body is not valid JSON"),
+            content_type,
+        );
+    }
+    let json_body = r#"{"stream":"orders","payload":"x","delay":"1h"}"#;
+    let response = send("application/x-www-form-urlencoded", json_body)
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 201);
 }
