@@ -71,7 +71,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage};
+use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::store::{
     Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig, StoreError,
 };
@@ -110,6 +110,9 @@ pub struct ProducerOptions {
     pub shards: u16,
     /// Bounds every message is checked against (the daemon's `api.*` limits).
     pub limits: Limits,
+    /// The fields the daemon adds to delivered entries (its `forwarder.id_field` and
+    /// `forwarder.attempt_field`): a message may not carry them itself.
+    pub own_fields: OwnFields,
     /// How long a cancellation stays on record (the daemon's `records.retention`).
     pub retention: Duration,
     /// A Redis reply slower than this fails the call.
@@ -139,6 +142,7 @@ impl ProducerOptions {
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
             limits: config.api.limits.clone(),
+            own_fields: OwnFields::of(&config.forwarder),
             retention: config.records.retention,
             timeout: config.redis.timeout,
         }
@@ -151,6 +155,7 @@ impl ProducerOptions {
 pub struct Producer {
     store: Store,
     limits: Limits,
+    own_fields: OwnFields,
     retention: Duration,
 }
 
@@ -178,6 +183,7 @@ impl Producer {
         Ok(Producer {
             store,
             limits: options.limits,
+            own_fields: options.own_fields,
             retention: options.retention,
         })
     }
@@ -201,7 +207,7 @@ impl Producer {
             priority: 0,
             ttl: None,
         };
-        msg.validate(&self.limits)?;
+        msg.validate(&self.limits, &self.own_fields)?;
         if delay.is_zero() {
             let entry_id = self.store.append(&msg.stream, &msg.fields).await?;
             return Ok(Sent::Appended { entry_id });
@@ -249,7 +255,7 @@ impl Producer {
     /// # }
     /// ```
     pub async fn schedule(&self, msg: &NewMessage) -> Result<Scheduled> {
-        msg.validate(&self.limits)?;
+        msg.validate(&self.limits, &self.own_fields)?;
         Ok(self
             .store
             .schedule(msg, ScheduleMode::New, self.limits.max_delay)

@@ -104,10 +104,11 @@ impl NewMessage {
         }
     }
 
-    /// Checks what can be checked without Redis: stream name, fields, priority,
-    /// delay bounds and size. `max_delay` bounds relative delays here; absolute
-    /// due times are bounded by the schedule script against Redis's clock.
-    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidMessage> {
+    /// Checks what can be checked without Redis: stream name, fields (see
+    /// [`check_field_names`]), priority, delay bounds and size. `max_delay` bounds
+    /// relative delays here; absolute due times are bounded by the schedule script
+    /// against Redis's clock.
+    pub fn validate(&self, limits: &Limits, own: &OwnFields) -> Result<(), InvalidMessage> {
         validate_stream(&self.stream)?;
         if self.fields.is_empty() {
             return Err(InvalidMessage::Fields(
@@ -121,11 +122,7 @@ impl NewMessage {
                 limits.max_fields
             )));
         }
-        if let Some((name, _)) = self.fields.iter().find(|(name, _)| name.is_empty()) {
-            return Err(InvalidMessage::Fields(format!(
-                "fields: field name {name:?} must not be empty"
-            )));
-        }
+        check_field_names(&self.fields, own)?;
         if self.priority > MAX_PRIORITY {
             return Err(InvalidMessage::Priority(format!(
                 "priority {}: must be 0 to {MAX_PRIORITY}",
@@ -155,6 +152,57 @@ impl NewMessage {
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
     }
+}
+
+/// Prefix of the field names delayq keeps for itself: inbox instructions,
+/// dead-letter annotations and, by default, the id and attempt fields it adds to
+/// every delivered entry.
+pub const RESERVED_PREFIX: &str = "delayq-";
+
+/// The fields the forwarder adds to each delivered entry (`forwarder.id_field`,
+/// `forwarder.attempt_field`); None when it adds none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnFields {
+    pub id_field: Option<String>,
+    pub attempt_field: Option<String>,
+}
+
+impl OwnFields {
+    /// The names a daemon with this configuration writes.
+    pub fn of(forwarder: &crate::config::ForwarderConfig) -> Self {
+        OwnFields {
+            id_field: forwarder.id_field.clone(),
+            attempt_field: forwarder.attempt_field.clone(),
+        }
+    }
+}
+
+/// The one check of a message's field names, whichever way it comes in: none may
+/// be empty, start with [`RESERVED_PREFIX`], or equal a field the forwarder adds
+/// (a delivered entry would carry that name twice).
+pub fn check_field_names(
+    fields: &[(String, String)],
+    own: &OwnFields,
+) -> Result<(), InvalidMessage> {
+    for (name, _) in fields {
+        if name.is_empty() {
+            return Err(InvalidMessage::Fields(
+                "fields: field name \"\" must not be empty".into(),
+            ));
+        }
+        let added = [&own.id_field, &own.attempt_field]
+            .into_iter()
+            .flatten()
+            .any(|f| f == name);
+        if added || name.starts_with(RESERVED_PREFIX) {
+            return Err(InvalidMessage::Fields(format!(
+                "fields: field name {name:?} is reserved: delayq writes {RESERVED_PREFIX}* \
+                 fields and the forwarder.id_field / forwarder.attempt_field fields itself; \
+                 rename it"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A stream entry id as a client gives it: `<ms>-<seq>` or `<ms>`, each part a
@@ -302,6 +350,14 @@ pub fn parse_duration_field(name: &str, value: &str) -> Result<Duration, String>
 mod tests {
     use super::*;
 
+    /// The fields a daemon with the default configuration adds.
+    fn daemon_fields() -> OwnFields {
+        OwnFields {
+            id_field: Some("delayq-id".into()),
+            attempt_field: Some("delayq-attempt".into()),
+        }
+    }
+
     #[track_caller]
     fn check_id(id: &str, ok: bool) {
         assert_eq!(MessageId::parse(id).is_ok(), ok, "id {id:?}");
@@ -348,7 +404,9 @@ mod tests {
 
     #[track_caller]
     fn check_valid(msg: NewMessage, expected: Result<(), &str>) {
-        let got = msg.validate(&Limits::default()).map_err(|e| e.to_string());
+        let got = msg
+            .validate(&Limits::default(), &daemon_fields())
+            .map_err(|e| e.to_string());
         match expected {
             Ok(()) => assert_eq!(got, Ok(())),
             Err(part) => {
@@ -392,6 +450,13 @@ mod tests {
                 ..msg()
             },
             Err("field name"),
+        );
+        check_valid(
+            NewMessage {
+                fields: vec![("a".into(), "1".into()), ("delayq-id".into(), "x".into())],
+                ..msg()
+            },
+            Err("field name \"delayq-id\" is reserved"),
         );
         check_valid(
             NewMessage {

@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{ApiError, AppState};
 use crate::config::Config;
-use crate::message::{Due, Fields, MessageId, NewMessage, parse_duration};
+use crate::message::{Due, Fields, MessageId, NewMessage, OwnFields, parse_duration};
 use crate::metrics as m;
 use crate::store::{BatchItem, Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
 
@@ -169,7 +169,7 @@ pub fn parse_push(value: &Value, config: &Config) -> Result<(NewMessage, Schedul
         priority,
         ttl,
     };
-    msg.validate(&config.api.limits)?;
+    msg.validate(&config.api.limits, &OwnFields::of(&config.forwarder))?;
     Ok((msg, mode))
 }
 

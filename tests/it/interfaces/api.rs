@@ -160,6 +160,9 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "GET", "/nowhere", None, None, (404, "not_found", "no such endpoint")),
         case(line!(), "GET", "/v1/nowhere", T, None, (404, "not_found", "no such endpoint")),
         case(line!(), "GET", "/v1/streams/%FF/dead", T, None, (400, "bad_request", "UTF-8")),
+        // fields named like those delayq writes
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","fields":{"a":"1","delayq-id":"x"},"delay":"1s"}"#), (422, "invalid_field", "field name \"delayq-id\" is reserved")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","fields":[["delayq-attempt","2"]],"delay":"1s"}"#), (422, "invalid_field", "field name \"delayq-attempt\" is reserved")),
     ];
     for c in &cases {
         check(&env, c).await;
@@ -668,4 +671,88 @@ async fn bodies_are_read_as_json_whatever_their_content_type() {
         .await
         .expect("request");
     assert_eq!(response.status().as_u16(), 201);
+}
+
+/// A field named like one delayq adds to delivered entries (`delayq-*`, and the
+/// configured `forwarder.id_field`) is refused the same way by a push, a batch, the
+/// Rust client and the `delayq push` command, and nothing is stored.
+#[tokio::test]
+async fn fields_named_like_delayqs_own_are_refused_by_every_producer() {
+    let env = Env::start(&strict("[forwarder]\nid_field = \"msg-id\"")).await;
+    let producer = delayq::client::Producer::with_options(
+        delayq::client::ProducerOptions::from_config(&env.config),
+    )
+    .await
+    .expect("connect");
+    for name in ["delayq-id", "msg-id"] {
+        let refusal = format!("fields: field name {name:?} is reserved");
+        let body =
+            json!({ "stream": "orders", "fields": [["a", "1"], [name, "x"]], "delay": "1s" });
+        let (status, answer) =
+            request(&env, "POST", "/v1/messages", T, Some(&body.to_string())).await;
+        assert_refused((status, &answer), (422, "invalid_field", &refusal), "push");
+
+        let batch =
+            json!({ "messages": [{ "stream": "orders", "payload": "ok", "delay": "1h" }, body] });
+        let (status, answer) = request(
+            &env,
+            "POST",
+            "/v1/messages/batch",
+            T,
+            Some(&batch.to_string()),
+        )
+        .await;
+        assert_eq!(
+            (status, answer["failed"].as_u64()),
+            (200, Some(1)),
+            "{answer}"
+        );
+        let item = &answer["results"][1];
+        assert_refused(
+            (
+                item["status"].as_u64().unwrap() as u16,
+                &json!({ "error": item["error"], "detail": item["detail"] }),
+            ),
+            (422, "invalid_field", &format!("messages[1]: {refusal}")),
+            "batch",
+        );
+
+        for delay in [Duration::ZERO, Duration::from_secs(1)] {
+            let sent = producer
+                .send("orders", &[("a", "1"), (name, "x")], delay)
+                .await;
+            let err = sent.expect_err("the client refuses it");
+            assert!(
+                matches!(err, delayq::client::ClientError::Invalid(_)),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(&refusal), "client: {err}");
+        }
+
+        let out = tokio::process::Command::new(crate::support::delayq_bin())
+            .args([
+                "push",
+                "orders",
+                "-f",
+                "a=1",
+                "-f",
+                &format!("{name}=x"),
+                "--delay",
+                "1s",
+            ])
+            .env("DELAYQ_URL", env.url(""))
+            .env("DELAYQ_TOKEN", TOKEN)
+            .output()
+            .await
+            .expect("run delayq");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "cli: {stderr}");
+        assert!(
+            stderr.contains(&format!("422 invalid_field: {refusal}")),
+            "cli: {stderr}"
+        );
+    }
+    assert!(entries(&mut redis(&env), "orders").is_empty());
+    let pending: u64 = env.store.pending_per_shard().await.unwrap().iter().sum();
+    assert_eq!(pending, 2, "only the two good batch items are scheduled");
 }
