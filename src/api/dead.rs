@@ -353,6 +353,13 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn selections_never_panic(body in crate::message::props::json(&["ids", "all", "after", "limit"])) {
+            let _ = parse_selection(&body);
+        }
+    }
+
     #[test]
     fn selections() {
         check(r#"{"ids":["b","a","a"]}"#, Ok("ids a,b"));

@@ -102,6 +102,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         // ids, priorities, streams, sizes
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","id":"a b"}"#), (422, "invalid_field", "id \"a b\": character ' ' is not allowed")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","priority":12}"#), (422, "invalid_field", "priority 12: must be an integer from 0 to 9")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"600000000y"}"#), (422, "invalid_field", "the most a ttl can be")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"billing","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "stream \"billing\": not allowed (allowed: orders*, jobs)")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"delayq:inbox","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "delayq's own keys")),
         case(line!(), "POST", "/v1/messages", T, Some(&big_payload), (413, "too_large", "more than max_message_bytes 1000")),
