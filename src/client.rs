@@ -71,7 +71,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage};
+use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
     Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig, StoreError,
@@ -112,6 +112,9 @@ pub struct ProducerOptions {
     pub shards: u16,
     /// Bounds every message is checked against (the daemon's `api.*` limits).
     pub limits: Limits,
+    /// The fields the daemon adds to delivered entries (its `forwarder.id_field` and
+    /// `forwarder.attempt_field`): a message may not carry them itself.
+    pub own_fields: OwnFields,
     /// How long a cancellation stays on record (the daemon's `records.retention`).
     pub retention: Duration,
     /// A Redis reply slower than this fails the call.
@@ -141,6 +144,7 @@ impl ProducerOptions {
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
             limits: config.api.limits.clone(),
+            own_fields: OwnFields::of(&config.forwarder),
             retention: config.records.retention,
             timeout: config.redis.timeout,
         }
@@ -153,6 +157,7 @@ impl ProducerOptions {
 pub struct Producer {
     store: Store,
     limits: Limits,
+    own_fields: OwnFields,
     retention: Duration,
 }
 
@@ -180,6 +185,7 @@ impl Producer {
         Ok(Producer {
             store,
             limits: options.limits,
+            own_fields: options.own_fields,
             retention: options.retention,
         })
     }
@@ -203,7 +209,7 @@ impl Producer {
             priority: 0,
             ttl: None,
         };
-        msg.validate(&self.limits)?;
+        msg.validate(&self.limits, &self.own_fields)?;
         if delay.is_zero() {
             let entry_id = self.store.append(&msg.stream, &msg.fields).await?;
             return Ok(Sent::Appended { entry_id });
@@ -251,7 +257,7 @@ impl Producer {
     /// # }
     /// ```
     pub async fn schedule(&self, msg: &NewMessage) -> Result<Scheduled> {
-        msg.validate(&self.limits)?;
+        msg.validate(&self.limits, &self.own_fields)?;
         Ok(self
             .store
             .schedule(msg, ScheduleMode::New, self.limits.max_delay)

@@ -37,7 +37,7 @@ use crate::store::{
 
 /// Prefix of the reserved fields; any other `delayq-*` field is refused, so a typo
 /// (`delayq-dealy`) is reported instead of forwarded.
-const RESERVED_PREFIX: &str = "delayq-";
+const RESERVED_PREFIX: &str = crate::message::RESERVED_PREFIX;
 const STREAM_FIELD: &str = "delayq-stream";
 const DELAY_FIELD: &str = "delayq-delay";
 const AT_FIELD: &str = "delayq-at";
@@ -312,8 +312,11 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
         priority,
         ttl,
     };
-    msg.validate(&config.api.limits)
-        .map_err(|e| e.to_string())?;
+    msg.validate(
+        &config.api.limits,
+        &crate::message::OwnFields::of(&config.forwarder),
+    )
+    .map_err(|e| e.to_string())?;
     Ok(msg)
 }
 

@@ -104,10 +104,11 @@ impl NewMessage {
         }
     }
 
-    /// Checks what can be checked without Redis: stream name, fields, priority,
-    /// delay bounds and size. `max_delay` bounds relative delays here; absolute
-    /// due times are bounded by the schedule script against Redis's clock.
-    pub fn validate(&self, limits: &Limits) -> Result<(), InvalidMessage> {
+    /// Checks what can be checked without Redis: stream name, fields (see
+    /// [`check_field_names`]), priority, delay bounds and size. `max_delay` bounds
+    /// relative delays here; absolute due times are bounded by the schedule script
+    /// against Redis's clock.
+    pub fn validate(&self, limits: &Limits, own: &OwnFields) -> Result<(), InvalidMessage> {
         validate_stream(&self.stream)?;
         if self.fields.is_empty() {
             return Err(InvalidMessage::Fields(
@@ -121,11 +122,7 @@ impl NewMessage {
                 limits.max_fields
             )));
         }
-        if let Some((name, _)) = self.fields.iter().find(|(name, _)| name.is_empty()) {
-            return Err(InvalidMessage::Fields(format!(
-                "fields: field name {name:?} must not be empty"
-            )));
-        }
+        check_field_names(&self.fields, own)?;
         if self.priority > MAX_PRIORITY {
             return Err(InvalidMessage::Priority(format!(
                 "priority {}: must be 0 to {MAX_PRIORITY}",
@@ -135,6 +132,16 @@ impl NewMessage {
         limits.check_delay(self.due)?;
         if self.ttl.is_some_and(|ttl| ttl.is_zero()) {
             return Err(InvalidMessage::Ttl("ttl: must be longer than 0".into()));
+        }
+        if let Some(ttl) = self
+            .ttl
+            .filter(|ttl| u64::try_from(ttl.as_millis()).is_err())
+        {
+            return Err(InvalidMessage::Ttl(format!(
+                "ttl {}: longer than {} ms, the most a ttl can be",
+                humantime::format_duration(ttl),
+                u64::MAX
+            )));
         }
         let size = self.size();
         if size > limits.max_message_bytes {
@@ -154,6 +161,98 @@ impl NewMessage {
                 .iter()
                 .map(|(k, v)| k.len() + v.len())
                 .sum::<usize>()
+    }
+}
+
+/// Prefix of the field names delayq keeps for itself: inbox instructions,
+/// dead-letter annotations and, by default, the id and attempt fields it adds to
+/// every delivered entry.
+pub const RESERVED_PREFIX: &str = "delayq-";
+
+/// The fields the forwarder adds to each delivered entry (`forwarder.id_field`,
+/// `forwarder.attempt_field`); None when it adds none.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnFields {
+    pub id_field: Option<String>,
+    pub attempt_field: Option<String>,
+}
+
+impl OwnFields {
+    /// The names a daemon with this configuration writes.
+    pub fn of(forwarder: &crate::config::ForwarderConfig) -> Self {
+        OwnFields {
+            id_field: forwarder.id_field.clone(),
+            attempt_field: forwarder.attempt_field.clone(),
+        }
+    }
+}
+
+/// The one check of a message's field names, whichever way it comes in: none may
+/// be empty, start with [`RESERVED_PREFIX`], or equal a field the forwarder adds
+/// (a delivered entry would carry that name twice).
+pub fn check_field_names(
+    fields: &[(String, String)],
+    own: &OwnFields,
+) -> Result<(), InvalidMessage> {
+    for (name, _) in fields {
+        if name.is_empty() {
+            return Err(InvalidMessage::Fields(
+                "fields: field name \"\" must not be empty".into(),
+            ));
+        }
+        let added = [&own.id_field, &own.attempt_field]
+            .into_iter()
+            .flatten()
+            .any(|f| f == name);
+        if added || name.starts_with(RESERVED_PREFIX) {
+            return Err(InvalidMessage::Fields(format!(
+                "fields: field name {name:?} is reserved: delayq writes {RESERVED_PREFIX}* \
+                 fields and the forwarder.id_field / forwarder.attempt_field fields itself; \
+                 rename it"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// A stream entry id as a client gives it: `<ms>-<seq>` or `<ms>`, each part a
+/// decimal number (at most 20 digits) that fits in 64 bits, as Redis requires.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EntryId {
+    pub ms: u64,
+    pub seq: Option<u64>,
+}
+
+impl EntryId {
+    pub fn parse(text: &str) -> Option<EntryId> {
+        let number = |s: &str| {
+            (!s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| s.parse::<u64>().ok())
+                .flatten()
+        };
+        let (ms, seq) = match text.split_once('-') {
+            Some((ms, seq)) => (ms, Some(number(seq)?)),
+            None => (text, None),
+        };
+        Some(EntryId {
+            ms: number(ms)?,
+            seq,
+        })
+    }
+
+    /// Whether no entry can come after this one (`XRANGE` refuses an exclusive
+    /// start here).
+    pub fn is_last(&self) -> bool {
+        self.ms == u64::MAX && self.seq == Some(u64::MAX)
+    }
+}
+
+impl fmt::Display for EntryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.seq {
+            Some(seq) => write!(f, "{}-{seq}", self.ms),
+            None => write!(f, "{}", self.ms),
+        }
     }
 }
 
@@ -257,9 +356,198 @@ pub fn parse_duration_field(name: &str, value: &str) -> Result<Duration, String>
     parse_duration(value).map_err(|e| format!("{name}: {e}"))
 }
 
+/// What the property tests of client-input parsers share: strategies for the input
+/// and one check of a parser's answer.
+#[cfg(test)]
+pub(crate) mod props {
+    use std::fmt::Debug;
+
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    /// Text a client could send: anything, or the characters parsers look at.
+    pub fn text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<String>(),
+            "[0-9a-zA-Z :.+_-]{0,40}",
+            "[0-9]{15,45}(-[0-9]{0,45})?",
+        ]
+    }
+
+    /// A whole number in decimal that does not fit in 64 bits.
+    pub fn beyond_u64() -> impl Strategy<Value = String> {
+        prop_oneof![
+            (u128::from(u64::MAX) + 1..=u128::MAX).prop_map(|n| n.to_string()),
+            "[1-9][0-9]{39,60}",
+        ]
+    }
+
+    /// Any JSON value, with object keys drawn from `keys` or made up.
+    pub fn json(keys: &'static [&'static str]) -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            text().prop_map(Value::from),
+        ];
+        let key = prop_oneof![prop::sample::select(keys).prop_map(str::to_owned), text()];
+        leaf.prop_recursive(3, 48, 8, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..8).prop_map(Value::from),
+                prop::collection::btree_map(key.clone(), inner, 0..8)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    /// Checks a parser's answer to `input`: `Ok(want)` when `want` is given, an
+    /// error otherwise.
+    pub fn expect<T: PartialEq + Debug, E: Debug>(
+        input: &str,
+        got: Result<T, E>,
+        want: Option<T>,
+    ) -> Result<(), TestCaseError> {
+        match (got, want) {
+            (Ok(got), Some(want)) => prop_assert_eq!(got, want, "input {:?}", input),
+            (Err(_), None) => {}
+            (got, want) => prop_assert!(false, "input {input:?}: got {got:?}, expected {want:?}"),
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
+    use super::props::{beyond_u64, expect, text};
     use super::*;
+
+    /// The fields a daemon with the default configuration adds.
+    fn daemon_fields() -> OwnFields {
+        OwnFields {
+            id_field: Some("delayq-id".into()),
+            attempt_field: Some("delayq-attempt".into()),
+        }
+    }
+
+    fn validated(msg: NewMessage) -> Result<(), InvalidMessage> {
+        msg.validate(&Limits::default(), &daemon_fields())
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic(text in text()) {
+            let _ = parse_duration(&text);
+            let _ = parse_duration_field("delay", &text);
+            let _ = MessageId::parse(&text);
+            let _ = EntryId::parse(&text);
+            let _ = validate_stream(&text);
+            let _ = check_field_names(&[(text.clone(), text.clone())], &daemon_fields());
+        }
+
+        #[test]
+        fn milliseconds_round_trip(ms: u64) {
+            let text = ms.to_string();
+            expect(&text, parse_duration_field("delay", &text), Some(Duration::from_millis(ms)))?;
+        }
+
+        #[test]
+        fn human_durations_round_trip(secs: u64, nanos in 0u32..1_000_000_000) {
+            let duration = Duration::new(secs, nanos);
+            let text = humantime::format_duration(duration).to_string();
+            expect(&text, parse_duration_field("delay", &text), Some(duration))?;
+        }
+
+        #[test]
+        fn durations_beyond_u64_are_refused(n in beyond_u64(), unit in "|ms|s|m|h|d") {
+            let text = format!("{n}{unit}");
+            expect(&text, parse_duration_field("delay", &text), None)?;
+        }
+
+        #[test]
+        fn durations_that_overflow_are_refused_not_wrapped(n: u64) {
+            let text = format!("{n}h");
+            expect(&text, parse_duration(&text), n.checked_mul(3600).map(Duration::from_secs))?;
+        }
+
+        #[test]
+        fn negative_durations_are_refused(text in "-[0-9a-z ]{0,20}") {
+            expect(&text, parse_duration_field("delay", &text), None)?;
+        }
+
+        #[test]
+        fn message_ids_round_trip(id in "[A-Za-z0-9._:-]{1,128}") {
+            expect(&id, MessageId::parse(&id).map(|m| m.as_str().to_owned()), Some(id.clone()))?;
+        }
+
+        #[test]
+        fn long_message_ids_or_other_characters_are_refused(
+            id in "[A-Za-z0-9._:-]{129,300}|[a-z0-9]{0,5}[^A-Za-z0-9._:-][a-z0-9]{0,5}",
+        ) {
+            expect(&id, MessageId::parse(&id), None)?;
+        }
+
+        #[test]
+        fn entry_ids_round_trip(ms: u64, seq: Option<u64>) {
+            let id = EntryId { ms, seq };
+            expect(&id.to_string(), EntryId::parse(&id.to_string()).ok_or(()), Some(id))?;
+        }
+
+        #[test]
+        fn entry_ids_beyond_u64_are_refused(big in beyond_u64(), small: u64) {
+            for text in [format!("{big}-{small}"), format!("{small}-{big}"), big.clone()] {
+                expect(&text, EntryId::parse(&text).ok_or(()), None)?;
+            }
+        }
+
+        #[test]
+        fn plain_stream_names_are_accepted(name in "[^\\s\\p{Cc}]{1,64}") {
+            prop_assert!(is_plain(&name));
+            expect(&name, validate_stream(&name), Some(()))?;
+        }
+
+        #[test]
+        fn names_with_spaces_or_control_characters_are_refused(
+            name in "[a-z]{0,10}[\\s\\p{Cc}][a-z]{0,10}",
+        ) {
+            prop_assert!(!is_plain(&name));
+            expect(&name, validate_stream(&name), None)?;
+        }
+
+        #[test]
+        fn reserved_field_names_are_refused_by_name(rest in "\\PC{0,20}", own in "[a-z-]{1,12}") {
+            let own = format!("x-{own}");
+            let own_fields = OwnFields { id_field: None, attempt_field: Some(own.clone()) };
+            for name in [format!("{RESERVED_PREFIX}{rest}"), own] {
+                let fields = [("a".to_owned(), "1".to_owned()), (name.clone(), "v".to_owned())];
+                let refusal = check_field_names(&fields, &own_fields).unwrap_err().to_string();
+                prop_assert!(refusal.contains(&format!("{name:?} is reserved")), "{}", refusal);
+            }
+        }
+
+        #[test]
+        fn other_field_names_are_accepted(name in "\\PC{1,20}") {
+            prop_assume!(!name.starts_with(RESERVED_PREFIX));
+            let fields = [(name.clone(), "v".to_owned())];
+            expect(&name, check_field_names(&fields, &daemon_fields()), Some(()))?;
+        }
+
+        #[test]
+        fn priorities_above_nine_are_refused(priority: u8) {
+            let fits = priority <= MAX_PRIORITY;
+            expect("priority", validated(NewMessage { priority, ..msg() }), fits.then_some(()))?;
+        }
+
+        #[test]
+        fn ttls_must_fit_in_u64_milliseconds(secs: u64) {
+            let fits = secs > 0 && secs.checked_mul(1000).is_some();
+            let ttl = Some(Duration::from_secs(secs));
+            expect("ttl", validated(NewMessage { ttl, ..msg() }), fits.then_some(()))?;
+        }
+    }
 
     #[track_caller]
     fn check_id(id: &str, ok: bool) {
@@ -307,7 +595,9 @@ mod tests {
 
     #[track_caller]
     fn check_valid(msg: NewMessage, expected: Result<(), &str>) {
-        let got = msg.validate(&Limits::default()).map_err(|e| e.to_string());
+        let got = msg
+            .validate(&Limits::default(), &daemon_fields())
+            .map_err(|e| e.to_string());
         match expected {
             Ok(()) => assert_eq!(got, Ok(())),
             Err(part) => {
@@ -351,6 +641,13 @@ mod tests {
                 ..msg()
             },
             Err("field name"),
+        );
+        check_valid(
+            NewMessage {
+                fields: vec![("a".into(), "1".into()), ("delayq-id".into(), "x".into())],
+                ..msg()
+            },
+            Err("field name \"delayq-id\" is reserved"),
         );
         check_valid(
             NewMessage {

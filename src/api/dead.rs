@@ -5,12 +5,13 @@ use std::collections::BTreeSet;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use super::messages::{check_stream_allowed, read_json};
-use super::streams::entry_id;
+use super::streams::{ENTRY_ID_RULE, bad_query, entry_id};
 use super::{ApiError, AppState};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
@@ -50,9 +51,7 @@ fn limit(given: Option<usize>) -> Result<usize, ApiError> {
 
 fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
     match after {
-        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!(
-            "after {a:?}: must be a stream entry id such as 1700000000000-0"
-        ))),
+        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!("after {a:?}: {ENTRY_ID_RULE}"))),
         other => Ok(other),
     }
 }
@@ -89,9 +88,10 @@ fn letter_json(letter: &DeadLetter, attempt_field: &str) -> Value {
 pub async fn list(
     State(state): State<AppState>,
     Path(stream): Path<String>,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
+    let Query(query) = query.map_err(bad_query)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
@@ -353,6 +353,13 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn selections_never_panic(body in crate::message::props::json(&["ids", "all", "after", "limit"])) {
+            let _ = parse_selection(&body);
+        }
+    }
+
     #[test]
     fn selections() {
         check(r#"{"ids":["b","a","a"]}"#, Ok("ids a,b"));
@@ -368,6 +375,14 @@ mod tests {
         check(r#"{"ids":[3]}"#, Err("ids[0]: must be a string"));
         check(r#"{"all":"yes"}"#, Err("all: must be true or false"));
         check(r#"{"all":true,"after":"x"}"#, Err("after \"x\""));
+        check(
+            r#"{"all":true,"after":"99999999999999999999999-0"}"#,
+            Err("below 2^64"),
+        );
+        check(
+            r#"{"all":true,"after":"1-18446744073709551616"}"#,
+            Err("below 2^64"),
+        );
         check(r#"{"all":true,"limit":0}"#, Err("limit 0"));
         check(r#"{"ids":["a"],"limit":3}"#, Err("only with \"all\""));
         check(r#"{"id":"a"}"#, Err("id: unknown field"));

@@ -63,9 +63,15 @@ impl From<StoreError> for ApiError {
             StoreError::Busy(detail) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", detail)
             }
+            // A key of the wrong type is a conflict with what Redis holds, not an outage.
+            StoreError::Redis(e) if e.code() == Some("WRONGTYPE") => ApiError::new(
+                StatusCode::CONFLICT,
+                "corrupt",
+                format!("a key involved holds something other than delayq expects: {e}"),
+            ),
             other => {
                 tracing::warn!(error = %other, "request failed in Redis");
-                ApiError::unavailable(format!("storage unavailable: {other}"))
+                ApiError::unavailable(format!("storage unavailable (Redis): {other}"))
             }
         }
     }

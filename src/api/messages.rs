@@ -11,7 +11,7 @@ use serde_json::{Map, Value, json};
 
 use super::{ApiError, AppState};
 use crate::config::Config;
-use crate::message::{Due, Fields, MessageId, NewMessage, parse_duration};
+use crate::message::{Due, Fields, MessageId, NewMessage, OwnFields, parse_duration};
 use crate::metrics as m;
 use crate::store::{BatchItem, Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
 
@@ -169,7 +169,7 @@ pub fn parse_push(value: &Value, config: &Config) -> Result<(NewMessage, Schedul
         priority,
         ttl,
     };
-    msg.validate(&config.api.limits)?;
+    msg.validate(&config.api.limits, &OwnFields::of(&config.forwarder))?;
     Ok((msg, mode))
 }
 
@@ -565,5 +565,114 @@ pub async fn reschedule(
             ),
         )),
         Rescheduled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::message::props::{expect, json, text};
+
+    fn config() -> Config {
+        Config::from_toml("[forwarder]\nid_field = \"msg-id\"", std::iter::empty()).unwrap()
+    }
+
+    /// A push of `x` to `orders` in 1s, with `extra`'s keys put over it (a due-time
+    /// key replaces the delay).
+    fn push(extra: Value) -> Result<NewMessage, ApiError> {
+        let mut body = json!({ "stream": "orders", "payload": "x", "delay": "1s" });
+        let extra = extra.as_object().unwrap();
+        if extra.keys().any(|k| DUE_KEYS.contains(&k.as_str())) {
+            body.as_object_mut().unwrap().remove("delay");
+        }
+        if extra.contains_key("fields") {
+            body.as_object_mut().unwrap().remove("payload");
+        }
+        body.as_object_mut().unwrap().extend(extra.clone());
+        parse_push(&body, &config()).map(|(msg, _)| msg)
+    }
+
+    #[test]
+    fn own_field_names_are_refused_in_either_form() {
+        for fields in [
+            json!({ "a": "1", "delayq-id": "x" }),
+            json!([["a", "1"], ["msg-id", "x"]]),
+        ] {
+            let refusal = push(json!({ "fields": fields })).unwrap_err();
+            assert_eq!(refusal.status, StatusCode::UNPROCESSABLE_ENTITY);
+            assert!(refusal.detail.contains("is reserved"), "{}", refusal.detail);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn push_bodies_never_panic(body in json(PUSH_KEYS)) {
+            let _ = parse_push(&body, &config());
+        }
+
+        #[test]
+        fn push_fields_never_panic(fields in json(&["a", "delayq-id"]), due in json(DUE_KEYS)) {
+            let _ = push(json!({ "fields": fields }));
+            let _ = parse_deliver_at(&due);
+        }
+
+        #[test]
+        fn deliver_at_epoch_ms_round_trips(ms: u64) {
+            expect(&ms.to_string(), parse_deliver_at(&json!(ms)), Some(Due::At(ms)))?;
+        }
+
+        #[test]
+        fn deliver_at_rfc3339_round_trips(ms in 0..=jiff::Timestamp::MAX.as_millisecond()) {
+            let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
+            expect(&text, parse_deliver_at(&json!(text)), Some(Due::At(ms as u64)))?;
+        }
+
+        #[test]
+        fn deliver_at_before_1970_is_refused(ms in jiff::Timestamp::MIN.as_millisecond()..0) {
+            let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
+            expect(&text, parse_deliver_at(&json!(text)), None)?;
+            expect(&text, parse_deliver_at(&json!(ms)), None)?;
+        }
+
+        #[test]
+        fn deliver_at_text_that_is_not_a_time_is_refused(text in text()) {
+            prop_assume!(text.parse::<jiff::Timestamp>().is_err());
+            expect(&text, parse_deliver_at(&json!(text)), None)?;
+        }
+
+        #[test]
+        fn delays_past_max_delay_are_refused_not_saturated(ms: u64) {
+            let max = config().api.limits.max_delay.as_millis() as u64;
+            let want = (ms <= max).then_some(Due::In(Duration::from_millis(ms)));
+            expect(&ms.to_string(), push(json!({ "delay_ms": ms })).map(|m| m.due), want)?;
+        }
+
+        #[test]
+        fn field_lists_round_trip(pairs in prop::collection::vec(("[a-z][a-z0-9_]{0,10}", "\\PC{0,20}"), 1..10)) {
+            let got = push(json!({ "fields": pairs })).map(|m| m.fields);
+            expect("fields", got, Some(pairs.clone()))?;
+        }
+
+        #[test]
+        fn priorities_outside_0_to_9_are_refused(priority: i64) {
+            let want = (0..=9).contains(&priority).then_some(priority as u8);
+            expect(&priority.to_string(), push(json!({ "priority": priority })).map(|m| m.priority), want)?;
+        }
+
+        #[test]
+        fn ttl_ms_round_trips(ms in 1u64..) {
+            let want = Some(Some(Duration::from_millis(ms)));
+            expect(&ms.to_string(), push(json!({ "ttl_ms": ms })).map(|m| m.ttl), want)?;
+        }
+
+        #[test]
+        fn ttls_beyond_u64_milliseconds_are_refused(secs: u64) {
+            let text = humantime::format_duration(Duration::from_secs(secs)).to_string();
+            let fits = secs > 0 && secs.checked_mul(1000).is_some();
+            let want = fits.then_some(Some(Duration::from_secs(secs)));
+            expect(&text, push(json!({ "ttl": text })).map(|m| m.ttl), want)?;
+        }
     }
 }

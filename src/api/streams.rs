@@ -45,8 +45,7 @@ pub async fn next(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
     checked_stream(&stream, &state)?;
-    let Query(params) =
-        query.map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text()))?;
+    let Query(params) = query.map_err(bad_query)?;
     if let Some((unknown, _)) = params
         .iter()
         .find(|(k, _)| !NEXT_PARAMS.contains(&k.as_str()))
@@ -103,12 +102,19 @@ pub async fn next(
     ))
 }
 
-/// A stream entry id: `<ms>-<seq>` (or `<ms>`).
-pub(super) fn entry_id(id: &str) -> bool {
-    let mut parts = id.splitn(2, '-');
-    let digits = |s: &str| !s.is_empty() && s.len() <= 20 && s.bytes().all(|b| b.is_ascii_digit());
-    parts.next().is_some_and(digits) && parts.next().is_none_or(digits)
+/// A query string that cannot be read as parameters.
+pub(super) fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
 }
+
+/// A stream entry id: `<ms>-<seq>` (or `<ms>`), each part below 2^64.
+pub(super) fn entry_id(id: &str) -> bool {
+    crate::message::EntryId::parse(id).is_some()
+}
+
+/// How an entry id refusal ends, after the id.
+pub(super) const ENTRY_ID_RULE: &str =
+    "not a stream entry id such as \"1700000000000-0\" (two whole numbers below 2^64)";
 
 /// `POST /v1/streams/{stream}/ack` with `{"group": "g", "ids": ["1700000000000-0"]}`.
 pub async fn ack(
@@ -154,7 +160,7 @@ pub async fn ack(
         .map(|(i, id)| match id {
             Value::String(s) if entry_id(s) => Ok(s.clone()),
             other => Err(ApiError::invalid(format!(
-                "ids[{i}] {other}: not a stream entry id such as \"1700000000000-0\""
+                "ids[{i}] {other}: {ENTRY_ID_RULE}"
             ))),
         })
         .collect::<Result<Vec<_>, _>>()?;
@@ -180,6 +186,10 @@ mod tests {
             ("a-1", false),
             ("1-2-3", false),
             ("1 -2", false),
+            ("18446744073709551615-18446744073709551615", true),
+            ("18446744073709551616-0", false),
+            ("1-18446744073709551616", false),
+            ("99999999999999999999999-0", false),
         ] {
             assert_eq!(entry_id(id), ok, "{id:?}");
         }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::streams::wrong_type;
 use super::{Result, Store, StoreError, array, shard_invocation, text};
 use crate::message::{Fields, MessageId};
 
@@ -237,7 +238,8 @@ impl Store {
     }
 
     /// Up to `count` entries of a dead-letter stream after entry `after` (exclusive;
-    /// None: from the start), oldest first. A missing stream has none.
+    /// None: from the start), oldest first. A missing stream has none, and so has
+    /// anything after the last possible id.
     pub async fn dead_letters(
         &self,
         dead_stream: &str,
@@ -246,6 +248,12 @@ impl Store {
         id_field: &str,
         attempt_field: &str,
     ) -> Result<Vec<DeadLetter>> {
+        if after
+            .and_then(crate::message::EntryId::parse)
+            .is_some_and(|a| a.is_last())
+        {
+            return Ok(Vec::new());
+        }
         let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
         let reply: Value = redis::cmd("XRANGE")
             .arg(dead_stream)
@@ -254,7 +262,8 @@ impl Store {
             .arg("COUNT")
             .arg(count)
             .query_async(&mut self.conn.clone())
-            .await?;
+            .await
+            .map_err(|e| wrong_type(e, dead_stream))?;
         let own = own_field_names(id_field, attempt_field);
         Ok(stream_entries(reply)?
             .into_iter()
@@ -325,22 +334,20 @@ impl Store {
     ) -> Result<u64> {
         let mut conn = self.conn.clone();
         let n: u64 = match entries {
-            None => {
-                redis::cmd("XTRIM")
-                    .arg(dead_stream)
-                    .arg("MAXLEN")
-                    .arg(0)
-                    .query_async(&mut conn)
-                    .await?
-            }
+            None => redis::cmd("XTRIM")
+                .arg(dead_stream)
+                .arg("MAXLEN")
+                .arg(0)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| wrong_type(e, dead_stream))?,
             Some([]) => 0,
-            Some(ids) => {
-                redis::cmd("XDEL")
-                    .arg(dead_stream)
-                    .arg(ids)
-                    .query_async(&mut conn)
-                    .await?
-            }
+            Some(ids) => redis::cmd("XDEL")
+                .arg(dead_stream)
+                .arg(ids)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| wrong_type(e, dead_stream))?,
         };
         Ok(n)
     }

@@ -141,7 +141,7 @@ impl Store {
 }
 
 /// A key of the wrong type is the caller's conflict with what Redis holds, not an outage.
-fn wrong_type(e: RedisError, stream: &str) -> StoreError {
+pub(super) fn wrong_type(e: RedisError, stream: &str) -> StoreError {
     if e.code() == Some("WRONGTYPE") {
         StoreError::Corrupt(format!(
             "key {stream:?} holds something other than a stream"

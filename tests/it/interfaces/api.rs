@@ -71,6 +71,8 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         r#"{{"messages":[{{"stream":"orders","payload":"{}","delay":"1s"}}]}}"#,
         "x".repeat(5000)
     );
+    let huge_ack = format!(r#"{{"group":"g","ids":["{}"]}}"#, "1".repeat(1 << 20));
+    let beyond = "below 2^64";
     #[rustfmt::skip]
     let cases = [
         // authentication
@@ -100,6 +102,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         // ids, priorities, streams, sizes
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","id":"a b"}"#), (422, "invalid_field", "id \"a b\": character ' ' is not allowed")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","priority":12}"#), (422, "invalid_field", "priority 12: must be an integer from 0 to 9")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"600000000y"}"#), (422, "invalid_field", "the most a ttl can be")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"billing","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "stream \"billing\": not allowed (allowed: orders*, jobs)")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"delayq:inbox","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "delayq's own keys")),
         case(line!(), "POST", "/v1/messages", T, Some(&big_payload), (413, "too_large", "more than max_message_bytes 1000")),
@@ -137,10 +140,30 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"ids":["1-0"]}"#), (422, "invalid_field", "group: required")),
         case(line!(), "POST", "/v1/streams/orders/ack", T, Some("nope"), (400, "malformed_json", "not valid JSON")),
         case(line!(), "POST", "/v1/streams/billing/ack", T, Some(r#"{"group":"g","ids":["1-0"]}"#), (403, "stream_not_allowed", "not allowed")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["99999999999999999999999-0"]}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-0","18446744073709551616-0"]}"#), (422, "invalid_field", "ids[1] \"18446744073709551616-0\"")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-18446744073709551616"]}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(&huge_ack), (413, "too_large", "request body is larger than")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&count=99999999999999999999999", T, None, (422, "invalid_field", "must be an integer from 1 to 1000")),
+        // dead letters
+        case(line!(), "GET", "/v1/streams/orders/dead?after=99999999999999999999999-0", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=18446744073709551616-0", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=1-18446744073709551616", T, None, (422, "invalid_field", beyond)),
+        case(line!(), "GET", "/v1/streams/orders/dead?limit=many", T, None, (400, "bad_query", "limit")),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true,"after":"18446744073709551616-0"}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"after":"1-18446744073709551616"}"#), (422, "invalid_field", beyond)),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some("{\"all\":"), (400, "malformed_json", "not valid JSON")),
         // axum's own refusals, as JSON
         case(line!(), "PUT", "/v1/messages", T, Some(item), (405, "method_not_allowed", "allowed: POST")),
         case(line!(), "GET", "/v1/messages", T, None, (405, "method_not_allowed", "method not allowed")),
+        case(line!(), "DELETE", "/v1/streams/orders/dead", T, None, (405, "method_not_allowed", "allowed: GET")),
+        case(line!(), "GET", "/v1/streams/orders/ack", T, None, (405, "method_not_allowed", "allowed: POST")),
         case(line!(), "GET", "/nowhere", None, None, (404, "not_found", "no such endpoint")),
+        case(line!(), "GET", "/v1/nowhere", T, None, (404, "not_found", "no such endpoint")),
+        case(line!(), "GET", "/v1/streams/%FF/dead", T, None, (400, "bad_request", "UTF-8")),
+        // fields named like those delayq writes
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","fields":{"a":"1","delayq-id":"x"},"delay":"1s"}"#), (422, "invalid_field", "field name \"delayq-id\" is reserved")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","fields":[["delayq-attempt","2"]],"delay":"1s"}"#), (422, "invalid_field", "field name \"delayq-attempt\" is reserved")),
     ];
     for c in &cases {
         check(&env, c).await;
@@ -547,4 +570,190 @@ async fn an_id_repeated_in_a_batch_is_a_duplicate_unless_replaced() {
             .sum::<u64>(),
         1
     );
+}
+
+/// An entry id no stream can hold past: nothing comes after it, and asking is no error.
+#[tokio::test]
+async fn dead_letters_after_the_last_possible_id_are_none() {
+    let env = Env::start(&strict("")).await;
+    let last = "18446744073709551615-18446744073709551615";
+    let (status, answer) = request(
+        &env,
+        "GET",
+        &format!("/v1/streams/orders/dead?after={last}"),
+        T,
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, answer["entries"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{answer}"
+    );
+    let body = format!(r#"{{"all":true,"after":"{last}"}}"#);
+    let (status, answer) = request(
+        &env,
+        "POST",
+        "/v1/streams/orders/dead/purge",
+        T,
+        Some(&body),
+    )
+    .await;
+    assert_eq!(
+        (status, answer["purged"].as_u64()),
+        (200, Some(0)),
+        "{answer}"
+    );
+}
+
+/// A key that holds something other than a stream is a conflict (409) wherever a
+/// stream is read, not an outage.
+#[tokio::test]
+async fn a_key_of_the_wrong_type_is_a_conflict_on_every_stream_read() {
+    let env = Env::start(&strict("")).await;
+    let mut conn = redis(&env);
+    for key in ["orders", "orders:dead"] {
+        redis::cmd("SET")
+            .arg(key)
+            .arg("not a stream")
+            .exec(&mut conn)
+            .unwrap();
+    }
+    let conflict = |key: &'static str| (409, "corrupt", key);
+    #[rustfmt::skip]
+    let cases = [
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=c&wait=0", T, None, conflict("key \"orders\" holds something other than a stream")),
+        case(line!(), "POST", "/v1/streams/orders/ack", T, Some(r#"{"group":"g","ids":["1-0"]}"#), conflict("key \"orders\" holds something other than a stream")),
+        case(line!(), "GET", "/v1/streams/orders/dead", T, None, conflict("key \"orders:dead\" holds something other than a stream")),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=1-0&limit=5", T, None, conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"ids":["m-1"]}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"limit":5}"#), conflict("key \"orders:dead\"")),
+        case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"ids":["m-1"]}"#), conflict("key \"orders:dead\"")),
+    ];
+    for c in &cases {
+        check(&env, c).await;
+    }
+}
+
+/// The body is read as JSON whatever its content type says (`curl -d` sends a form
+/// type); a body that is not JSON gets the JSON refusal.
+#[tokio::test]
+async fn bodies_are_read_as_json_whatever_their_content_type() {
+    let env = Env::start(&strict("")).await;
+    let send = |content_type: &'static str, body: &'static str| {
+        env.http
+            .post(env.url("/v1/messages"))
+            .bearer_auth(TOKEN)
+            .header("content-type", content_type)
+            .body(body)
+            .send()
+    };
+    for (content_type, body) in [
+        ("text/xml", "<message stream=\"orders\"/>"),
+        (
+            "application/x-www-form-urlencoded",
+            "stream=orders&payload=x&delay=1s",
+        ),
+        ("multipart/form-data; boundary=b", "--b\r\n\r\nx\r\n--b--"),
+    ] {
+        let response = send(content_type, body).await.expect("request");
+        let status = response.status().as_u16();
+        let answer: Value = response.json().await.expect("a JSON answer");
+        assert_refused(
+            (status, &answer),
+            (400, "malformed_json", "body is not valid JSON"),
+            content_type,
+        );
+    }
+    let json_body = r#"{"stream":"orders","payload":"x","delay":"1h"}"#;
+    let response = send("application/x-www-form-urlencoded", json_body)
+        .await
+        .expect("request");
+    assert_eq!(response.status().as_u16(), 201);
+}
+
+/// A field named like one delayq adds to delivered entries (`delayq-*`, and the
+/// configured `forwarder.id_field`) is refused the same way by a push, a batch, the
+/// Rust client and the `delayq push` command, and nothing is stored.
+#[tokio::test]
+async fn fields_named_like_delayqs_own_are_refused_by_every_producer() {
+    let env = Env::start(&strict("[forwarder]\nid_field = \"msg-id\"")).await;
+    let producer = delayq::client::Producer::with_options(
+        delayq::client::ProducerOptions::from_config(&env.config),
+    )
+    .await
+    .expect("connect");
+    for name in ["delayq-id", "msg-id"] {
+        let refusal = format!("fields: field name {name:?} is reserved");
+        let body =
+            json!({ "stream": "orders", "fields": [["a", "1"], [name, "x"]], "delay": "1s" });
+        let (status, answer) =
+            request(&env, "POST", "/v1/messages", T, Some(&body.to_string())).await;
+        assert_refused((status, &answer), (422, "invalid_field", &refusal), "push");
+
+        let batch =
+            json!({ "messages": [{ "stream": "orders", "payload": "ok", "delay": "1h" }, body] });
+        let (status, answer) = request(
+            &env,
+            "POST",
+            "/v1/messages/batch",
+            T,
+            Some(&batch.to_string()),
+        )
+        .await;
+        assert_eq!(
+            (status, answer["failed"].as_u64()),
+            (200, Some(1)),
+            "{answer}"
+        );
+        let item = &answer["results"][1];
+        assert_refused(
+            (
+                item["status"].as_u64().unwrap() as u16,
+                &json!({ "error": item["error"], "detail": item["detail"] }),
+            ),
+            (422, "invalid_field", &format!("messages[1]: {refusal}")),
+            "batch",
+        );
+
+        for delay in [Duration::ZERO, Duration::from_secs(1)] {
+            let sent = producer
+                .send("orders", &[("a", "1"), (name, "x")], delay)
+                .await;
+            let err = sent.expect_err("the client refuses it");
+            assert!(
+                matches!(err, delayq::client::ClientError::Invalid(_)),
+                "{err:?}"
+            );
+            assert!(err.to_string().contains(&refusal), "client: {err}");
+        }
+
+        let out = tokio::process::Command::new(crate::support::delayq_bin())
+            .args([
+                "push",
+                "orders",
+                "-f",
+                "a=1",
+                "-f",
+                &format!("{name}=x"),
+                "--delay",
+                "1s",
+            ])
+            .env("DELAYQ_URL", env.url(""))
+            .env("DELAYQ_TOKEN", TOKEN)
+            .output()
+            .await
+            .expect("run delayq");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "cli: {stderr}");
+        assert!(
+            stderr.contains(&format!("422 invalid_field: {refusal}")),
+            "cli: {stderr}"
+        );
+    }
+    assert!(entries(&mut redis(&env), "orders").is_empty());
+    let pending: u64 = env.store.pending_per_shard().await.unwrap().iter().sum();
+    assert_eq!(pending, 2, "only the two good batch items are scheduled");
 }
