@@ -9,5 +9,6 @@ mod forwarding;
 mod ha;
 mod interfaces;
 mod ops;
+mod poison;
 mod store;
 mod sweep;
