@@ -1,6 +1,6 @@
 //! Poison input is isolated, never retried forever: an inbox entry too large to copy,
-//! one whose scheduling fails on its own and one handed out too often each leave the
-//! others to be handled.
+//! one whose scheduling fails on its own, one handed out too often, and a stale
+//! entry whose redelivery fails each leave the others to be handled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -8,6 +8,7 @@ use std::time::Duration;
 use delayq::inbox::MAX_ATTEMPTS;
 use delayq::message::MessageId;
 use redis::Value;
+use serde_json::json;
 
 use crate::support::{Bare, Entry, Env, entries, eventually};
 
@@ -322,4 +323,109 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 0..5);
     assert!(rejected.is_empty(), "{rejected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
+    let env = Env::start(
+        "[delivery]\ngroups = [\"g\"]\nack_timeout = \"300ms\"\nsweep_interval = \"50ms\"\nbackoff = \"50ms\"\nbackoff_max = \"50ms\"\nbackoff_jitter = 0.0\nmax_attempts = 2\n[delivery.streams.orders]\n",
+    )
+    .await;
+    let mut conn = env.redis.client();
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("orders")
+        .arg("g")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    // The dead-letter key holds a string: dead-lettering fails, on every sweep.
+    let () = redis::cmd("SET")
+        .arg("orders:dead")
+        .arg("not a stream")
+        .query(&mut conn)
+        .unwrap();
+    let push = |id: &'static str| {
+        let env = &env;
+        async move {
+            let (status, body) = env
+                .post(
+                    "/v1/messages",
+                    json!({ "stream": "orders", "id": id, "fields": [["m", id]], "delay_ms": 0 }),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+        }
+    };
+    // A consumer that reads every delivery and never acknowledges one; answers
+    // (message id, attempt) of every delivery so far.
+    let read = |conn: &mut redis::Connection| {
+        let _: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(100)
+            .arg("STREAMS")
+            .arg("orders")
+            .arg(">")
+            .query(conn)
+            .unwrap();
+        entries(conn, "orders")
+            .iter()
+            .map(|e| {
+                (
+                    e.get("delayq-id").unwrap().to_owned(),
+                    e.get("delayq-attempt").unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // `poison` reaches its last attempt first; its stale entry then comes first in
+    // every sweep, and dead-lettering it fails.
+    push("poison").await;
+    eventually(Duration::from_secs(10), "poison delivered twice", || {
+        let got = read(&mut conn);
+        let twice = got.contains(&("poison".into(), "2".into()));
+        async move { twice.then_some(()) }
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        push(id).await;
+    }
+    eventually(
+        Duration::from_secs(10),
+        "a, b and c redelivered despite poison",
+        || {
+            let got = read(&mut conn);
+            let all = ["a", "b", "c"]
+                .iter()
+                .all(|id| got.contains(&(id.to_string(), "2".into())));
+            async move { all.then_some(()) }
+        },
+    )
+    .await;
+    let metrics = crate::support::metrics(&env.http, env.url("/metrics"))
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("delayq_sweep_entries_total") && l.contains("outcome=\"failed\"")
+        ),
+        "{metrics}"
+    );
+    // The poisoned entry is still pending, tried again on each sweep; once the
+    // dead-letter key is fixed it is dead-lettered, before the others (which reach
+    // their last attempt after it).
+    let () = redis::cmd("DEL")
+        .arg("orders:dead")
+        .query(&mut conn)
+        .unwrap();
+    let dead = eventually(Duration::from_secs(10), "poison dead-lettered", || {
+        let dead = entries(&mut conn, "orders:dead");
+        async move { (!dead.is_empty()).then_some(dead) }
+    })
+    .await;
+    assert_eq!(dead[0].get("delayq-id"), Some("poison"), "{dead:?}");
 }
