@@ -9,8 +9,9 @@
 //! entry. Each script call checks the leader's fence, so a deposed leader's sweep is
 //! refused; a crash between calls leaves every entry either handled or still pending.
 //! An entry whose call fails for reasons of its own (say, its dead-letter stream's
-//! key holds another type) is passed over, logged once and then every few minutes,
-//! and tried again on each sweep; Redis unreachable or refusing writes ends the pass.
+//! key holds another type) is passed over and tried again on each sweep, logged
+//! when it starts failing (the first few of a group one by one), then in one line
+//! per group every few minutes; Redis unreachable or refusing writes ends the pass.
 //!
 //! A pass looks at no more than `delivery.sweep_batch` entries per stream and group,
 //! one short script call each, so forwarding (separate calls on the same
@@ -307,25 +308,37 @@ impl GroupSweep {
     }
 }
 
-/// How often an entry that keeps failing is logged again.
+/// How often a group's entries that keep failing are logged again, as one line.
 const FAILING_LOG_EVERY: Duration = Duration::from_secs(300);
+/// Entries that start failing logged one by one per [`FAILING_LOG_EVERY`] and group;
+/// more are counted in the next summary line.
+const FAILING_LOG_ENTRIES: u32 = 5;
 /// An entry not seen failing for this long is forgotten (acknowledged, or trimmed).
 const FAILING_FORGET_AFTER: Duration = Duration::from_secs(3600);
 
 /// Entries of one group whose redeliver call fails on its own (say, `DEADLETTER
-/// cannot write` because the dead-letter key holds another type): logged once when
-/// they start failing, then every [`FAILING_LOG_EVERY`] while they go on, and once
-/// more when they are handled at last.
-#[derive(Default)]
+/// cannot write` because the dead-letter key holds another type). The first few to
+/// start failing are logged one by one; then one line every [`FAILING_LOG_EVERY`]
+/// says how many still fail, and each is logged once more when handled at last.
 struct Failing {
     entries: HashMap<String, FailingEntry>,
+    window_start: Instant,
+    logged_in_window: u32,
 }
 
 struct FailingEntry {
-    since: Instant,
     last_seen: Instant,
-    logged: Instant,
     attempts: u64,
+}
+
+impl Default for Failing {
+    fn default() -> Self {
+        Failing {
+            entries: HashMap::new(),
+            window_start: Instant::now(),
+            logged_in_window: 0,
+        }
+    }
 }
 
 impl Failing {
@@ -333,28 +346,33 @@ impl Failing {
         let now = Instant::now();
         self.entries
             .retain(|_, f| now.duration_since(f.last_seen) < FAILING_FORGET_AFTER);
+        if now.duration_since(self.window_start) >= FAILING_LOG_EVERY {
+            self.window_start = now;
+            self.logged_in_window = 0;
+            if !self.entries.is_empty() {
+                tracing::error!(%stream, %group, entries = self.entries.len(), example = %entry, error = %e, "entries still cannot be redelivered or dead-lettered; tried again on each sweep until the cause is fixed");
+            }
+        }
         match self.entries.get_mut(entry) {
             None => {
-                tracing::error!(%stream, %group, %entry, %id, error = %e, "cannot redeliver or dead-letter this entry; the sweep goes on with the others and tries it again on each sweep until the cause is fixed");
                 self.entries.insert(
                     entry.to_owned(),
                     FailingEntry {
-                        since: now,
                         last_seen: now,
-                        logged: now,
                         attempts: 1,
                     },
                 );
+                if self.logged_in_window < FAILING_LOG_ENTRIES {
+                    self.logged_in_window += 1;
+                    tracing::error!(%stream, %group, %entry, %id, error = %e, "cannot redeliver or dead-letter this entry; the sweep goes on with the others and tries it again on each sweep until the cause is fixed");
+                } else {
+                    tracing::debug!(%stream, %group, %entry, %id, error = %e, "cannot redeliver or dead-letter this entry");
+                }
             }
             Some(f) => {
                 f.attempts += 1;
                 f.last_seen = now;
-                if now.duration_since(f.logged) >= FAILING_LOG_EVERY {
-                    f.logged = now;
-                    tracing::error!(%stream, %group, %entry, %id, error = %e, attempts = f.attempts, failing_for = ?now.duration_since(f.since), "still cannot redeliver or dead-letter this entry");
-                } else {
-                    tracing::debug!(%stream, %group, %entry, error = %e, attempts = f.attempts, "redelivery failed again");
-                }
+                tracing::debug!(%stream, %group, %entry, error = %e, attempts = f.attempts, "redelivery failed again");
             }
         }
     }
