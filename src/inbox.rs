@@ -15,10 +15,20 @@
 //! schedules each batch with [`Store::schedule_many`], which acknowledges each entry
 //! in the same script that stores its message: an entry is acknowledged exactly when
 //! it is scheduled. An entry that cannot be scheduled goes, with its reason and
-//! original fields, to the rejected stream (also acknowledged atomically). Entries an
-//! instance read and never acknowledged (it died) are taken over by any live instance
-//! once they have been idle for `inbox.reclaim_after`.
+//! original fields, to the rejected stream (also acknowledged atomically); an entry
+//! too large to copy there (more field/value pairs than `api.max_fields` plus the
+//! six reserved ones, or more bytes than `api.max_message_bytes` plus 4 KiB) goes
+//! with its id and reason only. Entries an instance read and never acknowledged (it
+//! died) are taken over by any live instance once idle for `inbox.reclaim_after`.
+//!
+//! Poison input is isolated, never retried forever: a call that fails for any reason
+//! but a transient one (Redis unreachable, slow, or refusing writes for now) is split
+//! in halves until the entry at fault is found, which is rejected while the others
+//! go on; transient failures are retried on the entries held, without reading them
+//! again; and an entry handed out more than [`MAX_ATTEMPTS`] times is rejected untried.
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,8 +41,8 @@ use crate::config::{Config, InboxConfig};
 use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
 use crate::metrics as m;
 use crate::store::{
-    BatchItem, InboxAck, InboxEntry, InboxQueue, InboxReader, ScheduleMode, Scheduled, Store,
-    StoreError,
+    BatchItem, CopyLimit, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection, ScheduleMode,
+    Scheduled, Store, StoreError,
 };
 
 /// Prefix of the reserved fields; any other `delayq-*` field is refused, so a typo
@@ -58,6 +68,14 @@ const RESERVED: &[&str] = &[
 const MAX_BLOCK: Duration = Duration::from_millis(500);
 /// Batches scheduled at once by one instance, while it reads the next.
 const MAX_IN_FLIGHT: usize = 3;
+/// Most times an entry is handed out (read again, or taken over from an instance
+/// that stopped) without leaving the inbox: handed out once more, it is rejected
+/// without another try. A transient error does not use an attempt: the reader
+/// retries the entries it holds instead of reading them again.
+pub const MAX_ATTEMPTS: u64 = 5;
+/// Bytes the reserved fields may add to `api.max_message_bytes` in an entry whose
+/// fields are still copied into its rejection.
+const RESERVED_BYTES: usize = 4096;
 
 /// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
 /// inbox is disabled. Errors are logged and retried with backoff; the read and the
@@ -110,14 +128,18 @@ impl Worker {
             .inbox_reader(&self.queue, &self.config.node_id)
             .await?;
         let batch = self.inbox.batch_size;
-        // What this consumer held before (a restart under the same node id, or a batch
-        // that failed): entries that fail again stay pending and come back here.
+        // What this consumer held before (a restart under the same node id), page by
+        // page: an entry that stays pending (its rejection could not be written) is
+        // passed, not read again in a loop.
+        let mut after = "0".to_owned();
         loop {
-            let entries = reader.own_pending(batch).await?;
-            if entries.is_empty() {
+            let entries = reader.own_pending(&after, batch).await?;
+            let Some(last) = entries.last() else {
                 break;
-            }
-            self.handle(&entries).await?;
+            };
+            after = last.id.clone();
+            let deliveries = reader.deliveries(&entries).await?;
+            self.handle(&entries, Some(&deliveries), cancel).await?;
         }
         backoff.reset();
         let reclaim_every = (self.inbox.reclaim_after / 2)
@@ -125,8 +147,8 @@ impl Worker {
         let block = reclaim_every.min(MAX_BLOCK);
         let mut next_reclaim = Instant::now();
         // Batches being scheduled while the next one is read, so Redis is not left idle
-        // while this process parses; a failed one fails the connection's life, and its
-        // entries, still pending, are read again first.
+        // while this process parses; one ends in error only when cancelled while it
+        // waits to retry, its entries still pending for the next start.
         let mut in_flight = FuturesUnordered::new();
         loop {
             while let Some(Some(done)) = in_flight.next().now_or_never() {
@@ -145,20 +167,32 @@ impl Worker {
                 return Ok(());
             }
             if Instant::now() >= next_reclaim {
-                self.reclaim(&mut reader).await?;
+                self.reclaim(&mut reader, cancel).await?;
                 next_reclaim = Instant::now() + reclaim_every;
             }
             // Never abandoned half-way (not even for cancellation): entries a read
-            // returns are pending for this consumer and must be handled.
-            let entries = reader.next(batch, block).await?;
+            // returns are pending for this consumer and must be handled. The batches
+            // in flight go on meanwhile.
+            let read = reader.next(batch, block);
+            tokio::pin!(read);
+            let entries = loop {
+                tokio::select! {
+                    entries = &mut read => break entries?,
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
+                }
+            };
             if !entries.is_empty() {
-                in_flight.push(async move { self.handle(&entries).await });
+                in_flight.push(async move { self.handle(&entries, None, cancel).await });
             }
         }
     }
 
     /// Takes over and handles every entry idle longer than `reclaim_after`.
-    async fn reclaim(&self, reader: &mut InboxReader) -> Result<(), StoreError> {
+    async fn reclaim(
+        &self,
+        reader: &mut InboxReader,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
         let mut cursor = "0-0".to_owned();
         loop {
             let (next, entries) = reader
@@ -170,7 +204,8 @@ impl Worker {
                     "took over inbox entries another instance left unacknowledged"
                 );
                 metrics::counter!(m::INBOX_RECLAIMED).increment(entries.len() as u64);
-                self.handle(&entries).await?;
+                let deliveries = reader.deliveries(&entries).await?;
+                self.handle(&entries, Some(&deliveries), cancel).await?;
             }
             if next == "0-0" || next.is_empty() {
                 return Ok(());
@@ -179,13 +214,69 @@ impl Worker {
         }
     }
 
-    /// Schedules the valid entries (acknowledging each with its message) and rejects
-    /// the rest. An error leaves the entries it concerns pending, to be read again.
-    async fn handle(&self, entries: &[InboxEntry]) -> Result<(), StoreError> {
-        let mut items = Vec::with_capacity(entries.len());
-        let mut from = Vec::with_capacity(entries.len());
+    /// Handles `entries` (see [`Worker::attempt`]), then retries, with backoff, those
+    /// a transient error left pending, holding them meanwhile instead of reading
+    /// them again: a Redis that refuses writes for a while costs an entry none of its
+    /// [`MAX_ATTEMPTS`]. `deliveries` (entry id → times handed out) is given for
+    /// entries read again or taken over. Fails only when `cancel` comes while
+    /// entries wait for a retry; they stay pending and are read again first.
+    async fn handle(
+        &self,
+        entries: &[InboxEntry],
+        deliveries: Option<&HashMap<String, u64>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
+        let mut todo: Vec<&InboxEntry> = entries.iter().collect();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let Some((left, error)) = self.attempt(&todo, deliveries).await else {
+                return Ok(());
+            };
+            metrics::counter!(m::INBOX_ERRORS).increment(1);
+            let delay = backoff.next_delay();
+            tracing::warn!(error = %error, entries = left.len(), retry_in = ?delay, inbox = %self.queue.stream, "inbox batch failed; retrying its entries");
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(error),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
+            if let Err(e) = self
+                .store
+                .hold_inbox_entries(&self.queue, &self.config.node_id, &ids)
+                .await
+            {
+                tracing::debug!(error = %e, "could not hold inbox entries until their retry");
+            }
+            todo = left;
+        }
+    }
+
+    /// One try at each entry: schedules the valid ones (acknowledging each with its
+    /// message) and rejects the rest. A call that fails for any but a transient
+    /// reason is split in halves until the entry at fault is found, which is then
+    /// rejected alone; an entry handed out more than [`MAX_ATTEMPTS`] times is
+    /// rejected untried. Returns the entries a transient error left pending, with
+    /// the first such error.
+    async fn attempt<'e>(
+        &self,
+        todo: &[&'e InboxEntry],
+        deliveries: Option<&HashMap<String, u64>>,
+    ) -> Option<(Vec<&'e InboxEntry>, StoreError)> {
+        let mut items = Vec::with_capacity(todo.len());
+        let mut from = Vec::with_capacity(todo.len());
         let mut rejects: Vec<(&InboxEntry, String)> = Vec::new();
-        for entry in entries {
+        for &entry in todo {
+            let handed_out = deliveries.and_then(|d| d.get(&entry.id)).copied();
+            if let Some(n) = handed_out.filter(|&n| n > MAX_ATTEMPTS) {
+                tracing::warn!(entry = %entry.id, handed_out = n, "inbox entry read too often without leaving the inbox; rejected untried");
+                rejects.push((
+                    entry,
+                    format!(
+                        "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts): given up"
+                    ),
+                ));
+                continue;
+            }
             match parse_entry(entry, &self.config) {
                 Ok(msg) => {
                     items.push(BatchItem {
@@ -198,44 +289,206 @@ impl Worker {
                 Err(reason) => rejects.push((entry, reason)),
             }
         }
-        let ack = InboxAck {
+        let ack = Some(InboxAck {
             stream: &self.queue.stream,
             group: &self.queue.group,
-        };
-        let outcomes = self
-            .store
-            .schedule_many(&items, self.config.api.limits.max_delay, Some(ack))
-            .await;
-        let (mut scheduled, mut duplicates, mut first_error) = (0u64, 0u64, None);
+        });
+        let max_delay = self.config.api.limits.max_delay;
+        let items = &items;
+        let outcomes = isolate(items.len(), |indexes: Vec<usize>| async move {
+            let outcomes = if indexes.len() == items.len() {
+                self.store.schedule_many(items, max_delay, ack).await
+            } else {
+                let some: Vec<BatchItem> = indexes.iter().map(|&i| items[i].clone()).collect();
+                self.store.schedule_many(&some, max_delay, ack).await
+            };
+            // Too far ahead is an answer about one message, not a failed call.
+            outcomes
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Err(StoreError::TooFar(detail)) => Ok(Err(detail)),
+                    other => other.map(Ok),
+                })
+                .collect()
+        })
+        .await;
+        let (mut scheduled, mut duplicates) = (0u64, 0u64);
+        let mut left = Vec::new();
+        let mut first_error = None;
         for (entry, outcome) in from.into_iter().zip(outcomes) {
             match outcome {
-                Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. }) => scheduled += 1,
-                Ok(Scheduled::Duplicate { .. }) => duplicates += 1,
-                Err(StoreError::TooFar(detail)) => {
+                Isolated::Done(Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. })) => {
+                    scheduled += 1
+                }
+                Isolated::Done(Ok(Scheduled::Duplicate { .. })) => duplicates += 1,
+                Isolated::Done(Err(detail)) => {
                     rejects.push((entry, format!("{AT_FIELD}: {detail}")))
                 }
-                Err(e) => {
+                Isolated::Transient(e) => {
+                    left.push(entry);
                     first_error.get_or_insert(e);
+                }
+                Isolated::Fault(e) => {
+                    tracing::warn!(entry = %entry.id, error = %e, "inbox entry fails to schedule on its own; rejected");
+                    rejects.push((entry, format!("cannot be scheduled: {e}")));
                 }
             }
         }
         metrics::counter!(m::INBOX_ENTRIES, "outcome" => "scheduled").increment(scheduled);
         metrics::counter!(m::INBOX_ENTRIES, "outcome" => "duplicate").increment(duplicates);
-        if !rejects.is_empty() {
-            for (entry, reason) in &rejects {
-                tracing::debug!(entry = %entry.id, reason, "inbox entry rejected");
-            }
-            self.store
-                .reject_inbox_entries(&self.queue, &rejects)
-                .await?;
-            metrics::counter!(m::INBOX_ENTRIES, "outcome" => "rejected")
-                .increment(rejects.len() as u64);
+        self.reject(&rejects, &mut left, &mut first_error).await;
+        first_error.map(|e| (left, e))
+    }
+
+    /// Writes the rejections, isolating one that fails on its own as scheduling
+    /// does. Such an entry is rejected again without its fields; if even that fails,
+    /// it stays pending (logged) until taken over after `reclaim_after`, never
+    /// holding up the entries after it. Entries a transient error left pending are
+    /// added to `left`.
+    async fn reject<'e>(
+        &self,
+        rejects: &[(&'e InboxEntry, String)],
+        left: &mut Vec<&'e InboxEntry>,
+        first_error: &mut Option<StoreError>,
+    ) {
+        if rejects.is_empty() {
+            return;
         }
-        match first_error {
-            Some(e) => Err(e),
-            None => Ok(()),
+        let limit = self.copy_limit();
+        let rejections: Vec<Rejection> = rejects
+            .iter()
+            .map(|(entry, reason)| {
+                tracing::debug!(entry = %entry.id, reason, "inbox entry rejected");
+                Rejection::new(entry, reason.clone(), limit)
+            })
+            .collect();
+        let rejections = &rejections;
+        let outcomes = isolate(rejections.len(), |indexes: Vec<usize>| async move {
+            let done = if indexes.len() == rejections.len() {
+                self.store
+                    .reject_inbox_entries(&self.queue, rejections)
+                    .await
+            } else {
+                let some: Vec<Rejection> = indexes.iter().map(|&i| rejections[i].clone()).collect();
+                self.store.reject_inbox_entries(&self.queue, &some).await
+            };
+            vec![done.map(|_| ()); indexes.len()]
+        })
+        .await;
+        let mut rejected = 0u64;
+        for ((entry, _), (rejection, outcome)) in
+            rejects.iter().zip(rejections.iter().zip(outcomes))
+        {
+            let error = match outcome {
+                Isolated::Done(()) => {
+                    rejected += 1;
+                    continue;
+                }
+                Isolated::Transient(e) => {
+                    left.push(entry);
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+                Isolated::Fault(e) if rejection.has_fields() => {
+                    let bare = Rejection::without_fields(
+                        entry,
+                        format!(
+                            "{}; its fields could not be copied to the rejected stream ({e})",
+                            rejection.reason()
+                        ),
+                    );
+                    match self.store.reject_inbox_entries(&self.queue, &[bare]).await {
+                        Ok(_) => {
+                            tracing::warn!(entry = %entry.id, error = %e, "inbox entry rejected without its fields: they could not be copied");
+                            rejected += 1;
+                            continue;
+                        }
+                        Err(e) if e.is_transient() => {
+                            left.push(entry);
+                            first_error.get_or_insert(e);
+                            continue;
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Isolated::Fault(e) => e,
+            };
+            metrics::counter!(m::INBOX_ERRORS).increment(1);
+            tracing::error!(entry = %entry.id, error = %error, rejected_stream = %self.queue.rejected_stream, "inbox entry cannot be rejected; it stays pending and is tried again once idle for inbox.reclaim_after");
+        }
+        metrics::counter!(m::INBOX_ENTRIES, "outcome" => "rejected").increment(rejected);
+    }
+
+    /// How large an entry may be and still have its fields copied into its
+    /// rejection: what a message may hold, plus the reserved fields.
+    fn copy_limit(&self) -> CopyLimit {
+        let limits = &self.config.api.limits;
+        CopyLimit {
+            pairs: limits.max_fields + RESERVED.len(),
+            bytes: limits.max_message_bytes + RESERVED_BYTES,
         }
     }
+}
+
+/// How one item of a batch ended after [`isolate`].
+#[derive(Debug)]
+enum Isolated<T> {
+    Done(T),
+    /// Redis did not take the call now; the item is not at fault.
+    Transient(StoreError),
+    /// The item failed alone, for reasons of its own.
+    Fault(StoreError),
+}
+
+/// Calls `call` on items `0..n` and isolates the ones at fault: the items of a
+/// failed call (any error but a transient one) are tried again in halves until
+/// each failure is pinned on one item. `call` answers for each index it is given,
+/// in order, and a failed call fails every item it carried. Outcomes come back in
+/// index order. Items that succeeded are never sent again, so `n` items with one at
+/// fault cost about 2 log2(n) calls.
+async fn isolate<T, F, Fut>(n: usize, call: F) -> Vec<Isolated<T>>
+where
+    F: Fn(Vec<usize>) -> Fut,
+    Fut: Future<Output = Vec<Result<T, StoreError>>>,
+{
+    let mut out: Vec<Option<Isolated<T>>> = (0..n).map(|_| None).collect();
+    let mut groups = vec![(0..n).collect::<Vec<usize>>()];
+    while let Some(group) = groups.pop() {
+        if group.is_empty() {
+            continue;
+        }
+        let alone = group.len() == 1;
+        let mut answers = call(group.clone()).await.into_iter();
+        let mut failed = Vec::new();
+        for i in group {
+            let answer = answers
+                .next()
+                .unwrap_or_else(|| Err(StoreError::Reply("no answer for a batch item".into())));
+            match answer {
+                Ok(done) => out[i] = Some(Isolated::Done(done)),
+                Err(e) if e.is_transient() => out[i] = Some(Isolated::Transient(e)),
+                Err(e) if alone => out[i] = Some(Isolated::Fault(e)),
+                Err(e) => failed.push((i, e)),
+            }
+        }
+        match failed.len() {
+            0 => {}
+            // The only item of its call that failed: the call carried it alone.
+            1 => {
+                let (i, e) = failed.remove(0);
+                out[i] = Some(Isolated::Fault(e));
+            }
+            len => {
+                let mut first: Vec<usize> = failed.into_iter().map(|(i, _)| i).collect();
+                let second = first.split_off(len / 2);
+                groups.push(second);
+                groups.push(first);
+            }
+        }
+    }
+    out.into_iter()
+        .map(|o| o.expect("every item answered"))
+        .collect()
 }
 
 /// Turns an inbox entry into a message, or says why it cannot be one, naming the field.
@@ -402,6 +655,73 @@ mod tests {
         check(&[("delayq-stream", "orders"), ("delayq-delay", "1s")], Err("no message fields"));
         check(&[("delayq-stream", "delayq:inbox"), ("delayq-delay", "1s"), ("a", "1")], Err("delayq's own keys"));
         check(&[("delayq-stream", "a b"), ("delayq-delay", "1s"), ("a", "1")], Err("delayq-stream: stream \"a b\""));
+    }
+
+    /// Runs [`isolate`] on `n` items against a call that fails as a whole when it
+    /// carries one of `poison`, and answers a transient error for each of
+    /// `transient` otherwise; checks which items end at fault and which transient,
+    /// that the others are done, and that it took at most `max_calls` calls.
+    #[track_caller]
+    fn check_isolate(
+        n: usize,
+        poison: &[usize],
+        transient: &[usize],
+        (faults, transients): (&[usize], &[usize]),
+        max_calls: usize,
+    ) {
+        let calls = std::cell::Cell::new(0);
+        let outcomes = futures::executor::block_on(isolate(n, |group: Vec<usize>| {
+            calls.set(calls.get() + 1);
+            let answers: Vec<Result<usize, StoreError>> =
+                if group.iter().any(|i| poison.contains(i)) {
+                    let e = StoreError::Redis(redis::make_extension_error(
+                        "ERR".into(),
+                        Some("poison".into()),
+                    ));
+                    group.iter().map(|_| Err(e.clone())).collect()
+                } else {
+                    group
+                        .iter()
+                        .map(|&i| match transient.contains(&i) {
+                            true => Err(StoreError::Busy("not now".into())),
+                            false => Ok(i),
+                        })
+                        .collect()
+                };
+            std::future::ready(answers)
+        }));
+        let (mut got_faults, mut got_transients) = (Vec::new(), Vec::new());
+        for (i, outcome) in outcomes.into_iter().enumerate() {
+            match outcome {
+                Isolated::Done(done) => assert_eq!(done, i, "item {i} answered for another"),
+                Isolated::Transient(_) => got_transients.push(i),
+                Isolated::Fault(_) => got_faults.push(i),
+            }
+        }
+        assert_eq!(
+            (&got_faults[..], &got_transients[..]),
+            (faults, transients),
+            "{n} items, poison {poison:?}"
+        );
+        assert!(
+            calls.get() <= max_calls,
+            "{} calls for {n} items, poison {poison:?}",
+            calls.get()
+        );
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn failed_calls_are_split_until_the_item_at_fault_is_found() {
+        check_isolate(0, &[], &[], (&[], &[]), 0);
+        check_isolate(8, &[], &[], (&[], &[]), 1);
+        check_isolate(1, &[0], &[], (&[0], &[]), 1);
+        check_isolate(8, &[5], &[], (&[5], &[]), 7);
+        check_isolate(8, &[0, 7], &[], (&[0, 7], &[]), 11);
+        check_isolate(4, &[0, 1, 2, 3], &[], (&[0, 1, 2, 3], &[]), 7);
+        check_isolate(500, &[123], &[], (&[123], &[]), 19);
+        check_isolate(3, &[], &[1], (&[], &[1]), 1);
+        check_isolate(6, &[2], &[4], (&[2], &[4]), 9);
     }
 
     #[test]

@@ -8,11 +8,16 @@
 //! `max_attempts`, writes it to the dead-letter stream, and acknowledges the stale
 //! entry. Each script call checks the leader's fence, so a deposed leader's sweep is
 //! refused; a crash between calls leaves every entry either handled or still pending.
+//! An entry whose call fails for reasons of its own (say, its dead-letter stream's
+//! key holds another type) is passed over and tried again on each sweep, logged
+//! when it starts failing (the first few of a group one by one), then in one line
+//! per group every few minutes; Redis unreachable or refusing writes ends the pass.
 //!
 //! A pass looks at no more than `delivery.sweep_batch` entries per stream and group,
 //! one short script call each, so forwarding (separate calls on the same
 //! connection) is never held up for long.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::config::{Config, DeliveryConfig, StreamDelivery};
 use crate::leadership::{Leadership, StepDown};
+use crate::message::MessageId;
 use crate::metrics as m;
 use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
 
@@ -169,6 +175,9 @@ struct GroupSweep {
     missing: bool,
     recheck_at: Instant,
     missing_backoff: Backoff,
+    /// Entries whose redelivery failed for reasons of their own: passed over, so the
+    /// others are still handled, and tried again on later sweeps.
+    failing: Failing,
 }
 
 impl GroupSweep {
@@ -193,6 +202,7 @@ impl GroupSweep {
             missing: false,
             recheck_at: Instant::now(),
             missing_backoff: Backoff::new(interval, (interval * 10).min(Duration::from_secs(30))),
+            failing: Failing::default(),
         }
     }
 
@@ -232,7 +242,7 @@ impl GroupSweep {
             .set(ours.len() as f64);
         for (entry, id) in ours {
             let random = rand::rng().random::<f64>();
-            let outcome = store
+            let outcome = match store
                 .redeliver(
                     epoch,
                     &self.stream,
@@ -242,7 +252,22 @@ impl GroupSweep {
                     &self.options,
                     random,
                 )
-                .await?;
+                .await
+            {
+                Ok(outcome) => outcome,
+                // Redis not taking calls, or a newer leader: the whole sweep stops.
+                Err(e @ StoreError::Fenced { .. }) => return Err(e),
+                Err(e) if e.is_transient() => return Err(e),
+                Err(e) => {
+                    self.failing
+                        .failed(&self.stream, &self.group, &entry.entry_id, &id, &e);
+                    metrics::counter!(m::SWEEP_ENTRIES, "stream" => self.stream.clone(), "group" => self.group.clone(), "outcome" => "failed")
+                        .increment(1);
+                    continue;
+                }
+            };
+            self.failing
+                .handled(&self.stream, &self.group, &entry.entry_id);
             let label = match &outcome {
                 Redelivered::Rescheduled { attempt, due_ms } => {
                     metrics::counter!(m::REDELIVERED, "stream" => self.stream.clone()).increment(1);
@@ -280,5 +305,81 @@ impl GroupSweep {
         }
         self.cursor = None;
         self.recheck_at = Instant::now() + self.missing_backoff.next_delay();
+    }
+}
+
+/// How often a group's entries that keep failing are logged again, as one line.
+const FAILING_LOG_EVERY: Duration = Duration::from_secs(300);
+/// Entries that start failing logged one by one per [`FAILING_LOG_EVERY`] and group;
+/// more are counted in the next summary line.
+const FAILING_LOG_ENTRIES: u32 = 5;
+/// An entry not seen failing for this long is forgotten (acknowledged, or trimmed).
+const FAILING_FORGET_AFTER: Duration = Duration::from_secs(3600);
+
+/// Entries of one group whose redeliver call fails on its own (say, `DEADLETTER
+/// cannot write` because the dead-letter key holds another type). The first few to
+/// start failing are logged one by one; then one line every [`FAILING_LOG_EVERY`]
+/// says how many still fail, and each is logged once more when handled at last.
+struct Failing {
+    entries: HashMap<String, FailingEntry>,
+    window_start: Instant,
+    logged_in_window: u32,
+}
+
+struct FailingEntry {
+    last_seen: Instant,
+    attempts: u64,
+}
+
+impl Default for Failing {
+    fn default() -> Self {
+        Failing {
+            entries: HashMap::new(),
+            window_start: Instant::now(),
+            logged_in_window: 0,
+        }
+    }
+}
+
+impl Failing {
+    fn failed(&mut self, stream: &str, group: &str, entry: &str, id: &MessageId, e: &StoreError) {
+        let now = Instant::now();
+        self.entries
+            .retain(|_, f| now.duration_since(f.last_seen) < FAILING_FORGET_AFTER);
+        if now.duration_since(self.window_start) >= FAILING_LOG_EVERY {
+            self.window_start = now;
+            self.logged_in_window = 0;
+            if !self.entries.is_empty() {
+                tracing::error!(%stream, %group, entries = self.entries.len(), example = %entry, error = %e, "entries still cannot be redelivered or dead-lettered; tried again on each sweep until the cause is fixed");
+            }
+        }
+        match self.entries.get_mut(entry) {
+            None => {
+                self.entries.insert(
+                    entry.to_owned(),
+                    FailingEntry {
+                        last_seen: now,
+                        attempts: 1,
+                    },
+                );
+                if self.logged_in_window < FAILING_LOG_ENTRIES {
+                    self.logged_in_window += 1;
+                    tracing::error!(%stream, %group, %entry, %id, error = %e, "cannot redeliver or dead-letter this entry; the sweep goes on with the others and tries it again on each sweep until the cause is fixed");
+                } else {
+                    tracing::debug!(%stream, %group, %entry, %id, error = %e, "cannot redeliver or dead-letter this entry");
+                }
+            }
+            Some(f) => {
+                f.attempts += 1;
+                f.last_seen = now;
+                tracing::debug!(%stream, %group, %entry, error = %e, attempts = f.attempts, "redelivery failed again");
+            }
+        }
+    }
+
+    fn handled(&mut self, stream: &str, group: &str, entry: &str) {
+        if let Some(f) = self.entries.remove(entry) {
+            tracing::info!(%stream, %group, %entry, attempts = f.attempts, "entry handled after its redelivery failed before");
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! scheduled goes through [`Store::reject_inbox_entries`]. The loop deciding which is
 //! `crate::inbox`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::Value;
@@ -31,6 +32,83 @@ pub struct InboxEntry {
 impl From<RawEntry> for InboxEntry {
     fn from((id, fields): RawEntry) -> Self {
         InboxEntry { id, fields }
+    }
+}
+
+/// Most field/value pairs copied into one rejection, whatever the limits given to
+/// [`Rejection::new`]: the rejection script writes an entry's fields with one XADD of
+/// 7 + 2 × pairs arguments, which must stay well below the ~8000 values Lua in Redis
+/// can unpack at once.
+pub const MAX_COPIED_PAIRS: usize = 3000;
+
+/// How large an entry's fields may be to be copied into its rejection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyLimit {
+    /// Field/value pairs (capped at [`MAX_COPIED_PAIRS`]).
+    pub pairs: usize,
+    /// Bytes of field names and values together.
+    pub bytes: usize,
+}
+
+impl CopyLimit {
+    /// Why `fields` are not copied under this limit, or None when they are.
+    pub fn refusal(self, fields: &[(Vec<u8>, Vec<u8>)]) -> Option<String> {
+        let pairs = self.pairs.min(MAX_COPIED_PAIRS);
+        let bytes: usize = fields.iter().map(|(k, v)| k.len() + v.len()).sum();
+        (fields.len() > pairs || bytes > self.bytes).then(|| {
+            format!(
+                "too large to copy to the rejected stream ({} field/value pairs, {bytes} bytes; at most {pairs} pairs and {} bytes are copied): its fields are not kept",
+                fields.len(),
+                self.bytes
+            )
+        })
+    }
+}
+
+/// An inbox entry on its way to the rejected stream: its id, the reason, and its
+/// fields byte for byte when they are within a [`CopyLimit`] (none otherwise, the
+/// reason then says so). Built only by [`Rejection::new`] and
+/// [`Rejection::without_fields`], so no rejection carries more than the limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rejection<'a> {
+    entry_id: &'a str,
+    reason: String,
+    fields: &'a [(Vec<u8>, Vec<u8>)],
+}
+
+impl<'a> Rejection<'a> {
+    pub fn new(entry: &'a InboxEntry, reason: String, limit: CopyLimit) -> Self {
+        let fields = entry.fields.as_deref().unwrap_or_default();
+        match limit.refusal(fields) {
+            None => Rejection {
+                entry_id: &entry.id,
+                reason,
+                fields,
+            },
+            Some(refusal) => Rejection::without_fields(entry, format!("{reason}; {refusal}")),
+        }
+    }
+
+    /// The entry's id and the reason only.
+    pub fn without_fields(entry: &'a InboxEntry, reason: String) -> Self {
+        Rejection {
+            entry_id: &entry.id,
+            reason,
+            fields: &[],
+        }
+    }
+
+    pub fn entry_id(&self) -> &'a str {
+        self.entry_id
+    }
+
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// Whether the entry's fields go with it.
+    pub fn has_fields(&self) -> bool {
+        !self.fields.is_empty()
     }
 }
 
@@ -71,12 +149,13 @@ impl Store {
         })
     }
 
-    /// Writes each entry, with its reason and original fields, to the rejected
-    /// stream, and acknowledges and deletes it from the inbox, atomically.
+    /// Writes each rejection, with its reason and the fields it carries, to the
+    /// rejected stream, and acknowledges and deletes its entry from the inbox,
+    /// atomically.
     pub async fn reject_inbox_entries(
         &self,
         queue: &InboxQueue,
-        rejects: &[(&InboxEntry, String)],
+        rejects: &[Rejection<'_>],
     ) -> Result<u64> {
         if rejects.is_empty() {
             return Ok(0);
@@ -85,10 +164,9 @@ impl Store {
         inv.key(&queue.rejected_stream)
             .key(&queue.stream)
             .arg(&queue.group);
-        for (entry, reason) in rejects {
-            let fields = entry.fields.as_deref().unwrap_or_default();
-            inv.arg(&entry.id).arg(reason).arg(fields.len());
-            for (k, v) in fields {
+        for r in rejects {
+            inv.arg(r.entry_id).arg(&r.reason).arg(r.fields.len());
+            for (k, v) in r.fields {
                 inv.arg(k.as_slice()).arg(v.as_slice());
             }
         }
@@ -97,6 +175,30 @@ impl Store {
             .await
             .map_err(StoreError::from_script)?;
         Ok(n)
+    }
+
+    /// Keeps inbox entries claimed by `consumer`, resetting their idle time without
+    /// counting a delivery (XCLAIM JUSTID): for entries it still works on, so that
+    /// no instance takes them over meanwhile.
+    pub async fn hold_inbox_entries(
+        &self,
+        queue: &InboxQueue,
+        consumer: &str,
+        ids: &[&str],
+    ) -> Result<()> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let _: Value = redis::cmd("XCLAIM")
+            .arg(&queue.stream)
+            .arg(&queue.group)
+            .arg(consumer)
+            .arg(0)
+            .arg(ids)
+            .arg("JUSTID")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
     }
 
     /// Length of the inbox and entries pending in its group (0 before the group exists).
@@ -126,10 +228,41 @@ impl Store {
 }
 
 impl InboxReader {
-    /// Entries this consumer read earlier and still holds: after a restart under the
-    /// same name, or a batch that failed half-way.
-    pub async fn own_pending(&mut self, count: usize) -> Result<Vec<InboxEntry>> {
-        self.read("0", count, None).await
+    /// Entries this consumer read earlier and still holds (after a restart under the
+    /// same name), oldest first, after entry `after` ("0" from the start).
+    pub async fn own_pending(&mut self, after: &str, count: usize) -> Result<Vec<InboxEntry>> {
+        self.read(after, count, None).await
+    }
+
+    /// How often the group handed out each of `entries` (XREADGROUP, XAUTOCLAIM),
+    /// by entry id; an entry no longer pending is left out.
+    pub async fn deliveries(&mut self, entries: &[InboxEntry]) -> Result<HashMap<String, u64>> {
+        if entries.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut pipe = redis::pipe();
+        for e in entries {
+            pipe.cmd("XPENDING")
+                .arg(&self.queue.stream)
+                .arg(&self.queue.group)
+                .arg(&e.id)
+                .arg(&e.id)
+                .arg(1);
+        }
+        let conn = &mut self.conn;
+        let replies: Vec<Value> =
+            within(self.timeout, async { Ok(pipe.query_async(conn).await?) }).await?;
+        let mut out = HashMap::with_capacity(entries.len());
+        for reply in replies {
+            if let Some(item) = array(reply)?.into_iter().next() {
+                let parts = array(item)?;
+                out.insert(
+                    text(parts.first().unwrap_or(&Value::Nil))?,
+                    super::int(parts.get(3).unwrap_or(&Value::Nil))?.max(0) as u64,
+                );
+            }
+        }
+        Ok(out)
     }
 
     /// New entries, waiting up to `block` for the first.
@@ -184,5 +317,87 @@ impl InboxReader {
         let next = text(&parts.next().unwrap_or(Value::Nil))?;
         let entries = entry_list(parts.next().unwrap_or(Value::Nil))?;
         Ok((next, entries.into_iter().map(InboxEntry::from).collect()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `n` fields of `size` bytes each (name and value together).
+    fn fields(n: usize, size: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..n)
+            .map(|_| (vec![b'k'; size / 2], vec![b'v'; size - size / 2]))
+            .collect()
+    }
+
+    #[track_caller]
+    fn check(limit: (usize, usize), entry: (usize, usize), copied: bool) {
+        let limit = CopyLimit {
+            pairs: limit.0,
+            bytes: limit.1,
+        };
+        let refusal = limit.refusal(&fields(entry.0, entry.1));
+        assert_eq!(
+            refusal.is_none(),
+            copied,
+            "{entry:?} under {limit:?}: {refusal:?}"
+        );
+        if let Some(refusal) = refusal {
+            assert!(refusal.contains("too large to copy"), "{refusal}");
+        }
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn fields_are_copied_only_within_the_limit() {
+        check((10, 100), (0, 0), true);
+        check((10, 100), (10, 10), true);
+        check((10, 100), (11, 2), false);
+        check((10, 100), (5, 21), false);
+        check((10, 100), (1, 100), true);
+        check((10, 100), (1, 101), false);
+        check((1006, 1 << 20), (5000, 10), false);
+        check((usize::MAX, usize::MAX), (MAX_COPIED_PAIRS, 2), true);
+        check((usize::MAX, usize::MAX), (MAX_COPIED_PAIRS + 1, 2), false);
+    }
+
+    #[test]
+    fn a_rejection_too_large_to_copy_keeps_its_id_and_reason_only() {
+        let limit = CopyLimit {
+            pairs: 2,
+            bytes: 100,
+        };
+        let small = InboxEntry {
+            id: "1-0".into(),
+            fields: Some(fields(2, 4)),
+        };
+        let large = InboxEntry {
+            id: "2-0".into(),
+            fields: Some(fields(3, 4)),
+        };
+        let deleted = InboxEntry {
+            id: "3-0".into(),
+            fields: None,
+        };
+        let kept = Rejection::new(&small, "bad".into(), limit);
+        assert_eq!(
+            (kept.entry_id(), kept.reason(), kept.fields),
+            ("1-0", "bad", &fields(2, 4)[..])
+        );
+        let dropped = Rejection::new(&large, "bad".into(), limit);
+        assert_eq!((dropped.entry_id(), dropped.has_fields()), ("2-0", false));
+        assert!(
+            dropped.reason().starts_with("bad; too large to copy"),
+            "{}",
+            dropped.reason()
+        );
+        assert!(
+            dropped.reason().contains("(3 field/value pairs, 12 bytes;"),
+            "{}",
+            dropped.reason()
+        );
+        let none = Rejection::new(&deleted, "gone".into(), limit);
+        assert_eq!((none.reason(), none.has_fields()), ("gone", false));
     }
 }

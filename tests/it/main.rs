@@ -13,6 +13,7 @@ mod health;
 mod interfaces;
 mod limits;
 mod ops;
+mod poison;
 mod secrets;
 mod store;
 mod sweep;

@@ -1,0 +1,431 @@
+//! Poison input is isolated, never retried forever: an inbox entry too large to copy,
+//! one whose scheduling fails on its own, one handed out too often, and a stale
+//! entry whose redelivery fails each leave the others to be handled.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use delayq::inbox::MAX_ATTEMPTS;
+use delayq::message::MessageId;
+use redis::Value;
+use serde_json::json;
+
+use crate::support::{Bare, Entry, Env, entries, eventually};
+
+const INBOX: &str = "delayq:inbox";
+const GROUP: &str = "delayq";
+const REJECTED: &str = "delayq:inbox:rejected";
+
+fn xadd(conn: &mut redis::Connection, stream: &str, fields: &[(String, String)]) -> String {
+    let mut cmd = redis::cmd("XADD");
+    cmd.arg(stream).arg("*");
+    for (k, v) in fields {
+        cmd.arg(k).arg(v);
+    }
+    cmd.query(conn).expect("XADD")
+}
+
+/// An ordinary inbox entry for `orders`, due now, numbered `n`, with `extra` fields first.
+fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+    let mut fields: Vec<(String, String)> = extra
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    fields.push(("delayq-stream".into(), "orders".into()));
+    fields.push(("delayq-delay".into(), "0".into()));
+    fields.push(("n".into(), n.to_string()));
+    fields
+}
+
+fn create_inbox_group(conn: &mut redis::Connection) {
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(INBOX)
+        .arg(GROUP)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(conn)
+        .expect("XGROUP CREATE");
+}
+
+/// Reads every new inbox entry as `consumer` (which then never acknowledges them).
+fn read_all(conn: &mut redis::Connection, consumer: &str) {
+    let _: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(consumer)
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .query(conn)
+        .expect("XREADGROUP");
+}
+
+/// Makes the pending `entry` `consumer`'s, as if handed out `times` times already.
+fn hand_out(conn: &mut redis::Connection, entry: &str, consumer: &str, times: u64) {
+    let _: Value = redis::cmd("XCLAIM")
+        .arg(INBOX)
+        .arg(GROUP)
+        .arg(consumer)
+        .arg(0)
+        .arg(entry)
+        .arg("RETRYCOUNT")
+        .arg(times)
+        .arg("JUSTID")
+        .query(conn)
+        .expect("XCLAIM");
+}
+
+/// Starts the daemon on a Redis prepared beforehand, so that what it finds there is
+/// read in its first batches.
+async fn daemon(bare: Bare) -> Env {
+    let daemon = delayq::start(bare.config.clone())
+        .await
+        .expect("start delayq");
+    Env {
+        daemon: Some(daemon),
+        store: bare.store,
+        config: bare.config,
+        http: reqwest::Client::new(),
+        redis: bare.redis,
+    }
+}
+
+/// Waits until the inbox holds nothing, pending or not, and nothing is left to
+/// forward; then returns the deliveries to `orders` by `n` (a list, to show doubles)
+/// and the rejections by inbox entry id.
+async fn settled(env: &Env) -> (BTreeMap<String, usize>, BTreeMap<String, Entry>) {
+    let mut conn = env.redis.client();
+    eventually(
+        Duration::from_secs(30),
+        "inbox drained, nothing due",
+        || {
+            let length: u64 = redis::cmd("XLEN").arg(INBOX).query(&mut conn).unwrap();
+            // No group yet: the daemon has not read the inbox.
+            let pending: Option<Value> = redis::cmd("XPENDING")
+                .arg(INBOX)
+                .arg(GROUP)
+                .query(&mut conn)
+                .ok();
+            let none_pending =
+                matches!(&pending, Some(Value::Array(p)) if p.first() == Some(&Value::Int(0)));
+            let store = env.store.clone();
+            async move {
+                let due: u64 = store.pending_per_shard().await.ok()?.iter().sum();
+                (length == 0 && none_pending && due == 0).then_some(())
+            }
+        },
+    )
+    .await;
+    let mut delivered = BTreeMap::new();
+    for e in entries(&mut conn, "orders") {
+        *delivered
+            .entry(e.get("n").expect("n").to_owned())
+            .or_default() += 1;
+    }
+    let mut rejected = BTreeMap::new();
+    for e in entries(&mut conn, REJECTED) {
+        let id = e.get("delayq-inbox-id").expect("inbox id").to_owned();
+        assert!(
+            rejected.insert(id.clone(), e).is_none(),
+            "{id} rejected twice"
+        );
+    }
+    (delivered, rejected)
+}
+
+/// Each of `ns` delivered exactly once, and nothing else.
+#[track_caller]
+fn assert_delivered_once(delivered: &BTreeMap<String, usize>, ns: impl Iterator<Item = usize>) {
+    let want: BTreeMap<String, usize> = ns.map(|n| (n.to_string(), 1)).collect();
+    assert_eq!(delivered, &want, "deliveries by n");
+}
+
+#[track_caller]
+fn assert_rejected(
+    rejected: &BTreeMap<String, Entry>,
+    id: &str,
+    reason: &[&str],
+    fields: &[(String, String)],
+) {
+    let r = rejected
+        .get(id)
+        .unwrap_or_else(|| panic!("{id} rejected: {rejected:?}"));
+    let why = r.get("delayq-reason").expect("reason");
+    for part in reason {
+        assert!(why.contains(part), "{why:?} should mention {part:?}");
+    }
+    assert_eq!(&r.fields[2..], fields, "{id}: fields kept byte for byte");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_too_large_to_copy_is_rejected_alone_without_its_fields() {
+    let bare = Bare::start("").await;
+    let mut conn = bare.redis.client();
+    let mut ids = Vec::new();
+    for n in 0..20 {
+        ids.push(xadd(&mut conn, INBOX, &ordinary(n, &[])));
+    }
+    let mut huge = ordinary(999, &[]);
+    huge.extend((0..5000).map(|i| (format!("f{i}"), format!("v{i}"))));
+    let huge_id = xadd(&mut conn, INBOX, &huge);
+    for n in 20..40 {
+        ids.push(xadd(&mut conn, INBOX, &ordinary(n, &[])));
+    }
+    let env = daemon(bare).await;
+
+    let (delivered, rejected) = settled(&env).await;
+    assert_delivered_once(&delivered, 0..40);
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_rejected(
+        &rejected,
+        &huge_id,
+        &[
+            "5001 pairs is more than the 1000 allowed",
+            "too large to copy",
+            "5003 field/value pairs",
+        ],
+        &[],
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_fails_to_schedule_on_its_own_is_isolated_from_its_batch() {
+    let bare = Bare::start("").await;
+    let mut conn = bare.redis.client();
+    let shards = bare.store.shards();
+    let shard = MessageId::parse("poison").unwrap().shard(shards);
+    // A record Redis cannot read makes every schedule call carrying this id fail.
+    let () = redis::cmd("HSET")
+        .arg(bare.store.keys().shard(shard).records)
+        .arg("poison")
+        .arg("not a record")
+        .query(&mut conn)
+        .unwrap();
+    // Batch-mates in the same shard share its script call; others are in other calls.
+    let same_shard: Vec<String> = (0..)
+        .map(|i| format!("mate-{i}"))
+        .filter(|id| MessageId::parse(id).unwrap().shard(shards) == shard)
+        .take(10)
+        .collect();
+    let mut poison_id = String::new();
+    for (n, id) in same_shard.iter().enumerate() {
+        if n == 5 {
+            poison_id = xadd(&mut conn, INBOX, &ordinary(100, &[("delayq-id", "poison")]));
+        }
+        xadd(&mut conn, INBOX, &ordinary(n, &[("delayq-id", id)]));
+    }
+    for n in 10..15 {
+        xadd(&mut conn, INBOX, &ordinary(n, &[]));
+    }
+    let env = daemon(bare).await;
+    let (delivered, rejected) = settled(&env).await;
+    assert_delivered_once(&delivered, 0..15);
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_rejected(
+        &rejected,
+        &poison_id,
+        &["cannot be scheduled"],
+        &ordinary(100, &[("delayq-id", "poison")]),
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_handed_out_too_often_is_rejected_untried() {
+    let bare = Bare::start("[inbox]\nreclaim_after = \"100ms\"\n").await;
+    let mut conn = bare.redis.client();
+    let node = bare.config.node_id.clone();
+    create_inbox_group(&mut conn);
+    let own = xadd(&mut conn, INBOX, &ordinary(0, &[]));
+    let others = xadd(&mut conn, INBOX, &ordinary(1, &[]));
+    let last_own = xadd(&mut conn, INBOX, &ordinary(2, &[]));
+    let last_others = xadd(&mut conn, INBOX, &ordinary(3, &[]));
+    read_all(&mut conn, "ghost");
+    // Handed out MAX_ATTEMPTS times already: the next read is one too many, whether
+    // this instance reads its own leftovers or takes over another's.
+    hand_out(&mut conn, &own, &node, MAX_ATTEMPTS);
+    hand_out(&mut conn, &others, "ghost", MAX_ATTEMPTS);
+    // One attempt left: scheduled.
+    hand_out(&mut conn, &last_own, &node, MAX_ATTEMPTS - 1);
+    hand_out(&mut conn, &last_others, "ghost", MAX_ATTEMPTS - 1);
+    let fresh = xadd(&mut conn, INBOX, &ordinary(4, &[]));
+    let env = daemon(bare).await;
+
+    let (delivered, rejected) = settled(&env).await;
+    assert_delivered_once(&delivered, 2..5);
+    assert_eq!(rejected.len(), 2, "{rejected:?}");
+    let times = format!("handed out {} times", MAX_ATTEMPTS + 1);
+    assert_rejected(&rejected, &own, &[&times, "given up"], &ordinary(0, &[]));
+    assert_rejected(&rejected, &others, &[&times, "given up"], &ordinary(1, &[]));
+    assert!(!rejected.contains_key(&fresh));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
+    let env = Env::start("").await;
+    let mut conn = env.redis.client();
+    // Entries added, then Redis over its memory limit at once (one transaction): the
+    // reader reads them, and every script that would schedule them is refused (OOM).
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for n in 0..5 {
+        pipe.cmd("XADD").arg(INBOX).arg("*").arg(
+            ordinary(n, &[])
+                .into_iter()
+                .flat_map(|(k, v)| [k, v])
+                .collect::<Vec<_>>(),
+        );
+    }
+    pipe.cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .ignore();
+    let ids: Vec<String> = pipe.query(&mut conn).expect("XADD, then maxmemory 1");
+    let metrics_url = env.url("/metrics");
+    eventually(Duration::from_secs(10), "three failed tries", || {
+        let http = env.http.clone();
+        let url = metrics_url.clone();
+        async move {
+            let text = crate::support::metrics(&http, url).await?;
+            (crate::support::counter(&text, "delayq_inbox_errors_total") >= 3.0).then_some(())
+        }
+    })
+    .await;
+    // Retried as held, not read again: each still handed out once, none rejected.
+    let pending: Value = redis::cmd("XPENDING")
+        .arg(INBOX)
+        .arg(GROUP)
+        .arg("-")
+        .arg("+")
+        .arg(10)
+        .query(&mut conn)
+        .unwrap();
+    let Value::Array(pending) = pending else {
+        panic!("XPENDING: {pending:?}")
+    };
+    assert_eq!(pending.len(), ids.len(), "{pending:?}");
+    for item in &pending {
+        let Value::Array(parts) = item else {
+            panic!("{item:?}")
+        };
+        assert_eq!(parts[3], Value::Int(1), "handed out once: {parts:?}");
+    }
+    let rejected: u64 = redis::cmd("XLEN").arg(REJECTED).query(&mut conn).unwrap();
+    assert_eq!(rejected, 0);
+
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut conn)
+        .unwrap();
+    let (delivered, rejected) = settled(&env).await;
+    assert_delivered_once(&delivered, 0..5);
+    assert!(rejected.is_empty(), "{rejected:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
+    let env = Env::start(
+        "[delivery]\ngroups = [\"g\"]\nack_timeout = \"300ms\"\nsweep_interval = \"50ms\"\nbackoff = \"50ms\"\nbackoff_max = \"50ms\"\nbackoff_jitter = 0.0\nmax_attempts = 2\n[delivery.streams.orders]\n",
+    )
+    .await;
+    let mut conn = env.redis.client();
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg("orders")
+        .arg("g")
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut conn)
+        .unwrap();
+    // The dead-letter key holds a string: dead-lettering fails, on every sweep.
+    let () = redis::cmd("SET")
+        .arg("orders:dead")
+        .arg("not a stream")
+        .query(&mut conn)
+        .unwrap();
+    let push = |id: &'static str| {
+        let env = &env;
+        async move {
+            let (status, body) = env
+                .post(
+                    "/v1/messages",
+                    json!({ "stream": "orders", "id": id, "fields": [["m", id]], "delay_ms": 0 }),
+                )
+                .await;
+            assert_eq!(status, 201, "{body}");
+        }
+    };
+    // A consumer that reads every delivery and never acknowledges one; answers
+    // (message id, attempt) of every delivery so far.
+    let read = |conn: &mut redis::Connection| {
+        let _: Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg("g")
+            .arg("c")
+            .arg("COUNT")
+            .arg(100)
+            .arg("STREAMS")
+            .arg("orders")
+            .arg(">")
+            .query(conn)
+            .unwrap();
+        entries(conn, "orders")
+            .iter()
+            .map(|e| {
+                (
+                    e.get("delayq-id").unwrap().to_owned(),
+                    e.get("delayq-attempt").unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    // `poison` reaches its last attempt first; its stale entry then comes first in
+    // every sweep, and dead-lettering it fails.
+    push("poison").await;
+    eventually(Duration::from_secs(10), "poison delivered twice", || {
+        let got = read(&mut conn);
+        let twice = got.contains(&("poison".into(), "2".into()));
+        async move { twice.then_some(()) }
+    })
+    .await;
+    for id in ["a", "b", "c"] {
+        push(id).await;
+    }
+    eventually(
+        Duration::from_secs(10),
+        "a, b and c redelivered despite poison",
+        || {
+            let got = read(&mut conn);
+            let all = ["a", "b", "c"]
+                .iter()
+                .all(|id| got.contains(&(id.to_string(), "2".into())));
+            async move { all.then_some(()) }
+        },
+    )
+    .await;
+    let metrics = crate::support::metrics(&env.http, env.url("/metrics"))
+        .await
+        .unwrap();
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("delayq_sweep_entries_total") && l.contains("outcome=\"failed\"")
+        ),
+        "{metrics}"
+    );
+    // The poisoned entry is still pending, tried again on each sweep; once the
+    // dead-letter key is fixed it is dead-lettered, before the others (which reach
+    // their last attempt after it).
+    let () = redis::cmd("DEL")
+        .arg("orders:dead")
+        .query(&mut conn)
+        .unwrap();
+    let dead = eventually(Duration::from_secs(10), "poison dead-lettered", || {
+        let dead = entries(&mut conn, "orders:dead");
+        async move { (!dead.is_empty()).then_some(dead) }
+    })
+    .await;
+    assert_eq!(dead[0].get("delayq-id"), Some("poison"), "{dead:?}");
+}
