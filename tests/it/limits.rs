@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{
-    BatchItem, ForwardBatch, ForwardOptions, InboxAck, InboxEntry, InboxQueue, RecordState,
-    ScheduleMode, Status, Store,
+    BatchItem, ForwardBatch, ForwardOptions, InboxAck, RecordState, ScheduleMode, Status, Store,
 };
 
 use crate::support::{Bare, entries};
@@ -247,49 +246,4 @@ async fn a_batch_schedule_is_all_or_nothing() {
     }
     let fresh = MessageId::parse("fresh").unwrap();
     assert!(matches!(store.get(&fresh).await.unwrap(), Status::Unknown));
-}
-
-#[tokio::test]
-async fn an_inbox_rejection_too_large_to_copy_keeps_its_id_and_reason() {
-    let bare = Bare::start("").await;
-    let store = &bare.store;
-    let mut conn = bare.redis.client();
-    let queue = InboxQueue {
-        stream: "inbox".to_owned(),
-        group: "g".to_owned(),
-        rejected_stream: "rejected".to_owned(),
-    };
-    let small = InboxEntry {
-        id: "1-1".to_owned(),
-        fields: Some(vec![(b"a".to_vec(), b"\x00\xff".to_vec())]),
-    };
-    let huge = InboxEntry {
-        id: "1-2".to_owned(),
-        fields: Some(
-            (0..5_000)
-                .map(|i| (format!("f{i}").into_bytes(), b"v".to_vec()))
-                .collect(),
-        ),
-    };
-    let rejected = store
-        .reject_inbox_entries(
-            &queue,
-            &[(&small, "bad".to_owned()), (&huge, "too many".to_owned())],
-        )
-        .await
-        .unwrap();
-    assert_eq!(rejected, 2);
-    let written = entries(&mut conn, "rejected");
-    assert_eq!(written.len(), 2);
-    assert_eq!(written[0].get("delayq-inbox-id"), Some("1-1"));
-    assert_eq!(written[0].fields.len(), 3, "reason, id and the one field");
-    assert_eq!(written[1].get("delayq-inbox-id"), Some("1-2"));
-    assert!(
-        written[1]
-            .get("delayq-reason")
-            .is_some_and(|r| r.starts_with("too many") && r.contains("5000 fields")),
-        "{:?}",
-        written[1]
-    );
-    assert_eq!(written[1].fields.len(), 2, "no fields copied");
 }
