@@ -83,23 +83,57 @@ impl Health {
     }
 }
 
-/// Starts the probe loop: one write every [`PROBE_EVERY`], each bounded by `timeout`.
-pub fn start(
+/// Probes once (so the state is known before the API answers), then starts the
+/// probe loop: one write every [`PROBE_EVERY`], each bounded by `timeout`.
+pub async fn start(
     store: Store,
     node_id: String,
     timeout: Duration,
     cancel: CancellationToken,
 ) -> (Health, JoinHandle<()>) {
+    let first = probe(&store, &node_id, timeout).await;
+    let mut last = RedisState::Starting;
+    report(&mut last, &first);
     let (tx, rx) = watch::channel(Probe {
-        redis: RedisState::Starting,
+        redis: first,
         finished: Instant::now(),
     });
     let health = Health {
         rx,
         stale_after: (timeout + PROBE_EVERY) * 3,
     };
-    let task = tokio::spawn(run(store, node_id, timeout, tx, cancel));
+    let task = tokio::spawn(run(store, node_id, timeout, tx, last, cancel));
     (health, task)
+}
+
+async fn probe(store: &Store, node_id: &str, timeout: Duration) -> RedisState {
+    match tokio::time::timeout(timeout, store.probe_write(node_id)).await {
+        Ok(Ok(())) => RedisState::Writable,
+        Ok(Err(e)) => match e.refusal() {
+            Some(refusal) => RedisState::Refuses(refusal),
+            None => RedisState::Unreachable(e.to_string()),
+        },
+        Err(_) => RedisState::Unreachable(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// Logs a change of condition (one line per change, not one per round) and sets the
+/// gauge; `last` becomes `state`.
+fn report(last: &mut RedisState, state: &RedisState) {
+    if state == last {
+        return;
+    }
+    match (state, state.problem()) {
+        (_, None) if *last == RedisState::Starting => {}
+        (_, None) => tracing::info!("redis takes writes again"),
+        (RedisState::Refuses(_), Some(problem)) => {
+            tracing::warn!(%problem, "this node cannot do its job until Redis takes writes")
+        }
+        (_, Some(problem)) => tracing::warn!(%problem, "redis does not answer"),
+    }
+    let writable = *state == RedisState::Writable;
+    metrics::gauge!(m::REDIS_WRITABLE).set(if writable { 1.0 } else { 0.0 });
+    *last = state.clone();
 }
 
 async fn run(
@@ -107,43 +141,19 @@ async fn run(
     node_id: String,
     timeout: Duration,
     tx: watch::Sender<Probe>,
+    mut last: RedisState,
     cancel: CancellationToken,
 ) {
-    let writable = metrics::gauge!(m::REDIS_WRITABLE);
-    let mut last = RedisState::Starting;
     loop {
-        let state = match tokio::time::timeout(timeout, store.probe_write(&node_id)).await {
-            Ok(Ok(())) => RedisState::Writable,
-            Ok(Err(e)) => match e.refusal() {
-                Some(refusal) => RedisState::Refuses(refusal),
-                None => RedisState::Unreachable(e.to_string()),
-            },
-            Err(_) => RedisState::Unreachable(format!("no answer within {timeout:?}")),
-        };
-        if state != last {
-            // One line per change of condition, not one per round.
-            match (&state, state.problem()) {
-                (_, None) if last == RedisState::Starting => {}
-                (_, None) => tracing::info!("redis takes writes again"),
-                (RedisState::Refuses(_), Some(problem)) => {
-                    tracing::warn!(%problem, "this node cannot do its job until Redis takes writes")
-                }
-                (_, Some(problem)) => tracing::warn!(%problem, "redis does not answer"),
-            }
-            writable.set(if state == RedisState::Writable {
-                1.0
-            } else {
-                0.0
-            });
-            last = state.clone();
-        }
-        tx.send_replace(Probe {
-            redis: state,
-            finished: Instant::now(),
-        });
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(PROBE_EVERY) => {}
         }
+        let state = probe(&store, &node_id, timeout).await;
+        report(&mut last, &state);
+        tx.send_replace(Probe {
+            redis: state,
+            finished: Instant::now(),
+        });
     }
 }

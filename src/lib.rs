@@ -91,7 +91,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         config.node_id.clone(),
         config.redis.timeout,
         probe.clone(),
-    );
+    )
+    .await;
 
     let (elector, leadership) = leadership::channel();
     let election = CancellationToken::new();

@@ -581,10 +581,15 @@ async fn health_command_answers_for_a_live_daemon_and_fails_for_a_dead_one() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
 
+    // Health is the last write probe's (one a second): unhealthy within a few.
     drop(redis);
-    let out = delayq(&["health", "--url", &url, "--timeout", "5s"]);
-    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let out = eventually(Duration::from_secs(10), "unhealthy", || async {
+        let out = delayq(&["health", "--url", &url, "--timeout", "5s"]);
+        (out.status.code() == Some(1)).then_some(out)
+    })
+    .await;
     assert!(text(&out.stderr).contains("unhealthy: 503"), "{out:?}");
+    assert!(text(&out.stderr).contains("redis unreachable"), "{out:?}");
     drop(node);
     let out = delayq(&["health", "--url", &url]);
     assert_eq!(out.status.code(), Some(1));

@@ -264,6 +264,19 @@ async fn an_entry_handed_out_too_often_is_rejected_untried() {
 async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let env = Env::start("").await;
     let mut conn = env.redis.client();
+    // The reader creates its group once it starts; Redis must not be full before that.
+    eventually(Duration::from_secs(10), "the inbox group", || {
+        let mut conn = env.redis.client();
+        async move {
+            let groups: Value = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(INBOX)
+                .query(&mut conn)
+                .ok()?;
+            matches!(groups, Value::Array(ref g) if !g.is_empty()).then_some(())
+        }
+    })
+    .await;
     // Entries added, then Redis over its memory limit at once (one transaction): the
     // reader reads them, and every script that would schedule them is refused (OOM).
     let mut pipe = redis::pipe();
