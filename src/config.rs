@@ -724,6 +724,9 @@ impl Raw {
         if timeout < Duration::from_millis(50) {
             return Err(invalid("redis.timeout", "must be at least 50ms"));
         }
+        if connect_timeout < Duration::from_millis(50) {
+            return Err(invalid("redis.connect_timeout", "must be at least 50ms"));
+        }
 
         let RawEtcd {
             endpoints,
@@ -854,6 +857,14 @@ impl Raw {
         };
         if max_delay.is_zero() {
             return Err(invalid("api.max_delay", "must be longer than 0"));
+        }
+        // Due scores are due_ms * 10 in a double: exact far beyond this, and no
+        // delay this long is a delay.
+        if max_delay > MAX_DELAY_LIMIT {
+            return Err(invalid(
+                "api.max_delay",
+                "must be at most 36500d (100 years)",
+            ));
         }
 
         let RawStreams {
@@ -1209,6 +1220,9 @@ fn retry_backoff(
 // ---- effective configuration: what check-config prints and SIGHUP compares -------
 
 /// Key names whose values are secrets wherever they appear: printed as `<redacted>`.
+/// The longest `api.max_delay` allowed.
+const MAX_DELAY_LIMIT: Duration = Duration::from_secs(36_500 * 24 * 3600);
+
 const SECRET_KEY_PARTS: &[&str] = &["token", "password", "secret"];
 
 impl Config {

@@ -756,6 +756,8 @@ const BOUNDS: &[Bound] = &[
     ("api.max_polls", "0", false), ("api.max_polls", "10001", false),
     ("api.max_wait", "\"0s\"", true), ("api.max_wait", "\"1h\"", true), ("api.max_wait", "\"3601s\"", false),
     ("api.max_delay", "\"1ms\"", true), ("api.max_delay", "\"0s\"", false),
+    ("api.max_delay", "\"36500days\"", true), ("api.max_delay", "\"36501days\"", false),
+    ("redis.connect_timeout", "\"50ms\"", true), ("redis.connect_timeout", "\"49ms\"", false),
     ("streams.default_maxlen", "0", true), ("streams.default_maxlen", "9223372036854775807", true),
     ("streams.default_maxlen", "-1", false),
     ("streams.maxlen.orders", "0", true), ("streams.maxlen.orders", "-1", false),
