@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
@@ -80,13 +81,13 @@ const RESERVED_BYTES: usize = 4096;
 /// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
 /// inbox is disabled. Errors are logged and retried with backoff; the read and the
 /// batches in flight when `cancel` comes are finished.
-pub async fn run(config: Arc<Config>, store: Store, cancel: CancellationToken) {
-    let Some(inbox) = config.inbox.clone() else {
+pub async fn run(live: watch::Receiver<Arc<Config>>, store: Store, cancel: CancellationToken) {
+    let Some(inbox) = live.borrow().inbox.clone() else {
         return;
     };
     let queue = inbox.queue();
     let worker = Worker {
-        config: config.clone(),
+        live,
         inbox,
         queue,
         store,
@@ -109,13 +110,19 @@ pub async fn run(config: Arc<Config>, store: Store, cancel: CancellationToken) {
 }
 
 struct Worker {
-    config: Arc<Config>,
+    /// The running configuration: a reload's allow list applies to the next batch.
+    live: watch::Receiver<Arc<Config>>,
+    /// Fixed at start (a reload never changes `[inbox]`).
     inbox: InboxConfig,
     queue: InboxQueue,
     store: Store,
 }
 
 impl Worker {
+    fn config(&self) -> Arc<Config> {
+        self.live.borrow().clone()
+    }
+
     /// One connection's life: own leftovers first, then new entries, taking over
     /// abandoned ones every half `reclaim_after`. Returns Ok only when cancelled.
     async fn consume(
@@ -125,7 +132,7 @@ impl Worker {
     ) -> Result<(), StoreError> {
         let mut reader = self
             .store
-            .inbox_reader(&self.queue, &self.config.node_id)
+            .inbox_reader(&self.queue, &self.config().node_id)
             .await?;
         let batch = self.inbox.batch_size;
         // What this consumer held before (a restart under the same node id), page by
@@ -242,7 +249,7 @@ impl Worker {
             let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
             if let Err(e) = self
                 .store
-                .hold_inbox_entries(&self.queue, &self.config.node_id, &ids)
+                .hold_inbox_entries(&self.queue, &self.config().node_id, &ids)
                 .await
             {
                 tracing::debug!(error = %e, "could not hold inbox entries until their retry");
@@ -262,6 +269,7 @@ impl Worker {
         todo: &[&'e InboxEntry],
         deliveries: Option<&HashMap<String, u64>>,
     ) -> Option<(Vec<&'e InboxEntry>, StoreError)> {
+        let config = self.config();
         let mut items = Vec::with_capacity(todo.len());
         let mut from = Vec::with_capacity(todo.len());
         let mut rejects: Vec<(&InboxEntry, String)> = Vec::new();
@@ -277,7 +285,7 @@ impl Worker {
                 ));
                 continue;
             }
-            match parse_entry(entry, &self.config) {
+            match parse_entry(entry, &config) {
                 Ok(msg) => {
                     items.push(BatchItem {
                         msg,
@@ -293,7 +301,7 @@ impl Worker {
             stream: &self.queue.stream,
             group: &self.queue.group,
         });
-        let max_delay = self.config.api.limits.max_delay;
+        let max_delay = self.config().api.limits.max_delay;
         let items = &items;
         let outcomes = isolate(items.len(), |indexes: Vec<usize>| async move {
             let outcomes = if indexes.len() == items.len() {
@@ -422,7 +430,7 @@ impl Worker {
     /// How large an entry may be and still have its fields copied into its
     /// rejection: what a message may hold, plus the reserved fields.
     fn copy_limit(&self) -> CopyLimit {
-        let limits = &self.config.api.limits;
+        let limits = &self.config().api.limits;
         CopyLimit {
             pairs: limits.max_fields + RESERVED.len(),
             bytes: limits.max_message_bytes + RESERVED_BYTES,

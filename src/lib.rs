@@ -122,7 +122,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     ));
 
     // Every instance, leader or standby, schedules from the inbox.
-    let inbox_task = tokio::spawn(inbox::run(config.clone(), store.clone(), work.clone()));
+    let inbox_task = tokio::spawn(inbox::run(live_config.clone(), store.clone(), work.clone()));
 
     let upkeep = metrics.clone();
     let upkeep_token = work.clone();

@@ -14,6 +14,7 @@ mod interfaces;
 mod limits;
 mod ops;
 mod poison;
+mod reload;
 mod secrets;
 mod store;
 mod sweep;

@@ -1,0 +1,200 @@
+//! A SIGHUP reaches every component that reads a reloadable key: the allow list
+//! reaches the HTTP API and the inbox reader, MAXLEN (default and per stream)
+//! reaches the forward loops. (`log.level` and `[delivery]` are covered in
+//! ops.rs and sweep.rs.) Each case starts a real process with one configuration,
+//! rewrites the file, sends SIGHUP and checks every component that uses the key.
+
+use std::time::Duration;
+
+use delayq::harness::{DelayqProcess, RedisServer};
+use futures::future::BoxFuture;
+
+use crate::support::{delayq_bin, entries, eventually};
+
+/// What every component that reads a key does, after the reload.
+type Probe = for<'a> fn(&'a Node) -> BoxFuture<'a, ()>;
+
+struct Node {
+    redis: RedisServer,
+    process: DelayqProcess,
+    http: reqwest::Client,
+}
+
+#[track_caller]
+fn check(
+    before: &'static str,
+    after: &'static str,
+    probes: &'static [Probe],
+) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let redis = RedisServer::start().unwrap();
+        let base = format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url());
+        let process =
+            DelayqProcess::start(&delayq_bin(), "reloaded", &format!("{base}{before}")).unwrap();
+        let node = Node {
+            redis,
+            process,
+            http: reqwest::Client::new(),
+        };
+        let file = std::fs::read_to_string(node.process.config_path()).unwrap();
+        std::fs::write(node.process.config_path(), file.replace(before, after)).unwrap();
+        node.process.signal(libc::SIGHUP);
+        eventually(Duration::from_secs(10), "the reload applied", || async {
+            node.process
+                .full_log()
+                .contains("configuration reloaded")
+                .then_some(())
+        })
+        .await;
+        for probe in probes {
+            probe(&node).await;
+        }
+    })
+}
+
+/// Pushes one message to `stream`; the answer's status.
+async fn push(node: &Node, stream: &str) -> u16 {
+    node.http
+        .post(node.process.url("/v1/messages"))
+        .json(&serde_json::json!({"stream": stream, "payload": "p", "delay": "1ms"}))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+/// Pushes `count` messages to `stream` in one batch; how many were scheduled.
+async fn push_many(node: &Node, stream: &str, count: usize) -> u64 {
+    let messages: Vec<_> = (0..count)
+        .map(|i| serde_json::json!({"stream": stream, "payload": i.to_string(), "delay": "1ms"}))
+        .collect();
+    let answer: serde_json::Value = node
+        .http
+        .post(node.process.url("/v1/messages/batch"))
+        .json(&serde_json::json!({ "messages": messages }))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["scheduled"].as_u64().unwrap_or_default()
+}
+
+fn http_allows_billing(node: &Node) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        assert_eq!(
+            push(node, "billing").await,
+            201,
+            "the API takes the new list"
+        );
+        assert_eq!(push(node, "payroll").await, 403);
+    })
+}
+
+fn inbox_allows_billing(node: &Node) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        let mut conn = node.redis.client();
+        for stream in ["billing", "payroll"] {
+            let () = redis::cmd("XADD")
+                .arg("delayq:inbox")
+                .arg("*")
+                .arg("delayq-stream")
+                .arg(stream)
+                .arg("delayq-delay")
+                .arg("1ms")
+                .arg("via")
+                .arg("inbox")
+                .query(&mut conn)
+                .map(|_: String| ())
+                .unwrap();
+        }
+        eventually(
+            Duration::from_secs(10),
+            "billing delivered from the inbox",
+            || async {
+                let mut conn = node.redis.client();
+                let delivered = entries(&mut conn, "billing")
+                    .iter()
+                    .any(|e| e.get("via") == Some("inbox"));
+                let rejected = entries(&mut conn, "delayq:inbox:rejected");
+                (delivered && rejected.len() == 1).then_some(rejected)
+            },
+        )
+        .await
+        .iter()
+        .for_each(|r| {
+            assert!(
+                r.get("delayq-reason")
+                    .is_some_and(|w| w.contains("payroll"))
+            )
+        });
+    })
+}
+
+/// Pushes 300 messages to `stream` and waits until they are all forwarded; MAXLEN ~
+/// trims whole nodes of entries, so the stream ends well below 300.
+async fn trimmed(node: &Node, stream: &str) {
+    assert_eq!(push_many(node, stream, 300).await, 300);
+    let len = eventually(Duration::from_secs(10), "all forwarded", || async {
+        let stats: serde_json::Value = node
+            .http
+            .get(node.process.url("/v1/stats"))
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        (stats["pending"]["total"] == 0).then_some(())?;
+        let len: u64 = redis::cmd("XLEN")
+            .arg(stream)
+            .query(&mut node.redis.client())
+            .ok()?;
+        Some(len)
+    })
+    .await;
+    assert!(
+        len < 300,
+        "{stream}: MAXLEN applied after the reload: {len} entries"
+    );
+}
+
+fn forward_trims_by_default(node: &Node) -> BoxFuture<'_, ()> {
+    Box::pin(trimmed(node, "any"))
+}
+
+fn forward_trims_one_stream(node: &Node) -> BoxFuture<'_, ()> {
+    Box::pin(trimmed(node, "special"))
+}
+
+#[tokio::test]
+async fn allow_list_reaches_the_api_and_the_inbox() {
+    check(
+        "[streams]\nallow = [\"orders\"]\n",
+        "[streams]\nallow = [\"orders\", \"billing\"]\n",
+        &[http_allows_billing, inbox_allows_billing],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn default_maxlen_reaches_the_forward_loops() {
+    check(
+        "[streams]\ndefault_maxlen = 0\n",
+        "[streams]\ndefault_maxlen = 10\n",
+        &[forward_trims_by_default],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_maxlen_reaches_the_forward_loops() {
+    check(
+        "[streams.maxlen]\nother = 5\n",
+        "[streams.maxlen]\nspecial = 10\n",
+        &[forward_trims_one_stream],
+    )
+    .await;
+}
