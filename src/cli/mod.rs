@@ -7,6 +7,7 @@ mod dead;
 mod demo;
 mod drill;
 mod fence;
+mod logging;
 mod ops;
 
 use std::path::PathBuf;
@@ -103,57 +104,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
     }
 }
 
-/// Sets up tracing: `RUST_LOG` wins over the configured level.
-pub fn init_logging(level: &str, json: bool) {
-    let _ = init_reloadable_logging(level, json);
-}
-
-/// Sets up tracing and returns how to change its level later (a reload). With
-/// `RUST_LOG` set, the environment keeps winning and a reload leaves it alone.
-pub fn init_reloadable_logging(level: &str, json: bool) -> crate::reload::SetLogLevel {
-    use tracing_subscriber::EnvFilter;
-    let from_env = EnvFilter::try_from_default_env().ok();
-    let pinned = from_env.is_some();
-    let filter = from_env.unwrap_or_else(|| EnvFilter::new(level));
-    // Colours only for a person at a terminal, not in a journal or a log file.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(ansi)
-        .with_writer(std::io::stderr);
-    // The handle's type differs per format; both become the same closure.
-    fn setter<L: Send + Sync + 'static, S: 'static>(
-        handle: tracing_subscriber::reload::Handle<L, S>,
-        pinned: bool,
-        make: fn(&str) -> anyhow::Result<L>,
-    ) -> crate::reload::SetLogLevel {
-        Box::new(move |level: &str| {
-            if pinned {
-                tracing::warn!(
-                    level,
-                    "RUST_LOG is set and wins over log.level; log filter unchanged"
-                );
-                return Ok(());
-            }
-            handle.reload(make(level)?)?;
-            Ok(())
-        })
-    }
-    fn make_filter(level: &str) -> anyhow::Result<EnvFilter> {
-        Ok(EnvFilter::try_new(level)?)
-    }
-    if json {
-        let builder = builder.json().with_filter_reloading();
-        let handle = builder.reload_handle();
-        let _ = builder.try_init();
-        setter(handle, pinned, make_filter)
-    } else {
-        let builder = builder.with_filter_reloading();
-        let handle = builder.reload_handle();
-        let _ = builder.try_init();
-        setter(handle, pinned, make_filter)
-    }
-}
+pub use logging::{init_logging, init_reloadable_logging};
 
 fn run(path: Option<PathBuf>) -> ExitCode {
     // With a file, keep its effective table: a reload compares against it.
@@ -165,10 +116,23 @@ fn run(path: Option<PathBuf>) -> ExitCode {
     let (config, file) = match loaded {
         Ok(loaded) => loaded,
         Err(e) => {
-            eprintln!("delayq: bad configuration: {e}");
+            // Logging is not set up yet: say it in the format the file asked for.
+            let json = logging::json_wanted(path.as_deref());
+            let source = match &path {
+                Some(path) => path.display().to_string(),
+                None => "(no file: defaults)".to_owned(),
+            };
+            let error = format!("{source}: {e}");
+            logging::startup_error(json, "bad configuration", &error, EXIT_CONFIG);
             return ExitCode::from(EXIT_CONFIG);
         }
     };
     let set_log_level = init_reloadable_logging(&config.log.level, config.log.json);
-    report(runtime().block_on(crate::service::run(config, file, set_log_level)))
+    match runtime().block_on(crate::service::run(config, file, set_log_level)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), exit_code = 1, "delayq cannot run");
+            ExitCode::FAILURE
+        }
+    }
 }

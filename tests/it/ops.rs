@@ -146,6 +146,91 @@ fn check_config_prints_the_effective_configuration_without_secrets() {
     assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
 }
 
+// ---- startup errors and the journal ----------------------------------------------
+
+#[test]
+fn a_bad_configuration_at_run_is_one_line_in_the_chosen_format_with_file_key_and_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    for (format, check) in [
+        ("json", check_json_startup_error as fn(&str, &str)),
+        ("text", check_text_startup_error),
+    ] {
+        let path = dir.path().join(format!("{format}.toml"));
+        std::fs::write(
+            &path,
+            format!("[log]\nformat = \"{format}\"\n[redis]\nshards = 0\n"),
+        )
+        .unwrap();
+        let out = delayq(&["run", "--config", path.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(64), "{out:?}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+        let stderr = text(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+        check(stderr.trim(), path.to_str().unwrap());
+    }
+}
+
+fn check_json_startup_error(line: &str, path: &str) {
+    let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(v["level"], "ERROR", "{line}");
+    assert_eq!(v["fields"]["message"], "bad configuration", "{line}");
+    assert_eq!(v["fields"]["exit_code"], 64, "{line}");
+    let error = v["fields"]["error"].as_str().unwrap();
+    assert!(
+        error.contains(path) && error.contains("redis.shards: must be 1 to 1024"),
+        "{line}"
+    );
+}
+
+fn check_text_startup_error(line: &str, path: &str) {
+    assert!(line.starts_with("delayq: bad configuration: "), "{line}");
+    assert!(
+        line.contains(path) && line.contains("redis.shards: must be 1 to 1024"),
+        "{line}"
+    );
+    assert!(line.ends_with("(exit code 64)"), "{line}");
+}
+
+#[tokio::test]
+async fn under_the_journal_every_line_carries_its_priority() {
+    let mut redis = RedisServer::start().unwrap();
+    let node = DelayqProcess::start_with_env(
+        &delayq_bin(),
+        "journaled",
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\ntimeout = \"200ms\"\n",
+            redis.url()
+        ),
+        &[("JOURNAL_STREAM", "8:12345")],
+    )
+    .unwrap();
+    eventually(Duration::from_secs(10), "an INFO line", || async {
+        node.full_log().contains("delayq started").then_some(())
+    })
+    .await;
+    redis.kill();
+    eventually(Duration::from_secs(10), "a WARN line", || async {
+        node.full_log()
+            .lines()
+            .any(|l| l.starts_with("<4>"))
+            .then_some(())
+    })
+    .await;
+    let log = node.full_log();
+    for line in log.lines().filter(|l| !l.is_empty()) {
+        let want = if line.contains(" WARN ") {
+            "<4>"
+        } else if line.contains(" INFO ") {
+            "<6>"
+        } else if line.contains(" ERROR ") {
+            "<3>"
+        } else {
+            "<7>"
+        };
+        assert!(line.starts_with(want), "{want} expected: {line}");
+    }
+}
+
 // ---- SIGHUP ---------------------------------------------------------------------
 
 async fn post_status(http: &reqwest::Client, node: &DelayqProcess, stream: &str) -> u16 {
