@@ -69,9 +69,20 @@ impl From<StoreError> for ApiError {
                 "corrupt",
                 format!("a key involved holds something other than delayq expects: {e}"),
             ),
-            other => {
+            // Redis down, slow, or not taking writes now: retrying later may help.
+            other if other.is_transient() => {
                 tracing::warn!(error = %other, "request failed in Redis");
                 ApiError::unavailable(format!("storage unavailable (Redis): {other}"))
+            }
+            // Anything else is delayq's own fault (a script error, a reply it cannot
+            // read): say so, rather than blaming Redis.
+            other => {
+                tracing::error!(error = %other, "request failed: a fault of delayq's own");
+                ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    format!("delayq failed in Redis: {other}"),
+                )
             }
         }
     }
