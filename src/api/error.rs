@@ -143,3 +143,37 @@ pub(super) async fn json_errors(response: Response) -> Response {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(error: StoreError, status: u16, code: &str) {
+        let api = ApiError::from(error);
+        assert_eq!(
+            (api.status.as_u16(), api.code),
+            (status, code),
+            "{}",
+            api.detail
+        );
+    }
+
+    #[test]
+    fn only_redis_being_unavailable_is_a_503() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        check(StoreError::Redis(refused.into()), 503, "unavailable");
+        check(StoreError::Busy("too many long polls".into()), 503, "busy");
+        check(
+            StoreError::Reply("expected an array".into()),
+            500,
+            "internal",
+        );
+        check(
+            StoreError::Corrupt("undecodable body".into()),
+            409,
+            "corrupt",
+        );
+        check(StoreError::TooFar("due in 2y".into()), 422, "invalid_field");
+    }
+}
