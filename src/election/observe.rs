@@ -1,0 +1,93 @@
+//! Who leads, as etcd says: polled on every node for `/v1/leader` and `/readyz`,
+//! and read once by `delayq fence show`.
+
+use super::*;
+
+/// Keeps `/v1/leader` and `/readyz` informed on every node: who leads (as etcd
+/// says) and whether etcd answers.
+pub(super) async fn observe_leader(
+    client: Client,
+    config: EtcdConfig,
+    info: watch::Sender<LeaderInfo>,
+    cancel: CancellationToken,
+) {
+    let every = Timing::new(config.lease_ttl)
+        .renew_every
+        .min(Duration::from_secs(1));
+    let election = client.election_client();
+    loop {
+        // One attempt per round (the next round is the retry); an empty election
+        // is an error whose text is the only way to tell it from a failure.
+        let mut c = election.clone();
+        let seen = tokio::select! {
+            _ = cancel.cancelled() => return,
+            r = tokio::time::timeout(config.connect_timeout, c.leader(config.election_prefix.clone())) => r,
+        };
+        let leader = match seen {
+            Ok(Ok(resp)) => Some(
+                resp.kv()
+                    .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
+            ),
+            Ok(Err(e)) if e.to_string().contains("election: no leader") => Some(None),
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "cannot ask etcd who leads");
+                None
+            }
+            Err(_) => None,
+        };
+        info.send_if_modified(|i| {
+            let before = i.clone();
+            i.etcd_reachable = Some(leader.is_some());
+            if let Some(leader) = &leader {
+                i.node_id = leader.as_ref().map(|(v, _)| v.node_id.clone());
+                i.address = leader.as_ref().map(|(v, _)| v.address.clone());
+                i.epoch = leader.as_ref().map(|(_, epoch)| *epoch);
+            }
+            *i != before
+        });
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(every) => {}
+        }
+    }
+}
+
+/// What etcd says about the election, for operators.
+#[derive(Clone, Debug)]
+pub struct ElectionView {
+    /// etcd's current revision: every leader elected from now on gets a higher epoch.
+    pub revision: u64,
+    /// The current leader and its epoch.
+    pub leader: Option<(LeaderValue, u64)>,
+}
+
+/// Asks etcd once for its revision and the current leader (the key with the
+/// lowest create revision under the election prefix, as etcd's election decides).
+pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
+    let client = connect(config).await?;
+    let prefix = format!("{}/", config.election_prefix);
+    let read = call(config.connect_timeout, || {
+        let mut c = client.clone();
+        let prefix = prefix.clone();
+        async move {
+            c.get(
+                prefix,
+                Some(
+                    GetOptions::new()
+                        .with_prefix()
+                        .with_sort(SortTarget::Create, SortOrder::Ascend)
+                        .with_limit(1),
+                ),
+            )
+            .await
+        }
+    })
+    .await?;
+    Ok(ElectionView {
+        revision: read.header().map_or(0, |h| h.revision()) as u64,
+        leader: read
+            .kvs()
+            .first()
+            .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
+    })
+}
