@@ -1,0 +1,118 @@
+//! What `/metrics` shows an operator: bounded label values, help text on every
+//! metric, the gauges alerts are built on. Real processes throughout.
+
+use delayq::harness::{DelayqProcess, RedisServer};
+use futures::StreamExt;
+use rand::{Rng, SeedableRng};
+
+use crate::support::{delayq_bin, metrics};
+
+/// A standalone node (no etcd) on its own Redis.
+fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
+    DelayqProcess::start(
+        &delayq_bin(),
+        name,
+        &format!("[redis]\nurl = \"{}\"\nshards = 2\n{extra}", redis.url()),
+    )
+    .unwrap()
+}
+
+/// The sample lines (not comments) of the metrics whose names start with `prefix`.
+fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series))
+        .collect()
+}
+
+/// Sends one request with any method; the answer does not matter here.
+async fn send(http: &reqwest::Client, method: &str, url: String) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    http.request(method, url).send().await.unwrap();
+}
+
+/// A method token: sometimes a known method, sometimes one in the wrong case,
+/// mostly made up.
+fn random_method(rng: &mut impl Rng) -> String {
+    const KNOWN: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+    match rng.random_range(0..4) {
+        0 => KNOWN[rng.random_range(0..KNOWN.len())].to_owned(),
+        1 => KNOWN[rng.random_range(0..KNOWN.len())].to_lowercase(),
+        _ => (0..rng.random_range(1..12))
+            .map(|_| rng.random_range(b'A'..=b'Z') as char)
+            .collect(),
+    }
+}
+
+fn random_word(rng: &mut impl Rng) -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+    (0..rng.random_range(1..16))
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+#[tokio::test]
+async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("bounded", &redis, "");
+    let http = reqwest::Client::new();
+
+    // One request of each shape: every known method and one made up on a path no
+    // route matches, and a message id on a route with a parameter.
+    for method in [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
+    ] {
+        send(&http, method, node.url("/no/such/path")).await;
+    }
+    send(&http, "GET", node.url("/v1/messages/some-id")).await;
+    // The first scrape is counted once it has been answered: scrape twice.
+    metrics(&http, node.url("/metrics")).await.unwrap();
+    let before = metrics(&http, node.url("/metrics")).await.unwrap();
+    let before = series(&before, "delayq_http_");
+    assert!(
+        before.iter().any(|s| s.contains("route=\"unmatched\"")),
+        "{before:#?}"
+    );
+    assert!(
+        before.iter().any(|s| s.contains("method=\"other\"")),
+        "{before:#?}"
+    );
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let requests: Vec<(String, String)> = (0..1000)
+        .map(|_| {
+            if rng.random_bool(0.2) {
+                let id = random_word(&mut rng);
+                ("GET".to_owned(), node.url(&format!("/v1/messages/{id}")))
+            } else {
+                let path: Vec<String> = (0..rng.random_range(1..5))
+                    .map(|_| random_word(&mut rng))
+                    .collect();
+                let method = random_method(&mut rng);
+                (method, node.url(&format!("/{}", path.join("/"))))
+            }
+        })
+        .collect();
+    futures::stream::iter(requests)
+        .for_each_concurrent(8, |(method, url)| {
+            let http = http.clone();
+            async move { send(&http, &method, url).await }
+        })
+        .await;
+
+    let after = metrics(&http, node.url("/metrics")).await.unwrap();
+    let after = series(&after, "delayq_http_");
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "before: {before:#?}\nafter: {after:#?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|s| s.starts_with("delayq_http_requests_total")
+                && s.contains("method=\"other\"")
+                && s.contains("route=\"unmatched\"")),
+        "{after:#?}"
+    );
+}
