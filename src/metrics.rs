@@ -54,7 +54,269 @@ pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
 
+/// How Prometheus sees a metric.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+impl Kind {
+    /// The word in `# TYPE` lines and in the README's table.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// One exported metric. `help` is its `# HELP` text and the "meaning" column of the
+/// README's metrics table (a test keeps the two equal).
+#[derive(Clone, Copy, Debug)]
+pub struct Described {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub labels: &'static [&'static str],
+    pub help: &'static str,
+}
+
+const fn metric(
+    name: &'static str,
+    kind: Kind,
+    labels: &'static [&'static str],
+    help: &'static str,
+) -> Described {
+    Described {
+        name,
+        kind,
+        labels,
+        help,
+    }
+}
+
+/// Every metric delayq exports, in the README's order.
+pub const METRICS: &[Described] = &[
+    metric(
+        SCHEDULED,
+        Kind::Counter,
+        &[],
+        "messages accepted through the API",
+    ),
+    metric(
+        DUPLICATES,
+        Kind::Counter,
+        &[],
+        "pushes answered as duplicates",
+    ),
+    metric(CANCELLED, Kind::Counter, &[], "cancellations"),
+    metric(
+        RESCHEDULED,
+        Kind::Counter,
+        &[],
+        "reschedules through the API",
+    ),
+    metric(
+        FORWARDED,
+        Kind::Counter,
+        &["stream"],
+        "messages written to their stream",
+    ),
+    metric(
+        EXPIRED,
+        Kind::Counter,
+        &[],
+        "messages past their ttl, dead-lettered to `<stream>:dead`",
+    ),
+    metric(
+        DEAD,
+        Kind::Counter,
+        &[],
+        "messages that could not be read or written, dead-lettered to `delayq:unreadable`",
+    ),
+    metric(
+        PENDING,
+        Kind::Gauge,
+        &["shard"],
+        "messages scheduled, per shard (leader)",
+    ),
+    metric(
+        FORWARD_BATCH,
+        Kind::Histogram,
+        &[],
+        "messages moved per forward call",
+    ),
+    metric(
+        SCRIPT_SECONDS,
+        Kind::Histogram,
+        &["script"],
+        "script round trip",
+    ),
+    metric(
+        LATENESS_SECONDS,
+        Kind::Histogram,
+        &[],
+        "forward time − due time, both Redis's clock",
+    ),
+    metric(
+        FORWARD_ERRORS,
+        Kind::Counter,
+        &["shard"],
+        "failed forward calls (retried with backoff)",
+    ),
+    metric(
+        RECORDS_TRIMMED,
+        Kind::Counter,
+        &[],
+        "terminal records forgotten after the retention",
+    ),
+    metric(
+        IS_LEADER,
+        Kind::Gauge,
+        &[],
+        "1 while this node leads, else 0",
+    ),
+    metric(EPOCH, Kind::Gauge, &[], "epoch of this node's latest term"),
+    metric(
+        TRANSITIONS,
+        Kind::Counter,
+        &[],
+        "changes of this node's role",
+    ),
+    metric(
+        FENCED,
+        Kind::Counter,
+        &[],
+        "terms ended because a newer leader holds the fence",
+    ),
+    metric(
+        LEASE_REMAINING,
+        Kind::Gauge,
+        &[],
+        "leader's etcd lease time left at the last renewal",
+    ),
+    metric(
+        KEEPALIVE_SECONDS,
+        Kind::Histogram,
+        &[],
+        "etcd lease renewal round trip",
+    ),
+    metric(
+        REDIS_WRITABLE,
+        Kind::Gauge,
+        &[],
+        "1 while this node's probe write to Redis succeeds (every second), 0 while Redis refuses writes or does not answer",
+    ),
+    metric(
+        HTTP_REQUESTS,
+        Kind::Counter,
+        &["method", "route", "status"],
+        "API requests, by route pattern (`unmatched` when none matches) and method (`other` beyond GET, POST, PUT, DELETE, PATCH, HEAD, OPTIONS)",
+    ),
+    metric(
+        HTTP_SECONDS,
+        Kind::Histogram,
+        &["route"],
+        "API request handling time",
+    ),
+    metric(
+        AUTH_FAILURES,
+        Kind::Counter,
+        &[],
+        "requests refused for a missing or unknown bearer token",
+    ),
+    metric(
+        INBOX_ENTRIES,
+        Kind::Counter,
+        &["outcome"],
+        "inbox entries handled: `scheduled`, `duplicate` or `rejected`",
+    ),
+    metric(
+        INBOX_RECLAIMED,
+        Kind::Counter,
+        &[],
+        "inbox entries taken over from instances that left them unacknowledged",
+    ),
+    metric(
+        INBOX_ERRORS,
+        Kind::Counter,
+        &[],
+        "failed inbox reads or batches (retried with backoff)",
+    ),
+    metric(
+        REDELIVERED,
+        Kind::Counter,
+        &["stream"],
+        "unacknowledged entries scheduled again",
+    ),
+    metric(
+        DEAD_LETTERED,
+        Kind::Counter,
+        &["stream", "reason"],
+        "messages out of attempts, dead-lettered",
+    ),
+    metric(
+        PENDING_TOO_LONG,
+        Kind::Gauge,
+        &["stream", "group"],
+        "entries found pending past `ack_timeout` in the last sweep (at most `sweep_batch`)",
+    ),
+    metric(
+        SWEEP_SECONDS,
+        Kind::Histogram,
+        &[],
+        "one sweep over every watched group",
+    ),
+    metric(
+        SWEEP_ENTRIES,
+        Kind::Counter,
+        &["stream", "group", "outcome"],
+        "what the sweep did with each stale entry: `rescheduled`, `dead`, `fresh`, `superseded`, `gone`, `foreign`, or `failed` (its redelivery failed on its own, e.g. the dead-letter key holds another type: logged, passed over, tried again on each sweep)",
+    ),
+    metric(
+        SWEEP_GROUP_MISSING,
+        Kind::Gauge,
+        &["stream", "group"],
+        "1 while a watched group does not exist",
+    ),
+    metric(
+        SWEEP_ERRORS,
+        Kind::Counter,
+        &[],
+        "failed sweeps (retried with backoff)",
+    ),
+    metric(
+        DEAD_REPLAYED,
+        Kind::Counter,
+        &["stream"],
+        "dead letters scheduled again by an operator",
+    ),
+    metric(
+        DEAD_PURGED,
+        Kind::Counter,
+        &["stream"],
+        "dead letters removed by an operator",
+    ),
+    metric(
+        CONFIG_RELOADS,
+        Kind::Counter,
+        &["result"],
+        "SIGHUP reloads, `applied` or `refused`",
+    ),
+    metric(
+        BUILD_INFO,
+        Kind::Gauge,
+        &["version"],
+        "always 1; the running version",
+    ),
+];
+
 /// Installs the process-wide recorder the first time, and returns its handle.
+/// Every metric gets its help text, and the series an alert may look at before
+/// anything happened start at zero: counters without labels, and whether this
+/// node leads.
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -76,6 +338,17 @@ pub fn install() -> PrometheusHandle {
             // Another recorder may be installed already (an embedding program's); then
             // delayq's metrics go there and this handle renders an empty page.
             let _ = metrics::set_global_recorder(recorder);
+            for m in METRICS {
+                match m.kind {
+                    Kind::Counter => metrics::describe_counter!(m.name, m.help),
+                    Kind::Gauge => metrics::describe_gauge!(m.name, m.help),
+                    Kind::Histogram => metrics::describe_histogram!(m.name, m.help),
+                }
+                if m.kind == Kind::Counter && m.labels.is_empty() {
+                    metrics::counter!(m.name).increment(0);
+                }
+            }
+            metrics::gauge!(IS_LEADER).set(0.0);
             handle
         })
         .clone()

@@ -1,11 +1,13 @@
 //! What `/metrics` shows an operator: bounded label values, help text on every
 //! metric, the gauges alerts are built on. Real processes throughout.
 
+use std::time::Duration;
+
 use delayq::harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{delayq_bin, metrics};
+use crate::support::{delayq_bin, eventually, metrics};
 
 /// A standalone node (no etcd) on its own Redis.
 fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
@@ -115,4 +117,44 @@ async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
                 && s.contains("route=\"unmatched\"")),
         "{after:#?}"
     );
+}
+
+#[tokio::test]
+async fn every_exported_metric_has_help_text() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("helpful", &redis, "");
+    let http = reqwest::Client::new();
+    http.post(node.url("/v1/messages"))
+        .json(&serde_json::json!({ "stream": "s", "payload": "x", "delay_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    let text = eventually(Duration::from_secs(10), "a forward counted", || async {
+        let text = metrics(&http, node.url("/metrics")).await?;
+        text.contains("delayq_messages_forwarded_total{stream=\"s\"} 1")
+            .then_some(text)
+    })
+    .await;
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(typed.len() >= 15, "{text}");
+    for name in typed {
+        let help = format!("# HELP {name} ");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&help) && l.len() > help.len()),
+            "{name} has no help text:\n{text}"
+        );
+    }
+    // Counters an alert may watch are there before anything happened.
+    for name in [
+        "delayq_fenced_total",
+        "delayq_messages_dead_total",
+        "delayq_http_auth_failures_total",
+    ] {
+        assert!(text.contains(&format!("\n{name} 0\n")), "{name}:\n{text}");
+    }
 }

@@ -887,20 +887,40 @@ fn demo_tears_everything_down_on_ctrl_c() {
 
 // ---- metrics ----------------------------------------------------------------------
 
-/// Metric names in the README's metrics table.
-fn documented_metrics() -> Vec<String> {
+/// The README's metrics table, one `(name, labels, type, meaning)` per row.
+fn documented_metrics() -> Vec<(String, String, String, String)> {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let table = &readme[readme.find("## Metrics").expect("a Metrics section")..];
     let table = &table[..table[3..].find("\n## ").map_or(table.len(), |i| i + 3)];
     table
         .lines()
-        .filter(|l| l.starts_with("| `delayq_"))
+        .filter(|l| l.starts_with("| `delayq_") || l.starts_with("| `process_"))
         .map(|l| {
-            l.trim_start_matches("| `")
-                .split(['`', '{'])
-                .next()
-                .unwrap()
-                .to_owned()
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            assert_eq!(cells.len(), 3, "a row of three cells: {l}");
+            let series = cells[0].trim_matches('`');
+            let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+            (
+                name.to_owned(),
+                labels.trim_end_matches('}').to_owned(),
+                cells[1].to_owned(),
+                cells[2].to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The README's table as `src/metrics.rs` describes it.
+fn described_metrics() -> Vec<(String, String, String, String)> {
+    delayq::metrics::METRICS
+        .iter()
+        .map(|m| {
+            (
+                m.name.to_owned(),
+                m.labels.join(","),
+                m.kind.as_str().to_owned(),
+                m.help.to_owned(),
+            )
         })
         .collect()
 }
@@ -908,13 +928,22 @@ fn documented_metrics() -> Vec<String> {
 #[tokio::test]
 async fn the_readme_metrics_table_matches_what_delayq_exports() {
     let documented = documented_metrics();
-    let names = std::fs::read_to_string(repo().join("src/metrics.rs")).unwrap();
-    for name in &documented {
-        assert!(
-            names.contains(&format!("\"{name}\"")),
-            "{name} is documented but not in src/metrics.rs"
-        );
-    }
+    let described = described_metrics();
+    let table: String = described
+        .iter()
+        .map(|(name, labels, kind, help)| {
+            let labels = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("{{{labels}}}")
+            };
+            format!("| `{name}{labels}` | {kind} | {help} |\n")
+        })
+        .collect();
+    assert!(
+        documented == described,
+        "the README's metrics table differs from src/metrics.rs (METRICS); it should read:\n{table}"
+    );
 
     let redis = RedisServer::start().unwrap();
     let etcd = delayq::harness::EtcdServer::start().unwrap();
@@ -974,17 +1003,19 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
         "ids must not become labels: {text}"
     );
     assert!(text.contains("delayq_build_info{version=\""), "{text}");
-    let exported: std::collections::BTreeSet<&str> = text
+    let exported: std::collections::BTreeSet<(&str, &str)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("# TYPE "))
-        .filter_map(|l| l.split_whitespace().next())
+        .filter_map(|l| l.split_once(' '))
         .collect();
     assert!(exported.len() >= 15, "{exported:?}");
-    for name in exported {
+    for (name, kind) in exported {
+        let row = documented.iter().find(|(d, ..)| d == name);
         assert!(
-            documented.iter().any(|d| d == name),
+            row.is_some(),
             "{name} is exported but missing from the README's metrics table"
         );
+        assert_eq!(row.unwrap().2, kind, "{name}: type");
     }
 }
 
