@@ -158,7 +158,7 @@ pub const METRICS: &[Described] = &[
         LATENESS_SECONDS,
         Kind::Histogram,
         &[],
-        "forward time − due time, both Redis's clock",
+        "forward time − due time, both Redis's clock (buckets from 0.5 ms to 1 h)",
     ),
     metric(
         FORWARD_ERRORS,
@@ -326,6 +326,16 @@ pub fn install() -> PrometheusHandle {
             ];
             let builder = PrometheusBuilder::new()
                 .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), &seconds)
+                .and_then(|b| {
+                    // Fine at the low end, where a healthy forwarder lives, and up to
+                    // an hour, where a stuck one (or a long failover) shows.
+                    let lateness: Vec<f64> = seconds
+                        .iter()
+                        .copied()
+                        .chain([10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0])
+                        .collect();
+                    b.set_buckets_for_metric(Matcher::Full(LATENESS_SECONDS.into()), &lateness)
+                })
                 .and_then(|b| {
                     b.set_buckets_for_metric(
                         Matcher::Full(FORWARD_BATCH.into()),

@@ -120,7 +120,7 @@ async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
 }
 
 #[tokio::test]
-async fn every_exported_metric_has_help_text() {
+async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
     let redis = RedisServer::start().unwrap();
     let node = standalone("helpful", &redis, "");
     let http = reqwest::Client::new();
@@ -147,6 +147,15 @@ async fn every_exported_metric_has_help_text() {
             text.lines()
                 .any(|l| l.starts_with(&help) && l.len() > help.len()),
             "{name} has no help text:\n{text}"
+        );
+    }
+    // Lateness has its fine buckets, and more up to an hour.
+    for le in ["0.0005", "1", "5", "60", "3600"] {
+        assert!(
+            text.contains(&format!(
+                "delayq_forward_lateness_seconds_bucket{{le=\"{le}\"}}"
+            )),
+            "le={le}:\n{text}"
         );
     }
     // Counters an alert may watch are there before anything happened.
