@@ -54,6 +54,17 @@ pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
 
+/// Process metrics, in the names Prometheus client libraries use (collected by
+/// `metrics-process`; see [`upkeep`]).
+pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
+pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
+pub const PROCESS_VIRTUAL: &str = "process_virtual_memory_bytes";
+pub const PROCESS_VIRTUAL_MAX: &str = "process_virtual_memory_max_bytes";
+pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+pub const PROCESS_THREADS: &str = "process_threads";
+pub const PROCESS_START: &str = "process_start_time_seconds";
+
 /// How Prometheus sees a metric.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -311,6 +322,29 @@ pub const METRICS: &[Described] = &[
         &["version"],
         "always 1; the running version",
     ),
+    metric(
+        PROCESS_CPU,
+        Kind::Counter,
+        &[],
+        "CPU time used, user and system, in whole seconds",
+    ),
+    metric(PROCESS_RSS, Kind::Gauge, &[], "resident memory, bytes"),
+    metric(PROCESS_VIRTUAL, Kind::Gauge, &[], "virtual memory, bytes"),
+    metric(
+        PROCESS_VIRTUAL_MAX,
+        Kind::Gauge,
+        &[],
+        "virtual memory limit, bytes",
+    ),
+    metric(PROCESS_OPEN_FDS, Kind::Gauge, &[], "open file descriptors"),
+    metric(PROCESS_MAX_FDS, Kind::Gauge, &[], "file descriptor limit"),
+    metric(PROCESS_THREADS, Kind::Gauge, &[], "OS threads"),
+    metric(
+        PROCESS_START,
+        Kind::Gauge,
+        &[],
+        "process start time, seconds since the Unix epoch",
+    ),
 ];
 
 /// Installs the process-wide recorder the first time, and returns its handle.
@@ -359,9 +393,23 @@ pub fn install() -> PrometheusHandle {
                 }
             }
             metrics::gauge!(IS_LEADER).set(0.0);
+            process().collect();
             handle
         })
         .clone()
+}
+
+fn process() -> &'static metrics_process::Collector {
+    static PROCESS: OnceLock<metrics_process::Collector> = OnceLock::new();
+    // Described from [`METRICS`] with the rest, not by the collector.
+    PROCESS.get_or_init(|| metrics_process::Collector::new(""))
+}
+
+/// Periodic housekeeping (every few seconds): the exporter's own upkeep, and a
+/// fresh reading of the process metrics (CPU, memory, file descriptors).
+pub fn upkeep(handle: &PrometheusHandle) {
+    handle.run_upkeep();
+    process().collect();
 }
 
 /// How long the recent lateness window lasts (reported: the last one to two windows).

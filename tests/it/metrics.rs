@@ -167,3 +167,44 @@ async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
         assert!(text.contains(&format!("\n{name} 0\n")), "{name}:\n{text}");
     }
 }
+
+/// The value of an unlabelled series in a `/metrics` text.
+fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn process_metrics_describe_the_daemon_process() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("process", &redis, "");
+    let http = reqwest::Client::new();
+    let text = metrics(&http, node.url("/metrics")).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value(&text, "process_start_time_seconds").expect("start time");
+    assert!(
+        started <= now + 1.0 && started > now - 120.0,
+        "started {started}, now {now}"
+    );
+    // Its own process: the daemon's pid has the fds and memory shown.
+    let fds = value(&text, "process_open_fds").expect("open fds");
+    let pid = node.pid().unwrap();
+    let listed = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as f64;
+    assert!(
+        fds >= 5.0 && (fds - listed).abs() < 50.0,
+        "{fds} vs {listed}"
+    );
+    let rss = value(&text, "process_resident_memory_bytes").expect("rss");
+    assert!(rss > 1_000_000.0, "{rss}");
+    assert!(value(&text, "process_max_fds").expect("fd limit") >= fds);
+    assert!(
+        value(&text, "process_cpu_seconds_total").is_some(),
+        "{text}"
+    );
+    assert!(value(&text, "process_threads").expect("threads") >= 1.0);
+}
