@@ -365,8 +365,11 @@ async fn trim_records(
     }
 }
 
-/// Publishes how many messages each shard holds.
+/// Publishes how many messages each shard holds, and how overdue the earliest one
+/// is (the sign of stuck delivery). The term's end sets the latter back to 0: a
+/// standby forwards nothing, so nothing is overdue on its account.
 async fn report_pending(store: Store, cancel: CancellationToken) {
+    let overdue = metrics::gauge!(m::OLDEST_OVERDUE);
     loop {
         match store.pending_per_shard().await {
             Ok(counts) => {
@@ -376,8 +379,23 @@ async fn report_pending(store: Store, cancel: CancellationToken) {
             }
             Err(e) => tracing::debug!(error = %e, "cannot count pending messages"),
         }
+        // Both by Redis's clock; the time is read after the due time, so a message
+        // that just fell due never reads as early.
+        match store.next_due_ms().await {
+            Ok(due) => match store.now_ms().await {
+                Ok(now) => {
+                    let late_ms = due.map_or(0, |due| now.saturating_sub(due));
+                    overdue.set(late_ms as f64 / 1000.0);
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot read Redis's clock"),
+            },
+            Err(e) => tracing::debug!(error = %e, "cannot read the earliest due time"),
+        }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => {
+                overdue.set(0.0);
+                return;
+            }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }

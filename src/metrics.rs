@@ -53,6 +53,9 @@ pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
 pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
+/// Now − due time of the earliest message still scheduled (0 when none is overdue),
+/// by Redis's clock. Set by the leader; 0 on standbys.
+pub const OLDEST_OVERDUE: &str = "delayq_oldest_overdue_seconds";
 
 /// Process metrics, in the names Prometheus client libraries use (collected by
 /// `metrics-process`; see [`upkeep`]).
@@ -170,6 +173,12 @@ pub const METRICS: &[Described] = &[
         Kind::Histogram,
         &[],
         "forward time − due time, both Redis's clock (buckets from 0.5 ms to 1 h)",
+    ),
+    metric(
+        OLDEST_OVERDUE,
+        Kind::Gauge,
+        &[],
+        "now − due time of the earliest message still scheduled, 0 when none is overdue; refreshed every 5 s by the leader, 0 on standbys",
     ),
     metric(
         FORWARD_ERRORS,
@@ -349,8 +358,8 @@ pub const METRICS: &[Described] = &[
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 /// Every metric gets its help text, and the series an alert may look at before
-/// anything happened start at zero: counters without labels, and whether this
-/// node leads.
+/// anything happened start at zero: counters without labels, whether this node
+/// leads, and how overdue the oldest message is.
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -393,6 +402,7 @@ pub fn install() -> PrometheusHandle {
                 }
             }
             metrics::gauge!(IS_LEADER).set(0.0);
+            metrics::gauge!(OLDEST_OVERDUE).set(0.0);
             process().collect();
             handle
         })

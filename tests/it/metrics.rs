@@ -208,3 +208,73 @@ async fn process_metrics_describe_the_daemon_process() {
     );
     assert!(value(&text, "process_threads").expect("threads") >= 1.0);
 }
+
+fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(key)
+        .arg(value)
+        .query(conn)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+        redis.url(),
+        etcd.endpoint()
+    );
+    let first = DelayqProcess::start(&delayq_bin(), "first", &config).unwrap();
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(10), "first leads", || async {
+        let r = http.get(first.url("/leader")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let second = DelayqProcess::start(&delayq_bin(), "second", &config).unwrap();
+    let gauge = |node: &DelayqProcess| {
+        let (http, url) = (http.clone(), node.url("/metrics"));
+        async move { value(&metrics(&http, url).await?, "delayq_oldest_overdue_seconds") }
+    };
+    assert_eq!(gauge(&first).await, Some(0.0));
+    assert_eq!(gauge(&second).await, Some(0.0));
+
+    // A message falls due while Redis refuses writes (full, no eviction): the
+    // leader cannot forward it, and says how late it is.
+    let mut conn = redis.client();
+    redis_config(&mut conn, "maxmemory-policy", "noeviction");
+    let pushed = http
+        .post(first.url("/v1/messages"))
+        .json(
+            &serde_json::json!({ "id": "stuck", "stream": "s", "payload": "x", "delay_ms": 1000 }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pushed.status(), 201);
+    redis_config(&mut conn, "maxmemory", "1");
+    let late = eventually(Duration::from_secs(20), "overdue on the leader", || async {
+        gauge(&first).await.filter(|&s| s >= 2.0)
+    })
+    .await;
+    assert!(late < 60.0, "{late}");
+    assert_eq!(
+        gauge(&second).await,
+        Some(0.0),
+        "the standby forwards nothing"
+    );
+    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
+    assert_eq!(len, 0, "not forwarded yet");
+
+    // Writes again: forwarded, and nothing is overdue any more.
+    redis_config(&mut conn, "maxmemory", "0");
+    eventually(Duration::from_secs(20), "nothing overdue", || async {
+        (gauge(&first).await? == 0.0).then_some(())
+    })
+    .await;
+    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
+    assert_eq!(len, 1);
+}
