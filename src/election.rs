@@ -185,6 +185,7 @@ pub async fn run(
         i.mode = "etcd";
         i.etcd_reachable = Some(false);
     });
+    metrics::gauge!(m::ETCD_REACHABLE).set(0.0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     // The channel connects lazily and reconnects by itself, so this fails only on
     // an endpoint it cannot parse.
@@ -896,6 +897,7 @@ async fn observe_leader(
             }
             Err(_) => None,
         };
+        metrics::gauge!(m::ETCD_REACHABLE).set(if leader.is_some() { 1.0 } else { 0.0 });
         info.send_if_modified(|i| {
             let before = i.clone();
             i.etcd_reachable = Some(leader.is_some());

@@ -53,6 +53,9 @@ pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
 pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
+/// 1 while etcd answered this node's last query (about every second), 0 while it
+/// does not. Absent without etcd.
+pub const ETCD_REACHABLE: &str = "delayq_etcd_reachable";
 /// Now − due time of the earliest message still scheduled (0 when none is overdue),
 /// by Redis's clock. Set by the leader; 0 on standbys.
 pub const OLDEST_OVERDUE: &str = "delayq_oldest_overdue_seconds";
@@ -222,6 +225,12 @@ pub const METRICS: &[Described] = &[
         Kind::Histogram,
         &[],
         "etcd lease renewal round trip",
+    ),
+    metric(
+        ETCD_REACHABLE,
+        Kind::Gauge,
+        &[],
+        "1 while etcd answered this node's last query (about every second), 0 while it does not; absent without etcd",
     ),
     metric(
         REDIS_WRITABLE,

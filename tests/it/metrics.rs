@@ -158,6 +158,8 @@ async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
             "le={le}:\n{text}"
         );
     }
+    // Without etcd, there is no etcd to reach.
+    assert!(!text.contains("delayq_etcd_reachable"), "{text}");
     // Counters an alert may watch are there before anything happened.
     for name in [
         "delayq_fenced_total",
@@ -277,4 +279,36 @@ async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
     .await;
     let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
     assert_eq!(len, 1);
+}
+
+#[tokio::test]
+async fn the_etcd_gauge_follows_whether_etcd_answers() {
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let node = DelayqProcess::start(
+        &delayq_bin(),
+        "watcher",
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+            redis.url(),
+            etcd.endpoint()
+        ),
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let reads = |expected: f64| {
+        let (http, url) = (http.clone(), node.url("/metrics"));
+        async move {
+            let text = metrics(&http, url).await?;
+            (value(&text, "delayq_etcd_reachable")? == expected).then_some(())
+        }
+    };
+    eventually(Duration::from_secs(10), "etcd reachable", || reads(1.0)).await;
+    etcd.pause();
+    eventually(Duration::from_secs(20), "etcd unreachable", || reads(0.0)).await;
+    etcd.resume();
+    eventually(Duration::from_secs(20), "etcd reachable again", || {
+        reads(1.0)
+    })
+    .await;
 }
