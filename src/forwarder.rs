@@ -128,6 +128,7 @@ async fn lead_term(
         cancel.clone(),
     ));
     tasks.spawn(report_pending(store.clone(), cancel.clone()));
+    tasks.spawn(report_pending_streams(store.clone(), cancel.clone()));
     tasks.spawn(crate::sweeper::run(
         live.clone(),
         store.clone(),
@@ -397,6 +398,53 @@ async fn report_pending(store: Store, cancel: CancellationToken) {
                 return;
             }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Streams with a series of their own in `delayq_pending_stream_messages` (the
+/// largest), and the most that ever get one in a process's life.
+const PENDING_STREAMS_SHOWN: usize = 100;
+const PENDING_STREAMS_EVER: usize = 200;
+/// Most scheduled messages looked at per count: about 100 short script calls (see
+/// `Store::pending_per_stream`). Past it, what was not looked at counts in the rest.
+const PENDING_STREAMS_LIMIT: usize = 100_000;
+const PENDING_STREAMS_EVERY: Duration = Duration::from_secs(30);
+
+/// Publishes scheduled messages per target stream, for the largest streams, at the
+/// start of a term and every 30 s; sets them to 0 when the term ends.
+async fn report_pending_streams(store: Store, cancel: CancellationToken) {
+    static SHOWN: std::sync::Mutex<Option<m::PendingStreams>> = std::sync::Mutex::new(None);
+    let publish = |values: Vec<(String, u64)>| {
+        for (stream, n) in values {
+            metrics::gauge!(m::PENDING_STREAM, "stream" => stream).set(n as f64);
+        }
+    };
+    loop {
+        let counted = tokio::try_join!(
+            store.pending_per_stream(PENDING_STREAMS_LIMIT),
+            store.pending_per_shard()
+        );
+        match counted {
+            Ok((per_stream, per_shard)) => {
+                let total = per_shard.iter().sum();
+                let mut shown = SHOWN.lock().expect("pending streams lock");
+                let shown = shown.get_or_insert_with(|| {
+                    m::PendingStreams::new(PENDING_STREAMS_SHOWN, PENDING_STREAMS_EVER)
+                });
+                publish(shown.values(&per_stream.per_stream, total));
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot count pending messages per stream"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                let shown = SHOWN.lock().expect("pending streams lock");
+                if let Some(shown) = shown.as_ref() {
+                    publish(shown.zeroes());
+                }
+                return;
+            }
+            _ = tokio::time::sleep(PENDING_STREAMS_EVERY) => {}
         }
     }
 }

@@ -312,3 +312,55 @@ async fn the_etcd_gauge_follows_whether_etcd_answers() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
+    let redis = RedisServer::start().unwrap();
+    let http = reqwest::Client::new();
+    // 105 streams of one message, "big" with 5 and "mid" with 3, an hour ahead.
+    let mut messages: Vec<serde_json::Value> = (0..105)
+        .map(|i| serde_json::json!({ "stream": format!("s{i:03}"), "payload": "x", "delay": "1h" }))
+        .collect();
+    for (stream, n) in [("big", 5), ("mid", 3)] {
+        for _ in 0..n {
+            messages.push(serde_json::json!({ "stream": stream, "payload": "x", "delay": "1h" }));
+        }
+    }
+    let mut first = standalone("first", &redis, "");
+    for chunk in messages.chunks(50) {
+        let answer: serde_json::Value = http
+            .post(first.url("/v1/messages/batch"))
+            .json(&serde_json::json!({ "messages": chunk }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["scheduled"], chunk.len(), "{answer}");
+    }
+    first.kill();
+
+    // A new leader counts at the start of its term.
+    let node = standalone("second", &redis, "");
+    let text = eventually(Duration::from_secs(10), "streams counted", || async {
+        let text = metrics(&http, node.url("/metrics")).await?;
+        text.contains("delayq_pending_stream_messages{")
+            .then_some(text)
+    })
+    .await;
+    let shown = series(&text, "delayq_pending_stream_messages{");
+    assert_eq!(shown.len(), 101, "{shown:#?}");
+    let gauge = |stream: &str| {
+        value(
+            &text,
+            &format!("delayq_pending_stream_messages{{stream=\"{stream}\"}}"),
+        )
+    };
+    assert_eq!(gauge("big"), Some(5.0));
+    assert_eq!(gauge("mid"), Some(3.0));
+    // Ties by name: s000 to s097 are shown, s098 to s104 are the rest.
+    assert_eq!(gauge("s097"), Some(1.0));
+    assert_eq!(gauge("s098"), None);
+    assert_eq!(gauge("(the rest)"), Some(7.0));
+}
