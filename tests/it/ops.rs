@@ -1019,6 +1019,66 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
     }
 }
 
+/// The alert rules load in Prometheus, pass their unit tests
+/// (`config/alerts.test.yml`), and name only metrics delayq exports.
+#[test]
+fn the_alert_rules_are_valid_and_use_exported_metrics() {
+    let promtool = tool("promtool");
+    for args in [
+        ["check", "rules", "config/alerts.yml"],
+        ["test", "rules", "config/alerts.test.yml"],
+    ] {
+        let out = Command::new(&promtool)
+            .args(args)
+            .current_dir(repo())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "promtool {args:?}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+
+    let rules = std::fs::read_to_string(repo().join("config/alerts.yml")).unwrap();
+    let count = |key: &str| {
+        rules
+            .lines()
+            .filter(|l| l.trim_start().starts_with(key))
+            .count()
+    };
+    let alerts = count("- alert: ");
+    assert!(alerts >= 8, "{alerts} alerts");
+    for key in [
+        "expr: ",
+        "for: ",
+        "severity: ",
+        "summary: ",
+        "description: ",
+    ] {
+        assert_eq!(count(key), alerts, "every alert has its {key:?}");
+    }
+    let exported: Vec<&str> = delayq::metrics::METRICS.iter().map(|m| m.name).collect();
+    let mut used = 0;
+    for (at, _) in rules.match_indices("delayq_") {
+        let name: String = rules[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        let base = ["_bucket", "_sum", "_count"]
+            .iter()
+            .find_map(|suffix| name.strip_suffix(suffix))
+            .unwrap_or(&name);
+        assert!(
+            exported.contains(&name.as_str()) || exported.contains(&base),
+            "config/alerts.yml names {name}, which delayq does not export"
+        );
+        used += 1;
+    }
+    assert!(used >= 8, "{used}");
+}
+
 #[test]
 fn status_follows_leadership_in_an_etcd_pair() {
     let redis = RedisServer::start().unwrap();
