@@ -105,6 +105,8 @@ async fn lead_term(
         cancel.clone(),
     ));
     for shard in 0..store.shards() {
+        // At 0 from the term's start, so that a rate() over it sees the first error.
+        metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
         tasks.spawn(forward_shard(
             ForwardLoop {
                 store: store.clone(),

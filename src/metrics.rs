@@ -378,8 +378,8 @@ pub const METRICS: &[Described] = &[
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 /// Every metric gets its help text, and the series an alert may look at before
-/// anything happened start at zero: counters without labels, whether this node
-/// leads, and how overdue the oldest message is.
+/// anything happened start at zero: counters without labels, the reload results,
+/// whether this node leads, and how overdue the oldest message is.
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -420,6 +420,9 @@ pub fn install() -> PrometheusHandle {
                 if m.kind == Kind::Counter && m.labels.is_empty() {
                     metrics::counter!(m.name).increment(0);
                 }
+            }
+            for result in ["applied", "refused"] {
+                metrics::counter!(CONFIG_RELOADS, "result" => result).increment(0);
             }
             metrics::gauge!(IS_LEADER).set(0.0);
             metrics::gauge!(OLDEST_OVERDUE).set(0.0);

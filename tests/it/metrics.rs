@@ -165,6 +165,8 @@ async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
         "delayq_fenced_total",
         "delayq_messages_dead_total",
         "delayq_http_auth_failures_total",
+        "delayq_config_reloads_total{result=\"refused\"}",
+        "delayq_forward_errors_total{shard=\"1\"}",
     ] {
         assert!(text.contains(&format!("\n{name} 0\n")), "{name}:\n{text}");
     }
