@@ -105,6 +105,8 @@ async fn lead_term(
         cancel.clone(),
     ));
     for shard in 0..store.shards() {
+        // At 0 from the term's start, so that a rate() over it sees the first error.
+        metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
         tasks.spawn(forward_shard(
             ForwardLoop {
                 store: store.clone(),
@@ -128,6 +130,7 @@ async fn lead_term(
         cancel.clone(),
     ));
     tasks.spawn(report_pending(store.clone(), cancel.clone()));
+    tasks.spawn(report_pending_streams(store.clone(), cancel.clone()));
     tasks.spawn(crate::sweeper::run(
         live.clone(),
         store.clone(),
@@ -365,8 +368,11 @@ async fn trim_records(
     }
 }
 
-/// Publishes how many messages each shard holds.
+/// Publishes how many messages each shard holds, and how overdue the earliest one
+/// is (the sign of stuck delivery). The term's end sets the latter back to 0: a
+/// standby forwards nothing, so nothing is overdue on its account.
 async fn report_pending(store: Store, cancel: CancellationToken) {
+    let overdue = metrics::gauge!(m::OLDEST_OVERDUE);
     loop {
         match store.pending_per_shard().await {
             Ok(counts) => {
@@ -376,9 +382,71 @@ async fn report_pending(store: Store, cancel: CancellationToken) {
             }
             Err(e) => tracing::debug!(error = %e, "cannot count pending messages"),
         }
+        // Both by Redis's clock; the time is read after the due time, so a message
+        // that just fell due never reads as early.
+        match store.next_due_ms().await {
+            Ok(due) => match store.now_ms().await {
+                Ok(now) => {
+                    let late_ms = due.map_or(0, |due| now.saturating_sub(due));
+                    overdue.set(late_ms as f64 / 1000.0);
+                }
+                Err(e) => tracing::debug!(error = %e, "cannot read Redis's clock"),
+            },
+            Err(e) => tracing::debug!(error = %e, "cannot read the earliest due time"),
+        }
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = cancel.cancelled() => {
+                overdue.set(0.0);
+                return;
+            }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+/// Streams with a series of their own in `delayq_pending_stream_messages` (the
+/// largest), and the most that ever get one in a process's life.
+const PENDING_STREAMS_SHOWN: usize = 100;
+const PENDING_STREAMS_EVER: usize = 200;
+/// Most scheduled messages looked at per count: about 100 short script calls (see
+/// `Store::pending_per_stream`). Past it, what was not looked at counts in the rest.
+const PENDING_STREAMS_LIMIT: usize = 100_000;
+const PENDING_STREAMS_EVERY: Duration = Duration::from_secs(30);
+
+/// Publishes scheduled messages per target stream, for the largest streams, at the
+/// start of a term and every 30 s; sets them to 0 when the term ends.
+async fn report_pending_streams(store: Store, cancel: CancellationToken) {
+    static SHOWN: std::sync::Mutex<Option<m::PendingStreams>> = std::sync::Mutex::new(None);
+    let publish = |values: Vec<(String, u64)>| {
+        for (stream, n) in values {
+            metrics::gauge!(m::PENDING_STREAM, "stream" => stream).set(n as f64);
+        }
+    };
+    loop {
+        let counted = tokio::try_join!(
+            store.pending_per_stream(PENDING_STREAMS_LIMIT),
+            store.pending_per_shard()
+        );
+        match counted {
+            Ok((per_stream, per_shard)) => {
+                let total = per_shard.iter().sum();
+                let mut shown = SHOWN.lock().expect("pending streams lock");
+                let shown = shown.get_or_insert_with(|| {
+                    m::PendingStreams::new(PENDING_STREAMS_SHOWN, PENDING_STREAMS_EVER)
+                });
+                publish(shown.values(&per_stream.per_stream, total));
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot count pending messages per stream"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => {
+                let shown = SHOWN.lock().expect("pending streams lock");
+                if let Some(shown) = shown.as_ref() {
+                    publish(shown.zeroes());
+                }
+                return;
+            }
+            _ = tokio::time::sleep(PENDING_STREAMS_EVERY) => {}
         }
     }
 }

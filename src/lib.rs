@@ -130,7 +130,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         loop {
             tokio::select! {
                 _ = upkeep_token.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(5)) => upkeep.run_upkeep(),
+                _ = tokio::time::sleep(Duration::from_secs(5)) => metrics::upkeep(&upkeep),
             }
         }
     });

@@ -132,6 +132,7 @@ pub async fn run(
         i.mode = "etcd";
         i.etcd_reachable = Some(false);
     });
+    metrics::gauge!(m::ETCD_REACHABLE).set(0.0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     // The channel connects lazily and reconnects by itself, so this fails only on
     // an endpoint it cannot parse.

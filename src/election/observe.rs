@@ -35,6 +35,7 @@ pub(super) async fn observe_leader(
             }
             Err(_) => None,
         };
+        metrics::gauge!(m::ETCD_REACHABLE).set(if leader.is_some() { 1.0 } else { 0.0 });
         info.send_if_modified(|i| {
             let before = i.clone();
             i.etcd_reachable = Some(leader.is_some());

@@ -12,6 +12,7 @@ mod ha;
 mod health;
 mod interfaces;
 mod limits;
+mod metrics;
 mod ops;
 mod poison;
 mod reload;

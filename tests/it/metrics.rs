@@ -1,0 +1,368 @@
+//! What `/metrics` shows an operator: bounded label values, help text on every
+//! metric, the gauges alerts are built on. Real processes throughout.
+
+use std::time::Duration;
+
+use delayq::harness::{DelayqProcess, RedisServer};
+use futures::StreamExt;
+use rand::{Rng, SeedableRng};
+
+use crate::support::{delayq_bin, eventually, metrics};
+
+/// A standalone node (no etcd) on its own Redis.
+fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
+    DelayqProcess::start(
+        &delayq_bin(),
+        name,
+        &format!("[redis]\nurl = \"{}\"\nshards = 2\n{extra}", redis.url()),
+    )
+    .unwrap()
+}
+
+/// The sample lines (not comments) of the metrics whose names start with `prefix`.
+fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series))
+        .collect()
+}
+
+/// Sends one request with any method; the answer does not matter here.
+async fn send(http: &reqwest::Client, method: &str, url: String) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    http.request(method, url).send().await.unwrap();
+}
+
+/// A method token: sometimes a known method, sometimes one in the wrong case,
+/// mostly made up.
+fn random_method(rng: &mut impl Rng) -> String {
+    const KNOWN: [&str; 7] = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
+    match rng.random_range(0..4) {
+        0 => KNOWN[rng.random_range(0..KNOWN.len())].to_owned(),
+        1 => KNOWN[rng.random_range(0..KNOWN.len())].to_lowercase(),
+        _ => (0..rng.random_range(1..12))
+            .map(|_| rng.random_range(b'A'..=b'Z') as char)
+            .collect(),
+    }
+}
+
+fn random_word(rng: &mut impl Rng) -> String {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+    (0..rng.random_range(1..16))
+        .map(|_| CHARS[rng.random_range(0..CHARS.len())] as char)
+        .collect()
+}
+
+#[tokio::test]
+async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("bounded", &redis, "");
+    let http = reqwest::Client::new();
+
+    // One request of each shape: every known method and one made up on a path no
+    // route matches, and a message id on a route with a parameter.
+    for method in [
+        "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
+    ] {
+        send(&http, method, node.url("/no/such/path")).await;
+    }
+    send(&http, "GET", node.url("/v1/messages/some-id")).await;
+    // The first scrape is counted once it has been answered: scrape twice.
+    metrics(&http, node.url("/metrics")).await.unwrap();
+    let before = metrics(&http, node.url("/metrics")).await.unwrap();
+    let before = series(&before, "delayq_http_");
+    assert!(
+        before.iter().any(|s| s.contains("route=\"unmatched\"")),
+        "{before:#?}"
+    );
+    assert!(
+        before.iter().any(|s| s.contains("method=\"other\"")),
+        "{before:#?}"
+    );
+
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5eed);
+    let requests: Vec<(String, String)> = (0..1000)
+        .map(|_| {
+            if rng.random_bool(0.2) {
+                let id = random_word(&mut rng);
+                ("GET".to_owned(), node.url(&format!("/v1/messages/{id}")))
+            } else {
+                let path: Vec<String> = (0..rng.random_range(1..5))
+                    .map(|_| random_word(&mut rng))
+                    .collect();
+                let method = random_method(&mut rng);
+                (method, node.url(&format!("/{}", path.join("/"))))
+            }
+        })
+        .collect();
+    futures::stream::iter(requests)
+        .for_each_concurrent(8, |(method, url)| {
+            let http = http.clone();
+            async move { send(&http, &method, url).await }
+        })
+        .await;
+
+    let after = metrics(&http, node.url("/metrics")).await.unwrap();
+    let after = series(&after, "delayq_http_");
+    assert_eq!(
+        after.len(),
+        before.len(),
+        "before: {before:#?}\nafter: {after:#?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|s| s.starts_with("delayq_http_requests_total")
+                && s.contains("method=\"other\"")
+                && s.contains("route=\"unmatched\"")),
+        "{after:#?}"
+    );
+}
+
+#[tokio::test]
+async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("helpful", &redis, "");
+    let http = reqwest::Client::new();
+    http.post(node.url("/v1/messages"))
+        .json(&serde_json::json!({ "stream": "s", "payload": "x", "delay_ms": 0 }))
+        .send()
+        .await
+        .unwrap();
+    let text = eventually(Duration::from_secs(10), "a forward counted", || async {
+        let text = metrics(&http, node.url("/metrics")).await?;
+        text.contains("delayq_messages_forwarded_total{stream=\"s\"} 1")
+            .then_some(text)
+    })
+    .await;
+    let typed: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    assert!(typed.len() >= 15, "{text}");
+    for name in typed {
+        let help = format!("# HELP {name} ");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&help) && l.len() > help.len()),
+            "{name} has no help text:\n{text}"
+        );
+    }
+    // Lateness has its fine buckets, and more up to an hour.
+    for le in ["0.0005", "1", "5", "60", "3600"] {
+        assert!(
+            text.contains(&format!(
+                "delayq_forward_lateness_seconds_bucket{{le=\"{le}\"}}"
+            )),
+            "le={le}:\n{text}"
+        );
+    }
+    // Without etcd, there is no etcd to reach.
+    assert!(!text.contains("delayq_etcd_reachable"), "{text}");
+    // Counters an alert may watch are there before anything happened.
+    for name in [
+        "delayq_fenced_total",
+        "delayq_messages_dead_total",
+        "delayq_http_auth_failures_total",
+        "delayq_config_reloads_total{result=\"refused\"}",
+        "delayq_forward_errors_total{shard=\"1\"}",
+    ] {
+        assert!(text.contains(&format!("\n{name} 0\n")), "{name}:\n{text}");
+    }
+}
+
+/// The value of an unlabelled series in a `/metrics` text.
+fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test]
+async fn process_metrics_describe_the_daemon_process() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("process", &redis, "");
+    let http = reqwest::Client::new();
+    let text = metrics(&http, node.url("/metrics")).await.unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let started = value(&text, "process_start_time_seconds").expect("start time");
+    assert!(
+        started <= now + 1.0 && started > now - 120.0,
+        "started {started}, now {now}"
+    );
+    // Its own process: the daemon's pid has the fds and memory shown.
+    let fds = value(&text, "process_open_fds").expect("open fds");
+    let pid = node.pid().unwrap();
+    let listed = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as f64;
+    assert!(
+        fds >= 5.0 && (fds - listed).abs() < 50.0,
+        "{fds} vs {listed}"
+    );
+    let rss = value(&text, "process_resident_memory_bytes").expect("rss");
+    assert!(rss > 1_000_000.0, "{rss}");
+    assert!(value(&text, "process_max_fds").expect("fd limit") >= fds);
+    assert!(
+        value(&text, "process_cpu_seconds_total").is_some(),
+        "{text}"
+    );
+    assert!(value(&text, "process_threads").expect("threads") >= 1.0);
+}
+
+fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(key)
+        .arg(value)
+        .query(conn)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+        redis.url(),
+        etcd.endpoint()
+    );
+    let first = DelayqProcess::start(&delayq_bin(), "first", &config).unwrap();
+    let http = reqwest::Client::new();
+    eventually(Duration::from_secs(10), "first leads", || async {
+        let r = http.get(first.url("/leader")).send().await.ok()?;
+        (r.status() == 200).then_some(())
+    })
+    .await;
+    let second = DelayqProcess::start(&delayq_bin(), "second", &config).unwrap();
+    let gauge = |node: &DelayqProcess| {
+        let (http, url) = (http.clone(), node.url("/metrics"));
+        async move { value(&metrics(&http, url).await?, "delayq_oldest_overdue_seconds") }
+    };
+    assert_eq!(gauge(&first).await, Some(0.0));
+    assert_eq!(gauge(&second).await, Some(0.0));
+
+    // A message falls due while Redis refuses writes (full, no eviction): the
+    // leader cannot forward it, and says how late it is.
+    let mut conn = redis.client();
+    redis_config(&mut conn, "maxmemory-policy", "noeviction");
+    let pushed = http
+        .post(first.url("/v1/messages"))
+        .json(
+            &serde_json::json!({ "id": "stuck", "stream": "s", "payload": "x", "delay_ms": 1000 }),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pushed.status(), 201);
+    redis_config(&mut conn, "maxmemory", "1");
+    let late = eventually(Duration::from_secs(20), "overdue on the leader", || async {
+        gauge(&first).await.filter(|&s| s >= 2.0)
+    })
+    .await;
+    assert!(late < 60.0, "{late}");
+    assert_eq!(
+        gauge(&second).await,
+        Some(0.0),
+        "the standby forwards nothing"
+    );
+    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
+    assert_eq!(len, 0, "not forwarded yet");
+
+    // Writes again: forwarded, and nothing is overdue any more.
+    redis_config(&mut conn, "maxmemory", "0");
+    eventually(Duration::from_secs(20), "nothing overdue", || async {
+        (gauge(&first).await? == 0.0).then_some(())
+    })
+    .await;
+    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
+    assert_eq!(len, 1);
+}
+
+#[tokio::test]
+async fn the_etcd_gauge_follows_whether_etcd_answers() {
+    let redis = RedisServer::start().unwrap();
+    let etcd = delayq::harness::EtcdServer::start().unwrap();
+    let node = DelayqProcess::start(
+        &delayq_bin(),
+        "watcher",
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+            redis.url(),
+            etcd.endpoint()
+        ),
+    )
+    .unwrap();
+    let http = reqwest::Client::new();
+    let reads = |expected: f64| {
+        let (http, url) = (http.clone(), node.url("/metrics"));
+        async move {
+            let text = metrics(&http, url).await?;
+            (value(&text, "delayq_etcd_reachable")? == expected).then_some(())
+        }
+    };
+    eventually(Duration::from_secs(10), "etcd reachable", || reads(1.0)).await;
+    etcd.pause();
+    eventually(Duration::from_secs(20), "etcd unreachable", || reads(0.0)).await;
+    etcd.resume();
+    eventually(Duration::from_secs(20), "etcd reachable again", || {
+        reads(1.0)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
+    let redis = RedisServer::start().unwrap();
+    let http = reqwest::Client::new();
+    // 105 streams of one message, "big" with 5 and "mid" with 3, an hour ahead.
+    let mut messages: Vec<serde_json::Value> = (0..105)
+        .map(|i| serde_json::json!({ "stream": format!("s{i:03}"), "payload": "x", "delay": "1h" }))
+        .collect();
+    for (stream, n) in [("big", 5), ("mid", 3)] {
+        for _ in 0..n {
+            messages.push(serde_json::json!({ "stream": stream, "payload": "x", "delay": "1h" }));
+        }
+    }
+    let mut first = standalone("first", &redis, "");
+    for chunk in messages.chunks(50) {
+        let answer: serde_json::Value = http
+            .post(first.url("/v1/messages/batch"))
+            .json(&serde_json::json!({ "messages": chunk }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(answer["scheduled"], chunk.len(), "{answer}");
+    }
+    first.kill();
+
+    // A new leader counts at the start of its term.
+    let node = standalone("second", &redis, "");
+    let text = eventually(Duration::from_secs(10), "streams counted", || async {
+        let text = metrics(&http, node.url("/metrics")).await?;
+        text.contains("delayq_pending_stream_messages{")
+            .then_some(text)
+    })
+    .await;
+    let shown = series(&text, "delayq_pending_stream_messages{");
+    assert_eq!(shown.len(), 101, "{shown:#?}");
+    let gauge = |stream: &str| {
+        value(
+            &text,
+            &format!("delayq_pending_stream_messages{{stream=\"{stream}\"}}"),
+        )
+    };
+    assert_eq!(gauge("big"), Some(5.0));
+    assert_eq!(gauge("mid"), Some(3.0));
+    // Ties by name: s000 to s097 are shown, s098 to s104 are the rest.
+    assert_eq!(gauge("s097"), Some(1.0));
+    assert_eq!(gauge("s098"), None);
+    assert_eq!(gauge("(the rest)"), Some(7.0));
+}
