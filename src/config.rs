@@ -141,6 +141,9 @@ struct RawApi {
     #[serde(with = "humantime_serde")]
     max_wait: Duration,
     max_polls: i64,
+    #[serde(with = "humantime_serde")]
+    request_timeout: Duration,
+    max_concurrent_requests: i64,
 }
 
 impl Default for RawApi {
@@ -156,6 +159,8 @@ impl Default for RawApi {
             max_body_bytes: 16 << 20,
             max_wait: Duration::from_secs(60),
             max_polls: 64,
+            request_timeout: Duration::from_secs(30),
+            max_concurrent_requests: 1024,
         }
     }
 }
@@ -366,6 +371,11 @@ pub struct ApiConfig {
     pub max_wait: Duration,
     /// Most long polls waiting at once (each holds a Redis connection).
     pub max_polls: usize,
+    /// Longest a request may take before it is answered `503 timeout`; long polls
+    /// get `max_wait` on top.
+    pub request_timeout: Duration,
+    /// Most requests under `/v1` being served at once; more are answered `429`.
+    pub max_concurrent_requests: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -631,6 +641,9 @@ fn apply_env(
     Ok(())
 }
 
+/// The longest `api.request_timeout`.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     if value < 1 || value > max {
         return Err(invalid(key, format!("must be 1 to {max} (got {value})")));
@@ -802,6 +815,8 @@ impl Raw {
             max_body_bytes,
             max_wait,
             max_polls,
+            request_timeout,
+            max_concurrent_requests,
         } = api;
         let mut tokens = tokens;
         if let Some(path) = tokens_file {
@@ -846,6 +861,20 @@ impl Raw {
         if max_wait > Duration::from_secs(3600) {
             return Err(invalid("api.max_wait", "must be at most 1h"));
         }
+        if request_timeout < Duration::from_millis(100) || request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(invalid(
+                "api.request_timeout",
+                format!(
+                    "{}: must be 100ms to 1h",
+                    humantime::format_duration(request_timeout)
+                ),
+            ));
+        }
+        let max_concurrent_requests = positive(
+            "api.max_concurrent_requests",
+            max_concurrent_requests,
+            100_000,
+        )? as usize;
         let limits = Limits {
             max_delay,
             max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
@@ -990,6 +1019,8 @@ impl Raw {
                 max_body_bytes,
                 max_wait,
                 max_polls,
+                request_timeout,
+                max_concurrent_requests,
             },
             streams: StreamsConfig {
                 allow,
@@ -1652,6 +1683,41 @@ mod tests {
     }
 
     #[test]
+    fn request_timeout_and_max_concurrent_requests_at_the_ends_of_their_range() {
+        let ms = Duration::from_millis;
+        /// TOML, environment, and (request_timeout, max_concurrent_requests) or a refusal.
+        type Case = (
+            &'static str,
+            &'static [(&'static str, &'static str)],
+            Result<(Duration, usize), &'static str>,
+        );
+        #[rustfmt::skip]
+        let cases: [Case; 11] = [
+            ("", &[], Ok((ms(30_000), 1024))),
+            ("[api]\nrequest_timeout = \"100ms\"", &[], Ok((ms(100), 1024))),
+            ("[api]\nrequest_timeout = \"1h\"", &[], Ok((ms(3_600_000), 1024))),
+            ("", &[("DELAYQ_API_REQUEST_TIMEOUT", "250ms")], Ok((ms(250), 1024))),
+            ("[api]\nmax_concurrent_requests = 1", &[], Ok((ms(30_000), 1))),
+            ("", &[("DELAYQ_API_MAX_CONCURRENT_REQUESTS", "100000")], Ok((ms(30_000), 100_000))),
+            ("[api]\nrequest_timeout = \"99ms\"", &[], Err("api.request_timeout: 99ms: must be 100ms to 1h")),
+            ("[api]\nrequest_timeout = \"1h 1ms\"", &[], Err("api.request_timeout: 1h 1ms: must be 100ms to 1h")),
+            ("[api]\nrequest_timeout = \"soon\"", &[], Err("request_timeout")),
+            ("[api]\nmax_concurrent_requests = 0", &[], Err("api.max_concurrent_requests: must be 1 to 100000 (got 0)")),
+            ("[api]\nmax_concurrent_requests = 100001", &[], Err("api.max_concurrent_requests: must be 1 to 100000 (got 100001)")),
+        ];
+        for (toml, env_pairs, expected) in cases {
+            match expected {
+                Ok(want) => {
+                    let c = Config::from_toml(toml, env(env_pairs)).unwrap();
+                    let got = (c.api.request_timeout, c.api.max_concurrent_requests);
+                    assert_eq!(got, want, "{toml} {env_pairs:?}");
+                }
+                Err(part) => check_err(toml, env_pairs, part),
+            }
+        }
+    }
+
+    #[test]
     fn delivery_streams_inherit_the_defaults() {
         let c = Config::from_toml(
             "[delivery]\ngroups = [\"workers\"]\nack_timeout = \"30s\"\n\
@@ -1798,6 +1864,8 @@ mod tests {
         assert_eq!(c.api.max_body_bytes, d.api.max_body_bytes);
         assert_eq!(c.api.max_wait, d.api.max_wait);
         assert_eq!(c.api.max_polls, d.api.max_polls);
+        assert_eq!(c.api.request_timeout, d.api.request_timeout);
+        assert_eq!(c.api.max_concurrent_requests, d.api.max_concurrent_requests);
         assert_eq!(exposed(&c.api.tokens), exposed(&d.api.tokens));
         let (ci, di) = (c.inbox.expect("enabled"), d.inbox.expect("enabled"));
         assert_eq!(

@@ -1,0 +1,172 @@
+//! HTTP hygiene against a real daemon and Redis: a bound on the requests served at
+//! once (the next is shed with `429` and `Retry-After`), request timeouts that
+//! leave long polls alone.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Env, assert_refused, eventually};
+
+/// Status, `Retry-After` and JSON answer of a GET.
+async fn get(env: &Env, path: &str) -> (u16, Option<String>, Value) {
+    let resp = env
+        .http
+        .get(env.url(path))
+        .timeout(Duration::from_secs(30))
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let body = resp.json().await.unwrap_or(Value::Null);
+    (status, retry_after, body)
+}
+
+const POLL: &str = "/v1/streams/orders/next?group=g&consumer=c&wait=20s";
+
+#[tokio::test]
+async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retry_after() {
+    let env = Env::start("[api]\nmax_concurrent_requests = 1\nmax_wait = \"20s\"").await;
+    // A long poll that takes the only place (tried again while a probe below holds it).
+    let poll = {
+        let env_url = env.url(POLL);
+        let http = env.http.clone();
+        tokio::spawn(async move {
+            eventually(Duration::from_secs(10), "the long poll is admitted", || {
+                let (http, url) = (http.clone(), env_url.clone());
+                async move {
+                    let resp = http.get(url).send().await.expect("long poll");
+                    let status = resp.status().as_u16();
+                    let body: Value = resp.json().await.expect("JSON");
+                    (status != 429).then_some((status, body))
+                }
+            })
+            .await
+        })
+    };
+    let (retry_after, refused) = eventually(
+        Duration::from_secs(10),
+        "a request is shed while the long poll waits",
+        || async {
+            let (status, retry_after, body) = get(&env, "/v1/stats").await;
+            (status == 429).then_some((retry_after, body))
+        },
+    )
+    .await;
+    assert_eq!(retry_after.as_deref(), Some("1"), "{refused}");
+    assert_refused(
+        (429, &refused),
+        (429, "overloaded", "(api.max_concurrent_requests)"),
+        "stats while a long poll waits",
+    );
+    assert!(
+        refused["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 requests"),
+        "{refused}"
+    );
+
+    // More long polls and a push are shed too, each at once; the open endpoints answer.
+    for path in [POLL, POLL, "/v1/messages/some-id"] {
+        let started = Instant::now();
+        let (status, retry_after, body) = get(&env, path).await;
+        assert_refused((status, &body), (429, "overloaded", "retry after 1s"), path);
+        assert_eq!(retry_after.as_deref(), Some("1"), "{path}");
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{path}: shed late"
+        );
+    }
+    let (status, _) = env
+        .post(
+            "/v1/messages",
+            serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
+        )
+        .await;
+    assert_eq!(status, 429, "a push while the long poll waits");
+    for path in ["/healthz", "/readyz", "/leader", "/metrics"] {
+        let resp = env.http.get(env.url(path)).send().await.expect(path);
+        assert_eq!(resp.status(), 200, "{path} under overload");
+    }
+    assert!(!poll.is_finished(), "the long poll still waits");
+
+    // An entry ends the long poll; its place is free again.
+    let _: String = redis::cmd("XADD")
+        .arg("orders")
+        .arg("*")
+        .arg("a")
+        .arg("1")
+        .query(&mut env.redis.client())
+        .expect("XADD");
+    let (status, body) = poll.await.expect("long poll task");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(1), "{body}");
+    eventually(
+        Duration::from_secs(5),
+        "requests are served again",
+        || async { (get(&env, "/v1/stats").await.0 == 200).then_some(()) },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time() {
+    let env = Env::start(
+        "[api]\nrequest_timeout = \"100ms\"\nmax_wait = \"1s\"\n[redis]\ntimeout = \"10s\"",
+    )
+    .await;
+
+    // A long poll is not cut at request_timeout: it waits as long as it asked.
+    let started = Instant::now();
+    let (status, _, body) = get(&env, "/v1/streams/orders/next?group=g&consumer=c&wait=1s").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["messages"], serde_json::json!([]), "{body}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "answered after {:?}",
+        started.elapsed()
+    );
+
+    // Redis holds every command for a while: a push is answered at request_timeout.
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(3000)
+        .arg("ALL")
+        .query(&mut env.redis.client())
+        .expect("CLIENT PAUSE");
+    let started = Instant::now();
+    let (status, answer) = env
+        .post(
+            "/v1/messages",
+            serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
+        )
+        .await;
+    let took = started.elapsed();
+    assert_refused(
+        (status, &answer),
+        (
+            503,
+            "timeout",
+            "no answer within 100ms (api.request_timeout)",
+        ),
+        "a push while Redis is paused",
+    );
+    assert!(took < Duration::from_secs(2), "answered after {took:?}");
+
+    // Once Redis answers again, so does the API.
+    eventually(Duration::from_secs(10), "pushes succeed again", || async {
+        let (status, _) = env
+            .post(
+                "/v1/messages",
+                serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
+            )
+            .await;
+        (status == 201).then_some(())
+    })
+    .await;
+}
