@@ -1,6 +1,7 @@
 //! The HTTP API. Handlers validate input and call `store`; they never build a
 //! Redis key.
 
+mod access;
 mod auth;
 mod dead;
 mod error;
@@ -108,6 +109,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_token,
         ))
+        .layer(access::layer())
         .layer(axum::middleware::from_fn(count_requests))
         .with_state(state);
     // Around the whole router, not per route: axum completes some answers (the Allow

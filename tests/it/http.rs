@@ -1,12 +1,15 @@
 //! HTTP hygiene against a real daemon and Redis: a bound on the requests served at
 //! once (the next is shed with `429` and `Retry-After`), request timeouts that
-//! leave long polls alone.
+//! leave long polls alone, and an access log that shows routes, never ids,
+//! query values or tokens.
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::{Env, assert_refused, eventually};
+use delayq::harness::{DelayqProcess, RedisServer};
+
+use crate::support::{Env, assert_refused, delayq_bin, eventually};
 
 /// Status, `Retry-After` and JSON answer of a GET.
 async fn get(env: &Env, path: &str) -> (u16, Option<String>, Value) {
@@ -169,4 +172,80 @@ async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time()
         (status == 201).then_some(())
     })
     .await;
+}
+
+#[tokio::test]
+async fn every_request_is_one_debug_access_line_without_ids_query_values_or_tokens() {
+    const TOKEN: &str = "tok-Ac7-secret";
+    const ID: &str = "id-Hk3-secret";
+    const QUERY: &str = "query-Vb8-secret";
+    let redis = RedisServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\n[api]\ntokens = [\"{TOKEN}\"]\n\
+         [log]\nlevel = \"info,delayq::api::access=debug\"\n",
+        redis.url()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "access", &config).unwrap();
+    let http = reqwest::Client::new();
+    let send = |method: reqwest::Method, path: String, token: bool| {
+        let mut req = http.request(method, node.url(&path));
+        if token {
+            req = req.bearer_auth(TOKEN);
+        }
+        async move { req.send().await.expect("request").status().as_u16() }
+    };
+    let push = http
+        .post(node.url("/v1/messages"))
+        .bearer_auth(TOKEN)
+        .json(&serde_json::json!({"stream": "s", "delay": "1h", "id": ID, "payload": "x"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(push.status(), 201);
+    use reqwest::Method;
+    let status_path = format!("/v1/messages/{ID}?sig={QUERY}");
+    assert_eq!(send(Method::GET, status_path.clone(), true).await, 200);
+    assert_eq!(send(Method::GET, status_path, false).await, 401);
+    assert_eq!(
+        send(Method::GET, format!("/elsewhere?sig={QUERY}"), false).await,
+        404
+    );
+    assert_eq!(
+        send(Method::GET, format!("/healthz?sig={QUERY}"), false).await,
+        200
+    );
+
+    // One line each, in order: method, route pattern and status.
+    let expected = [
+        ("POST", "/v1/messages", 201),
+        ("GET", "/v1/messages/{id}", 200),
+        ("GET", "/v1/messages/{id}", 401),
+        ("GET", "unmatched", 404),
+        ("GET", "/healthz", 200),
+    ];
+    let lines = eventually(Duration::from_secs(10), "five access lines", || async {
+        let lines: Vec<String> = node
+            .full_log()
+            .lines()
+            .filter(|l| l.contains("delayq::api::access"))
+            .map(str::to_owned)
+            .collect();
+        (lines.len() >= expected.len()).then_some(lines)
+    })
+    .await;
+    assert_eq!(lines.len(), expected.len(), "{lines:#?}");
+    for (line, (method, route, status)) in lines.iter().zip(expected) {
+        for part in [
+            "DEBUG".to_owned(),
+            format!("method={method} route={route}}}"),
+            format!("status={status} ms="),
+        ] {
+            assert!(line.contains(&part), "{line:?} should contain {part:?}");
+        }
+    }
+    assert!(lines[1].contains("bytes="), "{}", lines[1]);
+    let log = node.full_log();
+    for secret in [TOKEN, ID, QUERY] {
+        assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
 }
