@@ -1,7 +1,7 @@
 //! HTTP hygiene against a real daemon and Redis: a bound on the requests served at
 //! once (the next is shed with `429` and `Retry-After`), request timeouts that
-//! leave long polls alone, and an access log that shows routes, never ids,
-//! query values or tokens.
+//! leave long polls alone, an access log that shows routes, never ids, query
+//! values or tokens, and tokens in read, write and admin scopes.
 
 use std::time::{Duration, Instant};
 
@@ -247,5 +247,133 @@ async fn every_request_is_one_debug_access_line_without_ids_query_values_or_toke
     let log = node.full_log();
     for secret in [TOKEN, ID, QUERY] {
         assert!(!log.contains(secret), "{secret} in the log:\n{log}");
+    }
+}
+
+/// Tokens of each scope, for the scope tests.
+const ADMIN: &str = "admin-tok";
+const WRITER: &str = "write-tok";
+const READER: &str = "read-tok";
+
+/// A request of each scope: method, path, body, and its status when allowed.
+const READ_REQUEST: (&str, &str, Option<&str>, u16) = ("GET", "/v1/stats", None, 200);
+const WRITE_REQUEST: (&str, &str, Option<&str>, u16) = (
+    "POST",
+    "/v1/messages",
+    Some(r#"{"stream":"orders","payload":"x","delay":"1h"}"#),
+    201,
+);
+const POLL_REQUEST: (&str, &str, Option<&str>, u16) = (
+    "GET",
+    "/v1/streams/orders/next?group=g&consumer=c&wait=0s",
+    None,
+    200,
+);
+const ADMIN_REQUEST: (&str, &str, Option<&str>, u16) = (
+    "POST",
+    "/v1/streams/orders/dead/purge",
+    Some(r#"{"all":true}"#),
+    200,
+);
+
+/// Status, `WWW-Authenticate` and JSON answer of one request.
+async fn call(
+    env: &Env,
+    (method, path, body, _): (&str, &str, Option<&str>, u16),
+    token: Option<&str>,
+) -> (u16, Option<String>, Value) {
+    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
+    let mut req = env.http.request(method, env.url(path));
+    if let Some(token) = token {
+        req = req.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        req = req
+            .header("content-type", "application/json")
+            .body(body.to_owned());
+    }
+    let resp = req.send().await.expect("request");
+    let status = resp.status().as_u16();
+    let challenge = resp
+        .headers()
+        .get("www-authenticate")
+        .map(|v| v.to_str().unwrap().to_owned());
+    (status, challenge, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn each_token_reaches_the_endpoints_of_its_scope_and_below() {
+    let env = Env::start(&format!(
+        "[api]\ntokens = [\"{ADMIN}\"]\nwrite_tokens = [\"{WRITER}\"]\nread_tokens = [\"{READER}\"]"
+    ))
+    .await;
+    // (token, request, the scope it is refused for lacking; None: allowed)
+    #[rustfmt::skip]
+    let cases = [
+        (READER, READ_REQUEST, None),
+        (READER, WRITE_REQUEST, Some("write")),
+        (READER, POLL_REQUEST, Some("write")),
+        (READER, ADMIN_REQUEST, Some("admin")),
+        (WRITER, READ_REQUEST, None),
+        (WRITER, WRITE_REQUEST, None),
+        (WRITER, POLL_REQUEST, None),
+        (WRITER, ADMIN_REQUEST, Some("admin")),
+        (ADMIN, READ_REQUEST, None),
+        (ADMIN, WRITE_REQUEST, None),
+        (ADMIN, POLL_REQUEST, None),
+        (ADMIN, ADMIN_REQUEST, None),
+    ];
+    for (token, request, refused_for) in cases {
+        let case = format!("{token} on {} {}", request.0, request.1);
+        let (status, challenge, answer) = call(&env, request, Some(token)).await;
+        match refused_for {
+            None => assert_eq!(status, request.3, "{case}: {answer}"),
+            Some(scope) => {
+                let held = &token[..token.find('-').unwrap()];
+                assert_refused(
+                    (status, &answer),
+                    (
+                        403,
+                        "insufficient_scope",
+                        &format!("needs the {scope} scope"),
+                    ),
+                    &case,
+                );
+                let detail = answer["detail"].as_str().unwrap();
+                assert!(
+                    detail.contains(&format!("this token has the {held} scope")),
+                    "{case}: {detail}"
+                );
+                assert!(!detail.contains(token), "{case}: {detail}");
+                assert_eq!(
+                    challenge.as_deref(),
+                    Some(
+                        format!(
+                            "Bearer realm=\"delayq\", error=\"insufficient_scope\", scope=\"{scope}\""
+                        )
+                        .as_str()
+                    ),
+                    "{case}"
+                );
+            }
+        }
+    }
+    // Without a token, or with an unknown one, every scope's endpoint is 401.
+    for request in [READ_REQUEST, WRITE_REQUEST, ADMIN_REQUEST] {
+        for (token, code) in [(None, "missing_token"), (Some("nope"), "invalid_token")] {
+            let (status, challenge, answer) = call(&env, request, token).await;
+            let case = format!("{token:?} on {} {}", request.0, request.1);
+            assert_refused((status, &answer), (401, code, "api."), &case);
+            assert_eq!(
+                challenge.as_deref(),
+                Some("Bearer realm=\"delayq\""),
+                "{case}"
+            );
+        }
+    }
+    // The open endpoints stay open.
+    for path in ["/healthz", "/readyz", "/leader", "/metrics"] {
+        let resp = env.http.get(env.url(path)).send().await.expect(path);
+        assert_eq!(resp.status(), 200, "{path} without a token");
     }
 }
