@@ -136,11 +136,18 @@ struct RawApi {
     tokens: Vec<String>,
     /// A file with more tokens, one a line (never logged).
     tokens_file: Option<String>,
+    write_tokens: Vec<String>,
+    write_tokens_file: Option<String>,
+    read_tokens: Vec<String>,
+    read_tokens_file: Option<String>,
     max_batch: i64,
     max_body_bytes: i64,
     #[serde(with = "humantime_serde")]
     max_wait: Duration,
     max_polls: i64,
+    #[serde(with = "humantime_serde")]
+    request_timeout: Duration,
+    max_concurrent_requests: i64,
 }
 
 impl Default for RawApi {
@@ -152,10 +159,16 @@ impl Default for RawApi {
             max_fields: 1000,
             tokens: Vec::new(),
             tokens_file: None,
+            write_tokens: Vec::new(),
+            write_tokens_file: None,
+            read_tokens: Vec::new(),
+            read_tokens_file: None,
             max_batch: 1000,
             max_body_bytes: 16 << 20,
             max_wait: Duration::from_secs(60),
             max_polls: 64,
+            request_timeout: Duration::from_secs(30),
+            max_concurrent_requests: 1024,
         }
     }
 }
@@ -356,8 +369,13 @@ pub struct EtcdConfig {
 pub struct ApiConfig {
     pub listen: SocketAddr,
     pub limits: Limits,
-    /// Bearer tokens accepted on `/v1/*`; empty means no authentication (loopback only).
+    /// Bearer tokens of the admin scope: every `/v1/*` endpoint. With no token of
+    /// any scope there is no authentication (loopback only).
     pub tokens: Vec<SecretString>,
+    /// Bearer tokens of the write scope: scheduling, consuming, and what `read` allows.
+    pub write_tokens: Vec<SecretString>,
+    /// Bearer tokens of the read scope: looking, without changing anything.
+    pub read_tokens: Vec<SecretString>,
     /// Most messages in one `POST /v1/messages/batch`.
     pub max_batch: usize,
     /// Largest request body of a batch.
@@ -366,6 +384,11 @@ pub struct ApiConfig {
     pub max_wait: Duration,
     /// Most long polls waiting at once (each holds a Redis connection).
     pub max_polls: usize,
+    /// Longest a request may take before it is answered `503 timeout`; long polls
+    /// get `max_wait` on top.
+    pub request_timeout: Duration,
+    /// Most requests under `/v1` being served at once; more are answered `429`.
+    pub max_concurrent_requests: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -577,6 +600,8 @@ const LIST_KEYS: &[&str] = &[
     "streams.allow",
     "delivery.groups",
     "api.tokens",
+    "api.write_tokens",
+    "api.read_tokens",
 ];
 
 fn apply_env(
@@ -631,11 +656,45 @@ fn apply_env(
     Ok(())
 }
 
+/// The longest `api.request_timeout`.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
 fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     if value < 1 || value > max {
         return Err(invalid(key, format!("must be 1 to {max} (got {value})")));
     }
     Ok(value)
+}
+
+/// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
+fn token_list(
+    key: &str,
+    mut tokens: Vec<String>,
+    file: Option<String>,
+    read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
+) -> Result<Vec<String>, ConfigError> {
+    if let Some(path) = file {
+        let file = read_secret(&format!("{key}_file"), &path)?;
+        tokens.extend(
+            file.expose_secret()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    if let Some(bad) = tokens.iter().find(|t| t.is_empty() || !is_plain(t)) {
+        let shown = if bad.is_empty() {
+            "an empty token"
+        } else {
+            "a token"
+        };
+        return Err(invalid(
+            key,
+            format!("{shown}: must be non-empty, without spaces or control characters"),
+        ));
+    }
+    Ok(tokens)
 }
 
 fn non_negative(key: &str, value: i64) -> Result<u64, ConfigError> {
@@ -801,21 +860,44 @@ impl Raw {
             max_fields,
             tokens,
             tokens_file,
+            write_tokens,
+            write_tokens_file,
+            read_tokens,
+            read_tokens_file,
             max_batch,
             max_body_bytes,
             max_wait,
             max_polls,
+            request_timeout,
+            max_concurrent_requests,
         } = api;
-        let mut tokens = tokens;
-        if let Some(path) = tokens_file {
-            let file = read_secret("api.tokens_file", &path)?;
-            tokens.extend(
-                file.expose_secret()
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| !l.is_empty())
-                    .map(str::to_owned),
-            );
+        let tokens = token_list("api.tokens", tokens, tokens_file, &read_secret)?;
+        let write_tokens = token_list(
+            "api.write_tokens",
+            write_tokens,
+            write_tokens_file,
+            &read_secret,
+        )?;
+        let read_tokens = token_list(
+            "api.read_tokens",
+            read_tokens,
+            read_tokens_file,
+            &read_secret,
+        )?;
+        for (key, list, others) in [
+            ("api.write_tokens", &write_tokens, vec![&tokens]),
+            (
+                "api.read_tokens",
+                &read_tokens,
+                vec![&tokens, &write_tokens],
+            ),
+        ] {
+            if list.iter().any(|t| others.iter().any(|o| o.contains(t))) {
+                return Err(invalid(
+                    key,
+                    "a token is also of a higher scope: list each token once, in the scope it needs",
+                ));
+            }
         }
         let listen: SocketAddr = listen.parse().map_err(|_| {
             invalid(
@@ -823,19 +905,9 @@ impl Raw {
                 format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
             )
         })?;
-        if let Some(bad) = tokens.iter().find(|t| t.is_empty() || !is_plain(t)) {
-            let shown = if bad.is_empty() {
-                "an empty token"
-            } else {
-                "a token"
-            };
-            return Err(invalid(
-                "api.tokens",
-                format!("{shown}: must be non-empty, without spaces or control characters"),
-            ));
-        }
         // Without tokens anyone who can connect may schedule and cancel: only loopback is safe.
-        if tokens.is_empty() && !listen.ip().is_loopback() {
+        let no_tokens = tokens.is_empty() && write_tokens.is_empty() && read_tokens.is_empty();
+        if no_tokens && !listen.ip().is_loopback() {
             return Err(invalid(
                 "api.listen",
                 format!(
@@ -849,6 +921,20 @@ impl Raw {
         if max_wait > Duration::from_secs(3600) {
             return Err(invalid("api.max_wait", "must be at most 1h"));
         }
+        if request_timeout < Duration::from_millis(100) || request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(invalid(
+                "api.request_timeout",
+                format!(
+                    "{}: must be 100ms to 1h",
+                    humantime::format_duration(request_timeout)
+                ),
+            ));
+        }
+        let max_concurrent_requests = positive(
+            "api.max_concurrent_requests",
+            max_concurrent_requests,
+            100_000,
+        )? as usize;
         let limits = Limits {
             max_delay,
             max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
@@ -997,10 +1083,14 @@ impl Raw {
                 listen,
                 limits,
                 tokens: tokens.into_iter().map(SecretString::from).collect(),
+                write_tokens: write_tokens.into_iter().map(SecretString::from).collect(),
+                read_tokens: read_tokens.into_iter().map(SecretString::from).collect(),
                 max_batch,
                 max_body_bytes,
                 max_wait,
                 max_polls,
+                request_timeout,
+                max_concurrent_requests,
             },
             streams: StreamsConfig {
                 allow,
@@ -1666,6 +1756,41 @@ mod tests {
     }
 
     #[test]
+    fn request_timeout_and_max_concurrent_requests_at_the_ends_of_their_range() {
+        let ms = Duration::from_millis;
+        /// TOML, environment, and (request_timeout, max_concurrent_requests) or a refusal.
+        type Case = (
+            &'static str,
+            &'static [(&'static str, &'static str)],
+            Result<(Duration, usize), &'static str>,
+        );
+        #[rustfmt::skip]
+        let cases: [Case; 11] = [
+            ("", &[], Ok((ms(30_000), 1024))),
+            ("[api]\nrequest_timeout = \"100ms\"", &[], Ok((ms(100), 1024))),
+            ("[api]\nrequest_timeout = \"1h\"", &[], Ok((ms(3_600_000), 1024))),
+            ("", &[("DELAYQ_API_REQUEST_TIMEOUT", "250ms")], Ok((ms(250), 1024))),
+            ("[api]\nmax_concurrent_requests = 1", &[], Ok((ms(30_000), 1))),
+            ("", &[("DELAYQ_API_MAX_CONCURRENT_REQUESTS", "100000")], Ok((ms(30_000), 100_000))),
+            ("[api]\nrequest_timeout = \"99ms\"", &[], Err("api.request_timeout: 99ms: must be 100ms to 1h")),
+            ("[api]\nrequest_timeout = \"1h 1ms\"", &[], Err("api.request_timeout: 1h 1ms: must be 100ms to 1h")),
+            ("[api]\nrequest_timeout = \"soon\"", &[], Err("request_timeout")),
+            ("[api]\nmax_concurrent_requests = 0", &[], Err("api.max_concurrent_requests: must be 1 to 100000 (got 0)")),
+            ("[api]\nmax_concurrent_requests = 100001", &[], Err("api.max_concurrent_requests: must be 1 to 100000 (got 100001)")),
+        ];
+        for (toml, env_pairs, expected) in cases {
+            match expected {
+                Ok(want) => {
+                    let c = Config::from_toml(toml, env(env_pairs)).unwrap();
+                    let got = (c.api.request_timeout, c.api.max_concurrent_requests);
+                    assert_eq!(got, want, "{toml} {env_pairs:?}");
+                }
+                Err(part) => check_err(toml, env_pairs, part),
+            }
+        }
+    }
+
+    #[test]
     fn delivery_streams_inherit_the_defaults() {
         let c = Config::from_toml(
             "[delivery]\ngroups = [\"workers\"]\nack_timeout = \"30s\"\n\
@@ -1731,6 +1856,66 @@ mod tests {
         assert_eq!(exposed(&c.api.tokens), ["s3cret", "other"]);
         let c = Config::from_toml("[api]\nlisten = \"[::1]:7070\"", env(&[])).unwrap();
         assert!(c.api.tokens.is_empty());
+    }
+
+    #[test]
+    fn tokens_of_each_scope_come_from_lists_files_and_the_environment() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, text: &str| {
+            let path = dir.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            path.display().to_string()
+        };
+        let (admin, write, read) = (
+            file("admin", "a2\n"),
+            file("write", "w2\n\n  w3  \n"),
+            file("read", "r2"),
+        );
+        let c = Config::from_toml(
+            &format!(
+                "[api]\nlisten = \"0.0.0.0:7070\"\ntokens = [\"a1\"]\ntokens_file = \"{admin}\"\n\
+                 write_tokens = [\"w1\"]\nwrite_tokens_file = \"{write}\"\nread_tokens_file = \"{read}\""
+            ),
+            env(&[("DELAYQ_API_READ_TOKENS", "r1, r0")]),
+        )
+        .unwrap();
+        assert_eq!(exposed(&c.api.tokens), ["a1", "a2"]);
+        assert_eq!(exposed(&c.api.write_tokens), ["w1", "w2", "w3"]);
+        assert_eq!(exposed(&c.api.read_tokens), ["r1", "r0", "r2"]);
+        // Tokens of a lower scope alone are authentication enough to listen beyond loopback.
+        for (toml, env_pairs) in [
+            (
+                "[api]\nlisten = \"0.0.0.0:7070\"\nread_tokens = [\"r\"]",
+                &[][..],
+            ),
+            (
+                "[api]\nlisten = \"0.0.0.0:7070\"",
+                &[("DELAYQ_API_WRITE_TOKENS", "w")][..],
+            ),
+        ] {
+            let c = Config::from_toml(toml, env(env_pairs)).unwrap();
+            assert!(c.api.tokens.is_empty(), "{toml}");
+        }
+        #[rustfmt::skip]
+        let refusals = [
+            ("[api]\nwrite_tokens = [\"\"]", "api.write_tokens: an empty token"),
+            ("[api]\nread_tokens = [\"a b\"]", "api.read_tokens: a token: must be non-empty"),
+            ("[api]\nread_tokens_file = \"/nonexistent/read\"", "api.read_tokens_file: cannot read /nonexistent/read"),
+            ("[api]\nwrite_tokens_file = \"/nonexistent/write\"", "api.write_tokens_file: cannot read"),
+            ("[api]\ntokens = [\"t\"]\nwrite_tokens = [\"t\"]", "api.write_tokens: a token is also of a higher scope"),
+            ("[api]\ntokens = [\"t\"]\nread_tokens = [\"t\"]", "api.read_tokens: a token is also of a higher scope"),
+            ("[api]\nwrite_tokens = [\"t\"]\nread_tokens = [\"u\", \"t\"]", "api.read_tokens: a token is also of a higher scope"),
+        ];
+        for (toml, expected) in refusals {
+            check_err(toml, &[], expected);
+        }
+        let err = Config::from_toml(
+            "[api]\ntokens = [\"t0p\"]\nread_tokens = [\"t0p\"]",
+            env(&[]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(!err.contains("t0p"), "{err}");
     }
 
     #[test]
@@ -1812,7 +1997,11 @@ mod tests {
         assert_eq!(c.api.max_body_bytes, d.api.max_body_bytes);
         assert_eq!(c.api.max_wait, d.api.max_wait);
         assert_eq!(c.api.max_polls, d.api.max_polls);
+        assert_eq!(c.api.request_timeout, d.api.request_timeout);
+        assert_eq!(c.api.max_concurrent_requests, d.api.max_concurrent_requests);
         assert_eq!(exposed(&c.api.tokens), exposed(&d.api.tokens));
+        assert_eq!(exposed(&c.api.write_tokens), exposed(&d.api.write_tokens));
+        assert_eq!(exposed(&c.api.read_tokens), exposed(&d.api.read_tokens));
         let (ci, di) = (c.inbox.expect("enabled"), d.inbox.expect("enabled"));
         assert_eq!(
             (ci.stream, ci.group, ci.rejected_stream),

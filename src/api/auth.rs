@@ -1,42 +1,165 @@
-//! Bearer tokens: with `api.tokens` set, every `/v1/*` request must carry
-//! `Authorization: Bearer <one of them>`, `/v1/leader` and `/v1/admin/resign`
-//! included. `/healthz`, `/readyz`, `/leader` and `/metrics` stay open for load
-//! balancers and scrapers.
+//! Bearer tokens in three scopes, each allowing what the one below allows and more:
+//! `read` (`api.read_tokens`) looks without changing anything; `write`
+//! (`api.write_tokens`) schedules, cancels, reschedules and consumes (a long poll
+//! moves entries to its consumer and counts a delivery, so it is a write);
+//! `admin` (`api.tokens`) also replays and purges dead letters and makes the
+//! leader resign. With any token configured, every `/v1/*` request needs one of
+//! the scope its route needs ([`ROUTES`]); `/healthz`, `/readyz`, `/leader` and
+//! `/metrics` stay open for load balancers and scrapers.
 
-use axum::extract::{Request, State};
+use std::fmt;
+
+use axum::extract::{MatchedPath, Request, State};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, AppState};
+use crate::config::ApiConfig;
 use crate::metrics as m;
 use crate::secret::{ExposeSecret, SecretString};
 
-/// Paths under this prefix need a token when tokens are configured.
+/// Paths under this prefix need a token when tokens are configured, unknown ones too.
 const PROTECTED: &str = "/v1/";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Scope {
+    Read,
+    Write,
+    Admin,
+}
+
+impl Scope {
+    /// The configuration keys whose tokens have this scope or a higher one.
+    fn granted_by(self) -> &'static str {
+        match self {
+            Scope::Read => "api.read_tokens, api.write_tokens or api.tokens",
+            Scope::Write => "api.write_tokens or api.tokens",
+            Scope::Admin => "api.tokens",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Scope::Read => "read",
+            Scope::Write => "write",
+            Scope::Admin => "admin",
+        })
+    }
+}
+
+/// What a route asks of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Access {
+    Open,
+    Token(Scope),
+}
+
+use Access::{Open, Token};
+use Scope::{Admin, Read, Write};
+
+/// Every route (method, pattern as routed) and what it needs. A test holds this
+/// table, the router and the OpenAPI document in step.
+pub(super) const ROUTES: &[(&str, &str, Access)] = &[
+    ("POST", "/v1/messages", Token(Write)),
+    ("POST", "/v1/messages/batch", Token(Write)),
+    ("GET", "/v1/messages/batch", Token(Read)),
+    ("DELETE", "/v1/messages/batch", Token(Write)),
+    ("GET", "/v1/messages/{id}", Token(Read)),
+    ("DELETE", "/v1/messages/{id}", Token(Write)),
+    ("POST", "/v1/messages/{id}/reschedule", Token(Write)),
+    ("GET", "/v1/streams/{stream}/next", Token(Write)),
+    ("POST", "/v1/streams/{stream}/ack", Token(Write)),
+    ("GET", "/v1/streams/{stream}/dead", Token(Read)),
+    ("POST", "/v1/streams/{stream}/dead/replay", Token(Admin)),
+    ("POST", "/v1/streams/{stream}/dead/purge", Token(Admin)),
+    ("GET", "/v1/stats", Token(Read)),
+    ("GET", "/v1/leader", Token(Read)),
+    ("GET", "/v1/openapi.json", Token(Read)),
+    ("POST", "/v1/admin/resign", Token(Admin)),
+    ("GET", "/leader", Open),
+    ("GET", "/healthz", Open),
+    ("GET", "/readyz", Open),
+    ("GET", "/metrics", Open),
+];
+
+/// What a request to `route` (None: no route matched) at `path` needs. A method
+/// the route does not serve (answered 405) or an unknown path under `/v1/` needs
+/// a token of any scope, as every `/v1/*` request does.
+pub(super) fn access(method: &Method, route: Option<&str>, path: &str) -> Access {
+    // A GET route answers HEAD too.
+    let method = if method == Method::HEAD {
+        "GET"
+    } else {
+        method.as_str()
+    };
+    let listed = route.and_then(|route| {
+        ROUTES
+            .iter()
+            .find(|(m, r, _)| *m == method && *r == route)
+            .map(|(_, _, access)| *access)
+    });
+    match listed {
+        Some(access) => access,
+        None if path.starts_with(PROTECTED) => Token(Read),
+        None => Open,
+    }
+}
 
 pub(super) async fn require_token(
     State(state): State<AppState>,
     request: Request,
     next: Next,
 ) -> Response {
-    let tokens = &state.config.api.tokens;
-    if tokens.is_empty() || !request.uri().path().starts_with(PROTECTED) {
-        return next.run(request).await;
-    }
+    let api = &state.config.api;
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(MatchedPath::as_str);
+    let needed = match access(request.method(), route, request.uri().path()) {
+        Token(needed) if authenticates(api) => needed,
+        _ => return next.run(request).await,
+    };
     let refusal = match bearer(&request) {
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_token",
-            "this endpoint needs Authorization: Bearer <token> (one of api.tokens)",
+            format!(
+                "this endpoint needs Authorization: Bearer <token> of the {needed} scope (one of {})",
+                needed.granted_by()
+            ),
         ),
-        Some(presented) if !accepted(presented.as_bytes(), tokens) => ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            "invalid_token",
-            "the bearer token is not one of api.tokens",
-        ),
-        Some(_) => return next.run(request).await,
+        Some(presented) => match scope_of(presented.as_bytes(), api) {
+            None => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "invalid_token",
+                "the bearer token is not one of api.tokens, api.write_tokens or api.read_tokens",
+            ),
+            Some(held) if held >= needed => return next.run(request).await,
+            Some(held) => {
+                let mut response = ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "insufficient_scope",
+                    format!(
+                        "{} {} needs the {needed} scope (a token of {}); this token has the {held} scope",
+                        request.method(),
+                        route.unwrap_or("this endpoint"),
+                        needed.granted_by()
+                    ),
+                )
+                .into_response();
+                let challenge = format!(
+                    "Bearer realm=\"delayq\", error=\"insufficient_scope\", scope=\"{needed}\""
+                );
+                if let Ok(value) = HeaderValue::from_str(&challenge) {
+                    response.headers_mut().insert(WWW_AUTHENTICATE, value);
+                }
+                return response;
+            }
+        },
     };
     metrics::counter!(m::AUTH_FAILURES).increment(1);
     let mut response = refusal.into_response();
@@ -45,6 +168,25 @@ pub(super) async fn require_token(
         HeaderValue::from_static("Bearer realm=\"delayq\""),
     );
     response
+}
+
+/// Whether requests need a token: some token, of any scope, is configured.
+fn authenticates(api: &ApiConfig) -> bool {
+    !(api.tokens.is_empty() && api.write_tokens.is_empty() && api.read_tokens.is_empty())
+}
+
+/// The scope of the configured token `presented` equals, if any. Every list is
+/// searched in full ([`accepted`]), whichever holds it.
+fn scope_of(presented: &[u8], api: &ApiConfig) -> Option<Scope> {
+    [
+        (Admin, &api.tokens),
+        (Write, &api.write_tokens),
+        (Read, &api.read_tokens),
+    ]
+    .into_iter()
+    .filter(|(_, tokens)| accepted(presented, tokens))
+    .map(|(scope, _)| scope)
+    .max()
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if there is one.
@@ -85,6 +227,82 @@ mod tests {
             expected,
             "{presented:?} in {tokens:?}"
         );
+    }
+
+    #[test]
+    fn a_token_has_the_scope_of_the_list_that_holds_it() {
+        let c = crate::config::Config::from_toml(
+            "[api]\ntokens = [\"a\"]\nwrite_tokens = [\"w\", \"w2\"]\nread_tokens = [\"r\"]",
+            std::iter::empty(),
+        )
+        .unwrap();
+        for (presented, expected) in [
+            ("a", Some(Admin)),
+            ("w", Some(Write)),
+            ("w2", Some(Write)),
+            ("r", Some(Read)),
+            ("rr", None),
+            ("A", None),
+            ("", None),
+        ] {
+            assert_eq!(
+                scope_of(presented.as_bytes(), &c.api),
+                expected,
+                "{presented:?}"
+            );
+        }
+        assert!(authenticates(&c.api));
+        let open = crate::config::Config::from_toml("", std::iter::empty()).unwrap();
+        assert!(!authenticates(&open.api));
+    }
+
+    #[test]
+    fn a_request_needs_what_its_route_needs() {
+        let purge = "/v1/streams/{stream}/dead/purge";
+        let next = "/v1/streams/{stream}/next";
+        for (method, route, path, expected) in [
+            (Method::GET, Some("/v1/stats"), "/v1/stats", Token(Read)),
+            (Method::HEAD, Some("/v1/stats"), "/v1/stats", Token(Read)),
+            (
+                Method::GET,
+                Some("/v1/messages/{id}"),
+                "/v1/messages/x",
+                Token(Read),
+            ),
+            (
+                Method::DELETE,
+                Some("/v1/messages/{id}"),
+                "/v1/messages/x",
+                Token(Write),
+            ),
+            (Method::GET, Some(next), "/v1/streams/o/next", Token(Write)),
+            (
+                Method::POST,
+                Some(purge),
+                "/v1/streams/o/dead/purge",
+                Token(Admin),
+            ),
+            (
+                Method::POST,
+                Some("/v1/admin/resign"),
+                "/v1/admin/resign",
+                Token(Admin),
+            ),
+            // Answered 405 or 404, after a token of any scope.
+            (
+                Method::PUT,
+                Some("/v1/messages"),
+                "/v1/messages",
+                Token(Read),
+            ),
+            (Method::GET, None, "/v1/nowhere", Token(Read)),
+            (Method::GET, Some("/healthz"), "/healthz", Open),
+            (Method::HEAD, Some("/metrics"), "/metrics", Open),
+            (Method::POST, Some("/leader"), "/leader", Open),
+            (Method::GET, None, "/nowhere", Open),
+        ] {
+            assert_eq!(access(&method, route, path), expected, "{method} {path}");
+        }
     }
 
     #[test]

@@ -1,9 +1,11 @@
 //! The HTTP API. Handlers validate input and call `store`; they never build a
 //! Redis key.
 
+mod access;
 mod auth;
 mod dead;
 mod error;
+mod guard;
 mod messages;
 mod openapi;
 mod stats;
@@ -19,6 +21,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::json;
+use tower::limit::GlobalConcurrencyLimitLayer;
 
 pub use error::ApiError;
 
@@ -48,7 +51,18 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let app = Router::new()
+    let api = &state.config.api;
+    // One bound for every guarded route together.
+    let limit = GlobalConcurrencyLimitLayer::new(api.max_concurrent_requests);
+    // A long poll waits up to api.max_wait by design: its time is that and the usual.
+    let polls = guard::guarded(
+        Router::new().route("/v1/streams/{stream}/next", get(streams::next)),
+        &limit,
+        api.max_concurrent_requests,
+        api.max_wait + api.request_timeout,
+        "api.max_wait + api.request_timeout",
+    );
+    let v1 = Router::new()
         .route("/v1/messages", post(messages::push))
         // The static segment wins over `{id}`: GET and DELETE here still reach the
         // message whose id is "batch".
@@ -71,12 +85,22 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/streams/{stream}/dead/purge", post(dead::purge))
         .route("/v1/messages/{id}/reschedule", post(messages::reschedule))
         .route("/v1/stats", get(stats::stats))
-        .route("/v1/streams/{stream}/next", get(streams::next))
         .route("/v1/streams/{stream}/ack", post(streams::ack))
         .route("/v1/openapi.json", get(openapi::document))
         .route("/v1/leader", get(leader))
+        .route("/v1/admin/resign", post(resign));
+    let v1 = guard::guarded(
+        v1,
+        &limit,
+        api.max_concurrent_requests,
+        api.request_timeout,
+        "api.request_timeout",
+    );
+    // Open routes, outside the bounds: load balancers and scrapers get their answer
+    // under overload too.
+    let app = v1
+        .merge(polls)
         .route("/leader", get(leader_only))
-        .route("/v1/admin/resign", post(resign))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(render_metrics))
@@ -85,6 +109,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_token,
         ))
+        .layer(access::layer())
         .layer(axum::middleware::from_fn(count_requests))
         .with_state(state);
     // Around the whole router, not per route: axum completes some answers (the Allow

@@ -109,6 +109,58 @@ mod tests {
         );
     }
 
+    /// The access table of `auth`, as (method, path) and the scope's name (None: open).
+    fn access_table() -> Vec<((String, String), Option<String>)> {
+        use crate::api::auth::{Access, ROUTES};
+        ROUTES
+            .iter()
+            .map(|(method, path, access)| {
+                let scope = match access {
+                    Access::Open => None,
+                    Access::Token(scope) => Some(scope.to_string()),
+                };
+                ((method.to_ascii_lowercase(), path.to_string()), scope)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_route_has_one_access_rule_and_the_document_names_its_scope() {
+        let table = access_table();
+        let listed: BTreeSet<_> = table.iter().map(|(route, _)| route.clone()).collect();
+        assert_eq!(listed.len(), table.len(), "a route is listed twice");
+        let routed = routed();
+        let unlisted: Vec<_> = routed.difference(&listed).collect();
+        assert!(
+            unlisted.is_empty(),
+            "routes without an access rule: {unlisted:?}"
+        );
+        let stale: Vec<_> = listed.difference(&routed).collect();
+        assert!(
+            stale.is_empty(),
+            "access rules for routes that do not exist: {stale:?}"
+        );
+
+        let doc: Value = serde_json::from_str(super::DOCUMENT).expect("openapi.json is JSON");
+        for ((method, path), scope) in &table {
+            let op = &doc["paths"][path][method];
+            let case = format!("{method} {path}");
+            match scope {
+                Some(scope) => {
+                    assert_eq!(op["x-delayq-scope"], scope.as_str(), "{case}");
+                    assert!(
+                        op.get("security").is_none(),
+                        "{case}: needs the bearer scheme"
+                    );
+                }
+                None => {
+                    assert!(op.get("x-delayq-scope").is_none(), "{case}: open");
+                    assert_eq!(op["security"], serde_json::json!([]), "{case}: open");
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_route_scan_reads_method_chains() {
         let text = r#".route("/a/{id}", get(h::status).delete(h::cancel)).route(

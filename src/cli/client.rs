@@ -32,8 +32,10 @@ Exit codes:
   2  command line not understood
   3  not found (HTTP 404)
   4  conflict: the message is already delivered, expired, dead or cancelled (HTTP 409)
-  5  not authorized: missing or unknown token (HTTP 401), or stream not allowed (HTTP 403)
-  6  delayq cannot do it now: Redis unreachable or busy (HTTP 5xx); retry later
+  5  not authorized: missing or unknown token (HTTP 401), a token of too low a scope or
+     a stream not allowed (HTTP 403)
+  6  delayq cannot do it now: Redis unreachable or busy, delayq overloaded (HTTP 5xx,
+     429); retry later
   7  cannot reach delayq at --url";
 
 const EXIT_REFUSED: u8 = 1;
@@ -346,7 +348,7 @@ pub(super) fn exit_code(status: reqwest::StatusCode) -> u8 {
         401 | 403 => EXIT_UNAUTHORIZED,
         404 => EXIT_NOT_FOUND,
         409 => EXIT_CONFLICT,
-        500..=599 => EXIT_UNAVAILABLE,
+        429 | 500..=599 => EXIT_UNAVAILABLE,
         _ => EXIT_REFUSED,
     }
 }
@@ -434,5 +436,28 @@ fn text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         Value::Null => "-".to_owned(),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn statuses_map_to_exit_codes() {
+        for (status, code) in [
+            (200, 0),
+            (201, 0),
+            (400, 1),
+            (413, 1),
+            (422, 1),
+            (401, 5),
+            (403, 5),
+            (404, 3),
+            (409, 4),
+            (429, 6),
+            (503, 6),
+        ] {
+            let status = reqwest::StatusCode::from_u16(status).unwrap();
+            assert_eq!(super::exit_code(status), code, "{status}");
+        }
     }
 }

@@ -732,6 +732,9 @@ edges! {
     max_attempts_min: [("delivery.max_attempts", "1"), ("delivery.backoff_jitter", "0.0")], Workload { redeliver: true, ..W };
     max_attempts_max: [("delivery.max_attempts", "1000")], Workload { redeliver: true, ..W };
     default_maxlen_max: [("streams.default_maxlen", "9223372036854775807")], W;
+    // The low ends (1 request at once, 100ms) are in tests/it/http.rs: there they refuse.
+    max_concurrent_requests_max: [("api.max_concurrent_requests", "100000")], W;
+    request_timeout_max: [("api.request_timeout", "\"1h\"")], W;
 }
 
 /// A key set to a value, and whether `check-config` must accept it.
@@ -755,6 +758,10 @@ const BOUNDS: &[Bound] = &[
     ("api.max_polls", "1", true), ("api.max_polls", "10000", true),
     ("api.max_polls", "0", false), ("api.max_polls", "10001", false),
     ("api.max_wait", "\"0s\"", true), ("api.max_wait", "\"1h\"", true), ("api.max_wait", "\"3601s\"", false),
+    ("api.request_timeout", "\"100ms\"", true), ("api.request_timeout", "\"1h\"", true),
+    ("api.request_timeout", "\"99ms\"", false), ("api.request_timeout", "\"3601s\"", false),
+    ("api.max_concurrent_requests", "1", true), ("api.max_concurrent_requests", "100000", true),
+    ("api.max_concurrent_requests", "0", false), ("api.max_concurrent_requests", "100001", false),
     ("api.max_delay", "\"1ms\"", true), ("api.max_delay", "\"0s\"", false),
     ("api.max_delay", "\"36500days\"", true), ("api.max_delay", "\"36501days\"", false),
     ("redis.connect_timeout", "\"50ms\"", true), ("redis.connect_timeout", "\"49ms\"", false),

@@ -10,6 +10,7 @@ mod forwarding;
 mod fuzz;
 mod ha;
 mod health;
+mod http;
 mod interfaces;
 mod limits;
 mod metrics;
