@@ -1,9 +1,10 @@
 //! Leader-only work: forwarding due messages into their streams, forgetting old
 //! records, and reporting what is pending.
 //!
-//! [`run_while_leading`] watches leadership; for each term it raises the fences,
-//! starts one forward loop per shard plus the housekeeping loops, and cancels them
-//! when the term ends. A loop finishes at most the script call in flight.
+//! [`start`] is called by each [`Term`] once its fences are raised: one forward
+//! loop per shard plus the housekeeping loops, all ending with the term. A loop
+//! finishes at most the script call in flight; a `FENCED` reply goes to
+//! [`Term::fenced`].
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,90 +16,25 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
-use crate::leadership::{Leadership, Role, StepDown};
 use crate::metrics as m;
 use crate::store::{ForwardOptions, Store, StoreError};
+use crate::term::Term;
 
-/// Runs the leader-only loops during every term this node leads, until `cancel`.
-/// Returns once every loop has stopped. `live` is the running configuration: a
-/// term starts with its latest value, and the forward loops follow the reloadable
-/// stream settings (MAXLEN) as they change.
-pub async fn run_while_leading(
+/// Starts a term's forwarding work on `workers`: one forward loop per shard, the
+/// wake-up dispatcher, record trimming and the pending reports. Each stops when
+/// the term ends, after at most the script call in flight.
+pub(crate) fn start(
+    workers: &mut JoinSet<()>,
+    term: &Term,
     live: watch::Receiver<Arc<Config>>,
-    store: Store,
-    leadership: Leadership,
-    cancel: CancellationToken,
+    store: &Store,
 ) {
-    let mut roles = leadership.subscribe();
-    loop {
-        let role = roles.borrow_and_update().clone();
-        if let Role::Leader(term) = role {
-            let term_token = cancel.child_token();
-            let mut tasks = JoinSet::new();
-            tasks.spawn(lead_term(
-                live.borrow().clone(),
-                live.clone(),
-                store.clone(),
-                leadership.clone(),
-                term.epoch,
-                term_token.clone(),
-            ));
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                changed = roles.changed() => if changed.is_err() { term_token.cancel(); tasks.join_all().await; return; }
-            }
-            term_token.cancel();
-            tasks.join_all().await;
-            tracing::info!(epoch = term.epoch, "leader loops stopped");
-        } else {
-            tokio::select! {
-                _ = cancel.cancelled() => {}
-                changed = roles.changed() => if changed.is_err() { return; }
-            }
-        }
-        if cancel.is_cancelled() {
-            return;
-        }
-    }
-}
-
-async fn lead_term(
-    config: Arc<Config>,
-    live: watch::Receiver<Arc<Config>>,
-    store: Store,
-    leadership: Leadership,
-    epoch: u64,
-    cancel: CancellationToken,
-) {
-    // Fence first: from here on, an older leader's scripts are refused.
-    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-    loop {
-        match store.raise_fences(epoch).await {
-            Ok(()) => break,
-            Err(StoreError::Fenced { held, .. }) => {
-                tracing::error!(
-                    epoch,
-                    held,
-                    "raising the fences refused: a newer leader holds them; stepping down"
-                );
-                leadership.step_down(StepDown::Fenced { epoch, held });
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(epoch, error = %e, "cannot raise the fences yet; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff.next_delay()) => {}
-                }
-            }
-        }
-    }
-    tracing::info!(epoch, shards = store.shards(), "fences raised; forwarding");
-
+    let config = live.borrow().clone();
+    let cancel = term.child_token();
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
-    let mut tasks = JoinSet::new();
+    let tasks = workers;
     tasks.spawn(dispatch_wakeups(
         store.clone(),
         wakers.clone(),
@@ -107,38 +43,24 @@ async fn lead_term(
     for shard in 0..store.shards() {
         // At 0 from the term's start, so that a rate() over it sees the first error.
         metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
-        tasks.spawn(forward_shard(
-            ForwardLoop {
-                store: store.clone(),
-                leadership: leadership.clone(),
-                options: options.clone(),
-                live: live.clone(),
-                idle_wakeup: config.forwarder.idle_wakeup,
-                shard,
-                epoch,
-                wakers: wakers.clone(),
-                in_flight: in_flight.clone(),
-            },
-            cancel.clone(),
-        ));
+        tasks.spawn(forward_shard(ForwardLoop {
+            store: store.clone(),
+            term: term.clone(),
+            options: options.clone(),
+            live: live.clone(),
+            idle_wakeup: config.forwarder.idle_wakeup,
+            shard,
+            wakers: wakers.clone(),
+            in_flight: in_flight.clone(),
+        }));
     }
     tasks.spawn(trim_records(
         store.clone(),
-        leadership.clone(),
-        epoch,
+        term.clone(),
         config.records.trim_interval,
-        cancel.clone(),
     ));
     tasks.spawn(report_pending(store.clone(), cancel.clone()));
-    tasks.spawn(report_pending_streams(store.clone(), cancel.clone()));
-    tasks.spawn(crate::sweeper::run(
-        live.clone(),
-        store.clone(),
-        leadership.clone(),
-        epoch,
-        cancel.clone(),
-    ));
-    tasks.join_all().await;
+    tasks.spawn(report_pending_streams(store.clone(), cancel));
 }
 
 /// Forward calls of draining shards in flight at once. The shard loops share one
@@ -152,13 +74,12 @@ const FORWARDS_IN_FLIGHT: usize = 2;
 
 struct ForwardLoop {
     store: Store,
-    leadership: Leadership,
+    term: Term,
     options: Arc<ForwardOptions>,
     /// Rebuilds `options` when a reload changed the configuration.
     live: watch::Receiver<Arc<Config>>,
     idle_wakeup: Duration,
     shard: u16,
-    epoch: u64,
     wakers: Arc<Vec<Notify>>,
     /// Shared by the term's shard loops: see [`FORWARDS_IN_FLIGHT`].
     in_flight: Arc<Semaphore>,
@@ -166,7 +87,8 @@ struct ForwardLoop {
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
 /// sleeps until the shard's next due time, a wake-up, or `idle_wakeup`.
-async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
+async fn forward_shard(mut l: ForwardLoop) {
+    let cancel = l.term.child_token();
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
     let waker = &l.wakers[l.shard as usize];
     let shard_label = l.shard.to_string();
@@ -188,7 +110,7 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
             None
         };
         let started = Instant::now();
-        let result = l.store.forward(l.shard, l.epoch, &l.options).await;
+        let result = l.store.forward(l.shard, l.term.epoch(), &l.options).await;
         drop(turn);
         match result {
             Ok(batch) => {
@@ -262,17 +184,8 @@ async fn forward_shard(mut l: ForwardLoop, cancel: CancellationToken) {
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
-            Err(StoreError::Fenced { held, caller }) => {
-                tracing::error!(
-                    shard = l.shard,
-                    epoch = caller,
-                    held,
-                    "forward refused: a newer leader holds the fence; stepping down"
-                );
-                l.leadership.step_down(StepDown::Fenced {
-                    epoch: caller,
-                    held,
-                });
+            Err(StoreError::Fenced { held, .. }) => {
+                l.term.fenced("forward", held);
                 break;
             }
             Err(e) => {
@@ -320,44 +233,26 @@ async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: Cancel
 }
 
 /// Forgets delivery, expiry and cancellation records past their retention.
-async fn trim_records(
-    store: Store,
-    leadership: Leadership,
-    epoch: u64,
-    every: Duration,
-    cancel: CancellationToken,
-) {
+async fn trim_records(store: Store, term: Term, every: Duration) {
     const LIMIT: usize = 1000;
     loop {
         tokio::select! {
-            _ = cancel.cancelled() => return,
+            _ = term.ended() => return,
             _ = tokio::time::sleep(every) => {}
         }
         for shard in 0..store.shards() {
             loop {
-                if cancel.is_cancelled() {
+                if term.is_over() {
                     return;
                 }
-                match store.trim_records(shard, epoch, LIMIT).await {
+                match store.trim_records(shard, term.epoch(), LIMIT).await {
                     Ok(trimmed) => {
                         metrics::counter!(m::RECORDS_TRIMMED).increment(trimmed.forgotten);
                         if (trimmed.looked_at as usize) < LIMIT {
                             break;
                         }
                     }
-                    Err(StoreError::Fenced { held, caller }) => {
-                        tracing::error!(
-                            shard,
-                            epoch = caller,
-                            held,
-                            "trimming refused: a newer leader holds the fence; stepping down"
-                        );
-                        leadership.step_down(StepDown::Fenced {
-                            epoch: caller,
-                            held,
-                        });
-                        return;
-                    }
+                    Err(StoreError::Fenced { held, .. }) => return term.fenced("trimming", held),
                     Err(e) => {
                         tracing::warn!(shard, error = %e, "trimming records failed; next round will retry");
                         break;

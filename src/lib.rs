@@ -38,6 +38,7 @@ pub mod secret;
 pub mod service;
 pub mod store;
 pub mod sweeper;
+pub mod term;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -114,7 +115,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     };
 
     let work = CancellationToken::new();
-    let work_task = tokio::spawn(forwarder::run_while_leading(
+    let work_task = tokio::spawn(term::run_while_leading(
         live_config.clone(),
         store.clone(),
         leadership.clone(),

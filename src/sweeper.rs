@@ -27,31 +27,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
 use crate::config::{Config, DeliveryConfig, StreamDelivery};
-use crate::leadership::{Leadership, StepDown};
 use crate::message::MessageId;
 use crate::metrics as m;
 use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
+use crate::term::Term;
 
 /// Sweeps the watched streams' consumer groups for one leader term (until `cancel`),
 /// following the live configuration: when a reload changes `[delivery]`, the sweep
 /// starts over with the new settings.
-pub async fn run(
-    mut live: watch::Receiver<Arc<Config>>,
-    store: Store,
-    leadership: Leadership,
-    epoch: u64,
-    cancel: CancellationToken,
-) {
+pub async fn run(mut live: watch::Receiver<Arc<Config>>, store: Store, term: Term) {
+    let epoch = term.epoch();
     loop {
         let config = live.borrow_and_update().clone();
-        let pass = cancel.child_token();
-        let sweep = sweep_term(
-            config.clone(),
-            store.clone(),
-            leadership.clone(),
-            epoch,
-            pass.clone(),
-        );
+        let pass = term.child_token();
+        let sweep = sweep_term(config.clone(), store.clone(), term.clone(), pass.clone());
         // The pass ends with the term or with a reload that changes `[delivery]`; the
         // sweep may end sooner on its own (nothing watched, or fenced). Either way it
         // finishes the step in flight before anything else starts.
@@ -89,13 +78,8 @@ async fn delivery_changed(
 
 /// Sweeps with one configuration until `cancel`. Returns at once when no stream is
 /// watched.
-async fn sweep_term(
-    config: Arc<Config>,
-    store: Store,
-    leadership: Leadership,
-    epoch: u64,
-    cancel: CancellationToken,
-) {
+async fn sweep_term(config: Arc<Config>, store: Store, term: Term, cancel: CancellationToken) {
+    let epoch = term.epoch();
     let mut watches: Vec<GroupSweep> = config
         .delivery
         .streams
@@ -126,20 +110,9 @@ async fn sweep_term(
             if cancel.is_cancelled() {
                 return;
             }
-            match w.sweep(&store, epoch, batch).await {
+            match w.sweep(&store, epoch, batch, &cancel).await {
                 Ok(()) => {}
-                Err(StoreError::Fenced { held, caller }) => {
-                    tracing::error!(
-                        epoch = caller,
-                        held,
-                        "sweep refused: a newer leader holds the fence; stepping down"
-                    );
-                    leadership.step_down(StepDown::Fenced {
-                        epoch: caller,
-                        held,
-                    });
-                    return;
-                }
+                Err(StoreError::Fenced { held, .. }) => return term.fenced("sweep", held),
                 Err(e) => {
                     failure = Some((w.stream.clone(), w.group.clone(), e));
                     break;
@@ -206,7 +179,15 @@ impl GroupSweep {
         }
     }
 
-    async fn sweep(&mut self, store: &Store, epoch: u64, batch: usize) -> Result<(), StoreError> {
+    /// One batch of this group's stale entries; stops between entries once `cancel`
+    /// fires (the term or the pass ended).
+    async fn sweep(
+        &mut self,
+        store: &Store,
+        epoch: u64,
+        batch: usize,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
         if self.missing && Instant::now() < self.recheck_at {
             return Ok(());
         }
@@ -241,6 +222,9 @@ impl GroupSweep {
         metrics::gauge!(m::PENDING_TOO_LONG, "stream" => self.stream.clone(), "group" => self.group.clone())
             .set(ours.len() as f64);
         for (entry, id) in ours {
+            if cancel.is_cancelled() {
+                return Ok(());
+            }
             let random = rand::rng().random::<f64>();
             let outcome = match store
                 .redeliver(

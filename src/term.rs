@@ -1,0 +1,180 @@
+//! One leadership term: "this node leads with epoch E".
+//!
+//! [`run_while_leading`] starts a [`Term`] each time this node becomes leader: it
+//! raises the fences, then starts the leader-only workers (the forward loops and
+//! their housekeeping, the redelivery sweep) under the term's own cancellation
+//! token, and stops them, each after at most the script call in flight, when the
+//! role changes or the daemon stops. Workers receive the term; they never decide
+//! leadership. [`Term::fenced`] is the only place where a `FENCED` reply becomes a
+//! step-down.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+use crate::leadership::{Leadership, Role, StepDown};
+use crate::store::{Store, StoreError};
+
+/// A term as its workers see it. Cheap to clone: clones share the term.
+#[derive(Clone)]
+pub struct Term {
+    epoch: u64,
+    leadership: Leadership,
+    token: CancellationToken,
+    /// Set by the first worker that was fenced, so the step-down is asked and
+    /// logged once however many workers were refused.
+    fenced: Arc<AtomicBool>,
+}
+
+impl Term {
+    fn new(epoch: u64, leadership: Leadership, token: CancellationToken) -> Term {
+        Term {
+            epoch,
+            leadership,
+            token,
+            fenced: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The epoch every leader-only script call of this term carries.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// Completes when the term is over (role change, fenced, or shutdown).
+    pub async fn ended(&self) {
+        self.token.cancelled().await
+    }
+
+    pub fn is_over(&self) -> bool {
+        self.token.is_cancelled()
+    }
+
+    /// A token cancelled when the term ends, for a worker's own sub-tasks.
+    pub fn child_token(&self) -> CancellationToken {
+        self.token.child_token()
+    }
+
+    /// A newer leader holds the fence and refused `what` (`"forward"`,
+    /// `"trimming"`, …): the term is over. Asks the elector to step down, once,
+    /// and ends the term, so every worker stops now rather than at its own next
+    /// refusal.
+    pub fn fenced(&self, what: &str, held: u64) {
+        if !self.fenced.swap(true, Ordering::SeqCst) {
+            tracing::error!(
+                epoch = self.epoch,
+                held,
+                "{what} refused: a newer leader holds the fence; stepping down"
+            );
+            self.leadership.step_down(StepDown::Fenced {
+                epoch: self.epoch,
+                held,
+            });
+        }
+        self.token.cancel();
+    }
+}
+
+/// Runs the leader-only workers during every term this node leads, until `cancel`.
+/// Returns once every worker has stopped. `live` is the running configuration: a
+/// term starts with its latest value, and workers follow the reloadable keys as
+/// they change.
+pub async fn run_while_leading(
+    live: watch::Receiver<Arc<Config>>,
+    store: Store,
+    leadership: Leadership,
+    cancel: CancellationToken,
+) {
+    let mut roles = leadership.subscribe();
+    loop {
+        let role = roles.borrow_and_update().clone();
+        if let Role::Leader(lead) = role {
+            let term = Term::new(lead.epoch, leadership.clone(), cancel.child_token());
+            let mut work = JoinSet::new();
+            work.spawn(serve(term.clone(), live.clone(), store.clone()));
+            // None: the term ended on its own (fenced) while the role still says
+            // leader; Some(gone): the role changed (or its sender is gone).
+            let role_changed = tokio::select! {
+                _ = cancel.cancelled() => Some(false),
+                _ = term.ended() => None,
+                changed = roles.changed() => Some(changed.is_err()),
+            };
+            term.token.cancel();
+            work.join_all().await;
+            tracing::info!(epoch = lead.epoch, "leader loops stopped");
+            match role_changed {
+                Some(true) => return,
+                Some(false) => {}
+                // Fenced: no new term until the elector has acted on the step-down.
+                None => tokio::select! {
+                    _ = cancel.cancelled() => {}
+                    changed = roles.changed() => if changed.is_err() { return; }
+                },
+            }
+        } else {
+            tokio::select! {
+                _ = cancel.cancelled() => {}
+                changed = roles.changed() => if changed.is_err() { return; }
+            }
+        }
+        if cancel.is_cancelled() {
+            return;
+        }
+    }
+}
+
+/// One term: fences first (from then on an older leader's scripts are refused),
+/// then every leader-only worker, until the term ends.
+async fn serve(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
+    let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+    loop {
+        match store.raise_fences(term.epoch()).await {
+            Ok(()) => break,
+            Err(StoreError::Fenced { held, .. }) => return term.fenced("raising the fences", held),
+            Err(e) => {
+                tracing::warn!(epoch = term.epoch(), error = %e, "cannot raise the fences yet; retrying");
+                tokio::select! {
+                    _ = term.ended() => return,
+                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+                }
+            }
+        }
+    }
+    tracing::info!(
+        epoch = term.epoch(),
+        shards = store.shards(),
+        "fences raised; forwarding"
+    );
+    let mut workers = JoinSet::new();
+    crate::forwarder::start(&mut workers, &term, live.clone(), &store);
+    workers.spawn(crate::sweeper::run(live, store, term));
+    workers.join_all().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fenced_term_steps_down_once_and_ends_for_every_worker() {
+        let (mut elector, leadership) = crate::leadership::channel();
+        let term = Term::new(7, leadership, CancellationToken::new());
+        let workers = [term.clone(), term.clone(), term.clone()];
+        let sub_task = workers[0].child_token();
+        for (i, worker) in workers.iter().enumerate() {
+            worker.fenced("forward", 9 + i as u64);
+        }
+        assert!(term.is_over() && sub_task.is_cancelled());
+        match elector.requests.try_recv() {
+            Ok(StepDown::Fenced { epoch: 7, held: 9 }) => {}
+            other => panic!("one step-down for the first refusal, got {other:?}"),
+        }
+        assert!(elector.requests.try_recv().is_err(), "asked once only");
+    }
+}
