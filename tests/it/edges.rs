@@ -11,7 +11,7 @@ use delayq::harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::{Entry, delayq_bin, entries, eventually, patience};
+use crate::support::{Entry, delayq_bin, entries, eventually, patience, redis_config, used_memory};
 
 const INBOX: &str = "delayq:inbox";
 const REJECTED: &str = "delayq:inbox:rejected";
@@ -871,24 +871,9 @@ async fn a_full_redis_loses_nothing_and_forwarding_resumes_when_memory_frees() {
     }
 
     // Redis full: a little room over what it holds, then a filler key up to the limit.
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query(&mut conn)
-        .unwrap();
-    let info: String = redis::cmd("INFO").arg("memory").query(&mut conn).unwrap();
-    let used: u64 = info
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory");
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(used + (4 << 20))
-        .query(&mut conn)
-        .unwrap();
+    redis_config(&mut conn, "maxmemory-policy", "noeviction");
+    let used = used_memory(&mut conn);
+    redis_config(&mut conn, "maxmemory", &(used + (4 << 20)).to_string());
     let chunk = "f".repeat(64 << 10);
     let mut oom = false;
     for _ in 0..10_000 {
@@ -966,12 +951,7 @@ async fn a_full_redis_loses_nothing_and_forwarding_resumes_when_memory_frees() {
 
     // Memory freed: every message arrives, once, verbatim, on record.
     let _: u64 = redis::cmd("DEL").arg("filler").query(&mut conn).unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut conn)
-        .unwrap();
+    redis_config(&mut conn, "maxmemory", "0");
     eventually(
         Duration::from_secs(15),
         "every message delivered after memory freed",

@@ -11,7 +11,7 @@ use delayq::store::{
     BatchItem, ForwardBatch, ForwardOptions, InboxAck, RecordState, ScheduleMode, Status, Store,
 };
 
-use crate::support::{Bare, entries};
+use crate::support::{Bare, entries, redis_config, used_memory};
 
 const MAX_DELAY: Duration = Duration::from_secs(3600);
 
@@ -103,24 +103,9 @@ async fn a_redis_out_of_memory_holds_messages_back_and_loses_none() {
     let store = &bare.store;
     let mut conn = bare.redis.client();
     let ids = schedule_due_now(store, "oom", 200).await;
-    let used: String = redis::cmd("INFO").arg("memory").query(&mut conn).unwrap();
-    let used: u64 = used
-        .lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .and_then(|v| v.trim().parse().ok())
-        .expect("used_memory");
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory-policy")
-        .arg("noeviction")
-        .query(&mut conn)
-        .unwrap();
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(used / 2)
-        .query(&mut conn)
-        .unwrap();
+    let used = used_memory(&mut conn);
+    redis_config(&mut conn, "maxmemory-policy", "noeviction");
+    redis_config(&mut conn, "maxmemory", &(used / 2).to_string());
 
     let options = options(&bare, 500, Duration::from_secs(60));
     for _ in 0..5 {
@@ -137,12 +122,7 @@ async fn a_redis_out_of_memory_holds_messages_back_and_loses_none() {
         );
     }
 
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut conn)
-        .unwrap();
+    redis_config(&mut conn, "maxmemory", "0");
     let batch = forward(store, &options).await;
     assert_eq!(
         (batch.forwarded, batch.dead, batch.held_back),

@@ -7,7 +7,7 @@ use delayq::harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{delayq_bin, eventually, metrics};
+use crate::support::{delayq_bin, eventually, metrics, redis_config};
 
 /// A standalone node (no etcd) on its own Redis.
 fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
@@ -211,15 +211,6 @@ async fn process_metrics_describe_the_daemon_process() {
         "{text}"
     );
     assert!(value(&text, "process_threads").expect("threads") >= 1.0);
-}
-
-fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg(key)
-        .arg(value)
-        .query(conn)
-        .unwrap();
 }
 
 #[tokio::test]

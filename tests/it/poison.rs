@@ -10,7 +10,7 @@ use delayq::message::MessageId;
 use redis::Value;
 use serde_json::json;
 
-use crate::support::{Bare, Entry, Env, entries, eventually};
+use crate::support::{Bare, Entry, Env, entries, eventually, redis_config};
 
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";
@@ -327,12 +327,7 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let rejected: u64 = redis::cmd("XLEN").arg(REJECTED).query(&mut conn).unwrap();
     assert_eq!(rejected, 0);
 
-    let () = redis::cmd("CONFIG")
-        .arg("SET")
-        .arg("maxmemory")
-        .arg(0)
-        .query(&mut conn)
-        .unwrap();
+    redis_config(&mut conn, "maxmemory", "0");
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 0..5);
     assert!(rejected.is_empty(), "{rejected:?}");

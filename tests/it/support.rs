@@ -245,6 +245,25 @@ pub fn entries(conn: &mut redis::Connection, stream: &str) -> Vec<Entry> {
     }
 }
 
+/// `CONFIG SET key value` on a test's Redis.
+pub fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
+    let () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg(key)
+        .arg(value)
+        .query(conn)
+        .unwrap_or_else(|e| panic!("CONFIG SET {key} {value}: {e}"));
+}
+
+/// Redis's `used_memory` (INFO memory), bytes.
+pub fn used_memory(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(conn).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory in INFO memory")
+}
+
 /// A node's `/metrics` text at `url`; None if it does not answer.
 pub async fn metrics(http: &reqwest::Client, url: String) -> Option<String> {
     http.get(url).send().await.ok()?.text().await.ok()
