@@ -756,4 +756,95 @@ mod tests {
             "p: value is not UTF-8"
         );
     }
+
+    mod props {
+        use proptest::prelude::*;
+
+        use super::*;
+        use crate::message::props::text;
+
+        /// Field lists a producer could XADD: delayq's reserved names (with values
+        /// that parsers look at, or anything) mixed with arbitrary fields.
+        fn fields() -> impl Strategy<Value = Vec<(Vec<u8>, Vec<u8>)>> {
+            let name = prop_oneof![
+                prop::sample::select(
+                    &[
+                        "delayq-stream",
+                        "delayq-delay",
+                        "delayq-at",
+                        "delayq-id",
+                        "delayq-priority",
+                        "delayq-ttl",
+                        "delayq-other",
+                        "a",
+                    ][..]
+                )
+                .prop_map(str::to_owned),
+                text(),
+            ];
+            let value = prop_oneof![
+                Just("orders".to_owned()),
+                "[0-9]{1,25}",
+                "-?[0-9]{1,4}(ms|s|m|h|d|y)?",
+                "20[0-9]{2}-[01][0-9]-[0-3][0-9]T[0-2][0-9]:[0-5][0-9]:[0-5][0-9](Z|[+-][01][0-9]:00)",
+                text(),
+            ];
+            let pair = (
+                name,
+                prop_oneof![value.prop_map(String::into_bytes), any::<Vec<u8>>()],
+            );
+            prop::collection::vec(pair.prop_map(|(k, v)| (k.into_bytes(), v)), 0..12)
+        }
+
+        proptest! {
+            /// Whatever an entry holds, parsing answers (a message or a reason) and a
+            /// message it accepts is one the rules allow.
+            #[test]
+            fn any_entry_is_a_message_or_a_reason(fields in fields()) {
+                let entry = InboxEntry { id: "1700000000000-0".into(), fields: Some(fields) };
+                let config = config();
+                if let Ok(msg) = parse_entry(&entry, &config) {
+                    prop_assert!(config.target_refusal(&msg.stream).is_none());
+                    prop_assert!(msg.priority <= 9);
+                    prop_assert!(!msg.fields.is_empty());
+                    prop_assert!(msg.fields.iter().all(|(k, _)| !k.starts_with(RESERVED_PREFIX)));
+                }
+            }
+
+            /// A valid entry becomes its message: the producer's fields in order, the
+            /// delay as sent, the entry id as the message id.
+            #[test]
+            fn valid_entries_round_trip(
+                delay in 0u64..86_400_000,
+                own in prop::collection::vec(("[a-z][a-z0-9_]{0,8}", "[ -~]{0,20}"), 1..8),
+            ) {
+                let mut fields = vec![
+                    (b"delayq-stream".to_vec(), b"orders".to_vec()),
+                    (b"delayq-delay".to_vec(), delay.to_string().into_bytes()),
+                ];
+                fields.extend(own.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())));
+                let entry = InboxEntry { id: "1700000000000-0".into(), fields: Some(fields) };
+                let msg = parse_entry(&entry, &config()).unwrap();
+                prop_assert_eq!(msg.id.as_str(), "1700000000000-0");
+                prop_assert_eq!(msg.due, Due::In(Duration::from_millis(delay)));
+                prop_assert_eq!(msg.fields, own);
+            }
+
+            /// Epoch milliseconds read back as themselves; RFC 3339 times as theirs.
+            #[test]
+            fn due_times_round_trip(ms in 0u64..=253_402_300_799_999) {
+                prop_assert_eq!(epoch_ms(&ms.to_string()), Ok(ms));
+                let ts = jiff::Timestamp::from_millisecond(ms as i64).unwrap();
+                prop_assert_eq!(epoch_ms(&ts.to_string()), Ok(ms));
+            }
+
+            /// Numbers past 64 bits and negative times are refused, never wrapped.
+            #[test]
+            fn out_of_range_due_times_are_refused(n in crate::message::props::beyond_u64(), neg in 1u64..) {
+                prop_assert!(epoch_ms(&n).is_err());
+                let negative = format!("-{neg}");
+                prop_assert!(epoch_ms(&negative).is_err());
+            }
+        }
+    }
 }
