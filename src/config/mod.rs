@@ -1,0 +1,397 @@
+//! The validated configuration every module is handed ([`Config`] and its
+//! sections), its helpers, and the public API: a TOML file, then
+//! `DELAYQ_<SECTION>_<KEY>` environment overrides, then validation into [`Config`],
+//! once, at start. Every error names the key.
+//!
+//! The stages live in their own files: `raw.rs` (the serde structs and their
+//! defaults), `env.rs` (environment overrides), `validate.rs` (raw into [`Config`],
+//! with `validate/delivery.rs` for `[delivery]`) and `effective.rs` (the effective
+//! table check-config prints and a reload compares, secrets redacted).
+
+mod effective;
+mod env;
+mod raw;
+mod validate;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::message::Limits;
+use crate::secret::{RedisUrl, SecretString};
+
+pub use effective::redact;
+
+use env::apply_env;
+use raw::Raw;
+
+#[derive(Debug, Error)]
+pub enum ConfigError {
+    #[error("{path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Parse(String),
+    #[error("{key}: {problem}")]
+    Invalid { key: String, problem: String },
+}
+
+fn invalid(key: &str, problem: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid {
+        key: key.to_owned(),
+        problem: problem.into(),
+    }
+}
+
+/// The validated configuration every module is handed.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub node_id: String,
+    pub redis: RedisConfig,
+    /// None: no etcd, the instance leads alone (standalone mode).
+    pub etcd: Option<EtcdConfig>,
+    pub api: ApiConfig,
+    pub streams: StreamsConfig,
+    pub forwarder: ForwarderConfig,
+    pub records: RecordsConfig,
+    pub log: LogConfig,
+    pub delivery: DeliveryConfig,
+    /// None: producers cannot schedule through the inbox stream.
+    pub inbox: Option<InboxConfig>,
+}
+
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    /// Shown redacted; `expose()` only to connect.
+    pub url: RedisUrl,
+    pub prefix: String,
+    pub shards: u16,
+    pub timeout: Duration,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct EtcdConfig {
+    pub endpoints: Vec<String>,
+    /// Election key prefix, `/delayq/<cluster>/leader` unless set.
+    pub election_prefix: String,
+    pub lease_ttl: Duration,
+    pub failsafe: bool,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug)]
+pub struct ApiConfig {
+    pub listen: SocketAddr,
+    pub limits: Limits,
+    /// Bearer tokens of the admin scope: every `/v1/*` endpoint. With no token of
+    /// any scope there is no authentication (loopback only).
+    pub tokens: Vec<SecretString>,
+    /// Bearer tokens of the write scope: scheduling, consuming, and what `read` allows.
+    pub write_tokens: Vec<SecretString>,
+    /// Bearer tokens of the read scope: looking, without changing anything.
+    pub read_tokens: Vec<SecretString>,
+    /// Most messages in one `POST /v1/messages/batch`.
+    pub max_batch: usize,
+    /// Largest request body of a batch.
+    pub max_body_bytes: usize,
+    /// Longest a `GET /v1/streams/{stream}/next` may wait for entries.
+    pub max_wait: Duration,
+    /// Most long polls waiting at once (each holds a Redis connection).
+    pub max_polls: usize,
+    /// Longest a request may take before it is answered `503 timeout`; long polls
+    /// get `max_wait` on top.
+    pub request_timeout: Duration,
+    /// Most requests under `/v1` being served at once; more are answered `429`.
+    pub max_concurrent_requests: usize,
+}
+
+#[derive(Clone, Debug)]
+pub struct InboxConfig {
+    /// The stream producers XADD delayed sends into.
+    pub stream: String,
+    /// The consumer group every instance reads the inbox through.
+    pub group: String,
+    /// Where malformed inbox entries go, with the reason.
+    pub rejected_stream: String,
+    /// Entries read per XREADGROUP.
+    pub batch_size: usize,
+    /// How long an entry may stay unacknowledged before another instance takes it over.
+    pub reclaim_after: Duration,
+}
+
+impl InboxConfig {
+    /// The inbox's streams and group, as the store reads and acknowledges them.
+    pub fn queue(&self) -> crate::store::InboxQueue {
+        crate::store::InboxQueue {
+            stream: self.stream.clone(),
+            group: self.group.clone(),
+            rejected_stream: self.rejected_stream.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct StreamsConfig {
+    pub allow: Vec<String>,
+    pub default_maxlen: u64,
+    pub maxlen: Vec<(String, u64)>,
+}
+
+impl StreamsConfig {
+    /// Whether `streams.allow` permits writing to this stream.
+    pub fn allows(&self, stream: &str) -> bool {
+        self.allow.iter().any(|pattern| glob_match(pattern, stream))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ForwarderConfig {
+    pub batch_size: usize,
+    pub idle_wakeup: Duration,
+    pub id_field: Option<String>,
+    pub attempt_field: Option<String>,
+    pub dead_letter_suffix: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct RecordsConfig {
+    pub retention: Duration,
+    pub trim_interval: Duration,
+}
+
+/// Redelivery of entries consumer groups never acknowledged.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeliveryConfig {
+    /// How often the leader looks for entries pending too long.
+    pub sweep_interval: Duration,
+    /// Most pending entries looked at per stream and group in one pass.
+    pub sweep_batch: usize,
+    /// The watched streams (those under `[delivery.streams]`), in name order.
+    pub streams: Vec<StreamDelivery>,
+}
+
+/// Delivery settings of one watched stream, defaults filled in.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StreamDelivery {
+    pub stream: String,
+    /// Consumer groups whose unacknowledged entries are redelivered; never empty.
+    pub groups: Vec<String>,
+    /// An entry pending longer than this in a group counts as lost by its consumer.
+    pub ack_timeout: Duration,
+    /// Deliveries before a message goes to the dead-letter stream instead.
+    pub max_attempts: u32,
+    pub backoff: RetryBackoff,
+    pub dead_letter_stream: String,
+}
+
+/// Delay before redelivery attempt n + 1: `first` × 2^(n − 1), at most `max`,
+/// less up to `jitter` (a fraction) of it at random.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetryBackoff {
+    pub first: Duration,
+    pub max: Duration,
+    pub jitter: f64,
+}
+
+impl DeliveryConfig {
+    pub fn stream(&self, stream: &str) -> Option<&StreamDelivery> {
+        self.streams.iter().find(|s| s.stream == stream)
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    pub level: String,
+    pub json: bool,
+}
+
+impl Config {
+    /// Reads a file (or the defaults when `path` is None), applies environment
+    /// overrides and validates.
+    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
+        let text = match path {
+            Some(path) => std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.display().to_string(),
+                source,
+            })?,
+            None => String::new(),
+        };
+        Config::from_toml(&text, std::env::vars())
+    }
+
+    /// Parses TOML text with the given environment (pairs of name and value).
+    pub fn from_toml(
+        text: &str,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        apply_env(&mut table, env)?;
+        let raw: Raw = table
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        raw.validate()
+    }
+
+    /// Options of the forward script for this configuration.
+    pub fn forward_options(&self) -> crate::store::ForwardOptions {
+        crate::store::ForwardOptions {
+            batch_size: self.forwarder.batch_size,
+            retention: self.records.retention,
+            id_field: self.forwarder.id_field.clone(),
+            attempt_field: self.forwarder.attempt_field.clone(),
+            dead_letter_suffix: self.forwarder.dead_letter_suffix.clone(),
+            default_maxlen: self.streams.default_maxlen,
+            maxlen: self.streams.maxlen.clone(),
+        }
+    }
+
+    /// Where a stream's dead letters go: its `dead_letter_stream` under
+    /// `[delivery.streams]`, else `<stream><forwarder.dead_letter_suffix>`.
+    pub fn dead_letter_stream(&self, stream: &str) -> String {
+        match self.delivery.stream(stream) {
+            Some(s) => s.dead_letter_stream.clone(),
+            None => format!("{stream}{}", self.forwarder.dead_letter_suffix),
+        }
+    }
+
+    pub fn store_config(&self) -> crate::store::StoreConfig {
+        crate::store::StoreConfig {
+            url: self.redis.url.clone(),
+            prefix: self.redis.prefix.clone(),
+            shards: self.redis.shards,
+            response_timeout: self.redis.timeout,
+            connect_timeout: self.redis.connect_timeout,
+            max_blocking_reads: self.api.max_polls,
+        }
+    }
+
+    /// Why a producer may not target `stream`, if it may not: delayq's own keys and
+    /// streams, and names outside `streams.allow`. The text names the rule.
+    pub fn target_refusal(&self, stream: &str) -> Option<String> {
+        let prefix = self.redis.prefix.as_str();
+        // "<prefix>:…" or "{<prefix>:…", checked without building either pattern.
+        let own = |s: &str| s.strip_prefix(prefix).is_some_and(|r| r.starts_with(':'));
+        if own(stream) || stream.strip_prefix('{').is_some_and(own) {
+            return Some(format!(
+                "stream {stream:?}: names starting with \"{prefix}:\" are delayq's own keys"
+            ));
+        }
+        if let Some(inbox) = &self.inbox
+            && (stream == inbox.stream || stream == inbox.rejected_stream)
+        {
+            return Some(format!(
+                "stream {stream:?}: is delayq's inbox (inbox.stream, inbox.rejected_stream)"
+            ));
+        }
+        if !self.streams.allows(stream) {
+            return Some(format!(
+                "stream {stream:?}: not allowed (allowed: {})",
+                self.streams.allow.join(", ")
+            ));
+        }
+        None
+    }
+}
+
+/// Shell-style glob: `*` matches any run of characters, `?` any one character.
+pub fn glob_match(pattern: &str, text: &str) -> bool {
+    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
+    let (mut pi, mut ti) = (0, 0);
+    let (mut star, mut mark) = (None, 0);
+    while ti < t.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+            pi += 1;
+            ti += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            pi += 1;
+            mark = ti;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ti = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::ExposeSecret;
+
+    pub(super) fn exposed(tokens: &[SecretString]) -> Vec<&str> {
+        tokens.iter().map(|t| t.expose_secret()).collect()
+    }
+
+    pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    #[track_caller]
+    fn check_target(toml: &str, stream: &str, refusal: Option<&str>) {
+        let c = Config::from_toml(toml, env(&[])).unwrap();
+        match (c.target_refusal(stream), refusal) {
+            (None, None) => {}
+            (Some(got), Some(part)) => {
+                assert!(got.contains(part), "{got:?} should contain {part:?}")
+            }
+            (got, want) => panic!("{stream}: got {got:?}, want {want:?}"),
+        }
+    }
+
+    #[test]
+    fn targets() {
+        check_target("", "orders", None);
+        check_target("", "delayq:inbox", Some("delayq's own keys"));
+        check_target("[redis]\nprefix = \"dq\"", "delayq:inbox", None);
+        check_target(
+            "[redis]\nprefix = \"dq\"",
+            "dq:inbox",
+            Some("delayq's own keys"),
+        );
+        check_target("[inbox]\nstream = \"mq\"", "mq", Some("delayq's inbox"));
+        check_target(
+            "[redis]\nprefix = \"dq\"",
+            "{dq:1}:due",
+            Some("delayq's own keys"),
+        );
+        check_target(
+            "[streams]\nallow = [\"orders*\"]",
+            "billing",
+            Some("not allowed (allowed: orders*)"),
+        );
+        check_target("[streams]\nallow = [\"orders*\"]", "orders:eu", None);
+    }
+
+    #[track_caller]
+    fn check_glob(pattern: &str, text: &str, expected: bool) {
+        assert_eq!(glob_match(pattern, text), expected, "{pattern} ~ {text}");
+    }
+
+    #[test]
+    fn globs() {
+        check_glob("*", "", true);
+        check_glob("*", "orders", true);
+        check_glob("orders", "orders", true);
+        check_glob("orders", "orders2", false);
+        check_glob("orders*", "orders:eu", true);
+        check_glob("*:eu", "orders:eu", true);
+        check_glob("*:eu", "orders:us", false);
+        check_glob("o?ders", "orders", true);
+        check_glob("a*b*c", "aXXbYYc", true);
+        check_glob("a*b*c", "aXXbYY", false);
+    }
+}

@@ -1,0 +1,514 @@
+//! Validation: [`Raw`] into [`Config`], each section destructured in full so a new
+//! raw field cannot be forgotten, every refusal naming its key.
+
+mod delivery;
+#[cfg(test)]
+mod tests;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::raw::{
+    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis, RawStreams,
+};
+use super::{
+    ApiConfig, Config, ConfigError, EtcdConfig, ForwarderConfig, InboxConfig, LogConfig,
+    RecordsConfig, RedisConfig, StreamsConfig, invalid,
+};
+use crate::message::{Limits, is_plain};
+use crate::secret::{self, ExposeSecret, RedisUrl, SecretString};
+
+/// The longest `api.request_timeout`.
+const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// The longest `api.max_delay` allowed.
+const MAX_DELAY_LIMIT: Duration = Duration::from_secs(36_500 * 24 * 3600);
+
+fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
+    if value < 1 || value > max {
+        return Err(invalid(key, format!("must be 1 to {max} (got {value})")));
+    }
+    Ok(value)
+}
+
+/// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
+fn token_list(
+    key: &str,
+    mut tokens: Vec<String>,
+    file: Option<String>,
+    read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
+) -> Result<Vec<String>, ConfigError> {
+    if let Some(path) = file {
+        let file = read_secret(&format!("{key}_file"), &path)?;
+        tokens.extend(
+            file.expose_secret()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    if let Some(bad) = tokens.iter().find(|t| t.is_empty() || !is_plain(t)) {
+        let shown = if bad.is_empty() {
+            "an empty token"
+        } else {
+            "a token"
+        };
+        return Err(invalid(
+            key,
+            format!("{shown}: must be non-empty, without spaces or control characters"),
+        ));
+    }
+    Ok(tokens)
+}
+
+fn non_negative(key: &str, value: i64) -> Result<u64, ConfigError> {
+    u64::try_from(value).map_err(|_| invalid(key, format!("must not be negative (got {value})")))
+}
+
+fn optional_field(key: &str, value: String) -> Result<Option<String>, ConfigError> {
+    if !is_plain(&value) {
+        return Err(invalid(
+            key,
+            format!("{value:?}: no spaces or control characters"),
+        ));
+    }
+    Ok((!value.is_empty()).then_some(value))
+}
+
+impl Raw {
+    pub(super) fn validate(self) -> Result<Config, ConfigError> {
+        // Destructured in full, so a new raw field cannot be forgotten here.
+        let Raw {
+            node: RawNode { id },
+            redis,
+            etcd,
+            api,
+            streams,
+            forwarder,
+            records,
+            log,
+            delivery,
+            inbox,
+        } = self;
+
+        let node_id = match id {
+            Some(id) if id.trim().is_empty() => {
+                return Err(invalid("node.id", "must not be empty"));
+            }
+            Some(id) => id,
+            None => default_node_id(),
+        };
+
+        let credentials_dir = std::env::var_os("CREDENTIALS_DIRECTORY").map(PathBuf::from);
+        let read_secret = |key: &str, path: &str| {
+            secret::read_file(&secret::credential_path(path, credentials_dir.as_deref()))
+                .map_err(|e| invalid(key, e))
+        };
+        let RawRedis {
+            url,
+            password_file,
+            prefix,
+            shards,
+            timeout,
+            connect_timeout,
+        } = redis;
+        if !(url.starts_with("redis://")
+            || url.starts_with("rediss://")
+            || url.starts_with("unix://"))
+        {
+            return Err(invalid(
+                "redis.url",
+                format!(
+                    "{:?}: must start with redis://, rediss:// or unix://",
+                    secret::shown_url(&url)
+                ),
+            ));
+        }
+        let url = match password_file {
+            Some(path) => with_password(&url, read_secret("redis.password_file", &path)?)?,
+            None => url,
+        };
+        let url = RedisUrl::new(url);
+        redis::Client::open(url.expose()).map_err(|e| {
+            // The client's own message may quote the URL: show neither.
+            let _ = e;
+            invalid("redis.url", format!("{url:?}: not a valid Redis URL"))
+        })?;
+        if prefix.is_empty()
+            || prefix.contains(['{', '}'])
+            || prefix.chars().any(char::is_whitespace)
+        {
+            return Err(invalid(
+                "redis.prefix",
+                format!("{prefix:?}: must be non-empty, without braces or spaces"),
+            ));
+        }
+        let shards = positive("redis.shards", shards, 1024)? as u16;
+        if timeout < Duration::from_millis(50) {
+            return Err(invalid("redis.timeout", "must be at least 50ms"));
+        }
+        if connect_timeout < Duration::from_millis(50) {
+            return Err(invalid("redis.connect_timeout", "must be at least 50ms"));
+        }
+
+        let RawEtcd {
+            endpoints,
+            cluster,
+            prefix: election_prefix,
+            lease_ttl,
+            failsafe,
+            connect_timeout: etcd_connect_timeout,
+        } = etcd;
+        let etcd = if endpoints.is_empty() {
+            None
+        } else {
+            for endpoint in &endpoints {
+                if endpoint.starts_with("https://") {
+                    // Refused here rather than failing at run time: the etcd client is
+                    // built without TLS.
+                    return Err(invalid(
+                        "etcd.endpoints",
+                        format!(
+                            "{endpoint:?}: TLS to etcd is not supported yet; use http:// (e.g. over a private network or a local TLS-terminating proxy)"
+                        ),
+                    ));
+                }
+                if !endpoint.starts_with("http://") {
+                    return Err(invalid(
+                        "etcd.endpoints",
+                        format!("{endpoint:?}: must start with http://"),
+                    ));
+                }
+            }
+            if lease_ttl < Duration::from_secs(2) {
+                return Err(invalid(
+                    "etcd.lease_ttl",
+                    format!(
+                        "{}: etcd's minimum lease is 2s",
+                        humantime::format_duration(lease_ttl)
+                    ),
+                ));
+            }
+            if lease_ttl.subsec_nanos() != 0 {
+                return Err(invalid(
+                    "etcd.lease_ttl",
+                    format!(
+                        "{}: must be whole seconds (etcd grants leases in seconds)",
+                        humantime::format_duration(lease_ttl)
+                    ),
+                ));
+            }
+            if etcd_connect_timeout < Duration::from_millis(100) {
+                return Err(invalid("etcd.connect_timeout", "must be at least 100ms"));
+            }
+            if cluster.is_empty() || cluster.contains('/') {
+                return Err(invalid(
+                    "etcd.cluster",
+                    format!("{cluster:?}: must be non-empty, without '/'"),
+                ));
+            }
+            Some(EtcdConfig {
+                endpoints,
+                election_prefix: election_prefix
+                    .unwrap_or_else(|| format!("/delayq/{cluster}/leader")),
+                lease_ttl,
+                failsafe,
+                connect_timeout: etcd_connect_timeout,
+            })
+        };
+
+        let RawApi {
+            listen,
+            max_message_bytes,
+            max_delay,
+            max_fields,
+            tokens,
+            tokens_file,
+            write_tokens,
+            write_tokens_file,
+            read_tokens,
+            read_tokens_file,
+            max_batch,
+            max_body_bytes,
+            max_wait,
+            max_polls,
+            request_timeout,
+            max_concurrent_requests,
+        } = api;
+        let tokens = token_list("api.tokens", tokens, tokens_file, &read_secret)?;
+        let write_tokens = token_list(
+            "api.write_tokens",
+            write_tokens,
+            write_tokens_file,
+            &read_secret,
+        )?;
+        let read_tokens = token_list(
+            "api.read_tokens",
+            read_tokens,
+            read_tokens_file,
+            &read_secret,
+        )?;
+        for (key, list, others) in [
+            ("api.write_tokens", &write_tokens, vec![&tokens]),
+            (
+                "api.read_tokens",
+                &read_tokens,
+                vec![&tokens, &write_tokens],
+            ),
+        ] {
+            if list.iter().any(|t| others.iter().any(|o| o.contains(t))) {
+                return Err(invalid(
+                    key,
+                    "a token is also of a higher scope: list each token once, in the scope it needs",
+                ));
+            }
+        }
+        let listen: SocketAddr = listen.parse().map_err(|_| {
+            invalid(
+                "api.listen",
+                format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
+            )
+        })?;
+        // Without tokens anyone who can connect may schedule and cancel: only loopback is safe.
+        let no_tokens = tokens.is_empty() && write_tokens.is_empty() && read_tokens.is_empty();
+        if no_tokens && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "api.listen",
+                format!(
+                    "{listen} is not loopback and api.tokens is empty: set api.tokens (or DELAYQ_API_TOKENS) or listen on 127.0.0.1"
+                ),
+            ));
+        }
+        let max_batch = positive("api.max_batch", max_batch, 5000)? as usize;
+        let max_body_bytes = positive("api.max_body_bytes", max_body_bytes, 1 << 30)? as usize;
+        let max_polls = positive("api.max_polls", max_polls, 10_000)? as usize;
+        if max_wait > Duration::from_secs(3600) {
+            return Err(invalid("api.max_wait", "must be at most 1h"));
+        }
+        if request_timeout < Duration::from_millis(100) || request_timeout > MAX_REQUEST_TIMEOUT {
+            return Err(invalid(
+                "api.request_timeout",
+                format!(
+                    "{}: must be 100ms to 1h",
+                    humantime::format_duration(request_timeout)
+                ),
+            ));
+        }
+        let max_concurrent_requests = positive(
+            "api.max_concurrent_requests",
+            max_concurrent_requests,
+            100_000,
+        )? as usize;
+        let limits = Limits {
+            max_delay,
+            max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
+                as usize,
+            max_fields: positive("api.max_fields", max_fields, 2000)? as usize,
+        };
+        if max_delay.is_zero() {
+            return Err(invalid("api.max_delay", "must be longer than 0"));
+        }
+        // Due scores are due_ms * 10 in a double: exact far beyond this, and no
+        // delay this long is a delay.
+        if max_delay > MAX_DELAY_LIMIT {
+            return Err(invalid(
+                "api.max_delay",
+                "must be at most 36500d (100 years)",
+            ));
+        }
+
+        let RawStreams {
+            allow,
+            default_maxlen,
+            maxlen,
+        } = streams;
+        if let Some(bad) = allow.iter().find(|p| p.is_empty()) {
+            return Err(invalid(
+                "streams.allow",
+                format!("{bad:?}: an empty pattern matches nothing"),
+            ));
+        }
+        let default_maxlen = non_negative("streams.default_maxlen", default_maxlen)?;
+        let maxlen = maxlen
+            .into_iter()
+            .map(|(stream, n)| {
+                Ok((
+                    stream.clone(),
+                    non_negative(&format!("streams.maxlen.{stream}"), n)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+
+        let RawForwarder {
+            batch_size,
+            idle_wakeup,
+            id_field,
+            attempt_field,
+            dead_letter_suffix,
+        } = forwarder;
+        let batch_size = positive("forwarder.batch_size", batch_size, 10_000)? as usize;
+        if idle_wakeup < Duration::from_millis(10) {
+            return Err(invalid("forwarder.idle_wakeup", "must be at least 10ms"));
+        }
+        if dead_letter_suffix.is_empty() {
+            return Err(invalid(
+                "forwarder.dead_letter_suffix",
+                "must not be empty (dead letters would go to the stream itself)",
+            ));
+        }
+
+        let RawRecords {
+            retention,
+            trim_interval,
+        } = records;
+        if trim_interval < Duration::from_millis(100) {
+            return Err(invalid("records.trim_interval", "must be at least 100ms"));
+        }
+
+        let forwarder = ForwarderConfig {
+            batch_size,
+            idle_wakeup,
+            id_field: optional_field("forwarder.id_field", id_field)?,
+            attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
+            dead_letter_suffix,
+        };
+        let delivery = delivery.validate(&forwarder, retention)?;
+        let RawInbox {
+            enabled,
+            stream: inbox_stream,
+            group: inbox_group,
+            rejected_stream,
+            batch_size: inbox_batch_size,
+            reclaim_after,
+        } = inbox;
+        let inbox_stream = inbox_stream.unwrap_or_else(|| format!("{prefix}:inbox"));
+        let inbox_group = inbox_group.unwrap_or_else(|| prefix.clone());
+        let rejected_stream = rejected_stream.unwrap_or_else(|| format!("{prefix}:inbox:rejected"));
+        let inbox = if enabled {
+            for (key, value) in [
+                ("inbox.stream", &inbox_stream),
+                ("inbox.group", &inbox_group),
+                ("inbox.rejected_stream", &rejected_stream),
+            ] {
+                if value.is_empty() || !is_plain(value) {
+                    return Err(invalid(
+                        key,
+                        format!(
+                            "{value:?}: must be non-empty, without spaces or control characters"
+                        ),
+                    ));
+                }
+            }
+            if rejected_stream == inbox_stream {
+                return Err(invalid(
+                    "inbox.rejected_stream",
+                    "must differ from inbox.stream (rejected entries would be read again)",
+                ));
+            }
+            if reclaim_after < Duration::from_millis(100) {
+                return Err(invalid("inbox.reclaim_after", "must be at least 100ms"));
+            }
+            Some(InboxConfig {
+                stream: inbox_stream,
+                group: inbox_group,
+                rejected_stream,
+                batch_size: positive("inbox.batch_size", inbox_batch_size, 5000)? as usize,
+                reclaim_after,
+            })
+        } else {
+            None
+        };
+
+        let RawLog { level, format } = log;
+        tracing_subscriber::EnvFilter::try_new(&level)
+            .map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
+        let json = match format.as_str() {
+            "text" => false,
+            "json" => true,
+            other => {
+                return Err(invalid(
+                    "log.format",
+                    format!("{other:?}: must be \"text\" or \"json\""),
+                ));
+            }
+        };
+
+        Ok(Config {
+            node_id,
+            redis: RedisConfig {
+                url,
+                prefix,
+                shards,
+                timeout,
+                connect_timeout,
+            },
+            etcd,
+            api: ApiConfig {
+                listen,
+                limits,
+                tokens: tokens.into_iter().map(SecretString::from).collect(),
+                write_tokens: write_tokens.into_iter().map(SecretString::from).collect(),
+                read_tokens: read_tokens.into_iter().map(SecretString::from).collect(),
+                max_batch,
+                max_body_bytes,
+                max_wait,
+                max_polls,
+                request_timeout,
+                max_concurrent_requests,
+            },
+            streams: StreamsConfig {
+                allow,
+                default_maxlen,
+                maxlen,
+            },
+            forwarder,
+            records: RecordsConfig {
+                retention,
+                trim_interval,
+            },
+            log: LogConfig { level, json },
+            delivery,
+            inbox,
+        })
+    }
+}
+
+/// `url` with the password read from `redis.password_file`: in the userinfo, or as
+/// the `pass` parameter of a `unix://` URL.
+fn with_password(url: &str, password: SecretString) -> Result<String, ConfigError> {
+    let mut parsed = url::Url::parse(url)
+        .map_err(|e| invalid("redis.url", format!("{:?}: {e}", secret::shown_url(url))))?;
+    if parsed.scheme() == "unix" {
+        parsed
+            .query_pairs_mut()
+            .append_pair("pass", password.expose_secret());
+    } else if parsed.set_password(Some(password.expose_secret())).is_err() {
+        return Err(invalid(
+            "redis.password_file",
+            format!("{:?} has no host to log in to", secret::shown_url(url)),
+        ));
+    }
+    Ok(parsed.into())
+}
+
+fn default_node_id() -> String {
+    format!("{}-{}", hostname(), std::process::id())
+}
+
+/// The host's name from uname(2), which works where /proc/sys is hidden (the
+/// systemd unit's ProcSubset=pid).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: the buffer outlives the call and its length is passed; on success
+    // the name is NUL-terminated within it (the last byte stays 0).
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
+    let name = if rc == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(0);
+        String::from_utf8_lossy(&buf[..end]).trim().to_owned()
+    } else {
+        String::new()
+    };
+    if name.is_empty() { "node".into() } else { name }
+}

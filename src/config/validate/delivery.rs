@@ -1,0 +1,248 @@
+//! Validation of `[delivery]`: its defaults, then each watched stream under
+//! `[delivery.streams]` with the defaults filled in and its dead-letter stream checked.
+
+use std::time::Duration;
+
+use super::positive;
+use crate::config::raw::{RawDelivery, RawStreamDelivery};
+use crate::config::{
+    ConfigError, DeliveryConfig, ForwarderConfig, RetryBackoff, StreamDelivery, invalid,
+};
+use crate::message::is_plain;
+
+impl RawDelivery {
+    pub(super) fn validate(
+        self,
+        forwarder: &ForwarderConfig,
+        retention: Duration,
+    ) -> Result<DeliveryConfig, ConfigError> {
+        let RawDelivery {
+            groups,
+            ack_timeout,
+            max_attempts,
+            backoff,
+            backoff_max,
+            backoff_jitter,
+            sweep_interval,
+            sweep_batch,
+            streams,
+        } = self;
+        let defaults = StreamDelivery {
+            stream: String::new(),
+            groups: consumer_groups("delivery.groups", groups)?,
+            ack_timeout: ack_timeout_at_least("delivery.ack_timeout", ack_timeout)?,
+            max_attempts: positive("delivery.max_attempts", max_attempts, 1000)? as u32,
+            backoff: retry_backoff("delivery", backoff, backoff_max, backoff_jitter)?,
+            dead_letter_stream: String::new(),
+        };
+        if sweep_interval < Duration::from_millis(10) {
+            return Err(invalid("delivery.sweep_interval", "must be at least 10ms"));
+        }
+        let sweep_batch = positive("delivery.sweep_batch", sweep_batch, 10_000)? as usize;
+
+        let mut watched = Vec::with_capacity(streams.len());
+        for (stream, raw) in streams {
+            let key = format!("delivery.streams.{stream}");
+            crate::message::validate_stream(&stream).map_err(|e| invalid(&key, e.to_string()))?;
+            // Destructured in full, so a new override cannot be forgotten here.
+            let RawStreamDelivery {
+                groups,
+                ack_timeout,
+                max_attempts,
+                backoff,
+                backoff_max,
+                backoff_jitter,
+                dead_letter_stream,
+            } = raw;
+            let groups = match groups {
+                Some(groups) => consumer_groups(&format!("{key}.groups"), groups)?,
+                None => defaults.groups.clone(),
+            };
+            if groups.is_empty() {
+                return Err(invalid(
+                    &format!("{key}.groups"),
+                    "no consumer group to watch (set it here or in delivery.groups)",
+                ));
+            }
+            let (ack_timeout, ack_timeout_key) = match ack_timeout {
+                Some(t) => {
+                    let key = format!("{key}.ack_timeout");
+                    (ack_timeout_at_least(&key, t)?, key)
+                }
+                None => (defaults.ack_timeout, "delivery.ack_timeout".to_owned()),
+            };
+            // The delivery record tells a stale entry from an older delivery of the
+            // same message; once the record is forgotten a sweep could redeliver twice.
+            if ack_timeout >= retention {
+                return Err(invalid(
+                    &ack_timeout_key,
+                    format!(
+                        "must be shorter than records.retention ({}) for watched stream {stream:?}",
+                        humantime::format_duration(retention)
+                    ),
+                ));
+            }
+            let max_attempts = match max_attempts {
+                Some(n) => positive(&format!("{key}.max_attempts"), n, 1000)? as u32,
+                None => defaults.max_attempts,
+            };
+            let backoff = retry_backoff(
+                &key,
+                backoff.unwrap_or(defaults.backoff.first),
+                backoff_max.unwrap_or(defaults.backoff.max),
+                backoff_jitter.unwrap_or(defaults.backoff.jitter),
+            )?;
+            let dead_letter_stream = match dead_letter_stream {
+                Some(dead) => {
+                    crate::message::validate_stream(&dead).map_err(|e| {
+                        invalid(&format!("{key}.dead_letter_stream"), e.to_string())
+                    })?;
+                    dead
+                }
+                None => format!("{stream}{}", forwarder.dead_letter_suffix),
+            };
+            if dead_letter_stream == stream {
+                return Err(invalid(
+                    &format!("{key}.dead_letter_stream"),
+                    "must differ from the stream itself",
+                ));
+            }
+            watched.push(StreamDelivery {
+                stream,
+                groups,
+                ack_timeout,
+                max_attempts,
+                backoff,
+                dead_letter_stream,
+            });
+        }
+        // Replay reads a stream's dead letters back into that stream, so two streams
+        // sharing a dead-letter stream, or one stream's dead letters landing in another
+        // watched stream, would mix messages up.
+        for s in &watched {
+            if let Some(other) = watched.iter().find(|o| {
+                o.stream != s.stream
+                    && (o.dead_letter_stream == s.dead_letter_stream
+                        || o.stream == s.dead_letter_stream)
+            }) {
+                return Err(invalid(
+                    &format!("delivery.streams.{}.dead_letter_stream", s.stream),
+                    format!(
+                        "{:?} is also used by stream {:?}; every watched stream needs a dead-letter stream of its own",
+                        s.dead_letter_stream, other.stream
+                    ),
+                ));
+            }
+        }
+        if !watched.is_empty() {
+            // The sweep finds a message by the id on its entry, and counts attempts by it.
+            if forwarder.id_field.is_none() {
+                return Err(invalid(
+                    "forwarder.id_field",
+                    "must be set while [delivery.streams] watches streams (redelivery finds messages by it)",
+                ));
+            }
+            if forwarder.attempt_field.is_none() {
+                return Err(invalid(
+                    "forwarder.attempt_field",
+                    "must be set while [delivery.streams] watches streams (redelivery counts attempts by it)",
+                ));
+            }
+        }
+        Ok(DeliveryConfig {
+            sweep_interval,
+            sweep_batch,
+            streams: watched,
+        })
+    }
+}
+
+fn consumer_groups(key: &str, groups: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    for group in &groups {
+        if group.is_empty() || !is_plain(group) {
+            return Err(invalid(
+                key,
+                format!(
+                    "{group:?}: a group name must be non-empty, without spaces or control characters"
+                ),
+            ));
+        }
+    }
+    let mut unique = groups.clone();
+    unique.sort();
+    unique.dedup();
+    if unique.len() != groups.len() {
+        return Err(invalid(key, "lists a group twice"));
+    }
+    Ok(groups)
+}
+
+fn ack_timeout_at_least(key: &str, timeout: Duration) -> Result<Duration, ConfigError> {
+    if timeout < Duration::from_millis(10) {
+        return Err(invalid(key, "must be at least 10ms"));
+    }
+    Ok(timeout)
+}
+
+fn retry_backoff(
+    section: &str,
+    first: Duration,
+    max: Duration,
+    jitter: f64,
+) -> Result<RetryBackoff, ConfigError> {
+    if max < first {
+        return Err(invalid(
+            &format!("{section}.backoff_max"),
+            format!(
+                "must not be shorter than {section}.backoff ({})",
+                humantime::format_duration(first)
+            ),
+        ));
+    }
+    if !(0.0..=1.0).contains(&jitter) {
+        return Err(invalid(
+            &format!("{section}.backoff_jitter"),
+            format!("must be 0 to 1 (got {jitter})"),
+        ));
+    }
+    Ok(RetryBackoff { first, max, jitter })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::config::Config;
+    use crate::config::tests::env;
+
+    #[test]
+    fn delivery_streams_inherit_the_defaults() {
+        let c = Config::from_toml(
+            "[delivery]\ngroups = [\"workers\"]\nack_timeout = \"30s\"\n\
+             [delivery.streams.orders]\n\
+             [delivery.streams.billing]\ngroups = [\"a\", \"b\"]\nmax_attempts = 3\nbackoff = \"2s\"\ndead_letter_stream = \"billing-failed\"\n",
+            env(&[]),
+        )
+        .unwrap();
+        let names: Vec<_> = c
+            .delivery
+            .streams
+            .iter()
+            .map(|s| s.stream.as_str())
+            .collect();
+        assert_eq!(names, ["billing", "orders"]);
+        let orders = c.delivery.stream("orders").unwrap();
+        assert_eq!(orders.groups, ["workers"]);
+        assert_eq!(orders.ack_timeout, Duration::from_secs(30));
+        assert_eq!(orders.max_attempts, 10);
+        assert_eq!(orders.dead_letter_stream, "orders:dead");
+        let billing = c.delivery.stream("billing").unwrap();
+        assert_eq!(billing.groups, ["a", "b"]);
+        assert_eq!(billing.ack_timeout, Duration::from_secs(30));
+        assert_eq!(billing.max_attempts, 3);
+        assert_eq!(billing.backoff.first, Duration::from_secs(2));
+        assert_eq!(billing.backoff.max, Duration::from_secs(300));
+        assert_eq!(c.dead_letter_stream("billing"), "billing-failed");
+        assert_eq!(c.dead_letter_stream("unwatched"), "unwatched:dead");
+    }
+}
