@@ -1,210 +1,81 @@
 //! delayq delivers delayed messages into Redis Streams on time.
 //!
 //! # Layout
+//! The producer client, built with or without the daemon (see "Features" below):
+//! - [`client`]: the Rust producer API (Redis directly, the daemon's own scripts).
 //! - [`config`]: TOML + environment → validated [`config::Config`].
 //! - [`message`]: ids, due times, validation; pure.
 //! - [`store`]: the only module that speaks Redis; all changes happen in its Lua scripts.
-//! - [`leadership`]: leadership as a watch value; the standalone elector.
-//! - [`election`]: the only module that speaks etcd: lease, campaign, keepalive
-//!   deadline, resign.
-//! - [`forwarder`]: leader-only loops (due → stream, record trimming).
-//! - [`sweeper`]: leader-only: unacknowledged entries → redelivered or dead-lettered.
-//! - [`inbox`]: every instance schedules what producers XADD into the inbox stream.
-//! - [`client`]: the Rust producer API (Redis directly, the daemon's own scripts).
-//! - [`api`]: the HTTP API (axum).
-//! - [`reload`]: SIGHUP: what may change at run time, and the live configuration.
-//! - [`service`]: running under a service manager: readiness, status, watchdog.
-//! - [`harness`]: starts real redis-server, etcd and delayq processes, for tests,
-//!   the benchmark and the demo.
-//! - [`cli`]: the `delayq` command's subcommands other than `run`.
+//! - [`secret`]: credentials that never reach a log.
 //!
-//! [`start`] brings a daemon up; [`Daemon::stop`] takes it down in order.
+//! The daemon (feature `server`):
+//! - `leadership`: leadership as a watch value; the standalone elector.
+//! - `election`: the only module that speaks etcd: lease, campaign, keepalive
+//!   deadline, resign.
+//! - `term`: one leadership term: fences, then the leader-only workers.
+//! - `forwarder`: leader-only loops (due → stream, record trimming).
+//! - `sweeper`: leader-only: unacknowledged entries → redelivered or dead-lettered.
+//! - `inbox`: every instance schedules what producers XADD into the inbox stream.
+//! - `api`: the HTTP API (axum).
+//! - `reload`: SIGHUP: what may change at run time, and the live configuration.
+//! - `service`: running under a service manager: readiness, status, watchdog.
+//! - `cli`: the `delayq` command's subcommands other than `run`, with the tools
+//!   (bench, drill, demo) and the process harness they start redis-server, etcd and
+//!   delayq with.
+//! - `start` brings a daemon up; `Daemon::stop` takes it down in order.
+//!
+//! # Features
+//! - `server` (default): everything above; the `delayq` binary requires it.
+//! - `test-support`: makes the process harness public for this crate's own tests.
+//!
+//! A producer depends on `delayq = { default-features = false }`: no etcd, gRPC,
+//! HTTP server or CLI crates.
 
-pub mod api;
-pub mod backoff;
-pub mod cli;
+// The producer client and what it shares with the daemon: no server crates.
 pub mod client;
 pub mod config;
-pub mod election;
-pub mod forwarder;
-pub mod harness;
-pub mod health;
-pub mod inbox;
-pub mod leadership;
 pub mod message;
-pub mod metrics;
-pub mod reload;
 pub mod secret;
-pub mod service;
 pub mod store;
+
+// The daemon (feature `server`, on by default).
+#[cfg(feature = "server")]
+pub mod api;
+#[cfg(feature = "server")]
+pub mod backoff;
+#[cfg(feature = "server")]
+pub mod cli;
+#[cfg(feature = "server")]
+mod daemon;
+#[cfg(feature = "server")]
+pub mod election;
+#[cfg(feature = "server")]
+pub mod forwarder;
+#[cfg(feature = "server")]
+pub mod health;
+#[cfg(feature = "server")]
+pub mod inbox;
+#[cfg(feature = "server")]
+pub mod leadership;
+#[cfg(feature = "server")]
+pub mod metrics;
+#[cfg(feature = "server")]
+pub mod reload;
+#[cfg(feature = "server")]
+pub mod service;
+#[cfg(feature = "server")]
 pub mod sweeper;
+#[cfg(feature = "server")]
 pub mod term;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::time::Duration;
+#[cfg(feature = "server")]
+pub use daemon::{Daemon, run, start};
 
-use anyhow::Context;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
-
-use crate::config::Config;
-use crate::leadership::Leadership;
-use crate::store::Store;
-
-/// A running daemon.
-pub struct Daemon {
-    pub api_addr: SocketAddr,
-    pub leadership: Leadership,
-    pub store: Store,
-    /// What this node's Redis probe found (see [`health`]).
-    pub health: health::Health,
-    /// The running configuration; a reload publishes a new one (see [`reload`]).
-    live: tokio::sync::watch::Sender<Arc<Config>>,
-    work: CancellationToken,
-    work_task: JoinHandle<()>,
-    inbox_task: JoinHandle<()>,
-    election: CancellationToken,
-    election_task: JoinHandle<()>,
-    api: CancellationToken,
-    api_task: JoinHandle<std::io::Result<()>>,
-    probe: CancellationToken,
-    probe_task: JoinHandle<()>,
-}
-
-/// Connects to Redis, binds the API, joins the election and starts the leader-only
-/// loops (which run only while this node leads).
-pub async fn start(config: Config) -> anyhow::Result<Daemon> {
-    let config = Arc::new(config);
-    let (live, live_config) = tokio::sync::watch::channel(config.clone());
-    let metrics = metrics::install();
-    ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let store = Store::connect(&config.store_config())
-        .await
-        .with_context(|| format!("connect to Redis at {}", config.redis.url))?;
-    let listener = tokio::net::TcpListener::bind(config.api.listen)
-        .await
-        .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
-    let api_addr = listener.local_addr()?;
-    let probe = CancellationToken::new();
-    let (health, probe_task) = health::start(
-        store.clone(),
-        config.node_id.clone(),
-        config.redis.timeout,
-        probe.clone(),
-    )
-    .await;
-
-    let (elector, leadership) = leadership::channel();
-    let election = CancellationToken::new();
-    let election_task = match &config.etcd {
-        None => tokio::spawn(leadership::run_standalone(
-            store.clone(),
-            config.node_id.clone(),
-            api_addr.to_string(),
-            elector,
-            election.clone(),
-        )),
-        Some(etcd) => tokio::spawn(election::run(
-            etcd.clone(),
-            config.node_id.clone(),
-            api_addr.to_string(),
-            elector,
-            election.clone(),
-        )),
-    };
-
-    let work = CancellationToken::new();
-    let work_task = tokio::spawn(term::run_while_leading(
-        live_config.clone(),
-        store.clone(),
-        leadership.clone(),
-        work.clone(),
-    ));
-
-    // Every instance, leader or standby, schedules from the inbox.
-    let inbox_task = tokio::spawn(inbox::run(live_config.clone(), store.clone(), work.clone()));
-
-    let upkeep = metrics.clone();
-    let upkeep_token = work.clone();
-    tokio::spawn(async move {
-        loop {
-            tokio::select! {
-                _ = upkeep_token.cancelled() => return,
-                _ = tokio::time::sleep(Duration::from_secs(5)) => metrics::upkeep(&upkeep),
-            }
-        }
-    });
-
-    let api = CancellationToken::new();
-    let router = api::router(api::AppState {
-        config: config.clone(),
-        live_config,
-        store: store.clone(),
-        leadership: leadership.clone(),
-        health: health.clone(),
-        metrics,
-    });
-    let api_task = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(api.clone().cancelled_owned())
-            .into_future(),
-    );
-    tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.url, shards = config.redis.shards, "delayq started");
-
-    Ok(Daemon {
-        api_addr,
-        leadership,
-        store,
-        health,
-        live,
-        work,
-        work_task,
-        inbox_task,
-        election,
-        election_task,
-        api,
-        api_task,
-        probe,
-        probe_task,
-    })
-}
-
-impl Daemon {
-    /// Publishes the running configuration; [`reload::Reloader`] sends on it.
-    pub fn live_config(&self) -> tokio::sync::watch::Sender<Arc<Config>> {
-        self.live.clone()
-    }
-
-    /// Stops in a fixed order: leader loops first (each finishes the batch in
-    /// flight), then the election (resigning, so a standby takes over at once), then
-    /// the inbox reader (it finishes its blocking read, up to 500 ms, and the batches
-    /// in flight: standbys read the inbox too, so the handover need not wait for it),
-    /// then the API (draining requests in flight, for at most 5 s).
-    pub async fn stop(self) {
-        self.work.cancel();
-        let _ = self.work_task.await;
-        self.election.cancel();
-        let _ = self.election_task.await;
-        let _ = self.inbox_task.await;
-        self.api.cancel();
-        if tokio::time::timeout(Duration::from_secs(5), self.api_task)
-            .await
-            .is_err()
-        {
-            tracing::warn!("API requests still in flight after 5s; closing anyway");
-        }
-        self.probe.cancel();
-        let _ = self.probe_task.await;
-        tracing::info!("delayq stopped");
-    }
-}
-
-/// Runs until `shutdown` completes, then stops in order.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
-    let daemon = start(config).await?;
-    shutdown.await;
-    tracing::info!("shutting down");
-    daemon.stop().await;
-    Ok(())
-}
+// Real redis-server, etcd and delayq processes: the daemon's bench, drill and demo
+// use them; only this crate's tests (feature `test-support`) see them.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod harness;
+#[cfg(all(feature = "server", not(feature = "test-support")))]
+#[allow(dead_code)]
+mod harness;

@@ -5,6 +5,7 @@ mod support;
 
 mod api;
 mod bench;
+mod deps;
 mod edges;
 mod forwarding;
 mod fuzz;

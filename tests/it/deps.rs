@@ -1,0 +1,86 @@
+//! The producer client's dependency tree: `delayq` without default features (the
+//! library a producer depends on) must not pull in any of the daemon's crates. The
+//! check reads `cargo tree` and compiles nothing; `.ci/run` also lints that build
+//! (`cargo clippy --no-default-features --lib`), so it keeps compiling.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+/// Crates only the daemon needs: etcd (and its gRPC stack, which needs protoc), the
+/// HTTP server and client, the CLI, the metrics exporters, service-manager glue and
+/// the benchmark's progress bars.
+const SERVER_ONLY: &[&str] = &[
+    "etcd-client",
+    "tonic",
+    "tonic-build",
+    "prost",
+    "prost-build",
+    "h2",
+    "hyper",
+    "hyper-util",
+    "axum",
+    "axum-core",
+    "tower",
+    "tower-http",
+    "reqwest",
+    "clap",
+    "clap_derive",
+    "metrics",
+    "metrics-exporter-prometheus",
+    "metrics-process",
+    "hdrhistogram",
+    "sd-notify",
+    "signal-hook",
+    "signal-hook-tokio",
+    "indicatif",
+    "tempfile",
+];
+
+/// The normal (not build, not dev) dependencies of the client-only build, by name.
+fn client_tree() -> BTreeSet<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .args([
+            "tree",
+            "--offline",
+            "--no-default-features",
+            "--edges",
+            "normal",
+            "--prefix",
+            "none",
+            "--manifest-path",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"),
+        ])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        out.status.success(),
+        "cargo tree failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout)
+        .expect("cargo tree prints UTF-8")
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn the_client_library_has_none_of_the_daemons_crates() {
+    let tree = client_tree();
+    // The tree was read: the client's own crates are in it.
+    for needed in ["delayq", "redis", "tokio"] {
+        assert!(tree.contains(needed), "{needed} missing from {tree:?}");
+    }
+    let found: Vec<&str> = SERVER_ONLY
+        .iter()
+        .copied()
+        .filter(|name| tree.contains(*name))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "`delayq` with default-features = false depends on the daemon's {found:?}; \
+         make them optional and part of the `server` feature"
+    );
+}
