@@ -5,6 +5,7 @@ mod support;
 
 mod api;
 mod bench;
+mod docker;
 mod edges;
 mod forwarding;
 mod fuzz;
