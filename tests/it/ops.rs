@@ -664,6 +664,47 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
 }
 
 #[test]
+fn per_host_compose_file_runs_one_instance_on_the_host_network() {
+    let compose = tool("docker-compose");
+    let file = repo().join("docker/compose.node.yaml");
+    let vars = [
+        ("NODE_ID", "host-a"),
+        ("NODE_ADDR", "10.0.0.5"),
+        ("REDIS_URL", "redis://redis.internal:6379"),
+        ("ETCD_ENDPOINTS", "http://etcd-1:2379,http://etcd-2:2379"),
+        ("API_TOKENS_FILE", "/etc/delayq/api-tokens"),
+    ];
+    let config = |skip: &str| {
+        Command::new(&compose)
+            .arg("-f")
+            .arg(&file)
+            .arg("config")
+            .envs(vars.iter().filter(|(k, _)| *k != skip).copied())
+            .output()
+            .unwrap()
+    };
+    let out = config("");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rendered = text(&out.stdout);
+    for line in [
+        "network_mode: host",
+        "DELAYQ_NODE_ID: host-a",
+        "DELAYQ_API_LISTEN: 10.0.0.5:7070",
+        "DELAYQ_API_TOKENS_FILE: /run/secrets/api_tokens",
+        "file: /etc/delayq/api-tokens",
+        "stop_grace_period: 20s",
+    ] {
+        assert!(rendered.contains(line), "{line}:\n{rendered}");
+    }
+    // Each host says who it is, and where Redis and etcd are.
+    for var in ["NODE_ID", "NODE_ADDR", "REDIS_URL", "ETCD_ENDPOINTS"] {
+        let out = config(var);
+        assert!(!out.status.success(), "{var} unset");
+        assert!(text(&out.stderr).contains(var), "{}", text(&out.stderr));
+    }
+}
+
+#[test]
 fn dockerfile_builds_from_files_that_exist_and_checks_health_with_a_real_command() {
     let dockerfile = std::fs::read_to_string(repo().join("docker/Dockerfile")).unwrap();
     for line in dockerfile.lines().filter(|l| l.starts_with("COPY ")) {
