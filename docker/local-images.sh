@@ -37,7 +37,8 @@ engine() {
   command -v dockerd >/dev/null || { say "no dockerd: apt-get install docker.io"; return 1; }
   say "starting dockerd (log: $dockerd_log)"
   # Its own session, so it outlives this script and whatever ran it.
-  $sudo setsid dockerd --storage-driver=vfs >>"$dockerd_log" 2>&1 </dev/null &
+  # Without fd 9: the daemon must not keep this script's lock.
+  $sudo sh -c 'setsid dockerd --storage-driver=vfs >>"$1" 2>&1 </dev/null 9>&- &' sh "$dockerd_log"
   for _ in $(seq 120); do
     docker info >/dev/null 2>&1 && return 0
     sleep 0.5
@@ -93,7 +94,7 @@ image() {
 
 # One run at a time: a second waits for the first's engine and bases.
 exec 9>/tmp/delayq-local-images.lock
-flock 9
+flock -w 900 9 || { say "another run has held /tmp/delayq-local-images.lock for 15 minutes"; exit 1; }
 engine
 bootstrap "$base" ca-certificates
 bootstrap "$servers" ca-certificates,redis-server,etcd-server,etcd-client
