@@ -73,14 +73,17 @@ async fn release_binary() -> PathBuf {
         .expect("target/<profile>/delayq")
         .to_path_buf();
     let started = Instant::now();
-    let out = Command::new("nice")
+    // Niced: the other tests run meanwhile, some of them timing what they see.
+    let build = Command::new("nice")
         .args(["-n", "10", env!("CARGO"), "build", "--release", "--locked"])
         .args(["--bin", "delayq", "--target-dir"])
         .arg(&target)
         .current_dir(repo())
         .kill_on_drop(true)
-        .output()
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(40 * 60), build)
         .await
+        .expect("cargo build --release did not finish within 40 minutes")
         .expect("run cargo");
     ok("cargo build --release", out);
     eprintln!("release binary ready in {:.1?}", started.elapsed());
@@ -91,12 +94,16 @@ async fn release_binary() -> PathBuf {
 async fn images() {
     let binary = release_binary().await;
     let started = Instant::now();
-    let out = Command::new(repo().join("docker/local-images.sh"))
+    let script = Command::new(repo().join("docker/local-images.sh"))
         .arg(&binary)
         .env("DELAYQ_IMAGE", IMAGE)
         .kill_on_drop(true)
-        .output()
+        .output();
+    // Making the base images takes a few minutes, once; a run that waits on
+    // another's lock gives up after 15.
+    let out = tokio::time::timeout(Duration::from_secs(20 * 60), script)
         .await
+        .expect("docker/local-images.sh did not finish within 20 minutes")
         .expect("run docker/local-images.sh");
     assert!(
         out.status.success(),
