@@ -307,6 +307,8 @@ const PENDING_STREAMS_EVER: usize = 200;
 /// `Store::pending_per_stream`). Past it, what was not looked at counts in the rest.
 const PENDING_STREAMS_LIMIT: usize = 100_000;
 const PENDING_STREAMS_EVERY: Duration = Duration::from_secs(30);
+/// A term counts per stream at once only when no more than this is scheduled.
+const PENDING_STREAMS_AT_ONCE: u64 = 10_000;
 
 /// Publishes scheduled messages per target stream, for the largest streams, at the
 /// start of a term and every 30 s; sets them to 0 when the term ends.
@@ -317,7 +319,27 @@ async fn report_pending_streams(store: Store, cancel: CancellationToken) {
             metrics::gauge!(m::PENDING_STREAM, "stream" => stream).set(n as f64);
         }
     };
+    // Counting walks the scheduled bodies (up to PENDING_STREAMS_LIMIT). At a term's
+    // start a new leader may have a backlog to drain: then the first count waits a
+    // full interval, like every later one.
+    let mut wait = match store.pending_per_shard().await {
+        Ok(per_shard) => per_shard.iter().sum::<u64>() > PENDING_STREAMS_AT_ONCE,
+        Err(_) => true,
+    };
     loop {
+        if wait {
+            tokio::select! {
+            _ = cancel.cancelled() => {
+                let shown = SHOWN.lock().expect("pending streams lock");
+                if let Some(shown) = shown.as_ref() {
+                    publish(shown.zeroes());
+                }
+                return;
+            }
+            _ = tokio::time::sleep(PENDING_STREAMS_EVERY) => {}
+            }
+        }
+        wait = true;
         let counted = tokio::try_join!(
             store.pending_per_stream(PENDING_STREAMS_LIMIT),
             store.pending_per_shard()
@@ -332,16 +354,6 @@ async fn report_pending_streams(store: Store, cancel: CancellationToken) {
                 publish(shown.values(&per_stream.per_stream, total));
             }
             Err(e) => tracing::debug!(error = %e, "cannot count pending messages per stream"),
-        }
-        tokio::select! {
-            _ = cancel.cancelled() => {
-                let shown = SHOWN.lock().expect("pending streams lock");
-                if let Some(shown) = shown.as_ref() {
-                    publish(shown.zeroes());
-                }
-                return;
-            }
-            _ = tokio::time::sleep(PENDING_STREAMS_EVERY) => {}
         }
     }
 }

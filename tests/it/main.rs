@@ -6,6 +6,7 @@ mod support;
 mod api;
 mod bench;
 mod deps;
+mod docker;
 mod edges;
 mod forwarding;
 mod fuzz;

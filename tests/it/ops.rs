@@ -445,7 +445,7 @@ fn tool(name: &str) -> PathBuf {
                 .map(|dir| dir.join(name))
                 .find(|p| p.is_file())
         })
-        .unwrap_or_else(|| panic!("{name} is not installed: run .ci/install-deps"))
+        .unwrap_or_else(|| panic!("{name} is not installed: run .ci/install-deps --tests"))
 }
 
 /// The unit, with ExecStart pointing at the binary these tests built (verify
@@ -538,12 +538,16 @@ fn sysusers_file_creates_the_service_user() {
 fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
     let compose = tool("docker-compose");
     let file = repo().join("docker/compose.yaml");
-    let run = |args: &[&str]| {
+    let secrets = tempfile::tempdir().unwrap();
+    let tokens = secrets.path().join("api-tokens");
+    std::fs::write(&tokens, "compose-test-token\n").unwrap();
+    let run = |args: &[&str], env: &[(&str, &str)]| {
         let out = Command::new(&compose)
             .arg("-f")
             .arg(&file)
             .args(args)
-            .env("DELAYQ_API_TOKENS", "compose-test-token")
+            .env("API_TOKENS_FILE", &tokens)
+            .envs(env.iter().copied())
             .output()
             .unwrap();
         assert!(
@@ -553,7 +557,7 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
         );
         text(&out.stdout)
     };
-    let mut services: Vec<String> = run(&["config", "--services"])
+    let mut services: Vec<String> = run(&["config", "--services"], &[])
         .lines()
         .map(str::to_owned)
         .collect();
@@ -564,7 +568,7 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
             "delayq-1", "delayq-2", "delayq-3", "etcd-1", "etcd-2", "etcd-3", "redis"
         ]
     );
-    let rendered = run(&["config"]);
+    let rendered = run(&["config"], &[]);
     assert!(
         rendered.contains("- --appendonly\n    - \"yes\"\n"),
         "Redis keeps an append-only file:\n{rendered}"
@@ -579,31 +583,55 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
             "{rendered}"
         );
     }
-    // The instances listen beyond loopback, so compose insists on tokens.
+    // Pinned images by default; each one, and the ports, can be chosen.
+    for image in ["image: redis:7.4.1", "image: quay.io/coreos/etcd:v3.5.17"] {
+        assert!(rendered.contains(image), "{image}:\n{rendered}");
+    }
+    let chosen = run(
+        &["config"],
+        &[
+            ("REDIS_IMAGE", "local/servers"),
+            ("ETCD_IMAGE", "local/servers"),
+            ("DELAYQ_IMAGE", "delayq:test"),
+            ("DELAYQ_PORT_2", "17072"),
+            ("REDIS_PORT", "16379"),
+        ],
+    );
+    assert_eq!(
+        chosen.matches("image: local/servers").count(),
+        4,
+        "{chosen}"
+    );
+    assert_eq!(chosen.matches("image: delayq:test").count(), 3, "{chosen}");
+    assert!(chosen.contains("127.0.0.1:17072:7070"), "{chosen}");
+    assert!(chosen.contains("127.0.0.1:16379:6379"), "{chosen}");
+
+    // The instances listen beyond loopback, so they read tokens from the secret.
     assert!(
-        rendered.contains("DELAYQ_API_TOKENS: compose-test-token"),
+        rendered.contains(&format!("file: {}", tokens.display())),
         "{rendered}"
     );
-    let without_token = Command::new(&compose)
-        .arg("-f")
-        .arg(&file)
-        .arg("config")
-        .env_remove("DELAYQ_API_TOKENS")
-        .output()
-        .unwrap();
-    assert!(!without_token.status.success());
     assert!(
-        text(&without_token.stderr).contains("DELAYQ_API_TOKENS"),
-        "{}",
-        text(&without_token.stderr)
+        rendered.contains("DELAYQ_API_TOKENS_FILE: /run/secrets/api_tokens"),
+        "{rendered}"
     );
+    assert!(!rendered.contains("DELAYQ_API_TOKENS:"), "{rendered}");
 
-    // Every DELAYQ_* variable the instances get must make a valid configuration.
+    // Every DELAYQ_* variable the instances get must make a valid configuration,
+    // with the secret where the container sees it.
     let env: Vec<(String, String)> = rendered
         .lines()
         .filter_map(|l| l.trim().split_once(": "))
         .filter(|(k, _)| k.starts_with("DELAYQ_"))
-        .map(|(k, v)| (k.to_owned(), v.trim_matches('\'').to_owned()))
+        .map(|(k, v)| {
+            let v = v.trim_matches('\'');
+            let v = if v == "/run/secrets/api_tokens" {
+                tokens.to_str().unwrap()
+            } else {
+                v
+            };
+            (k.to_owned(), v.to_owned())
+        })
         .collect();
     assert!(
         env.iter().any(|(k, _)| k == "DELAYQ_ETCD_ENDPOINTS"),
@@ -611,7 +639,7 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
     );
     let out = Command::new(delayq_bin())
         .arg("check-config")
-        .envs(env)
+        .envs(env.iter().cloned())
         .output()
         .unwrap();
     let effective: toml::Table = text(&out.stdout).parse().expect("TOML");
@@ -622,6 +650,58 @@ fn compose_file_is_valid_and_its_delayq_environment_passes_check_config() {
         Some(3)
     );
     assert_eq!(effective["log"]["format"].as_str(), Some("json"));
+    // Without the secret an instance refuses to listen beyond loopback.
+    let out = Command::new(delayq_bin())
+        .arg("check-config")
+        .envs(
+            env.into_iter()
+                .filter(|(k, _)| k != "DELAYQ_API_TOKENS_FILE"),
+        )
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64), "{out:?}");
+    assert!(text(&out.stderr).contains("api.tokens is empty"), "{out:?}");
+}
+
+#[test]
+fn per_host_compose_file_runs_one_instance_on_the_host_network() {
+    let compose = tool("docker-compose");
+    let file = repo().join("docker/compose.node.yaml");
+    let vars = [
+        ("NODE_ID", "host-a"),
+        ("NODE_ADDR", "10.0.0.5"),
+        ("REDIS_URL", "redis://redis.internal:6379"),
+        ("ETCD_ENDPOINTS", "http://etcd-1:2379,http://etcd-2:2379"),
+        ("API_TOKENS_FILE", "/etc/delayq/api-tokens"),
+    ];
+    let config = |skip: &str| {
+        Command::new(&compose)
+            .arg("-f")
+            .arg(&file)
+            .arg("config")
+            .envs(vars.iter().filter(|(k, _)| *k != skip).copied())
+            .output()
+            .unwrap()
+    };
+    let out = config("");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let rendered = text(&out.stdout);
+    for line in [
+        "network_mode: host",
+        "DELAYQ_NODE_ID: host-a",
+        "DELAYQ_API_LISTEN: 10.0.0.5:7070",
+        "DELAYQ_API_TOKENS_FILE: /run/secrets/api_tokens",
+        "file: /etc/delayq/api-tokens",
+        "stop_grace_period: 20s",
+    ] {
+        assert!(rendered.contains(line), "{line}:\n{rendered}");
+    }
+    // Each host says who it is, and where Redis and etcd are.
+    for var in ["NODE_ID", "NODE_ADDR", "REDIS_URL", "ETCD_ENDPOINTS"] {
+        let out = config(var);
+        assert!(!out.status.success(), "{var} unset");
+        assert!(text(&out.stderr).contains(var), "{}", text(&out.stderr));
+    }
 }
 
 #[test]
@@ -636,13 +716,24 @@ fn dockerfile_builds_from_files_that_exist_and_checks_health_with_a_real_command
             assert!(repo().join(source).exists(), "{line}: {source} missing");
         }
     }
-    assert!(dockerfile.contains("FROM debian:bookworm-slim"));
+    // Base images are arguments, with pinned defaults.
+    assert!(dockerfile.contains("ARG BASE_IMAGE=debian:bookworm-slim\n"));
+    assert!(dockerfile.contains("ARG RUST_IMAGE=rust:1.95-bookworm\n"));
+    assert!(dockerfile.contains("FROM ${BASE_IMAGE} AS runtime\n"));
+    // The prebuilt target sits before the Rust stage: builders that run every stage
+    // up to the target never need the Rust image for it.
+    let prebuilt = dockerfile.find("AS prebuilt\n").expect("a prebuilt target");
+    assert!(prebuilt < dockerfile.find("AS build\n").unwrap());
     assert!(dockerfile.contains("USER delayq"));
+    assert!(dockerfile.contains("STOPSIGNAL SIGTERM"));
     let health = dockerfile
         .lines()
         .find(|l| l.trim_start().starts_with("CMD [\"delayq\", \"health\""))
         .expect("a HEALTHCHECK running delayq health");
     assert!(health.contains("--timeout"));
+    // The compose file gives the drain more time than the unit does.
+    let compose = std::fs::read_to_string(repo().join("docker/compose.yaml")).unwrap();
+    assert!(compose.contains("stop_grace_period: 20s"));
 }
 
 #[tokio::test]

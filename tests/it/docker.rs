@@ -1,0 +1,598 @@
+//! The Docker deployment, for real: delayq's image built from docker/Dockerfile
+//! (its `prebuilt` target, with a release binary built here) on base images made
+//! from Debian's packages by docker/local-images.sh, which also starts a Docker
+//! engine when none answers; then docker/compose.yaml brought up under a project
+//! name of its own, its ports on free loopback ports, and failed over: the leader
+//! killed, the next one stopped, Redis restarted, and `delayq drill` run against
+//! it. Everything the project created is removed at the end, failure or not.
+//!
+//! This test needs a Docker engine it can start (root, `docker.io` and
+//! `debootstrap`, which `.ci/install-deps --tests` installs) and fails, saying why, when
+//! there is none. The compose command is `docker compose` when that works, else
+//! `docker-compose`; DELAYQ_TEST_COMPOSE (e.g. "docker-compose") chooses.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use serde_json::{Value, json};
+use tokio::process::Command;
+
+use crate::support::{delayq_bin, entries, eventually};
+
+const SERVICES: [&str; 7] = [
+    "redis", "etcd-1", "etcd-2", "etcd-3", "delayq-1", "delayq-2", "delayq-3",
+];
+const NODES: [&str; 3] = ["delayq-1", "delayq-2", "delayq-3"];
+/// Made by docker/local-images.sh: Debian's redis-server and etcd.
+const SERVERS_IMAGE: &str = "delayq-local/servers:bookworm";
+const IMAGE: &str = "delayq:e2e";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+async fn run(program: &str, args: &[&str], env: &[(String, String)]) -> Output {
+    Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{program}: {e}"))
+}
+
+#[track_caller]
+fn ok(what: &str, out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+async fn docker(args: &[&str]) -> String {
+    ok(&format!("docker {args:?}"), run("docker", args, &[]).await)
+}
+
+/// The release binary, built here once (cargo rebuilds nothing when it is fresh),
+/// in the target directory these tests were built in.
+async fn release_binary() -> PathBuf {
+    let target = delayq_bin()
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>/delayq")
+        .to_path_buf();
+    let started = Instant::now();
+    // Niced: the other tests run meanwhile, some of them timing what they see.
+    let build = Command::new("nice")
+        .args(["-n", "10", env!("CARGO"), "build", "--release", "--locked"])
+        .args(["--bin", "delayq", "--target-dir"])
+        .arg(&target)
+        .current_dir(repo())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(40 * 60), build)
+        .await
+        .expect("cargo build --release did not finish within 40 minutes")
+        .expect("run cargo");
+    ok("cargo build --release", out);
+    eprintln!("release binary ready in {:.1?}", started.elapsed());
+    target.join("release/delayq")
+}
+
+/// A Docker engine, the local base images and `IMAGE`, or a clear failure.
+async fn images() {
+    let binary = release_binary().await;
+    let started = Instant::now();
+    let script = Command::new(repo().join("docker/local-images.sh"))
+        .arg(&binary)
+        .env("DELAYQ_IMAGE", IMAGE)
+        .kill_on_drop(true)
+        .output();
+    // Making the base images takes a few minutes, once; a run that waits on
+    // another's lock gives up after 15.
+    let out = tokio::time::timeout(Duration::from_secs(20 * 60), script)
+        .await
+        .expect("docker/local-images.sh did not finish within 20 minutes")
+        .expect("run docker/local-images.sh");
+    assert!(
+        out.status.success(),
+        "no Docker engine or images: docker/local-images.sh failed ({}); this test needs \
+         docker.io and debootstrap (.ci/install-deps --tests) and root to start dockerd:\n{}",
+        out.status,
+        text(&out.stderr)
+    );
+    eprintln!(
+        "engine and images ready in {:.1?}; {IMAGE} is {}",
+        started.elapsed(),
+        docker(&["image", "inspect", "-f", "{{.Size}}", IMAGE])
+            .await
+            .trim()
+            .parse::<u64>()
+            .map(|b| format!("{:.1} MB", b as f64 / 1e6))
+            .unwrap_or_default()
+    );
+}
+
+async fn compose_cli() -> Vec<String> {
+    if let Ok(chosen) = std::env::var("DELAYQ_TEST_COMPOSE") {
+        return chosen.split_whitespace().map(str::to_owned).collect();
+    }
+    let v2 = Command::new("docker")
+        .args(["compose", "version"])
+        .output()
+        .await
+        .is_ok_and(|o| o.status.success());
+    if v2 {
+        vec!["docker".into(), "compose".into()]
+    } else {
+        vec!["docker-compose".into()]
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A compose project of docker/compose.yaml; `down -v` when dropped.
+struct Deployment {
+    cli: Vec<String>,
+    project: String,
+    env: Vec<(String, String)>,
+    token: String,
+    redis_port: u16,
+    ports: [u16; 3],
+    _secrets: tempfile::TempDir,
+}
+
+impl Deployment {
+    async fn up() -> Deployment {
+        let secrets = tempfile::tempdir().unwrap();
+        let token = format!("e2e-{}", ulid::Ulid::new());
+        let file = secrets.path().join("api-tokens");
+        std::fs::write(&file, format!("{token}\n")).unwrap();
+        // Bind-mounted as it is: the containers' user (uid 10001) reads it.
+        std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
+            .unwrap();
+        let redis_port = free_port();
+        let ports = [free_port(), free_port(), free_port()];
+        let mut env = vec![
+            ("API_TOKENS_FILE".into(), file.display().to_string()),
+            ("DELAYQ_IMAGE".into(), IMAGE.into()),
+            ("REDIS_IMAGE".into(), SERVERS_IMAGE.into()),
+            ("ETCD_IMAGE".into(), SERVERS_IMAGE.into()),
+            ("REDIS_PORT".into(), redis_port.to_string()),
+        ];
+        for (n, port) in ports.iter().enumerate() {
+            env.push((format!("DELAYQ_PORT_{}", n + 1), port.to_string()));
+        }
+        let d = Deployment {
+            cli: compose_cli().await,
+            project: format!("delayq-e2e-{}", std::process::id()),
+            env,
+            token,
+            redis_port,
+            ports,
+            _secrets: secrets,
+        };
+        // A project of the same name left by a run that could not clean up.
+        d.compose(&["down", "-v", "--remove-orphans", "-t", "1"])
+            .await;
+        let out = d.compose(&["up", "-d", "--no-build"]).await;
+        ok("compose up", out);
+        d
+    }
+
+    async fn compose(&self, args: &[&str]) -> Output {
+        let file = repo().join("docker/compose.yaml");
+        let mut all: Vec<&str> = self.cli[1..].iter().map(String::as_str).collect();
+        all.extend(["-p", &self.project, "-f", file.to_str().unwrap()]);
+        all.extend(args);
+        run(&self.cli[0], &all, &self.env).await
+    }
+
+    /// The container of a service, by name (what `docker kill` takes).
+    async fn container(&self, service: &str) -> String {
+        let id = ok("compose ps", self.compose(&["ps", "-q", service]).await);
+        let id = id.trim();
+        assert!(!id.is_empty(), "no container for {service}");
+        docker(&["inspect", "-f", "{{.Name}}", id])
+            .await
+            .trim()
+            .trim_start_matches('/')
+            .to_owned()
+    }
+
+    fn url(&self, node: usize, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.ports[node])
+    }
+
+    fn http(&self) -> reqwest::Client {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            AUTHORIZATION,
+            HeaderValue::from_str(&format!("Bearer {}", self.token)).unwrap(),
+        );
+        reqwest::Client::builder()
+            .default_headers(headers)
+            .timeout(Duration::from_secs(3))
+            .build()
+            .unwrap()
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        // Drop may run inside the test's runtime: tear down on a thread of its own.
+        let (cli, project, env) = (self.cli.clone(), self.project.clone(), self.env.clone());
+        let failed = std::thread::panicking();
+        std::thread::spawn(move || {
+            let file = repo().join("docker/compose.yaml");
+            let compose = |args: &[&str]| {
+                std::process::Command::new(&cli[0])
+                    .args(&cli[1..])
+                    .args(["-p", &project, "-f", file.to_str().unwrap()])
+                    .args(args)
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .output()
+            };
+            if failed && let Ok(out) = compose(&["logs", "--no-color", "--tail", "40"]) {
+                eprintln!("--- compose logs ---\n{}", text(&out.stdout));
+            }
+            match compose(&["down", "-v", "--remove-orphans", "-t", "2"]) {
+                Ok(out) if out.status.success() => {}
+                Ok(out) => eprintln!("compose down {project}: {}", text(&out.stderr)),
+                Err(e) => eprintln!("compose down {project}: {e}"),
+            }
+        })
+        .join()
+        .ok();
+    }
+}
+
+/// Waits until Docker reports every named service's container healthy.
+async fn healthy(d: &Deployment, services: &[&str]) {
+    let mut containers = Vec::new();
+    for s in services {
+        containers.push(d.container(s).await);
+    }
+    eventually(Duration::from_secs(120), "containers healthy", || async {
+        let mut args = vec!["inspect", "-f", "{{.State.Health.Status}}"];
+        args.extend(containers.iter().map(String::as_str));
+        let out = run("docker", &args, &[]).await;
+        let states = text(&out.stdout);
+        if out.status.success() && states.lines().all(|s| s == "healthy") {
+            return Some(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        None
+    })
+    .await;
+}
+
+/// One node's /v1/leader: (leads, epoch, the leader it knows of).
+async fn leader_view(http: &reqwest::Client, url: String) -> Option<(bool, u64, String)> {
+    let v: Value = http.get(url).send().await.ok()?.json().await.ok()?;
+    let leads = v["is_leader"].as_bool()?;
+    let epoch = if leads {
+        &v["epoch"]
+    } else {
+        &v["leader"]["epoch"]
+    };
+    Some((
+        leads,
+        epoch.as_u64().unwrap_or(0),
+        v["leader"]["node_id"].as_str().unwrap_or("").to_owned(),
+    ))
+}
+
+/// The one node that leads with an epoch above `after`, the others that answer
+/// agreeing on it.
+async fn leader_after(d: &Deployment, http: &reqwest::Client, after: u64) -> (usize, u64) {
+    eventually(Duration::from_secs(60), "a single leader", || async {
+        let mut leaders = Vec::new();
+        let mut named = Vec::new();
+        for n in 0..NODES.len() {
+            if let Some((leads, epoch, name)) = leader_view(http, d.url(n, "/v1/leader")).await {
+                if leads {
+                    leaders.push((n, epoch));
+                }
+                named.push(name);
+            }
+        }
+        match leaders[..] {
+            [(n, epoch)] if epoch > after && named.iter().all(|m| m == NODES[n]) => {
+                Some((n, epoch))
+            }
+            _ => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                None
+            }
+        }
+    })
+    .await
+}
+
+/// Pushes messages `first..first+count` to `stream` through `node`, due
+/// `spread` apart from now on; returns the ids the API confirmed.
+async fn push(
+    d: &Deployment,
+    http: &reqwest::Client,
+    node: usize,
+    stream: &str,
+    count: usize,
+    spread: Duration,
+) -> Vec<String> {
+    let mut confirmed = Vec::new();
+    for i in 0..count {
+        let id = format!("{stream}-{i}");
+        let body = json!({
+            "id": id,
+            "stream": stream,
+            "payload": format!("message {i}"),
+            "delay_ms": (spread * i as u32).as_millis() as u64,
+        });
+        let resp = http
+            .post(d.url(node, "/v1/messages"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("push {id}: {e}"));
+        let status = resp.status().as_u16();
+        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        assert_eq!(status, 201, "push {id}: {answer}");
+        confirmed.push(id);
+    }
+    confirmed
+}
+
+/// How many times each id arrived in `stream`.
+fn arrivals(redis_port: u16, stream: &str) -> HashMap<String, usize> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{redis_port}")).unwrap();
+    let Ok(mut conn) = client.get_connection() else {
+        return HashMap::new();
+    };
+    let mut seen = HashMap::new();
+    for entry in entries(&mut conn, stream) {
+        let id = entry.get("delayq-id").expect("delayq-id").to_owned();
+        *seen.entry(id).or_insert(0) += 1;
+    }
+    seen
+}
+
+/// Kills or stops `node`'s container (`how` is the docker verb) while watching
+/// for a takeover; returns the new leader and the time from the command to it.
+async fn fail_over(
+    d: &Deployment,
+    http: &reqwest::Client,
+    how: &str,
+    node: usize,
+    epoch: u64,
+) -> (usize, u64, Duration) {
+    let container = d.container(NODES[node]).await;
+    let started = Instant::now();
+    let mut args = vec![how];
+    if how == "stop" {
+        args.extend(["-t", "20"]);
+    }
+    args.push(&container);
+    let (stopped, (taken, took)) = tokio::join!(run("docker", &args, &[]), async {
+        let taken = leader_after(d, http, epoch).await;
+        (taken, started.elapsed())
+    });
+    ok(&format!("docker {how} {container}"), stopped);
+    assert_ne!(taken.0, node, "a different node leads after docker {how}");
+    (taken.0, taken.1, took)
+}
+
+/// Starts `node`'s container again and waits until it is healthy and a standby
+/// that names `leader`.
+async fn back_as_standby(d: &Deployment, http: &reqwest::Client, node: usize, leader: usize) {
+    let container = d.container(NODES[node]).await;
+    docker(&["start", &container]).await;
+    healthy(d, &[NODES[node]]).await;
+    eventually(
+        Duration::from_secs(30),
+        "the old leader is a standby",
+        || async {
+            let view = leader_view(http, d.url(node, "/v1/leader")).await;
+            let standby = matches!(&view, Some((false, _, name)) if name == NODES[leader]);
+            if !standby {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            standby.then_some(())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers() {
+    let started = Instant::now();
+    images().await;
+    let d = Deployment::up().await;
+    healthy(&d, &SERVICES).await;
+    eprintln!(
+        "deployment {} healthy after {:.1?}",
+        d.project,
+        started.elapsed()
+    );
+    let http = d.http();
+    // Every endpoint under /v1 wants the token from the secret.
+    let anonymous = reqwest::Client::new()
+        .get(d.url(0, "/v1/leader"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anonymous.status().as_u16(), 401);
+
+    let (first, epoch) = leader_after(&d, &http, 0).await;
+    let standby = (first + 1) % NODES.len();
+    let mut confirmed: Vec<(&str, Vec<String>)> = Vec::new();
+    // Due across the crash takeover (lease TTL 6 s) and after it.
+    let ids = push(
+        &d,
+        &http,
+        standby,
+        "e2e-kill",
+        40,
+        Duration::from_millis(250),
+    )
+    .await;
+    confirmed.push(("e2e-kill", ids));
+
+    // Crash: SIGKILL, the lease runs out, a standby takes over.
+    let (second, epoch, kill_takeover) = fail_over(&d, &http, "kill", first, epoch).await;
+    eprintln!(
+        "docker kill {}: {} leads after {kill_takeover:.2?}",
+        NODES[first], NODES[second]
+    );
+    let ids = push(
+        &d,
+        &http,
+        second,
+        "e2e-after-kill",
+        20,
+        Duration::from_millis(100),
+    )
+    .await;
+    confirmed.push(("e2e-after-kill", ids));
+    back_as_standby(&d, &http, first, second).await;
+
+    // Handover: SIGTERM resigns on the way out.
+    let other = (0..NODES.len()).find(|&n| n != second).unwrap();
+    let ids = push(&d, &http, other, "e2e-term", 30, Duration::from_millis(100)).await;
+    confirmed.push(("e2e-term", ids));
+    let (third, _, term_takeover) = fail_over(&d, &http, "stop", second, epoch).await;
+    eprintln!(
+        "docker stop {}: {} leads after {term_takeover:.2?}",
+        NODES[second], NODES[third]
+    );
+    back_as_standby(&d, &http, second, third).await;
+
+    // Redis restarts (SIGTERM, then its append-only file): nothing scheduled is
+    // lost, and the nodes reconnect on their own.
+    let ids = push(
+        &d,
+        &http,
+        third,
+        "e2e-redis",
+        30,
+        Duration::from_millis(200),
+    )
+    .await;
+    confirmed.push(("e2e-redis", ids));
+    let redis = d.container("redis").await;
+    docker(&["restart", "-t", "10", &redis]).await;
+    healthy(&d, &SERVICES).await;
+    let ids = push(
+        &d,
+        &http,
+        third,
+        "e2e-after-redis",
+        10,
+        Duration::from_millis(100),
+    )
+    .await;
+    confirmed.push(("e2e-after-redis", ids));
+
+    for (stream, ids) in &confirmed {
+        let seen = eventually(Duration::from_secs(60), stream, || async {
+            let seen = arrivals(d.redis_port, stream);
+            if ids.iter().all(|id| seen.contains_key(id)) {
+                return Some(seen);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            None
+        })
+        .await;
+        for id in ids {
+            assert_eq!(seen[id], 1, "{stream}: {id} arrived {} times", seen[id]);
+        }
+        assert_eq!(
+            seen.len(),
+            ids.len(),
+            "{stream}: only what was pushed: {seen:?}"
+        );
+    }
+
+    // The drill against the deployment: a crash and a handover under load.
+    let mut args = vec![
+        "drill".to_owned(),
+        "--json".into(),
+        "--scenarios".into(),
+        "kill,term".into(),
+        "--rounds".into(),
+        "1".into(),
+        "--rate".into(),
+        "20".into(),
+        "--redis-url".into(),
+        format!("redis://127.0.0.1:{}", d.redis_port),
+        "--kill-cmd".into(),
+        "docker kill {node}".into(),
+        "--term-cmd".into(),
+        "docker stop -t 20 {node}".into(),
+        "--start-cmd".into(),
+        "docker start {node}".into(),
+    ];
+    for (n, service) in NODES.iter().enumerate() {
+        args.push("--node".into());
+        args.push(format!("{}={}", d.container(service).await, d.url(n, "")));
+    }
+    let drill_started = Instant::now();
+    let out = Command::new(delayq_bin())
+        .args(&args)
+        .env("DELAYQ_TOKEN", &d.token)
+        .env_remove("RUST_LOG")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "drill --json: {e}\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        )
+    });
+    assert!(
+        out.status.success(),
+        "drill failed: {report:#}\n{}",
+        text(&out.stderr)
+    );
+    assert_eq!(report["ok"], true, "{report:#}");
+    assert_eq!(report["total"]["lost"], 0, "{report:#}");
+    assert_eq!(report["total"]["duplicated"], 0, "{report:#}");
+    for scenario in ["kill", "term"] {
+        let row = report["scenarios"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["scenario"] == scenario)
+            .unwrap_or_else(|| panic!("no {scenario} row: {report:#}"));
+        assert_eq!(row["leader_changes"], 1, "{report:#}");
+        eprintln!(
+            "drill {scenario}: takeover {} ms, {} sent, {} delivered",
+            row["takeover"]["median_ms"], row["messages"]["sent"], row["messages"]["delivered"]
+        );
+    }
+    eprintln!(
+        "drill took {:.1?}; the whole test {:.1?}",
+        drill_started.elapsed(),
+        started.elapsed()
+    );
+}
