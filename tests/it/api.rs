@@ -344,11 +344,8 @@ async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
 async fn health_leader_and_metrics_endpoints() {
     let env = Env::start(CONFIG).await;
     assert_eq!(env.get("/healthz").await.0, 200);
-    let (status, body) = eventually(std::time::Duration::from_secs(5), "leading", || async {
-        let r = env.get("/leader").await;
-        (r.0 == 200).then_some(r)
-    })
-    .await;
+    env.leading().await;
+    let (status, body) = env.get("/leader").await;
     assert_eq!((status, &body["leader"]), (200, &json!(true)));
     let (_, body) = env.get("/v1/leader").await;
     assert_eq!(body["mode"], "standalone");

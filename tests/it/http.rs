@@ -34,6 +34,8 @@ const POLL: &str = "/v1/streams/orders/next?group=g&consumer=c&wait=20s";
 #[tokio::test]
 async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retry_after() {
     let env = Env::start("[api]\nmax_concurrent_requests = 1\nmax_wait = \"20s\"").await;
+    // The open endpoints are checked under overload below (/leader among them).
+    env.leading().await;
     // A long poll that takes the only place (tried again while a probe below holds it).
     let poll = {
         let env_url = env.url(POLL);
@@ -372,6 +374,7 @@ async fn each_token_reaches_the_endpoints_of_its_scope_and_below() {
         }
     }
     // The open endpoints stay open.
+    env.leading().await;
     for path in ["/healthz", "/readyz", "/leader", "/metrics"] {
         let resp = env.http.get(env.url(path)).send().await.expect(path);
         assert_eq!(resp.status(), 200, "{path} without a token");

@@ -140,6 +140,17 @@ impl Env {
         )
     }
 
+    /// Waits until this node leads (`/leader` answers 200): the daemon takes its
+    /// standalone epoch from Redis after it starts, so a test that checks
+    /// `/leader` must not race that.
+    pub async fn leading(&self) {
+        eventually(Duration::from_secs(10), "this node leads", || async {
+            let resp = self.http.get(self.url("/leader")).send().await.ok()?;
+            (resp.status() == 200).then_some(())
+        })
+        .await;
+    }
+
     pub async fn stop(&mut self) {
         if let Some(d) = self.daemon.take() {
             d.stop().await;

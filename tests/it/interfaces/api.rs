@@ -323,6 +323,7 @@ async fn push_batch_get_reschedule_cancel_and_delivery() {
     assert_eq!(status, 200);
 
     // Open endpoints need no token.
+    env.leading().await;
     for path in ["/healthz", "/leader", "/metrics"] {
         let resp = env.http.get(env.url(path)).send().await.expect("request");
         assert_eq!(resp.status().as_u16(), 200, "{path}");
