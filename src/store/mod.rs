@@ -5,8 +5,11 @@
 //! and arguments and turns their replies into types.
 
 mod batch;
+mod error;
 mod inbox;
 mod keys;
+mod outcome;
+mod reply;
 mod stats;
 mod streams;
 
@@ -15,14 +18,16 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, RedisError, Script, ScriptInvocation, Value};
-use thiserror::Error;
+use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 
 pub use batch::{BatchItem, InboxAck};
+pub use error::{Result, StoreError};
 pub use inbox::{
     CopyLimit, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS, Rejection,
 };
 pub use keys::{Keys, ShardKeys};
+pub use outcome::*;
+use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::StreamCounts;
 pub use streams::StreamEntry;
 
@@ -105,279 +110,6 @@ pub struct Store {
     response_timeout: Duration,
     /// Connections for blocking reads on behalf of HTTP consumers.
     polls: Arc<streams::PollPool>,
-}
-
-#[derive(Clone, Debug, Error)]
-pub enum StoreError {
-    /// A newer leader has raised the shard's fence: this caller must stop leading.
-    #[error("fenced: epoch {caller} is below the fence {held}")]
-    Fenced { held: u64, caller: u64 },
-    #[error("{0}")]
-    TooFar(String),
-    #[error("{0}")]
-    Corrupt(String),
-    #[error("unexpected reply from Redis: {0}")]
-    Reply(String),
-    /// Too many blocking reads are waiting already; retry later.
-    #[error("{0}")]
-    Busy(String),
-    #[error(transparent)]
-    Redis(#[from] RedisError),
-}
-
-impl StoreError {
-    fn from_script(e: RedisError) -> Self {
-        let detail = e.detail().unwrap_or_default().to_owned();
-        match e.code() {
-            Some("FENCED") => {
-                let numbers: Vec<u64> = detail
-                    .split_whitespace()
-                    .filter_map(|w| w.parse().ok())
-                    .collect();
-                match numbers[..] {
-                    [caller, held] => StoreError::Fenced { held, caller },
-                    _ => StoreError::Reply(format!("FENCED {detail}")),
-                }
-            }
-            Some("TOO_FAR") => StoreError::TooFar(detail),
-            Some("CORRUPT") => StoreError::Corrupt(detail),
-            _ => StoreError::Redis(e),
-        }
-    }
-
-    /// Redis's error reply as Redis wrote it (`READONLY You can't write…`, `OOM …`,
-    /// `MISCONF …`) when it answered with one: it is up, but refused. None when it
-    /// did not answer at all.
-    pub fn refusal(&self) -> Option<String> {
-        match self {
-            StoreError::Redis(e) => {
-                let code = e.code()?;
-                Some(format!("{code} {}", e.detail().unwrap_or_default()))
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether retrying later may help (Redis down or slow) rather than the request being wrong.
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Redis(_) | StoreError::Busy(_))
-    }
-
-    /// Whether the error says Redis does not take this call now (connection lost or
-    /// refused, no answer in time, or a reply refusing work for a while: READONLY,
-    /// OOM, MISCONF, LOADING, BUSY, ...) rather than that the call itself fails. A
-    /// transient error is retried; any other one is the fault of what the call
-    /// carried. A fence is neither: callers that can be fenced handle it first.
-    pub fn is_transient(&self) -> bool {
-        match self {
-            StoreError::Busy(_) => true,
-            StoreError::Redis(e) => {
-                e.is_io_error()
-                    || e.is_timeout()
-                    || e.is_connection_dropped()
-                    || e.is_connection_refusal()
-                    || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code))
-            }
-            StoreError::Fenced { .. }
-            | StoreError::TooFar(_)
-            | StoreError::Corrupt(_)
-            | StoreError::Reply(_) => false,
-        }
-    }
-}
-
-/// Error replies by which Redis says it takes no writes (or no calls) for now.
-const TRANSIENT_CODES: &[&str] = &[
-    "READONLY",
-    "OOM",
-    "MISCONF",
-    "LOADING",
-    "BUSY",
-    "MASTERDOWN",
-    "NOREPLICAS",
-    "TRYAGAIN",
-    "CLUSTERDOWN",
-];
-
-pub type Result<T, E = StoreError> = std::result::Result<T, E>;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScheduleMode {
-    /// An id that exists already is a duplicate and nothing changes.
-    New,
-    /// An id that exists already is overwritten and scheduled again.
-    Replace,
-}
-
-impl ScheduleMode {
-    /// The word the schedule scripts take for this mode.
-    fn as_arg(self) -> &'static str {
-        match self {
-            ScheduleMode::New => "new",
-            ScheduleMode::Replace => "replace",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scheduled {
-    Scheduled {
-        due_ms: u64,
-    },
-    Replaced {
-        due_ms: u64,
-    },
-    /// The id is known already; `due_ms` is set while it is still scheduled.
-    Duplicate {
-        due_ms: Option<u64>,
-        state: String,
-    },
-}
-
-impl Scheduled {
-    /// Reads a schedule script's answer for one message: its status, due time and,
-    /// for a duplicate only, the state it is in (`state` is not called otherwise).
-    /// None for a status the scripts do not give.
-    fn from_reply(
-        status: &str,
-        due: u64,
-        state: impl FnOnce() -> Result<String>,
-    ) -> Result<Option<Scheduled>> {
-        Ok(Some(match status {
-            "scheduled" => Scheduled::Scheduled { due_ms: due },
-            "replaced" => Scheduled::Replaced { due_ms: due },
-            "duplicate" => Scheduled::Duplicate {
-                due_ms: (due > 0).then_some(due),
-                state: state()?,
-            },
-            _ => return Ok(None),
-        }))
-    }
-}
-
-/// Final states, kept on record for the retention window.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RecordState {
-    Delivered,
-    Expired,
-    Dead,
-    Cancelled,
-}
-
-impl RecordState {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "delivered" => RecordState::Delivered,
-            "expired" => RecordState::Expired,
-            "dead" => RecordState::Dead,
-            "cancelled" => RecordState::Cancelled,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RecordState::Delivered => "delivered",
-            RecordState::Expired => "expired",
-            RecordState::Dead => "dead",
-            RecordState::Cancelled => "cancelled",
-        }
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScheduledMessage {
-    pub stream: String,
-    pub due_ms: u64,
-    pub priority: u8,
-    pub created_ms: u64,
-    pub attempt: u64,
-    pub expire_at_ms: Option<u64>,
-    pub fields: Vec<(String, String)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Record {
-    pub state: RecordState,
-    /// The stream written to: the target, its dead-letter stream, or none for a cancellation.
-    pub stream: Option<String>,
-    pub entry_id: Option<String>,
-    pub at_ms: u64,
-    pub attempt: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Status {
-    Scheduled(ScheduledMessage),
-    Done(Record),
-    /// The body is in Redis but cannot be read; the forwarder will dead-letter it.
-    Corrupt(String),
-    Unknown,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Cancelled {
-    Cancelled,
-    AlreadyDone(RecordState),
-    Unknown,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Rescheduled {
-    Rescheduled { due_ms: u64 },
-    NotScheduled(RecordState),
-    Unknown,
-}
-
-/// What a forward call does besides moving messages; fixed for a run.
-#[derive(Clone, Debug)]
-pub struct ForwardOptions {
-    pub batch_size: usize,
-    pub retention: Duration,
-    /// Field added to every forwarded entry with the message id (None = not added).
-    pub id_field: Option<String>,
-    /// Field added to every forwarded entry with the delivery attempt (None = not added).
-    pub attempt_field: Option<String>,
-    pub dead_letter_suffix: String,
-    /// `MAXLEN ~` applied to every target stream (0 = none) unless overridden per stream.
-    pub default_maxlen: u64,
-    pub maxlen: Vec<(String, u64)>,
-}
-
-/// What one forward call did.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ForwardBatch {
-    pub forwarded: u64,
-    pub expired: u64,
-    pub dead: u64,
-    /// Due time of the shard's earliest remaining message.
-    pub next_due_ms: Option<u64>,
-    /// Redis's clock when the batch was taken.
-    pub now_ms: u64,
-    /// Forward time minus due time of each forwarded message, by Redis's clock.
-    pub lateness_ms: Vec<u64>,
-    pub per_stream: Vec<(String, u64)>,
-    /// Messages kept for later because neither their stream nor their dead-letter
-    /// stream takes them (both refuse for reasons of their own, e.g. a wrong type).
-    pub parked: u64,
-    /// The Redis error that stopped the batch part-way (OOM, READONLY, ...): the
-    /// messages before it were moved, it and the rest stay scheduled.
-    pub held_back: Option<String>,
-}
-
-impl ForwardBatch {
-    pub fn moved(&self) -> u64 {
-        self.forwarded + self.expired + self.dead
-    }
-}
-
-/// What one trim call did.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Trimmed {
-    pub forgotten: u64,
-    /// Record ids whose retention had passed, forgotten or not (an id recorded again
-    /// since keeps its newer record).
-    pub looked_at: u64,
 }
 
 impl Store {
@@ -771,95 +503,5 @@ fn due_args(due: Due) -> (&'static str, u64) {
     match due {
         Due::In(_) => ("in", due.as_ms()),
         Due::At(_) => ("at", due.as_ms()),
-    }
-}
-
-fn array(v: Value) -> Result<Vec<Value>> {
-    match v {
-        Value::Array(items) => Ok(items),
-        Value::Nil => Ok(Vec::new()),
-        other => Err(StoreError::Reply(format!(
-            "expected an array, got {other:?}"
-        ))),
-    }
-}
-
-fn text(v: &Value) -> Result<String> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(n) => Ok(n.to_string()),
-        other => Err(StoreError::Reply(format!(
-            "expected a string, got {other:?}"
-        ))),
-    }
-}
-
-fn int(v: &Value) -> Result<i64> {
-    match v {
-        Value::Int(n) => Ok(*n),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| StoreError::Reply(format!("expected a number, got {b:?}"))),
-        other => Err(StoreError::Reply(format!(
-            "expected a number, got {other:?}"
-        ))),
-    }
-}
-
-fn string_at(items: &[Value], i: usize) -> Result<String> {
-    text(items.get(i).unwrap_or(&Value::Nil))
-}
-
-fn int_signed_at(items: &[Value], i: usize) -> Result<i64> {
-    int(items.get(i).unwrap_or(&Value::Nil))
-}
-
-fn int_at(items: &[Value], i: usize) -> Result<u64> {
-    Ok(int_signed_at(items, i)?.max(0) as u64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[track_caller]
-    fn check(error: StoreError, transient: bool) {
-        assert_eq!(error.is_transient(), transient, "{error:?}");
-    }
-
-    fn reply(code: &str, detail: &str) -> StoreError {
-        StoreError::Redis(redis::make_extension_error(
-            code.to_owned(),
-            Some(detail.to_owned()),
-        ))
-    }
-
-    fn io(kind: std::io::ErrorKind) -> StoreError {
-        StoreError::Redis(std::io::Error::new(kind, "test").into())
-    }
-
-    #[test]
-    #[rustfmt::skip]
-    fn transient_errors_are_those_of_redis_not_taking_calls_now() {
-        check(io(std::io::ErrorKind::ConnectionReset), true);
-        check(io(std::io::ErrorKind::ConnectionRefused), true);
-        check(io(std::io::ErrorKind::TimedOut), true);
-        check(StoreError::Redis(RedisError::from((redis::ErrorKind::Io, "timed out", "no answer".to_owned()))), true);
-        check(reply("READONLY", "You can't write against a read only replica."), true);
-        check(reply("OOM", "command not allowed when used memory > 'maxmemory'."), true);
-        check(reply("MISCONF", "Redis is configured to save RDB snapshots"), true);
-        check(reply("LOADING", "Redis is loading the dataset in memory"), true);
-        check(reply("BUSY", "Redis is busy running a script."), true);
-        check(reply("MASTERDOWN", "Link with MASTER is down"), true);
-        check(StoreError::Busy("too many long polls".into()), true);
-        check(reply("ERR", "user_script:1: too many results to unpack"), false);
-        check(reply("WRONGTYPE", "Operation against a key holding the wrong kind of value"), false);
-        check(reply("DEADLETTER", "cannot write to s:dead: WRONGTYPE"), false);
-        check(StoreError::Reply("expected an array".into()), false);
-        check(StoreError::Corrupt("undecodable body".into()), false);
-        check(StoreError::TooFar("due time".into()), false);
-        check(StoreError::Fenced { held: 2, caller: 1 }, false);
     }
 }

@@ -1,0 +1,143 @@
+//! What can go wrong in a store call, and which failures are Redis not taking
+//! calls now (retry later) rather than a call at fault.
+
+use redis::RedisError;
+use thiserror::Error;
+
+#[derive(Clone, Debug, Error)]
+pub enum StoreError {
+    /// A newer leader has raised the shard's fence: this caller must stop leading.
+    #[error("fenced: epoch {caller} is below the fence {held}")]
+    Fenced { held: u64, caller: u64 },
+    #[error("{0}")]
+    TooFar(String),
+    #[error("{0}")]
+    Corrupt(String),
+    #[error("unexpected reply from Redis: {0}")]
+    Reply(String),
+    /// Too many blocking reads are waiting already; retry later.
+    #[error("{0}")]
+    Busy(String),
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+}
+
+impl StoreError {
+    pub(super) fn from_script(e: RedisError) -> Self {
+        let detail = e.detail().unwrap_or_default().to_owned();
+        match e.code() {
+            Some("FENCED") => {
+                let numbers: Vec<u64> = detail
+                    .split_whitespace()
+                    .filter_map(|w| w.parse().ok())
+                    .collect();
+                match numbers[..] {
+                    [caller, held] => StoreError::Fenced { held, caller },
+                    _ => StoreError::Reply(format!("FENCED {detail}")),
+                }
+            }
+            Some("TOO_FAR") => StoreError::TooFar(detail),
+            Some("CORRUPT") => StoreError::Corrupt(detail),
+            _ => StoreError::Redis(e),
+        }
+    }
+
+    /// Redis's error reply as Redis wrote it (`READONLY You can't write…`, `OOM …`,
+    /// `MISCONF …`) when it answered with one: it is up, but refused. None when it
+    /// did not answer at all.
+    pub fn refusal(&self) -> Option<String> {
+        match self {
+            StoreError::Redis(e) => {
+                let code = e.code()?;
+                Some(format!("{code} {}", e.detail().unwrap_or_default()))
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether retrying later may help (Redis down or slow) rather than the request being wrong.
+    pub fn is_unavailable(&self) -> bool {
+        matches!(self, StoreError::Redis(_) | StoreError::Busy(_))
+    }
+
+    /// Whether the error says Redis does not take this call now (connection lost or
+    /// refused, no answer in time, or a reply refusing work for a while: READONLY,
+    /// OOM, MISCONF, LOADING, BUSY, ...) rather than that the call itself fails. A
+    /// transient error is retried; any other one is the fault of what the call
+    /// carried. A fence is neither: callers that can be fenced handle it first.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Busy(_) => true,
+            StoreError::Redis(e) => {
+                e.is_io_error()
+                    || e.is_timeout()
+                    || e.is_connection_dropped()
+                    || e.is_connection_refusal()
+                    || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code))
+            }
+            StoreError::Fenced { .. }
+            | StoreError::TooFar(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Reply(_) => false,
+        }
+    }
+}
+
+/// Error replies by which Redis says it takes no writes (or no calls) for now.
+const TRANSIENT_CODES: &[&str] = &[
+    "READONLY",
+    "OOM",
+    "MISCONF",
+    "LOADING",
+    "BUSY",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "TRYAGAIN",
+    "CLUSTERDOWN",
+];
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(error: StoreError, transient: bool) {
+        assert_eq!(error.is_transient(), transient, "{error:?}");
+    }
+
+    fn reply(code: &str, detail: &str) -> StoreError {
+        StoreError::Redis(redis::make_extension_error(
+            code.to_owned(),
+            Some(detail.to_owned()),
+        ))
+    }
+
+    fn io(kind: std::io::ErrorKind) -> StoreError {
+        StoreError::Redis(std::io::Error::new(kind, "test").into())
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn transient_errors_are_those_of_redis_not_taking_calls_now() {
+        check(io(std::io::ErrorKind::ConnectionReset), true);
+        check(io(std::io::ErrorKind::ConnectionRefused), true);
+        check(io(std::io::ErrorKind::TimedOut), true);
+        check(StoreError::Redis(RedisError::from((redis::ErrorKind::Io, "timed out", "no answer".to_owned()))), true);
+        check(reply("READONLY", "You can't write against a read only replica."), true);
+        check(reply("OOM", "command not allowed when used memory > 'maxmemory'."), true);
+        check(reply("MISCONF", "Redis is configured to save RDB snapshots"), true);
+        check(reply("LOADING", "Redis is loading the dataset in memory"), true);
+        check(reply("BUSY", "Redis is busy running a script."), true);
+        check(reply("MASTERDOWN", "Link with MASTER is down"), true);
+        check(StoreError::Busy("too many long polls".into()), true);
+        check(reply("ERR", "user_script:1: too many results to unpack"), false);
+        check(reply("WRONGTYPE", "Operation against a key holding the wrong kind of value"), false);
+        check(reply("DEADLETTER", "cannot write to s:dead: WRONGTYPE"), false);
+        check(StoreError::Reply("expected an array".into()), false);
+        check(StoreError::Corrupt("undecodable body".into()), false);
+        check(StoreError::TooFar("due time".into()), false);
+        check(StoreError::Fenced { held: 2, caller: 1 }, false);
+    }
+}

@@ -1,0 +1,184 @@
+//! What the store answers: the typed outcomes of its scripts.
+
+use std::time::Duration;
+
+use super::Result;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ScheduleMode {
+    /// An id that exists already is a duplicate and nothing changes.
+    New,
+    /// An id that exists already is overwritten and scheduled again.
+    Replace,
+}
+
+impl ScheduleMode {
+    /// The word the schedule scripts take for this mode.
+    pub(super) fn as_arg(self) -> &'static str {
+        match self {
+            ScheduleMode::New => "new",
+            ScheduleMode::Replace => "replace",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Scheduled {
+    Scheduled {
+        due_ms: u64,
+    },
+    Replaced {
+        due_ms: u64,
+    },
+    /// The id is known already; `due_ms` is set while it is still scheduled.
+    Duplicate {
+        due_ms: Option<u64>,
+        state: String,
+    },
+}
+
+impl Scheduled {
+    /// Reads a schedule script's answer for one message: its status, due time and,
+    /// for a duplicate only, the state it is in (`state` is not called otherwise).
+    /// None for a status the scripts do not give.
+    pub(super) fn from_reply(
+        status: &str,
+        due: u64,
+        state: impl FnOnce() -> Result<String>,
+    ) -> Result<Option<Scheduled>> {
+        Ok(Some(match status {
+            "scheduled" => Scheduled::Scheduled { due_ms: due },
+            "replaced" => Scheduled::Replaced { due_ms: due },
+            "duplicate" => Scheduled::Duplicate {
+                due_ms: (due > 0).then_some(due),
+                state: state()?,
+            },
+            _ => return Ok(None),
+        }))
+    }
+}
+
+/// Final states, kept on record for the retention window.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordState {
+    Delivered,
+    Expired,
+    Dead,
+    Cancelled,
+}
+
+impl RecordState {
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "delivered" => RecordState::Delivered,
+            "expired" => RecordState::Expired,
+            "dead" => RecordState::Dead,
+            "cancelled" => RecordState::Cancelled,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RecordState::Delivered => "delivered",
+            RecordState::Expired => "expired",
+            RecordState::Dead => "dead",
+            RecordState::Cancelled => "cancelled",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScheduledMessage {
+    pub stream: String,
+    pub due_ms: u64,
+    pub priority: u8,
+    pub created_ms: u64,
+    pub attempt: u64,
+    pub expire_at_ms: Option<u64>,
+    pub fields: Vec<(String, String)>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub state: RecordState,
+    /// The stream written to: the target, its dead-letter stream, or none for a cancellation.
+    pub stream: Option<String>,
+    pub entry_id: Option<String>,
+    pub at_ms: u64,
+    pub attempt: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Status {
+    Scheduled(ScheduledMessage),
+    Done(Record),
+    /// The body is in Redis but cannot be read; the forwarder will dead-letter it.
+    Corrupt(String),
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cancelled {
+    Cancelled,
+    AlreadyDone(RecordState),
+    Unknown,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rescheduled {
+    Rescheduled { due_ms: u64 },
+    NotScheduled(RecordState),
+    Unknown,
+}
+
+/// What a forward call does besides moving messages; fixed for a run.
+#[derive(Clone, Debug)]
+pub struct ForwardOptions {
+    pub batch_size: usize,
+    pub retention: Duration,
+    /// Field added to every forwarded entry with the message id (None = not added).
+    pub id_field: Option<String>,
+    /// Field added to every forwarded entry with the delivery attempt (None = not added).
+    pub attempt_field: Option<String>,
+    pub dead_letter_suffix: String,
+    /// `MAXLEN ~` applied to every target stream (0 = none) unless overridden per stream.
+    pub default_maxlen: u64,
+    pub maxlen: Vec<(String, u64)>,
+}
+
+/// What one forward call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ForwardBatch {
+    pub forwarded: u64,
+    pub expired: u64,
+    pub dead: u64,
+    /// Due time of the shard's earliest remaining message.
+    pub next_due_ms: Option<u64>,
+    /// Redis's clock when the batch was taken.
+    pub now_ms: u64,
+    /// Forward time minus due time of each forwarded message, by Redis's clock.
+    pub lateness_ms: Vec<u64>,
+    pub per_stream: Vec<(String, u64)>,
+    /// Messages kept for later because neither their stream nor their dead-letter
+    /// stream takes them (both refuse for reasons of their own, e.g. a wrong type).
+    pub parked: u64,
+    /// The Redis error that stopped the batch part-way (OOM, READONLY, ...): the
+    /// messages before it were moved, it and the rest stay scheduled.
+    pub held_back: Option<String>,
+}
+
+impl ForwardBatch {
+    pub fn moved(&self) -> u64 {
+        self.forwarded + self.expired + self.dead
+    }
+}
+
+/// What one trim call did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Trimmed {
+    pub forgotten: u64,
+    /// Record ids whose retention had passed, forgotten or not (an id recorded again
+    /// since keeps its newer record).
+    pub looked_at: u64,
+}
