@@ -1,0 +1,425 @@
+//! Interception of delayed MQ sends: producers that already XADD keep doing so, into
+//! the inbox stream, with reserved fields saying where and when:
+//!
+//! | field | meaning |
+//! |---|---|
+//! | `delayq-stream` | target stream (required) |
+//! | `delayq-delay` | delay: milliseconds, or human such as `20m` |
+//! | `delayq-at` | due time: epoch milliseconds, or RFC 3339 (instead of a delay) |
+//! | `delayq-id` | message id (default: the inbox entry id, e.g. `1700000000000-0`) |
+//! | `delayq-priority` | 0–9 |
+//! | `delayq-ttl` | milliseconds or human, counted from the due time |
+//!
+//! Every other field is the message, forwarded verbatim and in order. Every instance
+//! (leader or not) reads the inbox through one consumer group, under its node id, and
+//! schedules each batch with [`Store::schedule_many`], which acknowledges each entry
+//! in the same script that stores its message: an entry is acknowledged exactly when
+//! it is scheduled. An entry that cannot be scheduled goes, with its reason and
+//! original fields, to the rejected stream (also acknowledged atomically); an entry
+//! too large to copy there (more field/value pairs than `api.max_fields` plus the
+//! six reserved ones, or more bytes than `api.max_message_bytes` plus 4 KiB) goes
+//! with its id and reason only. Entries an instance read and never acknowledged (it
+//! died) are taken over by any live instance once idle for `inbox.reclaim_after`.
+//!
+//! Poison input is isolated, never retried forever: a call that fails for any reason
+//! but a transient one (Redis unreachable, slow, or refusing writes for now) is split
+//! in halves until the entry at fault is found, which is rejected while the others
+//! go on; transient failures are retried on the entries held, without reading them
+//! again; and an entry handed out more than [`MAX_ATTEMPTS`] times is rejected untried.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::stream::FuturesUnordered;
+use futures::{FutureExt, StreamExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::backoff::Backoff;
+use crate::config::{Config, InboxConfig};
+use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
+use crate::metrics as m;
+use crate::store::{
+    BatchItem, CopyLimit, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection, ScheduleMode,
+    Scheduled, Store, StoreError,
+};
+
+mod entry;
+mod isolate;
+
+pub use entry::parse_entry;
+use entry::*;
+use isolate::*;
+
+/// Longest a read waits for new entries before the loop looks at cancellation and
+/// abandoned entries again (and so the longest a stop waits for an idle reader).
+const MAX_BLOCK: Duration = Duration::from_millis(500);
+/// Batches scheduled at once by one instance, while it reads the next.
+const MAX_IN_FLIGHT: usize = 3;
+/// Most times an entry is handed out (read again, or taken over from an instance
+/// that stopped) without leaving the inbox: handed out once more, it is rejected
+/// without another try. A transient error does not use an attempt: the reader
+/// retries the entries it holds instead of reading them again.
+pub const MAX_ATTEMPTS: u64 = 5;
+
+/// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
+/// inbox is disabled. Errors are logged and retried with backoff; the read and the
+/// batches in flight when `cancel` comes are finished.
+pub async fn run(live: watch::Receiver<Arc<Config>>, store: Store, cancel: CancellationToken) {
+    let Some(inbox) = live.borrow().inbox.clone() else {
+        return;
+    };
+    let queue = inbox.queue();
+    let worker = Worker {
+        live,
+        inbox,
+        queue,
+        store,
+    };
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    while !cancel.is_cancelled() {
+        match worker.consume(&cancel, &mut backoff).await {
+            Ok(()) => return,
+            Err(e) => {
+                metrics::counter!(m::INBOX_ERRORS).increment(1);
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, inbox = %worker.queue.stream, "inbox read or batch failed");
+                tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+            }
+        }
+    }
+}
+
+struct Worker {
+    /// The running configuration: a reload's allow list applies to the next batch.
+    live: watch::Receiver<Arc<Config>>,
+    /// Fixed at start (a reload never changes `[inbox]`).
+    inbox: InboxConfig,
+    queue: InboxQueue,
+    store: Store,
+}
+
+impl Worker {
+    fn config(&self) -> Arc<Config> {
+        self.live.borrow().clone()
+    }
+
+    /// One connection's life: own leftovers first, then new entries, taking over
+    /// abandoned ones every half `reclaim_after`. Returns Ok only when cancelled.
+    async fn consume(
+        &self,
+        cancel: &CancellationToken,
+        backoff: &mut Backoff,
+    ) -> Result<(), StoreError> {
+        let mut reader = self
+            .store
+            .inbox_reader(&self.queue, &self.config().node_id)
+            .await?;
+        let batch = self.inbox.batch_size;
+        // What this consumer held before (a restart under the same node id), page by
+        // page: an entry that stays pending (its rejection could not be written) is
+        // passed, not read again in a loop.
+        let mut after = "0".to_owned();
+        loop {
+            let entries = reader.own_pending(&after, batch).await?;
+            let Some(last) = entries.last() else {
+                break;
+            };
+            after = last.id.clone();
+            let deliveries = reader.deliveries(&entries).await?;
+            self.handle(&entries, Some(&deliveries), cancel).await?;
+        }
+        backoff.reset();
+        let reclaim_every = (self.inbox.reclaim_after / 2)
+            .clamp(Duration::from_millis(50), Duration::from_secs(10));
+        let block = reclaim_every.min(MAX_BLOCK);
+        let mut next_reclaim = Instant::now();
+        // Batches being scheduled while the next one is read, so Redis is not left idle
+        // while this process parses; one ends in error only when cancelled while it
+        // waits to retry, its entries still pending for the next start.
+        let mut in_flight = FuturesUnordered::new();
+        loop {
+            while let Some(Some(done)) = in_flight.next().now_or_never() {
+                done?;
+            }
+            if in_flight.len() >= MAX_IN_FLIGHT {
+                if let Some(done) = in_flight.next().await {
+                    done?;
+                }
+                continue;
+            }
+            if cancel.is_cancelled() {
+                while let Some(done) = in_flight.next().await {
+                    done?;
+                }
+                return Ok(());
+            }
+            if Instant::now() >= next_reclaim {
+                self.reclaim(&mut reader, cancel).await?;
+                next_reclaim = Instant::now() + reclaim_every;
+            }
+            // Never abandoned half-way (not even for cancellation): entries a read
+            // returns are pending for this consumer and must be handled. The batches
+            // in flight go on meanwhile.
+            let read = reader.next(batch, block);
+            tokio::pin!(read);
+            let entries = loop {
+                tokio::select! {
+                    entries = &mut read => break entries?,
+                    Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
+                }
+            };
+            if !entries.is_empty() {
+                in_flight.push(async move { self.handle(&entries, None, cancel).await });
+            }
+        }
+    }
+
+    /// Takes over and handles every entry idle longer than `reclaim_after`.
+    async fn reclaim(
+        &self,
+        reader: &mut InboxReader,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
+        let mut cursor = "0-0".to_owned();
+        loop {
+            let (next, entries) = reader
+                .reclaim(self.inbox.reclaim_after, self.inbox.batch_size, &cursor)
+                .await?;
+            if !entries.is_empty() {
+                tracing::info!(
+                    entries = entries.len(),
+                    "took over inbox entries another instance left unacknowledged"
+                );
+                metrics::counter!(m::INBOX_RECLAIMED).increment(entries.len() as u64);
+                let deliveries = reader.deliveries(&entries).await?;
+                self.handle(&entries, Some(&deliveries), cancel).await?;
+            }
+            if next == "0-0" || next.is_empty() {
+                return Ok(());
+            }
+            cursor = next;
+        }
+    }
+
+    /// Handles `entries` (see [`Worker::attempt`]), then retries, with backoff, those
+    /// a transient error left pending, holding them meanwhile instead of reading
+    /// them again: a Redis that refuses writes for a while costs an entry none of its
+    /// [`MAX_ATTEMPTS`]. `deliveries` (entry id → times handed out) is given for
+    /// entries read again or taken over. Fails only when `cancel` comes while
+    /// entries wait for a retry; they stay pending and are read again first.
+    async fn handle(
+        &self,
+        entries: &[InboxEntry],
+        deliveries: Option<&HashMap<String, u64>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), StoreError> {
+        let mut todo: Vec<&InboxEntry> = entries.iter().collect();
+        let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+        loop {
+            let Some((left, error)) = self.attempt(&todo, deliveries).await else {
+                return Ok(());
+            };
+            metrics::counter!(m::INBOX_ERRORS).increment(1);
+            let delay = backoff.next_delay();
+            tracing::warn!(error = %error, entries = left.len(), retry_in = ?delay, inbox = %self.queue.stream, "inbox batch failed; retrying its entries");
+            tokio::select! {
+                _ = cancel.cancelled() => return Err(error),
+                _ = tokio::time::sleep(delay) => {}
+            }
+            let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
+            if let Err(e) = self
+                .store
+                .hold_inbox_entries(&self.queue, &self.config().node_id, &ids)
+                .await
+            {
+                tracing::debug!(error = %e, "could not hold inbox entries until their retry");
+            }
+            todo = left;
+        }
+    }
+
+    /// One try at each entry: schedules the valid ones (acknowledging each with its
+    /// message) and rejects the rest. A call that fails for any but a transient
+    /// reason is split in halves until the entry at fault is found, which is then
+    /// rejected alone; an entry handed out more than [`MAX_ATTEMPTS`] times is
+    /// rejected untried. Returns the entries a transient error left pending, with
+    /// the first such error.
+    async fn attempt<'e>(
+        &self,
+        todo: &[&'e InboxEntry],
+        deliveries: Option<&HashMap<String, u64>>,
+    ) -> Option<(Vec<&'e InboxEntry>, StoreError)> {
+        let config = self.config();
+        let mut items = Vec::with_capacity(todo.len());
+        let mut from = Vec::with_capacity(todo.len());
+        let mut rejects: Vec<(&InboxEntry, String)> = Vec::new();
+        for &entry in todo {
+            let handed_out = deliveries.and_then(|d| d.get(&entry.id)).copied();
+            if let Some(n) = handed_out.filter(|&n| n > MAX_ATTEMPTS) {
+                tracing::warn!(entry = %entry.id, handed_out = n, "inbox entry read too often without leaving the inbox; rejected untried");
+                rejects.push((
+                    entry,
+                    format!(
+                        "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts): given up"
+                    ),
+                ));
+                continue;
+            }
+            match parse_entry(entry, &config) {
+                Ok(msg) => {
+                    items.push(BatchItem {
+                        msg,
+                        mode: ScheduleMode::New,
+                        inbox_entry: Some(entry.id.clone()),
+                    });
+                    from.push(entry);
+                }
+                Err(reason) => rejects.push((entry, reason)),
+            }
+        }
+        let ack = Some(InboxAck {
+            stream: &self.queue.stream,
+            group: &self.queue.group,
+        });
+        let max_delay = self.config().api.limits.max_delay;
+        let items = &items;
+        let outcomes = isolate(items.len(), |indexes: Vec<usize>| async move {
+            let outcomes = if indexes.len() == items.len() {
+                self.store.schedule_many(items, max_delay, ack).await
+            } else {
+                let some: Vec<BatchItem> = indexes.iter().map(|&i| items[i].clone()).collect();
+                self.store.schedule_many(&some, max_delay, ack).await
+            };
+            // Too far ahead is an answer about one message, not a failed call.
+            outcomes
+                .into_iter()
+                .map(|outcome| match outcome {
+                    Err(StoreError::TooFar(detail)) => Ok(Err(detail)),
+                    other => other.map(Ok),
+                })
+                .collect()
+        })
+        .await;
+        let (mut scheduled, mut duplicates) = (0u64, 0u64);
+        let mut left = Vec::new();
+        let mut first_error = None;
+        for (entry, outcome) in from.into_iter().zip(outcomes) {
+            match outcome {
+                Isolated::Done(Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. })) => {
+                    scheduled += 1
+                }
+                Isolated::Done(Ok(Scheduled::Duplicate { .. })) => duplicates += 1,
+                Isolated::Done(Err(detail)) => {
+                    rejects.push((entry, format!("{AT_FIELD}: {detail}")))
+                }
+                Isolated::Transient(e) => {
+                    left.push(entry);
+                    first_error.get_or_insert(e);
+                }
+                Isolated::Fault(e) => {
+                    tracing::warn!(entry = %entry.id, error = %e, "inbox entry fails to schedule on its own; rejected");
+                    rejects.push((entry, format!("cannot be scheduled: {e}")));
+                }
+            }
+        }
+        metrics::counter!(m::INBOX_ENTRIES, "outcome" => "scheduled").increment(scheduled);
+        metrics::counter!(m::INBOX_ENTRIES, "outcome" => "duplicate").increment(duplicates);
+        self.reject(&rejects, &mut left, &mut first_error).await;
+        first_error.map(|e| (left, e))
+    }
+
+    /// Writes the rejections, isolating one that fails on its own as scheduling
+    /// does. Such an entry is rejected again without its fields; if even that fails,
+    /// it stays pending (logged) until taken over after `reclaim_after`, never
+    /// holding up the entries after it. Entries a transient error left pending are
+    /// added to `left`.
+    async fn reject<'e>(
+        &self,
+        rejects: &[(&'e InboxEntry, String)],
+        left: &mut Vec<&'e InboxEntry>,
+        first_error: &mut Option<StoreError>,
+    ) {
+        if rejects.is_empty() {
+            return;
+        }
+        let limit = self.copy_limit();
+        let rejections: Vec<Rejection> = rejects
+            .iter()
+            .map(|(entry, reason)| {
+                tracing::debug!(entry = %entry.id, reason, "inbox entry rejected");
+                Rejection::new(entry, reason.clone(), limit)
+            })
+            .collect();
+        let rejections = &rejections;
+        let outcomes = isolate(rejections.len(), |indexes: Vec<usize>| async move {
+            let done = if indexes.len() == rejections.len() {
+                self.store
+                    .reject_inbox_entries(&self.queue, rejections)
+                    .await
+            } else {
+                let some: Vec<Rejection> = indexes.iter().map(|&i| rejections[i].clone()).collect();
+                self.store.reject_inbox_entries(&self.queue, &some).await
+            };
+            vec![done.map(|_| ()); indexes.len()]
+        })
+        .await;
+        let mut rejected = 0u64;
+        for ((entry, _), (rejection, outcome)) in
+            rejects.iter().zip(rejections.iter().zip(outcomes))
+        {
+            let error = match outcome {
+                Isolated::Done(()) => {
+                    rejected += 1;
+                    continue;
+                }
+                Isolated::Transient(e) => {
+                    left.push(entry);
+                    first_error.get_or_insert(e);
+                    continue;
+                }
+                Isolated::Fault(e) if rejection.has_fields() => {
+                    let bare = Rejection::without_fields(
+                        entry,
+                        format!(
+                            "{}; its fields could not be copied to the rejected stream ({e})",
+                            rejection.reason()
+                        ),
+                    );
+                    match self.store.reject_inbox_entries(&self.queue, &[bare]).await {
+                        Ok(_) => {
+                            tracing::warn!(entry = %entry.id, error = %e, "inbox entry rejected without its fields: they could not be copied");
+                            rejected += 1;
+                            continue;
+                        }
+                        Err(e) if e.is_transient() => {
+                            left.push(entry);
+                            first_error.get_or_insert(e);
+                            continue;
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Isolated::Fault(e) => e,
+            };
+            metrics::counter!(m::INBOX_ERRORS).increment(1);
+            tracing::error!(entry = %entry.id, error = %error, rejected_stream = %self.queue.rejected_stream, "inbox entry cannot be rejected; it stays pending and is tried again once idle for inbox.reclaim_after");
+        }
+        metrics::counter!(m::INBOX_ENTRIES, "outcome" => "rejected").increment(rejected);
+    }
+
+    /// How large an entry may be and still have its fields copied into its
+    /// rejection: what a message may hold, plus the reserved fields.
+    fn copy_limit(&self) -> CopyLimit {
+        let limits = &self.config().api.limits;
+        CopyLimit {
+            pairs: limits.max_fields + RESERVED.len(),
+            bytes: limits.max_message_bytes + RESERVED_BYTES,
+        }
+    }
+}
