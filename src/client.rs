@@ -83,7 +83,7 @@ pub enum ClientError {
     /// The message or id breaks a rule; the text names it. Retrying will not help.
     #[error(transparent)]
     Invalid(#[from] InvalidMessage),
-    /// Redis refused or could not be reached ([`StoreError::is_unavailable`] tells
+    /// Redis refused or could not be reached ([`StoreError::is_transient`] tells
     /// whether retrying may help).
     #[error(transparent)]
     Store(#[from] StoreError),

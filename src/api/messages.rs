@@ -454,7 +454,7 @@ pub async fn batch(State(state): State<AppState>, body: Body) -> Result<Response
                 stored(200, due_ms, &state, true, false)
             }
             Err(e) => {
-                if e.is_unavailable() {
+                if e.is_transient() {
                     unavailable += 1;
                 }
                 ItemResult::failed(index, ApiError::from(e))

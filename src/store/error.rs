@@ -55,11 +55,6 @@ impl StoreError {
         }
     }
 
-    /// Whether retrying later may help (Redis down or slow) rather than the request being wrong.
-    pub fn is_unavailable(&self) -> bool {
-        matches!(self, StoreError::Redis(_) | StoreError::Busy(_))
-    }
-
     /// Whether the error says Redis does not take this call now (connection lost or
     /// refused, no answer in time, or a reply refusing work for a while: READONLY,
     /// OOM, MISCONF, LOADING, BUSY, ...) rather than that the call itself fails. A

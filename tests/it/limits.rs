@@ -110,7 +110,7 @@ async fn a_redis_out_of_memory_holds_messages_back_and_loses_none() {
     let options = options(&bare, 500, Duration::from_secs(60));
     for _ in 0..5 {
         let err = store.forward(0, 1, &options).await.unwrap_err();
-        assert!(err.is_unavailable(), "a transient refusal: {err}");
+        assert!(err.is_transient(), "a transient refusal: {err}");
         assert!(err.to_string().contains("OOM"), "{err}");
     }
     assert!(entries(&mut conn, "oom").is_empty());
