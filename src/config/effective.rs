@@ -4,8 +4,7 @@
 
 use std::path::Path;
 
-use super::env::apply_env;
-use super::raw::Raw;
+use super::env::read_raw;
 use super::{Config, ConfigError};
 use crate::secret;
 
@@ -20,13 +19,7 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<(Config, toml::Table), ConfigError> {
-        let mut table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        apply_env(&mut table, env)?;
-        let raw: Raw = table
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        let raw = read_raw(text, env)?;
         let mut effective = toml::Table::try_from(&raw)
             .map_err(|e| ConfigError::Parse(format!("render the configuration: {e}")))?;
         let config = raw.validate()?;

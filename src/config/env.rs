@@ -1,6 +1,7 @@
 //! Environment overrides: `DELAYQ_<SECTION>_<KEY>` written into the parsed TOML
 //! table (lists comma-separated) before it becomes the raw structs.
 
+use super::raw::Raw;
 use super::{ConfigError, invalid};
 
 /// Sections whose keys the environment may override.
@@ -25,6 +26,21 @@ const LIST_KEYS: &[&str] = &[
     "api.write_tokens",
     "api.read_tokens",
 ];
+
+/// The raw configuration of TOML `text` with the `DELAYQ_*` overrides of `env`
+/// applied: the step both [`super::Config::from_toml`] and the effective view start with.
+pub(super) fn read_raw(
+    text: &str,
+    env: impl IntoIterator<Item = (String, String)>,
+) -> Result<Raw, ConfigError> {
+    let mut table: toml::Table = text
+        .parse()
+        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+    apply_env(&mut table, env)?;
+    table
+        .try_into()
+        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))
+}
 
 pub(super) fn apply_env(
     table: &mut toml::Table,

@@ -24,8 +24,7 @@ use crate::secret::{RedisUrl, SecretString};
 
 pub use effective::redact;
 
-use env::apply_env;
-use raw::Raw;
+use env::read_raw;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
@@ -229,14 +228,7 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        let mut table: toml::Table = text
-            .parse()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        apply_env(&mut table, env)?;
-        let raw: Raw = table
-            .try_into()
-            .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
-        raw.validate()
+        read_raw(text, env)?.validate()
     }
 
     /// Options of the forward script for this configuration.
