@@ -284,17 +284,7 @@ async fn call(
     (method, path, body, _): (&str, &str, Option<&str>, u16),
     token: Option<&str>,
 ) -> (u16, Option<String>, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut req = env.http.request(method, env.url(path));
-    if let Some(token) = token {
-        req = req.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(body.to_owned());
-    }
-    let resp = req.send().await.expect("request");
+    let resp = env.send(method, path, token, body).await;
     let status = resp.status().as_u16();
     let challenge = resp
         .headers()

@@ -140,6 +140,31 @@ impl Env {
         )
     }
 
+    /// Sends one request with an optional bearer token and raw JSON body (at most
+    /// 30 s); the response as it came.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> reqwest::Response {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
+        let mut req = self
+            .http
+            .request(method, self.url(path))
+            .timeout(Duration::from_secs(30));
+        if let Some(token) = token {
+            req = req.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(body.to_owned());
+        }
+        req.send().await.expect("request")
+    }
+
     /// Waits until this node leads (`/leader` answers 200): the daemon takes its
     /// standalone epoch from Redis after it starts, so a test that checks
     /// `/leader` must not race that.

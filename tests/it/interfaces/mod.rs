@@ -6,8 +6,6 @@ mod cli;
 mod consume;
 mod inbox;
 
-use std::time::Duration;
-
 use serde_json::Value;
 
 use crate::support::Env;
@@ -33,20 +31,7 @@ pub async fn request(
     token: Option<&str>,
     body: Option<&str>,
 ) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).expect("method");
-    let mut req = env
-        .http
-        .request(method, env.url(path))
-        .timeout(Duration::from_secs(30));
-    if let Some(token) = token {
-        req = req.bearer_auth(token);
-    }
-    if let Some(body) = body {
-        req = req
-            .header("content-type", "application/json")
-            .body(body.to_owned());
-    }
-    let resp = req.send().await.expect("request");
+    let resp = env.send(method, path, token, body).await;
     let status = resp.status().as_u16();
     let text = resp.text().await.expect("body");
     (status, serde_json::from_str(&text).unwrap_or(Value::Null))
