@@ -218,6 +218,15 @@ async fn bad_pushes_are_refused_with_a_reason_naming_the_field() {
     .await;
     check(&env, &big, 413, "too_large", "max_message_bytes").await;
     check(&env, &huge, 413, "too_large", "request body is larger").await;
+    // A body far past the limit: the client is still sending when the answer is
+    // decided, and must still get the 413 rather than a reset connection.
+    let vast = format!(
+        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+        "x".repeat(6 << 20)
+    );
+    for _ in 0..5 {
+        check(&env, &vast, 413, "too_large", "request body is larger").await;
+    }
 }
 
 #[tokio::test]
