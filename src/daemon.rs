@@ -72,6 +72,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             config.node_id.clone(),
             api_addr.to_string(),
             elector,
+            store.clone(),
             election.clone(),
         )),
     };

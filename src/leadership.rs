@@ -65,6 +65,9 @@ pub struct LeaderInfo {
     pub node_id: Option<String>,
     pub address: Option<String>,
     pub epoch: Option<u64>,
+    /// The leader's etcd lease (etcd mode): a standby that sees the leader gone
+    /// from Redis ends it (see `election::takeover`).
+    pub lease: Option<i64>,
     /// When this node's lease runs out by its own clock, while it leads (etcd mode):
     /// the local deadline of the last renewal, or a past instant once it is beyond it
     /// (failsafe). See [`LeaderInfo::lease_left`].
@@ -188,6 +191,7 @@ pub async fn run_standalone(
         node_id: Some(node_id),
         address: Some(address),
         epoch: Some(epoch),
+        lease: None,
         lease_deadline: None,
         mode: "standalone",
         etcd_reachable: None,

@@ -29,6 +29,8 @@ pub const EPOCH: &str = "delayq_leader_epoch";
 pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
 pub const FENCED: &str = "delayq_fenced_total";
 pub const LEASE_REMAINING: &str = "delayq_lease_remaining_seconds";
+/// Leader leases this standby ended because the leader was gone from Redis.
+pub const LEASES_ENDED: &str = "delayq_leader_leases_ended_total";
 pub const KEEPALIVE_SECONDS: &str = "delayq_keepalive_seconds";
 pub const HTTP_REQUESTS: &str = "delayq_http_requests_total";
 pub const REDELIVERED: &str = "delayq_messages_redelivered_total";
@@ -230,6 +232,12 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         &[],
         "leader's etcd lease time left at the last renewal",
+    ),
+    metric(
+        LEASES_ENDED,
+        Kind::Counter,
+        &[],
+        "leader leases this standby ended because the leader was gone from Redis or silent there",
     ),
     metric(
         KEEPALIVE_SECONDS,

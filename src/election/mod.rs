@@ -40,15 +40,18 @@ use crate::backoff::Backoff;
 use crate::config::EtcdConfig;
 use crate::leadership::{Elector, LeaderInfo, Role, StepDown, Term};
 use crate::metrics as m;
+use crate::store::{Held, Store};
 
 mod key;
 mod lease;
 mod observe;
+mod takeover;
 
 use key::*;
 use lease::*;
 use observe::observe_leader;
 pub use observe::{ElectionView, view};
+pub use takeover::SILENT;
 
 /// HTTP/2 pings on the etcd connections, so that a member that hangs (stopped,
 /// partitioned) breaks the streams waiting on it (campaign, watch) instead of
@@ -66,6 +69,10 @@ const RESIGN_PAUSE: Duration = Duration::from_secs(1);
 /// members restart: the member serving a campaign can leave it waiting until etcd's
 /// request timeout, seconds after the leader before it resigned.
 const STUCK_CAMPAIGN_CHECK: Duration = Duration::from_millis(100);
+/// How long a node waits for its presence in Redis (see `takeover`) before it
+/// campaigns anyway: a node that cannot reach Redis may still lead while no
+/// standby can reach Redis either.
+const PRESENCE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on each of resign and revoke when a term ends, so shutdown stays fast
 /// even when etcd is gone.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -126,6 +133,7 @@ pub async fn run(
     node_id: String,
     address: String,
     elector: Elector,
+    store: Store,
     cancel: CancellationToken,
 ) {
     elector.info.send_modify(|i| {
@@ -156,6 +164,26 @@ pub async fn run(
         cancel.child_token(),
     ));
 
+    let (want, wanted) = watch::channel(None);
+    let (held_tx, held) = watch::channel(None);
+    let presence = store.clone();
+    let presence_token = cancel.child_token();
+    tokio::spawn(async move {
+        presence
+            .hold_presence(wanted, held_tx, presence_token)
+            .await
+    });
+    let watcher = takeover::Watcher {
+        client: client.clone(),
+        config: config.clone(),
+        store,
+        node_id: node_id.clone(),
+        info: elector.info.subscribe(),
+        role: elector.role.subscribe(),
+        held: held.clone(),
+    };
+    tokio::spawn(watcher.run(cancel.child_token()));
+
     let me = LeaderValue { node_id, address };
     let mut node = Node {
         value: serde_json::to_string(&me).expect("two strings serialize"),
@@ -165,6 +193,8 @@ pub async fn run(
         elector,
         cancel,
         backoff,
+        want,
+        held,
     };
     loop {
         match node.round().await {
@@ -243,6 +273,10 @@ struct Node {
     cancel: CancellationToken,
     /// Between rounds that failed or ended in short terms.
     backoff: Backoff,
+    /// The lease whose presence this node holds in Redis (see `takeover`).
+    want: watch::Sender<Option<i64>>,
+    /// The presence held, as the presence task says.
+    held: watch::Receiver<Option<Held>>,
 }
 
 impl Node {
@@ -272,6 +306,10 @@ impl Node {
         let timing = Timing::new(Duration::from_secs(granted.ttl() as u64));
         let mut lease = Lease::keep_alive(self.client.clone(), granted.id(), timing, sent);
         tracing::debug!(lease = granted.id(), ttl = ?timing.ttl, "lease granted; campaigning");
+        if self.announce(granted.id()).await.is_err() {
+            self.release(lease, None).await;
+            return Next::Stop;
+        }
 
         let key = match self.campaign(&mut lease).await {
             Ok(key) => key,
@@ -326,6 +364,26 @@ impl Node {
             // under an old fence) backs off further each time.
             _ => Next::Again(self.backoff.next_delay()),
         }
+    }
+
+    /// Holds this node's presence for `lease` in Redis before it campaigns with it,
+    /// so that no standby ever finds a leader without one; waits at most
+    /// [`PRESENCE_WAIT`]. Err when cancelled.
+    async fn announce(&mut self, lease: i64) -> Result<(), ()> {
+        self.want.send_replace(Some(lease));
+        let held = tokio::select! {
+            _ = self.cancel.cancelled() => return Err(()),
+            r = tokio::time::timeout(
+                PRESENCE_WAIT,
+                self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
+            ) => r,
+        };
+        if held.is_err() {
+            tracing::warn!(
+                "no presence in Redis yet (Redis does not answer); campaigning anyway, and a standby that reaches Redis may end this lease"
+            );
+        }
+        Ok(())
     }
 
     /// Campaigns until this node leads; the lease stays alive meanwhile.
@@ -425,7 +483,7 @@ impl Node {
             }),
             "won the etcd election",
         );
-        self.publish_lease(state.deadline, epoch);
+        self.publish_lease(state.deadline, epoch, lease.id);
 
         // Past the deadline under failsafe: the deadline timer is off until a
         // renewal moves the deadline again.
@@ -449,7 +507,7 @@ impl Node {
                         }
                         beyond_deadline = false;
                         told_unreachable = false;
-                        self.publish_lease(state.deadline, epoch);
+                        self.publish_lease(state.deadline, epoch, lease.id);
                     }
                     Contact::Unreachable => if !told_unreachable {
                         told_unreachable = true;
@@ -464,7 +522,7 @@ impl Node {
                         AtDeadline::KeepLeading => {
                             beyond_deadline = true;
                             tracing::warn!(epoch, "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence");
-                            self.publish_lease(deadline, epoch);
+                            self.publish_lease(deadline, epoch, lease.id);
                         }
                     }
                 }
@@ -479,6 +537,7 @@ impl Node {
                 i.node_id = None;
                 i.address = None;
                 i.epoch = None;
+                i.lease = None;
             }
         });
         metrics::gauge!(m::LEASE_REMAINING).set(0.0);
@@ -495,7 +554,7 @@ impl Node {
 
     /// Shows the lease time left on `/v1/leader` and in metrics (zero once the
     /// deadline has passed, under failsafe).
-    fn publish_lease(&self, deadline: Instant, epoch: u64) {
+    fn publish_lease(&self, deadline: Instant, epoch: u64, lease: i64) {
         let left = deadline.saturating_duration_since(Instant::now());
         metrics::gauge!(m::LEASE_REMAINING).set(left.as_secs_f64());
         let me = self.me.clone();
@@ -503,6 +562,7 @@ impl Node {
             i.node_id = Some(me.node_id);
             i.address = Some(me.address);
             i.epoch = Some(epoch);
+            i.lease = Some(lease);
             i.lease_deadline = Some(deadline);
         });
     }

@@ -24,10 +24,13 @@ pub(super) async fn observe_leader(
             r = tokio::time::timeout(config.connect_timeout, c.leader(config.election_prefix.clone())) => r,
         };
         let leader = match seen {
-            Ok(Ok(resp)) => Some(
-                resp.kv()
-                    .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
-            ),
+            Ok(Ok(resp)) => Some(resp.kv().map(|kv| {
+                (
+                    LeaderValue::parse(kv.value()),
+                    kv.create_revision() as u64,
+                    kv.lease(),
+                )
+            })),
             Ok(Err(e)) if e.to_string().contains("election: no leader") => Some(None),
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "cannot ask etcd who leads");
@@ -40,9 +43,10 @@ pub(super) async fn observe_leader(
             let before = i.clone();
             i.etcd_reachable = Some(leader.is_some());
             if let Some(leader) = &leader {
-                i.node_id = leader.as_ref().map(|(v, _)| v.node_id.clone());
-                i.address = leader.as_ref().map(|(v, _)| v.address.clone());
-                i.epoch = leader.as_ref().map(|(_, epoch)| *epoch);
+                i.node_id = leader.as_ref().map(|(v, _, _)| v.node_id.clone());
+                i.address = leader.as_ref().map(|(v, _, _)| v.address.clone());
+                i.epoch = leader.as_ref().map(|(_, epoch, _)| *epoch);
+                i.lease = leader.as_ref().map(|(_, _, lease)| *lease);
             }
             *i != before
         });

@@ -77,6 +77,12 @@ impl Keys {
         format!("{}:probe:{node_id}", self.prefix)
     }
 
+    /// Pub/sub channel a node subscribes to while it campaigns or leads with the
+    /// etcd lease `lease` (see `store::presence`).
+    pub fn presence_channel(&self, lease: i64) -> String {
+        format!("{}:presence:{lease:x}", self.prefix)
+    }
+
     /// Stream that receives bodies too damaged to know their own target stream.
     pub fn unreadable_stream(&self) -> String {
         format!("{}:unreadable", self.prefix)

@@ -45,6 +45,9 @@ macro_rules! script {
 }
 
 mod delivery;
+mod presence;
+
+pub use presence::{Held, LeaderSigns};
 
 pub use delivery::{
     DEAD_LETTER_FIELDS, DeadLetter, PendingEntry, RedeliverOptions, Redelivered, Replayed,
@@ -159,7 +162,7 @@ impl Store {
             .arg(self.keys.write_probe(node_id))
             .arg(1)
             .arg("PX")
-            .arg(60_000)
+            .arg(presence::PROBE_TTL_MS)
             .query_async(&mut conn)
             .await?;
         Ok(())

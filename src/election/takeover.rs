@@ -1,0 +1,348 @@
+//! Crash takeover: a standby that sees the leader gone from Redis ends the
+//! leader's lease, so the election moves on at once instead of waiting out the TTL.
+//!
+//! Every node holds a presence in Redis while it campaigns or leads (see
+//! `store::presence`): a subscription that dies with its process, and a health
+//! probe it writes every second. A standby polls the leader's signs and suspects it
+//! when either fails:
+//! - *gone*: nobody is subscribed to the leader's presence channel (its process
+//!   died, or its connection to Redis broke), or
+//! - *silent*: the leader's probe has not written for [`SILENT`] (it cannot reach
+//!   Redis, or it is stopped) while this standby's own probe writes.
+//!
+//! A suspicion counts only while this standby itself reaches Redis and has held
+//! its own presence long enough for the leader's to have been made again after a
+//! Redis restart, and only once it has lasted [`CONFIRM`] over two polls or more.
+//! etcd is then asked who leads: if it is still the suspected lease, the standby
+//! revokes it. A wrong suspicion costs a term, never a message: the revoked leader
+//! sees its lease gone and steps down, and the fence refuses anything it still
+//! sends. A leader that is merely slow (a Redis stall, a short pause) keeps its
+//! subscription and writes its probe again within [`SILENT`], so it is left alone.
+
+use super::*;
+use crate::store::{Held, LeaderSigns, Store};
+
+/// How often a standby reads the leader's signs.
+pub(super) const POLL: Duration = Duration::from_millis(50);
+/// How long a suspicion must last before it is acted on.
+const CONFIRM: Duration = Duration::from_millis(100);
+/// How long this node's own presence must have been held before it judges a
+/// missing one (after a Redis restart every node connects again).
+const GRACE: Duration = Duration::from_secs(1);
+/// How long a leader's probe may go unwritten (it writes every second) before the
+/// leader is taken to be cut off from Redis.
+pub const SILENT: Duration = Duration::from_millis(3_000);
+/// After ending a lease, how long to let the election move before judging again.
+const COOLDOWN: Duration = Duration::from_millis(250);
+
+/// Why a standby suspects the leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Suspicion {
+    /// Nobody is subscribed to the leader's presence channel.
+    Gone,
+    /// The leader's probe has not written for this long (None: no probe key).
+    Silent(Option<Duration>),
+}
+
+/// What one poll saw.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Seen {
+    pub(super) signs: LeaderSigns,
+    /// How long this node's own presence has been held.
+    pub(super) own_presence: Duration,
+    /// How long ago this node's own probe last wrote.
+    pub(super) own_probe: Option<Duration>,
+}
+
+/// The suspicion one poll supports, if any.
+pub(super) fn suspect(seen: &Seen) -> Option<Suspicion> {
+    if seen.own_presence < GRACE {
+        return None;
+    }
+    if !seen.signs.present {
+        return Some(Suspicion::Gone);
+    }
+    let own_writes = seen.own_probe.is_some_and(|age| age < SILENT);
+    let leader_silent = seen.signs.probe_age.is_none_or(|age| age >= SILENT);
+    if own_writes && leader_silent && seen.own_presence >= SILENT {
+        return Some(Suspicion::Silent(seen.signs.probe_age));
+    }
+    None
+}
+
+/// Suspicions over successive polls of one leader lease.
+#[derive(Debug, Default)]
+pub(super) struct Judge {
+    /// The lease suspected and since when.
+    since: Option<(i64, Instant)>,
+}
+
+impl Judge {
+    /// Takes one poll of `lease`; says the suspicion once it has lasted [`CONFIRM`].
+    pub(super) fn poll(
+        &mut self,
+        lease: i64,
+        now: Instant,
+        suspicion: Option<Suspicion>,
+    ) -> Option<Suspicion> {
+        let Some(suspicion) = suspicion else {
+            self.since = None;
+            return None;
+        };
+        match self.since {
+            Some((l, since)) if l == lease => {
+                (now.duration_since(since) >= CONFIRM).then_some(suspicion)
+            }
+            _ => {
+                self.since = Some((lease, now));
+                None
+            }
+        }
+    }
+
+    pub(super) fn reset(&mut self) {
+        self.since = None;
+    }
+}
+
+/// What a standby watches the leader with.
+pub(super) struct Watcher {
+    pub(super) client: Client,
+    pub(super) config: EtcdConfig,
+    pub(super) store: Store,
+    pub(super) node_id: String,
+    /// Who leads, with which lease (as etcd says, see `observe`).
+    pub(super) info: watch::Receiver<LeaderInfo>,
+    pub(super) role: watch::Receiver<Role>,
+    /// This node's own presence.
+    pub(super) held: watch::Receiver<Option<Held>>,
+}
+
+impl Watcher {
+    /// Watches the leader from a standby until `cancel` (see the module doc).
+    pub(super) async fn run(self, cancel: CancellationToken) {
+        let Watcher {
+            client,
+            config,
+            store,
+            node_id,
+            info,
+            role,
+            held,
+        } = self;
+        let mut judge = Judge::default();
+        // etcd's answer when it named a newer leader than `info` still shows,
+        // with the `info` it supersedes (until `info` moves on).
+        let mut newer: Option<(Leader, Leader)> = None;
+        let mut tick = tokio::time::interval(POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let from_info = {
+                let i = info.borrow();
+                i.node_id.clone().zip(i.lease)
+            };
+            let leader = match (newer.take(), from_info) {
+                (Some((stale, answer)), Some(shown)) if stale == shown => {
+                    newer = Some((stale, answer.clone()));
+                    Some(answer)
+                }
+                (_, shown) => shown,
+            };
+            let own = *held.borrow();
+            let (Some((leader, lease)), Some(own), false) =
+                (leader, own, role.borrow().is_leader())
+            else {
+                judge.reset();
+                continue;
+            };
+            if leader == node_id || lease == own.lease {
+                judge.reset();
+                continue;
+            }
+            let signs = tokio::time::timeout(
+                config.connect_timeout,
+                store.leader_signs(lease, &leader, &node_id),
+            )
+            .await;
+            let Ok(Ok((signs, own_probe))) = signs else {
+                // This node does not reach Redis now: it judges nobody.
+                judge.reset();
+                continue;
+            };
+            let seen = Seen {
+                signs,
+                own_presence: own.since.elapsed(),
+                own_probe,
+            };
+            let Some(suspicion) = judge.poll(lease, Instant::now(), suspect(&seen)) else {
+                continue;
+            };
+            judge.reset();
+            match end_lease(&client, &config, &leader, lease, suspicion).await {
+                Ended::Revoked => {
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(COOLDOWN) => {}
+                    }
+                }
+                Ended::NotLeading(now) => {
+                    let shown = (leader, lease);
+                    newer = now.map(|now| (shown, now));
+                }
+                Ended::NoAnswer => {}
+            }
+        }
+    }
+}
+
+/// A leader as the watcher tells them apart: node id and lease.
+type Leader = (String, i64);
+
+/// What came of ending a suspected leader's lease.
+enum Ended {
+    Revoked,
+    /// etcd names another leader (or none): the suspect no longer leads.
+    NotLeading(Option<Leader>),
+    /// etcd did not answer (or refused the revoke).
+    NoAnswer,
+}
+
+/// Revokes `lease` if etcd still names it the leader's.
+async fn end_lease(
+    client: &Client,
+    config: &EtcdConfig,
+    leader: &str,
+    lease: i64,
+    suspicion: Suspicion,
+) -> Ended {
+    let mut election = client.election_client();
+    let asked = tokio::time::timeout(
+        config.connect_timeout,
+        election.leader(config.election_prefix.clone()),
+    )
+    .await;
+    let named = match asked {
+        Ok(Ok(resp)) => resp
+            .kv()
+            .map(|kv| (LeaderValue::parse(kv.value()).node_id, kv.lease())),
+        Ok(Err(e)) if e.to_string().contains("election: no leader") => None,
+        _ => return Ended::NoAnswer,
+    };
+    if named.as_ref().is_none_or(|(_, l)| *l != lease) {
+        tracing::debug!(leader, now = ?named, "the suspected leader no longer leads");
+        return Ended::NotLeading(named);
+    }
+    let why = match suspicion {
+        Suspicion::Gone => {
+            "its presence in Redis is gone (process dead or its Redis connection lost)".to_owned()
+        }
+        Suspicion::Silent(Some(age)) => format!(
+            "its health probe has not written to Redis for {} ms (cut off from Redis, or stopped)",
+            age.as_millis()
+        ),
+        Suspicion::Silent(None) => {
+            "it has no health probe in Redis (cut off from Redis, or stopped)".to_owned()
+        }
+    };
+    let mut leases = client.lease_client();
+    match tokio::time::timeout(config.connect_timeout, leases.revoke(lease)).await {
+        Ok(Ok(_)) => {
+            metrics::counter!(m::LEASES_ENDED).increment(1);
+            tracing::warn!(
+                leader,
+                lease = format_args!("{lease:x}"),
+                "ended the leader's lease: {why}"
+            );
+            Ended::Revoked
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, leader, "cannot end the leader's lease");
+            Ended::NoAnswer
+        }
+        Err(_) => {
+            tracing::debug!(leader, "no answer from etcd when ending the leader's lease");
+            Ended::NoAnswer
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[track_caller]
+    fn check(
+        present: bool,
+        leader_probe: Option<u64>,
+        own_presence: u64,
+        own_probe: Option<u64>,
+        expected: Option<Suspicion>,
+    ) {
+        let seen = Seen {
+            signs: LeaderSigns {
+                present,
+                probe_age: leader_probe.map(ms),
+            },
+            own_presence: ms(own_presence),
+            own_probe: own_probe.map(ms),
+        };
+        assert_eq!(suspect(&seen), expected, "{seen:?}");
+    }
+
+    #[test]
+    fn suspicions_need_signs_and_a_settled_own_presence() {
+        use Suspicion::*;
+        // A healthy leader.
+        check(true, Some(500), 10_000, Some(500), None);
+        // Its process died: the subscription is gone.
+        check(false, Some(500), 10_000, Some(500), Some(Gone));
+        check(false, None, 1_000, None, Some(Gone));
+        // Just after a Redis restart nobody has reconnected yet: no judgement.
+        check(false, None, 999, Some(100), None);
+        // Cut off from Redis (its probe stopped) while this node writes.
+        check(
+            true,
+            Some(3_000),
+            10_000,
+            Some(400),
+            Some(Silent(Some(ms(3_000)))),
+        );
+        check(true, None, 10_000, Some(400), Some(Silent(None)));
+        // A pause shorter than SILENT is left alone.
+        check(true, Some(2_999), 10_000, Some(400), None);
+        // Nobody's probe writes (Redis refuses writes): nobody is singled out.
+        check(true, Some(5_000), 10_000, Some(5_000), None);
+        check(true, None, 10_000, None, None);
+        // Own presence too young to judge silence.
+        check(true, Some(5_000), 2_999, Some(100), None);
+    }
+
+    #[test]
+    fn a_suspicion_counts_once_it_lasts() {
+        let t0 = Instant::now();
+        let mut judge = Judge::default();
+        let gone = Some(Suspicion::Gone);
+        assert_eq!(judge.poll(7, t0, gone), None);
+        assert_eq!(judge.poll(7, t0 + ms(50), gone), None);
+        assert_eq!(judge.poll(7, t0 + ms(100), gone), gone);
+        // A clear poll in between starts over.
+        let mut judge = Judge::default();
+        assert_eq!(judge.poll(7, t0, gone), None);
+        assert_eq!(judge.poll(7, t0 + ms(50), None), None);
+        assert_eq!(judge.poll(7, t0 + ms(150), gone), None);
+        assert_eq!(judge.poll(7, t0 + ms(250), gone), gone);
+        // A new leader lease starts over.
+        let mut judge = Judge::default();
+        assert_eq!(judge.poll(7, t0, gone), None);
+        assert_eq!(judge.poll(8, t0 + ms(200), gone), None);
+        assert_eq!(judge.poll(8, t0 + ms(300), gone), gone);
+    }
+}

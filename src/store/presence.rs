@@ -1,0 +1,196 @@
+//! Presence: a node's sign of life in Redis, and the signs a standby reads of the
+//! leader's.
+//!
+//! Every node in an etcd election holds one connection of its own, subscribed to
+//! the presence channel of the etcd lease it campaigns or leads with. A
+//! subscription lives exactly as long as its connection: when the process dies,
+//! the kernel closes the socket and Redis drops the subscriber at once, so
+//! `PUBSUB NUMSUB` of the leader's channel falls to 0 within milliseconds of a
+//! crash, long before etcd expires the lease. A leader cut off from Redis while its
+//! connection looks open to Redis (packets lost, not refused) shows instead in its
+//! health probe key, which stops being written: the key's remaining time to live
+//! says how long ago it last was.
+
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::{Result, Store};
+use crate::backoff::Backoff;
+
+/// How often the presence connection is pinged, so a connection Redis dropped is
+/// noticed and made again soon.
+const PING_EVERY: Duration = Duration::from_millis(500);
+/// Time to live the health probe writes its key with (see [`Store::probe_write`]).
+pub(super) const PROBE_TTL_MS: u64 = 60_000;
+
+/// A presence held on a live subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// The etcd lease whose channel is subscribed.
+    pub lease: i64,
+    /// When the connection holding it was made: a standby judges others only once
+    /// its own connection is old enough for theirs to have been made again too
+    /// (after a Redis restart, everybody reconnects).
+    pub since: Instant,
+}
+
+/// What Redis shows of a leader.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderSigns {
+    /// Whether a connection is subscribed to the leader's presence channel.
+    pub present: bool,
+    /// How long ago the leader's health probe last wrote (None: no probe key).
+    pub probe_age: Option<Duration>,
+}
+
+impl Store {
+    /// Holds this node's presence until `cancel`: subscribes to the channel of the
+    /// lease `want` names (none: no subscription), says on `held` what is
+    /// subscribed, and makes the connection again whenever it breaks.
+    pub async fn hold_presence(
+        &self,
+        mut want: watch::Receiver<Option<i64>>,
+        held: watch::Sender<Option<Held>>,
+        cancel: CancellationToken,
+    ) {
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        loop {
+            let since = Instant::now();
+            let connected =
+                tokio::time::timeout(self.response_timeout, self.client.get_async_pubsub()).await;
+            let mut pubsub = match connected {
+                Ok(Ok(pubsub)) => pubsub,
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "cannot connect for presence; retrying");
+                    held.send_replace(None);
+                    if sleep_or_cancel(backoff.next_delay(), &cancel).await {
+                        return;
+                    }
+                    continue;
+                }
+                Err(_) => {
+                    held.send_replace(None);
+                    if sleep_or_cancel(backoff.next_delay(), &cancel).await {
+                        return;
+                    }
+                    continue;
+                }
+            };
+            let mut subscribed: Option<i64> = None;
+            let broken = loop {
+                let lease = *want.borrow_and_update();
+                if lease != subscribed {
+                    if let Some(old) = subscribed.take() {
+                        held.send_replace(None);
+                        let r = tokio::time::timeout(
+                            self.response_timeout,
+                            pubsub.unsubscribe(self.keys.presence_channel(old)),
+                        )
+                        .await;
+                        if !matches!(r, Ok(Ok(()))) {
+                            break "unsubscribe failed";
+                        }
+                    }
+                    if let Some(new) = lease {
+                        let r = tokio::time::timeout(
+                            self.response_timeout,
+                            pubsub.subscribe(self.keys.presence_channel(new)),
+                        )
+                        .await;
+                        if !matches!(r, Ok(Ok(()))) {
+                            break "subscribe failed";
+                        }
+                        subscribed = Some(new);
+                        held.send_replace(Some(Held { lease: new, since }));
+                    }
+                    backoff.reset();
+                }
+                tokio::select! {
+                    _ = cancel.cancelled() => {
+                        held.send_replace(None);
+                        return;
+                    }
+                    changed = want.changed() => if changed.is_err() {
+                        held.send_replace(None);
+                        return;
+                    },
+                    _ = tokio::time::sleep(PING_EVERY) => {
+                        let pong = tokio::time::timeout(
+                            self.response_timeout,
+                            pubsub.ping::<redis::Value>(),
+                        )
+                        .await;
+                        if !matches!(pong, Ok(Ok(_))) {
+                            break "ping failed";
+                        }
+                    }
+                }
+            };
+            tracing::debug!(why = broken, "presence connection lost; connecting again");
+            held.send_replace(None);
+            drop(pubsub);
+            if sleep_or_cancel(backoff.next_delay(), &cancel).await {
+                return;
+            }
+        }
+    }
+
+    /// What Redis shows of the leader holding `lease` as node `leader`, and how
+    /// long ago node `own`'s probe (this node's) last wrote.
+    pub async fn leader_signs(
+        &self,
+        lease: i64,
+        leader: &str,
+        own: &str,
+    ) -> Result<(LeaderSigns, Option<Duration>)> {
+        let mut conn = self.conn.clone();
+        let (numsub, leader_pttl, own_pttl): ((String, i64), i64, i64) = redis::pipe()
+            .cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg(self.keys.presence_channel(lease))
+            .cmd("PTTL")
+            .arg(self.keys.write_probe(leader))
+            .cmd("PTTL")
+            .arg(self.keys.write_probe(own))
+            .query_async(&mut conn)
+            .await?;
+        let signs = LeaderSigns {
+            present: numsub.1 > 0,
+            probe_age: probe_age(leader_pttl),
+        };
+        Ok((signs, probe_age(own_pttl)))
+    }
+}
+
+/// How long ago a key written with [`PROBE_TTL_MS`] was written, from its PTTL
+/// (negative: no such key, or one without an expiry).
+fn probe_age(pttl: i64) -> Option<Duration> {
+    let left = u64::try_from(pttl).ok()?;
+    Some(Duration::from_millis(PROBE_TTL_MS.saturating_sub(left)))
+}
+
+/// Sleeps for `delay`; true when cancelled first.
+async fn sleep_or_cancel(delay: Duration, cancel: &CancellationToken) -> bool {
+    tokio::select! {
+        _ = cancel.cancelled() => true,
+        _ = tokio::time::sleep(delay) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_age_reads_the_time_to_live_left() {
+        let ms = Duration::from_millis;
+        assert_eq!(probe_age(60_000), Some(ms(0)));
+        assert_eq!(probe_age(57_500), Some(ms(2_500)));
+        assert_eq!(probe_age(0), Some(ms(60_000)));
+        assert_eq!(probe_age(-2), None);
+        assert_eq!(probe_age(-1), None);
+        assert_eq!(probe_age(70_000), Some(ms(0)));
+    }
+}
