@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::metrics as m;
+use crate::rate::Limiter;
 use crate::store::{ForwardOptions, Store, StoreError};
 use crate::term::Term;
 
@@ -34,6 +35,7 @@ pub(crate) fn start(
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
+    let limiter = Arc::new(Limiter::new(config.forwarder.max_rate, Instant::now()));
     let tasks = workers;
     tasks.spawn(dispatch_wakeups(
         store.clone(),
@@ -52,6 +54,7 @@ pub(crate) fn start(
             shard,
             wakers: wakers.clone(),
             in_flight: in_flight.clone(),
+            limiter: limiter.clone(),
         }));
     }
     tasks.spawn(trim_records(
@@ -59,7 +62,7 @@ pub(crate) fn start(
         term.clone(),
         config.records.trim_interval,
     ));
-    tasks.spawn(report_pending(store.clone(), cancel.clone()));
+    tasks.spawn(report_pending(store.clone(), limiter, cancel.clone()));
     tasks.spawn(report_pending_streams(store.clone(), cancel));
 }
 
@@ -83,6 +86,8 @@ struct ForwardLoop {
     wakers: Arc<Vec<Notify>>,
     /// Shared by the term's shard loops: see [`FORWARDS_IN_FLIGHT`].
     in_flight: Arc<Semaphore>,
+    /// `forwarder.max_rate`, shared by the term's shard loops.
+    limiter: Arc<Limiter>,
 }
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
@@ -99,8 +104,26 @@ async fn forward_shard(mut l: ForwardLoop) {
     let mut draining = true;
     while !cancel.is_cancelled() {
         if l.live.has_changed().unwrap_or(false) {
-            l.options = Arc::new(l.live.borrow_and_update().forward_options());
+            let config = l.live.borrow_and_update().clone();
+            l.options = Arc::new(config.forward_options());
+            l.limiter
+                .set_rate(config.forwarder.max_rate, Instant::now());
         }
+        // Permits first, the turn after: a loop waiting for the rate holds no turn.
+        let allowed = tokio::select! {
+            _ = cancel.cancelled() => break,
+            n = l.limiter.acquire(l.options.batch_size) => n,
+        };
+        let limited;
+        let options = if allowed < l.options.batch_size {
+            limited = ForwardOptions {
+                batch_size: allowed,
+                ..(*l.options).clone()
+            };
+            &limited
+        } else {
+            &*l.options
+        };
         let turn = if draining {
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -110,8 +133,10 @@ async fn forward_shard(mut l: ForwardLoop) {
             None
         };
         let started = Instant::now();
-        let result = l.store.forward(l.shard, l.term.epoch(), &l.options).await;
+        let result = l.store.forward(l.shard, l.term.epoch(), options).await;
         drop(turn);
+        let moved = result.as_ref().map_or(0, |b| b.moved() as usize);
+        l.limiter.give_back(allowed.saturating_sub(moved));
         match result {
             Ok(batch) => {
                 script_seconds.record(started.elapsed().as_secs_f64());
@@ -166,7 +191,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                     continue;
                 }
                 backoff.reset();
-                draining = batch.moved() as usize >= l.options.batch_size;
+                draining = moved >= allowed;
                 if draining {
                     // More is due: go again at once, letting other shards' loops in.
                     tokio::task::yield_now().await;
@@ -266,8 +291,10 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
 /// Publishes how many messages each shard holds, and how overdue the earliest one
 /// is (the sign of stuck delivery). The term's end sets the latter back to 0: a
 /// standby forwards nothing, so nothing is overdue on its account.
-async fn report_pending(store: Store, cancel: CancellationToken) {
+async fn report_pending(store: Store, limiter: Arc<Limiter>, cancel: CancellationToken) {
     let overdue = metrics::gauge!(m::OLDEST_OVERDUE);
+    let overdue_count = metrics::gauge!(m::OVERDUE);
+    let drain = metrics::gauge!(m::THROTTLE_DRAIN);
     loop {
         match store.pending_per_shard().await {
             Ok(counts) => {
@@ -284,6 +311,18 @@ async fn report_pending(store: Store, cancel: CancellationToken) {
                 Ok(now) => {
                     let late_ms = due.map_or(0, |due| now.saturating_sub(due));
                     overdue.set(late_ms as f64 / 1000.0);
+                    match store.overdue_count(now).await {
+                        Ok(n) => {
+                            overdue_count.set(n as f64);
+                            let rate = limiter.rate();
+                            drain.set(if rate == 0 {
+                                0.0
+                            } else {
+                                n as f64 / rate as f64
+                            });
+                        }
+                        Err(e) => tracing::debug!(error = %e, "cannot count overdue messages"),
+                    }
                 }
                 Err(e) => tracing::debug!(error = %e, "cannot read Redis's clock"),
             },
@@ -292,6 +331,8 @@ async fn report_pending(store: Store, cancel: CancellationToken) {
         tokio::select! {
             _ = cancel.cancelled() => {
                 overdue.set(0.0);
+                overdue_count.set(0.0);
+                drain.set(0.0);
                 return;
             }
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}

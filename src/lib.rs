@@ -14,6 +14,7 @@
 //!   deadline, resign.
 //! - `term`: one leadership term: fences, then the leader-only workers.
 //! - `forwarder`: leader-only loops (due → stream, record trimming).
+//! - `rate`: the forwarding rate limit, a token bucket the shard loops share.
 //! - `sweeper`: leader-only: unacknowledged entries → redelivered or dead-lettered.
 //! - `inbox`: every instance schedules what producers XADD into the inbox stream.
 //! - `api`: the HTTP API (axum).
@@ -59,6 +60,8 @@ pub mod inbox;
 pub mod leadership;
 #[cfg(feature = "server")]
 pub mod metrics;
+#[cfg(feature = "server")]
+pub mod rate;
 #[cfg(feature = "server")]
 pub mod reload;
 #[cfg(feature = "server")]

@@ -62,6 +62,10 @@ pub const ETCD_REACHABLE: &str = "delayq_etcd_reachable";
 /// Now − due time of the earliest message still scheduled (0 when none is overdue),
 /// by Redis's clock. Set by the leader; 0 on standbys.
 pub const OLDEST_OVERDUE: &str = "delayq_oldest_overdue_seconds";
+/// Messages due and not yet forwarded (a backlog, or one held back by
+/// `forwarder.max_rate`), and how long the limit takes to drain them.
+pub const OVERDUE: &str = "delayq_overdue_messages";
+pub const THROTTLE_DRAIN: &str = "delayq_forward_throttle_drain_seconds";
 
 /// Scheduled messages per target stream, for the largest streams (see
 /// [`PendingStreams`]). Set by the leader; 0 on standbys.
@@ -232,6 +236,18 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         &[],
         "leader's etcd lease time left at the last renewal",
+    ),
+    metric(
+        OVERDUE,
+        Kind::Gauge,
+        &[],
+        "messages due and not yet forwarded; refreshed every 5 s by the leader, 0 on standbys",
+    ),
+    metric(
+        THROTTLE_DRAIN,
+        Kind::Gauge,
+        &[],
+        "overdue messages / forwarder.max_rate: how long the rate limit takes to drain them (0 without a limit)",
     ),
     metric(
         LEASES_ENDED,
@@ -434,6 +450,8 @@ pub fn install() -> PrometheusHandle {
             }
             metrics::gauge!(IS_LEADER).set(0.0);
             metrics::gauge!(OLDEST_OVERDUE).set(0.0);
+            metrics::gauge!(OVERDUE).set(0.0);
+            metrics::gauge!(THROTTLE_DRAIN).set(0.0);
             process().collect();
             handle
         })

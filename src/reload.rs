@@ -18,8 +18,9 @@ use crate::config::{Config, ConfigError};
 /// Dotted keys, or sections ending in `.`, that take effect without a restart.
 /// `log.level`: the filter of the tracing subscriber. `streams.`: the allow list
 /// (read by the API on every push) and the MAXLEN settings (read by the forward
-/// loops before every batch).
-pub const RELOADABLE: &[&str] = &["log.level", "streams.", "delivery."];
+/// loops before every batch). `forwarder.max_rate`: the forward loops' shared
+/// rate limit, read before every batch.
+pub const RELOADABLE: &[&str] = &["log.level", "streams.", "delivery.", "forwarder.max_rate"];
 
 pub fn is_reloadable(key: &str) -> bool {
     RELOADABLE.iter().any(|r| match r.strip_suffix('.') {

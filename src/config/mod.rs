@@ -152,6 +152,10 @@ impl StreamsConfig {
 pub struct ForwarderConfig {
     pub batch_size: usize,
     pub idle_wakeup: Duration,
+    /// Most messages forwarded a second, over all shards (0 = no limit): after an
+    /// outage, or when many fall due at once, the backlog drains at this rate in
+    /// due order instead of flooding consumers. Reloadable.
+    pub max_rate: u64,
     pub id_field: Option<String>,
     pub attempt_field: Option<String>,
     pub dead_letter_suffix: String,

@@ -200,6 +200,7 @@ pub(super) struct RawForwarder {
     pub(super) id_field: String,
     pub(super) attempt_field: String,
     pub(super) dead_letter_suffix: String,
+    pub(super) max_rate: i64,
 }
 
 impl Default for RawForwarder {
@@ -210,6 +211,7 @@ impl Default for RawForwarder {
             id_field: "delayq-id".into(),
             attempt_field: "delayq-attempt".into(),
             dead_letter_suffix: ":dead".into(),
+            max_rate: 0,
         }
     }
 }

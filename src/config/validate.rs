@@ -25,6 +25,9 @@ const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 /// The longest `api.max_delay` allowed.
 const MAX_DELAY_LIMIT: Duration = Duration::from_secs(36_500 * 24 * 3600);
 
+/// Highest `forwarder.max_rate`, messages a second: ten times what one Redis moves.
+const MAX_RATE: u64 = 10_000_000;
+
 fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     if value < 1 || value > max {
         return Err(invalid(key, format!("must be 1 to {max} (got {value})")));
@@ -347,10 +350,18 @@ impl Raw {
             id_field,
             attempt_field,
             dead_letter_suffix,
+            max_rate,
         } = forwarder;
         let batch_size = positive("forwarder.batch_size", batch_size, 10_000)? as usize;
         if idle_wakeup < Duration::from_millis(10) {
             return Err(invalid("forwarder.idle_wakeup", "must be at least 10ms"));
+        }
+        let max_rate = non_negative("forwarder.max_rate", max_rate)?;
+        if max_rate > MAX_RATE {
+            return Err(invalid(
+                "forwarder.max_rate",
+                format!("must be 0 (no limit) to {MAX_RATE} (got {max_rate})"),
+            ));
         }
         if dead_letter_suffix.is_empty() {
             return Err(invalid(
@@ -373,6 +384,7 @@ impl Raw {
             id_field: optional_field("forwarder.id_field", id_field)?,
             attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
             dead_letter_suffix,
+            max_rate,
         };
         let delivery = delivery.validate(&forwarder, retention)?;
         let RawInbox {

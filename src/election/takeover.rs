@@ -27,8 +27,9 @@ pub(super) const POLL: Duration = Duration::from_millis(50);
 /// How long a suspicion must last before it is acted on.
 const CONFIRM: Duration = Duration::from_millis(100);
 /// How long this node's own presence must have been held before it judges a
-/// missing one (after a Redis restart every node connects again).
-const GRACE: Duration = Duration::from_secs(1);
+/// missing one (after a Redis restart every node connects again, each within
+/// the presence loop's backoff of at most half a second).
+const GRACE: Duration = Duration::from_secs(2);
 /// How long a leader's probe may go unwritten (it writes every second) before the
 /// leader is taken to be cut off from Redis.
 pub const SILENT: Duration = Duration::from_millis(3_000);
@@ -304,9 +305,9 @@ mod tests {
         check(true, Some(500), 10_000, Some(500), None);
         // Its process died: the subscription is gone.
         check(false, Some(500), 10_000, Some(500), Some(Gone));
-        check(false, None, 1_000, None, Some(Gone));
-        // Just after a Redis restart nobody has reconnected yet: no judgement.
-        check(false, None, 999, Some(100), None);
+        check(false, None, 2_000, None, Some(Gone));
+        // Just after a Redis restart not everybody has connected again: no judgement.
+        check(false, None, 1_999, Some(100), None);
         // Cut off from Redis (its probe stopped) while this node writes.
         check(
             true,

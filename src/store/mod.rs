@@ -34,6 +34,9 @@ pub use streams::StreamEntry;
 use crate::message::{Due, MessageId, NewMessage};
 use crate::secret::RedisUrl;
 
+/// Time to live of a node's health probe key (see [`Store::probe_write`]).
+const PROBE_TTL_MS: u64 = 60_000;
+
 macro_rules! script {
     ($name:literal) => {
         Script::new(concat!(
@@ -45,8 +48,10 @@ macro_rules! script {
 }
 
 mod delivery;
+#[cfg(feature = "server")]
 mod presence;
 
+#[cfg(feature = "server")]
 pub use presence::{Held, LeaderSigns};
 
 pub use delivery::{
@@ -162,7 +167,7 @@ impl Store {
             .arg(self.keys.write_probe(node_id))
             .arg(1)
             .arg("PX")
-            .arg(presence::PROBE_TTL_MS)
+            .arg(PROBE_TTL_MS)
             .query_async(&mut conn)
             .await?;
         Ok(())

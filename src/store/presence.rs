@@ -16,14 +16,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::{Result, Store};
+use super::{PROBE_TTL_MS, Result, Store};
 use crate::backoff::Backoff;
 
 /// How often the presence connection is pinged, so a connection Redis dropped is
 /// noticed and made again soon.
 const PING_EVERY: Duration = Duration::from_millis(500);
-/// Time to live the health probe writes its key with (see [`Store::probe_write`]).
-pub(super) const PROBE_TTL_MS: u64 = 60_000;
 
 /// A presence held on a live subscription.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,7 +53,7 @@ impl Store {
         held: watch::Sender<Option<Held>>,
         cancel: CancellationToken,
     ) {
-        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
         loop {
             let since = Instant::now();
             let connected =

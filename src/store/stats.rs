@@ -19,6 +19,17 @@ pub struct StreamCounts {
 
 impl Store {
     /// Due time of the earliest scheduled message, over all shards.
+    /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded.
+    pub async fn overdue_count(&self, now_ms: u64) -> Result<u64> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+            pipe.zcount(self.keys.shard(shard).due, "-inf", now_ms * 10 + 9);
+        }
+        let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(counts.iter().sum())
+    }
+
     pub async fn next_due_ms(&self) -> Result<Option<u64>> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {

@@ -712,6 +712,9 @@ edges! {
     forwarder_batch_max_one_shard: [("redis.shards", "1"), ("forwarder.batch_size", "10000"), ("api.max_batch", "5000")], Workload { http: 12_000, chunk: 5000, inbox: 0, ..W };
     forwarder_batch_half_max_one_shard: [("redis.shards", "1"), ("forwarder.batch_size", "5000"), ("api.max_batch", "5000")], Workload { http: 6000, chunk: 3000, inbox: 0, ..W };
     idle_wakeup_min: [("forwarder.idle_wakeup", "\"10ms\"")], W;
+    // One message a second: five take about four seconds, each once.
+    max_rate_min: [("forwarder.max_rate", "1")], Workload { http: 3, chunk: 3, inbox: 2, ..W };
+    max_rate_max: [("forwarder.max_rate", "10000000")], W;
     redis_timeout_min: [("redis.timeout", "\"50ms\"")], W;
     max_batch_min: [("api.max_batch", "1")], Workload { http: 60, chunk: 1, inbox: 0, ..W };
     max_batch_max: [("api.max_batch", "5000")], Workload { http: 5000, chunk: 5000, inbox: 0, ..W };
@@ -771,6 +774,8 @@ const BOUNDS: &[Bound] = &[
     ("forwarder.batch_size", "1", true), ("forwarder.batch_size", "10000", true),
     ("forwarder.batch_size", "0", false), ("forwarder.batch_size", "10001", false),
     ("forwarder.idle_wakeup", "\"10ms\"", true), ("forwarder.idle_wakeup", "\"9ms\"", false),
+    ("forwarder.max_rate", "0", true), ("forwarder.max_rate", "10000000", true),
+    ("forwarder.max_rate", "-1", false), ("forwarder.max_rate", "10000001", false),
     ("records.trim_interval", "\"100ms\"", true), ("records.trim_interval", "\"99ms\"", false),
     ("delivery.ack_timeout", "\"10ms\"", true), ("delivery.ack_timeout", "\"9ms\"", false),
     ("delivery.max_attempts", "1", true), ("delivery.max_attempts", "1000", true),
