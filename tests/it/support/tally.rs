@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{Entry, within};
@@ -119,10 +120,11 @@ impl fmt::Display for Tally {
 }
 
 /// The streams a test's messages are delivered to, on the Redis at a URL; read over
-/// a connection of its own each time, so that a Redis restarting meanwhile only
-/// delays the reading.
+/// a connection of its own, made again when Redis restarts meanwhile (until then
+/// the reading only waits).
 pub struct Deliveries {
     client: redis::Client,
+    conn: Mutex<Option<redis::Connection>>,
     streams: Vec<String>,
 }
 
@@ -130,35 +132,53 @@ impl Deliveries {
     pub fn new(redis_url: &str, streams: &[&str]) -> Deliveries {
         Deliveries {
             client: redis::Client::open(redis_url).expect("a Redis URL"),
+            conn: Mutex::new(None),
             streams: streams.iter().map(|s| s.to_string()).collect(),
         }
     }
 
-    fn connection(&self) -> Option<redis::Connection> {
-        self.client
-            .get_connection_with_timeout(Duration::from_secs(1))
-            .ok()
+    /// `read` on the connection; None (and a new connection next time) when Redis
+    /// does not answer.
+    fn read<T>(
+        &self,
+        read: impl FnOnce(&mut redis::Connection) -> redis::RedisResult<T>,
+    ) -> Option<T> {
+        let mut cached = self.conn.lock().expect("the connection");
+        if cached.is_none() {
+            *cached = self
+                .client
+                .get_connection_with_timeout(Duration::from_secs(1))
+                .ok();
+        }
+        let answer = read(cached.as_mut()?);
+        if answer.is_err() {
+            *cached = None;
+        }
+        answer.ok()
     }
 
     /// How many entries the streams hold; None while Redis does not answer.
     pub fn len(&self) -> Option<usize> {
-        let mut conn = self.connection()?;
-        let mut total = 0;
-        for s in &self.streams {
-            total += redis::cmd("XLEN").arg(s).query::<usize>(&mut conn).ok()?;
-        }
-        Some(total)
+        self.read(|conn| {
+            let mut total = 0;
+            for s in &self.streams {
+                total += redis::cmd("XLEN").arg(s).query::<usize>(conn)?;
+            }
+            Ok(total)
+        })
     }
 
     /// Every entry of the streams, stream by stream; None while Redis does not answer.
     pub fn try_entries(&self) -> Option<Vec<Entry>> {
-        let mut conn = self.connection()?;
-        Some(
-            self.streams
+        // A quick question first: `entries` panics on an error.
+        self.len()?;
+        self.read(|conn| {
+            Ok(self
+                .streams
                 .iter()
-                .flat_map(|s| super::entries(&mut conn, s))
-                .collect(),
-        )
+                .flat_map(|s| super::entries(conn, s))
+                .collect())
+        })
     }
 
     pub fn entries(&self) -> Vec<Entry> {
