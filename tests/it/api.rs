@@ -2,242 +2,80 @@
 
 use serde_json::json;
 
-use crate::support::{Env, assert_refused, eventually, metrics};
+use crate::support::{Env, assert_refused, eventually};
 
 const CONFIG: &str = "[streams]\nallow = [\"orders\", \"billing:*\"]\n[api]\nmax_message_bytes = 1000\nmax_delay = \"1d\"\n";
 
 /// POSTs `body` (raw text) to /v1/messages; checks the status, the error code and
-/// that the detail mentions `detail_part`.
-#[track_caller]
-fn check<'a>(
-    env: &'a Env,
-    body: &'a str,
-    status: u16,
-    code: &'a str,
-    detail_part: &'a str,
-) -> impl Future<Output = ()> + 'a {
-    let caller = std::panic::Location::caller();
-    async move {
-        let (got_status, got) = env.post_raw("/v1/messages", body).await;
-        assert_refused(
-            (got_status, &got),
-            (status, code, detail_part),
-            &format!("{body} (case at {caller})"),
-        );
-    }
+/// that the detail mentions the part given.
+async fn refused(env: &Env, body: &str, (status, code, detail_part): (u16, &str, &str)) {
+    let answer = env.api.post_raw("/v1/messages", body).await;
+    assert_refused(
+        (answer.0, &answer.1),
+        (status, code, detail_part),
+        &format!("{body:.200}"),
+    );
 }
 
 #[tokio::test]
 async fn bad_pushes_are_refused_with_a_reason_naming_the_field() {
     let env = Env::start(CONFIG).await;
-    let big = format!(
-        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
-        "x".repeat(2000)
-    );
-    let huge = format!(
-        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
-        "x".repeat(100_000)
-    );
-    check(&env, "{not json", 400, "malformed_json", "not valid JSON").await;
-    check(&env, "[1,2]", 400, "malformed_json", "JSON object").await;
-    check(
-        &env,
-        r#"{"payload":"x","delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "stream: required",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":7,"payload":"x","delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "stream: must be a string",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"payroll","payload":"x","delay":"1s"}"#,
-        403,
-        "stream_not_allowed",
-        "allowed: orders, billing:*",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"delayq:x","payload":"x","delay":"1s"}"#,
-        403,
-        "stream_not_allowed",
-        "delayq's own keys",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "fields: required",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","fields":{},"delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "at least one",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","fields":{"a":{"b":1}},"delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "fields.a",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","fields":[["a"]],"delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "fields[0]",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","fields":{"a":"b"},"delay":"1s"}"#,
-        422,
-        "invalid_field",
-        "not both",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x"}"#,
-        422,
-        "invalid_field",
-        "delay: required",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","delay_ms":5}"#,
-        422,
-        "invalid_field",
-        "give only one",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"-5s"}"#,
-        422,
-        "invalid_field",
-        "must not be negative",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay_ms":-5}"#,
-        422,
-        "invalid_field",
-        "delay_ms -5: must not be negative",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"soon"}"#,
-        422,
-        "invalid_field",
-        "not a duration",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"2d"}"#,
-        422,
-        "invalid_field",
-        "max_delay",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","deliver_at":"2990-01-01T00:00:00Z"}"#,
-        422,
-        "invalid_field",
-        "max_delay",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","deliver_at":"tomorrow"}"#,
-        422,
-        "invalid_field",
-        "RFC 3339",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","id":"bad id!"}"#,
-        422,
-        "invalid_field",
-        "not allowed",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","priority":10}"#,
-        422,
-        "invalid_field",
-        "priority 10",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"0s"}"#,
-        422,
-        "invalid_field",
-        "ttl",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","colour":"red"}"#,
-        422,
-        "invalid_field",
-        "colour: unknown field",
-    )
-    .await;
-    check(
-        &env,
-        r#"{"stream":"orders","payload":"x","delay":"1s","replace":"yes"}"#,
-        422,
-        "invalid_field",
-        "replace",
-    )
-    .await;
-    check(&env, &big, 413, "too_large", "max_message_bytes").await;
-    check(&env, &huge, 413, "too_large", "request body is larger").await;
+    let payload = |bytes: usize| {
+        format!(
+            r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
+            "x".repeat(bytes)
+        )
+    };
+    let (big, huge) = (payload(2000), payload(100_000));
+    #[rustfmt::skip]
+    let cases: &[(&str, (u16, &str, &str))] = &[
+        ("{not json", (400, "malformed_json", "not valid JSON")),
+        ("[1,2]", (400, "malformed_json", "JSON object")),
+        (r#"{"payload":"x","delay":"1s"}"#, (422, "invalid_field", "stream: required")),
+        (r#"{"stream":7,"payload":"x","delay":"1s"}"#, (422, "invalid_field", "stream: must be a string")),
+        (r#"{"stream":"payroll","payload":"x","delay":"1s"}"#, (403, "stream_not_allowed", "allowed: orders, billing:*")),
+        (r#"{"stream":"delayq:x","payload":"x","delay":"1s"}"#, (403, "stream_not_allowed", "delayq's own keys")),
+        (r#"{"stream":"orders","delay":"1s"}"#, (422, "invalid_field", "fields: required")),
+        (r#"{"stream":"orders","fields":{},"delay":"1s"}"#, (422, "invalid_field", "at least one")),
+        (r#"{"stream":"orders","fields":{"a":{"b":1}},"delay":"1s"}"#, (422, "invalid_field", "fields.a")),
+        (r#"{"stream":"orders","fields":[["a"]],"delay":"1s"}"#, (422, "invalid_field", "fields[0]")),
+        (r#"{"stream":"orders","payload":"x","fields":{"a":"b"},"delay":"1s"}"#, (422, "invalid_field", "not both")),
+        (r#"{"stream":"orders","payload":"x"}"#, (422, "invalid_field", "delay: required")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","delay_ms":5}"#, (422, "invalid_field", "give only one")),
+        (r#"{"stream":"orders","payload":"x","delay":"-5s"}"#, (422, "invalid_field", "must not be negative")),
+        (r#"{"stream":"orders","payload":"x","delay_ms":-5}"#, (422, "invalid_field", "delay_ms -5: must not be negative")),
+        (r#"{"stream":"orders","payload":"x","delay":"soon"}"#, (422, "invalid_field", "not a duration")),
+        (r#"{"stream":"orders","payload":"x","delay":"2d"}"#, (422, "invalid_field", "max_delay")),
+        (r#"{"stream":"orders","payload":"x","deliver_at":"2990-01-01T00:00:00Z"}"#, (422, "invalid_field", "max_delay")),
+        (r#"{"stream":"orders","payload":"x","deliver_at":"tomorrow"}"#, (422, "invalid_field", "RFC 3339")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","id":"bad id!"}"#, (422, "invalid_field", "not allowed")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","priority":10}"#, (422, "invalid_field", "priority 10")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"0s"}"#, (422, "invalid_field", "ttl")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","colour":"red"}"#, (422, "invalid_field", "colour: unknown field")),
+        (r#"{"stream":"orders","payload":"x","delay":"1s","replace":"yes"}"#, (422, "invalid_field", "replace")),
+        (&big, (413, "too_large", "max_message_bytes")),
+        (&huge, (413, "too_large", "request body is larger")),
+    ];
+    for &(body, want) in cases {
+        refused(&env, body, want).await;
+    }
     // A body far past the limit: the client is still sending when the answer is
     // decided, and must still get the 413 rather than a reset connection.
-    let vast = format!(
-        r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
-        "x".repeat(6 << 20)
-    );
+    let vast = payload(6 << 20);
     for _ in 0..5 {
-        check(&env, &vast, 413, "too_large", "request body is larger").await;
+        refused(&env, &vast, (413, "too_large", "request body is larger")).await;
     }
 }
 
 #[tokio::test]
 async fn push_get_cancel_and_duplicates() {
     let env = Env::start(CONFIG).await;
-    let (status, body) = env.post("/v1/messages", json!({"stream": "orders", "fields": [["order", "42"], ["kind", "reminder"]], "delay": "1h", "id": "o-42", "priority": 3, "ttl": "1h"})).await;
+    let (status, body) = env.api.post("/v1/messages", json!({"stream": "orders", "fields": [["order", "42"], ["kind", "reminder"]], "delay": "1h", "id": "o-42", "priority": 3, "ttl": "1h"})).await;
     assert_eq!(status, 201, "{body}");
     assert_eq!(body["id"], "o-42");
     let due = body["deliver_at"].as_u64().unwrap();
 
-    let (status, body) = env.get("/v1/messages/o-42").await;
+    let (status, body) = env.api.get("/v1/messages/o-42").await;
     assert_eq!(status, 200);
     assert_eq!(body["state"], "scheduled");
     assert_eq!(body["stream"], "orders");
@@ -250,6 +88,7 @@ async fn push_get_cancel_and_duplicates() {
     );
 
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "orders", "payload": "other", "delay": "1s", "id": "o-42"}),
@@ -261,20 +100,24 @@ async fn push_get_cancel_and_duplicates() {
         "{body}"
     );
 
-    let (status, body) = env.delete("/v1/messages/o-42").await;
+    let (status, body) = env.api.delete("/v1/messages/o-42").await;
     assert_eq!((status, &body["state"]), (200, &json!("cancelled")));
-    assert_eq!(env.get("/v1/messages/o-42").await.1["state"], "cancelled");
-    assert_eq!(env.get("/v1/messages/nope").await.0, 404);
-    assert_eq!(env.delete("/v1/messages/nope").await.0, 404);
-    let (status, body) = env.get("/v1/messages/bad%20id").await;
+    assert_eq!(
+        env.api.get("/v1/messages/o-42").await.1["state"],
+        "cancelled"
+    );
+    assert_eq!(env.api.get("/v1/messages/nope").await.0, 404);
+    assert_eq!(env.api.delete("/v1/messages/nope").await.0, 404);
+    let (status, body) = env.api.get("/v1/messages/bad%20id").await;
     assert_eq!((status, &body["error"]), (400, &json!("invalid_id")));
-    assert_eq!(env.get("/v1/nothing-here").await.0, 404);
+    assert_eq!(env.api.get("/v1/nothing-here").await.0, 404);
 }
 
 #[tokio::test]
 async fn a_delivered_message_reports_its_entry_and_cannot_be_cancelled() {
     let env = Env::start(CONFIG).await;
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "billing:eu", "payload": {"amount": 5}, "delay_ms": 50, "id": "b-1"}),
@@ -282,7 +125,7 @@ async fn a_delivered_message_reports_its_entry_and_cannot_be_cancelled() {
         .await;
     assert_eq!(status, 201, "{body}");
     let delivered = eventually(std::time::Duration::from_secs(5), "delivery", || async {
-        let (_, body) = env.get("/v1/messages/b-1").await;
+        let (_, body) = env.api.get("/v1/messages/b-1").await;
         (body["state"] == "delivered").then_some(body)
     })
     .await;
@@ -291,13 +134,14 @@ async fn a_delivered_message_reports_its_entry_and_cannot_be_cancelled() {
     let got = crate::support::entries(&mut env.redis.client(), "billing:eu");
     assert_eq!(got[0].id, entry);
     assert_eq!(got[0].get("payload"), Some(r#"{"amount":5}"#));
-    let (status, body) = env.delete("/v1/messages/b-1").await;
+    let (status, body) = env.api.delete("/v1/messages/b-1").await;
     assert_eq!(
         (status, &body["error"]),
         (409, &json!("already_final")),
         "{body}"
     );
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "billing:eu", "payload": "again", "delay_ms": 0, "id": "b-1"}),
@@ -316,6 +160,7 @@ async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
     let now = env.store.now_ms().await.unwrap();
     let at = now + 60_000;
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "orders", "payload": "x", "deliver_at": at}),
@@ -328,6 +173,7 @@ async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
         .strftime("%Y-%m-%dT%H:%M:%S%.3f%:z")
         .to_string();
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "orders", "payload": "x", "deliver_at": with_offset}),
@@ -340,6 +186,7 @@ async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
     );
     // A time in the past means "now".
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             json!({"stream": "orders", "payload": "x", "deliver_at": 1000}),
@@ -352,23 +199,24 @@ async fn deliver_at_accepts_epoch_ms_and_rfc3339_with_offsets() {
 #[tokio::test]
 async fn health_leader_and_metrics_endpoints() {
     let env = Env::start(CONFIG).await;
-    assert_eq!(env.get("/healthz").await.0, 200);
+    assert_eq!(env.api.get("/healthz").await.0, 200);
     env.leading().await;
-    let (status, body) = env.get("/leader").await;
+    let (status, body) = env.api.get("/leader").await;
     assert_eq!((status, &body["leader"]), (200, &json!(true)));
-    let (_, body) = env.get("/v1/leader").await;
+    let (_, body) = env.api.get("/v1/leader").await;
     assert_eq!(body["mode"], "standalone");
     assert!(body["epoch"].as_u64().unwrap() >= 1);
-    env.post(
-        "/v1/messages",
-        json!({"stream": "orders", "payload": "x", "delay_ms": 0}),
-    )
-    .await;
+    env.api
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "x", "delay_ms": 0}),
+        )
+        .await;
     let text = eventually(
         std::time::Duration::from_secs(5),
         "forward metrics",
         || async {
-            let text = metrics(&env.http, env.url("/metrics")).await.unwrap();
+            let text = env.api.metrics().await.unwrap();
             text.contains("delayq_messages_forwarded_total{stream=\"orders\"}")
                 .then_some(text)
         },

@@ -11,16 +11,15 @@
 //! there is none. The compose command is `docker compose` when that works, else
 //! `docker-compose`; DELAYQ_TEST_COMPOSE (e.g. "docker-compose") chooses.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
+use delayq::harness::free_port;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::support::{delayq_bin, entries, eventually};
+use crate::support::{Api, Deliveries, OneLeader, delayq_bin, eventually, repo, text};
 
 const SERVICES: [&str; 7] = [
     "redis", "etcd-1", "etcd-2", "etcd-3", "delayq-1", "delayq-2", "delayq-3",
@@ -29,14 +28,6 @@ const NODES: [&str; 3] = ["delayq-1", "delayq-2", "delayq-3"];
 /// Made by docker/local-images.sh: Debian's redis-server and etcd.
 const SERVERS_IMAGE: &str = "delayq-local/servers:bookworm";
 const IMAGE: &str = "delayq:e2e";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
 
 async fn run(program: &str, args: &[&str], env: &[(String, String)]) -> Output {
     Command::new(program)
@@ -140,14 +131,6 @@ async fn compose_cli() -> Vec<String> {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A compose project of docker/compose.yaml; `down -v` when dropped.
 struct Deployment {
     cli: Vec<String>,
@@ -217,21 +200,16 @@ impl Deployment {
             .to_owned()
     }
 
-    fn url(&self, node: usize, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.ports[node])
-    }
-
-    fn http(&self) -> reqwest::Client {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            AUTHORIZATION,
-            HeaderValue::from_str(&format!("Bearer {}", self.token)).unwrap(),
-        );
-        reqwest::Client::builder()
-            .default_headers(headers)
-            .timeout(Duration::from_secs(3))
-            .build()
-            .unwrap()
+    /// Each node's API, with the token from the secret.
+    fn apis(&self) -> Vec<Api> {
+        self.ports
+            .iter()
+            .map(|port| {
+                Api::new(format!("127.0.0.1:{port}"))
+                    .with_token(&self.token)
+                    .with_timeout(Duration::from_secs(3))
+            })
+            .collect()
     }
 }
 
@@ -284,59 +262,20 @@ async fn healthy(d: &Deployment, services: &[&str]) {
     .await;
 }
 
-/// One node's /v1/leader: (leads, epoch, the leader it knows of).
-async fn leader_view(http: &reqwest::Client, url: String) -> Option<(bool, u64, String)> {
-    let v: Value = http.get(url).send().await.ok()?.json().await.ok()?;
-    let leads = v["is_leader"].as_bool()?;
-    let epoch = if leads {
-        &v["epoch"]
-    } else {
-        &v["leader"]["epoch"]
-    };
-    Some((
-        leads,
-        epoch.as_u64().unwrap_or(0),
-        v["leader"]["node_id"].as_str().unwrap_or("").to_owned(),
-    ))
-}
-
 /// The one node that leads with an epoch above `after`, the others that answer
 /// agreeing on it.
-async fn leader_after(d: &Deployment, http: &reqwest::Client, after: u64) -> (usize, u64) {
-    eventually(Duration::from_secs(60), "a single leader", || async {
-        let mut leaders = Vec::new();
-        let mut named = Vec::new();
-        for n in 0..NODES.len() {
-            if let Some((leads, epoch, name)) = leader_view(http, d.url(n, "/v1/leader")).await {
-                if leads {
-                    leaders.push((n, epoch));
-                }
-                named.push(name);
-            }
-        }
-        match leaders[..] {
-            [(n, epoch)] if epoch > after && named.iter().all(|m| m == NODES[n]) => {
-                Some((n, epoch))
-            }
-            _ => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                None
-            }
-        }
-    })
-    .await
+async fn leader_after(apis: &[Api], after: u64) -> (usize, u64) {
+    OneLeader::among(apis)
+        .above(after)
+        .agreed()
+        .within(Duration::from_secs(60))
+        .wait(String::new)
+        .await
 }
 
-/// Pushes messages `first..first+count` to `stream` through `node`, due
-/// `spread` apart from now on; returns the ids the API confirmed.
-async fn push(
-    d: &Deployment,
-    http: &reqwest::Client,
-    node: usize,
-    stream: &str,
-    count: usize,
-    spread: Duration,
-) -> Vec<String> {
+/// Pushes `count` messages to `stream` through `api`, due `spread` apart from now
+/// on; returns the ids the API confirmed.
+async fn push(api: &Api, stream: &str, count: usize, spread: Duration) -> Vec<String> {
     let mut confirmed = Vec::new();
     for i in 0..count {
         let id = format!("{stream}-{i}");
@@ -346,39 +285,18 @@ async fn push(
             "payload": format!("message {i}"),
             "delay_ms": (spread * i as u32).as_millis() as u64,
         });
-        let resp = http
-            .post(d.url(node, "/v1/messages"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap_or_else(|e| panic!("push {id}: {e}"));
-        let status = resp.status().as_u16();
-        let answer: Value = resp.json().await.unwrap_or(Value::Null);
+        let (status, answer) = api.post("/v1/messages", body).await;
         assert_eq!(status, 201, "push {id}: {answer}");
         confirmed.push(id);
     }
     confirmed
 }
 
-/// How many times each id arrived in `stream`.
-fn arrivals(redis_port: u16, stream: &str) -> HashMap<String, usize> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{redis_port}")).unwrap();
-    let Ok(mut conn) = client.get_connection() else {
-        return HashMap::new();
-    };
-    let mut seen = HashMap::new();
-    for entry in entries(&mut conn, stream) {
-        let id = entry.get("delayq-id").expect("delayq-id").to_owned();
-        *seen.entry(id).or_insert(0) += 1;
-    }
-    seen
-}
-
 /// Kills or stops `node`'s container (`how` is the docker verb) while watching
 /// for a takeover; returns the new leader and the time from the command to it.
 async fn fail_over(
     d: &Deployment,
-    http: &reqwest::Client,
+    apis: &[Api],
     how: &str,
     node: usize,
     epoch: u64,
@@ -391,7 +309,7 @@ async fn fail_over(
     }
     args.push(&container);
     let (stopped, (taken, took)) = tokio::join!(run("docker", &args, &[]), async {
-        let taken = leader_after(d, http, epoch).await;
+        let taken = leader_after(apis, epoch).await;
         (taken, started.elapsed())
     });
     ok(&format!("docker {how} {container}"), stopped);
@@ -401,7 +319,7 @@ async fn fail_over(
 
 /// Starts `node`'s container again and waits until it is healthy and a standby
 /// that names `leader`.
-async fn back_as_standby(d: &Deployment, http: &reqwest::Client, node: usize, leader: usize) {
+async fn back_as_standby(d: &Deployment, apis: &[Api], node: usize, leader: usize) {
     let container = d.container(NODES[node]).await;
     docker(&["start", &container]).await;
     healthy(d, &[NODES[node]]).await;
@@ -409,12 +327,8 @@ async fn back_as_standby(d: &Deployment, http: &reqwest::Client, node: usize, le
         Duration::from_secs(30),
         "the old leader is a standby",
         || async {
-            let view = leader_view(http, d.url(node, "/v1/leader")).await;
-            let standby = matches!(&view, Some((false, _, name)) if name == NODES[leader]);
-            if !standby {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            standby.then_some(())
+            let (_, view) = apis[node].try_get("/v1/leader").await?;
+            (view["is_leader"] == false && view["leader"]["node_id"] == NODES[leader]).then_some(())
         },
     )
     .await;
@@ -431,78 +345,54 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
         d.project,
         started.elapsed()
     );
-    let http = d.http();
+    let apis = d.apis();
     // Every endpoint under /v1 wants the token from the secret.
-    let anonymous = reqwest::Client::new()
-        .get(d.url(0, "/v1/leader"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(anonymous.status().as_u16(), 401);
+    let (anonymous, _) = apis[0].call("GET", "/v1/leader", None, None).await;
+    assert_eq!(anonymous, 401);
 
-    let (first, epoch) = leader_after(&d, &http, 0).await;
+    let (first, epoch) = leader_after(&apis, 0).await;
     let standby = (first + 1) % NODES.len();
     let mut confirmed: Vec<(&str, Vec<String>)> = Vec::new();
     // Due across the crash takeover (lease TTL 6 s) and after it.
-    let ids = push(
-        &d,
-        &http,
-        standby,
-        "e2e-kill",
-        40,
-        Duration::from_millis(250),
-    )
-    .await;
+    let ids = push(&apis[standby], "e2e-kill", 40, Duration::from_millis(250)).await;
     confirmed.push(("e2e-kill", ids));
 
     // Crash: SIGKILL, the lease runs out, a standby takes over.
-    let (second, epoch, kill_takeover) = fail_over(&d, &http, "kill", first, epoch).await;
+    let (second, epoch, kill_takeover) = fail_over(&d, &apis, "kill", first, epoch).await;
     eprintln!(
         "docker kill {}: {} leads after {kill_takeover:.2?}",
         NODES[first], NODES[second]
     );
     let ids = push(
-        &d,
-        &http,
-        second,
+        &apis[second],
         "e2e-after-kill",
         20,
         Duration::from_millis(100),
     )
     .await;
     confirmed.push(("e2e-after-kill", ids));
-    back_as_standby(&d, &http, first, second).await;
+    back_as_standby(&d, &apis, first, second).await;
 
     // Handover: SIGTERM resigns on the way out.
     let other = (0..NODES.len()).find(|&n| n != second).unwrap();
-    let ids = push(&d, &http, other, "e2e-term", 30, Duration::from_millis(100)).await;
+    let ids = push(&apis[other], "e2e-term", 30, Duration::from_millis(100)).await;
     confirmed.push(("e2e-term", ids));
-    let (third, _, term_takeover) = fail_over(&d, &http, "stop", second, epoch).await;
+    let (third, _, term_takeover) = fail_over(&d, &apis, "stop", second, epoch).await;
     eprintln!(
         "docker stop {}: {} leads after {term_takeover:.2?}",
         NODES[second], NODES[third]
     );
-    back_as_standby(&d, &http, second, third).await;
+    back_as_standby(&d, &apis, second, third).await;
 
     // Redis restarts (SIGTERM, then its append-only file): nothing scheduled is
     // lost, and the nodes reconnect on their own.
-    let ids = push(
-        &d,
-        &http,
-        third,
-        "e2e-redis",
-        30,
-        Duration::from_millis(200),
-    )
-    .await;
+    let ids = push(&apis[third], "e2e-redis", 30, Duration::from_millis(200)).await;
     confirmed.push(("e2e-redis", ids));
     let redis = d.container("redis").await;
     docker(&["restart", "-t", "10", &redis]).await;
     healthy(&d, &SERVICES).await;
     let ids = push(
-        &d,
-        &http,
-        third,
+        &apis[third],
         "e2e-after-redis",
         10,
         Duration::from_millis(100),
@@ -510,24 +400,12 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
     .await;
     confirmed.push(("e2e-after-redis", ids));
 
+    let redis_url = format!("redis://127.0.0.1:{}", d.redis_port);
     for (stream, ids) in &confirmed {
-        let seen = eventually(Duration::from_secs(60), stream, || async {
-            let seen = arrivals(d.redis_port, stream);
-            if ids.iter().all(|id| seen.contains_key(id)) {
-                return Some(seen);
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            None
-        })
-        .await;
-        for id in ids {
-            assert_eq!(seen[id], 1, "{stream}: {id} arrived {} times", seen[id]);
-        }
-        assert_eq!(
-            seen.len(),
-            ids.len(),
-            "{stream}: only what was pushed: {seen:?}"
-        );
+        let (tally, _) = Deliveries::new(&redis_url, &[stream])
+            .exactly_once(ids, Duration::from_secs(60))
+            .await;
+        tally.assert_exact(stream);
     }
 
     // The drill against the deployment: a crash and a handover under load.
@@ -541,7 +419,7 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
         "--rate".into(),
         "20".into(),
         "--redis-url".into(),
-        format!("redis://127.0.0.1:{}", d.redis_port),
+        redis_url.clone(),
         "--kill-cmd".into(),
         "docker kill {node}".into(),
         "--term-cmd".into(),
@@ -551,7 +429,11 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
     ];
     for (n, service) in NODES.iter().enumerate() {
         args.push("--node".into());
-        args.push(format!("{}={}", d.container(service).await, d.url(n, "")));
+        args.push(format!(
+            "{}={}",
+            d.container(service).await,
+            apis[n].url("")
+        ));
     }
     let drill_started = Instant::now();
     let out = Command::new(delayq_bin())

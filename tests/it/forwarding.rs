@@ -11,7 +11,7 @@ use delayq::store::{ScheduleMode, Scheduled, Store};
 use futures::StreamExt;
 use rand::Rng;
 
-use crate::support::{Env, delayq_bin, entries, eventually};
+use crate::support::{Deliveries, Env, delayq_bin, eventually, let_pass, xlen};
 
 /// Schedules `n` messages to `stream`, due `0..spread_ms` from now; returns id → due ms.
 async fn schedule_many(
@@ -55,7 +55,7 @@ async fn schedule_many(
         .await
 }
 
-/// Waits until `stream` holds `n` entries, then checks each expected id arrived exactly
+/// Waits until every expected id arrived in `stream`, then checks each arrived exactly
 /// once and not before its due time.
 async fn assert_exactly_once(
     env: &Env,
@@ -63,47 +63,19 @@ async fn assert_exactly_once(
     expected: &HashMap<String, u64>,
     timeout: Duration,
 ) {
-    let mut conn = env.redis.client();
-    eventually(
-        timeout,
-        &format!("{} entries in {stream}", expected.len()),
-        || {
-            let len: usize = redis::cmd("XLEN").arg(stream).query(&mut conn).unwrap();
-            std::future::ready((len >= expected.len()).then_some(()))
-        },
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // anything extra would show up now
-    let got = entries(&mut env.redis.client(), stream);
-    let mut seen: HashMap<&str, u32> = HashMap::new();
+    let (tally, got) = Deliveries::new(&env.redis.url(), &[stream])
+        .exactly_once(expected.keys(), timeout)
+        .await;
+    tally.assert_exact(stream);
     for e in &got {
         let id = e.get("delayq-id").expect("delayq-id field");
-        *seen.entry(id).or_default() += 1;
-        let due = expected
-            .get(id)
-            .unwrap_or_else(|| panic!("unexpected id {id}"));
+        let due = expected[id];
         assert!(
-            e.ms() >= *due,
+            e.ms() >= due,
             "{id} forwarded at {} before its due time {due}",
             e.ms()
         );
     }
-    let duplicated: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
-    assert!(
-        duplicated.is_empty(),
-        "duplicated: {:?}",
-        &duplicated[..duplicated.len().min(5)]
-    );
-    let lost: Vec<_> = expected
-        .keys()
-        .filter(|id| !seen.contains_key(id.as_str()))
-        .collect();
-    assert!(
-        lost.is_empty(),
-        "lost {} messages, e.g. {:?}",
-        lost.len(),
-        &lost[..lost.len().min(5)]
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,22 +83,28 @@ async fn a_hundred_thousand_messages_are_forwarded_exactly_once_and_never_early(
     let env = Env::start("[redis]\nshards = 16\n").await;
     let expected = schedule_many(&env.store, "orders", 100_000, 3000, "m").await;
     assert_exactly_once(&env, "orders", &expected, Duration::from_secs(60)).await;
-    let pending: u64 = env.store.pending_per_shard().await.unwrap().iter().sum();
-    assert_eq!(pending, 0);
+    assert_eq!(env.scheduled().await, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_resumes_after_redis_is_killed_and_restarted_from_its_aof() {
     let mut env = Env::start_with(RedisOptions { aof: true }, "").await;
     let expected = schedule_many(&env.store, "orders", 3000, 3000, "m").await;
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    // Killed while forwarding is under way: some delivered, most still scheduled.
+    let mut conn = env.redis.client();
+    eventually(Duration::from_secs(10), "forwarding under way", || {
+        std::future::ready((xlen(&mut conn, "orders") > 0).then_some(()))
+    })
+    .await;
     env.redis.kill();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Down for a while, with messages falling due meanwhile.
+    let_pass(Duration::from_millis(500)).await;
     env.redis.restart().expect("restart redis");
     // Everything acknowledged before the crash is still there and arrives once.
     assert_exactly_once(&env, "orders", &expected, Duration::from_secs(30)).await;
     // New pushes work again through the same daemon.
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             serde_json::json!({"stream": "after", "payload": "x", "delay_ms": 0}),
@@ -137,10 +115,7 @@ async fn forwarding_resumes_after_redis_is_killed_and_restarted_from_its_aof() {
     eventually(
         Duration::from_secs(10),
         "the push after the restart arrives",
-        || {
-            let len: usize = redis::cmd("XLEN").arg("after").query(&mut conn).unwrap();
-            std::future::ready((len == 1).then_some(()))
-        },
+        || std::future::ready((xlen(&mut conn, "after") == 1).then_some(())),
     )
     .await;
     env.stop().await;
@@ -162,7 +137,9 @@ async fn scripts_are_reloaded_after_script_flush() {
 async fn an_earlier_message_wakes_the_forwarder_at_once() {
     // A long idle sleep: only the schedule script's wake-up can make this fast.
     let env = Env::start("[forwarder]\nidle_wakeup = \"60s\"\n[redis]\nshards = 1\n").await;
-    tokio::time::sleep(Duration::from_millis(300)).await; // the forwarder is asleep now
+    env.leading().await;
+    // Its forward loop found nothing due and went to sleep for the idle wake-up.
+    let_pass(Duration::from_millis(300)).await;
     let far = schedule_many(&env.store, "later", 1, 1, "far").await;
     let _ = far;
     let start = std::time::Instant::now();
@@ -183,13 +160,12 @@ async fn stopping_mid_drain_loses_nothing_and_a_successor_finishes() {
     let first = delayq::start(env.config.clone()).await.unwrap();
     let mut conn = env.redis.client();
     eventually(Duration::from_secs(20), "the drain to begin", || {
-        let len: usize = redis::cmd("XLEN").arg("orders").query(&mut conn).unwrap();
-        std::future::ready((len > 0).then_some(()))
+        std::future::ready((xlen(&mut conn, "orders") > 0).then_some(()))
     })
     .await;
     first.stop().await;
-    let forwarded_by_first: usize = redis::cmd("XLEN").arg("orders").query(&mut conn).unwrap();
-    env.daemon = Some(delayq::start(env.config.clone()).await.unwrap());
+    let forwarded_by_first = xlen(&mut conn, "orders");
+    env.run(delayq::start(env.config.clone()).await.unwrap());
     assert_exactly_once(&env, "orders", &expected, Duration::from_secs(30)).await;
     assert!(forwarded_by_first > 0);
 }
@@ -224,6 +200,7 @@ async fn a_newer_standalone_instance_fences_out_the_older() {
 async fn records_are_forgotten_after_the_retention() {
     let env = Env::start("[records]\nretention = \"300ms\"\ntrim_interval = \"100ms\"\n").await;
     let (status, body) = env
+        .api
         .post(
             "/v1/messages",
             serde_json::json!({"stream": "s", "payload": "x", "delay_ms": 0, "id": "short-lived"}),
@@ -231,11 +208,11 @@ async fn records_are_forgotten_after_the_retention() {
         .await;
     assert_eq!(status, 201, "{body}");
     eventually(Duration::from_secs(5), "delivered", || async {
-        (env.get("/v1/messages/short-lived").await.1["state"] == "delivered").then_some(())
+        (env.api.get("/v1/messages/short-lived").await.1["state"] == "delivered").then_some(())
     })
     .await;
     eventually(Duration::from_secs(5), "record forgotten", || async {
-        (env.get("/v1/messages/short-lived").await.0 == 404).then_some(())
+        (env.api.get("/v1/messages/short-lived").await.0 == 404).then_some(())
     })
     .await;
 }

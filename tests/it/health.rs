@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{delayq_bin, entries, eventually, metrics};
+use crate::support::{Api, delayq_bin, entries, eventually};
 
 /// How Redis is made to refuse writes, and the error it then answers with.
 struct Refusal {
@@ -64,20 +64,9 @@ async fn a_redis_that_refuses_writes_fails_health_with_the_reason_and_recovers()
     }
 }
 
-async fn get(http: &reqwest::Client, url: String) -> (u16, serde_json::Value) {
-    let answer = http.get(url).send().await.expect("the API answers");
-    let status = answer.status().as_u16();
-    (status, answer.json().await.unwrap_or_default())
-}
-
-async fn push(http: &reqwest::Client, node: &DelayqProcess, id: &str) -> u16 {
-    http.post(node.url("/v1/messages"))
-        .json(&serde_json::json!({"stream": "h", "id": id, "payload": "p", "delay": "10ms"}))
-        .send()
-        .await
-        .expect("the API answers")
-        .status()
-        .as_u16()
+async fn push(api: &Api, id: &str) -> u16 {
+    let body = serde_json::json!({"stream": "h", "id": id, "payload": "p", "delay": "10ms"});
+    api.post("/v1/messages", body).await.0
 }
 
 fn run(redis: &RedisServer, words: Vec<String>) {
@@ -96,7 +85,7 @@ async fn check(refusal: &Refusal) {
         &format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url()),
     )
     .unwrap();
-    let http = reqwest::Client::new();
+    let api = Api::new(node.api);
     let metric = |text: Option<String>| {
         text.and_then(|t| {
             t.lines()
@@ -106,16 +95,16 @@ async fn check(refusal: &Refusal) {
     };
     for path in ["/healthz", "/readyz"] {
         eventually(Duration::from_secs(10), "healthy at start", || async {
-            (get(&http, node.url(path)).await.0 == 200).then_some(())
+            (api.get(path).await.0 == 200).then_some(())
         })
         .await;
     }
-    assert_eq!(push(&http, &node, "before").await, 201);
+    assert_eq!(push(&api, "before").await, 201);
 
     run(&redis, (refusal.break_it)(&redis, &other));
     for path in ["/healthz", "/readyz"] {
         let detail = eventually(Duration::from_secs(10), "health fails", || async {
-            let (status, body) = get(&http, node.url(path)).await;
+            let (status, body) = api.get(path).await;
             (status == 503).then(|| body["detail"].as_str().unwrap_or_default().to_owned())
         })
         .await;
@@ -124,13 +113,9 @@ async fn check(refusal: &Refusal) {
             "{path}: {detail}"
         );
     }
-    let gauge = metric(metrics(&http, node.url("/metrics")).await);
+    let gauge = metric(api.metrics().await);
     assert_eq!(gauge.as_deref(), Some("delayq_redis_writable 0"));
-    assert_eq!(
-        push(&http, &node, "refused").await,
-        503,
-        "a push cannot be stored"
-    );
+    assert_eq!(push(&api, "refused").await, 503, "a push cannot be stored");
     let log = node.full_log();
     assert!(
         log.lines()
@@ -141,15 +126,15 @@ async fn check(refusal: &Refusal) {
     run(&redis, (refusal.mend_it)(&redis, &other));
     for path in ["/healthz", "/readyz"] {
         eventually(Duration::from_secs(10), "healthy again", || async {
-            (get(&http, node.url(path)).await.0 == 200).then_some(())
+            (api.get(path).await.0 == 200).then_some(())
         })
         .await;
     }
-    let gauge = metric(metrics(&http, node.url("/metrics")).await);
+    let gauge = metric(api.metrics().await);
     assert_eq!(gauge.as_deref(), Some("delayq_redis_writable 1"));
     assert!(node.full_log().contains("redis takes writes again"));
     // And it does its job again: a new message is delivered, once.
-    assert_eq!(push(&http, &node, "after").await, 201);
+    assert_eq!(push(&api, "after").await, 201);
     eventually(
         Duration::from_secs(10),
         "delivered after recovery",

@@ -9,24 +9,31 @@ use serde_json::Value;
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{Env, assert_refused, delayq_bin, eventually};
+use crate::support::{Api, Env, assert_refused, delayq_bin, eventually};
+
+/// The status, the header `header` and the JSON answer of one request.
+async fn with_header(
+    env: &Env,
+    (method, path, body): (&str, &str, Option<&str>),
+    token: Option<&str>,
+    header: &str,
+) -> (u16, Option<String>, Value) {
+    let resp = env
+        .api
+        .send(method, path, token, body.map(str::as_bytes))
+        .await
+        .expect("an answer");
+    let status = resp.status().as_u16();
+    let value = resp
+        .headers()
+        .get(header)
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    (status, value, resp.json().await.unwrap_or(Value::Null))
+}
 
 /// Status, `Retry-After` and JSON answer of a GET.
 async fn get(env: &Env, path: &str) -> (u16, Option<String>, Value) {
-    let resp = env
-        .http
-        .get(env.url(path))
-        .timeout(Duration::from_secs(30))
-        .send()
-        .await
-        .expect("request");
-    let status = resp.status().as_u16();
-    let retry_after = resp
-        .headers()
-        .get("retry-after")
-        .map(|v| v.to_str().expect("ascii").to_owned());
-    let body = resp.json().await.unwrap_or(Value::Null);
-    (status, retry_after, body)
+    with_header(env, ("GET", path, None), None, "retry-after").await
 }
 
 const POLL: &str = "/v1/streams/orders/next?group=g&consumer=c&wait=20s";
@@ -38,18 +45,16 @@ async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retr
     env.leading().await;
     // A long poll that takes the only place (tried again while a probe below holds it).
     let poll = {
-        let env_url = env.url(POLL);
-        let http = env.http.clone();
+        let api = env.api.clone();
         tokio::spawn(async move {
-            eventually(Duration::from_secs(10), "the long poll is admitted", || {
-                let (http, url) = (http.clone(), env_url.clone());
-                async move {
-                    let resp = http.get(url).send().await.expect("long poll");
-                    let status = resp.status().as_u16();
-                    let body: Value = resp.json().await.expect("JSON");
+            eventually(
+                Duration::from_secs(10),
+                "the long poll is admitted",
+                || async {
+                    let (status, body) = api.get(POLL).await;
                     (status != 429).then_some((status, body))
-                }
-            })
+                },
+            )
             .await
         })
     };
@@ -88,6 +93,7 @@ async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retr
         );
     }
     let (status, _) = env
+        .api
         .post(
             "/v1/messages",
             serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
@@ -95,8 +101,11 @@ async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retr
         .await;
     assert_eq!(status, 429, "a push while the long poll waits");
     for path in ["/healthz", "/readyz", "/leader", "/metrics"] {
-        let resp = env.http.get(env.url(path)).send().await.expect(path);
-        assert_eq!(resp.status(), 200, "{path} under overload");
+        assert_eq!(
+            env.api.status(path).await,
+            Some(200),
+            "{path} under overload"
+        );
     }
     assert!(!poll.is_finished(), "the long poll still waits");
 
@@ -146,6 +155,7 @@ async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time()
         .expect("CLIENT PAUSE");
     let started = Instant::now();
     let (status, answer) = env
+        .api
         .post(
             "/v1/messages",
             serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
@@ -166,6 +176,7 @@ async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time()
     // Once Redis answers again, so does the API.
     eventually(Duration::from_secs(10), "pushes succeed again", || async {
         let (status, _) = env
+            .api
             .post(
                 "/v1/messages",
                 serde_json::json!({"stream": "orders", "payload": "x", "delay": "1s"}),
@@ -188,34 +199,21 @@ async fn every_request_is_one_debug_access_line_without_ids_query_values_or_toke
         redis.url()
     );
     let node = DelayqProcess::start(&delayq_bin(), "access", &config).unwrap();
-    let http = reqwest::Client::new();
-    let send = |method: reqwest::Method, path: String, token: bool| {
-        let mut req = http.request(method, node.url(&path));
-        if token {
-            req = req.bearer_auth(TOKEN);
-        }
-        async move { req.send().await.expect("request").status().as_u16() }
+    let api = Api::new(node.api);
+    let status = |path: String, token: Option<&'static str>| {
+        let api = &api;
+        async move { api.call("GET", &path, token, None).await.0 }
     };
-    let push = http
-        .post(node.url("/v1/messages"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"stream": "s", "delay": "1h", "id": ID, "payload": "x"}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(push.status(), 201);
-    use reqwest::Method;
+    let push = format!(r#"{{"stream": "s", "delay": "1h", "id": "{ID}", "payload": "x"}}"#);
+    let (pushed, _) = api
+        .call("POST", "/v1/messages", Some(TOKEN), Some(&push))
+        .await;
+    assert_eq!(pushed, 201);
     let status_path = format!("/v1/messages/{ID}?sig={QUERY}");
-    assert_eq!(send(Method::GET, status_path.clone(), true).await, 200);
-    assert_eq!(send(Method::GET, status_path, false).await, 401);
-    assert_eq!(
-        send(Method::GET, format!("/elsewhere?sig={QUERY}"), false).await,
-        404
-    );
-    assert_eq!(
-        send(Method::GET, format!("/healthz?sig={QUERY}"), false).await,
-        200
-    );
+    assert_eq!(status(status_path.clone(), Some(TOKEN)).await, 200);
+    assert_eq!(status(status_path, None).await, 401);
+    assert_eq!(status(format!("/elsewhere?sig={QUERY}"), None).await, 404);
+    assert_eq!(status(format!("/healthz?sig={QUERY}"), None).await, 200);
 
     // One line each, in order: method, route pattern and status.
     let expected = [
@@ -284,13 +282,7 @@ async fn call(
     (method, path, body, _): (&str, &str, Option<&str>, u16),
     token: Option<&str>,
 ) -> (u16, Option<String>, Value) {
-    let resp = env.send(method, path, token, body).await;
-    let status = resp.status().as_u16();
-    let challenge = resp
-        .headers()
-        .get("www-authenticate")
-        .map(|v| v.to_str().unwrap().to_owned());
-    (status, challenge, resp.json().await.unwrap_or(Value::Null))
+    with_header(env, (method, path, body), token, "www-authenticate").await
 }
 
 #[tokio::test]
@@ -366,7 +358,10 @@ async fn each_token_reaches_the_endpoints_of_its_scope_and_below() {
     // The open endpoints stay open.
     env.leading().await;
     for path in ["/healthz", "/readyz", "/leader", "/metrics"] {
-        let resp = env.http.get(env.url(path)).send().await.expect(path);
-        assert_eq!(resp.status(), 200, "{path} without a token");
+        assert_eq!(
+            env.api.status(path).await,
+            Some(200),
+            "{path} without a token"
+        );
     }
 }

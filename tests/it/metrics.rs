@@ -7,7 +7,9 @@ use delayq::harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
-use crate::support::{delayq_bin, eventually, metrics, redis_config};
+use serde_json::json;
+
+use crate::support::{Api, Cluster, delayq_bin, eventually, redis_config, series, value, xlen};
 
 /// A standalone node (no etcd) on its own Redis.
 fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
@@ -19,18 +21,9 @@ fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
     .unwrap()
 }
 
-/// The sample lines (not comments) of the metrics whose names start with `prefix`.
-fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
-    text.lines()
-        .filter(|l| l.starts_with(prefix))
-        .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series))
-        .collect()
-}
-
 /// Sends one request with any method; the answer does not matter here.
-async fn send(http: &reqwest::Client, method: &str, url: String) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    http.request(method, url).send().await.unwrap();
+async fn send(api: &Api, method: &str, path: &str) {
+    api.send(method, path, None, None).await.expect("an answer");
 }
 
 /// A method token: sometimes a known method, sometimes one in the wrong case,
@@ -57,19 +50,19 @@ fn random_word(rng: &mut impl Rng) -> String {
 async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
     let redis = RedisServer::start().unwrap();
     let node = standalone("bounded", &redis, "");
-    let http = reqwest::Client::new();
+    let api = Api::new(node.api);
 
     // One request of each shape: every known method and one made up on a path no
     // route matches, and a message id on a route with a parameter.
     for method in [
         "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "BREW",
     ] {
-        send(&http, method, node.url("/no/such/path")).await;
+        send(&api, method, "/no/such/path").await;
     }
-    send(&http, "GET", node.url("/v1/messages/some-id")).await;
+    send(&api, "GET", "/v1/messages/some-id").await;
     // The first scrape is counted once it has been answered: scrape twice.
-    metrics(&http, node.url("/metrics")).await.unwrap();
-    let before = metrics(&http, node.url("/metrics")).await.unwrap();
+    api.metrics().await.unwrap();
+    let before = api.metrics().await.unwrap();
     let before = series(&before, "delayq_http_");
     assert!(
         before.iter().any(|s| s.contains("route=\"unmatched\"")),
@@ -85,24 +78,24 @@ async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
         .map(|_| {
             if rng.random_bool(0.2) {
                 let id = random_word(&mut rng);
-                ("GET".to_owned(), node.url(&format!("/v1/messages/{id}")))
+                ("GET".to_owned(), format!("/v1/messages/{id}"))
             } else {
                 let path: Vec<String> = (0..rng.random_range(1..5))
                     .map(|_| random_word(&mut rng))
                     .collect();
                 let method = random_method(&mut rng);
-                (method, node.url(&format!("/{}", path.join("/"))))
+                (method, format!("/{}", path.join("/")))
             }
         })
         .collect();
     futures::stream::iter(requests)
-        .for_each_concurrent(8, |(method, url)| {
-            let http = http.clone();
-            async move { send(&http, &method, url).await }
+        .for_each_concurrent(8, |(method, path)| {
+            let api = &api;
+            async move { send(api, &method, &path).await }
         })
         .await;
 
-    let after = metrics(&http, node.url("/metrics")).await.unwrap();
+    let after = api.metrics().await.unwrap();
     let after = series(&after, "delayq_http_");
     assert_eq!(
         after.len(),
@@ -123,14 +116,16 @@ async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
 async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
     let redis = RedisServer::start().unwrap();
     let node = standalone("helpful", &redis, "");
-    let http = reqwest::Client::new();
-    http.post(node.url("/v1/messages"))
-        .json(&serde_json::json!({ "stream": "s", "payload": "x", "delay_ms": 0 }))
-        .send()
-        .await
-        .unwrap();
+    let api = Api::new(node.api);
+    let (status, _) = api
+        .post(
+            "/v1/messages",
+            json!({ "stream": "s", "payload": "x", "delay_ms": 0 }),
+        )
+        .await;
+    assert_eq!(status, 201);
     let text = eventually(Duration::from_secs(10), "a forward counted", || async {
-        let text = metrics(&http, node.url("/metrics")).await?;
+        let text = api.metrics().await?;
         text.contains("delayq_messages_forwarded_total{stream=\"s\"} 1")
             .then_some(text)
     })
@@ -172,18 +167,11 @@ async fn metrics_have_help_text_wide_lateness_buckets_and_zeroed_counters() {
     }
 }
 
-/// The value of an unlabelled series in a `/metrics` text.
-fn value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-}
-
 #[tokio::test]
 async fn process_metrics_describe_the_daemon_process() {
     let redis = RedisServer::start().unwrap();
     let node = standalone("process", &redis, "");
-    let http = reqwest::Client::new();
-    let text = metrics(&http, node.url("/metrics")).await.unwrap();
+    let text = Api::new(node.api).metrics().await.unwrap();
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -215,91 +203,57 @@ async fn process_metrics_describe_the_daemon_process() {
 
 #[tokio::test]
 async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
-    let redis = RedisServer::start().unwrap();
-    let etcd = delayq::harness::EtcdServer::start().unwrap();
-    let config = format!(
-        "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
-        redis.url(),
-        etcd.endpoint()
-    );
-    let first = DelayqProcess::start(&delayq_bin(), "first", &config).unwrap();
-    let http = reqwest::Client::new();
-    eventually(Duration::from_secs(10), "first leads", || async {
-        let r = http.get(first.url("/leader")).send().await.ok()?;
-        (r.status() == 200).then_some(())
-    })
-    .await;
-    let second = DelayqProcess::start(&delayq_bin(), "second", &config).unwrap();
-    let gauge = |node: &DelayqProcess| {
-        let (http, url) = (http.clone(), node.url("/metrics"));
-        async move { value(&metrics(&http, url).await?, "delayq_oldest_overdue_seconds") }
+    // n0 leads, n1 stands by.
+    let cluster = Cluster::start(2, 1, "").await;
+
+    let gauge = |node: usize| {
+        let api = &cluster.apis[node];
+        async move { value(&api.metrics().await?, "delayq_oldest_overdue_seconds") }
     };
-    assert_eq!(gauge(&first).await, Some(0.0));
-    assert_eq!(gauge(&second).await, Some(0.0));
+    assert_eq!(gauge(0).await, Some(0.0));
+    assert_eq!(gauge(1).await, Some(0.0));
 
     // A message falls due while Redis refuses writes (full, no eviction): the
     // leader cannot forward it, and says how late it is.
-    let mut conn = redis.client();
+    let mut conn = cluster.redis.client();
     redis_config(&mut conn, "maxmemory-policy", "noeviction");
-    let pushed = http
-        .post(first.url("/v1/messages"))
-        .json(
-            &serde_json::json!({ "id": "stuck", "stream": "s", "payload": "x", "delay_ms": 1000 }),
+    let (status, pushed) = cluster.apis[0]
+        .post(
+            "/v1/messages",
+            json!({ "id": "stuck", "stream": "s", "payload": "x", "delay_ms": 1000 }),
         )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(pushed.status(), 201);
+        .await;
+    assert_eq!(status, 201, "{pushed}");
     redis_config(&mut conn, "maxmemory", "1");
     let late = eventually(Duration::from_secs(20), "overdue on the leader", || async {
-        gauge(&first).await.filter(|&s| s >= 2.0)
+        gauge(0).await.filter(|&s| s >= 2.0)
     })
     .await;
     assert!(late < 60.0, "{late}");
-    assert_eq!(
-        gauge(&second).await,
-        Some(0.0),
-        "the standby forwards nothing"
-    );
-    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
-    assert_eq!(len, 0, "not forwarded yet");
+    assert_eq!(gauge(1).await, Some(0.0), "the standby forwards nothing");
+    assert_eq!(xlen(&mut conn, "s"), 0, "not forwarded yet");
 
     // Writes again: forwarded, and nothing is overdue any more.
     redis_config(&mut conn, "maxmemory", "0");
     eventually(Duration::from_secs(20), "nothing overdue", || async {
-        (gauge(&first).await? == 0.0).then_some(())
+        (gauge(0).await? == 0.0).then_some(())
     })
     .await;
-    let len: u64 = redis::cmd("XLEN").arg("s").query(&mut conn).unwrap();
-    assert_eq!(len, 1);
+    assert_eq!(xlen(&mut conn, "s"), 1);
 }
 
 #[tokio::test]
 async fn the_etcd_gauge_follows_whether_etcd_answers() {
-    let redis = RedisServer::start().unwrap();
-    let etcd = delayq::harness::EtcdServer::start().unwrap();
-    let node = DelayqProcess::start(
-        &delayq_bin(),
-        "watcher",
-        &format!(
-            "[redis]\nurl = \"{}\"\nshards = 2\n[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
-            redis.url(),
-            etcd.endpoint()
-        ),
-    )
-    .unwrap();
-    let http = reqwest::Client::new();
-    let reads = |expected: f64| {
-        let (http, url) = (http.clone(), node.url("/metrics"));
-        async move {
-            let text = metrics(&http, url).await?;
-            (value(&text, "delayq_etcd_reachable")? == expected).then_some(())
-        }
+    let cluster = Cluster::start(1, 1, "").await;
+    let api = &cluster.apis[0];
+    let reads = |expected: f64| async move {
+        let text = api.metrics().await?;
+        (value(&text, "delayq_etcd_reachable")? == expected).then_some(())
     };
     eventually(Duration::from_secs(10), "etcd reachable", || reads(1.0)).await;
-    etcd.pause();
+    cluster.etcd[0].pause();
     eventually(Duration::from_secs(20), "etcd unreachable", || reads(0.0)).await;
-    etcd.resume();
+    cluster.etcd[0].resume();
     eventually(Duration::from_secs(20), "etcd reachable again", || {
         reads(1.0)
     })
@@ -309,35 +263,29 @@ async fn the_etcd_gauge_follows_whether_etcd_answers() {
 #[tokio::test]
 async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
     let redis = RedisServer::start().unwrap();
-    let http = reqwest::Client::new();
     // 105 streams of one message, "big" with 5 and "mid" with 3, an hour ahead.
     let mut messages: Vec<serde_json::Value> = (0..105)
-        .map(|i| serde_json::json!({ "stream": format!("s{i:03}"), "payload": "x", "delay": "1h" }))
+        .map(|i| json!({ "stream": format!("s{i:03}"), "payload": "x", "delay": "1h" }))
         .collect();
     for (stream, n) in [("big", 5), ("mid", 3)] {
         for _ in 0..n {
-            messages.push(serde_json::json!({ "stream": stream, "payload": "x", "delay": "1h" }));
+            messages.push(json!({ "stream": stream, "payload": "x", "delay": "1h" }));
         }
     }
     let mut first = standalone("first", &redis, "");
     for chunk in messages.chunks(50) {
-        let answer: serde_json::Value = http
-            .post(first.url("/v1/messages/batch"))
-            .json(&serde_json::json!({ "messages": chunk }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let (_, answer) = Api::new(first.api)
+            .post("/v1/messages/batch", json!({ "messages": chunk }))
+            .await;
         assert_eq!(answer["scheduled"], chunk.len(), "{answer}");
     }
     first.kill();
 
     // A new leader counts at the start of its term.
-    let node = standalone("second", &redis, "");
+    let second = standalone("second", &redis, "");
+    let node = Api::new(second.api);
     let text = eventually(Duration::from_secs(10), "streams counted", || async {
-        let text = metrics(&http, node.url("/metrics")).await?;
+        let text = node.metrics().await?;
         text.contains("delayq_pending_stream_messages{")
             .then_some(text)
     })

@@ -10,20 +10,14 @@ use delayq::message::MessageId;
 use redis::Value;
 use serde_json::json;
 
-use crate::support::{Bare, Entry, Env, entries, eventually, redis_config};
+use crate::support::{
+    Bare, Entry, Env, Tally, counter, create_group, entries, eventually, pending_count,
+    pending_entries, read_group, redis_config, xadd, xlen,
+};
 
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";
 const REJECTED: &str = "delayq:inbox:rejected";
-
-fn xadd(conn: &mut redis::Connection, stream: &str, fields: &[(String, String)]) -> String {
-    let mut cmd = redis::cmd("XADD");
-    cmd.arg(stream).arg("*");
-    for (k, v) in fields {
-        cmd.arg(k).arg(v);
-    }
-    cmd.query(conn).expect("XADD")
-}
 
 /// An ordinary inbox entry for `orders`, due now, numbered `n`, with `extra` fields first.
 fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -35,30 +29,6 @@ fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     fields.push(("delayq-delay".into(), "0".into()));
     fields.push(("n".into(), n.to_string()));
     fields
-}
-
-fn create_inbox_group(conn: &mut redis::Connection) {
-    let () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(INBOX)
-        .arg(GROUP)
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(conn)
-        .expect("XGROUP CREATE");
-}
-
-/// Reads every new inbox entry as `consumer` (which then never acknowledges them).
-fn read_all(conn: &mut redis::Connection, consumer: &str) {
-    let _: Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg(consumer)
-        .arg("STREAMS")
-        .arg(INBOX)
-        .arg(">")
-        .query(conn)
-        .expect("XREADGROUP");
 }
 
 /// Makes the pending `entry` `consumer`'s, as if handed out `times` times already.
@@ -76,53 +46,22 @@ fn hand_out(conn: &mut redis::Connection, entry: &str, consumer: &str, times: u6
         .expect("XCLAIM");
 }
 
-/// Starts the daemon on a Redis prepared beforehand, so that what it finds there is
-/// read in its first batches.
-async fn daemon(bare: Bare) -> Env {
-    let daemon = delayq::start(bare.config.clone())
-        .await
-        .expect("start delayq");
-    Env {
-        daemon: Some(daemon),
-        store: bare.store,
-        config: bare.config,
-        http: reqwest::Client::new(),
-        redis: bare.redis,
-    }
-}
-
 /// Waits until the inbox holds nothing, pending or not, and nothing is left to
-/// forward; then returns the deliveries to `orders` by `n` (a list, to show doubles)
-/// and the rejections by inbox entry id.
-async fn settled(env: &Env) -> (BTreeMap<String, usize>, BTreeMap<String, Entry>) {
+/// forward; then returns the deliveries to `orders` and the rejections by inbox
+/// entry id.
+async fn settled(env: &Env) -> (Vec<Entry>, BTreeMap<String, Entry>) {
     let mut conn = env.redis.client();
     eventually(
         Duration::from_secs(30),
         "inbox drained, nothing due",
         || {
-            let length: u64 = redis::cmd("XLEN").arg(INBOX).query(&mut conn).unwrap();
-            // No group yet: the daemon has not read the inbox.
-            let pending: Option<Value> = redis::cmd("XPENDING")
-                .arg(INBOX)
-                .arg(GROUP)
-                .query(&mut conn)
-                .ok();
-            let none_pending =
-                matches!(&pending, Some(Value::Array(p)) if p.first() == Some(&Value::Int(0)));
-            let store = env.store.clone();
-            async move {
-                let due: u64 = store.pending_per_shard().await.ok()?.iter().sum();
-                (length == 0 && none_pending && due == 0).then_some(())
-            }
+            let drained = xlen(&mut conn, INBOX) == 0
+                // No group yet: the daemon has not read the inbox.
+                && pending_count(&mut conn, INBOX, GROUP) == Some(0);
+            async move { (drained && env.scheduled().await == 0).then_some(()) }
         },
     )
     .await;
-    let mut delivered = BTreeMap::new();
-    for e in entries(&mut conn, "orders") {
-        *delivered
-            .entry(e.get("n").expect("n").to_owned())
-            .or_default() += 1;
-    }
     let mut rejected = BTreeMap::new();
     for e in entries(&mut conn, REJECTED) {
         let id = e.get("delayq-inbox-id").expect("inbox id").to_owned();
@@ -131,14 +70,17 @@ async fn settled(env: &Env) -> (BTreeMap<String, usize>, BTreeMap<String, Entry>
             "{id} rejected twice"
         );
     }
-    (delivered, rejected)
+    (entries(&mut conn, "orders"), rejected)
 }
 
-/// Each of `ns` delivered exactly once, and nothing else.
+/// Each of `ns` delivered exactly once (by the field `n`), and nothing else.
 #[track_caller]
-fn assert_delivered_once(delivered: &BTreeMap<String, usize>, ns: impl Iterator<Item = usize>) {
-    let want: BTreeMap<String, usize> = ns.map(|n| (n.to_string(), 1)).collect();
-    assert_eq!(delivered, &want, "deliveries by n");
+fn assert_delivered_once(delivered: &[Entry], ns: impl Iterator<Item = usize>) {
+    Tally::count(
+        ns.map(|n| n.to_string()),
+        delivered.iter().map(|e| e.get("n").expect("n")),
+    )
+    .assert_exact("deliveries by n");
 }
 
 #[track_caller]
@@ -172,7 +114,7 @@ async fn an_entry_too_large_to_copy_is_rejected_alone_without_its_fields() {
     for n in 20..40 {
         ids.push(xadd(&mut conn, INBOX, &ordinary(n, &[])));
     }
-    let env = daemon(bare).await;
+    let env = bare.daemon().await;
 
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 0..40);
@@ -218,7 +160,7 @@ async fn an_entry_that_fails_to_schedule_on_its_own_is_isolated_from_its_batch()
     for n in 10..15 {
         xadd(&mut conn, INBOX, &ordinary(n, &[]));
     }
-    let env = daemon(bare).await;
+    let env = bare.daemon().await;
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 0..15);
     assert_eq!(rejected.len(), 1, "{rejected:?}");
@@ -235,12 +177,12 @@ async fn an_entry_handed_out_too_often_is_rejected_untried() {
     let bare = Bare::start("[inbox]\nreclaim_after = \"100ms\"\n").await;
     let mut conn = bare.redis.client();
     let node = bare.config.node_id.clone();
-    create_inbox_group(&mut conn);
+    create_group(&mut conn, INBOX, GROUP);
     let own = xadd(&mut conn, INBOX, &ordinary(0, &[]));
     let others = xadd(&mut conn, INBOX, &ordinary(1, &[]));
     let last_own = xadd(&mut conn, INBOX, &ordinary(2, &[]));
     let last_others = xadd(&mut conn, INBOX, &ordinary(3, &[]));
-    read_all(&mut conn, "ghost");
+    read_group(&mut conn, INBOX, GROUP, "ghost");
     // Handed out MAX_ATTEMPTS times already: the next read is one too many, whether
     // this instance reads its own leftovers or takes over another's.
     hand_out(&mut conn, &own, &node, MAX_ATTEMPTS);
@@ -249,7 +191,7 @@ async fn an_entry_handed_out_too_often_is_rejected_untried() {
     hand_out(&mut conn, &last_own, &node, MAX_ATTEMPTS - 1);
     hand_out(&mut conn, &last_others, "ghost", MAX_ATTEMPTS - 1);
     let fresh = xadd(&mut conn, INBOX, &ordinary(4, &[]));
-    let env = daemon(bare).await;
+    let env = bare.daemon().await;
 
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 2..5);
@@ -295,37 +237,18 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
         .arg(1)
         .ignore();
     let ids: Vec<String> = pipe.query(&mut conn).expect("XADD, then maxmemory 1");
-    let metrics_url = env.url("/metrics");
-    eventually(Duration::from_secs(10), "three failed tries", || {
-        let http = env.http.clone();
-        let url = metrics_url.clone();
-        async move {
-            let text = crate::support::metrics(&http, url).await?;
-            (crate::support::counter(&text, "delayq_inbox_errors_total") >= 3.0).then_some(())
-        }
+    eventually(Duration::from_secs(10), "three failed tries", || async {
+        let text = env.api.metrics().await?;
+        (counter(&text, "delayq_inbox_errors_total") >= 3.0).then_some(())
     })
     .await;
     // Retried as held, not read again: each still handed out once, none rejected.
-    let pending: Value = redis::cmd("XPENDING")
-        .arg(INBOX)
-        .arg(GROUP)
-        .arg("-")
-        .arg("+")
-        .arg(10)
-        .query(&mut conn)
-        .unwrap();
-    let Value::Array(pending) = pending else {
-        panic!("XPENDING: {pending:?}")
-    };
+    let pending = pending_entries(&mut conn, INBOX, GROUP, None);
     assert_eq!(pending.len(), ids.len(), "{pending:?}");
-    for item in &pending {
-        let Value::Array(parts) = item else {
-            panic!("{item:?}")
-        };
-        assert_eq!(parts[3], Value::Int(1), "handed out once: {parts:?}");
+    for (entry, times) in &pending {
+        assert_eq!(*times, 1, "{entry}: handed out once");
     }
-    let rejected: u64 = redis::cmd("XLEN").arg(REJECTED).query(&mut conn).unwrap();
-    assert_eq!(rejected, 0);
+    assert_eq!(xlen(&mut conn, REJECTED), 0);
 
     redis_config(&mut conn, "maxmemory", "0");
     let (delivered, rejected) = settled(&env).await;
@@ -340,14 +263,7 @@ async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
     )
     .await;
     let mut conn = env.redis.client();
-    let () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg("orders")
-        .arg("g")
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut conn)
-        .unwrap();
+    create_group(&mut conn, "orders", "g");
     // The dead-letter key holds a string: dead-lettering fails, on every sweep.
     let () = redis::cmd("SET")
         .arg("orders:dead")
@@ -358,6 +274,7 @@ async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
         let env = &env;
         async move {
             let (status, body) = env
+                .api
                 .post(
                     "/v1/messages",
                     json!({ "stream": "orders", "id": id, "fields": [["m", id]], "delay_ms": 0 }),
@@ -369,17 +286,7 @@ async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
     // A consumer that reads every delivery and never acknowledges one; answers
     // (message id, attempt) of every delivery so far.
     let read = |conn: &mut redis::Connection| {
-        let _: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg("g")
-            .arg("c")
-            .arg("COUNT")
-            .arg(100)
-            .arg("STREAMS")
-            .arg("orders")
-            .arg(">")
-            .query(conn)
-            .unwrap();
+        read_group(conn, "orders", "g", "c");
         entries(conn, "orders")
             .iter()
             .map(|e| {
@@ -414,9 +321,7 @@ async fn a_sweep_goes_on_past_an_entry_it_cannot_dead_letter() {
         },
     )
     .await;
-    let metrics = crate::support::metrics(&env.http, env.url("/metrics"))
-        .await
-        .unwrap();
+    let metrics = env.api.metrics().await.unwrap();
     assert!(
         metrics.lines().any(
             |l| l.starts_with("delayq_sweep_entries_total") && l.contains("outcome=\"failed\"")

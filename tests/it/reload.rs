@@ -1,7 +1,7 @@
 //! A SIGHUP reaches every component that reads a reloadable key: the allow list
 //! reaches the HTTP API and the inbox reader, MAXLEN (default and per stream)
 //! reaches the forward loops. (`log.level` and `[delivery]` are covered in
-//! ops.rs and sweep.rs.) Each case starts a real process with one configuration,
+//! ops/config.rs and sweep/processes.rs.) Each case starts a real process with one configuration,
 //! rewrites the file, sends SIGHUP and checks every component that uses the key.
 
 use std::time::Duration;
@@ -9,7 +9,7 @@ use std::time::Duration;
 use delayq::harness::{DelayqProcess, RedisServer};
 use futures::future::BoxFuture;
 
-use crate::support::{delayq_bin, entries, eventually};
+use crate::support::{Api, delayq_bin, entries, eventually, xadd};
 
 /// What every component that reads a key does, after the reload.
 type Probe = for<'a> fn(&'a Node) -> BoxFuture<'a, ()>;
@@ -17,7 +17,7 @@ type Probe = for<'a> fn(&'a Node) -> BoxFuture<'a, ()>;
 struct Node {
     redis: RedisServer,
     process: DelayqProcess,
-    http: reqwest::Client,
+    api: Api,
 }
 
 #[track_caller]
@@ -33,8 +33,8 @@ fn check(
             DelayqProcess::start(&delayq_bin(), "reloaded", &format!("{base}{before}")).unwrap();
         let node = Node {
             redis,
+            api: Api::new(process.api),
             process,
-            http: reqwest::Client::new(),
         };
         let file = std::fs::read_to_string(node.process.config_path()).unwrap();
         std::fs::write(node.process.config_path(), file.replace(before, after)).unwrap();
@@ -54,14 +54,8 @@ fn check(
 
 /// Pushes one message to `stream`; the answer's status.
 async fn push(node: &Node, stream: &str) -> u16 {
-    node.http
-        .post(node.process.url("/v1/messages"))
-        .json(&serde_json::json!({"stream": stream, "payload": "p", "delay": "1ms"}))
-        .send()
-        .await
-        .unwrap()
-        .status()
-        .as_u16()
+    let body = serde_json::json!({"stream": stream, "payload": "p", "delay": "1ms"});
+    node.api.post("/v1/messages", body).await.0
 }
 
 /// Pushes `count` messages to `stream` in one batch; how many were scheduled.
@@ -69,16 +63,13 @@ async fn push_many(node: &Node, stream: &str, count: usize) -> u64 {
     let messages: Vec<_> = (0..count)
         .map(|i| serde_json::json!({"stream": stream, "payload": i.to_string(), "delay": "1ms"}))
         .collect();
-    let answer: serde_json::Value = node
-        .http
-        .post(node.process.url("/v1/messages/batch"))
-        .json(&serde_json::json!({ "messages": messages }))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, answer) = node
+        .api
+        .post(
+            "/v1/messages/batch",
+            serde_json::json!({ "messages": messages }),
+        )
+        .await;
     answer["scheduled"].as_u64().unwrap_or_default()
 }
 
@@ -97,18 +88,15 @@ fn inbox_allows_billing(node: &Node) -> BoxFuture<'_, ()> {
     Box::pin(async move {
         let mut conn = node.redis.client();
         for stream in ["billing", "payroll"] {
-            let () = redis::cmd("XADD")
-                .arg("delayq:inbox")
-                .arg("*")
-                .arg("delayq-stream")
-                .arg(stream)
-                .arg("delayq-delay")
-                .arg("1ms")
-                .arg("via")
-                .arg("inbox")
-                .query(&mut conn)
-                .map(|_: String| ())
-                .unwrap();
+            xadd(
+                &mut conn,
+                "delayq:inbox",
+                &[
+                    ("delayq-stream", stream),
+                    ("delayq-delay", "1ms"),
+                    ("via", "inbox"),
+                ],
+            );
         }
         eventually(
             Duration::from_secs(10),
@@ -138,15 +126,7 @@ fn inbox_allows_billing(node: &Node) -> BoxFuture<'_, ()> {
 async fn trimmed(node: &Node, stream: &str) {
     assert_eq!(push_many(node, stream, 300).await, 300);
     let len = eventually(Duration::from_secs(10), "all forwarded", || async {
-        let stats: serde_json::Value = node
-            .http
-            .get(node.process.url("/v1/stats"))
-            .send()
-            .await
-            .ok()?
-            .json()
-            .await
-            .ok()?;
+        let (_, stats) = node.api.try_get("/v1/stats").await?;
         (stats["pending"]["total"] == 0).then_some(())?;
         let len: u64 = redis::cmd("XLEN")
             .arg(stream)

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{delayq_bin, eventually};
+use crate::support::{Api, delayq_bin, eventually};
 
 const PASSWORD: &str = "hunter2-Kx9";
 const TOKEN: &str = "tok-Zq7-secret";
@@ -85,35 +85,39 @@ async fn check(case: &Case) {
         credentials.path().to_str().unwrap(),
     )];
     let node = DelayqProcess::start_with_env(&delayq_bin(), case.name, &config, &env).unwrap();
-    let http = reqwest::Client::new();
+    let api = Api::new(node.api);
+    // Every answer's status and text, whatever its status.
+    let answer = |method: &'static str,
+                  path: &'static str,
+                  token: Option<&'static str>,
+                  body: Option<&'static str>| {
+        let api = &api;
+        async move {
+            let resp = api
+                .send(method, path, token, body.map(str::as_bytes))
+                .await?;
+            Ok::<_, reqwest::Error>((resp.status().as_u16(), resp.text().await?))
+        }
+    };
     let mut seen = String::new();
 
     // Works with the secrets it was given.
-    let pushed = http
-        .post(node.url("/v1/messages"))
-        .bearer_auth(TOKEN)
-        .json(&serde_json::json!({"stream": "s", "delay": "1ms", "fields": {"a": "1"}}))
-        .send()
+    let body = r#"{"stream": "s", "delay": "1ms", "fields": {"a": "1"}}"#;
+    let (status, text) = answer("POST", "/v1/messages", Some(TOKEN), Some(body))
         .await
-        .unwrap();
-    assert_eq!(
-        pushed.status(),
-        201,
-        "{}: push with the file's token",
-        case.name
-    );
-    seen += &pushed.text().await.unwrap();
-    let refused = http.get(node.url("/v1/stats")).send().await.unwrap();
-    assert_eq!(refused.status(), 401, "{}: no token", case.name);
-    seen += &refused.text().await.unwrap();
+        .expect("an answer");
+    assert_eq!(status, 201, "{}: push with the file's token", case.name);
+    seen += &text;
+    let (status, text) = answer("GET", "/v1/stats", None, None)
+        .await
+        .expect("an answer");
+    assert_eq!(status, 401, "{}: no token", case.name);
+    seen += &text;
     for path in ["/v1/stats", "/v1/leader", "/metrics", "/healthz", "/readyz"] {
-        let answer = http
-            .get(node.url(path))
-            .bearer_auth(TOKEN)
-            .send()
+        seen += &answer("GET", path, Some(TOKEN), None)
             .await
-            .unwrap();
-        seen += &answer.text().await.unwrap();
+            .expect("an answer")
+            .1;
     }
 
     // Through a Redis outage: errors are logged at every level.
@@ -124,8 +128,8 @@ async fn check(case: &Case) {
     })
     .await;
     for path in ["/v1/stats", "/healthz", "/readyz"] {
-        if let Ok(answer) = http.get(node.url(path)).bearer_auth(TOKEN).send().await {
-            seen += &answer.text().await.unwrap_or_default();
+        if let Ok((_, text)) = answer("GET", path, Some(TOKEN), None).await {
+            seen += &text;
         }
     }
 

@@ -15,7 +15,7 @@ use std::time::Duration;
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, StoreError};
 
-use crate::support::{Bare, entries};
+use crate::support::{Bare, entries, let_pass};
 
 const STREAM: &str = "s";
 
@@ -104,7 +104,7 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                 Rescheduled::Unknown => "unknown".to_owned(),
             },
             "wait" => {
-                tokio::time::sleep(Duration::from_millis(words[1].parse().unwrap())).await;
+                let_pass(Duration::from_millis(words[1].parse().unwrap())).await;
                 String::new()
             }
             "forward" => {

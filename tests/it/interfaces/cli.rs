@@ -5,7 +5,7 @@ use std::process::Output;
 
 use serde_json::Value;
 
-use super::{TOKEN, strict};
+use super::{T, strict};
 use crate::support::{Env, delayq_bin};
 
 async fn delayq(env: &Env, args: &[&str], token: Option<&str>) -> Output {
@@ -65,7 +65,6 @@ async fn run_steps(env: &Env, steps: &[Step]) {
 #[tokio::test]
 async fn every_client_command_with_its_output_and_exit_code() {
     let mut env = Env::start(&strict("")).await;
-    const T: Option<&str> = Some(TOKEN);
     #[rustfmt::skip]
     let steps: &[Step] = &[
         (line!(), &["push", "orders", "hello", "--delay", "1h", "--id", "cli-1"], T, 0, "state: scheduled"),

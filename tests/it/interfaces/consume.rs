@@ -4,22 +4,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::{TOKEN, redis, request, strict};
-use crate::support::{Env, assert_refused, eventually, patience};
+use super::{TOKEN, strict};
+use crate::support::{Env, assert_refused, eventually, patience, pending_count, xlen};
 
-fn pending_count(conn: &mut redis::Connection, stream: &str, group: &str) -> u64 {
-    let reply: redis::Value = redis::cmd("XPENDING")
-        .arg(stream)
-        .arg(group)
-        .query(conn)
-        .expect("XPENDING");
-    match reply {
-        redis::Value::Array(items) => match items.first() {
-            Some(redis::Value::Int(n)) => *n as u64,
-            other => panic!("XPENDING count: {other:?}"),
-        },
-        other => panic!("XPENDING: {other:?}"),
-    }
+/// How many clients Redis holds blocked (a long poll waiting in XREADGROUP).
+fn blocked_clients(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(conn).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("blocked_clients in INFO clients")
 }
 
 #[tokio::test]
@@ -27,14 +21,15 @@ async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
     let env = Env::start(&strict("")).await;
     // Nothing there yet: wait=0 answers at once with an empty list (and creates the group).
     let started = Instant::now();
-    let (status, answer) = request(
-        &env,
-        "GET",
-        "/v1/streams/jobs/next?group=workers&consumer=w1&wait=0",
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, answer) = env
+        .api
+        .call(
+            "GET",
+            "/v1/streams/jobs/next?group=workers&consumer=w1&wait=0",
+            Some(TOKEN),
+            None,
+        )
+        .await;
     assert_eq!(
         (status, answer["messages"].clone()),
         (200, json!([])),
@@ -44,25 +39,27 @@ async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
 
     // A poll waiting while the message is still scheduled gets it when it falls due.
     let poll = {
-        let url = env.url("/v1/streams/jobs/next?group=workers&consumer=w1&wait=5s&count=10");
-        let http = env.http.clone();
+        let api = env.api.clone();
         tokio::spawn(async move {
-            let resp = http.get(url).bearer_auth(TOKEN).send().await.expect("poll");
-            (
-                resp.status().as_u16(),
-                resp.json::<serde_json::Value>().await.expect("json"),
-            )
+            let path = "/v1/streams/jobs/next?group=workers&consumer=w1&wait=5s&count=10";
+            api.call("GET", path, Some(TOKEN), None).await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let (status, _) = request(
-        &env,
-        "POST",
-        "/v1/messages",
-        Some(TOKEN),
-        Some(r#"{"stream":"jobs","fields":{"job":"7"},"delay_ms":300}"#),
-    )
+    let mut conn = env.redis.client();
+    // The inbox reader blocks on its own connection too: the poll makes it two.
+    eventually(Duration::from_secs(5), "the poll waits in Redis", || {
+        std::future::ready((blocked_clients(&mut conn) >= 2).then_some(()))
+    })
     .await;
+    let (status, _) = env
+        .api
+        .call(
+            "POST",
+            "/v1/messages",
+            Some(TOKEN),
+            Some(r#"{"stream":"jobs","fields":{"job":"7"},"delay_ms":300}"#),
+        )
+        .await;
     assert_eq!(status, 201);
     let (status, answer) = poll.await.expect("poll task");
     assert_eq!(status, 200, "{answer}");
@@ -71,31 +68,22 @@ async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
     assert_eq!(messages[0]["fields"][0], json!(["job", "7"]));
     let entry_id = messages[0]["id"].as_str().expect("entry id").to_owned();
 
-    let mut conn = redis(&env);
-    assert_eq!(pending_count(&mut conn, "jobs", "workers"), 1);
+    assert_eq!(pending_count(&mut conn, "jobs", "workers"), Some(1));
     let ack = json!({ "group": "workers", "ids": [entry_id] }).to_string();
-    let (status, answer) = request(
-        &env,
-        "POST",
-        "/v1/streams/jobs/ack",
-        Some(TOKEN),
-        Some(&ack),
-    )
-    .await;
+    let (status, answer) = env
+        .api
+        .call("POST", "/v1/streams/jobs/ack", Some(TOKEN), Some(&ack))
+        .await;
     assert_eq!(
         (status, answer["acked"].as_u64()),
         (200, Some(1)),
         "{answer}"
     );
-    assert_eq!(pending_count(&mut conn, "jobs", "workers"), 0);
-    let (_, answer) = request(
-        &env,
-        "POST",
-        "/v1/streams/jobs/ack",
-        Some(TOKEN),
-        Some(&ack),
-    )
-    .await;
+    assert_eq!(pending_count(&mut conn, "jobs", "workers"), Some(0));
+    let (_, answer) = env
+        .api
+        .call("POST", "/v1/streams/jobs/ack", Some(TOKEN), Some(&ack))
+        .await;
     assert_eq!(
         answer["acked"].as_u64(),
         Some(0),
@@ -104,14 +92,15 @@ async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
 
     // A wait that runs out answers an empty list after about the wait.
     let started = Instant::now();
-    let (status, answer) = request(
-        &env,
-        "GET",
-        "/v1/streams/jobs/next?group=workers&consumer=w1&wait=300ms",
-        Some(TOKEN),
-        None,
-    )
-    .await;
+    let (status, answer) = env
+        .api
+        .call(
+            "GET",
+            "/v1/streams/jobs/next?group=workers&consumer=w1&wait=300ms",
+            Some(TOKEN),
+            None,
+        )
+        .await;
     assert_eq!((status, answer["messages"].clone()), (200, json!([])));
     assert!(
         started.elapsed() >= Duration::from_millis(250),
@@ -127,6 +116,7 @@ async fn a_new_group_reads_entries_delivered_before_the_first_poll() {
     let env = Env::start("").await;
     for i in 0..3 {
         let (status, _) = env
+            .api
             .post(
                 "/v1/messages",
                 json!({ "stream": "jobs", "payload": format!("early {i}"), "delay_ms": 0 }),
@@ -134,13 +124,13 @@ async fn a_new_group_reads_entries_delivered_before_the_first_poll() {
             .await;
         assert_eq!(status, 201);
     }
-    let mut conn = redis(&env);
+    let mut conn = env.redis.client();
     eventually(Duration::from_secs(10), "3 entries delivered", || {
-        let n: u64 = redis::cmd("XLEN").arg("jobs").query(&mut conn).unwrap();
-        async move { (n == 3).then_some(()) }
+        std::future::ready((xlen(&mut conn, "jobs") == 3).then_some(()))
     })
     .await;
     let (status, answer) = env
+        .api
         .get("/v1/streams/jobs/next?group=late&consumer=c&wait=0&count=10")
         .await;
     assert_eq!(status, 200);
@@ -159,15 +149,19 @@ async fn a_new_group_reads_entries_delivered_before_the_first_poll() {
 async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked() {
     let env = Env::start("[api]\nlisten = \"127.0.0.1:0\"\nmax_polls = 1\n").await;
     let holder = {
-        let url = env.url("/v1/streams/jobs/next?group=g&consumer=a&wait=3s");
-        let http = env.http.clone();
-        tokio::spawn(async move { http.get(url).send().await.expect("poll").status().as_u16() })
+        let api = env.api.clone();
+        tokio::spawn(async move {
+            api.get("/v1/streams/jobs/next?group=g&consumer=a&wait=3s")
+                .await
+                .0
+        })
     };
     let (status, answer) = eventually(
         Duration::from_secs(5),
         "the second poll is refused",
         || async {
             let (status, answer) = env
+                .api
                 .get("/v1/streams/jobs/next?group=g&consumer=b&wait=0")
                 .await;
             (status == 503).then_some((status, answer))
@@ -182,13 +176,14 @@ async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked
     assert_eq!(holder.await.unwrap(), 200);
 
     // A key that is not a stream is a conflict, not an outage.
-    let mut conn = redis(&env);
+    let mut conn = env.redis.client();
     let () = redis::cmd("SET")
         .arg("not-a-stream")
         .arg("x")
         .query(&mut conn)
         .unwrap();
     let (status, answer) = env
+        .api
         .get("/v1/streams/not-a-stream/next?group=g&consumer=c&wait=0")
         .await;
     assert_refused(

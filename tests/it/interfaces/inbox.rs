@@ -2,44 +2,22 @@
 //! them once, rejects malformed ones with a reason, and takes over what a dead
 //! instance left unacknowledged.
 
-use std::collections::BTreeSet;
 use std::time::Duration;
 
 use delayq::harness::DelayqProcess;
 use delayq::store::{BatchItem, InboxAck, InboxEntry, ScheduleMode, Scheduled};
 
-use super::redis;
-use crate::support::{Entry, Env, delayq_bin, entries, eventually};
+use crate::support::{
+    Deliveries, Entry, Env, Tally, create_group, delayq_bin, entries, eventually, never,
+    pending_count, pending_entries, read_group, xadd, xlen,
+};
 
 const INBOX: &str = "delayq:inbox";
 const REJECTED: &str = "delayq:inbox:rejected";
 
-fn xadd(conn: &mut redis::Connection, stream: &str, fields: &[(&str, &str)]) -> String {
-    let mut cmd = redis::cmd("XADD");
-    cmd.arg(stream).arg("*");
-    for (k, v) in fields {
-        cmd.arg(*k).arg(*v);
-    }
-    cmd.query(conn).expect("XADD")
-}
-
-fn len(conn: &mut redis::Connection, stream: &str) -> u64 {
-    redis::cmd("XLEN").arg(stream).query(conn).expect("XLEN")
-}
-
-fn group_pending(conn: &mut redis::Connection) -> u64 {
-    let reply: redis::Value = redis::cmd("XPENDING")
-        .arg(INBOX)
-        .arg("delayq")
-        .query(conn)
-        .expect("XPENDING");
-    match reply {
-        redis::Value::Array(items) => match items.first() {
-            Some(redis::Value::Int(n)) => *n as u64,
-            other => panic!("XPENDING: {other:?}"),
-        },
-        other => panic!("XPENDING: {other:?}"),
-    }
+/// Entries pending in the inbox's group.
+fn inbox_pending(conn: &mut redis::Connection) -> u64 {
+    pending_count(conn, INBOX, "delayq").expect("the inbox group")
 }
 
 async fn wait_for_entries(conn: &mut redis::Connection, stream: &str, n: usize) -> Vec<Entry> {
@@ -57,7 +35,7 @@ async fn wait_for_entries(conn: &mut redis::Connection, stream: &str, n: usize) 
 #[tokio::test]
 async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
     let env = Env::start("").await;
-    let mut conn = redis(&env);
+    let mut conn = env.redis.client();
     let now = env.store.now_ms().await.unwrap();
     let past = (now - 1000).to_string();
     let first = xadd(
@@ -104,14 +82,13 @@ async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
         ],
     );
 
-    let delivered = wait_for_entries(&mut conn, "orders", 3).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let delivered_now = entries(&mut conn, "orders");
-    assert_eq!(
-        delivered_now.len(),
-        3,
-        "exactly three deliveries: {delivered_now:?}"
-    );
+    let (tally, delivered) = Deliveries::new(&env.redis.url(), &["orders"])
+        .exactly_once(
+            [first.as_str(), second.as_str(), "order-9"],
+            Duration::from_secs(20),
+        )
+        .await;
+    tally.assert_exact("three messages from five inbox entries");
     let by_id = |id: &str| {
         delivered
             .iter()
@@ -138,7 +115,7 @@ async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
     assert_eq!(pairs(&by_id("order-9"))[0], "d=4");
 
     // Still scheduled, under the inbox entry id, with its options.
-    let (status, got) = env.get(&format!("/v1/messages/{later}")).await;
+    let (status, got) = env.api.get(&format!("/v1/messages/{later}")).await;
     assert_eq!(
         (status, got["state"].as_str(), got["priority"].as_u64()),
         (200, Some("scheduled"), Some(5)),
@@ -151,11 +128,11 @@ async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
 
     // Every entry left the inbox, acknowledged; nothing was rejected.
     eventually(Duration::from_secs(5), "inbox drained", || {
-        let done = len(&mut conn, INBOX) == 0 && group_pending(&mut conn) == 0;
+        let done = xlen(&mut conn, INBOX) == 0 && inbox_pending(&mut conn) == 0;
         async move { done.then_some(()) }
     })
     .await;
-    assert_eq!(len(&mut conn, REJECTED), 0);
+    assert_eq!(xlen(&mut conn, REJECTED), 0);
 }
 
 #[tokio::test]
@@ -164,7 +141,7 @@ async fn malformed_inbox_entries_are_rejected_with_reason_and_original_fields() 
         "[streams]\nallow = [\"orders*\"]\n[api]\nlisten = \"127.0.0.1:0\"\nmax_delay = \"1h\"\n",
     )
     .await;
-    let mut conn = redis(&env);
+    let mut conn = env.redis.client();
     let far = (env.store.now_ms().await.unwrap() + 3 * 3_600_000).to_string();
     #[rustfmt::skip]
     let cases: &[(&[(&str, &str)], &str)] = &[
@@ -215,7 +192,7 @@ async fn malformed_inbox_entries_are_rejected_with_reason_and_original_fields() 
     let delivered = wait_for_entries(&mut conn, "orders", 1).await;
     assert_eq!(delivered[0].get("delayq-id"), Some(good.as_str()));
     eventually(Duration::from_secs(5), "inbox drained", || {
-        let done = len(&mut conn, INBOX) == 0 && group_pending(&mut conn) == 0;
+        let done = xlen(&mut conn, INBOX) == 0 && inbox_pending(&mut conn) == 0;
         async move { done.then_some(()) }
     })
     .await;
@@ -228,14 +205,7 @@ async fn malformed_inbox_entries_are_rejected_with_reason_and_original_fields() 
 async fn entries_left_unacknowledged_are_taken_over_and_scheduled_once() {
     let bare = crate::support::Bare::start("[inbox]\nreclaim_after = \"300ms\"\n").await;
     let mut conn = bare.redis.client();
-    let () = redis::cmd("XGROUP")
-        .arg("CREATE")
-        .arg(INBOX)
-        .arg("delayq")
-        .arg("0")
-        .arg("MKSTREAM")
-        .query(&mut conn)
-        .unwrap();
+    create_group(&mut conn, INBOX, "delayq");
     let ids: Vec<String> = (0..20)
         .map(|i| {
             xadd(
@@ -250,27 +220,15 @@ async fn entries_left_unacknowledged_are_taken_over_and_scheduled_once() {
         })
         .collect();
     // A consumer that reads everything and then dies.
-    let _: redis::Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg("delayq")
-        .arg("ghost")
-        .arg("COUNT")
-        .arg(100)
-        .arg("STREAMS")
-        .arg(INBOX)
-        .arg(">")
-        .query(&mut conn)
-        .unwrap();
-    assert_eq!(group_pending(&mut conn), 20);
+    read_group(&mut conn, INBOX, "delayq", "ghost");
+    assert_eq!(inbox_pending(&mut conn), 20);
 
     let daemon = delayq::start(bare.config.clone()).await.expect("start");
-    let delivered = wait_for_entries(&mut conn, "jobs", 20).await;
-    let got: BTreeSet<&str> = delivered
-        .iter()
-        .map(|e| e.get("delayq-id").unwrap())
-        .collect();
-    assert_eq!(got, ids.iter().map(String::as_str).collect::<BTreeSet<_>>());
-    assert_eq!(group_pending(&mut conn), 0);
+    let (tally, _) = Deliveries::new(&bare.redis.url(), &["jobs"])
+        .exactly_once(&ids, Duration::from_secs(20))
+        .await;
+    tally.assert_exact("taken over from a dead consumer");
+    assert_eq!(inbox_pending(&mut conn), 0);
 
     // The dead consumer's copies handled again: every one a duplicate, nothing new.
     let items: Vec<BatchItem> = ids
@@ -306,8 +264,11 @@ async fn entries_left_unacknowledged_are_taken_over_and_scheduled_once() {
             .all(|o| matches!(o, Ok(Scheduled::Duplicate { .. }))),
         "{outcomes:?}"
     );
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(len(&mut conn, "jobs"), 20);
+    never(Duration::from_millis(200), "a duplicate delivered", || {
+        let len = xlen(&mut conn, "jobs");
+        std::future::ready((len != 20).then_some(len))
+    })
+    .await;
     daemon.stop().await;
 }
 
@@ -344,7 +305,7 @@ async fn none_lost_when_an_instance_is_killed_mid_batch() {
     let mut held = 0;
     for _ in 0..2000 {
         a.signal(libc::SIGSTOP);
-        held = consumer_pending(&mut conn, "node-a");
+        held = pending_entries(&mut conn, INBOX, "delayq", Some("node-a")).len();
         if held > 0 {
             break;
         }
@@ -355,42 +316,24 @@ async fn none_lost_when_an_instance_is_killed_mid_batch() {
     a.kill();
 
     let b = DelayqProcess::start(&delayq_bin(), "node-b", &config).expect("start node-b");
-    let delivered = eventually(Duration::from_secs(60), "every entry delivered", || {
-        let found = if len(&mut conn, "jobs") >= N as u64 {
-            Some(entries(&mut conn, "jobs"))
-        } else {
-            None
-        };
-        async move { found }
+    eventually(Duration::from_secs(60), "every entry delivered", || {
+        std::future::ready((xlen(&mut conn, "jobs") >= N).then_some(()))
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(
-        len(&mut conn, "jobs"),
-        N as u64,
-        "no duplicates; node-b log:\n{}",
-        b.log()
-    );
-    let ns: BTreeSet<usize> = delivered
-        .iter()
-        .map(|e| e.get("n").unwrap().parse().unwrap())
-        .collect();
-    assert_eq!(ns.len(), N, "every entry delivered once");
-    assert_eq!((len(&mut conn, INBOX), group_pending(&mut conn)), (0, 0));
-}
-
-fn consumer_pending(conn: &mut redis::Connection, consumer: &str) -> u64 {
-    let reply: redis::Value = redis::cmd("XPENDING")
-        .arg(INBOX)
-        .arg("delayq")
-        .arg("-")
-        .arg("+")
-        .arg(1)
-        .arg(consumer)
-        .query(conn)
-        .unwrap_or(redis::Value::Nil);
-    match reply {
-        redis::Value::Array(items) => items.len() as u64,
-        _ => 0,
-    }
+    never(
+        Duration::from_millis(300),
+        "more deliveries than entries",
+        || {
+            let len = xlen(&mut conn, "jobs");
+            std::future::ready((len > N).then_some(len))
+        },
+    )
+    .await;
+    let delivered = entries(&mut conn, "jobs");
+    Tally::count(
+        (0..N).map(|n| n.to_string()),
+        delivered.iter().map(|e| e.get("n").unwrap_or("?")),
+    )
+    .assert_exact(&format!("by n; node-b log:\n{}", b.log()));
+    assert_eq!((xlen(&mut conn, INBOX), inbox_pending(&mut conn)), (0, 0));
 }

@@ -1,0 +1,204 @@
+//! etcd itself under test: restarted, losing one member of three (its raft leader),
+//! the leader key deleted by hand, and rebuilt empty under a fence an older
+//! cluster left in Redis.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq::message::NewMessage;
+use delayq::store::{ScheduleMode, Store};
+
+use super::{
+    STREAM, TTL, campaigners, check_exactly_once, etcd_client, flowing, takeover, under_load,
+};
+use crate::support::{
+    Api, OneLeader, counter, delayq_bin, entries, etcd_config, eventually, patience,
+};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_etcd_restart_keeps_or_reforms_leadership_without_loss() {
+    let (mut cluster, _, before, producer, monitor) = under_load(1).await;
+    cluster.etcd[0].restart().expect("restart etcd");
+    cluster.etcd[0].wait_ready().expect("etcd back");
+    let (_, after) = cluster
+        .one_leader()
+        .within(Duration::from_secs(10))
+        .wait(|| cluster.logs())
+        .await;
+    flowing(&cluster, 10).await;
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    println!("etcd restart: epoch {before} -> {after}; {delivery:?}");
+}
+
+/// The raft leader etcd's members see, by member id (0 while there is none).
+async fn raft_leader(member: &EtcdServer) -> Option<u64> {
+    let status = etcd_client(&member.endpoint()).await.status().await.ok()?;
+    Some(status.leader())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_one_of_three_etcd_members_does_not_interrupt_forwarding() {
+    let (mut cluster, leader, epoch, producer, monitor) = under_load(3).await;
+
+    // Kill etcd's own raft leader: the harder case (an etcd election follows).
+    let mut found = None;
+    for (i, member) in cluster.etcd.iter().enumerate() {
+        let status = etcd_client(&member.endpoint())
+            .await
+            .status()
+            .await
+            .expect("etcd status");
+        let id = status.header().expect("header").member_id();
+        if status.leader() == id {
+            found = Some((i, id));
+        }
+    }
+    let (raft_leader_member, killed_id) = found.expect("etcd has a raft leader");
+    cluster.etcd[raft_leader_member].kill();
+    // The others elect a raft leader of their own; forwarding goes on meanwhile and
+    // after (anything held up would show in the lateness below).
+    for (_, member) in cluster
+        .etcd
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != raft_leader_member)
+    {
+        eventually(
+            Duration::from_secs(5),
+            "the remaining etcd members elect a raft leader",
+            || async {
+                let id = raft_leader(member).await?;
+                (id != 0 && id != killed_id).then_some(())
+            },
+        )
+        .await;
+    }
+    flowing(&cluster, 20).await;
+
+    let pushed = producer.stop().await;
+    let report = monitor.finish().await;
+    assert_eq!(
+        cluster.leaders().await,
+        vec![(leader, epoch)],
+        "the same leader, same term\n{}",
+        cluster.logs()
+    );
+    assert_eq!(report.order, vec![epoch], "no other term began");
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    assert!(
+        delivery.max_lateness_ms < 1500 * patience() as u64,
+        "forwarding was interrupted: {delivery:?}"
+    );
+    println!("etcd member (raft leader m{raft_leader_member}) killed: {delivery:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_the_leader_key_by_hand_makes_the_leader_step_down() {
+    let (cluster, leader, epoch, producer, monitor) = under_load(1).await;
+
+    let mut etcd = etcd_client(&cluster.etcd[0].endpoint()).await;
+    let keys = campaigners(&mut etcd).await;
+    let (key, _) = keys
+        .iter()
+        .find(|(_, rev)| *rev as u64 == epoch)
+        .expect("the leader's key")
+        .clone();
+    let deleted_at = Instant::now();
+    etcd.delete(key, None).await.expect("delete the leader key");
+    let (_, new_epoch, took) = takeover(&cluster, leader, deleted_at, TTL).await;
+    assert!(new_epoch > epoch);
+    flowing(&cluster, 10).await;
+
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    println!("leader key deleted: new leader after {took:?}; {delivery:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fence_left_by_an_older_etcd_cluster_is_reported_and_can_be_reset() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let etcd = EtcdServer::start().expect("start etcd");
+    let store = Store::connect(&crate::support::config(&redis.url(), "").store_config())
+        .await
+        .unwrap();
+    // What the leaders of a previous etcd cluster left behind.
+    store.raise_fences(1_000_000).await.unwrap();
+    let config = etcd_config(
+        &redis.url(),
+        &[etcd.endpoint()],
+        "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\n",
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).expect("start delayq");
+    let api = Api::new(node.api);
+    let fenced = Arc::new(AtomicUsize::new(0));
+    eventually(
+        Duration::from_secs(5),
+        "the new leader is fenced",
+        || async {
+            let n = counter(&api.metrics().await?, "delayq_fenced_total");
+            fenced.store(n as usize, Ordering::Relaxed);
+            (n >= 1.0).then_some(())
+        },
+    )
+    .await;
+    assert_eq!(api.status("/leader").await, Some(503));
+
+    let config_path = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(config_path.path(), &config).unwrap();
+    let fence = |args: &[&str]| {
+        let out = Command::new(delayq_bin())
+            .arg("fence")
+            .args(args)
+            .arg("--config")
+            .arg(config_path.path())
+            .output()
+            .expect("run delayq fence");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (ok, shown) = fence(&["show"]);
+    assert!(
+        ok && shown.contains("fence: 1000000")
+            && shown.contains("warning: etcd's revision is below the fence"),
+        "{shown}"
+    );
+    let (ok, refused) = fence(&["reset", "--epoch", "999999"]);
+    assert!(
+        !ok && refused.contains("above etcd's revision"),
+        "{refused}"
+    );
+    let (ok, reset) = fence(&["reset", "--epoch", "0"]);
+    assert!(ok && reset.contains("fence reset: 1000000 -> 0"), "{reset}");
+
+    // The node leads at its next win (its backoff after repeated fencing is at most 5 s).
+    OneLeader::among(std::slice::from_ref(&api))
+        .within(Duration::from_secs(8))
+        .wait(|| node.log())
+        .await;
+    let msg = NewMessage::payload(STREAM, "after reset", Duration::ZERO);
+    store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "a message is forwarded", || async {
+        (!entries(&mut redis.client(), STREAM).is_empty()).then_some(())
+    })
+    .await;
+    assert!(
+        store.highest_fence().await.unwrap() > 0,
+        "the new leader raised the fence again"
+    );
+    println!(
+        "rebuilt etcd: fenced {} times before the reset",
+        fenced.load(Ordering::Relaxed)
+    );
+}

@@ -1,0 +1,283 @@
+//! The failover drill, on a cluster of its own and on an existing one driven through
+//! shell commands; and the quickstart demo.
+
+use std::process::Command;
+
+use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
+
+use super::delayq;
+use crate::support::{delayq_bin, etcd_config, patience, text};
+
+fn drill<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, serde_json::Value, String) {
+    let out = Command::new(delayq_bin())
+        .arg("drill")
+        .args(args)
+        .arg("--json")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run delayq drill");
+    let stderr = text(&out.stderr);
+    let report = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("no JSON report ({e}): {}\n{stderr}", text(&out.stdout)));
+    (out.status.code(), report, stderr)
+}
+
+fn scenario<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["scenarios"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["scenario"] == name))
+        .unwrap_or_else(|| panic!("no {name} row in {report:#}"))
+}
+
+#[track_caller]
+fn check_scenario(report: &serde_json::Value, name: &str, rounds: u64) {
+    let row = scenario(report, name);
+    let m = &row["messages"];
+    assert_eq!(row["rounds"], rounds, "{name}: {row:#}");
+    assert!(
+        row["problems"].as_array().is_some_and(Vec::is_empty),
+        "{name}: {row:#}"
+    );
+    assert!(!row["takeover"].is_null(), "{name}: no takeover: {row:#}");
+    assert!(m["sent"].as_u64().unwrap() > 0, "{name}: no load: {row:#}");
+    assert_eq!(m["lost"], 0, "{name}: {row:#}");
+    assert_eq!(m["duplicated"], 0, "{name}: {row:#}");
+    assert_eq!(m["delivered"], m["sent"], "{name}: {row:#}");
+}
+
+#[test]
+fn drill_on_a_local_cluster_loses_nothing_in_any_scenario() {
+    let (code, report, stderr) = drill(&[
+        "--rounds",
+        "2",
+        "--rate",
+        "40",
+        "--steady",
+        "1s",
+        "--gap",
+        "500ms",
+        "--hold",
+        "3s",
+        "--lease-ttl",
+        "2s",
+    ]);
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["ok"], true);
+    assert_eq!(report["cluster"], "local");
+    for name in ["kill", "term", "pause", "etcd", "switchover"] {
+        check_scenario(&report, name, 2);
+    }
+    // A crashed or frozen leader is replaced only when its lease runs out: a
+    // takeover much faster than that would mean the drill measured the wrong thing.
+    for name in ["kill", "pause"] {
+        let fastest = scenario(&report, name)["takeover"]["min_ms"]
+            .as_u64()
+            .unwrap();
+        assert!(
+            fastest >= 500,
+            "{name}: takeover in {fastest} ms with a 2s lease"
+        );
+    }
+    // Every crash and stop changed the leader; losing one etcd member of three did not
+    // stop forwarding for longer than a lease.
+    assert_eq!(scenario(&report, "kill")["leader_changes"], 2);
+    assert_eq!(scenario(&report, "switchover")["leader_changes"], 2);
+    let etcd_gap = scenario(&report, "etcd")["takeover"]["max_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(etcd_gap < 2000 * u64::from(patience()), "{report:#}");
+    let total = &report["total"];
+    assert_eq!(total["lost"], 0);
+    assert!(total["sent"].as_u64().unwrap() >= 200, "{total}");
+}
+
+/// An "existing" cluster for the drill: started here, driven through its APIs
+/// and shell commands, as the drill would drive containers or systemd units.
+struct Existing {
+    redis: RedisServer,
+    _etcd: EtcdServer,
+    nodes: Vec<DelayqProcess>,
+}
+
+impl Existing {
+    fn start() -> Existing {
+        let redis = RedisServer::start().unwrap();
+        let etcd = EtcdServer::start().unwrap();
+        let config = etcd_config(&redis.url(), &[etcd.endpoint()], "");
+        let nodes = (1..=2)
+            .map(|i| DelayqProcess::start(&delayq_bin(), &format!("e{i}"), &config).unwrap())
+            .collect();
+        Existing {
+            redis,
+            _etcd: etcd,
+            nodes,
+        }
+    }
+
+    /// The drill's arguments for this cluster, then `more`: each node named by its
+    /// pid (so `kill -STOP {node}` works), and the Redis.
+    fn args(&self, more: &[&str]) -> Vec<String> {
+        let nodes = self.nodes.iter().flat_map(|n| {
+            [
+                "--node".to_owned(),
+                format!("{}={}", n.pid().unwrap(), n.url("")),
+            ]
+        });
+        nodes
+            .chain(["--redis-url".to_owned(), self.redis.url()])
+            .chain(more.iter().map(|a| a.to_string()))
+            .collect()
+    }
+}
+
+#[test]
+fn drill_drives_an_existing_cluster_through_its_commands() {
+    let cluster = Existing::start();
+    let args = cluster.args(&[
+        "--pause-cmd",
+        "kill -STOP {node}",
+        "--resume-cmd",
+        "kill -CONT {node}",
+        "--rounds",
+        "1",
+        "--rate",
+        "40",
+        "--steady",
+        "1s",
+        "--gap",
+        "500ms",
+    ]);
+    let (code, report, stderr) = drill(&args);
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["cluster"], "existing");
+    // Without kill, start or etcd commands, only what the commands allow ran.
+    let names: Vec<&str> = report["scenarios"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["steady", "pause", "switchover"]);
+    check_scenario(&report, "pause", 1);
+    check_scenario(&report, "switchover", 1);
+
+    // Asking for a scenario the commands cannot run is refused up front.
+    let out = Command::new(delayq_bin())
+        .arg("drill")
+        .args(&args)
+        .args(["--scenarios", "kill"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("scenario kill: needs --kill-cmd and --start-cmd"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn drill_exits_non_zero_when_messages_are_not_seen() {
+    // Reading the wrong id field, the drill sees none of its messages arrive:
+    // every one counts as lost, and the exit status says so.
+    let cluster = Existing::start();
+    let args = cluster.args(&[
+        "--id-field",
+        "no-such-field",
+        "--scenarios",
+        "switchover",
+        "--rounds",
+        "1",
+        "--rate",
+        "20",
+        "--steady",
+        "500ms",
+        "--delay",
+        "200ms",
+        "--takeover-timeout",
+        "10s",
+    ]);
+    let (code, report, _) = drill(&args);
+    assert_eq!(code, Some(1), "{report:#}");
+    assert_eq!(report["ok"], false);
+    let total = &report["total"];
+    assert!(total["sent"].as_u64().unwrap() > 0);
+    assert_eq!(total["lost"], total["sent"], "{total}");
+    assert_eq!(total["delivered"], 0);
+}
+
+#[test]
+fn demo_shows_a_delayed_message_and_the_standby_taking_over() {
+    let out = delayq(&["demo", "--once", "--delay", "1s"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(stdout.contains("leader (epoch"), "{stdout}");
+    assert!(stdout.contains("standby (leader: primary)"), "{stdout}");
+    assert_eq!(stdout.matches("   arrived after").count(), 2, "{stdout}");
+    assert!(
+        stdout.contains("order=42 event=reminder delayq-id="),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("order=43 event=reminder delayq-id="),
+        "{stdout}"
+    );
+    assert!(stdout.contains("the standby took over after"), "{stdout}");
+    assert!(
+        stdout.contains("the primary exited: exit status: 0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("stands by: standby (leader: standby)"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn demo_tears_everything_down_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(delayq_bin())
+        .args(["demo", "--delay", "200ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        let done = line.contains("Ctrl-C stops everything");
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    let ports: Vec<u16> = seen
+        .iter()
+        .filter(|l| {
+            ["redis-server", "etcd", "primary", "standby"]
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
+        .filter_map(|l| l.split("127.0.0.1:").nth(1))
+        .filter_map(|rest| {
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert_eq!(ports.len(), 4, "{seen:#?}");
+    for port in &ports {
+        assert!(std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+    }
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    for port in ports {
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "port {port} still open after Ctrl-C"
+        );
+    }
+}

@@ -1,0 +1,40 @@
+//! Operating delayq, with real processes throughout:
+//!
+//! - `config`: check-config, bad configurations at start, the journal, SIGHUP;
+//! - `notify`: the service manager protocol (readiness, status, watchdog);
+//! - `packaging`: the systemd unit, the compose files, the Dockerfile, the health
+//!   command;
+//! - `drill`: the failover drill and the quickstart demo;
+//! - `metrics`: the README's metrics table and the alert rules against what
+//!   delayq exports.
+
+mod config;
+mod drill;
+mod metrics;
+mod notify;
+mod packaging;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use crate::support::delayq_bin;
+
+/// Runs `delayq args` to its end, without the caller's log filter.
+fn delayq(args: &[&str]) -> Output {
+    Command::new(delayq_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("run delayq")
+}
+
+/// A tool these tests need from `PATH`, or a failure that says how to install it.
+fn tool(name: &str) -> PathBuf {
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|p| p.is_file())
+        })
+        .unwrap_or_else(|| panic!("{name} is not installed: run .ci/install-deps --tests"))
+}

@@ -1,0 +1,139 @@
+//! A Redis of a test's own, with a store on it (`Bare`) and, for most tests, an
+//! in-process daemon (`Env`); and the configuration texts tests write.
+
+use std::time::Duration;
+
+use delayq::config::Config;
+use delayq::harness::{RedisOptions, RedisServer};
+use delayq::store::Store;
+
+use super::{Api, OneLeader};
+
+/// One TOML text from `layers`, each merged over the ones before it key by key.
+pub fn toml_layers(layers: &[&str]) -> String {
+    let mut merged = toml::Table::new();
+    for layer in layers {
+        let table: toml::Table = layer
+            .parse()
+            .unwrap_or_else(|e| panic!("test config: {e}\n{layer}"));
+        merge(&mut merged, table);
+    }
+    toml::to_string(&merged).expect("serialize config")
+}
+
+fn merge(base: &mut toml::Table, extra: toml::Table) {
+    for (key, value) in extra {
+        match (base.get_mut(&key), value) {
+            (Some(toml::Value::Table(b)), toml::Value::Table(e)) => merge(b, e),
+            (_, value) => {
+                base.insert(key, value);
+            }
+        }
+    }
+}
+
+/// A config for tests: the given Redis, 4 shards, an ephemeral API port, with
+/// `extra` (TOML) merged over it key by key.
+pub fn config(redis_url: &str, extra: &str) -> Config {
+    let base =
+        format!("[redis]\nurl = \"{redis_url}\"\nshards = 4\n[api]\nlisten = \"127.0.0.1:0\"\n");
+    let text = toml_layers(&[&base, extra]);
+    Config::from_toml(&text, std::iter::empty())
+        .unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
+}
+
+/// A Redis server and a store on it, without a daemon.
+pub struct Bare {
+    pub redis: RedisServer,
+    pub store: Store,
+    pub config: Config,
+}
+
+impl Bare {
+    pub async fn start(extra: &str) -> Bare {
+        Self::start_with(RedisOptions::default(), extra).await
+    }
+
+    pub async fn start_with(options: RedisOptions, extra: &str) -> Bare {
+        let redis = RedisServer::start_with(options).expect("start redis-server");
+        let config = config(&redis.url(), extra);
+        let store = Store::connect(&config.store_config())
+            .await
+            .expect("connect");
+        Bare {
+            redis,
+            store,
+            config,
+        }
+    }
+
+    /// Starts the daemon on this Redis, as prepared so far: what the test put there
+    /// is what the daemon finds at its start.
+    pub async fn daemon(self) -> Env {
+        let daemon = delayq::start(self.config.clone())
+            .await
+            .expect("start delayq");
+        Env {
+            api: Api::new(daemon.api_addr),
+            daemon: Some(daemon),
+            store: self.store,
+            config: self.config,
+            redis: self.redis,
+        }
+    }
+}
+
+/// A Redis server and an in-process daemon on it.
+pub struct Env {
+    pub daemon: Option<delayq::Daemon>,
+    pub store: Store,
+    pub config: Config,
+    /// The daemon's HTTP API.
+    pub api: Api,
+    pub redis: RedisServer,
+}
+
+impl Env {
+    pub async fn start(extra: &str) -> Env {
+        Self::start_with(RedisOptions::default(), extra).await
+    }
+
+    pub async fn start_with(options: RedisOptions, extra: &str) -> Env {
+        Bare::start_with(options, extra).await.daemon().await
+    }
+
+    /// How many messages are scheduled, in every shard.
+    pub async fn scheduled(&self) -> u64 {
+        let per_shard = self
+            .store
+            .pending_per_shard()
+            .await
+            .expect("pending per shard");
+        per_shard.iter().sum()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        self.api.url(path)
+    }
+
+    /// Waits until this node leads: the daemon takes its standalone epoch from Redis
+    /// after it starts, so a test that checks `/leader` must not race that.
+    pub async fn leading(&self) {
+        OneLeader::among(std::slice::from_ref(&self.api))
+            .within(Duration::from_secs(10))
+            .wait(String::new)
+            .await;
+    }
+
+    /// Puts `daemon` in the place of the one stopped, with its API.
+    pub fn run(&mut self, daemon: delayq::Daemon) {
+        self.api = Api::new(daemon.api_addr);
+        self.daemon = Some(daemon);
+    }
+
+    pub async fn stop(&mut self) {
+        if let Some(d) = self.daemon.take() {
+            d.stop().await;
+        }
+    }
+}

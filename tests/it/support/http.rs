@@ -1,0 +1,180 @@
+//! `Api`: how every test speaks HTTP to a delayq node, in-process or a process of its
+//! own. One request builder (method, path, token, body), and the shapes tests read
+//! back: the status with the JSON answer, the raw response, or nothing when the
+//! node does not answer at all.
+
+use std::fmt::Display;
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A node's HTTP API: its address, the client, and the token sent by default.
+#[derive(Clone, Debug)]
+pub struct Api {
+    client: reqwest::Client,
+    base: String,
+    token: Option<String>,
+    timeout: Duration,
+}
+
+impl Api {
+    /// The API at `addr` (`host:port`): no token, at most 30 s a request.
+    pub fn new(addr: impl Display) -> Api {
+        Api {
+            client: reqwest::Client::new(),
+            base: format!("http://{addr}"),
+            token: None,
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Sends `token` with every request that does not name its own.
+    pub fn with_token(mut self, token: &str) -> Api {
+        self.token = Some(token.to_owned());
+        self
+    }
+
+    /// Gives every request at most `timeout`.
+    pub fn with_timeout(mut self, timeout: Duration) -> Api {
+        self.timeout = timeout;
+        self
+    }
+
+    /// A fresh connection for every request: a server may close one after refusing a
+    /// body it did not read, and a pooled reuse of it would fail on the client.
+    pub fn unpooled(mut self) -> Api {
+        self.client = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("an HTTP client");
+        self
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// A request with this API's timeout and token, to add to before sending.
+    pub fn request(&self, method: &str, path: &str) -> reqwest::RequestBuilder {
+        self.builder(method, path, self.token.as_deref())
+    }
+
+    fn builder(&self, method: &str, path: &str, token: Option<&str>) -> reqwest::RequestBuilder {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let req = self
+            .client
+            .request(method, self.url(path))
+            .timeout(self.timeout);
+        match token {
+            Some(token) => req.bearer_auth(token),
+            None => req,
+        }
+    }
+
+    /// Sends one request with exactly `token` (none at all when None) and a raw JSON
+    /// body; the response as it came, or the client's error when none came.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&[u8]>,
+    ) -> reqwest::Result<reqwest::Response> {
+        let mut req = self.builder(method, path, token);
+        if let Some(body) = body {
+            req = req
+                .header("content-type", "application/json")
+                .body(body.to_vec());
+        }
+        req.send().await
+    }
+
+    /// One request with exactly `token`; its status and JSON answer (Null when the
+    /// answer is not JSON). Panics when the node does not answer.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> (u16, Value) {
+        self.try_call(method, path, token, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"))
+    }
+
+    /// `call`, or the client's error when the node does not answer.
+    pub async fn try_call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&str>,
+    ) -> reqwest::Result<(u16, Value)> {
+        let resp = self
+            .send(method, path, token, body.map(str::as_bytes))
+            .await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        Ok((status, serde_json::from_str(&text).unwrap_or(Value::Null)))
+    }
+
+    /// GET with this API's token.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.call("GET", path, self.token.as_deref(), None).await
+    }
+
+    /// GET with this API's token, or None when the node does not answer.
+    pub async fn try_get(&self, path: &str) -> Option<(u16, Value)> {
+        self.try_call("GET", path, self.token.as_deref(), None)
+            .await
+            .ok()
+    }
+
+    /// POSTs JSON with this API's token.
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.post_raw(path, &body.to_string()).await
+    }
+
+    /// POSTs JSON text as it is, with this API's token.
+    pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
+        self.call("POST", path, self.token.as_deref(), Some(body))
+            .await
+    }
+
+    /// DELETE with this API's token.
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.call("DELETE", path, self.token.as_deref(), None).await
+    }
+
+    /// The status of a GET with this API's token; None when the node does not answer.
+    pub async fn status(&self, path: &str) -> Option<u16> {
+        Some(self.try_get(path).await?.0)
+    }
+
+    /// The node's `/metrics` text; None when it does not answer.
+    pub async fn metrics(&self) -> Option<String> {
+        let resp = self.request("GET", "/metrics").send().await.ok()?;
+        resp.text().await.ok()
+    }
+}
+
+/// Asserts that an API answer is the refusal expected: its status, its error code
+/// (`"error"`) and a `"detail"` that mentions `detail_part`. `case` names the case
+/// in a failure message.
+#[track_caller]
+pub fn assert_refused(
+    (status, answer): (u16, &Value),
+    (want_status, code, detail_part): (u16, &str, &str),
+    case: &str,
+) {
+    assert_eq!(status, want_status, "{case}: status; answer {answer}");
+    assert_eq!(answer["error"], code, "{case}: error code; answer {answer}");
+    let detail = answer["detail"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{case}: no detail in {answer}"));
+    assert!(
+        detail.contains(detail_part),
+        "{case}: detail {detail:?} should mention {detail_part:?}"
+    );
+}

@@ -1,0 +1,46 @@
+//! Shared test support, one file per concept:
+//!
+//! - `env`: a Redis with a store on it (`Bare`), the same with an in-process daemon
+//!   (`Env`), and the configurations tests write (`config`, `toml_layers`);
+//! - `http`: `Api`, the one way tests speak HTTP to a node;
+//! - `waiting`: the patience factor and every wait on a condition (`eventually`,
+//!   `within`), on its absence (`never`), and on time itself (`let_pass`);
+//! - `streams`: Redis streams as producers and consumers see them;
+//! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
+//! - `cluster`: `delayq run` processes elected through etcd, and who leads;
+//! - `scrape`: reading a `/metrics` text.
+
+#![allow(dead_code)]
+
+mod cluster;
+mod env;
+mod http;
+mod scrape;
+mod streams;
+mod tally;
+mod waiting;
+
+use std::path::PathBuf;
+
+pub use cluster::*;
+pub use env::*;
+pub use http::*;
+pub use scrape::*;
+pub use streams::*;
+pub use tally::*;
+pub use waiting::*;
+
+/// The `delayq` binary cargo built for these tests.
+pub fn delayq_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_delayq"))
+}
+
+/// The repository's root, where the files tests read (README, docker/, systemd/) are.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Bytes a command printed, as text.
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}

@@ -1,0 +1,83 @@
+//! Waiting on conditions, never on the clock alone: every wait polls what it stands
+//! for, and every limit is multiplied by the patience factor, so that a loaded or
+//! slow machine makes a test slower, not flaky.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+/// How often a condition is checked again.
+const POLL: Duration = Duration::from_millis(10);
+
+/// Multiplies test timeouts: `DELAYQ_TEST_PATIENCE` (default 1, or 3 when `CI` is set).
+pub fn patience() -> u32 {
+    std::env::var("DELAYQ_TEST_PATIENCE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if std::env::var_os("CI").is_some() {
+            3
+        } else {
+            1
+        })
+}
+
+/// Polls `check` until it returns Some, for at most `timeout` × patience; None if it
+/// never did, so that the caller can report everything it found.
+pub async fn within<T, F, Fut>(timeout: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout * patience();
+    loop {
+        if let Some(v) = check().await {
+            return Some(v);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Polls `check` until it returns Some, or panics with `what` after `timeout` × patience.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    match within(timeout, check).await {
+        Some(v) => v,
+        None => panic!(
+            "timed out after {:?} waiting for: {what}",
+            timeout * patience()
+        ),
+    }
+}
+
+/// The negative case: polls `happened` for `window` × patience (the longer a machine
+/// is slow, the longer something that must not happen has to show) and panics with
+/// `what` and the evidence as soon as it returns Some.
+pub async fn never<T, F, Fut>(window: Duration, what: &str, mut happened: F)
+where
+    T: Debug,
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let end = Instant::now() + window * patience();
+    loop {
+        if let Some(evidence) = happened().await {
+            panic!("{what}: {evidence:?}");
+        }
+        if Instant::now() > end {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Lets `time` pass where its passing is what a test is about (a lease running out,
+/// an outage lasting, a due time coming); never a stand-in for a condition.
+pub async fn let_pass(time: Duration) {
+    tokio::time::sleep(time).await;
+}
