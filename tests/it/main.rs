@@ -18,6 +18,7 @@ mod limits;
 mod metrics;
 mod ops;
 mod poison;
+mod proxy;
 mod rate;
 mod reload;
 mod secrets;

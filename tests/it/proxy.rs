@@ -1,9 +1,12 @@
 //! A TCP proxy that can cut a process off from a server the way a network
 //! partition does: while cut, nothing moves in either direction and no connection
 //! is closed, so neither side learns of it except by waiting. New connections are
-//! accepted and held the same way.
+//! accepted and held the same way. The server may be named after the proxy
+//! listens (connections wait for it), so a process can be configured with the
+//! proxy's address before the server it leads to has started.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -13,15 +16,19 @@ use tokio_util::sync::CancellationToken;
 pub struct Proxy {
     pub addr: SocketAddr,
     cut: watch::Sender<bool>,
+    upstream: Arc<watch::Sender<Option<SocketAddr>>>,
     stop: CancellationToken,
 }
 
 impl Proxy {
-    /// Listens on a free loopback port and relays every connection to `upstream`.
-    pub async fn start(upstream: SocketAddr) -> Proxy {
+    /// Listens on a free loopback port; relays every connection to the server
+    /// named by [`Proxy::lead_to`].
+    pub async fn start() -> Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy address");
         let (cut, open) = watch::channel(false);
+        let upstream = Arc::new(watch::channel(None).0);
+        let server = upstream.clone();
         let stop = CancellationToken::new();
         let token = stop.clone();
         tokio::spawn(async move {
@@ -33,7 +40,12 @@ impl Proxy {
                 let Ok((client, _)) = accepted else { continue };
                 let open = open.clone();
                 let token = token.clone();
+                let mut named = server.subscribe();
                 tokio::spawn(async move {
+                    let Ok(upstream) = named.wait_for(Option::is_some).await.map(|a| a.unwrap())
+                    else {
+                        return;
+                    };
                     if wait_open(open.clone(), &token).await {
                         return;
                     }
@@ -50,7 +62,21 @@ impl Proxy {
                 });
             }
         });
-        Proxy { addr, cut, stop }
+        Proxy {
+            addr,
+            cut,
+            upstream,
+            stop,
+        }
+    }
+
+    /// Names the Redis server to relay to, by its URL (`redis://host:port`).
+    pub fn lead_to(&self, redis_url: &str) {
+        let hostport = redis_url
+            .trim_start_matches("redis://")
+            .trim_end_matches('/');
+        let addr: SocketAddr = hostport.parse().expect("a loopback host:port");
+        self.upstream.send_replace(Some(addr));
     }
 
     /// Stops relaying (connections stay open, bytes wait).

@@ -119,4 +119,3 @@ async fn a_reload_lifts_the_limit_at_once() {
     );
     env.stop().await;
 }
-

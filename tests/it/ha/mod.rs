@@ -6,12 +6,15 @@
 //! - `failover`: the leader killed, terminated, or resigning on request;
 //! - `lease`: a leader that outlives its lease, or loses etcd, with and without
 //!   the failsafe;
+//! - `takeover`: a crashed or cut-off leader's lease ended by a standby; a short
+//!   pause and a Redis restart that must move nobody;
 //! - `etcd`: etcd restarted, losing a member, its leader key deleted by hand, or
 //!   rebuilt under an older fence.
 
 mod etcd;
 mod failover;
 mod lease;
+mod takeover;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

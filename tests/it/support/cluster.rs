@@ -182,6 +182,31 @@ impl Cluster {
         extra: &str,
         members_of: impl Fn(usize) -> Vec<usize>,
     ) -> Cluster {
+        Self::launch(nodes, etcd_members, extra, members_of, |_, url| {
+            url.to_owned()
+        })
+        .await
+    }
+
+    /// `start`, node `i` reaching Redis at `redis_url_of(i, the Redis URL)` (a proxy
+    /// in front of it, say).
+    pub async fn start_via(
+        nodes: usize,
+        etcd_members: usize,
+        extra: &str,
+        redis_url_of: impl Fn(usize, &str) -> String,
+    ) -> Cluster {
+        let all = move |_| (0..etcd_members).collect();
+        Self::launch(nodes, etcd_members, extra, all, redis_url_of).await
+    }
+
+    async fn launch(
+        nodes: usize,
+        etcd_members: usize,
+        extra: &str,
+        members_of: impl Fn(usize) -> Vec<usize>,
+        redis_url_of: impl Fn(usize, &str) -> String,
+    ) -> Cluster {
         let redis = RedisServer::start().expect("start redis-server");
         let etcd = EtcdServer::cluster(etcd_members).expect("start etcd");
         let configs: Vec<String> = (0..nodes)
@@ -190,7 +215,7 @@ impl Cluster {
                     .into_iter()
                     .map(|m| etcd[m].endpoint())
                     .collect();
-                etcd_config(&redis.url(), &endpoints, extra)
+                etcd_config(&redis_url_of(i, &redis.url()), &endpoints, extra)
             })
             .collect();
         let start = |i: usize| {

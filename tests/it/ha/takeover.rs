@@ -1,0 +1,145 @@
+//! Takeover without waiting out the lease: a standby that sees the leader gone
+//! from Redis (its process dead, or cut off from Redis while etcd still renews its
+//! lease) ends the leader's lease; a leader that is only slow keeps its role, and a
+//! Redis restart seen by everybody moves nobody. The lease here is 6 s, so a
+//! takeover by lease expiry would take 4 s or more.
+
+use std::time::{Duration, Instant};
+
+use super::{Monitor, Producer, check_exactly_once, flowing, node_counter, takeover};
+use crate::proxy::Proxy;
+use crate::support::{Cluster, eventually, never};
+
+const LONG_TTL: &str =
+    "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\nlease_ttl = \"6s\"\n[log]\nlevel = \"info\"\n";
+/// A takeover by the presence watch, with room for a loaded machine; by lease
+/// expiry it would take at least 4 s.
+const FAST: Duration = Duration::from_millis(2_500);
+const LEASES_ENDED: &str = "delayq_leader_leases_ended_total";
+
+/// Leases ended by any node so far.
+async fn leases_ended(cluster: &Cluster) -> f64 {
+    let mut sum = 0.0;
+    for i in 0..cluster.nodes.len() {
+        sum += node_counter(cluster, i, LEASES_ENDED).await;
+    }
+    sum
+}
+
+/// Three nodes with a 6 s lease under load; returns the leader once the standbys
+/// have held their presence long enough to judge (about 2 s of deliveries).
+async fn settled(cluster: &Cluster) -> (usize, u64, Producer, Monitor) {
+    let (leader, epoch) = cluster.one_leader().wait(|| cluster.logs()).await;
+    let producer = Producer::start(&cluster.store);
+    let monitor = Monitor::start(&cluster.apis);
+    // One message every 20 ms: 120 deliveries take about 2.4 s.
+    flowing(cluster, 120).await;
+    (leader, epoch, producer, monitor)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_leader_is_replaced_long_before_its_lease_runs_out() {
+    let mut cluster = Cluster::start(3, 1, LONG_TTL).await;
+    let (mut leader, _, producer, monitor) = settled(&cluster).await;
+    let mut takeovers = Vec::new();
+    for _ in 0..3 {
+        let killed_at = Instant::now();
+        cluster.nodes[leader].kill();
+        let (next, _, took) = takeover(&cluster, leader, killed_at, Duration::from_secs(10)).await;
+        takeovers.push(took);
+        cluster.nodes[leader]
+            .restart()
+            .expect("restart the killed node");
+        leader = next;
+        // The restarted node judges once it has held its presence for 2 s.
+        flowing(&cluster, 120).await;
+    }
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    println!("SIGKILL takeovers with a 6 s lease: {takeovers:?}; {delivery:?}");
+    assert!(
+        takeovers.iter().all(|t| *t < FAST),
+        "a takeover waited for the lease: {takeovers:?}\n{}",
+        cluster.logs()
+    );
+    // A killed node's counters go with it; the last round's revoker is alive.
+    assert!(leases_ended(&cluster).await >= 1.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_redis_alone_hands_over_and_rejoins() {
+    // n0 reaches Redis through a proxy that can cut it off; etcd stays in reach.
+    let proxy = Proxy::start().await;
+    let cluster = Cluster::start_via(3, 1, LONG_TTL, |i, url| {
+        proxy.lead_to(url);
+        if i == 0 {
+            proxy.redis_url()
+        } else {
+            url.to_owned()
+        }
+    })
+    .await;
+    let (leader, _, producer, monitor) = settled(&cluster).await;
+    assert_eq!(leader, 0, "n0 starts first and leads");
+    let cut_at = Instant::now();
+    proxy.cut();
+    // Without the watch, n0 keeps renewing its lease for as long as the cut lasts.
+    let (next, _, took) = takeover(&cluster, 0, cut_at, Duration::from_secs(15)).await;
+    flowing(&cluster, 20).await;
+    proxy.restore();
+    // n0 learns its lease is gone and stands by.
+    cluster.one_leader().agreed().wait(|| cluster.logs()).await;
+    let after = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(after.0, next, "the new leader stays");
+    flowing(&cluster, 10).await;
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    println!("cut off from Redis: n{next} took over after {took:?}; {delivery:?}");
+    assert!(
+        took < Duration::from_secs(6),
+        "took {took:?}: the cut-off leader was not found from its silent probe"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_for_a_second_keeps_its_term() {
+    let cluster = Cluster::start(3, 1, LONG_TTL).await;
+    let (leader, epoch, producer, monitor) = settled(&cluster).await;
+    cluster.nodes[leader].signal(libc::SIGSTOP);
+    // The pause is what is under test.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.nodes[leader].signal(libc::SIGCONT);
+    flowing(&cluster, 50).await;
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    check_exactly_once(&cluster, &pushed).await;
+    let now = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(now, (leader, epoch), "a 1 s pause moved the leadership");
+    assert_eq!(leases_ended(&cluster).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_seen_by_everybody_moves_nobody() {
+    let mut cluster = Cluster::start(3, 1, LONG_TTL).await;
+    let (leader, epoch, _producer, _monitor) = settled(&cluster).await;
+    cluster.redis.restart().expect("restart redis");
+    // Every node connects again; the leader forwards again under the same term.
+    flowing(&cluster, 50).await;
+    never(
+        Duration::from_secs(3),
+        "a lease ended after a Redis restart",
+        || async {
+            let ended = leases_ended(&cluster).await;
+            (ended > 0.0).then_some(ended)
+        },
+    )
+    .await;
+    let now = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(now, (leader, epoch), "a Redis restart moved the leadership");
+    eventually(Duration::from_secs(5), "still one leader", || async {
+        (cluster.leaders().await.len() == 1).then_some(())
+    })
+    .await;
+}
