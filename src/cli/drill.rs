@@ -450,7 +450,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     } else {
         print_table(&report);
     }
-    let ok = report["ok"].as_bool().unwrap_or(false);
+    let ok = report.ok;
     if !ok && target.is_local() {
         for (i, node) in nodes.iter().enumerate() {
             if let Some(log) = target.node_log(i) {

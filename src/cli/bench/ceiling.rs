@@ -6,20 +6,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use redis::{AsyncCommands, Script};
-use serde_json::{Value as Json, json};
 
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe, tally_stream};
+use super::measure::{self, CpuMeter, PingProbe, measured, tally_stream};
+use super::rows::{Ceiling, CeilingBurst, Figures, Reference, ReferenceResults};
 
 const DUE: &str = "ceiling:due";
 const BODIES: &str = "ceiling:msg";
 const STREAM: &str = "ceiling:stream";
 /// Script calls in flight: enough that Redis never waits for the next one.
-const CALLERS: usize = 4;
+pub const CALLERS: usize = 4;
 
 impl Bench {
     /// Moves `n` due messages with `ceiling.lua`, batches of `batch_size`.
-    pub async fn ceiling(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn ceiling(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let now = self.store.now_ms().await?;
@@ -73,37 +73,34 @@ impl Bench {
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         let tally = tally_stream(&mut conn, STREAM, "c", n, |_| now).await?;
-        Ok(json!({
-            "system": "ceiling",
-            "scenario": "burst",
-            "messages": n,
-            "load_average": load,
-            "drain_ms": (secs * 1000.0).round() as u64,
-            "throughput_per_sec": (n as f64 / secs).round() as u64,
-            "cpu_us_per_message": { "redis": cpu.redis_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": tally.json(),
-        }))
+        Ok(Ceiling::Burst(CeilingBurst {
+            measured: measured(
+                n,
+                load,
+                (n as f64 / secs).round() as u64,
+                &cpu,
+                None,
+                &probe,
+                tally.counts(),
+            ),
+            drain_ms: (secs * 1000.0).round() as u64,
+        })
+        .into())
     }
 
     /// `redis-benchmark` for XADD (with the bench payload) and ZADD, without and
-    /// with pipelining (16 commands), 50 connections, `n` requests each.
-    pub async fn redis_benchmark(&self, n: u64) -> anyhow::Result<Json> {
+    /// with pipelining (16 commands), 50 connections, `n` requests each; `run` is
+    /// the run it belongs to.
+    pub async fn redis_benchmark(&self, n: u64, run: u32) -> anyhow::Result<Reference> {
         self.flush().await?;
         let load = measure::load_average();
-        let mut results = serde_json::Map::new();
-        let cases: [(&str, Vec<&str>); 2] = [
-            (
-                "xadd",
-                vec!["XADD", "rb:stream", "*", "payload", &self.payload],
-            ),
-            (
-                "zadd",
-                vec!["ZADD", "rb:zset", "__rand_int__", "m:__rand_int__"],
-            ),
+        // XADD, XADD pipelined, ZADD, ZADD pipelined.
+        let mut results = Vec::new();
+        let cases = [
+            vec!["XADD", "rb:stream", "*", "payload", &self.payload],
+            vec!["ZADD", "rb:zset", "__rand_int__", "m:__rand_int__"],
         ];
-        for (name, command) in cases {
+        for command in cases {
             for pipeline in [1, 16] {
                 let output = tokio::time::timeout(
                     Duration::from_secs(120),
@@ -132,17 +129,31 @@ impl Bench {
                     );
                 }
                 let stdout = String::from_utf8_lossy(&output.stdout);
-                results.insert(
-                    format!("{name}_p{pipeline}_per_sec"),
-                    json!(requests_per_sec(&stdout)?.round() as u64),
-                );
+                results.push(requests_per_sec(&stdout)?.round() as u64);
             }
         }
         let mut conn = self.conn.clone();
         let _: u64 = conn.del(&["rb:stream", "rb:zset"]).await?;
-        Ok(
-            json!({ "system": "redis-benchmark", "requests": n, "load_average": load, "results": results }),
-        )
+        let [
+            xadd_p1_per_sec,
+            xadd_p16_per_sec,
+            zadd_p1_per_sec,
+            zadd_p16_per_sec,
+        ] = results[..]
+        else {
+            bail!("redis-benchmark: {} results for 4 cases", results.len());
+        };
+        Ok(Reference {
+            requests: n,
+            load_average: load,
+            results: ReferenceResults {
+                xadd_p1_per_sec,
+                xadd_p16_per_sec,
+                zadd_p1_per_sec,
+                zadd_p16_per_sec,
+            },
+            run,
+        })
     }
 }
 

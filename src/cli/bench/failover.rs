@@ -10,10 +10,9 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::{Value as Json, json};
-
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe, summary, tally_stream, wall_ms};
+use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream, wall_ms};
+use super::rows::{Delayq, Failover, Figures, ProcessCpu};
 use super::scenarios::SPREAD_DELAY;
 use crate::harness::{DelayqProcess, EtcdServer};
 
@@ -47,7 +46,7 @@ impl Bench {
         rate: u64,
         stop_after: Duration,
         lease_ttl: Duration,
-    ) -> anyhow::Result<Json> {
+    ) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         // A cluster name of its own: a previous run's dead leader may still hold a lease.
@@ -113,23 +112,30 @@ impl Bench {
         leader.kill();
         let tally = tally_stream(&mut conn, STREAM, &prefix, total, |i| dues[i as usize]).await?;
         let round = |ms: Option<f64>| ms.map(|m| (m * 10.0).round() / 10.0);
-        Ok(json!({
-            "system": "delayq",
-            "scenario": format!("failover-{}", stop.name()),
-            "messages": total,
-            "load_average": load,
-            "rate_per_sec": rate,
-            "throughput_per_sec": achieved.round() as u64,
-            "lease_ttl_ms": lease_ttl.as_millis() as u64,
-            "takeover_ms": round(takeover_ms),
-            "old_leader_exit_ms": round(old_leader_exit_ms),
-            "forwarding_gap_ms": tally.longest_gap_ms,
-            "forwarding_gap_ended_after_stop_ms": tally.longest_gap_end_ms as i64 - stopped_at_ms as i64,
-            "lateness_ms": summary(&tally.lateness),
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": Json::Null },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": tally.json(),
-        }))
+        let failover = Failover {
+            measured: measured(
+                total,
+                load,
+                achieved.round() as u64,
+                &cpu,
+                // Two daemons shared the work: neither's CPU is the phase's.
+                Some(ProcessCpu::Delayq(None)),
+                &probe,
+                tally.counts(),
+            ),
+            rate_per_sec: rate,
+            lease_ttl_ms: lease_ttl.as_millis() as u64,
+            takeover_ms: round(takeover_ms),
+            old_leader_exit_ms: round(old_leader_exit_ms),
+            forwarding_gap_ms: tally.longest_gap_ms,
+            forwarding_gap_ended_after_stop_ms: tally.longest_gap_end_ms as i64
+                - stopped_at_ms as i64,
+            lateness_ms: summary(&tally.lateness),
+        };
+        Ok(match stop {
+            Stop::Term => Delayq::FailoverSigterm(failover),
+            Stop::Kill => Delayq::FailoverSigkill(failover),
+        }
+        .into())
     }
 }

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use serde_json::{Value as Json, json};
+use serde_json::json;
 
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe};
+use super::measure::{self, CpuMeter, PingProbe, measured};
+use super::rows::{Counts, Delayq, Figures, Ingest, ProcessCpu, Quantiles};
 
 /// Messages per batch request.
 pub const HTTP_BATCH: u64 = 500;
@@ -34,32 +35,41 @@ impl Bench {
         Ok(self.store.pending_per_shard().await?.iter().sum())
     }
 
-    /// The row every ingest scenario shares.
+    /// The figures every ingest scenario shares: `pending` of the `n` sent were
+    /// scheduled in `secs`.
     fn ingest_row(
-        scenario: &str,
         n: u64,
         load: String,
         secs: f64,
         cpu: measure::PhaseCpu,
         probe: &measure::Probe,
         pending: u64,
-    ) -> Json {
-        json!({
-            "system": "delayq",
-            "scenario": scenario,
-            "messages": n,
-            "load_average": load,
-            "throughput_per_sec": (pending.min(n) as f64 / secs).round() as u64,
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": { "delivered": pending.min(n), "lost": n.saturating_sub(pending), "duplicated": pending.saturating_sub(n) },
-        })
+    ) -> Ingest {
+        let tally = Counts {
+            delivered: pending.min(n),
+            lost: n.saturating_sub(pending),
+            duplicated: pending.saturating_sub(n),
+            ..Counts::default()
+        };
+        Ingest {
+            measured: measured(
+                n,
+                load,
+                (pending.min(n) as f64 / secs).round() as u64,
+                &cpu,
+                Some(ProcessCpu::Delayq(cpu.worker_us)),
+                probe,
+                tally,
+            ),
+            request_ms: None,
+            batch: None,
+            producer_rate_per_sec: None,
+        }
     }
 
     /// Ingest over HTTP: `n` single-message POSTs, 64 in flight, each due in a day
     /// (so nothing is forwarded meanwhile). Measures what the API accepts.
-    pub async fn ingest_http(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn ingest_http(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest").await?;
@@ -95,16 +105,21 @@ impl Bench {
         drop(daemon);
         let pending = self.pending().await?;
         let ms = |q: f64| (latency.value_at_quantile(q) as f64 / 100.0).round() / 10.0;
-        let mut row = Self::ingest_row("ingest-http", n, load, secs, cpu, &probe, pending);
+        let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
         // What the API accepted, rather than what ended up scheduled.
-        row["throughput_per_sec"] = json!((accepted as f64 / secs).round() as u64);
-        row["request_ms"] = json!({ "p50": ms(0.5), "p99": ms(0.99), "p99_9": ms(0.999), "max": (latency.max() as f64 / 100.0).round() / 10.0 });
-        row["tally"]["refused"] = json!(refused);
-        Ok(row)
+        row.measured.throughput_per_sec = (accepted as f64 / secs).round() as u64;
+        row.request_ms = Some(Quantiles {
+            p50: ms(0.5),
+            p99: ms(0.99),
+            p99_9: ms(0.999),
+            max: (latency.max() as f64 / 100.0).round() / 10.0,
+        });
+        row.measured.tally.refused = Some(refused);
+        Ok(Delayq::IngestHttp(row).into())
     }
 
     /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.
-    pub async fn ingest_batch(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn ingest_batch(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest-batch").await?;
@@ -114,7 +129,7 @@ impl Bench {
             .collect::<Vec<_>>()
             .chunks(HTTP_BATCH as usize)
             .map(|chunk| {
-                let messages: Vec<Json> = chunk
+                let messages: Vec<serde_json::Value> = chunk
                     .iter()
                     .map(|i| json!({ "stream": "bench:ingest", "id": format!("b{i}"), "payload": self.payload, "delay": "1d" }))
                     .collect();
@@ -154,9 +169,9 @@ impl Bench {
         let probe = probe.finish()?;
         drop(daemon);
         let pending = self.pending().await?;
-        let mut row = Self::ingest_row("ingest-http-batch", n, load, secs, cpu, &probe, pending);
-        row["batch"] = json!(HTTP_BATCH);
-        Ok(row)
+        let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
+        row.batch = Some(HTTP_BATCH);
+        Ok(Delayq::IngestHttpBatch(row).into())
     }
 
     /// XADDs inbox entries `x<from>` .. `x<to - 1>`, pipelined.
@@ -210,7 +225,7 @@ impl Bench {
 
     /// The inbox, drained: `n` entries XADDed first, then a daemon started and timed
     /// until every one is scheduled.
-    pub async fn ingest_inbox_drain(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn ingest_inbox_drain(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let inbox = self.inbox_stream()?;
         let mut conn = self.conn.clone();
@@ -230,14 +245,14 @@ impl Bench {
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         drop(daemon);
-        let mut row = Self::ingest_row("ingest-inbox-drain", n, load, secs, cpu, &probe, pending);
-        row["producer_rate_per_sec"] = json!((n as f64 / produced_in.as_secs_f64()).round() as u64);
-        Ok(row)
+        let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
+        row.producer_rate_per_sec = Some((n as f64 / produced_in.as_secs_f64()).round() as u64);
+        Ok(Delayq::IngestInboxDrain(row).into())
     }
 
     /// The inbox, live: `n` entries XADDed while a daemon schedules them, timed until
     /// the last is scheduled (producer and delayq sharing Redis, as in production).
-    pub async fn ingest_inbox(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn ingest_inbox(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let inbox = self.inbox_stream()?;
         let mut conn = self.conn.clone();
@@ -253,8 +268,8 @@ impl Bench {
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         drop(daemon);
-        let mut row = Self::ingest_row("ingest-inbox", n, load, secs, cpu, &probe, pending);
-        row["producer_rate_per_sec"] = json!((n as f64 / produced_in.as_secs_f64()).round() as u64);
-        Ok(row)
+        let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
+        row.producer_rate_per_sec = Some((n as f64 / produced_in.as_secs_f64()).round() as u64);
+        Ok(Delayq::IngestInbox(row).into())
     }
 }

@@ -12,7 +12,8 @@ use anyhow::Context;
 use hdrhistogram::Histogram;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
-use serde_json::{Value as Json, json};
+
+use super::rows::{Counts, Cpu, Lateness, Measured, ProcessCpu};
 
 /// Wall clock in epoch milliseconds: the clock Redis's `TIME` and node's `Date.now()`
 /// read on this machine, so figures from all three compare.
@@ -139,6 +140,39 @@ pub struct PhaseCpu {
     pub longest_event_ms: u64,
 }
 
+/// A drain from its first entry (ms) to its last: how long it took (at least
+/// 1 ms) and how many `entries` a second that is.
+pub fn drain(first_ms: u64, last_ms: u64, entries: u64) -> (u64, u64) {
+    let drain_ms = last_ms.saturating_sub(first_ms).max(1);
+    let rate = (entries as f64 * 1000.0 / drain_ms as f64).round() as u64;
+    (drain_ms, rate)
+}
+
+/// The figures every row shares, from a phase's meters; `process` is the CPU of
+/// whichever process did the work beside Redis.
+pub fn measured(
+    messages: u64,
+    load_average: String,
+    throughput_per_sec: u64,
+    cpu: &PhaseCpu,
+    process: Option<ProcessCpu>,
+    probe: &Probe,
+    tally: Counts,
+) -> Measured {
+    Measured {
+        messages,
+        load_average,
+        throughput_per_sec,
+        cpu_us_per_message: Cpu {
+            redis: cpu.redis_us,
+            process,
+        },
+        redis_unresponsive_ms: probe.longest_overall_ms(),
+        redis_longest_event_ms: cpu.longest_event_ms,
+        tally,
+    }
+}
+
 /// Sends PING on a connection of its own once a millisecond, on a thread of its own
 /// (so a busy async runtime does not delay it), and keeps every round trip.
 pub struct PingProbe {
@@ -221,13 +255,14 @@ pub struct Tally {
 }
 
 impl Tally {
-    pub fn json(&self) -> Json {
-        json!({
-            "delivered": self.entries - self.duplicated - self.unexpected,
-            "lost": self.lost,
-            "duplicated": self.duplicated,
-            "unexpected": self.unexpected,
-        })
+    pub fn counts(&self) -> Counts {
+        Counts {
+            delivered: self.entries - self.duplicated - self.unexpected,
+            lost: self.lost,
+            duplicated: self.duplicated,
+            unexpected: Some(self.unexpected),
+            refused: None,
+        }
     }
 }
 
@@ -308,16 +343,15 @@ pub async fn tally_stream(
     Ok(tally)
 }
 
-/// p50, p99, p99.9 and max of a lateness histogram, in ms (null when empty).
-pub fn summary(h: &Histogram<u64>) -> Json {
-    if h.is_empty() {
-        return Json::Null;
-    }
-    json!({
-        "p50": h.value_at_quantile(0.5),
-        "p99": h.value_at_quantile(0.99),
-        "p99_9": h.value_at_quantile(0.999),
-        "max": h.max(),
+/// p50, p99, p99.9 and max of a lateness histogram, in ms (none when empty).
+pub fn summary(h: &Histogram<u64>) -> Option<Lateness> {
+    // The histogram's bound (a day) keeps every value well within i64.
+    let ms = |v: u64| v as i64;
+    (!h.is_empty()).then(|| Lateness {
+        p50: ms(h.value_at_quantile(0.5)),
+        p99: ms(h.value_at_quantile(0.99)),
+        p99_9: ms(h.value_at_quantile(0.999)),
+        max: ms(h.max()),
     })
 }
 

@@ -9,6 +9,7 @@
 //!   elected through etcd.
 //! - `peer`: BullMQ delayed jobs (node, `bench/peer/`).
 //! - `measure`: CPU, memory, the PING probe, stream tallies (lateness, lost, duplicated).
+//! - `rows`: what each scenario measured, one type per kind of row.
 //! - `report`: the JSON report, the Markdown tables and the targets.
 //!
 //! Lateness is always stream entry time − due time, both on Redis's clock (for
@@ -20,6 +21,7 @@ mod ingest;
 mod measure;
 mod peer;
 mod report;
+mod rows;
 mod scenarios;
 
 use std::path::PathBuf;
@@ -29,11 +31,11 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use redis::IntoConnectionInfo;
 use redis::aio::MultiplexedConnection;
-use serde_json::{Value as Json, json};
 
 use crate::config::Config;
 use crate::harness::{EtcdServer, RedisServer};
 use crate::store::Store;
+use rows::{Delayq, Figures, Row};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Suite {
@@ -239,29 +241,33 @@ impl Plan {
         plan
     }
 
-    fn json(&self, args: &BenchArgs) -> Json {
-        json!({
-            "suite": format!("{:?}", args.suite).to_lowercase(),
-            "payload_bytes": args.payload,
-            "shards": args.shards,
-            "batch_size": args.batch_size,
-            "bursts": self.bursts,
-            "spread_rates": self.rates,
-            "spread_search": self.search,
-            "spread_seconds": self.duration.as_secs_f64(),
-            "spread_delay_ms": scenarios::SPREAD_DELAY.as_millis() as u64,
-            "backlog": self.backlog,
-            "backlog_rates": self.backlog_rates,
-            "ingest": self.ingest,
-            "repeat": self.repeat,
-            "peer": self.peer,
-            "peer_worker_concurrency": peer::WORKER_CONCURRENCY,
-            "ceiling_callers": 4,
-            "failover": self.failover_stops.iter().map(|s| s.name()).collect::<Vec<_>>(),
-            "failover_rate": self.failover_rate,
-            "failover_after_seconds": self.failover_after.as_secs_f64(),
-            "lease_ttl_seconds": self.lease_ttl.as_secs_f64(),
-        })
+    fn parameters(&self, args: &BenchArgs) -> report::Parameters {
+        report::Parameters {
+            suite: format!("{:?}", args.suite).to_lowercase(),
+            payload_bytes: args.payload,
+            shards: args.shards,
+            batch_size: args.batch_size,
+            bursts: self.bursts.clone(),
+            spread_rates: self.rates.clone(),
+            spread_search: self.search,
+            spread_seconds: self.duration.as_secs_f64(),
+            spread_delay_ms: scenarios::SPREAD_DELAY.as_millis() as u64,
+            backlog: self.backlog,
+            backlog_rates: self.backlog_rates.clone(),
+            ingest: self.ingest,
+            repeat: self.repeat,
+            peer: self.peer,
+            peer_worker_concurrency: peer::WORKER_CONCURRENCY,
+            ceiling_callers: ceiling::CALLERS,
+            failover: self
+                .failover_stops
+                .iter()
+                .map(|s| s.name().to_owned())
+                .collect(),
+            failover_rate: self.failover_rate,
+            failover_after_seconds: self.failover_after.as_secs_f64(),
+            lease_ttl_seconds: self.lease_ttl.as_secs_f64(),
+        }
     }
 }
 
@@ -384,14 +390,11 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     };
     let started = jiff::Timestamp::now();
     let machine = report::machine(&bench, &args, plan.peer).await;
-    let mut rows: Vec<Json> = Vec::new();
+    let mut rows: Vec<Row> = Vec::new();
     let mut reference = Vec::new();
     let progress = |what: &str| eprintln!("bench: {what} (load {})", measure::load_average());
     for run in 1..=plan.repeat {
-        let mut add = |mut row: Json| {
-            row["run"] = json!(run);
-            rows.push(row);
-        };
+        let mut add = |figures: Figures| rows.push(Row { figures, run });
         for &n in &plan.bursts {
             progress(&format!("run {run}: delayq burst {n}"));
             add(bench.burst(n).await?);
@@ -408,14 +411,14 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         }
         if plan.search {
             progress(&format!("run {run}: delayq spread search"));
-            for row in bench.spread_search(&plan.rates, plan.duration).await? {
-                add(row);
+            for spread in bench.spread_search(&plan.rates, plan.duration).await? {
+                add(Delayq::Spread(spread).into());
             }
         } else {
             bench.flush().await?;
             for &rate in &plan.rates {
                 progress(&format!("run {run}: delayq spread {rate}/s"));
-                add(bench.spread("spread", rate, plan.duration).await?);
+                add(Delayq::Spread(bench.spread(rate, plan.duration).await?).into());
             }
         }
         if plan.peer {
@@ -463,13 +466,15 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         }
         if plan.ceiling {
             progress(&format!("run {run}: redis-benchmark"));
-            let mut rb = bench.redis_benchmark(plan.redis_benchmark_requests).await?;
-            rb["run"] = json!(run);
-            reference.push(rb);
+            reference.push(
+                bench
+                    .redis_benchmark(plan.redis_benchmark_requests, run)
+                    .await?,
+            );
         }
     }
     bench.flush().await?;
-    let report = report::assemble(machine, plan.json(&args), started, rows, reference);
+    let report = report::assemble(machine, plan.parameters(&args), started, rows, reference);
     let markdown = report::markdown(&report);
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;

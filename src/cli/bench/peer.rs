@@ -3,22 +3,84 @@
 //! installed on first use). Producer and worker are separate node
 //! processes; the worker reports its own CPU and lateness (see the script's header).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use serde_json::{Value as Json, json};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe, wall_ms};
+use super::measure::{self, CpuMeter, PingProbe, measured, wall_ms};
+use super::rows::{Bullmq, Counts, Figures, Lateness, PeerBurst, PeerSpread, ProcessCpu};
 use super::scenarios::{SPREAD_DELAY, SPREAD_P99_LIMIT_MS};
 
 /// Jobs the worker runs at once: BullMQ's own advice for I/O-bound work, and far
 /// above what a no-op processor needs to keep Redis busy.
 pub const WORKER_CONCURRENCY: u32 = 100;
+
+/// The versions the peer ran with (the report's `machine.peer`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerVersions {
+    pub node: Option<String>,
+    pub bullmq: Option<String>,
+    pub ioredis: Option<String>,
+}
+
+/// The parts of `package.json` files read here.
+#[derive(Deserialize)]
+struct Package {
+    #[serde(default)]
+    dependencies: BTreeMap<String, String>,
+    version: Option<String>,
+}
+
+/// The part of `package-lock.json` read here: each installed package's version.
+#[derive(Deserialize)]
+struct Lock {
+    packages: BTreeMap<String, Package>,
+}
+
+/// The producer's last line.
+#[derive(Deserialize)]
+struct Produced {
+    /// Null when the adds took no measurable time.
+    add_rate_per_sec: Option<u64>,
+}
+
+/// The worker's result line (see the script).
+#[derive(Deserialize)]
+struct Worked {
+    delivered: u64,
+    lost: u64,
+    duplicated: u64,
+    unexpected: u64,
+    first_ms: u64,
+    last_ms: u64,
+    lateness_ms: Option<Lateness>,
+    cpu_us_per_message: f64,
+}
+
+impl Worked {
+    fn counts(&self) -> Counts {
+        Counts {
+            delivered: self.delivered,
+            lost: self.lost,
+            duplicated: self.duplicated,
+            unexpected: Some(self.unexpected),
+            refused: None,
+        }
+    }
+
+    /// The worker's CPU µs per job, to a tenth.
+    fn cpu(&self) -> ProcessCpu {
+        ProcessCpu::Worker(Some((self.cpu_us_per_message * 10.0).round() / 10.0))
+    }
+}
 
 /// Installs the pinned peer packages unless they are there already.
 ///
@@ -34,17 +96,20 @@ pub async fn ensure_installed(dir: &Path) -> anyhow::Result<()> {
             npm(dir, &["install", "--no-save", "--no-audit", "--no-fund"]).await?;
         }
     }
-    let read = |path: &str| -> anyhow::Result<Json> {
+    let read = |path: &str| -> anyhow::Result<Package> {
         let text =
             std::fs::read_to_string(dir.join(path)).with_context(|| format!("read {path}"))?;
-        Ok(serde_json::from_str(&text)?)
+        serde_json::from_str(&text).with_context(|| format!("read {path}"))
     };
-    let pinned = read("package.json")?["dependencies"]["bullmq"].clone();
-    let installed = read("node_modules/bullmq/package.json")?["version"].clone();
+    let pinned = read("package.json")?.dependencies.remove("bullmq");
+    let installed = read("node_modules/bullmq/package.json")?.version;
     if pinned != installed {
+        let name = |v: Option<String>| v.map_or("none".to_owned(), |v| format!("{v:?}"));
         bail!(
-            "BullMQ {installed} is installed in {}, not the pinned {pinned}; remove node_modules there",
-            dir.display()
+            "BullMQ {} is installed in {}, not the pinned {}; remove node_modules there",
+            name(installed),
+            dir.display(),
+            name(pinned)
         );
     }
     Ok(())
@@ -77,23 +142,26 @@ async fn npm(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn versions(dir: &Path) -> Json {
+pub async fn versions(dir: &Path) -> PeerVersions {
     let node = Command::new("node").arg("--version").output().await.ok();
-    let lock: Option<Json> = std::fs::read_to_string(dir.join("package-lock.json"))
+    let lock: Option<Lock> = std::fs::read_to_string(dir.join("package-lock.json"))
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok());
     let version_of = |name: &str| {
-        lock.as_ref().and_then(|l| {
-            l["packages"][format!("node_modules/{name}")]["version"]
-                .as_str()
-                .map(str::to_owned)
-        })
+        lock.as_ref()
+            .and_then(|l| l.packages.get(&format!("node_modules/{name}")))
+            .and_then(|p| p.version.clone())
     };
-    json!({
-        "node": node.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()),
-        "bullmq": version_of("bullmq"),
-        "ioredis": version_of("ioredis"),
-    })
+    PeerVersions {
+        node: node.map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+        bullmq: version_of("bullmq"),
+        ioredis: version_of("ioredis"),
+    }
+}
+
+/// One JSON line a peer process printed, read as `T`; `who` names the process.
+fn parse_line<T: DeserializeOwned>(line: &str, who: &str) -> anyhow::Result<T> {
+    serde_json::from_str(line).with_context(|| format!("{who} said {line:?}"))
 }
 
 impl Bench {
@@ -118,7 +186,7 @@ impl Bench {
         cmd
     }
 
-    async fn produce(&self, n: u64, extra: &[String]) -> anyhow::Result<Json> {
+    async fn produce(&self, n: u64, extra: &[String]) -> anyhow::Result<Produced> {
         let child = self
             .node("produce", n)
             .args(extra)
@@ -130,7 +198,7 @@ impl Bench {
             last = Some(line);
         }
         let line = last.context("the BullMQ producer printed nothing")?;
-        serde_json::from_str(&line).with_context(|| format!("BullMQ producer said {line:?}"))
+        parse_line(&line, "BullMQ producer")
     }
 
     /// Starts a worker expecting `n` jobs; returns once it has printed "ready".
@@ -161,16 +229,16 @@ impl Bench {
     async fn worker_result(
         mut lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
         timeout: Duration,
-    ) -> anyhow::Result<Json> {
+    ) -> anyhow::Result<Worked> {
         let line = tokio::time::timeout(timeout, lines.next_line())
             .await
             .context("the BullMQ worker did not finish in time")??
             .context("the BullMQ worker printed no result")?;
-        serde_json::from_str(&line).with_context(|| format!("BullMQ worker said {line:?}"))
+        parse_line(&line, "BullMQ worker")
     }
 
     /// BullMQ burst: n delayed jobs due at one instant, added before the worker starts.
-    pub async fn peer_burst(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn peer_burst(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
@@ -192,31 +260,29 @@ impl Bench {
             Self::worker_result(lines, Duration::from_secs(60) + Duration::from_millis(n)).await?;
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
-        let first = worked["first_ms"].as_u64().unwrap_or(0);
-        let last = worked["last_ms"].as_u64().unwrap_or(0);
-        let drain_ms = last.saturating_sub(first).max(1);
-        let delivered = worked["delivered"].as_u64().unwrap_or(0);
-        Ok(json!({
-            "system": "bullmq",
-            "scenario": "burst",
-            "messages": n,
-            "load_average": load,
-            "schedule_rate_per_sec": produced["add_rate_per_sec"],
-            "drain_ms": drain_ms,
-            "throughput_per_sec": (delivered as f64 * 1000.0 / drain_ms as f64).round() as u64,
-            "lateness_ms": worked["lateness_ms"],
-            "cpu_us_per_message": { "redis": cpu.redis_us, "worker": round1(&worked["cpu_us_per_message"]) },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "bytes_per_pending_message": bytes_per_pending.round() as i64,
-            "tally": { "delivered": delivered, "lost": worked["lost"], "duplicated": worked["duplicated"], "unexpected": worked["unexpected"] },
-            "worker_concurrency": WORKER_CONCURRENCY,
-        }))
+        let (drain_ms, drained) = measure::drain(worked.first_ms, worked.last_ms, worked.delivered);
+        Ok(Bullmq::Burst(PeerBurst {
+            measured: measured(
+                n,
+                load,
+                drained,
+                &cpu,
+                Some(worked.cpu()),
+                &probe,
+                worked.counts(),
+            ),
+            schedule_rate_per_sec: produced.add_rate_per_sec,
+            drain_ms,
+            lateness_ms: worked.lateness_ms,
+            bytes_per_pending_message: bytes_per_pending.round() as i64,
+            worker_concurrency: WORKER_CONCURRENCY,
+        })
+        .into())
     }
 
     /// BullMQ spread: `rate` jobs a second for `duration`, each due `SPREAD_DELAY`
     /// after it was added, with the worker already waiting.
-    pub async fn peer_spread(&self, rate: u64, duration: Duration) -> anyhow::Result<Json> {
+    pub async fn peer_spread(&self, rate: u64, duration: Duration) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let total = (rate as f64 * duration.as_secs_f64()).round().max(1.0) as u64;
@@ -240,31 +306,29 @@ impl Bench {
         let worked = Self::worker_result(lines, Duration::from_secs(60)).await?;
         let cpu = meter.stop(&mut conn, total).await?;
         let probe = probe.finish()?;
-        let achieved = produced["add_rate_per_sec"]
-            .as_f64()
-            .unwrap_or(total as f64 / send_secs);
-        let p99 = worked["lateness_ms"]["p99"].as_f64();
-        let lost = worked["lost"].as_u64().unwrap_or(total);
-        Ok(json!({
-            "system": "bullmq",
-            "scenario": "spread",
-            "messages": total,
-            "load_average": load,
-            "rate_per_sec": rate,
-            "throughput_per_sec": achieved.round() as u64,
-            "on_time": p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS as f64) && achieved >= rate as f64 * 0.95 && lost == 0,
-            "producer_kept_up": achieved >= rate as f64 * 0.95,
-            "lateness_ms": worked["lateness_ms"],
-            "cpu_us_per_message": { "redis": cpu.redis_us, "worker": round1(&worked["cpu_us_per_message"]) },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": { "delivered": worked["delivered"], "lost": worked["lost"], "duplicated": worked["duplicated"], "unexpected": worked["unexpected"] },
-            "worker_concurrency": WORKER_CONCURRENCY,
-        }))
+        let achieved = produced
+            .add_rate_per_sec
+            .map_or(total as f64 / send_secs, |r| r as f64);
+        let p99 = worked.lateness_ms.map(|l| l.p99 as f64);
+        let kept_up = achieved >= rate as f64 * 0.95;
+        Ok(Bullmq::Spread(PeerSpread {
+            on_time: p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS as f64)
+                && kept_up
+                && worked.lost == 0,
+            measured: measured(
+                total,
+                load,
+                achieved.round() as u64,
+                &cpu,
+                Some(worked.cpu()),
+                &probe,
+                worked.counts(),
+            ),
+            rate_per_sec: rate,
+            producer_kept_up: kept_up,
+            lateness_ms: worked.lateness_ms,
+            worker_concurrency: WORKER_CONCURRENCY,
+        })
+        .into())
     }
-}
-
-fn round1(v: &Json) -> Json {
-    v.as_f64()
-        .map_or(Json::Null, |x| json!((x * 10.0).round() / 10.0))
 }

@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use redis::AsyncCommands;
-use serde_json::{Value as Json, json};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe, summary, tally_stream};
+use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream};
+use super::rows::{Backlog, Burst, Delayq, Figures, ProcessCpu, Spread};
 use crate::harness::DelayqProcess;
 use crate::message::{Due, MessageId, NewMessage};
 use crate::store::{ScheduleMode, Scheduled};
@@ -136,7 +136,7 @@ impl Bench {
 
     /// Burst: n messages due at one instant, all scheduled before the daemon starts,
     /// so what is measured is a pure drain.
-    pub async fn burst(&self, n: u64) -> anyhow::Result<Json> {
+    pub async fn burst(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
@@ -171,33 +171,29 @@ impl Bench {
             );
         }
         let tally = tally_stream(&mut conn, BURST_STREAM, "m", n, |i| dues[i as usize]).await?;
-        let drain_ms = tally.last_ms.saturating_sub(tally.first_ms).max(1);
-        Ok(json!({
-            "system": "delayq",
-            "scenario": "burst",
-            "messages": n,
-            "load_average": load,
-            "schedule_rate_per_sec": load_rate.round() as u64,
-            "due_spread_ms": last_due - first_due,
-            "drain_ms": drain_ms,
-            "throughput_per_sec": (tally.entries as f64 * 1000.0 / drain_ms as f64).round() as u64,
-            "lateness_ms": summary(&tally.lateness),
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "bytes_per_pending_message": bytes_per_pending.round() as i64,
-            "tally": tally.json(),
-        }))
+        let (drain_ms, drained) = measure::drain(tally.first_ms, tally.last_ms, tally.entries);
+        Ok(Delayq::Burst(Burst {
+            measured: measured(
+                n,
+                load,
+                drained,
+                &cpu,
+                Some(ProcessCpu::Delayq(cpu.worker_us)),
+                &probe,
+                tally.counts(),
+            ),
+            schedule_rate_per_sec: load_rate.round() as u64,
+            due_spread_ms: last_due - first_due,
+            drain_ms,
+            lateness_ms: summary(&tally.lateness),
+            bytes_per_pending_message: bytes_per_pending.round() as i64,
+        })
+        .into())
     }
 
     /// Spread: `rate` messages a second for `duration`, each due `SPREAD_DELAY` after
-    /// it is sent, with a daemon already running. `scenario` names the row.
-    pub async fn spread(
-        &self,
-        scenario: &str,
-        rate: u64,
-        duration: Duration,
-    ) -> anyhow::Result<Json> {
+    /// it is sent, with a daemon already running.
+    pub async fn spread(&self, rate: u64, duration: Duration) -> anyhow::Result<Spread> {
         let mut conn = self.conn.clone();
         let _: u64 = conn.del(SPREAD_STREAM).await?;
         let mut daemon = self.start_delayq("bench-spread").await?;
@@ -219,23 +215,23 @@ impl Bench {
         })
         .await?;
         let p99 = (!tally.lateness.is_empty()).then(|| tally.lateness.value_at_quantile(0.99));
-        Ok(json!({
-            "system": "delayq",
-            "scenario": scenario,
-            "messages": total,
-            "load_average": load,
-            "rate_per_sec": rate,
-            "throughput_per_sec": achieved.round() as u64,
-            "on_time": p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS)
-                && achieved >= rate as f64 * 0.95
-                && tally.lost == 0,
-            "producer_kept_up": achieved >= rate as f64 * 0.95,
-            "lateness_ms": summary(&tally.lateness),
-            "cpu_us_per_message": { "redis": cpu.redis_us, "delayq": cpu.worker_us },
-            "redis_unresponsive_ms": probe.longest_overall_ms(),
-            "redis_longest_event_ms": cpu.longest_event_ms,
-            "tally": tally.json(),
-        }))
+        let kept_up = achieved >= rate as f64 * 0.95;
+        Ok(Spread {
+            on_time: p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS) && kept_up && tally.lost == 0,
+            measured: measured(
+                total,
+                load,
+                achieved.round() as u64,
+                &cpu,
+                Some(ProcessCpu::Delayq(cpu.worker_us)),
+                &probe,
+                tally.counts(),
+            ),
+            rate_per_sec: rate,
+            producer_kept_up: kept_up,
+            lateness_ms: summary(&tally.lateness),
+            backlog: None,
+        })
     }
 
     /// Schedules `total` messages `<prefix><n>` at `rate` a second, each due
@@ -304,12 +300,12 @@ impl Bench {
         &self,
         ladder: &[u64],
         duration: Duration,
-    ) -> anyhow::Result<Vec<Json>> {
+    ) -> anyhow::Result<Vec<Spread>> {
         self.flush().await?;
         let mut rows = Vec::new();
         for &rate in ladder {
-            let row = self.spread("spread", rate, duration).await?;
-            let on_time = row["on_time"].as_bool().unwrap_or(false);
+            let row = self.spread(rate, duration).await?;
+            let on_time = row.on_time;
             rows.push(row);
             if !on_time {
                 break;
@@ -324,7 +320,7 @@ impl Bench {
         n: u64,
         rates: &[u64],
         duration: Duration,
-    ) -> anyhow::Result<Vec<Json>> {
+    ) -> anyhow::Result<Vec<Figures>> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
@@ -332,18 +328,25 @@ impl Bench {
             .load(BACKLOG_STREAM, "f", n, Due::In(Duration::from_secs(86_400)))
             .await?;
         let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
-        let mut rows = Vec::new();
+        let mut spreads = Vec::new();
         for &rate in rates {
-            let mut row = self.spread("backlog-spread", rate, duration).await?;
-            row["backlog"] = json!(n);
-            row["schedule_rate_per_sec"] = json!(load_rate.round() as u64);
-            row["bytes_per_pending_message"] = json!(bytes_per_pending.round() as i64);
-            rows.push(row);
+            spreads.push(self.spread(rate, duration).await?);
         }
         let pending = self.pending().await?;
-        for row in &mut rows {
-            row["backlog_still_pending"] = json!(pending);
-        }
-        Ok(rows)
+        Ok(spreads
+            .into_iter()
+            .map(|spread| {
+                Delayq::BacklogSpread(Spread {
+                    backlog: Some(Backlog {
+                        backlog: n,
+                        schedule_rate_per_sec: load_rate.round() as u64,
+                        bytes_per_pending_message: bytes_per_pending.round() as i64,
+                        backlog_still_pending: pending,
+                    }),
+                    ..spread
+                })
+                .into()
+            })
+            .collect())
     }
 }

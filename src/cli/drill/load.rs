@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::streams::{StreamReadOptions, StreamReadReply};
+use serde::{Deserialize, Serialize};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
@@ -30,8 +31,8 @@ pub struct Ledger {
     delivered: HashMap<String, Vec<u64>>,
 }
 
-/// One phase's numbers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// One phase's numbers (a row's `messages` in the report).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PhaseCount {
     pub sent: u64,
     pub delivered: u64,
@@ -40,6 +41,7 @@ pub struct PhaseCount {
     pub duplicated: u64,
     pub max_lateness_ms: u64,
     /// Pushes no node confirmed; counted as sent only if they were delivered.
+    #[serde(rename = "unconfirmed_pushes")]
     pub unconfirmed: u64,
 }
 
@@ -238,6 +240,13 @@ pub async fn produce(load: Load, traffic: Arc<Traffic>, cancel: CancellationToke
     tasks.join_all().await;
 }
 
+/// The part of a push's answer the drill reads.
+#[derive(Deserialize)]
+struct Pushed {
+    /// When the message falls due, by Redis's clock.
+    deliver_at: u64,
+}
+
 async fn push_one(
     http: &reqwest::Client,
     load: &Load,
@@ -267,10 +276,9 @@ async fn push_one(
             .await;
         if let Ok(resp) = sent
             && (resp.status().as_u16() == 201 || resp.status().as_u16() == 200)
-            && let Ok(answer) = resp.json::<serde_json::Value>().await
-            && let Some(due) = answer["deliver_at"].as_u64()
+            && let Ok(answer) = resp.json::<Pushed>().await
         {
-            return Some(due);
+            return Some(answer.deliver_at);
         }
         if attempt % nodes == 0 {
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -4,11 +4,17 @@
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use serde_json::Value;
+use serde::Deserialize;
 
 use super::load::Traffic;
 use super::report::ms;
 use super::target::Node;
+
+/// The part of a leader's `/leader` answer the drill reads.
+#[derive(Deserialize)]
+struct Leading {
+    epoch: u64,
+}
 
 /// Epoch of `node` if it answers `/leader` with 200 (it leads).
 pub(super) async fn leads(http: &reqwest::Client, node: &Node) -> Option<u64> {
@@ -21,7 +27,7 @@ pub(super) async fn leads(http: &reqwest::Client, node: &Node) -> Option<u64> {
     if resp.status() != 200 {
         return None;
     }
-    resp.json::<Value>().await.ok()?["epoch"].as_u64()
+    resp.json::<Leading>().await.ok().map(|l| l.epoch)
 }
 
 pub(super) async fn leaders(http: &reqwest::Client, nodes: &[Node]) -> Vec<(usize, u64)> {

@@ -1,9 +1,9 @@
 //! The drill's report: per scenario, takeover times and what happened to the
-//! messages, as JSON and as a table.
+//! messages, as JSON (`--json`) and as a table.
 
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 
 use super::load::PhaseCount;
 use super::target::Target;
@@ -17,6 +17,79 @@ pub(super) struct RoundResult {
     pub takeover: Option<Duration>,
     pub leader_changed: bool,
     pub problem: Option<String>,
+}
+
+/// The whole drill.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct Report {
+    /// Nothing lost or duplicated, every round ran and took over, and something
+    /// was sent.
+    pub ok: bool,
+    pub cluster: Cluster,
+    /// The nodes' names.
+    pub nodes: Vec<String>,
+    pub stream: String,
+    pub parameters: Parameters,
+    /// The steady load first, then each scenario's rounds together.
+    pub scenarios: Vec<ScenarioResult>,
+    pub total: PhaseCount,
+}
+
+/// Whether the drill started the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(super) enum Cluster {
+    Local,
+    Existing,
+}
+
+impl Cluster {
+    fn as_str(self) -> &'static str {
+        match self {
+            Cluster::Local => "local",
+            Cluster::Existing => "existing",
+        }
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct Parameters {
+    pub rounds: u32,
+    pub rate_per_second: u32,
+    pub delay_ms: u64,
+    /// The nodes' lease TTL, when the drill started them.
+    pub lease_ttl_ms: Option<u64>,
+    pub etcd_hold_ms: u64,
+}
+
+/// One scenario's rounds, or the steady load before the first ("steady", no
+/// rounds, no faults).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct ScenarioResult {
+    pub scenario: String,
+    pub rounds: usize,
+    /// None: no round took over (and none for the steady load).
+    pub takeover: Option<Takeover>,
+    #[serde(flatten)]
+    pub faults: Option<Faults>,
+    pub messages: PhaseCount,
+}
+
+/// What the faults of a scenario's rounds did.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(super) struct Faults {
+    pub leader_changes: usize,
+    pub problems: Vec<String>,
+}
+
+/// Takeover times over a scenario's rounds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(super) struct Takeover {
+    pub min_ms: u64,
+    pub median_ms: u64,
+    pub max_ms: u64,
+    /// Each round's, in order; null where a round had none.
+    pub each_ms: Vec<Option<u64>>,
 }
 
 pub(super) fn ms(d: Duration) -> String {
@@ -37,31 +110,18 @@ fn median(sorted: &[u64]) -> u64 {
     }
 }
 
-fn takeover_stats(rounds: &[RoundResult]) -> Value {
-    let mut times: Vec<u64> = rounds
+fn takeover_stats(rounds: &[RoundResult]) -> Option<Takeover> {
+    let each_ms: Vec<Option<u64>> = rounds
         .iter()
-        .filter_map(|r| r.takeover.map(|t| t.as_millis() as u64))
+        .map(|r| r.takeover.map(|t| t.as_millis() as u64))
         .collect();
+    let mut times: Vec<u64> = each_ms.iter().flatten().copied().collect();
     times.sort_unstable();
-    if times.is_empty() {
-        return Value::Null;
-    }
-    json!({
-        "min_ms": times[0],
-        "median_ms": median(&times),
-        "max_ms": times[times.len() - 1],
-        "each_ms": rounds.iter().map(|r| r.takeover.map(|t| t.as_millis() as u64)).collect::<Vec<_>>(),
-    })
-}
-
-fn count_json(c: &PhaseCount) -> Value {
-    json!({
-        "sent": c.sent,
-        "delivered": c.delivered,
-        "lost": c.lost,
-        "duplicated": c.duplicated,
-        "max_lateness_ms": c.max_lateness_ms,
-        "unconfirmed_pushes": c.unconfirmed,
+    Some(Takeover {
+        min_ms: *times.first()?,
+        median_ms: median(&times),
+        max_ms: *times.last()?,
+        each_ms,
     })
 }
 
@@ -72,23 +132,26 @@ pub(super) fn build_report(
     scenarios: &[Scenario],
     results: &[Vec<RoundResult>],
     counts: &[PhaseCount],
-) -> Value {
-    let mut rows = vec![json!({
-        "scenario": "steady",
-        "rounds": 0,
-        "takeover": Value::Null,
-        "messages": count_json(&counts[0]),
-    })];
+) -> Report {
+    let mut rows = vec![ScenarioResult {
+        scenario: "steady".to_owned(),
+        rounds: 0,
+        takeover: None,
+        faults: None,
+        messages: counts[0].clone(),
+    }];
     for (k, scenario) in scenarios.iter().enumerate() {
         let rounds = results.get(k).map(Vec::as_slice).unwrap_or(&[]);
-        rows.push(json!({
-            "scenario": scenario.name(),
-            "rounds": rounds.len(),
-            "takeover": takeover_stats(rounds),
-            "leader_changes": rounds.iter().filter(|r| r.leader_changed).count(),
-            "problems": rounds.iter().filter_map(|r| r.problem.clone()).collect::<Vec<_>>(),
-            "messages": count_json(&counts[k + 1]),
-        }));
+        rows.push(ScenarioResult {
+            scenario: scenario.name().to_owned(),
+            rounds: rounds.len(),
+            takeover: takeover_stats(rounds),
+            faults: Some(Faults {
+                leader_changes: rounds.iter().filter(|r| r.leader_changed).count(),
+                problems: rounds.iter().filter_map(|r| r.problem.clone()).collect(),
+            }),
+            messages: counts[k + 1].clone(),
+        });
     }
     let total = counts.iter().fold(PhaseCount::default(), |mut t, c| {
         t.sent += c.sent;
@@ -102,41 +165,39 @@ pub(super) fn build_report(
     let rounds_missing =
         scenarios.len() * args.rounds as usize != results.iter().map(Vec::len).sum::<usize>();
     let problems = results.iter().flatten().any(|r| r.problem.is_some()) || rounds_missing;
-    json!({
-        "ok": total.lost == 0 && total.duplicated == 0 && !problems && total.sent > 0,
-        "cluster": if target.is_local() { "local" } else { "existing" },
-        "nodes": target.nodes().iter().map(|n| n.name.clone()).collect::<Vec<_>>(),
-        "stream": stream,
-        "parameters": {
-            "rounds": args.rounds,
-            "rate_per_second": args.rate,
-            "delay_ms": args.delay.as_millis() as u64,
-            "lease_ttl_ms": target.is_local().then_some(args.lease_ttl.as_millis() as u64),
-            "etcd_hold_ms": args.hold.as_millis() as u64,
+    Report {
+        ok: total.lost == 0 && total.duplicated == 0 && !problems && total.sent > 0,
+        cluster: if target.is_local() {
+            Cluster::Local
+        } else {
+            Cluster::Existing
         },
-        "scenarios": rows,
-        "total": count_json(&total),
-    })
+        nodes: target.nodes().iter().map(|n| n.name.clone()).collect(),
+        stream: stream.to_owned(),
+        parameters: Parameters {
+            rounds: args.rounds,
+            rate_per_second: args.rate,
+            delay_ms: args.delay.as_millis() as u64,
+            lease_ttl_ms: target
+                .is_local()
+                .then_some(args.lease_ttl.as_millis() as u64),
+            etcd_hold_ms: args.hold.as_millis() as u64,
+        },
+        scenarios: rows,
+        total,
+    }
 }
 
-pub(super) fn print_table(report: &Value) {
-    let p = &report["parameters"];
+pub(super) fn print_table(report: &Report) {
+    let p = &report.parameters;
     println!(
         "\ndelayq drill: {} cluster ({}), {} msg/s due {} ms after sending, {} rounds per scenario{}",
-        report["cluster"].as_str().unwrap_or(""),
-        report["nodes"]
-            .as_array()
-            .map(|n| n
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", "))
-            .unwrap_or_default(),
-        p["rate_per_second"],
-        p["delay_ms"],
-        p["rounds"],
-        p["lease_ttl_ms"]
-            .as_u64()
+        report.cluster.as_str(),
+        report.nodes.join(", "),
+        p.rate_per_second,
+        p.delay_ms,
+        p.rounds,
+        p.lease_ttl_ms
             .map(|t| format!(", lease TTL {} ms", t))
             .unwrap_or_default(),
     );
@@ -151,65 +212,58 @@ pub(super) fn print_table(report: &Value) {
         "duplicated",
         "max lateness"
     );
-    let row = |name: &str, rounds: String, takeover: String, m: &Value| {
-        let n = |k: &str| m[k].as_u64().unwrap_or(0);
+    let row = |name: &str, rounds: String, takeover: String, m: &PhaseCount| {
         println!(
             "{:<11} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
             name,
             rounds,
             takeover,
-            n("sent"),
-            n("delivered"),
-            n("lost"),
-            n("duplicated"),
-            ms(Duration::from_millis(
-                m["max_lateness_ms"].as_u64().unwrap_or(0)
-            )),
+            m.sent,
+            m.delivered,
+            m.lost,
+            m.duplicated,
+            ms(Duration::from_millis(m.max_lateness_ms)),
         );
     };
-    for s in report["scenarios"].as_array().into_iter().flatten() {
-        let name = s["scenario"].as_str().unwrap_or("");
-        let t = &s["takeover"];
-        let takeover = if name == "steady" {
-            "-".to_owned()
-        } else if t.is_null() {
-            "none".to_owned()
-        } else {
-            let f = |k: &str| ms(Duration::from_millis(t[k].as_u64().unwrap_or(0)));
-            format!("{} / {} / {}", f("min_ms"), f("median_ms"), f("max_ms"))
+    for s in &report.scenarios {
+        // The steady load had no rounds and no faults.
+        let steady = s.faults.is_none();
+        let takeover = match &s.takeover {
+            _ if steady => "-".to_owned(),
+            None => "none".to_owned(),
+            Some(t) => {
+                let f = |v: u64| ms(Duration::from_millis(v));
+                format!("{} / {} / {}", f(t.min_ms), f(t.median_ms), f(t.max_ms))
+            }
         };
-        let rounds = if name == "steady" {
+        let rounds = if steady {
             "-".to_owned()
         } else {
-            s["rounds"].to_string()
+            s.rounds.to_string()
         };
-        row(name, rounds, takeover, &s["messages"]);
+        row(&s.scenario, rounds, takeover, &s.messages);
     }
-    row("total", String::new(), String::new(), &report["total"]);
+    row("total", String::new(), String::new(), &report.total);
     println!(
         "\ntakeover: fault → another node leads under a newer epoch (etcd: longest stretch with no leader)."
     );
     println!(
         "lateness: stream entry time − due time, both Redis's clock; per scenario, the messages that fell due during it or were still undelivered when it began."
     );
-    let unconfirmed = report["total"]["unconfirmed_pushes"].as_u64().unwrap_or(0);
+    let unconfirmed = report.total.unconfirmed;
     if unconfirmed > 0 {
         println!(
             "{unconfirmed} pushes were never confirmed by any node (counted only if delivered)."
         );
     }
-    for s in report["scenarios"].as_array().into_iter().flatten() {
-        for p in s["problems"].as_array().into_iter().flatten() {
-            println!(
-                "problem in {}: {}",
-                s["scenario"].as_str().unwrap_or(""),
-                p.as_str().unwrap_or("")
-            );
+    for s in &report.scenarios {
+        for p in s.faults.iter().flat_map(|f| &f.problems) {
+            println!("problem in {}: {p}", s.scenario);
         }
     }
     println!(
         "\n{}",
-        if report["ok"].as_bool().unwrap_or(false) {
+        if report.ok {
             "OK: nothing lost, nothing duplicated, every takeover happened."
         } else {
             "FAILED: see the lost and duplicated columns and the problems above."
@@ -234,11 +288,40 @@ mod tests {
             round(None),
             round(Some(200)),
         ]);
-        assert_eq!(stats["min_ms"], 100);
-        assert_eq!(stats["median_ms"], 200);
+        assert_eq!(
+            stats,
+            Some(Takeover {
+                min_ms: 100,
+                median_ms: 200,
+                max_ms: 300,
+                each_ms: vec![Some(300), Some(100), None, Some(200)],
+            })
+        );
         assert_eq!(median(&[100, 200, 400, 1000]), 300);
-        assert_eq!(stats["max_ms"], 300);
-        assert_eq!(stats["each_ms"], json!([300, 100, null, 200]));
-        assert!(takeover_stats(&[round(None)]).is_null());
+        assert_eq!(takeover_stats(&[round(None)]), None);
+    }
+
+    #[test]
+    fn a_report_reads_and_writes_back() {
+        let messages = r#"{"sent": 40, "delivered": 40, "lost": 0, "duplicated": 0, "max_lateness_ms": 12, "unconfirmed_pushes": 1}"#;
+        let json = format!(
+            r#"{{"ok": true, "cluster": "existing", "nodes": ["a", "b"], "stream": "drill-x",
+            "parameters": {{"rounds": 2, "rate_per_second": 20, "delay_ms": 1000, "lease_ttl_ms": null, "etcd_hold_ms": 4000}},
+            "scenarios": [
+                {{"scenario": "steady", "rounds": 0, "takeover": null, "messages": {messages}}},
+                {{"scenario": "kill", "rounds": 2, "takeover": {{"min_ms": 1, "median_ms": 2, "max_ms": 3, "each_ms": [3, null]}},
+                  "leader_changes": 1, "problems": ["no new leader within 5s"], "messages": {messages}}}
+            ],
+            "total": {messages}}}"#
+        );
+        let value: serde_json::Value = serde_json::from_str(&json).unwrap();
+        let report: Report = serde_json::from_value(value.clone()).unwrap();
+        assert!(report.scenarios[0].faults.is_none());
+        assert_eq!(
+            report.scenarios[1].faults.as_ref().unwrap().leader_changes,
+            1
+        );
+        assert_eq!(report.total.unconfirmed, 1);
+        assert_eq!(serde_json::to_value(&report).unwrap(), value);
     }
 }

@@ -33,7 +33,7 @@ fn documented_metrics() -> Vec<(String, String, String, String)> {
         .collect()
 }
 
-/// The README's table as `src/metrics.rs` describes it.
+/// The README's table as `src/metrics/table.rs` describes it.
 fn described_metrics() -> Vec<(String, String, String, String)> {
     delayq::metrics::METRICS
         .iter()
@@ -65,7 +65,7 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
         .collect();
     assert!(
         documented == described,
-        "the README's metrics table differs from src/metrics.rs (METRICS); it should read:\n{table}"
+        "the README's metrics table differs from src/metrics/table.rs (METRICS); it should read:\n{table}"
     );
 
     // One node on etcd, leading (Cluster::start waits for that).

@@ -1,0 +1,371 @@
+//! The report as Markdown tables, for people (bench/RESULTS.md is the latest full
+//! run's).
+
+use std::fmt::Write as _;
+
+use super::Report;
+use super::targets::{burst_throughput, ratio};
+use crate::cli::bench::rows::{Measured, Quantiles};
+
+/// How a figure reads in a table: "–" for none, whole numbers from 10 000 up in
+/// groups of three digits, anything else as results.json has it.
+pub(super) trait Cell {
+    fn cell(&self) -> String;
+}
+
+impl Cell for u64 {
+    fn cell(&self) -> String {
+        if *self >= 10_000 {
+            group(*self as i64)
+        } else {
+            self.to_string()
+        }
+    }
+}
+
+impl Cell for i64 {
+    fn cell(&self) -> String {
+        if self.abs() >= 10_000 {
+            group(*self)
+        } else {
+            self.to_string()
+        }
+    }
+}
+
+impl Cell for u32 {
+    fn cell(&self) -> String {
+        u64::from(*self).cell()
+    }
+}
+
+impl Cell for u16 {
+    fn cell(&self) -> String {
+        u64::from(*self).cell()
+    }
+}
+
+impl Cell for usize {
+    fn cell(&self) -> String {
+        (*self as u64).cell()
+    }
+}
+
+impl Cell for f64 {
+    fn cell(&self) -> String {
+        if self.fract() == 0.0 && self.abs() >= 10_000.0 {
+            return group(*self as i64);
+        }
+        // JSON's spelling ("2.0", not "2"); JSON has no NaN or infinity.
+        serde_json::Number::from_f64(*self).map_or_else(|| "–".to_owned(), |n| n.to_string())
+    }
+}
+
+impl Cell for str {
+    fn cell(&self) -> String {
+        self.to_owned()
+    }
+}
+
+impl Cell for String {
+    fn cell(&self) -> String {
+        self.clone()
+    }
+}
+
+impl<T: Cell> Cell for Option<T> {
+    fn cell(&self) -> String {
+        self.as_ref().map_or_else(|| "–".to_owned(), Cell::cell)
+    }
+}
+
+/// 1234567 → "1 234 567", so large rates read at a glance.
+fn group(n: i64) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push('\u{202f}');
+        }
+        out.push(c);
+    }
+    if n < 0 { format!("-{out}") } else { out }
+}
+
+fn quantiles<T: Cell>(q: &Quantiles<T>) -> String {
+    format!(
+        "{} / {} / {} / {}",
+        q.p50.cell(),
+        q.p99.cell(),
+        q.p99_9.cell(),
+        q.max.cell()
+    )
+}
+
+fn lateness<T: Cell>(q: Option<&Quantiles<T>>) -> String {
+    q.map_or_else(|| "–".to_owned(), quantiles)
+}
+
+fn cpu(m: &Measured) -> String {
+    let c = &m.cpu_us_per_message;
+    format!("{} / {}", c.redis.cell(), c.process_us().cell())
+}
+
+fn stalls(m: &Measured) -> String {
+    format!(
+        "{} / {}",
+        m.redis_unresponsive_ms.cell(),
+        m.redis_longest_event_ms.cell()
+    )
+}
+
+fn lost_dup(m: &Measured) -> String {
+    format!("{} / {}", m.tally.lost.cell(), m.tally.duplicated.cell())
+}
+
+/// Appends a section: its title, then a table whose columns are named in `columns`
+/// ("a | b | c"), with one line per row. Nothing at all when there are no rows.
+fn table(md: &mut String, title: &str, columns: &str, rows: impl Iterator<Item = Vec<String>>) {
+    let mut rows = rows.peekable();
+    if rows.peek().is_none() {
+        return;
+    }
+    let _ = writeln!(md, "\n## {title}\n");
+    let _ = writeln!(md, "| {columns} |");
+    let _ = writeln!(md, "|{}", "---|".repeat(columns.split(" | ").count()));
+    for row in rows {
+        let _ = writeln!(md, "| {} |", row.join(" | "));
+    }
+}
+
+pub fn markdown(report: &Report) -> String {
+    let mut md = String::new();
+    header(&mut md, report);
+    let rows = &report.rows;
+
+    let target_rows = report.targets.iter().map(|t| {
+        let measured = if t.measured.is_empty() {
+            "–".to_owned()
+        } else {
+            t.measured.join("; ")
+        };
+        vec![t.target.clone(), measured, t.met.as_str().to_owned()]
+    });
+    table(&mut md, "Targets", "target | measured | met", target_rows);
+
+    // Columns every drain table shares.
+    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms)";
+    let burst_rows = rows.iter().filter_map(|r| {
+        let b = r.figures.burst()?;
+        let m = b.measured;
+        let vs = |system: &str| {
+            if b.system != "delayq" {
+                return "–".to_owned();
+            }
+            burst_throughput(rows, system, r.run, m.messages)
+                .and_then(|other| ratio(m.throughput_per_sec, other))
+                .map_or("–".to_owned(), |x| {
+                    if system == "ceiling" {
+                        format!("{:.0}%", x * 100.0)
+                    } else {
+                        format!("{x}×")
+                    }
+                })
+        };
+        Some(vec![
+            b.system.to_owned(),
+            m.messages.cell(),
+            r.run.cell(),
+            m.load_average.clone(),
+            m.throughput_per_sec.cell(),
+            vs("ceiling"),
+            vs("bullmq"),
+            lateness(b.lateness),
+            cpu(m),
+            stalls(m),
+            b.bytes_per_pending_message.cell(),
+            lost_dup(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Burst: N messages due at one instant, drained",
+        &format!(
+            "system | N | run | load | drain (msg/s) | vs ceiling | vs BullMQ | {measured} | bytes/pending | lost / dup"
+        ),
+        burst_rows,
+    );
+
+    let spread_rows = rows.iter().filter_map(|r| {
+        let s = r.figures.spread()?;
+        let m = s.measured;
+        let scenario = match s.backlog {
+            Some(n) => format!("spread over a backlog of {}", n.cell()),
+            None => "spread".to_owned(),
+        };
+        let on_time = if s.on_time {
+            "yes"
+        } else if !s.producer_kept_up {
+            "no (producer behind)"
+        } else {
+            "no"
+        };
+        Some(vec![
+            s.system.to_owned(),
+            scenario,
+            s.rate_per_sec.cell(),
+            r.run.cell(),
+            m.load_average.clone(),
+            m.throughput_per_sec.cell(),
+            lateness(s.lateness),
+            cpu(m),
+            stalls(m),
+            lost_dup(m),
+            on_time.to_owned(),
+        ])
+    });
+    table(
+        &mut md,
+        &format!(
+            "Spread: a steady rate, each message due {} ms after it is sent",
+            report.parameters.spread_delay_ms.cell()
+        ),
+        &format!(
+            "system | scenario | rate (msg/s) | run | load | sent (msg/s) | {measured} | lost / dup | on time (p99 < 10 ms)"
+        ),
+        spread_rows,
+    );
+
+    let ingest_rows = rows.iter().filter_map(|r| {
+        let d = r.figures.delayq()?;
+        let i = d.ingest()?;
+        let m = &i.measured;
+        Some(vec![
+            d.scenario().to_owned(),
+            m.messages.cell(),
+            r.run.cell(),
+            m.load_average.clone(),
+            m.throughput_per_sec.cell(),
+            i.request_ms
+                .as_ref()
+                .map_or_else(|| "– / – / – / –".to_owned(), quantiles),
+            cpu(m),
+            stalls(m),
+            lost_dup(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)",
+        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq | Redis unresponsive: probe / longest event (ms) | lost / dup",
+        ingest_rows,
+    );
+
+    let failover_rows = rows.iter().filter_map(|r| {
+        let (stop, f) = r.figures.delayq()?.failover()?;
+        Some(vec![
+            stop.to_owned(),
+            f.rate_per_sec.cell(),
+            r.run.cell(),
+            f.measured.load_average.clone(),
+            f.lease_ttl_ms.cell(),
+            f.takeover_ms.cell(),
+            f.old_leader_exit_ms.cell(),
+            f.forwarding_gap_ms.cell(),
+            lateness(f.lateness_ms.as_ref()),
+            lost_dup(&f.measured),
+        ])
+    });
+    table(
+        &mut md,
+        "Failover under load: two daemons elected through etcd, the leader stopped mid-spread",
+        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
+        failover_rows,
+    );
+
+    let reference_rows = report.redis_benchmark.iter().map(|r| {
+        let x = &r.results;
+        vec![
+            r.run.cell(),
+            r.load_average.clone(),
+            x.xadd_p1_per_sec.cell(),
+            x.xadd_p16_per_sec.cell(),
+            x.zadd_p1_per_sec.cell(),
+            x.zadd_p16_per_sec.cell(),
+        ]
+    });
+    table(
+        &mut md,
+        "redis-benchmark on the same Redis (requests/s, 50 connections)",
+        "run | load | XADD | XADD, pipeline 16 | ZADD | ZADD, pipeline 16",
+        reference_rows,
+    );
+    let _ = writeln!(md, "\nWhat each figure means: bench/README.md.");
+    md
+}
+
+/// The title, and what the figures were taken on, when, and with which parameters.
+fn header(md: &mut String, report: &Report) {
+    let m = &report.machine;
+    let p = &report.parameters;
+    let _ = writeln!(md, "# delayq benchmark\n");
+    let _ = writeln!(md, "Command: `{}`  ", m.command);
+    let _ = writeln!(
+        md,
+        "Machine: {} × {}, {} GiB, Linux {}; Redis {}; delayq {} ({}){}  ",
+        m.cores.cell(),
+        m.cpu.cell(),
+        m.memory_gib.cell(),
+        m.kernel.cell(),
+        m.redis.cell(),
+        m.delayq,
+        m.commit.cell(),
+        match &m.peer {
+            None => String::new(),
+            Some(peer) => format!(
+                "; node {}, BullMQ {}, ioredis {}",
+                peer.node.cell(),
+                peer.bullmq.cell(),
+                peer.ioredis.cell()
+            ),
+        }
+    );
+    let _ = writeln!(
+        md,
+        "Run: {} → {}; load average (1/5/15 min) {} at start, {} at end; every row shows the load when it started.  ",
+        report.started, report.finished, m.load_average_at_start, report.load_average_at_end
+    );
+    let _ = writeln!(
+        md,
+        "Parameters: payload {} B, {} shards, batch {}, spread delay {} ms, spreads of {} s, {} run(s) of each scenario.",
+        p.payload_bytes.cell(),
+        p.shards.cell(),
+        p.batch_size.cell(),
+        p.spread_delay_ms.cell(),
+        p.spread_seconds.cell(),
+        p.repeat.cell()
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[track_caller]
+    fn check(cell: String, expected: &str) {
+        assert_eq!(cell, expected);
+    }
+
+    #[test]
+    fn cells() {
+        check(9999u64.cell(), "9999");
+        check(1_234_567u64.cell(), "1\u{202f}234\u{202f}567");
+        check((-12_345i64).cell(), "-12\u{202f}345");
+        check(2.0f64.cell(), "2.0");
+        check(4.1f64.cell(), "4.1");
+        check(12_000.0f64.cell(), "12\u{202f}000");
+        check(12_000.5f64.cell(), "12000.5");
+        check(None::<u64>.cell(), "–");
+        check(Some("x".to_owned()).cell(), "x");
+    }
+}

@@ -1,0 +1,313 @@
+//! The targets: what delayq aims for, checked against every run's rows.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+use super::markdown::Cell;
+use crate::cli::bench::rows::{Burst, Delayq, Failover, Lateness, Row, Spread};
+
+/// One target: what it asks, what each run measured (marked ✗ where it missed),
+/// and whether every run met it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Target {
+    pub target: String,
+    pub measured: Vec<String>,
+    pub met: Met,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Met {
+    #[serde(rename = "yes")]
+    Yes,
+    #[serde(rename = "in some runs")]
+    InSomeRuns,
+    #[serde(rename = "no")]
+    No,
+    #[serde(rename = "not measured")]
+    NotMeasured,
+}
+
+impl Met {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Met::Yes => "yes",
+            Met::InSomeRuns => "in some runs",
+            Met::No => "no",
+            Met::NotMeasured => "not measured",
+        }
+    }
+}
+
+fn target(name: &str, checks: Vec<(String, bool)>) -> Target {
+    let met = if checks.is_empty() {
+        Met::NotMeasured
+    } else if checks.iter().all(|(_, ok)| *ok) {
+        Met::Yes
+    } else if checks.iter().any(|(_, ok)| *ok) {
+        Met::InSomeRuns
+    } else {
+        Met::No
+    };
+    Target {
+        target: name.to_owned(),
+        measured: checks
+            .into_iter()
+            .map(|(m, ok)| format!("{m}{}", if ok { "" } else { " ✗" }))
+            .collect(),
+        met,
+    }
+}
+
+/// `a / b`, to two decimals.
+pub(super) fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b > 0).then(|| (a as f64 / b as f64 * 100.0).round() / 100.0)
+}
+
+/// delayq's rows that `pick` chooses, with their run.
+fn delayq<'a, T: 'a>(
+    rows: &'a [Row],
+    pick: impl Fn(&'a Delayq) -> Option<&'a T>,
+) -> impl Iterator<Item = (u32, &'a T)> {
+    rows.iter()
+        .filter_map(move |r| Some((r.run, pick(r.figures.delayq()?)?)))
+}
+
+fn bursts(d: &Delayq) -> Option<&Burst> {
+    match d {
+        Delayq::Burst(b) => Some(b),
+        _ => None,
+    }
+}
+
+/// Spreads without a backlog.
+fn spreads(d: &Delayq) -> Option<&Spread> {
+    match d {
+        Delayq::Spread(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn backlog_spreads(d: &Delayq) -> Option<&Spread> {
+    match d {
+        Delayq::BacklogSpread(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The throughput of the burst of `messages` that `system` drained in `run`.
+pub(super) fn burst_throughput(rows: &[Row], system: &str, run: u32, messages: u64) -> Option<u64> {
+    rows.iter()
+        .filter(|r| r.run == run && r.figures.system() == system)
+        .filter_map(|r| r.figures.burst())
+        .find(|b| b.measured.messages == messages)
+        .map(|b| b.measured.throughput_per_sec)
+}
+
+fn p99(lateness: Option<&Lateness>) -> Option<f64> {
+    lateness.map(|l| l.p99 as f64)
+}
+
+pub fn targets(rows: &[Row]) -> Vec<Target> {
+    let mut out = Vec::new();
+
+    let mut vs_ceiling = Vec::new();
+    let mut vs_peer = Vec::new();
+    for (run, b) in delayq(rows, bursts) {
+        let (messages, throughput) = (b.measured.messages, b.measured.throughput_per_sec);
+        let label = format!("{messages} (run {run})");
+        if let Some(x) =
+            burst_throughput(rows, "ceiling", run, messages).and_then(|c| ratio(throughput, c))
+        {
+            vs_ceiling.push((format!("{:.0}% at {label}", x * 100.0), x >= 0.70));
+        }
+        if let Some(x) =
+            burst_throughput(rows, "bullmq", run, messages).and_then(|p| ratio(throughput, p))
+        {
+            vs_peer.push((format!("{x}× at {label}"), x >= 5.0));
+        }
+    }
+    out.push(target("burst drain ≥ 70% of the ceiling", vs_ceiling));
+    out.push(target("burst drain ≥ 5× BullMQ's", vs_peer));
+
+    for (rate, limit) in [(1000u64, 5.0), (10_000, 10.0)] {
+        let checks = delayq(rows, spreads)
+            .filter(|(_, s)| s.rate_per_sec == rate)
+            .filter_map(|(run, s)| {
+                p99(s.lateness_ms.as_ref()).map(|p| (format!("{p} ms (run {run})"), p <= limit))
+            })
+            .collect();
+        out.push(target(
+            &format!("spread p99 lateness ≤ {limit} ms at {rate} msg/s"),
+            checks,
+        ));
+    }
+
+    out.push(target(
+        "highest spread rate with p99 < 10 ms (reported)",
+        highest_rates(rows),
+    ));
+
+    let backlog_checks = delayq(rows, backlog_spreads)
+        .filter_map(|(run, b)| {
+            let base = delayq(rows, spreads)
+                .find(|(r, s)| *r == run && s.rate_per_sec == b.rate_per_sec)?
+                .1;
+            let (with, without) = (
+                p99(b.lateness_ms.as_ref())?,
+                p99(base.lateness_ms.as_ref())?,
+            );
+            let change = (with - without) / without.max(1.0);
+            Some((
+                format!(
+                    "{}/s: {without} → {with} ms ({:+.0}%, run {run})",
+                    b.rate_per_sec,
+                    change * 100.0,
+                ),
+                change < 0.20,
+            ))
+        })
+        .collect();
+    out.push(target(
+        "a backlog (1M in the full suite) changes spread p99 by < 20%",
+        backlog_checks,
+    ));
+
+    out.push(target(
+        "≤ 300 bytes per pending 100-byte message",
+        bytes_per_pending(rows),
+    ));
+
+    for (stop, name) in [
+        ("SIGTERM", "SIGTERM takeover ≤ 100 ms"),
+        ("SIGKILL", "SIGKILL takeover ≤ lease TTL + 0.5 s"),
+    ] {
+        let checks = delayq(rows, |d| {
+            d.failover().filter(|(s, _)| *s == stop).map(|f| f.1)
+        })
+        .map(|(run, f)| failover_check(run, f, stop))
+        .collect();
+        out.push(target(name, checks));
+    }
+
+    let (mut lost, mut dup) = (0u64, 0u64);
+    let mut counted = 0;
+    for d in rows.iter().filter_map(|r| r.figures.delayq()) {
+        lost += d.measured().tally.lost;
+        dup += d.measured().tally.duplicated;
+        counted += 1;
+    }
+    let mut checks = Vec::new();
+    if counted > 0 {
+        checks.push((
+            format!("{lost} lost, {dup} duplicated over {counted} delayq rows"),
+            lost == 0 && dup == 0,
+        ));
+    }
+    out.push(target("0 lost, 0 duplicated", checks));
+    out
+}
+
+/// Per run: the highest spread rate on time, and why the next was not.
+fn highest_rates(rows: &[Row]) -> Vec<(String, bool)> {
+    let runs: BTreeSet<u32> = rows.iter().map(|r| r.run).collect();
+    let mut highest = Vec::new();
+    for run in runs {
+        let in_run: Vec<&Spread> = delayq(rows, spreads)
+            .filter(|(r, _)| *r == run)
+            .map(|(_, s)| s)
+            .collect();
+        if in_run.is_empty() {
+            continue;
+        }
+        let best = in_run
+            .iter()
+            .filter(|s| s.on_time)
+            .map(|s| s.rate_per_sec)
+            .max();
+        let why = match in_run.iter().find(|s| !s.on_time) {
+            Some(f) if !f.producer_kept_up => format!(
+                "; at {}/s the producer reached only {}/s",
+                f.rate_per_sec, f.measured.throughput_per_sec
+            ),
+            Some(f) => format!(
+                "; at {}/s p99 was {} ms",
+                f.rate_per_sec,
+                f.lateness_ms
+                    .map_or_else(|| "null".to_owned(), |l| l.p99.to_string())
+            ),
+            None => "; every rate tried was on time".to_owned(),
+        };
+        highest.push((
+            format!(
+                "{} msg/s (run {run}){why}",
+                best.map_or("none".to_owned(), |b| b.to_string())
+            ),
+            best.is_some(),
+        ));
+    }
+    highest
+}
+
+/// Bursts, and the backlog spreads at the first backlog rate (they repeat the same
+/// bytes figure at every rate; count it once per run).
+fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
+    let first_backlog_rate = delayq(rows, backlog_spreads)
+        .next()
+        .map(|(_, s)| s.rate_per_sec);
+    let mut checks = Vec::new();
+    for (run, d) in delayq(rows, Some) {
+        let (bytes, size) = match d {
+            Delayq::Burst(b) => (b.bytes_per_pending_message, b.measured.messages),
+            Delayq::BacklogSpread(s) if Some(s.rate_per_sec) == first_backlog_rate => {
+                match &s.backlog {
+                    Some(b) => (b.bytes_per_pending_message, b.backlog),
+                    None => continue,
+                }
+            }
+            _ => continue,
+        };
+        let b = bytes as f64;
+        checks.push((
+            format!("{b} B ({} {size}, run {run})", d.scenario()),
+            b <= 300.0,
+        ));
+    }
+    checks
+}
+
+fn failover_check(run: u32, f: &Failover, stop: &str) -> (String, bool) {
+    let limit = if stop == "SIGTERM" {
+        100.0
+    } else {
+        f.lease_ttl_ms as f64 + 500.0
+    };
+    (
+        format!(
+            "forwarding gap {} ms, standby leading after {} ms (run {run})",
+            f.forwarding_gap_ms.cell(),
+            f.takeover_ms.cell(),
+        ),
+        f.forwarding_gap_ms as f64 <= limit && f.takeover_ms.is_some(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_target_is_met_when_every_run_met_it() {
+        let met = |checks: &[bool]| {
+            target("t", checks.iter().map(|ok| ("m".to_owned(), *ok)).collect()).met
+        };
+        assert_eq!(met(&[]), Met::NotMeasured);
+        assert_eq!(met(&[true, true]), Met::Yes);
+        assert_eq!(met(&[true, false]), Met::InSomeRuns);
+        assert_eq!(met(&[false]), Met::No);
+        assert_eq!(
+            target("t", vec![("a".into(), true), ("b".into(), false)]).measured,
+            ["a", "b ✗"]
+        );
+    }
+}

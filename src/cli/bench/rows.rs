@@ -1,0 +1,543 @@
+//! What the scenarios measured: one type per kind of row of the report, named in
+//! JSON by `system` and `scenario` (results.json's `rows` and `redis_benchmark`).
+
+use serde::{Deserialize, Serialize};
+
+/// What one scenario measured in one run: the figures' fields, then `run`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Row {
+    #[serde(flatten)]
+    pub figures: Figures,
+    pub run: u32,
+}
+
+/// A row's figures, by the system that did the work.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "system", rename_all = "lowercase")]
+pub enum Figures {
+    Delayq(Delayq),
+    Ceiling(Ceiling),
+    Bullmq(Bullmq),
+}
+
+impl From<Delayq> for Figures {
+    fn from(d: Delayq) -> Figures {
+        Figures::Delayq(d)
+    }
+}
+
+impl From<Ceiling> for Figures {
+    fn from(c: Ceiling) -> Figures {
+        Figures::Ceiling(c)
+    }
+}
+
+impl From<Bullmq> for Figures {
+    fn from(b: Bullmq) -> Figures {
+        Figures::Bullmq(b)
+    }
+}
+
+/// delayq's scenarios, by name.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "scenario", rename_all = "kebab-case")]
+pub enum Delayq {
+    Burst(Burst),
+    Spread(Spread),
+    BacklogSpread(Spread),
+    IngestHttp(Ingest),
+    IngestHttpBatch(Ingest),
+    IngestInboxDrain(Ingest),
+    IngestInbox(Ingest),
+    FailoverSigterm(Failover),
+    FailoverSigkill(Failover),
+}
+
+/// The same work as a delayq burst, without delayq.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "scenario", rename_all = "kebab-case")]
+pub enum Ceiling {
+    Burst(CeilingBurst),
+}
+
+/// The peer's scenarios.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "scenario", rename_all = "kebab-case")]
+pub enum Bullmq {
+    Burst(PeerBurst),
+    Spread(PeerSpread),
+}
+
+/// What every row measures: how many messages, how fast, at what cost, and what
+/// reached the other end.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Measured {
+    pub messages: u64,
+    /// The load average when the scenario started, as `uptime` prints it.
+    pub load_average: String,
+    pub throughput_per_sec: u64,
+    pub cpu_us_per_message: Cpu,
+    /// The longest PING round trip during the scenario.
+    pub redis_unresponsive_ms: f64,
+    /// The longest event Redis's latency monitor saw.
+    pub redis_longest_event_ms: u64,
+    pub tally: Counts,
+}
+
+/// CPU µs per message: Redis's, and the process's that did the work beside it
+/// (none for the ceiling, whose work is all in Redis).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Cpu {
+    pub redis: f64,
+    #[serde(flatten)]
+    pub process: Option<ProcessCpu>,
+}
+
+/// The worker's CPU, keyed by whose it is; null when it could not be measured
+/// (the failover's two daemons).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcessCpu {
+    Delayq(Option<f64>),
+    Worker(Option<f64>),
+}
+
+impl Cpu {
+    pub fn process_us(&self) -> Option<f64> {
+        match self.process {
+            Some(ProcessCpu::Delayq(us) | ProcessCpu::Worker(us)) => us,
+            None => None,
+        }
+    }
+}
+
+/// What reached the other end, against what was sent.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Counts {
+    pub delivered: u64,
+    pub lost: u64,
+    pub duplicated: u64,
+    /// Entries that were none of the messages sent (stream tallies only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unexpected: Option<u64>,
+    /// Requests the API refused (HTTP ingest only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<u64>,
+}
+
+/// p50, p99, p99.9 and max.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+pub struct Quantiles<T> {
+    pub p50: T,
+    pub p99: T,
+    pub p99_9: T,
+    pub max: T,
+}
+
+/// Lateness in ms: stream entry (or worker pick) time − due time; whole ms, and
+/// below zero when the peer's worker picks a job early.
+pub type Lateness = Quantiles<i64>;
+
+/// delayq's burst: n messages due at one instant, scheduled before the daemon
+/// starts, drained.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Burst {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub schedule_rate_per_sec: u64,
+    /// From the first message's due time to the last's: 0 unless the load was slow.
+    pub due_spread_ms: u64,
+    pub drain_ms: u64,
+    pub lateness_ms: Option<Lateness>,
+    pub bytes_per_pending_message: i64,
+}
+
+/// The ceiling's burst: the same moves as a bare Lua script.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CeilingBurst {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub drain_ms: u64,
+}
+
+/// BullMQ's burst: delayed jobs due at one instant, added before the worker starts.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerBurst {
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// The producer's rate, as it reported it (null when it could not tell).
+    pub schedule_rate_per_sec: Option<u64>,
+    pub drain_ms: u64,
+    pub lateness_ms: Option<Lateness>,
+    pub bytes_per_pending_message: i64,
+    pub worker_concurrency: u32,
+}
+
+/// delayq's spread: a steady rate, each message due shortly after it is sent; with
+/// `backlog`, over a backlog of far-future messages.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Spread {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub rate_per_sec: u64,
+    /// p99 under the limit, the producer kept up and nothing was lost.
+    pub on_time: bool,
+    pub producer_kept_up: bool,
+    pub lateness_ms: Option<Lateness>,
+    #[serde(flatten)]
+    pub backlog: Option<Backlog>,
+}
+
+/// The backlog a backlog spread ran over.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Backlog {
+    pub backlog: u64,
+    pub schedule_rate_per_sec: u64,
+    pub bytes_per_pending_message: i64,
+    /// Counted after the spreads: still all there, none forwarded early.
+    pub backlog_still_pending: u64,
+}
+
+/// BullMQ's spread.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct PeerSpread {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub rate_per_sec: u64,
+    pub on_time: bool,
+    pub producer_kept_up: bool,
+    pub lateness_ms: Option<Lateness>,
+    pub worker_concurrency: u32,
+}
+
+/// Messages into delayq, each due in a day.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Ingest {
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// Each request's round trip (single HTTP pushes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_ms: Option<Quantiles<f64>>,
+    /// Messages a request (batch HTTP).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batch: Option<u64>,
+    /// How fast the inbox entries were XADDed (the inbox paths).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub producer_rate_per_sec: Option<u64>,
+}
+
+/// A spread with the leader stopped mid-way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Failover {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub rate_per_sec: u64,
+    pub lease_ttl_ms: u64,
+    /// From the signal until the standby led; null: it did not in time.
+    pub takeover_ms: Option<f64>,
+    pub old_leader_exit_ms: Option<f64>,
+    /// The longest time between two consecutive stream entries.
+    pub forwarding_gap_ms: u64,
+    pub forwarding_gap_ended_after_stop_ms: i64,
+    pub lateness_ms: Option<Lateness>,
+}
+
+/// One `redis-benchmark` run on the bench Redis (`redis_benchmark` in JSON).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "system", rename = "redis-benchmark")]
+pub struct Reference {
+    pub requests: u64,
+    pub load_average: String,
+    pub results: ReferenceResults,
+    pub run: u32,
+}
+
+/// Requests a second, 50 connections, without and with a pipeline of 16.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReferenceResults {
+    pub xadd_p1_per_sec: u64,
+    pub xadd_p16_per_sec: u64,
+    pub zadd_p1_per_sec: u64,
+    pub zadd_p16_per_sec: u64,
+}
+
+impl Figures {
+    /// The `system` name.
+    pub fn system(&self) -> &'static str {
+        match self {
+            Figures::Delayq(_) => "delayq",
+            Figures::Ceiling(_) => "ceiling",
+            Figures::Bullmq(_) => "bullmq",
+        }
+    }
+
+    pub fn delayq(&self) -> Option<&Delayq> {
+        match self {
+            Figures::Delayq(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// A burst, whichever system drained it.
+    pub fn burst(&self) -> Option<BurstView<'_>> {
+        let (measured, lateness, bytes) = match self {
+            Figures::Delayq(Delayq::Burst(b)) => (
+                &b.measured,
+                b.lateness_ms.as_ref(),
+                Some(b.bytes_per_pending_message),
+            ),
+            Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None),
+            Figures::Bullmq(Bullmq::Burst(p)) => (
+                &p.measured,
+                p.lateness_ms.as_ref(),
+                Some(p.bytes_per_pending_message),
+            ),
+            _ => return None,
+        };
+        Some(BurstView {
+            system: self.system(),
+            measured,
+            lateness,
+            bytes_per_pending_message: bytes,
+        })
+    }
+
+    /// A spread (over a backlog or not), whichever system forwarded it.
+    pub fn spread(&self) -> Option<SpreadView<'_>> {
+        let (measured, rate, on_time, kept_up, lateness, backlog) = match self {
+            Figures::Delayq(Delayq::Spread(s) | Delayq::BacklogSpread(s)) => (
+                &s.measured,
+                s.rate_per_sec,
+                s.on_time,
+                s.producer_kept_up,
+                s.lateness_ms.as_ref(),
+                s.backlog.as_ref().map(|b| b.backlog),
+            ),
+            Figures::Bullmq(Bullmq::Spread(p)) => (
+                &p.measured,
+                p.rate_per_sec,
+                p.on_time,
+                p.producer_kept_up,
+                p.lateness_ms.as_ref(),
+                None,
+            ),
+            _ => return None,
+        };
+        Some(SpreadView {
+            system: self.system(),
+            measured,
+            rate_per_sec: rate,
+            on_time,
+            producer_kept_up: kept_up,
+            lateness,
+            backlog,
+        })
+    }
+}
+
+/// What the burst table shows of any system's burst.
+pub struct BurstView<'a> {
+    pub system: &'static str,
+    pub measured: &'a Measured,
+    pub lateness: Option<&'a Lateness>,
+    pub bytes_per_pending_message: Option<i64>,
+}
+
+/// What the spread table shows of any system's spread.
+pub struct SpreadView<'a> {
+    pub system: &'static str,
+    pub measured: &'a Measured,
+    pub rate_per_sec: u64,
+    pub on_time: bool,
+    pub producer_kept_up: bool,
+    pub lateness: Option<&'a Lateness>,
+    pub backlog: Option<u64>,
+}
+
+impl Delayq {
+    /// The `scenario` name.
+    pub fn scenario(&self) -> &'static str {
+        match self {
+            Delayq::Burst(_) => "burst",
+            Delayq::Spread(_) => "spread",
+            Delayq::BacklogSpread(_) => "backlog-spread",
+            Delayq::IngestHttp(_) => "ingest-http",
+            Delayq::IngestHttpBatch(_) => "ingest-http-batch",
+            Delayq::IngestInboxDrain(_) => "ingest-inbox-drain",
+            Delayq::IngestInbox(_) => "ingest-inbox",
+            Delayq::FailoverSigterm(_) => "failover-sigterm",
+            Delayq::FailoverSigkill(_) => "failover-sigkill",
+        }
+    }
+
+    /// The figures every delayq row has.
+    pub fn measured(&self) -> &Measured {
+        match self {
+            Delayq::Burst(b) => &b.measured,
+            Delayq::Spread(s) | Delayq::BacklogSpread(s) => &s.measured,
+            Delayq::IngestHttp(i)
+            | Delayq::IngestHttpBatch(i)
+            | Delayq::IngestInboxDrain(i)
+            | Delayq::IngestInbox(i) => &i.measured,
+            Delayq::FailoverSigterm(f) | Delayq::FailoverSigkill(f) => &f.measured,
+        }
+    }
+
+    /// An ingest row's figures.
+    pub fn ingest(&self) -> Option<&Ingest> {
+        match self {
+            Delayq::IngestHttp(i)
+            | Delayq::IngestHttpBatch(i)
+            | Delayq::IngestInboxDrain(i)
+            | Delayq::IngestInbox(i) => Some(i),
+            _ => None,
+        }
+    }
+
+    /// A failover row: (the signal's name, its figures).
+    pub fn failover(&self) -> Option<(&'static str, &Failover)> {
+        match self {
+            Delayq::FailoverSigterm(f) => Some(("SIGTERM", f)),
+            Delayq::FailoverSigkill(f) => Some(("SIGKILL", f)),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A row as results.json has it reads as `kind` and writes back the same.
+    #[track_caller]
+    fn check(json: &str, kind: &str) {
+        let value: serde_json::Value = serde_json::from_str(json).expect("JSON");
+        let row: Row = serde_json::from_value(value.clone()).expect("a row");
+        let read = match &row.figures {
+            Figures::Delayq(d) => d.scenario(),
+            Figures::Ceiling(Ceiling::Burst(_)) => "ceiling burst",
+            Figures::Bullmq(Bullmq::Burst(_)) => "bullmq burst",
+            Figures::Bullmq(Bullmq::Spread(_)) => "bullmq spread",
+        };
+        assert_eq!(read, kind);
+        assert_eq!(serde_json::to_value(&row).expect("written"), value);
+    }
+
+    const MEASURED: &str = r#""messages": 1000, "load_average": "0.5 0.4 0.3", "throughput_per_sec": 500, "redis_unresponsive_ms": 2.8, "redis_longest_event_ms": 1"#;
+    const TALLY: &str =
+        r#""tally": {"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}"#;
+    const LATENESS: &str = r#""lateness_ms": {"p50": 2, "p99": 5, "p99_9": 8, "max": 9}"#;
+
+    #[test]
+    fn every_kind_of_row_reads_and_writes_back() {
+        let delayq = r#""cpu_us_per_message": {"redis": 8.0, "delayq": 10.0}"#;
+        let row = |system: &str, scenario: &str, rest: &str| {
+            format!(
+                r#"{{"system": "{system}", "scenario": "{scenario}", {MEASURED}, {rest}, "run": 1}}"#
+            )
+        };
+        check(
+            &row(
+                "delayq",
+                "burst",
+                &format!(
+                    r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246"#
+                ),
+            ),
+            "burst",
+        );
+        check(
+            &row(
+                "ceiling",
+                "burst",
+                &format!(r#""cpu_us_per_message": {{"redis": 1.8}}, {TALLY}, "drain_ms": 5"#),
+            ),
+            "ceiling burst",
+        );
+        let spread = format!(
+            r#"{delayq}, {TALLY}, "rate_per_sec": 500, "on_time": true, "producer_kept_up": true, {LATENESS}"#
+        );
+        check(&row("delayq", "spread", &spread), "spread");
+        check(
+            &row(
+                "delayq",
+                "backlog-spread",
+                &format!(
+                    r#"{spread}, "backlog": 2000, "schedule_rate_per_sec": 18225, "bytes_per_pending_message": 245, "backlog_still_pending": 2000"#
+                ),
+            ),
+            "backlog-spread",
+        );
+        check(
+            &row(
+                "delayq",
+                "ingest-http",
+                &format!(
+                    r#"{delayq}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0, "refused": 0}}, "request_ms": {{"p50": 19.5, "p99": 61.2, "p99_9": 62.1, "max": 62.1}}"#
+                ),
+            ),
+            "ingest-http",
+        );
+        let ingest =
+            format!(r#"{delayq}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0}}"#);
+        check(
+            &row(
+                "delayq",
+                "ingest-http-batch",
+                &format!(r#"{ingest}, "batch": 500"#),
+            ),
+            "ingest-http-batch",
+        );
+        for scenario in ["ingest-inbox-drain", "ingest-inbox"] {
+            check(
+                &row(
+                    "delayq",
+                    scenario,
+                    &format!(r#"{ingest}, "producer_rate_per_sec": 164875"#),
+                ),
+                scenario,
+            );
+        }
+        for scenario in ["failover-sigterm", "failover-sigkill"] {
+            check(
+                &row(
+                    "delayq",
+                    scenario,
+                    &format!(
+                        r#""cpu_us_per_message": {{"redis": 317.8, "delayq": null}}, {TALLY}, "rate_per_sec": 500, "lease_ttl_ms": 2000, "takeover_ms": null, "old_leader_exit_ms": 166.1, "forwarding_gap_ms": 22, "forwarding_gap_ended_after_stop_ms": -484, "lateness_ms": null"#
+                    ),
+                ),
+                scenario,
+            );
+        }
+        let worker = r#""cpu_us_per_message": {"redis": 12.5, "worker": null}"#;
+        check(
+            &row(
+                "bullmq",
+                "burst",
+                &format!(
+                    r#"{worker}, {TALLY}, "schedule_rate_per_sec": null, "drain_ms": 100, "lateness_ms": {{"p50": -1, "p99": 12, "p99_9": 13, "max": 14}}, "bytes_per_pending_message": 500, "worker_concurrency": 100"#
+                ),
+            ),
+            "bullmq burst",
+        );
+        check(
+            &row(
+                "bullmq",
+                "spread",
+                &format!(
+                    r#"{worker}, {TALLY}, "rate_per_sec": 500, "on_time": false, "producer_kept_up": true, {LATENESS}, "worker_concurrency": 100"#
+                ),
+            ),
+            "bullmq spread",
+        );
+    }
+
+    #[test]
+    fn a_row_of_another_kind_is_refused() {
+        let unknown = format!(
+            r#"{{"system": "delayq", "scenario": "sprint", {MEASURED}, "cpu_us_per_message": {{"redis": 1.0}}, {TALLY}, "run": 1}}"#
+        );
+        assert!(serde_json::from_str::<Row>(&unknown).is_err());
+    }
+}

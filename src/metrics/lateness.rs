@@ -1,0 +1,88 @@
+//! Lateness of what this process forwarded, kept in memory for `/v1/stats`.
+
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+
+/// How long the recent lateness window lasts (reported: the last one to two windows).
+const LATENESS_WINDOW: Duration = Duration::from_secs(60);
+
+/// Lateness of the messages this process forwarded, kept for `/v1/stats` (Prometheus
+/// histograms cannot be read back): since start, and recently.
+struct Lateness {
+    since_start: Histogram<u64>,
+    current: Histogram<u64>,
+    previous: Histogram<u64>,
+    current_since: Instant,
+}
+
+fn lateness() -> &'static Mutex<Lateness> {
+    static LATENESS: OnceLock<Mutex<Lateness>> = OnceLock::new();
+    LATENESS.get_or_init(|| {
+        let new =
+            || Histogram::new_with_bounds(1, 24 * 3_600_000, 2).expect("valid histogram bounds");
+        Mutex::new(Lateness {
+            since_start: new(),
+            current: new(),
+            previous: new(),
+            current_since: Instant::now(),
+        })
+    })
+}
+
+impl Lateness {
+    fn rotate(&mut self) {
+        let elapsed = self.current_since.elapsed();
+        if elapsed >= LATENESS_WINDOW {
+            std::mem::swap(&mut self.current, &mut self.previous);
+            self.current.reset();
+            if elapsed >= 2 * LATENESS_WINDOW {
+                self.previous.reset();
+            }
+            self.current_since = Instant::now();
+        }
+    }
+}
+
+/// Records the lateness (forward time − due time, ms) of forwarded messages.
+pub fn record_lateness(lateness_ms: &[u64]) {
+    if lateness_ms.is_empty() {
+        return;
+    }
+    let mut l = lateness().lock().expect("lateness lock");
+    l.rotate();
+    for &ms in lateness_ms {
+        // Zero-lateness forwards count as 1 ms: the histogram's floor.
+        let ms = ms.max(1);
+        l.since_start.saturating_record(ms);
+        l.current.saturating_record(ms);
+    }
+}
+
+/// Percentiles of some forwards' lateness, in ms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LatenessSummary {
+    pub count: u64,
+    pub p50: u64,
+    pub p99: u64,
+    pub max: u64,
+}
+
+fn summarize(h: &Histogram<u64>) -> Option<LatenessSummary> {
+    (!h.is_empty()).then(|| LatenessSummary {
+        count: h.len(),
+        p50: h.value_at_quantile(0.5),
+        p99: h.value_at_quantile(0.99),
+        max: h.max(),
+    })
+}
+
+/// Lateness of what this process forwarded: (the last one to two minutes, since start).
+pub fn lateness_summary() -> (Option<LatenessSummary>, Option<LatenessSummary>) {
+    let mut l = lateness().lock().expect("lateness lock");
+    l.rotate();
+    let mut recent = l.previous.clone();
+    recent.add(&l.current).expect("same bounds");
+    (summarize(&recent), summarize(&l.since_start))
+}

@@ -1,0 +1,92 @@
+//! Metric names, in one place, and the Prometheus recorder.
+//!
+//! A metric, its log field and its config key share one name where they describe
+//! the same thing.
+//!
+//! - `table`: `METRICS`, every metric's type, labels and help text (the README's
+//!   metrics table must equal it).
+//! - `exporter`: the Prometheus recorder (`install`) and the process metrics
+//!   (`upkeep`).
+//! - `pending`: `PendingStreams`, which bounds the per-stream pending series.
+//! - `lateness`: the in-memory lateness histograms behind `/v1/stats`.
+
+mod exporter;
+mod lateness;
+mod pending;
+mod table;
+
+pub use exporter::{install, upkeep};
+pub use lateness::{LatenessSummary, lateness_summary, record_lateness};
+pub use pending::{PendingStreams, REST_OF_STREAMS};
+pub use table::{Described, Kind, METRICS};
+
+pub const SCHEDULED: &str = "delayq_messages_scheduled_total";
+pub const DUPLICATES: &str = "delayq_messages_duplicate_total";
+pub const CANCELLED: &str = "delayq_messages_cancelled_total";
+pub const RESCHEDULED: &str = "delayq_messages_rescheduled_total";
+pub const FORWARDED: &str = "delayq_messages_forwarded_total";
+pub const EXPIRED: &str = "delayq_messages_expired_total";
+pub const DEAD: &str = "delayq_messages_dead_total";
+pub const PENDING: &str = "delayq_pending_messages";
+pub const FORWARD_BATCH: &str = "delayq_forward_batch_messages";
+pub const SCRIPT_SECONDS: &str = "delayq_script_duration_seconds";
+pub const LATENESS_SECONDS: &str = "delayq_forward_lateness_seconds";
+pub const FORWARD_ERRORS: &str = "delayq_forward_errors_total";
+pub const RECORDS_TRIMMED: &str = "delayq_records_trimmed_total";
+pub const IS_LEADER: &str = "delayq_is_leader";
+pub const EPOCH: &str = "delayq_leader_epoch";
+pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
+pub const FENCED: &str = "delayq_fenced_total";
+pub const LEASE_REMAINING: &str = "delayq_lease_remaining_seconds";
+/// Leader leases this standby ended because the leader was gone from Redis.
+pub const LEASES_ENDED: &str = "delayq_leader_leases_ended_total";
+pub const KEEPALIVE_SECONDS: &str = "delayq_keepalive_seconds";
+pub const HTTP_REQUESTS: &str = "delayq_http_requests_total";
+pub const REDELIVERED: &str = "delayq_messages_redelivered_total";
+pub const DEAD_LETTERED: &str = "delayq_messages_dead_lettered_total";
+pub const PENDING_TOO_LONG: &str = "delayq_entries_pending_too_long";
+pub const SWEEP_SECONDS: &str = "delayq_sweep_duration_seconds";
+pub const SWEEP_GROUP_MISSING: &str = "delayq_sweep_group_missing";
+pub const SWEEP_ERRORS: &str = "delayq_sweep_errors_total";
+pub const SWEEP_ENTRIES: &str = "delayq_sweep_entries_total";
+pub const DEAD_REPLAYED: &str = "delayq_dead_letters_replayed_total";
+pub const DEAD_PURGED: &str = "delayq_dead_letters_purged_total";
+pub const HTTP_SECONDS: &str = "delayq_http_request_duration_seconds";
+pub const CONFIG_RELOADS: &str = "delayq_config_reloads_total";
+pub const BUILD_INFO: &str = "delayq_build_info";
+/// Inbox entries handled, by outcome (scheduled, duplicate, rejected).
+pub const INBOX_ENTRIES: &str = "delayq_inbox_entries_total";
+/// Inbox entries taken over from instances that left them unacknowledged.
+pub const INBOX_RECLAIMED: &str = "delayq_inbox_reclaimed_total";
+/// Failed inbox reads or batches (retried with backoff).
+pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
+/// 1 while this node's probe write to Redis succeeds, 0 while Redis refuses writes
+/// (READONLY, OOM, MISCONF) or does not answer.
+pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
+/// Requests refused for a missing or unknown bearer token.
+pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
+/// 1 while etcd answered this node's last query (about every second), 0 while it
+/// does not. Absent without etcd.
+pub const ETCD_REACHABLE: &str = "delayq_etcd_reachable";
+/// Now − due time of the earliest message still scheduled (0 when none is overdue),
+/// by Redis's clock. Set by the leader; 0 on standbys.
+pub const OLDEST_OVERDUE: &str = "delayq_oldest_overdue_seconds";
+/// Messages due and not yet forwarded (a backlog, or one held back by
+/// `forwarder.max_rate`), and how long the limit takes to drain them.
+pub const OVERDUE: &str = "delayq_overdue_messages";
+pub const THROTTLE_DRAIN: &str = "delayq_forward_throttle_drain_seconds";
+
+/// Scheduled messages per target stream, for the largest streams (see
+/// [`PendingStreams`]). Set by the leader; 0 on standbys.
+pub const PENDING_STREAM: &str = "delayq_pending_stream_messages";
+
+/// Process metrics, in the names Prometheus client libraries use (collected by
+/// `metrics-process`; see [`upkeep`]).
+pub const PROCESS_CPU: &str = "process_cpu_seconds_total";
+pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
+pub const PROCESS_VIRTUAL: &str = "process_virtual_memory_bytes";
+pub const PROCESS_VIRTUAL_MAX: &str = "process_virtual_memory_max_bytes";
+pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
+pub const PROCESS_MAX_FDS: &str = "process_max_fds";
+pub const PROCESS_THREADS: &str = "process_threads";
+pub const PROCESS_START: &str = "process_start_time_seconds";
