@@ -190,12 +190,16 @@ impl PingProbe {
             .name("bench-ping-probe".into())
             .spawn(move || {
                 let mut samples = Vec::new();
-                while !flag.load(Ordering::Relaxed) {
+                // At least one sample, however early the probe is stopped.
+                loop {
                     let at = wall_ms();
                     let sent = Instant::now();
                     let _: String = redis::cmd("PING").query(&mut conn)?;
                     let rtt = sent.elapsed();
                     samples.push((at, rtt.as_micros().min(u32::MAX as u128) as u32));
+                    if flag.load(Ordering::Relaxed) {
+                        break;
+                    }
                     if let Some(rest) = Duration::from_millis(1).checked_sub(rtt) {
                         std::thread::sleep(rest);
                     }
@@ -221,7 +225,8 @@ pub struct Probe {
 }
 
 impl Probe {
-    /// The longest round trip of a PING sent between two wall-clock times, in ms.
+    /// The longest round trip of a PING sent between two wall-clock times, in ms,
+    /// rounded up to a tenth (a round trip is never shown as 0).
     pub fn longest_ms(&self, from_ms: u64, to_ms: u64) -> f64 {
         let us = self
             .samples
@@ -230,7 +235,7 @@ impl Probe {
             .map(|(_, rtt)| *rtt)
             .max()
             .unwrap_or(0);
-        (us as f64 / 100.0).round() / 10.0
+        (us as f64 / 100.0).ceil() / 10.0
     }
 
     pub fn longest_overall_ms(&self) -> f64 {
