@@ -144,6 +144,21 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         "no takeover: {}",
         failover[0]
     );
+    // Two rounds: the stopped leader stands by again and the new one is stopped.
+    let rounds = failover[0]["takeovers_ms"].as_array().expect("rounds");
+    assert!(
+        rounds.len() == 2 && rounds.iter().all(Value::is_number),
+        "{}",
+        failover[0]
+    );
+    let q = failover[0]["takeover_quantiles_ms"]
+        .as_array()
+        .expect("quantiles");
+    assert!(
+        q.len() == 3 && q[0].as_f64() <= q[1].as_f64() && q[1].as_f64() <= q[2].as_f64(),
+        "{}",
+        failover[0]
+    );
     assert!(
         failover[0]["forwarding_gap_ms"].as_u64().unwrap_or(0) > 0,
         "{}",

@@ -6,7 +6,9 @@
 //! Two figures: `takeover_ms`, from the signal until the standby answers `/leader`
 //! with 200 (polled every 2 ms), and `forwarding_gap_ms`, the longest time between two
 //! consecutive stream entries while messages kept falling due every millisecond or
-//! so: what a consumer sees.
+//! so: what a consumer sees. With several rounds, the stopped node is started again
+//! as the standby and the new leader is stopped in turn; every round's takeover is
+//! kept, with p50 / p99 / max over them.
 
 use std::time::{Duration, Instant};
 
@@ -46,6 +48,7 @@ impl Bench {
         rate: u64,
         stop_after: Duration,
         lease_ttl: Duration,
+        rounds: u32,
     ) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
@@ -59,15 +62,19 @@ impl Bench {
         );
         let mut leader = self.start_delayq_with("bench-a", &config).await?;
         let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &config)?;
+        let mut standby_since = Instant::now();
         // Let the standby's campaign reach etcd before the leader is stopped.
         tokio::time::sleep(Duration::from_millis(500)).await;
 
+        let rounds = rounds.max(1);
         let tail = match stop {
             Stop::Term => Duration::from_secs(2),
             Stop::Kill => lease_ttl + Duration::from_secs(2),
         };
-        let total = (rate as f64 * (stop_after + Duration::from_secs(1) + tail).as_secs_f64())
-            .round() as u64;
+        let per_round = settle(stop) + Duration::from_millis(300);
+        let total = (rate as f64
+            * (stop_after + Duration::from_secs(1) + per_round * (rounds - 1) + tail).as_secs_f64())
+        .round() as u64;
         let prefix = format!("{}-", stop.name());
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
@@ -79,23 +86,44 @@ impl Bench {
         let jitter = Duration::from_millis(rand::random_range(0..1000));
         tokio::time::sleep(stop_after + jitter).await;
         let stopped_at_ms = self.store.now_ms().await?;
-        let stopped_at = Instant::now();
-        match stop {
-            Stop::Kill => leader.kill(),
-            Stop::Term => leader.signal(libc::SIGTERM),
-        }
-        let mut takeover_ms = None;
+        let mut takeovers_ms = Vec::new();
         let mut old_leader_exit_ms = None;
-        let give_up = stopped_at + lease_ttl + Duration::from_secs(10);
-        while Instant::now() < give_up && (takeover_ms.is_none() || old_leader_exit_ms.is_none()) {
-            if takeover_ms.is_none() && self.leads(&standby).await {
-                takeover_ms = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+        for round in 0..rounds {
+            if round > 0 {
+                // The stopped node stands by again; a standby judges a crashed
+                // leader once it has held its presence for a while.
+                leader.restart()?;
+                std::mem::swap(&mut leader, &mut standby);
+                standby_since = Instant::now();
             }
-            if old_leader_exit_ms.is_none() && !leader.is_running() {
-                old_leader_exit_ms = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+            let settled = standby_since + settle(stop);
+            tokio::time::sleep(settled.saturating_duration_since(Instant::now())).await;
+            let stopped_at = Instant::now();
+            match stop {
+                Stop::Kill => leader.kill(),
+                Stop::Term => leader.signal(libc::SIGTERM),
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            let mut took = None;
+            let mut exited = None;
+            let give_up = stopped_at + lease_ttl + Duration::from_secs(10);
+            while Instant::now() < give_up && (took.is_none() || exited.is_none()) {
+                if took.is_none() && self.leads(&standby).await {
+                    took = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+                }
+                if exited.is_none() && !leader.is_running() {
+                    exited = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            if round == 0 {
+                old_leader_exit_ms = exited;
+            }
+            takeovers_ms.push(took);
+            if took.is_none() {
+                break;
+            }
         }
+        let takeover_ms = takeovers_ms[0];
         let (dues, achieved) = producer.await??;
         let deadline = Instant::now() + SPREAD_DELAY + Duration::from_secs(30);
         self.wait_for_entries(STREAM, total, deadline).await?;
@@ -112,6 +140,8 @@ impl Bench {
         leader.kill();
         let tally = tally_stream(&mut conn, STREAM, &prefix, total, |i| dues[i as usize]).await?;
         let round = |ms: Option<f64>| ms.map(|m| (m * 10.0).round() / 10.0);
+        let takeovers_ms: Vec<Option<f64>> = takeovers_ms.into_iter().map(round).collect();
+        let takeover_quantiles_ms = quantiles(&takeovers_ms);
         let failover = Failover {
             measured: measured(
                 total,
@@ -126,6 +156,8 @@ impl Bench {
             rate_per_sec: rate,
             lease_ttl_ms: lease_ttl.as_millis() as u64,
             takeover_ms: round(takeover_ms),
+            takeovers_ms,
+            takeover_quantiles_ms,
             old_leader_exit_ms: round(old_leader_exit_ms),
             forwarding_gap_ms: tally.longest_gap_ms,
             forwarding_gap_ended_after_stop_ms: tally.longest_gap_end_ms as i64
@@ -137,5 +169,46 @@ impl Bench {
             Stop::Kill => Delayq::FailoverSigkill(failover),
         }
         .into())
+    }
+}
+
+/// How long a new standby stands by before its leader is stopped: for a crash, long
+/// enough to judge the leader gone (it must have held its presence in Redis for 2
+/// s); for a clean stop, long enough for its campaign to reach etcd.
+fn settle(stop: Stop) -> Duration {
+    match stop {
+        Stop::Kill => Duration::from_millis(2_300),
+        Stop::Term => Duration::from_millis(500),
+    }
+}
+
+/// p50, p99 and max of the rounds that took over (nearest rank).
+fn quantiles(takeovers: &[Option<f64>]) -> Option<[f64; 3]> {
+    let mut took: Vec<f64> = takeovers.iter().flatten().copied().collect();
+    if took.is_empty() {
+        return None;
+    }
+    took.sort_by(f64::total_cmp);
+    let rank = |q: f64| took[((q * took.len() as f64).ceil() as usize).clamp(1, took.len()) - 1];
+    Some([rank(0.5), rank(0.99), took[took.len() - 1]])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_take_the_nearest_rank_of_the_rounds_that_took_over() {
+        assert_eq!(quantiles(&[]), None);
+        assert_eq!(quantiles(&[None]), None);
+        assert_eq!(quantiles(&[Some(5.0)]), Some([5.0, 5.0, 5.0]));
+        let rounds: Vec<Option<f64>> = (1..=20).map(|n| Some(n as f64)).collect();
+        assert_eq!(quantiles(&rounds), Some([10.0, 20.0, 20.0]));
+        let rounds: Vec<Option<f64>> = (1..=200).rev().map(|n| Some(n as f64)).collect();
+        assert_eq!(quantiles(&rounds), Some([100.0, 198.0, 200.0]));
+        assert_eq!(
+            quantiles(&[Some(3.0), None, Some(1.0)]),
+            Some([1.0, 3.0, 3.0])
+        );
     }
 }

@@ -87,6 +87,11 @@ pub struct BenchArgs {
     /// Skip failover under load (needs etcd).
     #[arg(long)]
     pub no_failover: bool,
+    /// Rounds of each failover (the leader stopped, started again as the standby,
+    /// the new leader stopped in turn); default by suite: SIGTERM 50 and SIGKILL 20
+    /// in the full suite.
+    #[arg(long)]
+    pub failover_rounds: Option<u32>,
     /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
     #[arg(long, value_parser = crate::message::parse_duration)]
     pub lease_ttl: Option<Duration>,
@@ -135,6 +140,8 @@ struct Plan {
     failover_stops: Vec<failover::Stop>,
     failover_rate: u64,
     failover_after: Duration,
+    /// Rounds of the SIGTERM and of the SIGKILL failover.
+    failover_rounds: (u32, u32),
     lease_ttl: Duration,
 }
 
@@ -158,6 +165,7 @@ impl Plan {
                 failover_stops: vec![failover::Stop::Term],
                 failover_rate: 500,
                 failover_after: Duration::from_secs(1),
+                failover_rounds: (2, 1),
                 lease_ttl: Duration::from_secs(2),
             },
             Suite::Quick => Plan {
@@ -177,6 +185,7 @@ impl Plan {
                 failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
                 failover_rate: 1000,
                 failover_after: Duration::from_secs(3),
+                failover_rounds: (10, 5),
                 lease_ttl: Duration::from_secs(6),
             },
             Suite::Full => Plan {
@@ -196,6 +205,7 @@ impl Plan {
                 failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
                 failover_rate: 1000,
                 failover_after: Duration::from_secs(3),
+                failover_rounds: (50, 20),
                 lease_ttl: Duration::from_secs(6),
             },
         };
@@ -235,6 +245,9 @@ impl Plan {
         if args.no_failover {
             plan.failover_stops.clear();
         }
+        if let Some(rounds) = args.failover_rounds {
+            plan.failover_rounds = (rounds, rounds);
+        }
         if let Some(ttl) = args.lease_ttl {
             plan.lease_ttl = ttl;
         }
@@ -266,6 +279,7 @@ impl Plan {
                 .collect(),
             failover_rate: self.failover_rate,
             failover_after_seconds: self.failover_after.as_secs_f64(),
+            failover_rounds: [self.failover_rounds.0, self.failover_rounds.1],
             lease_ttl_seconds: self.lease_ttl.as_secs_f64(),
         }
     }
@@ -460,6 +474,10 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
                         plan.failover_rate,
                         plan.failover_after,
                         plan.lease_ttl,
+                        match stop {
+                            failover::Stop::Term => plan.failover_rounds.0,
+                            failover::Stop::Kill => plan.failover_rounds.1,
+                        },
                     )
                     .await?);
             }

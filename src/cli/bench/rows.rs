@@ -233,8 +233,16 @@ pub struct Failover {
     pub measured: Measured,
     pub rate_per_sec: u64,
     pub lease_ttl_ms: u64,
-    /// From the signal until the standby led; null: it did not in time.
+    /// From the signal until the standby led; null: it did not in time. The
+    /// first round's.
     pub takeover_ms: Option<f64>,
+    /// Every round's takeover (the leader stopped again after each), in order;
+    /// null for a round whose standby did not lead in time.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub takeovers_ms: Vec<Option<f64>>,
+    /// p50 / p99 / max over the rounds that took over.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub takeover_quantiles_ms: Option<[f64; 3]>,
     pub old_leader_exit_ms: Option<f64>,
     /// The longest time between two consecutive stream entries.
     pub forwarding_gap_ms: u64,

@@ -9,6 +9,20 @@ use crate::cli::bench::rows::{Measured, Quantiles};
 
 /// How a figure reads in a table: "–" for none, whole numbers from 10 000 up in
 /// groups of three digits, anything else as results.json has it.
+/// "N: p50 / p99 / max" over a failover's rounds ("N: –" when none took over).
+fn takeover_rounds(f: &crate::cli::bench::rows::Failover) -> String {
+    match f.takeover_quantiles_ms {
+        Some([p50, p99, max]) => format!(
+            "{}: {} / {} / {}",
+            f.takeovers_ms.len(),
+            p50.cell(),
+            p99.cell(),
+            max.cell()
+        ),
+        None => format!("{}: –", f.takeovers_ms.len()),
+    }
+}
+
 pub(super) trait Cell {
     fn cell(&self) -> String;
 }
@@ -270,6 +284,7 @@ pub fn markdown(report: &Report) -> String {
             f.measured.load_average.clone(),
             f.lease_ttl_ms.cell(),
             f.takeover_ms.cell(),
+            takeover_rounds(f),
             f.old_leader_exit_ms.cell(),
             f.forwarding_gap_ms.cell(),
             lateness(f.lateness_ms.as_ref()),
@@ -279,7 +294,7 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Failover under load: two daemons elected through etcd, the leader stopped mid-spread",
-        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
+        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | rounds: takeover p50 / p99 / max (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
         failover_rows,
     );
 

@@ -69,6 +69,9 @@ pub struct Parameters {
     pub failover: Vec<String>,
     pub failover_rate: u64,
     pub failover_after_seconds: f64,
+    /// Rounds of the SIGTERM and of the SIGKILL failover.
+    #[serde(default)]
+    pub failover_rounds: [u32; 2],
     pub lease_ttl_seconds: f64,
 }
 
