@@ -56,7 +56,8 @@ pub struct PushRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(minimum = 0, maximum = 9)]
     pub priority: Option<u8>,
-    /// How long after it falls due the message may still be delivered, as text.
+    /// How long after it falls due the message may still be delivered, as text;
+    /// past it, it goes to the dead-letter stream (`delayq-reason=expired`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttl: Option<String>,
     /// The same in milliseconds.
