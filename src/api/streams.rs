@@ -239,9 +239,19 @@ pub async fn ack(
     body: Body,
 ) -> Result<Json<Acked>, ApiError> {
     checked_stream(&stream, &state)?;
-    let value = read_json(body, SMALL_BODY * 16).await?;
+    let (group, ids) = parse_ack(&read_json(body, SMALL_BODY * 16).await?)?;
+    let acked = state.store.ack(&stream, &group, &ids).await?;
+    Ok(Json(Acked {
+        stream,
+        group,
+        acked,
+    }))
+}
+
+/// An ack body: the group and the entry ids, each refusal naming its field.
+fn parse_ack(value: &Value) -> Result<(String, Vec<String>), ApiError> {
     let obj = object(
-        &value,
+        value,
         &ACK_KEYS,
         "body must be a JSON object such as {\"group\": \"g\", \"ids\": [\"1-0\"]}",
     )?;
@@ -275,17 +285,33 @@ pub async fn ack(
             ))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let acked = state.store.ack(&stream, &group, &ids).await?;
-    Ok(Json(Acked {
-        stream,
-        group,
-        acked,
-    }))
+    Ok((group, ids))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// What the reader takes, the documented type reads too.
+        #[test]
+        fn an_accepted_ack_is_a_documented_one(body in crate::message::props::json(&["group", "ids"])) {
+            if parse_ack(&body).is_ok() {
+                proptest::prop_assert!(serde_json::from_value::<AckRequest>(body.clone()).is_ok(), "{}", body);
+            }
+        }
+    }
+
+    #[test]
+    fn an_ack_reads_its_group_and_ids() {
+        let body = serde_json::json!({ "group": "g", "ids": ["1-0", "17"] });
+        let (group, ids) = parse_ack(&body).unwrap();
+        assert_eq!(
+            (group.as_str(), ids),
+            ("g", vec!["1-0".to_owned(), "17".to_owned()])
+        );
+        serde_json::from_value::<AckRequest>(body).unwrap();
+    }
 
     #[test]
     fn the_accepted_names_are_the_documented_ones() {

@@ -9,12 +9,14 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::due::{DeliverAt, parse_due};
 use super::push::Pushed;
 use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json};
 use crate::api::{ApiError, AppState, ErrorBody};
+use crate::message::Due;
 use crate::metrics as m;
 use crate::store::{Cancelled, Rescheduled, Status};
 
@@ -237,6 +239,16 @@ pub struct RescheduleRequest {
 
 static RESCHEDULE_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<RescheduleRequest>);
 
+/// A reschedule body: the new due time.
+fn parse_reschedule(value: &Value) -> Result<Due, ApiError> {
+    let obj = object(
+        value,
+        &RESCHEDULE_KEYS,
+        "body must be a JSON object such as {\"delay\": \"5m\"}",
+    )?;
+    parse_due(obj)
+}
+
 /// Move a scheduled message to a new due time (fields, priority and ttl stay)
 #[utoipa::path(
     post,
@@ -262,12 +274,7 @@ pub async fn reschedule(
 ) -> Result<Json<Pushed>, ApiError> {
     let id = path_id(&id)?;
     let value = read_json(body, SMALL_BODY).await?;
-    let obj = object(
-        &value,
-        &RESCHEDULE_KEYS,
-        "body must be a JSON object such as {\"delay\": \"5m\"}",
-    )?;
-    let due = parse_due(obj)?;
+    let due = parse_reschedule(&value)?;
     let limits = &state.config.api.limits;
     limits.check_delay(due)?;
     match state.store.reschedule(&id, due, limits.max_delay).await? {
@@ -295,5 +302,15 @@ mod tests {
     #[test]
     fn a_reschedule_takes_the_due_keys_and_nothing_else() {
         assert_eq!(*RESCHEDULE_KEYS, DUE_KEYS);
+    }
+
+    proptest::proptest! {
+        /// What the reader takes, the documented type reads too.
+        #[test]
+        fn an_accepted_reschedule_is_a_documented_one(body in crate::message::props::json(DUE_KEYS)) {
+            if parse_reschedule(&body).is_ok() {
+                proptest::prop_assert!(serde_json::from_value::<RescheduleRequest>(body.clone()).is_ok(), "{}", body);
+            }
+        }
     }
 }
