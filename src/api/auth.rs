@@ -32,7 +32,7 @@ pub(super) enum Scope {
 
 impl Scope {
     /// The configuration keys whose tokens have this scope or a higher one.
-    fn granted_by(self) -> &'static str {
+    pub(super) fn granted_by(self) -> &'static str {
         match self {
             Scope::Read => "api.read_tokens, api.write_tokens or api.tokens",
             Scope::Write => "api.write_tokens or api.tokens",
@@ -61,8 +61,8 @@ pub(super) enum Access {
 use Access::{Open, Token};
 use Scope::{Admin, Read, Write};
 
-/// Every route (method, pattern as routed) and what it needs. A test holds this
-/// table, the router and the OpenAPI document in step.
+/// Every route (method, pattern as routed) and what it needs. The OpenAPI document
+/// names each scope from here; a test holds this table and the routes in step.
 pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/messages", Token(Write)),
     ("POST", "/v1/messages/batch", Token(Write)),

@@ -2,17 +2,20 @@
 //! again, due now) and purged.
 
 use std::collections::BTreeSet;
+use std::sync::LazyLock;
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
-use super::messages::{check_stream_allowed, read_json};
-use super::streams::{ENTRY_ID_RULE, bad_query, entry_id};
-use super::{ApiError, AppState};
+use super::input::{check_stream_allowed, documented_keys, object, read_json};
+use super::streams::{ENTRY_ID_RULE, StreamPath, bad_query, entry_id};
+use super::{ApiError, AppState, ErrorBody};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
 
@@ -25,10 +28,124 @@ const SCAN_PAGE: usize = 500;
 /// A replay or purge request is a list of ids at most.
 const MAX_BODY: usize = 1 << 20;
 
-#[derive(Debug, Deserialize)]
+/// A page of dead letters.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Start after this stream entry id (the `next` of the page before).
     after: Option<String>,
+    /// At most this many entries: 1 to 10000 (default 100).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<usize>,
+}
+
+/// Which dead letters a replay or purge is about: `ids`, or `"all": true` (in pages:
+/// `after`, `limit`).
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({ "ids": ["order-42"] }))]
+pub struct SelectionRequest {
+    /// Every dead letter carrying one of these message ids.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<String>>,
+    /// Every dead letter (in pages: `after`, `limit`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub all: Option<bool>,
+    /// With `all`: start after this stream entry id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub after: Option<String>,
+    /// With `all`: at most this many entries, 1 to 10000.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1, maximum = 10000)]
+    pub limit: Option<u64>,
+}
+
+static SELECTION_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<SelectionRequest>);
+
+/// A page of a stream's dead letters.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetters {
+    stream: String,
+    dead_letter_stream: String,
+    /// Oldest first.
+    entries: Vec<DeadLetterEntry>,
+    /// The `after` of the next page; null at the end.
+    #[schema(required)]
+    next: Option<String>,
+}
+
+/// A dead letter: the message as it was sent, and what delayq added.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeadLetterEntry {
+    /// The entry in the dead-letter stream.
+    entry_id: String,
+    /// The message id; null if the entry carries none.
+    #[schema(required)]
+    id: Option<String>,
+    /// Why it was dead-lettered.
+    #[schema(required)]
+    reason: Option<String>,
+    /// Deliveries tried.
+    #[schema(required)]
+    attempt: Option<u64>,
+    /// Epoch milliseconds.
+    #[schema(required)]
+    first_delivery: Option<u64>,
+    /// Epoch milliseconds.
+    #[schema(required)]
+    last_delivery: Option<u64>,
+    /// The fields the producer sent: `[name, value]` pairs, in order.
+    fields: Vec<(String, String)>,
+    /// The fields delayq appended, by name.
+    delayq: IndexMap<String, String>,
+}
+
+/// The answer to a replay.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplayAnswer {
+    stream: String,
+    dead_letter_stream: String,
+    /// Scheduled again, due now; removed from the dead-letter stream.
+    replayed: Vec<ReplayedLetter>,
+    /// Left in the dead-letter stream, with why.
+    skipped: Vec<SkippedLetter>,
+    /// Ids asked for that no dead letter carries.
+    not_found: Vec<String>,
+    /// With `all`: the `after` of the next page; null at the end.
+    #[schema(required)]
+    next: Option<String>,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReplayedLetter {
+    #[schema(required)]
+    id: Option<String>,
+    entry_id: String,
+    /// Epoch milliseconds.
+    deliver_at: u64,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SkippedLetter {
+    #[schema(required)]
+    id: Option<String>,
+    entry_id: String,
+    /// `already scheduled`, `no longer in the dead-letter stream` or `carries no
+    /// message id`.
+    why: String,
+}
+
+/// The answer to a purge.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PurgeAnswer {
+    stream: String,
+    dead_letter_stream: String,
+    /// Entries deleted.
+    purged: u64,
+    /// Ids asked for that no dead letter carries.
+    not_found: Vec<String>,
+    /// With `all` and `limit`: the `after` of the next page; null at the end.
+    #[schema(required)]
+    next: Option<String>,
 }
 
 /// A stream name from the path, with its dead-letter stream.
@@ -66,42 +183,57 @@ impl AppState {
     }
 }
 
-fn letter_json(letter: &DeadLetter, attempt_field: &str) -> Value {
+fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
     let number = |name: &str| letter.annotation(name).and_then(|v| v.parse::<u64>().ok());
-    let annotations: Map<String, Value> = letter
-        .annotations
-        .iter()
-        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-        .collect();
-    json!({
-        "entry_id": letter.entry_id,
-        "id": letter.message_id.as_ref().map(|id| id.as_str()),
-        "reason": letter.annotation("delayq-reason"),
-        "attempt": number(attempt_field),
-        "first_delivery": number("delayq-first-delivery"),
-        "last_delivery": number("delayq-last-delivery"),
-        "fields": letter.fields.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>(),
-        "delayq": annotations,
-    })
+    DeadLetterEntry {
+        reason: letter.annotation("delayq-reason").map(str::to_owned),
+        attempt: number(attempt_field),
+        first_delivery: number("delayq-first-delivery"),
+        last_delivery: number("delayq-last-delivery"),
+        id: letter.message_id.as_ref().map(|id| id.as_str().to_owned()),
+        entry_id: letter.entry_id,
+        fields: letter.fields,
+        // A name given twice keeps its last value, as a JSON object would.
+        delayq: letter.annotations.into_iter().collect(),
+    }
 }
 
+/// List a stream's dead letters (oldest first)
+#[utoipa::path(
+    get,
+    path = "/v1/streams/{stream}/dead",
+    operation_id = "listDead",
+    params(StreamPath, ListQuery),
+    responses(
+        (status = 200, description = "a page of dead letters: id, reason, attempts, first and last delivery, original fields; next: cursor or null", body = DeadLetters),
+        (status = 400, description = "query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
+        (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn list(
     State(state): State<AppState>,
-    Path(stream): Path<String>,
+    Path(StreamPath { stream }): Path<StreamPath>,
     query: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<DeadLetters>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
     let Query(query) = query.map_err(bad_query)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
     let (_, attempt_field) = state.own_fields();
-    Ok(Json(json!({
-        "stream": stream,
-        "dead_letter_stream": dead_stream,
-        "entries": letters.iter().map(|l| letter_json(l, attempt_field)).collect::<Vec<_>>(),
-        "next": next,
-    })))
+    Ok(Json(DeadLetters {
+        stream,
+        dead_letter_stream: dead_stream,
+        entries: letters
+            .into_iter()
+            .map(|l| letter_entry(l, attempt_field))
+            .collect(),
+        next,
+    }))
 }
 
 /// Up to `limit` dead letters after `after`, and the cursor of the next page (None:
@@ -135,16 +267,7 @@ enum Selection {
 }
 
 fn parse_selection(body: &Value) -> Result<Selection, ApiError> {
-    let obj = body
-        .as_object()
-        .ok_or_else(|| ApiError::malformed("body must be a JSON object"))?;
-    const KEYS: &[&str] = &["ids", "all", "after", "limit"];
-    if let Some(unknown) = obj.keys().find(|k| !KEYS.contains(&k.as_str())) {
-        return Err(ApiError::invalid(format!(
-            "{unknown}: unknown field (known: {})",
-            KEYS.join(", ")
-        )));
-    }
+    let obj = object(body, &SELECTION_KEYS, "body must be a JSON object")?;
     let all = match obj.get("all") {
         None | Some(Value::Bool(false)) => false,
         Some(Value::Bool(true)) => true,
@@ -251,11 +374,29 @@ async fn select(
     }
 }
 
+/// Schedule dead letters again, due now; removes from the dead-letter stream only what was scheduled
+#[utoipa::path(
+    post,
+    path = "/v1/streams/{stream}/dead/replay",
+    operation_id = "replayDead",
+    params(StreamPath),
+    request_body = SelectionRequest,
+    responses(
+        (status = 200, description = "replayed and skipped, per id", body = ReplayAnswer),
+        (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
+        (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn replay(
     State(state): State<AppState>,
-    Path(stream): Path<String>,
+    Path(StreamPath { stream }): Path<StreamPath>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ReplayAnswer>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
     let selection = parse_selection(&read_json(body, MAX_BODY).await?)?;
     let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
@@ -263,35 +404,68 @@ pub async fn replay(
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     for letter in &letters {
-        let id = letter.message_id.as_ref().map(|id| id.as_str());
-        match state.store.replay_dead_letter(&dead_stream, letter, &stream, id_field, attempt_field).await? {
+        let id = letter.message_id.as_ref().map(|id| id.as_str().to_owned());
+        let entry_id = letter.entry_id.clone();
+        let why = match state
+            .store
+            .replay_dead_letter(&dead_stream, letter, &stream, id_field, attempt_field)
+            .await?
+        {
             Replayed::Replayed { due_ms } => {
                 metrics::counter!(m::DEAD_REPLAYED, "stream" => stream.clone()).increment(1);
-                replayed.push(json!({ "id": id, "entry_id": letter.entry_id, "deliver_at": due_ms }));
+                replayed.push(ReplayedLetter {
+                    id,
+                    entry_id,
+                    deliver_at: due_ms,
+                });
+                continue;
             }
-            Replayed::AlreadyScheduled => skipped.push(json!({ "id": id, "entry_id": letter.entry_id, "why": "already scheduled" })),
-            Replayed::Gone => skipped.push(json!({ "id": id, "entry_id": letter.entry_id, "why": "no longer in the dead-letter stream" })),
-            Replayed::Foreign => skipped.push(json!({ "id": id, "entry_id": letter.entry_id, "why": "carries no message id" })),
-        }
+            Replayed::AlreadyScheduled => "already scheduled",
+            Replayed::Gone => "no longer in the dead-letter stream",
+            Replayed::Foreign => "carries no message id",
+        };
+        skipped.push(SkippedLetter {
+            id,
+            entry_id,
+            why: why.to_owned(),
+        });
     }
     if !replayed.is_empty() {
         tracing::info!(%stream, %dead_stream, replayed = replayed.len(), skipped = skipped.len(), "dead letters replayed");
     }
-    Ok(Json(json!({
-        "stream": stream,
-        "dead_letter_stream": dead_stream,
-        "replayed": replayed,
-        "skipped": skipped,
-        "not_found": not_found,
-        "next": next,
-    })))
+    Ok(Json(ReplayAnswer {
+        stream,
+        dead_letter_stream: dead_stream,
+        replayed,
+        skipped,
+        not_found,
+        next,
+    }))
 }
 
+/// Delete dead letters
+#[utoipa::path(
+    post,
+    path = "/v1/streams/{stream}/dead/purge",
+    operation_id = "purgeDead",
+    params(StreamPath),
+    request_body = SelectionRequest,
+    responses(
+        (status = 200, description = "purged count", body = PurgeAnswer),
+        (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
+        (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn purge(
     State(state): State<AppState>,
-    Path(stream): Path<String>,
+    Path(StreamPath { stream }): Path<StreamPath>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PurgeAnswer>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
     let selection = parse_selection(&read_json(body, MAX_BODY).await?)?;
     let (purged, not_found, next) = match &selection {
@@ -319,13 +493,13 @@ pub async fn purge(
     };
     metrics::counter!(m::DEAD_PURGED, "stream" => stream.clone()).increment(purged);
     tracing::info!(%stream, %dead_stream, purged, "dead letters purged");
-    Ok(Json(json!({
-        "stream": stream,
-        "dead_letter_stream": dead_stream,
-        "purged": purged,
-        "not_found": not_found,
-        "next": next,
-    })))
+    Ok(Json(PurgeAnswer {
+        stream,
+        dead_letter_stream: dead_stream,
+        purged,
+        not_found,
+        next,
+    }))
 }
 
 #[cfg(test)]
@@ -356,8 +530,16 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn selections_never_panic(body in crate::message::props::json(&["ids", "all", "after", "limit"])) {
-            let _ = parse_selection(&body);
+            // What the reader takes, the documented type reads too.
+            if parse_selection(&body).is_ok() {
+                proptest::prop_assert!(serde_json::from_value::<SelectionRequest>(body.clone()).is_ok(), "{}", body);
+            }
         }
+    }
+
+    #[test]
+    fn the_accepted_keys_are_the_documented_ones() {
+        assert_eq!(*SELECTION_KEYS, ["ids", "all", "after", "limit"]);
     }
 
     #[test]

@@ -4,10 +4,22 @@
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use serde_json::json;
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::message::InvalidMessage;
 use crate::store::StoreError;
+
+/// The body of every error answer.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(as = Error)]
+pub struct ErrorBody {
+    /// Machine-readable code, e.g. `invalid_field`, `stream_not_allowed`,
+    /// `too_large`, `missing_token`.
+    pub error: String,
+    /// Names the input and the rule.
+    pub detail: String,
+}
 
 #[derive(Debug)]
 pub struct ApiError {
@@ -90,11 +102,11 @@ impl From<StoreError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (
-            self.status,
-            Json(json!({ "error": self.code, "detail": self.detail })),
-        )
-            .into_response()
+        let body = ErrorBody {
+            error: self.code.to_owned(),
+            detail: self.detail,
+        };
+        (self.status, Json(body)).into_response()
     }
 }
 
@@ -135,7 +147,11 @@ pub(super) async fn json_errors(response: Response) -> Response {
         _ if text.is_empty() => reason.to_ascii_lowercase(),
         _ => text,
     };
-    let mut response = (status, Json(json!({ "error": code, "detail": detail }))).into_response();
+    let body = ErrorBody {
+        error: code,
+        detail,
+    };
+    let mut response = (status, Json(body)).into_response();
     for (name, value) in &parts.headers {
         if name != axum::http::header::CONTENT_TYPE && name != axum::http::header::CONTENT_LENGTH {
             response.headers_mut().insert(name, value.clone());

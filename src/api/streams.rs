@@ -1,6 +1,7 @@
 //! Consumption over HTTP, for clients without Redis: `GET /v1/streams/{stream}/next`
 //! long-polls a consumer group, `POST /v1/streams/{stream}/ack` acknowledges.
 
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use axum::Json;
@@ -8,17 +9,95 @@ use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::openapi::path::ParameterIn;
+use utoipa::{IntoParams, ToSchema};
 
-use super::messages::{SMALL_BODY, check_stream_allowed, read_json};
-use super::{ApiError, AppState};
+use super::input::{SMALL_BODY, check_stream_allowed, documented_keys, object, read_json};
+use super::{ApiError, AppState, ErrorBody};
 use crate::message::parse_duration_field;
 
 /// Wait when the request names none, unless `api.max_wait` is shorter.
 const DEFAULT_WAIT: Duration = Duration::from_secs(30);
 const MAX_COUNT: usize = 1000;
 const MAX_ACK_IDS: usize = 10_000;
-const NEXT_PARAMS: &[&str] = &["group", "consumer", "wait", "count"];
+
+/// The stream named in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct StreamPath {
+    /// The target stream; must match `streams.allow`.
+    pub stream: String,
+}
+
+/// The parameters of a long poll. [`next`] reads them one by one from the query's
+/// pairs, so that each refusal names its parameter (and a repeated one is not an
+/// error); the names documented here are the only ones it accepts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code, reason = "the handler reads the pairs; this documents them")]
+pub struct NextQuery {
+    /// The consumer group (created on first use, reading from the stream's start).
+    group: String,
+    /// The consumer within the group.
+    consumer: String,
+    /// How long to wait for the first entry: milliseconds or human (`"30s"`); at
+    /// most `api.max_wait`; 0 answers at once.
+    #[param(default = "30s")]
+    wait: Option<String>,
+    /// At most this many entries.
+    #[param(minimum = 1, maximum = 1000, default = 1)]
+    count: Option<usize>,
+}
+
+/// The names of [`NextQuery`]'s parameters, the only ones a long poll accepts.
+static NEXT_PARAMS: LazyLock<Vec<String>> = LazyLock::new(|| {
+    NextQuery::into_params(|| Some(ParameterIn::Query))
+        .into_iter()
+        .map(|p| p.name)
+        .collect()
+});
+
+/// Entries handed to a consumer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Polled {
+    stream: String,
+    group: String,
+    consumer: String,
+    /// Empty when the wait ran out.
+    messages: Vec<Entry>,
+}
+
+/// A stream entry.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Entry {
+    /// The stream entry id, for the ack.
+    #[schema(example = "1700000000000-0")]
+    id: String,
+    /// `[name, value]` pairs, in order.
+    fields: Vec<(String, String)>,
+}
+
+/// Entries of a consumer group to acknowledge.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({ "group": "billing", "ids": ["1700000000000-0"] }))]
+pub struct AckRequest {
+    pub group: String,
+    /// 1 to 10000 stream entry ids.
+    pub ids: Vec<String>,
+}
+
+/// The answer to an ack.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Acked {
+    stream: String,
+    group: String,
+    /// Entries that were pending.
+    acked: u64,
+}
+
+static ACK_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<AckRequest>);
 
 fn checked_stream(stream: &str, state: &AppState) -> Result<(), ApiError> {
     crate::message::validate_stream(stream)?;
@@ -36,20 +115,34 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
     Ok(value.to_owned())
 }
 
-/// `GET /v1/streams/{stream}/next?group=&consumer=&wait=30s&count=1`: entries not yet
-/// delivered to the group, waiting up to `wait` for the first. Each stays pending for
-/// the consumer until acknowledged.
+/// Long-poll a consumer group for entries
+///
+/// Entries not yet delivered to the group, waiting up to `wait` for the first. The
+/// group is created if missing, reading from the stream's start. An entry read stays
+/// pending for the consumer until acknowledged.
+#[utoipa::path(
+    get,
+    path = "/v1/streams/{stream}/next",
+    operation_id = "next",
+    params(StreamPath, NextQuery),
+    responses(
+        (status = 200, description = "entries (an empty list when the wait ran out)", body = Polled),
+        (status = 400, description = "query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 409, description = "the key is not a stream", body = ErrorBody),
+        (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unreachable, or api.max_polls polls waiting already (busy)", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn next(
     State(state): State<AppState>,
-    Path(stream): Path<String>,
+    Path(StreamPath { stream }): Path<StreamPath>,
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Polled>, ApiError> {
     checked_stream(&stream, &state)?;
     let Query(params) = query.map_err(bad_query)?;
-    if let Some((unknown, _)) = params
-        .iter()
-        .find(|(k, _)| !NEXT_PARAMS.contains(&k.as_str()))
-    {
+    if let Some((unknown, _)) = params.iter().find(|(k, _)| !NEXT_PARAMS.contains(k)) {
         return Err(ApiError::invalid(format!(
             "{unknown}: unknown parameter (known: {})",
             NEXT_PARAMS.join(", ")
@@ -93,13 +186,19 @@ pub async fn next(
         .store
         .read_group(&stream, &group, &consumer, count, wait)
         .await?;
-    let messages: Vec<Value> = entries
+    let messages = entries
         .into_iter()
-        .map(|e| json!({ "id": e.id, "fields": e.fields.iter().map(|(k, v)| json!([k, v])).collect::<Vec<_>>() }))
+        .map(|e| Entry {
+            id: e.id,
+            fields: e.fields,
+        })
         .collect();
-    Ok(Json(
-        json!({ "stream": stream, "group": group, "consumer": consumer, "messages": messages }),
-    ))
+    Ok(Json(Polled {
+        stream,
+        group,
+        consumer,
+        messages,
+    }))
 }
 
 /// A query string that cannot be read as parameters.
@@ -116,24 +215,46 @@ pub(super) fn entry_id(id: &str) -> bool {
 pub(super) const ENTRY_ID_RULE: &str =
     "not a stream entry id such as \"1700000000000-0\" (two whole numbers below 2^64)";
 
-/// `POST /v1/streams/{stream}/ack` with `{"group": "g", "ids": ["1700000000000-0"]}`.
+/// Acknowledge entries read with next
+#[utoipa::path(
+    post,
+    path = "/v1/streams/{stream}/ack",
+    operation_id = "ack",
+    params(StreamPath),
+    request_body = AckRequest,
+    responses(
+        (status = 200, description = "acknowledged", body = Acked),
+        (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 409, description = "the key is not a stream", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
+        (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
 pub async fn ack(
     State(state): State<AppState>,
-    Path(stream): Path<String>,
+    Path(StreamPath { stream }): Path<StreamPath>,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Acked>, ApiError> {
     checked_stream(&stream, &state)?;
-    let value = read_json(body, SMALL_BODY * 16).await?;
-    let obj = value.as_object().ok_or_else(|| {
-        ApiError::malformed(
-            "body must be a JSON object such as {\"group\": \"g\", \"ids\": [\"1-0\"]}",
-        )
-    })?;
-    if let Some(unknown) = obj.keys().find(|k| !["group", "ids"].contains(&k.as_str())) {
-        return Err(ApiError::invalid(format!(
-            "{unknown}: unknown field (known: group, ids)"
-        )));
-    }
+    let (group, ids) = parse_ack(&read_json(body, SMALL_BODY * 16).await?)?;
+    let acked = state.store.ack(&stream, &group, &ids).await?;
+    Ok(Json(Acked {
+        stream,
+        group,
+        acked,
+    }))
+}
+
+/// An ack body: the group and the entry ids, each refusal naming its field.
+fn parse_ack(value: &Value) -> Result<(String, Vec<String>), ApiError> {
+    let obj = object(
+        value,
+        &ACK_KEYS,
+        "body must be a JSON object such as {\"group\": \"g\", \"ids\": [\"1-0\"]}",
+    )?;
     let group = match obj.get("group") {
         None => return Err(ApiError::invalid("group: required")),
         Some(Value::String(g)) => name("group", Some(g))?,
@@ -164,15 +285,39 @@ pub async fn ack(
             ))),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let acked = state.store.ack(&stream, &group, &ids).await?;
-    Ok(Json(
-        json!({ "stream": stream, "group": group, "acked": acked }),
-    ))
+    Ok((group, ids))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::entry_id;
+    use super::*;
+
+    proptest::proptest! {
+        /// What the reader takes, the documented type reads too.
+        #[test]
+        fn an_accepted_ack_is_a_documented_one(body in crate::message::props::json(&["group", "ids"])) {
+            if parse_ack(&body).is_ok() {
+                proptest::prop_assert!(serde_json::from_value::<AckRequest>(body.clone()).is_ok(), "{}", body);
+            }
+        }
+    }
+
+    #[test]
+    fn an_ack_reads_its_group_and_ids() {
+        let body = serde_json::json!({ "group": "g", "ids": ["1-0", "17"] });
+        let (group, ids) = parse_ack(&body).unwrap();
+        assert_eq!(
+            (group.as_str(), ids),
+            ("g", vec!["1-0".to_owned(), "17".to_owned()])
+        );
+        serde_json::from_value::<AckRequest>(body).unwrap();
+    }
+
+    #[test]
+    fn the_accepted_names_are_the_documented_ones() {
+        assert_eq!(*NEXT_PARAMS, ["group", "consumer", "wait", "count"]);
+        assert_eq!(*ACK_KEYS, ["group", "ids"]);
+    }
 
     #[test]
     fn entry_ids() {

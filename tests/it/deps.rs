@@ -7,8 +7,8 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 /// Crates only the daemon needs: etcd (and its gRPC stack, which needs protoc), the
-/// HTTP server and client, the CLI, the metrics exporters, service-manager glue and
-/// the benchmark's progress bars.
+/// HTTP server and client, the OpenAPI generator, the CLI, the metrics exporters,
+/// service-manager glue and the benchmark's progress bars.
 const SERVER_ONLY: &[&str] = &[
     "etcd-client",
     "tonic",
@@ -34,6 +34,9 @@ const SERVER_ONLY: &[&str] = &[
     "signal-hook-tokio",
     "indicatif",
     "tempfile",
+    "utoipa",
+    "utoipa-gen",
+    "utoipa-axum",
 ];
 
 /// The normal (not build, not dev) dependencies of the client-only build, by name.

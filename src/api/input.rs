@@ -1,0 +1,111 @@
+//! What every handler reads from a request before its own rules: the body, within a
+//! limit, as a JSON object holding only the keys its documented type names; a
+//! message id from the path; a stream checked against the allow list.
+
+use axum::body::Body;
+use axum::http::StatusCode;
+use serde_json::{Map, Value};
+use utoipa::PartialSchema;
+use utoipa::openapi::{RefOr, Schema};
+
+use super::ApiError;
+use crate::config::Config;
+use crate::message::MessageId;
+
+/// How much of an over-long body is read and dropped before answering 413;
+/// past it the connection is closed under the sender.
+const DRAIN_LIMIT: usize = 8 << 20;
+
+/// Largest body of a request that carries no message (reschedule, ack).
+pub(super) const SMALL_BODY: usize = 64 * 1024;
+
+/// Largest request body: a maximal message with room for JSON escaping and keys.
+pub(super) fn body_limit(config: &Config) -> usize {
+    config.api.limits.max_message_bytes * 2 + 64 * 1024
+}
+
+/// Reads a request body, refusing it past `limit` bytes with a 413 (a body that
+/// breaks off is a 400).
+pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
+    use futures::StreamExt;
+    let mut chunks = body.into_data_stream();
+    let mut bytes = Vec::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                format!("cannot read the request body: {e}"),
+            )
+        })?;
+        if bytes.len() + chunk.len() > limit {
+            // Read the rest (up to a bound) and drop it, so that the client,
+            // still sending, gets this answer instead of a reset connection.
+            let mut drained = bytes.len() + chunk.len();
+            while drained <= DRAIN_LIMIT {
+                match chunks.next().await {
+                    Some(Ok(more)) => drained += more.len(),
+                    _ => break,
+                }
+            }
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                format!("request body is larger than {limit} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
+}
+
+/// The keys a body of type `T` may hold: the properties of its documented schema,
+/// in the order declared. Handlers refuse any other key with this list, so what
+/// the document names and what is accepted are one list.
+pub(super) fn documented_keys<T: PartialSchema>() -> Vec<String> {
+    match T::schema() {
+        RefOr::T(Schema::Object(object)) => object.properties.keys().cloned().collect(),
+        _ => panic!(
+            "{} is not documented as an object with properties",
+            std::any::type_name::<T>()
+        ),
+    }
+}
+
+/// `body` as a JSON object whose keys are all in `known` (else a 400 saying
+/// `not_object`, or a 422 naming the first unknown key and the known ones).
+pub(super) fn object<'a>(
+    body: &'a Value,
+    known: &[String],
+    not_object: &str,
+) -> Result<&'a Map<String, Value>, ApiError> {
+    let obj = body
+        .as_object()
+        .ok_or_else(|| ApiError::malformed(not_object))?;
+    if let Some(unknown) = obj.keys().find(|k| !known.contains(k)) {
+        return Err(ApiError::invalid(format!(
+            "{unknown}: unknown field (known: {})",
+            known.join(", ")
+        )));
+    }
+    Ok(obj)
+}
+
+/// A message id from the path.
+pub(super) fn path_id(id: &str) -> Result<MessageId, ApiError> {
+    MessageId::parse(id)
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "invalid_id", e.to_string()))
+}
+
+/// A stream the configuration lets clients write to and read from (403 otherwise).
+pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), ApiError> {
+    match config.target_refusal(stream) {
+        Some(refusal) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "stream_not_allowed",
+            refusal,
+        )),
+        None => Ok(()),
+    }
+}

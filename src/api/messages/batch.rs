@@ -1,0 +1,217 @@
+//! `POST /v1/messages/batch`: up to `api.max_batch` push bodies in one request,
+//! each answered on its own (in order, with the status a single push would have had).
+
+use std::sync::LazyLock;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use super::push::{PushRequest, parse_push};
+use crate::api::input::{documented_keys, object, read_json};
+use crate::api::{ApiError, AppState, ErrorBody};
+use crate::metrics as m;
+use crate::store::{BatchItem, Scheduled};
+
+/// Push bodies to schedule together.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({ "messages": [
+    { "stream": "orders", "payload": "a", "delay": "1m" },
+    { "stream": "orders", "payload": "b", "delay_ms": 5000, "id": "order-43" },
+] }))]
+pub struct BatchRequest {
+    /// 1 to `api.max_batch` push bodies.
+    pub messages: Vec<PushRequest>,
+}
+
+/// The answer to a batch; typed rather than built as a JSON map, since a batch
+/// answers thousands of items.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchAnswer {
+    /// Items stored as new (or replacing) messages.
+    scheduled: u64,
+    /// Items whose id was known already.
+    duplicates: u64,
+    /// Items refused.
+    failed: u64,
+    /// One per item, in order.
+    results: Vec<ItemResult>,
+}
+
+/// One item's answer, with the status a single push would have had.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+enum ItemResult {
+    /// Stored, or a duplicate: what a single push would have answered.
+    Stored {
+        /// The item's place in `messages`.
+        index: usize,
+        /// What a single push would have answered: 201 or 200.
+        status: u16,
+        id: String,
+        /// Epoch milliseconds by Redis's clock.
+        #[schema(required)]
+        deliver_at: Option<u64>,
+        state: String,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        duplicate: bool,
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        replaced: bool,
+    },
+    /// Refused: the error a single push would have answered.
+    Failed {
+        /// The item's place in `messages`.
+        index: usize,
+        /// What a single push would have answered (4xx, 5xx).
+        status: u16,
+        #[schema(value_type = String)]
+        error: &'static str,
+        /// Starts with `messages[<index>]: `.
+        detail: String,
+    },
+}
+
+impl ItemResult {
+    fn failed(index: usize, e: ApiError) -> Self {
+        ItemResult::Failed {
+            index,
+            status: e.status.as_u16(),
+            error: e.code,
+            detail: format!("messages[{index}]: {}", e.detail),
+        }
+    }
+}
+
+static BATCH_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<BatchRequest>);
+
+/// Schedule up to api.max_batch messages
+///
+/// Each item is a push body and is answered on its own, in order, with the status a
+/// single push would have had.
+#[utoipa::path(
+    post,
+    path = "/v1/messages/batch",
+    operation_id = "pushBatch",
+    request_body = BatchRequest,
+    responses(
+        (status = 200, description = "per-item results", body = BatchAnswer),
+        (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
+        (status = 413, description = "more items than api.max_batch (batch_too_large), or body over api.max_body_bytes", body = ErrorBody),
+        (status = 422, description = "messages missing, not a list, or empty", body = ErrorBody),
+        (status = 503, description = "Redis unreachable: nothing stored, retry the batch", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn batch(
+    State(state): State<AppState>,
+    body: Body,
+) -> Result<Json<BatchAnswer>, ApiError> {
+    // The live configuration: the stream allow list can change on reload.
+    let config = state.current_config();
+    let value = read_json(body, config.api.max_body_bytes).await?;
+    let obj = object(
+        &value,
+        &BATCH_KEYS,
+        "body must be a JSON object such as {\"messages\": [...]}",
+    )?;
+    let items = match obj.get("messages") {
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(ApiError::invalid("messages: must be a list of push bodies")),
+        None => {
+            return Err(ApiError::invalid(
+                "messages: required (a list of push bodies)",
+            ));
+        }
+    };
+    if items.is_empty() {
+        return Err(ApiError::invalid(
+            "messages: must hold at least one message",
+        ));
+    }
+    if items.len() > config.api.max_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "messages: {} items is more than api.max_batch {}; split the batch",
+                items.len(),
+                config.api.max_batch
+            ),
+        ));
+    }
+
+    let mut results: Vec<Option<ItemResult>> = (0..items.len()).map(|_| None).collect();
+    let mut valid = Vec::with_capacity(items.len());
+    let mut positions = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        match parse_push(item, &config) {
+            Ok((msg, mode)) => {
+                valid.push(BatchItem {
+                    msg,
+                    mode,
+                    inbox_entry: None,
+                });
+                positions.push(i);
+            }
+            Err(e) => results[i] = Some(ItemResult::failed(i, e)),
+        }
+    }
+    let outcomes = state
+        .store
+        .schedule_many(&valid, config.api.limits.max_delay, None)
+        .await;
+    let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);
+    let stored_count = valid.len();
+    for ((item, index), outcome) in valid.into_iter().zip(positions).zip(outcomes) {
+        let id = item.msg.id.as_str().to_owned();
+        let stored = |status, deliver_at, state: &str, duplicate, replaced| ItemResult::Stored {
+            index,
+            status,
+            id,
+            deliver_at,
+            state: state.to_owned(),
+            duplicate,
+            replaced,
+        };
+        results[index] = Some(match outcome {
+            Ok(Scheduled::Scheduled { due_ms }) => {
+                scheduled += 1;
+                stored(201, Some(due_ms), "scheduled", false, false)
+            }
+            Ok(Scheduled::Replaced { due_ms }) => {
+                scheduled += 1;
+                stored(200, Some(due_ms), "scheduled", false, true)
+            }
+            Ok(Scheduled::Duplicate { due_ms, state }) => {
+                duplicates += 1;
+                stored(200, due_ms, &state, true, false)
+            }
+            Err(e) => {
+                if e.is_transient() {
+                    unavailable += 1;
+                }
+                ItemResult::failed(index, ApiError::from(e))
+            }
+        });
+    }
+    if unavailable > 0 && unavailable == stored_count {
+        // Nothing could be stored: one answer for the whole batch tells the client to retry it.
+        return Err(ApiError::unavailable(
+            "storage unavailable: no message of the batch could be stored; retry it",
+        ));
+    }
+    metrics::counter!(m::SCHEDULED).increment(scheduled);
+    metrics::counter!(m::DUPLICATES).increment(duplicates);
+    let results: Vec<ItemResult> = results.into_iter().flatten().collect();
+    let failed = results.len() as u64 - scheduled - duplicates;
+    Ok(Json(BatchAnswer {
+        scheduled,
+        duplicates,
+        failed,
+        results,
+    }))
+}

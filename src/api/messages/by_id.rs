@@ -1,0 +1,316 @@
+//! `/v1/messages/{id}`: one message by its id, looked up, cancelled or moved to a
+//! new due time. The id `batch` is served at `/v1/messages/batch` too, whose POST
+//! is the batch push.
+
+use std::sync::LazyLock;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
+
+use super::due::{DeliverAt, parse_due};
+use super::push::Pushed;
+use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json};
+use crate::api::{ApiError, AppState, ErrorBody};
+use crate::message::Due;
+use crate::metrics as m;
+use crate::store::{Cancelled, Rescheduled, Status};
+
+/// The message named in the path.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct IdPath {
+    /// The message id.
+    #[param(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    pub id: String,
+}
+
+/// A message's state: scheduled (with its details); for `records.retention` after it
+/// ended, delivered, expired, dead or cancelled; or corrupt.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageStatus {
+    Scheduled {
+        id: String,
+        /// `scheduled`.
+        state: String,
+        stream: String,
+        /// Epoch milliseconds.
+        deliver_at: u64,
+        priority: u8,
+        /// Epoch milliseconds.
+        created_at: u64,
+        /// Deliveries tried so far.
+        attempt: u64,
+        /// Epoch milliseconds; null without a ttl.
+        #[schema(required)]
+        expires_at: Option<u64>,
+        /// `[name, value]` pairs, in order.
+        fields: Vec<(String, String)>,
+    },
+    Ended {
+        id: String,
+        /// `delivered`, `expired`, `dead` or `cancelled`.
+        state: String,
+        /// The stream written to: the target, its dead-letter stream, or null for a
+        /// cancellation.
+        #[schema(required)]
+        stream: Option<String>,
+        /// The entry written, if any.
+        #[schema(required)]
+        entry_id: Option<String>,
+        /// When it ended, epoch milliseconds.
+        at: u64,
+        attempt: u64,
+    },
+    /// Stored but unreadable; the forwarder will dead-letter it.
+    Corrupt {
+        id: String,
+        /// `corrupt`.
+        state: String,
+        detail: String,
+    },
+}
+
+/// The answer to a cancel.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CancelAnswer {
+    id: String,
+    /// `cancelled`.
+    state: String,
+}
+
+/// A message's state
+#[utoipa::path(
+    get,
+    path = "/v1/messages/{id}",
+    operation_id = "status",
+    params(IdPath),
+    responses(
+        (status = 200, description = "scheduled (with details), or for records.retention after it ended: delivered, expired, dead or cancelled", body = MessageStatus),
+        (status = 400, description = "bad id (invalid_id), or a path that is not UTF-8", body = ErrorBody),
+        (status = 404, description = "unknown (never scheduled, or its record expired)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn status(
+    State(state): State<AppState>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<MessageStatus>, ApiError> {
+    let id = path_id(&id)?;
+    let status = match state.store.get(&id).await? {
+        Status::Unknown => {
+            return Err(ApiError::not_found(format!(
+                "message {id}: unknown (never scheduled, or its record expired)"
+            )));
+        }
+        Status::Corrupt(why) => MessageStatus::Corrupt {
+            id: id.as_str().to_owned(),
+            state: "corrupt".to_owned(),
+            detail: why,
+        },
+        Status::Scheduled(s) => MessageStatus::Scheduled {
+            id: id.as_str().to_owned(),
+            state: "scheduled".to_owned(),
+            stream: s.stream,
+            deliver_at: s.due_ms,
+            priority: s.priority,
+            created_at: s.created_ms,
+            attempt: s.attempt,
+            expires_at: s.expire_at_ms,
+            fields: s.fields,
+        },
+        Status::Done(r) => MessageStatus::Ended {
+            id: id.as_str().to_owned(),
+            state: r.state.as_str().to_owned(),
+            stream: r.stream,
+            entry_id: r.entry_id,
+            at: r.at_ms,
+            attempt: r.attempt,
+        },
+    };
+    Ok(Json(status))
+}
+
+/// Cancel a scheduled message
+#[utoipa::path(
+    delete,
+    path = "/v1/messages/{id}",
+    operation_id = "cancel",
+    params(IdPath),
+    responses(
+        (status = 200, description = "cancelled", body = CancelAnswer),
+        (status = 400, description = "bad id (invalid_id), or a path that is not UTF-8", body = ErrorBody),
+        (status = 404, description = "unknown", body = ErrorBody),
+        (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path(IdPath { id }): Path<IdPath>,
+) -> Result<Json<CancelAnswer>, ApiError> {
+    let id = path_id(&id)?;
+    match state
+        .store
+        .cancel(&id, state.config.records.retention)
+        .await?
+    {
+        Cancelled::Cancelled => {
+            metrics::counter!(m::CANCELLED).increment(1);
+            Ok(Json(CancelAnswer {
+                id: id.as_str().to_owned(),
+                state: "cancelled".to_owned(),
+            }))
+        }
+        Cancelled::AlreadyDone(done) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_final",
+            format!(
+                "message {id}: already {}, cannot be cancelled",
+                done.as_str()
+            ),
+        )),
+        Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}
+
+fn batch_id() -> Path<IdPath> {
+    Path(IdPath {
+        id: "batch".to_owned(),
+    })
+}
+
+/// Look up the message whose id is "batch" (as GET /v1/messages/{id})
+#[utoipa::path(
+    get,
+    path = "/v1/messages/batch",
+    operation_id = "statusOfBatchId",
+    responses(
+        (status = 200, description = "state", body = MessageStatus),
+        (status = 404, description = "unknown", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn status_of_batch(state: State<AppState>) -> Result<Json<MessageStatus>, ApiError> {
+    // The static segment wins over `{id}`: this still reaches the message "batch".
+    status(state, batch_id()).await
+}
+
+/// Cancel the message whose id is "batch" (as DELETE /v1/messages/{id})
+#[utoipa::path(
+    delete,
+    path = "/v1/messages/batch",
+    operation_id = "cancelBatchId",
+    responses(
+        (status = 200, description = "cancelled", body = CancelAnswer),
+        (status = 404, description = "unknown", body = ErrorBody),
+        (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn cancel_of_batch(state: State<AppState>) -> Result<Json<CancelAnswer>, ApiError> {
+    cancel(state, batch_id()).await
+}
+
+/// A new due time for a scheduled message: exactly one of `delay`, `delay_ms` and
+/// `deliver_at`.
+#[derive(Debug, Deserialize, Serialize, ToSchema)]
+#[schema(example = json!({ "delay": "5m" }))]
+pub struct RescheduleRequest {
+    /// In how long from now, as text such as `"20m"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay: Option<String>,
+    /// In how many milliseconds from now.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<u64>,
+    /// When (a time in the past: as soon as possible).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deliver_at: Option<DeliverAt>,
+}
+
+static RESCHEDULE_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<RescheduleRequest>);
+
+/// A reschedule body: the new due time.
+fn parse_reschedule(value: &Value) -> Result<Due, ApiError> {
+    let obj = object(
+        value,
+        &RESCHEDULE_KEYS,
+        "body must be a JSON object such as {\"delay\": \"5m\"}",
+    )?;
+    parse_due(obj)
+}
+
+/// Move a scheduled message to a new due time (fields, priority and ttl stay)
+#[utoipa::path(
+    post,
+    path = "/v1/messages/{id}/reschedule",
+    operation_id = "reschedule",
+    params(IdPath),
+    request_body = RescheduleRequest,
+    responses(
+        (status = 200, description = "rescheduled", body = Pushed),
+        (status = 400, description = "bad id (invalid_id), or body is not JSON", body = ErrorBody),
+        (status = 404, description = "unknown", body = ErrorBody),
+        (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
+        (status = 422, description = "bad, negative or too distant due time", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
+    ),
+    security(("bearer" = [])),
+)]
+pub async fn reschedule(
+    State(state): State<AppState>,
+    Path(IdPath { id }): Path<IdPath>,
+    body: Body,
+) -> Result<Json<Pushed>, ApiError> {
+    let id = path_id(&id)?;
+    let value = read_json(body, SMALL_BODY).await?;
+    let due = parse_reschedule(&value)?;
+    let limits = &state.config.api.limits;
+    limits.check_delay(due)?;
+    match state.store.reschedule(&id, due, limits.max_delay).await? {
+        Rescheduled::Rescheduled { due_ms } => {
+            metrics::counter!(m::RESCHEDULED).increment(1);
+            Ok(Json(Pushed::scheduled(&id, due_ms)))
+        }
+        Rescheduled::NotScheduled(done) => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_final",
+            format!(
+                "message {id}: already {}, cannot be rescheduled",
+                done.as_str()
+            ),
+        )),
+        Rescheduled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::due::DUE_KEYS;
+    use super::*;
+
+    #[test]
+    fn a_reschedule_takes_the_due_keys_and_nothing_else() {
+        assert_eq!(*RESCHEDULE_KEYS, DUE_KEYS);
+    }
+
+    proptest::proptest! {
+        /// What the reader takes, the documented type reads too.
+        #[test]
+        fn an_accepted_reschedule_is_a_documented_one(body in crate::message::props::json(DUE_KEYS)) {
+            if parse_reschedule(&body).is_ok() {
+                proptest::prop_assert!(serde_json::from_value::<RescheduleRequest>(body.clone()).is_ok(), "{}", body);
+            }
+        }
+    }
+}

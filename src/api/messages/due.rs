@@ -1,0 +1,149 @@
+//! When a message falls due, as a push or a reschedule says it: exactly one of
+//! `delay`, `delay_ms` and `deliver_at`, each refused with a detail naming it.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use utoipa::ToSchema;
+
+use crate::api::ApiError;
+use crate::message::{Due, parse_duration};
+
+/// The fields that say when a message is due; a request gives exactly one.
+pub(super) const DUE_KEYS: &[&str] = &["delay", "delay_ms", "deliver_at"];
+
+/// `deliver_at`: a time, as epoch milliseconds or RFC 3339 text.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum DeliverAt {
+    /// Epoch milliseconds.
+    EpochMs(u64),
+    /// An RFC 3339 time such as `2026-11-22T10:00:00Z`, not before 1970.
+    #[schema(format = DateTime)]
+    Rfc3339(String),
+}
+
+/// The due time of a push or a reschedule, read from the body's keys (a due-time key
+/// that is present but unusable is refused, not ignored).
+pub(super) fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
+    let given: Vec<&str> = DUE_KEYS
+        .iter()
+        .copied()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    match given[..] {
+        ["delay"] => Ok(Due::In(human_duration("delay", &obj["delay"])?)),
+        ["delay_ms"] => Ok(Due::In(Duration::from_millis(non_negative_ms(
+            "delay_ms",
+            &obj["delay_ms"],
+        )?))),
+        ["deliver_at"] => parse_deliver_at(&obj["deliver_at"]),
+        [] => Err(ApiError::invalid(
+            "delay: required (or delay_ms, or deliver_at)",
+        )),
+        _ => Err(ApiError::invalid(format!(
+            "{}: give only one",
+            given.join(", ")
+        ))),
+    }
+}
+
+/// Parses `"20m"`-style text; a leading minus is called out as negative.
+pub(super) fn human_duration(key: &str, v: &Value) -> Result<Duration, ApiError> {
+    match v {
+        Value::String(s) if s.trim_start().starts_with('-') => Err(ApiError::invalid(format!(
+            "{key} {s:?}: must not be negative"
+        ))),
+        Value::String(s) => parse_duration(s).map_err(|e| ApiError::invalid(format!("{key}: {e}"))),
+        Value::Number(_) => Err(ApiError::invalid(format!(
+            "{key}: must be text such as \"20m\"; for milliseconds use {key}_ms"
+        ))),
+        _ => Err(ApiError::invalid(format!(
+            "{key}: must be text such as \"20m\""
+        ))),
+    }
+}
+
+pub(super) fn non_negative_ms(key: &str, v: &Value) -> Result<u64, ApiError> {
+    match v {
+        Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => Err(ApiError::invalid(format!(
+            "{key} {n}: must not be negative"
+        ))),
+        Value::Number(n) => n.as_u64().ok_or_else(|| {
+            ApiError::invalid(format!("{key} {n}: must be a whole number of milliseconds"))
+        }),
+        _ => Err(ApiError::invalid(format!(
+            "{key}: must be a whole number of milliseconds"
+        ))),
+    }
+}
+
+pub(super) fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
+    match v {
+        Value::Number(_) => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
+        Value::String(s) => {
+            let ts: jiff::Timestamp = s.parse().map_err(|e| {
+                ApiError::invalid(format!(
+                    "deliver_at {s:?}: not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"
+                ))
+            })?;
+            let ms = ts.as_millisecond();
+            if ms < 0 {
+                return Err(ApiError::invalid(format!("deliver_at {s:?}: before 1970")));
+            }
+            Ok(Due::At(ms as u64))
+        }
+        _ => Err(ApiError::invalid(
+            "deliver_at: must be epoch milliseconds or an RFC 3339 time",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+    use crate::message::props::{expect, text};
+
+    proptest! {
+        #[test]
+        fn deliver_at_never_panics(due in crate::message::props::json(DUE_KEYS)) {
+            let _ = parse_deliver_at(&due);
+        }
+
+        #[test]
+        fn deliver_at_epoch_ms_round_trips(ms: u64) {
+            expect(&ms.to_string(), parse_deliver_at(&json!(ms)), Some(Due::At(ms)))?;
+        }
+
+        #[test]
+        fn deliver_at_rfc3339_round_trips(ms in 0..=jiff::Timestamp::MAX.as_millisecond()) {
+            let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
+            expect(&text, parse_deliver_at(&json!(text)), Some(Due::At(ms as u64)))?;
+        }
+
+        #[test]
+        fn deliver_at_before_1970_is_refused(ms in jiff::Timestamp::MIN.as_millisecond()..0) {
+            let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
+            expect(&text, parse_deliver_at(&json!(text)), None)?;
+            expect(&text, parse_deliver_at(&json!(ms)), None)?;
+        }
+
+        #[test]
+        fn deliver_at_text_that_is_not_a_time_is_refused(text in text()) {
+            prop_assume!(text.parse::<jiff::Timestamp>().is_err());
+            expect(&text, parse_deliver_at(&json!(text)), None)?;
+        }
+
+        /// What the reader takes as a `deliver_at`, the documented type reads too.
+        #[test]
+        fn an_accepted_deliver_at_is_a_documented_one(due in crate::message::props::json(DUE_KEYS)) {
+            if parse_deliver_at(&due).is_ok() {
+                prop_assert!(serde_json::from_value::<DeliverAt>(due.clone()).is_ok(), "{}", due);
+            }
+        }
+    }
+}
