@@ -106,8 +106,8 @@ impl Store {
             } = &items[i];
             let (kind, value) = super::due_args(msg.due);
             inv.arg(inbox_entry.as_deref().unwrap_or(""))
-                .arg(msg.id.as_str())
                 .arg(mode.as_arg())
+                .arg(msg.id.as_str())
                 .arg(kind)
                 .arg(value)
                 .arg(msg.priority)

@@ -8,10 +8,10 @@
 local id = ARGV[1]
 local body = redis.call('HGET', KEYS[2], id)
 if body then
-  local m, why = decode_body(body)
-  if not m then return { 'corrupt', why } end
-  local out = { 'scheduled', m[2], m[4], m[5], m[6], m[7], m[8] }
-  for i = 1, #m[3] do out[#out + 1] = m[3][i] end
+  local msg, why = decode_body(body)
+  if not msg then return { 'corrupt', why } end
+  local out = { 'scheduled', msg.stream, msg.due, msg.priority, msg.created, msg.attempt, msg.expire_at }
+  for i = 1, #msg.fields do out[#out + 1] = msg.fields[i] end
   return out
 end
 local rec = redis.call('HGET', KEYS[3], id)

@@ -24,8 +24,9 @@ if not due then return redis.error_reply(too_far) end
 local fields = {}
 for i = 11, #ARGV do fields[#fields + 1] = ARGV[i] end
 local id = ARGV[2]
+local new = { stream = ARGV[9], fields = fields, priority = tonumber(ARGV[7]), ttl = tonumber(ARGV[8]) }
 local status, at, state = store_message({ KEYS[1], KEYS[2], KEYS[3], KEYS[4] }, id, ARGV[3] == 'replace',
-  due, tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9], fields, now)
+  due, new, now)
 if status == 'duplicate' then return { status, at, state } end
 
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)

@@ -8,8 +8,9 @@
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
 -- ARGV[5] inbox consumer group
 -- ARGV[6..] one record per message, in order:
---   inbox entry id ("" = none), id, mode ("new" | "replace"), due kind ("in" | "at"),
---   due value, priority 0-9, ttl ms (0 = none), target stream,
+--   inbox entry id ("" = none), mode ("new" | "replace"), then the message as the
+--   prelude's read_new_message reads it: id, due kind ("in": the due value is a delay in
+--   ms; "at": epoch ms), due value, priority 0-9, ttl ms (0 = none), target stream,
 --   n (number of field/value pairs), field, value, ... (2n values)
 -- returns: { status, due_ms, detail, ... }, three values per message, in order:
 --   "scheduled" | "replaced", due_ms, ""
@@ -39,14 +40,12 @@ local out, acks = {}, {}
 local pending, order, in_way = {}, {}, {}
 local i = 6
 while i <= #ARGV do
-  local entry, id, replace = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'replace'
-  local kind, value, priority, ttl, stream = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
-  local n = tonumber(ARGV[i + 8])
-  local fields = {}
-  for j = i + 9, i + 8 + 2 * n do fields[#fields + 1] = ARGV[j] end
-  i = i + 9 + 2 * n
+  local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
+  local new
+  new, i = read_new_message(ARGV, i + 2)
+  local id = new.id
 
-  local due, too_far = resolve_due(kind, value, max_delay, now)
+  local due, too_far = resolve_due(new.due_kind, new.due_value, max_delay, now)
   local status, at, state
   if not due then
     status, at, state = 'too_far', 0, too_far
@@ -62,7 +61,7 @@ while i <= #ARGV do
     end
     if status ~= 'duplicate' then
       if not pending[id] then order[#order + 1] = id end
-      pending[id] = { due = due, score = score_of(due, priority), body = new_body(stream, fields, due, priority, ttl, now) }
+      pending[id] = { due = due, score = score_of(due, new.priority), body = new_body(new, due, now) }
       at, state = due, ''
     end
   end
