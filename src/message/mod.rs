@@ -4,7 +4,9 @@
 //! - `id.rs`: [`MessageId`] (checks, generation, shard) and [`EntryId`].
 //! - `due.rs`: [`Due`], due-set scores and the durations clients write.
 //! - `validate.rs`: [`NewMessage::validate`] and the rules behind it.
+//! - `codec.rs`: a message as the store's scripts take it.
 
+mod codec;
 mod due;
 mod id;
 mod validate;

@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use super::Result;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScheduleMode {
     /// An id that exists already is a duplicate and nothing changes.
@@ -13,7 +11,7 @@ pub enum ScheduleMode {
 }
 
 impl ScheduleMode {
-    /// The word the schedule scripts take for this mode.
+    /// The word the schedule script takes for this mode.
     pub(super) fn as_arg(self) -> &'static str {
         match self {
             ScheduleMode::New => "new",
@@ -38,23 +36,18 @@ pub enum Scheduled {
 }
 
 impl Scheduled {
-    /// Reads a schedule script's answer for one message: its status, due time and,
-    /// for a duplicate only, the state it is in (`state` is not called otherwise).
-    /// None for a status the scripts do not give.
-    pub(super) fn from_reply(
-        status: &str,
-        due: u64,
-        state: impl FnOnce() -> Result<String>,
-    ) -> Result<Option<Scheduled>> {
-        Ok(Some(match status {
+    /// Reads the schedule script's answer for one message: its status, due time and,
+    /// for a duplicate, the state it is in. None for a status the script does not give.
+    pub(super) fn from_reply(status: &str, due: u64, state: String) -> Option<Scheduled> {
+        Some(match status {
             "scheduled" => Scheduled::Scheduled { due_ms: due },
             "replaced" => Scheduled::Replaced { due_ms: due },
             "duplicate" => Scheduled::Duplicate {
                 due_ms: (due > 0).then_some(due),
-                state: state()?,
+                state,
             },
-            _ => return Ok(None),
-        }))
+            _ => return None,
+        })
     }
 }
 

@@ -255,15 +255,3 @@ local function new_body(new, due, now)
   return encode_body({ stream = new.stream, fields = new.fields, due = due, priority = new.priority,
     created = now, attempt = 1, expire_at = expire_at })
 end
-
--- Stores one message in a shard, idempotently by id (admit's rules). The caller checks
--- the fence and announces wake-ups. keys: { due set, bodies, records, records by expiry }.
--- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
-local function store_message(keys, id, replace, due, new, now)
-  local status, at, state, in_way = admit(keys, id, replace)
-  if status == 'duplicate' then return status, at, state end
-  if in_way then forget_record(keys[3], keys[4], id) end
-  redis.call('HSET', keys[2], id, new_body(new, due, now))
-  redis.call('ZADD', keys[1], score_of(due, new.priority), id)
-  return status, due
-end

@@ -1,6 +1,7 @@
--- schedule_batch.lua: store several messages of one shard, idempotently by id, and
--- acknowledge the inbox entries they came from, in one atomic call: an inbox entry is
--- acknowledged (and deleted from the inbox) exactly when its message is stored.
+-- schedule_batch.lua: store messages of one shard, idempotently by id, and acknowledge
+-- the inbox entries they came from, in one atomic call: an inbox entry is acknowledged
+-- (and deleted from the inbox) exactly when its message is stored. Every message is
+-- stored through here: a single push is a batch of one.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] max delay ms: a due time further than this from now is refused, per message
