@@ -6,13 +6,14 @@
 //! - `validate.rs`: [`NewMessage::validate`] and the rules behind it.
 //! - `codec.rs`: a message as the store's scripts take it.
 
-mod codec;
+pub(crate) mod codec;
 mod due;
 mod id;
 mod validate;
 
 use std::time::Duration;
 
+pub use codec::StoredMessage;
 pub use due::{Due, due_score, parse_duration, parse_duration_field};
 pub use id::{EntryId, MAX_ID_LEN, MessageId};
 pub use validate::{

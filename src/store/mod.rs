@@ -31,7 +31,7 @@ use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::StreamCounts;
 pub use streams::StreamEntry;
 
-use crate::message::{Due, MessageId};
+use crate::message::{Due, MessageId, StoredMessage};
 use crate::secret::RedisUrl;
 
 macro_rules! script {
@@ -188,23 +188,8 @@ impl Store {
             "unknown" => Status::Unknown,
             "corrupt" => Status::Corrupt(string_at(&items, 1)?),
             "scheduled" => {
-                let rest = &items[7.min(items.len())..];
-                let mut fields = Vec::with_capacity(rest.len() / 2);
-                for pair in rest.chunks(2) {
-                    if let [name, value] = pair {
-                        fields.push((text(name)?, text(value)?));
-                    }
-                }
-                let expire_at = int_at(&items, 6)?;
-                Status::Scheduled(ScheduledMessage {
-                    stream: string_at(&items, 1)?,
-                    due_ms: int_at(&items, 2)?,
-                    priority: int_at(&items, 3)? as u8,
-                    created_ms: int_at(&items, 4)?,
-                    attempt: int_at(&items, 5)?,
-                    expire_at_ms: (expire_at > 0).then_some(expire_at),
-                    fields,
-                })
+                let values = array(items.into_iter().nth(1).unwrap_or(Value::Nil))?;
+                Status::Scheduled(StoredMessage::from_values(&values).map_err(StoreError::Reply)?)
             }
             other => {
                 let state = RecordState::parse(other)

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::message::StoredMessage;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScheduleMode {
     /// An id that exists already is a duplicate and nothing changes.
@@ -82,17 +84,6 @@ impl RecordState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScheduledMessage {
-    pub stream: String,
-    pub due_ms: u64,
-    pub priority: u8,
-    pub created_ms: u64,
-    pub attempt: u64,
-    pub expire_at_ms: Option<u64>,
-    pub fields: Vec<(String, String)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub state: RecordState,
     /// The stream written to: the target, its dead-letter stream, or none for a cancellation.
@@ -104,7 +95,7 @@ pub struct Record {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
-    Scheduled(ScheduledMessage),
+    Scheduled(StoredMessage),
     Done(Record),
     /// The body is in Redis but cannot be read; the forwarder will dead-letter it.
     Corrupt(String),

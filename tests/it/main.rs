@@ -21,4 +21,5 @@ mod poison;
 mod reload;
 mod secrets;
 mod store;
+mod stored;
 mod sweep;

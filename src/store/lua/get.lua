@@ -1,7 +1,9 @@
 -- get.lua: a message's state and details. Read-only.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records
 -- ARGV[1] id
--- returns: { "scheduled", stream, due_ms, priority, created_ms, attempt, expire_at_ms, field, value, ... }
+-- returns: { "scheduled", { stream, { field, value, ... }, due_ms, priority, created_ms, attempt,
+--                            expire_at_ms, first_delivered_ms, redelivery_reason } }
+--            (the prelude's body_values: the body schema's fields in order, nil where not set)
 --        | { "corrupt", reason }
 --        | { state, stream, entry_id, at_ms, attempt }  for delivered, expired, dead, cancelled
 --        | { "unknown" }
@@ -10,9 +12,7 @@ local body = redis.call('HGET', KEYS[2], id)
 if body then
   local msg, why = decode_body(body)
   if not msg then return { 'corrupt', why } end
-  local out = { 'scheduled', msg.stream, msg.due, msg.priority, msg.created, msg.attempt, msg.expire_at }
-  for i = 1, #msg.fields do out[#out + 1] = msg.fields[i] end
-  return out
+  return { 'scheduled', body_values(msg) }
 end
 local rec = redis.call('HGET', KEYS[3], id)
 if rec then

@@ -122,6 +122,18 @@ local function encode_body(msg)
   return cmsgpack.pack(body)
 end
 
+-- A message table as a script answers it: the schema's fields after the format, in
+-- order, each one not set as false (nil to the caller). StoredMessage::from_values reads it.
+local function body_values(msg)
+  local names, values = body_layout(), {}
+  for i = 2, #names do
+    local value = msg[names[i]]
+    if value == nil then value = false end
+    values[i - 1] = value
+  end
+  return values
+end
+
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
 -- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
 -- NewMessage::script_args writes). Returns it as a table and the index after it.
