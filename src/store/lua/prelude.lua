@@ -107,16 +107,21 @@ local function body_layout()
   return body_names
 end
 
--- A message table (the schema's names) as a body. Optional fields left out at the end
--- are left out of the body, so it is exactly as long as the message needs; one left out
+-- A message table (the schema's names) as a body. Optional fields not set at the end
+-- are left out of the body, so it is exactly as long as the message needs; one not set
 -- before a field that is set is written as false, so the body stays an array.
 local function encode_body(msg)
-  local names, body, last = body_layout(), { BODY_FORMAT }, 1
+  local names = body_layout()
+  local body, gap = { unpack(names) }, nil -- sized once; every element is overwritten
+  body[1] = BODY_FORMAT
   for i = 2, #names do
     local value = msg[names[i]]
-    if value ~= nil then
-      for hole = last + 1, i - 1 do body[hole] = false end
-      body[i], last = value, i
+    body[i] = value
+    if value == nil then
+      gap = gap or i
+    elseif gap then
+      for hole = gap, i - 1 do body[hole] = false end
+      gap = nil
     end
   end
   return cmsgpack.pack(body)
@@ -136,14 +141,14 @@ end
 
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
 -- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
--- NewMessage::script_args writes). Returns it as a table and the index after it.
+-- NewMessage::script_args writes). Returns them in that order, the pairs as one list,
+-- and the index after them. (As values, not a table: one table less per message.)
 local function read_new_message(argv, i)
   local n = tonumber(argv[i + 6])
   local fields = {}
   for j = 1, 2 * n do fields[j] = argv[i + 6 + j] end
-  local new = { id = argv[i], due_kind = argv[i + 1], due_value = argv[i + 2], priority = tonumber(argv[i + 3]),
-    ttl = tonumber(argv[i + 4]), stream = argv[i + 5], fields = fields }
-  return new, i + 7 + 2 * n
+  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 3]), tonumber(argv[i + 4]), argv[i + 5], fields,
+    i + 7 + 2 * n
 end
 
 local function now_ms()
@@ -260,10 +265,9 @@ local function admit(keys, id, replace)
 end
 
 -- A new message's body: attempt 1, created now; a ttl (ms, 0 = none) counts from the due time.
--- new: { stream, fields, priority, ttl }, as read_new_message gives it.
-local function new_body(new, due, now)
+local function new_body(stream, fields, priority, ttl, due, now)
   local expire_at = 0
-  if new.ttl > 0 then expire_at = due + new.ttl end
-  return encode_body({ stream = new.stream, fields = new.fields, due = due, priority = new.priority,
-    created = now, attempt = 1, expire_at = expire_at })
+  if ttl > 0 then expire_at = due + ttl end
+  return encode_body({ stream = stream, fields = fields, due = due, priority = priority, created = now,
+    attempt = 1, expire_at = expire_at })
 end

@@ -36,24 +36,25 @@ if inbox ~= '' then
 end
 
 -- Bodies and scores are written once for the whole call, so messages stored earlier in
--- this call are tracked here: a repeated id is a duplicate of its earlier self.
-local out, acks = {}, {}
-local pending, order, in_way = {}, {}, {}
+-- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
+-- repeated id is a duplicate of its earlier self, or replaces it.
+local out, n_out, acks = {}, 0, {}
+local slot, order, slot_due, slot_score, slot_body, in_way = {}, {}, {}, {}, {}, {}
 local i = 6
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
-  local new
-  new, i = read_new_message(ARGV, i + 2)
-  local id = new.id
+  local id, due_kind, due_value, priority, ttl, stream, fields
+  id, due_kind, due_value, priority, ttl, stream, fields, i = read_new_message(ARGV, i + 2)
 
-  local due, too_far = resolve_due(new.due_kind, new.due_value, max_delay, now)
+  local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
+  local k = slot[id]
   local status, at, state
   if not due then
     status, at, state = 'too_far', 0, too_far
-  elseif pending[id] and not replace then
-    status, at, state = 'duplicate', pending[id].due, 'scheduled'
+  elseif k and not replace then
+    status, at, state = 'duplicate', slot_due[k], 'scheduled'
   else
-    if pending[id] then
+    if k then
       status = 'replaced'
     else
       local record_in_way
@@ -61,12 +62,17 @@ while i <= #ARGV do
       if record_in_way then in_way[#in_way + 1] = id end
     end
     if status ~= 'duplicate' then
-      if not pending[id] then order[#order + 1] = id end
-      pending[id] = { due = due, score = score_of(due, new.priority), body = new_body(new, due, now) }
+      if not k then
+        k = #order + 1
+        order[k], slot[id] = id, k
+      end
+      slot_due[k], slot_score[k] = due, score_of(due, priority)
+      slot_body[k] = new_body(stream, fields, priority, ttl, due, now)
       at, state = due, ''
     end
   end
-  out[#out + 1] = status; out[#out + 1] = at; out[#out + 1] = state
+  out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
+  n_out = n_out + 3
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
@@ -75,10 +81,9 @@ chunked({ 'HDEL', KEYS[3] }, in_way)
 chunked({ 'ZREM', KEYS[4] }, in_way)
 if #order > 0 then
   local bodies, scores = {}, {}
-  for _, id in ipairs(order) do
-    local p = pending[id]
-    bodies[#bodies + 1] = id; bodies[#bodies + 1] = p.body
-    scores[#scores + 1] = p.score; scores[#scores + 1] = id
+  for k, id in ipairs(order) do
+    bodies[2 * k - 1], bodies[2 * k] = id, slot_body[k]
+    scores[2 * k - 1], scores[2 * k] = slot_score[k], id
   end
   chunked({ 'HSET', KEYS[2] }, bodies)
   chunked({ 'ZADD', KEYS[1] }, scores)
