@@ -141,14 +141,15 @@ end
 
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
 -- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
--- NewMessage::script_args writes). Returns them in that order, the pairs as one list,
--- and the index after them. (As values, not a table: one table less per message.)
+-- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
+-- message as it will be stored (the schema's names; new_body sets the rest), and the
+-- index after it.
 local function read_new_message(argv, i)
   local n = tonumber(argv[i + 6])
   local fields = {}
   for j = 1, 2 * n do fields[j] = argv[i + 6 + j] end
-  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 3]), tonumber(argv[i + 4]), argv[i + 5], fields,
-    i + 7 + 2 * n
+  local msg = { stream = argv[i + 5], fields = fields, priority = tonumber(argv[i + 3]) }
+  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 7 + 2 * n
 end
 
 local function now_ms()
@@ -264,10 +265,11 @@ local function admit(keys, id, replace)
   return 'scheduled', nil, nil, rec ~= false
 end
 
--- A new message's body: attempt 1, created now; a ttl (ms, 0 = none) counts from the due time.
-local function new_body(stream, fields, priority, ttl, due, now)
+-- A new message's body: msg (as read_new_message gives it) due at due, attempt 1, created
+-- now; a ttl (ms, 0 = none) counts from the due time.
+local function new_body(msg, ttl, due, now)
   local expire_at = 0
   if ttl > 0 then expire_at = due + ttl end
-  return encode_body({ stream = stream, fields = fields, due = due, priority = priority, created = now,
-    attempt = 1, expire_at = expire_at })
+  msg.due, msg.created, msg.attempt, msg.expire_at = due, now, 1, expire_at
+  return encode_body(msg)
 end

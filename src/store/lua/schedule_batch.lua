@@ -43,8 +43,8 @@ local slot, order, slot_due, slot_score, slot_body, in_way = {}, {}, {}, {}, {},
 local i = 6
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
-  local id, due_kind, due_value, priority, ttl, stream, fields
-  id, due_kind, due_value, priority, ttl, stream, fields, i = read_new_message(ARGV, i + 2)
+  local id, due_kind, due_value, ttl, msg
+  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 2)
 
   local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
   local k = slot[id]
@@ -66,8 +66,7 @@ while i <= #ARGV do
         k = #order + 1
         order[k], slot[id] = id, k
       end
-      slot_due[k], slot_score[k] = due, score_of(due, priority)
-      slot_body[k] = new_body(stream, fields, priority, ttl, due, now)
+      slot_due[k], slot_score[k], slot_body[k] = due, score_of(due, msg.priority), new_body(msg, ttl, due, now)
       at, state = due, ''
     end
   end
