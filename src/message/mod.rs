@@ -1,10 +1,12 @@
-//! The message model: ids, due times, priorities and the rules a message
-//! must satisfy before it is stored. Everything here is pure.
+//! The message model: ids, due times, priorities, the rules a message must
+//! satisfy before it is stored, and the message as the store holds it. Everything
+//! here is pure (no I/O).
 //!
 //! - `id.rs`: [`MessageId`] (checks, generation, shard) and [`EntryId`].
 //! - `due.rs`: [`Due`], due-set scores and the durations clients write.
 //! - `validate.rs`: [`NewMessage::validate`] and the rules behind it.
-//! - `codec.rs`: a message as the store's scripts take it.
+//! - `codec.rs`: [`StoredMessage`], and how a message crosses into the store's
+//!   scripts and back.
 
 pub(crate) mod codec;
 mod due;

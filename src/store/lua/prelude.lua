@@ -95,7 +95,8 @@ local function decode_body(raw)
 end
 
 -- The schema's names by position, read off it once per call that needs them: the
--- schema applied to a probe whose elements are their own positions.
+-- schema applied to a probe whose elements are their own positions (a body has far
+-- fewer than 64).
 local body_names
 local function body_layout()
   if not body_names then
