@@ -1,5 +1,6 @@
-//! Scheduling many messages at once: one script call per shard (`schedule_batch.lua`),
-//! the calls running concurrently, so a batch costs a few round trips, not one per message.
+//! Scheduling: one `schedule_batch.lua` call per shard, the calls running
+//! concurrently, so a batch costs a few round trips, not one per message. A single
+//! push is a batch of one, so every message reaches the script in one layout.
 
 use std::time::Duration;
 
@@ -30,7 +31,34 @@ pub struct InboxAck<'a> {
     pub group: &'a str,
 }
 
+/// One message of a script call: what [`BatchItem`] holds, borrowed.
+struct ToSchedule<'a> {
+    msg: &'a NewMessage,
+    mode: ScheduleMode,
+    inbox_entry: &'a str,
+}
+
 impl Store {
+    /// Stores a message, idempotently by id (see [`ScheduleMode`]). `max_delay` bounds
+    /// how far from Redis's now it may be due: a message due later is `TooFar`.
+    pub async fn schedule(
+        &self,
+        msg: &NewMessage,
+        mode: ScheduleMode,
+        max_delay: Duration,
+    ) -> Result<Scheduled> {
+        let one = ToSchedule {
+            msg,
+            mode,
+            inbox_entry: "",
+        };
+        let shard = msg.id.shard(self.shards());
+        let mut outcomes = self.schedule_call(shard, &[one], max_delay, None).await?;
+        outcomes
+            .pop()
+            .unwrap_or_else(|| Err(StoreError::Reply("no outcome for the message".into())))
+    }
+
     /// Stores many messages, each idempotently by id as [`Store::schedule`] does, and
     /// acknowledges (and deletes) the inbox entry of each one stored, in the same
     /// atomic call. Outcomes come back in input order: a due time too far ahead is
@@ -56,9 +84,15 @@ impl Store {
                     .map(move |chunk| (shard as u16, chunk))
             })
             .map(|(shard, chunk)| async move {
-                let outcome = self
-                    .schedule_chunk(shard, chunk, items, max_delay, ack)
-                    .await;
+                let messages: Vec<ToSchedule<'_>> = chunk
+                    .iter()
+                    .map(|&i| ToSchedule {
+                        msg: &items[i].msg,
+                        mode: items[i].mode,
+                        inbox_entry: items[i].inbox_entry.as_deref().unwrap_or(""),
+                    })
+                    .collect();
+                let outcome = self.schedule_call(shard, &messages, max_delay, ack).await;
                 (chunk, outcome)
             });
         let mut out: Vec<Option<Result<Scheduled>>> = (0..items.len()).map(|_| None).collect();
@@ -83,11 +117,12 @@ impl Store {
             .collect()
     }
 
-    async fn schedule_chunk(
+    /// One script call storing `messages`, all of shard `shard`: the outcome of each,
+    /// in order, or the call's error.
+    async fn schedule_call(
         &self,
         shard: u16,
-        chunk: &[usize],
-        items: &[BatchItem],
+        messages: &[ToSchedule<'_>],
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
     ) -> Result<Vec<Result<Scheduled>>> {
@@ -98,34 +133,22 @@ impl Store {
             .arg(self.keys.wake_channel())
             .arg(ack.map_or("", |a| a.stream))
             .arg(ack.map_or("", |a| a.group));
-        for &i in chunk {
-            let BatchItem {
-                msg,
-                mode,
-                inbox_entry,
-            } = &items[i];
-            let (kind, value) = super::due_args(msg.due);
-            inv.arg(inbox_entry.as_deref().unwrap_or(""))
-                .arg(msg.id.as_str())
-                .arg(mode.as_arg())
-                .arg(kind)
-                .arg(value)
-                .arg(msg.priority)
-                .arg(msg.ttl.map_or(0, |t| t.as_millis() as u64))
-                .arg(&msg.stream)
-                .arg(msg.fields.len());
-            super::push_fields(&mut inv, &msg.fields);
+        for message in messages {
+            inv.arg(message.inbox_entry).arg(message.mode.as_arg());
+            for arg in message.msg.script_args() {
+                inv.arg(arg);
+            }
         }
         let reply: Value = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
         let values = array(reply)?;
-        if values.len() != chunk.len() * 3 {
+        if values.len() != messages.len() * 3 {
             return Err(StoreError::Reply(format!(
                 "schedule_batch answered {} values for {} messages",
                 values.len(),
-                chunk.len()
+                messages.len()
             )));
         }
         values
@@ -136,7 +159,7 @@ impl Store {
                     let detail = detail.strip_prefix("TOO_FAR ").unwrap_or(&detail);
                     return Ok(Err(StoreError::TooFar(detail.to_owned())));
                 }
-                match Scheduled::from_reply(&status, due, || Ok(detail))? {
+                match Scheduled::from_reply(&status, due, detail) {
                     Some(scheduled) => Ok(Ok(scheduled)),
                     None => Err(StoreError::Reply(format!("schedule_batch said {status:?}"))),
                 }

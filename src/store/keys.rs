@@ -61,8 +61,8 @@ impl Keys {
         (tail == ":due").then(|| shard.parse().ok())?
     }
 
-    /// Pub/sub channel the schedule script publishes to when a message becomes the
-    /// earliest of its shard.
+    /// Pub/sub channel the scripts that schedule a message publish to when the
+    /// shard's earliest due time may have moved earlier.
     pub fn wake_channel(&self) -> String {
         format!("{}:wake", self.prefix)
     }

@@ -31,7 +31,7 @@ use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::StreamCounts;
 pub use streams::StreamEntry;
 
-use crate::message::{Due, MessageId, NewMessage};
+use crate::message::{Due, MessageId, StoredMessage};
 use crate::secret::RedisUrl;
 
 /// Time to live of a node's health probe key (see [`Store::probe_write`]).
@@ -62,7 +62,6 @@ pub use delivery::{
 /// The scripts, compiled into the binary and loaded lazily (`EVALSHA`, then
 /// `SCRIPT LOAD` on `NOSCRIPT`, which also covers a Redis restart or `SCRIPT FLUSH`).
 struct Scripts {
-    schedule: Script,
     reschedule: Script,
     cancel: Script,
     get: Script,
@@ -79,7 +78,6 @@ struct Scripts {
 impl Scripts {
     fn new() -> Self {
         Scripts {
-            schedule: script!("schedule"),
             reschedule: script!("reschedule"),
             cancel: script!("cancel"),
             get: script!("get"),
@@ -180,38 +178,6 @@ impl Store {
         Ok(secs * 1000 + micros / 1000)
     }
 
-    /// Stores a message. `max_delay` bounds how far from Redis's now it may be due.
-    pub async fn schedule(
-        &self,
-        msg: &NewMessage,
-        mode: ScheduleMode,
-        max_delay: Duration,
-    ) -> Result<Scheduled> {
-        let k = self.shard_keys(&msg.id);
-        let (kind, value) = due_args(msg.due);
-        let mut inv = shard_invocation(&self.scripts.schedule, &k);
-        inv.arg(0)
-            .arg(msg.id.as_str())
-            .arg(mode.as_arg())
-            .arg(kind)
-            .arg(value)
-            .arg(max_delay.as_millis() as u64)
-            .arg(msg.priority)
-            .arg(msg.ttl.map_or(0, |t| t.as_millis() as u64))
-            .arg(&msg.stream)
-            .arg(self.keys.wake_channel());
-        push_fields(&mut inv, &msg.fields);
-        let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        let items = array(reply)?;
-        let status = string_at(&items, 0)?;
-        let due = int_at(&items, 1)?;
-        Scheduled::from_reply(&status, due, || string_at(&items, 2))?
-            .ok_or_else(|| StoreError::Reply(format!("schedule said {status:?}")))
-    }
-
     pub async fn get(&self, id: &MessageId) -> Result<Status> {
         let k = self.shard_keys(id);
         let reply: Value = self
@@ -230,23 +196,8 @@ impl Store {
             "unknown" => Status::Unknown,
             "corrupt" => Status::Corrupt(string_at(&items, 1)?),
             "scheduled" => {
-                let rest = &items[7.min(items.len())..];
-                let mut fields = Vec::with_capacity(rest.len() / 2);
-                for pair in rest.chunks(2) {
-                    if let [name, value] = pair {
-                        fields.push((text(name)?, text(value)?));
-                    }
-                }
-                let expire_at = int_at(&items, 6)?;
-                Status::Scheduled(ScheduledMessage {
-                    stream: string_at(&items, 1)?,
-                    due_ms: int_at(&items, 2)?,
-                    priority: int_at(&items, 3)? as u8,
-                    created_ms: int_at(&items, 4)?,
-                    attempt: int_at(&items, 5)?,
-                    expire_at_ms: (expire_at > 0).then_some(expire_at),
-                    fields,
-                })
+                let values = array(items.into_iter().nth(1).unwrap_or(Value::Nil))?;
+                Status::Scheduled(StoredMessage::from_values(&values).map_err(StoreError::Reply)?)
             }
             other => {
                 let state = RecordState::parse(other)
@@ -291,7 +242,7 @@ impl Store {
         max_delay: Duration,
     ) -> Result<Rescheduled> {
         let k = self.shard_keys(id);
-        let (kind, value) = due_args(due);
+        let [due_kind, due_value] = due.script_args();
         let reply: Value = self
             .scripts
             .reschedule
@@ -301,8 +252,8 @@ impl Store {
             .key(&k.fence)
             .arg(0)
             .arg(id.as_str())
-            .arg(kind)
-            .arg(value)
+            .arg(due_kind)
+            .arg(due_value)
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .invoke_async(&mut self.conn.clone())
@@ -498,18 +449,4 @@ fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'
         .key(&k.records_by_expiry)
         .key(&k.fence);
     inv
-}
-
-/// A message's fields as the schedule scripts take them: name, value, name, value, ...
-fn push_fields(inv: &mut ScriptInvocation<'_>, fields: &[(String, String)]) {
-    for (field, value) in fields {
-        inv.arg(field).arg(value);
-    }
-}
-
-fn due_args(due: Due) -> (&'static str, u64) {
-    match due {
-        Due::In(_) => ("in", due.as_ms()),
-        Due::At(_) => ("at", due.as_ms()),
-    }
 }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::Result;
+use crate::message::StoredMessage;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ScheduleMode {
@@ -13,7 +13,7 @@ pub enum ScheduleMode {
 }
 
 impl ScheduleMode {
-    /// The word the schedule scripts take for this mode.
+    /// The word the schedule script takes for this mode.
     pub(super) fn as_arg(self) -> &'static str {
         match self {
             ScheduleMode::New => "new",
@@ -38,23 +38,18 @@ pub enum Scheduled {
 }
 
 impl Scheduled {
-    /// Reads a schedule script's answer for one message: its status, due time and,
-    /// for a duplicate only, the state it is in (`state` is not called otherwise).
-    /// None for a status the scripts do not give.
-    pub(super) fn from_reply(
-        status: &str,
-        due: u64,
-        state: impl FnOnce() -> Result<String>,
-    ) -> Result<Option<Scheduled>> {
-        Ok(Some(match status {
+    /// Reads the schedule script's answer for one message: its status, due time and,
+    /// for a duplicate, the state it is in. None for a status the script does not give.
+    pub(super) fn from_reply(status: &str, due: u64, state: String) -> Option<Scheduled> {
+        Some(match status {
             "scheduled" => Scheduled::Scheduled { due_ms: due },
             "replaced" => Scheduled::Replaced { due_ms: due },
             "duplicate" => Scheduled::Duplicate {
                 due_ms: (due > 0).then_some(due),
-                state: state()?,
+                state,
             },
-            _ => return Ok(None),
-        }))
+            _ => return None,
+        })
     }
 }
 
@@ -89,17 +84,6 @@ impl RecordState {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ScheduledMessage {
-    pub stream: String,
-    pub due_ms: u64,
-    pub priority: u8,
-    pub created_ms: u64,
-    pub attempt: u64,
-    pub expire_at_ms: Option<u64>,
-    pub fields: Vec<(String, String)>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
     pub state: RecordState,
     /// The stream written to: the target, its dead-letter stream, or none for a cancellation.
@@ -111,7 +95,7 @@ pub struct Record {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
-    Scheduled(ScheduledMessage),
+    Scheduled(StoredMessage),
     Done(Record),
     /// The body is in Redis but cannot be read; the forwarder will dead-letter it.
     Corrupt(String),

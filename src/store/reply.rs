@@ -4,6 +4,7 @@
 use redis::Value;
 
 use super::{Result, StoreError};
+use crate::message::codec;
 
 pub(super) fn array(v: Value) -> Result<Vec<Value>> {
     match v {
@@ -16,27 +17,11 @@ pub(super) fn array(v: Value) -> Result<Vec<Value>> {
 }
 
 pub(super) fn text(v: &Value) -> Result<String> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(n) => Ok(n.to_string()),
-        other => Err(StoreError::Reply(format!(
-            "expected a string, got {other:?}"
-        ))),
-    }
+    codec::text(v).map_err(StoreError::Reply)
 }
 
 pub(super) fn int(v: &Value) -> Result<i64> {
-    match v {
-        Value::Int(n) => Ok(*n),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| StoreError::Reply(format!("expected a number, got {b:?}"))),
-        other => Err(StoreError::Reply(format!(
-            "expected a number, got {other:?}"
-        ))),
-    }
+    codec::int(v).map_err(StoreError::Reply)
 }
 
 pub(super) fn string_at(items: &[Value], i: usize) -> Result<String> {

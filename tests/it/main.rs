@@ -23,4 +23,5 @@ mod rate;
 mod reload;
 mod secrets;
 mod store;
+mod stored;
 mod sweep;

@@ -71,16 +71,16 @@ end
 -- each XADD's arguments in one table and nothing it does not need.
 for i, id in ipairs(ids) do
   local body = bodies[i]
-  local rec, stop
+  local rec, stop, msg, why
   if not body then
     moved[#moved + 1] = id -- scheduled without a body: nothing to send, only forget it
   else
-    local m, why = decode_body(body)
-    if not m then
+    msg, why = decode_body(body)
+    if not msg then
       rec, stop = dead_letter(id, why, body, 0)
     else
-      local stream, fields, attempt = m[2], m[3], m[7]
-      local is_expired = m[8] > 0 and now > m[8]
+      local stream, fields, attempt, expire_at = msg.stream, msg.fields, msg.attempt, msg.expire_at
+      local is_expired = expire_at > 0 and now > expire_at
       local target = stream
       if is_expired then target = stream .. dead_suffix end
       local args = { 'XADD', target }
@@ -97,7 +97,7 @@ for i, id in ipairs(ids) do
       if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
       if is_expired then
         args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
-        args[n + 3] = 'delayq-due'; args[n + 4] = m[4]
+        args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
       end
       -- Through pcall: a script error is not rolled back, so one bad target must not
       -- abort the batch after earlier entries were written.
@@ -114,11 +114,11 @@ for i, id in ipairs(ids) do
       else
         -- A delivery's time is its entry id's, which readers take when the record has
         -- no first delivery time; a redelivered message keeps its first one.
-        local first_delivered = m[9]
+        local first_delivered = msg.first_delivered
         if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
-        rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(m[5]) or 0, m[8])
+        rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
         forwarded = forwarded + 1
-        lateness[forwarded] = now - m[4]
+        lateness[forwarded] = now - msg.due
         local count = per_stream[stream]
         if not count then
           count = 0
@@ -133,8 +133,7 @@ for i, id in ipairs(ids) do
       record_args[#record_args + 1] = rec
       recorded[#recorded + 1] = id
     elseif stop == 'park' then
-      local m = decode_body(body)
-      parked[#parked + 1] = score_of(now + PARK_MS, (m and tonumber(m[5])) or 0)
+      parked[#parked + 1] = score_of(now + PARK_MS, (msg and tonumber(msg.priority)) or 0)
       parked[#parked + 1] = id
     elseif stop then
       held_back = stop

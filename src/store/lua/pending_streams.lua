@@ -10,9 +10,9 @@ local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
 local items = reply[2]
 local counts, order = {}, {}
 for k = 2, #items, 2 do
-  local m = decode_body(items[k])
+  local msg = decode_body(items[k])
   local stream = ''
-  if m then stream = m[2] end
+  if msg then stream = msg.stream end
   if not counts[stream] then
     counts[stream] = 0
     order[#order + 1] = stream

@@ -1,10 +1,8 @@
 -- prelude.lua: helpers prepended to every script in this folder.
 --
--- Message body (a shard's bodies hash, field = id), cmsgpack array:
---   { 1 (format), stream, { field, value, ... }, due_ms, priority, created_ms, attempt, expire_at_ms (0 = never),
---     first_delivered_ms, redelivery_reason }
---   The last two are set only on a message redelivered because a consumer group never
---   acknowledged it (bodies written before them simply end after expire_at_ms).
+-- Message body (a shard's bodies hash, field = id): a cmsgpack array, laid out by
+--   body_fields below, the one place that says which position holds which field.
+--   Scripts read and write bodies only through decode_body and encode_body, by name.
 -- Terminal record (a shard's records hash, field = id), a string of five or six lines:
 --   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream
 --     [ "\n" first_delivered_ms [ "\n" priority "\n" expire_at_ms ] ]
@@ -58,6 +56,101 @@ local MAX_FIELD_VALUES = 6000
 -- message stays where it is and is tried again.
 local function own_fault(err)
   return string.find(err, 'WRONGTYPE', 1, true) ~= nil or string.find(err, 'exhausted', 1, true) ~= nil
+end
+
+-- The stored message's schema: which element of a body's array holds which field.
+-- Fields are added at the end: a body written before a field existed simply ends
+-- before it, and reads it as nil.
+local BODY_FORMAT = 1
+local function body_fields(b)
+  return {
+    format = b[1],          -- BODY_FORMAT
+    stream = b[2],          -- the target stream
+    fields = b[3],          -- { field, value, ... }, XADDed as they are
+    due = b[4],             -- ms
+    priority = b[5],        -- 0-9: higher goes first among messages due in the same ms
+    created = b[6],         -- ms, when this attempt was stored
+    attempt = b[7],         -- 1, and one more for each redelivery
+    expire_at = b[8],       -- ms after which it is dead-lettered as expired instead (0 = never)
+    first_delivered = b[9], -- ms, when attempt 1 reached its stream  } only on a message redelivered
+    reason = b[10],         -- why it was redelivered                 } because a group never acked it
+  }
+end
+
+-- A body as a message table with the schema's names, or nil and a reason when it
+-- cannot be read. This runs once per forwarded message: the schema's one table
+-- constructor names the elements, cheaper than any loop over them.
+local function decode_body(raw)
+  local ok, b = pcall(cmsgpack.unpack, raw)
+  if not ok then return nil, 'undecodable body' end
+  if type(b) ~= 'table' then return nil, 'malformed body' end
+  local msg = body_fields(b)
+  local fields = msg.fields
+  if msg.format ~= BODY_FORMAT or type(msg.stream) ~= 'string' or type(fields) ~= 'table'
+      or type(msg.due) ~= 'number' or #fields == 0 or #fields % 2 ~= 0 then
+    return nil, 'malformed body'
+  end
+  if #fields > MAX_FIELD_VALUES then return nil, 'too many fields' end
+  return msg, nil
+end
+
+-- The schema's names by position, read off it once per call that needs them: the
+-- schema applied to a probe whose elements are their own positions (a body has far
+-- fewer than 64).
+local body_names
+local function body_layout()
+  if not body_names then
+    local probe = {}
+    for i = 1, 64 do probe[i] = i end
+    body_names = {}
+    for name, i in pairs(body_fields(probe)) do body_names[i] = name end
+  end
+  return body_names
+end
+
+-- A message table (the schema's names) as a body. Optional fields not set at the end
+-- are left out of the body, so it is exactly as long as the message needs; one not set
+-- before a field that is set is written as false, so the body stays an array.
+local function encode_body(msg)
+  local names = body_layout()
+  local body, gap = { unpack(names) }, nil -- sized once; every element is overwritten
+  body[1] = BODY_FORMAT
+  for i = 2, #names do
+    local value = msg[names[i]]
+    body[i] = value
+    if value == nil then
+      gap = gap or i
+    elseif gap then
+      for hole = gap, i - 1 do body[hole] = false end
+      gap = nil
+    end
+  end
+  return cmsgpack.pack(body)
+end
+
+-- A message table as a script answers it: the schema's fields after the format, in
+-- order, each one not set as false (nil to the caller). StoredMessage::from_values reads it.
+local function body_values(msg)
+  local names, values = body_layout(), {}
+  for i = 2, #names do
+    local value = msg[names[i]]
+    if value == nil then value = false end
+    values[i - 1] = value
+  end
+  return values
+end
+
+-- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
+-- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
+-- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
+-- message as it will be stored (the schema's names; new_body sets the rest), and the
+-- index after it.
+local function read_new_message(argv, i)
+  local n = tonumber(argv[i + 6])
+  local fields = {}
+  for j = 1, 2 * n do fields[j] = argv[i + 6 + j] end
+  local msg = { stream = argv[i + 5], fields = fields, priority = tonumber(argv[i + 3]) }
+  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 7 + 2 * n
 end
 
 local function now_ms()
@@ -135,18 +228,6 @@ local function score_of(due, priority)
   return due * 10 + (9 - priority)
 end
 
--- Body as a table, or nil and a reason when it cannot be read.
-local function decode_body(body)
-  local ok, m = pcall(cmsgpack.unpack, body)
-  if not ok then return nil, 'undecodable body' end
-  if type(m) ~= 'table' or m[1] ~= 1 or type(m[2]) ~= 'string' or type(m[3]) ~= 'table'
-      or type(m[4]) ~= 'number' or #m[3] == 0 or #m[3] % 2 ~= 0 then
-    return nil, 'malformed body'
-  end
-  if #m[3] > MAX_FIELD_VALUES then return nil, 'too many fields' end
-  return m, nil
-end
-
 -- Resolves a due time against now. kind "in": value is a delay in ms; "at": epoch ms.
 -- Returns the due ms (a time in the past means now), or nil and the TOO_FAR text when
 -- it lies more than max_delay ms after now.
@@ -185,21 +266,11 @@ local function admit(keys, id, replace)
   return 'scheduled', nil, nil, rec ~= false
 end
 
--- A new message's body (see the format above); ttl counts from the due time.
-local function new_body(stream, fields, due, priority, ttl, now)
+-- A new message's body: msg (as read_new_message gives it) due at due, attempt 1, created
+-- now; a ttl (ms, 0 = none) counts from the due time.
+local function new_body(msg, ttl, due, now)
   local expire_at = 0
   if ttl > 0 then expire_at = due + ttl end
-  return cmsgpack.pack({ 1, stream, fields, due, priority, now, 1, expire_at })
-end
-
--- Stores one message in a shard, idempotently by id (admit's rules). The caller checks
--- the fence and announces wake-ups. keys: { due set, bodies, records, records by expiry }.
--- returns: "scheduled" | "replaced", due  |  "duplicate", due (0 if no longer scheduled), state
-local function store_message(keys, id, replace, due, priority, ttl, stream, fields, now)
-  local status, at, state, in_way = admit(keys, id, replace)
-  if status == 'duplicate' then return status, at, state end
-  if in_way then forget_record(keys[3], keys[4], id) end
-  redis.call('HSET', keys[2], id, new_body(stream, fields, due, priority, ttl, now))
-  redis.call('ZADD', keys[1], score_of(due, priority), id)
-  return status, due
+  msg.due, msg.created, msg.attempt, msg.expire_at = due, now, 1, expire_at
+  return encode_body(msg)
 end

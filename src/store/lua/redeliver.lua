@@ -109,8 +109,9 @@ local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with c
 -- Priority and the expiry time (due + ttl) come from the delivery record; a redelivery
 -- due past its expiry is dead-lettered as expired by the forward, like any message.
 -- The creation time is the redelivery's.
-local body = { 1, stream, fields, due, priority, now, attempt + 1, expire_at, first_delivered, why }
-redis.call('HSET', KEYS[2], id, cmsgpack.pack(body))
+local body = encode_body({ stream = stream, fields = fields, due = due, priority = priority, created = now,
+  attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why })
+redis.call('HSET', KEYS[2], id, body)
 redis.call('ZADD', KEYS[1], score_of(due, priority), id)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)

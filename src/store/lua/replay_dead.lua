@@ -31,7 +31,7 @@ if redis.call('ZSCORE', KEYS[1], id) then return { 'scheduled' } end
 
 -- A replay starts over: attempt 1, with the full allowance of attempts.
 local now = now_ms()
-redis.call('HSET', KEYS[2], id, cmsgpack.pack({ 1, ARGV[5], fields, now, 0, now, 1, 0 }))
+redis.call('HSET', KEYS[2], id, new_body({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now))
 redis.call('ZADD', KEYS[1], score_of(now, 0), id)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)

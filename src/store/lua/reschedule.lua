@@ -19,18 +19,18 @@ if not body then
   if rec then return { record_state(rec) } end
   return { 'unknown' }
 end
-local m, why = decode_body(body)
-if not m then return redis.error_reply('CORRUPT message ' .. id .. ': ' .. why) end
+local msg, why = decode_body(body)
+if not msg then return redis.error_reply('CORRUPT message ' .. id .. ': ' .. why) end
 
 local now = now_ms()
 local due, too_far = resolve_due(ARGV[3], ARGV[4], ARGV[5], now)
 if not due then return redis.error_reply(too_far) end
 
 -- A ttl counts from the due time, so it moves with it.
-if m[8] > 0 then m[8] = due + (m[8] - m[4]) end
-m[4] = due
-redis.call('HSET', KEYS[2], id, cmsgpack.pack(m))
-redis.call('ZADD', KEYS[1], score_of(due, m[5]), id)
+if msg.expire_at > 0 then msg.expire_at = due + (msg.expire_at - msg.due) end
+msg.due = due
+redis.call('HSET', KEYS[2], id, encode_body(msg))
+redis.call('ZADD', KEYS[1], score_of(due, msg.priority), id)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
 if first[1] == id then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
 return { 'rescheduled', due }

@@ -1,6 +1,7 @@
--- schedule_batch.lua: store several messages of one shard, idempotently by id, and
--- acknowledge the inbox entries they came from, in one atomic call: an inbox entry is
--- acknowledged (and deleted from the inbox) exactly when its message is stored.
+-- schedule_batch.lua: store messages of one shard, idempotently by id, and acknowledge
+-- the inbox entries they came from, in one atomic call: an inbox entry is acknowledged
+-- (and deleted from the inbox) exactly when its message is stored. Every message is
+-- stored through here: a single push is a batch of one.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] max delay ms: a due time further than this from now is refused, per message
@@ -8,8 +9,9 @@
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
 -- ARGV[5] inbox consumer group
 -- ARGV[6..] one record per message, in order:
---   inbox entry id ("" = none), id, mode ("new" | "replace"), due kind ("in" | "at"),
---   due value, priority 0-9, ttl ms (0 = none), target stream,
+--   inbox entry id ("" = none), mode ("new" | "replace"), then the message as the
+--   prelude's read_new_message reads it: id, due kind ("in": the due value is a delay in
+--   ms; "at": epoch ms), due value, priority 0-9, ttl ms (0 = none), target stream,
 --   n (number of field/value pairs), field, value, ... (2n values)
 -- returns: { status, due_ms, detail, ... }, three values per message, in order:
 --   "scheduled" | "replaced", due_ms, ""
@@ -34,26 +36,25 @@ if inbox ~= '' then
 end
 
 -- Bodies and scores are written once for the whole call, so messages stored earlier in
--- this call are tracked here: a repeated id is a duplicate of its earlier self.
-local out, acks = {}, {}
-local pending, order, in_way = {}, {}, {}
+-- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
+-- repeated id is a duplicate of its earlier self, or replaces it.
+local out, n_out, acks = {}, 0, {}
+local slot, order, slot_due, slot_score, slot_body, in_way = {}, {}, {}, {}, {}, {}
 local i = 6
 while i <= #ARGV do
-  local entry, id, replace = ARGV[i], ARGV[i + 1], ARGV[i + 2] == 'replace'
-  local kind, value, priority, ttl, stream = ARGV[i + 3], ARGV[i + 4], tonumber(ARGV[i + 5]), tonumber(ARGV[i + 6]), ARGV[i + 7]
-  local n = tonumber(ARGV[i + 8])
-  local fields = {}
-  for j = i + 9, i + 8 + 2 * n do fields[#fields + 1] = ARGV[j] end
-  i = i + 9 + 2 * n
+  local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
+  local id, due_kind, due_value, ttl, msg
+  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 2)
 
-  local due, too_far = resolve_due(kind, value, max_delay, now)
+  local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
+  local k = slot[id]
   local status, at, state
   if not due then
     status, at, state = 'too_far', 0, too_far
-  elseif pending[id] and not replace then
-    status, at, state = 'duplicate', pending[id].due, 'scheduled'
+  elseif k and not replace then
+    status, at, state = 'duplicate', slot_due[k], 'scheduled'
   else
-    if pending[id] then
+    if k then
       status = 'replaced'
     else
       local record_in_way
@@ -61,12 +62,16 @@ while i <= #ARGV do
       if record_in_way then in_way[#in_way + 1] = id end
     end
     if status ~= 'duplicate' then
-      if not pending[id] then order[#order + 1] = id end
-      pending[id] = { due = due, score = score_of(due, priority), body = new_body(stream, fields, due, priority, ttl, now) }
+      if not k then
+        k = #order + 1
+        order[k], slot[id] = id, k
+      end
+      slot_due[k], slot_score[k], slot_body[k] = due, score_of(due, msg.priority), new_body(msg, ttl, due, now)
       at, state = due, ''
     end
   end
-  out[#out + 1] = status; out[#out + 1] = at; out[#out + 1] = state
+  out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
+  n_out = n_out + 3
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
@@ -75,10 +80,9 @@ chunked({ 'HDEL', KEYS[3] }, in_way)
 chunked({ 'ZREM', KEYS[4] }, in_way)
 if #order > 0 then
   local bodies, scores = {}, {}
-  for _, id in ipairs(order) do
-    local p = pending[id]
-    bodies[#bodies + 1] = id; bodies[#bodies + 1] = p.body
-    scores[#scores + 1] = p.score; scores[#scores + 1] = id
+  for k, id in ipairs(order) do
+    bodies[2 * k - 1], bodies[2 * k] = id, slot_body[k]
+    scores[2 * k - 1], scores[2 * k] = slot_score[k], id
   end
   chunked({ 'HSET', KEYS[2] }, bodies)
   chunked({ 'ZADD', KEYS[1] }, scores)

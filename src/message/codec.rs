@@ -1,0 +1,360 @@
+//! How a message crosses into the store's scripts and back: a new message as the
+//! arguments of a schedule call, and [`StoredMessage`], a scheduled message as the
+//! store holds it, as a script answers it. The Lua side of both is the store's
+//! prelude (`read_new_message`; the body schema `body_fields` and `body_values`).
+
+use redis::{RedisWrite, ToRedisArgs, Value};
+
+use super::{Due, Fields, NewMessage};
+
+/// A scheduled message as the store holds it: what `Store::get` answers. Its fields
+/// are the body schema's (the prelude's `body_fields`), in the same order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredMessage {
+    pub stream: String,
+    pub fields: Fields,
+    pub due_ms: u64,
+    pub priority: u8,
+    /// When this attempt was stored.
+    pub created_ms: u64,
+    /// 1, and one more for each redelivery.
+    pub attempt: u64,
+    /// After this the message is dead-lettered as expired instead of delivered.
+    pub expire_at_ms: Option<u64>,
+    /// On a redelivery: when attempt 1 reached the stream.
+    pub first_delivered_ms: Option<u64>,
+    /// On a redelivery: why it was redelivered (the entry left unacknowledged, by whom).
+    pub redelivery_reason: Option<String>,
+}
+
+impl StoredMessage {
+    /// Reads a stored message as a script answers it (the prelude's `body_values`):
+    /// the schema's fields in order, an optional one nil when it is not set.
+    pub(crate) fn from_values(values: &[Value]) -> Result<StoredMessage, String> {
+        let mut next = Reader(values.iter());
+        Ok(StoredMessage {
+            stream: text(next.required("stream")?)?,
+            fields: pairs(next.required("fields")?)?,
+            due_ms: number(next.required("due")?)?,
+            priority: u8::try_from(number(next.required("priority")?)?)
+                .map_err(|_| "priority above 255".to_owned())?,
+            created_ms: number(next.required("created")?)?,
+            attempt: number(next.required("attempt")?)?,
+            expire_at_ms: Some(number(next.required("expire_at")?)?).filter(|&ms| ms > 0),
+            first_delivered_ms: next
+                .optional()
+                .map(number)
+                .transpose()?
+                .filter(|&ms| ms > 0),
+            redelivery_reason: next
+                .optional()
+                .map(text)
+                .transpose()?
+                .filter(|r| !r.is_empty()),
+        })
+    }
+
+    /// This message as a script answers it: the inverse of [`StoredMessage::from_values`].
+    #[cfg(test)]
+    pub(crate) fn to_values(&self) -> Vec<Value> {
+        let number = |n: u64| Value::Int(n as i64);
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        let fields = self
+            .fields
+            .iter()
+            .flat_map(|(name, value)| [text(name), text(value)])
+            .collect();
+        vec![
+            text(&self.stream),
+            Value::Array(fields),
+            number(self.due_ms),
+            number(u64::from(self.priority)),
+            number(self.created_ms),
+            number(self.attempt),
+            number(self.expire_at_ms.unwrap_or(0)),
+            self.first_delivered_ms.map_or(Value::Nil, number),
+            self.redelivery_reason.as_deref().map_or(Value::Nil, text),
+        ]
+    }
+}
+
+/// A script's answer, read value by value in order.
+struct Reader<'a>(std::slice::Iter<'a, Value>);
+
+impl<'a> Reader<'a> {
+    /// The next value; None when it is nil or the answer has ended.
+    fn optional(&mut self) -> Option<&'a Value> {
+        self.0.next().filter(|v| !matches!(v, Value::Nil))
+    }
+
+    fn required(&mut self, name: &str) -> Result<&'a Value, String> {
+        self.optional()
+            .ok_or_else(|| format!("stored message without {name}"))
+    }
+}
+
+/// A reply value as text: a string, or a number written out.
+pub(crate) fn text(v: &Value) -> Result<String, String> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(n) => Ok(n.to_string()),
+        other => Err(format!("expected a string, got {other:?}")),
+    }
+}
+
+/// A reply value as a number: an integer, or a string holding one.
+pub(crate) fn int(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("expected a number, got {b:?}")),
+        other => Err(format!("expected a number, got {other:?}")),
+    }
+}
+
+/// A reply value as a count of something: a number, a negative one read as 0.
+fn number(v: &Value) -> Result<u64, String> {
+    Ok(int(v)?.max(0) as u64)
+}
+
+/// A flat reply array `field, value, ...` as pairs.
+fn pairs(v: &Value) -> Result<Fields, String> {
+    match v {
+        Value::Array(flat) if flat.len() % 2 == 0 => flat
+            .chunks(2)
+            .map(|pair| Ok((text(&pair[0])?, text(&pair[1])?)))
+            .collect(),
+        other => Err(format!("expected field/value pairs, got {other:?}")),
+    }
+}
+
+/// One script argument, borrowed from the message it belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Arg<'a> {
+    Text(&'a str),
+    Number(u64),
+}
+
+impl ToRedisArgs for Arg<'_> {
+    fn write_redis_args<W>(&self, out: &mut W)
+    where
+        W: ?Sized + RedisWrite,
+    {
+        match self {
+            Arg::Text(text) => text.write_redis_args(out),
+            Arg::Number(n) => n.write_redis_args(out),
+        }
+    }
+}
+
+impl Due {
+    /// The due time as the scripts take it: its kind (`in`: the value is a delay in
+    /// ms; `at`: epoch ms) and its value.
+    pub(crate) fn script_args(self) -> [Arg<'static>; 2] {
+        let kind = match self {
+            Due::In(_) => "in",
+            Due::At(_) => "at",
+        };
+        [Arg::Text(kind), Arg::Number(self.as_ms())]
+    }
+}
+
+impl NewMessage {
+    /// This message as a schedule call carries it, in the layout the prelude's
+    /// `read_new_message` reads: id, due kind, due value, priority, ttl ms (0 = none),
+    /// stream, n, then the n field/value pairs.
+    pub(crate) fn script_args(&self) -> impl Iterator<Item = Arg<'_>> {
+        let [due_kind, due_value] = self.due.script_args();
+        let ttl_ms = self.ttl.map_or(0, |ttl| ttl.as_millis() as u64);
+        [
+            Arg::Text(self.id.as_str()),
+            due_kind,
+            due_value,
+            Arg::Number(u64::from(self.priority)),
+            Arg::Number(ttl_ms),
+            Arg::Text(&self.stream),
+            Arg::Number(self.fields.len() as u64),
+        ]
+        .into_iter()
+        .chain(
+            self.fields
+                .iter()
+                .flat_map(|(name, value)| [Arg::Text(name), Arg::Text(value)]),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::message::MessageId;
+
+    /// The body schema's names after the format: the order in which
+    /// [`StoredMessage::from_values`] reads a stored message's fields.
+    const SCHEMA: [&str; 9] = [
+        "stream",
+        "fields",
+        "due",
+        "priority",
+        "created",
+        "attempt",
+        "expire_at",
+        "first_delivered",
+        "reason",
+    ];
+
+    /// The largest whole number a Lua number (a double) holds exactly: every number
+    /// a script answers is one.
+    const MAX_EXACT: u64 = 1 << 53;
+
+    fn stored_message() -> impl Strategy<Value = StoredMessage> {
+        let ms = || 0..=MAX_EXACT;
+        let text = || "\\PC{0,12}";
+        (
+            (text(), prop::collection::vec((text(), text()), 0..6)),
+            (ms(), any::<u8>(), ms(), ms()),
+            (
+                prop::option::of(1..=MAX_EXACT),
+                prop::option::of(1..=MAX_EXACT),
+                prop::option::of("\\PC{1,40}"),
+            ),
+        )
+            .prop_map(
+                |(
+                    (stream, fields),
+                    (due_ms, priority, created_ms, attempt),
+                    (expire_at_ms, first_delivered_ms, redelivery_reason),
+                )| StoredMessage {
+                    stream,
+                    fields,
+                    due_ms,
+                    priority,
+                    created_ms,
+                    attempt,
+                    expire_at_ms,
+                    first_delivered_ms,
+                    redelivery_reason,
+                },
+            )
+    }
+
+    /// Any reply value a script could give, nested a little.
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Nil),
+            any::<i64>().prop_map(Value::Int),
+            "\\PC{0,8}|-?[0-9]{1,21}".prop_map(|s| Value::BulkString(s.into_bytes())),
+        ];
+        leaf.prop_recursive(2, 16, 6, |inner| {
+            prop::collection::vec(inner, 0..6).prop_map(Value::Array)
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn stored_messages_round_trip(msg in stored_message()) {
+            prop_assert_eq!(StoredMessage::from_values(&msg.to_values()), Ok(msg));
+        }
+
+        #[test]
+        fn any_answer_is_read_or_refused(values in prop::collection::vec(value(), 0..12)) {
+            let _ = StoredMessage::from_values(&values);
+        }
+
+        #[test]
+        fn a_body_from_before_redeliveries_reads_without_them(msg in stored_message()) {
+            let mut values = msg.to_values();
+            values.truncate(7);
+            let read = StoredMessage::from_values(&values);
+            prop_assert_eq!(read, Ok(StoredMessage {
+                first_delivered_ms: None,
+                redelivery_reason: None,
+                ..msg
+            }));
+        }
+    }
+
+    #[test]
+    fn a_required_field_left_out_is_refused() {
+        let msg = StoredMessage {
+            stream: "orders".into(),
+            fields: vec![("k".into(), "v".into())],
+            due_ms: 5,
+            priority: 1,
+            created_ms: 4,
+            attempt: 1,
+            expire_at_ms: None,
+            first_delivered_ms: None,
+            redelivery_reason: None,
+        };
+        for (i, name) in SCHEMA.iter().enumerate().take(7) {
+            let mut values = msg.to_values();
+            values[i] = Value::Nil;
+            let refusal = StoredMessage::from_values(&values).unwrap_err();
+            assert_eq!(refusal, format!("stored message without {name}"));
+        }
+    }
+
+    /// The prelude's body schema (`name = b[position]`) names the fields this codec
+    /// reads, in the same order after the format.
+    #[test]
+    fn the_prelude_schema_is_this_codec_order() {
+        let prelude = include_str!("../store/lua/prelude.lua");
+        let schema = &prelude[prelude.find("local function body_fields(b)").unwrap()..];
+        let schema = &schema[..schema.find("\nend").unwrap()];
+        let mut named: Vec<(usize, &str)> = schema
+            .lines()
+            .filter_map(|line| {
+                let (name, rest) = line.trim().split_once(" = b[")?;
+                Some((rest.split_once(']')?.0.parse().ok()?, name))
+            })
+            .collect();
+        named.sort();
+        let positions: Vec<usize> = named.iter().map(|&(i, _)| i).collect();
+        assert_eq!(positions, (1..=SCHEMA.len() + 1).collect::<Vec<_>>());
+        let names: Vec<&str> = named.iter().map(|&(_, name)| name).collect();
+        assert_eq!(names[0], "format");
+        assert_eq!(names[1..], SCHEMA);
+    }
+
+    #[track_caller]
+    fn check_args(msg: NewMessage, expected: &str) {
+        let args: Vec<String> = msg
+            .script_args()
+            .map(|arg| match arg {
+                Arg::Text(text) => text.to_owned(),
+                Arg::Number(n) => n.to_string(),
+            })
+            .collect();
+        assert_eq!(args.join(" "), expected);
+    }
+
+    fn msg() -> NewMessage {
+        NewMessage {
+            id: MessageId::parse("m1").unwrap(),
+            ..NewMessage::payload("orders", "hi", Duration::from_millis(1500))
+        }
+    }
+
+    #[test]
+    fn a_new_message_as_script_arguments() {
+        check_args(msg(), "m1 in 1500 0 0 orders 1 payload hi");
+        check_args(
+            NewMessage {
+                due: Due::At(1_700_000_000_000),
+                priority: 9,
+                ttl: Some(Duration::from_secs(60)),
+                fields: vec![("a".into(), "1".into()), ("b".into(), "".into())],
+                ..msg()
+            },
+            "m1 at 1700000000000 9 60000 orders 2 a 1 b ",
+        );
+    }
+}

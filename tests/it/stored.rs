@@ -1,0 +1,257 @@
+//! The stored message across the Rust/Lua boundary, against a real Redis: what a
+//! producer schedules is what `get` reads back, the bodies keep the bytes they
+//! have always had, and bodies already stored (with or without redelivery fields)
+//! read, move and deliver as before.
+
+use std::time::Duration;
+
+use delayq::message::{Due, MessageId, NewMessage, StoredMessage};
+use delayq::store::{Rescheduled, ScheduleMode, Status, Store};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+
+use crate::support::{Bare, entries};
+
+const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// A body exactly as the scripts have always packed it (an array, format 1 first).
+const PACK: &str = "return cmsgpack.pack(cjson.decode(ARGV[1]))";
+
+fn new_message() -> impl Strategy<Value = NewMessage> {
+    let due = prop_oneof![
+        (0u64..1_000_000_000).prop_map(|ms| Due::In(Duration::from_millis(ms))),
+        (0u64..1_000).prop_map(Due::At),
+        (2_000_000_000_000u64..2_100_000_000_000).prop_map(Due::At),
+    ];
+    let fields = prop::collection::vec(("\\PC{1,10}", "\\PC{0,30}"), 1..5);
+    let ttl = prop::option::of((1u64..1_000_000_000).prop_map(Duration::from_millis));
+    ("[a-z:._-]{1,20}", fields, due, 0u8..=9, ttl).prop_map(
+        |(stream, fields, due, priority, ttl)| NewMessage {
+            id: MessageId::generate(),
+            stream,
+            fields,
+            due,
+            priority,
+            ttl,
+        },
+    )
+}
+
+/// Schedules `msg` and reads it back: the store holds what the producer gave, due
+/// and created by Redis's clock.
+async fn read_back(store: &Store, msg: NewMessage) -> Result<(), TestCaseError> {
+    let before = store.now_ms().await.unwrap();
+    store
+        .schedule(&msg, ScheduleMode::New, 100 * YEAR)
+        .await
+        .unwrap();
+    let after = store.now_ms().await.unwrap();
+    let Status::Scheduled(stored) = store.get(&msg.id).await.unwrap() else {
+        return Err(TestCaseError::fail(format!("{} is not scheduled", msg.id)));
+    };
+    let (earliest, latest) = match msg.due {
+        Due::In(delay) => (
+            before + delay.as_millis() as u64,
+            after + delay.as_millis() as u64,
+        ),
+        Due::At(ms) => (ms.max(before), ms.max(after)),
+    };
+    prop_assert!((earliest..=latest).contains(&stored.due_ms), "{stored:?}");
+    prop_assert!((before..=after).contains(&stored.created_ms), "{stored:?}");
+    let expected = StoredMessage {
+        stream: msg.stream,
+        fields: msg.fields,
+        due_ms: stored.due_ms,
+        priority: msg.priority,
+        created_ms: stored.created_ms,
+        attempt: 1,
+        expire_at_ms: msg.ttl.map(|ttl| stored.due_ms + ttl.as_millis() as u64),
+        first_delivered_ms: None,
+        redelivery_reason: None,
+    };
+    prop_assert_eq!(stored, expected);
+    Ok(())
+}
+
+#[test]
+fn a_scheduled_message_reads_back_as_it_was_given() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 64,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&new_message(), |msg| {
+            runtime.block_on(read_back(&bare.store, msg))
+        })
+        .unwrap();
+}
+
+/// The body stored under `id`, as Redis holds it.
+fn raw_body(bare: &Bare, id: &MessageId) -> Vec<u8> {
+    let bodies = bare
+        .store
+        .keys()
+        .shard(id.shard(bare.store.shards()))
+        .bodies;
+    redis::cmd("HGET")
+        .arg(bodies)
+        .arg(id.as_str())
+        .query(&mut bare.redis.client())
+        .unwrap()
+}
+
+/// `body` (a JSON array) packed as the scripts have always packed bodies.
+fn packed(bare: &Bare, body: serde_json::Value) -> Vec<u8> {
+    redis::cmd("EVAL")
+        .arg(PACK)
+        .arg(0)
+        .arg(body.to_string())
+        .query(&mut bare.redis.client())
+        .unwrap()
+}
+
+fn scheduled(status: Status) -> StoredMessage {
+    match status {
+        Status::Scheduled(stored) => stored,
+        other => panic!("not scheduled: {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn bodies_keep_the_bytes_they_always_had() {
+    let bare = Bare::start("").await;
+    let store = &bare.store;
+    let msg = NewMessage {
+        due: Due::At(2_000_000_000_000),
+        priority: 7,
+        ttl: Some(Duration::from_secs(60)),
+        fields: vec![("a".into(), "1".into()), ("b".into(), "two".into())],
+        ..NewMessage::payload("orders", "", Duration::ZERO)
+    };
+    store
+        .schedule(&msg, ScheduleMode::New, 100 * YEAR)
+        .await
+        .unwrap();
+    let created = scheduled(store.get(&msg.id).await.unwrap()).created_ms;
+    let body = |due: u64| {
+        serde_json::json!([
+            1,
+            "orders",
+            ["a", "1", "b", "two"],
+            due,
+            7,
+            created,
+            1,
+            due + 60_000
+        ])
+    };
+    assert_eq!(
+        raw_body(&bare, &msg.id),
+        packed(&bare, body(2_000_000_000_000))
+    );
+
+    let moved = Due::At(2_000_000_500_000);
+    let reply = store.reschedule(&msg.id, moved, 100 * YEAR).await.unwrap();
+    assert_eq!(
+        reply,
+        Rescheduled::Rescheduled {
+            due_ms: moved.as_ms()
+        }
+    );
+    assert_eq!(raw_body(&bare, &msg.id), packed(&bare, body(moved.as_ms())));
+}
+
+#[tokio::test]
+async fn bodies_stored_before_read_move_and_deliver_as_ever() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let k = store.keys().shard(0);
+    let now = store.now_ms().await.unwrap();
+    let reason = "ack_timeout: entry 1-0 pending 5000 ms with consumer c in group g";
+    // One body as first scheduled, one as redelivered (two more elements).
+    let plain = packed(
+        &bare,
+        serde_json::json!([1, "s", ["k", "plain"], now, 3, now, 1, 0]),
+    );
+    let again = serde_json::json!([
+        1,
+        "s",
+        ["k", "again"],
+        now,
+        0,
+        now,
+        2,
+        0,
+        now - 9000,
+        reason
+    ]);
+    let again = packed(&bare, again);
+    let () = redis::pipe()
+        .hset(&k.bodies, "plain", &plain)
+        .ignore()
+        .hset(&k.bodies, "again", &again)
+        .ignore()
+        .zadd(&k.due, "plain", now * 10 + 6)
+        .ignore()
+        .zadd(&k.due, "again", now * 10 + 9)
+        .ignore()
+        .query(&mut bare.redis.client())
+        .unwrap();
+
+    let id = |id: &str| MessageId::parse(id).unwrap();
+    let stored = scheduled(store.get(&id("again")).await.unwrap());
+    assert_eq!(
+        stored,
+        StoredMessage {
+            stream: "s".into(),
+            fields: vec![("k".into(), "again".into())],
+            due_ms: now,
+            priority: 0,
+            created_ms: now,
+            attempt: 2,
+            expire_at_ms: None,
+            first_delivered_ms: Some(now - 9000),
+            redelivery_reason: Some(reason.into()),
+        }
+    );
+    let plain_read = scheduled(store.get(&id("plain")).await.unwrap());
+    assert_eq!((plain_read.priority, plain_read.attempt), (3, 1));
+    assert_eq!(plain_read.first_delivered_ms, None);
+
+    // A reschedule rewrites the due time alone: both layouts keep their length.
+    let mut due = 0;
+    for name in ["plain", "again"] {
+        store.reschedule(&id(name), Due::At(0), YEAR).await.unwrap();
+        due = scheduled(store.get(&id(name)).await.unwrap()).due_ms;
+        assert!(due >= now, "{name}");
+    }
+    let raw = raw_body(&bare, &id("again"));
+    let body = serde_json::json!([
+        1,
+        "s",
+        ["k", "again"],
+        due,
+        0,
+        now,
+        2,
+        0,
+        now - 9000,
+        reason
+    ]);
+    assert_eq!(raw, packed(&bare, body));
+
+    let options = bare.config.forward_options();
+    while store.forward(0, 1, &options).await.unwrap().moved() > 0 {}
+    let delivered = entries(&mut bare.redis.client(), "s");
+    let attempts: Vec<(&str, &str)> = delivered
+        .iter()
+        .map(|e| (e.get("k").unwrap(), e.get("delayq-attempt").unwrap()))
+        .collect();
+    assert_eq!(attempts, [("plain", "1"), ("again", "2")]);
+    match store.get(&id("again")).await.unwrap() {
+        Status::Done(record) => assert_eq!(record.attempt, 2),
+        other => panic!("again: {other:?}"),
+    }
+}
