@@ -1,0 +1,64 @@
+//! The etcd connection: how it is made (keepalive pings, leader required) and one
+//! request sent again while etcd does not answer.
+
+use super::*;
+
+/// HTTP/2 pings on the etcd connections, so that a member that hangs (stopped,
+/// partitioned) breaks the streams waiting on it (campaign, watch) instead of
+/// leaving them hanging. etcd answers pings closer than 5 s apart
+/// (`--grpc-keepalive-min-time`) with "too many pings" and drops the connection,
+/// hence 6 s.
+const HTTP2_PING_EVERY: Duration = Duration::from_secs(6);
+const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(3);
+pub(super) async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::Error> {
+    let options = ConnectOptions::new()
+        .with_connect_timeout(config.connect_timeout)
+        .with_keep_alive(HTTP2_PING_EVERY, HTTP2_PING_TIMEOUT)
+        // Pings on a connection without streams count against us in etcd's
+        // policy, and an idle connection needs no liveness check.
+        .with_keep_alive_while_idle(false)
+        // A member cut off from its cluster refuses instead of answering stale.
+        .with_require_leader(true);
+    // No request timeout on the channel: it would also cut the campaign, which
+    // waits as long as another node leads. Each call is bounded by `call` instead.
+    Client::connect(&config.endpoints, Some(options)).await
+}
+
+/// Whether an error is etcd's answer (retrying will not change it) rather than
+/// a failure to reach it.
+pub(super) fn is_answer(e: &etcd_client::Error) -> bool {
+    // gRPC codes: InvalidArgument, NotFound, AlreadyExists, PermissionDenied,
+    // FailedPrecondition, Unauthenticated.
+    matches!(e, etcd_client::Error::GRpcStatus(status) if matches!(status.code() as i32, 3 | 5 | 6 | 7 | 9 | 16))
+}
+
+/// One etcd request, sent again while etcd does not answer, for at most `limit`
+/// in all. The balancer still routes some requests to a dead member for a while
+/// (they fail at once), so a retry soon reaches a live one.
+pub(super) async fn call<T, F, Fut>(limit: Duration, mut request: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let give_up = Instant::now() + limit;
+    let mut retry = Backoff::new(Duration::from_millis(20), Duration::from_millis(200));
+    loop {
+        match tokio::time::timeout_at(give_up, request()).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) if is_answer(&e) => return Err(e.into()),
+            Ok(Err(e)) => {
+                let delay = retry.next_delay();
+                if Instant::now() + delay >= give_up {
+                    return Err(e.into());
+                }
+                tokio::time::sleep(delay).await;
+            }
+            Err(_) => {
+                return Err(anyhow!(
+                    "no answer from etcd within {}",
+                    humantime::format_duration(limit)
+                ));
+            }
+        }
+    }
+}
