@@ -5,7 +5,8 @@
 //!   (Redis time); answers `scheduled`, `replaced` or `duplicate <state>`
 //! - `get ID`, `cancel ID`: the state
 //! - `reschedule ID +MS`: `rescheduled` or the state
-//! - `wait MS`
+//! - `wait MS`: lets MS pass; `wait +MS`: until Redis's clock reads MS after the
+//!   case's start, however long the steps before took
 //! - `forward`: forwards everything due; answers the ids now in stream `s` (in
 //!   order) and `dead:ID` for each new entry of `s:dead`
 //! - `trim`: forgets the records whose retention has passed; answers how many
@@ -15,7 +16,7 @@ use std::time::Duration;
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, StoreError};
 
-use crate::support::{Bare, entries, let_pass};
+use crate::support::{Bare, entries, eventually, let_pass};
 
 const STREAM: &str = "s";
 
@@ -103,6 +104,14 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                 Rescheduled::NotScheduled(s) => s.as_str().to_owned(),
                 Rescheduled::Unknown => "unknown".to_owned(),
             },
+            "wait" if words[1].starts_with('+') => {
+                let until = offset(words[1]);
+                eventually(Duration::from_secs(10), step, || async {
+                    (store.now_ms().await.unwrap() >= until).then_some(())
+                })
+                .await;
+                String::new()
+            }
             "wait" => {
                 let_pass(Duration::from_millis(words[1].parse().unwrap())).await;
                 String::new()
@@ -271,9 +280,9 @@ async fn trim_also_forgets_expiry_entries_of_the_older_layout() {
 #[tokio::test]
 async fn nothing_is_forwarded_early() {
     check(&[
-        ("push a +400", "scheduled"),
+        ("push a +1000", "scheduled"),
         ("forward", ""),
-        ("wait 450", ""),
+        ("wait +1000", ""),
         ("forward", "a"),
     ])
     .await;
@@ -320,9 +329,10 @@ async fn a_message_past_its_ttl_is_dead_lettered_as_expired() {
 #[tokio::test]
 async fn a_ttl_moves_with_a_reschedule() {
     check(&[
-        ("push a +0 ttl=100", "scheduled"),
-        ("reschedule a +300", "rescheduled"),
-        ("wait 350", ""),
+        // Had the ttl stayed, `a` would have expired at +500, before it is due.
+        ("push a +0 ttl=500", "scheduled"),
+        ("reschedule a +600", "rescheduled"),
+        ("wait +600", ""),
         ("forward", "a"),
     ])
     .await;
