@@ -48,22 +48,24 @@ pub(super) enum Suspicion {
 /// What one poll saw.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Seen {
+    /// The leader's signs.
     pub(super) signs: LeaderSigns,
-    /// How long this node's own presence has been held.
+    /// This node's own signs: a standby whose own presence is not in this Redis
+    /// (Redis restarted and it has not subscribed again yet) judges nobody.
+    pub(super) own: LeaderSigns,
+    /// How long this node's own presence has been held on its connection.
     pub(super) own_presence: Duration,
-    /// How long ago this node's own probe last wrote.
-    pub(super) own_probe: Option<Duration>,
 }
 
 /// The suspicion one poll supports, if any.
 pub(super) fn suspect(seen: &Seen) -> Option<Suspicion> {
-    if seen.own_presence < GRACE {
+    if seen.own_presence < GRACE || !seen.own.present {
         return None;
     }
     if !seen.signs.present {
         return Some(Suspicion::Gone);
     }
-    let own_writes = seen.own_probe.is_some_and(|age| age < SILENT);
+    let own_writes = seen.own.probe_age.is_some_and(|age| age < SILENT);
     let leader_silent = seen.signs.probe_age.is_none_or(|age| age >= SILENT);
     if own_writes && leader_silent && seen.own_presence >= SILENT {
         return Some(Suspicion::Silent(seen.signs.probe_age));
@@ -166,18 +168,18 @@ impl Watcher {
             }
             let signs = tokio::time::timeout(
                 config.connect_timeout,
-                store.leader_signs(lease, &leader, &node_id),
+                store.leader_signs((lease, &leader), (own.lease, &node_id)),
             )
             .await;
-            let Ok(Ok((signs, own_probe))) = signs else {
+            let Ok(Ok((signs, own_signs))) = signs else {
                 // This node does not reach Redis now: it judges nobody.
                 judge.reset();
                 continue;
             };
             let seen = Seen {
                 signs,
+                own: own_signs,
                 own_presence: own.since.elapsed(),
-                own_probe,
             };
             let Some(suspicion) = judge.poll(lease, Instant::now(), suspect(&seen)) else {
                 continue;
@@ -285,6 +287,7 @@ mod tests {
         leader_probe: Option<u64>,
         own_presence: u64,
         own_probe: Option<u64>,
+        own_present: bool,
         expected: Option<Suspicion>,
     ) {
         let seen = Seen {
@@ -292,8 +295,11 @@ mod tests {
                 present,
                 probe_age: leader_probe.map(ms),
             },
+            own: LeaderSigns {
+                present: own_present,
+                probe_age: own_probe.map(ms),
+            },
             own_presence: ms(own_presence),
-            own_probe: own_probe.map(ms),
         };
         assert_eq!(suspect(&seen), expected, "{seen:?}");
     }
@@ -302,28 +308,33 @@ mod tests {
     fn suspicions_need_signs_and_a_settled_own_presence() {
         use Suspicion::*;
         // A healthy leader.
-        check(true, Some(500), 10_000, Some(500), None);
+        check(true, Some(500), 10_000, Some(500), true, None);
         // Its process died: the subscription is gone.
-        check(false, Some(500), 10_000, Some(500), Some(Gone));
-        check(false, None, 2_000, None, Some(Gone));
+        check(false, Some(500), 10_000, Some(500), true, Some(Gone));
+        check(false, None, 2_000, None, true, Some(Gone));
         // Just after a Redis restart not everybody has connected again: no judgement.
-        check(false, None, 1_999, Some(100), None);
+        check(false, None, 1_999, Some(100), true, None);
         // Cut off from Redis (its probe stopped) while this node writes.
         check(
             true,
             Some(3_000),
             10_000,
             Some(400),
+            true,
             Some(Silent(Some(ms(3_000)))),
         );
-        check(true, None, 10_000, Some(400), Some(Silent(None)));
+        check(true, None, 10_000, Some(400), true, Some(Silent(None)));
         // A pause shorter than SILENT is left alone.
-        check(true, Some(2_999), 10_000, Some(400), None);
+        check(true, Some(2_999), 10_000, Some(400), true, None);
         // Nobody's probe writes (Redis refuses writes): nobody is singled out.
-        check(true, Some(5_000), 10_000, Some(5_000), None);
-        check(true, None, 10_000, None, None);
+        check(true, Some(5_000), 10_000, Some(5_000), true, None);
+        check(true, None, 10_000, None, true, None);
+        // After a Redis restart this node's own connection may look old while its
+        // presence is not in the new Redis yet: no judgement.
+        check(false, None, 10_000, Some(100), false, None);
+        check(true, None, 10_000, Some(100), false, None);
         // Own presence too young to judge silence.
-        check(true, Some(5_000), 2_999, Some(100), None);
+        check(true, Some(5_000), 2_999, Some(100), true, None);
     }
 
     #[test]

@@ -16,6 +16,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use redis::Value;
+
+use super::reply::int_at;
 use super::{PROBE_TTL_MS, Result, Store};
 use crate::backoff::Backoff;
 
@@ -135,30 +138,38 @@ impl Store {
         }
     }
 
-    /// What Redis shows of the leader holding `lease` as node `leader`, and how
-    /// long ago node `own`'s probe (this node's) last wrote.
+    /// What Redis shows of the leader (holding `lease` as node `leader`) and of
+    /// this node (holding `own_lease` as node `own`): whether each one's presence is
+    /// subscribed, and how long ago each one's probe wrote.
     pub async fn leader_signs(
         &self,
-        lease: i64,
-        leader: &str,
-        own: &str,
-    ) -> Result<(LeaderSigns, Option<Duration>)> {
+        (lease, leader): (i64, &str),
+        (own_lease, own): (i64, &str),
+    ) -> Result<(LeaderSigns, LeaderSigns)> {
         let mut conn = self.conn.clone();
-        let (numsub, leader_pttl, own_pttl): ((String, i64), i64, i64) = redis::pipe()
+        let (numsub, leader_pttl, own_pttl): (Vec<Value>, i64, i64) = redis::pipe()
             .cmd("PUBSUB")
             .arg("NUMSUB")
             .arg(self.keys.presence_channel(lease))
+            .arg(self.keys.presence_channel(own_lease))
             .cmd("PTTL")
             .arg(self.keys.write_probe(leader))
             .cmd("PTTL")
             .arg(self.keys.write_probe(own))
             .query_async(&mut conn)
             .await?;
-        let signs = LeaderSigns {
-            present: numsub.1 > 0,
-            probe_age: probe_age(leader_pttl),
-        };
-        Ok((signs, probe_age(own_pttl)))
+        // NUMSUB answers channel, count, channel, count.
+        let subscribed = |i: usize| -> Result<bool> { Ok(int_at(&numsub, i)? > 0) };
+        Ok((
+            LeaderSigns {
+                present: subscribed(1)?,
+                probe_age: probe_age(leader_pttl),
+            },
+            LeaderSigns {
+                present: subscribed(3)?,
+                probe_age: probe_age(own_pttl),
+            },
+        ))
     }
 }
 

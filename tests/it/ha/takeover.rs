@@ -132,7 +132,7 @@ async fn a_redis_restart_seen_by_everybody_moves_nobody() {
         "a lease ended after a Redis restart",
         || async {
             let ended = leases_ended(&cluster).await;
-            (ended > 0.0).then_some(ended)
+            (ended > 0.0).then(|| format!("{ended}\n{}", cluster.logs()))
         },
     )
     .await;
