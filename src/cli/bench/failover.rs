@@ -25,7 +25,7 @@ pub enum Stop {
     /// A clean stop: the leader resigns.
     #[value(name = "sigterm")]
     Term,
-    /// A crash: the lease must expire.
+    /// A crash: a standby finds the leader gone from Redis and ends its lease.
     #[value(name = "sigkill")]
     Kill,
 }
