@@ -114,16 +114,6 @@ async fn forward_shard(mut l: ForwardLoop) {
             _ = cancel.cancelled() => break,
             n = l.limiter.acquire(l.options.batch_size) => n,
         };
-        let limited;
-        let options = if allowed < l.options.batch_size {
-            limited = ForwardOptions {
-                batch_size: allowed,
-                ..(*l.options).clone()
-            };
-            &limited
-        } else {
-            &*l.options
-        };
         let turn = if draining {
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -133,7 +123,10 @@ async fn forward_shard(mut l: ForwardLoop) {
             None
         };
         let started = Instant::now();
-        let result = l.store.forward(l.shard, l.term.epoch(), options).await;
+        let result = l
+            .store
+            .forward_at_most(l.shard, l.term.epoch(), &l.options, allowed)
+            .await;
         drop(turn);
         let moved = result.as_ref().map_or(0, |b| b.moved() as usize);
         l.limiter.give_back(allowed.saturating_sub(moved));

@@ -282,10 +282,23 @@ impl Store {
         epoch: u64,
         options: &ForwardOptions,
     ) -> Result<ForwardBatch> {
+        self.forward_at_most(shard, epoch, options, options.batch_size)
+            .await
+    }
+
+    /// [`Store::forward`], moving at most `limit` messages (a rate limit's permits)
+    /// instead of `options.batch_size`.
+    pub async fn forward_at_most(
+        &self,
+        shard: u16,
+        epoch: u64,
+        options: &ForwardOptions,
+        limit: usize,
+    ) -> Result<ForwardBatch> {
         let k = self.keys.shard(shard);
         let mut inv = shard_invocation(&self.scripts.forward, &k);
         inv.arg(epoch)
-            .arg(options.batch_size)
+            .arg(limit)
             .arg(options.retention.as_millis() as u64)
             .arg(options.id_field.as_deref().unwrap_or(""))
             .arg(options.attempt_field.as_deref().unwrap_or(""))

@@ -63,15 +63,10 @@ impl Store {
                 tokio::time::timeout(self.response_timeout, self.client.get_async_pubsub()).await;
             let mut pubsub = match connected {
                 Ok(Ok(pubsub)) => pubsub,
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "cannot connect for presence; retrying");
-                    held.send_replace(None);
-                    if sleep_or_cancel(backoff.next_delay(), &cancel).await {
-                        return;
+                failed => {
+                    if let Ok(Err(e)) = failed {
+                        tracing::debug!(error = %e, "cannot connect for presence; retrying");
                     }
-                    continue;
-                }
-                Err(_) => {
                     held.send_replace(None);
                     if sleep_or_cancel(backoff.next_delay(), &cancel).await {
                         return;
