@@ -12,10 +12,6 @@ use super::ApiError;
 use crate::config::Config;
 use crate::message::MessageId;
 
-/// How much of an over-long body is read and dropped before answering 413;
-/// past it the connection is closed under the sender.
-const DRAIN_LIMIT: usize = 8 << 20;
-
 /// Largest body of a request that carries no message (reschedule, ack).
 pub(super) const SMALL_BODY: usize = 64 * 1024;
 
@@ -39,15 +35,7 @@ pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiErro
             )
         })?;
         if bytes.len() + chunk.len() > limit {
-            // Read the rest (up to a bound) and drop it, so that the client,
-            // still sending, gets this answer instead of a reset connection.
-            let mut drained = bytes.len() + chunk.len();
-            while drained <= DRAIN_LIMIT {
-                match chunks.next().await {
-                    Some(Ok(more)) => drained += more.len(),
-                    _ => break,
-                }
-            }
+            // The rest is read and dropped before the answer goes out (see drain).
             return Err(ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "too_large",

@@ -4,6 +4,7 @@
 mod access;
 mod auth;
 mod dead;
+mod drain;
 mod error;
 mod guard;
 mod input;
@@ -133,6 +134,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .fallback_service(app)
         .layer(axum::middleware::map_response(error::json_errors))
+        .layer(axum::middleware::from_fn(drain::unread_bodies))
 }
 
 /// Counts every request and times it, by route pattern (not by path, so ids do

@@ -365,3 +365,33 @@ async fn each_token_reaches_the_endpoints_of_its_scope_and_below() {
         );
     }
 }
+
+/// A large body sent where nothing reads it (no such route, a method the route does
+/// not take, a missing token, a token of too narrow a scope): the client, still
+/// sending when the answer is decided, gets that answer, not a reset connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_nothing_reads_still_get_their_answer() {
+    let env = Env::start(&format!(
+        "[api]\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READER}\"]"
+    ))
+    .await;
+    let body = format!("{{\"a\":\"{}\"}}", "x".repeat(3 << 20));
+    #[rustfmt::skip]
+    let cases: [(&str, &str, Option<&str>, u16); 5] = [
+        ("POST", "/v1/no-such-route", Some(ADMIN), 404),
+        ("PUT", "/v1/messages", Some(ADMIN), 405),
+        ("POST", "/v1/messages", None, 401),
+        ("POST", "/v1/messages", Some(READER), 403),
+        ("POST", "/v1/messages", Some(ADMIN), 413),
+    ];
+    for (method, path, token, want) in cases {
+        for round in 0..3 {
+            let (status, answer) = env
+                .api
+                .try_call(method, path, token, Some(&body))
+                .await
+                .unwrap_or_else(|e| panic!("{method} {path} round {round}: no answer: {e}"));
+            assert_eq!(status, want, "{method} {path}: {answer}");
+        }
+    }
+}
