@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::config::Config;
 use crate::metrics as m;
-use crate::rate::Limiter;
+use crate::rate::{Limiter, StreamLimits};
 use crate::store::{ForwardOptions, Store, StoreError};
 use crate::term::Term;
 
@@ -36,6 +36,7 @@ pub(crate) fn start(
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
     let limiter = Arc::new(Limiter::new(config.forwarder.max_rate, Instant::now()));
+    let stream_limits = Arc::new(StreamLimits::new(&config.streams.max_rate, Instant::now()));
     let tasks = workers;
     tasks.spawn(dispatch_wakeups(
         store.clone(),
@@ -55,6 +56,7 @@ pub(crate) fn start(
             wakers: wakers.clone(),
             in_flight: in_flight.clone(),
             limiter: limiter.clone(),
+            stream_limits: stream_limits.clone(),
         }));
     }
     tasks.spawn(trim_records(
@@ -62,7 +64,12 @@ pub(crate) fn start(
         term.clone(),
         config.records.trim_interval,
     ));
-    tasks.spawn(report_pending(store.clone(), limiter, cancel.clone()));
+    tasks.spawn(report_pending(
+        store.clone(),
+        limiter,
+        stream_limits,
+        cancel.clone(),
+    ));
     tasks.spawn(report_pending_streams(store.clone(), cancel));
 }
 
@@ -74,6 +81,11 @@ pub(crate) fn start(
 /// (small batches, latency-bound) do not take turns: gating them too made a 20k
 /// msg/s steady load late (p99 21-69 ms instead of 4-5 ms).
 const FORWARDS_IN_FLIGHT: usize = 2;
+
+/// Shortest wait before a loop tries again for messages held back by their stream's
+/// limit: another shard's loop may hold that stream's permits for the length of
+/// its call, and would otherwise be raced in a tight loop.
+const MIN_HELD_WAIT: Duration = Duration::from_millis(1);
 
 struct ForwardLoop {
     store: Store,
@@ -88,6 +100,8 @@ struct ForwardLoop {
     in_flight: Arc<Semaphore>,
     /// `forwarder.max_rate`, shared by the term's shard loops.
     limiter: Arc<Limiter>,
+    /// `streams.max_rate`, shared by the term's shard loops.
+    stream_limits: Arc<StreamLimits>,
 }
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
@@ -108,6 +122,8 @@ async fn forward_shard(mut l: ForwardLoop) {
             l.options = Arc::new(config.forward_options());
             l.limiter
                 .set_rate(config.forwarder.max_rate, Instant::now());
+            l.stream_limits
+                .set_rates(&config.streams.max_rate, Instant::now());
         }
         // Permits first, the turn after: a loop waiting for the rate holds no turn.
         let allowed = tokio::select! {
@@ -123,13 +139,16 @@ async fn forward_shard(mut l: ForwardLoop) {
             None
         };
         let started = Instant::now();
+        let budgets = l.stream_limits.take_budgets(allowed, started);
         let result = l
             .store
-            .forward_at_most(l.shard, l.term.epoch(), &l.options, allowed)
+            .forward_at_most(l.shard, l.term.epoch(), &l.options, allowed, &budgets)
             .await;
         drop(turn);
         let moved = result.as_ref().map_or(0, |b| b.moved() as usize);
         l.limiter.give_back(allowed.saturating_sub(moved));
+        let sent = result.as_ref().map_or(&[][..], |b| &b.per_stream[..]);
+        l.stream_limits.give_back(&budgets, sent);
         match result {
             Ok(batch) => {
                 script_seconds.record(started.elapsed().as_secs_f64());
@@ -184,18 +203,23 @@ async fn forward_shard(mut l: ForwardLoop) {
                     continue;
                 }
                 backoff.reset();
-                draining = moved >= allowed;
+                draining = batch.progressed() as usize >= allowed;
                 if draining {
                     // More is due: go again at once, letting other shards' loops in.
                     tokio::task::yield_now().await;
                     continue;
                 }
-                let wait = match batch.next_due_ms {
+                let mut wait = match batch.next_due_ms {
                     Some(due) => {
                         Duration::from_millis(due.saturating_sub(batch.now_ms)).min(l.idle_wakeup)
                     }
                     None => l.idle_wakeup,
                 };
+                // Messages held back for their stream's limit go when it has permits.
+                let holding = batch.holding.iter().map(|(stream, _)| stream.as_str());
+                if let Some(permit) = l.stream_limits.until_permit(holding, Instant::now()) {
+                    wait = wait.min(permit.max(MIN_HELD_WAIT));
+                }
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = waker.notified() => {}
@@ -284,7 +308,12 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
 /// Publishes how many messages each shard holds, and how overdue the earliest one
 /// is (the sign of stuck delivery). The term's end sets the latter back to 0: a
 /// standby forwards nothing, so nothing is overdue on its account.
-async fn report_pending(store: Store, limiter: Arc<Limiter>, cancel: CancellationToken) {
+async fn report_pending(
+    store: Store,
+    limiter: Arc<Limiter>,
+    stream_limits: Arc<StreamLimits>,
+    cancel: CancellationToken,
+) {
     let overdue = metrics::gauge!(m::OLDEST_OVERDUE);
     let overdue_count = metrics::gauge!(m::OVERDUE);
     let drain = metrics::gauge!(m::THROTTLE_DRAIN);
@@ -308,11 +337,12 @@ async fn report_pending(store: Store, limiter: Arc<Limiter>, cancel: Cancellatio
                         Ok(n) => {
                             overdue_count.set(n as f64);
                             let rate = limiter.rate();
-                            drain.set(if rate == 0 {
+                            let global = if rate == 0 {
                                 0.0
                             } else {
                                 n as f64 / rate as f64
-                            });
+                            };
+                            drain.set(global.max(report_held(&store, &stream_limits).await));
                         }
                         Err(e) => tracing::debug!(error = %e, "cannot count overdue messages"),
                     }
@@ -331,6 +361,32 @@ async fn report_pending(store: Store, limiter: Arc<Limiter>, cancel: Cancellatio
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
+}
+
+/// Publishes what each rate-limited stream holds back (`delayq_held_messages`) and
+/// returns the longest time a stream's limit takes to drain its held messages.
+async fn report_held(store: &Store, limits: &StreamLimits) -> f64 {
+    let held = match store.held().await {
+        Ok(held) => held,
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot count held messages");
+            return 0.0;
+        }
+    };
+    let rates = limits.rates();
+    let mut longest: f64 = 0.0;
+    for (stream, rate) in &rates {
+        let n = held.per_stream.get(stream).copied().unwrap_or(0);
+        metrics::gauge!(m::HELD, "stream" => stream.clone()).set(n as f64);
+        longest = longest.max(n as f64 / *rate as f64);
+    }
+    // A stream whose limit was lifted drains at once: it holds nothing for long.
+    for (stream, n) in &held.per_stream {
+        if !rates.iter().any(|(s, _)| s == stream) {
+            metrics::gauge!(m::HELD, "stream" => stream.clone()).set(*n as f64);
+        }
+    }
+    longest
 }
 
 /// Streams with a series of their own in `delayq_pending_stream_messages` (the

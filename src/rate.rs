@@ -2,8 +2,15 @@
 //! shard loops share. A loop takes up to a batch of permits before each forward
 //! call and gives back what the call did not use, so the backlog after an outage
 //! drains at the limit, each shard in due order, and nothing is skipped.
+//!
+//! Per-stream limits (`streams.max_rate`) are buckets too ([`StreamLimits`]): before
+//! each call a loop takes what each limited stream's bucket holds, up to a batch, as
+//! that stream's budget; the forward script holds back that stream's due messages
+//! beyond it (see `store::forward_at_most`), and the loop gives back what the
+//! stream did not take.
 
-use std::sync::Mutex;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 /// Most permits the bucket holds: this much time's worth of the rate, so that a
@@ -106,6 +113,100 @@ impl Limiter {
     }
 }
 
+impl Limiter {
+    /// How long until the bucket holds a permit (zero if it does, or without a limit).
+    pub fn until_permit(&self, now: Instant) -> Duration {
+        let mut b = self.bucket.lock().expect("limiter lock");
+        if b.rate == 0 {
+            return Duration::ZERO;
+        }
+        b.refill(now);
+        if b.tokens >= 1.0 {
+            return Duration::ZERO;
+        }
+        Duration::from_secs_f64((1.0 - b.tokens) / b.rate as f64)
+    }
+}
+
+/// One bucket per stream with a limit, shared by a term's shard loops.
+#[derive(Default)]
+pub struct StreamLimits {
+    streams: RwLock<BTreeMap<String, Arc<Limiter>>>,
+}
+
+impl StreamLimits {
+    pub fn new(rates: &[(String, u64)], now: Instant) -> StreamLimits {
+        let limits = StreamLimits::default();
+        limits.set_rates(rates, now);
+        limits
+    }
+
+    /// Applies a (reloaded) configuration: new streams get a full bucket, changed
+    /// ones keep their permits within the new capacity, streams no longer listed
+    /// lose their limit.
+    pub fn set_rates(&self, rates: &[(String, u64)], now: Instant) {
+        let mut streams = self.streams.write().expect("stream limits lock");
+        streams.retain(|stream, _| rates.iter().any(|(s, _)| s == stream));
+        for (stream, rate) in rates {
+            match streams.get(stream) {
+                Some(limiter) => limiter.set_rate(*rate, now),
+                None => {
+                    streams.insert(stream.clone(), Arc::new(Limiter::new(*rate, now)));
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.streams.read().expect("stream limits lock").is_empty()
+    }
+
+    /// The limited streams and their rates.
+    pub fn rates(&self) -> Vec<(String, u64)> {
+        let streams = self.streams.read().expect("stream limits lock");
+        streams.iter().map(|(s, l)| (s.clone(), l.rate())).collect()
+    }
+
+    /// Takes up to `want` permits from every stream's bucket: each stream's budget
+    /// for one forward call (0 while its bucket is empty).
+    pub fn take_budgets(&self, want: usize, now: Instant) -> Vec<(String, usize)> {
+        let streams = self.streams.read().expect("stream limits lock");
+        streams
+            .iter()
+            .map(|(stream, limiter)| (stream.clone(), limiter.take(want, now).unwrap_or(0)))
+            .collect()
+    }
+
+    /// Gives back what each stream did not use of its budget (`sent`: messages the
+    /// call forwarded to each stream).
+    pub fn give_back(&self, budgets: &[(String, usize)], sent: &[(String, u64)]) {
+        let streams = self.streams.read().expect("stream limits lock");
+        for (stream, budget) in budgets {
+            let used = sent
+                .iter()
+                .find(|(s, _)| s == stream)
+                .map_or(0, |(_, n)| *n as usize);
+            if let Some(limiter) = streams.get(stream) {
+                limiter.give_back(budget.saturating_sub(used));
+            }
+        }
+    }
+
+    /// How long until the first of `streams` (those holding messages back) has a
+    /// permit; None when none of them is limited any more.
+    pub fn until_permit<'a>(
+        &self,
+        streams: impl IntoIterator<Item = &'a str>,
+        now: Instant,
+    ) -> Option<Duration> {
+        let limits = self.streams.read().expect("stream limits lock");
+        streams
+            .into_iter()
+            .filter_map(|s| limits.get(s).map(|l| l.until_permit(now)))
+            .min()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +274,35 @@ mod tests {
         }
         // A second's refill plus the burst held at the start.
         assert!((10_000..=10_501).contains(&taken), "{taken}");
+    }
+
+    #[test]
+    fn stream_limits_give_each_stream_its_own_budget_and_follow_reloads() {
+        let t = Instant::now();
+        let limits = StreamLimits::new(&[("a".into(), 1000), ("b".into(), 20)], t);
+        let budgets = limits.take_budgets(200, t);
+        assert_eq!(budgets, vec![("a".into(), 50), ("b".into(), 1)]);
+        // a sent 10, b none: the rest comes back.
+        limits.give_back(&budgets, &[("a".into(), 10), ("other".into(), 99)]);
+        assert_eq!(
+            limits.take_budgets(200, t),
+            vec![("a".into(), 40), ("b".into(), 1)]
+        );
+        assert_eq!(
+            limits.take_budgets(200, t),
+            vec![("a".into(), 0), ("b".into(), 0)]
+        );
+        assert_eq!(limits.until_permit(["a", "b"], t), Some(ms(1)));
+        assert_eq!(limits.until_permit(["b"], t), Some(ms(50)));
+        assert_eq!(limits.until_permit(["c"], t), None);
+        // A reload drops b's limit, keeps a's permits and adds c.
+        limits.set_rates(&[("a".into(), 1000), ("c".into(), 1)], t);
+        assert_eq!(limits.rates(), vec![("a".into(), 1000), ("c".into(), 1)]);
+        assert_eq!(
+            limits.take_budgets(200, t),
+            vec![("a".into(), 0), ("c".into(), 1)]
+        );
+        limits.set_rates(&[], t);
+        assert!(limits.is_empty());
     }
 }

@@ -139,6 +139,9 @@ pub struct StreamsConfig {
     pub allow: Vec<String>,
     pub default_maxlen: u64,
     pub maxlen: Vec<(String, u64)>,
+    /// Most messages a second forwarded to each listed stream (the others have no
+    /// limit but `forwarder.max_rate`).
+    pub max_rate: Vec<(String, u64)>,
 }
 
 impl StreamsConfig {

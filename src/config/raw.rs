@@ -179,6 +179,7 @@ pub(super) struct RawStreams {
     pub(super) allow: Vec<String>,
     pub(super) default_maxlen: i64,
     pub(super) maxlen: BTreeMap<String, i64>,
+    pub(super) max_rate: BTreeMap<String, i64>,
 }
 
 impl Default for RawStreams {
@@ -187,6 +188,7 @@ impl Default for RawStreams {
             allow: vec!["*".into()],
             default_maxlen: 0,
             maxlen: BTreeMap::new(),
+            max_rate: BTreeMap::new(),
         }
     }
 }

@@ -326,6 +326,7 @@ impl Raw {
             allow,
             default_maxlen,
             maxlen,
+            max_rate: stream_rates,
         } = streams;
         if let Some(bad) = allow.iter().find(|p| p.is_empty()) {
             return Err(invalid(
@@ -341,6 +342,13 @@ impl Raw {
                     stream.clone(),
                     non_negative(&format!("streams.maxlen.{stream}"), n)?,
                 ))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
+        let stream_rates = stream_rates
+            .into_iter()
+            .map(|(stream, n)| {
+                let key = format!("streams.max_rate.{stream}");
+                Ok((stream, positive(&key, n, MAX_RATE as i64)? as u64))
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
 
@@ -474,6 +482,7 @@ impl Raw {
                 allow,
                 default_maxlen,
                 maxlen,
+                max_rate: stream_rates,
             },
             forwarder,
             records: RecordsConfig {

@@ -75,6 +75,8 @@ pub const OLDEST_OVERDUE: &str = "delayq_oldest_overdue_seconds";
 /// `forwarder.max_rate`), and how long the limit takes to drain them.
 pub const OVERDUE: &str = "delayq_overdue_messages";
 pub const THROTTLE_DRAIN: &str = "delayq_forward_throttle_drain_seconds";
+/// Due messages a stream's own limit (`streams.max_rate`) holds back.
+pub const HELD: &str = "delayq_held_messages";
 
 /// Scheduled messages per target stream, for the largest streams (see
 /// [`PendingStreams`]). Set by the leader; 0 on standbys.

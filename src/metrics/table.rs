@@ -168,7 +168,13 @@ pub const METRICS: &[Described] = &[
         THROTTLE_DRAIN,
         Kind::Gauge,
         &[],
-        "overdue messages / forwarder.max_rate: how long the rate limit takes to drain them (0 without a limit)",
+        "how long the rate limits take to drain what is overdue: overdue messages / forwarder.max_rate, or a stream's held messages / its streams.max_rate, whichever is longer (0 without a limit)",
+    ),
+    metric(
+        HELD,
+        Kind::Gauge,
+        &["stream"],
+        "due messages held back by their stream's own limit (streams.max_rate); refreshed every 5 s by the leader",
     ),
     metric(
         LEASES_ENDED,

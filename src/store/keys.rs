@@ -24,6 +24,17 @@ pub struct ShardKeys {
     pub records_by_expiry: String,
     /// String: the highest leader epoch that has touched this shard.
     pub fence: String,
+    /// Set: the streams with due messages held back by their rate limit
+    /// (`streams.max_rate`). Each such stream's held messages are a sorted set, like
+    /// the due set, at `<held>:<stream>` (the scripts derive that name).
+    pub held: String,
+}
+
+impl ShardKeys {
+    /// Sorted set of `stream`'s messages held back by its rate limit in this shard.
+    pub fn held_of(&self, stream: &str) -> String {
+        format!("{}:{stream}", self.held)
+    }
 }
 
 impl Keys {
@@ -50,6 +61,7 @@ impl Keys {
             records: format!("{tag}:done"),
             records_by_expiry: format!("{tag}:done-by-expiry"),
             fence: format!("{tag}:fence"),
+            held: format!("{tag}:held"),
         }
     }
 
@@ -103,6 +115,7 @@ mod tests {
             &k.records,
             &k.records_by_expiry,
             &k.fence,
+            &k.held,
         ] {
             assert!(key.starts_with("{dq:3}:"), "{key}");
         }

@@ -28,7 +28,7 @@ pub use inbox::{
 pub use keys::{Keys, ShardKeys};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
-pub use stats::StreamCounts;
+pub use stats::{HeldBack, StreamCounts};
 pub use streams::StreamEntry;
 
 use crate::message::{Due, MessageId, StoredMessage};
@@ -250,6 +250,7 @@ impl Store {
             .key(&k.bodies)
             .key(&k.records)
             .key(&k.fence)
+            .key(&k.held)
             .arg(0)
             .arg(id.as_str())
             .arg(due_kind)
@@ -282,18 +283,21 @@ impl Store {
         epoch: u64,
         options: &ForwardOptions,
     ) -> Result<ForwardBatch> {
-        self.forward_at_most(shard, epoch, options, options.batch_size)
+        self.forward_at_most(shard, epoch, options, options.batch_size, &[])
             .await
     }
 
-    /// [`Store::forward`], moving at most `limit` messages (a rate limit's permits)
-    /// instead of `options.batch_size`.
+    /// [`Store::forward`], moving at most `limit` messages (the global rate limit's
+    /// permits) instead of `options.batch_size`, and at most its budget (permits) to
+    /// each stream in `budgets`, which holds back the rest of its due messages (see
+    /// `streams.max_rate`). Streams not in `budgets` have no limit.
     pub async fn forward_at_most(
         &self,
         shard: u16,
         epoch: u64,
         options: &ForwardOptions,
         limit: usize,
+        budgets: &[(String, usize)],
     ) -> Result<ForwardBatch> {
         let k = self.keys.shard(shard);
         let mut inv = shard_invocation(&self.scripts.forward, &k);
@@ -304,7 +308,11 @@ impl Store {
             .arg(options.attempt_field.as_deref().unwrap_or(""))
             .arg(&options.dead_letter_suffix)
             .arg(self.keys.unreadable_stream())
-            .arg(options.default_maxlen);
+            .arg(options.default_maxlen)
+            .arg(budgets.len());
+        for (stream, budget) in budgets {
+            inv.arg(stream).arg(*budget);
+        }
         for (stream, maxlen) in &options.maxlen {
             inv.arg(stream).arg(*maxlen);
         }
@@ -318,13 +326,6 @@ impl Store {
             .iter()
             .map(|v| int(v).map(|n| n.max(0) as u64))
             .collect::<Result<Vec<_>>>()?;
-        let counts = array(items.get(6).cloned().unwrap_or(Value::Nil))?;
-        let mut per_stream = Vec::with_capacity(counts.len() / 2);
-        for pair in counts.chunks(2) {
-            if let [stream, count] = pair {
-                per_stream.push((text(stream)?, int(count)? as u64));
-            }
-        }
         Ok(ForwardBatch {
             forwarded: int_at(&items, 0)?,
             expired: int_at(&items, 1)?,
@@ -332,13 +333,15 @@ impl Store {
             next_due_ms: (next_due >= 0).then_some(next_due as u64),
             now_ms: int_at(&items, 4)?,
             lateness_ms: lateness,
-            per_stream,
+            per_stream: stream_counts(items.get(6))?,
             parked: int_at(&items, 7)?,
             held_back: items
                 .get(8)
                 .map(text)
                 .transpose()?
                 .filter(|e| !e.is_empty()),
+            newly_held: int_at(&items, 9)?,
+            holding: stream_counts(items.get(10))?,
         })
     }
 
@@ -414,13 +417,18 @@ impl Store {
         Ok(epoch)
     }
 
-    /// Messages scheduled, per shard.
+    /// Messages scheduled, per shard, held ones included.
     pub async fn pending_per_shard(&self) -> Result<Vec<u64>> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
             pipe.zcard(self.keys.shard(shard).due);
         }
-        Ok(pipe.query_async(&mut self.conn.clone()).await?)
+        let mut counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
+        let held = self.held().await?;
+        for (count, held) in counts.iter_mut().zip(held.per_shard) {
+            *count += held;
+        }
+        Ok(counts)
     }
 
     /// Shards whose earliest message just changed, as the schedule script announces
@@ -452,14 +460,27 @@ impl Store {
 }
 
 /// An invocation of `script` with a shard's keys in the order every script that
+/// A script's `{ stream, count, stream, count, ... }` list (absent: empty).
+fn stream_counts(list: Option<&Value>) -> Result<Vec<(String, u64)>> {
+    let items = array(list.cloned().unwrap_or(Value::Nil))?;
+    let mut counts = Vec::with_capacity(items.len() / 2);
+    for pair in items.chunks(2) {
+        if let [stream, count] = pair {
+            counts.push((text(stream)?, int(count)? as u64));
+        }
+    }
+    Ok(counts)
+}
+
 /// changes a shard lists them in its contract: due set, bodies, records, records by
-/// expiry, fence.
+/// expiry, fence, held streams.
 fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
     inv.key(&k.due)
         .key(&k.bodies)
         .key(&k.records)
         .key(&k.records_by_expiry)
-        .key(&k.fence);
+        .key(&k.fence)
+        .key(&k.held);
     inv
 }

@@ -150,11 +150,21 @@ pub struct ForwardBatch {
     /// The Redis error that stopped the batch part-way (OOM, READONLY, ...): the
     /// messages before it were moved, it and the rest stay scheduled.
     pub held_back: Option<String>,
+    /// Due messages of rate-limited streams moved to their stream's held set.
+    pub newly_held: u64,
+    /// Messages each rate-limited stream (of the call's budgets) still holds in this
+    /// shard, for the streams that hold any.
+    pub holding: Vec<(String, u64)>,
 }
 
 impl ForwardBatch {
     pub fn moved(&self) -> u64 {
         self.forwarded + self.expired + self.dead
+    }
+
+    /// Messages the call moved on: sent, or set aside for their stream's limit.
+    pub fn progressed(&self) -> u64 {
+        self.moved() + self.newly_held
     }
 }
 

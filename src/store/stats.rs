@@ -17,9 +17,66 @@ pub struct StreamCounts {
     pub exact: bool,
 }
 
+/// Messages held back by their stream's rate limit (`streams.max_rate`): due, and
+/// not in the due sets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HeldBack {
+    pub per_shard: Vec<u64>,
+    pub per_stream: BTreeMap<String, u64>,
+    /// Due time of the earliest held message.
+    pub earliest_due_ms: Option<u64>,
+}
+
+impl HeldBack {
+    pub fn total(&self) -> u64 {
+        self.per_shard.iter().sum()
+    }
+}
+
 impl Store {
-    /// Due time of the earliest scheduled message, over all shards.
-    /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded.
+    /// What every shard holds back for its streams' rate limits.
+    pub async fn held(&self) -> Result<HeldBack> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.keys.shards() {
+            pipe.smembers(self.keys.shard(shard).held);
+        }
+        let streams: Vec<Vec<String>> = pipe.query_async(&mut self.conn.clone()).await?;
+        let mut held = HeldBack {
+            per_shard: vec![0; streams.len()],
+            ..HeldBack::default()
+        };
+        let mut pipe = redis::pipe();
+        let mut slots = Vec::new();
+        for (shard, names) in streams.iter().enumerate() {
+            let k = self.keys.shard(shard as u16);
+            for stream in names {
+                let key = k.held_of(stream);
+                pipe.zcard(&key)
+                    .cmd("ZRANGE")
+                    .arg(&key)
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES");
+                slots.push((shard, stream));
+            }
+        }
+        if slots.is_empty() {
+            return Ok(held);
+        }
+        let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        for ((shard, stream), pair) in slots.into_iter().zip(replies.chunks(2)) {
+            let n = int(&pair[0])?.max(0) as u64;
+            held.per_shard[shard] += n;
+            *held.per_stream.entry(stream.clone()).or_default() += n;
+            if let Some(due) = earliest_of(pair[1].clone())? {
+                held.earliest_due_ms = Some(held.earliest_due_ms.map_or(due, |e| e.min(due)));
+            }
+        }
+        Ok(held)
+    }
+
+    /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded,
+    /// held ones included.
     pub async fn overdue_count(&self, now_ms: u64) -> Result<u64> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
@@ -27,9 +84,10 @@ impl Store {
             pipe.zcount(self.keys.shard(shard).due, "-inf", now_ms * 10 + 9);
         }
         let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(counts.iter().sum())
+        Ok(counts.iter().sum::<u64>() + self.held().await?.total())
     }
 
+    /// Due time of the earliest scheduled message, over all shards, held ones included.
     pub async fn next_due_ms(&self) -> Result<Option<u64>> {
         let mut pipe = redis::pipe();
         for shard in 0..self.keys.shards() {
@@ -40,14 +98,9 @@ impl Store {
                 .arg("WITHSCORES");
         }
         let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
-        let mut earliest: Option<u64> = None;
+        let mut earliest = self.held().await?.earliest_due_ms;
         for reply in replies {
-            let items = array(reply)?;
-            if let Some(score) = items.get(1) {
-                let score: f64 = text(score)?.parse().map_err(|_| {
-                    StoreError::Reply(format!("due score {score:?} is not a number"))
-                })?;
-                let due = (score / 10.0).floor() as u64;
+            if let Some(due) = earliest_of(reply)? {
                 earliest = Some(earliest.map_or(due, |e| e.min(due)));
             }
         }
@@ -97,4 +150,17 @@ impl Store {
         }
         Ok(counts)
     }
+}
+
+/// The due time in a `ZRANGE key 0 0 WITHSCORES` reply of a due or held set (None
+/// when the set is empty).
+fn earliest_of(reply: Value) -> Result<Option<u64>> {
+    let items = array(reply)?;
+    let Some(score) = items.get(1) else {
+        return Ok(None);
+    };
+    let score: f64 = text(score)?
+        .parse()
+        .map_err(|_| StoreError::Reply(format!("due score {score:?} is not a number")))?;
+    Ok(Some((score / 10.0).floor() as u64))
 }

@@ -1,5 +1,6 @@
 -- cancel.lua: withdraw a scheduled message; the answer is always definite.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
+-- KEYS[6] held streams (a message held back by its stream's rate limit is scheduled too)
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
 -- ARGV[3] how long to keep the cancellation on record, ms
@@ -8,7 +9,7 @@ local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local id = ARGV[2]
-if redis.call('ZREM', KEYS[1], id) == 1 then
+if redis.call('ZREM', KEYS[1], id) == 1 or unhold_message(KEYS[2], KEYS[6], id) then
   redis.call('HDEL', KEYS[2], id)
   local now = now_ms()
   keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, now + tonumber(ARGV[3]))

@@ -1,6 +1,7 @@
 -- forward.lua: move up to a batch of due messages from one shard into their streams,
 -- atomically, so a crash can neither lose nor duplicate a forward.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
+-- KEYS[6] held streams (see the prelude)
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] batch size
 -- ARGV[3] how long to keep delivery records, ms
@@ -9,10 +10,19 @@
 -- ARGV[6] suffix of a stream's dead-letter stream (e.g. ":dead")
 -- ARGV[7] stream for messages that cannot be read or written at all
 -- ARGV[8] default MAXLEN ~ for target streams (0 = none)
--- ARGV[9..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
+-- ARGV[9] L, the number of rate-limited streams that follow
+-- ARGV[10..9+2L] stream, budget, ...: how many messages each rate-limited stream may
+--   still take (its permits); a stream not listed has no limit
+-- ARGV[10+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
---            parked, held_back }
+--            parked, held_back, newly_held, { stream, held, stream, held, ... } }
+--   the last list counts what each rate-limited stream still holds after the call.
+-- Rate limits: held messages go first, each held stream's in due order, as far as its
+-- budget goes (all of them once its stream has no limit). A due message of a limited
+-- stream that has no budget left, or still holds older messages, moves from the due set
+-- to its stream's held set instead of being sent, so that it never holds up the
+-- streams behind it, and leaves after those older ones.
 --        | error "FENCED ..." | the Redis error that held back the batch's first message
 -- Failed writes (see own_fault in the prelude): a message whose target cannot take it
 -- for reasons of its own is dead-lettered; if its dead letter cannot be written for
@@ -27,15 +37,40 @@ local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local now = now_ms()
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'LIMIT', 0, tonumber(ARGV[2]))
+local batch = tonumber(ARGV[2])
 local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
 local keep_until = now + tonumber(ARGV[3])
 
+local budget = {}
+local n_limited = tonumber(ARGV[9])
+for i = 10, 9 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- MAXLEN values stay the strings they came as: a Lua number is a double, and one
 -- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
 local maxlens = {}
-for i = 9, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
+for i = 10 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
 local default_maxlen = ARGV[8]
+
+-- Held messages first (see the rate limits above). from_held[id] is the held set an id
+-- was taken from; still_holds[stream] says its held set keeps older messages after this
+-- call's share, so that its messages in the due set must wait behind them.
+local ids, from_held, still_holds = {}, {}, {}
+for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
+  local key = held_key(KEYS[6], stream)
+  local take = batch - #ids
+  if budget[stream] then take = math.min(take, budget[stream]) end
+  local got = {}
+  if take > 0 then got = redis.call('ZRANGE', key, 0, take - 1) end
+  for _, id in ipairs(got) do
+    ids[#ids + 1] = id
+    from_held[id] = key
+  end
+  if budget[stream] then budget[stream] = budget[stream] - #got end
+  if redis.call('ZCARD', key) > #got then still_holds[stream] = true end
+end
+if #ids < batch then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'LIMIT', 0, batch - #ids)
+  for _, id in ipairs(due) do ids[#ids + 1] = id end
+end
 
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
 -- returns: the entry id, or nil and the error.
@@ -51,6 +86,17 @@ local lateness, per_stream, per_stream_order = {}, {}, {}
 local record_args = {}
 local recorded, moved, parked = {}, {}, {}
 local held_back = ''
+-- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
+local to_hold, hold_order, newly_held = {}, {}, 0
+
+-- Whether a due message of stream, read from the due set, waits in its held set.
+local function must_wait(stream)
+  local left = budget[stream]
+  if left == nil then return false end
+  if left <= 0 or still_holds[stream] then return true end
+  budget[stream] = left - 1
+  return false
+end
 
 local bodies = chunked({ 'HMGET', KEYS[2] }, ids)
 
@@ -81,50 +127,63 @@ for i, id in ipairs(ids) do
     else
       local stream, fields, attempt, expire_at = msg.stream, msg.fields, msg.attempt, msg.expire_at
       local is_expired = expire_at > 0 and now > expire_at
-      local target = stream
-      if is_expired then target = stream .. dead_suffix end
-      local args = { 'XADD', target }
-      local n = 2
-      local maxlen = maxlens[target] or default_maxlen
-      if maxlen ~= '0' then
-        args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
-        n = 5
-      end
-      n = n + 1; args[n] = '*'
-      for j = 1, #fields do args[n + j] = fields[j] end
-      n = n + #fields
-      if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
-      if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
-      if is_expired then
-        args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
-        args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
-      end
-      -- Through pcall: a script error is not rolled back, so one bad target must not
-      -- abort the batch after earlier entries were written.
-      local entry = redis.pcall(unpack(args))
-      if type(entry) == 'table' then
-        if own_fault(entry.err) then
-          rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
-        else
-          stop = entry.err
+      if not is_expired and not from_held[id] and must_wait(stream) then
+        local list = to_hold[stream]
+        if not list then
+          list = {}
+          to_hold[stream] = list
+          hold_order[#hold_order + 1] = stream
+          still_holds[stream] = true
         end
-      elseif is_expired then
-        rec = record('expired', entry, now, attempt, target)
-        expired = expired + 1
+        list[#list + 1] = redis.call('ZSCORE', KEYS[1], id)
+        list[#list + 1] = id
+        newly_held = newly_held + 1
       else
-        -- A delivery's time is its entry id's, which readers take when the record has
-        -- no first delivery time; a redelivered message keeps its first one.
-        local first_delivered = msg.first_delivered
-        if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
-        rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
-        forwarded = forwarded + 1
-        lateness[forwarded] = now - msg.due
-        local count = per_stream[stream]
-        if not count then
-          count = 0
-          per_stream_order[#per_stream_order + 1] = stream
+        local target = stream
+        if is_expired then target = stream .. dead_suffix end
+        local args = { 'XADD', target }
+        local n = 2
+        local maxlen = maxlens[target] or default_maxlen
+        if maxlen ~= '0' then
+          args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
+          n = 5
         end
-        per_stream[stream] = count + 1
+        n = n + 1; args[n] = '*'
+        for j = 1, #fields do args[n + j] = fields[j] end
+        n = n + #fields
+        if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
+        if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
+        if is_expired then
+          args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
+          args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
+        end
+        -- Through pcall: a script error is not rolled back, so one bad target must not
+        -- abort the batch after earlier entries were written.
+        local entry = redis.pcall(unpack(args))
+        if type(entry) == 'table' then
+          if own_fault(entry.err) then
+            rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
+          else
+            stop = entry.err
+          end
+        elseif is_expired then
+          rec = record('expired', entry, now, attempt, target)
+          expired = expired + 1
+        else
+          -- A delivery's time is its entry id's, which readers take when the record has
+          -- no first delivery time; a redelivered message keeps its first one.
+          local first_delivered = msg.first_delivered
+          if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
+          rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
+          forwarded = forwarded + 1
+          lateness[forwarded] = now - msg.due
+          local count = per_stream[stream]
+          if not count then
+            count = 0
+            per_stream_order[#per_stream_order + 1] = stream
+          end
+          per_stream[stream] = count + 1
+        end
       end
     end
     if rec then
@@ -142,15 +201,56 @@ for i, id in ipairs(ids) do
   end
 end
 
-if #moved == 0 and #parked == 0 and held_back ~= '' then
+if #moved == 0 and #parked == 0 and newly_held == 0 and held_back ~= '' then
   -- Nothing was written: hand Redis's refusal back as it is.
   return redis.error_reply(held_back)
 end
+
+-- Takes ids out of the due set or, those taken from a held set, out of that.
+local function unschedule(list)
+  local from_due, by_held = {}, {}
+  for _, id in ipairs(list) do
+    local key = from_held[id]
+    if key then
+      by_held[key] = by_held[key] or {}
+      table.insert(by_held[key], id)
+    else
+      from_due[#from_due + 1] = id
+    end
+  end
+  chunked({ 'ZREM', KEYS[1] }, from_due)
+  for key, held_ids in pairs(by_held) do chunked({ 'ZREM', key }, held_ids) end
+end
+
 if #moved > 0 then
-  chunked({ 'ZREM', KEYS[1] }, moved)
+  unschedule(moved)
   chunked({ 'HDEL', KEYS[2] }, moved)
 end
-if #parked > 0 then chunked({ 'ZADD', KEYS[1] }, parked) end
+if #parked > 0 then
+  local park_ids = {}
+  for i = 2, #parked, 2 do park_ids[#park_ids + 1] = parked[i] end
+  unschedule(park_ids)
+  chunked({ 'ZADD', KEYS[1] }, parked)
+end
+for _, stream in ipairs(hold_order) do
+  local list, ids_held = to_hold[stream], {}
+  for i = 2, #list, 2 do ids_held[#ids_held + 1] = list[i] end
+  chunked({ 'ZREM', KEYS[1] }, ids_held)
+  chunked({ 'ZADD', held_key(KEYS[6], stream) }, list)
+  redis.call('SADD', KEYS[6], stream)
+end
+-- A held set emptied by this call leaves the list of held streams.
+for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
+  if redis.call('EXISTS', held_key(KEYS[6], stream)) == 0 then redis.call('SREM', KEYS[6], stream) end
+end
+local holding = {}
+for i = 10, 9 + 2 * n_limited, 2 do
+  local n = redis.call('ZCARD', held_key(KEYS[6], ARGV[i]))
+  if n > 0 then
+    holding[#holding + 1] = ARGV[i]
+    holding[#holding + 1] = n
+  end
+end
 if #record_args > 0 then
   chunked({ 'HSET', KEYS[3] }, record_args)
   -- One expiry entry for the whole batch (see the prelude): not one per record.
@@ -166,4 +266,4 @@ for _, stream in ipairs(per_stream_order) do
   counts[#counts + 1] = stream
   counts[#counts + 1] = per_stream[stream]
 end
-return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back }
+return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding }

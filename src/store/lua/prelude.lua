@@ -17,6 +17,10 @@
 --   at_ms, so an id recorded again later keeps its newer record. (A member without "|"
 --   is a single id, written by older versions.)
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
+-- Held (streams.max_rate): a due message of a stream at its rate limit waits in that
+--   stream's held set, `<held>:<stream>`, a sorted set scored like the due set, and the
+--   stream is a member of the shard's held set while it holds any. A held message keeps
+--   its body: it is scheduled, only not in the due set. forward.lua holds and releases.
 
 -- Lua in Redis cannot unpack more than a few thousand values into one command (its C
 -- stack holds 8000), so a command built from a list of any length goes through
@@ -228,6 +232,26 @@ local function score_of(due, priority)
   return due * 10 + (9 - priority)
 end
 
+local function held_key(held, stream)
+  return held .. ':' .. stream
+end
+
+-- Takes id out of stream's held set; returns whether it was there.
+local function unhold(held, stream, id)
+  local key = held_key(held, stream)
+  if redis.call('ZREM', key, id) == 0 then return false end
+  if redis.call('EXISTS', key) == 0 then redis.call('SREM', held, stream) end
+  return true
+end
+
+-- Takes id out of the held set of the stream its body names; returns whether it was there.
+local function unhold_message(bodies, held, id)
+  local body = redis.call('HGET', bodies, id)
+  if not body then return false end
+  local msg = decode_body(body)
+  return msg ~= nil and unhold(held, msg.stream, id)
+end
+
 -- Resolves a due time against now. kind "in": value is a delay in ms; "at": epoch ms.
 -- Returns the due ms (a time in the past means now), or nil and the TOO_FAR text when
 -- it lies more than max_delay ms after now.
@@ -245,10 +269,20 @@ end
 -- scheduled id, or one with a record other than a cancellation, is a duplicate unless
 -- replace. Read-only: a record in the way is the caller's to forget when it writes.
 -- keys: { due set, bodies, records, records by expiry }.
--- returns: "scheduled" | "replaced", nil, nil, record_in_way (the id may be stored)
+-- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream (the id may be
+--          stored; held_stream: the stream whose held set has it, to take it out of)
 --        | "duplicate", due (0 if no longer scheduled), state
 local function admit(keys, id, replace)
-  local existing = redis.call('ZSCORE', keys[1], id)
+  local existing, held_in = redis.call('ZSCORE', keys[1], id), nil
+  if not existing then
+    -- Held back by its stream's rate limit: scheduled, with only its body to show it.
+    local body = redis.call('HGET', keys[2], id)
+    if body then
+      local msg = decode_body(body)
+      existing = 0
+      if msg then existing, held_in = score_of(msg.due, msg.priority), msg.stream end
+    end
+  end
   if existing and not replace then
     return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
   end
@@ -262,8 +296,8 @@ local function admit(keys, id, replace)
       replaced = true
     end
   end
-  if replaced then return 'replaced', nil, nil, rec ~= false end
-  return 'scheduled', nil, nil, rec ~= false
+  if replaced then return 'replaced', nil, nil, rec ~= false, held_in end
+  return 'scheduled', nil, nil, rec ~= false, held_in
 end
 
 -- A new message's body: msg (as read_new_message gives it) due at due, attempt 1, created

@@ -63,7 +63,7 @@ local last_delivered = tonumber(string.match(entry, '^(%d+)'))
 local attempt = tonumber(extra[attempt_field]) or 1
 local first_delivered = last_delivered
 local priority, expire_at = 0, 0
-if redis.call('ZSCORE', KEYS[1], id) then
+if redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[2], id) == 1 then
   redis.call('XACK', stream, group, entry)
   return { 'superseded' }
 end

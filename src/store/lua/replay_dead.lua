@@ -27,7 +27,7 @@ local own = {}
 for i = 8, #ARGV do own[ARGV[i]] = true end
 local fields, extra = split_own_fields(read[1][2], own)
 if extra[ARGV[6]] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
-if redis.call('ZSCORE', KEYS[1], id) then return { 'scheduled' } end
+if redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[2], id) == 1 then return { 'scheduled' } end
 
 -- A replay starts over: attempt 1, with the full allowance of attempts.
 local now = now_ms()

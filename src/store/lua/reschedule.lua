@@ -1,5 +1,5 @@
 -- reschedule.lua: move a scheduled message to a new due time; priority, fields and ttl stay.
--- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] fence
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] fence   KEYS[5] held streams
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
 -- ARGV[3] due kind: "in" (ARGV[4] is a delay in ms) or "at" (ARGV[4] is epoch ms)
@@ -30,6 +30,7 @@ if not due then return redis.error_reply(too_far) end
 if msg.expire_at > 0 then msg.expire_at = due + (msg.expire_at - msg.due) end
 msg.due = due
 redis.call('HSET', KEYS[2], id, encode_body(msg))
+unhold(KEYS[5], msg.stream, id) -- a held message goes back to the due set, at its new time
 redis.call('ZADD', KEYS[1], score_of(due, msg.priority), id)
 local first = redis.call('ZRANGE', KEYS[1], 0, 0)
 if first[1] == id then redis.call('PUBLISH', ARGV[6], KEYS[1]) end

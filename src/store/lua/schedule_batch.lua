@@ -3,6 +3,7 @@
 -- (and deleted from the inbox) exactly when its message is stored. Every message is
 -- stored through here: a single push is a batch of one.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
+-- KEYS[6] held streams (a held message replaced here leaves its held set)
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] max delay ms: a due time further than this from now is refused, per message
 -- ARGV[3] wake-up channel, published to with the shard's due set when its earliest due time moves earlier
@@ -39,7 +40,7 @@ end
 -- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
 -- repeated id is a duplicate of its earlier self, or replaces it.
 local out, n_out, acks = {}, 0, {}
-local slot, order, slot_due, slot_score, slot_body, in_way = {}, {}, {}, {}, {}, {}
+local slot, order, slot_due, slot_score, slot_body, in_way, unholds = {}, {}, {}, {}, {}, {}, {}
 local i = 6
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
@@ -57,9 +58,10 @@ while i <= #ARGV do
     if k then
       status = 'replaced'
     else
-      local record_in_way
-      status, at, state, record_in_way = admit(keys, id, replace)
+      local record_in_way, held_in
+      status, at, state, record_in_way, held_in = admit(keys, id, replace)
       if record_in_way then in_way[#in_way + 1] = id end
+      if held_in then unholds[#unholds + 1] = { held_in, id } end
     end
     if status ~= 'duplicate' then
       if not k then
@@ -87,6 +89,7 @@ if #order > 0 then
   chunked({ 'HSET', KEYS[2] }, bodies)
   chunked({ 'ZADD', KEYS[1] }, scores)
 end
+for _, h in ipairs(unholds) do unhold(KEYS[6], h[1], h[2]) end
 
 if inbox ~= '' then
   chunked({ 'XACK', inbox, group }, acks)

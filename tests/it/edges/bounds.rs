@@ -40,6 +40,8 @@ const BOUNDS: &[Bound] = &[
     ("forwarder.idle_wakeup", "\"10ms\"", true), ("forwarder.idle_wakeup", "\"9ms\"", false),
     ("forwarder.max_rate", "0", true), ("forwarder.max_rate", "10000000", true),
     ("forwarder.max_rate", "-1", false), ("forwarder.max_rate", "10000001", false),
+    ("streams.max_rate.orders", "1", true), ("streams.max_rate.orders", "10000000", true),
+    ("streams.max_rate.orders", "0", false), ("streams.max_rate.orders", "10000001", false),
     ("records.trim_interval", "\"100ms\"", true), ("records.trim_interval", "\"99ms\"", false),
     ("delivery.ack_timeout", "\"10ms\"", true), ("delivery.ack_timeout", "\"9ms\"", false),
     ("delivery.max_attempts", "1", true), ("delivery.max_attempts", "1000", true),

@@ -129,6 +129,9 @@ edges! {
     // One message a second: five take about four seconds, each once.
     max_rate_min: [("forwarder.max_rate", "1")], Workload { http: 3, chunk: 3, inbox: 2, ..W };
     max_rate_max: [("forwarder.max_rate", "10000000")], W;
+    // One stream at one message a second, the two others unlimited.
+    stream_max_rate_min: [("streams.max_rate.edge-0", "1")], Workload { http: 6, chunk: 3, inbox: 3, ..W };
+    stream_max_rate_max: [("streams.max_rate.edge-0", "10000000")], W;
     redis_timeout_min: [("redis.timeout", "\"50ms\"")], W;
     max_batch_min: [("api.max_batch", "1")], Workload { http: 60, chunk: 1, inbox: 0, ..W };
     max_batch_max: [("api.max_batch", "5000")], Workload { http: 5000, chunk: 5000, inbox: 0, ..W };

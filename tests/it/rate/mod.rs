@@ -1,26 +1,28 @@
 //! `forwarder.max_rate`: a backlog drains at the limit, each shard in due order,
 //! with nothing lost or doubled; a reload changes the limit at once.
+//! `streams.max_rate`: see `per_stream`.
+
+mod per_stream;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{ScheduleMode, Scheduled};
+use delayq::store::{ScheduleMode, Scheduled, Store};
 
 use crate::support::{self, Entry, Env, eventually};
 
 const STREAM: &str = "catchup";
 
-/// Pushes `n` messages already due; returns each id with its due time as delayq
-/// took it (a time in the past is taken as the moment of the push).
-async fn push_overdue(env: &Env, n: usize) -> HashMap<String, u64> {
+/// Pushes `n` messages already due to `stream`; returns each id with its due time
+/// as delayq took it (a time in the past is taken as the moment of the push).
+async fn push_overdue_to(store: &Store, stream: &str, n: usize) -> HashMap<String, u64> {
     let mut pushed = HashMap::new();
     for _ in 0..n {
-        let mut msg = NewMessage::payload(STREAM, "x", Duration::ZERO);
+        let mut msg = NewMessage::payload(stream, "x", Duration::ZERO);
         msg.due = Due::At(1);
-        let stored = env
-            .store
+        let stored = store
             .schedule(&msg, ScheduleMode::New, Duration::from_secs(3600))
             .await
             .expect("schedule");
@@ -32,11 +34,24 @@ async fn push_overdue(env: &Env, n: usize) -> HashMap<String, u64> {
     pushed
 }
 
-/// Waits until every pushed message is in the stream; checks each arrived once and
-/// that every shard forwarded in due order; returns the entries.
+async fn push_overdue(env: &Env, n: usize) -> HashMap<String, u64> {
+    push_overdue_to(&env.store, STREAM, n).await
+}
+
 async fn drained(env: &Env, pushed: &HashMap<String, u64>, within: Duration) -> Vec<Entry> {
+    drained_from(env, STREAM, pushed, within).await
+}
+
+/// Waits until every pushed message is in `stream`; checks each arrived once and
+/// that every shard forwarded in due order; returns the entries.
+async fn drained_from(
+    env: &Env,
+    stream: &str,
+    pushed: &HashMap<String, u64>,
+    within: Duration,
+) -> Vec<Entry> {
     let entries = eventually(within, "the backlog drained", || async {
-        let entries = support::entries(&mut env.redis.client(), STREAM);
+        let entries = support::entries(&mut env.redis.client(), stream);
         (entries.len() >= pushed.len()).then_some(entries)
     })
     .await;

@@ -1,0 +1,210 @@
+//! `streams.max_rate`: a stream at its limit drains its backlog at that rate, in due
+//! order, while other streams in the same shards stay on time; a held message can be
+//! read, cancelled, rescheduled and is a duplicate if pushed again; a reload lifts it;
+//! a leader killed mid-drain loses and doubles nothing.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use delayq::message::{Due, MessageId, NewMessage};
+use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
+
+use super::{busiest_second, drained_from, push_overdue_to};
+use crate::support::{self, Cluster, Deliveries, Env, eventually};
+
+const SLOW: &str = "slow";
+const FAST: &str = "fast";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_stream_drains_at_its_rate_while_the_others_stay_on_time() {
+    let env = Env::start("[streams.max_rate]\nslow = 100\n").await;
+    let slow = push_overdue_to(&env.store, SLOW, 300).await;
+    let fast = push_overdue_to(&env.store, FAST, 100).await;
+    let pushed_fast = Instant::now();
+    // The fast stream's messages fell due after all of the slow stream's, in the
+    // same shards: they must not wait behind them.
+    let entries = drained_from(&env, FAST, &fast, Duration::from_secs(20)).await;
+    let waited = pushed_fast.elapsed();
+    let slow_sent = support::entries(&mut env.redis.client(), SLOW).len();
+    assert!(
+        slow_sent < 250,
+        "the slow stream had {slow_sent} of 300 when the fast one was through after {waited:?}: its limit was not kept"
+    );
+    assert_eq!(entries.len(), 100);
+    let held = env.store.held().await.expect("held");
+    assert!(
+        held.per_stream.get(SLOW).copied().unwrap_or(0) > 0,
+        "{held:?}"
+    );
+    let slow_entries = drained_from(&env, SLOW, &slow, Duration::from_secs(30)).await;
+    let spread = slow_entries.last().unwrap().ms() - slow_entries.first().unwrap().ms();
+    // 300 at 100/s, less a first burst of 50 ms of the rate: about 2.95 s.
+    assert!(
+        spread >= 2_400,
+        "drained in {spread} ms: the limit was not kept"
+    );
+    let busiest = busiest_second(&slow_entries);
+    assert!(busiest <= 120, "{busiest} in one second at a limit of 100");
+    eventually(Duration::from_secs(5), "nothing held", || async {
+        (env.store.held().await.expect("held").total() == 0).then_some(())
+    })
+    .await;
+}
+
+/// Pushes one message already due to `stream`.
+async fn push_one(env: &Env, stream: &str) -> NewMessage {
+    let mut msg = NewMessage::payload(stream, "x", Duration::ZERO);
+    msg.due = Due::At(1);
+    let stored = env
+        .store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(3600))
+        .await
+        .expect("schedule");
+    assert!(matches!(stored, Scheduled::Scheduled { .. }), "{stored:?}");
+    msg
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_messages_stay_scheduled_for_reads_cancels_reschedules_and_duplicates() {
+    let mut env = Env::start("[streams.max_rate]\nslow = 1\n").await;
+    let mut msgs = Vec::new();
+    for _ in 0..12 {
+        msgs.push(push_one(&env, SLOW).await);
+    }
+    eventually(Duration::from_secs(10), "messages held back", || async {
+        (env.store.held().await.expect("held").total() >= 8).then_some(())
+    })
+    .await;
+    let sent = |env: &Env| support::entries(&mut env.redis.client(), SLOW);
+    let delivered: Vec<String> = sent(&env)
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    let waiting: Vec<&NewMessage> = msgs
+        .iter()
+        .filter(|m| !delivered.iter().any(|d| d == m.id.as_str()))
+        .collect();
+    assert!(waiting.len() >= 8, "{} still waiting", waiting.len());
+    let (cancel, moved, again) = (waiting[0], waiting[1], waiting[2]);
+
+    match env.store.get(&again.id).await.expect("get") {
+        Status::Scheduled(m) => assert_eq!(m.stream, SLOW),
+        other => panic!("a held message reads as {other:?}"),
+    }
+    let repeat = env
+        .store
+        .schedule(again, ScheduleMode::New, Duration::from_secs(3600))
+        .await
+        .expect("repeat");
+    assert!(
+        matches!(repeat, Scheduled::Duplicate { .. }),
+        "a held id pushed again: {repeat:?}"
+    );
+    let replaced = env
+        .store
+        .schedule(again, ScheduleMode::Replace, Duration::from_secs(3600))
+        .await
+        .expect("replace");
+    assert!(
+        matches!(replaced, Scheduled::Replaced { .. }),
+        "{replaced:?}"
+    );
+    let retention = Duration::from_secs(60);
+    assert_eq!(
+        env.store
+            .cancel(&cancel.id, retention)
+            .await
+            .expect("cancel"),
+        Cancelled::Cancelled
+    );
+    let later = Due::In(Duration::from_secs(3600));
+    let out = env
+        .store
+        .reschedule(&moved.id, later, Duration::from_secs(7200))
+        .await
+        .expect("reschedule");
+    assert!(matches!(out, Rescheduled::Rescheduled { .. }), "{out:?}");
+
+    // Lifted: everything left goes at once, each message once, except the cancelled
+    // one and the one now due in an hour.
+    let daemon = env.daemon.as_ref().expect("running");
+    daemon
+        .live_config()
+        .send_replace(Arc::new(support::config(&env.redis.url(), "")));
+    let entries = eventually(Duration::from_secs(10), "the rest delivered", || async {
+        let entries = sent(&env);
+        (entries.len() >= msgs.len() - 2).then_some(entries)
+    })
+    .await;
+    let ids: Vec<&str> = entries
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap())
+        .collect();
+    for m in &msgs {
+        let n = ids.iter().filter(|id| **id == m.id.as_str()).count();
+        let want = usize::from(m.id != cancel.id && m.id != moved.id);
+        assert_eq!(n, want, "{} delivered {n} times", m.id.as_str());
+    }
+    assert_eq!(env.store.held().await.expect("held").total(), 0);
+    assert_eq!(env.scheduled().await, 1, "only the rescheduled one is left");
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_sets_a_limit_on_a_stream_that_had_none() {
+    let mut env = Env::start("").await;
+    let daemon = env.daemon.as_ref().expect("running");
+    daemon.live_config().send_replace(Arc::new(support::config(
+        &env.redis.url(),
+        "[streams.max_rate]\nslow = 50\n",
+    )));
+    // A reload reaches the forward loops before their next batch; give them one.
+    let marker = push_one(&env, FAST).await;
+    eventually(
+        Duration::from_secs(5),
+        "a batch after the reload",
+        || async {
+            support::entries(&mut env.redis.client(), FAST)
+                .iter()
+                .any(|e| e.get("delayq-id") == Some(marker.id.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    let slow = push_overdue_to(&env.store, SLOW, 150).await;
+    let entries = drained_from(&env, SLOW, &slow, Duration::from_secs(20)).await;
+    let spread = entries.last().unwrap().ms() - entries.first().unwrap().ms();
+    // 150 at 50/s, less the first burst: about 2.95 s.
+    assert!(spread >= 2_400, "drained in {spread} ms at a limit of 50");
+    let ids: Vec<MessageId> = slow
+        .keys()
+        .map(|id| MessageId::parse(id).unwrap())
+        .collect();
+    assert_eq!(ids.len(), 150);
+    env.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_while_a_limited_stream_drains_loses_and_doubles_nothing() {
+    let mut cluster = Cluster::start(
+        2,
+        1,
+        "[redis]\nshards = 4\n[etcd]\ncluster = \"rate\"\n[streams.max_rate]\nslow = 200\n[log]\nlevel = \"info\"\n",
+    )
+    .await;
+    let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
+    let slow = push_overdue_to(&cluster.store, SLOW, 800).await;
+    let deliveries = Deliveries::new(&cluster.redis.url(), &[SLOW]);
+    eventually(Duration::from_secs(10), "the drain under way", || {
+        std::future::ready(deliveries.len().filter(|n| *n >= 150).map(|_| ()))
+    })
+    .await;
+    let held = cluster.store.held().await.expect("held").total();
+    assert!(held > 0, "nothing held back at 200/s");
+    cluster.nodes[leader].kill();
+    let (tally, _) = deliveries
+        .exactly_once(slow.keys(), Duration::from_secs(30))
+        .await;
+    tally.assert_exact(&cluster.logs());
+    assert_eq!(cluster.store.held().await.expect("held").total(), 0);
+}
