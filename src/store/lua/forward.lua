@@ -22,7 +22,8 @@
 -- budget goes (all of them once its stream has no limit). A due message of a limited
 -- stream that has no budget left, or still holds older messages, moves from the due set
 -- to its stream's held set instead of being sent, so that it never holds up the
--- streams behind it, and leaves after those older ones.
+-- streams behind it, and leaves after those older ones (one past its ttl too: it is
+-- dead-lettered when its turn comes).
 --        | error "FENCED ..." | the Redis error that held back the batch's first message
 -- Failed writes (see own_fault in the prelude): a message whose target cannot take it
 -- for reasons of its own is dead-lettered; if its dead letter cannot be written for
@@ -53,6 +54,7 @@ local default_maxlen = ARGV[8]
 -- Held messages first (see the rate limits above). from_held[id] is the held set an id
 -- was taken from; still_holds[stream] says its held set keeps older messages after this
 -- call's share, so that its messages in the due set must wait behind them.
+local LOOK_AHEAD, MAX_LOOK_AHEAD = 10, 2000
 local ids, from_held, still_holds = {}, {}, {}
 for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
   local key = held_key(KEYS[6], stream)
@@ -67,9 +69,18 @@ for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
   if budget[stream] then budget[stream] = budget[stream] - #got end
   if redis.call('ZCARD', key) > #got then still_holds[stream] = true end
 end
-if #ids < batch then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'LIMIT', 0, batch - #ids)
-  for _, id in ipairs(due) do ids[#ids + 1] = id end
+-- With limits, the due set is read further ahead than a batch: what waits for its
+-- stream's limit is only set aside, so that a limited stream's backlog in front of
+-- other streams' messages is cleared in a few calls.
+local look = batch - #ids
+if n_limited > 0 then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
+local due_scores = {}
+if look > 0 then
+  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES', 'LIMIT', 0, look)
+  for i = 1, #due, 2 do
+    ids[#ids + 1] = due[i]
+    due_scores[due[i]] = due[i + 1]
+  end
 end
 
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
@@ -113,78 +124,103 @@ local function dead_letter(id, why, body, attempt)
   return nil, err
 end
 
+-- Sets a due message aside in its stream's held set (written below the loop).
+local function hold(id, stream)
+  local list = to_hold[stream]
+  if not list then
+    list = {}
+    to_hold[stream] = list
+    hold_order[#hold_order + 1] = stream
+    still_holds[stream] = true
+  end
+  list[#list + 1] = due_scores[id]
+  list[#list + 1] = id
+  newly_held = newly_held + 1
+end
+
+-- Sends one decoded message to its stream (or, past its ttl, its dead-letter stream).
+-- Returns its record, or nil and "park" or the error that holds back the batch.
+local function send(id, body, msg, is_expired)
+  local stream, fields, attempt, expire_at = msg.stream, msg.fields, msg.attempt, msg.expire_at
+  local rec, stop
+  local target = stream
+  if is_expired then target = stream .. dead_suffix end
+  local args = { 'XADD', target }
+  local n = 2
+  local maxlen = maxlens[target] or default_maxlen
+  if maxlen ~= '0' then
+    args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
+    n = 5
+  end
+  n = n + 1; args[n] = '*'
+  for j = 1, #fields do args[n + j] = fields[j] end
+  n = n + #fields
+  if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
+  if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
+  if is_expired then
+    args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
+    args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
+  end
+  -- Through pcall: a script error is not rolled back, so one bad target must not
+  -- abort the batch after earlier entries were written.
+  local entry = redis.pcall(unpack(args))
+  if type(entry) == 'table' then
+    if own_fault(entry.err) then
+      rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
+    else
+      stop = entry.err
+    end
+  elseif is_expired then
+    rec = record('expired', entry, now, attempt, target)
+    expired = expired + 1
+  else
+    -- A delivery's time is its entry id's, which readers take when the record has
+    -- no first delivery time; a redelivered message keeps its first one.
+    local first_delivered = msg.first_delivered
+    if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
+    rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
+    forwarded = forwarded + 1
+    lateness[forwarded] = now - msg.due
+    local count = per_stream[stream]
+    if not count then
+      count = 0
+      per_stream_order[#per_stream_order + 1] = stream
+    end
+    per_stream[stream] = count + 1
+  end
+  return rec, stop
+end
+
 -- The loop below runs once per message and is most of the script's cost: it builds
--- each XADD's arguments in one table and nothing it does not need.
+-- each XADD's arguments in one table and nothing it does not need. It sends at most
+-- `batch` messages; past that, it only sets aside what waits for its stream's limit.
+local sent = 0
 for i, id in ipairs(ids) do
   local body = bodies[i]
-  local rec, stop, msg, why
-  if not body then
-    moved[#moved + 1] = id -- scheduled without a body: nothing to send, only forget it
+  local msg, why, stream
+  -- Whether it waits for its stream's limit is decided on the stream alone, read
+  -- off the body's first bytes: setting a backlog aside costs no decoding.
+  if body and not from_held[id] then
+    stream = body_stream(body)
+    if not stream then
+      msg, why = decode_body(body)
+      stream = msg and msg.stream
+    end
+  end
+  if stream and must_wait(stream) then
+    hold(id, stream)
   else
-    msg, why = decode_body(body)
-    if not msg then
+    if sent >= batch then break end
+    sent = sent + 1
+    if body and not msg and not why then msg, why = decode_body(body) end
+    local is_expired = msg and msg.expire_at > 0 and now > msg.expire_at
+    local rec, stop
+    if not body then
+      moved[#moved + 1] = id -- scheduled without a body: nothing to send, only forget it
+    elseif not msg then
       rec, stop = dead_letter(id, why, body, 0)
     else
-      local stream, fields, attempt, expire_at = msg.stream, msg.fields, msg.attempt, msg.expire_at
-      local is_expired = expire_at > 0 and now > expire_at
-      if not is_expired and not from_held[id] and must_wait(stream) then
-        local list = to_hold[stream]
-        if not list then
-          list = {}
-          to_hold[stream] = list
-          hold_order[#hold_order + 1] = stream
-          still_holds[stream] = true
-        end
-        list[#list + 1] = redis.call('ZSCORE', KEYS[1], id)
-        list[#list + 1] = id
-        newly_held = newly_held + 1
-      else
-        local target = stream
-        if is_expired then target = stream .. dead_suffix end
-        local args = { 'XADD', target }
-        local n = 2
-        local maxlen = maxlens[target] or default_maxlen
-        if maxlen ~= '0' then
-          args[3] = 'MAXLEN'; args[4] = '~'; args[5] = maxlen
-          n = 5
-        end
-        n = n + 1; args[n] = '*'
-        for j = 1, #fields do args[n + j] = fields[j] end
-        n = n + #fields
-        if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
-        if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
-        if is_expired then
-          args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
-          args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
-        end
-        -- Through pcall: a script error is not rolled back, so one bad target must not
-        -- abort the batch after earlier entries were written.
-        local entry = redis.pcall(unpack(args))
-        if type(entry) == 'table' then
-          if own_fault(entry.err) then
-            rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
-          else
-            stop = entry.err
-          end
-        elseif is_expired then
-          rec = record('expired', entry, now, attempt, target)
-          expired = expired + 1
-        else
-          -- A delivery's time is its entry id's, which readers take when the record has
-          -- no first delivery time; a redelivered message keeps its first one.
-          local first_delivered = msg.first_delivered
-          if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
-          rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
-          forwarded = forwarded + 1
-          lateness[forwarded] = now - msg.due
-          local count = per_stream[stream]
-          if not count then
-            count = 0
-            per_stream_order[#per_stream_order + 1] = stream
-          end
-          per_stream[stream] = count + 1
-        end
-      end
+      rec, stop = send(id, body, msg, is_expired)
     end
     if rec then
       moved[#moved + 1] = id

@@ -98,6 +98,35 @@ local function decode_body(raw)
   return msg, nil
 end
 
+-- A body's target stream, read off its first bytes as encode_body writes them (an
+-- array whose first element is BODY_FORMAT and second the stream), without decoding
+-- the rest; nil when the body does not start that way.
+local function body_stream(raw)
+  local first = string.byte(raw, 1)
+  local i
+  if first and first >= 0x90 and first <= 0x9f then
+    i = 2
+  elseif first == 0xdc then
+    i = 4
+  else
+    return nil
+  end
+  if string.byte(raw, i) ~= BODY_FORMAT then return nil end
+  local kind, b1, b2 = string.byte(raw, i + 1, i + 3)
+  local len, from
+  if kind and kind >= 0xa0 and kind <= 0xbf then
+    len, from = kind - 0xa0, i + 2
+  elseif kind == 0xd9 and b1 then
+    len, from = b1, i + 3
+  elseif kind == 0xda and b2 then
+    len, from = b1 * 256 + b2, i + 4
+  else
+    return nil
+  end
+  if from + len - 1 > #raw then return nil end
+  return string.sub(raw, from, from + len - 1)
+end
+
 -- The schema's names by position, read off it once per call that needs them: the
 -- schema applied to a probe whose elements are their own positions (a body has far
 -- fewer than 64).

@@ -208,3 +208,35 @@ async fn a_leader_killed_while_a_limited_stream_drains_loses_and_doubles_nothing
     tally.assert_exact(&cluster.logs());
     assert_eq!(cluster.store.held().await.expect("held").total(), 0);
 }
+
+/// The script reads a body's stream off its first bytes to decide whether it waits:
+/// names of every length the body's encoding treats differently (1 to 31 bytes, 32
+/// and more, past 255, the longest allowed), with a multi-byte character, are held
+/// under their own names and delivered to them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_of_every_name_length_are_held_under_their_own_name() {
+    let names: Vec<String> = [1, 31, 32, 255, 256]
+        .iter()
+        .map(|&n: &usize| format!("é{}", "s".repeat(n.saturating_sub(2))))
+        .collect();
+    let limits: String = names.iter().map(|n| format!("\"{n}\" = 1\n")).collect();
+    let env = Env::start(&format!("[streams.max_rate]\n{limits}")).await;
+    for name in &names {
+        for _ in 0..3 {
+            push_one(&env, name).await;
+        }
+    }
+    let held = eventually(Duration::from_secs(10), "each stream holds two", || async {
+        let held = env.store.held().await.expect("held");
+        names
+            .iter()
+            .all(|n| held.per_stream.get(n).copied().unwrap_or(0) >= 1)
+            .then_some(held)
+    })
+    .await;
+    assert_eq!(held.per_stream.len(), names.len(), "{held:?}");
+    for name in &names {
+        let sent = support::entries(&mut env.redis.client(), name);
+        assert!(sent.len() <= 2, "{name}: {} sent at 1/s", sent.len());
+    }
+}
