@@ -135,6 +135,26 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         check_measured(ingest[0]);
     }
 
+    // The catch-up: 2000 overdue at 1000/s while live traffic goes to another stream.
+    let catchup = rows(&report, "delayq", "catchup");
+    assert_eq!(catchup.len(), 1);
+    let c = catchup[0];
+    assert_eq!(c["tally"]["lost"], 0, "{c}");
+    assert_eq!(c["tally"]["duplicated"], 0, "{c}");
+    assert!(
+        c["tally"]["delivered"].as_u64() > c["messages"].as_u64(),
+        "the backlog and the live messages: {c}"
+    );
+    let (drain, expected) = (c["drain_ms"].as_u64(), c["expected_drain_ms"].as_u64());
+    assert!(
+        drain
+            .zip(expected)
+            .is_some_and(|(d, e)| e == 2000 && d * 10 >= e * 8),
+        "the limit was not kept: {c}"
+    );
+    assert!(c["live_lateness_ms"]["p99"].is_number(), "{c}");
+    check_measured(c);
+
     let failover = rows(&report, "delayq", "failover-sigterm");
     assert_eq!(failover.len(), 1);
     check_delivered(failover[0]);
@@ -196,6 +216,7 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         "## Burst",
         "## Spread",
         "## Ingest",
+        "## Catch-up",
         "## redis-benchmark",
     ] {
         assert!(

@@ -148,6 +148,27 @@ pub fn drain(first_ms: u64, last_ms: u64, entries: u64) -> (u64, u64) {
     (drain_ms, rate)
 }
 
+/// [`measured`] for a phase in which delayq's daemon did the work beside Redis.
+pub fn measured_delayq(
+    messages: u64,
+    load_average: String,
+    throughput_per_sec: u64,
+    cpu: &PhaseCpu,
+    probe: &Probe,
+    tally: Counts,
+) -> Measured {
+    let process = Some(ProcessCpu::Delayq(cpu.worker_us));
+    measured(
+        messages,
+        load_average,
+        throughput_per_sec,
+        cpu,
+        process,
+        probe,
+        tally,
+    )
+}
+
 /// The figures every row shares, from a phase's meters; `process` is the CPU of
 /// whichever process did the work beside Redis.
 pub fn measured(

@@ -2,6 +2,7 @@
 //! Redis, in one run.
 //!
 //! - `scenarios`: delayq's burst, spread, spread search and backlog.
+//! - `catchup`: a backlog drained at a stream's limit while live traffic goes on.
 //! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
 //!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
@@ -15,6 +16,7 @@
 //! Lateness is always stream entry time − due time, both on Redis's clock (for
 //! BullMQ: worker pick time − due time, see `peer`).
 
+mod catchup;
 mod ceiling;
 mod failover;
 mod ingest;
@@ -72,6 +74,13 @@ pub struct BenchArgs {
     /// Messages in each ingest scenario (HTTP, batch HTTP, inbox); 0 skips them.
     #[arg(long)]
     pub ingest: Option<u64>,
+    /// Overdue messages in the catch-up scenario (0 skips it): drained at
+    /// --catchup-limit while 1000 msg/s of live traffic go to another stream.
+    #[arg(long)]
+    pub catchup: Option<u64>,
+    /// The catch-up stream's streams.max_rate (msg/s).
+    #[arg(long)]
+    pub catchup_limit: Option<u64>,
     /// Runs of every scenario.
     #[arg(long)]
     pub repeat: Option<u32>,
@@ -121,6 +130,9 @@ pub struct BenchArgs {
     pub json: bool,
 }
 
+/// Live traffic during the catch-up scenario, msg/s.
+const CATCHUP_LIVE_RATE: u64 = 1000;
+
 /// What one run does, after the suite's defaults and the options.
 #[derive(Clone, Debug)]
 struct Plan {
@@ -131,6 +143,8 @@ struct Plan {
     backlog: u64,
     backlog_rates: Vec<u64>,
     ingest: u64,
+    catchup: u64,
+    catchup_limit: u64,
     repeat: u32,
     peer: bool,
     peer_bursts: Vec<u64>,
@@ -156,6 +170,8 @@ impl Plan {
                 backlog: 2000,
                 backlog_rates: vec![500],
                 ingest: 1000,
+                catchup: 2000,
+                catchup_limit: 1000,
                 repeat: 1,
                 peer: false,
                 peer_bursts: vec![2000],
@@ -176,6 +192,8 @@ impl Plan {
                 backlog: 100_000,
                 backlog_rates: vec![1000, 10_000],
                 ingest: 20_000,
+                catchup: 100_000,
+                catchup_limit: 20_000,
                 repeat: 1,
                 peer: true,
                 peer_bursts: vec![100_000],
@@ -196,6 +214,8 @@ impl Plan {
                 backlog: 1_000_000,
                 backlog_rates: vec![1000, 10_000],
                 ingest: 100_000,
+                catchup: 500_000,
+                catchup_limit: 50_000,
                 repeat: 2,
                 peer: true,
                 peer_bursts: vec![100_000, 1_000_000],
@@ -229,6 +249,12 @@ impl Plan {
         }
         if let Some(n) = args.ingest {
             plan.ingest = n;
+        }
+        if let Some(n) = args.catchup {
+            plan.catchup = n;
+        }
+        if let Some(n) = args.catchup_limit {
+            plan.catchup_limit = n.max(1);
         }
         if let Some(n) = args.repeat {
             plan.repeat = n.max(1);
@@ -268,6 +294,8 @@ impl Plan {
             backlog: self.backlog,
             backlog_rates: self.backlog_rates.clone(),
             ingest: self.ingest,
+            catchup: self.catchup,
+            catchup_limit: self.catchup_limit,
             repeat: self.repeat,
             peer: self.peer,
             peer_worker_concurrency: peer::WORKER_CONCURRENCY,
@@ -449,6 +477,15 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             {
                 add(row);
             }
+        }
+        if plan.catchup > 0 {
+            progress(&format!(
+                "run {run}: delayq catch-up of {} at {}/s with {CATCHUP_LIVE_RATE}/s live",
+                plan.catchup, plan.catchup_limit
+            ));
+            add(bench
+                .catchup(plan.catchup, plan.catchup_limit, CATCHUP_LIVE_RATE)
+                .await?);
         }
         if plan.ingest > 0 {
             progress(&format!(

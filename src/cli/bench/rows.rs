@@ -45,6 +45,7 @@ pub enum Delayq {
     Burst(Burst),
     Spread(Spread),
     BacklogSpread(Spread),
+    Catchup(Catchup),
     IngestHttp(Ingest),
     IngestHttpBatch(Ingest),
     IngestInboxDrain(Ingest),
@@ -150,6 +151,23 @@ pub struct Burst {
     pub drain_ms: u64,
     pub lateness_ms: Option<Lateness>,
     pub bytes_per_pending_message: i64,
+}
+
+/// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
+/// a `streams.max_rate`, drained while live traffic goes to another stream. The
+/// measured figures are the backlog's (`tally` adds the live messages' counts).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Catchup {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub limit_per_sec: u64,
+    pub drain_ms: u64,
+    /// backlog / limit.
+    pub expected_drain_ms: u64,
+    pub live_rate_per_sec: u64,
+    pub live_sent_per_sec: u64,
+    pub live_messages: u64,
+    pub live_lateness_ms: Option<Lateness>,
 }
 
 /// The ceiling's burst: the same moves as a bare Lua script.
@@ -369,6 +387,7 @@ impl Delayq {
             Delayq::Burst(_) => "burst",
             Delayq::Spread(_) => "spread",
             Delayq::BacklogSpread(_) => "backlog-spread",
+            Delayq::Catchup(_) => "catchup",
             Delayq::IngestHttp(_) => "ingest-http",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
             Delayq::IngestInboxDrain(_) => "ingest-inbox-drain",
@@ -383,6 +402,7 @@ impl Delayq {
         match self {
             Delayq::Burst(b) => &b.measured,
             Delayq::Spread(s) | Delayq::BacklogSpread(s) => &s.measured,
+            Delayq::Catchup(c) => &c.measured,
             Delayq::IngestHttp(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestInboxDrain(i)

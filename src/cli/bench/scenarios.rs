@@ -14,8 +14,8 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use super::Bench;
-use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream};
-use super::rows::{Backlog, Burst, Delayq, Figures, ProcessCpu, Spread};
+use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_stream};
+use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
 use crate::harness::DelayqProcess;
 use crate::message::{Due, MessageId, NewMessage};
 use crate::store::{ScheduleMode, Scheduled};
@@ -43,7 +43,7 @@ impl Bench {
 
     /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, 256 calls in
     /// flight; returns each message's due time (Redis ms) and the rate achieved.
-    async fn load(
+    pub(super) async fn load(
         &self,
         stream: &str,
         prefix: &str,
@@ -96,6 +96,20 @@ impl Bench {
         }
     }
 
+    /// A `delayq run` process with `config`, started now (not waited for), its CPU
+    /// and Redis's metered from its first instant, Redis probed meanwhile.
+    pub(super) async fn start_metered(&self, name: &str, config: &str) -> anyhow::Result<Metered> {
+        let probe = PingProbe::start(&self.url)?;
+        let mut meter = CpuMeter::start(&mut self.conn.clone(), None).await?;
+        let daemon = DelayqProcess::start(&self.delayq_bin, name, config)?;
+        meter.attach_new_process(daemon.pid());
+        Ok(Metered {
+            daemon,
+            meter,
+            probe,
+        })
+    }
+
     /// Whether `node` answers `/leader` with success (it leads).
     pub(super) async fn leads(&self, node: &DelayqProcess) -> bool {
         match self
@@ -127,7 +141,7 @@ impl Bench {
         }
     }
 
-    async fn wait_for_redis_time(&self, ms: u64) -> anyhow::Result<()> {
+    pub(super) async fn wait_for_redis_time(&self, ms: u64) -> anyhow::Result<()> {
         while self.store.now_ms().await? <= ms {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -153,35 +167,19 @@ impl Bench {
         self.wait_for_redis_time(last_due).await?;
 
         let load = measure::load_average();
-        let probe = PingProbe::start(&self.url)?;
-        let mut meter = CpuMeter::start(&mut conn, None).await?;
-        let started = Instant::now();
-        let mut daemon =
-            DelayqProcess::start(&self.delayq_bin, "bench-burst", &self.delayq_config)?;
-        meter.attach_new_process(daemon.pid());
-        let deadline = started + Duration::from_secs(60) + Duration::from_millis(n / 2);
+        let run = self
+            .start_metered("bench-burst", &self.delayq_config)
+            .await?;
+        let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_millis(n / 2);
         let len = self.wait_for_entries(BURST_STREAM, n, deadline).await?;
-        let cpu = meter.stop(&mut conn, n).await?;
-        let probe = probe.finish()?;
-        daemon.terminate(Duration::from_secs(10));
         if len < n {
-            eprintln!(
-                "burst {n}: only {len} entries before the deadline; delayq log:\n{}",
-                daemon.log()
-            );
+            eprintln!("burst {n}: only {len} entries before the deadline");
         }
+        let (cpu, probe) = run.stop(&mut conn, n, len < n).await?;
         let tally = tally_stream(&mut conn, BURST_STREAM, "m", n, |i| dues[i as usize]).await?;
         let (drain_ms, drained) = measure::drain(tally.first_ms, tally.last_ms, tally.entries);
         Ok(Delayq::Burst(Burst {
-            measured: measured(
-                n,
-                load,
-                drained,
-                &cpu,
-                Some(ProcessCpu::Delayq(cpu.worker_us)),
-                &probe,
-                tally.counts(),
-            ),
+            measured: measured_delayq(n, load, drained, &cpu, &probe, tally.counts()),
             schedule_rate_per_sec: load_rate.round() as u64,
             due_spread_ms: last_due - first_due,
             drain_ms,
@@ -218,12 +216,11 @@ impl Bench {
         let kept_up = achieved >= rate as f64 * 0.95;
         Ok(Spread {
             on_time: p99.is_some_and(|p| p < SPREAD_P99_LIMIT_MS) && kept_up && tally.lost == 0,
-            measured: measured(
+            measured: measured_delayq(
                 total,
                 load,
                 achieved.round() as u64,
                 &cpu,
-                Some(ProcessCpu::Delayq(cpu.worker_us)),
                 &probe,
                 tally.counts(),
             ),
@@ -348,5 +345,31 @@ impl Bench {
                 .into()
             })
             .collect())
+    }
+}
+
+/// A daemon under test with its meters running (see [`Bench::start_metered`]).
+pub(super) struct Metered {
+    daemon: DelayqProcess,
+    meter: CpuMeter,
+    probe: PingProbe,
+}
+
+impl Metered {
+    /// Stops the meters and the daemon (printing its log when `show_log`): the CPU
+    /// per message over `messages` and the probe's findings.
+    pub(super) async fn stop(
+        mut self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        messages: u64,
+        show_log: bool,
+    ) -> anyhow::Result<(measure::PhaseCpu, measure::Probe)> {
+        let cpu = self.meter.stop(conn, messages).await?;
+        let probe = self.probe.finish()?;
+        self.daemon.terminate(Duration::from_secs(10));
+        if show_log {
+            eprintln!("delayq log:\n{}", self.daemon.log());
+        }
+        Ok((cpu, probe))
     }
 }

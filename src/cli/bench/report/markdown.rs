@@ -1,6 +1,7 @@
 //! The report as Markdown tables, for people (bench/RESULTS.md is the latest full
 //! run's).
 
+use crate::cli::bench::rows::Delayq;
 use std::fmt::Write as _;
 
 use super::Report;
@@ -273,6 +274,37 @@ pub fn markdown(report: &Report) -> String {
         "Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)",
         "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq | Redis unresponsive: probe / longest event (ms) | lost / dup",
         ingest_rows,
+    );
+
+    let catchup_rows = rows.iter().filter_map(|r| {
+        let Some(Delayq::Catchup(c)) = r.figures.delayq() else {
+            return None;
+        };
+        let m = &c.measured;
+        Some(vec![
+            m.messages.cell(),
+            c.limit_per_sec.cell(),
+            r.run.cell(),
+            m.load_average.clone(),
+            c.drain_ms.cell(),
+            c.expected_drain_ms.cell(),
+            m.throughput_per_sec.cell(),
+            format!(
+                "{} / {}",
+                c.live_rate_per_sec.cell(),
+                c.live_sent_per_sec.cell()
+            ),
+            lateness(c.live_lateness_ms.as_ref()),
+            cpu(m),
+            stalls(m),
+            lost_dup(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Catch-up at a limit: a backlog overdue for one stream with streams.max_rate, live traffic to another meanwhile",
+        "backlog | limit (msg/s) | run | load | drain (ms) | backlog / limit (ms) | drained (msg/s) | live rate: offered / sent (msg/s) | live lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms) | lost / dup (both streams)",
+        catchup_rows,
     );
 
     let failover_rows = rows.iter().filter_map(|r| {

@@ -61,6 +61,11 @@ pub struct Parameters {
     pub backlog: u64,
     pub backlog_rates: Vec<u64>,
     pub ingest: u64,
+    /// Overdue messages in the catch-up scenario and its stream's limit (msg/s).
+    #[serde(default)]
+    pub catchup: u64,
+    #[serde(default)]
+    pub catchup_limit: u64,
     pub repeat: u32,
     pub peer: bool,
     pub peer_worker_concurrency: u32,
