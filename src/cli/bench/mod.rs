@@ -43,7 +43,7 @@ use rows::{Delayq, Figures, Row};
 pub enum Suite {
     /// Seconds: a few thousand messages, every scenario once (a smoke test).
     Tiny,
-    /// A few minutes: 100k burst, 1k and 10k msg/s spreads, 100k backlog, the peer.
+    /// A few minutes: 100k burst, 1k, 10k and 50k msg/s spreads, 100k backlog, the peer.
     Quick,
     /// Everything, twice: 100k and 1M bursts, the spread search, a 1M backlog, the
     /// peer at the same sizes, ingest.
@@ -186,7 +186,7 @@ impl Plan {
             },
             Suite::Quick => Plan {
                 bursts: vec![100_000],
-                rates: vec![1000, 10_000],
+                rates: vec![1000, 10_000, 50_000],
                 search: false,
                 duration: Duration::from_secs(10),
                 backlog: 100_000,

@@ -130,7 +130,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     out.push(target("burst drain ≥ 70% of the ceiling", vs_ceiling));
     out.push(target("burst drain ≥ 5× BullMQ's", vs_peer));
 
-    for (rate, limit) in [(1000u64, 5.0), (10_000, 10.0)] {
+    for (rate, limit) in [(1000u64, 2.0), (10_000, 10.0), (50_000, 5.0)] {
         let checks = delayq(rows, spreads)
             .filter(|(_, s)| s.rate_per_sec == rate)
             .filter_map(|(run, s)| {
@@ -139,6 +139,31 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             .collect();
         out.push(target(
             &format!("spread p99 lateness ≤ {limit} ms at {rate} msg/s"),
+            checks,
+        ));
+    }
+
+    for (scenario, what, floor) in [
+        ("ingest-http", "single pushes", 50_000u64),
+        ("ingest-http-batch", "batches", 150_000),
+    ] {
+        let checks = rows
+            .iter()
+            .filter_map(|r| {
+                let d = r.figures.delayq()?;
+                let rate = d
+                    .ingest()
+                    .filter(|_| d.scenario() == scenario)?
+                    .measured
+                    .throughput_per_sec;
+                Some((
+                    format!("{} msg/s (run {})", rate.cell(), r.run),
+                    rate >= floor,
+                ))
+            })
+            .collect();
+        out.push(target(
+            &format!("HTTP ingest of {what} ≥ {} msg/s", floor.cell()),
             checks,
         ));
     }
