@@ -12,6 +12,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use tempfile::TempDir;
 
+#[cfg(feature = "server")]
+mod proxy;
+#[cfg(feature = "server")]
+pub use proxy::Proxy;
+
 /// A loopback port nobody listens on right now.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")

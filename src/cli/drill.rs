@@ -35,6 +35,9 @@ pub enum Scenario {
     Term,
     /// SIGSTOP the leader, SIGCONT it after the takeover (a stale leader wakes).
     Pause,
+    /// Cut the leader off from Redis while etcd stays in reach; a standby that
+    /// reaches Redis takes over; the cut is undone after the takeover.
+    RedisCut,
     /// Kill one etcd member (another each round) for --hold, then restart it.
     Etcd,
     /// POST /v1/admin/resign on the leader.
@@ -42,10 +45,11 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    const ALL: [Scenario; 5] = [
+    const ALL: [Scenario; 6] = [
         Scenario::Kill,
         Scenario::Term,
         Scenario::Pause,
+        Scenario::RedisCut,
         Scenario::Etcd,
         Scenario::Switchover,
     ];
@@ -55,6 +59,7 @@ impl Scenario {
             Scenario::Kill => Fault::Kill,
             Scenario::Term => Fault::Term,
             Scenario::Pause => Fault::Pause,
+            Scenario::RedisCut => Fault::RedisCut,
             Scenario::Etcd => Fault::EtcdLoss,
             Scenario::Switchover => Fault::Switchover,
         }
@@ -65,6 +70,7 @@ impl Scenario {
             Scenario::Kill => "kill",
             Scenario::Term => "term",
             Scenario::Pause => "pause",
+            Scenario::RedisCut => "redis-cut",
             Scenario::Etcd => "etcd",
             Scenario::Switchover => "switchover",
         }
@@ -141,6 +147,13 @@ pub struct DrillArgs {
     /// Existing cluster: unfreeze a node, e.g. "docker unpause {node}".
     #[arg(long)]
     resume_cmd: Option<String>,
+    /// Existing cluster: cut a node off from Redis (etcd still in reach), e.g.
+    /// "docker network disconnect redis-net {node}".
+    #[arg(long)]
+    redis_cut_cmd: Option<String>,
+    /// Existing cluster: undo the cut, e.g. "docker network connect redis-net {node}".
+    #[arg(long)]
+    redis_restore_cmd: Option<String>,
     /// Existing cluster: an etcd member's name, for {member} (repeat for each).
     #[arg(long = "etcd-member", value_name = "NAME")]
     etcd_member: Vec<String>,
@@ -263,6 +276,8 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
                 resume: args.resume_cmd.clone(),
                 etcd_kill: args.etcd_kill_cmd.clone(),
                 etcd_start: args.etcd_start_cmd.clone(),
+                redis_cut: args.redis_cut_cmd.clone(),
+                redis_restore: args.redis_restore_cmd.clone(),
             },
         }))
     };
@@ -528,7 +543,10 @@ async fn run_round(
     };
     let (takeover, leader_changed) = measured;
     target.restore(fault, victim, timeout).await?;
-    if matches!(fault, Fault::Kill | Fault::Term | Fault::Pause) {
+    if matches!(
+        fault,
+        Fault::Kill | Fault::Term | Fault::Pause | Fault::RedisCut
+    ) {
         traffic.set_up(victim, true);
     }
     settle(http, &nodes, traffic, timeout).await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::harness::{DelayqProcess, EtcdServer, RedisServer};
+use crate::harness::{DelayqProcess, EtcdServer, Proxy, RedisServer};
 
 /// A delayq node: its name (what `{node}` stands for) and API base URL.
 #[derive(Clone, Debug)]
@@ -27,13 +27,17 @@ pub struct Commands {
     pub resume: Option<String>,
     pub etcd_kill: Option<String>,
     pub etcd_start: Option<String>,
+    pub redis_cut: Option<String>,
+    pub redis_restore: Option<String>,
 }
 
 /// A cluster started by the drill: everything on loopback, gone when dropped.
+/// Each node reaches Redis through a proxy of its own, which can cut it off.
 pub struct Local {
     pub redis: RedisServer,
     pub etcd: Vec<EtcdServer>,
     pub nodes: Vec<DelayqProcess>,
+    pub proxies: Vec<Proxy>,
 }
 
 /// An existing cluster.
@@ -68,25 +72,35 @@ impl Target {
             .iter()
             .map(|m| format!("\"{}\"", m.endpoint()))
             .collect();
-        let config = format!(
-            "[redis]\nurl = \"{}\"\nshards = {}\n\n[etcd]\nendpoints = [{}]\ncluster = \"drill\"\nlease_ttl = \"{}s\"\n\n[log]\nlevel = \"info\"\n",
-            redis.url(),
-            spec.shards,
-            endpoints.join(", "),
-            spec.lease_ttl.as_secs().max(2),
-        );
+        let config = |redis_url: &str| {
+            format!(
+                "[redis]\nurl = \"{redis_url}\"\nshards = {}\n\n[etcd]\nendpoints = [{}]\ncluster = \"drill\"\nlease_ttl = \"{}s\"\n\n[log]\nlevel = \"info\"\n",
+                spec.shards,
+                endpoints.join(", "),
+                spec.lease_ttl.as_secs().max(2),
+            )
+        };
         let mut nodes = Vec::with_capacity(spec.nodes);
+        let mut proxies = Vec::with_capacity(spec.nodes);
         for i in 0..spec.nodes {
             let name = format!("node-{}", i + 1);
-            let node = DelayqProcess::start(spec.bin, &name, &config)
+            let proxy = tokio::runtime::Handle::current().block_on(Proxy::start());
+            proxy.lead_to(&redis.url());
+            let node = DelayqProcess::start(spec.bin, &name, &config(&proxy.redis_url()))
                 .with_context(|| format!("start delayq {name}"))?;
+            proxies.push(proxy);
             nodes.push(node);
             if i == 0 {
                 // Let the first one win, so the others line up behind it.
                 std::thread::sleep(Duration::from_millis(500));
             }
         }
-        Ok(Target::Local(Box::new(Local { redis, etcd, nodes })))
+        Ok(Target::Local(Box::new(Local {
+            redis,
+            etcd,
+            nodes,
+            proxies,
+        })))
     }
 
     pub fn nodes(&self) -> Vec<Node> {
@@ -141,6 +155,9 @@ impl Target {
             Fault::Pause if commands.pause.is_none() || commands.resume.is_none() => {
                 Some("--pause-cmd and --resume-cmd")
             }
+            Fault::RedisCut if commands.redis_cut.is_none() || commands.redis_restore.is_none() => {
+                Some("--redis-cut-cmd and --redis-restore-cmd")
+            }
             Fault::EtcdLoss
                 if etcd_members.is_empty()
                     || commands.etcd_kill.is_none()
@@ -163,6 +180,7 @@ impl Target {
                     Fault::Term => l.nodes[i].signal(libc::SIGTERM),
                     Fault::Pause => l.nodes[i].signal(libc::SIGSTOP),
                     Fault::EtcdLoss => l.etcd[i].kill(),
+                    Fault::RedisCut => l.proxies[i].cut(),
                     Fault::Switchover => {}
                 });
                 Ok(())
@@ -178,6 +196,7 @@ impl Target {
                     Fault::Kill => (&commands.kill, &nodes[i].name),
                     Fault::Term => (&commands.term, &nodes[i].name),
                     Fault::Pause => (&commands.pause, &nodes[i].name),
+                    Fault::RedisCut => (&commands.redis_cut, &nodes[i].name),
                     Fault::EtcdLoss => (&commands.etcd_kill, &etcd_members[i]),
                     Fault::Switchover => return Ok(()),
                 };
@@ -215,6 +234,10 @@ impl Target {
                             l.nodes[i].signal(libc::SIGCONT);
                             Ok(())
                         }
+                        Fault::RedisCut => {
+                            l.proxies[i].restore();
+                            Ok(())
+                        }
                         Fault::EtcdLoss => {
                             l.etcd[i].restart()?;
                             l.etcd[i].wait_ready()
@@ -233,6 +256,7 @@ impl Target {
                 let (template, name) = match fault {
                     Fault::Kill | Fault::Term => (&commands.start, &nodes[i].name),
                     Fault::Pause => (&commands.resume, &nodes[i].name),
+                    Fault::RedisCut => (&commands.redis_restore, &nodes[i].name),
                     Fault::EtcdLoss => (&commands.etcd_start, &etcd_members[i]),
                     Fault::Switchover => return Ok(()),
                 };
@@ -260,6 +284,8 @@ pub enum Fault {
     Term,
     /// SIGSTOP the leader, SIGCONT after the takeover: a stale leader wakes up.
     Pause,
+    /// Cut the leader off from Redis (etcd still in reach), restore after the takeover.
+    RedisCut,
     /// Kill one etcd member (a different one each round), restart it later.
     EtcdLoss,
     /// `POST /v1/admin/resign` on the leader.

@@ -64,7 +64,7 @@ fn drill_on_a_local_cluster_loses_nothing_in_any_scenario() {
     assert_eq!(code, Some(0), "{report:#}\n{stderr}");
     assert_eq!(report["ok"], true);
     assert_eq!(report["cluster"], "local");
-    for name in ["kill", "term", "pause", "etcd", "switchover"] {
+    for name in ["kill", "term", "pause", "redis-cut", "etcd", "switchover"] {
         check_scenario(&report, name, 2);
     }
     // A frozen leader is replaced only when its lease runs out: a takeover much
@@ -85,6 +85,13 @@ fn drill_on_a_local_cluster_loses_nothing_in_any_scenario() {
         "kill: no takeover faster than the 2s lease ({} ms)",
         fastest("kill")
     );
+    // A leader cut off from Redis (etcd in reach) is found silent by a standby that
+    // reaches Redis: delivery resumes within the 5 s.
+    let cut = scenario(&report, "redis-cut")["takeover"]["max_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(cut < 5_000 * u64::from(patience()), "redis-cut: {report:#}");
+    assert_eq!(scenario(&report, "redis-cut")["leader_changes"], 2);
     // Every crash and stop changed the leader; losing one etcd member of three did not
     // stop forwarding for longer than a lease.
     assert_eq!(scenario(&report, "kill")["leader_changes"], 2);
