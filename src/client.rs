@@ -74,7 +74,8 @@ use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig, StoreError,
+    Cancelled, RedisTls, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig,
+    StoreError,
 };
 
 /// Why a client call failed.
@@ -105,6 +106,9 @@ pub enum Sent {
 pub struct ProducerOptions {
     /// Shown redacted in `Debug`.
     pub redis_url: RedisUrl,
+    /// For a `rediss://` URL: the CA to trust and a client certificate (the daemon's
+    /// `redis.tls_*`); None trusts the system's CAs.
+    pub tls: Option<RedisTls>,
     /// Must equal the daemon's `redis.prefix`.
     pub prefix: String,
     /// Must equal the daemon's `redis.shards`: a message stored in a shard the daemon
@@ -141,6 +145,7 @@ impl ProducerOptions {
     pub fn from_config(config: &Config) -> Self {
         ProducerOptions {
             redis_url: config.redis.url.clone(),
+            tls: config.redis.tls.clone(),
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
             limits: config.api.limits.clone(),
@@ -175,6 +180,7 @@ impl Producer {
     pub async fn with_options(options: ProducerOptions) -> Result<Producer> {
         let store = Store::connect(&StoreConfig {
             url: options.redis_url,
+            tls: options.tls,
             prefix: options.prefix,
             shards: options.shards,
             response_timeout: options.timeout,

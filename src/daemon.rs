@@ -43,7 +43,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let store = Store::connect(&config.store_config())
         .await
-        .with_context(|| format!("connect to Redis at {}", config.redis.url))?;
+        .with_context(|| format!("connect to {}", config.redis_target()))?;
     let listener = tokio::net::TcpListener::bind(config.api.listen)
         .await
         .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;

@@ -88,11 +88,26 @@ fn kill_and_wait(child: &mut Child) {
 pub struct RedisOptions {
     /// Append-only file with `appendfsync always`: nothing acknowledged is lost on a crash.
     pub aof: bool,
+    /// A TLS port besides the plain one, with these certificates.
+    pub tls: Option<RedisTlsFiles>,
+}
+
+/// The PEM files a TLS-serving `redis-server` uses.
+#[derive(Clone, Debug)]
+pub struct RedisTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    /// The CA that signs client certificates.
+    pub ca: PathBuf,
+    /// Whether clients must present a certificate the CA signed.
+    pub client_auth: bool,
 }
 
 /// A `redis-server` of our own.
 pub struct RedisServer {
     pub port: u16,
+    /// The TLS port, with `RedisOptions::tls`.
+    pub tls_port: Option<u16>,
     options: RedisOptions,
     dir: TempDir,
     child: Option<Child>,
@@ -108,6 +123,7 @@ impl RedisServer {
             let dir = tempfile::Builder::new().prefix("delayq-redis-").tempdir()?;
             let mut server = RedisServer {
                 port: free_port(),
+                tls_port: options.tls.as_ref().map(|_| free_port()),
                 options: options.clone(),
                 dir,
                 child: None,
@@ -137,8 +153,22 @@ impl RedisServer {
             .arg("--logfile")
             .arg(&log)
             .args(["--appendonly", if self.options.aof { "yes" } else { "no" }])
-            .args(["--appendfsync", "always"])
-            .stdin(Stdio::null())
+            .args(["--appendfsync", "always"]);
+        if let (Some(tls), Some(port)) = (&self.options.tls, self.tls_port) {
+            cmd.arg("--tls-port")
+                .arg(port.to_string())
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args([
+                    "--tls-auth-clients",
+                    if tls.client_auth { "yes" } else { "no" },
+                ]);
+        }
+        cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let child = cmd
@@ -174,6 +204,12 @@ impl RedisServer {
 
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// The TLS port's URL (`rediss://`), with `RedisOptions::tls`.
+    pub fn tls_url(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("rediss://127.0.0.1:{port}"))
     }
 
     pub fn log(&self) -> String {

@@ -44,7 +44,7 @@ pub async fn main(args: FenceArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref()).context("read the configuration")?;
     let store = Store::connect(&config.store_config())
         .await
-        .with_context(|| format!("connect to Redis at {}", config.redis.url))?;
+        .with_context(|| format!("connect to {}", config.redis_target()))?;
     let fence = store.highest_fence().await.context("read the fences")?;
     let view =
         match &config.etcd {

@@ -67,6 +67,9 @@ pub struct Config {
 pub struct RedisConfig {
     /// Shown redacted; `expose()` only to connect.
     pub url: RedisUrl,
+    /// `redis.tls_*` for a `rediss://` URL (None: plain TCP, or TLS with the system's
+    /// trust store and no client certificate).
+    pub tls: Option<crate::store::RedisTls>,
     pub prefix: String,
     pub shards: u16,
     pub timeout: Duration,
@@ -260,9 +263,23 @@ impl Config {
         }
     }
 
+    /// Where the store connects, as an error's context shows it: the URL (its
+    /// password redacted) and, over TLS, the settings a failed handshake points at.
+    pub fn redis_target(&self) -> String {
+        if self.redis.url.expose().starts_with("rediss://") {
+            format!(
+                "Redis at {} over TLS (redis.tls_ca_file, redis.tls_cert_file, redis.tls_key_file)",
+                self.redis.url
+            )
+        } else {
+            format!("Redis at {}", self.redis.url)
+        }
+    }
+
     pub fn store_config(&self) -> crate::store::StoreConfig {
         crate::store::StoreConfig {
             url: self.redis.url.clone(),
+            tls: self.redis.tls.clone(),
             prefix: self.redis.prefix.clone(),
             shards: self.redis.shards,
             response_timeout: self.redis.timeout,

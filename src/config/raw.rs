@@ -50,6 +50,11 @@ pub(super) struct RawRedis {
     pub(super) url: String,
     /// A file holding the password, put into `url` (never logged).
     pub(super) password_file: Option<String>,
+    /// TLS (`rediss://`): CA certificates to trust (PEM; default: the system's).
+    pub(super) tls_ca_file: Option<String>,
+    /// Mutual TLS: the client's certificate chain and private key (PEM).
+    pub(super) tls_cert_file: Option<String>,
+    pub(super) tls_key_file: Option<String>,
     pub(super) prefix: String,
     pub(super) shards: i64,
     #[serde(with = "humantime_serde")]
@@ -63,6 +68,9 @@ impl Default for RawRedis {
         RawRedis {
             url: "redis://127.0.0.1:6379".into(),
             password_file: None,
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
             prefix: "delayq".into(),
             shards: 16,
             timeout: Duration::from_secs(2),

@@ -18,6 +18,7 @@ use super::{
 };
 use crate::message::{Limits, is_plain};
 use crate::secret::{self, ExposeSecret, RedisUrl, SecretString};
+use crate::store::RedisTls;
 
 /// The longest `api.request_timeout`.
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -33,6 +34,61 @@ fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
         return Err(invalid(key, format!("must be 1 to {max} (got {value})")));
     }
     Ok(value)
+}
+
+/// `redis.tls_*`, read and checked: each file must hold what its key names, and
+/// only a `rediss://` URL takes them.
+fn redis_tls(
+    tls_url: bool,
+    ca_file: Option<String>,
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
+) -> Result<Option<RedisTls>, ConfigError> {
+    if !tls_url {
+        for (key, set) in [
+            ("redis.tls_ca_file", &ca_file),
+            ("redis.tls_cert_file", &cert_file),
+            ("redis.tls_key_file", &key_file),
+        ] {
+            if set.is_some() {
+                return Err(invalid(key, "needs a rediss:// redis.url (TLS)"));
+            }
+        }
+        return Ok(None);
+    }
+    let read_pem = |key: &str, path: &str| -> Result<String, ConfigError> {
+        let pem = std::fs::read_to_string(path)
+            .map_err(|e| invalid(key, format!("cannot read {path}: {e}")))?;
+        RedisTls::check_certificates(&pem).map_err(|e| invalid(key, format!("{path}: {e}")))?;
+        Ok(pem)
+    };
+    let ca = ca_file
+        .map(|path| read_pem("redis.tls_ca_file", &path))
+        .transpose()?;
+    let client = match (cert_file, key_file) {
+        (None, None) => None,
+        (Some(cert), Some(key)) => {
+            let cert = read_pem("redis.tls_cert_file", &cert)?;
+            let pem = read_secret("redis.tls_key_file", &key)?;
+            RedisTls::check_key(&pem)
+                .map_err(|e| invalid("redis.tls_key_file", format!("{key}: {e}")))?;
+            Some((cert, pem))
+        }
+        (Some(_), None) => {
+            return Err(invalid(
+                "redis.tls_key_file",
+                "must be set with redis.tls_cert_file",
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(invalid(
+                "redis.tls_cert_file",
+                "must be set with redis.tls_key_file",
+            ));
+        }
+    };
+    Ok(Some(RedisTls { ca, client }))
 }
 
 /// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
@@ -112,6 +168,9 @@ impl Raw {
         let RawRedis {
             url,
             password_file,
+            tls_ca_file,
+            tls_cert_file,
+            tls_key_file,
             prefix,
             shards,
             timeout,
@@ -134,7 +193,14 @@ impl Raw {
             None => url,
         };
         let url = RedisUrl::new(url);
-        redis::Client::open(url.expose()).map_err(|e| {
+        let tls = redis_tls(
+            url.expose().starts_with("rediss://"),
+            tls_ca_file,
+            tls_cert_file,
+            tls_key_file,
+            &read_secret,
+        )?;
+        crate::store::redis_client(&url, tls.as_ref()).map_err(|e| {
             // The client's own message may quote the URL: show neither.
             let _ = e;
             invalid("redis.url", format!("{url:?}: not a valid Redis URL"))
@@ -459,6 +525,7 @@ impl Raw {
             node_id,
             redis: RedisConfig {
                 url,
+                tls,
                 prefix,
                 shards,
                 timeout,

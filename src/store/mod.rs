@@ -12,6 +12,7 @@ mod outcome;
 mod reply;
 mod stats;
 mod streams;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +31,7 @@ pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::{HeldBack, StreamCounts};
 pub use streams::StreamEntry;
+pub use tls::{RedisTls, client as redis_client};
 
 use crate::message::{Due, MessageId, StoredMessage};
 use crate::secret::RedisUrl;
@@ -97,6 +99,8 @@ impl Scripts {
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
     pub url: RedisUrl,
+    /// For a `rediss://` URL: the CA and client certificate the config names.
+    pub tls: Option<RedisTls>,
     pub prefix: String,
     pub shards: u16,
     /// A reply slower than this fails the command (the connection is then re-established).
@@ -121,7 +125,7 @@ pub struct Store {
 impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
-        let client = redis::Client::open(config.url.expose())?;
+        let client = tls::client(&config.url, config.tls.as_ref())?;
         let manager_config = ConnectionManagerConfig::new()
             .set_response_timeout(Some(config.response_timeout))
             .set_connection_timeout(Some(config.connect_timeout))

@@ -88,7 +88,14 @@ async fn a_hundred_thousand_messages_are_forwarded_exactly_once_and_never_early(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarding_resumes_after_redis_is_killed_and_restarted_from_its_aof() {
-    let mut env = Env::start_with(RedisOptions { aof: true }, "").await;
+    let mut env = Env::start_with(
+        RedisOptions {
+            aof: true,
+            ..RedisOptions::default()
+        },
+        "",
+    )
+    .await;
     let expected = schedule_many(&env.store, "orders", 3000, 3000, "m").await;
     // Killed while forwarding is under way: some delivered, most still scheduled.
     let mut conn = env.redis.client();

@@ -25,3 +25,4 @@ mod secrets;
 mod store;
 mod stored;
 mod sweep;
+mod tls;

@@ -1,0 +1,56 @@
+//! TLS to Redis (`rediss://`): the CA to trust and, for mutual TLS, the client's
+//! certificate and key, as `redis.tls_*` name them. Without a CA file the system's
+//! trust store is used. Every connection delayq makes to Redis comes from the one
+//! client built here ([`client`]).
+
+use redis::{ClientTlsConfig, TlsCertificates};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use secrecy::{ExposeSecret, SecretString};
+
+use crate::secret::RedisUrl;
+
+/// The PEM contents of `redis.tls_*` files, checked to parse.
+#[derive(Clone, Debug, Default)]
+pub struct RedisTls {
+    /// CA certificates to trust instead of the system's.
+    pub ca: Option<String>,
+    /// Client certificate chain and private key, for mutual TLS.
+    pub client: Option<(String, SecretString)>,
+}
+
+impl RedisTls {
+    /// Checks PEM contents; the error says what is wrong, never the contents.
+    pub fn check_certificates(pem: &str) -> Result<(), String> {
+        let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("not PEM certificates: {e}"))?;
+        if certs.is_empty() {
+            return Err("holds no PEM certificate".into());
+        }
+        Ok(())
+    }
+
+    pub fn check_key(pem: &SecretString) -> Result<(), String> {
+        PrivateKeyDer::from_pem_slice(pem.expose_secret().as_bytes())
+            .map(|_| ())
+            .map_err(|e| format!("not a PEM private key: {e}"))
+    }
+}
+
+/// The Redis client for `url`, with `tls` for a `rediss://` URL.
+pub fn client(url: &RedisUrl, tls: Option<&RedisTls>) -> redis::RedisResult<redis::Client> {
+    match tls {
+        None => redis::Client::open(url.expose()),
+        Some(tls) => redis::Client::build_with_tls(
+            url.expose(),
+            TlsCertificates {
+                client_tls: tls.client.as_ref().map(|(cert, key)| ClientTlsConfig {
+                    client_cert: cert.as_bytes().to_vec(),
+                    client_key: key.expose_secret().as_bytes().to_vec(),
+                }),
+                root_cert: tls.ca.as_ref().map(|ca| ca.as_bytes().to_vec()),
+            },
+        ),
+    }
+}

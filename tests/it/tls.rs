@@ -1,0 +1,232 @@
+//! Redis over TLS (`rediss://`) with an ACL user: a daemon delivers through it; a CA
+//! that did not sign the server's certificate fails the start with a reason naming
+//! the setting; with mutual TLS, a client certificate is needed and suffices.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
+use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+use serde_json::json;
+
+use crate::support::{Api, delayq_bin, entries, eventually, text};
+
+/// A CA and the certificates it signs, as PEM files in a temp dir.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    /// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed
+    /// by it, and a second CA that signs nothing here.
+    fn new() -> Pki {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (ca, ca_key) = authority("delayq test CA");
+        let (other, _) = authority("another CA");
+        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
+        write("ca.pem", ca.pem());
+        write("other-ca.pem", other.pem());
+        for (name, sans) in [("server", true), ("client", false)] {
+            let key = KeyPair::generate().unwrap();
+            let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+            // A subject of its own: one equal to its issuer's reads as self-signed.
+            params
+                .distinguished_name
+                .push(DnType::CommonName, format!("delayq test {name}"));
+            if sans {
+                params
+                    .subject_alt_names
+                    .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
+            }
+            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+            write(&format!("{name}.pem"), cert.pem());
+            write(&format!("{name}-key.pem"), key.serialize_pem());
+        }
+        Pki { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn redis(&self, client_auth: bool) -> RedisServer {
+        RedisServer::start_with(RedisOptions {
+            tls: Some(RedisTlsFiles {
+                cert: self.path("server.pem"),
+                key: self.path("server-key.pem"),
+                ca: self.path("ca.pem"),
+                client_auth,
+            }),
+            ..RedisOptions::default()
+        })
+        .expect("a TLS redis-server")
+    }
+}
+
+fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
+    let key = KeyPair::generate().unwrap();
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, name);
+    (params.self_signed(&key).unwrap(), key)
+}
+
+/// An ACL user that may do what delayq does, with its password in a file.
+fn acl_user(redis: &RedisServer, dir: &Path) -> PathBuf {
+    let () = redis::cmd("ACL")
+        .arg(&["SETUSER", "dq", "on", ">s3cret-pw", "~*", "&*", "+@all"][..])
+        .query(&mut redis.client())
+        .expect("ACL SETUSER");
+    let file = dir.join("redis-password");
+    std::fs::write(&file, "s3cret-pw\n").unwrap();
+    file
+}
+
+fn config(redis: &RedisServer, password: &Path, tls: &str) -> String {
+    let url = redis
+        .tls_url()
+        .expect("a TLS port")
+        .replace("rediss://", "rediss://dq@");
+    format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\nshards = 2\n{tls}\n",
+        password.display()
+    )
+}
+
+/// Pushes one message through the node's API; waits for it in the stream.
+async fn delivered(node: &DelayqProcess, redis: &RedisServer, stream: &str) {
+    let api = Api::new(node.api);
+    let (status, body) = api
+        .post(
+            "/v1/messages",
+            json!({"stream": stream, "payload": "over TLS", "delay": "10ms"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}\n{}", node.log());
+    eventually(Duration::from_secs(10), "the message delivered", || async {
+        (!entries(&mut redis.client(), stream).is_empty()).then_some(())
+    })
+    .await;
+}
+
+fn check_config(config: &str) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("delayq.toml");
+    std::fs::write(&file, config).unwrap();
+    let out = Command::new(delayq_bin())
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .output()
+        .expect("run check-config");
+    (
+        out.status.success(),
+        format!("{}{}", text(&out.stdout), text(&out.stderr)),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_delivers_through_tls_redis_as_an_acl_user_and_never_shows_the_password() {
+    let pki = Pki::new();
+    let redis = pki.redis(false);
+    let password = acl_user(&redis, pki.dir.path());
+    let tls = format!("tls_ca_file = \"{}\"", pki.path("ca.pem").display());
+    let config = config(&redis, &password, &tls);
+    let (ok, shown) = check_config(&config);
+    assert!(ok, "{shown}");
+    assert!(!shown.contains("s3cret-pw"), "{shown}");
+    let node = DelayqProcess::start(&delayq_bin(), "tls", &config).expect("start delayq");
+    delivered(&node, &redis, "orders").await;
+    assert!(!node.log().contains("s3cret-pw"), "{}", node.log());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_settings_are_checked_before_anything_connects() {
+    let pki = Pki::new();
+    let redis = pki.redis(false);
+    let password = acl_user(&redis, pki.dir.path());
+    let p = |name: &str| pki.path(name).display().to_string();
+    #[rustfmt::skip]
+    let cases: Vec<(String, &str)> = vec![
+        (format!("tls_ca_file = \"{}\"", p("missing.pem")), "redis.tls_ca_file"),
+        (format!("tls_ca_file = \"{}\"", p("server-key.pem")), "redis.tls_ca_file"),
+        (format!("tls_cert_file = \"{}\"", p("client.pem")), "redis.tls_key_file"),
+        (format!("tls_key_file = \"{}\"", p("client-key.pem")), "redis.tls_cert_file"),
+        (format!("tls_cert_file = \"{}\"\ntls_key_file = \"{}\"", p("client.pem"), p("ca.pem")), "redis.tls_key_file"),
+    ];
+    for (tls, key) in cases {
+        let (ok, shown) = check_config(&config(&redis, &password, &tls));
+        assert!(!ok && shown.contains(key), "{tls}: {shown}");
+    }
+    // TLS files with a plain redis:// URL.
+    let plain = format!(
+        "[redis]\nurl = \"{}\"\ntls_ca_file = \"{}\"\n",
+        redis.url(),
+        p("ca.pem")
+    );
+    let (ok, shown) = check_config(&plain);
+    assert!(
+        !ok && shown.contains("redis.tls_ca_file") && shown.contains("rediss://"),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_that_did_not_sign_the_server_certificate_is_refused_naming_the_setting() {
+    let pki = Pki::new();
+    let redis = pki.redis(false);
+    let password = acl_user(&redis, pki.dir.path());
+    let tls = format!("tls_ca_file = \"{}\"", pki.path("other-ca.pem").display());
+    let config = config(&redis, &password, &tls);
+    // The files are well-formed: only connecting can tell.
+    assert!(check_config(&config).0);
+    let started = DelayqProcess::start(&delayq_bin(), "wrong-ca", &config);
+    let log = match started {
+        Err(e) => format!("{e:#}"),
+        Ok(node) => {
+            eventually(Duration::from_secs(10), "the refusal logged", || async {
+                let log = node.log();
+                log.contains("redis.tls_ca_file").then_some(log)
+            })
+            .await
+        }
+    };
+    assert!(log.contains("redis.tls_ca_file"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_needs_a_client_certificate_and_works_with_one() {
+    let pki = Pki::new();
+    let redis = pki.redis(true);
+    let password = acl_user(&redis, pki.dir.path());
+    let ca = format!("tls_ca_file = \"{}\"", pki.path("ca.pem").display());
+    let client = format!(
+        "{ca}\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+        pki.path("client.pem").display(),
+        pki.path("client-key.pem").display()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "mtls", &config(&redis, &password, &client))
+        .expect("start delayq with a client certificate");
+    delivered(&node, &redis, "orders").await;
+    drop(node);
+
+    // Without one the server refuses the handshake.
+    let client = redis::Client::build_with_tls(
+        redis.tls_url().unwrap(),
+        redis::TlsCertificates {
+            client_tls: None,
+            root_cert: Some(std::fs::read(pki.path("ca.pem")).unwrap()),
+        },
+    )
+    .unwrap();
+    // With TLS 1.3 the server may refuse the certificate only after the handshake
+    // completed on the client's side: then the first command fails.
+    let pinged = match client.get_multiplexed_async_connection().await {
+        Err(_) => false,
+        Ok(mut conn) => redis::cmd("PING")
+            .query_async::<String>(&mut conn)
+            .await
+            .is_ok(),
+    };
+    assert!(!pinged, "a TLS client without a certificate was served");
+}
