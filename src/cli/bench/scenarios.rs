@@ -26,6 +26,10 @@ pub const SPREAD_DELAY: Duration = Duration::from_millis(500);
 /// one carries (a producer behind its rate catches up in calls of this size).
 const PRODUCER_CALLS_IN_FLIGHT: usize = 32;
 const PRODUCER_MAX_BATCH: u64 = 1000;
+/// Messages per `schedule_many` while a scenario loads its messages, and such calls
+/// in flight at once.
+const LOAD_BATCH: u64 = 2000;
+const LOAD_IN_FLIGHT: usize = 8;
 /// The p99 lateness a spread rate must stay under to count as on time.
 pub const SPREAD_P99_LIMIT_MS: u64 = 10;
 
@@ -45,8 +49,9 @@ impl Bench {
         }
     }
 
-    /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, 256 calls in
-    /// flight; returns each message's due time (Redis ms) and the rate achieved.
+    /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, in batches of
+    /// `LOAD_BATCH` (one call per shard each), `LOAD_IN_FLIGHT` batches at once;
+    /// returns each message's due time (Redis ms) and the rate achieved.
     pub(super) async fn load(
         &self,
         stream: &str,
@@ -57,17 +62,28 @@ impl Bench {
         let started = Instant::now();
         let max_delay = self.config.api.limits.max_delay;
         let mut dues = vec![0u64; n as usize];
-        let mut results = futures::stream::iter(0..n)
-            .map(|i| {
+        let mut results = futures::stream::iter((0..n).step_by(LOAD_BATCH as usize))
+            .map(|first| {
                 let store = self.store.clone();
-                let msg = self.message(stream, format!("{prefix}{i}"), due);
-                async move { (i, store.schedule(&msg, ScheduleMode::New, max_delay).await) }
+                let items: Vec<BatchItem> = (first..(first + LOAD_BATCH).min(n))
+                    .map(|i| BatchItem {
+                        msg: self.message(stream, format!("{prefix}{i}"), due),
+                        mode: ScheduleMode::New,
+                        inbox_entry: None,
+                    })
+                    .collect();
+                async move { (first, store.schedule_many(&items, max_delay, None).await) }
             })
-            .buffer_unordered(256);
-        while let Some((i, result)) = results.next().await {
-            match result.with_context(|| format!("schedule {prefix}{i}"))? {
-                Scheduled::Scheduled { due_ms } => dues[i as usize] = due_ms,
-                other => bail!("schedule {prefix}{i}: {other:?} (the bench Redis was not empty)"),
+            .buffer_unordered(LOAD_IN_FLIGHT);
+        while let Some((first, outcomes)) = results.next().await {
+            for (k, outcome) in outcomes.into_iter().enumerate() {
+                let i = first + k as u64;
+                match outcome.with_context(|| format!("schedule {prefix}{i}"))? {
+                    Scheduled::Scheduled { due_ms } => dues[i as usize] = due_ms,
+                    other => {
+                        bail!("schedule {prefix}{i}: {other:?} (the bench Redis was not empty)")
+                    }
+                }
             }
         }
         Ok((dues, n as f64 / started.elapsed().as_secs_f64()))
