@@ -33,6 +33,15 @@ const GRACE: Duration = Duration::from_secs(2);
 /// How long a leader's probe may go unwritten (it writes every second) before the
 /// leader is taken to be cut off from Redis.
 pub const SILENT: Duration = Duration::from_millis(3_000);
+/// How recently this standby's own probe must have written for it to count as
+/// writing. Probes write every [`crate::health::PROBE_EVERY`], each at its own
+/// phase, so when Redis stops taking writes from everybody at once the leader's
+/// last write may precede this node's by up to a round: a standby judges the
+/// leader silent only while its own probe has been fresh (at most 1.5 rounds
+/// old) at every poll for [`SILENT`]. Then the leader missed writes this node
+/// made, rather than Redis refusing everybody (OOM, READONLY) or having just
+/// come back from doing so, when whoever probes first must not judge the others.
+const FRESH: Duration = Duration::from_millis(1_500);
 /// After ending a lease, how long to let the election move before judging again.
 const COOLDOWN: Duration = Duration::from_millis(250);
 
@@ -55,6 +64,9 @@ pub(super) struct Seen {
     pub(super) own: LeaderSigns,
     /// How long this node's own presence has been held on its connection.
     pub(super) own_presence: Duration,
+    /// How long this node's own probe has been found fresh (see [`FRESH`]) at
+    /// every poll.
+    pub(super) own_writing: Duration,
 }
 
 /// The suspicion one poll supports, if any.
@@ -65,7 +77,8 @@ pub(super) fn suspect(seen: &Seen) -> Option<Suspicion> {
     if !seen.signs.present {
         return Some(Suspicion::Gone);
     }
-    let own_writes = seen.own.probe_age.is_some_and(|age| age < SILENT);
+    let own_writes =
+        seen.own.probe_age.is_some_and(|age| age < FRESH) && seen.own_writing >= SILENT;
     let leader_silent = seen.signs.probe_age.is_none_or(|age| age >= SILENT);
     if own_writes && leader_silent && seen.own_presence >= SILENT {
         return Some(Suspicion::Silent(seen.signs.probe_age));
@@ -134,6 +147,8 @@ impl Watcher {
             held,
         } = self;
         let mut judge = Judge::default();
+        // Since when this node's own probe has been fresh at every poll.
+        let mut writing_since: Option<Instant> = None;
         // etcd's answer when it named a newer leader than `info` still shows,
         // with the `info` it supersedes (until `info` moves on).
         let mut newer: Option<(Leader, Leader)> = None;
@@ -160,10 +175,12 @@ impl Watcher {
                 (leader, own, role.borrow().is_leader())
             else {
                 judge.reset();
+                writing_since = None;
                 continue;
             };
             if leader == node_id || lease == own.lease {
                 judge.reset();
+                writing_since = None;
                 continue;
             }
             let signs = tokio::time::timeout(
@@ -174,14 +191,22 @@ impl Watcher {
             let Ok(Ok((signs, own_signs))) = signs else {
                 // This node does not reach Redis now: it judges nobody.
                 judge.reset();
+                writing_since = None;
                 continue;
+            };
+            let now = Instant::now();
+            writing_since = if own_signs.probe_age.is_some_and(|age| age < FRESH) {
+                Some(writing_since.unwrap_or(now))
+            } else {
+                None
             };
             let seen = Seen {
                 signs,
                 own: own_signs,
                 own_presence: own.since.elapsed(),
+                own_writing: writing_since.map_or(Duration::ZERO, |since| now - since),
             };
-            let Some(suspicion) = judge.poll(lease, Instant::now(), suspect(&seen)) else {
+            let Some(suspicion) = judge.poll(lease, now, suspect(&seen)) else {
                 continue;
             };
             judge.reset();
@@ -300,6 +325,7 @@ mod tests {
                 probe_age: own_probe.map(ms),
             },
             own_presence: ms(own_presence),
+            own_writing: ms(own_presence),
         };
         assert_eq!(suspect(&seen), expected, "{seen:?}");
     }
@@ -329,6 +355,18 @@ mod tests {
         // Nobody's probe writes (Redis refuses writes): nobody is singled out.
         check(true, Some(5_000), 10_000, Some(5_000), true, None);
         check(true, None, 10_000, None, true, None);
+        // Redis stopped taking writes from everybody at once, the leader's last
+        // write a round earlier in phase than this node's: still nobody.
+        check(true, Some(3_000), 10_000, Some(2_100), true, None);
+        check(true, Some(3_400), 10_000, Some(2_500), true, None);
+        check(
+            true,
+            Some(3_000),
+            10_000,
+            Some(1_499),
+            true,
+            Some(Silent(Some(ms(3_000)))),
+        );
         // After a Redis restart this node's own connection may look old while its
         // presence is not in the new Redis yet: no judgement.
         check(false, None, 10_000, Some(100), false, None);

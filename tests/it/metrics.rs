@@ -240,6 +240,9 @@ async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
     })
     .await;
     assert_eq!(xlen(&mut conn, "s"), 1);
+    // Redis refused everybody alike: nobody was singled out as cut off.
+    let text = cluster.apis[0].metrics().await.expect("metrics");
+    assert_eq!(value(&text, "delayq_is_leader"), Some(1.0), "{}", cluster.logs());
 }
 
 #[tokio::test]
