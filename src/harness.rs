@@ -92,7 +92,7 @@ pub struct RedisOptions {
     pub tls: Option<RedisTlsFiles>,
 }
 
-/// The PEM files a TLS-serving `redis-server` uses.
+/// The PEM files a TLS-serving `redis-server` or `etcd` uses.
 #[derive(Clone, Debug)]
 pub struct RedisTlsFiles {
     pub cert: PathBuf,
@@ -252,6 +252,9 @@ pub struct EtcdServer {
     pub name: String,
     pub client_port: u16,
     pub peer_port: u16,
+    /// A TLS client port besides the plain one, with [`EtcdServer::start_tls`].
+    pub tls_port: Option<u16>,
+    tls: Option<RedisTlsFiles>,
     initial_cluster: String,
     dir: TempDir,
     child: Option<Child>,
@@ -264,12 +267,19 @@ impl EtcdServer {
         Ok(cluster.remove(0))
     }
 
-    /// An etcd cluster of `n` members, all on loopback.
-    pub fn cluster(n: usize) -> anyhow::Result<Vec<Self>> {
-        retry_port_clash(|| Self::cluster_on_free_ports(n))
+    /// A single-member etcd cluster that also serves clients over TLS with these
+    /// files (on [`EtcdServer::tls_endpoint`]); the plain port stays for the test.
+    pub fn start_tls(tls: RedisTlsFiles) -> anyhow::Result<Self> {
+        let mut cluster = retry_port_clash(|| Self::cluster_on_free_ports(1, Some(&tls)))?;
+        Ok(cluster.remove(0))
     }
 
-    fn cluster_on_free_ports(n: usize) -> anyhow::Result<Vec<Self>> {
+    /// An etcd cluster of `n` members, all on loopback.
+    pub fn cluster(n: usize) -> anyhow::Result<Vec<Self>> {
+        retry_port_clash(|| Self::cluster_on_free_ports(n, None))
+    }
+
+    fn cluster_on_free_ports(n: usize, tls: Option<&RedisTlsFiles>) -> anyhow::Result<Vec<Self>> {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let initial_cluster = ports
             .iter()
@@ -283,6 +293,8 @@ impl EtcdServer {
                 name: format!("m{i}"),
                 client_port,
                 peer_port,
+                tls_port: tls.map(|_| free_port()),
+                tls: tls.cloned(),
                 initial_cluster: initial_cluster.clone(),
                 dir: tempfile::Builder::new().prefix("delayq-etcd-").tempdir()?,
                 child: None,
@@ -298,9 +310,26 @@ impl EtcdServer {
 
     fn spawn(&mut self, existing: bool) -> anyhow::Result<()> {
         let log = File::create(self.dir.path().join("etcd.log"))?;
-        let client = format!("http://127.0.0.1:{}", self.client_port);
+        let plain = format!("http://127.0.0.1:{}", self.client_port);
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(binary("DELAYQ_TEST_ETCD", "etcd"))
+        let mut command = Command::new(binary("DELAYQ_TEST_ETCD", "etcd"));
+        let client = match (&self.tls, self.tls_port) {
+            (Some(tls), Some(port)) => {
+                command
+                    .arg("--cert-file")
+                    .arg(&tls.cert)
+                    .arg("--key-file")
+                    .arg(&tls.key)
+                    .arg("--trusted-ca-file")
+                    .arg(&tls.ca);
+                if tls.client_auth {
+                    command.arg("--client-cert-auth");
+                }
+                format!("{plain},https://127.0.0.1:{port}")
+            }
+            _ => plain,
+        };
+        let child = command
             .arg("--name")
             .arg(&self.name)
             .arg("--data-dir")
@@ -364,6 +393,12 @@ impl EtcdServer {
 
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// The TLS client endpoint (`https://`), with [`EtcdServer::start_tls`].
+    pub fn tls_endpoint(&self) -> Option<String> {
+        self.tls_port
+            .map(|port| format!("https://127.0.0.1:{port}"))
     }
 
     pub fn log(&self) -> String {

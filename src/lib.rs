@@ -36,6 +36,7 @@
 pub mod client;
 pub mod config;
 pub mod message;
+pub mod pem;
 pub mod secret;
 pub mod store;
 

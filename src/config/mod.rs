@@ -79,11 +79,27 @@ pub struct RedisConfig {
 #[derive(Clone, Debug)]
 pub struct EtcdConfig {
     pub endpoints: Vec<String>,
+    /// TLS to the members (`https://` endpoints).
+    pub tls: Option<EtcdTls>,
+    /// The etcd user delayq authenticates as, and its password.
+    pub auth: Option<(String, SecretString)>,
     /// Election key prefix, `/delayq/<cluster>/leader` unless set.
     pub election_prefix: String,
     pub lease_ttl: Duration,
     pub failsafe: bool,
     pub connect_timeout: Duration,
+}
+
+/// The PEM contents of `etcd.tls_*` files, checked to parse.
+#[derive(Clone, Debug, Default)]
+pub struct EtcdTls {
+    /// CA certificates to trust instead of the system's.
+    pub ca: Option<String>,
+    /// Client certificate chain and private key, for mutual TLS.
+    pub client: Option<(String, SecretString)>,
+    /// The name the members' certificates are checked against, instead of the
+    /// endpoint's host.
+    pub server_name: Option<String>,
 }
 
 #[derive(Clone, Debug)]

@@ -83,6 +83,16 @@ impl Default for RawRedis {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawEtcd {
     pub(super) endpoints: Vec<String>,
+    /// TLS (`https://` endpoints): CA certificates to trust (PEM; default: the system's).
+    pub(super) tls_ca_file: Option<String>,
+    /// Mutual TLS: the client's certificate chain and private key (PEM).
+    pub(super) tls_cert_file: Option<String>,
+    pub(super) tls_key_file: Option<String>,
+    /// The name the members' certificates must carry, when not the endpoints' host.
+    pub(super) tls_server_name: Option<String>,
+    /// etcd user (RBAC), with its password in `password_file`.
+    pub(super) user: Option<String>,
+    pub(super) password_file: Option<String>,
     pub(super) cluster: String,
     pub(super) prefix: Option<String>,
     #[serde(with = "humantime_serde")]
@@ -96,6 +106,12 @@ impl Default for RawEtcd {
     fn default() -> Self {
         RawEtcd {
             endpoints: Vec::new(),
+            tls_ca_file: None,
+            tls_cert_file: None,
+            tls_key_file: None,
+            tls_server_name: None,
+            user: None,
+            password_file: None,
             cluster: "default".into(),
             prefix: None,
             lease_ttl: Duration::from_secs(6),

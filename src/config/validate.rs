@@ -13,10 +13,11 @@ use super::raw::{
     Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis, RawStreams,
 };
 use super::{
-    ApiConfig, Config, ConfigError, EtcdConfig, ForwarderConfig, InboxConfig, LogConfig,
+    ApiConfig, Config, ConfigError, EtcdConfig, EtcdTls, ForwarderConfig, InboxConfig, LogConfig,
     RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::{Limits, is_plain};
+use crate::pem;
 use crate::secret::{self, ExposeSecret, RedisUrl, SecretString};
 use crate::store::RedisTls;
 
@@ -36,23 +37,30 @@ fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     Ok(value)
 }
 
-/// `redis.tls_*`, read and checked: each file must hold what its key names, and
-/// only a `rediss://` URL takes them.
-fn redis_tls(
-    tls_url: bool,
+/// The PEM files of `<section>.tls_*`, read and checked: each must hold what its
+/// key names, and only TLS endpoints (`needs`) take them.
+struct TlsFiles {
+    ca: Option<String>,
+    client: Option<(String, SecretString)>,
+}
+
+fn tls_files(
+    section: &str,
+    tls: Result<(), &str>,
     ca_file: Option<String>,
     cert_file: Option<String>,
     key_file: Option<String>,
     read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
-) -> Result<Option<RedisTls>, ConfigError> {
-    if !tls_url {
-        for (key, set) in [
-            ("redis.tls_ca_file", &ca_file),
-            ("redis.tls_cert_file", &cert_file),
-            ("redis.tls_key_file", &key_file),
+) -> Result<Option<TlsFiles>, ConfigError> {
+    let key = |name: &str| format!("{section}.{name}");
+    if let Err(needs) = tls {
+        for (name, set) in [
+            ("tls_ca_file", &ca_file),
+            ("tls_cert_file", &cert_file),
+            ("tls_key_file", &key_file),
         ] {
             if set.is_some() {
-                return Err(invalid(key, "needs a rediss:// redis.url (TLS)"));
+                return Err(invalid(&key(name), needs));
             }
         }
         return Ok(None);
@@ -60,35 +68,35 @@ fn redis_tls(
     let read_pem = |key: &str, path: &str| -> Result<String, ConfigError> {
         let pem = std::fs::read_to_string(path)
             .map_err(|e| invalid(key, format!("cannot read {path}: {e}")))?;
-        RedisTls::check_certificates(&pem).map_err(|e| invalid(key, format!("{path}: {e}")))?;
+        pem::check_certificates(&pem).map_err(|e| invalid(key, format!("{path}: {e}")))?;
         Ok(pem)
     };
     let ca = ca_file
-        .map(|path| read_pem("redis.tls_ca_file", &path))
+        .map(|path| read_pem(&key("tls_ca_file"), &path))
         .transpose()?;
     let client = match (cert_file, key_file) {
         (None, None) => None,
-        (Some(cert), Some(key)) => {
-            let cert = read_pem("redis.tls_cert_file", &cert)?;
-            let pem = read_secret("redis.tls_key_file", &key)?;
-            RedisTls::check_key(&pem)
-                .map_err(|e| invalid("redis.tls_key_file", format!("{key}: {e}")))?;
+        (Some(cert), Some(path)) => {
+            let cert = read_pem(&key("tls_cert_file"), &cert)?;
+            let pem = read_secret(&key("tls_key_file"), &path)?;
+            pem::check_key(&pem)
+                .map_err(|e| invalid(&key("tls_key_file"), format!("{path}: {e}")))?;
             Some((cert, pem))
         }
         (Some(_), None) => {
             return Err(invalid(
-                "redis.tls_key_file",
-                "must be set with redis.tls_cert_file",
+                &key("tls_key_file"),
+                format!("must be set with {section}.tls_cert_file"),
             ));
         }
         (None, Some(_)) => {
             return Err(invalid(
-                "redis.tls_cert_file",
-                "must be set with redis.tls_key_file",
+                &key("tls_cert_file"),
+                format!("must be set with {section}.tls_key_file"),
             ));
         }
     };
-    Ok(Some(RedisTls { ca, client }))
+    Ok(Some(TlsFiles { ca, client }))
 }
 
 /// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
@@ -193,13 +201,19 @@ impl Raw {
             None => url,
         };
         let url = RedisUrl::new(url);
-        let tls = redis_tls(
-            url.expose().starts_with("rediss://"),
+        let tls = tls_files(
+            "redis",
+            if url.expose().starts_with("rediss://") {
+                Ok(())
+            } else {
+                Err("needs a rediss:// redis.url (TLS)")
+            },
             tls_ca_file,
             tls_cert_file,
             tls_key_file,
             &read_secret,
-        )?;
+        )?
+        .map(|TlsFiles { ca, client }| RedisTls { ca, client });
         crate::store::redis_client(&url, tls.as_ref()).map_err(|e| {
             // The client's own message may quote the URL: show neither.
             let _ = e;
@@ -224,6 +238,12 @@ impl Raw {
 
         let RawEtcd {
             endpoints,
+            tls_ca_file: etcd_ca_file,
+            tls_cert_file: etcd_cert_file,
+            tls_key_file: etcd_key_file,
+            tls_server_name,
+            user: etcd_user,
+            password_file: etcd_password_file,
             cluster,
             prefix: election_prefix,
             lease_ttl,
@@ -234,23 +254,69 @@ impl Raw {
             None
         } else {
             for endpoint in &endpoints {
-                if endpoint.starts_with("https://") {
-                    // Refused here rather than failing at run time: the etcd client is
-                    // built without TLS.
+                if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
                     return Err(invalid(
                         "etcd.endpoints",
-                        format!(
-                            "{endpoint:?}: TLS to etcd is not supported yet; use http:// (e.g. over a private network or a local TLS-terminating proxy)"
-                        ),
-                    ));
-                }
-                if !endpoint.starts_with("http://") {
-                    return Err(invalid(
-                        "etcd.endpoints",
-                        format!("{endpoint:?}: must start with http://"),
+                        format!("{endpoint:?}: must start with http:// or https://"),
                     ));
                 }
             }
+            let https = endpoints
+                .iter()
+                .filter(|e| e.starts_with("https://"))
+                .count();
+            if https != 0 && https != endpoints.len() {
+                return Err(invalid(
+                    "etcd.endpoints",
+                    "mixes http:// and https://: use one scheme for every member",
+                ));
+            }
+            let files = tls_files(
+                "etcd",
+                if https == 0 {
+                    Err("needs https:// etcd.endpoints (TLS)")
+                } else {
+                    Ok(())
+                },
+                etcd_ca_file,
+                etcd_cert_file,
+                etcd_key_file,
+                &read_secret,
+            )?;
+            if let Some(name) = &tls_server_name {
+                if https == 0 {
+                    return Err(invalid(
+                        "etcd.tls_server_name",
+                        "needs https:// etcd.endpoints (TLS)",
+                    ));
+                }
+                if name.is_empty() || name.chars().any(char::is_whitespace) {
+                    return Err(invalid(
+                        "etcd.tls_server_name",
+                        format!("{name:?}: must be a host name"),
+                    ));
+                }
+            }
+            let tls = files.map(|TlsFiles { ca, client }| EtcdTls {
+                ca,
+                client,
+                server_name: tls_server_name,
+            });
+            let auth = match (etcd_user, etcd_password_file) {
+                (None, None) => None,
+                (Some(user), Some(path)) => {
+                    if user.is_empty() {
+                        return Err(invalid("etcd.user", "must not be empty"));
+                    }
+                    Some((user, read_secret("etcd.password_file", &path)?))
+                }
+                (Some(_), None) => {
+                    return Err(invalid("etcd.password_file", "must be set with etcd.user"));
+                }
+                (None, Some(_)) => {
+                    return Err(invalid("etcd.user", "must be set with etcd.password_file"));
+                }
+            };
             if lease_ttl < Duration::from_secs(2) {
                 return Err(invalid(
                     "etcd.lease_ttl",
@@ -280,6 +346,8 @@ impl Raw {
             }
             Some(EtcdConfig {
                 endpoints,
+                tls,
+                auth,
                 election_prefix: election_prefix
                     .unwrap_or_else(|| format!("/delayq/{cluster}/leader")),
                 lease_ttl,

@@ -2,6 +2,7 @@
 //! request sent again while etcd does not answer.
 
 use super::*;
+use crate::secret::ExposeSecret;
 
 /// HTTP/2 pings on the etcd connections, so that a member that hangs (stopped,
 /// partitioned) breaks the streams waiting on it (campaign, watch) instead of
@@ -19,9 +20,65 @@ pub(super) async fn connect(config: &EtcdConfig) -> Result<Client, etcd_client::
         .with_keep_alive_while_idle(false)
         // A member cut off from its cluster refuses instead of answering stale.
         .with_require_leader(true);
+    let options = match &config.tls {
+        Some(tls) => options.with_tls(tls_options(tls)),
+        None => options,
+    };
+    let options = match &config.auth {
+        // etcd's tokens expire (5 minutes idle by default): asked again when one has.
+        Some((user, password)) => options
+            .with_user(user, password.expose_secret())
+            .with_auto_token_refresh(true),
+        None => options,
+    };
     // No request timeout on the channel: it would also cut the campaign, which
     // waits as long as another node leads. Each call is bounded by `call` instead.
     Client::connect(&config.endpoints, Some(options)).await
+}
+
+/// `etcd.tls_*` as the client takes them: the CA given (or the system's trust
+/// store), the client certificate for mutual TLS, the name to check.
+fn tls_options(tls: &EtcdTls) -> TlsOptions {
+    let mut options = TlsOptions::new();
+    options = match &tls.ca {
+        Some(ca) => options.ca_certificate(Certificate::from_pem(ca)),
+        None => options.with_native_roots(),
+    };
+    if let Some((cert, key)) = &tls.client {
+        options = options.identity(Identity::from_pem(cert, key.expose_secret()));
+    }
+    if let Some(name) = &tls.server_name {
+        options = options.domain_name(name);
+    }
+    options
+}
+
+/// `e` with a hint at the settings that decide it, when they may be why: TLS
+/// failures name `etcd.tls_*`, refused credentials `etcd.user`/`etcd.password_file`.
+pub(super) fn explain(config: &EtcdConfig, e: &(dyn std::error::Error + 'static)) -> String {
+    // The transport's own message is only "transport error": the why is in its sources.
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        source = s.source();
+    }
+    let lower = text.to_lowercase();
+    if config.auth.is_some()
+        && (lower.contains("authentication failed") || lower.contains("invalid auth token"))
+    {
+        return format!("{text} (check etcd.user and etcd.password_file)");
+    }
+    let tls_words = ["certificate", "tls", "handshake", "unknownissuer", "ssl"];
+    if config.tls.is_some() && tls_words.iter().any(|w| lower.contains(w)) {
+        return format!(
+            "{text} (check etcd.tls_ca_file, etcd.tls_cert_file, etcd.tls_key_file, etcd.tls_server_name)"
+        );
+    }
+    text
 }
 
 /// Whether an error is etcd's answer (retrying will not change it) rather than

@@ -28,8 +28,8 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::anyhow;
 use etcd_client::{
-    Client, ConnectOptions, EventType, GetOptions, LeaderKey, ResignOptions, SortOrder, SortTarget,
-    WatchOptions, WatchStream,
+    Certificate, Client, ConnectOptions, EventType, GetOptions, Identity, LeaderKey, ResignOptions,
+    SortOrder, SortTarget, TlsOptions, WatchOptions, WatchStream,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -37,7 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backoff::Backoff;
-use crate::config::EtcdConfig;
+use crate::config::{EtcdConfig, EtcdTls};
 use crate::leadership::{Elector, LeaderInfo, Role, StepDown, Term};
 use crate::metrics as m;
 use crate::store::{Held, Store};
@@ -143,7 +143,7 @@ pub async fn run(
         match connect(&config).await {
             Ok(client) => break client,
             Err(e) => {
-                tracing::error!(error = %e, endpoints = ?config.endpoints, "cannot set up the etcd client; retrying");
+                tracing::error!(error = explain(&config, &e), endpoints = ?config.endpoints, "cannot set up the etcd client; retrying");
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -241,7 +241,10 @@ impl Node {
                 return Next::Again(self.backoff.next_delay());
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot get a lease from etcd; retrying");
+                tracing::warn!(
+                    error = explain(&self.config, e.as_ref()),
+                    "cannot get a lease from etcd; retrying"
+                );
                 return Next::Again(self.backoff.next_delay());
             }
         };
@@ -385,7 +388,7 @@ impl Node {
                 retry.reset();
             }
             let delay = retry.next_delay();
-            tracing::warn!(error = %failure, retry_in = ?delay, "campaign failed");
+            tracing::warn!(error = explain(&self.config, failure.as_ref()), retry_in = ?delay, "campaign failed");
             tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Next::Stop),
                 _ = tokio::time::sleep(delay) => {}

@@ -4,8 +4,6 @@
 //! client built here ([`client`]).
 
 use redis::{ClientTlsConfig, TlsCertificates};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use secrecy::{ExposeSecret, SecretString};
 
 use crate::secret::RedisUrl;
@@ -17,25 +15,6 @@ pub struct RedisTls {
     pub ca: Option<String>,
     /// Client certificate chain and private key, for mutual TLS.
     pub client: Option<(String, SecretString)>,
-}
-
-impl RedisTls {
-    /// Checks PEM contents; the error says what is wrong, never the contents.
-    pub fn check_certificates(pem: &str) -> Result<(), String> {
-        let certs = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| format!("not PEM certificates: {e}"))?;
-        if certs.is_empty() {
-            return Err("holds no PEM certificate".into());
-        }
-        Ok(())
-    }
-
-    pub fn check_key(pem: &SecretString) -> Result<(), String> {
-        PrivateKeyDer::from_pem_slice(pem.expose_secret().as_bytes())
-            .map(|_| ())
-            .map_err(|e| format!("not a PEM private key: {e}"))
-    }
 }
 
 /// The Redis client for `url`, with `tls` for a `rediss://` URL.

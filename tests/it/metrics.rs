@@ -242,7 +242,12 @@ async fn the_oldest_overdue_gauge_shows_stuck_delivery_on_the_leader_only() {
     assert_eq!(xlen(&mut conn, "s"), 1);
     // Redis refused everybody alike: nobody was singled out as cut off.
     let text = cluster.apis[0].metrics().await.expect("metrics");
-    assert_eq!(value(&text, "delayq_is_leader"), Some(1.0), "{}", cluster.logs());
+    assert_eq!(
+        value(&text, "delayq_is_leader"),
+        Some(1.0),
+        "{}",
+        cluster.logs()
+    );
 }
 
 #[tokio::test]

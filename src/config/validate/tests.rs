@@ -109,9 +109,9 @@ fn bad_values_name_their_key() {
     check_err("[api]\nmax_wait = \"2h\"", &[], "api.max_wait");
     check_err("[api]\nmax_polls = 0", &[], "api.max_polls");
     check_err(
-        "[etcd]\nendpoints = [\"https://e:2379\"]",
+        "[etcd]\nendpoints = [\"http://e:2379\", \"https://f:2379\"]",
         &[],
-        "etcd.endpoints: \"https://e:2379\": TLS to etcd is not supported yet",
+        "etcd.endpoints: mixes http:// and https://",
     );
     check_err("[node]\nid = \" \"", &[], "node.id: must not be empty");
     check_err("[node]\nid = true", &[], "node");

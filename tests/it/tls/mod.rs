@@ -1,6 +1,9 @@
 //! Redis over TLS (`rediss://`) with an ACL user: a daemon delivers through it; a CA
 //! that did not sign the server's certificate fails the start with a reason naming
 //! the setting; with mutual TLS, a client certificate is needed and suffices.
+//! etcd over TLS with a user (`etcd`): the same, and a failover with TLS everywhere.
+
+mod etcd;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,17 +53,35 @@ impl Pki {
         self.dir.path().join(name)
     }
 
+    /// The server's files, for a server that needs client certificates or not.
+    fn server(&self, client_auth: bool) -> RedisTlsFiles {
+        RedisTlsFiles {
+            cert: self.path("server.pem"),
+            key: self.path("server-key.pem"),
+            ca: self.path("ca.pem"),
+            client_auth,
+        }
+    }
+
     fn redis(&self, client_auth: bool) -> RedisServer {
         RedisServer::start_with(RedisOptions {
-            tls: Some(RedisTlsFiles {
-                cert: self.path("server.pem"),
-                key: self.path("server-key.pem"),
-                ca: self.path("ca.pem"),
-                client_auth,
-            }),
+            tls: Some(self.server(client_auth)),
             ..RedisOptions::default()
         })
         .expect("a TLS redis-server")
+    }
+
+    /// `<section>.tls_*` lines: the CA, and the client certificate for mutual TLS.
+    fn settings(&self, ca: &str, client: bool) -> String {
+        let mut lines = format!("tls_ca_file = \"{}\"\n", self.path(ca).display());
+        if client {
+            lines += &format!(
+                "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
+                self.path("client.pem").display(),
+                self.path("client-key.pem").display()
+            );
+        }
+        lines
     }
 }
 
