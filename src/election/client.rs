@@ -72,6 +72,12 @@ pub(super) fn explain(config: &EtcdConfig, e: &(dyn std::error::Error + 'static)
     {
         return format!("{text} (check etcd.user and etcd.password_file)");
     }
+    if lower.contains("permission denied") {
+        return format!(
+            "{text} (etcd.user needs read and write on the election prefix {}/)",
+            config.election_prefix
+        );
+    }
     let tls_words = ["certificate", "tls", "handshake", "unknownissuer", "ssl"];
     if config.tls.is_some() && tls_words.iter().any(|w| lower.contains(w)) {
         return format!(

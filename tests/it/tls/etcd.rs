@@ -1,7 +1,8 @@
 //! etcd over TLS (client certificates required) with auth on and an etcd user
 //! that may use only delayq's prefix: two daemons, Redis over mutual TLS too, elect
 //! a leader, deliver and fail over after a SIGKILL; a wrong CA, server name or
-//! password is refused naming its setting; the settings are checked up front.
+//! password, or a user without permission, is refused naming its setting (the
+//! instance stays up as a standby and keeps trying); the settings are checked up front.
 
 use etcd_client::{Client, Permission};
 use libc::SIGKILL;
@@ -27,6 +28,14 @@ async fn etcd(pki: &Pki) -> EtcdServer {
         .await
         .expect("user add");
     c.user_grant_role("dq", "dq").await.expect("grant role");
+    // A user with a role that grants nothing.
+    c.role_add("none").await.expect("role add");
+    c.user_add("nobody", ETCD_PASSWORD, None)
+        .await
+        .expect("user add");
+    c.user_grant_role("nobody", "none")
+        .await
+        .expect("grant role");
     c.user_add("root", "root-pw", None).await.expect("root");
     c.user_grant_role("root", "root").await.expect("root role");
     c.auth_enable().await.expect("auth enable");
@@ -88,7 +97,7 @@ async fn with_tls_everywhere_a_standby_takes_over_from_a_killed_leader() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_ca_server_name_or_password_is_refused_naming_its_setting() {
+async fn a_wrong_ca_server_name_password_or_permission_is_refused_naming_its_setting() {
     let pki = Pki::new();
     let etcd = etcd(&pki).await;
     let redis = RedisServer::start().expect("redis");
@@ -97,15 +106,19 @@ async fn a_wrong_ca_server_name_or_password_is_refused_naming_its_setting() {
         ("other-ca.pem", ETCD_PASSWORD, "", "etcd.tls_ca_file"),
         ("ca.pem", ETCD_PASSWORD, "tls_server_name = \"elsewhere.example\"", "etcd.tls_server_name"),
         ("ca.pem", "not-the-password", "", "etcd.password_file"),
+        ("ca.pem", ETCD_PASSWORD, "#nobody", "etcd.user needs read and write on the election prefix /delayq/default/leader/"),
     ];
     for (ca, password, extra, named) in cases {
+        let mut etcd_section = section(&etcd, &pki, ca, password, extra);
+        if extra == "#nobody" {
+            etcd_section = etcd_section.replace("user = \"dq\"", "user = \"nobody\"");
+        }
         let config = format!(
-            "[redis]\nurl = \"{}\"\nshards = 2\n{}",
-            redis.url(),
-            section(&etcd, &pki, ca, password, extra)
+            "[redis]\nurl = \"{}\"\nshards = 2\n{etcd_section}",
+            redis.url()
         );
         assert!(check_config(&config).0, "{config}");
-        let node = DelayqProcess::start(&delayq_bin(), "refused", &config).expect("start");
+        let mut node = DelayqProcess::start(&delayq_bin(), "refused", &config).expect("start");
         let log = eventually(Duration::from_secs(20), named, || async {
             let log = node.log();
             log.contains(named).then_some(log)
@@ -117,6 +130,10 @@ async fn a_wrong_ca_server_name_or_password_is_refused_naming_its_setting() {
         );
         assert!(!log.contains(ETCD_PASSWORD), "{log}");
         assert!(!leads(&node).await, "{log}");
+        // No crash loop: the instance stays up, a standby that keeps trying.
+        let (status, _) = Api::new(node.api).get("/healthz").await;
+        assert_eq!(status, 200, "{log}");
+        assert!(node.is_running(), "{log}");
     }
     // The right name for the certificate (it holds "localhost") is taken.
     let config = format!(
