@@ -74,8 +74,8 @@ use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, RedisTls, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreConfig,
-    StoreError,
+    Cancelled, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig, Status, Store,
+    StoreConfig, StoreError,
 };
 
 /// Why a client call failed.
@@ -109,6 +109,11 @@ pub struct ProducerOptions {
     /// For a `rediss://` URL: the CA to trust and a client certificate (the daemon's
     /// `redis.tls_*`); None trusts the system's CAs.
     pub tls: Option<RedisTls>,
+    /// Find the master through Sentinel (the daemon's `redis.sentinel`).
+    pub sentinel: Option<SentinelConfig>,
+    /// Replicas that must confirm each schedule (`WAIT`), and how long to wait for
+    /// them (the daemon's `redis.min_replicas_acked`, `redis.replicas_ack_timeout`).
+    pub replicas_acked: Option<(u32, Duration)>,
     /// Must equal the daemon's `redis.prefix`.
     pub prefix: String,
     /// Must equal the daemon's `redis.shards`: a message stored in a shard the daemon
@@ -146,6 +151,8 @@ impl ProducerOptions {
         ProducerOptions {
             redis_url: config.redis.url.clone(),
             tls: config.redis.tls.clone(),
+            sentinel: config.redis.sentinel.clone(),
+            replicas_acked: config.redis.replicas_acked,
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
             limits: config.api.limits.clone(),
@@ -181,6 +188,8 @@ impl Producer {
         let store = Store::connect(&StoreConfig {
             url: options.redis_url,
             tls: options.tls,
+            sentinel: options.sentinel,
+            replicas_acked: options.replicas_acked,
             prefix: options.prefix,
             shards: options.shards,
             response_timeout: options.timeout,

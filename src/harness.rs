@@ -90,6 +90,8 @@ pub struct RedisOptions {
     pub aof: bool,
     /// A TLS port besides the plain one, with these certificates.
     pub tls: Option<RedisTlsFiles>,
+    /// A replica of the master on this port.
+    pub replica_of: Option<u16>,
 }
 
 /// The PEM files a TLS-serving `redis-server` or `etcd` uses.
@@ -168,6 +170,11 @@ impl RedisServer {
                     if tls.client_auth { "yes" } else { "no" },
                 ]);
         }
+        if let Some(master) = self.options.replica_of {
+            cmd.arg("--replicaof")
+                .arg("127.0.0.1")
+                .arg(master.to_string());
+        }
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
@@ -242,6 +249,103 @@ impl RedisServer {
 }
 
 impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One `redis-sentinel` watching one master under a name.
+pub struct SentinelServer {
+    pub port: u16,
+    dir: TempDir,
+    child: Option<Child>,
+}
+
+impl SentinelServer {
+    /// A Sentinel that watches the master on `master_port` as `name`, with
+    /// `quorum`, judging it down after `down_after` (failovers time out after 10 s).
+    pub fn start(
+        name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after: Duration,
+    ) -> anyhow::Result<Self> {
+        retry_port_clash(|| {
+            let dir = tempfile::Builder::new()
+                .prefix("delayq-sentinel-")
+                .tempdir()?;
+            let port = free_port();
+            // Sentinel rewrites its configuration file: one of its own, writable.
+            let config = dir.path().join("sentinel.conf");
+            std::fs::write(
+                &config,
+                format!(
+                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
+                     logfile {dir}/sentinel.log\n\
+                     sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                     sentinel down-after-milliseconds {name} {down}\n\
+                     sentinel failover-timeout {name} 10000\n\
+                     sentinel parallel-syncs {name} 1\n",
+                    dir = dir.path().display(),
+                    down = down_after.as_millis(),
+                ),
+            )?;
+            let child = Command::new(binary("DELAYQ_TEST_REDIS_SENTINEL", "redis-sentinel"))
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .context(
+                    "start redis-sentinel (is it installed? set DELAYQ_TEST_REDIS_SENTINEL)",
+                )?;
+            let mut sentinel = SentinelServer {
+                port,
+                dir,
+                child: Some(child),
+            };
+            if !wait_for_port(port, Duration::from_secs(10)) {
+                sentinel.kill();
+                bail!("redis-sentinel on port {port} did not come up");
+            }
+            Ok(sentinel)
+        })
+    }
+
+    /// "127.0.0.1:port", as `redis.sentinel.nodes` takes it.
+    pub fn address(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A synchronous connection, to ask this Sentinel things.
+    pub fn client(&self) -> redis::Connection {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port))
+            .and_then(|c| c.get_connection())
+            .unwrap_or_else(|e| panic!("connect to sentinel on {}: {e}", self.port))
+    }
+
+    /// The port of the master this Sentinel names for `name`.
+    pub fn master_port(&self, name: &str) -> Option<u16> {
+        let addr: Option<(String, String)> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(name)
+            .query(&mut self.client())
+            .ok()?;
+        addr?.1.parse().ok()
+    }
+
+    pub fn log(&self) -> String {
+        tail(&self.dir.path().join("sentinel.log"), 40)
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            kill_and_wait(&mut child);
+        }
+    }
+}
+
+impl Drop for SentinelServer {
     fn drop(&mut self) {
         self.kill();
     }

@@ -48,6 +48,9 @@ pub enum StepDown {
     Fenced { epoch: u64, held: u64 },
     /// An operator asked for a planned switchover.
     Resign,
+    /// The Redis master moved (a Sentinel failover): the fences there may have gone
+    /// back with the writes the failover lost, so a new term raises them.
+    MasterMoved { epoch: u64 },
 }
 
 /// What every part of the daemon sees of leadership.
@@ -166,50 +169,61 @@ pub async fn run_standalone(
 ) {
     let mut backoff =
         crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
-    let epoch = loop {
-        match store.next_standalone_epoch().await {
-            Ok(epoch) => break epoch,
-            Err(e) => {
-                tracing::warn!(error = %e, "standalone: cannot take an epoch from Redis; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return,
-                    _ = tokio::time::sleep(backoff.next_delay()) => {}
+    let mut above = 0;
+    'terms: loop {
+        let epoch = loop {
+            match store.next_standalone_epoch(above).await {
+                Ok(epoch) => break epoch,
+                Err(e) => {
+                    tracing::warn!(error = %e, "standalone: cannot take an epoch from Redis; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => break 'terms,
+                        _ = tokio::time::sleep(backoff.next_delay()) => {}
+                    }
                 }
             }
-        }
-    };
-    // The role first: whoever sees the standalone details (the service manager's
-    // READY, `/v1/leader`) then also sees this node leading.
-    elector.set(
-        Role::Leader(Term {
-            epoch,
-            since: SystemTime::now(),
-        }),
-        "standalone: no etcd configured",
-    );
-    elector.info.send_replace(LeaderInfo {
-        node_id: Some(node_id),
-        address: Some(address),
-        epoch: Some(epoch),
-        lease: None,
-        lease_deadline: None,
-        mode: "standalone",
-        etcd_reachable: None,
-    });
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => break,
-            request = elector.requests.recv() => match request {
-                Some(StepDown::Fenced { epoch, held }) => {
-                    tracing::error!(epoch, held, "standalone: fenced out by a newer instance; serving the API only from now on");
-                    metrics::counter!(crate::metrics::FENCED).increment(1);
-                    elector.info.send_modify(|i| { i.node_id = None; i.address = None; i.epoch = Some(held); });
-                    elector.set(Role::Follower, "fenced");
+        };
+        backoff.reset();
+        // The role first: whoever sees the standalone details (the service manager's
+        // READY, `/v1/leader`) then also sees this node leading.
+        elector.set(
+            Role::Leader(Term {
+                epoch,
+                since: SystemTime::now(),
+            }),
+            "standalone: no etcd configured",
+        );
+        elector.info.send_replace(LeaderInfo {
+            node_id: Some(node_id.clone()),
+            address: Some(address.clone()),
+            epoch: Some(epoch),
+            lease: None,
+            lease_deadline: None,
+            mode: "standalone",
+            etcd_reachable: None,
+        });
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => break 'terms,
+                request = elector.requests.recv() => match request {
+                    Some(StepDown::Fenced { epoch, held }) => {
+                        tracing::error!(epoch, held, "standalone: fenced out by a newer instance; serving the API only from now on");
+                        metrics::counter!(crate::metrics::FENCED).increment(1);
+                        elector.info.send_modify(|i| { i.node_id = None; i.address = None; i.epoch = Some(held); });
+                        elector.set(Role::Follower, "fenced");
+                    }
+                    Some(StepDown::MasterMoved { epoch: moved }) if moved == epoch => {
+                        // A new epoch, above this one, from the new master.
+                        elector.set(Role::Follower, "the Redis master moved");
+                        above = epoch;
+                        continue 'terms;
+                    }
+                    Some(StepDown::MasterMoved { .. }) => {}
+                    Some(StepDown::Resign) => {
+                        tracing::warn!("standalone: resign requested, but with no etcd there is no one to hand over to; still leading");
+                    }
+                    None => break 'terms,
                 }
-                Some(StepDown::Resign) => {
-                    tracing::warn!("standalone: resign requested, but with no etcd there is no one to hand over to; still leading");
-                }
-                None => break,
             }
         }
     }

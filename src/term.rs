@@ -79,6 +79,23 @@ impl Term {
         }
         self.token.cancel();
     }
+
+    /// The Redis master moved (Sentinel failover) during the term: its fences may
+    /// have gone back with the writes the failover lost, and only a new epoch from
+    /// the election is sure to be above every one they held. Asks the elector for a
+    /// new term, once, and ends this one.
+    pub fn master_moved(&self, address: &str) {
+        if !self.fenced.swap(true, Ordering::SeqCst) {
+            tracing::warn!(
+                epoch = self.epoch,
+                %address,
+                "the Redis master moved: ending this term so a new one raises the fences there"
+            );
+            self.leadership
+                .step_down(StepDown::MasterMoved { epoch: self.epoch });
+        }
+        self.token.cancel();
+    }
 }
 
 /// Runs the leader-only workers during every term this node leads, until `cancel`.
@@ -132,6 +149,23 @@ pub async fn run_while_leading(
 /// One term: fences first (from then on an older leader's scripts are refused),
 /// then every leader-only worker, until the term ends.
 async fn serve(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
+    // Every write of the term goes to the master it began on (see `Store::pinned`).
+    let store = store.pinned();
+    if let (Some(mut changes), Some(pin)) = (store.master_changes(), store.pinned_to()) {
+        let term = term.clone();
+        tokio::spawn(async move {
+            loop {
+                let (moves, address) = changes.borrow_and_update().clone();
+                if moves != pin {
+                    return term.master_moved(&address);
+                }
+                tokio::select! {
+                    _ = term.ended() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+            }
+        });
+    }
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         match store.raise_fences(term.epoch()).await {

@@ -75,6 +75,14 @@ impl From<StoreError> for ApiError {
             StoreError::Busy(detail) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", detail)
             }
+            e @ StoreError::NotReplicated { .. } => {
+                tracing::warn!(error = %e, "push not confirmed by enough replicas");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_replicated",
+                    e.to_string(),
+                )
+            }
             // A key of the wrong type is a conflict with what Redis holds, not an outage.
             StoreError::Redis(e) if e.code() == Some("WRONGTYPE") => ApiError::new(
                 StatusCode::CONFLICT,

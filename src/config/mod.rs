@@ -70,6 +70,11 @@ pub struct RedisConfig {
     /// `redis.tls_*` for a `rediss://` URL (None: plain TCP, or TLS with the system's
     /// trust store and no client certificate).
     pub tls: Option<crate::store::RedisTls>,
+    /// The master found through Sentinel (`url` then gives scheme, user, password
+    /// and database only).
+    pub sentinel: Option<crate::store::SentinelConfig>,
+    /// Replicas that must confirm each push, and how long to wait for them.
+    pub replicas_acked: Option<(u32, Duration)>,
     pub prefix: String,
     pub shards: u16,
     pub timeout: Duration,
@@ -282,6 +287,18 @@ impl Config {
     /// Where the store connects, as an error's context shows it: the URL (its
     /// password redacted) and, over TLS, the settings a failed handshake points at.
     pub fn redis_target(&self) -> String {
+        if let Some(sentinel) = &self.redis.sentinel {
+            return format!(
+                "the Redis master {:?} through Sentinel at {} (redis.sentinel)",
+                sentinel.master,
+                sentinel
+                    .nodes
+                    .iter()
+                    .map(|(host, port)| format!("{host}:{port}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if self.redis.url.expose().starts_with("rediss://") {
             format!(
                 "Redis at {} over TLS (redis.tls_ca_file, redis.tls_cert_file, redis.tls_key_file)",
@@ -296,6 +313,8 @@ impl Config {
         crate::store::StoreConfig {
             url: self.redis.url.clone(),
             tls: self.redis.tls.clone(),
+            sentinel: self.redis.sentinel.clone(),
+            replicas_acked: self.redis.replicas_acked,
             prefix: self.redis.prefix.clone(),
             shards: self.redis.shards,
             response_timeout: self.redis.timeout,

@@ -55,12 +55,34 @@ pub(super) struct RawRedis {
     /// Mutual TLS: the client's certificate chain and private key (PEM).
     pub(super) tls_cert_file: Option<String>,
     pub(super) tls_key_file: Option<String>,
+    /// Find the master through Sentinel instead of `url`'s host.
+    pub(super) sentinel: Option<RawSentinel>,
     pub(super) prefix: String,
     pub(super) shards: i64,
     #[serde(with = "humantime_serde")]
     pub(super) timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub(super) connect_timeout: Duration,
+    /// Replicas that must confirm a push (`WAIT`) before it is acknowledged.
+    pub(super) min_replicas_acked: i64,
+    /// How long to wait for them.
+    #[serde(with = "humantime_serde")]
+    pub(super) replicas_ack_timeout: Duration,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSentinel {
+    /// The name the Sentinels monitor the master under.
+    pub(super) master: String,
+    /// The Sentinels, "host:port" each.
+    pub(super) nodes: Vec<String>,
+    /// An ACL user on the Sentinels, with its password in `password_file`; a
+    /// password alone (Sentinel's `requirepass`) needs no user.
+    pub(super) user: Option<String>,
+    pub(super) password_file: Option<String>,
+    /// TLS to the Sentinels too, with `redis.tls_*` (default: as to the data nodes).
+    pub(super) tls: Option<bool>,
 }
 
 impl Default for RawRedis {
@@ -71,10 +93,13 @@ impl Default for RawRedis {
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
+            sentinel: None,
             prefix: "delayq".into(),
             shards: 16,
             timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
+            min_replicas_acked: 0,
+            replicas_ack_timeout: Duration::from_secs(1),
         }
     }
 }

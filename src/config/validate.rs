@@ -10,7 +10,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::raw::{
-    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis, RawStreams,
+    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis,
+    RawSentinel, RawStreams,
 };
 use super::{
     ApiConfig, Config, ConfigError, EtcdConfig, EtcdTls, ForwarderConfig, InboxConfig, LogConfig,
@@ -19,13 +20,16 @@ use super::{
 use crate::message::{Limits, is_plain};
 use crate::pem;
 use crate::secret::{self, ExposeSecret, RedisUrl, SecretString};
-use crate::store::RedisTls;
+use crate::store::{RedisTls, SentinelConfig};
 
 /// The longest `api.request_timeout`.
 const MAX_REQUEST_TIMEOUT: Duration = Duration::from_secs(3600);
 
 /// The longest `api.max_delay` allowed.
 const MAX_DELAY_LIMIT: Duration = Duration::from_secs(36_500 * 24 * 3600);
+
+/// Highest `redis.min_replicas_acked`.
+const MAX_REPLICAS: i64 = 64;
 
 /// Highest `forwarder.max_rate`, messages a second: ten times what one Redis moves.
 const MAX_RATE: u64 = 10_000_000;
@@ -97,6 +101,78 @@ fn tls_files(
         }
     };
     Ok(Some(TlsFiles { ca, client }))
+}
+
+/// `redis.sentinel`, checked: a master name, Sentinels as host:port, a user only
+/// with its password, and a data URL over TCP (its host is not used).
+fn sentinel_config(
+    raw: RawSentinel,
+    url: &RedisUrl,
+    read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
+) -> Result<SentinelConfig, ConfigError> {
+    let RawSentinel {
+        master,
+        nodes,
+        user,
+        password_file,
+        tls,
+    } = raw;
+    if url.expose().starts_with("unix://") {
+        return Err(invalid(
+            "redis.sentinel",
+            "needs a redis:// or rediss:// redis.url (Sentinel names TCP addresses)",
+        ));
+    }
+    if master.is_empty() || master.chars().any(char::is_whitespace) {
+        return Err(invalid(
+            "redis.sentinel.master",
+            format!("{master:?}: must be non-empty, without spaces"),
+        ));
+    }
+    if nodes.is_empty() {
+        return Err(invalid(
+            "redis.sentinel.nodes",
+            "must name one Sentinel or more",
+        ));
+    }
+    let mut addresses = Vec::with_capacity(nodes.len());
+    for node in &nodes {
+        let parsed = node
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .filter(|(host, port)| !host.is_empty() && *port != 0);
+        match parsed {
+            Some((host, port)) => {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                addresses.push((host.to_owned(), port));
+            }
+            None => {
+                return Err(invalid(
+                    "redis.sentinel.nodes",
+                    format!("{node:?}: must be host:port"),
+                ));
+            }
+        }
+    }
+    let password = password_file
+        .map(|path| read_secret("redis.sentinel.password_file", &path))
+        .transpose()?;
+    if user.is_some() && password.is_none() {
+        return Err(invalid(
+            "redis.sentinel.password_file",
+            "must be set with redis.sentinel.user",
+        ));
+    }
+    if user.as_deref() == Some("") {
+        return Err(invalid("redis.sentinel.user", "must not be empty"));
+    }
+    Ok(SentinelConfig {
+        master,
+        nodes: addresses,
+        user,
+        password,
+        tls: tls.unwrap_or_else(|| url.expose().starts_with("rediss://")),
+    })
 }
 
 /// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
@@ -179,10 +255,13 @@ impl Raw {
             tls_ca_file,
             tls_cert_file,
             tls_key_file,
+            sentinel,
             prefix,
             shards,
             timeout,
             connect_timeout,
+            min_replicas_acked,
+            replicas_ack_timeout,
         } = redis;
         if !(url.starts_with("redis://")
             || url.starts_with("rediss://")
@@ -214,6 +293,9 @@ impl Raw {
             &read_secret,
         )?
         .map(|TlsFiles { ca, client }| RedisTls { ca, client });
+        let sentinel = sentinel
+            .map(|raw| sentinel_config(raw, &url, &read_secret))
+            .transpose()?;
         crate::store::redis_client(&url, tls.as_ref()).map_err(|e| {
             // The client's own message may quote the URL: show neither.
             let _ = e;
@@ -235,6 +317,31 @@ impl Raw {
         if connect_timeout < Duration::from_millis(50) {
             return Err(invalid("redis.connect_timeout", "must be at least 50ms"));
         }
+        if !(0..=MAX_REPLICAS).contains(&min_replicas_acked) {
+            return Err(invalid(
+                "redis.min_replicas_acked",
+                format!("must be 0 to {MAX_REPLICAS} (got {min_replicas_acked})"),
+            ));
+        }
+        if replicas_ack_timeout < Duration::from_millis(1)
+            || replicas_ack_timeout > Duration::from_secs(60)
+        {
+            return Err(invalid(
+                "redis.replicas_ack_timeout",
+                format!(
+                    "{}: must be 1ms to 60s",
+                    humantime::format_duration(replicas_ack_timeout)
+                ),
+            ));
+        }
+        if min_replicas_acked > 0 && replicas_ack_timeout >= timeout {
+            return Err(invalid(
+                "redis.replicas_ack_timeout",
+                "must be shorter than redis.timeout (the WAIT's reply would time out first)",
+            ));
+        }
+        let replicas_acked =
+            (min_replicas_acked > 0).then_some((min_replicas_acked as u32, replicas_ack_timeout));
 
         let RawEtcd {
             endpoints,
@@ -594,6 +701,8 @@ impl Raw {
             redis: RedisConfig {
                 url,
                 tls,
+                sentinel,
+                replicas_acked,
                 prefix,
                 shards,
                 timeout,

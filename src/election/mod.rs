@@ -96,6 +96,7 @@ enum TermEnd {
     Shutdown,
     Resigned,
     Fenced { held: u64 },
+    MasterMoved,
     LeaseGone,
     KeyDeleted,
     Deadline,
@@ -107,6 +108,9 @@ impl TermEnd {
             TermEnd::Shutdown => "shutting down".into(),
             TermEnd::Resigned => "resign requested".into(),
             TermEnd::Fenced { held } => format!("fenced: epoch {held} holds the fence"),
+            TermEnd::MasterMoved => {
+                "the Redis master moved: a new term raises the fences there".into()
+            }
             TermEnd::LeaseGone => "etcd says the lease expired".into(),
             TermEnd::KeyDeleted => "the leader key was deleted".into(),
             TermEnd::Deadline => "lease deadline passed without a renewal".into(),
@@ -305,6 +309,7 @@ impl Node {
         match end {
             TermEnd::Shutdown => Next::Stop,
             TermEnd::Resigned => Next::Again(RESIGN_PAUSE),
+            TermEnd::MasterMoved => Next::Again(Duration::ZERO),
             // A node fenced again right after each win (an etcd cluster rebuilt
             // under an old fence) backs off further each time.
             _ => Next::Again(self.backoff.next_delay()),
@@ -442,6 +447,7 @@ impl Node {
                 Some(request) = self.elector.requests.recv() => match request {
                     StepDown::Fenced { epoch: caller, held } if caller == epoch => break TermEnd::Fenced { held },
                     StepDown::Resign => break TermEnd::Resigned,
+                    StepDown::MasterMoved { epoch: caller } if caller == epoch => break TermEnd::MasterMoved,
                     other => tracing::debug!(?other, "step-down request from an earlier term ignored"),
                 },
                 state = lease.changed() => match state.contact {

@@ -139,10 +139,22 @@ impl Store {
                 inv.arg(arg);
             }
         }
+        // Pinned, so that the WAIT goes to the master the script went to.
+        let mut conn = self.acked.as_ref().unwrap_or(&self.conn).pinned();
         let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
+            .invoke_async(&mut conn)
             .await
             .map_err(StoreError::from_script)?;
+        if let Some((wanted, timeout)) = self.replicas_acked {
+            let acked: u32 = redis::cmd("WAIT")
+                .arg(wanted)
+                .arg(timeout.as_millis() as u64)
+                .query_async(&mut conn)
+                .await?;
+            if acked < wanted {
+                return Err(StoreError::NotReplicated { acked, wanted });
+            }
+        }
         let values = array(reply)?;
         if values.len() != messages.len() * 3 {
             return Err(StoreError::Reply(format!(

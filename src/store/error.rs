@@ -18,6 +18,12 @@ pub enum StoreError {
     /// Too many blocking reads are waiting already; retry later.
     #[error("{0}")]
     Busy(String),
+    /// Stored on the master, but fewer replicas than `redis.min_replicas_acked`
+    /// confirmed it in time: a failover now could lose it.
+    #[error(
+        "stored on the Redis master, but {acked} of the {wanted} replicas asked for (redis.min_replicas_acked) confirmed it in time; sending it again with the same id is safe"
+    )]
+    NotReplicated { acked: u32, wanted: u32 },
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
@@ -62,7 +68,7 @@ impl StoreError {
     /// carried. A fence is neither: callers that can be fenced handle it first.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Busy(_) => true,
+            StoreError::Busy(_) | StoreError::NotReplicated { .. } => true,
             StoreError::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()

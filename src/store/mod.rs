@@ -5,6 +5,7 @@
 //! and arguments and turns their replies into types.
 
 mod batch;
+mod conn;
 mod error;
 mod inbox;
 mod keys;
@@ -18,10 +19,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 
 pub use batch::{BatchItem, InboxAck};
+pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{
     CopyLimit, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS, Rejection,
@@ -35,6 +36,7 @@ pub use tls::{RedisTls, client as redis_client};
 
 use crate::message::{Due, MessageId, StoredMessage};
 use crate::secret::RedisUrl;
+use conn::Conn;
 
 /// Time to live of a node's health probe key (see [`Store::probe_write`]).
 const PROBE_TTL_MS: u64 = 60_000;
@@ -101,6 +103,10 @@ pub struct StoreConfig {
     pub url: RedisUrl,
     /// For a `rediss://` URL: the CA and client certificate the config names.
     pub tls: Option<RedisTls>,
+    /// Find the master through Sentinel (`url` then gives scheme, user, password, db).
+    pub sentinel: Option<SentinelConfig>,
+    /// Replicas that must confirm each schedule call (`WAIT`), and how long to wait.
+    pub replicas_acked: Option<(u32, Duration)>,
     pub prefix: String,
     pub shards: u16,
     /// A reply slower than this fails the command (the connection is then re-established).
@@ -113,8 +119,12 @@ pub struct StoreConfig {
 /// A handle on delayq's Redis data. Cheap to clone: clones share one multiplexed connection.
 #[derive(Clone)]
 pub struct Store {
-    client: redis::Client,
-    conn: ConnectionManager,
+    conn: Conn,
+    /// With `replicas_acked`: a connection of its own for schedule calls, each
+    /// followed by a `WAIT` (which counts the writes of its own connection, and
+    /// holds up whatever is queued behind it there while it waits).
+    acked: Option<Conn>,
+    replicas_acked: Option<(u32, Duration)>,
     keys: Keys,
     scripts: Arc<Scripts>,
     response_timeout: Duration,
@@ -125,21 +135,41 @@ pub struct Store {
 impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
-        let client = tls::client(&config.url, config.tls.as_ref())?;
-        let manager_config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(config.response_timeout))
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_secs(1));
-        let conn = ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+        let conn = Conn::connect(config).await?;
+        let acked = match config.replicas_acked {
+            Some(_) => Some(Conn::connect(config).await?),
+            None => None,
+        };
         Ok(Store {
-            client,
             conn,
+            acked,
+            replicas_acked: config.replicas_acked,
             keys: Keys::new(&config.prefix, config.shards),
             scripts: Arc::new(Scripts::new()),
             response_timeout: config.response_timeout,
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
         })
+    }
+
+    /// This store, refusing every command once the Redis master has moved (a
+    /// Sentinel failover) from the one it reaches now: what a leader's term works
+    /// through. On one Redis it never refuses.
+    pub fn pinned(&self) -> Store {
+        Store {
+            conn: self.conn.pinned(),
+            ..self.clone()
+        }
+    }
+
+    /// The master moves a pinned store was made after (see [`Store::pinned`]).
+    pub fn pinned_to(&self) -> Option<u64> {
+        self.conn.pin()
+    }
+
+    /// Each move of the Redis master through Sentinel (a count and the new
+    /// address); None without Sentinel.
+    pub fn master_changes(&self) -> Option<tokio::sync::watch::Receiver<(u64, String)>> {
+        self.conn.master_changes()
     }
 
     pub fn keys(&self) -> &Keys {
@@ -409,10 +439,12 @@ impl Store {
     }
 
     /// A fresh epoch for an instance that leads without etcd. It exceeds every
-    /// epoch handed out before, so the newest standalone instance fences out older ones.
-    pub async fn next_standalone_epoch(&self) -> Result<u64> {
+    /// epoch handed out before, so the newest standalone instance fences out older ones,
+    /// and `above` (an epoch this instance held before the master moved: the new
+    /// master may have lost the writes that raised the fences to it).
+    pub async fn next_standalone_epoch(&self, above: u64) -> Result<u64> {
         let mut conn = self.conn.clone();
-        let floor = self.highest_fence().await?;
+        let floor = self.highest_fence().await?.max(above);
         let key = self.keys.standalone_epoch();
         let mut epoch: u64 = conn.incr(&key, 1).await?;
         if epoch <= floor {
@@ -438,7 +470,7 @@ impl Store {
     /// Shards whose earliest message just changed, as the schedule script announces
     /// them. The stream ends when the subscription's connection is lost.
     pub async fn wakeups(&self) -> Result<impl Stream<Item = u16> + use<>> {
-        let mut pubsub = self.client.get_async_pubsub().await?;
+        let mut pubsub = self.conn.client().get_async_pubsub().await?;
         pubsub.subscribe(self.keys.wake_channel()).await?;
         let keys = self.keys.clone();
         Ok(pubsub.into_on_message().filter_map(move |msg| {
@@ -457,7 +489,8 @@ impl Store {
     pub async fn separate_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         Ok(self
-            .client
+            .conn
+            .client()
             .get_multiplexed_async_connection_with_config(&config)
             .await?)
     }

@@ -60,7 +60,8 @@ impl Store {
         loop {
             let since = Instant::now();
             let connected =
-                tokio::time::timeout(self.response_timeout, self.client.get_async_pubsub()).await;
+                tokio::time::timeout(self.response_timeout, self.conn.client().get_async_pubsub())
+                    .await;
             let mut pubsub = match connected {
                 Ok(Ok(pubsub)) => pubsub,
                 failed => {

@@ -21,15 +21,17 @@ pub struct RedisTls {
 pub fn client(url: &RedisUrl, tls: Option<&RedisTls>) -> redis::RedisResult<redis::Client> {
     match tls {
         None => redis::Client::open(url.expose()),
-        Some(tls) => redis::Client::build_with_tls(
-            url.expose(),
-            TlsCertificates {
-                client_tls: tls.client.as_ref().map(|(cert, key)| ClientTlsConfig {
-                    client_cert: cert.as_bytes().to_vec(),
-                    client_key: key.expose_secret().as_bytes().to_vec(),
-                }),
-                root_cert: tls.ca.as_ref().map(|ca| ca.as_bytes().to_vec()),
-            },
-        ),
+        Some(tls) => redis::Client::build_with_tls(url.expose(), certificates(tls)),
+    }
+}
+
+/// `tls` as the redis crate takes it.
+pub(super) fn certificates(tls: &RedisTls) -> TlsCertificates {
+    TlsCertificates {
+        client_tls: tls.client.as_ref().map(|(cert, key)| ClientTlsConfig {
+            client_cert: cert.as_bytes().to_vec(),
+            client_key: key.expose_secret().as_bytes().to_vec(),
+        }),
+        root_cert: tls.ca.as_ref().map(|ca| ca.as_bytes().to_vec()),
     }
 }

@@ -22,6 +22,7 @@ mod proxy;
 mod rate;
 mod reload;
 mod secrets;
+mod sentinel;
 mod store;
 mod stored;
 mod sweep;

@@ -462,11 +462,14 @@ async fn a_lower_epoch_is_fenced_and_a_higher_one_raises_the_fence() {
 #[tokio::test]
 async fn standalone_epochs_exceed_every_fence() {
     let bare = Bare::start("").await;
-    let a = bare.store.next_standalone_epoch().await.unwrap();
-    let b = bare.store.next_standalone_epoch().await.unwrap();
+    let a = bare.store.next_standalone_epoch(0).await.unwrap();
+    let b = bare.store.next_standalone_epoch(0).await.unwrap();
     assert!(b > a);
     bare.store.raise_fences(1000).await.unwrap();
-    assert!(bare.store.next_standalone_epoch().await.unwrap() > 1000);
+    assert!(bare.store.next_standalone_epoch(0).await.unwrap() > 1000);
+    // Above an epoch held before the master moved, whatever this Redis holds.
+    let above = bare.store.next_standalone_epoch(5000).await.unwrap();
+    assert!(above > 5000, "{above}");
 }
 
 #[tokio::test]

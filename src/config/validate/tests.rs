@@ -113,6 +113,11 @@ fn bad_values_name_their_key() {
         &[],
         "etcd.endpoints: mixes http:// and https://",
     );
+    check_err(
+        "[redis]\nmin_replicas_acked = 1\nreplicas_ack_timeout = \"2s\"",
+        &[],
+        "redis.replicas_ack_timeout: must be shorter than redis.timeout",
+    );
     check_err("[node]\nid = \" \"", &[], "node.id: must not be empty");
     check_err("[node]\nid = true", &[], "node");
     check_err("[inbox]\nstream = \"\"", &[], "inbox.stream");

@@ -32,6 +32,11 @@ const BOUNDS: &[Bound] = &[
     ("api.max_delay", "\"1ms\"", true), ("api.max_delay", "\"0s\"", false),
     ("api.max_delay", "\"36500days\"", true), ("api.max_delay", "\"36501days\"", false),
     ("redis.connect_timeout", "\"50ms\"", true), ("redis.connect_timeout", "\"49ms\"", false),
+    ("redis.min_replicas_acked", "0", true), ("redis.min_replicas_acked", "64", true),
+    ("redis.min_replicas_acked", "-1", false), ("redis.min_replicas_acked", "65", false),
+    // At most 60s (and below redis.timeout when replicas are asked for: a unit test).
+    ("redis.replicas_ack_timeout", "\"1ms\"", true), ("redis.replicas_ack_timeout", "\"60s\"", true),
+    ("redis.replicas_ack_timeout", "\"0s\"", false), ("redis.replicas_ack_timeout", "\"61s\"", false),
     ("streams.default_maxlen", "0", true), ("streams.default_maxlen", "9223372036854775807", true),
     ("streams.default_maxlen", "-1", false),
     ("streams.maxlen.orders", "0", true), ("streams.maxlen.orders", "-1", false),

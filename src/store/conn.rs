@@ -1,0 +1,420 @@
+//! Where the store's commands go: one Redis, or the master that Sentinel names.
+//!
+//! [`Conn`] is the shared multiplexed connection every command goes through. On
+//! one Redis it is a `ConnectionManager` (reconnecting by itself). Through
+//! Sentinel it also follows failovers: when a command fails in a way a failover
+//! explains (the connection broke or timed out, or the node answers READONLY
+//! because it was made a replica), it asks the Sentinels for the master again, at
+//! most every [`RESOLVE_EVERY`], and when they name another node (one that says it
+//! is master) it moves every later command there. The failed command is not sent
+//! again: callers retry as they do after any Redis error, so nothing is written
+//! twice. Connections made apart (pub/sub, blocking reads) come from
+//! [`Conn::client`], the current master's.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use futures::StreamExt;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
+use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, Value};
+use secrecy::{ExposeSecret, SecretString};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::tls::{self, RedisTls};
+use super::{Result, StoreConfig};
+use crate::secret::RedisUrl;
+
+/// Least time between two questions to the Sentinels.
+const RESOLVE_EVERY: Duration = Duration::from_millis(100);
+
+/// `redis.sentinel`: the master's name, the Sentinels, and how to reach them.
+#[derive(Clone, Debug)]
+pub struct SentinelConfig {
+    pub master: String,
+    /// host, port.
+    pub nodes: Vec<(String, u16)>,
+    /// ACL user on the Sentinels (with `password`).
+    pub user: Option<String>,
+    /// The Sentinels' password (`requirepass`, or the user's).
+    pub password: Option<SecretString>,
+    /// TLS to the Sentinels too.
+    pub tls: bool,
+}
+
+/// The node commands go to now.
+#[derive(Clone)]
+struct Current {
+    client: redis::Client,
+    manager: ConnectionManager,
+    /// How many times the master has moved (0 on one Redis).
+    generation: u64,
+}
+
+/// The shared connection. Cheap to clone: clones share the node and the Sentinels.
+#[derive(Clone)]
+pub(super) struct Conn {
+    current: Arc<Mutex<Current>>,
+    sentinel: Option<Arc<Follow>>,
+    /// A pinned connection refuses every command once the master has moved from
+    /// this generation (see [`Conn::pinned`]).
+    pin: Option<u64>,
+}
+
+/// What following the master through Sentinel needs.
+struct Follow {
+    /// The master's name.
+    master: String,
+    client: tokio::sync::Mutex<SentinelClient>,
+    manager_config: ConnectionManagerConfig,
+    connect_timeout: Duration,
+    /// When the Sentinels were last asked.
+    asked: Mutex<Option<Instant>>,
+    /// The master's address, each time it changes (a count of changes and the address).
+    changes: watch::Sender<(u64, String)>,
+}
+
+impl Conn {
+    pub(super) async fn connect(config: &StoreConfig) -> Result<Conn> {
+        let manager_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.response_timeout))
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_number_of_retries(2)
+            .set_max_delay(Duration::from_secs(1));
+        let Some(sentinel) = &config.sentinel else {
+            let client = tls::client(&config.url, config.tls.as_ref())?;
+            let manager =
+                ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+            return Ok(Conn {
+                current: Arc::new(Mutex::new(Current {
+                    client,
+                    manager,
+                    generation: 0,
+                })),
+                sentinel: None,
+                pin: None,
+            });
+        };
+        let mut sentinel_client = sentinel_client(&config.url, config.tls.as_ref(), sentinel)?;
+        let client = tokio::time::timeout(
+            config.connect_timeout * 2,
+            sentinel_client.async_get_client(),
+        )
+        .await
+        .map_err(|_| timeout("no Sentinel named a master in time"))??;
+        let manager =
+            ConnectionManager::new_with_config(client.clone(), manager_config.clone()).await?;
+        let address = shown(client.get_connection_info().addr());
+        tracing::info!(master = %sentinel.master, %address, "Sentinel names the Redis master");
+        let conn = Conn {
+            current: Arc::new(Mutex::new(Current {
+                client,
+                manager,
+                generation: 0,
+            })),
+            pin: None,
+            sentinel: Some(Arc::new(Follow {
+                master: sentinel.master.clone(),
+                client: tokio::sync::Mutex::new(sentinel_client),
+                manager_config,
+                connect_timeout: config.connect_timeout,
+                asked: Mutex::new(None),
+                changes: watch::channel((0, address)).0,
+            })),
+        };
+        conn.watch_announcements();
+        Ok(conn)
+    }
+
+    /// The current node's client, for connections made apart from this one.
+    pub(super) fn client(&self) -> redis::Client {
+        self.current.lock().expect("not poisoned").client.clone()
+    }
+
+    /// This connection, refusing every command once the master has moved from the
+    /// one it reaches now: a leader's term works through one, so that none of its
+    /// writes reaches a new master (whose fences may have gone back with the writes
+    /// a failover lost) before a new term has raised them there.
+    pub(super) fn pinned(&self) -> Conn {
+        let generation = self.current.lock().expect("not poisoned").generation;
+        Conn {
+            pin: Some(generation),
+            ..self.clone()
+        }
+    }
+
+    pub(super) fn pin(&self) -> Option<u64> {
+        self.pin
+    }
+
+    /// The manager to send through, or the refusal of a pinned connection.
+    fn manager(&self) -> redis::RedisResult<ConnectionManager> {
+        let current = self.current.lock().expect("not poisoned");
+        match self.pin {
+            Some(pin) if pin != current.generation => Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "the Redis master moved since this term began",
+            ))),
+            _ => Ok(current.manager.clone()),
+        }
+    }
+
+    /// Master changes through Sentinel (a count and the new address); None on one Redis.
+    pub(super) fn master_changes(&self) -> Option<watch::Receiver<(u64, String)>> {
+        self.sentinel.as_ref().map(|f| f.changes.subscribe())
+    }
+
+    /// After a failed command: asks the Sentinels again if a failover may explain it.
+    async fn after(&self, error: &redis::RedisError) {
+        if self.sentinel.is_none() {
+            return;
+        }
+        let failover_sign = error.is_io_error()
+            || error.is_timeout()
+            || error.is_connection_dropped()
+            || error.is_connection_refusal()
+            || matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+        if failover_sign {
+            self.follow(false).await;
+        }
+    }
+
+    /// Asks the Sentinels for the master (`anyway`: even if asked just now) and
+    /// moves to it if it is another node.
+    async fn follow(&self, anyway: bool) {
+        let Some(follow) = &self.sentinel else {
+            return;
+        };
+        {
+            let mut asked = follow.asked.lock().expect("not poisoned");
+            if !anyway && asked.is_some_and(|at| at.elapsed() < RESOLVE_EVERY) {
+                return;
+            }
+            *asked = Some(Instant::now());
+        }
+        let mut sentinel = follow.client.lock().await;
+        let found = tokio::time::timeout(follow.connect_timeout * 2, sentinel.async_get_client());
+        let client = match found.await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot find the Redis master through Sentinel");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!("no Sentinel named a master in time");
+                return;
+            }
+        };
+        drop(sentinel);
+        let address = shown(client.get_connection_info().addr());
+        if address == follow.changes.borrow().1 {
+            return;
+        }
+        let made = tokio::time::timeout(
+            follow.connect_timeout * 2,
+            ConnectionManager::new_with_config(client.clone(), follow.manager_config.clone()),
+        )
+        .await;
+        let manager = match made {
+            Ok(Ok(manager)) => manager,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, %address, "cannot connect to the new Redis master");
+                return;
+            }
+            Err(_) => {
+                tracing::warn!(%address, "cannot connect to the new Redis master in time");
+                return;
+            }
+        };
+        {
+            let mut current = self.current.lock().expect("not poisoned");
+            let generation = current.generation + 1;
+            *current = Current {
+                client,
+                manager,
+                generation,
+            };
+        }
+        tracing::warn!(%address, "the Redis master moved (Sentinel failover): following it");
+        follow
+            .changes
+            .send_modify(|(count, at)| (*count, *at) = (*count + 1, address));
+    }
+
+    /// Follows the Sentinels' `+switch-master` announcements while this connection
+    /// is in use, so a failover is followed when announced, not only when a command
+    /// fails on the old master (which, demoted in a planned failover, may go on
+    /// taking writes for a while).
+    fn watch_announcements(&self) {
+        let Some(follow) = &self.sentinel else {
+            return;
+        };
+        let (current, follow) = (Arc::downgrade(&self.current), Arc::downgrade(follow));
+        tokio::spawn(async move {
+            let mut delay = Duration::from_millis(100);
+            while current.strong_count() > 0 {
+                let started = Instant::now();
+                if let Err(e) = listen(&current, &follow).await {
+                    tracing::debug!(error = %e, "Sentinel announcements lost; listening again");
+                }
+                if started.elapsed() > Duration::from_secs(10) {
+                    delay = Duration::from_millis(100);
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(2));
+            }
+        });
+    }
+}
+
+/// The connection behind weak references, while anybody still uses it.
+fn upgrade(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> Option<Conn> {
+    Some(Conn {
+        current: current.upgrade()?,
+        sentinel: Some(follow.upgrade()?),
+        pin: None,
+    })
+}
+
+/// Listens to one Sentinel's announcements until its connection ends or the
+/// connection they are for is dropped.
+async fn listen(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> redis::RedisResult<()> {
+    let Some(conn) = upgrade(current, follow) else {
+        return Ok(());
+    };
+    let f = conn.sentinel.clone().expect("a Sentinel connection");
+    let client = {
+        let mut sentinel = f.client.lock().await;
+        tokio::time::timeout(f.connect_timeout, sentinel.async_get_sentinel_client())
+            .await
+            .map_err(|_| timeout("no Sentinel answered in time"))??
+    };
+    let mut pubsub = tokio::time::timeout(f.connect_timeout, client.get_async_pubsub())
+        .await
+        .map_err(|_| timeout("no Sentinel answered in time"))??;
+    pubsub.subscribe("+switch-master").await?;
+    // Asked once more now: a switch announced while nobody listened.
+    conn.follow(true).await;
+    let master = f.master.clone();
+    drop((conn, f));
+    let mut messages = pubsub.into_on_message();
+    let mut check = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            message = messages.next() => {
+                let Some(message) = message else { return Ok(()) };
+                // "<name> <old ip> <old port> <new ip> <new port>"
+                let payload: String = message.get_payload().unwrap_or_default();
+                if payload.split(' ').next() == Some(master.as_str()) {
+                    let Some(conn) = upgrade(current, follow) else { return Ok(()) };
+                    conn.follow(true).await;
+                }
+            }
+            _ = check.tick() => if current.strong_count() == 0 { return Ok(()) },
+        }
+    }
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        Box::pin(async move {
+            let result = self.manager()?.req_packed_command(cmd).await;
+            if let Err(e) = &result {
+                self.after(e).await;
+            }
+            result
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        Box::pin(async move {
+            let result = self
+                .manager()?
+                .req_packed_commands(pipeline, offset, count)
+                .await;
+            if let Err(e) = &result {
+                self.after(e).await;
+            }
+            result
+        })
+    }
+
+    fn get_db(&self) -> i64 {
+        self.current.lock().expect("not poisoned").manager.get_db()
+    }
+}
+
+/// The Sentinel client: the data URL gives the data nodes' user, password,
+/// database and TLS; `sentinel` the Sentinels' own.
+fn sentinel_client(
+    url: &RedisUrl,
+    tls: Option<&RedisTls>,
+    sentinel: &SentinelConfig,
+) -> Result<SentinelClient> {
+    let info = url.expose().into_connection_info()?;
+    let data = info.redis_settings();
+    let data_tls = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+    let addr = |host: &str, port: u16| {
+        if sentinel.tls {
+            ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.to_owned(), port)
+        }
+    };
+    let nodes = sentinel.nodes.iter().map(|(host, port)| addr(host, *port));
+    let mut builder =
+        SentinelClientBuilder::new(nodes, &sentinel.master, SentinelServerType::Master)?
+            .set_client_to_redis_db(data.db());
+    if let Some(user) = data.username() {
+        builder = builder.set_client_to_redis_username(user);
+    }
+    if let Some(password) = data.password() {
+        builder = builder.set_client_to_redis_password(password);
+    }
+    let certificates = tls.map(tls::certificates);
+    if data_tls {
+        builder = builder.set_client_to_redis_tls_mode(redis::TlsMode::Secure);
+        if let Some(certificates) = &certificates {
+            builder = builder.set_client_to_redis_certificates(certificates.clone());
+        }
+    }
+    if sentinel.tls {
+        builder = builder.set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+        if let Some(certificates) = certificates {
+            builder = builder.set_client_to_sentinel_certificates(certificates);
+        }
+    }
+    if let Some(user) = &sentinel.user {
+        builder = builder.set_client_to_sentinel_username(user);
+    }
+    if let Some(password) = &sentinel.password {
+        builder = builder.set_client_to_sentinel_password(password.expose_secret());
+    }
+    Ok(builder.build()?)
+}
+
+/// An address as logs show it (no credentials are part of one).
+fn shown(addr: &ConnectionAddr) -> String {
+    match addr {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            format!("{host}:{port}")
+        }
+        ConnectionAddr::Unix(path) => path.display().to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn timeout(what: &'static str) -> redis::RedisError {
+    redis::RedisError::from((redis::ErrorKind::Io, what))
+}

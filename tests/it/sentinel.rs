@@ -1,0 +1,364 @@
+//! Redis behind Sentinel: one master, one replica and three `redis-sentinel`s, a
+//! delayq instance that finds the master through them, under a steady load of
+//! delayed pushes. A SIGKILLed master (Sentinel promotes the replica) and a planned
+//! `SENTINEL FAILOVER` are both followed without a restart; every push confirmed
+//! with `redis.min_replicas_acked = 1` is delivered, nothing twice. The figures
+//! (time from the kill to forwarding again, lost and duplicated) are printed.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, SentinelServer};
+use serde_json::json;
+
+use crate::support::{Api, Tally, delayq_bin, entries, eventually};
+
+const NAME: &str = "dq-main";
+
+/// The Redis side: master, replicas, Sentinels that know them all and each other.
+struct Watched {
+    master: RedisServer,
+    replicas: Vec<RedisServer>,
+    sentinels: Vec<SentinelServer>,
+}
+
+impl Watched {
+    async fn start(replicas: usize) -> Watched {
+        let master = RedisServer::start().expect("master");
+        let replicas: Vec<RedisServer> = (0..replicas)
+            .map(|_| {
+                RedisServer::start_with(RedisOptions {
+                    replica_of: Some(master.port),
+                    ..RedisOptions::default()
+                })
+                .expect("replica")
+            })
+            .collect();
+        let sentinels: Vec<SentinelServer> = (0..3)
+            .map(|_| {
+                SentinelServer::start(NAME, master.port, 2, Duration::from_millis(1000))
+                    .expect("sentinel")
+            })
+            .collect();
+        let watched = Watched {
+            master,
+            replicas,
+            sentinels,
+        };
+        // A failover needs a replica in sync that every Sentinel knows, and
+        // Sentinels that know each other (to reach the quorum and elect a leader).
+        eventually(Duration::from_secs(30), "Sentinels ready", || async {
+            let linked = watched
+                .replicas
+                .iter()
+                .all(|r| info(r, "master_link_status") == Some("up".into()));
+            let known = watched.sentinels.iter().all(|s| {
+                let mut c = s.client();
+                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("replicas")
+                    .arg(NAME)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
+                    .arg("sentinels")
+                    .arg(NAME)
+                    .query(&mut c)
+                    .unwrap_or_default();
+                replicas.len() == watched.replicas.len() && peers.len() == 2
+            });
+            (linked && known).then_some(())
+        })
+        .await;
+        watched
+    }
+
+    fn config(&self, extra: &str) -> String {
+        let nodes: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("\"{}\"", s.address()))
+            .collect();
+        format!(
+            "[redis]\nurl = \"redis://{NAME}\"\nshards = 2\n{extra}\nsentinel = {{ master = \"{NAME}\", nodes = [{}] }}\n",
+            nodes.join(", ")
+        )
+    }
+
+    /// The master's port as every Sentinel names it, once they agree.
+    fn master_port(&self) -> Option<u16> {
+        let ports: BTreeSet<Option<u16>> =
+            self.sentinels.iter().map(|s| s.master_port(NAME)).collect();
+        match ports.into_iter().collect::<Vec<_>>()[..] {
+            [Some(port)] => Some(port),
+            _ => None,
+        }
+    }
+}
+
+fn info(redis: &RedisServer, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO")
+        .arg("replication")
+        .query(&mut redis.client())
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_owned())
+}
+
+/// Pushes `n-<i>` at about 200 a second, each due 300 ms later, until stopped:
+/// which were confirmed (201), and when each was sent.
+struct Load {
+    confirmed: Arc<Mutex<Vec<(String, Instant)>>>,
+    refused: Arc<Mutex<Vec<String>>>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(api: Api) -> Load {
+        let confirmed = Arc::new(Mutex::new(Vec::new()));
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn({
+            let (confirmed, refused, stop) = (confirmed.clone(), refused.clone(), stop.clone());
+            let api = api.with_timeout(Duration::from_secs(5));
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(5));
+                for i in 0.. {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let id = format!("n-{i}");
+                    let sent = Instant::now();
+                    let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 300});
+                    match api
+                        .try_call("POST", "/v1/messages", None, Some(&body.to_string()))
+                        .await
+                    {
+                        Ok((201, _)) => confirmed.lock().unwrap().push((id, sent)),
+                        _ => refused.lock().unwrap().push(id),
+                    }
+                }
+            }
+        });
+        Load {
+            confirmed,
+            refused,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) -> (Vec<(String, Instant)>, Vec<String>) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+        let confirmed = self.confirmed.lock().unwrap().clone();
+        let refused = self.refused.lock().unwrap().clone();
+        (confirmed, refused)
+    }
+}
+
+enum Failover {
+    /// SIGKILL the master.
+    Kill,
+    /// `SENTINEL FAILOVER`: a planned switch.
+    Planned,
+}
+
+/// Runs the load through a failover; returns the tally of confirmed pushes on the
+/// new master and the time from the failover's start to forwarding again.
+async fn through_failover(
+    failover: Failover,
+    replicas: usize,
+    acked: u32,
+) -> (Tally, Duration, usize) {
+    let mut watched = Watched::start(replicas).await;
+    let extra = format!("min_replicas_acked = {acked}");
+    let node = DelayqProcess::start(&delayq_bin(), "sentinel", &watched.config(&extra))
+        .expect("start delayq");
+    let api = Api::new(node.api);
+    let load = Load::start(api.clone());
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+
+    let started = Instant::now();
+    match failover {
+        Failover::Kill => watched.master.kill(),
+        Failover::Planned => {
+            let () = redis::cmd("SENTINEL")
+                .arg("failover")
+                .arg(NAME)
+                .query(&mut watched.sentinels[0].client())
+                .expect("SENTINEL FAILOVER");
+        }
+    }
+    let promoted = eventually(Duration::from_secs(30), "a replica promoted", || async {
+        let port = watched.master_port()?;
+        watched.replicas.iter().position(|r| r.port == port)
+    })
+    .await;
+    // Forwarding again: a message pushed after the failover began reaches the new
+    // master's stream.
+    let mut new_master = watched.replicas[promoted].client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resumed = loop {
+        let after: BTreeSet<String> = load
+            .confirmed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, sent)| *sent > started)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let arrived = entries(&mut new_master, "s")
+            .iter()
+            .any(|e| e.get("delayq-id").is_some_and(|id| after.contains(id)));
+        if arrived {
+            break started.elapsed();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not forwarding again 30 s after the failover began ({} confirmed since, {} refused in all); its log:\n{}",
+            after.len(),
+            load.refused.lock().unwrap().len(),
+            node.log()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (confirmed, refused) = load.stop().await;
+    let ids: Vec<String> = confirmed.into_iter().map(|(id, _)| id).collect();
+    // A refused push (503: stored on the master but not confirmed by a replica, or
+    // no answer) may still arrive, once: its producer would send it again under
+    // the same id.
+    let refused_arrived = |tally: &mut Tally| {
+        tally
+            .unexpected
+            .retain(|(id, n)| !(refused.contains(id) && *n == 1));
+    };
+    // Every confirmed push is due by now; the last ones get a while to arrive.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let tally = loop {
+        let mut tally = Tally::of_ids(&ids, &entries(&mut new_master, "s"));
+        refused_arrived(&mut tally);
+        if tally.lost.is_empty() || Instant::now() > deadline {
+            break tally;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(node.log().contains("following it"), "{}", node.log());
+    (tally, resumed, refused.len())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_followed_and_every_push_confirmed_by_a_replica_is_delivered() {
+    let (tally, resumed, refused) = through_failover(Failover::Kill, 2, 1).await;
+    println!(
+        "SIGKILL of the master, min_replicas_acked = 1: forwarding again after {resumed:?}; {tally}; {refused} pushes refused meanwhile"
+    );
+    tally.assert_exact("min_replicas_acked = 1");
+    assert!(tally.expected > 100, "{tally}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_without_replica_acks_may_lose_the_last_pushes_but_duplicates_nothing() {
+    let (tally, resumed, refused) = through_failover(Failover::Kill, 2, 0).await;
+    println!(
+        "SIGKILL of the master, min_replicas_acked = 0: forwarding again after {resumed:?}; {tally}; {refused} pushes refused meanwhile"
+    );
+    assert!(
+        tally.duplicated.is_empty() && tally.unexpected.is_empty(),
+        "{tally}"
+    );
+    assert!(tally.expected > 100, "{tally}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planned_sentinel_failover_loses_and_duplicates_nothing() {
+    // One replica: once it is promoted the old master has none left to confirm
+    // a push, so nothing it still takes before it is demoted is confirmed.
+    let (tally, resumed, refused) = through_failover(Failover::Planned, 1, 1).await;
+    println!(
+        "SENTINEL FAILOVER, min_replicas_acked = 1: forwarding again after {resumed:?}; {tally}; {refused} pushes refused meanwhile"
+    );
+    tally.assert_exact("a planned failover");
+    assert!(tally.expected > 100, "{tally}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_too_few_replicas_confirm_is_refused_with_503_yet_kept_and_sent_once() {
+    // A lone Redis: no replica ever confirms.
+    let redis = RedisServer::start().expect("redis");
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\nmin_replicas_acked = 64\nreplicas_ack_timeout = \"1ms\"\n",
+        redis.url()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "acked", &config).expect("start delayq");
+    let api = Api::new(node.api);
+    let body = json!({"id": "lonely", "stream": "s", "payload": "x", "delay_ms": 10});
+    for _ in 0..2 {
+        let (status, answer) = api.post("/v1/messages", body.clone()).await;
+        assert_eq!(status, 503, "{answer}");
+        assert_eq!(answer["error"], "not_replicated", "{answer}");
+        let detail = answer["detail"].as_str().unwrap_or_default();
+        assert!(
+            detail.contains("redis.min_replicas_acked") && detail.contains("0 of the 64"),
+            "{answer}"
+        );
+    }
+    // Stored on the master all the same, once: sending it again was safe.
+    let arrived = eventually(Duration::from_secs(10), "delivered", || async {
+        let e = entries(&mut redis.client(), "s");
+        (!e.is_empty()).then_some(e)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Tally::of_ids(["lonely"], &entries(&mut redis.client(), "s")).assert_exact(&node.log());
+    assert_eq!(arrived.len(), 1);
+}
+
+#[test]
+fn sentinel_settings_are_checked_naming_the_key() {
+    #[rustfmt::skip]
+    let cases: &[(&str, &str, Option<&str>)] = &[
+        ("redis://m", "master = \"m\", nodes = [\"10.0.0.1:26379\", \"s2:26379\", \"[::1]:26379\"]", None),
+        ("rediss://u@m", "master = \"m\", nodes = [\"s:26379\"], tls = false", None),
+        ("redis://m", "master = \"\", nodes = [\"s:26379\"]", Some("redis.sentinel.master")),
+        ("redis://m", "master = \"a b\", nodes = [\"s:26379\"]", Some("redis.sentinel.master")),
+        ("redis://m", "master = \"m\", nodes = []", Some("redis.sentinel.nodes")),
+        ("redis://m", "master = \"m\", nodes = [\"s\"]", Some("redis.sentinel.nodes")),
+        ("redis://m", "master = \"m\", nodes = [\"s:0\"]", Some("redis.sentinel.nodes")),
+        ("redis://m", "master = \"m\", nodes = [\":26379\"]", Some("redis.sentinel.nodes")),
+        ("redis://m", "master = \"m\", nodes = [\"s:26379\"], user = \"u\"", Some("redis.sentinel.password_file")),
+        ("redis://m", "master = \"m\", nodes = [\"s:26379\"], password_file = \"/no/such\"", Some("redis.sentinel.password_file")),
+        ("redis://m", "master = \"m\", nodes = [\"s:26379\"], port = 1", Some("redis")),
+        ("unix:///run/redis.sock", "master = \"m\", nodes = [\"s:26379\"]", Some("redis.sentinel")),
+    ];
+    for (url, sentinel, refused) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("delayq.toml");
+        std::fs::write(
+            &file,
+            format!("[redis]\nurl = \"{url}\"\nsentinel = {{ {sentinel} }}\n"),
+        )
+        .unwrap();
+        let out = std::process::Command::new(delayq_bin())
+            .args(["check-config", "--config"])
+            .arg(&file)
+            .output()
+            .expect("run check-config");
+        let shown = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        match refused {
+            None => assert!(out.status.success(), "{sentinel}: {shown}"),
+            Some(key) => assert!(
+                !out.status.success() && shown.contains(key),
+                "{sentinel}: {shown}"
+            ),
+        }
+    }
+}
