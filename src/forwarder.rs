@@ -153,6 +153,7 @@ async fn forward_shard(mut l: ForwardLoop) {
             Ok(batch) => {
                 script_seconds.record(started.elapsed().as_secs_f64());
                 if batch.moved() > 0 {
+                    l.term.forwarded(batch.moved());
                     batch_size.record(batch.moved() as f64);
                     for &ms in &batch.lateness_ms {
                         lateness.record(ms as f64 / 1000.0);

@@ -9,7 +9,7 @@
 //! step-down.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -30,6 +30,8 @@ pub struct Term {
     /// Set by the first worker that was fenced, so the step-down is asked and
     /// logged once however many workers were refused.
     fenced: Arc<AtomicBool>,
+    /// Messages the term forwarded, for the line that ends it.
+    forwarded: Arc<AtomicU64>,
 }
 
 impl Term {
@@ -39,7 +41,13 @@ impl Term {
             leadership,
             token,
             fenced: Arc::new(AtomicBool::new(false)),
+            forwarded: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// Counts messages the term forwarded.
+    pub fn forwarded(&self, n: u64) {
+        self.forwarded.fetch_add(n, Ordering::Relaxed);
     }
 
     /// The epoch every leader-only script call of this term carries.
@@ -124,7 +132,11 @@ pub async fn run_while_leading(
             };
             term.token.cancel();
             work.join_all().await;
-            tracing::info!(epoch = lead.epoch, "leader loops stopped");
+            tracing::info!(
+                epoch = lead.epoch,
+                forwarded = term.forwarded.load(Ordering::Relaxed),
+                "leader loops stopped"
+            );
             match role_changed {
                 Some(true) => return,
                 Some(false) => {}

@@ -9,10 +9,13 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, SentinelServer};
+use delayq::harness::{
+    DelayqProcess, EtcdServer, Proxy, RedisOptions, RedisServer, SentinelServer,
+};
+use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
 
-use crate::support::{Api, Tally, delayq_bin, entries, eventually};
+use crate::support::{Api, Tally, counter, delayq_bin, entries, eventually};
 
 const NAME: &str = "dq-main";
 
@@ -25,11 +28,24 @@ struct Watched {
 
 impl Watched {
     async fn start(replicas: usize) -> Watched {
+        Watched::start_via(replicas, None).await
+    }
+
+    /// With `proxy`, the replicas replicate through it (so a test can stop
+    /// replication without either side knowing).
+    async fn start_via(replicas: usize, proxy: Option<&Proxy>) -> Watched {
         let master = RedisServer::start().expect("master");
+        let upstream = match proxy {
+            Some(proxy) => {
+                proxy.lead_to(&master.url());
+                proxy.addr.port()
+            }
+            None => master.port,
+        };
         let replicas: Vec<RedisServer> = (0..replicas)
             .map(|_| {
                 RedisServer::start_with(RedisOptions {
-                    replica_of: Some(master.port),
+                    replica_of: Some(upstream),
                     ..RedisOptions::default()
                 })
                 .expect("replica")
@@ -361,4 +377,168 @@ fn sentinel_settings_are_checked_naming_the_key() {
             ),
         }
     }
+}
+
+/// Node `api`'s view of itself: whether it leads, and its epoch.
+async fn role(api: &Api) -> Option<(bool, u64)> {
+    let (status, view) = api.try_get("/v1/leader").await?;
+    (status == 200).then(|| {
+        (
+            view["is_leader"] == true,
+            view["epoch"].as_u64().unwrap_or(0),
+        )
+    })
+}
+
+fn fences(redis: &RedisServer) -> Vec<u64> {
+    (0..2)
+        .map(|shard| {
+            let fence: Option<u64> = redis::cmd("GET")
+                .arg(format!("{{delayq:{shard}}}:fence"))
+                .query(&mut redis.client())
+                .expect("GET fence");
+            fence.unwrap_or(0)
+        })
+        .collect()
+}
+
+async fn forwarded_so_far(api: &Api) -> f64 {
+    counter(
+        &api.metrics().await.expect("metrics"),
+        "delayq_messages_forwarded_total",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_message() {
+    // The replica replicates through a proxy the test can cut.
+    let proxy = Proxy::start().await;
+    let mut watched = Watched::start_via(1, Some(&proxy)).await;
+    let etcd = EtcdServer::start().expect("etcd");
+    let config = format!(
+        "{}[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
+        watched.config(""),
+        etcd.endpoint()
+    );
+    let a = DelayqProcess::start(&delayq_bin(), "a", &config).expect("start a");
+    let a_api = Api::new(a.api).with_timeout(Duration::from_secs(2));
+    eventually(Duration::from_secs(20), "a leads", || async {
+        role(&a_api).await.filter(|r| r.0).map(|_| ())
+    })
+    .await;
+    let b = DelayqProcess::start(&delayq_bin(), "b", &config).expect("start b");
+    let b_api = Api::new(b.api).with_timeout(Duration::from_secs(2));
+
+    // a forwards one message, so its counter is known not to be stuck at 0.
+    let (status, body) = a_api
+        .post(
+            "/v1/messages",
+            json!({"id": "warm", "stream": "w", "payload": "x", "delay_ms": 0}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mut master = watched.master.client();
+    eventually(Duration::from_secs(10), "warm forwarded", || {
+        let n = entries(&mut master, "w").len();
+        async move { (n == 1).then_some(()) }
+    })
+    .await;
+    let (_, e1) = role(&a_api).await.expect("a's role");
+    // Messages that fall due after the failover, on master and replica alike.
+    let ids: Vec<String> = (0..40).map(|i| format!("f-{i}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        let delay_ms = if i % 2 == 0 { 5_000 } else { 9_000 };
+        let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": delay_ms});
+        assert_eq!(a_api.post("/v1/messages", body).await.0, 201);
+    }
+    eventually(Duration::from_secs(10), "replicated", || async {
+        (fences(&watched.replicas[0]) == fences(&watched.master)
+            && entries(&mut watched.replicas[0].client(), "w").len() == 1)
+            .then_some(())
+    })
+    .await;
+    let before = forwarded_so_far(&a_api).await;
+    assert!(before >= 1.0, "{before}");
+
+    // Replication stops; a freezes; b takes over and raises the fences (on the
+    // master only).
+    proxy.cut();
+    a.signal(SIGSTOP);
+    let e2 = eventually(Duration::from_secs(20), "b leads", || async {
+        role(&b_api).await.filter(|r| r.0).map(|r| r.1)
+    })
+    .await;
+    assert!(e2 > e1, "{e2} > {e1}");
+    eventually(
+        Duration::from_secs(10),
+        "b's fences on the master",
+        || async {
+            fences(&watched.master)
+                .iter()
+                .all(|&f| f == e2)
+                .then_some(())
+        },
+    )
+    .await;
+    assert!(
+        fences(&watched.replicas[0]).iter().all(|&f| f < e2),
+        "the replica has not seen b's fences: {:?}",
+        fences(&watched.replicas[0])
+    );
+
+    // The master dies; Sentinel promotes the replica, whose fences went back.
+    watched.master.kill();
+    let replica_port = watched.replicas[0].port;
+    eventually(Duration::from_secs(30), "the replica promoted", || async {
+        (watched.master_port() == Some(replica_port)).then_some(())
+    })
+    .await;
+    // a wakes up believing it leads with e1, above nothing on the new master.
+    a.signal(SIGCONT);
+
+    let mut new_master = watched.replicas[0].client();
+    let tally = eventually(Duration::from_secs(30), "every message delivered", || {
+        let tally = Tally::of_ids(&ids, &entries(&mut new_master, "s"));
+        async move { tally.lost.is_empty().then_some(tally) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Tally::of_ids(&ids, &entries(&mut new_master, "s")).assert_exact(&a.log());
+    assert!(tally.expected == 40);
+
+    // a's term of e1 moved nothing after it woke: it ends saying what it forwarded.
+    let ended = eventually(Duration::from_secs(20), "a's term e1 over", || {
+        let log = a.log();
+        let line = log
+            .lines()
+            .find(|l| l.contains("leader loops stopped") && l.contains(&format!("epoch={e1} ")))
+            .map(str::to_owned);
+        async move { line }
+    })
+    .await;
+    assert!(
+        ended.contains(&format!("forwarded={}", before as u64)),
+        "a moved messages in its old term after waking: {ended}\n{}",
+        a.log()
+    );
+    let raised = fences(&watched.replicas[0]);
+    assert!(
+        raised.iter().all(|&f| f > e2),
+        "{raised:?} above {e2}\n{}",
+        b.log()
+    );
+    let (_, leading) = eventually(Duration::from_secs(10), "somebody leads", || async {
+        for api in [&a_api, &b_api] {
+            if let Some((true, epoch)) = role(api).await {
+                return Some((true, epoch));
+            }
+        }
+        None
+    })
+    .await;
+    assert!(leading > e2, "{leading} > {e2}");
+    println!(
+        "epochs {e1} -> {e2} (lost on the new master) -> {leading}; a's term saw the move: {}",
+        a.log().contains("the Redis master moved")
+    );
 }
