@@ -22,6 +22,10 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::ProducerOptions;
+use crate::config::Config;
+use crate::secret::RedisUrl;
+
 use load::{Load, Traffic};
 use probe::{settle, wait_single_leader, wait_takeover, watch_leadership};
 use report::{RoundResult, build_report, ms, print_table};
@@ -129,8 +133,12 @@ pub struct DrillArgs {
     #[arg(long = "node", value_name = "NAME=URL")]
     node: Vec<String>,
     /// Existing cluster: the Redis the nodes use (the drill reads the target stream).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "config")]
     redis_url: Option<String>,
+    /// Existing cluster: a delayq configuration file to reach Redis as the nodes do
+    /// (TLS, an ACL user and its password file, Sentinel), instead of --redis-url.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
     /// Existing cluster: SIGKILL a node, e.g. "docker kill {node}" or
     /// "systemctl kill -s SIGKILL delayq@{node}".
     #[arg(long)]
@@ -263,10 +271,19 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     } else {
         Target::Remote(Box::new(Remote {
             nodes: parse_nodes(&args.node)?,
-            redis_url: args
-                .redis_url
-                .clone()
-                .context("--redis-url: required with --node (the drill reads the stream)")?,
+            redis: match (&args.redis_url, &args.config) {
+                (_, Some(path)) => ProducerOptions::from_config(
+                    &Config::load(Some(path))
+                        .with_context(|| format!("--config {}", path.display()))?,
+                ),
+                (Some(url), None) => ProducerOptions {
+                    redis_url: RedisUrl::new(url.clone()),
+                    ..ProducerOptions::default()
+                },
+                (None, None) => bail!(
+                    "--redis-url or --config: required with --node (the drill reads the stream)"
+                ),
+            },
             etcd_members: args.etcd_member.clone(),
             commands: Commands {
                 kill: args.kill_cmd.clone(),
@@ -340,14 +357,14 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     ));
 
     // Redis's clock, for phase boundaries comparable with due and entry times.
-    let connection = crate::client::Producer::connect(&target.redis_url())
+    let connection = crate::client::Producer::with_options(target.redis())
         .await
         .context("connect to Redis")?;
     let clock = connection.store();
     let traffic = Traffic::new(nodes.len(), clock.now_ms().await?);
     let stop_consumer = CancellationToken::new();
     let consumer = tokio::spawn(load::consume(
-        target.redis_url(),
+        connection.store().clone(),
         stream.clone(),
         args.id_field.clone(),
         traffic.clone(),

@@ -290,17 +290,13 @@ async fn push_one(
 /// Reads the stream from the start until `cancel`, on a connection of its own
 /// (a blocking read on a shared connection would stall everything behind it).
 pub async fn consume(
-    redis_url: String,
+    store: crate::store::Store,
     stream: String,
     id_field: String,
     traffic: Arc<Traffic>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let client = redis::Client::open(redis_url.as_str())?;
-    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-    let mut conn = client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?;
+    let mut conn = store.separate_connection().await?;
     let mut last = "0".to_owned();
     let options = StreamReadOptions::default().block(250).count(1000);
     let mut backoff =

@@ -2,6 +2,8 @@
 //! [`crate::harness`]) or an existing one reached through its nodes' APIs and
 //! operator commands (`docker kill {node}`, `systemctl kill -s SIGSTOP ...`).
 
+use crate::client::ProducerOptions;
+use crate::secret::RedisUrl;
 use std::path::Path;
 use std::time::Duration;
 
@@ -43,7 +45,9 @@ pub struct Local {
 /// An existing cluster.
 pub struct Remote {
     pub nodes: Vec<Node>,
-    pub redis_url: String,
+    /// How to reach the nodes' Redis (a URL, or their configuration: TLS, an ACL
+    /// user, Sentinel).
+    pub redis: ProducerOptions,
     pub etcd_members: Vec<String>,
     pub commands: Commands,
 }
@@ -117,10 +121,14 @@ impl Target {
         }
     }
 
-    pub fn redis_url(&self) -> String {
+    /// How the drill reaches the nodes' Redis.
+    pub fn redis(&self) -> ProducerOptions {
         match self {
-            Target::Local(l) => l.redis.url(),
-            Target::Remote(r) => r.redis_url.clone(),
+            Target::Local(l) => ProducerOptions {
+                redis_url: RedisUrl::new(l.redis.url()),
+                ..ProducerOptions::default()
+            },
+            Target::Remote(r) => r.redis.clone(),
         }
     }
 
@@ -338,7 +346,7 @@ mod tests {
     fn remote_targets_need_commands_for_their_faults() {
         let target = Target::Remote(Box::new(Remote {
             nodes: vec![],
-            redis_url: String::new(),
+            redis: ProducerOptions::default(),
             etcd_members: vec![],
             commands: Commands {
                 kill: Some("docker kill {node}".into()),

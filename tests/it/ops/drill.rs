@@ -8,7 +8,9 @@ use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
 use super::delayq;
 use crate::support::{delayq_bin, etcd_config, patience, text};
 
-fn drill<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> (Option<i32>, serde_json::Value, String) {
+pub(crate) fn drill<S: AsRef<std::ffi::OsStr>>(
+    args: &[S],
+) -> (Option<i32>, serde_json::Value, String) {
     let out = Command::new(delayq_bin())
         .arg("drill")
         .args(args)
@@ -30,7 +32,7 @@ fn scenario<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Va
 }
 
 #[track_caller]
-fn check_scenario(report: &serde_json::Value, name: &str, rounds: u64) {
+pub(crate) fn check_scenario(report: &serde_json::Value, name: &str, rounds: u64) {
     let row = scenario(report, name);
     let m = &row["messages"];
     assert_eq!(row["rounds"], rounds, "{name}: {row:#}");

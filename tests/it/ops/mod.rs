@@ -9,7 +9,7 @@
 //!   delayq exports.
 
 mod config;
-mod drill;
+pub(crate) mod drill;
 mod metrics;
 mod notify;
 mod packaging;

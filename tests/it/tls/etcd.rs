@@ -192,3 +192,59 @@ fn etcd_tls_and_auth_settings_are_checked_before_anything_connects() {
         }
     }
 }
+
+#[test]
+fn the_drill_drives_a_deployment_with_tls_everywhere_through_its_config() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = Pki::new();
+    let redis = pki.redis(true);
+    let etcd = rt.block_on(etcd(&pki));
+    let password = acl_user(&redis, pki.dir.path());
+    let config = format!(
+        "{}{}",
+        config(&redis, &password, &pki.settings("ca.pem", true)),
+        section(&etcd, &pki, "ca.pem", ETCD_PASSWORD, "")
+    );
+    let nodes: Vec<DelayqProcess> = ["d1", "d2"]
+        .iter()
+        .map(|name| DelayqProcess::start(&delayq_bin(), name, &config).expect("start"))
+        .collect();
+    let file = pki.path("delayq.toml");
+    std::fs::write(&file, &config).unwrap();
+    let mut args: Vec<String> = nodes
+        .iter()
+        .flat_map(|n| {
+            [
+                "--node".to_owned(),
+                format!("{}={}", n.pid().unwrap(), n.url("")),
+            ]
+        })
+        .collect();
+    args.extend(
+        [
+            "--config",
+            file.to_str().unwrap(),
+            "--pause-cmd",
+            "kill -STOP {node}",
+            "--resume-cmd",
+            "kill -CONT {node}",
+            "--rounds",
+            "1",
+            "--rate",
+            "40",
+            "--steady",
+            "1s",
+            "--gap",
+            "500ms",
+        ]
+        .map(str::to_owned),
+    );
+    let (code, report, stderr) = crate::ops::drill::drill(&args);
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    crate::ops::drill::check_scenario(&report, "pause", 1);
+    assert_eq!(report["total"]["lost"], 0, "{report:#}");
+    assert!(
+        !stderr.contains("s3cret-pw") && !stderr.contains(ETCD_PASSWORD),
+        "{stderr}"
+    );
+}
