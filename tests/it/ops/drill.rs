@@ -146,23 +146,26 @@ impl Existing {
     }
 }
 
+/// One short round of the pause scenario on nodes named by their pids.
+pub(crate) const ONE_PAUSE: &[&str] = &[
+    "--pause-cmd",
+    "kill -STOP {node}",
+    "--resume-cmd",
+    "kill -CONT {node}",
+    "--rounds",
+    "1",
+    "--rate",
+    "40",
+    "--steady",
+    "1s",
+    "--gap",
+    "500ms",
+];
+
 #[test]
 fn drill_drives_an_existing_cluster_through_its_commands() {
     let cluster = Existing::start();
-    let args = cluster.args(&[
-        "--pause-cmd",
-        "kill -STOP {node}",
-        "--resume-cmd",
-        "kill -CONT {node}",
-        "--rounds",
-        "1",
-        "--rate",
-        "40",
-        "--steady",
-        "1s",
-        "--gap",
-        "500ms",
-    ]);
+    let args = cluster.args(ONE_PAUSE);
     let (code, report, stderr) = drill(&args);
     assert_eq!(code, Some(0), "{report:#}\n{stderr}");
     assert_eq!(report["cluster"], "existing");

@@ -220,25 +220,8 @@ fn the_drill_drives_a_deployment_with_tls_everywhere_through_its_config() {
             ]
         })
         .collect();
-    args.extend(
-        [
-            "--config",
-            file.to_str().unwrap(),
-            "--pause-cmd",
-            "kill -STOP {node}",
-            "--resume-cmd",
-            "kill -CONT {node}",
-            "--rounds",
-            "1",
-            "--rate",
-            "40",
-            "--steady",
-            "1s",
-            "--gap",
-            "500ms",
-        ]
-        .map(str::to_owned),
-    );
+    args.extend(["--config".to_owned(), file.display().to_string()]);
+    args.extend(crate::ops::drill::ONE_PAUSE.iter().map(|a| a.to_string()));
     let (code, report, stderr) = crate::ops::drill::drill(&args);
     assert_eq!(code, Some(0), "{report:#}\n{stderr}");
     crate::ops::drill::check_scenario(&report, "pause", 1);
