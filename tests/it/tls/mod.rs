@@ -251,3 +251,49 @@ async fn mutual_tls_needs_a_client_certificate_and_works_with_one() {
     };
     assert!(!pinged, "a TLS client without a certificate was served");
 }
+
+#[test]
+fn the_production_example_passes_check_config_with_its_files_in_place() {
+    let pki = Pki::new();
+    // The certificates where the example names them, the secrets as credentials.
+    let tls = pki.dir.path().join("tls");
+    std::fs::create_dir(&tls).unwrap();
+    for (to, from) in [
+        ("redis-ca.pem", "ca.pem"),
+        ("redis-client.pem", "client.pem"),
+        ("etcd-ca.pem", "ca.pem"),
+        ("etcd-client.pem", "client.pem"),
+    ] {
+        std::fs::copy(pki.path(from), tls.join(to)).unwrap();
+    }
+    let credentials = pki.dir.path().join("credentials");
+    std::fs::create_dir(&credentials).unwrap();
+    for name in ["redis-password", "sentinel-password", "etcd-password"] {
+        std::fs::write(credentials.join(name), format!("{name}-s3cret\n")).unwrap();
+    }
+    std::fs::write(credentials.join("api-tokens"), "a-long-api-token-s3cret\n").unwrap();
+    for name in ["redis-client-key.pem", "etcd-client-key.pem"] {
+        std::fs::copy(pki.path("client-key.pem"), credentials.join(name)).unwrap();
+    }
+    let example =
+        std::fs::read_to_string(crate::support::repo().join("config/examples/production.toml"))
+            .expect("the example");
+    let file = pki.path("production.toml");
+    std::fs::write(
+        &file,
+        example.replace("/etc/delayq/tls/", &format!("{}/", tls.display())),
+    )
+    .unwrap();
+    let out = Command::new(delayq_bin())
+        .args(["check-config", "--config"])
+        .arg(&file)
+        .env("CREDENTIALS_DIRECTORY", &credentials)
+        .output()
+        .expect("run check-config");
+    let shown = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{shown}");
+    assert!(!shown.contains("s3cret"), "{shown}");
+    for key in ["sentinel", "min_replicas_acked = 1", "user = \"delayq\""] {
+        assert!(shown.contains(key), "{key}: {shown}");
+    }
+}
