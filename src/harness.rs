@@ -270,6 +270,17 @@ impl SentinelServer {
         quorum: u32,
         down_after: Duration,
     ) -> anyhow::Result<Self> {
+        Self::start_with_password(name, master_port, quorum, down_after, None)
+    }
+
+    /// [`SentinelServer::start`], asking clients for `password` (`requirepass`).
+    pub fn start_with_password(
+        name: &str,
+        master_port: u16,
+        quorum: u32,
+        down_after: Duration,
+        password: Option<&str>,
+    ) -> anyhow::Result<Self> {
         retry_port_clash(|| {
             let dir = tempfile::Builder::new()
                 .prefix("delayq-sentinel-")
@@ -285,9 +296,12 @@ impl SentinelServer {
                      sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                      sentinel down-after-milliseconds {name} {down}\n\
                      sentinel failover-timeout {name} 10000\n\
-                     sentinel parallel-syncs {name} 1\n",
+                     sentinel parallel-syncs {name} 1\n{requirepass}",
                     dir = dir.path().display(),
                     down = down_after.as_millis(),
+                    requirepass = password
+                        .map(|p| format!("requirepass {p}\n"))
+                        .unwrap_or_default(),
                 ),
             )?;
             let child = Command::new(binary("DELAYQ_TEST_REDIS_SENTINEL", "redis-sentinel"))

@@ -542,3 +542,55 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
         a.log().contains("the Redis master moved")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_with_a_password_are_asked_with_it() {
+    let master = RedisServer::start().expect("master");
+    let sentinel = SentinelServer::start_with_password(
+        NAME,
+        master.port,
+        1,
+        Duration::from_secs(5),
+        Some("sentinel-s3cret"),
+    )
+    .expect("sentinel");
+    let dir = tempfile::tempdir().unwrap();
+    let config = |password: &str| {
+        let file = dir.path().join("sentinel-password");
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        format!(
+            "[redis]\nurl = \"redis://{NAME}\"\nshards = 2\nsentinel = {{ master = \"{NAME}\", nodes = [\"{}\"], password_file = \"{}\" }}\n",
+            sentinel.address(),
+            file.display()
+        )
+    };
+    let node = DelayqProcess::start(&delayq_bin(), "pw", &config("sentinel-s3cret"))
+        .expect("start delayq");
+    let (status, body) = Api::new(node.api)
+        .post(
+            "/v1/messages",
+            json!({"id": "p", "stream": "s", "payload": "x", "delay_ms": 10}),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+    eventually(Duration::from_secs(10), "delivered", || async {
+        (entries(&mut master.client(), "s").len() == 1).then_some(())
+    })
+    .await;
+    assert!(!node.log().contains("sentinel-s3cret"), "{}", node.log());
+    drop(node);
+
+    // A wrong password: the start fails, naming the setting, never the password.
+    let refused = match DelayqProcess::start(&delayq_bin(), "wrong", &config("not-it")) {
+        Err(e) => format!("{e:#}"),
+        Ok(node) => {
+            eventually(Duration::from_secs(10), "the refusal logged", || async {
+                let log = node.log();
+                log.contains("redis.sentinel").then_some(log)
+            })
+            .await
+        }
+    };
+    assert!(refused.contains("redis.sentinel"), "{refused}");
+    assert!(!refused.contains("not-it"), "{refused}");
+}
