@@ -254,6 +254,15 @@ impl Drop for RedisServer {
     }
 }
 
+/// How a Sentinel asks its clients to connect.
+#[derive(Clone, Debug, Default)]
+pub struct SentinelOptions {
+    /// `requirepass`.
+    pub password: Option<String>,
+    /// TLS on its port (instead of plain TCP), and to the master it watches.
+    pub tls: Option<RedisTlsFiles>,
+}
+
 /// One `redis-sentinel` watching one master under a name.
 pub struct SentinelServer {
     pub port: u16,
@@ -270,16 +279,22 @@ impl SentinelServer {
         quorum: u32,
         down_after: Duration,
     ) -> anyhow::Result<Self> {
-        Self::start_with_password(name, master_port, quorum, down_after, None)
+        Self::start_with(
+            name,
+            master_port,
+            quorum,
+            down_after,
+            &SentinelOptions::default(),
+        )
     }
 
-    /// [`SentinelServer::start`], asking clients for `password` (`requirepass`).
-    pub fn start_with_password(
+    /// [`SentinelServer::start`] with a password or TLS.
+    pub fn start_with(
         name: &str,
         master_port: u16,
         quorum: u32,
         down_after: Duration,
-        password: Option<&str>,
+        options: &SentinelOptions,
     ) -> anyhow::Result<Self> {
         retry_port_clash(|| {
             let dir = tempfile::Builder::new()
@@ -291,16 +306,30 @@ impl SentinelServer {
             std::fs::write(
                 &config,
                 format!(
-                    "port {port}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
+                    "port {plain}\nbind 127.0.0.1\nprotected-mode no\ndaemonize no\ndir {dir}\n\
                      logfile {dir}/sentinel.log\n\
                      sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                      sentinel down-after-milliseconds {name} {down}\n\
                      sentinel failover-timeout {name} 10000\n\
-                     sentinel parallel-syncs {name} 1\n{requirepass}",
+                     sentinel parallel-syncs {name} 1\n{requirepass}{tls}",
                     dir = dir.path().display(),
+                    plain = if options.tls.is_some() { 0 } else { port },
                     down = down_after.as_millis(),
-                    requirepass = password
+                    requirepass = options
+                        .password
+                        .as_ref()
                         .map(|p| format!("requirepass {p}\n"))
+                        .unwrap_or_default(),
+                    // Clients over TLS only; the master watched over TLS too.
+                    tls = options
+                        .tls
+                        .as_ref()
+                        .map(|t| format!(
+                            "tls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\ntls-auth-clients no\ntls-replication yes\n",
+                            t.cert.display(),
+                            t.key.display(),
+                            t.ca.display()
+                        ))
                         .unwrap_or_default(),
                 ),
             )?;

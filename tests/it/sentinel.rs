@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayq::harness::{
-    DelayqProcess, EtcdServer, Proxy, RedisOptions, RedisServer, SentinelServer,
+    DelayqProcess, EtcdServer, Proxy, RedisOptions, RedisServer, SentinelOptions, SentinelServer,
 };
 use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
@@ -546,12 +546,15 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_with_a_password_are_asked_with_it() {
     let master = RedisServer::start().expect("master");
-    let sentinel = SentinelServer::start_with_password(
+    let sentinel = SentinelServer::start_with(
         NAME,
         master.port,
         1,
         Duration::from_secs(5),
-        Some("sentinel-s3cret"),
+        &SentinelOptions {
+            password: Some("sentinel-s3cret".into()),
+            ..SentinelOptions::default()
+        },
     )
     .expect("sentinel");
     let dir = tempfile::tempdir().unwrap();

@@ -297,3 +297,38 @@ fn the_production_example_passes_check_config_with_its_files_in_place() {
         assert!(shown.contains(key), "{key}: {shown}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinels_over_tls_name_a_tls_master() {
+    use delayq::harness::{SentinelOptions, SentinelServer};
+    let pki = Pki::new();
+    let redis = pki.redis(false);
+    let password = acl_user(&redis, pki.dir.path());
+    // The Sentinel serves TLS only, and watches the master on its TLS port.
+    let sentinel = SentinelServer::start_with(
+        "tls-main",
+        redis.tls_port.expect("a TLS port"),
+        1,
+        Duration::from_secs(5),
+        &SentinelOptions {
+            tls: Some(pki.server(false)),
+            ..SentinelOptions::default()
+        },
+    )
+    .expect("a TLS sentinel");
+    let config = format!(
+        "[redis]\nurl = \"rediss://dq@tls-main\"\npassword_file = \"{}\"\nshards = 2\n{}sentinel = {{ master = \"tls-main\", nodes = [\"{}\"] }}\n",
+        password.display(),
+        pki.settings("ca.pem", false),
+        sentinel.address(),
+    );
+    let (ok, shown) = check_config(&config);
+    assert!(ok, "{shown}");
+    let node = DelayqProcess::start(&delayq_bin(), "sentinel-tls", &config).expect("start");
+    delivered(&node, &redis, "orders").await;
+    assert!(
+        node.log().contains("Sentinel names the Redis master"),
+        "{}",
+        node.log()
+    );
+}
