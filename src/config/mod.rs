@@ -299,9 +299,19 @@ impl Config {
                     .join(", ")
             );
         }
-        if self.redis.url.expose().starts_with("rediss://") {
+        let server_name = self
+            .redis
+            .tls
+            .as_ref()
+            .and_then(|t| t.server_name.as_deref());
+        if let Some(name) = server_name {
             format!(
-                "Redis at {} over TLS (redis.tls_ca_file, redis.tls_cert_file, redis.tls_key_file)",
+                "Redis at {} over TLS, its certificate checked for {name} (redis.tls_server_name, redis.tls_ca_file, redis.tls_cert_file, redis.tls_key_file)",
+                self.redis.url
+            )
+        } else if self.redis.url.expose().starts_with("rediss://") {
+            format!(
+                "Redis at {} over TLS (redis.tls_ca_file, redis.tls_cert_file, redis.tls_key_file, redis.tls_server_name)",
                 self.redis.url
             )
         } else {

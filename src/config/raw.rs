@@ -55,6 +55,8 @@ pub(super) struct RawRedis {
     /// Mutual TLS: the client's certificate chain and private key (PEM).
     pub(super) tls_cert_file: Option<String>,
     pub(super) tls_key_file: Option<String>,
+    /// The name the server's certificate must carry, when not the URL's host.
+    pub(super) tls_server_name: Option<String>,
     /// Find the master through Sentinel instead of `url`'s host.
     pub(super) sentinel: Option<RawSentinel>,
     pub(super) prefix: String,
@@ -93,6 +95,7 @@ impl Default for RawRedis {
             tls_ca_file: None,
             tls_cert_file: None,
             tls_key_file: None,
+            tls_server_name: None,
             sentinel: None,
             prefix: "delayq".into(),
             shards: 16,

@@ -255,6 +255,7 @@ impl Raw {
             tls_ca_file,
             tls_cert_file,
             tls_key_file,
+            tls_server_name,
             sentinel,
             prefix,
             shards,
@@ -292,7 +293,36 @@ impl Raw {
             tls_key_file,
             &read_secret,
         )?
-        .map(|TlsFiles { ca, client }| RedisTls { ca, client });
+        .map(|TlsFiles { ca, client }| RedisTls {
+            ca,
+            client,
+            server_name: None,
+        });
+        let tls = match tls_server_name {
+            None => tls,
+            Some(name) => {
+                let key = "redis.tls_server_name";
+                if !url.expose().starts_with("rediss://") {
+                    return Err(invalid(key, "needs a rediss:// redis.url (TLS)"));
+                }
+                if sentinel.is_some() {
+                    return Err(invalid(
+                        key,
+                        "cannot be used with redis.sentinel (the Sentinels name the master by address; its certificate must carry that address)",
+                    ));
+                }
+                if rustls::pki_types::ServerName::try_from(name.as_str()).is_err() {
+                    return Err(invalid(
+                        key,
+                        format!("{name:?}: must be a DNS name or an IP address"),
+                    ));
+                }
+                tls.map(|t| RedisTls {
+                    server_name: Some(name),
+                    ..t
+                })
+            }
+        };
         let sentinel = sentinel
             .map(|raw| sentinel_config(raw, &url, &read_secret))
             .transpose()?;

@@ -8,8 +8,9 @@
 //! most every [`RESOLVE_EVERY`], and when they name another node (one that says it
 //! is master) it moves every later command there. The failed command is not sent
 //! again: callers retry as they do after any Redis error, so nothing is written
-//! twice. Connections made apart (pub/sub, blocking reads) come from
-//! [`Conn::client`], the current master's.
+//! twice. Connections made apart (pub/sub, blocking reads) go to the current
+//! master too ([`Conn::pubsub`], [`Conn::separate`]). With `redis.tls_server_name`
+//! every connection is dialed by [`super::dial`] instead of the redis crate.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -22,6 +23,7 @@ use secrecy::{ExposeSecret, SecretString};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+use super::dial::{Dialer, Redial};
 use super::tls::{self, RedisTls};
 use super::{Result, StoreConfig};
 use crate::secret::RedisUrl;
@@ -47,9 +49,28 @@ pub struct SentinelConfig {
 #[derive(Clone)]
 struct Current {
     client: redis::Client,
-    manager: ConnectionManager,
+    /// Set with `redis.tls_server_name`: connections are made through it.
+    dialer: Option<Arc<Dialer>>,
+    manager: Link,
     /// How many times the master has moved (0 on one Redis).
     generation: u64,
+}
+
+/// The shared connection to one node: the redis crate's connection manager, or
+/// delayq's own with `redis.tls_server_name`.
+#[derive(Clone)]
+enum Link {
+    Manager(ConnectionManager),
+    Redial(Redial),
+}
+
+impl Link {
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Manager(m) => m.get_db(),
+            Link::Redial(r) => r.get_db(),
+        }
+    }
 }
 
 /// The shared connection. Cheap to clone: clones share the node and the Sentinels.
@@ -84,11 +105,29 @@ impl Conn {
             .set_max_delay(Duration::from_secs(1));
         let Some(sentinel) = &config.sentinel else {
             let client = tls::client(&config.url, config.tls.as_ref())?;
-            let manager =
-                ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+            let server_name = config
+                .tls
+                .as_ref()
+                .and_then(|t| Some((t, t.server_name.as_deref()?)));
+            let (dialer, manager) = match server_name {
+                Some((tls, name)) => {
+                    let dialer = Arc::new(Dialer::new(&client, tls, name, config.connect_timeout)?);
+                    let shared = redis::AsyncConnectionConfig::new()
+                        .set_response_timeout(Some(config.response_timeout))
+                        .set_connection_timeout(Some(config.connect_timeout));
+                    let redial = Redial::connect(dialer.clone(), shared).await?;
+                    (Some(dialer), Link::Redial(redial))
+                }
+                None => {
+                    let manager =
+                        ConnectionManager::new_with_config(client.clone(), manager_config).await?;
+                    (None, Link::Manager(manager))
+                }
+            };
             return Ok(Conn {
                 current: Arc::new(Mutex::new(Current {
                     client,
+                    dialer,
                     manager,
                     generation: 0,
                 })),
@@ -110,7 +149,8 @@ impl Conn {
         let conn = Conn {
             current: Arc::new(Mutex::new(Current {
                 client,
-                manager,
+                dialer: None,
+                manager: Link::Manager(manager),
                 generation: 0,
             })),
             pin: None,
@@ -127,9 +167,34 @@ impl Conn {
         Ok(conn)
     }
 
-    /// The current node's client, for connections made apart from this one.
-    pub(super) fn client(&self) -> redis::Client {
-        self.current.lock().expect("not poisoned").client.clone()
+    /// A pub/sub connection to the current node.
+    pub(super) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        let (client, dialer) = self.node();
+        match dialer {
+            Some(dialer) => dialer.pubsub().await,
+            None => client.get_async_pubsub().await,
+        }
+    }
+
+    /// A multiplexed connection to the current node, apart from this one.
+    pub(super) async fn separate(
+        &self,
+        config: &redis::AsyncConnectionConfig,
+    ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
+        let (client, dialer) = self.node();
+        match dialer {
+            Some(dialer) => dialer.multiplexed(config).await,
+            None => {
+                client
+                    .get_multiplexed_async_connection_with_config(config)
+                    .await
+            }
+        }
+    }
+
+    fn node(&self) -> (redis::Client, Option<Arc<Dialer>>) {
+        let current = self.current.lock().expect("not poisoned");
+        (current.client.clone(), current.dialer.clone())
     }
 
     /// This connection, refusing every command once the master has moved from the
@@ -149,7 +214,7 @@ impl Conn {
     }
 
     /// The manager to send through, or the refusal of a pinned connection.
-    fn manager(&self) -> redis::RedisResult<ConnectionManager> {
+    fn manager(&self) -> redis::RedisResult<Link> {
         let current = self.current.lock().expect("not poisoned");
         match self.pin {
             Some(pin) if pin != current.generation => Err(redis::RedisError::from((
@@ -232,7 +297,8 @@ impl Conn {
             let generation = current.generation + 1;
             *current = Current {
                 client,
-                manager,
+                dialer: None,
+                manager: Link::Manager(manager),
                 generation,
             };
         }
@@ -316,12 +382,50 @@ async fn listen(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> redis:
     }
 }
 
+/// A connection ready for one command, and what to tell if the command fails.
+enum Live {
+    Manager(ConnectionManager),
+    Dialed(redis::aio::MultiplexedConnection, Redial, u64),
+}
+
+impl Live {
+    fn connection(&mut self) -> &mut dyn ConnectionLike {
+        match self {
+            Live::Manager(m) => m,
+            Live::Dialed(c, ..) => c,
+        }
+    }
+}
+
+impl Conn {
+    /// The connection to send the next command on (refused on a pinned one once
+    /// the master has moved).
+    async fn live(&self) -> redis::RedisResult<Live> {
+        Ok(match self.manager()? {
+            Link::Manager(m) => Live::Manager(m),
+            Link::Redial(r) => {
+                let (number, connection) = r.connection().await?;
+                Live::Dialed(connection, r, number)
+            }
+        })
+    }
+
+    /// After a command on `live` failed.
+    async fn failed(&self, live: Live, error: &redis::RedisError) {
+        if let Live::Dialed(_, redial, number) = live {
+            redial.failed(number, error).await;
+        }
+        self.after(error).await;
+    }
+}
+
 impl ConnectionLike for Conn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         Box::pin(async move {
-            let result = self.manager()?.req_packed_command(cmd).await;
+            let mut live = self.live().await?;
+            let result = live.connection().req_packed_command(cmd).await;
             if let Err(e) = &result {
-                self.after(e).await;
+                self.failed(live, e).await;
             }
             result
         })
@@ -334,12 +438,13 @@ impl ConnectionLike for Conn {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         Box::pin(async move {
-            let result = self
-                .manager()?
+            let mut live = self.live().await?;
+            let result = live
+                .connection()
                 .req_packed_commands(pipeline, offset, count)
                 .await;
             if let Err(e) = &result {
-                self.after(e).await;
+                self.failed(live, e).await;
             }
             result
         })

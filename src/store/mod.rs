@@ -6,6 +6,7 @@
 
 mod batch;
 mod conn;
+mod dial;
 mod error;
 mod inbox;
 mod keys;
@@ -470,7 +471,7 @@ impl Store {
     /// Shards whose earliest message just changed, as the schedule script announces
     /// them. The stream ends when the subscription's connection is lost.
     pub async fn wakeups(&self) -> Result<impl Stream<Item = u16> + use<>> {
-        let mut pubsub = self.conn.client().get_async_pubsub().await?;
+        let mut pubsub = self.conn.pubsub().await?;
         pubsub.subscribe(self.keys.wake_channel()).await?;
         let keys = self.keys.clone();
         Ok(pubsub.into_on_message().filter_map(move |msg| {
@@ -488,11 +489,7 @@ impl Store {
     /// timeout, so `XREAD BLOCK` works.
     pub async fn separate_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        Ok(self
-            .conn
-            .client()
-            .get_multiplexed_async_connection_with_config(&config)
-            .await?)
+        Ok(self.conn.separate(&config).await?)
     }
 }
 

@@ -59,9 +59,7 @@ impl Store {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
         loop {
             let since = Instant::now();
-            let connected =
-                tokio::time::timeout(self.response_timeout, self.conn.client().get_async_pubsub())
-                    .await;
+            let connected = tokio::time::timeout(self.response_timeout, self.conn.pubsub()).await;
             let mut pubsub = match connected {
                 Ok(Ok(pubsub)) => pubsub,
                 failed => {

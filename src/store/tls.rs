@@ -15,6 +15,9 @@ pub struct RedisTls {
     pub ca: Option<String>,
     /// Client certificate chain and private key, for mutual TLS.
     pub client: Option<(String, SecretString)>,
+    /// The name to check the server's certificate against instead of the URL's
+    /// host (`redis.tls_server_name`; connections then come from `store::dial`).
+    pub server_name: Option<String>,
 }
 
 /// The Redis client for `url`, with `tls` for a `rediss://` URL.

@@ -4,6 +4,7 @@
 //! etcd over TLS with a user (`etcd`): the same, and a failover with TLS everywhere.
 
 mod etcd;
+mod server_name;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -15,14 +16,17 @@ use serde_json::json;
 
 use crate::support::{Api, delayq_bin, entries, eventually, text};
 
+/// The one name the "named" server certificate carries.
+const NAMED_HOST: &str = "redis.delayq.test";
+
 /// A CA and the certificates it signs, as PEM files in a temp dir.
 struct Pki {
     dir: tempfile::TempDir,
 }
 
 impl Pki {
-    /// A CA, a server certificate for 127.0.0.1 and a client certificate, all signed
-    /// by it, and a second CA that signs nothing here.
+    /// A CA, a server certificate for 127.0.0.1, one for [`NAMED_HOST`] only and a
+    /// client certificate, all signed by it, and a second CA that signs nothing here.
     fn new() -> Pki {
         let dir = tempfile::tempdir().expect("temp dir");
         let (ca, ca_key) = authority("delayq test CA");
@@ -30,9 +34,15 @@ impl Pki {
         let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
         write("ca.pem", ca.pem());
         write("other-ca.pem", other.pem());
-        for (name, sans) in [("server", true), ("client", false)] {
+        // "named" carries only a name that resolves nowhere: reached by address,
+        // it takes redis.tls_server_name.
+        for (name, sans, dns) in [
+            ("server", true, "localhost"),
+            ("client", false, "localhost"),
+            ("named", false, NAMED_HOST),
+        ] {
             let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+            let mut params = CertificateParams::new(vec![dns.to_owned()]).unwrap();
             // A subject of its own: one equal to its issuer's reads as self-signed.
             params
                 .distinguished_name
@@ -201,18 +211,24 @@ async fn a_ca_that_did_not_sign_the_server_certificate_is_refused_naming_the_set
     let config = config(&redis, &password, &tls);
     // The files are well-formed: only connecting can tell.
     assert!(check_config(&config).0);
-    let started = DelayqProcess::start(&delayq_bin(), "wrong-ca", &config);
-    let log = match started {
+    refused_naming(&config, "redis.tls_ca_file").await;
+}
+
+/// Starts a daemon that connecting refuses; returns its log (or the error of a
+/// start that failed) once it names `key`.
+async fn refused_naming(config: &str, key: &str) -> String {
+    let log = match DelayqProcess::start(&delayq_bin(), "refused", config) {
         Err(e) => format!("{e:#}"),
         Ok(node) => {
             eventually(Duration::from_secs(10), "the refusal logged", || async {
                 let log = node.log();
-                log.contains("redis.tls_ca_file").then_some(log)
+                log.contains(key).then_some(log)
             })
             .await
         }
     };
-    assert!(log.contains("redis.tls_ca_file"), "{log}");
+    assert!(log.contains(key), "{log}");
+    log
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
