@@ -79,7 +79,7 @@ async fn with_tls_everywhere_a_standby_takes_over_from_a_killed_leader() {
     })
     .await;
     let second = DelayqProcess::start(&delayq_bin(), "b", &config).expect("start b");
-    delivered(&first, &redis, "before").await;
+    delivered_among(&first, &[&second], &redis, "before").await;
     assert!(!leads(&second).await, "{}", second.log());
 
     first.signal(SIGKILL);
@@ -87,7 +87,7 @@ async fn with_tls_everywhere_a_standby_takes_over_from_a_killed_leader() {
         leads(&second).await.then_some(())
     })
     .await;
-    delivered(&second, &redis, "after").await;
+    delivered_among(&second, &[&first], &redis, "after").await;
     for log in [first.log(), second.log()] {
         assert!(
             !log.contains(ETCD_PASSWORD) && !log.contains("s3cret-pw"),

@@ -14,7 +14,7 @@ use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
 use serde_json::json;
 
-use crate::support::{Api, delayq_bin, entries, eventually, text};
+use crate::support::{Api, delayq_bin, entries, eventually, text, within};
 
 /// The one name the "named" server certificate carries.
 const NAMED_HOST: &str = "redis.delayq.test";
@@ -127,6 +127,16 @@ fn config(redis: &RedisServer, password: &Path, tls: &str) -> String {
 
 /// Pushes one message through the node's API; waits for it in the stream.
 async fn delivered(node: &DelayqProcess, redis: &RedisServer, stream: &str) {
+    delivered_among(node, &[], redis, stream).await
+}
+
+/// [`delivered`], showing the logs of `others` too if the message never arrives.
+async fn delivered_among(
+    node: &DelayqProcess,
+    others: &[&DelayqProcess],
+    redis: &RedisServer,
+    stream: &str,
+) {
     let api = Api::new(node.api);
     let (status, body) = api
         .post(
@@ -135,10 +145,16 @@ async fn delivered(node: &DelayqProcess, redis: &RedisServer, stream: &str) {
         )
         .await;
     assert_eq!(status, 201, "{body}\n{}", node.log());
-    eventually(Duration::from_secs(10), "the message delivered", || async {
+    let found = within(Duration::from_secs(10), || async {
         (!entries(&mut redis.client(), stream).is_empty()).then_some(())
     })
     .await;
+    assert!(
+        found.is_some(),
+        "the message to {stream} was not delivered; the node's log:\n{}\nthe others':\n{}",
+        node.log(),
+        others.iter().map(|o| o.log()).collect::<Vec<_>>().join("\n----\n")
+    );
 }
 
 fn check_config(config: &str) -> (bool, String) {
