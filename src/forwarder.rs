@@ -210,12 +210,9 @@ async fn forward_shard(mut l: ForwardLoop) {
                     tokio::task::yield_now().await;
                     continue;
                 }
-                let mut wait = match batch.next_due_ms {
-                    Some(due) => {
-                        Duration::from_millis(due.saturating_sub(batch.now_ms)).min(l.idle_wakeup)
-                    }
-                    None => l.idle_wakeup,
-                };
+                let mut wait = batch
+                    .until_next_due()
+                    .map_or(l.idle_wakeup, |w| w.min(l.idle_wakeup));
                 // Messages held back for their stream's limit go when it has permits.
                 let holding = batch.holding.iter().map(|(stream, _)| stream.as_str());
                 if let Some(permit) = l.stream_limits.until_permit(holding, Instant::now()) {

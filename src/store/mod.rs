@@ -377,6 +377,7 @@ impl Store {
                 .filter(|e| !e.is_empty()),
             newly_held: int_at(&items, 9)?,
             holding: stream_counts(items.get(10))?,
+            now_us: int_at(&items, 11)?.min(999),
         })
     }
 

@@ -141,6 +141,8 @@ pub struct ForwardBatch {
     pub next_due_ms: Option<u64>,
     /// Redis's clock when the batch was taken.
     pub now_ms: u64,
+    /// The µs of `now_ms` already past (0-999).
+    pub now_us: u64,
     /// Forward time minus due time of each forwarded message, by Redis's clock.
     pub lateness_ms: Vec<u64>,
     pub per_stream: Vec<(String, u64)>,
@@ -166,6 +168,17 @@ impl ForwardBatch {
     pub fn progressed(&self) -> u64 {
         self.moved() + self.newly_held
     }
+
+    /// How long from the call until the shard's next message falls due, by Redis's
+    /// clock to the µs (a due time is a whole ms: waiting whole ms from a clock
+    /// read to the ms would wake up to a ms late). None when nothing is scheduled.
+    pub fn until_next_due(&self) -> Option<Duration> {
+        let due = self.next_due_ms?;
+        let now_us = self.now_ms * 1000 + self.now_us;
+        Some(Duration::from_micros(
+            due.saturating_mul(1000).saturating_sub(now_us),
+        ))
+    }
 }
 
 /// What one trim call did.
@@ -175,4 +188,39 @@ pub struct Trimmed {
     /// Record ids whose retention had passed, forgotten or not (an id recorded again
     /// since keeps its newer record).
     pub looked_at: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(next_due_ms: Option<u64>, now_ms: u64, now_us: u64) -> ForwardBatch {
+        ForwardBatch {
+            next_due_ms,
+            now_ms,
+            now_us,
+            ..ForwardBatch::default()
+        }
+    }
+
+    #[test]
+    fn the_wait_for_the_next_due_time_counts_the_microseconds_already_past() {
+        #[rustfmt::skip]
+        let cases = [
+            (None, 1_000, 0, None),
+            (Some(1_005), 1_000, 0, Some(5_000)),
+            (Some(1_005), 1_000, 999, Some(4_001)),
+            (Some(1_001), 1_000, 400, Some(600)),
+            (Some(1_000), 1_000, 400, Some(0)),
+            (Some(900), 1_000, 0, Some(0)),
+            (Some(u64::MAX), 0, 0, Some(u64::MAX)),
+        ];
+        for (due, now_ms, now_us, want) in cases {
+            assert_eq!(
+                batch(due, now_ms, now_us).until_next_due(),
+                want.map(Duration::from_micros),
+                "{due:?} at {now_ms} ms + {now_us} µs"
+            );
+        }
+    }
 }

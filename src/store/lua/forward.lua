@@ -16,8 +16,11 @@
 -- ARGV[10+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
---            parked, held_back, newly_held, { stream, held, stream, held, ... } }
---   the last list counts what each rate-limited stream still holds after the call.
+--            parked, held_back, newly_held, { stream, held, stream, held, ... },
+--            now_us }
+--   the list before last counts what each rate-limited stream still holds after the
+--   call; now_us is the µs of now_ms already past (0-999), so that the caller can
+--   wait for the next due time to the µs.
 -- Rate limits: held messages go first, each held stream's in due order, as far as its
 -- budget goes (all of them once its stream has no limit). A due message of a limited
 -- stream that has no budget left, or still holds older messages, moves from the due set
@@ -37,7 +40,7 @@
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
-local now = now_ms()
+local now, now_us = now_ms_us()
 local batch = tonumber(ARGV[2])
 local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
 local keep_until = now + tonumber(ARGV[3])
@@ -302,4 +305,4 @@ for _, stream in ipairs(per_stream_order) do
   counts[#counts + 1] = stream
   counts[#counts + 1] = per_stream[stream]
 end
-return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding }
+return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding, now_us }

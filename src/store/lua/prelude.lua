@@ -186,9 +186,15 @@ local function read_new_message(argv, i)
   return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 7 + 2 * n
 end
 
-local function now_ms()
+-- Redis's clock in ms, and the µs already past that ms.
+local function now_ms_us()
   local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local usec = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(usec / 1000), usec % 1000
+end
+
+local function now_ms()
+  return (now_ms_us())
 end
 
 -- Checks the caller's fence epoch against the shard's. Epoch 0 is a producer

@@ -153,7 +153,11 @@ async fn delivered_among(
         found.is_some(),
         "the message to {stream} was not delivered; the node's log:\n{}\nthe others':\n{}",
         node.log(),
-        others.iter().map(|o| o.log()).collect::<Vec<_>>().join("\n----\n")
+        others
+            .iter()
+            .map(|o| o.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
     );
 }
 
