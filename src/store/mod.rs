@@ -366,7 +366,9 @@ impl Store {
             expired: int_at(&items, 1)?,
             dead: int_at(&items, 2)?,
             next_due_ms: (next_due >= 0).then_some(next_due as u64),
-            now_ms: int_at(&items, 4)?,
+            now_us: int_at(&items, 4)?
+                .saturating_mul(1000)
+                .saturating_add(int_at(&items, 11)?.min(999)),
             lateness_ms: lateness,
             per_stream: stream_counts(items.get(6))?,
             parked: int_at(&items, 7)?,
@@ -377,7 +379,6 @@ impl Store {
                 .filter(|e| !e.is_empty()),
             newly_held: int_at(&items, 9)?,
             holding: stream_counts(items.get(10))?,
-            now_us: int_at(&items, 11)?.min(999),
         })
     }
 

@@ -139,9 +139,7 @@ pub struct ForwardBatch {
     pub dead: u64,
     /// Due time of the shard's earliest remaining message.
     pub next_due_ms: Option<u64>,
-    /// Redis's clock when the batch was taken.
-    pub now_ms: u64,
-    /// The µs of `now_ms` already past (0-999).
+    /// Redis's clock when the batch was taken, in µs.
     pub now_us: u64,
     /// Forward time minus due time of each forwarded message, by Redis's clock.
     pub lateness_ms: Vec<u64>,
@@ -174,9 +172,8 @@ impl ForwardBatch {
     /// read to the ms would wake up to a ms late). None when nothing is scheduled.
     pub fn until_next_due(&self) -> Option<Duration> {
         let due = self.next_due_ms?;
-        let now_us = self.now_ms * 1000 + self.now_us;
         Some(Duration::from_micros(
-            due.saturating_mul(1000).saturating_sub(now_us),
+            due.saturating_mul(1000).saturating_sub(self.now_us),
         ))
     }
 }
@@ -197,8 +194,7 @@ mod tests {
     fn batch(next_due_ms: Option<u64>, now_ms: u64, now_us: u64) -> ForwardBatch {
         ForwardBatch {
             next_due_ms,
-            now_ms,
-            now_us,
+            now_us: now_ms * 1000 + now_us,
             ..ForwardBatch::default()
         }
     }
