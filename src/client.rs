@@ -74,8 +74,8 @@ use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig, Status, Store,
-    StoreConfig, StoreError,
+    Cancelled, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig,
+    Status, Store, StoreConfig, StoreError,
 };
 
 /// Why a client call failed.
@@ -126,6 +126,8 @@ pub struct ProducerOptions {
     pub own_fields: OwnFields,
     /// How long a cancellation stays on record (the daemon's `records.retention`).
     pub retention: Duration,
+    /// How a cancellation is put on record (the daemon's `records.layout`).
+    pub record_layout: RecordLayout,
     /// A Redis reply slower than this fails the call.
     pub timeout: Duration,
 }
@@ -158,6 +160,7 @@ impl ProducerOptions {
             limits: config.api.limits.clone(),
             own_fields: OwnFields::of(&config.forwarder),
             retention: config.records.retention,
+            record_layout: config.records.layout,
             timeout: config.redis.timeout,
         }
     }
@@ -195,6 +198,7 @@ impl Producer {
             response_timeout: options.timeout,
             connect_timeout: options.timeout,
             max_blocking_reads: 1,
+            record_layout: options.record_layout,
         })
         .await?;
         Ok(Producer {

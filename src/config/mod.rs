@@ -192,6 +192,8 @@ pub struct ForwarderConfig {
 pub struct RecordsConfig {
     pub retention: Duration,
     pub trim_interval: Duration,
+    /// How terminal records are kept in Redis (see `store::RecordLayout`).
+    pub layout: crate::store::RecordLayout,
 }
 
 /// Redelivery of entries consumer groups never acknowledged.
@@ -330,6 +332,7 @@ impl Config {
             response_timeout: self.redis.timeout,
             connect_timeout: self.redis.connect_timeout,
             max_blocking_reads: self.api.max_polls,
+            record_layout: self.records.layout,
         }
     }
 

@@ -277,6 +277,7 @@ pub(super) struct RawRecords {
     pub(super) retention: Duration,
     #[serde(with = "humantime_serde")]
     pub(super) trim_interval: Duration,
+    pub(super) layout: String,
 }
 
 impl Default for RawRecords {
@@ -284,6 +285,7 @@ impl Default for RawRecords {
         RawRecords {
             retention: Duration::from_secs(24 * 3600),
             trim_interval: Duration::from_secs(10),
+            layout: "compact".into(),
         }
     }
 }

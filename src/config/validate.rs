@@ -9,6 +9,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::store::RecordLayout;
+
 use super::raw::{
     Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis,
     RawSentinel, RawStreams,
@@ -652,10 +654,21 @@ impl Raw {
         let RawRecords {
             retention,
             trim_interval,
+            layout: records_layout,
         } = records;
         if trim_interval < Duration::from_millis(100) {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
         }
+        let records_layout = match records_layout.as_str() {
+            "compact" => RecordLayout::Compact,
+            "hash" => RecordLayout::Hash,
+            other => {
+                return Err(invalid(
+                    "records.layout",
+                    format!("{other:?}: must be \"compact\" or \"hash\""),
+                ));
+            }
+        };
 
         let forwarder = ForwarderConfig {
             batch_size,
@@ -762,6 +775,7 @@ impl Raw {
             records: RecordsConfig {
                 retention,
                 trim_interval,
+                layout: records_layout,
             },
             log: LogConfig { level, json },
             delivery,

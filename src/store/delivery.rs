@@ -212,7 +212,7 @@ impl Store {
             .arg(&options.dead_letter_stream)
             .arg(&options.id_field)
             .arg(&options.attempt_field)
-            .arg(options.retention.as_millis() as u64)
+            .arg(self.record_layout.script_arg(options.retention))
             .arg(self.keys.wake_channel())
             .invoke_async(&mut self.conn.clone())
             .await

@@ -17,10 +17,13 @@ pub struct ShardKeys {
     pub due: String,
     /// Hash: id → message body.
     pub bodies: String,
-    /// Hash: id → terminal record (delivered, expired, dead, cancelled).
+    /// Terminal records (delivered, expired, dead, cancelled). In the `hash` layout, a
+    /// hash id → record; in the `compact` layout, the prefix of the names the scripts
+    /// derive for its generations (`<records>:gens`, `<records>:gone`,
+    /// `<records>:<start>:<bucket>`; see the prelude).
     pub records: String,
-    /// Sorted set: the ids recorded at one instant (a forward batch's) → the time their
-    /// records may be forgotten.
+    /// Sorted set (the `hash` layout): the ids recorded at one instant (a forward
+    /// batch's) → the time their records may be forgotten.
     pub records_by_expiry: String,
     /// String: the highest leader epoch that has touched this shard.
     pub fence: String,

@@ -115,6 +115,35 @@ pub struct StoreConfig {
     pub connect_timeout: Duration,
     /// Most blocking stream reads (HTTP long polls) at once, each on a connection of its own.
     pub max_blocking_reads: usize,
+    /// How the scripts write terminal records.
+    pub record_layout: RecordLayout,
+}
+
+/// How terminal records (delivered, expired, dead, cancelled) are written. Either
+/// layout reads, trims and forgets records of the other, so the setting can change
+/// on a running deployment's data.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum RecordLayout {
+    /// Small hashes Redis keeps in its listpack encoding, in generations that expire
+    /// whole: about half the memory of `Hash`, and more Redis time per forwarded
+    /// message (see the README's figures).
+    #[default]
+    Compact,
+    /// One hash field per record and an expiry entry per forward batch: faster to
+    /// write, about twice the memory.
+    Hash,
+}
+
+impl RecordLayout {
+    /// The scripts' records argument: the retention in ms, prefixed by `hash:` for
+    /// the hash layout (the prelude's `records_policy` reads it).
+    fn script_arg(self, retention: Duration) -> String {
+        let ms = retention.as_millis();
+        match self {
+            RecordLayout::Compact => ms.to_string(),
+            RecordLayout::Hash => format!("hash:{ms}"),
+        }
+    }
 }
 
 /// A handle on delayq's Redis data. Cheap to clone: clones share one multiplexed connection.
@@ -131,6 +160,7 @@ pub struct Store {
     response_timeout: Duration,
     /// Connections for blocking reads on behalf of HTTP consumers.
     polls: Arc<streams::PollPool>,
+    record_layout: RecordLayout,
 }
 
 impl Store {
@@ -149,6 +179,7 @@ impl Store {
             scripts: Arc::new(Scripts::new()),
             response_timeout: config.response_timeout,
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
+            record_layout: config.record_layout,
         })
     }
 
@@ -256,7 +287,7 @@ impl Store {
         let reply: String = shard_invocation(&self.scripts.cancel, &k)
             .arg(0)
             .arg(id.as_str())
-            .arg(retention.as_millis() as u64)
+            .arg(self.record_layout.script_arg(retention))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
@@ -338,7 +369,7 @@ impl Store {
         let mut inv = shard_invocation(&self.scripts.forward, &k);
         inv.arg(epoch)
             .arg(limit)
-            .arg(options.retention.as_millis() as u64)
+            .arg(self.record_layout.script_arg(options.retention))
             .arg(options.id_field.as_deref().unwrap_or(""))
             .arg(options.attempt_field.as_deref().unwrap_or(""))
             .arg(&options.dead_letter_suffix)

@@ -10,11 +10,15 @@
 //! - `forward`: forwards everything due; answers the ids now in stream `s` (in
 //!   order) and `dead:ID` for each new entry of `s:dead`
 //! - `trim`: forgets the records whose retention has passed; answers how many
+//! - `layout compact|hash`: goes on with a store that writes records in that layout
+//!   (`records.layout`), on the same Redis
 
 use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status, StoreError};
+use delayq::store::{
+    Cancelled, RecordLayout, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreError,
+};
 
 use crate::support::{Bare, entries, eventually, let_pass};
 
@@ -39,12 +43,24 @@ fn check_with(
 }
 
 async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Location<'_>) {
-    let store = &bare.store;
+    let mut current = bare.store.clone();
     let mut conn = bare.redis.client();
-    let start = store.now_ms().await.unwrap();
+    let start = current.now_ms().await.unwrap();
     let mut seen_dead = 0;
     let options = bare.config.forward_options();
     for (step, expected) in steps {
+        if let Some(layout) = step.strip_prefix("layout ") {
+            let mut config = bare.config.store_config();
+            config.record_layout = match layout {
+                "compact" => RecordLayout::Compact,
+                "hash" => RecordLayout::Hash,
+                other => panic!("unknown layout {other}"),
+            };
+            current = Store::connect(&config).await.unwrap();
+            assert_eq!(*expected, "", "step {step:?} of the case at {caller}");
+            continue;
+        }
+        let store = &current;
         let words: Vec<&str> = step.split_whitespace().collect();
         let id = |i: usize| MessageId::parse(words[i]).unwrap();
         let offset = |w: &str| start + w.trim_start_matches('+').parse::<u64>().unwrap();
@@ -218,10 +234,51 @@ async fn a_cancelled_id_can_be_pushed_again() {
 
 #[tokio::test]
 async fn records_are_forgotten_after_retention_unless_written_again() {
-    // a and b are forwarded in one batch, which expires as a whole at +2 s; b, delivered
-    // again at +1 s, keeps its newer record until +3 s.
+    // Records are kept in generations of half the retention (at least 1 s), each
+    // forgotten whole once the retention has passed after its last write could be:
+    // a, b and c, forwarded at t0 into a generation that takes records until t0 + 1 s,
+    // are kept past t0 + 2 s and forgotten by t0 + 3 s; b, delivered again after
+    // t0 + 1 s, and d, cancelled then, go into the next generation and outlive them.
     check_with(
         "[records]\nretention = \"2s\"\n",
+        &[
+            ("push a +0", "scheduled"),
+            ("push b +0", "scheduled"),
+            ("push c +0", "scheduled"),
+            ("forward", "a b c"),
+            ("trim", "0"),
+            ("wait 1000", ""),
+            ("push b +0 replace", "replaced"),
+            ("forward", "a b c b"),
+            ("push d +60000", "scheduled"),
+            ("cancel d", "cancelled"),
+            ("wait 1100", ""),
+            ("trim", "0"),
+            ("get a", "delivered"),
+            ("wait 1000", ""),
+            ("trim", "2"),
+            ("get a", "unknown"),
+            ("get c", "unknown"),
+            ("get b", "delivered"),
+            ("get d", "cancelled"),
+            ("push a +0", "scheduled"),
+            ("wait 1000", ""),
+            ("trim", "2"),
+            ("get b", "unknown"),
+            ("get d", "unknown"),
+            ("get a", "scheduled"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn in_the_hash_layout_records_are_forgotten_after_exactly_their_retention() {
+    // The hash layout (records.layout = "hash") keeps each forward batch's records
+    // for exactly the retention. a and b are forwarded in one batch, which expires as
+    // a whole at +2 s; b, delivered again at +1 s, keeps its newer record until +3 s.
+    check_with(
+        "[records]\nretention = \"2s\"\nlayout = \"hash\"\n",
         &[
             ("push a +0", "scheduled"),
             ("push b +0", "scheduled"),
@@ -245,6 +302,46 @@ async fn records_are_forgotten_after_retention_unless_written_again() {
             ("get b", "unknown"),
             ("get d", "unknown"),
             ("get a", "scheduled"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn records_written_in_either_layout_are_read_replaced_and_trimmed_in_the_other() {
+    // records.layout can change on a running deployment's data: whichever layout a
+    // record was written in, the other finds it, forgets it when the id is pushed
+    // again, and trims it after its retention.
+    check_with(
+        "[records]\nretention = \"1s\"\n",
+        &[
+            ("layout hash", ""),
+            ("push a +0", "scheduled"),
+            ("push b +0", "scheduled"),
+            ("forward", "a b"),
+            ("push c +60000", "scheduled"),
+            ("cancel c", "cancelled"),
+            ("layout compact", ""),
+            ("get a", "delivered"),
+            ("push a +0", "duplicate delivered"),
+            ("cancel c", "cancelled"),
+            ("push b +0 replace", "replaced"),
+            ("push c +0", "scheduled"),
+            ("forward", "a b b c"),
+            ("get c", "delivered"),
+            ("layout hash", ""),
+            ("get c", "delivered"),
+            ("push c +0", "duplicate delivered"),
+            ("push d +60000", "scheduled"),
+            ("cancel d", "cancelled"),
+            ("wait 2100", ""),
+            // a (hash), b and c (compact) and d (hash); b's and c's older records were
+            // forgotten when they were pushed again.
+            ("trim", "4"),
+            ("get a", "unknown"),
+            ("get b", "unknown"),
+            ("get c", "unknown"),
+            ("get d", "unknown"),
         ],
     )
     .await;

@@ -3,7 +3,7 @@
 -- KEYS[6] held streams (a message held back by its stream's rate limit is scheduled too)
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
--- ARGV[3] how long to keep the cancellation on record, ms
+-- ARGV[3] the records policy: how long to keep the cancellation on record, and how
 -- returns: "cancelled" (now, or already) | "delivered" | "expired" | "dead" | "unknown"
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
@@ -12,9 +12,9 @@ local id = ARGV[2]
 if redis.call('ZREM', KEYS[1], id) == 1 or unhold_message(KEYS[2], KEYS[6], id) then
   redis.call('HDEL', KEYS[2], id)
   local now = now_ms()
-  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, now + tonumber(ARGV[3]))
+  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3])
   return 'cancelled'
 end
-local rec = redis.call('HGET', KEYS[3], id)
+local rec = find_record(KEYS[3], id)
 if rec then return record_state(rec) end
 return 'unknown'

@@ -4,7 +4,8 @@
 -- KEYS[6] held streams (see the prelude)
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] batch size
--- ARGV[3] how long to keep delivery records, ms
+-- ARGV[3] the records policy: how long to keep delivery records (ms), and how (see
+--   records_policy in the prelude)
 -- ARGV[4] name of the id field added to each entry ("" = none)
 -- ARGV[5] name of the attempt field added to each entry ("" = none)
 -- ARGV[6] suffix of a stream's dead-letter stream (e.g. ":dead")
@@ -43,7 +44,6 @@ if held then return fenced_reply(held, ARGV[1]) end
 local now, now_us = now_ms_us()
 local batch = tonumber(ARGV[2])
 local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
-local keep_until = now + tonumber(ARGV[3])
 
 local budget = {}
 local n_limited = tonumber(ARGV[9])
@@ -97,8 +97,7 @@ local PARK_MS = 60000
 
 local forwarded, expired, dead = 0, 0, 0
 local lateness, per_stream, per_stream_order = {}, {}, {}
-local record_args = {}
-local recorded, moved, parked = {}, {}, {}
+local recorded, records, moved, parked = {}, {}, {}, {}
 local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
@@ -227,9 +226,8 @@ for i, id in ipairs(ids) do
     end
     if rec then
       moved[#moved + 1] = id
-      record_args[#record_args + 1] = id
-      record_args[#record_args + 1] = rec
       recorded[#recorded + 1] = id
+      records[#records + 1] = rec
     elseif stop == 'park' then
       parked[#parked + 1] = score_of(now + PARK_MS, (msg and tonumber(msg.priority)) or 0)
       parked[#parked + 1] = id
@@ -290,10 +288,8 @@ for i = 10, 9 + 2 * n_limited, 2 do
     holding[#holding + 1] = n
   end
 end
-if #record_args > 0 then
-  chunked({ 'HSET', KEYS[3] }, record_args)
-  -- One expiry entry for the whole batch (see the prelude): not one per record.
-  redis.call('ZADD', KEYS[4], keep_until, now .. '|' .. table.concat(recorded, '\n'))
+if #recorded > 0 then
+  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], redis.call('ZCARD', KEYS[1]) + #recorded)
 end
 
 local next_due = -1

@@ -14,10 +14,6 @@ if body then
   if not msg then return { 'corrupt', why } end
   return { 'scheduled', body_values(msg) }
 end
-local rec = redis.call('HGET', KEYS[3], id)
-if rec then
-  local parts = {}
-  for part in string.gmatch(rec .. '\n', '([^\n]*)\n') do parts[#parts + 1] = part end
-  return { parts[1], parts[5] or '', parts[2], tonumber(parts[3]), tonumber(parts[4]) }
-end
+local parts = find_record(KEYS[3], id)
+if parts then return { parts[1], parts[5], parts[2], tonumber(parts[3]), tonumber(parts[4]) } end
 return { 'unknown' }

@@ -3,19 +3,38 @@
 -- Message body (a shard's bodies hash, field = id): a cmsgpack array, laid out by
 --   body_fields below, the one place that says which position holds which field.
 --   Scripts read and write bodies only through decode_body and encode_body, by name.
--- Terminal record (a shard's records hash, field = id), a string of five or six lines:
---   state "\n" entry_id "\n" at_ms "\n" attempt "\n" stream
---     [ "\n" first_delivered_ms [ "\n" priority "\n" expire_at_ms ] ]
---   state is delivered | expired | dead | cancelled; entry_id is the stream entry written ("" if none);
---   first_delivered_ms (delivered and dead only) is when attempt 1 reached the stream;
---   a delivered record leaves it out when that is its own entry's time (attempt 1).
---   priority and expire_at_ms (0 = never) are the delivered message's, kept so that a
---   redelivery keeps them; left out when both are 0.
--- Records by expiry (a shard's sorted set): score = when records may be forgotten (ms),
---   member = at_ms "|" id [ "\n" id ... ]: the records written at at_ms, one member for a
---   whole forward batch. trim forgets a listed id only if its record still carries that
---   at_ms, so an id recorded again later keeps its newer record. (A member without "|"
---   is a single id, written by older versions.)
+-- Terminal records (delivered, expired, dead, cancelled) live in generations, so that
+--   they expire a whole generation at a time and each costs about 55 bytes: the records
+--   written from a generation's start until its stop (start + half the retention, at
+--   least 1 s) are forgotten together, once the retention has passed after that stop, so
+--   a record is kept between one and one and a half retentions. Names derive from the
+--   shard's records key R:
+--   R:gens   hash, generation start ms -> "stop k s n until": its buckets (linear
+--            hashing: 2^k + s of them, split one at a time so that they average
+--            RECORD_LOAD records), n records, deleted once Redis time passes `until`.
+--   R:<start>:<b>  hash, id -> compact record; small enough for Redis's listpack encoding.
+--   R:gone   hash, generation start -> buckets not yet deleted (trim deletes them a few
+--            at a time; a generation there is no longer read).
+--   A record is found by probing each generation, newest first, at the bucket of
+--   sha1(id) (its first 32 bits); then in R itself, the older layout (below).
+-- Record parts (what scripts handle): { state, entry_id, at_ms, attempt, stream,
+--   first_delivered_ms, priority, expire_at_ms }, all strings ('' where not set).
+--   state is delivered | expired | dead | cancelled; entry_id is the stream entry written
+--   ("" if none); first_delivered_ms (delivered and dead only) is when attempt 1 reached
+--   the stream, '' when that is its own entry's time (attempt 1); priority and
+--   expire_at_ms (0 = never) are a delivered message's, kept so that a redelivery keeps
+--   them; '' when both are 0.
+-- Compact record, its times relative to its generation's start:
+--   code entry_ms_rel "-" seq "\n" stream [ "\n" at_rel "\n" attempt "\n" first_delivered_ms
+--     "\n" priority "\n" expire_at_ms ]
+--   code is D | E | X | C (delivered, expired, dead, cancelled); entry_ms_rel "-" seq is
+--   left out when there is no entry; at_rel is '' when it is the entry's own time, attempt
+--   '' when 1; the bracketed lines are left out when all are ''. (A record whose entry id
+--   is not "ms-seq" is kept in the older layout's lines, which read the same way.)
+-- Older layout (still read, trimmed and forgotten; never written): R is a hash id -> a
+--   record of five to eight lines, the parts joined by "\n" (trailing '' left out), and
+--   records by expiry a sorted set: score = when records may be forgotten (ms),
+--   member = at_ms "|" id [ "\n" id ... ] (one for a forward batch; an id alone even older).
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
 -- Held (streams.max_rate): a due message of a stream at its rate limit waits in that
 --   stream's held set, `<held>:<stream>`, a sorted set scored like the due set, and the
@@ -213,23 +232,249 @@ local function fenced_reply(held, epoch)
   return redis.error_reply('FENCED epoch ' .. epoch .. ' is below the fence ' .. held)
 end
 
--- priority and expire_at (a delivered message's, for a redelivery) are written only
--- when either is not 0, after first_delivered (then written even if empty).
+-- A record's parts (see the format above); priority and expire_at are kept only when
+-- either is not 0. at and attempt may be numbers: they are written as text only when
+-- the compact record needs them (a number's text costs a sprintf).
 local function record(state, entry_id, at, attempt, stream, first_delivered, priority, expire_at)
-  local rec = state .. '\n' .. entry_id .. '\n' .. at .. '\n' .. attempt .. '\n' .. stream
   priority, expire_at = priority or 0, expire_at or 0
-  if priority ~= 0 or expire_at ~= 0 then
-    return rec .. '\n' .. (first_delivered or '') .. '\n' .. priority .. '\n' .. expire_at
-  end
-  if first_delivered then rec = rec .. '\n' .. first_delivered end
+  local p, e = '', ''
+  if priority ~= 0 or expire_at ~= 0 then p, e = tostring(priority), tostring(expire_at) end
+  return { state, entry_id, at, attempt, stream, tostring(first_delivered or ''), p, e }
+end
+
+-- A record of the older layout as its parts; an error if it is not one.
+local function record_parts(rec)
+  if not string.find(rec, '\n', 1, true) then error('malformed record: ' .. rec) end
+  local parts = {}
+  for part in string.gmatch(rec .. '\n', '([^\n]*)\n') do parts[#parts + 1] = part end
+  for i = #parts + 1, 8 do parts[i] = '' end
+  return parts
+end
+
+local STATE_CODES = { delivered = 'D', expired = 'E', dead = 'X', cancelled = 'C' }
+local STATE_NAMES = { D = 'delivered', E = 'expired', X = 'dead', C = 'cancelled' }
+
+-- A record's parts as the older layout's lines (for an entry id of an unknown shape).
+local function record_lines(p)
+  local rec = p[1] .. '\n' .. p[2] .. '\n' .. p[3] .. '\n' .. p[4] .. '\n' .. p[5]
+  if p[7] ~= '' or p[8] ~= '' then return rec .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8] end
+  if p[6] ~= '' then rec = rec .. '\n' .. p[6] end
   return rec
 end
 
--- A record's lines as a table (see the format above).
-local function record_parts(rec)
-  local parts = {}
-  for part in string.gmatch(rec .. '\n', '([^\n]*)\n') do parts[#parts + 1] = part end
-  return parts
+-- A record's parts as a compact record in the generation that starts at base.
+local function compact_record(p, base)
+  local entry, at, attempt = p[2], tonumber(p[3]), p[4]
+  local rec = STATE_CODES[p[1]]
+  local dash = entry ~= '' and string.find(entry, '-', 1, true)
+  local entry_ms = dash and tonumber(string.sub(entry, 1, dash - 1))
+  if entry_ms then
+    rec = rec .. (entry_ms - base) .. string.sub(entry, dash)
+  elseif entry ~= '' then
+    return record_lines(p)
+  end
+  rec = rec .. '\n' .. p[5]
+  if at == entry_ms then at = '' else at = at - base end
+  if attempt == 1 or attempt == '1' then attempt = '' end
+  if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' then
+    rec = rec .. '\n' .. at .. '\n' .. attempt .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8]
+  end
+  return rec
+end
+
+-- A stored record (compact, in the generation that starts at base, or of the older
+-- layout) as its parts.
+local function expand_record(rec, base)
+  local state = STATE_NAMES[string.sub(rec, 1, 1)]
+  if not state then return record_parts(rec) end
+  local lines = {}
+  for line in string.gmatch(rec .. '\n', '([^\n]*)\n') do lines[#lines + 1] = line end
+  local entry, at = '', nil
+  local rel = string.sub(lines[1], 2)
+  if rel ~= '' then
+    local ms, seq = string.match(rel, '^(%-?%d+)%-(%d+)$')
+    if not ms then error('malformed record: ' .. rec) end
+    at = base + tonumber(ms)
+    entry = at .. '-' .. seq
+  end
+  if lines[3] and lines[3] ~= '' then at = base + tonumber(lines[3]) end
+  if not at then error('malformed record: ' .. rec) end
+  local attempt = lines[4] or ''
+  if attempt == '' then attempt = '1' end
+  return { state, entry, tostring(at), attempt, lines[2] or '', lines[5] or '', lines[6] or '', lines[7] or '' }
+end
+
+-- Records per bucket, on average, before the next bucket splits: low enough that even
+-- a bucket not yet split (twice the average, at most) stays below the 128 entries of
+-- Redis's listpack encoding.
+local RECORD_LOAD = 40
+
+local function record_hash(id)
+  return tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
+end
+
+-- The generations of a records key (see the format above), oldest first, read once a call.
+local generations_of = {}
+local function record_gens(records)
+  local gens = generations_of[records]
+  if gens then return gens end
+  gens = {}
+  local all = redis.call('HGETALL', records .. ':gens')
+  for i = 1, #all, 2 do
+    local stop, k, s, n, untl = string.match(all[i + 1], '^(%d+) (%d+) (%d+) (%-?%d+) (%d+)$')
+    gens[#gens + 1] = { start = tonumber(all[i]), key = records .. ':' .. all[i], stop = tonumber(stop),
+      k = tonumber(k), s = tonumber(s), n = tonumber(n), untl = tonumber(untl) }
+  end
+  table.sort(gens, function(a, b) return a.start < b.start end)
+  generations_of[records] = gens
+  return gens
+end
+
+local function save_gen(records, gen)
+  redis.call('HSET', records .. ':gens', gen.start,
+    gen.stop .. ' ' .. gen.k .. ' ' .. gen.s .. ' ' .. gen.n .. ' ' .. gen.untl)
+end
+
+-- The bucket key of a record whose id hashes to h (names made once a call: a number's
+-- text costs a sprintf).
+local function record_bucket(gen, h)
+  local m = 2 ^ gen.k
+  local b = h % m
+  if b < gen.s then b = h % (2 * m) end
+  local names = gen.names
+  if not names then
+    names = {}
+    gen.names = names
+  end
+  local name = names[b]
+  if not name then
+    name = gen.key .. ':' .. b
+    names[b] = name
+  end
+  return name
+end
+
+-- A record's parts, or nil: the newest generation's first, then the older layout's.
+local function find_record(records, id)
+  local gens = record_gens(records)
+  if #gens > 0 then
+    local h = record_hash(id)
+    for i = #gens, 1, -1 do
+      local rec = redis.call('HGET', record_bucket(gens[i], h), id)
+      if rec then return expand_record(rec, gens[i].start) end
+    end
+  end
+  local rec = redis.call('HGET', records, id)
+  if rec then return record_parts(rec) end
+  return nil
+end
+
+local function record_state(parts)
+  return parts[1]
+end
+
+-- Splits the generation's next bucket in two (linear hashing).
+local function split_bucket(gen)
+  local m = 2 ^ gen.k
+  local from, to = gen.key .. ':' .. gen.s, gen.key .. ':' .. (gen.s + m)
+  local all = redis.call('HGETALL', from)
+  local moving, names = {}, {}
+  for i = 1, #all, 2 do
+    if record_hash(all[i]) % (2 * m) ~= gen.s then
+      moving[#moving + 1] = all[i]
+      moving[#moving + 1] = all[i + 1]
+      names[#names + 1] = all[i]
+    end
+  end
+  if #names > 0 then
+    chunked({ 'HSET', to }, moving)
+    chunked({ 'HDEL', from }, names)
+  end
+  gen.s = gen.s + 1
+  if gen.s == m then gen.k, gen.s = gen.k + 1, 0 end
+end
+
+-- A records argument (what RecordLayout::script_arg writes): the retention in ms,
+-- prefixed by "hash:" for the hash layout. Returns the retention and the layout.
+local function records_policy(arg)
+  if string.sub(arg, 1, 5) == 'hash:' then return tonumber(string.sub(arg, 6)), 'hash' end
+  return tonumber(arg), 'compact'
+end
+
+-- Keeps records (ids[i] -> parts[i]) written now for at least the retention, in the
+-- layout the policy names (see records_policy). Compact: in the current generation (a
+-- new one if the newest has stopped taking records). A new generation starts with
+-- buckets for as many records as the one before it took, or as `expected` (the
+-- caller's guess, e.g. the messages pending in the shard), whichever is more, so that
+-- it seldom splits: a bucket no record reaches costs nothing. Hash: one field each in
+-- the records hash, and one expiry entry for them all in records_by_expiry.
+local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected)
+  local retention, layout = records_policy(policy)
+  if layout == 'hash' then
+    local args = {}
+    for i, id in ipairs(ids) do
+      args[2 * i - 1], args[2 * i] = id, record_lines(parts[i])
+    end
+    chunked({ 'HSET', records }, args)
+    redis.call('ZADD', records_by_expiry, now + retention, now .. '|' .. table.concat(ids, '\n'))
+    return
+  end
+  local gens = record_gens(records)
+  local gen = gens[#gens]
+  if not gen or now >= gen.stop then
+    local span = math.max(math.floor(retention / 2), 1000)
+    local want = math.max(expected or 0, gen and gen.n or 0, #ids)
+    local k = 0
+    while 2 ^ (k + 1) * RECORD_LOAD <= want and k < 24 do k = k + 1 end
+    gen = { start = now, key = records .. ':' .. now, stop = now + span, k = k, s = 0, n = 0,
+      untl = now + span + retention }
+    gens[#gens + 1] = gen
+  end
+  -- One HSET per bucket: a call costs more than a field.
+  local by_bucket, order = {}, {}
+  for i, id in ipairs(ids) do
+    local key = record_bucket(gen, record_hash(id))
+    local args = by_bucket[key]
+    if not args then
+      args = { 'HSET', key }
+      by_bucket[key] = args
+      order[#order + 1] = args
+    end
+    args[#args + 1] = id
+    args[#args + 1] = compact_record(parts[i], gen.start)
+  end
+  for _, args in ipairs(order) do
+    if #args <= CHUNK then
+      gen.n = gen.n + redis.call(unpack(args))
+    else
+      local head = { args[1], args[2] }
+      local rest = {}
+      for j = 3, #args do rest[#rest + 1] = args[j] end
+      gen.n = gen.n + chunked(head, rest)
+    end
+  end
+  while gen.n > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
+  save_gen(records, gen)
+end
+
+local function keep_record(records, records_by_expiry, id, parts, now, policy)
+  keep_records(records, records_by_expiry, { id }, { parts }, now, policy)
+end
+
+-- Forgets every record of id (an expiry entry of the older layout's batches stays
+-- behind: trim skips it, as the record is gone).
+local function forget_record(records, records_by_expiry, id)
+  redis.call('HDEL', records, id)
+  redis.call('ZREM', records_by_expiry, id) -- an entry of the older layout, if any
+  local gens = record_gens(records)
+  if #gens == 0 then return end
+  local h = record_hash(id)
+  for _, gen in ipairs(gens) do
+    if redis.call('HDEL', record_bucket(gen, h), id) == 1 then
+      gen.n = gen.n - 1
+      save_gen(records, gen)
+    end
+  end
 end
 
 -- Splits a stream entry's flat field list into the fields a producer sent and the
@@ -245,22 +490,6 @@ local function split_own_fields(flat, own)
   local fields = {}
   for i = 1, n do fields[i] = flat[i] end
   return fields, found
-end
-
-local function record_state(rec)
-  return string.sub(rec, 1, string.find(rec, '\n', 1, true) - 1)
-end
-
--- Keeps one record written at `at` (the at_ms inside `rec`) until `expire_at`.
-local function keep_record(records, records_by_expiry, id, rec, at, expire_at)
-  redis.call('HSET', records, id, rec)
-  redis.call('ZADD', records_by_expiry, expire_at, at .. '|' .. id)
-end
-
--- Its expiry entry stays behind: trim skips it, as the record is gone or newer.
-local function forget_record(records, records_by_expiry, id)
-  redis.call('HDEL', records, id)
-  redis.call('ZREM', records_by_expiry, id) -- an entry of the older layout, if any
 end
 
 local function score_of(due, priority)
@@ -322,7 +551,7 @@ local function admit(keys, id, replace)
     return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
   end
   local replaced = existing ~= false
-  local rec = redis.call('HGET', keys[3], id)
+  local rec = find_record(keys[3], id) or false
   if rec then
     -- A cancelled id may be pushed again as new; a delivered, expired or dead one only with replace.
     local state = record_state(rec)

@@ -14,7 +14,7 @@
 -- ARGV[11] a random number in [0, 1), for the jitter
 -- ARGV[12] dead-letter stream
 -- ARGV[13] id field   ARGV[14] attempt field (names delayq appends to every entry)
--- ARGV[15] how long to keep the dead-letter record, ms
+-- ARGV[15] the records policy: how long to keep the dead-letter record, and how
 -- ARGV[16] wake-up channel
 -- returns: { "rescheduled", attempt, due_ms }      the next attempt is scheduled
 --        | { "dead", attempts, dead_entry_id }     written to the dead-letter stream
@@ -67,9 +67,8 @@ if redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[2], id) == 1 
   redis.call('XACK', stream, group, entry)
   return { 'superseded' }
 end
-local rec = redis.call('HGET', KEYS[3], id)
-if rec then
-  local parts = record_parts(rec)
+local parts = find_record(KEYS[3], id)
+if parts then
   if parts[2] ~= entry then
     redis.call('XACK', stream, group, entry)
     return { 'superseded' }
@@ -97,8 +96,9 @@ if attempt >= tonumber(ARGV[7]) then
     return redis.error_reply('DEADLETTER cannot write to ' .. ARGV[12] .. ': ' .. dead.err)
   end
   redis.call('XACK', stream, group, entry)
-  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now,
-    now + tonumber(ARGV[15]))
+  -- The delivery record goes first: it may sit in another generation or layout.
+  forget_record(KEYS[3], KEYS[4], id)
+  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now, ARGV[15])
   return { 'dead', attempt, dead }
 end
 

@@ -15,7 +15,7 @@ if held then return fenced_reply(held, ARGV[1]) end
 local id = ARGV[2]
 local body = redis.call('HGET', KEYS[2], id)
 if not body then
-  local rec = redis.call('HGET', KEYS[3], id)
+  local rec = find_record(KEYS[3], id)
   if rec then return { record_state(rec) } end
   return { 'unknown' }
 end

@@ -77,9 +77,8 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
--- Records in the way (see admit); expiry entries of the older layout are single ids.
-chunked({ 'HDEL', KEYS[3] }, in_way)
-chunked({ 'ZREM', KEYS[4] }, in_way)
+-- Records in the way (see admit).
+for _, id in ipairs(in_way) do forget_record(KEYS[3], KEYS[4], id) end
 if #order > 0 then
   local bodies, scores = {}, {}
   for k, id in ipairs(order) do

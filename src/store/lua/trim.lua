@@ -1,21 +1,54 @@
 -- trim.lua: forget terminal records whose retention has passed.
--- KEYS[1] records   KEYS[2] records by expiry   KEYS[3] fence
+-- KEYS[1] records   KEYS[2] records by expiry (the older layout's)   KEYS[3] fence
 -- ARGV[1] epoch of the leader calling
--- ARGV[2] how many record ids to look at in this call, about (a batch's entry is taken whole)
--- returns: { records forgotten, record ids looked at } | error "FENCED ..."
--- An expiry entry lists the ids recorded at one instant (see the prelude); an id whose
--- record is gone, or was written again at another instant, is left alone.
+-- ARGV[2] how many records to look at in this call, about (a bucket is taken whole,
+--   and counts as RECORD_LOAD records; an older layout's batch entry is taken whole)
+-- returns: { records forgotten, records looked at } | error "FENCED ..."
+-- A generation past its time (see the prelude) is forgotten at once: it leaves the
+-- generations, so no script reads it again, and its n records count as forgotten. Its
+-- buckets are deleted from then on, a few per call. The older layout's expiry entries
+-- list the ids recorded at one instant; an id whose record is gone, or was written
+-- again at another instant, is left alone.
 local held = fenced(KEYS[3], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local budget = tonumber(ARGV[2])
-local entries = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now_ms(), 'LIMIT', 0, budget)
-local forgotten, looked, done = 0, 0, {}
+local now = now_ms()
+local forgotten, looked = 0, 0
+
+local gens_key, gone_key = KEYS[1] .. ':gens', KEYS[1] .. ':gone'
+for _, gen in ipairs(record_gens(KEYS[1])) do
+  if gen.untl <= now then
+    forgotten = forgotten + gen.n
+    redis.call('HSET', gone_key, gen.start, 2 ^ gen.k + gen.s)
+    redis.call('HDEL', gens_key, gen.start)
+  end
+end
+for _, start in ipairs(redis.call('HKEYS', gone_key)) do
+  if looked >= budget then break end
+  local left = tonumber(redis.call('HGET', gone_key, start))
+  local take = math.min(left, math.max(1, math.ceil((budget - looked) / RECORD_LOAD)))
+  local names = {}
+  for b = left - take, left - 1 do names[#names + 1] = KEYS[1] .. ':' .. start .. ':' .. b end
+  chunked({ 'DEL' }, names)
+  looked = looked + take * RECORD_LOAD
+  if take == left then
+    redis.call('HDEL', gone_key, start)
+  else
+    redis.call('HSET', gone_key, start, left - take)
+  end
+end
+
+local entries = {}
+if looked < budget then
+  entries = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, budget - looked)
+end
+local done = {}
 for _, entry in ipairs(entries) do
   if looked >= budget then break end
   local bar = string.find(entry, '|', 1, true)
   if not bar then
-    -- The older layout: the entry is the id itself.
+    -- The oldest layout: the entry is the id itself.
     forgotten = forgotten + redis.call('HDEL', KEYS[1], entry)
     looked = looked + 1
   else
