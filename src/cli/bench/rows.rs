@@ -151,6 +151,10 @@ pub struct Burst {
     pub drain_ms: u64,
     pub lateness_ms: Option<Lateness>,
     pub bytes_per_pending_message: i64,
+    /// Redis memory per delivery record once drained, the target stream deleted (so
+    /// what is left is the records, with whatever the drain itself left behind).
+    #[serde(default)]
+    pub bytes_per_record: i64,
 }
 
 /// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
@@ -306,17 +310,19 @@ impl Figures {
 
     /// A burst, whichever system drained it.
     pub fn burst(&self) -> Option<BurstView<'_>> {
-        let (measured, lateness, bytes) = match self {
+        let (measured, lateness, bytes, record) = match self {
             Figures::Delayq(Delayq::Burst(b)) => (
                 &b.measured,
                 b.lateness_ms.as_ref(),
                 Some(b.bytes_per_pending_message),
+                Some(b.bytes_per_record).filter(|&r| r != 0),
             ),
-            Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None),
+            Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None, None),
             Figures::Bullmq(Bullmq::Burst(p)) => (
                 &p.measured,
                 p.lateness_ms.as_ref(),
                 Some(p.bytes_per_pending_message),
+                None,
             ),
             _ => return None,
         };
@@ -325,6 +331,7 @@ impl Figures {
             measured,
             lateness,
             bytes_per_pending_message: bytes,
+            bytes_per_record: record,
         })
     }
 
@@ -367,6 +374,8 @@ pub struct BurstView<'a> {
     pub measured: &'a Measured,
     pub lateness: Option<&'a Lateness>,
     pub bytes_per_pending_message: Option<i64>,
+    /// delayq's alone (BullMQ's completed jobs are not comparable records).
+    pub bytes_per_record: Option<i64>,
 }
 
 /// What the spread table shows of any system's spread.
@@ -469,7 +478,7 @@ mod tests {
                 "delayq",
                 "burst",
                 &format!(
-                    r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246"#
+                    r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246, "bytes_per_record": 45"#
                 ),
             ),
             "burst",

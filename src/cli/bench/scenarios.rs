@@ -198,6 +198,8 @@ impl Bench {
         let (cpu, probe) = run.stop(&mut conn, n, len < n).await?;
         let tally = tally_stream(&mut conn, BURST_STREAM, "m", n, |i| dues[i as usize]).await?;
         let (drain_ms, drained) = measure::drain(tally.first_ms, tally.last_ms, tally.entries);
+        let _: u64 = conn.del(BURST_STREAM).await?;
+        let bytes_per_record = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
         Ok(Delayq::Burst(Burst {
             measured: measured_delayq(n, load, drained, &cpu, &probe, tally.counts()),
             schedule_rate_per_sec: load_rate.round() as u64,
@@ -205,6 +207,7 @@ impl Bench {
             drain_ms,
             lateness_ms: summary(&tally.lateness),
             bytes_per_pending_message: bytes_per_pending.round() as i64,
+            bytes_per_record: bytes_per_record.round() as i64,
         })
         .into())
     }

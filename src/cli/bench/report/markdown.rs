@@ -199,6 +199,7 @@ pub fn markdown(report: &Report) -> String {
             cpu(m),
             stalls(m),
             b.bytes_per_pending_message.cell(),
+            b.bytes_per_record.cell(),
             lost_dup(m),
         ])
     });
@@ -206,7 +207,7 @@ pub fn markdown(report: &Report) -> String {
         &mut md,
         "Burst: N messages due at one instant, drained",
         &format!(
-            "system | N | run | load | drain (msg/s) | vs ceiling | vs BullMQ | {measured} | bytes/pending | lost / dup"
+            "system | N | run | load | drain (msg/s) | vs ceiling | vs BullMQ | {measured} | bytes/pending | bytes/record | lost / dup"
         ),
         burst_rows,
     );

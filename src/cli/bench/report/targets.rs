@@ -199,8 +199,23 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     ));
 
     out.push(target(
-        "≤ 300 bytes per pending 100-byte message",
+        "≤ 200 bytes per pending 100-byte message",
         bytes_per_pending(rows),
+    ));
+    out.push(target(
+        "≤ 60 bytes per delivery record kept",
+        delayq(rows, Some)
+            .filter_map(|(run, d)| match d {
+                Delayq::Burst(b) => Some((
+                    format!(
+                        "{} B (burst {}, run {run})",
+                        b.bytes_per_record, b.measured.messages
+                    ),
+                    b.bytes_per_record <= 60,
+                )),
+                _ => None,
+            })
+            .collect(),
     ));
 
     for (stop, name) in [
@@ -298,7 +313,7 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
         let b = bytes as f64;
         checks.push((
             format!("{b} B ({} {size}, run {run})", d.scenario()),
-            b <= 300.0,
+            b <= 200.0,
         ));
     }
     checks
