@@ -124,12 +124,22 @@ pub(super) fn check_dead(
     out
 }
 
-/// Every planned message's `GET /v1/messages/{id}` answer, 32 at a time.
+/// Every planned message's `GET /v1/messages/{id}` answer, 32 at a time. As any
+/// client, it asks again when Redis did not answer in time (503, on a loaded
+/// machine; `redis.timeout` may be at its 50 ms minimum), up to five times, backing off.
 pub(super) async fn records(api: &Api, planned: &[Planned]) -> Vec<(String, u16, Value)> {
     futures::stream::iter(planned)
         .map(|m| async move {
-            let (status, got) = api.get(&format!("/v1/messages/{}", m.id)).await;
-            (m.id.clone(), status, got)
+            let path = format!("/v1/messages/{}", m.id);
+            let mut answer = api.get(&path).await;
+            for attempt in 1..5 {
+                if answer.0 != 503 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                answer = api.get(&path).await;
+            }
+            (m.id.clone(), answer.0, answer.1)
         })
         .buffer_unordered(32)
         .collect()

@@ -170,8 +170,9 @@ impl Edge {
     }
 
     /// One batch, every item scheduled. As any producer, it sends again the items
-    /// Redis did not take in time (503, on a loaded machine); an item sent again may
-    /// have been stored the first time, and is then a duplicate.
+    /// Redis did not take in time (503, on a loaded machine), or the whole batch when
+    /// none was taken (a 503 for the batch); an item sent again may have been stored
+    /// the first time, and is then a duplicate.
     async fn push_batch(&self, c: usize, chunk: &[Planned], at_ms: u64) {
         let mut left: Vec<&Planned> = chunk.iter().collect();
         for attempt in 1..=5 {
@@ -180,6 +181,11 @@ impl Edge {
                 .api
                 .post("/v1/messages/batch", json!({ "messages": messages }))
                 .await;
+            if status == 503 && attempt < 5 {
+                eprintln!("batch {c}: not taken in time ({answer:.200}), sent again");
+                tokio::time::sleep(std::time::Duration::from_millis(50 * attempt)).await;
+                continue;
+            }
             assert_eq!(
                 status,
                 200,
