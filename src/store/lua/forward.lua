@@ -289,7 +289,10 @@ for i = 10, 9 + 2 * n_limited, 2 do
   end
 end
 if #recorded > 0 then
-  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], redis.call('ZCARD', KEYS[1]) + #recorded)
+  -- A new generation is sized for what is due already (a backlog about to be
+  -- recorded), not for what is pending: far-future messages would leave it sparse.
+  local function due_now() return redis.call('ZCOUNT', KEYS[1], '-inf', now * 10 + 9) + #recorded end
+  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now)
 end
 
 local next_due = -1

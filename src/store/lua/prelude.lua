@@ -404,10 +404,11 @@ end
 -- Keeps records (ids[i] -> parts[i]) written now for at least the retention, in the
 -- layout the policy names (see records_policy). Compact: in the current generation (a
 -- new one if the newest has stopped taking records). A new generation starts with
--- buckets for as many records as the one before it took, or as `expected` (the
--- caller's guess, e.g. the messages pending in the shard), whichever is more, so that
--- it seldom splits: a bucket no record reaches costs nothing. Hash: one field each in
--- the records hash, and one expiry entry for them all in records_by_expiry.
+-- buckets for as many records as the one before it took, or as `expected()` says (the
+-- caller's guess, e.g. the messages already due in the shard; called only then),
+-- whichever is more, so that it seldom splits: a bucket no record reaches costs
+-- nothing. Hash: one field each in the records hash, and one expiry entry for them all
+-- in records_by_expiry.
 local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected)
   local retention, layout = records_policy(policy)
   if layout == 'hash' then
@@ -423,13 +424,16 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
   local gen = gens[#gens]
   if not gen or now >= gen.stop then
     local span = math.max(math.floor(retention / 2), 1000)
-    local want = math.max(expected or 0, gen and gen.n or 0, #ids)
+    local want = math.max(expected and expected() or 0, gen and gen.n or 0, #ids)
     local k = 0
     while 2 ^ (k + 1) * RECORD_LOAD <= want and k < 24 do k = k + 1 end
     gen = { start = now, key = records .. ':' .. now, stop = now + span, k = k, s = 0, n = 0,
       untl = now + span + retention }
     gens[#gens + 1] = gen
   end
+  -- Split first, so that the buckets have room for this call's records: a bucket that
+  -- once outgrows the listpack encoding would never go back to it.
+  while gen.n + #ids > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
   -- One HSET per bucket: a call costs more than a field.
   local by_bucket, order = {}, {}
   for i, id in ipairs(ids) do
@@ -453,7 +457,6 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
       gen.n = gen.n + chunked(head, rest)
     end
   end
-  while gen.n > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
   save_gen(records, gen)
 end
 
