@@ -439,7 +439,12 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         let mut add = |figures: Figures| rows.push(Row { figures, run });
         for &n in &plan.bursts {
             progress(&format!("run {run}: delayq burst {n}"));
-            add(bench.burst(n).await?);
+            add(bench.burst(n, None).await?);
+            // The other records layout, for the frontier of memory against speed.
+            progress(&format!(
+                "run {run}: delayq burst {n}, records.layout = hash"
+            ));
+            add(bench.burst(n, Some("hash")).await?);
             if plan.ceiling {
                 progress(&format!("run {run}: ceiling burst {n}"));
                 add(bench.ceiling(n).await?);

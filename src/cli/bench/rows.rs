@@ -155,6 +155,9 @@ pub struct Burst {
     /// what is left is the records, with whatever the drain itself left behind).
     #[serde(default)]
     pub bytes_per_record: i64,
+    /// `records.layout` when not the default (compact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_layout: Option<String>,
 }
 
 /// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
@@ -310,18 +313,20 @@ impl Figures {
 
     /// A burst, whichever system drained it.
     pub fn burst(&self) -> Option<BurstView<'_>> {
-        let (measured, lateness, bytes, record) = match self {
+        let (measured, lateness, bytes, record, layout) = match self {
             Figures::Delayq(Delayq::Burst(b)) => (
                 &b.measured,
                 b.lateness_ms.as_ref(),
                 Some(b.bytes_per_pending_message),
                 Some(b.bytes_per_record).filter(|&r| r != 0),
+                b.records_layout.as_deref(),
             ),
-            Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None, None),
+            Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None, None, None),
             Figures::Bullmq(Bullmq::Burst(p)) => (
                 &p.measured,
                 p.lateness_ms.as_ref(),
                 Some(p.bytes_per_pending_message),
+                None,
                 None,
             ),
             _ => return None,
@@ -332,6 +337,7 @@ impl Figures {
             lateness,
             bytes_per_pending_message: bytes,
             bytes_per_record: record,
+            records_layout: layout,
         })
     }
 
@@ -376,6 +382,8 @@ pub struct BurstView<'a> {
     pub bytes_per_pending_message: Option<i64>,
     /// delayq's alone (BullMQ's completed jobs are not comparable records).
     pub bytes_per_record: Option<i64>,
+    /// delayq's `records.layout` when not the default.
+    pub records_layout: Option<&'a str>,
 }
 
 /// What the spread table shows of any system's spread.
@@ -479,6 +487,16 @@ mod tests {
                 "burst",
                 &format!(
                     r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246, "bytes_per_record": 45"#
+                ),
+            ),
+            "burst",
+        );
+        check(
+            &row(
+                "delayq",
+                "burst",
+                &format!(
+                    r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246, "bytes_per_record": 120, "records_layout": "hash""#
                 ),
             ),
             "burst",

@@ -169,8 +169,9 @@ impl Bench {
     }
 
     /// Burst: n messages due at one instant, all scheduled before the daemon starts,
-    /// so what is measured is a pure drain.
-    pub async fn burst(&self, n: u64) -> anyhow::Result<Figures> {
+    /// so what is measured is a pure drain. `records_layout`: the daemon's
+    /// `records.layout` if not its default.
+    pub async fn burst(&self, n: u64, records_layout: Option<&str>) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
@@ -187,9 +188,11 @@ impl Bench {
         self.wait_for_redis_time(last_due).await?;
 
         let load = measure::load_average();
-        let run = self
-            .start_metered("bench-burst", &self.delayq_config)
-            .await?;
+        let config = match records_layout {
+            Some(layout) => format!("{}[records]\nlayout = \"{layout}\"\n", self.delayq_config),
+            None => self.delayq_config.clone(),
+        };
+        let run = self.start_metered("bench-burst", &config).await?;
         let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_millis(n / 2);
         let len = self.wait_for_entries(BURST_STREAM, n, deadline).await?;
         if len < n {
@@ -208,6 +211,7 @@ impl Bench {
             lateness_ms: summary(&tally.lateness),
             bytes_per_pending_message: bytes_per_pending.round() as i64,
             bytes_per_record: bytes_per_record.round() as i64,
+            records_layout: records_layout.map(str::to_owned),
         })
         .into())
     }

@@ -188,7 +188,10 @@ pub fn markdown(report: &Report) -> String {
                 })
         };
         Some(vec![
-            b.system.to_owned(),
+            match b.records_layout {
+                Some(layout) => format!("{} (records.layout = {layout})", b.system),
+                None => b.system.to_owned(),
+            },
             m.messages.cell(),
             r.run.cell(),
             m.load_average.clone(),

@@ -115,7 +115,10 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut vs_peer = Vec::new();
     for (run, b) in delayq(rows, bursts) {
         let (messages, throughput) = (b.measured.messages, b.measured.throughput_per_sec);
-        let label = format!("{messages} (run {run})");
+        let label = match &b.records_layout {
+            Some(layout) => format!("{messages}, records.layout = {layout} (run {run})"),
+            None => format!("{messages} (run {run})"),
+        };
         if let Some(x) =
             burst_throughput(rows, "ceiling", run, messages).and_then(|c| ratio(throughput, c))
         {
@@ -208,8 +211,12 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             .filter_map(|(run, d)| match d {
                 Delayq::Burst(b) => Some((
                     format!(
-                        "{} B (burst {}, run {run})",
-                        b.bytes_per_record, b.measured.messages
+                        "{} B (burst {}{}, run {run})",
+                        b.bytes_per_record,
+                        b.measured.messages,
+                        b.records_layout
+                            .as_ref()
+                            .map_or(String::new(), |l| format!(", records.layout = {l}"))
                     ),
                     b.bytes_per_record <= 60,
                 )),
@@ -301,7 +308,10 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
     let mut checks = Vec::new();
     for (run, d) in delayq(rows, Some) {
         let (bytes, size) = match d {
-            Delayq::Burst(b) => (b.bytes_per_pending_message, b.measured.messages),
+            // The records layout does not change what a pending message costs.
+            Delayq::Burst(b) if b.records_layout.is_none() => {
+                (b.bytes_per_pending_message, b.measured.messages)
+            }
             Delayq::BacklogSpread(s) if Some(s.rate_per_sec) == first_backlog_rate => {
                 match &s.backlog {
                     Some(b) => (b.bytes_per_pending_message, b.backlog),
