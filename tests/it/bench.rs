@@ -87,11 +87,17 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         Some(true)
     );
 
+    // One burst per records layout: the default, then hash.
     let burst = rows(&report, "delayq", "burst");
-    assert_eq!(burst.len(), 1);
-    check_delivered(burst[0]);
-    check_lateness(burst[0]);
-    check_measured(burst[0]);
+    assert_eq!(burst.len(), 2);
+    assert_eq!(burst[0].get("records_layout"), None, "{}", burst[0]);
+    assert_eq!(burst[1]["records_layout"], "hash", "{}", burst[1]);
+    for b in &burst {
+        check_delivered(b);
+        check_lateness(b);
+        check_measured(b);
+        assert!(b["bytes_per_record"].as_f64().unwrap_or(0.0) > 10.0, "{b}");
+    }
     assert!(
         burst[0]["bytes_per_pending_message"]
             .as_f64()
