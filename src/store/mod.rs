@@ -125,12 +125,12 @@ pub struct StoreConfig {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum RecordLayout {
     /// Small hashes Redis keeps in its listpack encoding, in generations that expire
-    /// whole: about half the memory of `Hash`, and more Redis time per forwarded
-    /// message (see the README's figures).
+    /// whole: about a third of the memory of `Hash`, and more Redis time per forwarded
+    /// message and per push (see the README's figures).
     #[default]
     Compact,
     /// One hash field per record and an expiry entry per forward batch: faster to
-    /// write, about twice the memory.
+    /// write and to look up, about three times the memory.
     Hash,
 }
 

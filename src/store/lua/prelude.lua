@@ -16,7 +16,7 @@
 --   R:gone   hash, generation start -> buckets not yet deleted (trim deletes them a few
 --            at a time; a generation there is no longer read).
 --   A record is found by probing each generation, newest first, at the bucket of
---   sha1(id) (its first 32 bits); then in R itself, the older layout (below).
+--   sha1(id) (its first 32 bits); then in R itself, the hash layout (below).
 -- Record parts (what scripts handle): { state, entry_id, at_ms, attempt, stream,
 --   first_delivered_ms, priority, expire_at_ms }, all strings ('' where not set).
 --   state is delivered | expired | dead | cancelled; entry_id is the stream entry written
@@ -30,11 +30,12 @@
 --   code is D | E | X | C (delivered, expired, dead, cancelled); entry_ms_rel "-" seq is
 --   left out when there is no entry; at_rel is '' when it is the entry's own time, attempt
 --   '' when 1; the bracketed lines are left out when all are ''. (A record whose entry id
---   is not "ms-seq" is kept in the older layout's lines, which read the same way.)
--- Older layout (still read, trimmed and forgotten; never written): R is a hash id -> a
---   record of five to eight lines, the parts joined by "\n" (trailing '' left out), and
---   records by expiry a sorted set: score = when records may be forgotten (ms),
---   member = at_ms "|" id [ "\n" id ... ] (one for a forward batch; an id alone even older).
+--   is not "ms-seq" is kept in the hash layout's lines, which read the same way.)
+-- Hash layout (records.layout = "hash", and every record before the compact layout;
+--   read, trimmed and forgotten whichever layout writes): R is a hash id -> a record of
+--   five to eight lines, the parts joined by "\n" (trailing '' left out), and records
+--   by expiry a sorted set: score = when records may be forgotten (ms), member =
+--   at_ms "|" id [ "\n" id ... ] (one for a forward batch; an id alone even older).
 -- Due set score: due_ms * 10 + (9 - priority), so equal due times go higher priority first.
 -- Held (streams.max_rate): a due message of a stream at its rate limit waits in that
 --   stream's held set, `<held>:<stream>`, a sorted set scored like the due set, and the
@@ -242,7 +243,7 @@ local function record(state, entry_id, at, attempt, stream, first_delivered, pri
   return { state, entry_id, at, attempt, stream, tostring(first_delivered or ''), p, e }
 end
 
--- A record of the older layout as its parts; an error if it is not one.
+-- A record of the hash layout as its parts; an error if it is not one.
 local function record_parts(rec)
   if not string.find(rec, '\n', 1, true) then error('malformed record: ' .. rec) end
   local parts = {}
@@ -254,7 +255,8 @@ end
 local STATE_CODES = { delivered = 'D', expired = 'E', dead = 'X', cancelled = 'C' }
 local STATE_NAMES = { D = 'delivered', E = 'expired', X = 'dead', C = 'cancelled' }
 
--- A record's parts as the older layout's lines (for an entry id of an unknown shape).
+-- A record's parts as the hash layout's lines (also a compact record's, for an entry id
+-- of an unknown shape).
 local function record_lines(p)
   local rec = p[1] .. '\n' .. p[2] .. '\n' .. p[3] .. '\n' .. p[4] .. '\n' .. p[5]
   if p[7] ~= '' or p[8] ~= '' then return rec .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8] end
@@ -282,8 +284,8 @@ local function compact_record(p, base)
   return rec
 end
 
--- A stored record (compact, in the generation that starts at base, or of the older
--- layout) as its parts.
+-- A stored record (compact, in the generation that starts at base, or in the hash
+-- layout's lines) as its parts.
 local function expand_record(rec, base)
   local state = STATE_NAMES[string.sub(rec, 1, 1)]
   if not state then return record_parts(rec) end
@@ -354,7 +356,19 @@ local function record_bucket(gen, h)
   return name
 end
 
--- A record's parts, or nil: the newest generation's first, then the older layout's.
+-- Whether the hash layout's records hash exists, asked once a call (a push looks
+-- records up for every message; keep_records sets it when it writes there).
+local hash_layout_in_use = {}
+local function hash_layout_has_records(records)
+  local known = hash_layout_in_use[records]
+  if known == nil then
+    known = redis.call('EXISTS', records) == 1
+    hash_layout_in_use[records] = known
+  end
+  return known
+end
+
+-- A record's parts, or nil: the newest generation's first, then the hash layout's.
 local function find_record(records, id)
   local gens = record_gens(records)
   if #gens > 0 then
@@ -364,6 +378,7 @@ local function find_record(records, id)
       if rec then return expand_record(rec, gens[i].start) end
     end
   end
+  if not hash_layout_has_records(records) then return nil end
   local rec = redis.call('HGET', records, id)
   if rec then return record_parts(rec) end
   return nil
@@ -418,6 +433,7 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
     end
     chunked({ 'HSET', records }, args)
     redis.call('ZADD', records_by_expiry, now + retention, now .. '|' .. table.concat(ids, '\n'))
+    hash_layout_in_use[records] = true
     return
   end
   local gens = record_gens(records)
@@ -438,25 +454,16 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
   local by_bucket, order = {}, {}
   for i, id in ipairs(ids) do
     local key = record_bucket(gen, record_hash(id))
-    local args = by_bucket[key]
-    if not args then
-      args = { 'HSET', key }
-      by_bucket[key] = args
-      order[#order + 1] = args
+    local pairs_of = by_bucket[key]
+    if not pairs_of then
+      pairs_of = {}
+      by_bucket[key] = pairs_of
+      order[#order + 1] = key
     end
-    args[#args + 1] = id
-    args[#args + 1] = compact_record(parts[i], gen.start)
+    pairs_of[#pairs_of + 1] = id
+    pairs_of[#pairs_of + 1] = compact_record(parts[i], gen.start)
   end
-  for _, args in ipairs(order) do
-    if #args <= CHUNK then
-      gen.n = gen.n + redis.call(unpack(args))
-    else
-      local head = { args[1], args[2] }
-      local rest = {}
-      for j = 3, #args do rest[#rest + 1] = args[j] end
-      gen.n = gen.n + chunked(head, rest)
-    end
-  end
+  for _, key in ipairs(order) do gen.n = gen.n + chunked({ 'HSET', key }, by_bucket[key]) end
   save_gen(records, gen)
 end
 
@@ -464,11 +471,11 @@ local function keep_record(records, records_by_expiry, id, parts, now, policy)
   keep_records(records, records_by_expiry, { id }, { parts }, now, policy)
 end
 
--- Forgets every record of id (an expiry entry of the older layout's batches stays
+-- Forgets every record of id (an expiry entry of the hash layout's batches stays
 -- behind: trim skips it, as the record is gone).
 local function forget_record(records, records_by_expiry, id)
   redis.call('HDEL', records, id)
-  redis.call('ZREM', records_by_expiry, id) -- an entry of the older layout, if any
+  redis.call('ZREM', records_by_expiry, id) -- a single id's entry, written by the oldest versions
   local gens = record_gens(records)
   if #gens == 0 then return end
   local h = record_hash(id)

@@ -1,12 +1,12 @@
 -- trim.lua: forget terminal records whose retention has passed.
--- KEYS[1] records   KEYS[2] records by expiry (the older layout's)   KEYS[3] fence
+-- KEYS[1] records   KEYS[2] records by expiry (the hash layout's)   KEYS[3] fence
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] how many records to look at in this call, about (a bucket is taken whole,
---   and counts as RECORD_LOAD records; an older layout's batch entry is taken whole)
+--   and counts as RECORD_LOAD records; a hash layout's batch entry is taken whole)
 -- returns: { records forgotten, records looked at } | error "FENCED ..."
 -- A generation past its time (see the prelude) is forgotten at once: it leaves the
 -- generations, so no script reads it again, and its n records count as forgotten. Its
--- buckets are deleted from then on, a few per call. The older layout's expiry entries
+-- buckets are deleted from then on, a few per call. The hash layout's expiry entries
 -- list the ids recorded at one instant; an id whose record is gone, or was written
 -- again at another instant, is left alone.
 local held = fenced(KEYS[3], ARGV[1])
@@ -24,9 +24,10 @@ for _, gen in ipairs(record_gens(KEYS[1])) do
     redis.call('HDEL', gens_key, gen.start)
   end
 end
-for _, start in ipairs(redis.call('HKEYS', gone_key)) do
+local gone = redis.call('HGETALL', gone_key)
+for i = 1, #gone, 2 do
   if looked >= budget then break end
-  local left = tonumber(redis.call('HGET', gone_key, start))
+  local start, left = gone[i], tonumber(gone[i + 1])
   local take = math.min(left, math.max(1, math.ceil((budget - looked) / RECORD_LOAD)))
   local names = {}
   for b = left - take, left - 1 do names[#names + 1] = KEYS[1] .. ':' .. start .. ':' .. b end
