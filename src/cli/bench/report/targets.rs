@@ -95,6 +95,13 @@ fn backlog_spreads(d: &Delayq) -> Option<&Spread> {
     }
 }
 
+/// ", records.layout = …" for a burst drained with a records layout not the default.
+fn layout_note(b: &Burst) -> String {
+    b.records_layout
+        .as_ref()
+        .map_or(String::new(), |l| format!(", records.layout = {l}"))
+}
+
 /// The throughput of the burst of `messages` that `system` drained in `run`.
 pub(super) fn burst_throughput(rows: &[Row], system: &str, run: u32, messages: u64) -> Option<u64> {
     rows.iter()
@@ -115,10 +122,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut vs_peer = Vec::new();
     for (run, b) in delayq(rows, bursts) {
         let (messages, throughput) = (b.measured.messages, b.measured.throughput_per_sec);
-        let label = match &b.records_layout {
-            Some(layout) => format!("{messages}, records.layout = {layout} (run {run})"),
-            None => format!("{messages} (run {run})"),
-        };
+        let label = format!("{messages}{} (run {run})", layout_note(b));
         if let Some(x) =
             burst_throughput(rows, "ceiling", run, messages).and_then(|c| ratio(throughput, c))
         {
@@ -214,9 +218,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
                         "{} B (burst {}{}, run {run})",
                         b.bytes_per_record,
                         b.measured.messages,
-                        b.records_layout
-                            .as_ref()
-                            .map_or(String::new(), |l| format!(", records.layout = {l}"))
+                        layout_note(b)
                     ),
                     b.bytes_per_record <= 60,
                 )),
