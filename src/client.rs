@@ -74,7 +74,7 @@ use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig,
+    Cancelled, PendingLayout, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig,
     Status, Store, StoreConfig, StoreError,
 };
 
@@ -128,6 +128,8 @@ pub struct ProducerOptions {
     pub retention: Duration,
     /// How a cancellation is put on record (the daemon's `records.layout`).
     pub record_layout: RecordLayout,
+    /// How a message is stored (the daemon's `pending.layout`).
+    pub pending_layout: PendingLayout,
     /// A Redis reply slower than this fails the call.
     pub timeout: Duration,
 }
@@ -161,6 +163,7 @@ impl ProducerOptions {
             own_fields: OwnFields::of(&config.forwarder),
             retention: config.records.retention,
             record_layout: config.records.layout,
+            pending_layout: config.pending.layout,
             timeout: config.redis.timeout,
         }
     }
@@ -199,6 +202,7 @@ impl Producer {
             connect_timeout: options.timeout,
             max_blocking_reads: 1,
             record_layout: options.record_layout,
+            pending_layout: options.pending_layout,
         })
         .await?;
         Ok(Producer {

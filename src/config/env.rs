@@ -13,6 +13,7 @@ const SECTIONS: &[&str] = &[
     "streams",
     "forwarder",
     "records",
+    "pending",
     "log",
     "delivery",
     "inbox",

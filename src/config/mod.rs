@@ -57,6 +57,7 @@ pub struct Config {
     pub streams: StreamsConfig,
     pub forwarder: ForwarderConfig,
     pub records: RecordsConfig,
+    pub pending: PendingConfig,
     pub log: LogConfig,
     pub delivery: DeliveryConfig,
     /// None: producers cannot schedule through the inbox stream.
@@ -196,6 +197,12 @@ pub struct RecordsConfig {
     pub layout: crate::store::RecordLayout,
 }
 
+#[derive(Clone, Debug)]
+pub struct PendingConfig {
+    /// How scheduled messages are kept in Redis (see `store::PendingLayout`).
+    pub layout: crate::store::PendingLayout,
+}
+
 /// Redelivery of entries consumer groups never acknowledged.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DeliveryConfig {
@@ -333,6 +340,7 @@ impl Config {
             connect_timeout: self.redis.connect_timeout,
             max_blocking_reads: self.api.max_polls,
             record_layout: self.records.layout,
+            pending_layout: self.pending.layout,
         }
     }
 

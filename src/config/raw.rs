@@ -16,6 +16,7 @@ pub(super) struct Raw {
     pub(super) streams: RawStreams,
     pub(super) forwarder: RawForwarder,
     pub(super) records: RawRecords,
+    pub(super) pending: RawPending,
     pub(super) log: RawLog,
     pub(super) delivery: RawDelivery,
     pub(super) inbox: RawInbox,
@@ -285,6 +286,20 @@ impl Default for RawRecords {
         RawRecords {
             retention: Duration::from_secs(24 * 3600),
             trim_interval: Duration::from_secs(10),
+            layout: "compact".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawPending {
+    pub(super) layout: String,
+}
+
+impl Default for RawPending {
+    fn default() -> Self {
+        RawPending {
             layout: "compact".into(),
         }
     }

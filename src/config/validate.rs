@@ -9,15 +9,15 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::store::RecordLayout;
+use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawRecords, RawRedis,
+    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending, RawRecords, RawRedis,
     RawSentinel, RawStreams,
 };
 use super::{
     ApiConfig, Config, ConfigError, EtcdConfig, EtcdTls, ForwarderConfig, InboxConfig, LogConfig,
-    RecordsConfig, RedisConfig, StreamsConfig, invalid,
+    PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::{Limits, is_plain};
 use crate::pem;
@@ -233,6 +233,9 @@ impl Raw {
             streams,
             forwarder,
             records,
+            pending: RawPending {
+                layout: pending_layout,
+            },
             log,
             delivery,
             inbox,
@@ -670,6 +673,17 @@ impl Raw {
             }
         };
 
+        let pending_layout = match pending_layout.as_str() {
+            "compact" => PendingLayout::Compact,
+            "hash" => PendingLayout::Hash,
+            other => {
+                return Err(invalid(
+                    "pending.layout",
+                    format!("{other:?}: must be \"compact\" or \"hash\""),
+                ));
+            }
+        };
+
         let forwarder = ForwarderConfig {
             batch_size,
             idle_wakeup,
@@ -776,6 +790,9 @@ impl Raw {
                 retention,
                 trim_interval,
                 layout: records_layout,
+            },
+            pending: PendingConfig {
+                layout: pending_layout,
             },
             log: LogConfig { level, json },
             delivery,

@@ -132,7 +132,8 @@ impl Store {
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(ack.map_or("", |a| a.stream))
-            .arg(ack.map_or("", |a| a.group));
+            .arg(ack.map_or("", |a| a.group))
+            .arg(self.pending_layout.script_arg());
         for message in messages {
             inv.arg(message.inbox_entry).arg(message.mode.as_arg());
             for arg in message.msg.script_args() {

@@ -214,6 +214,7 @@ impl Store {
             .arg(&options.attempt_field)
             .arg(self.record_layout.script_arg(options.retention))
             .arg(self.keys.wake_channel())
+            .arg(self.pending_layout.script_arg())
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
@@ -304,7 +305,8 @@ impl Store {
             .arg(id.as_str())
             .arg(target)
             .arg(id_field)
-            .arg(self.keys.wake_channel());
+            .arg(self.keys.wake_channel())
+            .arg(self.pending_layout.script_arg());
         for name in own_field_names(id_field, attempt_field) {
             inv.arg(name);
         }

@@ -33,6 +33,13 @@ impl HeldBack {
     }
 }
 
+/// One shard's scheduled messages (see `pending_count.lua`).
+pub(super) struct ShardPending {
+    pub(super) scheduled: u64,
+    pub(super) due: u64,
+    pub(super) earliest_due_ms: Option<u64>,
+}
+
 impl Store {
     /// What every shard holds back for its streams' rate limits.
     pub async fn held(&self) -> Result<HeldBack> {
@@ -75,32 +82,47 @@ impl Store {
         Ok(held)
     }
 
+    /// What each shard has scheduled (held messages aside), in both pending layouts:
+    /// `due` counts the messages due at or before `now_ms` (Redis's clock).
+    pub(super) async fn shard_pending(&self, now_ms: u64) -> Result<Vec<ShardPending>> {
+        let calls = (0..self.keys.shards()).map(|shard| {
+            let k = self.keys.shard(shard);
+            let mut conn = self.conn.clone();
+            let script = &self.scripts.pending_count;
+            async move {
+                // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+                let reply: Value = script
+                    .key(&k.due)
+                    .key(&k.bodies)
+                    .arg(now_ms * 10 + 9)
+                    .invoke_async(&mut conn)
+                    .await
+                    .map_err(StoreError::from_script)?;
+                let items = array(reply)?;
+                let at = |i: usize| items.get(i).map_or(Ok(0), int);
+                let earliest = at(2)?;
+                Ok(ShardPending {
+                    scheduled: at(0)?.max(0) as u64,
+                    due: at(1)?.max(0) as u64,
+                    earliest_due_ms: (earliest >= 0).then_some(earliest as u64 / 10),
+                })
+            }
+        });
+        futures::future::try_join_all(calls).await
+    }
+
     /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded,
     /// held ones included.
     pub async fn overdue_count(&self, now_ms: u64) -> Result<u64> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
-            pipe.zcount(self.keys.shard(shard).due, "-inf", now_ms * 10 + 9);
-        }
-        let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(counts.iter().sum::<u64>() + self.held().await?.total())
+        let shards = self.shard_pending(now_ms).await?;
+        Ok(shards.iter().map(|s| s.due).sum::<u64>() + self.held().await?.total())
     }
 
     /// Due time of the earliest scheduled message, over all shards, held ones included.
     pub async fn next_due_ms(&self) -> Result<Option<u64>> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            pipe.cmd("ZRANGE")
-                .arg(self.keys.shard(shard).due)
-                .arg(0)
-                .arg(0)
-                .arg("WITHSCORES");
-        }
-        let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
         let mut earliest = self.held().await?.earliest_due_ms;
-        for reply in replies {
-            if let Some(due) = earliest_of(reply)? {
+        for shard in self.shard_pending(0).await? {
+            if let Some(due) = shard.earliest_due_ms {
                 earliest = Some(earliest.map_or(due, |e| e.min(due)));
             }
         }
@@ -117,7 +139,7 @@ impl Store {
         };
         let mut seen = 0usize;
         'shards: for shard in 0..self.keys.shards() {
-            let bodies = self.keys.shard(shard).bodies;
+            let k = self.keys.shard(shard);
             let mut cursor = "0".to_owned();
             loop {
                 if seen >= limit {
@@ -127,7 +149,8 @@ impl Store {
                 let reply: Value = self
                     .scripts
                     .pending_streams
-                    .key(&bodies)
+                    .key(&k.bodies)
+                    .key(&k.due)
                     .arg(&cursor)
                     .arg(SCAN_STEP)
                     .invoke_async(&mut self.conn.clone())

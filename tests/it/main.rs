@@ -20,6 +20,7 @@ mod ops;
 mod poison;
 mod proxy;
 mod rate;
+mod pending;
 mod records;
 mod reload;
 mod secrets;

@@ -89,17 +89,42 @@ fn a_scheduled_message_reads_back_as_it_was_given() {
 }
 
 /// The body stored under `id`, as Redis holds it.
+/// The body stored for `id`, in whichever pending layout holds it: the bodies hash,
+/// or a compact bucket (elements `score (7 bytes) · len(id) · id · body`).
 fn raw_body(bare: &Bare, id: &MessageId) -> Vec<u8> {
-    let bodies = bare
-        .store
-        .keys()
-        .shard(id.shard(bare.store.shards()))
-        .bodies;
-    redis::cmd("HGET")
-        .arg(bodies)
+    let k = bare.store.keys().shard(id.shard(bare.store.shards()));
+    let mut conn = bare.redis.client();
+    let hashed: Option<Vec<u8>> = redis::cmd("HGET")
+        .arg(&k.bodies)
         .arg(id.as_str())
-        .query(&mut bare.redis.client())
-        .unwrap()
+        .query(&mut conn)
+        .unwrap();
+    if let Some(body) = hashed {
+        return body;
+    }
+    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(format!("{}:q", k.due))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    for floor in floors {
+        let mut key = format!("{}:q:", k.due).into_bytes();
+        key.extend_from_slice(&floor);
+        let elems: Vec<Vec<u8>> = redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut conn)
+            .unwrap();
+        for e in elems {
+            let n = usize::from(e[7]);
+            if &e[8..8 + n] == id.as_str().as_bytes() {
+                return e[8 + n..].to_vec();
+            }
+        }
+    }
+    panic!("no body for {id:?}")
 }
 
 /// `body` (a JSON array) packed as the scripts have always packed bodies.

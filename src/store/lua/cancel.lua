@@ -9,8 +9,11 @@ local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local id = ARGV[2]
-if redis.call('ZREM', KEYS[1], id) == 1 or unhold_message(KEYS[2], KEYS[6], id) then
-  redis.call('HDEL', KEYS[2], id)
+local P = pending_of(KEYS[1], KEYS[2])
+local where = pending_find(P, id)
+-- A body alone is a held message's, if its stream's held set has it.
+if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
+  pending_remove(P, id, where)
   local now = now_ms()
   keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3])
   return 'cancelled'

@@ -77,12 +77,29 @@ end
 -- other streams' messages is cleared in a few calls.
 local look = batch - #ids
 if n_limited > 0 then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
-local due_scores = {}
+-- Due messages in due order, from both pending layouts (see the prelude): the due set
+-- and the compact layout's buckets, merged by score. in_bucket[id] is the bucket list
+-- an id was read from (its body comes with it: bucket_body[id]).
+local P = pending_of(KEYS[1], KEYS[2])
+local due_scores, in_bucket, bucket_floor, bucket_body = {}, {}, {}, {}
 if look > 0 then
   local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES', 'LIMIT', 0, look)
-  for i = 1, #due, 2 do
-    ids[#ids + 1] = due[i]
-    due_scores[due[i]] = due[i + 1]
+  local queued = buckets_due(P, now * 10 + 9, look)
+  local i, j = 1, 1
+  for _ = 1, look do
+    local from_set = due[i] and (not queued[j] or tonumber(due[i + 1]) <= queued[j][1])
+    if from_set then
+      ids[#ids + 1] = due[i]
+      due_scores[due[i]] = due[i + 1]
+      i = i + 2
+    elseif queued[j] then
+      local q = queued[j]
+      ids[#ids + 1] = q[2]
+      due_scores[q[2]], in_bucket[q[2]], bucket_floor[q[4]], bucket_body[q[2]] = q[1], q[4], q[5], q[3]
+      j = j + 1
+    else
+      break
+    end
   end
 end
 
@@ -111,7 +128,23 @@ local function must_wait(stream)
   return false
 end
 
-local bodies = chunked({ 'HMGET', KEYS[2] }, ids)
+-- Bodies of held messages and of the due set's, from the bodies hash.
+local bodies = {}
+do
+  local wanted, at = {}, {}
+  for i, id in ipairs(ids) do
+    if in_bucket[id] then
+      bodies[i] = bucket_body[id]
+    else
+      wanted[#wanted + 1] = id
+      at[#wanted] = i
+    end
+  end
+  if #wanted > 0 then
+    local got = chunked({ 'HMGET', KEYS[2] }, wanted)
+    for k = 1, #wanted do bodies[at[k]] = got[k] end
+  end
+end
 
 -- Writes a dead letter for a message whose own target refused it. Returns its record,
 -- or nil and "park" (the dead letter is refused too, for reasons of its own) or the
@@ -243,37 +276,79 @@ if #moved == 0 and #parked == 0 and newly_held == 0 and held_back ~= '' then
   return redis.error_reply(held_back)
 end
 
--- Takes ids out of the due set or, those taken from a held set, out of that.
+-- Takes ids out of the due set, out of the held set they were taken from, or out of
+-- their bucket (a prefix of each bucket: the messages are handled in order and the
+-- first that is not stays, with all after it). Returns the ids whose bodies are in the
+-- bodies hash.
 local function unschedule(list)
-  local from_due, by_held = {}, {}
+  local from_due, by_held, hashed = {}, {}, {}
+  local taken, bucket_ids = {}, {}
   for _, id in ipairs(list) do
-    local key = from_held[id]
-    if key then
+    local key, bucket = from_held[id], in_bucket[id]
+    if bucket then
+      taken[bucket] = (taken[bucket] or 0) + 1
+      bucket_ids[#bucket_ids + 1] = id
+    elseif key then
       by_held[key] = by_held[key] or {}
       table.insert(by_held[key], id)
+      hashed[#hashed + 1] = id
     else
       from_due[#from_due + 1] = id
+      hashed[#hashed + 1] = id
     end
   end
   chunked({ 'ZREM', KEYS[1] }, from_due)
   for key, held_ids in pairs(by_held) do chunked({ 'ZREM', key }, held_ids) end
+  if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids) end
+  return hashed
 end
 
-if #moved > 0 then
-  unschedule(moved)
-  chunked({ 'HDEL', KEYS[2] }, moved)
+-- The bodies of messages from buckets that stay pending in the hash layout (held or
+-- parked), written there.
+local function keep_bodies(list)
+  local args = {}
+  for _, id in ipairs(list) do
+    if in_bucket[id] then
+      args[#args + 1] = id
+      args[#args + 1] = bucket_body[id]
+    end
+  end
+  chunked({ 'HSET', KEYS[2] }, args)
+  P.hashed = true
+end
+
+-- Everything leaves where it was at once: a bucket gives up a prefix of its messages.
+local leaving = {}
+for _, id in ipairs(moved) do leaving[#leaving + 1] = id end
+local park_ids = {}
+for i = 2, #parked, 2 do
+  park_ids[#park_ids + 1] = parked[i]
+  leaving[#leaving + 1] = parked[i]
+end
+local hold_ids = {}
+for _, stream in ipairs(hold_order) do
+  local list = to_hold[stream]
+  for i = 2, #list, 2 do
+    hold_ids[#hold_ids + 1] = list[i]
+    leaving[#leaving + 1] = list[i]
+  end
+end
+if #leaving > 0 then
+  unschedule(leaving)
+  local hashed_moved = {}
+  for _, id in ipairs(moved) do
+    if not in_bucket[id] then hashed_moved[#hashed_moved + 1] = id end
+  end
+  chunked({ 'HDEL', KEYS[2] }, hashed_moved)
 end
 if #parked > 0 then
-  local park_ids = {}
-  for i = 2, #parked, 2 do park_ids[#park_ids + 1] = parked[i] end
-  unschedule(park_ids)
+  keep_bodies(park_ids)
   chunked({ 'ZADD', KEYS[1] }, parked)
+  P.hashed = true
 end
+if #hold_ids > 0 then keep_bodies(hold_ids) end
 for _, stream in ipairs(hold_order) do
-  local list, ids_held = to_hold[stream], {}
-  for i = 2, #list, 2 do ids_held[#ids_held + 1] = list[i] end
-  chunked({ 'ZREM', KEYS[1] }, ids_held)
-  chunked({ 'ZADD', held_key(KEYS[6], stream) }, list)
+  chunked({ 'ZADD', held_key(KEYS[6], stream) }, to_hold[stream])
   redis.call('SADD', KEYS[6], stream)
 end
 -- A held set emptied by this call leaves the list of held streams.
@@ -291,13 +366,16 @@ end
 if #recorded > 0 then
   -- A new generation is sized for what is due already (a backlog about to be
   -- recorded), not for what is pending: far-future messages would leave it sparse.
-  local function due_now() return redis.call('ZCOUNT', KEYS[1], '-inf', now * 10 + 9) + #recorded end
+  local function due_now()
+    local buckets = redis.call('ZLEXCOUNT', P.q, '-', '(' .. score_bytes(now * 10 + 10))
+    return redis.call('ZCOUNT', KEYS[1], '-inf', now * 10 + 9) + buckets * PENDING_BUCKET * 3 / 4 + #recorded
+  end
   keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now)
 end
 
 local next_due = -1
-local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if first[1] then next_due = math.floor(tonumber(first[2]) / 10) end
+local first = pending_first(P)
+if first then next_due = math.floor(first / 10) end
 
 local counts = {}
 for _, stream in ipairs(per_stream_order) do

@@ -8,7 +8,8 @@
 --        | { state, stream, entry_id, at_ms, attempt }  for delivered, expired, dead, cancelled
 --        | { "unknown" }
 local id = ARGV[1]
-local body = redis.call('HGET', KEYS[2], id)
+local where = pending_find(pending_of(KEYS[1], KEYS[2]), id)
+local body = where and where.body
 if body then
   local msg, why = decode_body(body)
   if not msg then return { 'corrupt', why } end

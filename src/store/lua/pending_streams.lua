@@ -1,27 +1,62 @@
 -- pending_streams.lua: count a slice of one shard's scheduled messages by target
--- stream, for operators. Read-only; a full count takes several calls (HSCAN cursor),
--- so no single call holds Redis for long.
--- KEYS[1] bodies
--- ARGV[1] HSCAN cursor ("0" to start)
+-- stream, for operators. Read-only; a full count takes several calls (a cursor), so
+-- no single call holds Redis for long.
+-- KEYS[1] bodies   KEYS[2] due set (both pending layouts are counted; see the prelude)
+-- ARGV[1] cursor ("0" to start): an HSCAN cursor of the bodies hash while it is read,
+--   then "q" and the hex of the next compact bucket's floor
 -- ARGV[2] how many bodies to look at (a hint, as HSCAN's COUNT)
 -- returns: { next cursor ("0" = done), bodies looked at, { stream, count, ... } }
 --   (bodies that cannot be decoded are counted under the stream "")
-local reply = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
-local items = reply[2]
-local counts, order = {}, {}
-for k = 2, #items, 2 do
-  local msg = decode_body(items[k])
-  local stream = ''
-  if msg then stream = msg.stream end
+local counts, order, seen = {}, {}, 0
+local function count(body)
+  seen = seen + 1
+  local stream = body_stream(body)
+  if not stream then
+    local msg = decode_body(body)
+    stream = (msg and msg.stream) or ''
+  end
   if not counts[stream] then
     counts[stream] = 0
     order[#order + 1] = stream
   end
   counts[stream] = counts[stream] + 1
 end
+
+local function hex(s)
+  return (string.gsub(s, '.', function(c) return string.format('%02x', string.byte(c)) end))
+end
+local function unhex(h)
+  return (string.gsub(h, '..', function(c) return string.char(tonumber(c, 16)) end))
+end
+
+local cursor = ARGV[1]
+local step = tonumber(ARGV[2])
+local next_cursor
+if string.sub(cursor, 1, 1) ~= 'q' then
+  local reply = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', step)
+  local items = reply[2]
+  for k = 2, #items, 2 do count(items[k]) end
+  next_cursor = reply[1]
+  if next_cursor == '0' then next_cursor = 'q' end
+else
+  local P = pending_of(KEYS[2], KEYS[1])
+  local from = '-'
+  if #cursor > 1 then from = '[' .. unhex(string.sub(cursor, 2)) end
+  local want = math.max(1, math.floor(step / 64))
+  local floors = redis.call('ZRANGEBYLEX', P.q, from, '+', 'LIMIT', 0, want + 1)
+  for i = 1, math.min(want, #floors) do
+    for _, e in ipairs(redis.call('LRANGE', bucket_key(P, floors[i]), 0, -1)) do
+      local _, _, body = elem_parts(e)
+      count(body)
+    end
+  end
+  next_cursor = '0'
+  if #floors > want then next_cursor = 'q' .. hex(floors[want + 1]) end
+end
+
 local flat = {}
 for _, stream in ipairs(order) do
   flat[#flat + 1] = stream
   flat[#flat + 1] = counts[stream]
 end
-return { reply[1], #items / 2, flat }
+return { next_cursor, seen, flat }

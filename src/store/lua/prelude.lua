@@ -311,8 +311,16 @@ end
 -- Redis's listpack encoding.
 local RECORD_LOAD = 40
 
+-- The first 32 bits of SHA-1 of an id, computed once a call (a push asks it for the
+-- pending index and for every records generation).
+local id_hashes = {}
 local function record_hash(id)
-  return tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
+  local h = id_hashes[id]
+  if not h then
+    h = tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
+    id_hashes[id] = h
+  end
+  return h
 end
 
 -- The generations of a records key (see the format above), oldest first, read once a call.
@@ -539,20 +547,339 @@ local function resolve_due(kind, value, max_delay, now)
   return due, nil
 end
 
+-- Pending messages (scheduled, not yet forwarded) in two layouts. Every script reads
+-- and removes both; a caller that stores a message names the layout to write
+-- (pending_layout), so the setting can change on live data and messages stored before
+-- the compact layout are still forwarded, in order with the rest.
+-- Hash layout (pending.layout = "hash"): the due set D (id -> score) and the bodies
+--   hash B (id -> body). Held messages (streams.max_rate) keep their bodies in B,
+--   whichever layout stored them, and so do parked ones.
+-- Compact layout: the messages in score order, in lists of at most PENDING_BUCKET
+--   (about 175 bytes a 100-byte message, against about 320 in the hash layout):
+--   D:q        sorted set, all scores 0, of the buckets' floors: a floor is the
+--              7-byte score and the id of the message the bucket started with, so that
+--              Redis orders floors (bytewise) as messages are ordered; a bucket holds
+--              the messages from its floor up to, not including, the next floor
+--   D:q:<floor> list, the bucket's messages in (score, id) order, each one
+--              score (7 bytes, big-endian) .. char(#id) .. id .. body
+--   B:ix       string "k s n": the index's linear hashing (2^k + s buckets, split like
+--              the records' buckets) and n, the messages in the compact layout
+--   B:ix:<b>   hash, id -> score, small enough for Redis's listpack encoding
+-- Lua compares strings with strcoll (Redis sets LC_COLLATE from its environment), so
+-- elements are never compared as strings: by score, then by id byte by byte.
+local PENDING_BUCKET = 128
+
+local function score_bytes(s)
+  local b = {}
+  for i = 7, 1, -1 do
+    b[i] = s % 256
+    s = (s - b[i]) / 256
+  end
+  return string.char(b[1], b[2], b[3], b[4], b[5], b[6], b[7])
+end
+
+local function elem_score(e)
+  local b1, b2, b3, b4, b5, b6, b7 = string.byte(e, 1, 7)
+  return (((((b1 * 256 + b2) * 256 + b3) * 256 + b4) * 256 + b5) * 256 + b6) * 256 + b7
+end
+
+local function elem_id(e)
+  return string.sub(e, 9, 8 + string.byte(e, 8))
+end
+
+-- An element's score, id and body.
+local function elem_parts(e)
+  local n = string.byte(e, 8)
+  return elem_score(e), string.sub(e, 9, 8 + n), string.sub(e, 9 + n)
+end
+
+local function make_elem(score, id, body)
+  return score_bytes(score) .. string.char(#id) .. id .. body
+end
+
+-- Whether id a sorts before id b, byte by byte.
+local function id_less(a, b)
+  for i = 1, math.min(#a, #b) do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then return x < y end
+  end
+  return #a < #b
+end
+
+-- Whether element e sorts before the message (score, id).
+local function elem_before(e, score, id)
+  local s = elem_score(e)
+  if s ~= score then return s < score end
+  return id_less(elem_id(e), id)
+end
+
+-- A shard's pending state, read once a call: { due, bodies, q, ix } where ix is
+-- the index's linear hashing { key, k, s, n } (record_bucket and split_bucket work on it).
+local pending_states = {}
+local function pending_of(due, bodies)
+  local P = pending_states[due]
+  if P then return P end
+  local ix = { key = bodies .. ':ix', k = 0, s = 0, n = 0 }
+  local meta = redis.call('GET', ix.key)
+  if meta then
+    local k, s, n = string.match(meta, '^(%d+) (%d+) (%d+)$')
+    if not k then error('malformed pending index ' .. ix.key .. ': ' .. meta) end
+    ix.k, ix.s, ix.n = tonumber(k), tonumber(s), tonumber(n)
+  end
+  -- hashed: whether the hash layout holds anything (asked once a call: a push looks
+  -- there for every message; pending_add sets it when it writes there).
+  P = { due = due, bodies = bodies, q = due .. ':q', ix = ix,
+    hashed = redis.call('EXISTS', due, bodies) > 0 }
+  pending_states[due] = P
+  return P
+end
+
+local function save_index(P)
+  local ix = P.ix
+  if ix.n <= 0 then
+    -- Empty: its buckets are gone (Redis deletes an empty hash), so it starts over.
+    ix.k, ix.s, ix.n, ix.names = 0, 0, 0, nil
+    redis.call('DEL', ix.key)
+  else
+    redis.call('SET', ix.key, ix.k .. ' ' .. ix.s .. ' ' .. ix.n)
+  end
+end
+
+-- Adds ids[i] -> scores[i] to the index (none of them in it yet); one HSET per bucket.
+local function index_put(P, ids, scores)
+  local ix = P.ix
+  while ix.n + #ids > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
+  local by_bucket, order = {}, {}
+  for i, id in ipairs(ids) do
+    local key = record_bucket(ix, record_hash(id))
+    local list = by_bucket[key]
+    if not list then
+      list = {}
+      by_bucket[key] = list
+      order[#order + 1] = key
+    end
+    list[#list + 1] = id
+    list[#list + 1] = scores[i]
+  end
+  for _, key in ipairs(order) do ix.n = ix.n + chunked({ 'HSET', key }, by_bucket[key]) end
+  save_index(P)
+end
+
+local function index_del(P, ids)
+  local ix = P.ix
+  local by_bucket, order = {}, {}
+  for _, id in ipairs(ids) do
+    local key = record_bucket(ix, record_hash(id))
+    local list = by_bucket[key]
+    if not list then
+      list = {}
+      by_bucket[key] = list
+      order[#order + 1] = key
+    end
+    list[#list + 1] = id
+  end
+  for _, key in ipairs(order) do ix.n = ix.n - chunked({ 'HDEL', key }, by_bucket[key]) end
+  save_index(P)
+end
+
+-- The score of id in the compact layout, or nil.
+local function index_get(P, id)
+  if P.ix.n == 0 then return nil end
+  local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
+  return score and tonumber(score)
+end
+
+local function bucket_key(P, floor)
+  return P.q .. ':' .. floor
+end
+
+-- The bucket a message (score, id) belongs in: the last whose floor is not above it.
+local function bucket_of(P, score, id)
+  return redis.call('ZREVRANGEBYLEX', P.q, '[' .. score_bytes(score) .. id, '-', 'LIMIT', 0, 1)[1]
+end
+
+-- The position in a bucket's list of the first element that does not sort before
+-- (score, id) (its length if none).
+local function bucket_search(key, score, id)
+  local lo, hi = 0, redis.call('LLEN', key)
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if elem_before(redis.call('LINDEX', key, mid), score, id) then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- Stores one message (not yet in the compact layout) in its bucket, splitting a bucket
+-- that grows past PENDING_BUCKET in two. The index is the caller's (index_put).
+local function bucket_insert(P, score, id, body)
+  local elem = make_elem(score, id, body)
+  local floor = bucket_of(P, score, id)
+  if not floor then
+    -- Before every bucket: the first one starts here now, or it is the first.
+    local first = redis.call('ZRANGE', P.q, 0, 0)[1]
+    local new = score_bytes(score) .. id
+    if first then
+      redis.call('RENAME', bucket_key(P, first), bucket_key(P, new))
+      redis.call('ZREM', P.q, first)
+    end
+    redis.call('ZADD', P.q, 0, new)
+    floor = new
+  end
+  local key = bucket_key(P, floor)
+  local last = redis.call('LINDEX', key, -1)
+  local len
+  if not last or elem_before(last, score, id) then
+    len = redis.call('RPUSH', key, elem)
+  else
+    local pivot = redis.call('LINDEX', key, bucket_search(key, score, id))
+    len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
+  end
+  if len > PENDING_BUCKET then
+    local half = math.floor(len / 2)
+    local moving = redis.call('LRANGE', key, half, -1)
+    local second = string.sub(moving[1], 1, 7) .. elem_id(moving[1])
+    redis.call('ZADD', P.q, 0, second)
+    chunked({ 'RPUSH', bucket_key(P, second) }, moving)
+    redis.call('LTRIM', key, 0, half - 1)
+  end
+end
+
+-- Where id's element is, given its score: the bucket's floor and key and the element;
+-- nil if it is not there.
+local function bucket_find(P, id, score)
+  local floor = bucket_of(P, score, id)
+  if not floor then return nil end
+  local key = bucket_key(P, floor)
+  local e = redis.call('LINDEX', key, bucket_search(key, score, id))
+  if e and elem_score(e) == score and elem_id(e) == id then return floor, key, e end
+  return nil
+end
+
+-- Takes an element out of its bucket (and the bucket out of D:q once empty).
+local function bucket_remove(P, name, key, elem)
+  redis.call('LREM', key, 1, elem)
+  if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
+end
+
+-- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
+-- | { layout = 'hash', score (nil while held), body (nil: scheduled without one) } | nil.
+local function pending_find(P, id)
+  local score = index_get(P, id)
+  if score then
+    local name, key, elem = bucket_find(P, id, score)
+    if not name then error('pending index names ' .. id .. ' at ' .. score .. ' but no bucket has it') end
+    local _, _, body = elem_parts(elem)
+    return { layout = 'compact', score = score, body = body, name = name, key = key, elem = elem }
+  end
+  if not P.hashed then return nil end
+  local due = redis.call('ZSCORE', P.due, id)
+  local body = redis.call('HGET', P.bodies, id)
+  if not due and not body then return nil end
+  return { layout = 'hash', score = due and tonumber(due), body = body or nil }
+end
+
+-- Takes a found message out of its layout (a held one stays in its held set: the
+-- caller's to unhold).
+local function pending_remove(P, id, where)
+  if where.layout == 'compact' then
+    bucket_remove(P, where.name, where.key, where.elem)
+    index_del(P, { id })
+  else
+    redis.call('ZREM', P.due, id)
+    redis.call('HDEL', P.bodies, id)
+  end
+end
+
+-- Stores messages (none of them pending) in the layout named: ids[i], scores[i], bodies[i].
+local function pending_add(P, layout, ids, scores, bodies)
+  if #ids == 0 then return end
+  if layout == 'hash' then
+    local b, z = {}, {}
+    for i, id in ipairs(ids) do
+      b[2 * i - 1], b[2 * i] = id, bodies[i]
+      z[2 * i - 1], z[2 * i] = scores[i], id
+    end
+    chunked({ 'HSET', P.bodies }, b)
+    chunked({ 'ZADD', P.due }, z)
+    P.hashed = true
+    return
+  end
+  for i, id in ipairs(ids) do bucket_insert(P, scores[i], id, bodies[i]) end
+  index_put(P, ids, scores)
+end
+
+-- The earliest score pending in the due set or the buckets, or nil.
+local function pending_first(P)
+  local best
+  local first = redis.call('ZRANGE', P.due, 0, 0, 'WITHSCORES')
+  if first[1] then best = tonumber(first[2]) end
+  local name = redis.call('ZRANGE', P.q, 0, 0)[1]
+  if name then
+    local e = redis.call('LINDEX', bucket_key(P, name), 0)
+    if e then
+      local s = elem_score(e)
+      if not best or s < best then best = s end
+    end
+  end
+  return best
+end
+
+-- Up to limit messages of the buckets scoring at most max, in order: a list of
+-- { score, id, body, key } (key: the bucket's list).
+local function buckets_due(P, max, limit)
+  local out = {}
+  local rank = 0
+  while #out < limit do
+    local names = redis.call('ZRANGE', P.q, rank, rank + 7)
+    if #names == 0 then return out end
+    for _, name in ipairs(names) do
+      local key = bucket_key(P, name)
+      local want = limit - #out
+      local elems = redis.call('LRANGE', key, 0, want - 1)
+      for _, e in ipairs(elems) do
+        local score, id, body = elem_parts(e)
+        if score > max then return out end
+        out[#out + 1] = { score, id, body, key, name }
+      end
+      if #out >= limit then return out end
+    end
+    rank = rank + 8
+  end
+  return out
+end
+
+-- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
+-- the caller used), and their ids out of the index.
+local function buckets_consume(P, taken, names, ids)
+  for key, count in pairs(taken) do
+    if redis.call('LLEN', key) <= count then
+      redis.call('DEL', key)
+      redis.call('ZREM', P.q, names[key])
+    else
+      redis.call('LTRIM', key, count, -1)
+    end
+  end
+  if #ids > 0 then index_del(P, ids) end
+end
+
 -- Decides whether a message may be stored under id, by the idempotency rules: a
 -- scheduled id, or one with a record other than a cancellation, is a duplicate unless
--- replace. Read-only: a record in the way is the caller's to forget when it writes.
+-- replace. Read-only: a record in the way is the caller's to forget when it writes, a
+-- pending message it replaces the caller's to remove (pending_remove, then unhold).
 -- keys: { due set, bodies, records, records by expiry }.
--- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream (the id may be
---          stored; held_stream: the stream whose held set has it, to take it out of)
+-- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream, where (the
+--          id may be stored; held_stream: the stream whose held set has it; where: the
+--          pending message it replaces, as pending_find gives it)
 --        | "duplicate", due (0 if no longer scheduled), state
 local function admit(keys, id, replace)
-  local existing, held_in = redis.call('ZSCORE', keys[1], id), nil
-  if not existing then
-    -- Held back by its stream's rate limit: scheduled, with only its body to show it.
-    local body = redis.call('HGET', keys[2], id)
-    if body then
-      local msg = decode_body(body)
+  local P = pending_of(keys[1], keys[2])
+  local existing, held_in = nil, nil
+  local where = pending_find(P, id)
+  if where then
+    existing = where.score
+    if not existing then
+      -- Held back by its stream's rate limit: scheduled, with only its body to show it.
+      local msg = where.body and decode_body(where.body)
       existing = 0
       if msg then existing, held_in = score_of(msg.due, msg.priority), msg.stream end
     end
@@ -560,7 +887,7 @@ local function admit(keys, id, replace)
   if existing and not replace then
     return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
   end
-  local replaced = existing ~= false
+  local replaced = where ~= nil
   local rec = find_record(keys[3], id) or false
   if rec then
     -- A cancelled id may be pushed again as new; a delivered, expired or dead one only with replace.
@@ -570,8 +897,9 @@ local function admit(keys, id, replace)
       replaced = true
     end
   end
-  if replaced then return 'replaced', nil, nil, rec ~= false, held_in end
-  return 'scheduled', nil, nil, rec ~= false, held_in
+  local status = 'scheduled'
+  if replaced then status = 'replaced' end
+  return status, nil, nil, rec ~= false, held_in, where
 end
 
 -- A new message's body: msg (as read_new_message gives it) due at due, attempt 1, created

@@ -16,6 +16,7 @@
 -- ARGV[13] id field   ARGV[14] attempt field (names delayq appends to every entry)
 -- ARGV[15] the records policy: how long to keep the dead-letter record, and how
 -- ARGV[16] wake-up channel
+-- ARGV[17] the pending layout to store the next attempt in: "compact" | "hash"
 -- returns: { "rescheduled", attempt, due_ms }      the next attempt is scheduled
 --        | { "dead", attempts, dead_entry_id }     written to the dead-letter stream
 --        | { "fresh" }       no longer pending that long (acknowledged, or claimed again)
@@ -63,7 +64,8 @@ local last_delivered = tonumber(string.match(entry, '^(%d+)'))
 local attempt = tonumber(extra[attempt_field]) or 1
 local first_delivered = last_delivered
 local priority, expire_at = 0, 0
-if redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[2], id) == 1 then
+local P = pending_of(KEYS[1], KEYS[2])
+if pending_find(P, id) then
   redis.call('XACK', stream, group, entry)
   return { 'superseded' }
 end
@@ -111,10 +113,9 @@ local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with c
 -- The creation time is the redelivery's.
 local body = encode_body({ stream = stream, fields = fields, due = due, priority = priority, created = now,
   attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why })
-redis.call('HSET', KEYS[2], id, body)
-redis.call('ZADD', KEYS[1], score_of(due, priority), id)
+local score = score_of(due, priority)
+pending_add(P, ARGV[17], { id }, { score }, { body })
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0)
-if first[1] == id then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
+if pending_first(P) == score then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
 return { 'rescheduled', attempt + 1, due }

@@ -7,7 +7,8 @@
 -- ARGV[2] dead-letter stream   ARGV[3] its entry id
 -- ARGV[4] message id, as the caller read it from the entry (it chose KEYS by it)
 -- ARGV[5] target stream   ARGV[6] id field   ARGV[7] wake-up channel
--- ARGV[8..] names of the fields delayq appends to entries (the id field among them);
+-- ARGV[8] the pending layout to store it in: "compact" | "hash" (see the prelude)
+-- ARGV[9..] names of the fields delayq appends to entries (the id field among them);
 --           trailing fields with these names are not the producer's and are dropped
 -- returns: { "replayed", due_ms }  scheduled as attempt 1, the dead letter deleted
 --        | { "scheduled" }  the id is scheduled already; the dead letter stays
@@ -24,17 +25,17 @@ local dead_stream, entry, id = ARGV[2], ARGV[3], ARGV[4]
 local read = redis.call('XRANGE', dead_stream, entry, entry)
 if #read == 0 then return { 'gone' } end
 local own = {}
-for i = 8, #ARGV do own[ARGV[i]] = true end
+for i = 9, #ARGV do own[ARGV[i]] = true end
 local fields, extra = split_own_fields(read[1][2], own)
 if extra[ARGV[6]] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
-if redis.call('ZSCORE', KEYS[1], id) or redis.call('HEXISTS', KEYS[2], id) == 1 then return { 'scheduled' } end
+local P = pending_of(KEYS[1], KEYS[2])
+if pending_find(P, id) then return { 'scheduled' } end
 
 -- A replay starts over: attempt 1, with the full allowance of attempts.
 local now = now_ms()
-redis.call('HSET', KEYS[2], id, new_body({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now))
-redis.call('ZADD', KEYS[1], score_of(now, 0), id)
+local score = score_of(now, 0)
+pending_add(P, ARGV[8], { id }, { score }, { new_body({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now) })
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0)
-if first[1] == id then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
+if pending_first(P) == score then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
 return { 'replayed', now }

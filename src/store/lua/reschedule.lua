@@ -6,6 +6,7 @@
 -- ARGV[4] due value
 -- ARGV[5] max delay ms
 -- ARGV[6] wake-up channel
+-- ARGV[7] the pending layout to store it in: "compact" | "hash" (see the prelude)
 -- returns: { "rescheduled", due_ms } | { state } for a message no longer scheduled
 --        (delivered, expired, dead, cancelled) | { "unknown" }
 --        | error "TOO_FAR ..." | error "CORRUPT ..." | error "FENCED ..."
@@ -13,7 +14,9 @@ local held = fenced(KEYS[4], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local id = ARGV[2]
-local body = redis.call('HGET', KEYS[2], id)
+local P = pending_of(KEYS[1], KEYS[2])
+local where = pending_find(P, id)
+local body = where and where.body
 if not body then
   local rec = find_record(KEYS[3], id)
   if rec then return { record_state(rec) } end
@@ -29,9 +32,9 @@ if not due then return redis.error_reply(too_far) end
 -- A ttl counts from the due time, so it moves with it.
 if msg.expire_at > 0 then msg.expire_at = due + (msg.expire_at - msg.due) end
 msg.due = due
-redis.call('HSET', KEYS[2], id, encode_body(msg))
-unhold(KEYS[5], msg.stream, id) -- a held message goes back to the due set, at its new time
-redis.call('ZADD', KEYS[1], score_of(due, msg.priority), id)
-local first = redis.call('ZRANGE', KEYS[1], 0, 0)
-if first[1] == id then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+pending_remove(P, id, where)
+unhold(KEYS[5], msg.stream, id) -- a held message is scheduled again, at its new time
+local score = score_of(due, msg.priority)
+pending_add(P, ARGV[7], { id }, { score }, { encode_body(msg) })
+if pending_first(P) == score then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
 return { 'rescheduled', due }

@@ -9,7 +9,8 @@
 -- ARGV[3] wake-up channel, published to with the shard's due set when its earliest due time moves earlier
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
 -- ARGV[5] inbox consumer group
--- ARGV[6..] one record per message, in order:
+-- ARGV[6] the pending layout to store messages in: "compact" | "hash" (see the prelude)
+-- ARGV[7..] one record per message, in order:
 --   inbox entry id ("" = none), mode ("new" | "replace"), then the message as the
 --   prelude's read_new_message reads it: id, due kind ("in": the due value is a delay in
 --   ms; "at": epoch ms), due value, priority 0-9, ttl ms (0 = none), target stream,
@@ -26,8 +27,9 @@ if held then return fenced_reply(held, ARGV[1]) end
 
 local now = now_ms()
 local keys = { KEYS[1], KEYS[2], KEYS[3], KEYS[4] }
-local max_delay, inbox, group = ARGV[2], ARGV[4], ARGV[5]
-local before = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local max_delay, inbox, group, layout = ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+local P = pending_of(KEYS[1], KEYS[2])
+local before = pending_first(P)
 -- Every check comes before the first write (below the loop), so the call is all or nothing.
 if inbox ~= '' then
   local kind = redis.call('TYPE', inbox)['ok']
@@ -40,8 +42,8 @@ end
 -- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
 -- repeated id is a duplicate of its earlier self, or replaces it.
 local out, n_out, acks = {}, 0, {}
-local slot, order, slot_due, slot_score, slot_body, in_way, unholds = {}, {}, {}, {}, {}, {}, {}
-local i = 6
+local slot, order, slot_due, slot_score, slot_body, in_way, unholds, replaced = {}, {}, {}, {}, {}, {}, {}, {}
+local i = 7
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
   local id, due_kind, due_value, ttl, msg
@@ -58,10 +60,11 @@ while i <= #ARGV do
     if k then
       status = 'replaced'
     else
-      local record_in_way, held_in
-      status, at, state, record_in_way, held_in = admit(keys, id, replace)
+      local record_in_way, held_in, where
+      status, at, state, record_in_way, held_in, where = admit(keys, id, replace)
       if record_in_way then in_way[#in_way + 1] = id end
       if held_in then unholds[#unholds + 1] = { held_in, id } end
+      if where then replaced[#replaced + 1] = { id, where } end
     end
     if status ~= 'duplicate' then
       if not k then
@@ -77,26 +80,19 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
--- Records in the way (see admit).
+-- Records and messages in the way (see admit).
 for _, id in ipairs(in_way) do forget_record(KEYS[3], KEYS[4], id) end
-if #order > 0 then
-  local bodies, scores = {}, {}
-  for k, id in ipairs(order) do
-    bodies[2 * k - 1], bodies[2 * k] = id, slot_body[k]
-    scores[2 * k - 1], scores[2 * k] = slot_score[k], id
-  end
-  chunked({ 'HSET', KEYS[2] }, bodies)
-  chunked({ 'ZADD', KEYS[1] }, scores)
-end
+for _, r in ipairs(replaced) do pending_remove(P, r[1], r[2]) end
 for _, h in ipairs(unholds) do unhold(KEYS[6], h[1], h[2]) end
+pending_add(P, layout, order, slot_score, slot_body)
 
 if inbox ~= '' then
   chunked({ 'XACK', inbox, group }, acks)
   chunked({ 'XDEL', inbox }, acks)
 end
 
-local after = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if after[1] and (not before[1] or tonumber(after[2]) < tonumber(before[2])) then
+local after = pending_first(P)
+if after and (not before or after < before) then
   redis.call('PUBLISH', ARGV[3], KEYS[1])
 end
 return out

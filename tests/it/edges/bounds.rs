@@ -50,6 +50,8 @@ const BOUNDS: &[Bound] = &[
     ("records.trim_interval", "\"100ms\"", true), ("records.trim_interval", "\"99ms\"", false),
     ("records.layout", "\"compact\"", true), ("records.layout", "\"hash\"", true),
     ("records.layout", "\"list\"", false),
+    ("pending.layout", "\"compact\"", true), ("pending.layout", "\"hash\"", true),
+    ("pending.layout", "\"list\"", false),
     ("delivery.ack_timeout", "\"10ms\"", true), ("delivery.ack_timeout", "\"9ms\"", false),
     ("delivery.max_attempts", "1", true), ("delivery.max_attempts", "1000", true),
     ("delivery.max_attempts", "0", false), ("delivery.max_attempts", "1001", false),

@@ -1,0 +1,359 @@
+//! Scheduled messages in both layouts (`pending.layout`), against a real Redis: any
+//! mix of pushes, replaces, reschedules and cancels, each written by a store of
+//! either layout (as after a change of the setting, or an upgrade), is found where it
+//! was put, counted, and forwarded exactly once and in due order; the compact
+//! layout's buckets never outgrow their bound, and nothing is left behind.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use delayq::message::{Due, MessageId, NewMessage};
+use delayq::store::{
+    BatchItem, Cancelled, ForwardOptions, PendingLayout, RecordState, Rescheduled, ScheduleMode,
+    Scheduled, Status, Store,
+};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+
+use crate::support::{Bare, config, entries};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// What happens to a message after its push.
+#[derive(Clone, Debug)]
+enum Fate {
+    Stays,
+    Cancelled,
+    Rescheduled(u64),
+    /// Pushed again with replace: a new delay and priority.
+    Replaced(u64, u8),
+}
+
+/// One message of a case: id tail, delay ms, priority, whether the compact store
+/// writes it (else the hash one), and its fate (written by either store too).
+type Case = Vec<(String, u64, u8, bool, Fate, bool)>;
+
+fn cases() -> impl Strategy<Value = (Case, usize)> {
+    let fate = prop_oneof![
+        6 => Just(Fate::Stays),
+        1 => Just(Fate::Cancelled),
+        1 => (0..300u64).prop_map(Fate::Rescheduled),
+        1 => (0..300u64, 0..10u8).prop_map(|(d, p)| Fate::Replaced(d, p)),
+    ];
+    // Delays from a few values only, so that equal due times are common; ids of every
+    // length (the index keeps ids over 64 bytes too, outside the listpack encoding).
+    let delay = prop_oneof![Just(0u64), Just(150), 0..300u64];
+    let tail = prop_oneof!["[A-Za-z0-9:._-]{0,12}", "[a-z0-9-]{60,110}"];
+    let message = (tail, delay, 0..10u8, any::<bool>(), fate, any::<bool>());
+    (prop::collection::vec(message, 1..400), 1..80usize)
+}
+
+fn item(id: &str, delay_ms: u64, priority: u8, mode: ScheduleMode) -> BatchItem {
+    let mut msg = NewMessage::payload("s", id, Duration::from_millis(delay_ms));
+    msg.id = MessageId::parse(id).unwrap();
+    msg.due = Due::In(Duration::from_millis(delay_ms));
+    msg.priority = priority;
+    BatchItem {
+        msg,
+        mode,
+        inbox_entry: None,
+    }
+}
+
+struct Stores {
+    compact: Store,
+    hash: Store,
+}
+
+impl Stores {
+    fn of(&self, compact: bool) -> &Store {
+        if compact { &self.compact } else { &self.hash }
+    }
+}
+
+/// Scheduled answers' due times, or a failure naming the message.
+fn due_of(id: &str, answer: Scheduled) -> Result<u64, TestCaseError> {
+    match answer {
+        Scheduled::Scheduled { due_ms, .. } | Scheduled::Replaced { due_ms, .. } => Ok(due_ms),
+        other => Err(TestCaseError::fail(format!("{id}: {other:?}"))),
+    }
+}
+
+async fn round_trip(
+    stores: &Stores,
+    bare: &Bare,
+    case: Case,
+    batch: usize,
+) -> Result<(), TestCaseError> {
+    let ids: Vec<String> = case
+        .iter()
+        .enumerate()
+        .map(|(i, m)| format!("{}{i}", m.0))
+        .collect();
+    // Pushed in runs of one layout, in the case's order.
+    let mut expected: HashMap<String, (u64, u8)> = HashMap::new();
+    let mut i = 0;
+    while i < case.len() {
+        let compact = case[i].3;
+        let mut run = Vec::new();
+        while i < case.len() && case[i].3 == compact {
+            run.push(item(&ids[i], case[i].1, case[i].2, ScheduleMode::New));
+            i += 1;
+        }
+        let answers = stores.of(compact).schedule_many(&run, DAY, None).await;
+        for (item, answer) in run.iter().zip(answers) {
+            let id = item.msg.id.as_str();
+            let due = due_of(id, answer.unwrap())?;
+            expected.insert(id.to_owned(), (due, item.msg.priority));
+        }
+    }
+    for (m, id) in case.iter().zip(&ids) {
+        let store = stores.of(m.5);
+        let message_id = MessageId::parse(id).unwrap();
+        match &m.4 {
+            Fate::Stays => {}
+            Fate::Cancelled => {
+                prop_assert_eq!(
+                    store.cancel(&message_id, DAY).await.unwrap(),
+                    Cancelled::Cancelled
+                );
+                expected.remove(id);
+            }
+            Fate::Rescheduled(delay) => {
+                let due = Due::In(Duration::from_millis(*delay));
+                match store.reschedule(&message_id, due, DAY).await.unwrap() {
+                    Rescheduled::Rescheduled { due_ms } => {
+                        expected.get_mut(id).unwrap().0 = due_ms;
+                    }
+                    other => return Err(TestCaseError::fail(format!("{id}: {other:?}"))),
+                }
+            }
+            Fate::Replaced(delay, priority) => {
+                let again = [item(id, *delay, *priority, ScheduleMode::Replace)];
+                let answer = store.schedule_many(&again, DAY, None).await.remove(0);
+                let due = due_of(id, answer.unwrap())?;
+                expected.insert(id.clone(), (due, *priority));
+            }
+        }
+    }
+
+    // Every message is found as it now stands, and counted.
+    for id in &ids {
+        let status = stores.hash.get(&MessageId::parse(id).unwrap()).await.unwrap();
+        match (expected.get(id), status) {
+            (Some(&(due, priority)), Status::Scheduled(m)) => {
+                prop_assert_eq!((m.due_ms, m.priority), (due, priority), "{}", id);
+                let payload = m.fields.iter().find(|(k, _)| k == "payload");
+                prop_assert_eq!(payload.map(|(_, v)| v.as_str()), Some(id.as_str()), "{}", id);
+            }
+            (None, Status::Done(record)) => {
+                prop_assert_eq!(record.state, RecordState::Cancelled, "{}", id)
+            }
+            (want, status) => {
+                return Err(TestCaseError::fail(format!("{id}: {status:?}, want {want:?}")));
+            }
+        }
+    }
+    let store = &stores.compact;
+    prop_assert_eq!(
+        store.pending_per_shard().await.unwrap(),
+        vec![expected.len() as u64]
+    );
+    let per_stream = store.pending_per_stream(usize::MAX).await.unwrap();
+    prop_assert_eq!(
+        per_stream.per_stream.get("s").copied().unwrap_or(0),
+        expected.len() as u64
+    );
+    let mut conn = bare.redis.client();
+    assert_buckets_bounded(&mut conn, store);
+
+    // Forwarded exactly once, in order of due time, then priority.
+    let options = ForwardOptions {
+        batch_size: batch,
+        ..bare.config.forward_options()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut moved = 0;
+    while moved < expected.len() as u64 {
+        prop_assert!(Instant::now() < deadline, "{} of {} forwarded", moved, expected.len());
+        let forwarded = store.forward(0, 1, &options).await.unwrap();
+        moved += forwarded.moved();
+        if forwarded.moved() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    let written: Vec<String> = entries(&mut conn, "s")
+        .into_iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    prop_assert_eq!(written.len(), expected.len());
+    let mut last = 0;
+    for id in &written {
+        let Some(&(due, priority)) = expected.get(id) else {
+            return Err(TestCaseError::fail(format!("{id} delivered, never expected")));
+        };
+        let score = due * 10 + 9 - u64::from(priority);
+        prop_assert!(score >= last, "{} out of order", id);
+        last = score;
+    }
+    let distinct: std::collections::HashSet<&String> = written.iter().collect();
+    prop_assert_eq!(distinct.len(), written.len(), "a message delivered twice");
+    assert_nothing_pending(&mut conn, store);
+    Ok(())
+}
+
+/// Every compact bucket of shard 0 holds at most 128 messages, in listpack-sized
+/// index buckets.
+fn assert_buckets_bounded(conn: &mut redis::Connection, store: &Store) {
+    let k = store.keys().shard(0);
+    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(format!("{}:q", k.due))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    for floor in floors {
+        let mut key = format!("{}:q:", k.due).into_bytes();
+        key.extend_from_slice(&floor);
+        let len: u64 = redis::cmd("LLEN").arg(&key).query(conn).unwrap();
+        assert!((1..=128).contains(&len), "a bucket of {len}");
+    }
+}
+
+/// Shard 0 keeps no trace of a pending message.
+fn assert_nothing_pending(conn: &mut redis::Connection, store: &Store) {
+    let k = store.keys().shard(0);
+    for key in [
+        k.due.clone(),
+        k.bodies.clone(),
+        format!("{}:q", k.due),
+        format!("{}:ix", k.bodies),
+    ] {
+        let exists: bool = redis::cmd("EXISTS").arg(&key).query(conn).unwrap();
+        assert!(!exists, "{key} is left");
+    }
+}
+
+async fn stores_on(bare: &Bare) -> Stores {
+    let url = bare.redis.url();
+    let connect = |layout: &str| {
+        let config = config(
+            &url,
+            &format!("[redis]\nshards = 1\n[pending]\nlayout = \"{layout}\"\n"),
+        );
+        async move { Store::connect(&config.store_config()).await.unwrap() }
+    };
+    Stores {
+        compact: connect("compact").await,
+        hash: connect("hash").await,
+    }
+}
+
+#[test]
+fn any_mix_of_layouts_and_changes_is_forwarded_once_in_due_order() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bare = runtime.block_on(Bare::start("[redis]\nshards = 1\n"));
+    assert_eq!(bare.config.pending.layout, PendingLayout::Compact);
+    let stores = runtime.block_on(stores_on(&bare));
+    let mut runner = TestRunner::new(ProptestConfig {
+        cases: 16,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&cases(), |(case, batch)| {
+            runtime.block_on(async {
+                let () = redis::cmd("FLUSHALL")
+                    .query(&mut bare.redis.client())
+                    .unwrap();
+                round_trip(&stores, &bare, case, batch).await
+            })
+        })
+        .unwrap();
+}
+
+/// 3000 messages due in the same ms, pushed in an order unlike their ids': each is
+/// found, cancelled or rescheduled by id among buckets that all start at that time,
+/// and the rest forwarded once, in due order.
+#[tokio::test]
+async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let crowd_ms = SystemTimeMs::now() + 3_000;
+    let due = Due::At(crowd_ms);
+    let ids: Vec<String> = (0..3000u32)
+        .map(|i| format!("c{}", i.wrapping_mul(2_654_435_761) % 100_000))
+        .collect();
+    let items: Vec<BatchItem> = ids
+        .iter()
+        .map(|id| {
+            let mut it = item(id, 0, 0, ScheduleMode::New);
+            it.msg.due = due;
+            it
+        })
+        .collect();
+    for answer in store.schedule_many(&items, DAY, None).await {
+        assert!(matches!(answer, Ok(Scheduled::Scheduled { .. })), "{answer:?}");
+    }
+    let mut conn = bare.redis.client();
+    assert_buckets_bounded(&mut conn, store);
+    let mut dues: HashMap<String, u64> = HashMap::new();
+    for (n, id) in ids.iter().enumerate() {
+        let message_id = MessageId::parse(id).unwrap();
+        match n % 10 {
+            0 => assert_eq!(
+                store.cancel(&message_id, DAY).await.unwrap(),
+                Cancelled::Cancelled
+            ),
+            1 => match store
+                .reschedule(&message_id, Due::In(Duration::ZERO), DAY)
+                .await
+                .unwrap()
+            {
+                Rescheduled::Rescheduled { due_ms } => {
+                    dues.insert(id.clone(), due_ms);
+                }
+                other => panic!("{id}: {other:?}"),
+            },
+            _ => {
+                assert!(matches!(
+                    store.get(&message_id).await.unwrap(),
+                    Status::Scheduled(m) if m.due_ms == crowd_ms
+                ));
+                dues.insert(id.clone(), crowd_ms);
+            }
+        }
+    }
+    let options = bare.config.forward_options();
+    let mut moved = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while moved < 2700 {
+        assert!(Instant::now() < deadline, "{moved} of 2700 forwarded");
+        let batch = store.forward(0, 1, &options).await.unwrap();
+        moved += batch.moved();
+        if batch.moved() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let written = entries(&mut conn, "s");
+    assert_eq!(written.len(), 2700);
+    let mut last = 0;
+    for e in &written {
+        let id = e.get("delayq-id").unwrap();
+        let due = dues.remove(id).unwrap_or_else(|| panic!("{id} twice or never pushed"));
+        assert!(due >= last, "{id} out of order");
+        last = due;
+    }
+    assert!(dues.is_empty());
+    assert_nothing_pending(&mut conn, store);
+}
+
+struct SystemTimeMs;
+
+impl SystemTimeMs {
+    fn now() -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64
+    }
+}
