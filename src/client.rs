@@ -74,8 +74,8 @@ use crate::config::Config;
 use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, PendingLayout, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled, SentinelConfig,
-    Status, Store, StoreConfig, StoreError,
+    Cancelled, PendingLayout, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled,
+    SentinelConfig, Status, Store, StoreConfig, StoreError,
 };
 
 /// Why a client call failed.

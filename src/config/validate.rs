@@ -12,8 +12,8 @@ use std::time::Duration;
 use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending, RawRecords, RawRedis,
-    RawSentinel, RawStreams,
+    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending, RawRecords,
+    RawRedis, RawSentinel, RawStreams,
 };
 use super::{
     ApiConfig, Config, ConfigError, EtcdConfig, EtcdTls, ForwarderConfig, InboxConfig, LogConfig,

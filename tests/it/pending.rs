@@ -139,18 +139,29 @@ async fn round_trip(
 
     // Every message is found as it now stands, and counted.
     for id in &ids {
-        let status = stores.hash.get(&MessageId::parse(id).unwrap()).await.unwrap();
+        let status = stores
+            .hash
+            .get(&MessageId::parse(id).unwrap())
+            .await
+            .unwrap();
         match (expected.get(id), status) {
             (Some(&(due, priority)), Status::Scheduled(m)) => {
                 prop_assert_eq!((m.due_ms, m.priority), (due, priority), "{}", id);
                 let payload = m.fields.iter().find(|(k, _)| k == "payload");
-                prop_assert_eq!(payload.map(|(_, v)| v.as_str()), Some(id.as_str()), "{}", id);
+                prop_assert_eq!(
+                    payload.map(|(_, v)| v.as_str()),
+                    Some(id.as_str()),
+                    "{}",
+                    id
+                );
             }
             (None, Status::Done(record)) => {
                 prop_assert_eq!(record.state, RecordState::Cancelled, "{}", id)
             }
             (want, status) => {
-                return Err(TestCaseError::fail(format!("{id}: {status:?}, want {want:?}")));
+                return Err(TestCaseError::fail(format!(
+                    "{id}: {status:?}, want {want:?}"
+                )));
             }
         }
     }
@@ -175,7 +186,12 @@ async fn round_trip(
     let deadline = Instant::now() + Duration::from_secs(20);
     let mut moved = 0;
     while moved < expected.len() as u64 {
-        prop_assert!(Instant::now() < deadline, "{} of {} forwarded", moved, expected.len());
+        prop_assert!(
+            Instant::now() < deadline,
+            "{} of {} forwarded",
+            moved,
+            expected.len()
+        );
         let forwarded = store.forward(0, 1, &options).await.unwrap();
         moved += forwarded.moved();
         if forwarded.moved() == 0 {
@@ -190,7 +206,9 @@ async fn round_trip(
     let mut last = 0;
     for id in &written {
         let Some(&(due, priority)) = expected.get(id) else {
-            return Err(TestCaseError::fail(format!("{id} delivered, never expected")));
+            return Err(TestCaseError::fail(format!(
+                "{id} delivered, never expected"
+            )));
         };
         let score = due * 10 + 9 - u64::from(priority);
         prop_assert!(score >= last, "{} out of order", id);
@@ -292,7 +310,10 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
         })
         .collect();
     for answer in store.schedule_many(&items, DAY, None).await {
-        assert!(matches!(answer, Ok(Scheduled::Scheduled { .. })), "{answer:?}");
+        assert!(
+            matches!(answer, Ok(Scheduled::Scheduled { .. })),
+            "{answer:?}"
+        );
     }
     let mut conn = bare.redis.client();
     assert_buckets_bounded(&mut conn, store);
@@ -339,7 +360,9 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
     let mut last = 0;
     for e in &written {
         let id = e.get("delayq-id").unwrap();
-        let due = dues.remove(id).unwrap_or_else(|| panic!("{id} twice or never pushed"));
+        let due = dues
+            .remove(id)
+            .unwrap_or_else(|| panic!("{id} twice or never pushed"));
         assert!(due >= last, "{id} out of order");
         last = due;
     }
