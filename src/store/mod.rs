@@ -223,6 +223,14 @@ impl Store {
         }
     }
 
+    /// This store, writing scheduled messages in `layout` (every layout is read).
+    pub fn with_pending_layout(&self, layout: PendingLayout) -> Store {
+        Store {
+            pending_layout: layout,
+            ..self.clone()
+        }
+    }
+
     /// The master moves a pinned store was made after (see [`Store::pinned`]).
     pub fn pinned_to(&self) -> Option<u64> {
         self.conn.pin()

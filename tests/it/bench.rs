@@ -87,11 +87,14 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         Some(true)
     );
 
-    // One burst per records layout: the default, then hash.
+    // One burst with the default layouts, then one with the hash layouts of both
+    // records and pending messages.
     let burst = rows(&report, "delayq", "burst");
     assert_eq!(burst.len(), 2);
     assert_eq!(burst[0].get("records_layout"), None, "{}", burst[0]);
+    assert_eq!(burst[0].get("pending_layout"), None, "{}", burst[0]);
     assert_eq!(burst[1]["records_layout"], "hash", "{}", burst[1]);
+    assert_eq!(burst[1]["pending_layout"], "hash", "{}", burst[1]);
     for b in &burst {
         check_delivered(b);
         check_lateness(b);

@@ -440,9 +440,9 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         for &n in &plan.bursts {
             progress(&format!("run {run}: delayq burst {n}"));
             add(bench.burst(n, None).await?);
-            // The other records layout, for the frontier of memory against speed.
+            // The other layouts, for the frontier of memory against speed.
             progress(&format!(
-                "run {run}: delayq burst {n}, records.layout = hash"
+                "run {run}: delayq burst {n}, records.layout = pending.layout = hash"
             ));
             add(bench.burst(n, Some("hash")).await?);
             if plan.ceiling {

@@ -158,6 +158,23 @@ pub struct Burst {
     /// `records.layout` when not the default (compact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records_layout: Option<String>,
+    /// `pending.layout` when not the default (compact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_layout: Option<String>,
+}
+
+impl Burst {
+    /// "records.layout = …, pending.layout = …" for the layouts not the default.
+    pub fn layouts(&self) -> Option<String> {
+        let set: Vec<String> = [
+            ("records", &self.records_layout),
+            ("pending", &self.pending_layout),
+        ]
+        .into_iter()
+        .filter_map(|(what, layout)| layout.as_ref().map(|l| format!("{what}.layout = {l}")))
+        .collect();
+        (!set.is_empty()).then(|| set.join(", "))
+    }
 }
 
 /// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
@@ -319,7 +336,7 @@ impl Figures {
                 b.lateness_ms.as_ref(),
                 Some(b.bytes_per_pending_message),
                 Some(b.bytes_per_record).filter(|&r| r != 0),
-                b.records_layout.as_deref(),
+                b.layouts(),
             ),
             Figures::Ceiling(Ceiling::Burst(c)) => (&c.measured, None, None, None, None),
             Figures::Bullmq(Bullmq::Burst(p)) => (
@@ -337,7 +354,7 @@ impl Figures {
             lateness,
             bytes_per_pending_message: bytes,
             bytes_per_record: record,
-            records_layout: layout,
+            layouts: layout,
         })
     }
 
@@ -382,8 +399,8 @@ pub struct BurstView<'a> {
     pub bytes_per_pending_message: Option<i64>,
     /// delayq's alone (BullMQ's completed jobs are not comparable records).
     pub bytes_per_record: Option<i64>,
-    /// delayq's `records.layout` when not the default.
-    pub records_layout: Option<&'a str>,
+    /// delayq's layouts when not the defaults (see [`Burst::layouts`]).
+    pub layouts: Option<String>,
 }
 
 /// What the spread table shows of any system's spread.

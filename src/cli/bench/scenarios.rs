@@ -18,7 +18,7 @@ use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_
 use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
 use crate::harness::DelayqProcess;
 use crate::message::{Due, MessageId, NewMessage};
-use crate::store::{BatchItem, ScheduleMode, Scheduled};
+use crate::store::{BatchItem, PendingLayout, ScheduleMode, Scheduled, Store};
 
 /// How long after it is sent a spread message falls due.
 pub const SPREAD_DELAY: Duration = Duration::from_millis(500);
@@ -59,12 +59,24 @@ impl Bench {
         n: u64,
         due: Due,
     ) -> anyhow::Result<(Vec<u64>, f64)> {
+        self.load_with(&self.store, stream, prefix, n, due).await
+    }
+
+    /// `load` through `store` (e.g. one that writes another pending layout).
+    pub(super) async fn load_with(
+        &self,
+        store: &Store,
+        stream: &str,
+        prefix: &str,
+        n: u64,
+        due: Due,
+    ) -> anyhow::Result<(Vec<u64>, f64)> {
         let started = Instant::now();
         let max_delay = self.config.api.limits.max_delay;
         let mut dues = vec![0u64; n as usize];
         let mut results = futures::stream::iter((0..n).step_by(LOAD_BATCH as usize))
             .map(|first| {
-                let store = self.store.clone();
+                let store = store.clone();
                 let items: Vec<BatchItem> = (first..(first + LOAD_BATCH).min(n))
                     .map(|i| BatchItem {
                         msg: self.message(stream, format!("{prefix}{i}"), due),
@@ -169,9 +181,9 @@ impl Bench {
     }
 
     /// Burst: n messages due at one instant, all scheduled before the daemon starts,
-    /// so what is measured is a pure drain. `records_layout`: the daemon's
-    /// `records.layout` if not its default.
-    pub async fn burst(&self, n: u64, records_layout: Option<&str>) -> anyhow::Result<Figures> {
+    /// so what is measured is a pure drain. `layout`: the daemon's `records.layout`
+    /// and `pending.layout` (the messages are stored in it too) if not the defaults.
+    pub async fn burst(&self, n: u64, layout: Option<&str>) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
@@ -179,7 +191,13 @@ impl Bench {
         // load leaves the last messages due when they were scheduled instead, and
         // `due_spread_ms` says so.
         let due_at = self.store.now_ms().await? + 2000 + n / 20;
-        let (dues, load_rate) = self.load(BURST_STREAM, "m", n, Due::At(due_at)).await?;
+        let store = match layout {
+            Some("hash") => self.store.with_pending_layout(PendingLayout::Hash),
+            _ => self.store.clone(),
+        };
+        let (dues, load_rate) = self
+            .load_with(&store, BURST_STREAM, "m", n, Due::At(due_at))
+            .await?;
         let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
         let (first_due, last_due) = (
             dues.iter().min().copied().unwrap_or(0),
@@ -188,8 +206,11 @@ impl Bench {
         self.wait_for_redis_time(last_due).await?;
 
         let load = measure::load_average();
-        let config = match records_layout {
-            Some(layout) => format!("{}[records]\nlayout = \"{layout}\"\n", self.delayq_config),
+        let config = match layout {
+            Some(layout) => format!(
+                "{}[records]\nlayout = \"{layout}\"\n[pending]\nlayout = \"{layout}\"\n",
+                self.delayq_config
+            ),
             None => self.delayq_config.clone(),
         };
         let run = self.start_metered("bench-burst", &config).await?;
@@ -211,7 +232,8 @@ impl Bench {
             lateness_ms: summary(&tally.lateness),
             bytes_per_pending_message: bytes_per_pending.round() as i64,
             bytes_per_record: bytes_per_record.round() as i64,
-            records_layout: records_layout.map(str::to_owned),
+            records_layout: layout.map(str::to_owned),
+            pending_layout: layout.map(str::to_owned),
         })
         .into())
     }

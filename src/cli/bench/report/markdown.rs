@@ -188,8 +188,8 @@ pub fn markdown(report: &Report) -> String {
                 })
         };
         Some(vec![
-            match b.records_layout {
-                Some(layout) => format!("{} (records.layout = {layout})", b.system),
+            match &b.layouts {
+                Some(layouts) => format!("{} ({layouts})", b.system),
                 None => b.system.to_owned(),
             },
             m.messages.cell(),

@@ -95,11 +95,9 @@ fn backlog_spreads(d: &Delayq) -> Option<&Spread> {
     }
 }
 
-/// ", records.layout = …" for a burst drained with a records layout not the default.
+/// ", records.layout = …" for a burst drained with layouts not the defaults.
 fn layout_note(b: &Burst) -> String {
-    b.records_layout
-        .as_ref()
-        .map_or(String::new(), |l| format!(", records.layout = {l}"))
+    b.layouts().map_or(String::new(), |l| format!(", {l}"))
 }
 
 /// The throughput of the burst of `messages` that `system` drained in `run`.
@@ -310,8 +308,8 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
     let mut checks = Vec::new();
     for (run, d) in delayq(rows, Some) {
         let (bytes, size) = match d {
-            // The records layout does not change what a pending message costs.
-            Delayq::Burst(b) if b.records_layout.is_none() => {
+            // The records layout alone does not change what a pending message costs.
+            Delayq::Burst(b) if b.records_layout.is_none() || b.pending_layout.is_some() => {
                 (b.bytes_per_pending_message, b.measured.messages)
             }
             Delayq::BacklogSpread(s) if Some(s.rate_per_sec) == first_backlog_rate => {
@@ -323,8 +321,12 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
             _ => continue,
         };
         let b = bytes as f64;
+        let note = match d {
+            Delayq::Burst(burst) => layout_note(burst),
+            _ => String::new(),
+        };
         checks.push((
-            format!("{b} B ({} {size}, run {run})", d.scenario()),
+            format!("{b} B ({} {size}{note}, run {run})", d.scenario()),
             b <= 200.0,
         ));
     }
