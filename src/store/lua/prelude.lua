@@ -711,8 +711,38 @@ end
 
 -- Stores one message (not yet in the compact layout) in its bucket, splitting a bucket
 -- that grows past PENDING_BUCKET in two. The index is the caller's (index_put).
+-- Splits a bucket list that has grown to len past PENDING_BUCKET: its second half
+-- becomes a bucket of its own (and P.tail, if the list was the tail's).
+local function bucket_split(P, list, len)
+  if len <= PENDING_BUCKET then return end
+  local half = math.floor(len / 2)
+  local moving = redis.call('LRANGE', list, half, -1)
+  local second = string.sub(moving[1], 1, 7) .. elem_id(moving[1])
+  redis.call('ZADD', P.q, 0, second)
+  chunked({ 'RPUSH', bucket_key(P, second) }, moving)
+  redis.call('LTRIM', list, 0, half - 1)
+  local tail = P.tail
+  if tail and tail.list == list then tail.list = bucket_key(P, second) end
+end
+
+-- Whether (score, id) sorts before (score2, id2).
+local function key_before(score, id, score2, id2)
+  if score ~= score2 then return score < score2 end
+  return id_less(id, id2)
+end
+
 local function bucket_insert(P, score, id, body)
   local elem = make_elem(score, id, body)
+  -- Messages that come in order (a batch due at one time, or later and later) go to
+  -- the end of the last bucket, which P.tail remembers within a call: its list and
+  -- the (score, id) of its last message. Anything that takes a message out of a
+  -- bucket forgets it (bucket_remove, buckets_consume).
+  local tail = P.tail
+  if tail and key_before(tail.score, tail.id, score, id) then
+    tail.score, tail.id = score, id
+    bucket_split(P, tail.list, redis.call('RPUSH', tail.list, elem))
+    return
+  end
   local floor = bucket_of(P, score, id)
   if not floor then
     -- Before every bucket: the first one starts here now, or it is the first.
@@ -721,6 +751,7 @@ local function bucket_insert(P, score, id, body)
     if first then
       redis.call('RENAME', bucket_key(P, first), bucket_key(P, new))
       redis.call('ZREM', P.q, first)
+      P.tail = nil
     end
     redis.call('ZADD', P.q, 0, new)
     floor = new
@@ -730,18 +761,14 @@ local function bucket_insert(P, score, id, body)
   local len
   if not last or elem_before(last, score, id) then
     len = redis.call('RPUSH', key, elem)
+    if not P.tail and redis.call('ZRANGE', P.q, -1, -1)[1] == floor then
+      P.tail = { list = key, score = score, id = id }
+    end
   else
     local pivot = redis.call('LINDEX', key, bucket_search(key, score, id))
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
   end
-  if len > PENDING_BUCKET then
-    local half = math.floor(len / 2)
-    local moving = redis.call('LRANGE', key, half, -1)
-    local second = string.sub(moving[1], 1, 7) .. elem_id(moving[1])
-    redis.call('ZADD', P.q, 0, second)
-    chunked({ 'RPUSH', bucket_key(P, second) }, moving)
-    redis.call('LTRIM', key, 0, half - 1)
-  end
+  bucket_split(P, key, len)
 end
 
 -- Where id's element is, given its score: the bucket's floor and key and the element;
@@ -757,6 +784,7 @@ end
 
 -- Takes an element out of its bucket (and the bucket out of D:q once empty).
 local function bucket_remove(P, name, key, elem)
+  P.tail = nil
   redis.call('LREM', key, 1, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
@@ -851,6 +879,7 @@ end
 -- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
 -- the caller used), and their ids out of the index.
 local function buckets_consume(P, taken, names, ids)
+  P.tail = nil
   for key, count in pairs(taken) do
     if redis.call('LLEN', key) <= count then
       redis.call('DEL', key)
