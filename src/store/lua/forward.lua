@@ -238,7 +238,7 @@ for i, id in ipairs(ids) do
   if body and not from_held[id] then
     stream = body_stream(body)
     if not stream then
-      msg, why = decode_body(body)
+      msg, why = decode_body(body, in_bucket[id] and due_scores[id])
       stream = msg and msg.stream
     end
   end
@@ -247,7 +247,7 @@ for i, id in ipairs(ids) do
   else
     if sent >= batch then break end
     sent = sent + 1
-    if body and not msg and not why then msg, why = decode_body(body) end
+    if body and not msg and not why then msg, why = decode_body(body, in_bucket[id] and due_scores[id]) end
     local is_expired = msg and msg.expire_at > 0 and now > msg.expire_at
     local rec, stop
     if not body then
@@ -310,7 +310,7 @@ local function keep_bodies(list)
   for _, id in ipairs(list) do
     if in_bucket[id] then
       args[#args + 1] = id
-      args[#args + 1] = bucket_body[id]
+      args[#args + 1] = full_body(bucket_body[id], due_scores[id])
     end
   end
   chunked({ 'HSET', KEYS[2] }, args)

@@ -103,12 +103,15 @@ end
 
 -- A body as a message table with the schema's names, or nil and a reason when it
 -- cannot be read. This runs once per forwarded message: the schema's one table
--- constructor names the elements, cheaper than any loop over them.
-local function decode_body(raw)
+-- constructor names the elements, cheaper than any loop over them. score: the
+-- message's score, for a body of the compact pending layout, which leaves its due
+-- time out (written as false; see compact_body).
+local function decode_body(raw, score)
   local ok, b = pcall(cmsgpack.unpack, raw)
   if not ok then return nil, 'undecodable body' end
   if type(b) ~= 'table' then return nil, 'malformed body' end
   local msg = body_fields(b)
+  if score and msg.due == false then msg.due = math.floor(score / 10) end
   local fields = msg.fields
   if msg.format ~= BODY_FORMAT or type(msg.stream) ~= 'string' or type(fields) ~= 'table'
       or type(msg.due) ~= 'number' or #fields == 0 or #fields % 2 ~= 0 then
@@ -181,6 +184,24 @@ local function encode_body(msg)
   return cmsgpack.pack(body)
 end
 
+-- A message table as the compact pending layout stores it: its due time left out
+-- (false; 8 bytes less), as the element's score says it.
+local function compact_body(msg)
+  local due = msg.due
+  msg.due = nil
+  local raw = encode_body(msg)
+  msg.due = due
+  return raw
+end
+
+-- A body of the compact pending layout (score: the message's) as the bodies hash
+-- keeps it, with its due time; one that cannot be read stays as it is.
+local function full_body(raw, score)
+  local msg = decode_body(raw, score)
+  if not msg then return raw end
+  return encode_body(msg)
+end
+
 -- A message table as a script answers it: the schema's fields after the format, in
 -- order, each one not set as false (nil to the caller). StoredMessage::from_values reads it.
 local function body_values(msg)
@@ -196,7 +217,7 @@ end
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
 -- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
 -- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
--- message as it will be stored (the schema's names; new_body sets the rest), and the
+-- message as it will be stored (the schema's names; new_msg sets the rest), and the
 -- index after it.
 local function read_new_message(argv, i)
   local n = tonumber(argv[i + 6])
@@ -561,7 +582,8 @@ end
 --              Redis orders floors (bytewise) as messages are ordered; a bucket holds
 --              the messages from its floor up to, not including, the next floor
 --   D:q:<floor> list, the bucket's messages in (score, id) order, each one
---              score (7 bytes, big-endian) .. char(#id) .. id .. body
+--              score (7 bytes, big-endian) .. char(#id) .. id .. body, the body's due
+--              time left out (compact_body; the score has it)
 --   B:ix       string "k s n": the index's linear hashing (2^k + s buckets, split like
 --              the records' buckets) and n, the messages in the compact layout
 --   B:ix:<b>   hash, id -> score, small enough for Redis's listpack encoding
@@ -789,7 +811,8 @@ local function bucket_remove(P, name, key, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
 
--- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
+-- Where a scheduled id is: { layout = 'compact', score, body (with its due time, as
+-- the hash layout keeps it), name, key, elem }
 -- | { layout = 'hash', score (nil while held), body (nil: scheduled without one) } | nil.
 local function pending_find(P, id)
   local score = index_get(P, id)
@@ -797,7 +820,8 @@ local function pending_find(P, id)
     local name, key, elem = bucket_find(P, id, score)
     if not name then error('pending index names ' .. id .. ' at ' .. score .. ' but no bucket has it') end
     local _, _, body = elem_parts(elem)
-    return { layout = 'compact', score = score, body = body, name = name, key = key, elem = elem }
+    return { layout = 'compact', score = score, body = full_body(body, score), name = name, key = key,
+      elem = elem }
   end
   if not P.hashed then return nil end
   local due = redis.call('ZSCORE', P.due, id)
@@ -818,13 +842,14 @@ local function pending_remove(P, id, where)
   end
 end
 
--- Stores messages (none of them pending) in the layout named: ids[i], scores[i], bodies[i].
-local function pending_add(P, layout, ids, scores, bodies)
+-- Stores messages (none of them pending) in the layout named: ids[i], scores[i],
+-- msgs[i] (message tables, the schema's names).
+local function pending_add(P, layout, ids, scores, msgs)
   if #ids == 0 then return end
   if layout == 'hash' then
     local b, z = {}, {}
     for i, id in ipairs(ids) do
-      b[2 * i - 1], b[2 * i] = id, bodies[i]
+      b[2 * i - 1], b[2 * i] = id, encode_body(msgs[i])
       z[2 * i - 1], z[2 * i] = scores[i], id
     end
     chunked({ 'HSET', P.bodies }, b)
@@ -832,7 +857,7 @@ local function pending_add(P, layout, ids, scores, bodies)
     P.hashed = true
     return
   end
-  for i, id in ipairs(ids) do bucket_insert(P, scores[i], id, bodies[i]) end
+  for i, id in ipairs(ids) do bucket_insert(P, scores[i], id, compact_body(msgs[i])) end
   index_put(P, ids, scores)
 end
 
@@ -931,11 +956,11 @@ local function admit(keys, id, replace)
   return status, nil, nil, rec ~= false, held_in, where
 end
 
--- A new message's body: msg (as read_new_message gives it) due at due, attempt 1, created
+-- A new message: msg (as read_new_message gives it) due at due, attempt 1, created
 -- now; a ttl (ms, 0 = none) counts from the due time.
-local function new_body(msg, ttl, due, now)
+local function new_msg(msg, ttl, due, now)
   local expire_at = 0
   if ttl > 0 then expire_at = due + ttl end
   msg.due, msg.created, msg.attempt, msg.expire_at = due, now, 1, expire_at
-  return encode_body(msg)
+  return msg
 end

@@ -111,10 +111,10 @@ local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with c
 -- Priority and the expiry time (due + ttl) come from the delivery record; a redelivery
 -- due past its expiry is dead-lettered as expired by the forward, like any message.
 -- The creation time is the redelivery's.
-local body = encode_body({ stream = stream, fields = fields, due = due, priority = priority, created = now,
-  attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why })
+local msg = { stream = stream, fields = fields, due = due, priority = priority, created = now,
+  attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why }
 local score = score_of(due, priority)
-pending_add(P, ARGV[17], { id }, { score }, { body })
+pending_add(P, ARGV[17], { id }, { score }, { msg })
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
 if pending_first(P) == score then redis.call('PUBLISH', ARGV[16], KEYS[1]) end

@@ -34,7 +34,7 @@ if pending_find(P, id) then return { 'scheduled' } end
 -- A replay starts over: attempt 1, with the full allowance of attempts.
 local now = now_ms()
 local score = score_of(now, 0)
-pending_add(P, ARGV[8], { id }, { score }, { new_body({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now) })
+pending_add(P, ARGV[8], { id }, { score }, { new_msg({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now) })
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)
 if pending_first(P) == score then redis.call('PUBLISH', ARGV[7], KEYS[1]) end

@@ -35,6 +35,6 @@ msg.due = due
 pending_remove(P, id, where)
 unhold(KEYS[5], msg.stream, id) -- a held message is scheduled again, at its new time
 local score = score_of(due, msg.priority)
-pending_add(P, ARGV[7], { id }, { score }, { encode_body(msg) })
+pending_add(P, ARGV[7], { id }, { score }, { msg })
 if pending_first(P) == score then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
 return { 'rescheduled', due }

@@ -42,7 +42,7 @@ end
 -- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
 -- repeated id is a duplicate of its earlier self, or replaces it.
 local out, n_out, acks = {}, 0, {}
-local slot, order, slot_due, slot_score, slot_body, in_way, unholds, replaced = {}, {}, {}, {}, {}, {}, {}, {}
+local slot, order, slot_due, slot_score, slot_msg, in_way, unholds, replaced = {}, {}, {}, {}, {}, {}, {}, {}
 local i = 7
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
@@ -71,7 +71,7 @@ while i <= #ARGV do
         k = #order + 1
         order[k], slot[id] = id, k
       end
-      slot_due[k], slot_score[k], slot_body[k] = due, score_of(due, msg.priority), new_body(msg, ttl, due, now)
+      slot_due[k], slot_score[k], slot_msg[k] = due, score_of(due, msg.priority), new_msg(msg, ttl, due, now)
       at, state = due, ''
     end
   end
@@ -84,7 +84,7 @@ end
 for _, id in ipairs(in_way) do forget_record(KEYS[3], KEYS[4], id) end
 for _, r in ipairs(replaced) do pending_remove(P, r[1], r[2]) end
 for _, h in ipairs(unholds) do unhold(KEYS[6], h[1], h[2]) end
-pending_add(P, layout, order, slot_score, slot_body)
+pending_add(P, layout, order, slot_score, slot_msg)
 
 if inbox ~= '' then
   chunked({ 'XACK', inbox, group }, acks)
