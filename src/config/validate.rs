@@ -662,27 +662,18 @@ impl Raw {
         if trim_interval < Duration::from_millis(100) {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
         }
-        let records_layout = match records_layout.as_str() {
-            "compact" => RecordLayout::Compact,
-            "hash" => RecordLayout::Hash,
-            other => {
-                return Err(invalid(
-                    "records.layout",
-                    format!("{other:?}: must be \"compact\" or \"hash\""),
-                ));
-            }
-        };
-
-        let pending_layout = match pending_layout.as_str() {
-            "compact" => PendingLayout::Compact,
-            "hash" => PendingLayout::Hash,
-            other => {
-                return Err(invalid(
-                    "pending.layout",
-                    format!("{other:?}: must be \"compact\" or \"hash\""),
-                ));
-            }
-        };
+        let records_layout = layout(
+            "records.layout",
+            &records_layout,
+            RecordLayout::Compact,
+            RecordLayout::Hash,
+        )?;
+        let pending_layout = layout(
+            "pending.layout",
+            &pending_layout,
+            PendingLayout::Compact,
+            PendingLayout::Hash,
+        )?;
 
         let forwarder = ForwarderConfig {
             batch_size,
@@ -798,6 +789,18 @@ impl Raw {
             delivery,
             inbox,
         })
+    }
+}
+
+/// A `*.layout` setting: "compact" or "hash".
+fn layout<T>(key: &str, value: &str, compact: T, hash: T) -> Result<T, ConfigError> {
+    match value {
+        "compact" => Ok(compact),
+        "hash" => Ok(hash),
+        other => Err(invalid(
+            key,
+            format!("{other:?}: must be \"compact\" or \"hash\""),
+        )),
     }
 }
 

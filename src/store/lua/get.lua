@@ -11,7 +11,7 @@ local id = ARGV[1]
 local where = pending_find(pending_of(KEYS[1], KEYS[2]), id)
 local body = where and where.body
 if body then
-  local msg, why = decode_body(body)
+  local msg, why = decode_body(body, where.score)
   if not msg then return { 'corrupt', why } end
   return { 'scheduled', body_values(msg) }
 end

@@ -438,6 +438,35 @@ local function split_bucket(gen)
   if gen.s == m then gen.k, gen.s = gen.k + 1, 0 end
 end
 
+-- ids grouped by their bucket in a linear hashing (gen: { key, k, s }, as
+-- record_bucket reads it), buckets in the order first met; with values, each id is
+-- followed by values[i] (an HSET's field/value pairs).
+local function by_bucket(gen, ids, values)
+  local groups, order = {}, {}
+  for i, id in ipairs(ids) do
+    local key = record_bucket(gen, record_hash(id))
+    local list = groups[key]
+    if not list then
+      list = {}
+      groups[key] = list
+      order[#order + 1] = key
+    end
+    list[#list + 1] = id
+    if values then list[#list + 1] = values[i] end
+  end
+  return groups, order
+end
+
+-- Writes ids[i] -> values[i] into a linear hashing (gen, counting them in gen.n), one
+-- HSET per bucket: a call costs more than a field. The buckets split first, so that
+-- they have room: a bucket that once outgrows the listpack encoding would never go
+-- back to it.
+local function hash_into(gen, ids, values)
+  while gen.n + #ids > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
+  local groups, order = by_bucket(gen, ids, values)
+  for _, key in ipairs(order) do gen.n = gen.n + chunked({ 'HSET', key }, groups[key]) end
+end
+
 -- A records argument (what RecordLayout::script_arg writes): the retention in ms,
 -- prefixed by "hash:" for the hash layout. Returns the retention and the layout.
 local function records_policy(arg)
@@ -476,23 +505,9 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
       untl = now + span + retention }
     gens[#gens + 1] = gen
   end
-  -- Split first, so that the buckets have room for this call's records: a bucket that
-  -- once outgrows the listpack encoding would never go back to it.
-  while gen.n + #ids > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
-  -- One HSET per bucket: a call costs more than a field.
-  local by_bucket, order = {}, {}
-  for i, id in ipairs(ids) do
-    local key = record_bucket(gen, record_hash(id))
-    local pairs_of = by_bucket[key]
-    if not pairs_of then
-      pairs_of = {}
-      by_bucket[key] = pairs_of
-      order[#order + 1] = key
-    end
-    pairs_of[#pairs_of + 1] = id
-    pairs_of[#pairs_of + 1] = compact_record(parts[i], gen.start)
-  end
-  for _, key in ipairs(order) do gen.n = gen.n + chunked({ 'HSET', key }, by_bucket[key]) end
+  local recs = {}
+  for i = 1, #ids do recs[i] = compact_record(parts[i], gen.start) end
+  hash_into(gen, ids, recs)
   save_gen(records, gen)
 end
 
@@ -667,40 +682,15 @@ local function save_index(P)
   end
 end
 
--- Adds ids[i] -> scores[i] to the index (none of them in it yet); one HSET per bucket.
+-- Adds ids[i] -> scores[i] to the index (none of them in it yet).
 local function index_put(P, ids, scores)
-  local ix = P.ix
-  while ix.n + #ids > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
-  local by_bucket, order = {}, {}
-  for i, id in ipairs(ids) do
-    local key = record_bucket(ix, record_hash(id))
-    local list = by_bucket[key]
-    if not list then
-      list = {}
-      by_bucket[key] = list
-      order[#order + 1] = key
-    end
-    list[#list + 1] = id
-    list[#list + 1] = scores[i]
-  end
-  for _, key in ipairs(order) do ix.n = ix.n + chunked({ 'HSET', key }, by_bucket[key]) end
+  hash_into(P.ix, ids, scores)
   save_index(P)
 end
 
 local function index_del(P, ids)
-  local ix = P.ix
-  local by_bucket, order = {}, {}
-  for _, id in ipairs(ids) do
-    local key = record_bucket(ix, record_hash(id))
-    local list = by_bucket[key]
-    if not list then
-      list = {}
-      by_bucket[key] = list
-      order[#order + 1] = key
-    end
-    list[#list + 1] = id
-  end
-  for _, key in ipairs(order) do ix.n = ix.n - chunked({ 'HDEL', key }, by_bucket[key]) end
+  local groups, order = by_bucket(P.ix, ids)
+  for _, key in ipairs(order) do P.ix.n = P.ix.n - chunked({ 'HDEL', key }, groups[key]) end
   save_index(P)
 end
 
@@ -811,17 +801,18 @@ local function bucket_remove(P, name, key, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
 
--- Where a scheduled id is: { layout = 'compact', score, body (with its due time, as
--- the hash layout keeps it), name, key, elem }
+-- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
 -- | { layout = 'hash', score (nil while held), body (nil: scheduled without one) } | nil.
-local function pending_find(P, id)
-  local score = index_get(P, id)
+-- Read a body with decode_body(where.body, where.score): a compact one has no due time.
+-- indexed: the id's score in the index, or false, if the caller has asked it already.
+local function pending_find(P, id, indexed)
+  local score = indexed
+  if score == nil then score = index_get(P, id) end
   if score then
     local name, key, elem = bucket_find(P, id, score)
     if not name then error('pending index names ' .. id .. ' at ' .. score .. ' but no bucket has it') end
     local _, _, body = elem_parts(elem)
-    return { layout = 'compact', score = score, body = full_body(body, score), name = name, key = key,
-      elem = elem }
+    return { layout = 'compact', score = score, body = body, name = name, key = key, elem = elem }
   end
   if not P.hashed then return nil end
   local due = redis.call('ZSCORE', P.due, id)
@@ -928,7 +919,10 @@ end
 local function admit(keys, id, replace)
   local P = pending_of(keys[1], keys[2])
   local existing, held_in = nil, nil
-  local where = pending_find(P, id)
+  -- A duplicate in the compact layout is answered from the index alone.
+  local indexed = index_get(P, id) or false
+  if indexed and not replace then return 'duplicate', math.floor(indexed / 10), 'scheduled' end
+  local where = pending_find(P, id, indexed)
   if where then
     existing = where.score
     if not existing then

@@ -22,7 +22,7 @@ if not body then
   if rec then return { record_state(rec) } end
   return { 'unknown' }
 end
-local msg, why = decode_body(body)
+local msg, why = decode_body(body, where.score)
 if not msg then return redis.error_reply('CORRUPT message ' .. id .. ': ' .. why) end
 
 local now = now_ms()
