@@ -57,33 +57,47 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     )
     .await;
 
-    let (elector, leadership) = leadership::channel();
     let election = CancellationToken::new();
-    let election_task = match &config.etcd {
-        None => tokio::spawn(leadership::run_standalone(
-            store.clone(),
-            config.node_id.clone(),
-            api_addr.to_string(),
-            elector,
-            election.clone(),
-        )),
-        Some(etcd) => tokio::spawn(election::run(
-            etcd.clone(),
-            config.node_id.clone(),
-            api_addr.to_string(),
-            elector,
-            store.clone(),
-            election.clone(),
-        )),
-    };
-
     let work = CancellationToken::new();
-    let work_task = tokio::spawn(term::run_while_leading(
-        live_config.clone(),
-        store.clone(),
-        leadership.clone(),
-        work.clone(),
-    ));
+    let (leadership, groups, election_task, work_task) =
+        match (&config.etcd, config.election.per_shard) {
+            (Some(etcd), true) => start_groups(
+                &config,
+                etcd,
+                &store,
+                api_addr,
+                live_config.clone(),
+                &election,
+                &work,
+            ),
+            (etcd, _) => {
+                let (elector, leadership) = leadership::channel();
+                let election_task = match etcd {
+                    None => tokio::spawn(leadership::run_standalone(
+                        store.clone(),
+                        config.node_id.clone(),
+                        api_addr.to_string(),
+                        elector,
+                        election.clone(),
+                    )),
+                    Some(etcd) => tokio::spawn(election::run(
+                        etcd.clone(),
+                        config.node_id.clone(),
+                        api_addr.to_string(),
+                        elector,
+                        store.clone(),
+                        election.clone(),
+                    )),
+                };
+                let work_task = tokio::spawn(term::run_while_leading(
+                    live_config.clone(),
+                    store.clone(),
+                    leadership.clone(),
+                    work.clone(),
+                ));
+                (leadership, Vec::new(), election_task, work_task)
+            }
+        };
 
     // Every instance, leader or standby, schedules from the inbox.
     let inbox_task = tokio::spawn(inbox::run(live_config.clone(), store.clone(), work.clone()));
@@ -105,6 +119,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         live_config,
         store: store.clone(),
         leadership: leadership.clone(),
+        groups: groups.into(),
         health: health.clone(),
         metrics,
     });
@@ -131,6 +146,77 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         probe,
         probe_task,
     })
+}
+
+/// `election.mode = "per_shard"`: one election and one leader's term per group of
+/// shards, each term working on its group's shards only, the balancer that spreads
+/// the groups over the nodes, and the node's leadership merged from the groups'.
+/// Returns the merged leadership, the groups, and the tasks that end once every
+/// election (after `election`) and every term (after `work`) has stopped.
+fn start_groups(
+    config: &Config,
+    etcd: &crate::config::EtcdConfig,
+    store: &Store,
+    api_addr: SocketAddr,
+    live: tokio::sync::watch::Receiver<Arc<Config>>,
+    election: &CancellationToken,
+    work: &CancellationToken,
+) -> (
+    Leadership,
+    Vec<leadership::Group>,
+    JoinHandle<()>,
+    JoinHandle<()>,
+) {
+    let mut elections = tokio::task::JoinSet::new();
+    let mut terms = tokio::task::JoinSet::new();
+    let mut groups = Vec::new();
+    for group in 0..config.election.groups {
+        let shards = config.election.shards_of(group, config.redis.shards);
+        let (elector, leadership) = leadership::channel_for(Some(group));
+        let etcd = crate::config::EtcdConfig {
+            election_prefix: election::group_prefix(&etcd.election_prefix, group),
+            ..etcd.clone()
+        };
+        let owned = store.owning(shards.clone());
+        elections.spawn(election::run(
+            etcd,
+            config.node_id.clone(),
+            api_addr.to_string(),
+            elector,
+            owned.clone(),
+            election.clone(),
+        ));
+        terms.spawn(term::run_while_leading(
+            live.clone(),
+            owned,
+            leadership.clone(),
+            work.clone(),
+        ));
+        groups.push(leadership::Group {
+            group,
+            shards,
+            leadership,
+        });
+    }
+    elections.spawn(election::balance(
+        etcd.clone(),
+        config.node_id.clone(),
+        groups.clone(),
+        election.clone(),
+    ));
+    let (merged, merging) =
+        leadership::merge(config.node_id.clone(), api_addr.to_string(), &groups);
+    tokio::spawn(merging);
+    (
+        merged,
+        groups,
+        tokio::spawn(async move {
+            elections.join_all().await;
+        }),
+        tokio::spawn(async move {
+            terms.join_all().await;
+        }),
+    )
 }
 
 impl Daemon {

@@ -35,15 +35,18 @@ pub(crate) fn start(
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
-    let limiter = Arc::new(Limiter::new(config.forwarder.max_rate, Instant::now()));
-    let stream_limits = Arc::new(StreamLimits::new(&config.streams.max_rate, Instant::now()));
+    let limiter = Arc::new(Limiter::new(
+        config.election.rate_share(config.forwarder.max_rate),
+        Instant::now(),
+    ));
+    let stream_limits = Arc::new(StreamLimits::new(&stream_rates(&config), Instant::now()));
     let tasks = workers;
     tasks.spawn(dispatch_wakeups(
         store.clone(),
         wakers.clone(),
         cancel.clone(),
     ));
-    for shard in 0..store.shards() {
+    for shard in store.owned_shards() {
         // At 0 from the term's start, so that a rate() over it sees the first error.
         metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
         tasks.spawn(forward_shard(ForwardLoop {
@@ -64,13 +67,28 @@ pub(crate) fn start(
         term.clone(),
         config.records.trim_interval,
     ));
-    tasks.spawn(report_pending(
-        store.clone(),
-        limiter,
-        stream_limits,
-        cancel.clone(),
-    ));
-    tasks.spawn(report_pending_streams(store.clone(), cancel));
+    // The reports count every shard: one term of each node does them (with
+    // `election.mode = "per_shard"`, the one whose group holds shard 0).
+    if store.owns(0) {
+        tasks.spawn(report_pending(
+            store.clone(),
+            limiter,
+            stream_limits,
+            cancel.clone(),
+        ));
+        tasks.spawn(report_pending_streams(store.clone(), cancel));
+    }
+}
+
+/// `streams.max_rate`, each limit this term's share (see
+/// `ElectionConfig::rate_share`).
+fn stream_rates(config: &Config) -> Vec<(String, u64)> {
+    config
+        .streams
+        .max_rate
+        .iter()
+        .map(|(stream, rate)| (stream.clone(), config.election.rate_share(*rate)))
+        .collect()
 }
 
 /// Forward calls of draining shards in flight at once. The shard loops share one
@@ -120,10 +138,12 @@ async fn forward_shard(mut l: ForwardLoop) {
         if l.live.has_changed().unwrap_or(false) {
             let config = l.live.borrow_and_update().clone();
             l.options = Arc::new(config.forward_options());
-            l.limiter
-                .set_rate(config.forwarder.max_rate, Instant::now());
+            l.limiter.set_rate(
+                config.election.rate_share(config.forwarder.max_rate),
+                Instant::now(),
+            );
             l.stream_limits
-                .set_rates(&config.streams.max_rate, Instant::now());
+                .set_rates(&stream_rates(&config), Instant::now());
         }
         // Permits first, the turn after: a loop waiting for the rate holds no turn.
         let allowed = tokio::select! {
@@ -280,7 +300,7 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
             _ = term.ended() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        for shard in 0..store.shards() {
+        for shard in store.owned_shards() {
             loop {
                 if term.is_over() {
                     return;

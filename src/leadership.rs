@@ -93,10 +93,18 @@ pub struct Elector {
     pub role: watch::Sender<Role>,
     pub requests: mpsc::UnboundedReceiver<StepDown>,
     pub info: watch::Sender<LeaderInfo>,
+    /// The election group it elects for (`election.mode = "per_shard"`): its
+    /// metrics carry a `group` label.
+    pub group: Option<u16>,
 }
 
 /// A connected pair: the elector publishes, everyone else reads.
 pub fn channel() -> (Elector, Leadership) {
+    channel_for(None)
+}
+
+/// [`channel`] for one election group's elector.
+pub fn channel_for(group: Option<u16>) -> (Elector, Leadership) {
     let (role_tx, role_rx) = watch::channel(Role::Follower);
     let (req_tx, req_rx) = mpsc::unbounded_channel();
     let (info_tx, info_rx) = watch::channel(LeaderInfo::default());
@@ -105,6 +113,7 @@ pub fn channel() -> (Elector, Leadership) {
             role: role_tx,
             requests: req_rx,
             info: info_tx,
+            group,
         },
         Leadership {
             role: role_rx,
@@ -145,15 +154,42 @@ impl Elector {
         if old == role {
             return;
         }
+        let leads = if role.is_leader() { 1.0 } else { 0.0 };
         match &role {
             Role::Leader(term) => {
-                tracing::info!(epoch = term.epoch, reason, "leadership gained");
-                metrics::gauge!(crate::metrics::EPOCH).set(term.epoch as f64);
+                tracing::info!(
+                    epoch = term.epoch,
+                    group = self.group,
+                    reason,
+                    "leadership gained"
+                );
             }
-            Role::Follower => tracing::warn!(epoch = old.epoch(), reason, "leadership lost"),
+            Role::Follower => {
+                tracing::warn!(
+                    epoch = old.epoch(),
+                    group = self.group,
+                    reason,
+                    "leadership lost"
+                )
+            }
         }
-        metrics::gauge!(crate::metrics::IS_LEADER).set(if role.is_leader() { 1.0 } else { 0.0 });
-        metrics::counter!(crate::metrics::TRANSITIONS).increment(1);
+        match self.group {
+            None => {
+                if let Role::Leader(term) = &role {
+                    metrics::gauge!(crate::metrics::EPOCH).set(term.epoch as f64);
+                }
+                metrics::gauge!(crate::metrics::IS_LEADER).set(leads);
+                metrics::counter!(crate::metrics::TRANSITIONS).increment(1);
+            }
+            Some(group) => {
+                let group = group.to_string();
+                if let Role::Leader(term) = &role {
+                    metrics::gauge!(crate::metrics::GROUP_EPOCH, "group" => group.clone())
+                        .set(term.epoch as f64);
+                }
+                metrics::gauge!(crate::metrics::GROUP_LEADER, "group" => group).set(leads);
+            }
+        }
         self.role.send_replace(role);
     }
 }
@@ -228,4 +264,170 @@ pub async fn run_standalone(
         }
     }
     elector.set(Role::Follower, "shutting down");
+}
+
+/// One election group of `election.mode = "per_shard"`: its shards and who leads
+/// them.
+#[derive(Clone, Debug)]
+pub struct Group {
+    pub group: u16,
+    pub shards: Vec<u16>,
+    pub leadership: Leadership,
+}
+
+/// The node's leadership over its election groups as one [`Leadership`], for
+/// what speaks of the node as a whole (`/v1/leader`, `/readyz`, the service
+/// manager): it leads while it leads any group, with the highest epoch among
+/// them and since the earliest; etcd counts as reachable while every group's
+/// elector reached it; the leader named is this node while it leads a group, else
+/// group 0's. A step-down asked of it is asked of every group. The merging runs
+/// until every group's elector is gone.
+pub fn merge(
+    node_id: String,
+    address: String,
+    groups: &[Group],
+) -> (Leadership, impl std::future::Future<Output = ()> + use<>) {
+    let (mut elector, merged) = channel();
+    let sources: Vec<Leadership> = groups.iter().map(|g| g.leadership.clone()).collect();
+    let run = async move {
+        let mut roles: Vec<_> = sources.iter().map(Leadership::subscribe).collect();
+        let mut infos: Vec<_> = sources.iter().map(Leadership::info_updates).collect();
+        loop {
+            let (role, info) = merged_view(&node_id, &address, &roles, &infos);
+            elector.info.send_replace(info);
+            elector.set(role, "election groups changed");
+            let changes = roles
+                .iter_mut()
+                .map(|r| Box::pin(r.changed()) as Changed<'_>)
+                .chain(
+                    infos
+                        .iter_mut()
+                        .map(|i| Box::pin(i.changed()) as Changed<'_>),
+                );
+            tokio::select! {
+                (changed, _, _) = futures::future::select_all(changes) => if changed.is_err() { return },
+                request = elector.requests.recv() => match request {
+                    Some(request) => sources.iter().for_each(|s| s.step_down(request.clone())),
+                    None => return,
+                },
+            }
+        }
+    };
+    (merged, run)
+}
+
+/// A change of one of the watched values [`merge`] follows.
+type Changed<'a> = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), watch::error::RecvError>> + Send + 'a>,
+>;
+
+/// The merged role and details of [`merge`].
+fn merged_view(
+    node_id: &str,
+    address: &str,
+    roles: &[watch::Receiver<Role>],
+    infos: &[watch::Receiver<LeaderInfo>],
+) -> (Role, LeaderInfo) {
+    let terms: Vec<Term> = roles
+        .iter()
+        .filter_map(|r| match &*r.borrow() {
+            Role::Leader(term) => Some(term.clone()),
+            Role::Follower => None,
+        })
+        .collect();
+    let infos: Vec<LeaderInfo> = infos.iter().map(|i| i.borrow().clone()).collect();
+    let role = match terms.iter().map(|t| t.epoch).max() {
+        Some(epoch) => Role::Leader(Term {
+            epoch,
+            since: terms.iter().map(|t| t.since).min().expect("some term"),
+        }),
+        None => Role::Follower,
+    };
+    let first = infos.first().cloned().unwrap_or_default();
+    let leading = role.is_leader();
+    let info = LeaderInfo {
+        node_id: if leading {
+            Some(node_id.to_owned())
+        } else {
+            first.node_id
+        },
+        address: if leading {
+            Some(address.to_owned())
+        } else {
+            first.address
+        },
+        epoch: infos.iter().filter_map(|i| i.epoch).max(),
+        lease: None,
+        lease_deadline: infos.iter().filter_map(|i| i.lease_deadline).min(),
+        mode: first.mode,
+        etcd_reachable: infos
+            .iter()
+            .map(|i| i.etcd_reachable)
+            .reduce(|a, b| match (a, b) {
+                (Some(a), Some(b)) => Some(a && b),
+                _ => None,
+            })
+            .flatten(),
+    };
+    (role, info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leader(epoch: u64) -> Role {
+        Role::Leader(Term {
+            epoch,
+            since: SystemTime::UNIX_EPOCH + Duration::from_secs(epoch),
+        })
+    }
+
+    #[tokio::test]
+    async fn the_node_leads_while_it_leads_any_group_and_resigns_them_all() {
+        let (mut electors, groups): (Vec<Elector>, Vec<Group>) = (0..3)
+            .map(|g| {
+                let (elector, leadership) = channel_for(Some(g));
+                let group = Group {
+                    group: g,
+                    shards: vec![g],
+                    leadership,
+                };
+                (elector, group)
+            })
+            .unzip();
+        let (merged, run) = merge("me".into(), "127.0.0.1:1".into(), &groups);
+        let merging = tokio::spawn(run);
+        let mut roles = merged.subscribe();
+        assert_eq!(merged.current(), Role::Follower);
+
+        electors[1].set(leader(5), "won");
+        electors[2].set(leader(7), "won");
+        let role = roles
+            .wait_for(|r| r.epoch() == Some(7))
+            .await
+            .unwrap()
+            .clone();
+        // The highest epoch, since the earliest term.
+        assert_eq!(
+            role,
+            Role::Leader(Term {
+                epoch: 7,
+                since: SystemTime::UNIX_EPOCH + Duration::from_secs(5)
+            })
+        );
+        assert_eq!(merged.info().node_id.as_deref(), Some("me"));
+
+        merged.step_down(StepDown::Resign);
+        for elector in &mut electors {
+            assert_eq!(elector.requests.recv().await, Some(StepDown::Resign));
+        }
+        electors[1].set(Role::Follower, "resigned");
+        electors[2].set(Role::Follower, "resigned");
+        roles.wait_for(|r| !r.is_leader()).await.unwrap();
+
+        // The merging ends with the groups' electors.
+        drop(electors);
+        merging.await.unwrap();
+    }
 }

@@ -221,7 +221,9 @@ impl GroupSweep {
             .collect();
         metrics::gauge!(m::PENDING_TOO_LONG, "stream" => self.stream.clone(), "group" => self.group.clone())
             .set(ours.len() as f64);
-        for (entry, id) in ours {
+        // With `election.mode = "per_shard"`, each group's leader redelivers the
+        // entries of its own shards' messages.
+        for (entry, id) in ours.into_iter().filter(|(_, id)| store.owns_message(id)) {
             if cancel.is_cancelled() {
                 return Ok(());
             }

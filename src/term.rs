@@ -194,7 +194,7 @@ async fn serve(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
     }
     tracing::info!(
         epoch = term.epoch(),
-        shards = store.shards(),
+        shards = store.owned_shards().len(),
         "fences raised; forwarding"
     );
     let mut workers = JoinSet::new();

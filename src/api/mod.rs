@@ -37,6 +37,9 @@ pub struct AppState {
     pub live_config: tokio::sync::watch::Receiver<Arc<Config>>,
     pub store: Store,
     pub leadership: Leadership,
+    /// `election.mode = "per_shard"`: each election group and who leads it (empty
+    /// in the single-leader mode).
+    pub groups: Arc<[crate::leadership::Group]>,
     /// The Redis write probe's findings, for `/healthz` and `/readyz`.
     pub health: crate::health::Health,
     pub metrics: PrometheusHandle,

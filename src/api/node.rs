@@ -171,6 +171,25 @@ pub struct LeaderView {
     /// Lease time left while this instance leads (etcd mode).
     #[schema(required)]
     lease_left_ms: Option<u64>,
+    /// `election.mode = "per_shard"`: each election group, its shards and who leads
+    /// it (empty in the single-leader mode, where `leader` leads every shard).
+    groups: Vec<GroupView>,
+}
+
+/// One election group as this instance sees it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GroupView {
+    group: u16,
+    shards: Vec<u16>,
+    /// Whether this instance leads the group.
+    is_leader: bool,
+    /// This instance's epoch of the group while it leads it.
+    #[schema(required)]
+    epoch: Option<u64>,
+    leader: LeaderSeen,
+    /// Lease time left while this instance leads the group.
+    #[schema(required)]
+    lease_left_ms: Option<u64>,
 }
 
 /// The leader as this instance knows it.
@@ -215,6 +234,26 @@ pub async fn leader(State(state): State<AppState>) -> Json<LeaderView> {
         },
         epoch: role.epoch(),
         since_ms,
+        groups: state
+            .groups
+            .iter()
+            .map(|g| {
+                let info = g.leadership.info();
+                let role = g.leadership.current();
+                GroupView {
+                    group: g.group,
+                    shards: g.shards.clone(),
+                    is_leader: role.is_leader(),
+                    epoch: role.epoch(),
+                    lease_left_ms: info.lease_left().map(|d| d.as_millis() as u64),
+                    leader: LeaderSeen {
+                        node_id: info.node_id,
+                        address: info.address,
+                        epoch: info.epoch,
+                    },
+                }
+            })
+            .collect(),
     })
 }
 

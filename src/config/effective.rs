@@ -42,6 +42,14 @@ impl Config {
                 etcd.election_prefix.clone().into(),
             );
         }
+        if config.election.per_shard {
+            set_key(
+                &mut effective,
+                "election",
+                "groups",
+                i64::from(config.election.groups).into(),
+            );
+        }
         redact(&mut effective);
         plain_long_durations(&mut effective);
         Ok((config, effective))

@@ -14,6 +14,7 @@ const SECTIONS: &[&str] = &[
     "forwarder",
     "records",
     "pending",
+    "election",
     "log",
     "delivery",
     "inbox",

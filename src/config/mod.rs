@@ -58,6 +58,7 @@ pub struct Config {
     pub forwarder: ForwarderConfig,
     pub records: RecordsConfig,
     pub pending: PendingConfig,
+    pub election: ElectionConfig,
     pub log: LogConfig,
     pub delivery: DeliveryConfig,
     /// None: producers cannot schedule through the inbox stream.
@@ -201,6 +202,29 @@ pub struct RecordsConfig {
 pub struct PendingConfig {
     /// How scheduled messages are kept in Redis (see `store::PendingLayout`).
     pub layout: crate::store::PendingLayout,
+}
+
+/// Who moves which shards: one leader for all, or one per group of shards.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ElectionConfig {
+    /// Election groups: 1 in the single-leader mode; with `election.mode =
+    /// "per_shard"`, shard `s` belongs to group `s % groups`, and each group has an
+    /// election (and epochs) of its own.
+    pub groups: u16,
+    pub per_shard: bool,
+}
+
+impl ElectionConfig {
+    /// The shards of `group`, in order.
+    pub fn shards_of(&self, group: u16, shards: u16) -> Vec<u16> {
+        (0..shards).filter(|s| s % self.groups == group).collect()
+    }
+
+    /// One group leader's share of a rate limit (0: unlimited), so that the
+    /// groups' leaders together stay within it.
+    pub fn rate_share(&self, rate: u64) -> u64 {
+        rate.div_ceil(u64::from(self.groups))
+    }
 }
 
 /// Redelivery of entries consumer groups never acknowledged.

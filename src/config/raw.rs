@@ -17,6 +17,7 @@ pub(super) struct Raw {
     pub(super) forwarder: RawForwarder,
     pub(super) records: RawRecords,
     pub(super) pending: RawPending,
+    pub(super) election: RawElection,
     pub(super) log: RawLog,
     pub(super) delivery: RawDelivery,
     pub(super) inbox: RawInbox,
@@ -301,6 +302,25 @@ impl Default for RawPending {
     fn default() -> Self {
         RawPending {
             layout: "compact".into(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawElection {
+    /// "single": one leader moves every shard; "per_shard": the shards are split
+    /// into `groups`, each with an election of its own.
+    pub(super) mode: String,
+    /// Election groups with `mode = "per_shard"` (default: 4, at most `redis.shards`).
+    pub(super) groups: Option<i64>,
+}
+
+impl Default for RawElection {
+    fn default() -> Self {
+        RawElection {
+            mode: "single".into(),
+            groups: None,
         }
     }
 }

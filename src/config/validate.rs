@@ -12,12 +12,12 @@ use std::time::Duration;
 use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawApi, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending, RawRecords,
-    RawRedis, RawSentinel, RawStreams,
+    Raw, RawApi, RawElection, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending,
+    RawRecords, RawRedis, RawSentinel, RawStreams,
 };
 use super::{
-    ApiConfig, Config, ConfigError, EtcdConfig, EtcdTls, ForwarderConfig, InboxConfig, LogConfig,
-    PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
+    ApiConfig, Config, ConfigError, ElectionConfig, EtcdConfig, EtcdTls, ForwarderConfig,
+    InboxConfig, LogConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::{Limits, is_plain};
 use crate::pem;
@@ -236,6 +236,7 @@ impl Raw {
             pending: RawPending {
                 layout: pending_layout,
             },
+            election,
             log,
             delivery,
             inbox,
@@ -674,6 +675,7 @@ impl Raw {
             PendingLayout::Compact,
             PendingLayout::Hash,
         )?;
+        let election = election_config(election, shards, etcd.is_some())?;
 
         let forwarder = ForwarderConfig {
             batch_size,
@@ -785,12 +787,57 @@ impl Raw {
             pending: PendingConfig {
                 layout: pending_layout,
             },
+            election,
             log: LogConfig { level, json },
             delivery,
             inbox,
         })
     }
 }
+
+/// `[election]`: the mode, and the groups of `per_shard` (each an etcd election,
+/// so it needs `[etcd]`), at most one per shard.
+fn election_config(
+    raw: RawElection,
+    shards: u16,
+    etcd: bool,
+) -> Result<ElectionConfig, ConfigError> {
+    let RawElection { mode, groups } = raw;
+    match mode.as_str() {
+        "single" => Ok(ElectionConfig {
+            groups: 1,
+            per_shard: false,
+        }),
+        "per_shard" => {
+            if !etcd {
+                return Err(invalid(
+                    "election.mode",
+                    "\"per_shard\" needs etcd.endpoints: each group is an etcd election",
+                ));
+            }
+            let groups = match groups {
+                Some(n) => positive("election.groups", n, i64::from(shards)).map_err(|_| {
+                    invalid(
+                        "election.groups",
+                        format!("must be 1 to redis.shards ({shards}) (got {n})"),
+                    )
+                })? as u16,
+                None => shards.min(DEFAULT_GROUPS),
+            };
+            Ok(ElectionConfig {
+                groups,
+                per_shard: true,
+            })
+        }
+        other => Err(invalid(
+            "election.mode",
+            format!("{other:?}: must be \"single\" or \"per_shard\""),
+        )),
+    }
+}
+
+/// `election.groups` unless set (or `redis.shards`, when fewer).
+const DEFAULT_GROUPS: u16 = 4;
 
 /// A `*.layout` setting: "compact" or "hash".
 fn layout<T>(key: &str, value: &str, compact: T, hash: T) -> Result<T, ConfigError> {

@@ -42,12 +42,14 @@ use crate::leadership::{Elector, LeaderInfo, Role, StepDown, Term};
 use crate::metrics as m;
 use crate::store::{Held, Store};
 
+mod balance;
 mod client;
 mod key;
 mod lease;
 mod observe;
 mod takeover;
 
+pub use balance::{balance, group_prefix};
 use client::*;
 use key::*;
 use lease::*;

@@ -70,24 +70,7 @@ pub struct ElectionView {
 /// lowest create revision under the election prefix, as etcd's election decides).
 pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
     let client = connect(config).await?;
-    let prefix = format!("{}/", config.election_prefix);
-    let read = call(config.connect_timeout, || {
-        let mut c = client.clone();
-        let prefix = prefix.clone();
-        async move {
-            c.get(
-                prefix,
-                Some(
-                    GetOptions::new()
-                        .with_prefix()
-                        .with_sort(SortTarget::Create, SortOrder::Ascend)
-                        .with_limit(1),
-                ),
-            )
-            .await
-        }
-    })
-    .await?;
+    let read = campaigners(&client, config, &config.election_prefix, Some(1)).await?;
     Ok(ElectionView {
         revision: read.header().map_or(0, |h| h.revision()) as u64,
         leader: read
@@ -95,4 +78,30 @@ pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
             .first()
             .map(|kv| (LeaderValue::parse(kv.value()), kv.create_revision() as u64)),
     })
+}
+
+/// The keys under the election `prefix` (one per candidate, whose lease holds it),
+/// oldest first: the first leads. At most `limit` of them.
+pub(super) async fn campaigners(
+    client: &Client,
+    config: &EtcdConfig,
+    prefix: &str,
+    limit: Option<i64>,
+) -> anyhow::Result<etcd_client::GetResponse> {
+    let prefix = format!("{prefix}/");
+    call(config.connect_timeout, || {
+        let mut c = client.clone();
+        let prefix = prefix.clone();
+        async move {
+            let options = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Ascend);
+            let options = match limit {
+                Some(n) => options.with_limit(n),
+                None => options,
+            };
+            c.get(prefix, Some(options)).await
+        }
+    })
+    .await
 }

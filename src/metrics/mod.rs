@@ -36,6 +36,11 @@ pub const RECORDS_TRIMMED: &str = "delayq_records_trimmed_total";
 pub const IS_LEADER: &str = "delayq_is_leader";
 pub const EPOCH: &str = "delayq_leader_epoch";
 pub const TRANSITIONS: &str = "delayq_leadership_transitions_total";
+/// `election.mode = "per_shard"`: whether this node leads a group, and its epoch.
+pub const GROUP_LEADER: &str = "delayq_group_leader";
+pub const GROUP_EPOCH: &str = "delayq_group_epoch";
+/// Groups this node resigned to spread the groups over the nodes.
+pub const GROUPS_RESIGNED: &str = "delayq_groups_resigned_total";
 pub const FENCED: &str = "delayq_fenced_total";
 pub const LEASE_REMAINING: &str = "delayq_lease_remaining_seconds";
 /// Leader leases this standby ended because the leader was gone from Redis.

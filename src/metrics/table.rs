@@ -147,6 +147,24 @@ pub const METRICS: &[Described] = &[
         "changes of this node's role",
     ),
     metric(
+        GROUP_LEADER,
+        Kind::Gauge,
+        &["group"],
+        "election.mode = \"per_shard\": 1 while this node leads the group, else 0",
+    ),
+    metric(
+        GROUP_EPOCH,
+        Kind::Gauge,
+        &["group"],
+        "election.mode = \"per_shard\": epoch of this node's latest term of the group",
+    ),
+    metric(
+        GROUPS_RESIGNED,
+        Kind::Counter,
+        &[],
+        "election groups this node resigned so that every node leads its share",
+    ),
+    metric(
         FENCED,
         Kind::Counter,
         &[],

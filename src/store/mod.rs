@@ -190,6 +190,9 @@ pub struct Store {
     polls: Arc<streams::PollPool>,
     record_layout: RecordLayout,
     pending_layout: PendingLayout,
+    /// The shards a leader's term works on: every shard, or one election group's
+    /// (`election.mode = "per_shard"`, see [`Store::owning`]).
+    owned: Option<Arc<[u16]>>,
 }
 
 impl Store {
@@ -210,7 +213,36 @@ impl Store {
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
             record_layout: config.record_layout,
             pending_layout: config.pending_layout,
+            owned: None,
         })
+    }
+
+    /// This store, with its leader-only work limited to `shards`: the fences it
+    /// raises, the shards forwarded and trimmed, the entries redelivered (by their
+    /// message's shard). What one election group's term works through.
+    pub fn owning(&self, shards: Vec<u16>) -> Store {
+        Store {
+            owned: Some(shards.into()),
+            ..self.clone()
+        }
+    }
+
+    /// The shards this store's leader-only work covers, in order.
+    pub fn owned_shards(&self) -> Vec<u16> {
+        match &self.owned {
+            Some(shards) => shards.to_vec(),
+            None => (0..self.shards()).collect(),
+        }
+    }
+
+    /// Whether `shard` is one of [`Store::owned_shards`].
+    pub fn owns(&self, shard: u16) -> bool {
+        self.owned.as_ref().is_none_or(|s| s.contains(&shard)) && shard < self.shards()
+    }
+
+    /// Whether the message `id` lives in one of [`Store::owned_shards`].
+    pub fn owns_message(&self, id: &MessageId) -> bool {
+        self.owns(id.shard(self.shards()))
     }
 
     /// This store, refusing every command once the Redis master has moved (a
@@ -473,10 +505,10 @@ impl Store {
         })
     }
 
-    /// Raises every shard's fence to `epoch`, so that an older leader is refused from
+    /// Raises every owned shard's fence to `epoch`, so that an older leader is refused from
     /// its next script call on. Fails with `Fenced` if a newer leader got there first.
     pub async fn raise_fences(&self, epoch: u64) -> Result<()> {
-        for shard in 0..self.keys.shards() {
+        for shard in self.owned_shards() {
             let k = self.keys.shard(shard);
             let _: u64 = self
                 .scripts

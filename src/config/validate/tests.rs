@@ -338,3 +338,51 @@ fn tokens_of_each_scope_come_from_lists_files_and_the_environment() {
     .to_string();
     assert!(!err.contains("t0p"), "{err}");
 }
+
+#[test]
+fn per_shard_elections_split_the_shards_into_groups() {
+    const ETCD: &str = "[etcd]\nendpoints = [\"http://127.0.0.1:2379\"]\n";
+    let single = Config::from_toml(ETCD, env(&[])).unwrap();
+    assert_eq!(
+        (single.election.per_shard, single.election.groups),
+        (false, 1)
+    );
+    assert_eq!(single.election.rate_share(1000), 1000);
+    let c = Config::from_toml(
+        &format!("{ETCD}[redis]\nshards = 5\n[election]\nmode = \"per_shard\"\ngroups = 2"),
+        env(&[]),
+    )
+    .unwrap();
+    assert_eq!(c.election.groups, 2);
+    assert_eq!(c.election.shards_of(0, 5), [0, 2, 4]);
+    assert_eq!(c.election.shards_of(1, 5), [1, 3]);
+    // Together the groups' shares stay within the limit (0: none), never at 0.
+    assert_eq!(
+        [0, 1, 999, 1000].map(|r| c.election.rate_share(r)),
+        [0, 1, 500, 500]
+    );
+    // Unset: 4 groups, or one per shard when fewer shards; from the environment too.
+    for (shards, want) in [(16, 4), (3, 3), (1, 1)] {
+        let c = Config::from_toml(
+            &format!("{ETCD}[redis]\nshards = {shards}"),
+            env(&[("DELAYQ_ELECTION_MODE", "per_shard")]),
+        )
+        .unwrap();
+        assert_eq!(c.election.groups, want, "{shards} shards");
+    }
+    check_err(
+        "[election]\nmode = \"per_shard\"",
+        &[],
+        "election.mode: \"per_shard\" needs etcd.endpoints",
+    );
+    check_err(
+        &format!("{ETCD}[election]\nmode = \"leaders\""),
+        &[],
+        "election.mode: \"leaders\": must be \"single\" or \"per_shard\"",
+    );
+    check_err(
+        &format!("{ETCD}[redis]\nshards = 3\n[election]\nmode = \"per_shard\"\ngroups = 4"),
+        &[],
+        "election.groups: must be 1 to redis.shards (3) (got 4)",
+    );
+}

@@ -65,6 +65,11 @@ const BOUNDS: &[Bound] = &[
     ("inbox.reclaim_after", "\"100ms\"", true), ("inbox.reclaim_after", "\"99ms\"", false),
     ("etcd.lease_ttl", "\"2s\"", true), ("etcd.lease_ttl", "\"1s\"", false), ("etcd.lease_ttl", "\"2500ms\"", false),
     ("etcd.connect_timeout", "\"100ms\"", true), ("etcd.connect_timeout", "\"99ms\"", false),
+    ("election.mode", "\"single\"", true), ("election.mode", "\"per_shard\"", true),
+    ("election.mode", "\"leaders\"", false),
+    // With `election.mode = "per_shard"` and the default 16 shards:
+    ("election.groups", "1", true), ("election.groups", "16", true),
+    ("election.groups", "0", false), ("election.groups", "17", false),
 ];
 
 #[tokio::test]
@@ -72,8 +77,11 @@ async fn check_config_accepts_each_bound_and_refuses_one_step_outside_naming_the
     let dir = tempfile::tempdir().expect("tempdir");
     for (i, &(key, value, ok)) in BOUNDS.iter().enumerate() {
         let mut settings = vec![(key, value)];
-        if key.starts_with("etcd.") {
+        if key.starts_with("etcd.") || key.starts_with("election.") {
             settings.push(("etcd.endpoints", "[\"http://127.0.0.1:2379\"]"));
+        }
+        if key == "election.groups" {
+            settings.push(("election.mode", "\"per_shard\""));
         }
         let path = dir.path().join(format!("{i}.toml"));
         std::fs::write(&path, config_text("redis://127.0.0.1:6379", &settings))

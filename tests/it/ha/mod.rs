@@ -8,11 +8,14 @@
 //!   the failsafe;
 //! - `takeover`: a crashed or cut-off leader's lease ended by a standby; a short
 //!   pause and a Redis restart that must move nobody;
+//! - `groups`: `election.mode = "per_shard"`, groups spread, moved on a kill,
+//!   rebalanced when a node joins;
 //! - `etcd`: etcd restarted, losing a member, its leader key deleted by hand, or
 //!   rebuilt under an older fence.
 
 mod etcd;
 mod failover;
+mod groups;
 mod lease;
 mod takeover;
 

@@ -166,6 +166,8 @@ pub struct Cluster {
     pub apis: Vec<Api>,
     /// A store on the Redis, for producers that do not go through a node.
     pub store: Store,
+    /// The settings every node was started with (besides Redis and etcd).
+    extra: String,
 }
 
 impl Cluster {
@@ -234,6 +236,7 @@ impl Cluster {
             nodes: vec![first],
             apis: vec![api],
             store,
+            extra: extra.to_owned(),
         };
         cluster.one_leader().wait(|| cluster.logs()).await;
         for i in 1..nodes {
@@ -242,6 +245,20 @@ impl Cluster {
             cluster.apis.push(api);
         }
         cluster
+    }
+
+    /// Starts one node more, `n<i>` (returned), configured as the first ones, on
+    /// every etcd member.
+    pub fn join(&mut self) -> usize {
+        let i = self.nodes.len();
+        let endpoints: Vec<String> = self.etcd.iter().map(|m| m.endpoint()).collect();
+        let config = etcd_config(&self.redis.url(), &endpoints, &self.extra);
+        let node =
+            DelayqProcess::start(&delayq_bin(), &format!("n{i}"), &config).expect("start delayq");
+        self.apis
+            .push(Api::new(node.api).with_timeout(Duration::from_secs(2)));
+        self.nodes.push(node);
+        i
     }
 
     /// A wait for one leader among the nodes.

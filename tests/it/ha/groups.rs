@@ -1,0 +1,224 @@
+//! `election.mode = "per_shard"`: several active leaders, each leading a share of
+//! the election groups, with real processes. The groups spread over the nodes,
+//! a killed node's groups move to the others, and a node that joins takes its
+//! share, while every message is delivered exactly once and no group is ever led
+//! by two nodes at once.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::{Producer, TTL, check_exactly_once, deliveries, flowing, node_counter, now_ms};
+use crate::support::{self, Api, Cluster, eventually};
+use delayq::store::Store;
+
+const GROUPS: usize = 6;
+const FORWARDED: &str = "delayq_messages_forwarded_total";
+
+/// Six shards in six groups, one per shard.
+fn settings() -> String {
+    format!(
+        "{}[election]\nmode = \"per_shard\"\ngroups = {GROUPS}\n",
+        super::settings(true).replace("shards = 4", &format!("shards = {GROUPS}"))
+    )
+}
+
+/// The groups each of `nodes` says it leads, with its epoch of each; None for a
+/// node that does not answer.
+async fn led(api: &Api) -> Option<Vec<(usize, u64)>> {
+    let (status, view) = api.try_get("/v1/leader").await?;
+    if status != 200 {
+        return None;
+    }
+    let groups = view["groups"].as_array()?;
+    assert_eq!(groups.len(), GROUPS, "{view}");
+    Some(
+        groups
+            .iter()
+            .filter(|g| g["is_leader"] == true)
+            .filter_map(|g| Some((g["group"].as_u64()? as usize, g["epoch"].as_u64()?)))
+            .collect(),
+    )
+}
+
+/// How many groups each of `live` leads, once every group is led by exactly one
+/// of them and (when `balanced`) the counts differ by at most one.
+async fn spread(cluster: &Cluster, live: &[usize], balanced: bool) -> Option<Vec<usize>> {
+    let mut counts = Vec::new();
+    let mut leaders = [0; GROUPS];
+    for &i in live {
+        let groups = led(&cluster.apis[i]).await?;
+        counts.push(groups.len());
+        for (g, _) in groups {
+            leaders[g] += 1;
+        }
+    }
+    let (most, fewest) = (*counts.iter().max()?, *counts.iter().min()?);
+    (leaders.iter().all(|n| *n == 1) && (!balanced || most <= fewest + 1)).then_some(counts)
+}
+
+/// Waits until the groups are spread over `live`; how long that took.
+async fn spread_over(cluster: &Cluster, live: &[usize], limit: Duration) -> Duration {
+    let started = Instant::now();
+    eventually(limit, &format!("groups spread over nodes {live:?}"), || {
+        spread(cluster, live, true)
+    })
+    .await;
+    started.elapsed()
+}
+
+/// (group, epoch) → the nodes that claimed to lead the group with that epoch.
+type Claims = BTreeMap<(usize, u64), Vec<usize>>;
+
+/// Samples every node's groups all along: a group claimed by two nodes in two
+/// samples in a row, one group's epoch claimed by two nodes, or a group's epochs
+/// going backwards is a split brain.
+struct GroupMonitor {
+    stop: CancellationToken,
+    samples: Arc<AtomicUsize>,
+    /// The longest run of samples with a group led twice, and the claims.
+    task: JoinHandle<(usize, Claims)>,
+}
+
+impl GroupMonitor {
+    /// Samples the nodes in `apis`, as many as it holds at each sample.
+    fn start(apis: Arc<Mutex<Vec<Api>>>) -> GroupMonitor {
+        let stop = CancellationToken::new();
+        let samples = Arc::new(AtomicUsize::new(0));
+        let (token, taken) = (stop.clone(), samples.clone());
+        let task = tokio::spawn(async move {
+            let mut claims = Claims::new();
+            let mut runs = [0usize; GROUPS];
+            let mut longest = 0;
+            while !token.is_cancelled() {
+                let mut holders = [0usize; GROUPS];
+                let nodes = apis.lock().unwrap().clone();
+                for (i, api) in nodes.iter().enumerate() {
+                    for (g, epoch) in led(api).await.unwrap_or_default() {
+                        holders[g] += 1;
+                        let nodes = claims.entry((g, epoch)).or_default();
+                        if !nodes.contains(&i) {
+                            nodes.push(i);
+                        }
+                    }
+                }
+                for g in 0..GROUPS {
+                    runs[g] = if holders[g] > 1 { runs[g] + 1 } else { 0 };
+                    longest = longest.max(runs[g]);
+                }
+                taken.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    _ = token.cancelled() => {}
+                    _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+                }
+            }
+            (longest, claims)
+        });
+        GroupMonitor {
+            stop,
+            samples,
+            task,
+        }
+    }
+
+    async fn finish(self) -> Claims {
+        eventually(Duration::from_secs(10), "enough samples", || {
+            std::future::ready((self.samples.load(Ordering::Relaxed) > 10).then_some(()))
+        })
+        .await;
+        self.stop.cancel();
+        let (longest, claims) = self.task.await.expect("monitor");
+        assert!(longest < 2, "a group led by two nodes at once: {claims:?}");
+        assert!(
+            claims.values().all(|nodes| nodes.len() == 1),
+            "one group's epoch led by two nodes: {claims:?}"
+        );
+        claims
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_joins() {
+    let mut cluster = Cluster::start(3, 1, &settings()).await;
+    let first = spread_over(&cluster, &[0, 1, 2], Duration::from_secs(20)).await;
+    // A producer with the nodes' shards, so that every group has messages to move.
+    let store = Store::connect(
+        &support::config(
+            &cluster.redis.url(),
+            &format!("[redis]\nshards = {GROUPS}\n"),
+        )
+        .store_config(),
+    )
+    .await
+    .expect("connect to redis");
+    let producer = Producer::start(&store);
+    flowing(&cluster, 10).await;
+    let sampled = Arc::new(Mutex::new(cluster.apis.clone()));
+    let monitor = GroupMonitor::start(sampled.clone());
+
+    // SIGKILL a node: its groups go to the other two, within the lease TTL.
+    let killed_at = Instant::now();
+    cluster.nodes[0].kill();
+    eventually(
+        TTL + Duration::from_secs(1),
+        "the killed node's groups led again",
+        || spread(&cluster, &[1, 2], false),
+    )
+    .await;
+    let taken_over = killed_at.elapsed();
+    spread_over(&cluster, &[1, 2], Duration::from_secs(10)).await;
+    let moved = killed_at.elapsed();
+    flowing(&cluster, 10).await;
+
+    // A fourth node joins: it takes its share from the others, by switchovers.
+    let joined_ms = now_ms();
+    let mut before = Vec::new();
+    for i in [1, 2] {
+        before.push(node_counter(&cluster, i, FORWARDED).await);
+    }
+    let new = cluster.join();
+    sampled.lock().unwrap().push(cluster.apis[new].clone());
+    let rebalanced = spread_over(&cluster, &[1, 2, new], Duration::from_secs(20)).await;
+    flowing(&cluster, 20).await;
+    let pushed = producer.stop().await;
+    let claims = monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+
+    // Every live node forwards its share after the join.
+    for (n, i) in [1, 2, new].into_iter().enumerate() {
+        let now = node_counter(&cluster, i, FORWARDED).await;
+        let was = before.get(n).copied().unwrap_or(0.0);
+        assert!(
+            now > was,
+            "node {i} forwarded nothing after the join ({was} → {now})"
+        );
+    }
+    // Messages due after the join were late by no more than a switchover's worth
+    // (generous: this only catches a group left without a leader for long).
+    let due: std::collections::HashMap<String, u64> =
+        pushed.iter().map(|p| (p.id.clone(), p.due_ms)).collect();
+    let late_after_join = deliveries(&cluster)
+        .entries()
+        .iter()
+        .filter_map(|e| {
+            let due = *due.get(e.get("delayq-id")?)?;
+            (due > joined_ms).then(|| e.ms().saturating_sub(due))
+        })
+        .max()
+        .unwrap_or(0);
+    assert!(
+        late_after_join < 1_500,
+        "a message due after the join was {late_after_join} ms late\n{}",
+        cluster.logs()
+    );
+    println!(
+        "per_shard: spread in {first:?}; a kill's groups led again within {taken_over:?}, spread within {moved:?}; \
+         rebalanced after a join in {rebalanced:?}; latest after the join {late_after_join} ms; \
+         {delivery:?}; {} group terms",
+        claims.len()
+    );
+}
