@@ -88,13 +88,17 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     );
 
     // One burst with the default layouts, then one with the hash layouts of both
-    // records and pending messages.
+    // records and pending messages, then one drained by two leaders of one election
+    // group each (`election.mode = "per_shard"`).
     let burst = rows(&report, "delayq", "burst");
-    assert_eq!(burst.len(), 2);
+    assert_eq!(burst.len(), 3);
     assert_eq!(burst[0].get("records_layout"), None, "{}", burst[0]);
     assert_eq!(burst[0].get("pending_layout"), None, "{}", burst[0]);
+    assert_eq!(burst[0].get("leaders"), None, "{}", burst[0]);
     assert_eq!(burst[1]["records_layout"], "hash", "{}", burst[1]);
     assert_eq!(burst[1]["pending_layout"], "hash", "{}", burst[1]);
+    assert_eq!(burst[2]["leaders"], 2, "{}", burst[2]);
+    assert_eq!(burst[2].get("pending_layout"), None, "{}", burst[2]);
     for b in &burst {
         check_delivered(b);
         check_lateness(b);

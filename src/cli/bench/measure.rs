@@ -73,7 +73,8 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
 /// its latency monitor saw (`latency-monitor-threshold` is 1 ms on the bench Redis).
 pub struct CpuMeter {
     redis_start: f64,
-    worker_pid: Option<u32>,
+    /// The processes doing the work beside Redis (their CPU is summed).
+    worker_pids: Vec<u32>,
     worker_start: f64,
 }
 
@@ -85,15 +86,21 @@ impl CpuMeter {
         let _: i64 = redis::cmd("LATENCY").arg("RESET").query_async(conn).await?;
         Ok(CpuMeter {
             redis_start: redis_cpu_secs(conn).await?,
-            worker_pid,
+            worker_pids: worker_pid.into_iter().collect(),
             worker_start: worker_pid.and_then(process_cpu_secs).unwrap_or(0.0),
         })
     }
 
     /// Counts a process that started after `start` in full, from its first tick.
     pub fn attach_new_process(&mut self, pid: Option<u32>) {
-        self.worker_pid = pid;
+        self.worker_pids = pid.into_iter().collect();
         self.worker_start = 0.0;
+    }
+
+    /// Counts the processes `pids`, already running, from now on.
+    pub fn attach_processes(&mut self, pids: &[u32]) {
+        self.worker_pids = pids.to_vec();
+        self.worker_start = pids.iter().filter_map(|p| process_cpu_secs(*p)).sum();
     }
 
     /// Redis and worker CPU µs per message, and the longest Redis event in ms.
@@ -102,10 +109,14 @@ impl CpuMeter {
         conn: &mut MultiplexedConnection,
         messages: u64,
     ) -> anyhow::Result<PhaseCpu> {
-        let worker = self
-            .worker_pid
-            .and_then(process_cpu_secs)
-            .map(|s| s - self.worker_start);
+        let worker = (!self.worker_pids.is_empty()).then(|| {
+            let now: f64 = self
+                .worker_pids
+                .iter()
+                .filter_map(|p| process_cpu_secs(*p))
+                .sum();
+            now - self.worker_start
+        });
         let redis = redis_cpu_secs(conn).await? - self.redis_start;
         let latest: Value = redis::cmd("LATENCY")
             .arg("LATEST")

@@ -8,6 +8,8 @@
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
 //! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
 //!   elected through etcd.
+//! - `leaders`: a burst drained by several leaders at once (`election.mode =
+//!   "per_shard"`).
 //! - `peer`: BullMQ delayed jobs (node, `bench/peer/`).
 //! - `measure`: CPU, memory, the PING probe, stream tallies (lateness, lost, duplicated).
 //! - `rows`: what each scenario measured, one type per kind of row.
@@ -20,6 +22,7 @@ mod catchup;
 mod ceiling;
 mod failover;
 mod ingest;
+mod leaders;
 mod measure;
 mod peer;
 mod report;
@@ -84,6 +87,11 @@ pub struct BenchArgs {
     /// Runs of every scenario.
     #[arg(long)]
     pub repeat: Option<u32>,
+    /// Leaders of the per-shard burst (`election.mode = "per_shard"`, one election
+    /// group each, needs etcd), comma-separated: the first burst size drained by
+    /// each count of leaders; 0 skips.
+    #[arg(long, value_delimiter = ',')]
+    pub leaders: Option<Vec<u32>>,
     /// Skip the BullMQ peer.
     #[arg(long)]
     pub no_peer: bool,
@@ -137,6 +145,8 @@ const CATCHUP_LIVE_RATE: u64 = 1000;
 #[derive(Clone, Debug)]
 struct Plan {
     bursts: Vec<u64>,
+    /// Leaders of the per-shard bursts.
+    leaders: Vec<u32>,
     rates: Vec<u64>,
     search: bool,
     duration: Duration,
@@ -164,6 +174,7 @@ impl Plan {
         let mut plan = match args.suite {
             Suite::Tiny => Plan {
                 bursts: vec![2000],
+                leaders: vec![2],
                 rates: vec![500],
                 search: false,
                 duration: Duration::from_secs(2),
@@ -186,6 +197,7 @@ impl Plan {
             },
             Suite::Quick => Plan {
                 bursts: vec![100_000],
+                leaders: vec![1, 3],
                 rates: vec![1000, 10_000, 50_000],
                 search: false,
                 duration: Duration::from_secs(10),
@@ -208,6 +220,7 @@ impl Plan {
             },
             Suite::Full => Plan {
                 bursts: vec![100_000, 1_000_000],
+                leaders: vec![1, 3],
                 rates: vec![1000, 2000, 5000, 10_000, 20_000, 30_000, 50_000],
                 search: true,
                 duration: Duration::from_secs(10),
@@ -232,6 +245,9 @@ impl Plan {
         if let Some(bursts) = &args.burst {
             plan.bursts = bursts.iter().copied().filter(|n| *n > 0).collect();
             plan.peer_bursts = plan.bursts.clone();
+        }
+        if let Some(leaders) = &args.leaders {
+            plan.leaders = leaders.iter().copied().filter(|n| *n > 0).collect();
         }
         if let Some(rates) = &args.rates {
             plan.rates = rates.iter().copied().filter(|n| *n > 0).collect();
@@ -287,6 +303,7 @@ impl Plan {
             shards: args.shards,
             batch_size: args.batch_size,
             bursts: self.bursts.clone(),
+            leaders: self.leaders.clone(),
             spread_rates: self.rates.clone(),
             spread_search: self.search,
             spread_seconds: self.duration.as_secs_f64(),
@@ -422,13 +439,12 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     if plan.peer {
         peer::ensure_installed(&args.peer_dir).await?;
     }
-    let etcd = if plan.failover_stops.is_empty() {
+    let etcd = if plan.failover_stops.is_empty() && plan.leaders.is_empty() {
         None
     } else {
-        Some(
-            EtcdServer::start()
-                .context("start etcd for the failover scenario (--no-failover skips it)")?,
-        )
+        Some(EtcdServer::start().context(
+            "start etcd for the failover and per-shard scenarios (--no-failover --leaders 0 skip them)",
+        )?)
     };
     let started = jiff::Timestamp::now();
     let machine = report::machine(&bench, &args, plan.peer).await;
@@ -448,6 +464,14 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             if plan.ceiling {
                 progress(&format!("run {run}: ceiling burst {n}"));
                 add(bench.ceiling(n).await?);
+            }
+        }
+        if let (Some(etcd), Some(&n)) = (&etcd, plan.bursts.first()) {
+            for &k in &plan.leaders {
+                progress(&format!(
+                    "run {run}: delayq burst {n}, election.mode = per_shard with {k} leader(s)"
+                ));
+                add(bench.burst_leaders(etcd, n, k).await?);
             }
         }
         if plan.peer {

@@ -161,10 +161,15 @@ pub struct Burst {
     /// `pending.layout` when not the default (compact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_layout: Option<String>,
+    /// With `election.mode = "per_shard"`: the leaders that drained it, one
+    /// election group each (None: one leader of every shard, the default mode).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leaders: Option<u32>,
 }
 
 impl Burst {
-    /// "records.layout = …, pending.layout = …" for the layouts not the default.
+    /// "records.layout = …, pending.layout = …" for the layouts not the default, and
+    /// the leaders of `election.mode = "per_shard"`.
     pub fn layouts(&self) -> Option<String> {
         let set: Vec<String> = [
             ("records", &self.records_layout),
@@ -172,6 +177,12 @@ impl Burst {
         ]
         .into_iter()
         .filter_map(|(what, layout)| layout.as_ref().map(|l| format!("{what}.layout = {l}")))
+        .chain(self.leaders.map(|k| {
+            format!(
+                "election.mode = per_shard, {k} leader{}",
+                if k == 1 { "" } else { "s" }
+            )
+        }))
         .collect();
         (!set.is_empty()).then(|| set.join(", "))
     }

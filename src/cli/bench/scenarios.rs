@@ -33,7 +33,7 @@ const LOAD_IN_FLIGHT: usize = 8;
 /// The p99 lateness a spread rate must stay under to count as on time.
 pub const SPREAD_P99_LIMIT_MS: u64 = 10;
 
-const BURST_STREAM: &str = "bench:burst";
+pub(super) const BURST_STREAM: &str = "bench:burst";
 const SPREAD_STREAM: &str = "bench:spread";
 const BACKLOG_STREAM: &str = "bench:backlog";
 
@@ -186,24 +186,12 @@ impl Bench {
     pub async fn burst(&self, n: u64, layout: Option<&str>) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
-        let mem_before = measure::used_memory(&mut conn).await?;
-        // Due after the load should be over (assuming ≥ 20k schedules/s); a slower
-        // load leaves the last messages due when they were scheduled instead, and
-        // `due_spread_ms` says so.
-        let due_at = self.store.now_ms().await? + 2000 + n / 20;
         let store = match layout {
             Some("hash") => self.store.with_pending_layout(PendingLayout::Hash),
             _ => self.store.clone(),
         };
-        let (dues, load_rate) = self
-            .load_with(&store, BURST_STREAM, "m", n, Due::At(due_at))
-            .await?;
-        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
-        let (first_due, last_due) = (
-            dues.iter().min().copied().unwrap_or(0),
-            dues.iter().max().copied().unwrap_or(0),
-        );
-        self.wait_for_redis_time(last_due).await?;
+        let loaded = self.load_burst(&store, n).await?;
+        self.wait_for_redis_time(loaded.last_due).await?;
 
         let load = measure::load_average();
         let config = match layout {
@@ -220,22 +208,67 @@ impl Bench {
             eprintln!("burst {n}: only {len} entries before the deadline");
         }
         let (cpu, probe) = run.stop(&mut conn, n, len < n).await?;
+        let burst = self.burst_drained(n, &loaded, load, &cpu, &probe).await?;
+        Ok(Delayq::Burst(Burst {
+            records_layout: layout.map(str::to_owned),
+            pending_layout: layout.map(str::to_owned),
+            ..burst
+        })
+        .into())
+    }
+
+    /// A burst's `n` messages scheduled by `store` into `BURST_STREAM`, due at one
+    /// instant after the load should be over (assuming ≥ 20k schedules/s; a slower
+    /// load leaves the last messages due when they were scheduled instead, and
+    /// `due_spread_ms` says so).
+    pub(super) async fn load_burst(&self, store: &Store, n: u64) -> anyhow::Result<Loaded> {
+        let mut conn = self.conn.clone();
+        let mem_before = measure::used_memory(&mut conn).await?;
+        let due_at = self.store.now_ms().await? + 2000 + n / 20;
+        let (dues, load_rate) = self
+            .load_with(store, BURST_STREAM, "m", n, Due::At(due_at))
+            .await?;
+        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        Ok(Loaded {
+            first_due: dues.iter().min().copied().unwrap_or(0),
+            last_due: dues.iter().max().copied().unwrap_or(0),
+            dues,
+            load_rate,
+            mem_before,
+            bytes_per_pending,
+        })
+    }
+
+    /// The row of a burst drained into `BURST_STREAM` (in the default layouts, by
+    /// one leader: callers set what differs), from its tally; the stream is deleted,
+    /// and what Redis holds beyond `loaded.mem_before` then is the records.
+    pub(super) async fn burst_drained(
+        &self,
+        n: u64,
+        loaded: &Loaded,
+        load: String,
+        cpu: &measure::PhaseCpu,
+        probe: &measure::Probe,
+    ) -> anyhow::Result<Burst> {
+        let mut conn = self.conn.clone();
+        let dues = &loaded.dues;
         let tally = tally_stream(&mut conn, BURST_STREAM, "m", n, |i| dues[i as usize]).await?;
         let (drain_ms, drained) = measure::drain(tally.first_ms, tally.last_ms, tally.entries);
         let _: u64 = conn.del(BURST_STREAM).await?;
-        let bytes_per_record = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
-        Ok(Delayq::Burst(Burst {
-            measured: measured_delayq(n, load, drained, &cpu, &probe, tally.counts()),
-            schedule_rate_per_sec: load_rate.round() as u64,
-            due_spread_ms: last_due - first_due,
+        let bytes_per_record =
+            (measure::used_memory(&mut conn).await? - loaded.mem_before) / n as f64;
+        Ok(Burst {
+            measured: measured_delayq(n, load, drained, cpu, probe, tally.counts()),
+            schedule_rate_per_sec: loaded.load_rate.round() as u64,
+            due_spread_ms: loaded.last_due - loaded.first_due,
             drain_ms,
             lateness_ms: summary(&tally.lateness),
-            bytes_per_pending_message: bytes_per_pending.round() as i64,
+            bytes_per_pending_message: loaded.bytes_per_pending.round() as i64,
             bytes_per_record: bytes_per_record.round() as i64,
-            records_layout: layout.map(str::to_owned),
-            pending_layout: layout.map(str::to_owned),
+            records_layout: None,
+            pending_layout: None,
+            leaders: None,
         })
-        .into())
     }
 
     /// Spread: `rate` messages a second for `duration`, each due `SPREAD_DELAY` after
@@ -411,6 +444,17 @@ impl Bench {
 }
 
 /// A daemon under test with its meters running (see [`Bench::start_metered`]).
+/// A burst's messages, scheduled (see [`Bench::load_burst`]).
+pub(super) struct Loaded {
+    dues: Vec<u64>,
+    first_due: u64,
+    last_due: u64,
+    load_rate: f64,
+    /// Redis's `used_memory` before the load.
+    mem_before: f64,
+    bytes_per_pending: f64,
+}
+
 pub(super) struct Metered {
     daemon: DelayqProcess,
     meter: CpuMeter,

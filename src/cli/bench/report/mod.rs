@@ -54,6 +54,9 @@ pub struct Parameters {
     pub shards: u16,
     pub batch_size: usize,
     pub bursts: Vec<u64>,
+    /// Leaders of the per-shard bursts (`election.mode = "per_shard"`).
+    #[serde(default)]
+    pub leaders: Vec<u32>,
     pub spread_rates: Vec<u64>,
     pub spread_search: bool,
     pub spread_seconds: f64,

@@ -211,7 +211,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         "≤ 60 bytes per delivery record kept",
         delayq(rows, Some)
             .filter_map(|(run, d)| match d {
-                Delayq::Burst(b) => Some((
+                Delayq::Burst(b) if b.leaders.is_none() => Some((
                     format!(
                         "{} B (burst {}{}, run {run})",
                         b.bytes_per_record,
@@ -309,7 +309,11 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
     for (run, d) in delayq(rows, Some) {
         let (bytes, size) = match d {
             // The records layout alone does not change what a pending message costs.
-            Delayq::Burst(b) if b.records_layout.is_none() || b.pending_layout.is_some() => {
+            // Neither do the leaders that drain it.
+            Delayq::Burst(b)
+                if b.leaders.is_none()
+                    && (b.records_layout.is_none() || b.pending_layout.is_some()) =>
+            {
                 (b.bytes_per_pending_message, b.measured.messages)
             }
             Delayq::BacklogSpread(s) if Some(s.rate_per_sec) == first_backlog_rate => {
