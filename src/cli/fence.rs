@@ -24,7 +24,8 @@ pub struct FenceArgs {
 
 #[derive(Subcommand, Debug)]
 enum FenceAction {
-    /// Show the fence, etcd's revision and the current leader.
+    /// Show the fence, etcd's revision and the current leader (with `election.mode
+    /// = "per_shard"`, each group's).
     Show,
     /// Set the fence of every shard to EPOCH (downwards too). Stop every instance
     /// that ran against the old etcd cluster first: a deposed leader is only
@@ -69,6 +70,26 @@ pub async fn main(args: FenceArgs) -> anyhow::Result<()> {
             }
         }
         Some(Err(e)) => println!("etcd: {e:#}"),
+    }
+    if let Some(etcd) = config.etcd.as_ref().filter(|_| config.election.per_shard) {
+        // Each group's election (its prefix beside the single leader's).
+        for group in 0..config.election.groups {
+            let shards = config.election.shards_of(group, config.redis.shards);
+            let etcd = crate::config::EtcdConfig {
+                election_prefix: election::group_prefix(&etcd.election_prefix, group),
+                ..etcd.clone()
+            };
+            let leader = match election::view(&etcd).await {
+                Ok(v) => match v.leader {
+                    Some((leader, epoch)) => {
+                        format!("{} at {} (epoch {epoch})", leader.node_id, leader.address)
+                    }
+                    None => "none".to_owned(),
+                },
+                Err(e) => format!("{e:#}"),
+            };
+            println!("group {group} (shards {shards:?}): leader {leader}");
+        }
     }
 
     match args.action {

@@ -215,6 +215,20 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
         "a message due after the join was {late_after_join} ms late\n{}",
         cluster.logs()
     );
+    // `delayq fence show` names each group's leader, as etcd has it.
+    let out = std::process::Command::new(crate::support::delayq_bin())
+        .args(["fence", "show", "--config"])
+        .arg(cluster.nodes[new].config_path())
+        .output()
+        .expect("run delayq fence show");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    for g in 0..GROUPS {
+        let line = shown
+            .lines()
+            .find(|l| l.starts_with(&format!("group {g} (shards [{g}]): leader n")))
+            .unwrap_or_else(|| panic!("no leader shown for group {g}: {shown}"));
+        assert!(line.contains("(epoch "), "{line}");
+    }
     println!(
         "per_shard: spread in {first:?}; a kill's groups led again within {taken_over:?}, spread within {moved:?}; \
          rebalanced after a join in {rebalanced:?}; latest after the join {late_after_join} ms; \
