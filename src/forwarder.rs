@@ -97,8 +97,16 @@ fn stream_rates(config: &Config) -> Vec<(String, u64)> {
 /// waiting about 40 ms. Two keep Redis busy (one runs while the next is on its way)
 /// and bound that wait to about two batches. Loops forwarding what just fell due
 /// (small batches, latency-bound) do not take turns: gating them too made a 20k
-/// msg/s steady load late (p99 21-69 ms instead of 4-5 ms).
+/// msg/s steady load late (p99 21-69 ms instead of 4-5 ms). They move at most
+/// [`UNGATED_BATCH`] a call, so that when a burst falls due at one instant every
+/// idle loop's first call is small (a full one takes its turn next).
 const FORWARDS_IN_FLIGHT: usize = 2;
+
+/// Most messages a loop moves in a call that takes no turn: more than a steady
+/// load brings due at once per shard, few enough that all shards' loops finding
+/// a burst due at the same instant hold Redis for milliseconds, not the ~40 ms of
+/// 16 full batches.
+const UNGATED_BATCH: usize = 50;
 
 /// Shortest wait before a loop tries again for messages held back by their stream's
 /// limit: another shard's loop may hold that stream's permits for the length of
@@ -150,19 +158,19 @@ async fn forward_shard(mut l: ForwardLoop) {
             _ = cancel.cancelled() => break,
             n = l.limiter.acquire(l.options.batch_size) => n,
         };
-        let turn = if draining {
+        let (turn, limit) = if draining {
             tokio::select! {
                 _ = cancel.cancelled() => break,
-                turn = l.in_flight.acquire() => Some(turn.expect("the semaphore is never closed")),
+                turn = l.in_flight.acquire() => (Some(turn.expect("the semaphore is never closed")), allowed),
             }
         } else {
-            None
+            (None, allowed.min(UNGATED_BATCH))
         };
         let started = Instant::now();
-        let budgets = l.stream_limits.take_budgets(allowed, started);
+        let budgets = l.stream_limits.take_budgets(limit, started);
         let result = l
             .store
-            .forward_at_most(l.shard, l.term.epoch(), &l.options, allowed, &budgets)
+            .forward_at_most(l.shard, l.term.epoch(), &l.options, limit, &budgets)
             .await;
         drop(turn);
         let moved = result.as_ref().map_or(0, |b| b.moved() as usize);
@@ -224,7 +232,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                     continue;
                 }
                 backoff.reset();
-                draining = batch.progressed() as usize >= allowed;
+                draining = batch.progressed() as usize >= limit;
                 if draining {
                     // More is due: go again at once, letting other shards' loops in.
                     tokio::task::yield_now().await;
