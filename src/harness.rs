@@ -92,6 +92,9 @@ pub struct RedisOptions {
     pub tls: Option<RedisTlsFiles>,
     /// A replica of the master on this port.
     pub replica_of: Option<u16>,
+    /// A Redis Cluster node (`cluster-enabled yes`), on a port whose cluster bus
+    /// port (+10000) is free too; see [`RedisCluster`].
+    pub cluster: bool,
 }
 
 /// The PEM files a TLS-serving `redis-server` or `etcd` uses.
@@ -124,7 +127,11 @@ impl RedisServer {
         retry_port_clash(|| {
             let dir = tempfile::Builder::new().prefix("delayq-redis-").tempdir()?;
             let mut server = RedisServer {
-                port: free_port(),
+                port: if options.cluster {
+                    free_cluster_port()
+                } else {
+                    free_port()
+                },
                 tls_port: options.tls.as_ref().map(|_| free_port()),
                 options: options.clone(),
                 dir,
@@ -169,6 +176,11 @@ impl RedisServer {
                     "--tls-auth-clients",
                     if tls.client_auth { "yes" } else { "no" },
                 ]);
+        }
+        if self.options.cluster {
+            cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .arg("--cluster-config-file")
+                .arg(self.dir.path().join("nodes.conf"));
         }
         if let Some(master) = self.options.replica_of {
             cmd.arg("--replicaof")
@@ -245,6 +257,78 @@ impl RedisServer {
         redis::Client::open(self.url())
             .and_then(|c| c.get_connection())
             .unwrap_or_else(|e| panic!("connect to redis on {}: {e}\n{}", self.port, self.log()))
+    }
+}
+
+/// A free port for a Redis Cluster node: its cluster bus port (+10000) must be free
+/// and valid too.
+fn free_cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_536 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+/// A Redis Cluster of our own on loopback: masters with one replica each, joined
+/// by `redis-cli --cluster create`; every node is stopped on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// `masters` masters (at least 3) and as many replicas, every slot covered.
+    pub fn start(masters: usize) -> anyhow::Result<Self> {
+        let nodes = (0..masters * 2)
+            .map(|_| {
+                RedisServer::start_with(RedisOptions {
+                    cluster: true,
+                    ..RedisOptions::default()
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let out = Command::new(binary("DELAYQ_TEST_REDIS_CLI", "redis-cli"))
+            .args(["--cluster", "create"])
+            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+            .args(["--cluster-replicas", "1", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .context("run redis-cli --cluster create (is redis-tools installed?)")?;
+        if !out.status.success() {
+            bail!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let cluster = RedisCluster { nodes };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.is_ok() {
+            if Instant::now() > deadline {
+                bail!("the Redis Cluster did not reach cluster_state:ok within 30s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(cluster)
+    }
+
+    /// Whether every node says `cluster_state:ok` and knows every other node.
+    fn is_ok(&self) -> bool {
+        self.nodes.iter().all(|n| {
+            let info = redis::Client::open(n.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
+                .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c));
+            info.is_ok_and(|i| {
+                i.contains("cluster_state:ok")
+                    && i.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
+            })
+        })
+    }
+
+    /// Every node's URL.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
     }
 }
 

@@ -24,6 +24,9 @@ pub enum StoreError {
         "stored on the Redis master, but {acked} of the {wanted} replicas asked for (redis.min_replicas_acked) confirmed it in time; sending it again with the same id is safe"
     )]
     NotReplicated { acked: u32, wanted: u32 },
+    /// The Redis reached is of a kind delayq cannot run on.
+    #[error("{0}")]
+    Unsupported(String),
     #[error(transparent)]
     Redis(#[from] RedisError),
 }
@@ -79,7 +82,8 @@ impl StoreError {
             StoreError::Fenced { .. }
             | StoreError::TooFar(_)
             | StoreError::Corrupt(_)
-            | StoreError::Reply(_) => false,
+            | StoreError::Reply(_)
+            | StoreError::Unsupported(_) => false,
         }
     }
 }

@@ -195,10 +195,34 @@ pub struct Store {
     owned: Option<Arc<[u16]>>,
 }
 
+/// Fails with `Unsupported` when `conn` reaches a Redis Cluster node: the scripts
+/// write target streams outside their shard's slot, which Cluster refuses (or
+/// redirects) call by call. A Redis that will not say (`INFO` not allowed to this
+/// user) is taken at its word of being standalone.
+async fn refuse_cluster(conn: &Conn) -> Result<()> {
+    let info: redis::RedisResult<String> = redis::cmd("INFO")
+        .arg("cluster")
+        .query_async(&mut conn.clone())
+        .await;
+    match info {
+        Ok(info) if info.lines().any(|l| l.trim() == "cluster_enabled:1") => {
+            Err(StoreError::Unsupported(
+                "this is a Redis Cluster node (cluster_enabled:1): delayq runs on a standalone Redis \
+                 or one behind Sentinel; Redis Cluster is not supported yet"
+                    .to_owned(),
+            ))
+        }
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some("NOPERM") => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
         let conn = Conn::connect(config).await?;
+        refuse_cluster(&conn).await?;
         let acked = match config.replicas_acked {
             Some(_) => Some(Conn::connect(config).await?),
             None => None,

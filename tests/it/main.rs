@@ -22,6 +22,7 @@ mod poison;
 mod proxy;
 mod rate;
 mod records;
+mod redis_cluster;
 mod reload;
 mod secrets;
 mod sentinel;
