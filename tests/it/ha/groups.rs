@@ -142,7 +142,7 @@ impl GroupMonitor {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_joins() {
+async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_joins_or_resigns() {
     let mut cluster = Cluster::start(3, 1, &settings()).await;
     let first = spread_over(&cluster, &[0, 1, 2], Duration::from_secs(20)).await;
     // A producer with the nodes' shards, so that every group has messages to move.
@@ -183,7 +183,22 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
     let new = cluster.join();
     sampled.lock().unwrap().push(cluster.apis[new].clone());
     let rebalanced = spread_over(&cluster, &[1, 2, new], Duration::from_secs(20)).await;
-    flowing(&cluster, 20).await;
+    flowing(&cluster, 10).await;
+
+    // A node asked to resign gives up every group it leads, and gets its share
+    // back by the spreading.
+    let (status, resigned) = cluster.apis[1]
+        .clone()
+        .with_timeout(Duration::from_secs(10))
+        .call("POST", "/v1/admin/resign", None, None)
+        .await;
+    assert_eq!(
+        (status, &resigned["resigned"]),
+        (200, &true.into()),
+        "{resigned}"
+    );
+    let respread = spread_over(&cluster, &[1, 2, new], Duration::from_secs(20)).await;
+    flowing(&cluster, 10).await;
     let pushed = producer.stop().await;
     let claims = monitor.finish().await;
     let delivery = check_exactly_once(&cluster, &pushed).await;
@@ -197,7 +212,7 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
             "node {i} forwarded nothing after the join ({was} → {now})"
         );
     }
-    // Messages due after the join were late by no more than a switchover's worth
+    // Messages due after the join (and the resign) were late by no more than a switchover's worth
     // (generous: this only catches a group left without a leader for long).
     let due: std::collections::HashMap<String, u64> =
         pushed.iter().map(|p| (p.id.clone(), p.due_ms)).collect();
@@ -231,7 +246,7 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
     }
     println!(
         "per_shard: spread in {first:?}; a kill's groups led again within {taken_over:?}, spread within {moved:?}; \
-         rebalanced after a join in {rebalanced:?}; latest after the join {late_after_join} ms; \
+         rebalanced after a join in {rebalanced:?} and after a resign in {respread:?}; latest after the join {late_after_join} ms; \
          {delivery:?}; {} group terms",
         claims.len()
     );
