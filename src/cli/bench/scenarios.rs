@@ -394,13 +394,19 @@ impl Bench {
         duration: Duration,
     ) -> anyhow::Result<Vec<Spread>> {
         self.flush().await?;
-        let mut rows = Vec::new();
+        let mut rows: Vec<Spread> = Vec::new();
         for &rate in ladder {
             let row = self.spread(rate, duration).await?;
             let on_time = row.on_time;
             rows.push(row);
             if !on_time {
                 break;
+            }
+        }
+        // The rates with a target are measured even above the first late one.
+        for (rate, _) in super::report::SPREAD_TARGETS {
+            if ladder.contains(&rate) && !rows.iter().any(|r| r.rate_per_sec == rate) {
+                rows.push(self.spread(rate, duration).await?);
             }
         }
         Ok(rows)

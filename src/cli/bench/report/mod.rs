@@ -10,7 +10,7 @@ mod targets;
 use serde::{Deserialize, Serialize};
 
 pub use markdown::markdown;
-pub use targets::{Target, targets};
+pub use targets::{SPREAD_TARGETS, Target, targets};
 
 use super::peer::PeerVersions;
 use super::rows::{Reference, Row};

@@ -113,6 +113,9 @@ fn p99(lateness: Option<&Lateness>) -> Option<f64> {
     lateness.map(|l| l.p99 as f64)
 }
 
+/// Spread rates with a p99 lateness target (msg/s, ms).
+pub const SPREAD_TARGETS: [(u64, f64); 3] = [(1000, 2.0), (10_000, 10.0), (50_000, 5.0)];
+
 pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
 
@@ -135,7 +138,7 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     out.push(target("burst drain ≥ 70% of the ceiling", vs_ceiling));
     out.push(target("burst drain ≥ 5× BullMQ's", vs_peer));
 
-    for (rate, limit) in [(1000u64, 2.0), (10_000, 10.0), (50_000, 5.0)] {
+    for (rate, limit) in SPREAD_TARGETS {
         let checks = delayq(rows, spreads)
             .filter(|(_, s)| s.rate_per_sec == rate)
             .filter_map(|(run, s)| {
