@@ -1,10 +1,15 @@
 //! Scheduling: one `schedule_batch.lua` call per shard, the calls running
 //! concurrently, so a batch costs a few round trips, not one per message. A single
 //! push is a batch of one, so every message reaches the script in one layout.
+//! Single pushes of one shard that arrive while a call of theirs for that shard is
+//! in flight wait for it and then go together in one call (group commit, see
+//! [`Coalescer`]): no push waits for a timer, and under load one call carries many.
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use redis::Value;
+use tokio::sync::oneshot;
 
 use super::{
     Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_invocation, text,
@@ -31,6 +36,54 @@ pub struct InboxAck<'a> {
     pub group: &'a str,
 }
 
+/// Single pushes waiting for their shard's call in flight, per shard.
+pub(super) struct Coalescer {
+    slots: Vec<Mutex<Slot>>,
+}
+
+#[derive(Default)]
+struct Slot {
+    /// A call of single pushes for the shard is in flight.
+    in_flight: bool,
+    waiting: Vec<Waiting>,
+}
+
+/// A single push waiting for the next call of its shard.
+struct Waiting {
+    msg: NewMessage,
+    mode: ScheduleMode,
+    max_delay: Duration,
+    done: oneshot::Sender<Result<Scheduled>>,
+}
+
+impl Coalescer {
+    pub(super) fn new(shards: u16) -> Coalescer {
+        Coalescer {
+            slots: (0..shards).map(|_| Mutex::default()).collect(),
+        }
+    }
+
+    fn slot(&self, shard: u16) -> std::sync::MutexGuard<'_, Slot> {
+        // Nothing panics while a slot is held; a poisoned one is still consistent.
+        self.slots[usize::from(shard)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A shard's call of single pushes in flight: when it ends, or its future is
+/// dropped (a request cancelled), what waited goes next (see `Store::hand_over`).
+struct Turn<'a> {
+    store: &'a Store,
+    shard: u16,
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.store.hand_over(self.shard);
+    }
+}
+
 /// One message of a script call: what [`BatchItem`] holds, borrowed.
 struct ToSchedule<'a> {
     msg: &'a NewMessage,
@@ -41,22 +94,110 @@ struct ToSchedule<'a> {
 impl Store {
     /// Stores a message, idempotently by id (see [`ScheduleMode`]). `max_delay` bounds
     /// how far from Redis's now it may be due: a message due later is `TooFar`.
+    /// While another push's call for the same shard is in flight, the message waits
+    /// and goes in the next call with whatever else waited meanwhile.
     pub async fn schedule(
         &self,
         msg: &NewMessage,
         mode: ScheduleMode,
         max_delay: Duration,
     ) -> Result<Scheduled> {
+        let shard = msg.id.shard(self.shards());
+        let waiting = {
+            let mut slot = self.coalescer.slot(shard);
+            if slot.in_flight {
+                let (done, result) = oneshot::channel();
+                slot.waiting.push(Waiting {
+                    msg: msg.clone(),
+                    mode,
+                    max_delay,
+                    done,
+                });
+                Some(result)
+            } else {
+                slot.in_flight = true;
+                None
+            }
+        };
+        if let Some(result) = waiting {
+            return result.await.unwrap_or_else(|_| {
+                Err(StoreError::Reply(
+                    "the call carrying this message ended without an outcome".into(),
+                ))
+            });
+        }
+        // This push's call; whatever waits when it ends (or is dropped) goes next.
+        let _turn = Turn { store: self, shard };
         let one = ToSchedule {
             msg,
             mode,
             inbox_entry: "",
         };
-        let shard = msg.id.shard(self.shards());
         let mut outcomes = self.schedule_call(shard, &[one], max_delay, None).await?;
         outcomes
             .pop()
             .unwrap_or_else(|| Err(StoreError::Reply("no outcome for the message".into())))
+    }
+
+    /// Ends a shard's call of single pushes: sends what waited meanwhile in one
+    /// call (of a task of its own, so the push that ended returns now), or marks
+    /// the shard free.
+    fn hand_over(&self, shard: u16) {
+        let batch = {
+            let mut slot = self.coalescer.slot(shard);
+            if slot.waiting.is_empty() {
+                slot.in_flight = false;
+                return;
+            }
+            // One call carries one max_delay (the API's, the same for all pushes).
+            let max_delay = slot.waiting[0].max_delay;
+            let mut batch = Vec::new();
+            for w in std::mem::take(&mut slot.waiting) {
+                if batch.len() < MAX_PER_CALL && w.max_delay == max_delay {
+                    batch.push(w);
+                } else {
+                    slot.waiting.push(w);
+                }
+            }
+            batch
+        };
+        // Outside a runtime (it is shutting down) the waiters are dropped, and each
+        // answers that its call ended without an outcome.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        runtime.spawn(async move {
+            let turn = Turn {
+                store: &store,
+                shard,
+            };
+            let messages: Vec<ToSchedule<'_>> = batch
+                .iter()
+                .map(|w| ToSchedule {
+                    msg: &w.msg,
+                    mode: w.mode,
+                    inbox_entry: "",
+                })
+                .collect();
+            let outcome = store
+                .schedule_call(shard, &messages, batch[0].max_delay, None)
+                .await;
+            drop(messages);
+            match outcome {
+                Ok(results) => {
+                    for (w, result) in batch.into_iter().zip(results) {
+                        let _ = w.done.send(result);
+                    }
+                }
+                Err(e) => {
+                    for w in batch {
+                        let _ = w.done.send(Err(e.clone()));
+                    }
+                }
+            }
+            drop(turn);
+        });
     }
 
     /// Stores many messages, each idempotently by id as [`Store::schedule`] does, and

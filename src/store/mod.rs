@@ -193,6 +193,8 @@ pub struct Store {
     /// The shards a leader's term works on: every shard, or one election group's
     /// (`election.mode = "per_shard"`, see [`Store::owning`]).
     owned: Option<Arc<[u16]>>,
+    /// Single pushes waiting for their shard's call in flight (see `batch.rs`).
+    coalescer: Arc<batch::Coalescer>,
 }
 
 /// Fails with `Unsupported` when `conn` reaches a Redis Cluster node: the scripts
@@ -238,6 +240,7 @@ impl Store {
             record_layout: config.record_layout,
             pending_layout: config.pending_layout,
             owned: None,
+            coalescer: Arc::new(batch::Coalescer::new(config.shards)),
         })
     }
 
@@ -283,6 +286,8 @@ impl Store {
     pub fn with_pending_layout(&self, layout: PendingLayout) -> Store {
         Store {
             pending_layout: layout,
+            // Its pushes never share a call with another layout's.
+            coalescer: Arc::new(batch::Coalescer::new(self.shards())),
             ..self.clone()
         }
     }

@@ -655,3 +655,108 @@ async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stoppin
         other => panic!("m7: {other:?}"),
     }
 }
+
+/// Script calls Redis has run so far (EVALSHA and EVAL).
+fn script_calls(bare: &Bare) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut bare.redis.client())
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_pushes_share_calls_and_each_gets_its_own_outcome() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let before = script_calls(&bare);
+    let repeated = NewMessage::payload("orders", "again", Duration::from_secs(60));
+    let mut pushes = tokio::task::JoinSet::new();
+    for i in 0..220 {
+        let store = bare.store.clone();
+        let repeated_id = repeated.id.clone();
+        let msg = if i % 11 == 0 {
+            repeated.clone()
+        } else {
+            NewMessage::payload("orders", &format!("m{i}"), Duration::from_secs(60))
+        };
+        pushes.spawn(async move {
+            let outcome = store
+                .schedule(&msg, ScheduleMode::New, Duration::from_secs(3600))
+                .await;
+            (msg.id == repeated_id, outcome)
+        });
+    }
+    let (mut new, mut duplicates) = (0, 0);
+    for (is_repeated, outcome) in pushes.join_all().await {
+        match (is_repeated, outcome.expect("stored")) {
+            (_, Scheduled::Scheduled { .. }) => new += 1,
+            (true, Scheduled::Duplicate { .. }) => duplicates += 1,
+            (_, other) => panic!("unexpected outcome {other:?}"),
+        }
+    }
+    // 200 distinct messages and the repeated one once; its 19 other pushes are duplicates.
+    assert_eq!((new, duplicates), (201, 19));
+    assert_eq!(bare.store.pending_per_shard().await.unwrap(), [201]);
+    let calls = script_calls(&bare) - before;
+    assert!(
+        calls < 110,
+        "220 concurrent pushes took {calls} script calls"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_dropped_while_its_call_is_in_flight_holds_up_no_other() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let push = |text: String| {
+        let store = bare.store.clone();
+        tokio::spawn(async move {
+            let msg = NewMessage::payload("orders", &text, Duration::from_secs(60));
+            store
+                .schedule(&msg, ScheduleMode::New, Duration::from_secs(3600))
+                .await
+        })
+    };
+    for round in 0..5 {
+        // Redis holds every call for a moment: the first push's call is sent and
+        // in flight, the next ones wait for it, and then the first one's caller
+        // gives up (a request cancelled) before the answer.
+        let () = redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(150)
+            .query(&mut bare.redis.client())
+            .unwrap();
+        let dropped = push(format!("first {round}"));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let waiting: Vec<_> = (0..5).map(|i| push(format!("{round}-{i}"))).collect();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        dropped.abort();
+        for push in waiting {
+            let outcome = tokio::time::timeout(Duration::from_secs(5), push)
+                .await
+                .expect("a push waiting behind a dropped one still completes")
+                .unwrap();
+            assert!(
+                matches!(outcome, Ok(Scheduled::Scheduled { .. })),
+                "{outcome:?}"
+            );
+        }
+    }
+    let later = tokio::time::timeout(Duration::from_secs(5), push("later".into()))
+        .await
+        .expect("the shard is free again")
+        .unwrap();
+    assert!(
+        matches!(later, Ok(Scheduled::Scheduled { .. })),
+        "{later:?}"
+    );
+}
