@@ -85,10 +85,11 @@ async fn round_trip(
     case: Case,
     batch: usize,
 ) -> Result<(), TestCaseError> {
+    // Unique: what follows the last '-' is the index alone.
     let ids: Vec<String> = case
         .iter()
         .enumerate()
-        .map(|(i, m)| format!("{}{i}", m.0))
+        .map(|(i, m)| format!("{}-{i}", m.0))
         .collect();
     // Pushed in runs of one layout, in the case's order.
     let mut expected: HashMap<String, (u64, u8)> = HashMap::new();
