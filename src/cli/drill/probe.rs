@@ -50,11 +50,32 @@ pub(super) async fn wait_single_leader(
         if let [(i, epoch)] = seen[..] {
             return Ok((i, epoch));
         }
+        if seen.len() > 1 && per_shard(http, nodes).await {
+            bail!(
+                "the nodes lead election groups side by side (election.mode = \"per_shard\"): \
+                 the drill drives single-leader deployments (election.mode = \"single\")"
+            );
+        }
         if Instant::now() > give_up {
             bail!("no single leader within {}: {seen:?}", ms(timeout));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Whether a node says it elects per group of shards (`groups` in `/v1/leader`),
+/// where several nodes lead at once by design.
+async fn per_shard(http: &reqwest::Client, nodes: &[Node]) -> bool {
+    for node in nodes {
+        let view = match http.get(format!("{}/v1/leader", node.url)).send().await {
+            Ok(resp) => resp.json::<serde_json::Value>().await.ok(),
+            Err(_) => None,
+        };
+        if view.is_some_and(|v| v["groups"].as_array().is_some_and(|g| !g.is_empty())) {
+            return true;
+        }
+    }
+    false
 }
 
 /// The instant a node other than `old` leads under an epoch above `epoch`.

@@ -244,6 +244,22 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
             .unwrap_or_else(|| panic!("no leader shown for group {g}: {shown}"));
         assert!(line.contains("(epoch "), "{line}");
     }
+    // The failover drill drives single-leader deployments, and says so.
+    let mut drill = std::process::Command::new(crate::support::delayq_bin());
+    drill
+        .args(["drill", "--rounds", "1", "--redis-url"])
+        .arg(cluster.redis.url());
+    for i in [1, 2, new] {
+        drill
+            .arg("--node")
+            .arg(format!("n{i}={}", cluster.apis[i].url("")));
+    }
+    let out = drill.output().expect("run delayq drill");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("the drill drives single-leader deployments"),
+        "{said}"
+    );
     println!(
         "per_shard: spread in {first:?}; a kill's groups led again within {taken_over:?}, spread within {moved:?}; \
          rebalanced after a join in {rebalanced:?} and after a resign in {respread:?}; latest after the join {late_after_join} ms; \
