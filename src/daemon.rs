@@ -173,10 +173,7 @@ fn start_groups(
     for group in 0..config.election.groups {
         let shards = config.election.shards_of(group, config.redis.shards);
         let (elector, leadership) = leadership::channel_for(Some(group));
-        let etcd = crate::config::EtcdConfig {
-            election_prefix: election::group_prefix(&etcd.election_prefix, group),
-            ..etcd.clone()
-        };
+        let etcd = election::group_config(etcd, group);
         let owned = store.owning(shards.clone());
         elections.spawn(election::run(
             etcd,

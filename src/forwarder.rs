@@ -35,11 +35,9 @@ pub(crate) fn start(
     let options = Arc::new(config.forward_options());
     let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
-    let limiter = Arc::new(Limiter::new(
-        config.election.rate_share(config.forwarder.max_rate),
-        Instant::now(),
-    ));
-    let stream_limits = Arc::new(StreamLimits::new(&stream_rates(&config), Instant::now()));
+    let (rate, stream_rates) = term_rates(&config);
+    let limiter = Arc::new(Limiter::new(rate, Instant::now()));
+    let stream_limits = Arc::new(StreamLimits::new(&stream_rates, Instant::now()));
     let tasks = workers;
     tasks.spawn(dispatch_wakeups(
         store.clone(),
@@ -80,15 +78,17 @@ pub(crate) fn start(
     }
 }
 
-/// `streams.max_rate`, each limit this term's share (see
+/// `forwarder.max_rate` and `streams.max_rate`, each limit this term's share (see
 /// `ElectionConfig::rate_share`).
-fn stream_rates(config: &Config) -> Vec<(String, u64)> {
-    config
+fn term_rates(config: &Config) -> (u64, Vec<(String, u64)>) {
+    let share = |rate| config.election.rate_share(rate);
+    let streams = config
         .streams
         .max_rate
         .iter()
-        .map(|(stream, rate)| (stream.clone(), config.election.rate_share(*rate)))
-        .collect()
+        .map(|(stream, rate)| (stream.clone(), share(*rate)))
+        .collect();
+    (share(config.forwarder.max_rate), streams)
 }
 
 /// Forward calls of draining shards in flight at once. The shard loops share one
@@ -146,12 +146,9 @@ async fn forward_shard(mut l: ForwardLoop) {
         if l.live.has_changed().unwrap_or(false) {
             let config = l.live.borrow_and_update().clone();
             l.options = Arc::new(config.forward_options());
-            l.limiter.set_rate(
-                config.election.rate_share(config.forwarder.max_rate),
-                Instant::now(),
-            );
-            l.stream_limits
-                .set_rates(&stream_rates(&config), Instant::now());
+            let (rate, stream_rates) = term_rates(&config);
+            l.limiter.set_rate(rate, Instant::now());
+            l.stream_limits.set_rates(&stream_rates, Instant::now());
         }
         // Permits first, the turn after: a loop waiting for the rate holds no turn.
         let allowed = tokio::select! {

@@ -75,10 +75,7 @@ pub async fn main(args: FenceArgs) -> anyhow::Result<()> {
         // Each group's election (its prefix beside the single leader's).
         for group in 0..config.election.groups {
             let shards = config.election.shards_of(group, config.redis.shards);
-            let etcd = crate::config::EtcdConfig {
-                election_prefix: election::group_prefix(&etcd.election_prefix, group),
-                ..etcd.clone()
-            };
+            let etcd = election::group_config(etcd, group);
             let leader = match election::view(&etcd).await {
                 Ok(v) => match v.leader {
                     Some((leader, epoch)) => {

@@ -29,8 +29,17 @@ const SETTLE: Duration = Duration::from_millis(1_500);
 /// The election prefix of group `group` under `prefix`. A sibling of the single
 /// mode's prefix (`<prefix>-group-<g>`), never beneath it, so the two modes' keys
 /// cannot be mistaken for each other.
-pub fn group_prefix(prefix: &str, group: u16) -> String {
+fn group_prefix(prefix: &str, group: impl std::fmt::Display) -> String {
     format!("{prefix}-group-{group}")
+}
+
+/// `etcd` with the election prefix of group `group`: what that group's election
+/// (and `view` of it) runs with.
+pub fn group_config(etcd: &EtcdConfig, group: u16) -> EtcdConfig {
+    EtcdConfig {
+        election_prefix: group_prefix(&etcd.election_prefix, group),
+        ..etcd.clone()
+    }
 }
 
 /// Resigns groups this node leads beyond its share, until `cancel`.
@@ -75,25 +84,30 @@ pub async fn balance(
     }
 }
 
-/// Each group's candidates, oldest first (the first leads), each node once;
-/// None when etcd does not answer for one of them.
+/// Each group's candidates, oldest first (the first leads), each node once, read
+/// in one request for every group; None when etcd does not answer.
 async fn candidates(
     client: &Client,
     config: &EtcdConfig,
     groups: &[Group],
 ) -> Option<Vec<Vec<String>>> {
-    let mut lines = Vec::with_capacity(groups.len());
-    for group in groups {
-        let prefix = group_prefix(&config.election_prefix, group.group);
-        let read = campaigners(client, config, &prefix, None).await.ok()?;
-        let mut line: Vec<String> = Vec::new();
-        for kv in read.kvs() {
-            let node = LeaderValue::parse(kv.value()).node_id;
-            if !line.contains(&node) {
-                line.push(node);
-            }
+    // Every group's keys, `<prefix>-group-<g>/<lease>`, share this prefix.
+    let all = group_prefix(&config.election_prefix, "");
+    let read = campaigners(client, config, &all, None).await.ok()?;
+    let mut lines: Vec<Vec<String>> = vec![Vec::new(); groups.len()];
+    for kv in read.kvs() {
+        let group = kv
+            .key()
+            .strip_prefix(all.as_bytes())
+            .and_then(|rest| rest.split(|b| *b == b'/').next())
+            .and_then(|g| std::str::from_utf8(g).ok()?.parse::<usize>().ok());
+        let Some(line) = group.and_then(|g| lines.get_mut(g)) else {
+            continue;
+        };
+        let node = LeaderValue::parse(kv.value()).node_id;
+        if !line.contains(&node) {
+            line.push(node);
         }
-        lines.push(line);
     }
     Some(lines)
 }

@@ -49,7 +49,7 @@ mod lease;
 mod observe;
 mod takeover;
 
-pub use balance::{balance, group_prefix};
+pub use balance::{balance, group_config};
 use client::*;
 use key::*;
 use lease::*;

@@ -70,7 +70,8 @@ pub struct ElectionView {
 /// lowest create revision under the election prefix, as etcd's election decides).
 pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
     let client = connect(config).await?;
-    let read = campaigners(&client, config, &config.election_prefix, Some(1)).await?;
+    let prefix = format!("{}/", config.election_prefix);
+    let read = campaigners(&client, config, &prefix, Some(1)).await?;
     Ok(ElectionView {
         revision: read.header().map_or(0, |h| h.revision()) as u64,
         leader: read
@@ -80,15 +81,16 @@ pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
     })
 }
 
-/// The keys under the election `prefix` (one per candidate, whose lease holds it),
-/// oldest first: the first leads. At most `limit` of them.
+/// The keys under `prefix` (one per candidate of an election under it, whose lease
+/// holds it), oldest first: under one election's `<prefix>/`, the first leads. At
+/// most `limit` of them.
 pub(super) async fn campaigners(
     client: &Client,
     config: &EtcdConfig,
     prefix: &str,
     limit: Option<i64>,
 ) -> anyhow::Result<etcd_client::GetResponse> {
-    let prefix = format!("{prefix}/");
+    let prefix = prefix.to_owned();
     call(config.connect_timeout, || {
         let mut c = client.clone();
         let prefix = prefix.clone();
