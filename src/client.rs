@@ -111,6 +111,10 @@ pub struct ProducerOptions {
     pub tls: Option<RedisTls>,
     /// Find the master through Sentinel (the daemon's `redis.sentinel`).
     pub sentinel: Option<SentinelConfig>,
+    /// Redis Cluster's seed nodes, host and port (the daemon's `redis.mode =
+    /// "cluster"`: the URL's host, then `redis.nodes`); the URL then gives scheme,
+    /// user and password.
+    pub cluster: Option<Vec<(String, u16)>>,
     /// Replicas that must confirm each schedule (`WAIT`), and how long to wait for
     /// them (the daemon's `redis.min_replicas_acked`, `redis.replicas_ack_timeout`).
     pub replicas_acked: Option<(u32, Duration)>,
@@ -156,6 +160,7 @@ impl ProducerOptions {
             redis_url: config.redis.url.clone(),
             tls: config.redis.tls.clone(),
             sentinel: config.redis.sentinel.clone(),
+            cluster: config.redis.cluster.clone(),
             replicas_acked: config.redis.replicas_acked,
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
@@ -195,6 +200,7 @@ impl Producer {
             url: options.redis_url,
             tls: options.tls,
             sentinel: options.sentinel,
+            cluster: options.cluster,
             replicas_acked: options.replicas_acked,
             prefix: options.prefix,
             shards: options.shards,

@@ -33,7 +33,12 @@ pub(crate) fn start(
     let config = live.borrow().clone();
     let cancel = term.child_token();
     let options = Arc::new(config.forward_options());
-    let wakers: Arc<Vec<Notify>> = Arc::new((0..store.shards()).map(|_| Notify::new()).collect());
+    // One per shard, and one more for new shards (see discover_waker).
+    let wakers: Arc<Vec<Notify>> = Arc::new(
+        (0..=usize::from(store.shards()))
+            .map(|_| Notify::new())
+            .collect(),
+    );
     let in_flight = Arc::new(Semaphore::new(FORWARDS_IN_FLIGHT));
     let (rate, stream_rates) = term_rates(&config);
     let limiter = Arc::new(Limiter::new(rate, Instant::now()));
@@ -44,22 +49,21 @@ pub(crate) fn start(
         wakers.clone(),
         cancel.clone(),
     ));
-    for shard in store.owned_shards() {
-        // At 0 from the term's start, so that a rate() over it sees the first error.
-        metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
-        tasks.spawn(forward_shard(ForwardLoop {
+    tasks.spawn(run_shards(
+        ForwardLoop {
             store: store.clone(),
             term: term.clone(),
             options: options.clone(),
             live: live.clone(),
             idle_wakeup: config.forwarder.idle_wakeup,
-            shard,
+            shard: 0,
             wakers: wakers.clone(),
             in_flight: in_flight.clone(),
             limiter: limiter.clone(),
             stream_limits: stream_limits.clone(),
-        }));
-    }
+        },
+        cancel.clone(),
+    ));
     tasks.spawn(trim_records(
         store.clone(),
         term.clone(),
@@ -76,6 +80,71 @@ pub(crate) fn start(
         ));
         tasks.spawn(report_pending_streams(store.clone(), cancel));
     }
+}
+
+/// How often a term on Redis Cluster looks for shards (hash slots) newly in use.
+const DISCOVER_EVERY: Duration = Duration::from_secs(1);
+
+/// Runs one forward loop per owned shard in use, each a copy of `template` with its
+/// shard, until the term ends; then waits for them (each finishes at most its call
+/// in flight). On a standalone Redis every shard is in use from the start; on
+/// Redis Cluster a shard is a hash slot, in use from its first message, so the
+/// list is read again every [`DISCOVER_EVERY`] and on each wake-up (at most every
+/// 100 ms), and a new shard's loop starts within that.
+async fn run_shards(template: ForwardLoop, cancel: CancellationToken) {
+    let mut loops = JoinSet::new();
+    let mut running = std::collections::HashSet::new();
+    let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    let cluster = template.store.is_cluster();
+    while !cancel.is_cancelled() {
+        let wait = match template.store.owned_in_use().await {
+            Ok(shards) => {
+                backoff.reset();
+                for shard in shards {
+                    if !running.insert(shard) {
+                        continue;
+                    }
+                    // At 0 from the loop's start, so that a rate() over it sees the first error.
+                    metrics::counter!(m::FORWARD_ERRORS, "shard" => shard.to_string()).increment(0);
+                    loops.spawn(forward_shard(ForwardLoop {
+                        store: template.store.clone(),
+                        term: template.term.clone(),
+                        options: template.options.clone(),
+                        live: template.live.clone(),
+                        idle_wakeup: template.idle_wakeup,
+                        shard,
+                        wakers: template.wakers.clone(),
+                        in_flight: template.in_flight.clone(),
+                        limiter: template.limiter.clone(),
+                        stream_limits: template.stream_limits.clone(),
+                    }));
+                }
+                if !cluster {
+                    break;
+                }
+                DISCOVER_EVERY
+            }
+            Err(e) => {
+                let delay = backoff.next_delay();
+                tracing::warn!(error = %e, retry_in = ?delay, "cannot read the shards in use");
+                delay
+            }
+        };
+        tokio::select! {
+            _ = cancel.cancelled() => break,
+            _ = tokio::time::sleep(wait) => {}
+            _ = discover_waker(&template.wakers).notified(), if cluster => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    while loops.join_next().await.is_some() {}
+}
+
+/// The waker past the shards' own: on Redis Cluster any wake-up notifies it too, so
+/// that a shard newly in use gets its loop at once.
+fn discover_waker(wakers: &[Notify]) -> &Notify {
+    wakers.last().expect("one waker past the shards'")
 }
 
 /// `forwarder.max_rate` and `streams.max_rate`, each limit this term's share (see
@@ -279,7 +348,12 @@ async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: Cancel
                     tokio::select! {
                         _ = cancel.cancelled() => return,
                         shard = wakeups.next() => match shard {
-                            Some(shard) => if let Some(w) = wakers.get(shard as usize) { w.notify_one() },
+                            Some(shard) => {
+                                if let Some(w) = wakers.get(shard as usize) { w.notify_one() }
+                                if store.is_cluster() {
+                                    discover_waker(&wakers).notify_one();
+                                }
+                            }
                             None => break,
                         }
                     }
@@ -305,7 +379,14 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
             _ = term.ended() => return,
             _ = tokio::time::sleep(every) => {}
         }
-        for shard in store.owned_shards() {
+        let shards = match store.owned_in_use().await {
+            Ok(shards) => shards,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the shards in use; next round will retry");
+                continue;
+            }
+        };
+        for shard in shards {
             loop {
                 if term.is_over() {
                     return;
@@ -343,7 +424,7 @@ async fn report_pending(
     loop {
         match store.pending_per_shard().await {
             Ok(counts) => {
-                for (shard, n) in counts.into_iter().enumerate() {
+                for (shard, n) in counts {
                     metrics::gauge!(m::PENDING, "shard" => shard.to_string()).set(n as f64);
                 }
             }
@@ -436,7 +517,7 @@ async fn report_pending_streams(store: Store, cancel: CancellationToken) {
     // start a new leader may have a backlog to drain: then the first count waits a
     // full interval, like every later one.
     let mut wait = match store.pending_per_shard().await {
-        Ok(per_shard) => per_shard.iter().sum::<u64>() > PENDING_STREAMS_AT_ONCE,
+        Ok(per_shard) => per_shard.iter().map(|(_, n)| n).sum::<u64>() > PENDING_STREAMS_AT_ONCE,
         Err(_) => true,
     };
     loop {
@@ -459,7 +540,7 @@ async fn report_pending_streams(store: Store, cancel: CancellationToken) {
         );
         match counted {
             Ok((per_stream, per_shard)) => {
-                let total = per_shard.iter().sum();
+                let total = per_shard.iter().map(|(_, n)| n).sum();
                 let mut shown = SHOWN.lock().expect("pending streams lock");
                 let shown = shown.get_or_insert_with(|| {
                     m::PendingStreams::new(PENDING_STREAMS_SHOWN, PENDING_STREAMS_EVER)

@@ -223,7 +223,10 @@ impl GroupSweep {
             .set(ours.len() as f64);
         // With `election.mode = "per_shard"`, each group's leader redelivers the
         // entries of its own shards' messages.
-        for (entry, id) in ours.into_iter().filter(|(_, id)| store.owns_message(id)) {
+        for (entry, id) in ours
+            .into_iter()
+            .filter(|(_, id)| store.owns_message(id, &self.stream))
+        {
             if cancel.is_cancelled() {
                 return Ok(());
             }

@@ -71,6 +71,7 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::TooFar(detail) => ApiError::invalid(format!("deliver_at: {detail}")),
+            StoreError::BadStream(detail) => ApiError::invalid(format!("stream: {detail}")),
             StoreError::Corrupt(detail) => ApiError::new(StatusCode::CONFLICT, "corrupt", detail),
             StoreError::Busy(detail) => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "busy", detail)

@@ -47,7 +47,11 @@ pub struct StatsLeader {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Pending {
     total: u64,
+    /// Per shard, in shard order (standalone Redis; empty on Redis Cluster).
     per_shard: Vec<u64>,
+    /// Redis Cluster: per hash slot in use (a stream's messages live in its slot).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    per_slot: BTreeMap<u16, u64>,
     per_stream: BTreeMap<String, u64>,
     /// False when counting stopped early on a very large backlog.
     per_stream_exact: bool,
@@ -147,8 +151,15 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiErro
             mode: info.mode.to_owned(),
         },
         pending: Pending {
-            total: per_shard.iter().sum(),
-            per_shard,
+            total: per_shard.iter().map(|(_, n)| n).sum(),
+            per_slot: match state.store.is_cluster() {
+                true => per_shard.iter().copied().collect(),
+                false => BTreeMap::new(),
+            },
+            per_shard: match state.store.is_cluster() {
+                true => Vec::new(),
+                false => per_shard.iter().map(|(_, n)| *n).collect(),
+            },
             per_stream: per_stream.per_stream,
             per_stream_exact: per_stream.exact,
             next_due,

@@ -34,6 +34,14 @@ impl Config {
                 set_key(&mut effective, "inbox", key, value.clone().into());
             }
         }
+        if !config.is_cluster() {
+            set_key(
+                &mut effective,
+                "redis",
+                "shards",
+                i64::from(config.redis.shards).into(),
+            );
+        }
         if let Some(etcd) = &config.etcd {
             set_key(
                 &mut effective,

@@ -75,9 +75,13 @@ pub struct RedisConfig {
     /// The master found through Sentinel (`url` then gives scheme, user, password
     /// and database only).
     pub sentinel: Option<crate::store::SentinelConfig>,
+    /// `redis.mode = "cluster"`: the seed nodes, host and port (`url`'s first; the
+    /// URL then gives scheme, user and password).
+    pub cluster: Option<Vec<(String, u16)>>,
     /// Replicas that must confirm each push, and how long to wait for them.
     pub replicas_acked: Option<(u32, Duration)>,
     pub prefix: String,
+    /// Standalone: `redis.shards`; cluster: one unit per hash slot (16384).
     pub shards: u16,
     pub timeout: Duration,
     pub connect_timeout: Duration,
@@ -313,13 +317,32 @@ impl Config {
     pub fn dead_letter_stream(&self, stream: &str) -> String {
         match self.delivery.stream(stream) {
             Some(s) => s.dead_letter_stream.clone(),
-            None => format!("{stream}{}", self.forwarder.dead_letter_suffix),
+            None => default_dead_letter_stream(
+                stream,
+                &self.forwarder.dead_letter_suffix,
+                self.redis.cluster.is_some(),
+            ),
         }
+    }
+
+    /// Whether delayq runs on Redis Cluster (`redis.mode = "cluster"`).
+    pub fn is_cluster(&self) -> bool {
+        self.redis.cluster.is_some()
     }
 
     /// Where the store connects, as an error's context shows it: the URL (its
     /// password redacted) and, over TLS, the settings a failed handshake points at.
     pub fn redis_target(&self) -> String {
+        if let Some(seeds) = &self.redis.cluster {
+            return format!(
+                "Redis Cluster through {} (redis.url, redis.nodes)",
+                seeds
+                    .iter()
+                    .map(|(host, port)| format!("{host}:{port}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
         if let Some(sentinel) = &self.redis.sentinel {
             return format!(
                 "the Redis master {:?} through Sentinel at {} (redis.sentinel)",
@@ -357,6 +380,7 @@ impl Config {
             url: self.redis.url.clone(),
             tls: self.redis.tls.clone(),
             sentinel: self.redis.sentinel.clone(),
+            cluster: self.redis.cluster.clone(),
             replicas_acked: self.redis.replicas_acked,
             prefix: self.redis.prefix.clone(),
             shards: self.redis.shards,
@@ -392,7 +416,20 @@ impl Config {
                 self.streams.allow.join(", ")
             ));
         }
+        if self.is_cluster() {
+            return crate::store::cluster_stream_refusal(stream);
+        }
         None
+    }
+}
+
+/// A stream's dead-letter stream unless configured: `<stream><suffix>`, or on Redis
+/// Cluster the name in the stream's own slot (see `store::cluster_dead_letter_stream`).
+pub fn default_dead_letter_stream(stream: &str, suffix: &str, cluster: bool) -> String {
+    match cluster {
+        true => crate::store::cluster_dead_letter_stream(stream, suffix)
+            .unwrap_or_else(|| format!("{stream}{suffix}")),
+        false => format!("{stream}{suffix}"),
     }
 }
 

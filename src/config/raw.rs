@@ -61,8 +61,13 @@ pub(super) struct RawRedis {
     pub(super) tls_server_name: Option<String>,
     /// Find the master through Sentinel instead of `url`'s host.
     pub(super) sentinel: Option<RawSentinel>,
+    /// "standalone" (one Redis, or the master Sentinel names) or "cluster".
+    pub(super) mode: String,
+    /// Redis Cluster: more seed nodes, "host:port" each, besides `url`'s.
+    pub(super) nodes: Vec<String>,
     pub(super) prefix: String,
-    pub(super) shards: i64,
+    /// Standalone only (unset: 16); in cluster mode the units are the hash slots.
+    pub(super) shards: Option<i64>,
     #[serde(with = "humantime_serde")]
     pub(super) timeout: Duration,
     #[serde(with = "humantime_serde")]
@@ -99,8 +104,10 @@ impl Default for RawRedis {
             tls_key_file: None,
             tls_server_name: None,
             sentinel: None,
+            mode: "standalone".into(),
+            nodes: Vec::new(),
             prefix: "delayq".into(),
-            shards: 16,
+            shards: None,
             timeout: Duration::from_secs(2),
             connect_timeout: Duration::from_secs(2),
             min_replicas_acked: 0,

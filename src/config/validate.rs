@@ -105,6 +105,106 @@ fn tls_files(
     Ok(Some(TlsFiles { ca, client }))
 }
 
+/// `nodes` as (host, port) pairs; `key` names them in the error.
+fn host_ports(key: &str, nodes: &[String]) -> Result<Vec<(String, u16)>, ConfigError> {
+    let mut addresses = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        let parsed = node
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
+            .filter(|(host, port)| !host.is_empty() && *port != 0);
+        match parsed {
+            Some((host, port)) => {
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                addresses.push((host.to_owned(), port));
+            }
+            None => return Err(invalid(key, format!("{node:?}: must be host:port"))),
+        }
+    }
+    Ok(addresses)
+}
+
+/// On Redis Cluster, `key`'s `value` must share `other`'s hash slot: one script
+/// writes both.
+fn cluster_same_slot(
+    key: &str,
+    value: &str,
+    other_key: &str,
+    other: &str,
+) -> Result<(), ConfigError> {
+    use crate::store::slot_of;
+    if slot_of(value) == slot_of(other) {
+        return Ok(());
+    }
+    let hint = match crate::store::cluster_dead_letter_stream(other, ":x") {
+        Some(example) => format!(" (for example {example:?}: a name with its hash tag)"),
+        None => String::new(),
+    };
+    Err(invalid(
+        key,
+        format!(
+            "{value:?} must be in the same Redis Cluster hash slot as {other_key} {other:?}{hint}"
+        ),
+    ))
+}
+
+/// `redis.mode = "cluster"`, checked: the seed nodes (`url`'s host first, then
+/// `redis.nodes`), reached over TCP, without Sentinel or a certificate name of
+/// their own (each node is dialed at the address the cluster announces).
+fn cluster_seeds(
+    url: &RedisUrl,
+    nodes: &[String],
+    sentinel: bool,
+    tls: Option<&RedisTls>,
+) -> Result<Option<Vec<(String, u16)>>, ConfigError> {
+    if sentinel {
+        return Err(invalid(
+            "redis.sentinel",
+            "cannot be used with redis.mode = \"cluster\" (Redis Cluster fails masters over by itself)",
+        ));
+    }
+    if tls.is_some_and(|t| t.server_name.is_some()) {
+        return Err(invalid(
+            "redis.tls_server_name",
+            "cannot be used with redis.mode = \"cluster\" (each node is dialed at the address the cluster announces; its certificate must carry that address)",
+        ));
+    }
+    let Ok(parsed) = url::Url::parse(url.expose()) else {
+        return Err(invalid(
+            "redis.url",
+            format!("{url:?}: not a valid Redis URL"),
+        ));
+    };
+    let (Some(host), false) = (parsed.host_str(), url.expose().starts_with("unix://")) else {
+        return Err(invalid(
+            "redis.url",
+            "redis.mode = \"cluster\" needs a redis:// or rediss:// URL with a host (a seed node)",
+        ));
+    };
+    if parsed
+        .path()
+        .trim_start_matches('/')
+        .parse::<u32>()
+        .is_ok_and(|db| db != 0)
+    {
+        return Err(invalid(
+            "redis.url",
+            "Redis Cluster has one database: leave the URL's database out (or 0)",
+        ));
+    }
+    let host = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    let mut seeds = vec![(host, parsed.port().unwrap_or(6379))];
+    for seed in host_ports("redis.nodes", nodes)? {
+        if !seeds.contains(&seed) {
+            seeds.push(seed);
+        }
+    }
+    Ok(Some(seeds))
+}
+
 /// `redis.sentinel`, checked: a master name, Sentinels as host:port, a user only
 /// with its password, and a data URL over TCP (its host is not used).
 fn sentinel_config(
@@ -137,25 +237,7 @@ fn sentinel_config(
             "must name one Sentinel or more",
         ));
     }
-    let mut addresses = Vec::with_capacity(nodes.len());
-    for node in &nodes {
-        let parsed = node
-            .rsplit_once(':')
-            .and_then(|(host, port)| Some((host, port.parse::<u16>().ok()?)))
-            .filter(|(host, port)| !host.is_empty() && *port != 0);
-        match parsed {
-            Some((host, port)) => {
-                let host = host.trim_start_matches('[').trim_end_matches(']');
-                addresses.push((host.to_owned(), port));
-            }
-            None => {
-                return Err(invalid(
-                    "redis.sentinel.nodes",
-                    format!("{node:?}: must be host:port"),
-                ));
-            }
-        }
-    }
+    let addresses = host_ports("redis.sentinel.nodes", &nodes)?;
     let password = password_file
         .map(|path| read_secret("redis.sentinel.password_file", &path))
         .transpose()?;
@@ -263,6 +345,8 @@ impl Raw {
             tls_key_file,
             tls_server_name,
             sentinel,
+            mode,
+            nodes,
             prefix,
             shards,
             timeout,
@@ -270,6 +354,24 @@ impl Raw {
             min_replicas_acked,
             replicas_ack_timeout,
         } = redis;
+        let redis_cluster = match mode.as_str() {
+            "standalone" => {
+                if !nodes.is_empty() {
+                    return Err(invalid(
+                        "redis.nodes",
+                        "names Redis Cluster seed nodes: set redis.mode = \"cluster\" too",
+                    ));
+                }
+                false
+            }
+            "cluster" => true,
+            other => {
+                return Err(invalid(
+                    "redis.mode",
+                    format!("{other:?}: must be \"standalone\" or \"cluster\""),
+                ));
+            }
+        };
         if !(url.starts_with("redis://")
             || url.starts_with("rediss://")
             || url.starts_with("unix://"))
@@ -332,6 +434,11 @@ impl Raw {
         let sentinel = sentinel
             .map(|raw| sentinel_config(raw, &url, &read_secret))
             .transpose()?;
+        let redis_cluster = if redis_cluster {
+            cluster_seeds(&url, &nodes, sentinel.is_some(), tls.as_ref())?
+        } else {
+            None
+        };
         crate::store::redis_client(&url, tls.as_ref()).map_err(|e| {
             // The client's own message may quote the URL: show neither.
             let _ = e;
@@ -346,7 +453,16 @@ impl Raw {
                 format!("{prefix:?}: must be non-empty, without braces or spaces"),
             ));
         }
-        let shards = positive("redis.shards", shards, 1024)? as u16;
+        let shards = match (&redis_cluster, shards) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(
+                    "redis.shards",
+                    "cannot be set with redis.mode = \"cluster\": there a stream's messages live in its own hash slot",
+                ));
+            }
+            (Some(_), None) => crate::store::CLUSTER_SLOTS,
+            (None, shards) => positive("redis.shards", shards.unwrap_or(16), 1024)? as u16,
+        };
         if timeout < Duration::from_millis(50) {
             return Err(invalid("redis.timeout", "must be at least 50ms"));
         }
@@ -685,7 +801,7 @@ impl Raw {
             dead_letter_suffix,
             max_rate,
         };
-        let delivery = delivery.validate(&forwarder, retention)?;
+        let delivery = delivery.validate(&forwarder, retention, redis_cluster.is_some())?;
         let RawInbox {
             enabled,
             stream: inbox_stream,
@@ -696,7 +812,36 @@ impl Raw {
         } = inbox;
         let inbox_stream = inbox_stream.unwrap_or_else(|| format!("{prefix}:inbox"));
         let inbox_group = inbox_group.unwrap_or_else(|| prefix.clone());
-        let rejected_stream = rejected_stream.unwrap_or_else(|| format!("{prefix}:inbox:rejected"));
+        let rejected_default = match &redis_cluster {
+            // In the inbox's slot: the rejection script writes both.
+            Some(_) => crate::store::cluster_dead_letter_stream(&inbox_stream, ":rejected"),
+            None => None,
+        };
+        let rejected_stream = rejected_stream
+            .or(rejected_default)
+            .unwrap_or_else(|| format!("{prefix}:inbox:rejected"));
+        if let (Some(_), true) = (&redis_cluster, enabled) {
+            cluster_same_slot(
+                "inbox.rejected_stream",
+                &rejected_stream,
+                "inbox.stream",
+                &inbox_stream,
+            )?;
+        }
+        if redis_cluster.is_some() {
+            for s in &delivery.streams {
+                let key = format!("delivery.streams.{}", s.stream);
+                if let Some(refusal) = crate::store::cluster_stream_refusal(&s.stream) {
+                    return Err(invalid(&key, refusal));
+                }
+                cluster_same_slot(
+                    &format!("{key}.dead_letter_stream"),
+                    &s.dead_letter_stream,
+                    "its stream",
+                    &s.stream,
+                )?;
+            }
+        }
         let inbox = if enabled {
             for (key, value) in [
                 ("inbox.stream", &inbox_stream),
@@ -752,6 +897,7 @@ impl Raw {
                 url,
                 tls,
                 sentinel,
+                cluster: redis_cluster,
                 replicas_acked,
                 prefix,
                 shards,

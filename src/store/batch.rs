@@ -102,7 +102,11 @@ impl Store {
         mode: ScheduleMode,
         max_delay: Duration,
     ) -> Result<Scheduled> {
-        let shard = msg.id.shard(self.shards());
+        if let Some(refusal) = self.stream_refusal(&msg.stream) {
+            return Err(StoreError::BadStream(refusal));
+        }
+        let shard = self.shard_of(&msg.id, &msg.stream);
+        self.note_in_use(shard).await?;
         let waiting = {
             let mut slot = self.coalescer.slot(shard);
             if slot.in_flight {
@@ -202,7 +206,9 @@ impl Store {
 
     /// Stores many messages, each idempotently by id as [`Store::schedule`] does, and
     /// acknowledges (and deletes) the inbox entry of each one stored, in the same
-    /// atomic call. Outcomes come back in input order: a due time too far ahead is
+    /// atomic call (on Redis Cluster, where the inbox lives in another slot, right
+    /// after it: an entry whose acknowledgement is lost is read again, and its
+    /// message, stored already, is a duplicate then). Outcomes come back in input order: a due time too far ahead is
     /// `TooFar` for that message alone (its inbox entry stays unacknowledged); a
     /// failed call fails each message it carried, which may or may not have been
     /// stored (retrying with the same ids is safe).
@@ -212,17 +218,37 @@ impl Store {
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
     ) -> Vec<Result<Scheduled>> {
-        let mut by_shard: Vec<Vec<usize>> = vec![Vec::new(); usize::from(self.shards())];
+        let mut by_shard: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+        let mut refused: Vec<Option<String>> = vec![None; items.len()];
         for (i, item) in items.iter().enumerate() {
-            by_shard[usize::from(item.msg.id.shard(self.shards()))].push(i);
+            if let Some(refusal) = self.stream_refusal(&item.msg.stream) {
+                refused[i] = Some(refusal);
+                continue;
+            }
+            let shard = self.shard_of(&item.msg.id, &item.msg.stream);
+            by_shard.entry(shard).or_default().push(i);
         }
+        let mut unlisted = None;
+        for &shard in by_shard.keys() {
+            if let Err(e) = self.note_in_use(shard).await {
+                unlisted = Some(e);
+                break;
+            }
+        }
+        if let Some(e) = unlisted {
+            return items.iter().map(|_| Err(e.clone())).collect();
+        }
+        // On Redis Cluster the inbox is acknowledged after the scripts.
+        let (script_ack, after_ack) = match self.is_cluster() {
+            true => (None, ack),
+            false => (ack, None),
+        };
         let calls = by_shard
             .iter()
-            .enumerate()
-            .flat_map(|(shard, indexes)| {
+            .flat_map(|(&shard, indexes)| {
                 indexes
                     .chunks(MAX_PER_CALL)
-                    .map(move |chunk| (shard as u16, chunk))
+                    .map(move |chunk| (shard, chunk))
             })
             .map(|(shard, chunk)| async move {
                 let messages: Vec<ToSchedule<'_>> = chunk
@@ -233,10 +259,15 @@ impl Store {
                         inbox_entry: items[i].inbox_entry.as_deref().unwrap_or(""),
                     })
                     .collect();
-                let outcome = self.schedule_call(shard, &messages, max_delay, ack).await;
+                let outcome = self
+                    .schedule_call(shard, &messages, max_delay, script_ack)
+                    .await;
                 (chunk, outcome)
             });
-        let mut out: Vec<Option<Result<Scheduled>>> = (0..items.len()).map(|_| None).collect();
+        let mut out: Vec<Option<Result<Scheduled>>> = refused
+            .into_iter()
+            .map(|r| r.map(|r| Err(StoreError::BadStream(r))))
+            .collect();
         for (chunk, outcome) in futures::future::join_all(calls).await {
             match outcome {
                 Ok(results) => {
@@ -251,11 +282,52 @@ impl Store {
                 }
             }
         }
-        out.into_iter()
+        let mut out: Vec<Result<Scheduled>> = out
+            .into_iter()
             .map(|o| {
                 o.unwrap_or_else(|| Err(StoreError::Reply("no outcome for a batch item".into())))
             })
-            .collect()
+            .collect();
+        if let Some(ack) = after_ack {
+            let stored: Vec<usize> = (0..items.len())
+                .filter(|&i| out[i].is_ok() && items[i].inbox_entry.is_some())
+                .collect();
+            let entries: Vec<&str> = stored
+                .iter()
+                .filter_map(|&i| items[i].inbox_entry.as_deref())
+                .collect();
+            if let Err(e) = self.ack_inbox(ack, &entries).await {
+                // Stored, but still in the inbox: read again, they are duplicates.
+                for i in stored {
+                    out[i] = Err(e.clone());
+                }
+            }
+        }
+        out
+    }
+
+    /// Why `stream` cannot be a target of this store, if it cannot (Redis Cluster).
+    fn stream_refusal(&self, stream: &str) -> Option<String> {
+        self.is_cluster()
+            .then(|| super::cluster_stream_refusal(stream))
+            .flatten()
+    }
+
+    /// Acknowledges and deletes inbox entries whose messages are stored, in one call.
+    async fn ack_inbox(&self, ack: InboxAck<'_>, entries: &[&str]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut inv = self.scripts.ack_inbox.prepare_invoke();
+        inv.key(ack.stream).arg(ack.group);
+        for entry in entries {
+            inv.arg(*entry);
+        }
+        let _: u64 = inv
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)?;
+        Ok(())
     }
 
     /// One script call storing `messages`, all of shard `shard`: the outcome of each,
@@ -288,11 +360,7 @@ impl Store {
             .await
             .map_err(StoreError::from_script)?;
         if let Some((wanted, timeout)) = self.replicas_acked {
-            let acked: u32 = redis::cmd("WAIT")
-                .arg(wanted)
-                .arg(timeout.as_millis() as u64)
-                .query_async(&mut conn)
-                .await?;
+            let acked = conn.wait_replicas(&k.due, wanted, timeout).await?;
             if acked < wanted {
                 return Err(StoreError::NotReplicated { acked, wanted });
             }

@@ -11,12 +11,17 @@
 //! twice. Connections made apart (pub/sub, blocking reads) go to the current
 //! master too ([`Conn::pubsub`], [`Conn::separate`]). With `redis.tls_server_name`
 //! every connection is dialed by [`super::dial`] instead of the redis crate.
+//! On Redis Cluster (`redis.mode = "cluster"`) it is the redis crate's cluster
+//! connection, which follows MOVED and ASK redirections, retries TRYAGAIN and
+//! reconnects by itself; pub/sub goes to a seed node (a PUBLISH reaches every node).
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, Pipeline, RedisFuture, Value};
 use secrecy::{ExposeSecret, SecretString};
@@ -62,6 +67,7 @@ struct Current {
 enum Link {
     Manager(ConnectionManager),
     Redial(Redial),
+    Cluster(ClusterConnection),
 }
 
 impl Link {
@@ -69,8 +75,52 @@ impl Link {
         match self {
             Link::Manager(m) => m.get_db(),
             Link::Redial(r) => r.get_db(),
+            Link::Cluster(_) => 0,
         }
     }
+}
+
+/// A connection apart from the shared one, for blocking reads: to the one node,
+/// or a cluster connection of its own.
+#[derive(Clone)]
+pub(super) enum Separate {
+    Node(redis::aio::MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Separate {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Separate::Node(c) => c.req_packed_command(cmd),
+            Separate::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Separate::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Separate::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Separate::Node(c) => c.get_db(),
+            Separate::Cluster(_) => 0,
+        }
+    }
+}
+
+/// What a Redis Cluster connection needs: the client (its seeds and settings)
+/// and the seeds' plain clients, for pub/sub.
+struct Cluster {
+    client: ClusterClient,
+    seeds: Vec<redis::Client>,
 }
 
 /// The shared connection. Cheap to clone: clones share the node and the Sentinels.
@@ -78,6 +128,7 @@ impl Link {
 pub(super) struct Conn {
     current: Arc<Mutex<Current>>,
     sentinel: Option<Arc<Follow>>,
+    cluster: Option<Arc<Cluster>>,
     /// A pinned connection refuses every command once the master has moved from
     /// this generation (see [`Conn::pinned`]).
     pin: Option<u64>,
@@ -103,6 +154,9 @@ impl Conn {
             .set_connection_timeout(Some(config.connect_timeout))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_secs(1));
+        if let Some(seeds) = &config.cluster {
+            return Conn::connect_cluster(config, seeds).await;
+        }
         let Some(sentinel) = &config.sentinel else {
             let client = tls::client(&config.url, config.tls.as_ref())?;
             let server_name = config
@@ -132,6 +186,7 @@ impl Conn {
                     generation: 0,
                 })),
                 sentinel: None,
+                cluster: None,
                 pin: None,
             });
         };
@@ -154,6 +209,7 @@ impl Conn {
                 generation: 0,
             })),
             pin: None,
+            cluster: None,
             sentinel: Some(Arc::new(Follow {
                 master: sentinel.master.clone(),
                 client: tokio::sync::Mutex::new(sentinel_client),
@@ -167,8 +223,133 @@ impl Conn {
         Ok(conn)
     }
 
-    /// A pub/sub connection to the current node.
+    /// Connects to Redis Cluster through `seeds` (host, port), with the URL's
+    /// scheme, user, password and TLS settings.
+    async fn connect_cluster(config: &StoreConfig, seeds: &[(String, u16)]) -> Result<Conn> {
+        let first = tls::client(&config.url, config.tls.as_ref())?;
+        let info = first.get_connection_info().clone();
+        let mut clients = Vec::with_capacity(seeds.len());
+        let mut infos = Vec::with_capacity(seeds.len());
+        for (host, port) in seeds {
+            let addr = match info.addr() {
+                ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+                    host: host.clone(),
+                    port: *port,
+                    insecure: *insecure,
+                    tls_params: None,
+                },
+                _ => ConnectionAddr::Tcp(host.clone(), *port),
+            };
+            let seed = info.clone().set_addr(addr);
+            infos.push(seed.clone());
+            clients.push(match config.tls.as_ref() {
+                Some(t) => redis::Client::build_with_tls(seed, tls::certificates(t))?,
+                None => redis::Client::open(seed)?,
+            });
+        }
+        let mut builder = ClusterClientBuilder::new(infos)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .retries(3)
+            .min_retry_wait(20)
+            .max_retry_wait(500);
+        if matches!(info.addr(), ConnectionAddr::TcpTls { .. }) {
+            builder = builder.tls(redis::TlsMode::Secure);
+            if let Some(t) = config.tls.as_ref() {
+                builder = builder.certs(tls::certificates(t));
+            }
+        }
+        let client = builder.build()?;
+        let connection = tokio::time::timeout(
+            config.connect_timeout * 2,
+            client.get_async_connection_with_config(cluster_config(config.response_timeout)),
+        )
+        .await
+        .map_err(|_| timeout("no Redis Cluster seed node answered in time"))??;
+        Ok(Conn {
+            current: Arc::new(Mutex::new(Current {
+                client: first,
+                dialer: None,
+                manager: Link::Cluster(connection),
+                generation: 0,
+            })),
+            sentinel: None,
+            cluster: Some(Arc::new(Cluster {
+                client,
+                seeds: clients,
+            })),
+            pin: None,
+        })
+    }
+
+    /// `WAIT wanted timeout` on the connection that carried the last write to
+    /// `key`: on Redis Cluster sent to the master of its slot (WAIT counts the
+    /// writes of the connection it is sent on).
+    pub(super) async fn wait_replicas(
+        &self,
+        key: &str,
+        wanted: u32,
+        timeout: Duration,
+    ) -> redis::RedisResult<u32> {
+        let mut cmd = redis::cmd("WAIT");
+        cmd.arg(wanted).arg(timeout.as_millis() as u64);
+        match self.manager()? {
+            Link::Cluster(mut cluster) => {
+                use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+                let route = Route::new(super::slot_of(key), SlotAddr::Master);
+                let reply = cluster
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                    )
+                    .await?;
+                Ok(redis::from_redis_value(reply)?)
+            }
+            _ => cmd.query_async(&mut self.clone()).await,
+        }
+    }
+
+    /// Whether this is a Redis Cluster connection.
+    pub(super) fn is_cluster(&self) -> bool {
+        self.cluster.is_some()
+    }
+
+    /// A connection apart from this one for blocking reads (no response timeout
+    /// with `config`'s none): to the current node, or a cluster connection.
+    pub(super) async fn separate_any(
+        &self,
+        config: &redis::AsyncConnectionConfig,
+        response_timeout: Option<Duration>,
+    ) -> redis::RedisResult<Separate> {
+        match &self.cluster {
+            Some(cluster) => {
+                let mut c = ClusterConfig::new();
+                if let Some(t) = response_timeout {
+                    c = c.set_response_timeout(t);
+                } else {
+                    c = c.set_response_timeout(Duration::from_secs(24 * 3600));
+                }
+                Ok(Separate::Cluster(
+                    cluster.client.get_async_connection_with_config(c).await?,
+                ))
+            }
+            None => Ok(Separate::Node(self.separate(config).await?)),
+        }
+    }
+
+    /// A pub/sub connection to the current node (Redis Cluster: the first seed
+    /// that answers).
     pub(super) async fn pubsub(&self) -> redis::RedisResult<redis::aio::PubSub> {
+        if let Some(cluster) = &self.cluster {
+            let mut last = None;
+            for seed in &cluster.seeds {
+                match seed.get_async_pubsub().await {
+                    Ok(pubsub) => return Ok(pubsub),
+                    Err(e) => last = Some(e),
+                }
+            }
+            return Err(last.unwrap_or_else(|| timeout("no Redis Cluster seed node")));
+        }
         let (client, dialer) = self.node();
         match dialer {
             Some(dialer) => dialer.pubsub().await,
@@ -339,6 +520,7 @@ fn upgrade(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> Option<Conn
     Some(Conn {
         current: current.upgrade()?,
         sentinel: Some(follow.upgrade()?),
+        cluster: None,
         pin: None,
     })
 }
@@ -386,6 +568,7 @@ async fn listen(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> redis:
 enum Live {
     Manager(ConnectionManager),
     Dialed(redis::aio::MultiplexedConnection, Redial, u64),
+    Cluster(ClusterConnection),
 }
 
 impl Live {
@@ -393,6 +576,7 @@ impl Live {
         match self {
             Live::Manager(m) => m,
             Live::Dialed(c, ..) => c,
+            Live::Cluster(c) => c,
         }
     }
 }
@@ -403,6 +587,7 @@ impl Conn {
     async fn live(&self) -> redis::RedisResult<Live> {
         Ok(match self.manager()? {
             Link::Manager(m) => Live::Manager(m),
+            Link::Cluster(c) => Live::Cluster(c),
             Link::Redial(r) => {
                 let (number, connection) = r.connection().await?;
                 Live::Dialed(connection, r, number)
@@ -518,6 +703,12 @@ fn shown(addr: &ConnectionAddr) -> String {
         ConnectionAddr::Unix(path) => path.display().to_string(),
         other => format!("{other:?}"),
     }
+}
+
+/// The cluster connection's settings: `response_timeout` per command (the redis
+/// crate's default would be 500 ms).
+fn cluster_config(response_timeout: Duration) -> ClusterConfig {
+    ClusterConfig::new().set_response_timeout(response_timeout)
 }
 
 fn timeout(what: &'static str) -> redis::RedisError {

@@ -196,7 +196,7 @@ impl Store {
         options: &RedeliverOptions,
         random: f64,
     ) -> Result<Redelivered> {
-        let k = self.shard_keys(id);
+        let k = self.shard_keys(id, stream);
         let reply: Value = shard_invocation(&self.scripts.redeliver, &k)
             .arg(epoch)
             .arg(stream)
@@ -297,7 +297,9 @@ impl Store {
         let Some(id) = &letter.message_id else {
             return Ok(Replayed::Foreign);
         };
-        let k = self.shard_keys(id);
+        let shard = self.shard_of(id, target);
+        self.note_in_use(shard).await?;
+        let k = self.keys.shard(shard);
         let mut inv = shard_invocation(&self.scripts.replay_dead, &k);
         inv.arg(0)
             .arg(dead_stream)

@@ -24,6 +24,10 @@ pub enum StoreError {
         "stored on the Redis master, but {acked} of the {wanted} replicas asked for (redis.min_replicas_acked) confirmed it in time; sending it again with the same id is safe"
     )]
     NotReplicated { acked: u32, wanted: u32 },
+    /// The message's target stream cannot be one here (on Redis Cluster: a name
+    /// with braces but no hash tag, whose dead letters could not share its slot).
+    #[error("{0}")]
+    BadStream(String),
     /// The Redis reached is of a kind delayq cannot run on.
     #[error("{0}")]
     Unsupported(String),
@@ -81,6 +85,7 @@ impl StoreError {
             }
             StoreError::Fenced { .. }
             | StoreError::TooFar(_)
+            | StoreError::BadStream(_)
             | StoreError::Corrupt(_)
             | StoreError::Reply(_)
             | StoreError::Unsupported(_) => false,

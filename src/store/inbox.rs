@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use redis::Value;
-use redis::aio::MultiplexedConnection;
 
+use super::conn::Separate;
 use super::streams::{RawEntry, ensure_group, entry_list, read_reply, within, xreadgroup};
 use super::{Result, Store, StoreError, array, text};
 
@@ -124,7 +124,7 @@ pub struct InboxStats {
 /// One consumer's reads of the inbox, on a connection of its own: `next` blocks,
 /// which must never happen on the shared connection.
 pub struct InboxReader {
-    conn: MultiplexedConnection,
+    conn: Separate,
     queue: InboxQueue,
     consumer: String,
     timeout: Duration,
@@ -135,7 +135,7 @@ impl Store {
     /// (reading from the stream's start, so entries XADDed before any instance
     /// started are scheduled too).
     pub async fn inbox_reader(&self, queue: &InboxQueue, consumer: &str) -> Result<InboxReader> {
-        let mut conn = self.separate_connection().await?;
+        let mut conn = self.blocking_connection().await?;
         within(
             self.response_timeout,
             ensure_group(&mut conn, &queue.stream, &queue.group),

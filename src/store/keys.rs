@@ -1,13 +1,65 @@
 //! Every Redis key delayq uses is named here and nowhere else.
 //!
-//! A shard's keys share one hash tag, `{<prefix>:<shard>}`, so each script touches
-//! a single Redis Cluster slot.
+//! A shard's keys share one hash tag, so each script touches a single Redis
+//! Cluster slot. On a standalone Redis the tag is `{<prefix>:<shard>}` and a
+//! message's shard is its id's CRC-32 modulo `redis.shards`. On Redis Cluster
+//! there is one shard per hash slot, its tag `{<prefix>:@<k>}` with the smallest
+//! `k` that lands in that slot, and a message lives in the shard of its target
+//! stream's slot: the forward script then writes only keys of one slot.
+
+use std::sync::{Arc, OnceLock};
+
+/// Redis Cluster's hash slots: the shards of a cluster deployment.
+pub const CLUSTER_SLOTS: u16 = 16384;
 
 /// Key names for one deployment (one prefix, one shard count).
 #[derive(Clone, Debug)]
 pub struct Keys {
     prefix: String,
     shards: u16,
+    /// Redis Cluster: each slot's hash tag, made once.
+    slot_tags: Option<Arc<OnceLock<Vec<String>>>>,
+}
+
+/// The Redis Cluster hash slot of `key` (CRC-16/XMODEM of its hash tag, or of the
+/// whole key when it has none).
+pub fn slot_of(key: &str) -> u16 {
+    let bytes = key.as_bytes();
+    let tagged = bytes.iter().position(|&b| b == b'{').and_then(|open| {
+        let close = bytes[open + 1..].iter().position(|&b| b == b'}')?;
+        (close > 0).then(|| &bytes[open + 1..open + 1 + close])
+    });
+    crc16::State::<crc16::XMODEM>::calculate(tagged.unwrap_or(bytes)) % CLUSTER_SLOTS
+}
+
+/// `stream`'s dead-letter stream on Redis Cluster: `<stream><suffix>` when the
+/// stream's name has a hash tag (the name keeps it), else `{<stream>}<suffix>`, so
+/// that it lives in the stream's slot either way. None for a name with braces but
+/// no hash tag (such a stream cannot be a target on Redis Cluster).
+pub fn cluster_dead_letter_stream(stream: &str, suffix: &str) -> Option<String> {
+    if has_tag(stream) {
+        Some(format!("{stream}{suffix}"))
+    } else if stream.contains(['{', '}']) {
+        None
+    } else {
+        Some(format!("{{{stream}}}{suffix}"))
+    }
+}
+
+/// Why `stream` cannot be a target on Redis Cluster, if it cannot: a name with
+/// braces must have a hash tag, so that its dead letters can share its slot.
+pub fn cluster_stream_refusal(stream: &str) -> Option<String> {
+    cluster_dead_letter_stream(stream, "").is_none().then(|| {
+        format!(
+            "stream {stream:?}: on Redis Cluster a name with braces must have a hash tag (\"{{tag}}rest\")"
+        )
+    })
+}
+
+/// Whether `key` has a hash tag: a `{` followed, later, by a `}` with something between.
+pub fn has_tag(key: &str) -> bool {
+    key.find('{')
+        .is_some_and(|open| key[open + 1..].find('}').is_some_and(|close| close > 0))
 }
 
 /// The keys of one shard.
@@ -45,6 +97,41 @@ impl Keys {
         Keys {
             prefix: prefix.to_owned(),
             shards,
+            slot_tags: None,
+        }
+    }
+
+    /// Keys of a Redis Cluster deployment: one shard per hash slot.
+    pub fn cluster(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_owned(),
+            shards: CLUSTER_SLOTS,
+            slot_tags: Some(Arc::new(OnceLock::new())),
+        }
+    }
+
+    /// Whether shards are Redis Cluster hash slots.
+    pub fn is_cluster(&self) -> bool {
+        self.slot_tags.is_some()
+    }
+
+    /// The shard a message to `stream` with id `id` lives in.
+    pub fn shard_of(&self, id: &crate::message::MessageId, stream: &str) -> u16 {
+        if self.is_cluster() {
+            slot_of(stream)
+        } else {
+            id.shard(self.shards)
+        }
+    }
+
+    /// A shard's hash tag, braces included.
+    fn tag(&self, shard: u16) -> String {
+        match &self.slot_tags {
+            None => format!("{{{}:{}}}", self.prefix, shard),
+            Some(tags) => {
+                let tags = tags.get_or_init(|| slot_tags(&self.prefix));
+                format!("{{{}}}", tags[usize::from(shard % CLUSTER_SLOTS)])
+            }
         }
     }
 
@@ -57,7 +144,7 @@ impl Keys {
     }
 
     pub fn shard(&self, shard: u16) -> ShardKeys {
-        let tag = format!("{{{}:{}}}", self.prefix, shard);
+        let tag = self.tag(shard);
         ShardKeys {
             due: format!("{tag}:due"),
             bodies: format!("{tag}:msg"),
@@ -73,7 +160,21 @@ impl Keys {
         let rest = key.strip_prefix('{')?.strip_prefix(self.prefix.as_str())?;
         let rest = rest.strip_prefix(':')?;
         let (shard, tail) = rest.split_once('}')?;
-        (tail == ":due").then(|| shard.parse().ok())?
+        if tail != ":due" {
+            return None;
+        }
+        if self.is_cluster() {
+            shard.strip_prefix('@')?.parse::<u64>().ok()?;
+            Some(slot_of(key))
+        } else {
+            shard.parse().ok().filter(|&s| s < self.shards)
+        }
+    }
+
+    /// Set of the shards that ever held a message (Redis Cluster: the slots in use;
+    /// a shard is added before its first message is stored).
+    pub fn shards_in_use(&self) -> String {
+        format!("{}:shards", self.prefix)
     }
 
     /// Pub/sub channel the scripts that schedule a message publish to when the
@@ -98,10 +199,32 @@ impl Keys {
         format!("{}:presence:{lease:x}", self.prefix)
     }
 
-    /// Stream that receives bodies too damaged to know their own target stream.
-    pub fn unreadable_stream(&self) -> String {
-        format!("{}:unreadable", self.prefix)
+    /// Stream that receives shard `shard`'s bodies too damaged to know their own
+    /// target stream: one for all shards, or on Redis Cluster one per slot, in it.
+    pub fn unreadable_stream(&self, shard: u16) -> String {
+        if self.is_cluster() {
+            format!("{}:unreadable", self.tag(shard))
+        } else {
+            format!("{}:unreadable", self.prefix)
+        }
     }
+}
+
+/// Each hash slot's tag: `<prefix>:@<k>` with the smallest `k` in that slot.
+fn slot_tags(prefix: &str) -> Vec<String> {
+    let mut tags: Vec<Option<String>> = vec![None; usize::from(CLUSTER_SLOTS)];
+    let mut missing = tags.len();
+    let mut k = 0u64;
+    while missing > 0 {
+        let tag = format!("{prefix}:@{k}");
+        let slot = usize::from(slot_of(&tag));
+        if tags[slot].is_none() {
+            tags[slot] = Some(tag);
+            missing -= 1;
+        }
+        k += 1;
+    }
+    tags.into_iter().flatten().collect()
 }
 
 #[cfg(test)]
@@ -125,5 +248,59 @@ mod tests {
         assert_eq!(keys.shard_of_due_key(&k.due), Some(3));
         assert_eq!(keys.shard_of_due_key(&k.bodies), None);
         assert_eq!(keys.shard_of_due_key("{other:3}:due"), None);
+        assert_eq!(keys.shard_of_due_key("{dq:16}:due"), None);
+    }
+
+    #[test]
+    fn slots_as_redis_computes_them() {
+        // Values from CLUSTER KEYSLOT on Redis 7.
+        for (key, slot) in [
+            ("foo", 12182),
+            ("{user1000}.following", 3443),
+            ("{user1000}.followers", 3443),
+            ("foo{}{bar}", 8363),
+            ("foo{{bar}}zap", 4015),
+            ("foo{bar}{zap}", 5061),
+            ("", 0),
+        ] {
+            assert_eq!(slot_of(key), slot, "{key}");
+        }
+    }
+
+    #[test]
+    fn cluster_shards_are_slots() {
+        let keys = Keys::cluster("dq");
+        for slot in [0, 1, 3443, CLUSTER_SLOTS - 1] {
+            let k = keys.shard(slot);
+            for key in [&k.due, &k.bodies, &k.records, &k.fence, &k.held] {
+                assert_eq!(slot_of(key), slot, "{key}");
+            }
+            assert_eq!(slot_of(&keys.unreadable_stream(slot)), slot);
+            assert_eq!(keys.shard_of_due_key(&k.due), Some(slot));
+        }
+        let id = crate::message::MessageId::parse("m1").unwrap();
+        assert_eq!(keys.shard_of(&id, "orders"), slot_of("orders"));
+    }
+
+    #[test]
+    fn cluster_dead_letters_share_the_stream_slot() {
+        for (stream, dead) in [
+            ("orders", "{orders}:dead"),
+            ("{t}orders", "{t}orders:dead"),
+            ("x{t}", "x{t}:dead"),
+        ] {
+            assert_eq!(
+                cluster_dead_letter_stream(stream, ":dead").as_deref(),
+                Some(dead)
+            );
+            assert_eq!(slot_of(dead), slot_of(stream), "{stream}");
+        }
+        for stream in ["a{}b", "a}b", "{a"] {
+            assert_eq!(
+                cluster_dead_letter_stream(stream, ":dead"),
+                None,
+                "{stream}"
+            );
+        }
     }
 }

@@ -28,7 +28,10 @@ pub use error::{Result, StoreError};
 pub use inbox::{
     CopyLimit, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS, Rejection,
 };
-pub use keys::{Keys, ShardKeys};
+pub use keys::{
+    CLUSTER_SLOTS, Keys, ShardKeys, cluster_dead_letter_stream, cluster_stream_refusal, has_tag,
+    slot_of,
+};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::{HeldBack, StreamCounts};
@@ -77,6 +80,7 @@ struct Scripts {
     replay_dead: Script,
     schedule_batch: Script,
     reject_inbox: Script,
+    ack_inbox: Script,
     pending_streams: Script,
     pending_count: Script,
 }
@@ -94,6 +98,7 @@ impl Scripts {
             replay_dead: script!("replay_dead"),
             schedule_batch: script!("schedule_batch"),
             reject_inbox: script!("reject_inbox"),
+            ack_inbox: script!("ack_inbox"),
             pending_streams: script!("pending_streams"),
             pending_count: script!("pending_count"),
         }
@@ -108,6 +113,8 @@ pub struct StoreConfig {
     pub tls: Option<RedisTls>,
     /// Find the master through Sentinel (`url` then gives scheme, user, password, db).
     pub sentinel: Option<SentinelConfig>,
+    /// Redis Cluster's seed nodes (host, port): one shard per hash slot.
+    pub cluster: Option<Vec<(String, u16)>>,
     /// Replicas that must confirm each schedule call (`WAIT`), and how long to wait.
     pub replicas_acked: Option<(u32, Duration)>,
     pub prefix: String,
@@ -195,11 +202,36 @@ pub struct Store {
     owned: Option<Arc<[u16]>>,
     /// Single pushes waiting for their shard's call in flight (see `batch.rs`).
     coalescer: Arc<batch::Coalescer>,
+    /// Redis Cluster: the shards known to be in [`Keys::shards_in_use`].
+    in_use: Arc<InUse>,
 }
 
-/// Fails with `Unsupported` when `conn` reaches a Redis Cluster node: the scripts
-/// write target streams outside their shard's slot, which Cluster refuses (or
-/// redirects) call by call. A Redis that will not say (`INFO` not allowed to this
+/// Shards this process knows to be listed in use (a bit each).
+struct InUse(Vec<std::sync::atomic::AtomicU64>);
+
+impl InUse {
+    fn new(shards: u16) -> Self {
+        InUse(
+            (0..usize::from(shards).div_ceil(64))
+                .map(|_| std::sync::atomic::AtomicU64::new(0))
+                .collect(),
+        )
+    }
+
+    fn has(&self, shard: u16) -> bool {
+        let bit = 1u64 << (shard % 64);
+        self.0[usize::from(shard / 64)].load(std::sync::atomic::Ordering::Relaxed) & bit != 0
+    }
+
+    fn add(&self, shard: u16) {
+        let bit = 1u64 << (shard % 64);
+        self.0[usize::from(shard / 64)].fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Fails with `Unsupported` when `conn` reaches a Redis Cluster node without
+/// `redis.mode = "cluster"`: a standalone deployment's shards hold messages to any
+/// stream, whose writes Cluster refuses (or redirects) call by call. A Redis that will not say (`INFO` not allowed to this
 /// user) is taken at its word of being standalone.
 async fn refuse_cluster(conn: &Conn) -> Result<()> {
     let info: redis::RedisResult<String> = redis::cmd("INFO")
@@ -209,8 +241,8 @@ async fn refuse_cluster(conn: &Conn) -> Result<()> {
     match info {
         Ok(info) if info.lines().any(|l| l.trim() == "cluster_enabled:1") => {
             Err(StoreError::Unsupported(
-                "this is a Redis Cluster node (cluster_enabled:1): delayq runs on a standalone Redis \
-                 or one behind Sentinel; Redis Cluster is not supported yet"
+                "this is a Redis Cluster node (cluster_enabled:1): set redis.mode = \"cluster\" \
+                 to run on Redis Cluster (seed nodes in redis.url and redis.nodes)"
                     .to_owned(),
             ))
         }
@@ -224,7 +256,14 @@ impl Store {
     /// Connects (failing fast if Redis is unreachable now; later outages are retried).
     pub async fn connect(config: &StoreConfig) -> Result<Store> {
         let conn = Conn::connect(config).await?;
-        refuse_cluster(&conn).await?;
+        if !conn.is_cluster() {
+            refuse_cluster(&conn).await?;
+        }
+        let keys = if conn.is_cluster() {
+            Keys::cluster(&config.prefix)
+        } else {
+            Keys::new(&config.prefix, config.shards)
+        };
         let acked = match config.replicas_acked {
             Some(_) => Some(Conn::connect(config).await?),
             None => None,
@@ -233,21 +272,102 @@ impl Store {
             conn,
             acked,
             replicas_acked: config.replicas_acked,
-            keys: Keys::new(&config.prefix, config.shards),
+            in_use: Arc::new(InUse::new(keys.shards())),
+            coalescer: Arc::new(batch::Coalescer::new(keys.shards())),
+            keys,
             scripts: Arc::new(Scripts::new()),
             response_timeout: config.response_timeout,
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
             record_layout: config.record_layout,
             pending_layout: config.pending_layout,
             owned: None,
-            coalescer: Arc::new(batch::Coalescer::new(config.shards)),
         })
+    }
+
+    /// Whether this store works on Redis Cluster (one shard per hash slot).
+    pub fn is_cluster(&self) -> bool {
+        self.keys.is_cluster()
+    }
+
+    /// The shard a message to `stream` with id `id` lives in (see [`Keys::shard_of`]).
+    pub fn shard_of(&self, id: &MessageId, stream: &str) -> u16 {
+        self.keys.shard_of(id, stream)
+    }
+
+    /// The shards that may hold messages: every shard, or on Redis Cluster those
+    /// listed in use (each listed before its first message was stored).
+    pub async fn shards_in_use(&self) -> Result<Vec<u16>> {
+        if !self.is_cluster() {
+            return Ok((0..self.shards()).collect());
+        }
+        let mut conn = self.conn.clone();
+        let listed: Vec<u16> = conn.smembers(self.keys.shards_in_use()).await?;
+        let mut shards: Vec<u16> = listed.into_iter().filter(|&s| s < self.shards()).collect();
+        shards.sort_unstable();
+        for &s in &shards {
+            self.in_use.add(s);
+        }
+        Ok(shards)
+    }
+
+    /// Lists `shard` in use before a message is first stored there (Redis Cluster;
+    /// once per shard and process).
+    async fn note_in_use(&self, shard: u16) -> Result<()> {
+        if !self.is_cluster() || self.in_use.has(shard) {
+            return Ok(());
+        }
+        let mut conn = self.conn.clone();
+        let _: u64 = conn.sadd(self.keys.shards_in_use(), shard).await?;
+        self.in_use.add(shard);
+        Ok(())
+    }
+
+    /// The shards of [`Store::shards_in_use`] this store's leader-only work covers.
+    pub async fn owned_in_use(&self) -> Result<Vec<u16>> {
+        Ok(self
+            .shards_in_use()
+            .await?
+            .into_iter()
+            .filter(|&s| self.owns(s))
+            .collect())
+    }
+
+    /// `call` on each shard message `id` may live in (see [`Store::shards_for`]), in
+    /// order, until an answer is `known`: that answer, or None. A call on a shard
+    /// that does not know the id changes nothing there.
+    async fn probe<T, F>(
+        &self,
+        id: &MessageId,
+        known: impl Fn(&T) -> bool,
+        call: impl Fn(u16) -> F,
+    ) -> Result<Option<T>>
+    where
+        F: std::future::Future<Output = Result<T>>,
+    {
+        for shard in self.shards_for(id).await? {
+            let answer = call(shard).await?;
+            if known(&answer) {
+                return Ok(Some(answer));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The shards a message `id` may live in when its stream is not known: its
+    /// one shard, or on Redis Cluster every shard in use.
+    async fn shards_for(&self, id: &MessageId) -> Result<Vec<u16>> {
+        if self.is_cluster() {
+            self.shards_in_use().await
+        } else {
+            Ok(vec![id.shard(self.shards())])
+        }
     }
 
     /// This store, with its leader-only work limited to `shards`: the fences it
     /// raises, the shards forwarded and trimmed, the entries redelivered (by their
     /// message's shard). What one election group's term works through.
-    pub fn owning(&self, shards: Vec<u16>) -> Store {
+    pub fn owning(&self, mut shards: Vec<u16>) -> Store {
+        shards.sort_unstable();
         Store {
             owned: Some(shards.into()),
             ..self.clone()
@@ -264,12 +384,15 @@ impl Store {
 
     /// Whether `shard` is one of [`Store::owned_shards`].
     pub fn owns(&self, shard: u16) -> bool {
-        self.owned.as_ref().is_none_or(|s| s.contains(&shard)) && shard < self.shards()
+        self.owned
+            .as_ref()
+            .is_none_or(|s| s.binary_search(&shard).is_ok())
+            && shard < self.shards()
     }
 
-    /// Whether the message `id` lives in one of [`Store::owned_shards`].
-    pub fn owns_message(&self, id: &MessageId) -> bool {
-        self.owns(id.shard(self.shards()))
+    /// Whether the message `id` to `stream` lives in one of [`Store::owned_shards`].
+    pub fn owns_message(&self, id: &MessageId, stream: &str) -> bool {
+        self.owns(self.shard_of(id, stream))
     }
 
     /// This store, refusing every command once the Redis master has moved (a
@@ -311,8 +434,8 @@ impl Store {
         self.keys.shards()
     }
 
-    fn shard_keys(&self, id: &MessageId) -> ShardKeys {
-        self.keys.shard(id.shard(self.keys.shards()))
+    fn shard_keys(&self, id: &MessageId, stream: &str) -> ShardKeys {
+        self.keys.shard(self.shard_of(id, stream))
     }
 
     pub async fn ping(&self) -> Result<()> {
@@ -343,8 +466,21 @@ impl Store {
         Ok(secs * 1000 + micros / 1000)
     }
 
+    /// The state of message `id`: looked up in its shard, or on Redis Cluster in
+    /// each shard in use until one knows it.
     pub async fn get(&self, id: &MessageId) -> Result<Status> {
-        let k = self.shard_keys(id);
+        let found = self
+            .probe(
+                id,
+                |s| !matches!(s, Status::Unknown),
+                |shard| self.get_in(shard, id),
+            )
+            .await?;
+        Ok(found.unwrap_or(Status::Unknown))
+    }
+
+    async fn get_in(&self, shard: u16, id: &MessageId) -> Result<Status> {
+        let k = self.keys.shard(shard);
         let reply: Value = self
             .scripts
             .get
@@ -382,7 +518,23 @@ impl Store {
 
     /// Withdraws a scheduled message; the cancellation stays on record for `retention`.
     pub async fn cancel(&self, id: &MessageId, retention: Duration) -> Result<Cancelled> {
-        let k = self.shard_keys(id);
+        let found = self
+            .probe(
+                id,
+                |c| !matches!(c, Cancelled::Unknown),
+                |shard| self.cancel_in(shard, id, retention),
+            )
+            .await?;
+        Ok(found.unwrap_or(Cancelled::Unknown))
+    }
+
+    async fn cancel_in(
+        &self,
+        shard: u16,
+        id: &MessageId,
+        retention: Duration,
+    ) -> Result<Cancelled> {
+        let k = self.keys.shard(shard);
         let reply: String = shard_invocation(&self.scripts.cancel, &k)
             .arg(0)
             .arg(id.as_str())
@@ -406,7 +558,24 @@ impl Store {
         due: Due,
         max_delay: Duration,
     ) -> Result<Rescheduled> {
-        let k = self.shard_keys(id);
+        let found = self
+            .probe(
+                id,
+                |r| !matches!(r, Rescheduled::Unknown),
+                |shard| self.reschedule_in(shard, id, due, max_delay),
+            )
+            .await?;
+        Ok(found.unwrap_or(Rescheduled::Unknown))
+    }
+
+    async fn reschedule_in(
+        &self,
+        shard: u16,
+        id: &MessageId,
+        due: Due,
+        max_delay: Duration,
+    ) -> Result<Rescheduled> {
+        let k = self.keys.shard(shard);
         let [due_kind, due_value] = due.script_args();
         let reply: Value = self
             .scripts
@@ -473,8 +642,9 @@ impl Store {
             .arg(options.id_field.as_deref().unwrap_or(""))
             .arg(options.attempt_field.as_deref().unwrap_or(""))
             .arg(&options.dead_letter_suffix)
-            .arg(self.keys.unreadable_stream())
+            .arg(self.keys.unreadable_stream(shard))
             .arg(options.default_maxlen)
+            .arg(if self.is_cluster() { "cluster" } else { "" })
             .arg(budgets.len());
         for (stream, budget) in budgets {
             inv.arg(stream).arg(*budget);
@@ -537,39 +707,68 @@ impl Store {
     /// Raises every owned shard's fence to `epoch`, so that an older leader is refused from
     /// its next script call on. Fails with `Fenced` if a newer leader got there first.
     pub async fn raise_fences(&self, epoch: u64) -> Result<()> {
-        for shard in self.owned_shards() {
-            let k = self.keys.shard(shard);
-            let _: u64 = self
-                .scripts
-                .raise_fence
-                .key(&k.fence)
-                .arg(epoch)
-                .invoke_async(&mut self.conn.clone())
-                .await
-                .map_err(StoreError::from_script)?;
+        for shard in self.owned_in_use().await? {
+            self.raise_fence(shard, epoch).await?;
         }
+        Ok(())
+    }
+
+    /// Raises one shard's fence to `epoch` (see [`Store::raise_fences`]).
+    pub async fn raise_fence(&self, shard: u16, epoch: u64) -> Result<()> {
+        let k = self.keys.shard(shard);
+        let _: u64 = self
+            .scripts
+            .raise_fence
+            .key(&k.fence)
+            .arg(epoch)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)?;
         Ok(())
     }
 
     /// The highest fence over all shards (0 if none was ever raised).
     pub async fn highest_fence(&self) -> Result<u64> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            pipe.get(self.keys.shard(shard).fence);
-        }
-        let fences: Vec<Option<u64>> = pipe.query_async(&mut self.conn.clone()).await?;
+        let gets = self.shards_in_use().await?.into_iter().map(|shard| {
+            let mut get = redis::cmd("GET");
+            get.arg(self.keys.shard(shard).fence);
+            get
+        });
+        let fences: Vec<Option<u64>> = self.query_each(gets.collect()).await?;
         Ok(fences.into_iter().flatten().max().unwrap_or(0))
     }
 
     /// Sets every shard's fence to `epoch`, downwards too. For operators after an etcd
     /// cluster was rebuilt from scratch (its revisions, and so epochs, restart low).
     pub async fn reset_fences(&self, epoch: u64) -> Result<()> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            pipe.set(self.keys.shard(shard).fence, epoch).ignore();
-        }
-        let () = pipe.query_async(&mut self.conn.clone()).await?;
+        let sets = self.shards_in_use().await?.into_iter().map(|shard| {
+            let mut set = redis::cmd("SET");
+            set.arg(self.keys.shard(shard).fence).arg(epoch);
+            set
+        });
+        let _: Vec<Value> = self.query_each(sets.collect()).await?;
         Ok(())
+    }
+
+    /// Each of `cmds`' replies, in order: one pipeline on a standalone Redis; on
+    /// Redis Cluster (where a pipeline must stay in one slot) the commands at once,
+    /// each to its own slot's master.
+    async fn query_each<T: redis::FromRedisValue>(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<T>> {
+        if cmds.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !self.is_cluster() {
+            let mut pipe = redis::pipe();
+            for cmd in cmds {
+                pipe.add_command(cmd);
+            }
+            return Ok(pipe.query_async(&mut self.conn.clone()).await?);
+        }
+        let calls = cmds.into_iter().map(|cmd| {
+            let mut conn = self.conn.clone();
+            async move { cmd.query_async::<T>(&mut conn).await }
+        });
+        Ok(futures::future::try_join_all(calls).await?)
     }
 
     /// A fresh epoch for an instance that leads without etcd. It exceeds every
@@ -587,19 +786,19 @@ impl Store {
         Ok(epoch)
     }
 
-    /// Messages scheduled, per shard, held ones included.
-    pub async fn pending_per_shard(&self) -> Result<Vec<u64>> {
-        let mut counts: Vec<u64> = self
+    /// Messages scheduled, per shard in use (see [`Store::shards_in_use`]), held
+    /// ones included: (shard, count) in shard order.
+    pub async fn pending_per_shard(&self) -> Result<Vec<(u16, u64)>> {
+        let mut counts: std::collections::BTreeMap<u16, u64> = self
             .shard_pending(0)
             .await?
             .iter()
-            .map(|s| s.scheduled)
+            .map(|s| (s.shard, s.scheduled))
             .collect();
-        let held = self.held().await?;
-        for (count, held) in counts.iter_mut().zip(held.per_shard) {
-            *count += held;
+        for (shard, held) in self.held().await?.per_shard {
+            *counts.entry(shard).or_default() += held;
         }
-        Ok(counts)
+        Ok(counts.into_iter().collect())
     }
 
     /// Shards whose earliest message just changed, as the schedule script announces
@@ -624,6 +823,13 @@ impl Store {
     pub async fn separate_connection(&self) -> Result<redis::aio::MultiplexedConnection> {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         Ok(self.conn.separate(&config).await?)
+    }
+
+    /// A connection of its own for delayq's blocking reads (the inbox, HTTP long
+    /// polls): to the one Redis, or on Redis Cluster a cluster connection of its own.
+    async fn blocking_connection(&self) -> Result<conn::Separate> {
+        let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+        Ok(self.conn.separate_any(&config, None).await?)
     }
 }
 

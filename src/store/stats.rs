@@ -21,7 +21,8 @@ pub struct StreamCounts {
 /// not in the due sets.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeldBack {
-    pub per_shard: Vec<u64>,
+    /// Per shard in use (see `Store::shards_in_use`), in order.
+    pub per_shard: Vec<(u16, u64)>,
     pub per_stream: BTreeMap<String, u64>,
     /// Due time of the earliest held message.
     pub earliest_due_ms: Option<u64>,
@@ -29,12 +30,13 @@ pub struct HeldBack {
 
 impl HeldBack {
     pub fn total(&self) -> u64 {
-        self.per_shard.iter().sum()
+        self.per_shard.iter().map(|(_, n)| n).sum()
     }
 }
 
 /// One shard's scheduled messages (see `pending_count.lua`).
 pub(super) struct ShardPending {
+    pub(super) shard: u16,
     pub(super) scheduled: u64,
     pub(super) due: u64,
     pub(super) earliest_due_ms: Option<u64>,
@@ -43,37 +45,42 @@ pub(super) struct ShardPending {
 impl Store {
     /// What every shard holds back for its streams' rate limits.
     pub async fn held(&self) -> Result<HeldBack> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.keys.shards() {
-            pipe.smembers(self.keys.shard(shard).held);
-        }
-        let streams: Vec<Vec<String>> = pipe.query_async(&mut self.conn.clone()).await?;
+        let shards = self.shards_in_use().await?;
         let mut held = HeldBack {
-            per_shard: vec![0; streams.len()],
+            per_shard: shards.iter().map(|&s| (s, 0)).collect(),
             ..HeldBack::default()
         };
-        let mut pipe = redis::pipe();
+        if shards.is_empty() {
+            return Ok(held);
+        }
+        let members = shards.iter().map(|&shard| {
+            let mut cmd = redis::cmd("SMEMBERS");
+            cmd.arg(self.keys.shard(shard).held);
+            cmd
+        });
+        let streams: Vec<Vec<String>> = self.query_each(members.collect()).await?;
+        let mut cmds = Vec::new();
         let mut slots = Vec::new();
-        for (shard, names) in streams.iter().enumerate() {
-            let k = self.keys.shard(shard as u16);
+        for (i, names) in streams.iter().enumerate() {
+            let k = self.keys.shard(shards[i]);
             for stream in names {
                 let key = k.held_of(stream);
-                pipe.zcard(&key)
-                    .cmd("ZRANGE")
-                    .arg(&key)
-                    .arg(0)
-                    .arg(0)
-                    .arg("WITHSCORES");
-                slots.push((shard, stream));
+                let mut zcard = redis::cmd("ZCARD");
+                zcard.arg(&key);
+                let mut first = redis::cmd("ZRANGE");
+                first.arg(&key).arg(0).arg(0).arg("WITHSCORES");
+                cmds.push(zcard);
+                cmds.push(first);
+                slots.push((i, stream));
             }
         }
         if slots.is_empty() {
             return Ok(held);
         }
-        let replies: Vec<Value> = pipe.query_async(&mut self.conn.clone()).await?;
+        let replies: Vec<Value> = self.query_each(cmds).await?;
         for ((shard, stream), pair) in slots.into_iter().zip(replies.chunks(2)) {
             let n = int(&pair[0])?.max(0) as u64;
-            held.per_shard[shard] += n;
+            held.per_shard[shard].1 += n;
             *held.per_stream.entry(stream.clone()).or_default() += n;
             if let Some(due) = earliest_of(pair[1].clone())? {
                 held.earliest_due_ms = Some(held.earliest_due_ms.map_or(due, |e| e.min(due)));
@@ -85,7 +92,7 @@ impl Store {
     /// What each shard has scheduled (held messages aside), in both pending layouts:
     /// `due` counts the messages due at or before `now_ms` (Redis's clock).
     pub(super) async fn shard_pending(&self, now_ms: u64) -> Result<Vec<ShardPending>> {
-        let calls = (0..self.keys.shards()).map(|shard| {
+        let calls = self.shards_in_use().await?.into_iter().map(|shard| {
             let k = self.keys.shard(shard);
             let mut conn = self.conn.clone();
             let script = &self.scripts.pending_count;
@@ -102,6 +109,7 @@ impl Store {
                 let at = |i: usize| items.get(i).map_or(Ok(0), int);
                 let earliest = at(2)?;
                 Ok(ShardPending {
+                    shard,
                     scheduled: at(0)?.max(0) as u64,
                     due: at(1)?.max(0) as u64,
                     earliest_due_ms: (earliest >= 0).then_some(earliest as u64 / 10),
@@ -138,7 +146,7 @@ impl Store {
             exact: true,
         };
         let mut seen = 0usize;
-        'shards: for shard in 0..self.keys.shards() {
+        'shards: for shard in self.shards_in_use().await? {
             let k = self.keys.shard(shard);
             let mut cursor = "0".to_owned();
             loop {

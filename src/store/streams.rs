@@ -9,10 +9,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::Semaphore;
 
+use super::conn::Separate;
 use super::{Result, Store, StoreError, array};
 
 /// Idle connections kept for the next long poll; more are opened when busier.
@@ -26,7 +26,7 @@ pub struct StreamEntry {
 }
 
 pub(super) struct PollPool {
-    idle: Mutex<Vec<MultiplexedConnection>>,
+    idle: Mutex<Vec<Separate>>,
     permits: Arc<Semaphore>,
     max: usize,
 }
@@ -40,11 +40,11 @@ impl PollPool {
         }
     }
 
-    fn take(&self) -> Option<MultiplexedConnection> {
+    fn take(&self) -> Option<Separate> {
         self.idle.lock().expect("pool lock").pop()
     }
 
-    fn put(&self, conn: MultiplexedConnection) {
+    fn put(&self, conn: Separate) {
         let mut idle = self.idle.lock().expect("pool lock");
         if idle.len() < MAX_IDLE {
             idle.push(conn);
@@ -79,7 +79,7 @@ impl Store {
             })?;
         let (mut conn, pooled) = match self.polls.take() {
             Some(conn) => (conn, true),
-            None => (self.separate_connection().await?, false),
+            None => (self.blocking_connection().await?, false),
         };
         let limit = wait + self.response_timeout;
         let mut result = within(
@@ -91,7 +91,7 @@ impl Store {
             && matches!(&result, Err(StoreError::Redis(e)) if e.is_connection_dropped() || e.is_io_error())
         {
             // The idle connection went stale (Redis restarted, or a proxy cut it): once more on a fresh one.
-            conn = self.separate_connection().await?;
+            conn = self.blocking_connection().await?;
             result = within(
                 limit,
                 read_group(&mut conn, stream, group, consumer, count, wait),
@@ -165,11 +165,7 @@ pub(super) async fn within<T>(limit: Duration, f: impl Future<Output = Result<T>
 
 /// Creates a consumer group reading from the stream's start, and the stream if
 /// missing; a group that exists already is left as it is.
-pub(super) async fn ensure_group(
-    conn: &mut MultiplexedConnection,
-    stream: &str,
-    group: &str,
-) -> Result<()> {
+pub(super) async fn ensure_group(conn: &mut Separate, stream: &str, group: &str) -> Result<()> {
     let created: redis::RedisResult<()> = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(stream)
@@ -189,7 +185,7 @@ pub(super) async fn ensure_group(
 pub(super) type RawEntry = (String, Option<Vec<(Vec<u8>, Vec<u8>)>>);
 
 async fn read_group(
-    conn: &mut MultiplexedConnection,
+    conn: &mut Separate,
     stream: &str,
     group: &str,
     consumer: &str,

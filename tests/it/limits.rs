@@ -110,7 +110,7 @@ async fn a_redis_out_of_memory_holds_messages_back_and_loses_none() {
         assert!(err.to_string().contains("OOM"), "{err}");
     }
     assert!(entries(&mut conn, "oom").is_empty());
-    assert!(entries(&mut conn, &store.keys().unreadable_stream()).is_empty());
+    assert!(entries(&mut conn, &store.keys().unreadable_stream(0)).is_empty());
     for id in &ids {
         assert!(
             matches!(store.get(id).await.unwrap(), Status::Scheduled(_)),
@@ -133,7 +133,7 @@ async fn a_message_no_stream_will_take_is_parked_not_deleted() {
     let store = &bare.store;
     let mut conn = bare.redis.client();
     // The target and the last-resort stream are both keys of another type.
-    for key in ["refuses".to_owned(), store.keys().unreadable_stream()] {
+    for key in ["refuses".to_owned(), store.keys().unreadable_stream(0)] {
         let () = redis::cmd("SET")
             .arg(key)
             .arg("x")

@@ -169,7 +169,7 @@ async fn round_trip(
     let store = &stores.compact;
     prop_assert_eq!(
         store.pending_per_shard().await.unwrap(),
-        vec![expected.len() as u64]
+        vec![(0, expected.len() as u64)]
     );
     let per_stream = store.pending_per_stream(usize::MAX).await.unwrap();
     prop_assert_eq!(

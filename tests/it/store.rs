@@ -637,7 +637,7 @@ async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stoppin
     assert_eq!(dead, store.shards() as u64 + 1);
     let good = entries(&mut conn, "good");
     assert_eq!(good.len(), 19, "every good message forwarded exactly once");
-    let unreadable = entries(&mut conn, &store.keys().unreadable_stream());
+    let unreadable = entries(&mut conn, &store.keys().unreadable_stream(0));
     assert_eq!(unreadable.len(), store.shards() as usize + 1);
     assert!(unreadable.iter().any(|e| e.get("delayq-id") == Some("m7")
         && e.get("delayq-reason").is_some_and(
@@ -706,7 +706,7 @@ async fn concurrent_single_pushes_share_calls_and_each_gets_its_own_outcome() {
     }
     // 200 distinct messages and the repeated one once; its 19 other pushes are duplicates.
     assert_eq!((new, duplicates), (201, 19));
-    assert_eq!(bare.store.pending_per_shard().await.unwrap(), [201]);
+    assert_eq!(bare.store.pending_per_shard().await.unwrap(), [(0, 201)]);
     let calls = script_calls(&bare) - before;
     assert!(
         calls < 110,

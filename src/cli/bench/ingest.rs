@@ -32,7 +32,13 @@ struct BatchAnswer {
 impl Bench {
     /// Messages scheduled in all shards.
     pub(super) async fn pending(&self) -> anyhow::Result<u64> {
-        Ok(self.store.pending_per_shard().await?.iter().sum())
+        Ok(self
+            .store
+            .pending_per_shard()
+            .await?
+            .iter()
+            .map(|(_, n)| n)
+            .sum())
     }
 
     /// The figures every ingest scenario shares: `pending` of the `n` sent were

@@ -15,6 +15,7 @@ impl RawDelivery {
         self,
         forwarder: &ForwarderConfig,
         retention: Duration,
+        cluster: bool,
     ) -> Result<DeliveryConfig, ConfigError> {
         let RawDelivery {
             groups,
@@ -99,7 +100,11 @@ impl RawDelivery {
                     })?;
                     dead
                 }
-                None => format!("{stream}{}", forwarder.dead_letter_suffix),
+                None => crate::config::default_dead_letter_stream(
+                    &stream,
+                    &forwarder.dead_letter_suffix,
+                    cluster,
+                ),
             };
             if dead_letter_stream == stream {
                 return Err(invalid(

@@ -386,3 +386,89 @@ fn per_shard_elections_split_the_shards_into_groups() {
         "election.groups: must be 1 to redis.shards (3) (got 4)",
     );
 }
+
+#[test]
+fn cluster_mode_is_checked_key_by_key() {
+    const C: &str = "[redis]\nmode = \"cluster\"\nurl = \"redis://a:7000\"\n";
+    // (config, the key the refusal names, or None when accepted)
+    for (toml, refused) in [
+        (C.to_owned(), None),
+        (format!("{C}nodes = [\"b:7001\", \"[::1]:7002\"]"), None),
+        (format!("{C}nodes = [\"b\"]"), Some("redis.nodes")),
+        (format!("{C}nodes = [\"b:0\"]"), Some("redis.nodes")),
+        (format!("{C}shards = 4"), Some("redis.shards")),
+        (
+            format!("{C}[redis.sentinel]\nmaster = \"m\"\nnodes = [\"s:26379\"]"),
+            Some("redis.sentinel"),
+        ),
+        (
+            "[redis]\nmode = \"cluster\"\nurl = \"redis://a:7000/2\"".to_owned(),
+            Some("redis.url"),
+        ),
+        (
+            "[redis]\nmode = \"cluster\"\nurl = \"unix:///tmp/r.sock\"".to_owned(),
+            Some("redis.url"),
+        ),
+        ("[redis]\nmode = \"sharded\"".to_owned(), Some("redis.mode")),
+        (
+            "[redis]\nnodes = [\"b:7001\"]".to_owned(),
+            Some("redis.nodes"),
+        ),
+        (
+            format!("{C}[inbox]\nstream = \"in\"\nrejected_stream = \"in:rejected\""),
+            Some("inbox.rejected_stream"),
+        ),
+        (
+            format!("{C}[inbox]\nstream = \"{{in}}\"\nrejected_stream = \"{{in}}:rejected\""),
+            None,
+        ),
+        (
+            format!(
+                "{C}[delivery.streams.orders]\ngroups = [\"g\"]\ndead_letter_stream = \"orders:dead\""
+            ),
+            Some("delivery.streams.orders.dead_letter_stream"),
+        ),
+        (
+            format!("{C}[delivery.streams.\"a}}b\"]\ngroups = [\"g\"]"),
+            Some("delivery.streams.a}b"),
+        ),
+    ] {
+        match (Config::from_toml(&toml, env(&[])), refused) {
+            (Ok(_), None) => {}
+            (Err(e), Some(key)) => assert!(e.to_string().contains(key), "{toml}: {e}"),
+            (Ok(_), Some(key)) => panic!("{toml}: accepted, {key} should be refused"),
+            (Err(e), None) => panic!("{toml}: {e}"),
+        }
+    }
+    // What cluster mode fills in: the seeds, one shard per slot, and names in the
+    // slots of what they go with.
+    let c = Config::from_toml(
+        &format!(
+            "{C}nodes = [\"b:7001\", \"a:7000\"]\n[delivery.streams.orders]\ngroups = [\"g\"]"
+        ),
+        env(&[]),
+    )
+    .unwrap();
+    assert_eq!(
+        c.redis.cluster,
+        Some(vec![("a".to_owned(), 7000), ("b".to_owned(), 7001)])
+    );
+    assert_eq!(c.redis.shards, crate::store::CLUSTER_SLOTS);
+    assert_eq!(c.dead_letter_stream("orders"), "{orders}:dead");
+    assert_eq!(c.dead_letter_stream("{t}x"), "{t}x:dead");
+    assert_eq!(
+        c.inbox.as_ref().unwrap().rejected_stream,
+        "{delayq:inbox}:rejected"
+    );
+    assert_eq!(
+        c.target_refusal("a{}b").as_deref(),
+        Some(
+            "stream \"a{}b\": on Redis Cluster a name with braces must have a hash tag (\"{tag}rest\")"
+        )
+    );
+    assert_eq!(c.target_refusal("{t}b"), None);
+    let (_, table) = Config::effective(C, env(&[])).unwrap();
+    assert!(table["redis"].get("shards").is_none());
+    let (_, table) = Config::effective("", env(&[])).unwrap();
+    assert_eq!(table["redis"]["shards"].as_integer(), Some(16));
+}

@@ -11,10 +11,12 @@
 -- ARGV[6] suffix of a stream's dead-letter stream (e.g. ":dead")
 -- ARGV[7] stream for messages that cannot be read or written at all
 -- ARGV[8] default MAXLEN ~ for target streams (0 = none)
--- ARGV[9] L, the number of rate-limited streams that follow
--- ARGV[10..9+2L] stream, budget, ...: how many messages each rate-limited stream may
+-- ARGV[9] "cluster" when the shard is a Redis Cluster hash slot: a dead-letter stream
+--   is then named in its stream's slot (see dead_letter_stream below), else ""
+-- ARGV[10] L, the number of rate-limited streams that follow
+-- ARGV[11..10+2L] stream, budget, ...: how many messages each rate-limited stream may
 --   still take (its permits); a stream not listed has no limit
--- ARGV[10+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
+-- ARGV[11+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
@@ -46,12 +48,12 @@ local batch = tonumber(ARGV[2])
 local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
 
 local budget = {}
-local n_limited = tonumber(ARGV[9])
-for i = 10, 9 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local n_limited = tonumber(ARGV[10])
+for i = 11, 10 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- MAXLEN values stay the strings they came as: a Lua number is a double, and one
 -- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
 local maxlens = {}
-for i = 10 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
+for i = 11 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
 local default_maxlen = ARGV[8]
 
 -- Held messages first (see the rate limits above). from_held[id] is the held set an id
@@ -101,6 +103,18 @@ if look > 0 then
       break
     end
   end
+end
+
+-- A stream's dead-letter stream: <stream><suffix>; on Redis Cluster in the stream's
+-- own slot, so <stream><suffix> only when the name has a hash tag, else
+-- {<stream>}<suffix> (as store::cluster_dead_letter_stream names it).
+local in_cluster = ARGV[9] == 'cluster'
+local function dead_letter_stream(stream)
+  if not in_cluster then return stream .. dead_suffix end
+  local open = string.find(stream, '{', 1, true)
+  local close = open and string.find(stream, '}', open + 1, true)
+  if close and close > open + 1 then return stream .. dead_suffix end
+  return '{' .. stream .. '}' .. dead_suffix
 end
 
 -- Last resort for a message that cannot reach its stream or its dead-letter stream.
@@ -179,7 +193,7 @@ local function send(id, body, msg, is_expired)
   local stream, fields, attempt, expire_at = msg.stream, msg.fields, msg.attempt, msg.expire_at
   local rec, stop
   local target = stream
-  if is_expired then target = stream .. dead_suffix end
+  if is_expired then target = dead_letter_stream(stream) end
   local args = { 'XADD', target }
   local n = 2
   local maxlen = maxlens[target] or default_maxlen
@@ -356,7 +370,7 @@ for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
   if redis.call('EXISTS', held_key(KEYS[6], stream)) == 0 then redis.call('SREM', KEYS[6], stream) end
 end
 local holding = {}
-for i = 10, 9 + 2 * n_limited, 2 do
+for i = 11, 10 + 2 * n_limited, 2 do
   local n = redis.call('ZCARD', held_key(KEYS[6], ARGV[i]))
   if n > 0 then
     holding[#holding + 1] = ARGV[i]

@@ -109,7 +109,7 @@ impl Env {
             .pending_per_shard()
             .await
             .expect("pending per shard");
-        per_shard.iter().sum()
+        per_shard.iter().map(|(_, n)| n).sum()
     }
 
     pub fn url(&self, path: &str) -> String {

@@ -57,7 +57,7 @@ fn entry(item: &Value) -> Entry {
 }
 
 /// Every entry of a stream, in order, with field order kept.
-pub fn entries(conn: &mut redis::Connection, stream: &str) -> Vec<Entry> {
+pub fn entries(conn: &mut impl redis::ConnectionLike, stream: &str) -> Vec<Entry> {
     let mut out = Vec::new();
     let mut start = "-".to_owned();
     loop {
@@ -97,7 +97,7 @@ pub fn xadd<K: ToRedisArgs, V: ToRedisArgs>(
     cmd.query(conn).expect("XADD")
 }
 
-pub fn xlen(conn: &mut redis::Connection, stream: &str) -> usize {
+pub fn xlen(conn: &mut impl redis::ConnectionLike, stream: &str) -> usize {
     redis::cmd("XLEN").arg(stream).query(conn).expect("XLEN")
 }
 

@@ -1,0 +1,1 @@
+//! Redis Cluster failovers and slot migrations under load.

@@ -1,0 +1,161 @@
+//! Forwarding on Redis Cluster: exactly once and never early, over streams whose
+//! slots spread across the masters.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use delayq::message::{Due, MessageId, NewMessage};
+use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store, slot_of};
+
+use super::{cluster_config, reader, shared_cluster};
+use crate::support::{entries, xlen};
+
+/// `n` messages to `streams`, ids `<prefix>-<i>`, due at `start` plus 0 to `spread_ms`.
+pub(super) fn messages(
+    prefix: &str,
+    n: usize,
+    streams: &[String],
+    start: u64,
+    spread_ms: u64,
+) -> Vec<BatchItem> {
+    (0..n)
+        .map(|i| {
+            let jitter = (i as u64).wrapping_mul(2_654_435_761) % spread_ms.max(1);
+            BatchItem {
+                msg: NewMessage {
+                    id: MessageId::parse(&format!("{prefix}-{i}")).unwrap(),
+                    stream: streams[i % streams.len()].clone(),
+                    fields: vec![("n".to_owned(), i.to_string())],
+                    due: Due::At(start + jitter),
+                    priority: 0,
+                    ttl: None,
+                },
+                mode: ScheduleMode::New,
+                inbox_entry: None,
+            }
+        })
+        .collect()
+}
+
+/// Schedules `items` a thousand at a time; panics unless each is stored anew.
+pub(super) async fn schedule_all(store: &Store, items: &[BatchItem]) {
+    for chunk in items.chunks(1000) {
+        for (item, outcome) in chunk.iter().zip(
+            store
+                .schedule_many(chunk, Duration::from_secs(3600), None)
+                .await,
+        ) {
+            match outcome {
+                Ok(Scheduled::Scheduled { .. }) => {}
+                other => panic!("{}: {other:?}", item.msg.id),
+            }
+        }
+    }
+}
+
+/// Epoch ms now, by this machine's clock (the cluster's nodes share it).
+pub(super) fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// Waits until `streams` hold `n` entries in all (panics after `timeout`), then
+/// checks that each of `items` is there exactly once, in its own stream, not before
+/// its due time; returns how many entries each id has (for the caller's reports).
+pub(super) fn check_exactly_once(
+    conn: &mut redis::cluster::ClusterConnection,
+    streams: &[String],
+    items: &[BatchItem],
+    timeout: Duration,
+) {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let total: usize = streams.iter().map(|s| xlen(conn, s)).sum();
+        if total >= items.len() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{total} of {} forwarded after {timeout:?}",
+            items.len()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let due: HashMap<&str, (&str, u64)> = items
+        .iter()
+        .map(|i| {
+            (
+                i.msg.id.as_str(),
+                (i.msg.stream.as_str(), i.msg.due.as_ms()),
+            )
+        })
+        .collect();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for stream in streams {
+        for e in entries(conn, stream) {
+            let id = e.get("delayq-id").expect("an id field").to_owned();
+            let (want_stream, due_ms) = due[id.as_str()];
+            assert_eq!(want_stream, stream, "{id} went to the wrong stream");
+            assert!(
+                e.ms() >= due_ms,
+                "{id} forwarded {} ms early",
+                due_ms - e.ms()
+            );
+            *seen.entry(id).or_default() += 1;
+        }
+    }
+    let twice: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "forwarded more than once: {twice:?}");
+    assert_eq!(
+        seen.len(),
+        items.len(),
+        "lost: {}",
+        items.len() - seen.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_thousand_messages_are_forwarded_once_and_none_early_across_the_masters() {
+    let cluster = shared_cluster();
+    let config = cluster_config(&cluster, "once", "");
+    let store = Store::connect(&config.store_config()).await.unwrap();
+    // 24 streams, every eighth under a hash tag of its own; their slots spread
+    // over the three masters.
+    let streams: Vec<String> = (0..24)
+        .map(|i| match i % 8 {
+            0 => format!("{{once-t{i}}}orders"),
+            _ => format!("once-s{i}"),
+        })
+        .collect();
+    let masters: std::collections::BTreeSet<u16> =
+        streams.iter().map(|s| slot_of(s) / 5462).collect();
+    assert_eq!(masters.len(), 3, "the streams' slots reach every master");
+
+    let daemon = delayq::start(config).await.expect("start delayq");
+    let items = messages("once", 50_000, &streams, now_ms() + 500, 4000);
+    schedule_all(&store, &items).await;
+    let mut in_use = store.shards_in_use().await.unwrap();
+    let mut slots: Vec<u16> = streams.iter().map(|s| slot_of(s)).collect();
+    in_use.sort_unstable();
+    slots.sort_unstable();
+    slots.dedup();
+    assert_eq!(in_use, slots, "the slots in use are the streams'");
+
+    let mut conn = reader(&cluster);
+    check_exactly_once(&mut conn, &streams, &items, Duration::from_secs(90));
+    // Nothing stays behind, and nothing more arrives.
+    let pending: u64 = store
+        .pending_per_shard()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(pending, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let total: usize = streams.iter().map(|s| xlen(&mut conn, s)).sum();
+    assert_eq!(total, items.len());
+    daemon.stop().await;
+}
