@@ -7,6 +7,7 @@
 
 mod failover;
 mod forwarding;
+mod operations;
 
 use std::sync::{Arc, Mutex, Weak};
 

@@ -85,7 +85,7 @@ pub fn entries(conn: &mut impl redis::ConnectionLike, stream: &str) -> Vec<Entry
 
 /// XADD of `fields`, in order; the new entry's id.
 pub fn xadd<K: ToRedisArgs, V: ToRedisArgs>(
-    conn: &mut redis::Connection,
+    conn: &mut impl redis::ConnectionLike,
     stream: &str,
     fields: &[(K, V)],
 ) -> String {
@@ -102,7 +102,7 @@ pub fn xlen(conn: &mut impl redis::ConnectionLike, stream: &str) -> usize {
 }
 
 /// Creates `group` on `stream` (and the stream), reading from its first entry.
-pub fn create_group(conn: &mut redis::Connection, stream: &str, group: &str) {
+pub fn create_group(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str) {
     let () = redis::cmd("XGROUP")
         .arg("CREATE")
         .arg(stream)
@@ -116,7 +116,7 @@ pub fn create_group(conn: &mut redis::Connection, stream: &str, group: &str) {
 /// XREADGROUP `>` as `consumer`: every entry never handed to the group before,
 /// without blocking.
 pub fn read_group(
-    conn: &mut redis::Connection,
+    conn: &mut impl redis::ConnectionLike,
     stream: &str,
     group: &str,
     consumer: &str,
@@ -153,7 +153,7 @@ pub fn read_group(
     }
 }
 
-pub fn ack(conn: &mut redis::Connection, stream: &str, group: &str, entry: &str) {
+pub fn ack(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, entry: &str) {
     let _: u64 = redis::cmd("XACK")
         .arg(stream)
         .arg(group)
@@ -163,7 +163,7 @@ pub fn ack(conn: &mut redis::Connection, stream: &str, group: &str, entry: &str)
 }
 
 /// XCLAIM of a pending entry to `consumer`, which resets its idle time.
-pub fn claim(conn: &mut redis::Connection, stream: &str, group: &str, consumer: &str, entry: &str) {
+pub fn claim(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, consumer: &str, entry: &str) {
     let _: Value = redis::cmd("XCLAIM")
         .arg(stream)
         .arg(group)
@@ -175,7 +175,7 @@ pub fn claim(conn: &mut redis::Connection, stream: &str, group: &str, consumer: 
 }
 
 /// How many entries the group holds pending; None when there is no such group.
-pub fn pending_count(conn: &mut redis::Connection, stream: &str, group: &str) -> Option<u64> {
+pub fn pending_count(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str) -> Option<u64> {
     let reply: Value = redis::cmd("XPENDING")
         .arg(stream)
         .arg(group)
@@ -193,7 +193,7 @@ pub fn pending_count(conn: &mut redis::Connection, stream: &str, group: &str) ->
 /// Entry ids pending in the group (for `consumer` alone when given), oldest first,
 /// with how many times each was handed out.
 pub fn pending_entries(
-    conn: &mut redis::Connection,
+    conn: &mut impl redis::ConnectionLike,
     stream: &str,
     group: &str,
     consumer: Option<&str>,
@@ -219,7 +219,7 @@ pub fn pending_entries(
 }
 
 /// Entry ids pending in the group, oldest first.
-pub fn pending_ids(conn: &mut redis::Connection, stream: &str, group: &str) -> Vec<String> {
+pub fn pending_ids(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str) -> Vec<String> {
     pending_entries(conn, stream, group, None)
         .into_iter()
         .map(|(id, _)| id)
@@ -227,13 +227,13 @@ pub fn pending_ids(conn: &mut redis::Connection, stream: &str, group: &str) -> V
 }
 
 /// Redis's clock (`TIME`), in ms.
-pub fn redis_now_ms(conn: &mut redis::Connection) -> u64 {
+pub fn redis_now_ms(conn: &mut impl redis::ConnectionLike) -> u64 {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).expect("TIME");
     secs * 1000 + micros / 1000
 }
 
 /// `CONFIG SET key value` on a test's Redis.
-pub fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
+pub fn redis_config(conn: &mut impl redis::ConnectionLike, key: &str, value: &str) {
     let () = redis::cmd("CONFIG")
         .arg("SET")
         .arg(key)
@@ -243,7 +243,7 @@ pub fn redis_config(conn: &mut redis::Connection, key: &str, value: &str) {
 }
 
 /// Redis's `used_memory` (INFO memory), bytes.
-pub fn used_memory(conn: &mut redis::Connection) -> u64 {
+pub fn used_memory(conn: &mut impl redis::ConnectionLike) -> u64 {
     let info: String = redis::cmd("INFO").arg("memory").query(conn).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("used_memory:"))

@@ -1,0 +1,137 @@
+//! Everything besides forwarding, on Redis Cluster: lookups, cancel and reschedule
+//! by id alone (the id's slot is its stream's, unknown to the caller), expiry and
+//! redelivery into dead letters named in their stream's slot, replay, and the
+//! inbox (its acknowledgement a step of its own, since it lives in another slot).
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{cluster_config, reader, shared_cluster};
+use crate::support::{Api, create_group, entries, eventually, read_group, xadd, xlen};
+
+const DELIVERY: &str = "[delivery]
+groups = [\"g\"]
+ack_timeout = \"300ms\"
+sweep_interval = \"50ms\"
+backoff = \"50ms\"
+backoff_max = \"100ms\"
+backoff_jitter = 0.0
+max_attempts = 2
+[delivery.streams.ops-orders]
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_operation_works_on_the_cluster() {
+    let cluster = shared_cluster();
+    let config = cluster_config(&cluster, "ops", DELIVERY);
+    let daemon = delayq::start(config).await.expect("start delayq");
+    let api = Api::new(daemon.api_addr);
+    let mut conn = reader(&cluster);
+    let stream = "ops-orders";
+    create_group(&mut conn, stream, "g");
+
+    // A message nobody acknowledges: redelivered once, then dead-lettered into
+    // "{ops-orders}:dead", in the stream's slot.
+    let (status, body) = api
+        .post("/v1/messages", json!({ "stream": stream, "id": "o1", "fields": { "n": "1" }, "delay_ms": 0 }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let mut attempts = Vec::new();
+    eventually(Duration::from_secs(15), "o1 dead-lettered", || {
+        for e in read_group(&mut conn, stream, "g", "c") {
+            attempts.push(e.get("delayq-attempt").unwrap().to_owned());
+        }
+        std::future::ready((xlen(&mut conn, "{ops-orders}:dead") == 1).then_some(()))
+    })
+    .await;
+    assert_eq!(attempts, ["1", "2"]);
+    let (_, status) = api.get("/v1/messages/o1").await;
+    assert_eq!(status["state"], "dead", "{status}");
+    assert_eq!(status["stream"], "{ops-orders}:dead", "{status}");
+    let (code, list) = api.get(&format!("/v1/streams/{stream}/dead")).await;
+    assert_eq!(code, 200, "{list}");
+    assert_eq!(list["dead_letter_stream"], "{ops-orders}:dead");
+
+    // Replayed: back in the stream as attempt 1.
+    let (code, body) = api
+        .post(&format!("/v1/streams/{stream}/dead/replay"), json!({ "ids": ["o1"] }))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(body["replayed"][0]["id"], "o1", "{body}");
+    let again = eventually(Duration::from_secs(5), "o1 replayed", || {
+        std::future::ready(read_group(&mut conn, stream, "g", "c").pop())
+    })
+    .await;
+    assert_eq!(again.get("delayq-id"), Some("o1"));
+    assert_eq!(again.get("delayq-attempt"), Some("1"));
+
+    // Found, rescheduled and cancelled by id alone.
+    let (status, body) = api
+        .post("/v1/messages", json!({ "stream": "ops-later", "id": "o2", "payload": "x", "delay": "1h" }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let (_, status) = api.get("/v1/messages/o2").await;
+    assert_eq!(status["state"], "scheduled", "{status}");
+    let (code, body) = api
+        .post("/v1/messages/o2/reschedule", json!({ "delay": "2h" }))
+        .await;
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = api.delete("/v1/messages/o2").await;
+    assert_eq!(code, 200, "{body}");
+    let (_, status) = api.get("/v1/messages/o2").await;
+    assert_eq!(status["state"], "cancelled", "{status}");
+    let (code, _) = api.get("/v1/messages/nowhere").await;
+    assert_eq!(code, 404);
+
+    // Past its ttl (due a minute ago, for a millisecond): dead-lettered as
+    // expired, in the stream's slot too.
+    let past = super::forwarding::now_ms() - 60_000;
+    let (status, body) = api
+        .post("/v1/messages", json!({ "stream": "{ops-t}exp", "id": "o3", "payload": "x", "deliver_at": past, "ttl_ms": 1 }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    let dead = eventually(Duration::from_secs(5), "o3 expired", || {
+        std::future::ready(entries(&mut conn, "{ops-t}exp:dead").pop())
+    })
+    .await;
+    assert_eq!(dead.get("delayq-reason"), Some("expired"));
+    assert_eq!(xlen(&mut conn, "{ops-t}exp"), 0);
+
+    // The inbox: scheduled (then acknowledged and deleted), or rejected into
+    // "{ops:inbox}:rejected", in the inbox's slot.
+    xadd(
+        &mut conn,
+        "ops:inbox",
+        &[("delayq-stream", "ops-inboxed"), ("delayq-delay", "0"), ("delayq-id", "o4"), ("k", "v")],
+    );
+    xadd(&mut conn, "ops:inbox", &[("k", "no target")]);
+    let inboxed = eventually(Duration::from_secs(10), "o4 delivered", || {
+        std::future::ready(entries(&mut conn, "ops-inboxed").pop())
+    })
+    .await;
+    assert_eq!(inboxed.get("delayq-id"), Some("o4"));
+    let rejected = eventually(Duration::from_secs(10), "the bad entry rejected", || {
+        std::future::ready(entries(&mut conn, "{ops:inbox}:rejected").pop())
+    })
+    .await;
+    assert_eq!(rejected.get("k"), Some("no target"));
+    eventually(Duration::from_secs(5), "the inbox emptied", || {
+        std::future::ready((xlen(&mut conn, "ops:inbox") == 0).then_some(()))
+    })
+    .await;
+
+    // A name with braces but no hash tag cannot share a slot with its dead letters.
+    let (status, body) = api
+        .post("/v1/messages", json!({ "stream": "a{}b", "payload": "x", "delay_ms": 0 }))
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert!(body["detail"].as_str().unwrap().contains("hash tag"), "{body}");
+
+    // Stats count per slot.
+    let (code, stats) = api.get("/v1/stats").await;
+    assert_eq!(code, 200, "{stats}");
+    assert_eq!(stats["pending"]["per_shard"], json!([]));
+    assert!(stats["pending"]["per_slot"].is_object(), "{stats}");
+    daemon.stop().await;
+}
