@@ -178,7 +178,10 @@ impl RedisServer {
                 ]);
         }
         if self.options.cluster {
+            // A replica's first sync at once (not after the 5 s diskless delay): one
+            // that never synced cannot take over its master.
             cmd.args(["--cluster-enabled", "yes", "--cluster-node-timeout", "2000"])
+                .args(["--repl-diskless-sync-delay", "0"])
                 .arg("--cluster-config-file")
                 .arg(self.dir.path().join("nodes.conf"));
         }
@@ -313,22 +316,180 @@ impl RedisCluster {
         Ok(cluster)
     }
 
-    /// Whether every node says `cluster_state:ok` and knows every other node.
+    /// Whether every node says `cluster_state:ok` and knows every other node, and
+    /// every replica has synced with its master.
     fn is_ok(&self) -> bool {
         self.nodes.iter().all(|n| {
-            let info = redis::Client::open(n.url())
-                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)))
-                .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c));
-            info.is_ok_and(|i| {
+            let connected = redis::Client::open(n.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)));
+            let Ok(mut c) = connected else {
+                return false;
+            };
+            let cluster = redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c);
+            let replication = redis::cmd("INFO")
+                .arg("replication")
+                .query::<String>(&mut c);
+            cluster.is_ok_and(|i| {
                 i.contains("cluster_state:ok")
                     && i.contains(&format!("cluster_known_nodes:{}", self.nodes.len()))
-            })
+            }) && replication
+                .is_ok_and(|r| r.contains("role:master") || r.contains("master_link_status:up"))
         })
     }
 
     /// Every node's URL.
     pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(RedisServer::url).collect()
+    }
+
+    /// A connection to the first node still running.
+    fn any_live(&self) -> anyhow::Result<redis::Connection> {
+        for node in self.nodes.iter().filter(|n| n.child.is_some()) {
+            let connected = redis::Client::open(node.url())
+                .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(1)));
+            if let Ok(conn) = connected {
+                return Ok(conn);
+            }
+        }
+        bail!("no node of the Redis Cluster answers")
+    }
+
+    /// Which node (index into `nodes`) serves `slot` as master now.
+    pub fn master_of(&self, slot: u16) -> anyhow::Result<usize> {
+        let mut conn = self.any_live()?;
+        // CLUSTER SLOTS: [[first, last, [host, port, id], replicas...], ...]
+        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+        for range in ranges {
+            let redis::Value::Array(parts) = range else {
+                continue;
+            };
+            let (Some(first), Some(last), Some(redis::Value::Array(master))) =
+                (parts.first(), parts.get(1), parts.get(2))
+            else {
+                continue;
+            };
+            let (first, last): (u16, u16) = (
+                redis::from_redis_value(first.clone())?,
+                redis::from_redis_value(last.clone())?,
+            );
+            if (first..=last).contains(&slot) {
+                let port: u16 = redis::from_redis_value(master[1].clone())?;
+                return self
+                    .nodes
+                    .iter()
+                    .position(|n| n.port == port)
+                    .context("CLUSTER SLOTS names a node not ours");
+            }
+        }
+        bail!("no master serves slot {slot}")
+    }
+
+    /// Whether node `i` runs and is a master now.
+    pub fn master_of_node(&self, i: usize) -> bool {
+        if self.nodes[i].child.is_none() {
+            return false;
+        }
+        let role: redis::RedisResult<Vec<redis::Value>> =
+            redis::cmd("ROLE").query(&mut self.nodes[i].client());
+        role.ok()
+            .and_then(|r| redis::from_redis_value::<String>(r.first()?.clone()).ok())
+            .is_some_and(|r| r == "master")
+    }
+
+    /// SIGKILLs node `i` and waits (up to 30 s) until another node serves as
+    /// master every slot it served: its replica's promotion.
+    pub fn kill_master(&mut self, i: usize) -> anyhow::Result<()> {
+        let slots: Vec<u16> = (0..16384u16)
+            .step_by(64)
+            .filter(|&s| self.master_of(s).ok() == Some(i))
+            .collect();
+        self.nodes[i].kill();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let moved = slots
+                .iter()
+                .all(|&s| self.master_of(s).is_ok_and(|m| m != i));
+            if moved {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!("no replica took over node {i}'s slots within 30s");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Moves `slot` to node `to` (a master) as `redis-cli --cluster reshard` does,
+    /// key by key: IMPORTING and MIGRATING, then `MIGRATE` of `batch` keys at a
+    /// time with `pause` between (clients meanwhile get ASK and TRYAGAIN), then the
+    /// slot's new owner announced to every master.
+    pub fn move_slot(
+        &self,
+        slot: u16,
+        to: usize,
+        batch: usize,
+        pause: Duration,
+    ) -> anyhow::Result<()> {
+        let from = self.master_of(slot)?;
+        if from == to {
+            return Ok(());
+        }
+        let id = |i: usize| -> anyhow::Result<String> {
+            Ok(redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.nodes[i].client())?)
+        };
+        let (from_id, to_id) = (id(from)?, id(to)?);
+        let mut source = self.nodes[from].client();
+        let mut target = self.nodes[to].client();
+        let () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("IMPORTING")
+            .arg(&from_id)
+            .query(&mut target)?;
+        let () = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(&to_id)
+            .query(&mut source)?;
+        loop {
+            let keys: Vec<Vec<u8>> = redis::cmd("CLUSTER")
+                .arg("GETKEYSINSLOT")
+                .arg(slot)
+                .arg(batch)
+                .query(&mut source)?;
+            if keys.is_empty() {
+                break;
+            }
+            let () = redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(self.nodes[to].port)
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(&keys)
+                .query(&mut source)?;
+            std::thread::sleep(pause);
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i].child.is_none() {
+                continue;
+            }
+            let mut conn = self.nodes[i].client();
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut conn)?;
+            if redis::from_redis_value::<String>(role[0].clone())? == "master" {
+                let () = redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&to_id)
+                    .query(&mut conn)?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -121,6 +121,10 @@ impl ConnectionLike for Separate {
 struct Cluster {
     client: ClusterClient,
     seeds: Vec<redis::Client>,
+    response_timeout: Duration,
+    connect_timeout: Duration,
+    /// When the connection was last made anew (see [`Conn::reconnect_cluster`]).
+    renewed: tokio::sync::Mutex<Option<Instant>>,
 }
 
 /// The shared connection. Cheap to clone: clones share the node and the Sentinels.
@@ -277,6 +281,9 @@ impl Conn {
             cluster: Some(Arc::new(Cluster {
                 client,
                 seeds: clients,
+                response_timeout: config.response_timeout,
+                connect_timeout: config.connect_timeout,
+                renewed: tokio::sync::Mutex::new(None),
             })),
             pin: None,
         })
@@ -411,18 +418,65 @@ impl Conn {
         self.sentinel.as_ref().map(|f| f.changes.subscribe())
     }
 
-    /// After a failed command: asks the Sentinels again if a failover may explain it.
+    /// After a failed command: asks the Sentinels again if a failover may explain
+    /// it; on Redis Cluster, makes the connection anew.
     async fn after(&self, error: &redis::RedisError) {
-        if self.sentinel.is_none() {
-            return;
-        }
         let failover_sign = error.is_io_error()
             || error.is_timeout()
             || error.is_connection_dropped()
             || error.is_connection_refusal()
             || matches!(error.code(), Some("READONLY" | "MASTERDOWN" | "LOADING"));
+        if self.cluster.is_some() {
+            let cluster_sign = failover_sign
+                || matches!(
+                    error.kind(),
+                    redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
+                )
+                || error.to_string().contains("ClusterConnectionNotFound");
+            if cluster_sign {
+                self.reconnect_cluster().await;
+            }
+            return;
+        }
+        if self.sentinel.is_none() {
+            return;
+        }
         if failover_sign {
             self.follow(false).await;
+        }
+    }
+
+    /// Replaces the cluster connection with a new one, which learns the cluster's
+    /// shape afresh from the seeds, at most every [`RESOLVE_EVERY`] × 5. After a
+    /// master died, the redis crate's connection went on waiting for it (every
+    /// command timing out, whichever node it was for) well after its replica took
+    /// over; a new connection routes to the promoted replica at once.
+    async fn reconnect_cluster(&self) {
+        let Some(cluster) = &self.cluster else {
+            return;
+        };
+        let Ok(mut renewed) = cluster.renewed.try_lock() else {
+            return; // another caller is at it
+        };
+        if renewed.is_some_and(|at| at.elapsed() < RESOLVE_EVERY * 5) {
+            return;
+        }
+        *renewed = Some(Instant::now());
+        let made = tokio::time::timeout(
+            cluster.connect_timeout * 2,
+            cluster
+                .client
+                .get_async_connection_with_config(cluster_config(cluster.response_timeout)),
+        )
+        .await;
+        match made {
+            Ok(Ok(connection)) => {
+                let mut current = self.current.lock().expect("not poisoned");
+                current.manager = Link::Cluster(connection);
+                tracing::debug!("Redis Cluster connection made anew");
+            }
+            Ok(Err(e)) => tracing::warn!(error = %e, "cannot reach the Redis Cluster"),
+            Err(_) => tracing::warn!("no Redis Cluster seed node answered in time"),
         }
     }
 

@@ -34,7 +34,10 @@ async fn every_operation_works_on_the_cluster() {
     // A message nobody acknowledges: redelivered once, then dead-lettered into
     // "{ops-orders}:dead", in the stream's slot.
     let (status, body) = api
-        .post("/v1/messages", json!({ "stream": stream, "id": "o1", "fields": { "n": "1" }, "delay_ms": 0 }))
+        .post(
+            "/v1/messages",
+            json!({ "stream": stream, "id": "o1", "fields": { "n": "1" }, "delay_ms": 0 }),
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     let mut attempts = Vec::new();
@@ -55,7 +58,10 @@ async fn every_operation_works_on_the_cluster() {
 
     // Replayed: back in the stream as attempt 1.
     let (code, body) = api
-        .post(&format!("/v1/streams/{stream}/dead/replay"), json!({ "ids": ["o1"] }))
+        .post(
+            &format!("/v1/streams/{stream}/dead/replay"),
+            json!({ "ids": ["o1"] }),
+        )
         .await;
     assert_eq!(code, 200, "{body}");
     assert_eq!(body["replayed"][0]["id"], "o1", "{body}");
@@ -68,7 +74,10 @@ async fn every_operation_works_on_the_cluster() {
 
     // Found, rescheduled and cancelled by id alone.
     let (status, body) = api
-        .post("/v1/messages", json!({ "stream": "ops-later", "id": "o2", "payload": "x", "delay": "1h" }))
+        .post(
+            "/v1/messages",
+            json!({ "stream": "ops-later", "id": "o2", "payload": "x", "delay": "1h" }),
+        )
         .await;
     assert_eq!(status, 201, "{body}");
     let (_, status) = api.get("/v1/messages/o2").await;
@@ -103,7 +112,12 @@ async fn every_operation_works_on_the_cluster() {
     xadd(
         &mut conn,
         "ops:inbox",
-        &[("delayq-stream", "ops-inboxed"), ("delayq-delay", "0"), ("delayq-id", "o4"), ("k", "v")],
+        &[
+            ("delayq-stream", "ops-inboxed"),
+            ("delayq-delay", "0"),
+            ("delayq-id", "o4"),
+            ("k", "v"),
+        ],
     );
     xadd(&mut conn, "ops:inbox", &[("k", "no target")]);
     let inboxed = eventually(Duration::from_secs(10), "o4 delivered", || {
@@ -123,10 +137,16 @@ async fn every_operation_works_on_the_cluster() {
 
     // A name with braces but no hash tag cannot share a slot with its dead letters.
     let (status, body) = api
-        .post("/v1/messages", json!({ "stream": "a{}b", "payload": "x", "delay_ms": 0 }))
+        .post(
+            "/v1/messages",
+            json!({ "stream": "a{}b", "payload": "x", "delay_ms": 0 }),
+        )
         .await;
     assert_eq!(status, 403, "{body}");
-    assert!(body["detail"].as_str().unwrap().contains("hash tag"), "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("hash tag"),
+        "{body}"
+    );
 
     // Stats count per slot.
     let (code, stats) = api.get("/v1/stats").await;

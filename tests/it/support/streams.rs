@@ -163,7 +163,13 @@ pub fn ack(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, ent
 }
 
 /// XCLAIM of a pending entry to `consumer`, which resets its idle time.
-pub fn claim(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, consumer: &str, entry: &str) {
+pub fn claim(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    entry: &str,
+) {
     let _: Value = redis::cmd("XCLAIM")
         .arg(stream)
         .arg(group)
@@ -175,7 +181,11 @@ pub fn claim(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, c
 }
 
 /// How many entries the group holds pending; None when there is no such group.
-pub fn pending_count(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str) -> Option<u64> {
+pub fn pending_count(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+    group: &str,
+) -> Option<u64> {
     let reply: Value = redis::cmd("XPENDING")
         .arg(stream)
         .arg(group)
@@ -219,7 +229,11 @@ pub fn pending_entries(
 }
 
 /// Entry ids pending in the group, oldest first.
-pub fn pending_ids(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str) -> Vec<String> {
+pub fn pending_ids(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+    group: &str,
+) -> Vec<String> {
     pending_entries(conn, stream, group, None)
         .into_iter()
         .map(|(id, _)| id)
