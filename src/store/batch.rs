@@ -16,6 +16,31 @@ use super::{
 };
 use crate::message::NewMessage;
 
+/// Fault points for this crate's tests.
+#[cfg(feature = "test-support")]
+pub mod faults {
+    use std::sync::Mutex;
+
+    /// Inboxes whose entries are never acknowledged after their schedule call on
+    /// Redis Cluster (the step in another slot), as if the process died or its
+    /// connection dropped between the two.
+    static LOSING_ACKS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+    /// Loses (`true`) or stops losing the acknowledgements of inbox `stream`.
+    pub fn lose_inbox_acks(stream: &str, lose: bool) {
+        let mut losing = LOSING_ACKS.lock().unwrap_or_else(|e| e.into_inner());
+        losing.retain(|s| s != stream);
+        if lose {
+            losing.push(stream.to_owned());
+        }
+    }
+
+    pub(super) fn losing_acks_of(stream: &str) -> bool {
+        let losing = LOSING_ACKS.lock().unwrap_or_else(|e| e.into_inner());
+        losing.iter().any(|s| s == stream)
+    }
+}
+
 /// Most messages in one script call: bounds how long one call holds Redis (and
 /// stays clear of Lua's limit on unpacked values).
 const MAX_PER_CALL: usize = 1000;
@@ -317,6 +342,13 @@ impl Store {
     async fn ack_inbox(&self, ack: InboxAck<'_>, entries: &[&str]) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
+        }
+        #[cfg(feature = "test-support")]
+        if faults::losing_acks_of(ack.stream) {
+            return Err(StoreError::Redis(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "test fault: the connection dropped before the inbox acknowledgement",
+            ))));
         }
         let mut inv = self.scripts.ack_inbox.prepare_invoke();
         inv.key(ack.stream).arg(ack.group);

@@ -23,6 +23,8 @@ use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 
 pub use batch::{BatchItem, InboxAck};
+#[cfg(feature = "test-support")]
+pub use batch::faults;
 pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{

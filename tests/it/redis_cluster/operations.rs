@@ -155,3 +155,42 @@ async fn every_operation_works_on_the_cluster() {
     assert!(stats["pending"]["per_slot"].is_object(), "{stats}");
     daemon.stop().await;
 }
+
+/// The one operation that takes two steps on Redis Cluster: an inbox entry's
+/// message is stored (in its stream's slot), then the entry acknowledged (in the
+/// inbox's). With the second step lost, as if the process died between them, the
+/// entry stays pending; read again after a restart, its message is a duplicate, the
+/// entry is acknowledged, and the message is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inbox_entry_whose_acknowledgement_was_lost_is_delivered_once() {
+    use delayq::store::faults::lose_inbox_acks;
+
+    let cluster = shared_cluster();
+    let config = cluster_config(&cluster, "ack", "[node]\nid = \"ack-node\"\n");
+    let mut conn = reader(&cluster);
+    lose_inbox_acks("ack:inbox", true);
+    let daemon = delayq::start(config.clone()).await.expect("start delayq");
+    xadd(
+        &mut conn,
+        "ack:inbox",
+        &[("delayq-stream", "ack-out"), ("delayq-delay", "0"), ("delayq-id", "a1"), ("k", "v")],
+    );
+    eventually(Duration::from_secs(10), "a1 delivered", || {
+        std::future::ready((xlen(&mut conn, "ack-out") == 1).then_some(()))
+    })
+    .await;
+    assert_eq!(xlen(&mut conn, "ack:inbox"), 1, "the entry stays: not acknowledged");
+    daemon.stop().await;
+
+    lose_inbox_acks("ack:inbox", false);
+    let daemon = delayq::start(config).await.expect("start delayq again");
+    eventually(Duration::from_secs(10), "the entry acknowledged", || {
+        std::future::ready((xlen(&mut conn, "ack:inbox") == 0).then_some(()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let delivered = entries(&mut conn, "ack-out");
+    assert_eq!(delivered.len(), 1, "{delivered:?}");
+    assert_eq!(delivered[0].get("delayq-id"), Some("a1"));
+    daemon.stop().await;
+}
