@@ -7,6 +7,7 @@
 
 mod failover;
 mod forwarding;
+mod groups;
 mod operations;
 
 use std::sync::{Arc, Mutex, Weak};
@@ -29,21 +30,29 @@ fn shared_cluster() -> Arc<RedisCluster> {
     cluster
 }
 
-/// A config on `cluster` (every node a seed), a test prefix of its own, an
-/// ephemeral API port, with `extra` (TOML) merged over it.
-fn cluster_config(cluster: &RedisCluster, prefix: &str, extra: &str) -> Config {
+/// The config text of a node on `cluster` (every node a seed), a test prefix of
+/// its own, with `extra` (TOML) merged over it.
+fn cluster_toml(cluster: &RedisCluster, prefix: &str, extra: &str) -> String {
     let urls = cluster.urls();
     let seeds: Vec<String> = urls[1..]
         .iter()
         .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
         .collect();
     let base = format!(
-        "[redis]\nmode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\nprefix = \"{prefix}\"\n\
-         [api]\nlisten = \"127.0.0.1:0\"\n",
+        "[redis]\nmode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\nprefix = \"{prefix}\"\n",
         urls[0],
         seeds.join(", ")
     );
-    let text = toml_layers(&[&base, extra]);
+    toml_layers(&[&base, extra])
+}
+
+/// [`cluster_toml`] as a config, with an ephemeral API port.
+fn cluster_config(cluster: &RedisCluster, prefix: &str, extra: &str) -> Config {
+    let text = cluster_toml(
+        cluster,
+        prefix,
+        &toml_layers(&["[api]\nlisten = \"127.0.0.1:0\"\n", extra]),
+    );
     Config::from_toml(&text, std::iter::empty())
         .unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
 }
