@@ -22,9 +22,9 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 
-pub use batch::{BatchItem, InboxAck};
 #[cfg(feature = "test-support")]
 pub use batch::faults;
+pub use batch::{BatchItem, InboxAck};
 pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{

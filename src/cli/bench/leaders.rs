@@ -69,7 +69,7 @@ impl Bench {
     }
 
     /// Waits until each of `daemons` leads exactly one election group.
-    async fn wait_one_group_each(
+    pub(super) async fn wait_one_group_each(
         &self,
         daemons: &[DelayqProcess],
         limit: Duration,

@@ -252,6 +252,7 @@ impl PingProbe {
 }
 
 /// PING round trips: (wall ms when sent, µs until the answer).
+#[derive(Default)]
 pub struct Probe {
     samples: Vec<(u64, u32)>,
 }

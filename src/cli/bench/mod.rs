@@ -10,6 +10,8 @@
 //!   elected through etcd.
 //! - `leaders`: a burst drained by several leaders at once (`election.mode =
 //!   "per_shard"`).
+//! - `cluster`: Redis Cluster against a standalone Redis, 1 and 8 streams, 1 and 3
+//!   leaders.
 //! - `peer`: BullMQ delayed jobs (node, `bench/peer/`).
 //! - `measure`: CPU, memory, the PING probe, stream tallies (lateness, lost, duplicated).
 //! - `rows`: what each scenario measured, one type per kind of row.
@@ -20,6 +22,7 @@
 
 mod catchup;
 mod ceiling;
+mod cluster;
 mod failover;
 mod ingest;
 mod leaders;
@@ -92,6 +95,11 @@ pub struct BenchArgs {
     /// each count of leaders; 0 skips.
     #[arg(long, value_delimiter = ',')]
     pub leaders: Option<Vec<u32>>,
+    /// Messages of each Redis Cluster burst (a 3-master cluster against a
+    /// standalone Redis, both started for it; 1 and 8 streams, 1 and 3 leaders);
+    /// 0 skips.
+    #[arg(long)]
+    pub cluster: Option<u64>,
     /// Skip the BullMQ peer.
     #[arg(long)]
     pub no_peer: bool,
@@ -147,6 +155,8 @@ struct Plan {
     bursts: Vec<u64>,
     /// Leaders of the per-shard bursts.
     leaders: Vec<u32>,
+    /// Messages of each Redis Cluster burst (0: none).
+    cluster: u64,
     rates: Vec<u64>,
     search: bool,
     duration: Duration,
@@ -175,6 +185,7 @@ impl Plan {
             Suite::Tiny => Plan {
                 bursts: vec![2000],
                 leaders: vec![2],
+                cluster: 2000,
                 rates: vec![500],
                 search: false,
                 duration: Duration::from_secs(2),
@@ -198,6 +209,7 @@ impl Plan {
             Suite::Quick => Plan {
                 bursts: vec![100_000],
                 leaders: vec![1, 3],
+                cluster: 100_000,
                 rates: vec![1000, 10_000, 50_000],
                 search: false,
                 duration: Duration::from_secs(10),
@@ -221,6 +233,7 @@ impl Plan {
             Suite::Full => Plan {
                 bursts: vec![100_000, 1_000_000],
                 leaders: vec![1, 3],
+                cluster: 200_000,
                 rates: vec![1000, 2000, 5000, 10_000, 20_000, 30_000, 50_000],
                 search: true,
                 duration: Duration::from_secs(10),
@@ -248,6 +261,9 @@ impl Plan {
         }
         if let Some(leaders) = &args.leaders {
             plan.leaders = leaders.iter().copied().filter(|n| *n > 0).collect();
+        }
+        if let Some(n) = args.cluster {
+            plan.cluster = n;
         }
         if let Some(rates) = &args.rates {
             plan.rates = rates.iter().copied().filter(|n| *n > 0).collect();
@@ -304,6 +320,7 @@ impl Plan {
             batch_size: args.batch_size,
             bursts: self.bursts.clone(),
             leaders: self.leaders.clone(),
+            cluster: self.cluster,
             spread_rates: self.rates.clone(),
             spread_search: self.search,
             spread_seconds: self.duration.as_secs_f64(),
@@ -439,11 +456,11 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     if plan.peer {
         peer::ensure_installed(&args.peer_dir).await?;
     }
-    let etcd = if plan.failover_stops.is_empty() && plan.leaders.is_empty() {
+    let etcd = if plan.failover_stops.is_empty() && plan.leaders.is_empty() && plan.cluster == 0 {
         None
     } else {
         Some(EtcdServer::start().context(
-            "start etcd for the failover and per-shard scenarios (--no-failover --leaders 0 skip them)",
+            "start etcd for the failover, per-shard and cluster scenarios (--no-failover --leaders 0 --cluster 0 skip them)",
         )?)
     };
     let started = jiff::Timestamp::now();
@@ -472,6 +489,15 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
                     "run {run}: delayq burst {n}, election.mode = per_shard with {k} leader(s)"
                 ));
                 add(bench.burst_leaders(etcd, n, k).await?);
+            }
+        }
+        if plan.cluster > 0 {
+            progress(&format!(
+                "run {run}: Redis Cluster bursts of {}",
+                plan.cluster
+            ));
+            for figures in bench.cluster_bursts(etcd.as_ref(), plan.cluster).await? {
+                add(figures);
             }
         }
         if plan.peer {

@@ -52,6 +52,7 @@ pub enum Delayq {
     IngestInbox(Ingest),
     FailoverSigterm(Failover),
     FailoverSigkill(Failover),
+    ClusterBurst(super::cluster::ClusterBurst),
 }
 
 /// The same work as a delayq burst, without delayq.
@@ -439,6 +440,7 @@ impl Delayq {
             Delayq::IngestInbox(_) => "ingest-inbox",
             Delayq::FailoverSigterm(_) => "failover-sigterm",
             Delayq::FailoverSigkill(_) => "failover-sigkill",
+            Delayq::ClusterBurst(_) => "cluster-burst",
         }
     }
 
@@ -453,6 +455,7 @@ impl Delayq {
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => &i.measured,
             Delayq::FailoverSigterm(f) | Delayq::FailoverSigkill(f) => &f.measured,
+            Delayq::ClusterBurst(c) => &c.measured,
         }
     }
 

@@ -53,15 +53,19 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     );
     let text = cluster_toml(&cluster, "groups", &settings);
     let mut nodes: Vec<DelayqProcess> = (0..3)
-        .map(|i| DelayqProcess::start(&delayq_bin(), &format!("g{i}"), &text).expect("start delayq"))
+        .map(|i| {
+            DelayqProcess::start(&delayq_bin(), &format!("g{i}"), &text).expect("start delayq")
+        })
         .collect();
     let apis: Vec<Api> = nodes
         .iter()
         .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(2)))
         .collect();
-    eventually(Duration::from_secs(20), "one group led by each node", || {
-        spread(&apis, &[0, 1, 2])
-    })
+    eventually(
+        Duration::from_secs(20),
+        "one group led by each node",
+        || spread(&apis, &[0, 1, 2]),
+    )
     .await;
 
     let store = Store::connect(&cluster_config(&cluster, "groups", "").store_config())
@@ -72,9 +76,11 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     schedule_all(&store, &items).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     nodes[0].kill();
-    eventually(Duration::from_secs(15), "the killed node's group taken over", || {
-        spread(&apis, &[1, 2])
-    })
+    eventually(
+        Duration::from_secs(15),
+        "the killed node's group taken over",
+        || spread(&apis, &[1, 2]),
+    )
     .await;
     let mut conn = reader(&cluster);
     tokio::task::spawn_blocking(move || {

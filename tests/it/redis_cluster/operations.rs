@@ -173,13 +173,22 @@ async fn an_inbox_entry_whose_acknowledgement_was_lost_is_delivered_once() {
     xadd(
         &mut conn,
         "ack:inbox",
-        &[("delayq-stream", "ack-out"), ("delayq-delay", "0"), ("delayq-id", "a1"), ("k", "v")],
+        &[
+            ("delayq-stream", "ack-out"),
+            ("delayq-delay", "0"),
+            ("delayq-id", "a1"),
+            ("k", "v"),
+        ],
     );
     eventually(Duration::from_secs(10), "a1 delivered", || {
         std::future::ready((xlen(&mut conn, "ack-out") == 1).then_some(()))
     })
     .await;
-    assert_eq!(xlen(&mut conn, "ack:inbox"), 1, "the entry stays: not acknowledged");
+    assert_eq!(
+        xlen(&mut conn, "ack:inbox"),
+        1,
+        "the entry stays: not acknowledged"
+    );
     daemon.stop().await;
 
     lose_inbox_acks("ack:inbox", false);

@@ -311,6 +311,35 @@ pub fn markdown(report: &Report) -> String {
         catchup_rows,
     );
 
+    let cluster_rows = rows.iter().filter_map(|r| {
+        let Some(Delayq::ClusterBurst(c)) = r.figures.delayq() else {
+            return None;
+        };
+        let m = &c.measured;
+        Some(vec![
+            format!(
+                "{} ({} master{})",
+                c.redis,
+                c.masters,
+                if c.masters == 1 { "" } else { "s" }
+            ),
+            c.streams.cell(),
+            c.leaders.cell(),
+            m.messages.cell(),
+            r.run.cell(),
+            m.load_average.clone(),
+            m.throughput_per_sec.cell(),
+            cpu(m),
+            lost_dup(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Redis Cluster: a burst drained on 3 masters (a replica each) and on a standalone Redis, side by side",
+        "Redis | streams | leaders | N | run | load | drained (msg/s) | CPU µs/msg Redis (masters) / delayq | lost / dup",
+        cluster_rows,
+    );
+
     let failover_rows = rows.iter().filter_map(|r| {
         let (stop, f) = r.figures.delayq()?.failover()?;
         Some(vec![

@@ -57,6 +57,9 @@ pub struct Parameters {
     /// Leaders of the per-shard bursts (`election.mode = "per_shard"`).
     #[serde(default)]
     pub leaders: Vec<u32>,
+    /// Messages of each Redis Cluster burst (0: none).
+    #[serde(default)]
+    pub cluster: u64,
     pub spread_rates: Vec<u64>,
     pub spread_search: bool,
     pub spread_seconds: f64,
