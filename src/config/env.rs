@@ -21,6 +21,7 @@ const SECTIONS: &[&str] = &[
 ];
 /// Keys that hold lists; their environment values are comma-separated.
 const LIST_KEYS: &[&str] = &[
+    "redis.nodes",
     "etcd.endpoints",
     "streams.allow",
     "delivery.groups",

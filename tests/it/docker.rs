@@ -142,10 +142,12 @@ async fn compose_cli() -> Vec<String> {
     }
 }
 
-/// A compose project of docker/compose.yaml; `down -v` when dropped.
+/// A compose project of docker/compose.yaml (and overrides); `down -v` when dropped.
 struct Deployment {
     cli: Vec<String>,
     project: String,
+    /// The compose files, docker/compose.yaml first.
+    files: Vec<String>,
     env: Vec<(String, String)>,
     token: String,
     redis_port: u16,
@@ -155,6 +157,12 @@ struct Deployment {
 
 impl Deployment {
     async fn up() -> Deployment {
+        Self::up_with(&[]).await
+    }
+
+    /// The deployment with `overrides` (files under docker/) over compose.yaml,
+    /// under a project name of its own.
+    async fn up_with(overrides: &[&str]) -> Deployment {
         let secrets = tempfile::tempdir().unwrap();
         let token = format!("e2e-{}", ulid::Ulid::new());
         let file = secrets.path().join("api-tokens");
@@ -174,9 +182,18 @@ impl Deployment {
         for (n, port) in ports.iter().enumerate() {
             env.push((format!("DELAYQ_PORT_{}", n + 1), port.to_string()));
         }
+        let files = std::iter::once("compose.yaml")
+            .chain(overrides.iter().copied())
+            .map(|f| repo().join("docker").join(f).display().to_string())
+            .collect();
         let d = Deployment {
             cli: compose_cli().await,
-            project: format!("delayq-e2e-{}", std::process::id()),
+            project: format!(
+                "delayq-e2e-{}{}",
+                std::process::id(),
+                if overrides.is_empty() { "" } else { "-x" }
+            ),
+            files,
             env,
             token,
             redis_port,
@@ -192,9 +209,11 @@ impl Deployment {
     }
 
     async fn compose(&self, args: &[&str]) -> Output {
-        let file = repo().join("docker/compose.yaml");
         let mut all: Vec<&str> = self.cli[1..].iter().map(String::as_str).collect();
-        all.extend(["-p", &self.project, "-f", file.to_str().unwrap()]);
+        all.extend(["-p", &self.project]);
+        for file in &self.files {
+            all.extend(["-f", file]);
+        }
         all.extend(args);
         run(&self.cli[0], &all, &self.env).await
     }
@@ -228,13 +247,14 @@ impl Drop for Deployment {
     fn drop(&mut self) {
         // Drop may run inside the test's runtime: tear down on a thread of its own.
         let (cli, project, env) = (self.cli.clone(), self.project.clone(), self.env.clone());
+        let files = self.files.clone();
         let failed = std::thread::panicking();
         std::thread::spawn(move || {
-            let file = repo().join("docker/compose.yaml");
             let compose = |args: &[&str]| {
                 std::process::Command::new(&cli[0])
                     .args(&cli[1..])
-                    .args(["-p", &project, "-f", file.to_str().unwrap()])
+                    .args(["-p", &project])
+                    .args(files.iter().flat_map(|f| ["-f", f.as_str()]))
                     .args(args)
                     .envs(env.iter().map(|(k, v)| (k, v)))
                     .output()
@@ -488,4 +508,52 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
         drill_started.elapsed(),
         started.elapsed()
     );
+}
+
+/// docker/compose.cluster.yaml over compose.yaml: six Redis Cluster nodes joined by
+/// a one-shot container, three instances in `redis.mode = "cluster"`. Pushes to
+/// streams across the masters are forwarded once each; the leader's container is
+/// killed and the next leader forwards the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compose_cluster_variant_forwards_through_redis_cluster() {
+    const REDIS: [&str; 6] = ["redis", "redis-2", "redis-3", "redis-4", "redis-5", "redis-6"];
+    let started = Instant::now();
+    images().await;
+    let d = Deployment::up_with(&["compose.cluster.yaml"]).await;
+    let mut services: Vec<&str> = REDIS.to_vec();
+    services.extend(NODES);
+    healthy(&d, &services).await;
+    eprintln!(
+        "cluster deployment {} healthy after {:.1?}",
+        d.project,
+        started.elapsed()
+    );
+    let apis = d.apis();
+    let (first, epoch) = leader_after(&apis, 0).await;
+    let standby = (first + 1) % NODES.len();
+    let streams = ["c-orders", "c-payments", "c-mail", "{c-t}x"];
+    let mut confirmed = Vec::new();
+    for stream in streams {
+        confirmed.push((stream, push(&apis[standby], stream, 10, Duration::from_millis(200)).await));
+    }
+    let (second, _, took) = fail_over(&d, &apis, "kill", first, epoch).await;
+    eprintln!("docker kill {}: {} leads after {took:.2?}", NODES[first], NODES[second]);
+    let (_, stats) = apis[second].get("/v1/stats").await;
+    assert!(stats["pending"]["per_slot"].is_object() || stats["pending"]["total"] == 0, "{stats}");
+
+    // Read through a node's redis-cli in cluster mode (-c follows redirections).
+    let node = d.container("redis").await;
+    for (stream, ids) in &confirmed {
+        eventually(Duration::from_secs(60), &format!("{stream} complete"), || async {
+            let out = run("docker", &["exec", &node, "redis-cli", "-c", "XLEN", stream], &[]).await;
+            (text(&out.stdout).trim() == ids.len().to_string()).then_some(())
+        })
+        .await;
+        let out = docker(&["exec", &node, "redis-cli", "-c", "XRANGE", stream, "-", "+"]).await;
+        for id in ids {
+            assert_eq!(out.lines().filter(|l| l.trim() == id).count(), 1, "{id} in {stream}: {out}");
+        }
+        let (status, view) = apis[second].get(&format!("/v1/messages/{}", ids[0])).await;
+        assert_eq!((status, view["state"].as_str()), (200, Some("delivered")), "{view}");
+    }
 }

@@ -170,7 +170,10 @@ impl Bench {
         self.wait_until_led(&daemons, leaders).await?;
 
         let names: Vec<String> = (0..streams).map(|s| format!("bench-s{s}")).collect();
-        let due_at = store.now_ms().await? + 2000 + n / 20;
+        // Loading into one stream's slot goes through one shard (one script call
+        // at a time on one master): give it time.
+        let allowed = 3000 + n / 8;
+        let due_at = store.now_ms().await? + allowed;
         let items: Vec<BatchItem> = (0..n)
             .map(|i| BatchItem {
                 msg: NewMessage {

@@ -467,6 +467,16 @@ fn cluster_mode_is_checked_key_by_key() {
         )
     );
     assert_eq!(c.target_refusal("{t}b"), None);
+    let c = Config::from_toml(
+        "",
+        env(&[
+            ("DELAYQ_REDIS_MODE", "cluster"),
+            ("DELAYQ_REDIS_URL", "redis://a:7000"),
+            ("DELAYQ_REDIS_NODES", "b:7001,c:7002"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(c.redis.cluster.map(|s| s.len()), Some(3));
     let (_, table) = Config::effective(C, env(&[])).unwrap();
     assert!(table["redis"].get("shards").is_none());
     let (_, table) = Config::effective("", env(&[])).unwrap();
