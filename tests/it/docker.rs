@@ -309,7 +309,8 @@ async fn leader_after(apis: &[Api], after: u64) -> (usize, u64) {
 async fn push(api: &Api, stream: &str, count: usize, spread: Duration) -> Vec<String> {
     let mut confirmed = Vec::new();
     for i in 0..count {
-        let id = format!("{stream}-{i}");
+        // Ids take no braces; a stream's name may (a hash tag).
+        let id = format!("{}-{i}", stream.replace(['{', '}'], ""));
         let body = json!({
             "id": id,
             "stream": stream,
@@ -516,7 +517,9 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
 /// killed and the next leader forwards the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_variant_forwards_through_redis_cluster() {
-    const REDIS: [&str; 6] = ["redis", "redis-2", "redis-3", "redis-4", "redis-5", "redis-6"];
+    const REDIS: [&str; 6] = [
+        "redis", "redis-2", "redis-3", "redis-4", "redis-5", "redis-6",
+    ];
     let started = Instant::now();
     images().await;
     let d = Deployment::up_with(&["compose.cluster.yaml"]).await;
@@ -534,26 +537,52 @@ async fn compose_cluster_variant_forwards_through_redis_cluster() {
     let streams = ["c-orders", "c-payments", "c-mail", "{c-t}x"];
     let mut confirmed = Vec::new();
     for stream in streams {
-        confirmed.push((stream, push(&apis[standby], stream, 10, Duration::from_millis(200)).await));
+        confirmed.push((
+            stream,
+            push(&apis[standby], stream, 10, Duration::from_millis(200)).await,
+        ));
     }
     let (second, _, took) = fail_over(&d, &apis, "kill", first, epoch).await;
-    eprintln!("docker kill {}: {} leads after {took:.2?}", NODES[first], NODES[second]);
+    eprintln!(
+        "docker kill {}: {} leads after {took:.2?}",
+        NODES[first], NODES[second]
+    );
     let (_, stats) = apis[second].get("/v1/stats").await;
-    assert!(stats["pending"]["per_slot"].is_object() || stats["pending"]["total"] == 0, "{stats}");
+    assert!(
+        stats["pending"]["per_slot"].is_object() || stats["pending"]["total"] == 0,
+        "{stats}"
+    );
 
     // Read through a node's redis-cli in cluster mode (-c follows redirections).
     let node = d.container("redis").await;
     for (stream, ids) in &confirmed {
-        eventually(Duration::from_secs(60), &format!("{stream} complete"), || async {
-            let out = run("docker", &["exec", &node, "redis-cli", "-c", "XLEN", stream], &[]).await;
-            (text(&out.stdout).trim() == ids.len().to_string()).then_some(())
-        })
+        eventually(
+            Duration::from_secs(60),
+            &format!("{stream} complete"),
+            || async {
+                let out = run(
+                    "docker",
+                    &["exec", &node, "redis-cli", "-c", "XLEN", stream],
+                    &[],
+                )
+                .await;
+                (text(&out.stdout).trim() == ids.len().to_string()).then_some(())
+            },
+        )
         .await;
         let out = docker(&["exec", &node, "redis-cli", "-c", "XRANGE", stream, "-", "+"]).await;
         for id in ids {
-            assert_eq!(out.lines().filter(|l| l.trim() == id).count(), 1, "{id} in {stream}: {out}");
+            assert_eq!(
+                out.lines().filter(|l| l.trim() == id).count(),
+                1,
+                "{id} in {stream}: {out}"
+            );
         }
         let (status, view) = apis[second].get(&format!("/v1/messages/{}", ids[0])).await;
-        assert_eq!((status, view["state"].as_str()), (200, Some("delivered")), "{view}");
+        assert_eq!(
+            (status, view["state"].as_str()),
+            (200, Some("delivered")),
+            "{view}"
+        );
     }
 }
