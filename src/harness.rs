@@ -177,6 +177,11 @@ impl RedisServer {
                     if tls.client_auth { "yes" } else { "no" },
                 ]);
         }
+        if self.options.cluster && self.options.tls.is_some() {
+            // The cluster bus and replication over TLS too, and the TLS ports
+            // announced to clients.
+            cmd.args(["--tls-cluster", "yes", "--tls-replication", "yes"]);
+        }
         if self.options.cluster {
             // A replica's first sync at once (not after the 5 s diskless delay): one
             // that never synced cannot take over its master.
@@ -283,17 +288,45 @@ pub struct RedisCluster {
 impl RedisCluster {
     /// `masters` masters (at least 3) and as many replicas, every slot covered.
     pub fn start(masters: usize) -> anyhow::Result<Self> {
+        Self::start_with(masters, None)
+    }
+
+    /// [`RedisCluster::start`], with `tls`: every node also serves TLS (its
+    /// `tls_port`), and the cluster bus and replication run over TLS; clients
+    /// that connect over TLS are told the nodes' TLS ports.
+    pub fn start_with(masters: usize, tls: Option<RedisTlsFiles>) -> anyhow::Result<Self> {
         let nodes = (0..masters * 2)
             .map(|_| {
                 RedisServer::start_with(RedisOptions {
                     cluster: true,
+                    tls: tls.clone(),
                     ..RedisOptions::default()
                 })
             })
             .collect::<anyhow::Result<Vec<_>>>()?;
-        let out = Command::new(binary("DELAYQ_TEST_REDIS_CLI", "redis-cli"))
-            .args(["--cluster", "create"])
-            .args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)))
+        let mut create = Command::new(binary("DELAYQ_TEST_REDIS_CLI", "redis-cli"));
+        create.args(["--cluster", "create"]);
+        match &tls {
+            Some(files) => {
+                create.args(
+                    nodes
+                        .iter()
+                        .map(|n| format!("127.0.0.1:{}", n.tls_port.unwrap_or(n.port))),
+                );
+                create
+                    .arg("--tls")
+                    .arg("--cacert")
+                    .arg(&files.ca)
+                    .arg("--cert")
+                    .arg(&files.cert)
+                    .arg("--key")
+                    .arg(&files.key);
+            }
+            None => {
+                create.args(nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)));
+            }
+        }
+        let out = create
             .args(["--cluster-replicas", "1", "--cluster-yes"])
             .stdin(Stdio::null())
             .output()
