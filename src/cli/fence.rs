@@ -54,7 +54,10 @@ pub async fn main(args: FenceArgs) -> anyhow::Result<()> {
                 format!("ask etcd at {} for its revision", etcd.endpoints.join(","))
             })),
         };
-    println!("fence: {fence} (highest over {} shards)", store.shards());
+    println!(
+        "fence: {fence} (highest over {})",
+        shards_shown(&store).await?
+    );
     match &view {
         None => println!("etcd: not configured (standalone epochs come from Redis)"),
         Some(Ok(v)) => {
@@ -119,10 +122,26 @@ pub async fn main(args: FenceArgs) -> anyhow::Result<()> {
                 .await
                 .context("reset the fences")?;
             println!(
-                "fence reset: {fence} -> {epoch} on {} shards",
-                store.shards()
+                "fence reset: {fence} -> {epoch} on {}",
+                shards_shown(&store).await?
             );
             Ok(())
         }
     }
+}
+
+/// "16 shards", or on Redis Cluster "3 hash slots in use".
+async fn shards_shown(store: &Store) -> anyhow::Result<String> {
+    if !store.is_cluster() {
+        return Ok(format!("{} shards", store.shards()));
+    }
+    let n = store
+        .shards_in_use()
+        .await
+        .context("read the hash slots in use")?
+        .len();
+    Ok(format!(
+        "{n} hash slot{} in use",
+        if n == 1 { "" } else { "s" }
+    ))
 }

@@ -153,6 +153,26 @@ async fn every_operation_works_on_the_cluster() {
     assert_eq!(code, 200, "{stats}");
     assert_eq!(stats["pending"]["per_shard"], json!([]));
     assert!(stats["pending"]["per_slot"].is_object(), "{stats}");
+
+    // `delayq fence show` reads every slot in use's fence.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("delayq.toml");
+    std::fs::write(&path, super::cluster_toml(&cluster, "ops", DELIVERY)).unwrap();
+    let out = tokio::process::Command::new(crate::support::delayq_bin())
+        .args(["fence", "show", "--config"])
+        .arg(&path)
+        .env_remove("DELAYQ_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{shown}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(shown.contains("hash slots in use)"), "{shown}");
+    assert!(!shown.starts_with("fence: 0 "), "{shown}");
     daemon.stop().await;
 }
 
