@@ -148,6 +148,24 @@ async fn every_operation_works_on_the_cluster() {
         "{body}"
     );
 
+    // A long poll waits on a cluster connection of its own for the stream's slot.
+    let poll = api.get("/v1/streams/ops-poll/next?group=pg&consumer=c&wait=5s");
+    let push = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        api.post(
+            "/v1/messages",
+            json!({ "stream": "ops-poll", "id": "o5", "payload": "p", "delay_ms": 0 }),
+        )
+        .await
+    };
+    let ((code, polled), (pushed, _)) = tokio::join!(poll, push);
+    assert_eq!((code, pushed), (200, 201), "{polled}");
+    assert_eq!(
+        polled["messages"][0]["fields"][1],
+        json!(["delayq-id", "o5"]),
+        "{polled}"
+    );
+
     // Stats count per slot.
     let (code, stats) = api.get("/v1/stats").await;
     assert_eq!(code, 200, "{stats}");
