@@ -58,6 +58,8 @@ pub mod health;
 #[cfg(feature = "server")]
 pub mod inbox;
 #[cfg(feature = "server")]
+pub mod journal;
+#[cfg(feature = "server")]
 pub mod leadership;
 #[cfg(feature = "server")]
 pub mod metrics;

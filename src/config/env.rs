@@ -18,6 +18,7 @@ const SECTIONS: &[&str] = &[
     "log",
     "delivery",
     "inbox",
+    "journal",
 ];
 /// Keys that hold lists; their environment values are comma-separated.
 const LIST_KEYS: &[&str] = &[

@@ -63,6 +63,17 @@ pub struct Config {
     pub delivery: DeliveryConfig,
     /// None: producers cannot schedule through the inbox stream.
     pub inbox: Option<InboxConfig>,
+    /// `[journal]`: None unless `journal.url` is set.
+    pub journal: Option<JournalConfig>,
+}
+
+/// `[journal]`: the MySQL / MariaDB journal of messages.
+#[derive(Clone, Debug)]
+pub struct JournalConfig {
+    /// Shown redacted; `expose()` only to connect.
+    pub url: crate::secret::RedisUrl,
+    /// How long finished messages stay in the journal.
+    pub retention: Duration,
 }
 
 #[derive(Clone, Debug)]

@@ -21,6 +21,7 @@ pub(super) struct Raw {
     pub(super) log: RawLog,
     pub(super) delivery: RawDelivery,
     pub(super) inbox: RawInbox,
+    pub(super) journal: RawJournal,
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]
@@ -202,6 +203,28 @@ impl Default for RawApi {
             max_polls: 64,
             request_timeout: Duration::from_secs(30),
             max_concurrent_requests: 1024,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawJournal {
+    /// `mysql://user@host:port/database` (MySQL 8, MariaDB 10.6+); unset: no journal.
+    pub(super) url: Option<String>,
+    /// A file holding the password, put into `url` (never logged).
+    pub(super) password_file: Option<String>,
+    /// How long finished messages stay in the journal.
+    #[serde(with = "humantime_serde")]
+    pub(super) retention: Duration,
+}
+
+impl Default for RawJournal {
+    fn default() -> Self {
+        RawJournal {
+            url: None,
+            password_file: None,
+            retention: Duration::from_secs(30 * 86_400),
         }
     }
 }

@@ -12,12 +12,13 @@ use std::time::Duration;
 use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawApi, RawElection, RawEtcd, RawForwarder, RawInbox, RawLog, RawNode, RawPending,
-    RawRecords, RawRedis, RawSentinel, RawStreams,
+    Raw, RawApi, RawElection, RawEtcd, RawForwarder, RawInbox, RawJournal, RawLog, RawNode,
+    RawPending, RawRecords, RawRedis, RawSentinel, RawStreams,
 };
 use super::{
     ApiConfig, Config, ConfigError, ElectionConfig, EtcdConfig, EtcdTls, ForwarderConfig,
-    InboxConfig, LogConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
+    InboxConfig, JournalConfig, LogConfig, PendingConfig, RecordsConfig, RedisConfig,
+    StreamsConfig, invalid,
 };
 use crate::message::{Limits, is_plain};
 use crate::pem;
@@ -322,6 +323,7 @@ impl Raw {
             log,
             delivery,
             inbox,
+            journal,
         } = self;
 
         let node_id = match id {
@@ -891,6 +893,8 @@ impl Raw {
             }
         };
 
+        let journal = journal_config(journal, &read_secret)?;
+
         Ok(Config {
             node_id,
             redis: RedisConfig {
@@ -937,6 +941,7 @@ impl Raw {
             log: LogConfig { level, json },
             delivery,
             inbox,
+            journal,
         })
     }
 }
@@ -999,16 +1004,89 @@ fn layout<T>(key: &str, value: &str, compact: T, hash: T) -> Result<T, ConfigErr
 
 /// `url` with the password read from `redis.password_file`: in the userinfo, or as
 /// the `pass` parameter of a `unix://` URL.
+/// `[journal]`, checked: a `mysql://` URL with a host and a database, the password
+/// from its file, a retention of a minute to ten years.
+fn journal_config(
+    raw: RawJournal,
+    read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
+) -> Result<Option<JournalConfig>, ConfigError> {
+    let RawJournal {
+        url,
+        password_file,
+        retention,
+    } = raw;
+    let Some(url) = url else {
+        if password_file.is_some() {
+            return Err(invalid("journal.password_file", "needs journal.url"));
+        }
+        return Ok(None);
+    };
+    let parsed = url::Url::parse(&url)
+        .map_err(|e| invalid("journal.url", format!("{:?}: {e}", secret::shown_url(&url))))?;
+    if parsed.scheme() != "mysql" {
+        return Err(invalid(
+            "journal.url",
+            format!("{:?}: must start with mysql://", secret::shown_url(&url)),
+        ));
+    }
+    if parsed.host_str().is_none_or(str::is_empty)
+        || parsed.path().trim_start_matches('/').is_empty()
+        || parsed.username().is_empty()
+    {
+        return Err(invalid(
+            "journal.url",
+            format!(
+                "{:?}: must name a user, a host and a database (mysql://user@host:3306/delayq)",
+                secret::shown_url(&url)
+            ),
+        ));
+    }
+    let url = match password_file {
+        Some(path) => with_password_of(
+            "journal",
+            &url,
+            read_secret("journal.password_file", &path)?,
+        )?,
+        None => url,
+    };
+    if retention < Duration::from_secs(60) || retention > Duration::from_secs(3650 * 86_400) {
+        return Err(invalid(
+            "journal.retention",
+            format!(
+                "{}: must be 1m to 3650d",
+                humantime::format_duration(retention)
+            ),
+        ));
+    }
+    Ok(Some(JournalConfig {
+        url: RedisUrl::new(url),
+        retention,
+    }))
+}
+
 fn with_password(url: &str, password: SecretString) -> Result<String, ConfigError> {
-    let mut parsed = url::Url::parse(url)
-        .map_err(|e| invalid("redis.url", format!("{:?}: {e}", secret::shown_url(url))))?;
+    with_password_of("redis", url, password)
+}
+
+/// `url` with `password` in it; `section`'s `url` and `password_file` name the error.
+fn with_password_of(
+    section: &str,
+    url: &str,
+    password: SecretString,
+) -> Result<String, ConfigError> {
+    let mut parsed = url::Url::parse(url).map_err(|e| {
+        invalid(
+            &format!("{section}.url"),
+            format!("{:?}: {e}", secret::shown_url(url)),
+        )
+    })?;
     if parsed.scheme() == "unix" {
         parsed
             .query_pairs_mut()
             .append_pair("pass", password.expose_secret());
     } else if parsed.set_password(Some(password.expose_secret())).is_err() {
         return Err(invalid(
-            "redis.password_file",
+            &format!("{section}.password_file"),
             format!("{:?} has no host to log in to", secret::shown_url(url)),
         ));
     }

@@ -14,6 +14,7 @@ mod ha;
 mod health;
 mod http;
 mod interfaces;
+mod journal;
 mod limits;
 mod metrics;
 mod ops;

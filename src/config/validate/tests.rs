@@ -482,3 +482,67 @@ fn cluster_mode_is_checked_key_by_key() {
     let (_, table) = Config::effective("", env(&[])).unwrap();
     assert_eq!(table["redis"]["shards"].as_integer(), Some(16));
 }
+
+#[test]
+fn the_journal_is_checked_key_by_key() {
+    // (config, the key the refusal names, or None when accepted)
+    for (toml, refused) in [
+        ("", None),
+        ("[journal]\nurl = \"mysql://dq@db:3306/delayq\"", None),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"1m\"",
+            None,
+        ),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"3650d\"",
+            None,
+        ),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"59s\"",
+            Some("journal.retention"),
+        ),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"3651d\"",
+            Some("journal.retention"),
+        ),
+        (
+            "[journal]\nurl = \"postgres://dq@db/delayq\"",
+            Some("journal.url"),
+        ),
+        ("[journal]\nurl = \"mysql://dq@db\"", Some("journal.url")),
+        (
+            "[journal]\nurl = \"mysql://db/delayq\"",
+            Some("journal.url"),
+        ),
+        ("[journal]\nurl = \"not a url\"", Some("journal.url")),
+        (
+            "[journal]\npassword_file = \"p\"",
+            Some("journal.password_file"),
+        ),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\npassword_file = \"/nonexistent/p\"",
+            Some("journal.password_file"),
+        ),
+    ] {
+        match (Config::from_toml(toml, env(&[])), refused) {
+            (Ok(_), None) => {}
+            (Err(e), Some(key)) => assert!(e.to_string().contains(key), "{toml}: {e}"),
+            (Ok(_), Some(key)) => panic!("{toml}: accepted, {key} should be refused"),
+            (Err(e), None) => panic!("{toml}: {e}"),
+        }
+    }
+    let c = Config::from_toml("", env(&[])).unwrap();
+    assert!(c.journal.is_none(), "off by default");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("p");
+    std::fs::write(&file, "s3cret\n").unwrap();
+    let toml = format!(
+        "[journal]\nurl = \"mysql://dq@db/delayq\"\npassword_file = \"{}\"",
+        file.display()
+    );
+    let c = Config::from_toml(&toml, env(&[("DELAYQ_JOURNAL_RETENTION", "7d")])).unwrap();
+    let journal = c.journal.unwrap();
+    assert_eq!(journal.url.expose(), "mysql://dq:s3cret@db/delayq");
+    assert!(!format!("{:?}", journal.url).contains("s3cret"));
+    assert_eq!(journal.retention, Duration::from_secs(7 * 86_400));
+}
