@@ -1,8 +1,10 @@
 //! The journal: delayq's messages in MySQL or MariaDB (`[journal]`), so that what
 //! Redis loses can be put back. The only module that speaks MySQL.
 //!
-//! Built so far: the connection (`mysql_async`, a small pool) and the schema,
-//! created and migrated by [`Journal::migrate`] (`delayq journal migrate`). Each
+//! Built so far: the connection (`mysql_async`, a small pool), the schema, created
+//! and migrated by [`Journal::migrate`] (`delayq journal migrate`), and the
+//! batched writes and reads the daemon will use: [`Journal::record_scheduled`],
+//! [`Journal::record_finished`], [`Journal::unfinished`] and [`Journal::trim`]. Each
 //! migration in `migrations/` runs once, in order, under a named lock so that
 //! instances starting together migrate once; MySQL commits each DDL statement by
 //! itself, so every statement is written to be run again safely (`IF NOT
@@ -16,6 +18,32 @@ use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use thiserror::Error;
 
 use crate::config::JournalConfig;
+use crate::message::{Due, MessageId, NewMessage};
+
+/// A message's state in the journal (the `state` column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    Scheduled = 0,
+    Delivered = 1,
+    Expired = 2,
+    Dead = 3,
+    Cancelled = 4,
+}
+
+/// A finished message's row update: which message, its end, the stream entry
+/// written (none for a cancellation), when.
+#[derive(Clone, Debug)]
+pub struct Finished {
+    pub id: MessageId,
+    pub stream: String,
+    pub state: State,
+    pub entry_id: Option<String>,
+    pub at_ms: u64,
+}
+
+/// Rows a statement carries at most (MySQL's placeholders per statement are
+/// bounded, 65535; each row here takes at most 7).
+const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The migrations, in order: (version, name, SQL of `;`-separated statements).
 const MIGRATIONS: &[(u32, &str, &str)] =
@@ -132,10 +160,169 @@ impl Journal {
         Ok(Migrated { from, to: known })
     }
 
+    /// Records `messages` as scheduled, due at `due_ms` each (epoch ms), in one
+    /// transaction: a new id is inserted; an id already journaled is left as it is
+    /// (`replace = false`: a duplicate push) or overwritten and scheduled again
+    /// (`replace = true`).
+    pub async fn record_scheduled(
+        &self,
+        messages: &[(&NewMessage, u64)],
+        replace: bool,
+        now_ms: u64,
+    ) -> Result<()> {
+        if messages.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self
+            .pool
+            .start_transaction(mysql_async::TxOpts::default())
+            .await?;
+        for chunk in messages.chunks(ROWS_PER_STATEMENT) {
+            let rows = vec!["(?, ?, ?, ?, 0, NULL, ?)"; chunk.len()].join(", ");
+            let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
+            let mut sql = format!(
+                "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {rows}"
+            );
+            if replace {
+                sql.push_str(
+                    " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
+                     state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
+                );
+            }
+            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 5);
+            for (msg, due_ms) in chunk {
+                params.push(msg.id.as_str().into());
+                params.push(msg.stream.as_str().into());
+                params.push(body(msg).into());
+                params.push((*due_ms).into());
+                params.push(now_ms.into());
+            }
+            tx.exec_drop(sql, params).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Records `finished` messages' ends (delivered, expired, dead-lettered,
+    /// cancelled), in one transaction. A message not journaled is left out.
+    pub async fn record_finished(&self, finished: &[Finished]) -> Result<()> {
+        if finished.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self
+            .pool
+            .start_transaction(mysql_async::TxOpts::default())
+            .await?;
+        let statement = "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ? \
+                         WHERE id = ? AND stream = ?";
+        let params = finished.iter().map(|f| {
+            (
+                f.state as u8,
+                f.entry_id.clone(),
+                f.at_ms,
+                f.id.as_str().to_owned(),
+                f.stream.clone(),
+            )
+        });
+        tx.exec_batch(statement, params).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Up to `limit` messages not finished, in due order after `after` (a page's
+    /// last message's due time, id and stream), each as the message to schedule
+    /// again (due at its journaled due time).
+    pub async fn unfinished(
+        &self,
+        after: Option<&(u64, String, String)>,
+        limit: usize,
+    ) -> Result<Vec<NewMessage>> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<Row> = match after {
+            None => {
+                conn.exec(
+                    "SELECT id, stream, body, due_ms FROM delayq_messages WHERE state = 0 \
+                     ORDER BY due_ms, id, stream LIMIT ?",
+                    (limit as u64,),
+                )
+                .await?
+            }
+            Some((due, id, stream)) => {
+                conn.exec(
+                    "SELECT id, stream, body, due_ms FROM delayq_messages WHERE state = 0 \
+                     AND (due_ms, id, stream) > (?, ?, ?) ORDER BY due_ms, id, stream LIMIT ?",
+                    (*due, id.as_str(), stream.as_str(), limit as u64),
+                )
+                .await?
+            }
+        };
+        rows.into_iter()
+            .map(|(id, stream, body, due_ms)| message(&id, &stream, &body, due_ms))
+            .collect()
+    }
+
+    /// Deletes up to `limit` finished messages last changed before `before_ms`;
+    /// how many it deleted (call again while it deletes `limit`).
+    pub async fn trim(&self, before_ms: u64, limit: usize) -> Result<u64> {
+        let mut conn = self.pool.get_conn().await?;
+        let mut deleted = 0;
+        for state in [
+            State::Delivered,
+            State::Expired,
+            State::Dead,
+            State::Cancelled,
+        ] {
+            conn.exec_drop(
+                "DELETE FROM delayq_messages WHERE state = ? AND updated_ms < ? LIMIT ?",
+                (state as u8, before_ms, limit as u64),
+            )
+            .await?;
+            deleted += conn.affected_rows();
+        }
+        Ok(deleted)
+    }
+
     /// Closes the pool's connections.
     pub async fn close(self) -> Result<()> {
         Ok(self.pool.disconnect().await?)
     }
+}
+
+/// A row as `unfinished` reads it: id, stream, body, due ms.
+type Row = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
+
+/// A message's `body` column (see the migration).
+fn body(msg: &NewMessage) -> Vec<u8> {
+    let ttl_ms = msg.ttl.map(|t| t.as_millis() as u64);
+    serde_json::to_vec(&serde_json::json!({
+        "fields": msg.fields,
+        "priority": msg.priority,
+        "ttl_ms": ttl_ms,
+    }))
+    .expect("strings and numbers serialize")
+}
+
+/// The message a journal row holds, due at its journaled time.
+fn message(id: &[u8], stream: &[u8], body: &[u8], due_ms: u64) -> Result<NewMessage> {
+    #[derive(serde::Deserialize)]
+    struct Body {
+        fields: Vec<(String, String)>,
+        priority: u8,
+        ttl_ms: Option<u64>,
+    }
+    let bad = |what: &str| JournalError::Mysql(format!("journal row {id:?}: {what}"));
+    let id = std::str::from_utf8(id).map_err(|_| bad("id is not UTF-8"))?;
+    let id = MessageId::parse(id).map_err(|e| bad(&e.to_string()))?;
+    let stream = String::from_utf8(stream.to_vec()).map_err(|_| bad("stream is not UTF-8"))?;
+    let body: Body = serde_json::from_slice(body).map_err(|e| bad(&format!("body: {e}")))?;
+    Ok(NewMessage {
+        id,
+        stream,
+        fields: body.fields,
+        due: Due::At(due_ms),
+        priority: body.priority,
+        ttl: body.ttl_ms.map(Duration::from_millis),
+    })
 }
 
 /// The table of applied migrations.

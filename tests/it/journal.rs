@@ -112,3 +112,133 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
         said(&out)
     );
 }
+
+/// The journal's batched writes and reads, on 10 000 messages: scheduled (again as
+/// duplicates, once replaced), finished, paged back in due order as they were
+/// pushed, and the finished ones trimmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_are_recorded_finished_paged_and_trimmed() {
+    use std::time::{Duration, Instant};
+
+    use delayq::config::Config;
+    use delayq::journal::{Finished, Journal, State};
+    use delayq::message::{Due, MessageId, NewMessage};
+
+    let db = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .unwrap()
+        .expect("start MariaDB");
+    let config = Config::from_toml(
+        &format!("[journal]\nurl = \"{}\"\n", db.url_with_password()),
+        std::iter::empty(),
+    )
+    .unwrap();
+    let journal = Journal::new(config.journal.as_ref().unwrap()).unwrap();
+    journal.migrate().await.unwrap();
+
+    const N: u64 = 10_000;
+    let base = 1_800_000_000_000u64;
+    let messages: Vec<(NewMessage, u64)> = (0..N)
+        .map(|i| {
+            let msg = NewMessage {
+                id: MessageId::parse(&format!("j{i}")).unwrap(),
+                stream: format!("s{}", i % 7),
+                fields: vec![("n".into(), i.to_string()), ("é".into(), "ü ✓".into())],
+                due: Due::At(base + (N - i) * 3),
+                priority: (i % 10) as u8,
+                ttl: (i % 2 == 0).then(|| Duration::from_millis(i + 1)),
+            };
+            let due = msg.due.as_ms();
+            (msg, due)
+        })
+        .collect();
+    let refs: Vec<(&NewMessage, u64)> = messages.iter().map(|(m, d)| (m, *d)).collect();
+    let started = Instant::now();
+    for chunk in refs.chunks(500) {
+        journal.record_scheduled(chunk, false, base).await.unwrap();
+    }
+    eprintln!("journal: {N} scheduled in {:.2?}", started.elapsed());
+    // Pushed again: duplicates change nothing; one replaced is due anew.
+    let mut again = messages[0].0.clone();
+    again.fields = vec![("changed".into(), "yes".into())];
+    journal
+        .record_scheduled(&[(&again, base + 1)], false, base)
+        .await
+        .unwrap();
+    let mut replaced = messages[1].0.clone();
+    replaced.fields = vec![("replaced".into(), "yes".into())];
+    journal
+        .record_scheduled(&[(&replaced, 1)], true, base)
+        .await
+        .unwrap();
+
+    // 4000 delivered, 10 cancelled.
+    let finished: Vec<Finished> = (2..4012)
+        .map(|i| Finished {
+            id: messages[i].0.id.clone(),
+            stream: messages[i].0.stream.clone(),
+            state: if i < 4002 {
+                State::Delivered
+            } else {
+                State::Cancelled
+            },
+            entry_id: (i < 4002).then(|| format!("{base}-{i}")),
+            at_ms: base + 10,
+        })
+        .collect();
+    let started = Instant::now();
+    for chunk in finished.chunks(1000) {
+        journal.record_finished(chunk).await.unwrap();
+    }
+    eprintln!("journal: 4010 finished in {:.2?}", started.elapsed());
+
+    // Paged back: every unfinished one, in due order, as it was pushed.
+    let mut back = Vec::new();
+    let mut after = None;
+    loop {
+        let page = journal.unfinished(after.as_ref(), 700).await.unwrap();
+        let Some(last) = page.last() else { break };
+        after = Some((last.due.as_ms(), last.id.to_string(), last.stream.clone()));
+        back.extend(page);
+    }
+    assert_eq!(back.len() as u64, N - 4010);
+    assert!(
+        back.windows(2)
+            .all(|w| w[0].due.as_ms() <= w[1].due.as_ms())
+    );
+    assert_eq!(back[0].id, replaced.id, "the replaced one, due at 1, first");
+    assert_eq!(back[0].fields, replaced.fields);
+    let first = back.iter().find(|m| m.id == messages[0].0.id).unwrap();
+    assert_eq!(
+        first.fields, messages[0].0.fields,
+        "a duplicate changed nothing"
+    );
+    for m in &back[1..] {
+        let i: usize = m.id.as_str()[1..].parse().unwrap();
+        let (want, due) = &messages[i];
+        assert_eq!(
+            (&m.stream, &m.fields, m.priority, m.ttl, m.due.as_ms()),
+            (&want.stream, &want.fields, want.priority, want.ttl, *due)
+        );
+    }
+    let delivered = db
+        .sql("SELECT entry_id FROM delayq.delayq_messages WHERE id = 'j2'")
+        .unwrap();
+    assert_eq!(delivered.trim(), format!("{base}-2"));
+
+    // Trimmed: the finished ones changed before the cut, a few at a time.
+    let mut trimmed = 0;
+    loop {
+        let n = journal.trim(base + 11, 1500).await.unwrap();
+        trimmed += n;
+        if n == 0 {
+            break;
+        }
+    }
+    assert_eq!(trimmed, 4010);
+    let left = db
+        .sql("SELECT COUNT(*) FROM delayq.delayq_messages")
+        .unwrap();
+    assert_eq!(left.trim(), (N - 4010).to_string());
+    journal.close().await.unwrap();
+}

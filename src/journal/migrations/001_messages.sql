@@ -1,8 +1,8 @@
 -- 001_messages.sql: the journal's messages, one row per message (its id within its
 -- target stream), with the state it is in now.
 -- state: 0 scheduled, 1 delivered, 2 expired, 3 dead-lettered, 4 cancelled.
--- body: the message as delayq's store holds it (the prelude's codec), so that a
--- restore schedules exactly what was pushed.
+-- body: what a restore needs to schedule the message again as it was pushed, as
+-- JSON: {"fields": [[name, value], ...], "priority": 0-9, "ttl_ms": n | null}.
 -- Indexes: the primary key finds a message by id (its prefix); by_state_due walks
 -- what is not finished in due order (restore); by_state_updated finds finished
 -- messages past the retention (trimming, in batches).
