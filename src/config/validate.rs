@@ -387,7 +387,7 @@ impl Raw {
             ));
         }
         let url = match password_file {
-            Some(path) => with_password(&url, read_secret("redis.password_file", &path)?)?,
+            Some(path) => with_password("redis", &url, read_secret("redis.password_file", &path)?)?,
             None => url,
         };
         let url = RedisUrl::new(url);
@@ -1042,7 +1042,7 @@ fn journal_config(
         ));
     }
     let url = match password_file {
-        Some(path) => with_password_of(
+        Some(path) => with_password(
             "journal",
             &url,
             read_secret("journal.password_file", &path)?,
@@ -1064,16 +1064,8 @@ fn journal_config(
     }))
 }
 
-fn with_password(url: &str, password: SecretString) -> Result<String, ConfigError> {
-    with_password_of("redis", url, password)
-}
-
 /// `url` with `password` in it; `section`'s `url` and `password_file` name the error.
-fn with_password_of(
-    section: &str,
-    url: &str,
-    password: SecretString,
-) -> Result<String, ConfigError> {
+fn with_password(section: &str, url: &str, password: SecretString) -> Result<String, ConfigError> {
     let mut parsed = url::Url::parse(url).map_err(|e| {
         invalid(
             &format!("{section}.url"),

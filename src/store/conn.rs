@@ -83,7 +83,7 @@ impl Link {
 /// A connection apart from the shared one, for blocking reads: to the one node,
 /// or a cluster connection of its own.
 #[derive(Clone)]
-pub(super) enum Separate {
+pub(crate) enum Separate {
     Node(redis::aio::MultiplexedConnection),
     Cluster(ClusterConnection),
 }
@@ -321,21 +321,17 @@ impl Conn {
         self.cluster.is_some()
     }
 
-    /// A connection apart from this one for blocking reads (no response timeout
-    /// with `config`'s none): to the current node, or a cluster connection.
+    /// A connection apart from this one for blocking reads, without a response
+    /// timeout (`config` says so for one node): to the current node, or a cluster
+    /// connection.
     pub(super) async fn separate_any(
         &self,
         config: &redis::AsyncConnectionConfig,
-        response_timeout: Option<Duration>,
     ) -> redis::RedisResult<Separate> {
         match &self.cluster {
             Some(cluster) => {
-                let mut c = ClusterConfig::new();
-                if let Some(t) = response_timeout {
-                    c = c.set_response_timeout(t);
-                } else {
-                    c = c.set_response_timeout(Duration::from_secs(24 * 3600));
-                }
+                // The cluster connection wants a timeout: a day is none.
+                let c = ClusterConfig::new().set_response_timeout(Duration::from_secs(24 * 3600));
                 Ok(Separate::Cluster(
                     cluster.client.get_async_connection_with_config(c).await?,
                 ))

@@ -829,11 +829,12 @@ impl Store {
         Ok(self.conn.separate(&config).await?)
     }
 
-    /// A connection of its own for delayq's blocking reads (the inbox, HTTP long
-    /// polls): to the one Redis, or on Redis Cluster a cluster connection of its own.
-    async fn blocking_connection(&self) -> Result<conn::Separate> {
+    /// A connection of its own for blocking reads (the inbox, HTTP long polls, the
+    /// benchmark's reads of target streams): to the one Redis, or on Redis Cluster a
+    /// cluster connection of its own, which follows each key to its slot's master.
+    pub(crate) async fn blocking_connection(&self) -> Result<conn::Separate> {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
-        Ok(self.conn.separate_any(&config, None).await?)
+        Ok(self.conn.separate_any(&config).await?)
     }
 }
 

@@ -127,52 +127,6 @@ impl Store {
             .map_err(|e| wrong_type(e, stream))
     }
 
-    /// How many entries `stream` holds (XLEN).
-    pub async fn stream_len(&self, stream: &str) -> Result<u64> {
-        let mut cmd = redis::cmd("XLEN");
-        cmd.arg(stream);
-        cmd.query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| wrong_type(e, stream))
-    }
-
-    /// Every entry of `stream` as (its time in ms, the value of `field`, "" if it
-    /// has none), read a page at a time: what tallies of a stream need.
-    pub async fn stream_ids(&self, stream: &str, field: &str) -> Result<Vec<(u64, String)>> {
-        let mut out = Vec::new();
-        let mut start = "-".to_owned();
-        loop {
-            let reply: Value = redis::cmd("XRANGE")
-                .arg(stream)
-                .arg(&start)
-                .arg("+")
-                .arg("COUNT")
-                .arg(10_000)
-                .query_async(&mut self.conn.clone())
-                .await
-                .map_err(|e| wrong_type(e, stream))?;
-            let entries = entry_list(reply)?;
-            let Some((last, _)) = entries.last() else {
-                return Ok(out);
-            };
-            start = format!("({last}");
-            for (id, fields) in entries {
-                let ms = id
-                    .split('-')
-                    .next()
-                    .and_then(|m| m.parse().ok())
-                    .unwrap_or(0);
-                let value = fields
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|(k, _)| k == field.as_bytes())
-                    .map(|(_, v)| String::from_utf8_lossy(&v).into_owned())
-                    .unwrap_or_default();
-                out.push((ms, value));
-            }
-        }
-    }
-
     /// Appends an entry to a stream now (XADD), bypassing scheduling; returns its id.
     pub async fn append(&self, stream: &str, fields: &[(String, String)]) -> Result<String> {
         let mut cmd = redis::cmd("XADD");

@@ -4,9 +4,8 @@
 //! Redis Cluster of 3 masters (a replica each) and on a standalone Redis of its
 //! own, both started here. Redis CPU is the masters' (standalone: the one Redis),
 //! from INFO before and after the drain; throughput is from the first entry's time
-//! to the last's; every id is counted in the streams (lost, duplicated).
+//! to the last's; every id is counted in the streams (`measure::tally_streams`).
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -15,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::Bench;
 use super::measure::{self, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
-use super::rows::{Counts, Delayq, Figures, Measured};
+use super::rows::{Delayq, Figures, Measured};
 use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
 use crate::message::{Due, MessageId, NewMessage};
 use crate::store::{BatchItem, ScheduleMode, Store};
@@ -213,10 +212,16 @@ impl Bench {
                 .sum::<f64>(),
         );
         let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n / 2);
+        // Target streams are read over a connection that follows each to its slot.
+        let mut reader = store.blocking_connection().await?;
         let entries = loop {
             let mut total = 0u64;
             for name in &names {
-                total += xlen(&store, name).await?;
+                let len: u64 = redis::cmd("XLEN")
+                    .arg(name)
+                    .query_async(&mut reader)
+                    .await?;
+                total += len;
             }
             if total >= n {
                 break total;
@@ -232,8 +237,9 @@ impl Bench {
             .filter_map(|p| process_cpu_secs(*p))
             .sum::<f64>()
             - workers_start;
-        let (counts, first_ms, last_ms) = tally(&store, &names, n).await?;
-        let (_, rate) = measure::drain(first_ms, last_ms, entries);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let tally = measure::tally_streams(&mut reader, &names, "c", n, |_| due_at).await?;
+        let (_, rate) = measure::drain(tally.first_ms, tally.last_ms, entries);
         for mut daemon in daemons {
             daemon.terminate(Duration::from_secs(10));
         }
@@ -245,7 +251,7 @@ impl Bench {
         // No PING probe here: the stalls are the main burst rows' subject.
         let probe = measure::Probe::default();
         Ok(Delayq::ClusterBurst(ClusterBurst {
-            measured: measure::measured_delayq(n, load, rate, &cpu, &probe, counts),
+            measured: measure::measured_delayq(n, load, rate, &cpu, &probe, tally.counts()),
             redis: target.redis.to_owned(),
             masters: target.masters.len() as u32,
             streams,
@@ -280,39 +286,4 @@ async fn connect(url: &str) -> anyhow::Result<MultiplexedConnection> {
     Ok(redis::Client::open(url)?
         .get_multiplexed_async_connection()
         .await?)
-}
-
-async fn xlen(store: &Store, stream: &str) -> anyhow::Result<u64> {
-    Ok(store.stream_len(stream).await?)
-}
-
-/// Lost and duplicated among ids `c0`..`c<n-1>` in `streams`, and the first and
-/// last entry's time.
-async fn tally(store: &Store, streams: &[String], n: u64) -> anyhow::Result<(Counts, u64, u64)> {
-    let mut seen: HashMap<u64, u32> = HashMap::with_capacity(n as usize);
-    let (mut first, mut last) = (u64::MAX, 0u64);
-    let mut unexpected = 0u64;
-    for stream in streams {
-        for (entry_ms, id) in store.stream_ids(stream, "delayq-id").await? {
-            first = first.min(entry_ms);
-            last = last.max(entry_ms);
-            match id.strip_prefix('c').and_then(|i| i.parse::<u64>().ok()) {
-                Some(i) if i < n => *seen.entry(i).or_default() += 1,
-                _ => unexpected += 1,
-            }
-        }
-    }
-    let delivered = seen.len() as u64;
-    let duplicated = seen.values().map(|c| u64::from(c - 1)).sum();
-    Ok((
-        Counts {
-            delivered,
-            lost: n - delivered,
-            duplicated,
-            unexpected: Some(unexpected),
-            refused: None,
-        },
-        first,
-        last,
-    ))
 }

@@ -312,6 +312,17 @@ pub async fn tally_stream(
     expected: u64,
     due_of: impl Fn(u64) -> u64,
 ) -> anyhow::Result<Tally> {
+    tally_streams(conn, &[stream], id_prefix, expected, due_of).await
+}
+
+/// [`tally_stream`] over several streams, the messages sent spread over them.
+pub async fn tally_streams(
+    conn: &mut impl redis::aio::ConnectionLike,
+    streams: &[&str],
+    id_prefix: &str,
+    expected: u64,
+    due_of: impl Fn(u64) -> u64,
+) -> anyhow::Result<Tally> {
     let mut seen = vec![0u8; expected as usize];
     let mut tally = Tally {
         lateness: Histogram::new_with_bounds(1, 24 * 3_600_000, 3)?,
@@ -324,53 +335,55 @@ pub async fn tally_stream(
         longest_gap_ms: 0,
         longest_gap_end_ms: 0,
     };
-    let mut start = "-".to_owned();
-    loop {
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(stream)
-            .arg(&start)
-            .arg("+")
-            .arg("COUNT")
-            .arg(10_000)
-            .query_async(conn)
-            .await?;
-        let Value::Array(items) = reply else {
-            anyhow::bail!("XRANGE {stream}: unexpected reply {reply:?}")
-        };
-        if items.is_empty() {
-            break;
-        }
-        for item in &items {
-            let Value::Array(parts) = item else { continue };
-            let (Some(id), Some(Value::Array(fields))) = (parts.first(), parts.get(1)) else {
-                continue;
+    for stream in streams {
+        let mut start = "-".to_owned();
+        loop {
+            let reply: Value = redis::cmd("XRANGE")
+                .arg(stream)
+                .arg(&start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(10_000)
+                .query_async(conn)
+                .await?;
+            let Value::Array(items) = reply else {
+                anyhow::bail!("XRANGE {stream}: unexpected reply {reply:?}")
             };
-            let id: String = redis::from_redis_value_ref(id)?;
-            let ms: u64 = id.split('-').next().unwrap_or("0").parse()?;
-            if tally.entries > 0 && ms.saturating_sub(tally.last_ms) > tally.longest_gap_ms {
-                tally.longest_gap_ms = ms - tally.last_ms;
-                tally.longest_gap_end_ms = ms;
+            if items.is_empty() {
+                break;
             }
-            tally.entries += 1;
-            tally.first_ms = tally.first_ms.min(ms);
-            tally.last_ms = tally.last_ms.max(ms);
-            start = format!("({id}");
-            let n = fields
-                .chunks(2)
-                .find(|p| matches!(&p[0], Value::BulkString(b) if b == b"delayq-id"))
-                .and_then(|p| redis::from_redis_value_ref::<String>(&p[1]).ok())
-                .and_then(|v| {
-                    v.strip_prefix(id_prefix)
-                        .and_then(|n| n.parse::<u64>().ok())
-                })
-                .filter(|n| *n < expected);
-            match n {
-                Some(n) if seen[n as usize] == 0 => {
-                    seen[n as usize] = 1;
-                    tally.lateness.record(ms.saturating_sub(due_of(n)))?;
+            for item in &items {
+                let Value::Array(parts) = item else { continue };
+                let (Some(id), Some(Value::Array(fields))) = (parts.first(), parts.get(1)) else {
+                    continue;
+                };
+                let id: String = redis::from_redis_value_ref(id)?;
+                let ms: u64 = id.split('-').next().unwrap_or("0").parse()?;
+                if tally.entries > 0 && ms.saturating_sub(tally.last_ms) > tally.longest_gap_ms {
+                    tally.longest_gap_ms = ms - tally.last_ms;
+                    tally.longest_gap_end_ms = ms;
                 }
-                Some(_) => tally.duplicated += 1,
-                None => tally.unexpected += 1,
+                tally.entries += 1;
+                tally.first_ms = tally.first_ms.min(ms);
+                tally.last_ms = tally.last_ms.max(ms);
+                start = format!("({id}");
+                let n = fields
+                    .chunks(2)
+                    .find(|p| matches!(&p[0], Value::BulkString(b) if b == b"delayq-id"))
+                    .and_then(|p| redis::from_redis_value_ref::<String>(&p[1]).ok())
+                    .and_then(|v| {
+                        v.strip_prefix(id_prefix)
+                            .and_then(|n| n.parse::<u64>().ok())
+                    })
+                    .filter(|n| *n < expected);
+                match n {
+                    Some(n) if seen[n as usize] == 0 => {
+                        seen[n as usize] = 1;
+                        tally.lateness.record(ms.saturating_sub(due_of(n)))?;
+                    }
+                    Some(_) => tally.duplicated += 1,
+                    None => tally.unexpected += 1,
+                }
             }
         }
     }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use delayq::harness::{DelayqProcess, RedisCluster};
 use serde_json::json;
 
-use super::{Pki, check_config};
+use super::{Pki, acl_user_on, check_config};
 use crate::support::{Api, delayq_bin, entries, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -20,14 +20,8 @@ async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
         .await
         .unwrap()
         .expect("a TLS Redis Cluster");
-    for node in &cluster.nodes {
-        let () = redis::cmd("ACL")
-            .arg(&["SETUSER", "dq", "on", ">s3cret-pw", "~*", "&*", "+@all"][..])
-            .query(&mut node.client())
-            .expect("ACL SETUSER");
-    }
-    let password = pki.path("redis-password");
-    std::fs::write(&password, "s3cret-pw\n").unwrap();
+    let nodes: Vec<_> = cluster.nodes.iter().collect();
+    let password = acl_user_on(&nodes, pki.dir.path());
     let tls_ports: Vec<u16> = cluster
         .nodes
         .iter()

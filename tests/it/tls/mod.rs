@@ -106,10 +106,17 @@ fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
 
 /// An ACL user that may do what delayq does, with its password in a file.
 fn acl_user(redis: &RedisServer, dir: &Path) -> PathBuf {
-    let () = redis::cmd("ACL")
-        .arg(&["SETUSER", "dq", "on", ">s3cret-pw", "~*", "&*", "+@all"][..])
-        .query(&mut redis.client())
-        .expect("ACL SETUSER");
+    acl_user_on(&[redis], dir)
+}
+
+/// [`acl_user`] on each of `nodes` (ACL users are each node's own).
+fn acl_user_on(nodes: &[&RedisServer], dir: &Path) -> PathBuf {
+    for node in nodes {
+        let () = redis::cmd("ACL")
+            .arg(&["SETUSER", "dq", "on", ">s3cret-pw", "~*", "&*", "+@all"][..])
+            .query(&mut node.client())
+            .expect("ACL SETUSER");
+    }
     let file = dir.join("redis-password");
     std::fs::write(&file, "s3cret-pw\n").unwrap();
     file
