@@ -15,7 +15,7 @@ use delayq::harness::{
 use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
 
-use crate::support::{Api, Tally, counter, delayq_bin, entries, eventually};
+use crate::support::{Api, Entry, Tally, counter, delayq_bin, entries, eventually, try_entries};
 
 const NAME: &str = "dq-main";
 
@@ -216,7 +216,7 @@ async fn through_failover(
     .await;
     // Forwarding again: a message pushed after the failover began reaches the new
     // master's stream.
-    let mut new_master = watched.replicas[promoted].client();
+    let new_master = &watched.replicas[promoted];
     let deadline = Instant::now() + Duration::from_secs(30);
     let resumed = loop {
         let after: BTreeSet<String> = load
@@ -227,7 +227,7 @@ async fn through_failover(
             .filter(|(_, sent)| *sent > started)
             .map(|(id, _)| id.clone())
             .collect();
-        let arrived = entries(&mut new_master, "s")
+        let arrived = entries_on(new_master, "s")
             .iter()
             .any(|e| e.get("delayq-id").is_some_and(|id| after.contains(id)));
         if arrived {
@@ -256,7 +256,7 @@ async fn through_failover(
     // Every confirmed push is due by now; the last ones get a while to arrive.
     let deadline = Instant::now() + Duration::from_secs(15);
     let tally = loop {
-        let mut tally = Tally::of_ids(&ids, &entries(&mut new_master, "s"));
+        let mut tally = Tally::of_ids(&ids, &entries_on(new_master, "s"));
         refused_arrived(&mut tally);
         if tally.lost.is_empty() || Instant::now() > deadline {
             break tally;
@@ -496,14 +496,14 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
     // a wakes up believing it leads with e1, above nothing on the new master.
     a.signal(SIGCONT);
 
-    let mut new_master = watched.replicas[0].client();
+    let new_master = &watched.replicas[0];
     let tally = eventually(Duration::from_secs(30), "every message delivered", || {
-        let tally = Tally::of_ids(&ids, &entries(&mut new_master, "s"));
+        let tally = Tally::of_ids(&ids, &entries_on(new_master, "s"));
         async move { tally.lost.is_empty().then_some(tally) }
     })
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    Tally::of_ids(&ids, &entries(&mut new_master, "s")).assert_exact(&a.log());
+    Tally::of_ids(&ids, &entries_on(new_master, "s")).assert_exact(&a.log());
     assert!(tally.expected == 40);
 
     // a's term of e1 moved nothing after it woke: it ends saying what it forwarded.
@@ -596,4 +596,23 @@ async fn sentinels_with_a_password_are_asked_with_it() {
     };
     assert!(refused.contains("redis.sentinel"), "{refused}");
     assert!(!refused.contains("not-it"), "{refused}");
+}
+
+/// The entries of `stream` on a node Sentinel has just promoted: Sentinel cuts a
+/// node's clients as it reconfigures it (`CLIENT KILL TYPE normal` after
+/// `REPLICAOF`), possibly after the test saw the new master's address, so a cut
+/// read is made again on a fresh connection.
+fn entries_on(node: &RedisServer, stream: &str) -> Vec<Entry> {
+    let mut cut = Vec::new();
+    while cut.len() < 20 {
+        let read = redis::Client::open(node.url())
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| try_entries(&mut c, stream));
+        match read {
+            Ok(entries) => return entries,
+            Err(e) => cut.push(e.to_string()),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("XRANGE {stream} on {}: {cut:?}\n{}", node.port, node.log())
 }

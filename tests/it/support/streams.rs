@@ -58,6 +58,15 @@ fn entry(item: &Value) -> Entry {
 
 /// Every entry of a stream, in order, with field order kept.
 pub fn entries(conn: &mut impl redis::ConnectionLike, stream: &str) -> Vec<Entry> {
+    try_entries(conn, stream).expect("XRANGE")
+}
+
+/// [`entries`], with Redis's error returned, for a connection that may be cut
+/// (Sentinel kills the clients of a node it reconfigures).
+pub fn try_entries(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+) -> redis::RedisResult<Vec<Entry>> {
     let mut out = Vec::new();
     let mut start = "-".to_owned();
     loop {
@@ -67,13 +76,12 @@ pub fn entries(conn: &mut impl redis::ConnectionLike, stream: &str) -> Vec<Entry
             .arg("+")
             .arg("COUNT")
             .arg(10_000)
-            .query(conn)
-            .expect("XRANGE");
+            .query(conn)?;
         let Value::Array(items) = reply else {
             panic!("XRANGE reply")
         };
         if items.is_empty() {
-            return out;
+            return Ok(out);
         }
         for item in &items {
             let e = entry(item);
