@@ -209,8 +209,18 @@ impl Producer {
             max_blocking_reads: 1,
             record_layout: options.record_layout,
             pending_layout: options.pending_layout,
+            journal: false,
         })
         .await?;
+        // A push straight into Redis would not be journaled.
+        if store.journal_marker().await?.is_some() {
+            return Err(StoreError::Unsupported(
+                "this deployment journals its messages ([journal] on: Redis holds its marker): \
+                 a push straight into Redis would not be journaled; push through delayq's API or inbox"
+                    .to_owned(),
+            )
+            .into());
+        }
         Ok(Producer {
             store,
             limits: options.limits,

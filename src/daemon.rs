@@ -44,6 +44,14 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let store = Store::connect(&config.store_config())
         .await
         .with_context(|| format!("connect to {}", config.redis_target()))?;
+    let journal = match &config.journal {
+        Some(settings) => Some(open_journal(settings, &store).await?),
+        None => None,
+    };
+    let ingest = crate::ingest::Ingest::new(
+        store.clone(),
+        journal.clone().map(crate::journal::Committer::start),
+    );
     let listener = tokio::net::TcpListener::bind(config.api.listen)
         .await
         .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
@@ -64,7 +72,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             (Some(etcd), true) => start_groups(
                 &config,
                 etcd,
-                &store,
+                (&store, journal.as_ref()),
                 api_addr,
                 live_config.clone(),
                 &election,
@@ -92,6 +100,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 let work_task = tokio::spawn(term::run_while_leading(
                     live_config.clone(),
                     store.clone(),
+                    journal.clone(),
                     leadership.clone(),
                     work.clone(),
                 ));
@@ -100,7 +109,11 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         };
 
     // Every instance, leader or standby, schedules from the inbox.
-    let inbox_task = tokio::spawn(inbox::run(live_config.clone(), store.clone(), work.clone()));
+    let inbox_task = tokio::spawn(inbox::run(
+        live_config.clone(),
+        ingest.clone(),
+        work.clone(),
+    ));
 
     let upkeep = metrics.clone();
     let upkeep_token = work.clone();
@@ -118,6 +131,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         config: config.clone(),
         live_config,
         store: store.clone(),
+        ingest,
         leadership: leadership.clone(),
         groups: groups.into(),
         health: health.clone(),
@@ -156,7 +170,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 fn start_groups(
     config: &Config,
     etcd: &crate::config::EtcdConfig,
-    store: &Store,
+    (store, journal): (&Store, Option<&crate::journal::Journal>),
     api_addr: SocketAddr,
     live: tokio::sync::watch::Receiver<Arc<Config>>,
     election: &CancellationToken,
@@ -186,6 +200,7 @@ fn start_groups(
         terms.spawn(term::run_while_leading(
             live.clone(),
             owned,
+            journal.cloned(),
             leadership.clone(),
             work.clone(),
         ));
@@ -214,6 +229,35 @@ fn start_groups(
             terms.join_all().await;
         }),
     )
+}
+
+/// The journal, its schema migrated if it is behind (and the MySQL user may), and
+/// its marker in Redis if Redis has none while the journal has nothing to restore
+/// (a first start: the keeper would otherwise take the pushes of the first moments
+/// for data Redis lost).
+async fn open_journal(
+    settings: &crate::config::JournalConfig,
+    store: &Store,
+) -> anyhow::Result<crate::journal::Journal> {
+    let journal = crate::journal::Journal::new(settings)?;
+    let version = journal
+        .version()
+        .await
+        .with_context(|| format!("reach the journal at {} (journal.url)", settings.url))?;
+    if version < crate::journal::SCHEMA_VERSION {
+        let migrated = journal.migrate().await.with_context(|| {
+            format!("migrate the journal's schema from version {version} (or run delayq journal migrate as a user that may)")
+        })?;
+        tracing::info!(
+            from = migrated.from,
+            to = migrated.to,
+            "journal schema migrated"
+        );
+    }
+    if store.journal_marker().await?.is_none() && journal.count_unfinished().await? == 0 {
+        store.set_journal_marker(&journal.marker().await?).await?;
+    }
+    Ok(journal)
 }
 
 impl Daemon {

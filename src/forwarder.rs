@@ -219,6 +219,8 @@ async fn forward_shard(mut l: ForwardLoop) {
             l.limiter.set_rate(rate, Instant::now());
             l.stream_limits.set_rates(&stream_rates, Instant::now());
         }
+        // Held while Redis has lost the journal's data (see `keeper`).
+        l.term.unheld().await;
         // Permits first, the turn after: a loop waiting for the rate holds no turn.
         let allowed = tokio::select! {
             _ = cancel.cancelled() => break,

@@ -58,7 +58,11 @@ pub mod health;
 #[cfg(feature = "server")]
 pub mod inbox;
 #[cfg(feature = "server")]
+pub mod ingest;
+#[cfg(feature = "server")]
 pub mod journal;
+#[cfg(feature = "server")]
+pub mod keeper;
 #[cfg(feature = "server")]
 pub mod leadership;
 #[cfg(feature = "server")]
@@ -67,6 +71,8 @@ pub mod metrics;
 pub mod rate;
 #[cfg(feature = "server")]
 pub mod reload;
+#[cfg(feature = "server")]
+pub mod restore;
 #[cfg(feature = "server")]
 pub mod service;
 #[cfg(feature = "server")]

@@ -104,6 +104,7 @@ async fn sweep_term(config: Arc<Config>, store: Store, term: Term, cancel: Cance
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(wait) => {}
         }
+        term.unheld().await;
         let started = Instant::now();
         let mut failure = None;
         for w in &mut watches {

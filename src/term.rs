@@ -32,6 +32,9 @@ pub struct Term {
     fenced: Arc<AtomicBool>,
     /// Messages the term forwarded, for the line that ends it.
     forwarded: Arc<AtomicU64>,
+    /// True while forwarding and redelivery must wait: Redis lost the journal's
+    /// data and a restore is due (see `keeper`).
+    held: watch::Sender<bool>,
 }
 
 impl Term {
@@ -42,12 +45,28 @@ impl Term {
             token,
             fenced: Arc::new(AtomicBool::new(false)),
             forwarded: Arc::new(AtomicU64::new(0)),
+            held: watch::Sender::new(false),
         }
     }
 
     /// Counts messages the term forwarded.
     pub fn forwarded(&self, n: u64) {
         self.forwarded.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Holds forwarding and redelivery (`true`) or lets them go on.
+    pub fn hold(&self, held: bool) {
+        self.held
+            .send_if_modified(|h| std::mem::replace(h, held) != held);
+    }
+
+    /// Returns once forwarding may go on (at once unless held), or the term ends.
+    pub async fn unheld(&self) {
+        let mut held = self.held.subscribe();
+        tokio::select! {
+            _ = self.token.cancelled() => {}
+            _ = held.wait_for(|h| !*h) => {}
+        }
     }
 
     /// The epoch every leader-only script call of this term carries.
@@ -113,6 +132,7 @@ impl Term {
 pub async fn run_while_leading(
     live: watch::Receiver<Arc<Config>>,
     store: Store,
+    journal: Option<crate::journal::Journal>,
     leadership: Leadership,
     cancel: CancellationToken,
 ) {
@@ -122,7 +142,12 @@ pub async fn run_while_leading(
         if let Role::Leader(lead) = role {
             let term = Term::new(lead.epoch, leadership.clone(), cancel.child_token());
             let mut work = JoinSet::new();
-            work.spawn(serve(term.clone(), live.clone(), store.clone()));
+            work.spawn(serve(
+                term.clone(),
+                live.clone(),
+                store.clone(),
+                journal.clone(),
+            ));
             // None: the term ended on its own (fenced) while the role still says
             // leader; Some(gone): the role changed (or its sender is gone).
             let role_changed = tokio::select! {
@@ -160,7 +185,12 @@ pub async fn run_while_leading(
 
 /// One term: fences first (from then on an older leader's scripts are refused),
 /// then every leader-only worker, until the term ends.
-async fn serve(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
+async fn serve(
+    term: Term,
+    live: watch::Receiver<Arc<Config>>,
+    store: Store,
+    journal: Option<crate::journal::Journal>,
+) {
     // Every write of the term goes to the master it began on (see `Store::pinned`).
     let store = store.pinned();
     if let (Some(mut changes), Some(pin)) = (store.master_changes(), store.pinned_to()) {
@@ -198,6 +228,16 @@ async fn serve(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
         "fences raised; forwarding"
     );
     let mut workers = JoinSet::new();
+    if let Some(journal) = journal {
+        // Held until the keeper has seen that Redis still has the journal's data.
+        term.hold(true);
+        workers.spawn(crate::keeper::run(
+            term.clone(),
+            live.clone(),
+            store.clone(),
+            journal,
+        ));
+    }
     crate::forwarder::start(&mut workers, &term, live.clone(), &store);
     workers.spawn(crate::sweeper::run(live, store, term));
     workers.join_all().await;

@@ -80,6 +80,8 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/leader", Token(Read)),
     ("GET", "/v1/openapi.json", Token(Read)),
     ("POST", "/v1/admin/resign", Token(Admin)),
+    ("POST", "/v1/admin/restore", Token(Admin)),
+    ("POST", "/v1/admin/restore/{id}", Token(Admin)),
     ("GET", "/leader", Open),
     ("GET", "/healthz", Open),
     ("GET", "/readyz", Open),

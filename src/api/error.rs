@@ -84,6 +84,14 @@ impl From<StoreError> for ApiError {
                     e.to_string(),
                 )
             }
+            e @ StoreError::NotJournaled(_) => {
+                tracing::warn!(error = %e, "push refused: the journal did not take it");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "journal_unavailable",
+                    e.to_string(),
+                )
+            }
             // A key of the wrong type is a conflict with what Redis holds, not an outage.
             StoreError::Redis(e) if e.code() == Some("WRONGTYPE") => ApiError::new(
                 StatusCode::CONFLICT,

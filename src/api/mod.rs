@@ -11,6 +11,7 @@ mod input;
 mod messages;
 mod node;
 mod openapi;
+mod restore;
 mod stats;
 mod streams;
 
@@ -36,6 +37,8 @@ pub struct AppState {
     pub config: Arc<Config>,
     pub live_config: tokio::sync::watch::Receiver<Arc<Config>>,
     pub store: Store,
+    /// Pushes go through it: journal first while the journal is on.
+    pub ingest: crate::ingest::Ingest,
     pub leadership: Leadership,
     /// `election.mode = "per_shard"`: each election group and who leads it (empty
     /// in the single-leader mode).
@@ -88,7 +91,9 @@ fn routes() -> Routes {
             .routes(routes!(streams::ack))
             .routes(routes!(openapi::document))
             .routes(routes!(node::leader))
-            .routes(routes!(node::resign)),
+            .routes(routes!(node::resign))
+            .routes(routes!(restore::restore_all))
+            .routes(routes!(restore::restore_one)),
         polls: OpenApiRouter::new().routes(routes!(streams::next)),
         open: OpenApiRouter::new()
             .routes(routes!(node::leader_only))

@@ -7,6 +7,8 @@ use clap::{Args, Subcommand};
 
 use crate::config::Config;
 use crate::journal::Journal;
+use crate::restore::RestoreOptions;
+use crate::store::Store;
 
 #[derive(Args, Debug)]
 pub struct JournalArgs {
@@ -59,6 +61,109 @@ pub async fn main(args: JournalArgs) -> anyhow::Result<()> {
                 crate::journal::SCHEMA_VERSION
             );
         }
+    }
+    journal.close().await?;
+    Ok(())
+}
+
+#[derive(Args, Debug)]
+pub struct RestoreArgs {
+    /// Config file naming Redis and the journal; without it, defaults plus
+    /// DELAYQ_* environment overrides.
+    #[arg(long, short, env = "DELAYQ_CONFIG")]
+    config: Option<PathBuf>,
+    /// Also messages whose due time has passed (they go out at once).
+    #[arg(long)]
+    include_overdue: bool,
+    /// This message only (overdue or not).
+    #[arg(long)]
+    id: Option<String>,
+    /// Count only: schedule nothing.
+    #[arg(long)]
+    dry_run: bool,
+    /// Print the report as JSON only (no progress bar).
+    #[arg(long)]
+    json: bool,
+}
+
+/// `delayq restore`: every message the journal holds not finished and Redis does
+/// not is scheduled again (see `crate::restore`); a full restore then writes the
+/// journal's marker back to Redis, which lets a held leader forward again.
+pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
+    let config = Config::load(args.config.as_deref()).context("read the configuration")?;
+    let Some(journal_config) = &config.journal else {
+        bail!("no journal configured: set journal.url (and journal.password_file)");
+    };
+    let id = args
+        .id
+        .as_deref()
+        .map(crate::message::MessageId::parse)
+        .transpose()
+        .context("--id")?;
+    let journal = Journal::new(journal_config)?;
+    let store = Store::connect(&config.store_config())
+        .await
+        .with_context(|| format!("connect to {}", config.redis_target()))?;
+    let options = RestoreOptions {
+        include_overdue: args.include_overdue || id.is_some(),
+        dry_run: args.dry_run,
+        id,
+    };
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(0)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} {elapsed:>4} {bar:24} {pos}/{len} messages",
+        )
+        .expect("a valid template"),
+    );
+    let progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let report = crate::restore::restore(
+        &store,
+        &journal,
+        &options,
+        config.api.limits.max_delay,
+        &progress,
+    )
+    .await
+    .context("restore")?;
+    bar.finish_and_clear();
+    if options.id.is_none() && !options.dry_run {
+        let token = journal
+            .marker()
+            .await
+            .context("read the journal's marker")?;
+        store
+            .set_journal_marker(&token)
+            .await
+            .context("write the journal's marker to Redis")?;
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        let verb = if report.dry_run {
+            "would restore"
+        } else {
+            "restored"
+        };
+        println!(
+            "{verb} {} of {} messages the journal holds not finished: {} already in Redis, \
+             {} finished in Redis, {} overdue and left (--include-overdue), {} refused by Redis; \
+             {} possibly sent before (due before the restore began)",
+            report.restored,
+            report.journaled,
+            report.already_present,
+            report.finished_in_redis,
+            report.overdue,
+            report.refused,
+            report.possibly_duplicate
+        );
     }
     journal.close().await?;
     Ok(())

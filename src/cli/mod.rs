@@ -61,6 +61,8 @@ enum Command {
     Fence(fence::FenceArgs),
     /// The MySQL / MariaDB journal's schema: create or migrate it, show its version.
     Journal(journal::JournalArgs),
+    /// Schedule again what the journal holds and Redis lost (after Redis lost its data).
+    Restore(journal::RestoreArgs),
 }
 
 pub fn main() -> ExitCode {
@@ -90,6 +92,10 @@ pub fn main() -> ExitCode {
         Command::Journal(args) => {
             init_logging("warn", false);
             report(runtime().block_on(journal::main(args)))
+        }
+        Command::Restore(args) => {
+            init_logging("warn", false);
+            report(runtime().block_on(journal::restore(args)))
         }
     }
 }
@@ -134,14 +140,6 @@ fn run(path: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(EXIT_CONFIG);
         }
     };
-    if config.journal.is_some() {
-        // Not yet: a journal only written by some paths would promise what it
-        // cannot keep. `delayq journal migrate` uses the setting meanwhile.
-        let error = "journal.url: the daemon does not journal messages yet (only `delayq journal migrate` \
-                     uses [journal] so far); leave journal.url unset to run";
-        logging::startup_error(config.log.json, "bad configuration", error, EXIT_CONFIG);
-        return ExitCode::from(EXIT_CONFIG);
-    }
     let set_log_level = init_reloadable_logging(&config.log.level, config.log.json);
     match runtime().block_on(crate::service::run(config, file, set_log_level)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -74,6 +74,8 @@ pub struct JournalConfig {
     pub url: crate::secret::RedisUrl,
     /// How long finished messages stay in the journal.
     pub retention: Duration,
+    /// Restore by itself when Redis has lost its data (see `keeper`).
+    pub auto_restore: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -400,6 +402,7 @@ impl Config {
             max_blocking_reads: self.api.max_polls,
             record_layout: self.records.layout,
             pending_layout: self.pending.layout,
+            journal: self.journal.is_some(),
         }
     }
 

@@ -1014,6 +1014,7 @@ fn journal_config(
         url,
         password_file,
         retention,
+        auto_restore,
     } = raw;
     let Some(url) = url else {
         if password_file.is_some() {
@@ -1061,6 +1062,7 @@ fn journal_config(
     Ok(Some(JournalConfig {
         url: RedisUrl::new(url),
         retention,
+        auto_restore,
     }))
 }
 

@@ -67,7 +67,11 @@ pub const MAX_ATTEMPTS: u64 = 5;
 /// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
 /// inbox is disabled. Errors are logged and retried with backoff; the read and the
 /// batches in flight when `cancel` comes are finished.
-pub async fn run(live: watch::Receiver<Arc<Config>>, store: Store, cancel: CancellationToken) {
+pub async fn run(
+    live: watch::Receiver<Arc<Config>>,
+    ingest: crate::ingest::Ingest,
+    cancel: CancellationToken,
+) {
     let Some(inbox) = live.borrow().inbox.clone() else {
         return;
     };
@@ -76,7 +80,8 @@ pub async fn run(live: watch::Receiver<Arc<Config>>, store: Store, cancel: Cance
         live,
         inbox,
         queue,
-        store,
+        store: ingest.store().clone(),
+        ingest,
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     while !cancel.is_cancelled() {
@@ -102,6 +107,8 @@ struct Worker {
     inbox: InboxConfig,
     queue: InboxQueue,
     store: Store,
+    /// Schedules: journal first while the journal is on.
+    ingest: crate::ingest::Ingest,
 }
 
 impl Worker {
@@ -291,10 +298,10 @@ impl Worker {
         let items = &items;
         let outcomes = isolate(items.len(), |indexes: Vec<usize>| async move {
             let outcomes = if indexes.len() == items.len() {
-                self.store.schedule_many(items, max_delay, ack).await
+                self.ingest.schedule_many(items, max_delay, ack).await
             } else {
                 let some: Vec<BatchItem> = indexes.iter().map(|&i| items[i].clone()).collect();
-                self.store.schedule_many(&some, max_delay, ack).await
+                self.ingest.schedule_many(&some, max_delay, ack).await
             };
             // Too far ahead is an answer about one message, not a failed call.
             outcomes

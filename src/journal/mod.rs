@@ -11,7 +11,11 @@
 //! EXISTS`), and a migration is recorded in `delayq_schema` only once all of its
 //! statements ran.
 
+mod commit;
+
 use std::time::Duration;
+
+pub use commit::{Committer, WRITE_TIMEOUT};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
@@ -19,6 +23,7 @@ use thiserror::Error;
 
 use crate::config::JournalConfig;
 use crate::message::{Due, MessageId, NewMessage};
+use crate::store::{OutboxCode, OutboxLine};
 
 /// A message's state in the journal (the `state` column).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,15 +35,61 @@ pub enum State {
     Cancelled = 4,
 }
 
-/// A finished message's row update: which message, its end, the stream entry
-/// written (none for a cancellation), when.
-#[derive(Clone, Debug)]
-pub struct Finished {
-    pub id: MessageId,
+impl State {
+    fn from_code(code: u8) -> State {
+        match code {
+            1 => State::Delivered,
+            2 => State::Expired,
+            3 => State::Dead,
+            4 => State::Cancelled,
+            _ => State::Scheduled,
+        }
+    }
+
+    /// The state's name, as the API says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Scheduled => "scheduled",
+            State::Delivered => "delivered",
+            State::Expired => "expired",
+            State::Dead => "dead",
+            State::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// The journal's state for what an outbox line says happened.
+fn state_of(code: OutboxCode) -> State {
+    match code {
+        OutboxCode::Delivered => State::Delivered,
+        OutboxCode::Expired => State::Expired,
+        OutboxCode::Dead => State::Dead,
+        OutboxCode::Cancelled => State::Cancelled,
+        OutboxCode::Rescheduled => State::Scheduled,
+    }
+}
+
+/// When a finished line may change a row: it is scheduled, or delivered and now
+/// dead-lettered by redelivery.
+const MAY_FINISH: &str = "state = 0 OR (state = 1 AND VALUES(state) = 3)";
+
+/// A push to journal: the message, its due time (epoch ms), and whether it
+/// replaces a message of the same id.
+#[derive(Clone, Copy, Debug)]
+pub struct Push<'a> {
+    pub msg: &'a NewMessage,
+    pub due_ms: u64,
+    pub replace: bool,
+}
+
+/// A message as the journal knows it (see [`Journal::lookup`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Row {
     pub stream: String,
+    pub due_ms: u64,
     pub state: State,
     pub entry_id: Option<String>,
-    pub at_ms: u64,
+    pub updated_ms: u64,
 }
 
 /// Rows a statement carries at most (MySQL's placeholders per statement are
@@ -46,8 +97,10 @@ pub struct Finished {
 const ROWS_PER_STATEMENT: usize = 1000;
 
 /// The migrations, in order: (version, name, SQL of `;`-separated statements).
-const MIGRATIONS: &[(u32, &str, &str)] =
-    &[(1, "messages", include_str!("migrations/001_messages.sql"))];
+const MIGRATIONS: &[(u32, &str, &str)] = &[
+    (1, "messages", include_str!("migrations/001_messages.sql")),
+    (2, "marker", include_str!("migrations/002_marker.sql")),
+];
 
 /// The schema version this delayq migrates to.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
@@ -55,7 +108,7 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// How long `migrate` waits for another instance's migration to finish.
 const MIGRATE_LOCK_WAIT: Duration = Duration::from_secs(60);
 
-#[derive(Debug, Error)]
+#[derive(Clone, Debug, Error)]
 pub enum JournalError {
     /// The journal's MySQL refused or failed a call; the text names no secret.
     #[error("{0}")]
@@ -160,73 +213,234 @@ impl Journal {
         Ok(Migrated { from, to: known })
     }
 
-    /// Records `messages` as scheduled, due at `due_ms` each (epoch ms), in one
-    /// transaction: a new id is inserted; an id already journaled is left as it is
-    /// (`replace = false`: a duplicate push) or overwritten and scheduled again
-    /// (`replace = true`).
-    pub async fn record_scheduled(
-        &self,
-        messages: &[(&NewMessage, u64)],
-        replace: bool,
-        now_ms: u64,
-    ) -> Result<()> {
-        if messages.is_empty() {
+    /// Records pushes as scheduled, in one transaction, each at `now_ms` (its
+    /// `updated_ms`, which [`Journal::discard`] matches): a new id is inserted; an id
+    /// already journaled is left as it is (a duplicate push) or, for a push that
+    /// replaces, overwritten and scheduled again.
+    pub async fn record_scheduled(&self, pushes: &[Push<'_>], now_ms: u64) -> Result<()> {
+        if pushes.is_empty() {
             return Ok(());
         }
         let mut tx = self
             .pool
             .start_transaction(mysql_async::TxOpts::default())
             .await?;
-        for chunk in messages.chunks(ROWS_PER_STATEMENT) {
-            let rows = vec!["(?, ?, ?, ?, 0, NULL, ?)"; chunk.len()].join(", ");
-            let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
-            let mut sql = format!(
-                "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {rows}"
-            );
-            if replace {
-                sql.push_str(
-                    " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
-                     state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
+        for replace in [false, true] {
+            let rows: Vec<&Push<'_>> = pushes.iter().filter(|p| p.replace == replace).collect();
+            for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+                let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; chunk.len()].join(", ");
+                let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
+                let mut sql = format!(
+                    "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {values}"
                 );
+                if replace {
+                    sql.push_str(
+                        " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
+                         state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
+                    );
+                }
+                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 5);
+                for push in chunk {
+                    params.push(push.msg.id.as_str().into());
+                    params.push(push.msg.stream.as_str().into());
+                    params.push(body(push.msg).into());
+                    params.push(push.due_ms.into());
+                    params.push(now_ms.into());
+                }
+                tx.exec_drop(sql, params).await?;
             }
-            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 5);
-            for (msg, due_ms) in chunk {
-                params.push(msg.id.as_str().into());
-                params.push(msg.stream.as_str().into());
-                params.push(body(msg).into());
-                params.push((*due_ms).into());
-                params.push(now_ms.into());
-            }
-            tx.exec_drop(sql, params).await?;
         }
         tx.commit().await?;
         Ok(())
     }
 
-    /// Records `finished` messages' ends (delivered, expired, dead-lettered,
-    /// cancelled), in one transaction. A message not journaled is left out.
-    pub async fn record_finished(&self, finished: &[Finished]) -> Result<()> {
-        if finished.is_empty() {
+    /// Removes what [`Journal::record_scheduled`] wrote for pushes Redis then
+    /// refused (a due time too far, a stream it cannot hold): rows still scheduled
+    /// and last written at `at_ms`, so that an earlier push of the same id stays.
+    pub async fn discard(&self, refused: &[(&NewMessage, u64)]) -> Result<()> {
+        if refused.is_empty() {
+            return Ok(());
+        }
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_batch(
+            "DELETE FROM delayq_messages WHERE id = ? AND stream = ? AND state = 0 AND updated_ms = ?",
+            refused
+                .iter()
+                .map(|(m, at)| (m.id.as_str().to_owned(), m.stream.clone(), *at)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Applies the changes of outbox lines, in one transaction, each idempotently: a
+    /// scheduled message becomes delivered, expired, dead-lettered or cancelled (a
+    /// delivered one may still become dead-lettered, by redelivery), with its entry
+    /// id and time; a new due time moves a message still scheduled. A finished
+    /// message the journal never had (pushed before the journal was on) gets a row
+    /// of its own, so its history is known.
+    pub async fn apply(&self, lines: &[OutboxLine]) -> Result<()> {
+        if lines.is_empty() {
             return Ok(());
         }
         let mut tx = self
             .pool
             .start_transaction(mysql_async::TxOpts::default())
             .await?;
-        let statement = "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ? \
-                         WHERE id = ? AND stream = ?";
-        let params = finished.iter().map(|f| {
-            (
-                f.state as u8,
-                f.entry_id.clone(),
-                f.at_ms,
-                f.id.as_str().to_owned(),
-                f.stream.clone(),
-            )
-        });
-        tx.exec_batch(statement, params).await?;
+        let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines
+            .iter()
+            .partition(|l| l.code != OutboxCode::Rescheduled && l.stream.is_some());
+        for chunk in finished.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, '', ?, ?, ?, ?)"; chunk.len()].join(", ");
+            // Assignments run left to right: `state` last, so that each condition
+            // reads the state the row had.
+            let sql = format!(
+                "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
+                 VALUES {values} ON DUPLICATE KEY UPDATE \
+                 entry_id = IF({MAY_FINISH}, VALUES(entry_id), entry_id), \
+                 updated_ms = IF({MAY_FINISH}, VALUES(updated_ms), updated_ms), \
+                 state = IF({MAY_FINISH}, VALUES(state), state)"
+            );
+            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 6);
+            for line in chunk {
+                params.push(line.id.as_str().into());
+                params.push(line.stream.as_deref().unwrap_or("").into());
+                params.push(line.at_ms.into());
+                params.push((state_of(line.code) as u8).into());
+                params.push(line.entry.clone().into());
+                params.push(line.at_ms.into());
+            }
+            tx.exec_drop(sql, params).await?;
+        }
+        for line in other {
+            match (line.code, &line.stream) {
+                (OutboxCode::Rescheduled, stream) => {
+                    let due: u64 = line
+                        .entry
+                        .as_deref()
+                        .and_then(|d| d.parse().ok())
+                        .unwrap_or(line.at_ms);
+                    tx.exec_drop(
+                        "UPDATE delayq_messages SET due_ms = ?, updated_ms = ? \
+                         WHERE id = ? AND stream = ? AND state = 0",
+                        (
+                            due,
+                            line.at_ms,
+                            line.id.as_str(),
+                            stream.as_deref().unwrap_or(""),
+                        ),
+                    )
+                    .await?;
+                }
+                // A message whose body could not be read: its stream is unknown.
+                (code, _) => {
+                    tx.exec_drop(
+                        "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ? \
+                         WHERE id = ? AND state = 0",
+                        (
+                            state_of(code) as u8,
+                            line.entry.clone(),
+                            line.at_ms,
+                            line.id.as_str(),
+                        ),
+                    )
+                    .await?;
+                }
+            }
+        }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// What the journal holds of `id`: a row per target stream (one, but on Redis
+    /// Cluster, where an id is unique per stream's slot only).
+    pub async fn lookup(&self, id: &MessageId) -> Result<Vec<Row>> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<LookupRow> = conn
+            .exec(
+                "SELECT stream, due_ms, state, entry_id, updated_ms FROM delayq_messages \
+                 WHERE id = ? ORDER BY updated_ms DESC",
+                (id.as_str(),),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(stream, due_ms, state, entry_id, updated_ms)| Row {
+                stream: String::from_utf8_lossy(&stream).into_owned(),
+                due_ms,
+                state: State::from_code(state),
+                entry_id: entry_id.map(|e| String::from_utf8_lossy(&e).into_owned()),
+                updated_ms,
+            })
+            .collect())
+    }
+
+    /// The messages of `id` the journal holds not finished (one, but on Redis
+    /// Cluster), each due at its journaled time.
+    pub async fn unfinished_by_id(&self, id: &MessageId) -> Result<Vec<NewMessage>> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<PageRow> = conn
+            .exec(
+                "SELECT id, stream, body, due_ms FROM delayq_messages WHERE id = ? AND state = 0",
+                (id.as_str(),),
+            )
+            .await?;
+        rows.into_iter()
+            .map(|(id, stream, body, due_ms)| message(&id, &stream, &body, due_ms))
+            .collect()
+    }
+
+    /// Up to `limit` messages not finished, due before `due_before` and last
+    /// written before `written_before`, in due order after `after` (the
+    /// reconciliation's page): each as its id, target stream and due time.
+    pub async fn stale(
+        &self,
+        after: Option<&(u64, String, String)>,
+        due_before: u64,
+        written_before: u64,
+        limit: usize,
+    ) -> Result<Vec<(MessageId, String, u64)>> {
+        let mut conn = self.pool.get_conn().await?;
+        let (due, id, stream) = after.cloned().unwrap_or((0, String::new(), String::new()));
+        let rows: Vec<(Vec<u8>, Vec<u8>, u64)> = conn
+            .exec(
+                "SELECT id, stream, due_ms FROM delayq_messages WHERE state = 0 \
+                 AND (due_ms, id, stream) > (?, ?, ?) AND due_ms < ? AND updated_ms < ? \
+                 ORDER BY due_ms, id, stream LIMIT ?",
+                (due, id, stream, due_before, written_before, limit as u64),
+            )
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, stream, due)| {
+                let id = MessageId::parse(std::str::from_utf8(&id).ok()?).ok()?;
+                Some((id, String::from_utf8_lossy(&stream).into_owned(), due))
+            })
+            .collect())
+    }
+
+    /// How many messages the journal holds not finished.
+    pub async fn count_unfinished(&self) -> Result<u64> {
+        let mut conn = self.pool.get_conn().await?;
+        let n: Option<u64> = conn
+            .query_first("SELECT COUNT(*) FROM delayq_messages WHERE state = 0")
+            .await?;
+        Ok(n.unwrap_or(0))
+    }
+
+    /// The journal's marker token, made now if it has none: the token a Redis
+    /// that holds this journal's data carries (see `keeper`).
+    pub async fn marker(&self) -> Result<String> {
+        let mut conn = self.pool.get_conn().await?;
+        let fresh = ulid::Ulid::new().to_string();
+        conn.exec_drop(
+            "INSERT IGNORE INTO delayq_marker (name, token) VALUES ('redis', ?)",
+            (fresh.as_str(),),
+        )
+        .await?;
+        let token: Option<String> = conn
+            .query_first("SELECT token FROM delayq_marker WHERE name = 'redis'")
+            .await?;
+        token.ok_or_else(|| JournalError::Mysql("the marker row vanished".into()))
     }
 
     /// Up to `limit` messages not finished, in due order after `after` (a page's
@@ -238,7 +452,7 @@ impl Journal {
         limit: usize,
     ) -> Result<Vec<NewMessage>> {
         let mut conn = self.pool.get_conn().await?;
-        let rows: Vec<Row> = match after {
+        let rows: Vec<PageRow> = match after {
             None => {
                 conn.exec(
                     "SELECT id, stream, body, due_ms FROM delayq_messages WHERE state = 0 \
@@ -289,7 +503,10 @@ impl Journal {
 }
 
 /// A row as `unfinished` reads it: id, stream, body, due ms.
-type Row = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
+type PageRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
+
+/// A row as `lookup` reads it: stream, due ms, state, entry id, updated ms.
+type LookupRow = (Vec<u8>, u64, u8, Option<Vec<u8>>, u64);
 
 /// A message's `body` column (see the migration).
 fn body(msg: &NewMessage) -> Vec<u8> {

@@ -97,3 +97,29 @@ pub const PROCESS_OPEN_FDS: &str = "process_open_fds";
 pub const PROCESS_MAX_FDS: &str = "process_max_fds";
 pub const PROCESS_THREADS: &str = "process_threads";
 pub const PROCESS_START: &str = "process_start_time_seconds";
+/// Pushes the journal committed or failed (`[journal]`).
+pub const JOURNAL_PUSHES: &str = "delayq_journal_pushes_total";
+/// Changes (deliveries, expiries, dead letters, cancellations, new due times)
+/// copied from the outbox into the journal.
+pub const JOURNAL_CHANGES: &str = "delayq_journal_changes_total";
+/// From a change in Redis to its commit in the journal.
+pub const JOURNAL_LAG: &str = "delayq_journal_lag_seconds";
+pub const JOURNAL_OUTBOX: &str = "delayq_journal_outbox_items";
+pub const JOURNAL_ERRORS: &str = "delayq_journal_errors_total";
+/// 1 while Redis has lost the journal's data and forwarding waits for a restore.
+pub const JOURNAL_REDIS_LOST: &str = "delayq_journal_redis_data_lost";
+pub const JOURNAL_RESTORED: &str = "delayq_journal_restored_total";
+pub const JOURNAL_TRIMMED: &str = "delayq_journal_trimmed_total";
+
+/// Counts messages a restore scheduled again.
+pub fn journal_restored(n: u64, dry_run: bool) {
+    if !dry_run {
+        metrics::counter!(JOURNAL_RESTORED).increment(n);
+    }
+}
+
+/// Counts a group commit of `rows` pushes.
+pub fn journal_commit(rows: usize, ok: bool) {
+    let outcome = if ok { "committed" } else { "failed" };
+    metrics::counter!(JOURNAL_PUSHES, "outcome" => outcome).increment(rows as u64);
+}

@@ -343,6 +343,54 @@ pub const METRICS: &[Described] = &[
         &[],
         "process start time, seconds since the Unix epoch",
     ),
+    metric(
+        JOURNAL_PUSHES,
+        Kind::Counter,
+        &["outcome"],
+        "pushes the journal committed (`committed`) or could not (`failed`: answered 503)",
+    ),
+    metric(
+        JOURNAL_CHANGES,
+        Kind::Counter,
+        &[],
+        "deliveries, expiries, dead letters, cancellations and new due times copied into the journal",
+    ),
+    metric(
+        JOURNAL_LAG,
+        Kind::Histogram,
+        &[],
+        "from a change in Redis to its commit in the journal",
+    ),
+    metric(
+        JOURNAL_OUTBOX,
+        Kind::Gauge,
+        &[],
+        "script calls' changes waiting in the leader's shards' outboxes for the journal",
+    ),
+    metric(
+        JOURNAL_ERRORS,
+        Kind::Counter,
+        &["op"],
+        "failed journal calls of the leader: `copy`, `marker`, `trim`, `reconcile`",
+    ),
+    metric(
+        JOURNAL_REDIS_LOST,
+        Kind::Gauge,
+        &[],
+        "1 while Redis has lost the journal's data: forwarding waits for a restore",
+    ),
+    metric(
+        JOURNAL_RESTORED,
+        Kind::Counter,
+        &[],
+        "messages scheduled again from the journal",
+    ),
+    metric(
+        JOURNAL_TRIMMED,
+        Kind::Counter,
+        &[],
+        "finished messages deleted from the journal after `journal.retention`",
+    ),
 ];
 
 #[cfg(test)]

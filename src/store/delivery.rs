@@ -212,7 +212,7 @@ impl Store {
             .arg(&options.dead_letter_stream)
             .arg(&options.id_field)
             .arg(&options.attempt_field)
-            .arg(self.record_layout.script_arg(options.retention))
+            .arg(self.records_arg(options.retention))
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
             .invoke_async(&mut self.conn.clone())

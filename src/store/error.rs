@@ -28,6 +28,12 @@ pub enum StoreError {
     /// with braces but no hash tag, whose dead letters could not share its slot).
     #[error("{0}")]
     BadStream(String),
+    /// The journal (`[journal]`) did not commit the push, so Redis was not asked:
+    /// nothing was stored.
+    #[error(
+        "the journal did not take the message ({0}); nothing was stored: send it again with the same id"
+    )]
+    NotJournaled(String),
     /// The Redis reached is of a kind delayq cannot run on.
     #[error("{0}")]
     Unsupported(String),
@@ -75,7 +81,9 @@ impl StoreError {
     /// carried. A fence is neither: callers that can be fenced handle it first.
     pub fn is_transient(&self) -> bool {
         match self {
-            StoreError::Busy(_) | StoreError::NotReplicated { .. } => true,
+            StoreError::Busy(_)
+            | StoreError::NotReplicated { .. }
+            | StoreError::NotJournaled(_) => true,
             StoreError::Redis(e) => {
                 e.is_io_error()
                     || e.is_timeout()

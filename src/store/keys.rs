@@ -183,6 +183,12 @@ impl Keys {
         format!("{}:wake", self.prefix)
     }
 
+    /// String: the journal's marker, the token of the journal this Redis belongs to
+    /// (see `journal::Marker`); gone means this Redis lost its data.
+    pub fn journal_marker(&self) -> String {
+        format!("{}:journal", self.prefix)
+    }
+
     /// Counter standalone instances take their epoch from.
     pub fn standalone_epoch(&self) -> String {
         format!("{}:standalone-epoch", self.prefix)

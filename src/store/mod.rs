@@ -9,6 +9,7 @@ mod conn;
 mod dial;
 mod error;
 mod inbox;
+mod journal;
 mod keys;
 mod outcome;
 mod reply;
@@ -30,6 +31,7 @@ pub use error::{Result, StoreError};
 pub use inbox::{
     CopyLimit, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS, Rejection,
 };
+pub use journal::{OutboxCode, OutboxLine};
 pub use keys::{
     CLUSTER_SLOTS, Keys, ShardKeys, cluster_dead_letter_stream, cluster_stream_refusal, has_tag,
     slot_of,
@@ -85,6 +87,7 @@ struct Scripts {
     ack_inbox: Script,
     pending_streams: Script,
     pending_count: Script,
+    journal_ack: Script,
 }
 
 impl Scripts {
@@ -103,6 +106,7 @@ impl Scripts {
             ack_inbox: script!("ack_inbox"),
             pending_streams: script!("pending_streams"),
             pending_count: script!("pending_count"),
+            journal_ack: script!("journal_ack"),
         }
     }
 }
@@ -130,6 +134,9 @@ pub struct StoreConfig {
     pub record_layout: RecordLayout,
     /// How the scripts store scheduled messages.
     pub pending_layout: PendingLayout,
+    /// Whether the scripts write each change to a shard's journal outbox
+    /// (`[journal]` on; see `journal_outbox` in the prelude).
+    pub journal: bool,
 }
 
 /// How terminal records (delivered, expired, dead, cancelled) are written. Either
@@ -199,6 +206,7 @@ pub struct Store {
     polls: Arc<streams::PollPool>,
     record_layout: RecordLayout,
     pending_layout: PendingLayout,
+    journal: bool,
     /// The shards a leader's term works on: every shard, or one election group's
     /// (`election.mode = "per_shard"`, see [`Store::owning`]).
     owned: Option<Arc<[u16]>>,
@@ -282,8 +290,21 @@ impl Store {
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
             record_layout: config.record_layout,
             pending_layout: config.pending_layout,
+            journal: config.journal,
             owned: None,
         })
+    }
+
+    /// The records argument of a script that writes terminal records: the layout
+    /// and retention, marked for the journal's outbox while the journal is on (the
+    /// prelude's `records_policy`).
+    fn records_arg(&self, retention: Duration) -> String {
+        let arg = self.record_layout.script_arg(retention);
+        if self.journal {
+            format!("j:{arg}")
+        } else {
+            arg
+        }
     }
 
     /// Whether this store works on Redis Cluster (one shard per hash slot).
@@ -542,7 +563,7 @@ impl Store {
         let reply: String = shard_invocation(&self.scripts.cancel, &k)
             .arg(0)
             .arg(id.as_str())
-            .arg(self.record_layout.script_arg(retention))
+            .arg(self.records_arg(retention))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
@@ -596,6 +617,7 @@ impl Store {
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
+            .arg(if self.journal { "j" } else { "" })
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
@@ -642,7 +664,7 @@ impl Store {
         let mut inv = shard_invocation(&self.scripts.forward, &k);
         inv.arg(epoch)
             .arg(limit)
-            .arg(self.record_layout.script_arg(options.retention))
+            .arg(self.records_arg(options.retention))
             .arg(options.id_field.as_deref().unwrap_or(""))
             .arg(options.attempt_field.as_deref().unwrap_or(""))
             .arg(&options.dead_letter_suffix)

@@ -15,6 +15,7 @@ mod health;
 mod http;
 mod interfaces;
 mod journal;
+mod journaled;
 mod limits;
 mod metrics;
 mod ops;

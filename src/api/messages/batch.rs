@@ -161,7 +161,7 @@ pub async fn batch(
         }
     }
     let outcomes = state
-        .store
+        .ingest
         .schedule_many(&valid, config.api.limits.max_delay, None)
         .await;
     let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);

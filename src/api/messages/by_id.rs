@@ -67,6 +67,24 @@ pub enum MessageStatus {
         at: u64,
         attempt: u64,
     },
+    /// Known only to the journal (`[journal]`): Redis has forgotten it (after
+    /// `records.retention`), the journal keeps it for `journal.retention`.
+    Journaled {
+        id: String,
+        /// `scheduled`, `delivered`, `expired`, `dead` or `cancelled`.
+        state: String,
+        /// The target stream.
+        stream: String,
+        /// The entry written, if any.
+        #[schema(required)]
+        entry_id: Option<String>,
+        /// Its due time, epoch milliseconds.
+        deliver_at: u64,
+        /// When the journal last changed it (its end, if it ended), epoch milliseconds.
+        at: u64,
+        /// `journal`.
+        source: String,
+    },
     /// Stored but unreadable; the forwarder will dead-letter it.
     Corrupt {
         id: String,
@@ -91,7 +109,7 @@ pub struct CancelAnswer {
     operation_id = "status",
     params(IdPath),
     responses(
-        (status = 200, description = "scheduled (with details), or for records.retention after it ended: delivered, expired, dead or cancelled", body = MessageStatus),
+        (status = 200, description = "scheduled (with details), or for records.retention after it ended: delivered, expired, dead or cancelled; then, with the journal on, what the journal knows (source: journal) for journal.retention", body = MessageStatus),
         (status = 400, description = "bad id (invalid_id), or a path that is not UTF-8", body = ErrorBody),
         (status = 404, description = "unknown (never scheduled, or its record expired)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
@@ -105,6 +123,28 @@ pub async fn status(
     let id = path_id(&id)?;
     let status = match state.store.get(&id).await? {
         Status::Unknown => {
+            if let Some(journal) = state.ingest.journal() {
+                let rows = journal.lookup(&id).await.map_err(|e| {
+                    ApiError::new(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "journal_unavailable",
+                        format!(
+                            "message {id}: unknown to Redis, and the journal did not answer: {e}"
+                        ),
+                    )
+                })?;
+                if let Some(row) = rows.into_iter().next() {
+                    return Ok(Json(MessageStatus::Journaled {
+                        id: id.as_str().to_owned(),
+                        state: row.state.as_str().to_owned(),
+                        stream: row.stream,
+                        entry_id: row.entry_id,
+                        deliver_at: row.due_ms,
+                        at: row.updated_ms,
+                        source: "journal".to_owned(),
+                    }));
+                }
+            }
             return Err(ApiError::not_found(format!(
                 "message {id}: unknown (never scheduled, or its record expired)"
             )));

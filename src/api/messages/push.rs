@@ -146,7 +146,7 @@ async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> 
     let value = read_json(body, body_limit(&config)).await?;
     let (msg, mode) = parse_push(&value, &config)?;
     let outcome = state
-        .store
+        .ingest
         .schedule(&msg, mode, state.config.api.limits.max_delay)
         .await?;
     tracing::debug!(id = msg.id.as_str(), stream = %msg.stream, ?outcome, "push");

@@ -15,7 +15,8 @@ local where = pending_find(P, id)
 if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
   pending_remove(P, id, where)
   local now = now_ms()
-  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3])
+  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3],
+    where.body and body_stream(where.body) or '')
   return 'cancelled'
 end
 local rec = find_record(KEYS[3], id)

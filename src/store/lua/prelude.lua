@@ -467,11 +467,31 @@ local function hash_into(gen, ids, values)
   for _, key in ipairs(order) do gen.n = gen.n + chunked({ 'HSET', key }, groups[key]) end
 end
 
--- A records argument (what RecordLayout::script_arg writes): the retention in ms,
--- prefixed by "hash:" for the hash layout. Returns the retention and the layout.
+-- A records argument (what Store::records_arg writes): the retention in ms, prefixed
+-- by "hash:" for the hash layout, the whole prefixed by "j:" while the journal is on.
+-- Returns the retention, the layout and whether to journal.
 local function records_policy(arg)
-  if string.sub(arg, 1, 5) == 'hash:' then return tonumber(string.sub(arg, 6)), 'hash' end
-  return tonumber(arg), 'compact'
+  local journal = string.sub(arg, 1, 2) == 'j:'
+  if journal then arg = string.sub(arg, 3) end
+  if string.sub(arg, 1, 5) == 'hash:' then return tonumber(string.sub(arg, 6)), 'hash', journal end
+  return tonumber(arg), 'compact', journal
+end
+
+-- The journal's outbox of a shard, next to its records: a list whose every item is
+-- one script call's changes, a line each (`journal_line`), that the leader copies
+-- into the journal and then trims (journal_ack.lua). Written in the same script as
+-- the change itself, so no change is ever missing from it.
+local function journal_outbox(records)
+  return records .. ':journal'
+end
+
+-- An outbox line: `<code> <id> <at ms> <entry id or -> <stream or ->` (ids, entry ids
+-- and stream names have no spaces; codes as STATE_CODES, R for a new due time,
+-- whose "entry" is the due time).
+local function journal_line(code, id, at, entry, stream)
+  if entry == nil or entry == '' then entry = '-' end
+  if stream == nil or stream == '' then stream = '-' end
+  return code .. ' ' .. id .. ' ' .. at .. ' ' .. entry .. ' ' .. stream
 end
 
 -- Keeps records (ids[i] -> parts[i]) written now for at least the retention, in the
@@ -480,10 +500,21 @@ end
 -- buckets for as many records as the one before it took, or as `expected()` says (the
 -- caller's guess, e.g. the messages already due in the shard; called only then),
 -- whichever is more, so that it seldom splits: a bucket no record reaches costs
--- nothing. Hash: one field each in the records hash, and one expiry entry for them all
+-- nothing. While the journal is on, one outbox item gets a line per record, naming
+-- each message's target stream (`targets`, else the record's). Hash: one field each in the records hash, and one expiry entry for them all
 -- in records_by_expiry.
-local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected)
-  local retention, layout = records_policy(policy)
+local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected, targets)
+  local retention, layout, journal = records_policy(policy)
+  if journal then
+    -- The journal knows a message by its id and target stream (targets[i]; the
+    -- record's stream is where it was written, a dead-letter stream maybe).
+    local lines = {}
+    for i, id in ipairs(ids) do
+      local p = parts[i]
+      lines[i] = journal_line(STATE_CODES[p[1]], id, p[3], p[2], targets and targets[i] or p[5])
+    end
+    redis.call('RPUSH', journal_outbox(records), table.concat(lines, '\n'))
+  end
   if layout == 'hash' then
     local args = {}
     for i, id in ipairs(ids) do
@@ -511,8 +542,8 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
   save_gen(records, gen)
 end
 
-local function keep_record(records, records_by_expiry, id, parts, now, policy)
-  keep_records(records, records_by_expiry, { id }, { parts }, now, policy)
+local function keep_record(records, records_by_expiry, id, parts, now, policy, target)
+  keep_records(records, records_by_expiry, { id }, { parts }, now, policy, nil, { target })
 end
 
 -- Forgets every record of id (an expiry entry of the hash layout's batches stays

@@ -100,7 +100,7 @@ if attempt >= tonumber(ARGV[7]) then
   redis.call('XACK', stream, group, entry)
   -- The delivery record goes first: it may sit in another generation or layout.
   forget_record(KEYS[3], KEYS[4], id)
-  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now, ARGV[15])
+  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now, ARGV[15], stream)
   return { 'dead', attempt, dead }
 end
 

@@ -7,6 +7,7 @@
 -- ARGV[5] max delay ms
 -- ARGV[6] wake-up channel
 -- ARGV[7] the pending layout to store it in: "compact" | "hash" (see the prelude)
+-- ARGV[8] "j" while the journal is on: the new due time goes to the journal's outbox
 -- returns: { "rescheduled", due_ms } | { state } for a message no longer scheduled
 --        (delivered, expired, dead, cancelled) | { "unknown" }
 --        | error "TOO_FAR ..." | error "CORRUPT ..." | error "FENCED ..."
@@ -37,4 +38,7 @@ unhold(KEYS[5], msg.stream, id) -- a held message is scheduled again, at its new
 local score = score_of(due, msg.priority)
 pending_add(P, ARGV[7], { id }, { score }, { msg })
 if pending_first(P) == score then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+if ARGV[8] == 'j' then
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('R', id, now, tostring(due), msg.stream))
+end
 return { 'rescheduled', due }

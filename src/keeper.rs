@@ -1,0 +1,397 @@
+//! The journal's keeper: a leader-only worker that runs while `[journal]` is on.
+//!
+//! - **Outbox → journal.** Every script that finishes a message (forward, expiry,
+//!   dead letter, cancel, redelivery's dead letter) or moves its due time writes the
+//!   change to its shard's outbox in the same call; the keeper copies each owned
+//!   shard's outbox into the journal (idempotent updates by id) and then drops what
+//!   it copied, fenced by the term's epoch. A change is never lost between Redis
+//!   and the journal: a keeper that dies before the drop leaves it for the next
+//!   leader, which copies it again. The lag (change in Redis → journal commit) is a
+//!   metric.
+//! - **Loss of Redis's data.** The journal's marker token sits in Redis
+//!   (`<prefix>:journal`). The term starts held (no forwarding, no redelivery)
+//!   until the keeper has seen the marker; it checks again every second. A missing
+//!   marker while the journal holds messages not finished means Redis lost its
+//!   data: forwarding stays held (so nothing restored is overtaken by a message
+//!   pushed later), `delayq_journal_redis_data_lost` is 1, an error is logged, and
+//!   with `journal.auto_restore` (the default) the keeper restores, overdue
+//!   messages included, then writes the marker back; otherwise it waits for
+//!   `delayq restore`, which writes it back.
+//! - **Reconciliation.** Every 10 s, messages scheduled in the journal, past due
+//!   and last written a minute ago or more are looked up in Redis: finished there,
+//!   the journal learns it; unknown there (a push whose Redis call failed after the
+//!   journal took it, or writes a Redis failover lost), they are scheduled again.
+//! - **Retention.** Every minute, finished messages older than
+//!   `journal.retention` are deleted in batches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::journal::{Journal, WRITE_TIMEOUT};
+use crate::metrics as m;
+use crate::restore::{RestoreOptions, restore};
+use crate::store::{OutboxCode, OutboxLine, RecordState, Status, Store, StoreError};
+use crate::term::Term;
+
+/// Outbox items (script calls' changes) copied per shard and round.
+const ITEMS_PER_ROUND: usize = 64;
+/// How often the outbox is copied when it was found empty.
+const COPY_EVERY: Duration = Duration::from_millis(100);
+const MARKER_EVERY: Duration = Duration::from_secs(1);
+const RECONCILE_EVERY: Duration = Duration::from_secs(10);
+/// A message scheduled in the journal is looked up in Redis once it is this far
+/// past due and unchanged this long.
+const RECONCILE_AFTER: Duration = Duration::from_secs(60);
+const RECONCILE_PAGE: usize = 500;
+const TRIM_EVERY: Duration = Duration::from_secs(60);
+const TRIM_BATCH: usize = 5000;
+
+/// Runs the keeper's loops until the term ends.
+pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store, journal: Journal) {
+    let config = live.borrow().clone();
+    tokio::join!(
+        copy_outbox(&term, &store, &journal),
+        watch_marker(&term, &config, &store, &journal),
+        reconcile(&term, &config, &store, &journal),
+        trim(&term, &config, &journal),
+    );
+}
+
+/// Sleeps `d`; false once the term is over.
+async fn pause(term: &Term, d: Duration) -> bool {
+    tokio::select! {
+        _ = term.ended() => false,
+        _ = tokio::time::sleep(d) => true,
+    }
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
+    let lag = metrics::histogram!(m::JOURNAL_LAG);
+    let changes = metrics::counter!(m::JOURNAL_CHANGES);
+    let mut failing = false;
+    loop {
+        let copied = match copy_round(term, store, journal, &lag).await {
+            Ok(n) => {
+                if failing {
+                    tracing::info!("the journal takes the outbox again");
+                    failing = false;
+                }
+                changes.increment(n as u64);
+                n
+            }
+            Err(CopyError::Fenced(held)) => return term.fenced("the journal outbox", held),
+            Err(CopyError::Other(e)) => {
+                metrics::counter!(m::JOURNAL_ERRORS, "op" => "copy").increment(1);
+                if !failing {
+                    tracing::warn!(error = %e, "cannot copy the outbox into the journal; retrying (changes wait in Redis)");
+                    failing = true;
+                }
+                0
+            }
+        };
+        let wait = if copied > 0 {
+            Duration::ZERO
+        } else {
+            COPY_EVERY
+        };
+        if !pause(term, wait).await {
+            return;
+        }
+    }
+}
+
+enum CopyError {
+    Fenced(u64),
+    Other(String),
+}
+
+/// One round over the owned shards in use; the changes it copied.
+async fn copy_round(
+    term: &Term,
+    store: &Store,
+    journal: &Journal,
+    lag: &metrics::Histogram,
+) -> Result<usize, CopyError> {
+    let other = |e: &dyn std::fmt::Display| CopyError::Other(e.to_string());
+    let shards = store.owned_in_use().await.map_err(|e| other(&e))?;
+    let items = store
+        .outbox_items(&shards, ITEMS_PER_ROUND)
+        .await
+        .map_err(|e| other(&e))?;
+    let mut lines = Vec::new();
+    for item in items.iter().flatten() {
+        for text in item.split('\n') {
+            match OutboxLine::parse(text) {
+                Some(line) => lines.push(line),
+                None => tracing::error!(
+                    line = text,
+                    "an outbox line this delayq does not write; skipped"
+                ),
+            }
+        }
+    }
+    if !lines.is_empty() {
+        match tokio::time::timeout(WRITE_TIMEOUT, journal.apply(&lines)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(other(&e)),
+            Err(_) => return Err(other(&"no commit in time")),
+        }
+        let now = now_ms();
+        for item in items.iter().flatten() {
+            if let Some(line) = item.split('\n').next().and_then(OutboxLine::parse) {
+                lag.record(now.saturating_sub(line.at_ms) as f64 / 1000.0);
+            }
+        }
+    }
+    let mut left = 0;
+    for (shard, taken) in shards.iter().zip(&items) {
+        if taken.is_empty() {
+            continue;
+        }
+        match store.outbox_ack(*shard, term.epoch(), taken.len()).await {
+            Ok(n) => left += n,
+            Err(StoreError::Fenced { held, .. }) => return Err(CopyError::Fenced(held)),
+            Err(e) => return Err(other(&e)),
+        }
+    }
+    metrics::gauge!(m::JOURNAL_OUTBOX).set(left as f64);
+    Ok(lines.len())
+}
+
+/// Releases the term's hold while Redis has the marker; on a loss, holds and
+/// restores (or waits for an operator's restore).
+async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Journal) {
+    let Some(settings) = &config.journal else {
+        return;
+    };
+    let lost = metrics::gauge!(m::JOURNAL_REDIS_LOST);
+    let mut reported = false;
+    loop {
+        match check_marker(store, journal).await {
+            Ok(Marker::Present) => {
+                if reported {
+                    tracing::info!("Redis has the journal's marker again: forwarding resumes");
+                    reported = false;
+                }
+                lost.set(0.0);
+                term.hold(false);
+            }
+            Ok(Marker::Lost { token, unfinished }) => {
+                term.hold(true);
+                lost.set(1.0);
+                if !reported {
+                    tracing::error!(
+                        unfinished,
+                        auto_restore = settings.auto_restore,
+                        "Redis has lost its data: the journal holds {unfinished} messages not finished; \
+                         forwarding is held until they are restored{}",
+                        if settings.auto_restore {
+                            " (restoring now)"
+                        } else {
+                            " (run delayq restore --include-overdue)"
+                        }
+                    );
+                    reported = true;
+                }
+                if settings.auto_restore {
+                    let options = RestoreOptions {
+                        include_overdue: true,
+                        ..RestoreOptions::default()
+                    };
+                    match restore(
+                        store,
+                        journal,
+                        &options,
+                        config.api.limits.max_delay,
+                        &|_, _| {},
+                    )
+                    .await
+                    {
+                        Ok(report) => {
+                            tracing::warn!(?report, "restored from the journal");
+                            if let Err(e) = store.set_journal_marker(&token).await {
+                                tracing::warn!(error = %e, "cannot write the journal's marker back yet");
+                            }
+                            continue;
+                        }
+                        Err(e) => {
+                            metrics::counter!(m::JOURNAL_ERRORS, "op" => "restore").increment(1);
+                            tracing::warn!(error = %e, "restore failed; trying again");
+                        }
+                    }
+                }
+            }
+            Err(e) => {
+                // Forwarding goes on while the marker was seen last; a term that has
+                // not seen it yet stays held.
+                metrics::counter!(m::JOURNAL_ERRORS, "op" => "marker").increment(1);
+                tracing::warn!(error = %e, "cannot check the journal's marker in Redis");
+            }
+        }
+        if !pause(term, MARKER_EVERY).await {
+            return;
+        }
+    }
+}
+
+enum Marker {
+    Present,
+    /// Gone while the journal holds `unfinished` messages; `token` is to write back.
+    Lost {
+        token: String,
+        unfinished: u64,
+    },
+}
+
+/// Whether Redis still holds the journal's data. A missing marker with nothing
+/// unfinished in the journal (a first start) is written, not a loss.
+async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String> {
+    if store
+        .journal_marker()
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        return Ok(Marker::Present);
+    }
+    let token = journal.marker().await.map_err(|e| e.to_string())?;
+    let unfinished = journal
+        .count_unfinished()
+        .await
+        .map_err(|e| e.to_string())?;
+    if unfinished == 0 {
+        store
+            .set_journal_marker(&token)
+            .await
+            .map_err(|e| e.to_string())?;
+        tracing::info!("the journal's marker written to Redis");
+        return Ok(Marker::Present);
+    }
+    Ok(Marker::Lost { token, unfinished })
+}
+
+async fn reconcile(term: &Term, config: &Config, store: &Store, journal: &Journal) {
+    let mut after: Option<(u64, String, String)> = None;
+    loop {
+        if !pause(term, RECONCILE_EVERY).await {
+            return;
+        }
+        term.unheld().await;
+        match reconcile_page(config, store, journal, after.as_ref()).await {
+            Ok(next) => after = next,
+            Err(e) => {
+                metrics::counter!(m::JOURNAL_ERRORS, "op" => "reconcile").increment(1);
+                tracing::warn!(error = %e, "reconciliation of the journal with Redis failed; trying again");
+            }
+        }
+    }
+}
+
+/// Looks up one page of stale messages; the page's end, or None at the end.
+async fn reconcile_page(
+    config: &Config,
+    store: &Store,
+    journal: &Journal,
+    after: Option<&(u64, String, String)>,
+) -> Result<Option<(u64, String, String)>, String> {
+    let now = store.now_ms().await.map_err(|e| e.to_string())?;
+    let before = now.saturating_sub(RECONCILE_AFTER.as_millis() as u64);
+    let page = journal
+        .stale(after, before, before, RECONCILE_PAGE)
+        .await
+        .map_err(|e| e.to_string())?;
+    let Some(last) = page.last() else {
+        return Ok(None);
+    };
+    let next = Some((last.2, last.0.as_str().to_owned(), last.1.clone()));
+    // A record in Redis lasts `records.retention`: a message past due longer than
+    // that and unknown to Redis may have been delivered and forgotten. Such a one
+    // is left for an operator's restore (`--include-overdue`).
+    let horizon = now.saturating_sub(config.records.retention.as_millis() as u64);
+    let mut learned = Vec::new();
+    let mut missing = Vec::new();
+    for (id, stream, due) in page {
+        match store.get(&id).await.map_err(|e| e.to_string())? {
+            Status::Done(record) => learned.push(OutboxLine {
+                code: match record.state {
+                    RecordState::Delivered => OutboxCode::Delivered,
+                    RecordState::Expired => OutboxCode::Expired,
+                    RecordState::Dead => OutboxCode::Dead,
+                    RecordState::Cancelled => OutboxCode::Cancelled,
+                },
+                id: id.as_str().to_owned(),
+                at_ms: record.at_ms,
+                entry: record.entry_id,
+                stream: Some(stream),
+            }),
+            Status::Unknown if due > horizon => missing.push(id),
+            Status::Unknown | Status::Scheduled(_) | Status::Corrupt(_) => {}
+        }
+    }
+    journal.apply(&learned).await.map_err(|e| e.to_string())?;
+    for id in &missing {
+        let options = RestoreOptions {
+            include_overdue: true,
+            dry_run: false,
+            id: Some(id.clone()),
+        };
+        let report = restore(
+            store,
+            journal,
+            &options,
+            config.api.limits.max_delay,
+            &|_, _| {},
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        tracing::warn!(
+            id = id.as_str(),
+            restored = report.restored,
+            "a message the journal holds was unknown to Redis past its due time: scheduled again"
+        );
+    }
+    if !learned.is_empty() {
+        tracing::info!(
+            messages = learned.len(),
+            "the journal learned finished messages from Redis's records"
+        );
+    }
+    Ok(next)
+}
+
+async fn trim(term: &Term, config: &Config, journal: &Journal) {
+    let Some(settings) = &config.journal else {
+        return;
+    };
+    let trimmed = metrics::counter!(m::JOURNAL_TRIMMED);
+    loop {
+        if !pause(term, TRIM_EVERY).await {
+            return;
+        }
+        let before = now_ms().saturating_sub(settings.retention.as_millis() as u64);
+        loop {
+            match journal.trim(before, TRIM_BATCH).await {
+                Ok(n) => {
+                    trimmed.increment(n);
+                    if n < TRIM_BATCH as u64 || !pause(term, Duration::from_millis(50)).await {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    metrics::counter!(m::JOURNAL_ERRORS, "op" => "trim").increment(1);
+                    tracing::warn!(error = %e, "cannot trim the journal; trying again in a minute");
+                    break;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,175 @@
+//! Restore: every message the journal holds not finished and Redis does not hold
+//! is scheduled again, with its id and its journaled due time. Shared by `delayq
+//! restore`, `POST /v1/admin/restore[/{id}]` and the keeper's automatic restore.
+//!
+//! A restore schedules through the store's idempotent schedule call (as new, by
+//! id), page by page in due order, so that it is safe to run again, to run while
+//! the leader forwards, and to run on several nodes at once: a message Redis still
+//! holds (pending, or on record as finished) is a duplicate there and stays as it
+//! is. Messages the journal says are finished are never read. The only messages a
+//! restore can send twice are those delivered but not yet journaled as such when
+//! Redis lost its data (the outbox's lag): they are due before the restore began,
+//! and the report counts such restored messages as `possibly_duplicate`.
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::journal::{Journal, JournalError};
+use crate::message::{Due, MessageId, NewMessage};
+use crate::store::{BatchItem, ScheduleMode, Scheduled, Status, Store, StoreError};
+
+/// Messages read from the journal, and scheduled, at a time.
+const PAGE: usize = 5000;
+
+/// What to restore.
+#[derive(Clone, Debug, Default)]
+pub struct RestoreOptions {
+    /// Also messages whose due time has passed (they go out at once); otherwise
+    /// those are counted as `overdue` and left.
+    pub include_overdue: bool,
+    /// Count only: nothing is scheduled.
+    pub dry_run: bool,
+    /// This message only.
+    pub id: Option<MessageId>,
+}
+
+/// What a restore found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RestoreReport {
+    /// Messages the journal holds not finished, looked at.
+    pub journaled: u64,
+    /// Scheduled again (with `dry_run`: would be).
+    pub restored: u64,
+    /// Redis holds them scheduled already.
+    pub already_present: u64,
+    /// Redis has them on record as finished (the journal will learn it from the
+    /// outbox).
+    pub finished_in_redis: u64,
+    /// Past their due time and not restored (`include_overdue` false).
+    pub overdue: u64,
+    /// Restored although due before the restore began: the only ones a consumer
+    /// may have received already (delivered but not yet journaled as such).
+    pub possibly_duplicate: u64,
+    /// Refused by Redis (a due time beyond `api.limits.max_delay`, a stream it
+    /// cannot hold); left in the journal.
+    pub refused: u64,
+    pub dry_run: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    #[error("journal: {0}")]
+    Journal(#[from] JournalError),
+    #[error("redis: {0}")]
+    Store(#[from] StoreError),
+}
+
+/// Restores per `options`; `progress(done, total)` after each page.
+pub async fn restore(
+    store: &Store,
+    journal: &Journal,
+    options: &RestoreOptions,
+    max_delay: Duration,
+    progress: &(dyn Fn(u64, u64) + Send + Sync),
+) -> Result<RestoreReport, RestoreError> {
+    let mut report = RestoreReport {
+        dry_run: options.dry_run,
+        ..RestoreReport::default()
+    };
+    let began = store.now_ms().await?;
+    if let Some(id) = &options.id {
+        let messages = journal.unfinished_by_id(id).await?;
+        restore_page(store, messages, began, options, max_delay, &mut report).await?;
+        progress(report.journaled, report.journaled);
+        return Ok(report);
+    }
+    let total = journal.count_unfinished().await?;
+    let mut after: Option<(u64, String, String)> = None;
+    loop {
+        let page = journal.unfinished(after.as_ref(), PAGE).await?;
+        let Some(last) = page.last() else { break };
+        after = Some((
+            due_of(last),
+            last.id.as_str().to_owned(),
+            last.stream.clone(),
+        ));
+        let full = page.len() == PAGE;
+        restore_page(store, page, began, options, max_delay, &mut report).await?;
+        progress(report.journaled, total.max(report.journaled));
+        if !full {
+            break;
+        }
+    }
+    crate::metrics::journal_restored(report.restored, options.dry_run);
+    Ok(report)
+}
+
+fn due_of(msg: &NewMessage) -> u64 {
+    match msg.due {
+        Due::At(ms) => ms,
+        Due::In(d) => d.as_millis() as u64,
+    }
+}
+
+async fn restore_page(
+    store: &Store,
+    page: Vec<NewMessage>,
+    began: u64,
+    options: &RestoreOptions,
+    max_delay: Duration,
+    report: &mut RestoreReport,
+) -> Result<(), RestoreError> {
+    report.journaled += page.len() as u64;
+    let mut wanted = Vec::with_capacity(page.len());
+    for msg in page {
+        let overdue = due_of(&msg) <= began;
+        if overdue && !options.include_overdue {
+            report.overdue += 1;
+        } else {
+            wanted.push((msg, overdue));
+        }
+    }
+    if options.dry_run {
+        let mut found: Vec<Result<Status, StoreError>> = Vec::with_capacity(wanted.len());
+        for chunk in wanted.chunks(64) {
+            let lookups = chunk.iter().map(|(msg, _)| store.get(&msg.id));
+            found.extend(futures::future::join_all(lookups).await);
+        }
+        for ((_, overdue), status) in wanted.iter().zip(found) {
+            match status? {
+                Status::Scheduled(_) | Status::Corrupt(_) => report.already_present += 1,
+                Status::Done(_) => report.finished_in_redis += 1,
+                Status::Unknown => {
+                    report.restored += 1;
+                    report.possibly_duplicate += u64::from(*overdue);
+                }
+            }
+        }
+        return Ok(());
+    }
+    let items: Vec<BatchItem> = wanted
+        .iter()
+        .map(|(msg, _)| BatchItem {
+            msg: msg.clone(),
+            mode: ScheduleMode::New,
+            inbox_entry: None,
+        })
+        .collect();
+    let outcomes = store.schedule_many(&items, max_delay, None).await;
+    for ((_, overdue), outcome) in wanted.iter().zip(outcomes) {
+        match outcome {
+            Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. }) => {
+                report.restored += 1;
+                report.possibly_duplicate += u64::from(*overdue);
+            }
+            Ok(Scheduled::Duplicate { state, .. }) if state == "scheduled" => {
+                report.already_present += 1
+            }
+            Ok(Scheduled::Duplicate { .. }) => report.finished_in_redis += 1,
+            Err(StoreError::TooFar(_) | StoreError::BadStream(_)) => report.refused += 1,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

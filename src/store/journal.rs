@@ -1,0 +1,144 @@
+//! The store's side of the journal: each shard's outbox, which the scripts fill in
+//! the same call as the change they journal, and the marker that tells whether
+//! this Redis still holds the data the journal describes. (The journal itself, in
+//! MySQL, is `crate::journal`'s.)
+
+use redis::AsyncCommands;
+
+use super::{Result, Store, StoreError};
+
+/// What an outbox line says happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutboxCode {
+    Delivered,
+    Expired,
+    Dead,
+    Cancelled,
+    /// A new due time (`reschedule`).
+    Rescheduled,
+}
+
+/// One change, as a script wrote it to the outbox: `<code> <id> <at ms> <entry id
+/// or -> <stream or ->`; a new due time's "entry" is that due time.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutboxLine {
+    pub code: OutboxCode,
+    pub id: String,
+    pub at_ms: u64,
+    pub entry: Option<String>,
+    pub stream: Option<String>,
+}
+
+impl OutboxLine {
+    /// Reads one line; None for a line this delayq does not write.
+    pub fn parse(line: &str) -> Option<OutboxLine> {
+        let mut parts = line.split(' ');
+        let code = match parts.next()? {
+            "D" => OutboxCode::Delivered,
+            "E" => OutboxCode::Expired,
+            "X" => OutboxCode::Dead,
+            "C" => OutboxCode::Cancelled,
+            "R" => OutboxCode::Rescheduled,
+            _ => return None,
+        };
+        let id = parts.next().filter(|s| !s.is_empty())?.to_owned();
+        let at_ms = parts.next()?.parse().ok()?;
+        let dash = |s: &str| (s != "-").then(|| s.to_owned());
+        let entry = dash(parts.next()?);
+        let stream = dash(parts.next()?);
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(OutboxLine {
+            code,
+            id,
+            at_ms,
+            entry,
+            stream,
+        })
+    }
+}
+
+impl Store {
+    /// The outbox key of `shard` (the prelude's `journal_outbox`).
+    fn outbox(&self, shard: u16) -> String {
+        format!("{}:journal", self.keys.shard(shard).records)
+    }
+
+    /// The first `items` items of each shard's outbox (an item is one script
+    /// call's lines), shard by shard.
+    pub async fn outbox_items(&self, shards: &[u16], items: usize) -> Result<Vec<Vec<String>>> {
+        let cmds = shards
+            .iter()
+            .map(|&shard| {
+                let mut cmd = redis::cmd("LRANGE");
+                cmd.arg(self.outbox(shard))
+                    .arg(0)
+                    .arg(items.max(1) as i64 - 1);
+                cmd
+            })
+            .collect();
+        self.query_each(cmds).await
+    }
+
+    /// Drops the first `copied` items of a shard's outbox, as the leader of
+    /// `epoch`, once they are in the journal; the items left.
+    pub async fn outbox_ack(&self, shard: u16, epoch: u64, copied: usize) -> Result<u64> {
+        let k = self.keys.shard(shard);
+        self.scripts
+            .journal_ack
+            .key(self.outbox(shard))
+            .key(&k.fence)
+            .arg(epoch)
+            .arg(copied)
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)
+    }
+
+    /// The journal marker this Redis holds, if any.
+    pub async fn journal_marker(&self) -> Result<Option<String>> {
+        Ok(self.conn.clone().get(self.keys.journal_marker()).await?)
+    }
+
+    /// Writes the journal marker.
+    pub async fn set_journal_marker(&self, token: &str) -> Result<()> {
+        let () = self
+            .conn
+            .clone()
+            .set(self.keys.journal_marker(), token)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outbox_lines_read_back() {
+        assert_eq!(
+            OutboxLine::parse("D m-1 1700000000123 1700000000120-3 orders"),
+            Some(OutboxLine {
+                code: OutboxCode::Delivered,
+                id: "m-1".into(),
+                at_ms: 1_700_000_000_123,
+                entry: Some("1700000000120-3".into()),
+                stream: Some("orders".into()),
+            })
+        );
+        let cancelled = OutboxLine::parse("C m-2 5 - -").expect("a cancellation");
+        assert_eq!((cancelled.entry, cancelled.stream), (None, None));
+        for bad in [
+            "",
+            "Q m 1 - -",
+            "D  1 - -",
+            "D m x - -",
+            "D m 1 -",
+            "D m 1 - - x",
+        ] {
+            assert_eq!(OutboxLine::parse(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! The daemon with its journal on, against a real MariaDB and Redis: Redis loses
+//! its data and every message not finished comes back, once; MySQL stops under
+//! load and nothing confirmed is lost, and the two agree again after.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use delayq::harness::{DelayqProcess, MariaDbServer, RedisServer};
+use serde_json::json;
+
+use crate::support::{Api, Tally, delayq_bin, entries, eventually};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+async fn mariadb() -> MariaDbServer {
+    tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .unwrap()
+        .expect("start MariaDB")
+}
+
+fn journaled_node(redis: &RedisServer, db: &MariaDbServer, extra: &str) -> DelayqProcess {
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 4\n[journal]\nurl = \"{}\"\n{extra}",
+        redis.url(),
+        db.url_with_password()
+    );
+    DelayqProcess::start(&delayq_bin(), "journaled", &config).expect("start delayq")
+}
+
+/// The journal's finished rows: id → (state, entry id).
+fn journal_rows(db: &MariaDbServer) -> BTreeMap<String, (u8, String)> {
+    db.sql("SELECT id, state, COALESCE(entry_id, '-') FROM delayq.delayq_messages")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let mut parts = l.split('\t');
+            Some((
+                parts.next()?.to_owned(),
+                (parts.next()?.parse().ok()?, parts.next()?.to_owned()),
+            ))
+        })
+        .collect()
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Loss {
+    Flushall,
+    RestartWithoutPersistence,
+}
+
+/// 100 000 messages: half due at once (delivered, and journaled as such, before
+/// the loss), half due 20 s on. Redis loses everything; the leader sees its
+/// marker gone, holds forwarding and restores by itself: the later half reach
+/// the (now empty) stream once each and not before their due time, the first
+/// half never again.
+async fn redis_loses_its_data(loss: Loss) {
+    let db = mariadb().await;
+    let mut redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(30));
+    const N: usize = 100_000;
+    let late_due = now_ms() + 20_000;
+    let ids: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
+    let (early, late) = ids.split_at(N / 2);
+    for (part, due) in [(early, None), (late, Some(late_due))] {
+        for chunk in part.chunks(1000) {
+            let messages: Vec<_> = chunk
+                .iter()
+                .map(|id| match due {
+                    None => json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 0}),
+                    Some(at) => json!({"id": id, "stream": "s", "payload": "x", "deliver_at": at}),
+                })
+                .collect();
+            let (status, body) = api
+                .post("/v1/messages/batch", json!({ "messages": messages }))
+                .await;
+            assert_eq!(
+                (status, &body["scheduled"]),
+                (200, &json!(chunk.len())),
+                "{body}"
+            );
+        }
+    }
+    // The first half delivered, and the journal knows each one's entry.
+    let mut conn = redis.client();
+    eventually(Duration::from_secs(60), "the first half delivered", || {
+        let n = entries(&mut conn, "s").len();
+        async move { (n == N / 2).then_some(()) }
+    })
+    .await;
+    let sent_before: BTreeMap<String, String> = entries(&mut conn, "s")
+        .into_iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
+        .collect();
+    eventually(Duration::from_secs(30), "deliveries journaled", || {
+        let rows = journal_rows(&db);
+        let all = early
+            .iter()
+            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent_before[id])));
+        async move { all.then_some(()) }
+    })
+    .await;
+    assert!(
+        late_due > now_ms() + 2_000,
+        "the later half still pending at the loss"
+    );
+
+    match loss {
+        Loss::Flushall => {
+            let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+        }
+        Loss::RestartWithoutPersistence => redis.restart().unwrap(),
+    }
+    let mut conn = redis.client();
+    let tally = eventually(Duration::from_secs(60), "the later half delivered", || {
+        let got = entries(&mut conn, "s");
+        let tally = Tally::of_ids(late, &got);
+        async move { tally.lost.is_empty().then_some((tally, got)) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (_, got) = tally;
+    let tally = Tally::of_ids(late, &entries(&mut conn, "s"));
+    tally.assert_exact(&node.log());
+    for e in &got {
+        let at: u64 = e.id.split('-').next().unwrap().parse().unwrap();
+        assert!(at >= late_due, "{} sent at {at}, due at {late_due}", e.id);
+    }
+    let log = node.log();
+    assert!(log.contains("Redis has lost its data"), "{log}");
+    assert!(log.contains("restored from the journal"), "{log}");
+    // And the journal learns the later half's deliveries too.
+    let sent: BTreeMap<String, String> = got
+        .into_iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
+        .collect();
+    eventually(Duration::from_secs(30), "the later half journaled", || {
+        let rows = journal_rows(&db);
+        let all = late
+            .iter()
+            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
+        async move { all.then_some(()) }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_flushall_every_message_not_finished_is_restored_once() {
+    redis_loses_its_data(Loss::Flushall).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_without_persistence_every_message_not_finished_is_restored_once() {
+    redis_loses_its_data(Loss::RestartWithoutPersistence).await;
+}
+
+/// Pushes one at a time, each due 300 ms on, until stopped: the confirmed ids,
+/// and the ids refused because the journal did not take them.
+struct Load {
+    confirmed: Arc<Mutex<Vec<String>>>,
+    unjournaled: Arc<Mutex<Vec<String>>>,
+    other: Arc<Mutex<Vec<String>>>,
+    stop: tokio_util::sync::CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(api: Api) -> Load {
+        let confirmed = Arc::new(Mutex::new(Vec::new()));
+        let unjournaled = Arc::new(Mutex::new(Vec::new()));
+        let other = Arc::new(Mutex::new(Vec::new()));
+        let stop = tokio_util::sync::CancellationToken::new();
+        let task = tokio::spawn({
+            let (confirmed, unjournaled, other, stop) = (
+                confirmed.clone(),
+                unjournaled.clone(),
+                other.clone(),
+                stop.clone(),
+            );
+            async move {
+                let mut i = 0;
+                while !stop.is_cancelled() {
+                    let id = format!("l{i}");
+                    i += 1;
+                    let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 300});
+                    let (status, answer) = api.post("/v1/messages", body).await;
+                    match (status, answer["error"].as_str()) {
+                        (201, _) => confirmed.lock().unwrap().push(id),
+                        (503, Some("journal_unavailable")) => unjournaled.lock().unwrap().push(id),
+                        _ => other.lock().unwrap().push(id),
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                }
+            }
+        });
+        Load {
+            confirmed,
+            unjournaled,
+            other,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+        let take = |v: &Arc<Mutex<Vec<String>>>| std::mem::take(&mut *v.lock().unwrap());
+        (
+            take(&self.confirmed),
+            take(&self.unjournaled),
+            take(&self.other),
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_mysql_stopped_pushes_answer_503_and_nothing_confirmed_is_lost() {
+    let mut db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
+    let load = Load::start(api.clone());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    db.stop();
+    eventually(Duration::from_secs(20), "pushes refused", || async {
+        (load.unjournaled.lock().unwrap().len() >= 5).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    tokio::task::block_in_place(|| db.restart()).unwrap();
+    let number = |id: &String| id[1..].parse::<u64>().unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "pushes confirmed again",
+        || async {
+            let last_refused = load.unjournaled.lock().unwrap().iter().map(number).max();
+            let confirmed = load.confirmed.lock().unwrap();
+            confirmed
+                .iter()
+                .map(number)
+                .any(|n| Some(n) > last_refused)
+                .then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (confirmed, unjournaled, other) = load.stop().await;
+    assert!(
+        other.is_empty(),
+        "only 201 or 503 journal_unavailable: {other:?}"
+    );
+
+    // Every confirmed push delivered once; none refused by the journal at all.
+    let mut conn = redis.client();
+    let got = eventually(
+        Duration::from_secs(20),
+        "every confirmed push delivered",
+        || {
+            let got = entries(&mut conn, "s");
+            let tally = Tally::of_ids(&confirmed, &got);
+            async move { tally.lost.is_empty().then_some(got) }
+        },
+    )
+    .await;
+    let tally = Tally::of_ids(&confirmed, &got);
+    tally.assert_exact(&node.log());
+    let refused: BTreeSet<&String> = unjournaled.iter().collect();
+    assert!(
+        !got.iter()
+            .any(|e| refused.contains(&e.get("delayq-id").unwrap().to_owned())),
+        "a push the journal refused was stored"
+    );
+    // The journal agrees with Redis: each delivered, with its entry id (the
+    // deliveries made while MySQL was down were copied from the outbox after).
+    let sent: BTreeMap<String, String> = got
+        .into_iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
+        .collect();
+    eventually(Duration::from_secs(30), "the journal agrees", || {
+        let rows = journal_rows(&db);
+        let agree = rows.len() == confirmed.len()
+            && confirmed
+                .iter()
+                .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
+        async move { agree.then_some(()) }
+    })
+    .await;
+    println!(
+        "MySQL stopped under load: {} confirmed, {} refused (journal_unavailable)",
+        confirmed.len(),
+        unjournaled.len()
+    );
+}
