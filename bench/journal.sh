@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The journal's cost and restore rate, on this machine: HTTP batch ingest with the
+# journal off and on, the journal's rows and bytes per message, and a restore of
+# every message after a FLUSHALL. Starts its own Redis, MariaDB and delayq
+# (target/release/delayq) on loopback ports in a temp dir.
+#   bench/journal.sh [messages]   (default 200000)
+set -euo pipefail
+N=${1:-200000}
+BIN=${DELAYQ_BIN:-target/release/delayq}
+DIR=$(mktemp -d /tmp/delayq-journal-bench.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5; rm -rf "$DIR"; }
+trap cleanup EXIT
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
+
+RPORT=$(port); redis-server --port "$RPORT" --save "" --appendonly no --dir "$DIR" --daemonize no > "$DIR/redis.log" 2>&1 & PIDS+=($!)
+MPORT=$(port)
+mariadb-install-db --no-defaults --datadir="$DIR/db" --user=root --auth-root-authentication-method=normal --skip-test-db > "$DIR/install.log" 2>&1
+/usr/sbin/mariadbd --no-defaults --datadir="$DIR/db" --socket="$DIR/db/s.sock" --pid-file="$DIR/db/p.pid" \
+  --log-error="$DIR/db/error.log" --port="$MPORT" --user=root --bind-address=127.0.0.1 --skip-name-resolve \
+  --skip-log-bin --innodb-buffer-pool-size=512M & PIDS+=($!)
+wait_port "$RPORT"; wait_port "$MPORT"
+sql() { mariadb --no-defaults --socket="$DIR/db/s.sock" -uroot --batch --skip-column-names -e "$1"; }
+sql "CREATE DATABASE delayq; CREATE USER 'delayq'@'%' IDENTIFIED BY 'pw'; GRANT ALL ON delayq.* TO 'delayq'@'%';"
+
+# push PORT: N messages, 1000 per HTTP batch, 4 clients at once, all due in an hour.
+push() {
+  python3 - "$1" "$N" "$2" <<'PY'
+import http.client, json, sys, threading, time
+port, n, tag = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+per, clients = 1000, 4
+def run(k):
+    c = http.client.HTTPConnection("127.0.0.1", port)
+    for b in range(k, n // per, clients):
+        msgs = [{"id": f"{tag}{b * per + i}", "stream": "bench", "payload": "x" * 100, "delay": "1h"} for i in range(per)]
+        c.request("POST", "/v1/messages/batch", json.dumps({"messages": msgs}), {"Content-Type": "application/json"})
+        r = c.getresponse(); body = json.loads(r.read())
+        assert r.status == 200 and body["scheduled"] == per, body
+t = time.time()
+ts = [threading.Thread(target=run, args=(k,)) for k in range(clients)]
+[x.start() for x in ts]; [x.join() for x in ts]
+print(f"{n / (time.time() - t):.0f}")
+PY
+}
+node() { # node NAME EXTRA-TOML: starts delayq, prints its API port
+  local p; p=$(port)
+  printf '[node]\nid = "%s"\n[api]\nlisten = "127.0.0.1:%s"\n[redis]\nurl = "redis://127.0.0.1:%s"\n%b' "$1" "$p" "$RPORT" "$2" > "$DIR/$1.toml"
+  "$BIN" run --config "$DIR/$1.toml" > "$DIR/$1.log" 2>&1 & PIDS+=($!)
+  wait_port "$p"; echo "$p"
+}
+JOURNAL="[journal]\nurl = \"mysql://delayq:pw@127.0.0.1:$MPORT/delayq\"\n"
+
+P=$(node off "")
+OFF=$(push "$P" off)
+kill "${PIDS[-1]}"; sleep 1
+redis-cli -p "$RPORT" FLUSHALL > /dev/null
+P=$(node on "$JOURNAL")
+ON=$(push "$P" on)
+ROWS=$(sql "SELECT COUNT(*) FROM delayq.delayq_messages")
+sql "ANALYZE TABLE delayq.delayq_messages" > /dev/null
+BYTES=$(sql "SELECT data_length + index_length FROM information_schema.TABLES WHERE table_schema = 'delayq' AND table_name = 'delayq_messages'")
+kill "${PIDS[-1]}"; sleep 1
+redis-cli -p "$RPORT" FLUSHALL > /dev/null
+printf '[redis]\nurl = "redis://127.0.0.1:%s"\n%b' "$RPORT" "$JOURNAL" > "$DIR/restore.toml"
+T0=$(date +%s.%N)
+"$BIN" restore --config "$DIR/restore.toml" --json > "$DIR/restore.json"
+T1=$(date +%s.%N)
+RESTORED=$(python3 -c "import json; print(json.load(open('$DIR/restore.json'))['restored'])")
+echo "messages: $N (100-byte payload, HTTP batches of 1000, 4 clients)"
+echo "ingest, journal off: $OFF msg/s"
+echo "ingest, journal on:  $ON msg/s"
+echo "journal: $ROWS rows, $(( BYTES / ROWS )) bytes per message (data + indexes, InnoDB)"
+python3 -c "print(f'restore after FLUSHALL: {$RESTORED} messages in {$T1 - $T0:.2f} s = {$RESTORED / ($T1 - $T0):.0f} msg/s')"
