@@ -9,7 +9,7 @@ N=${1:-200000}
 BIN=${DELAYQ_BIN:-target/release/delayq}
 DIR=$(mktemp -d /tmp/delayq-journal-bench.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5; rm -rf "$DIR"; }
+cleanup() { for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5; [ -n "${KEEP:-}" ] || rm -rf "$DIR"; }
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
@@ -46,21 +46,22 @@ PY
 node() { # node NAME EXTRA-TOML: starts delayq, prints its API port
   local p; p=$(port)
   printf '[node]\nid = "%s"\n[api]\nlisten = "127.0.0.1:%s"\n[redis]\nurl = "redis://127.0.0.1:%s"\n%b' "$1" "$p" "$RPORT" "$2" > "$DIR/$1.toml"
-  "$BIN" run --config "$DIR/$1.toml" > "$DIR/$1.log" 2>&1 & PIDS+=($!)
+  "$BIN" run --config "$DIR/$1.toml" > "$DIR/$1.log" 2>&1 &
+  echo $! > "$DIR/$1.pid"
   wait_port "$p"; echo "$p"
 }
 JOURNAL="[journal]\nurl = \"mysql://delayq:pw@127.0.0.1:$MPORT/delayq\"\n"
 
 P=$(node off "")
 OFF=$(push "$P" off)
-kill "${PIDS[-1]}"; sleep 1
+kill "$(cat "$DIR/off.pid")"; sleep 1
 redis-cli -p "$RPORT" FLUSHALL > /dev/null
 P=$(node on "$JOURNAL")
 ON=$(push "$P" on)
 ROWS=$(sql "SELECT COUNT(*) FROM delayq.delayq_messages")
 sql "ANALYZE TABLE delayq.delayq_messages" > /dev/null
 BYTES=$(sql "SELECT data_length + index_length FROM information_schema.TABLES WHERE table_schema = 'delayq' AND table_name = 'delayq_messages'")
-kill "${PIDS[-1]}"; sleep 1
+kill "$(cat "$DIR/on.pid")"; sleep 1
 redis-cli -p "$RPORT" FLUSHALL > /dev/null
 printf '[redis]\nurl = "redis://127.0.0.1:%s"\n%b' "$RPORT" "$JOURNAL" > "$DIR/restore.toml"
 T0=$(date +%s.%N)
