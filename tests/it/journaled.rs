@@ -299,3 +299,242 @@ async fn with_mysql_stopped_pushes_answer_503_and_nothing_confirmed_is_lost() {
         unjournaled.len()
     );
 }
+
+/// The leader dies (SIGKILL) under load with the journal on: the new leader copies
+/// what the dead one left in the outboxes, so the journal ends up agreeing with
+/// Redis on every delivery.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_leader_is_killed_the_next_one_journals_its_deliveries() {
+    let db = mariadb().await;
+    let journal = format!("[journal]\nurl = \"{}\"\n", db.url_with_password());
+    let mut c = crate::support::Cluster::start(2, 1, &journal).await;
+    let (leader, _) = c.one_leader().wait(|| c.logs()).await;
+    let standby = 1 - leader;
+    let load = Load::start(
+        c.apis[standby]
+            .clone()
+            .with_timeout(Duration::from_secs(10)),
+    );
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    c.nodes[leader].kill();
+    let killed = std::time::Instant::now();
+    c.one_leader()
+        .except(&[leader])
+        .within(Duration::from_secs(30))
+        .wait(|| c.logs())
+        .await;
+    let took_over = killed.elapsed();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (confirmed, unjournaled, other) = load.stop().await;
+    assert!(
+        unjournaled.is_empty() && other.is_empty(),
+        "{unjournaled:?} {other:?}"
+    );
+
+    let mut conn = c.redis.client();
+    let got = eventually(
+        Duration::from_secs(30),
+        "every confirmed push delivered",
+        || {
+            let got = entries(&mut conn, "s");
+            let tally = Tally::of_ids(&confirmed, &got);
+            async move { tally.lost.is_empty().then_some(got) }
+        },
+    )
+    .await;
+    Tally::of_ids(&confirmed, &got).assert_exact(&c.logs());
+    let sent: BTreeMap<String, String> = got
+        .into_iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
+        .collect();
+    let journaled = std::time::Instant::now();
+    eventually(Duration::from_secs(30), "the journal agrees", || {
+        let rows = journal_rows(&db);
+        let agree = confirmed
+            .iter()
+            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
+        async move { agree.then_some(()) }
+    })
+    .await;
+    println!(
+        "leader SIGKILL with the journal on: {} confirmed, taken over after {took_over:?}, journal caught up {:?} after the last delivery was seen",
+        confirmed.len(),
+        journaled.elapsed()
+    );
+}
+
+/// With `auto_restore = false` a leader that finds Redis's data lost holds
+/// forwarding (a message pushed meanwhile waits) until an operator restores: one
+/// message through the API, the rest with `delayq restore`. Meanwhile a message
+/// Redis forgot is answered from the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "auto_restore = false\n");
+    let api = Api::new(node.api);
+    let due = now_ms() + 3_000;
+    for i in 0..20 {
+        let body = json!({"id": format!("p{i}"), "stream": "s", "payload": "x", "deliver_at": due});
+        assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    }
+    let body = json!({"id": "sent", "stream": "s", "payload": "x", "delay_ms": 0});
+    assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    let mut conn = redis.client();
+    eventually(
+        Duration::from_secs(20),
+        "sent delivered and journaled",
+        || {
+            let rows = journal_rows(&db);
+            async move { (rows.get("sent").map(|r| r.0) == Some(1)).then_some(()) }
+        },
+    )
+    .await;
+
+    let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    eventually(Duration::from_secs(20), "the loss noticed", || async {
+        let text = api.metrics().await?;
+        text.lines()
+            .any(|l| l == "delayq_journal_redis_data_lost 1")
+            .then_some(())
+    })
+    .await;
+    // Redis forgot "sent": the journal answers.
+    let (status, answer) = api.get("/v1/messages/sent").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (&answer["state"], &answer["source"], &answer["stream"]),
+        (&json!("delivered"), &json!("journal"), &json!("s"))
+    );
+    // A push while held is taken, and waits.
+    let body = json!({"id": "later", "stream": "s", "payload": "x", "delay_ms": 0});
+    assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    let (status, dry) = api
+        .post(
+            "/v1/admin/restore",
+            json!({"dry_run": true, "include_overdue": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{dry}");
+    assert_eq!(
+        (&dry["journaled"], &dry["restored"], &dry["already_present"]),
+        (&json!(21), &json!(20), &json!(1)),
+        "{dry}"
+    );
+    let (status, one) = api.post("/v1/admin/restore/p0", json!({})).await;
+    assert_eq!((status, &one["restored"]), (200, &json!(1)), "{one}");
+    let (status, none) = api.post("/v1/admin/restore/sent", json!({})).await;
+    assert_eq!(status, 404, "a delivered message is not restored: {none}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        entries(&mut conn, "s").is_empty(),
+        "held: nothing forwarded"
+    );
+
+    // The rest with the CLI; then forwarding resumes.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("delayq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[redis]\nurl = \"{}\"\nshards = 4\n[journal]\nurl = \"{}\"\n",
+            redis.url(),
+            db.url_with_password()
+        ),
+    )
+    .unwrap();
+    let out = tokio::process::Command::new(delayq_bin())
+        .args(["restore", "--json", "--include-overdue", "--config"])
+        .arg(&config)
+        .env_remove("DELAYQ_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        crate::support::text(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&report["restored"], &report["already_present"]),
+        (&json!(19), &json!(2)),
+        "{report}"
+    );
+    let mut want: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    want.push("later".into());
+    let got = eventually(Duration::from_secs(20), "all delivered", || {
+        let got = entries(&mut conn, "s");
+        let tally = Tally::of_ids(&want, &got);
+        async move { tally.lost.is_empty().then_some(got) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    Tally::of_ids(&want, &entries(&mut conn, "s")).assert_exact(&node.log());
+    for e in got.iter().filter(|e| e.get("delayq-id") != Some("later")) {
+        let at: u64 = e.id.split('-').next().unwrap().parse().unwrap();
+        assert!(
+            at >= due,
+            "{} sent at {at}, before its due time {due}",
+            e.id
+        );
+    }
+    let text = api.metrics().await.unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == "delayq_journal_redis_data_lost 0"),
+        "{text}"
+    );
+}
+
+/// Reconciliation: a message the journal has scheduled, long past due, that Redis
+/// never had (its push failed after the journal took it) is scheduled and sent
+/// once; one the journal lost track of (its outbox line gone) but Redis has as
+/// delivered is learned from Redis's record, not sent again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciliation_sends_what_redis_never_had_and_learns_what_it_delivered() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api);
+    let body = json!({"id": "known", "stream": "s", "payload": "x", "delay_ms": 0});
+    assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    eventually(Duration::from_secs(20), "known journaled", || {
+        let rows = journal_rows(&db);
+        async move { (rows.get("known").map(|r| r.0) == Some(1)).then_some(()) }
+    })
+    .await;
+    let long_ago = now_ms() - 120_000;
+    db.sql(&format!(
+        "UPDATE delayq.delayq_messages SET state = 0, entry_id = NULL, due_ms = {long_ago}, updated_ms = {long_ago} WHERE id = 'known'; \
+         INSERT INTO delayq.delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES \
+         ('orphan', 's', '{{\"fields\": [[\"payload\", \"o\"]], \"priority\": 0, \"ttl_ms\": null}}', {long_ago}, 0, NULL, {long_ago})"
+    ))
+    .unwrap();
+    let mut conn = redis.client();
+    let got = eventually(Duration::from_secs(40), "the orphan sent", || {
+        let got = entries(&mut conn, "s");
+        async move { (got.len() == 2).then_some(got) }
+    })
+    .await;
+    let sent: BTreeMap<String, String> = got
+        .iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id.clone()))
+        .collect();
+    assert_eq!(sent.keys().collect::<Vec<_>>(), ["known", "orphan"]);
+    assert_eq!(got[1].get("payload"), Some("o"));
+    eventually(
+        Duration::from_secs(40),
+        "both journaled as delivered",
+        || {
+            let rows = journal_rows(&db);
+            let agree = ["known", "orphan"]
+                .iter()
+                .all(|id| rows.get(*id).map(|(s, e)| (*s, e)) == Some((1, &sent[*id])));
+            async move { agree.then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(entries(&mut conn, "s").len(), 2, "{}", node.log());
+}
