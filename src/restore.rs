@@ -21,6 +21,8 @@ use crate::store::{BatchItem, ScheduleMode, Scheduled, Status, Store, StoreError
 
 /// Messages read from the journal, and scheduled, at a time.
 const PAGE: usize = 5000;
+/// Pages being scheduled at once while the next is read.
+const PAGES_IN_FLIGHT: usize = 4;
 
 /// What to restore.
 #[derive(Clone, Debug, Default)]
@@ -80,12 +82,18 @@ pub async fn restore(
     let began = store.now_ms().await?;
     if let Some(id) = &options.id {
         let messages = journal.unfinished_by_id(id).await?;
-        restore_page(store, messages, began, options, max_delay, &mut report).await?;
+        let page = restore_page(store.clone(), messages, began, options.clone(), max_delay);
+        report.add(&page.await?);
         progress(report.journaled, report.journaled);
         return Ok(report);
     }
     let total = journal.count_unfinished().await?;
     let mut after: Option<(u64, String, String)> = None;
+    // Pages are read one after the other (each starts where the last ended) and
+    // scheduled several at once: the schedule calls are idempotent by id, so
+    // their order does not matter.
+    let mut in_flight = tokio::task::JoinSet::new();
+    let mut failed = None;
     loop {
         let page = journal.unfinished(after.as_ref(), PAGE).await?;
         let Some(last) = page.last() else { break };
@@ -95,14 +103,65 @@ pub async fn restore(
             last.stream.clone(),
         ));
         let full = page.len() == PAGE;
-        restore_page(store, page, began, options, max_delay, &mut report).await?;
-        progress(report.journaled, total.max(report.journaled));
+        while in_flight.len() >= PAGES_IN_FLIGHT {
+            merge(in_flight.join_next().await, &mut report, &mut failed);
+            progress(report.journaled, total.max(report.journaled));
+        }
+        if failed.is_some() {
+            break;
+        }
+        in_flight.spawn(restore_page(
+            store.clone(),
+            page,
+            began,
+            options.clone(),
+            max_delay,
+        ));
         if !full {
             break;
         }
     }
+    while !in_flight.is_empty() {
+        merge(in_flight.join_next().await, &mut report, &mut failed);
+        progress(report.journaled, total.max(report.journaled));
+    }
     crate::metrics::journal_restored(report.restored, options.dry_run);
-    Ok(report)
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
+}
+
+/// Adds a page's counts to `report`, or keeps its error (the first one).
+fn merge(
+    joined: Option<Result<Result<RestoreReport, RestoreError>, tokio::task::JoinError>>,
+    report: &mut RestoreReport,
+    failed: &mut Option<RestoreError>,
+) {
+    match joined {
+        Some(Ok(Ok(page))) => report.add(&page),
+        Some(Ok(Err(e))) => {
+            failed.get_or_insert(e);
+        }
+        Some(Err(e)) => {
+            failed.get_or_insert(RestoreError::Store(StoreError::Reply(format!(
+                "a restore task ended: {e}"
+            ))));
+        }
+        None => {}
+    }
+}
+
+impl RestoreReport {
+    fn add(&mut self, page: &RestoreReport) {
+        self.journaled += page.journaled;
+        self.restored += page.restored;
+        self.already_present += page.already_present;
+        self.finished_in_redis += page.finished_in_redis;
+        self.overdue += page.overdue;
+        self.possibly_duplicate += page.possibly_duplicate;
+        self.refused += page.refused;
+    }
 }
 
 fn due_of(msg: &NewMessage) -> u64 {
@@ -112,14 +171,16 @@ fn due_of(msg: &NewMessage) -> u64 {
     }
 }
 
+/// One page's counts.
 async fn restore_page(
-    store: &Store,
+    store: Store,
     page: Vec<NewMessage>,
     began: u64,
-    options: &RestoreOptions,
+    options: RestoreOptions,
     max_delay: Duration,
-    report: &mut RestoreReport,
-) -> Result<(), RestoreError> {
+) -> Result<RestoreReport, RestoreError> {
+    let mut report = RestoreReport::default();
+    let report = &mut report;
     report.journaled += page.len() as u64;
     let mut wanted = Vec::with_capacity(page.len());
     for msg in page {
@@ -146,7 +207,7 @@ async fn restore_page(
                 }
             }
         }
-        return Ok(());
+        return Ok(std::mem::take(report));
     }
     let items: Vec<BatchItem> = wanted
         .iter()
@@ -171,5 +232,5 @@ async fn restore_page(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(())
+    Ok(std::mem::take(report))
 }

@@ -404,9 +404,18 @@ impl Journal {
         let rows: Vec<(Vec<u8>, Vec<u8>, u64)> = conn
             .exec(
                 "SELECT id, stream, due_ms FROM delayq_messages WHERE state = 0 \
-                 AND (due_ms, id, stream) > (?, ?, ?) AND due_ms < ? AND updated_ms < ? \
-                 ORDER BY due_ms, id, stream LIMIT ?",
-                (due, id, stream, due_before, written_before, limit as u64),
+                 AND due_ms >= ? AND (due_ms > ? OR id > ? OR (id = ? AND stream > ?)) \
+                 AND due_ms < ? AND updated_ms < ? ORDER BY due_ms, id, stream LIMIT ?",
+                (
+                    due,
+                    due,
+                    id.as_str(),
+                    id.as_str(),
+                    stream.as_str(),
+                    due_before,
+                    written_before,
+                    limit as u64,
+                ),
             )
             .await?;
         Ok(rows
@@ -461,11 +470,22 @@ impl Journal {
                 )
                 .await?
             }
+            // Spelled out rather than as a row comparison, with `due_ms >= ?` on
+            // its own, so that the page is a range of by_state_due (state, due_ms,
+            // and the primary key after them) and not a scan from its start.
             Some((due, id, stream)) => {
                 conn.exec(
                     "SELECT id, stream, body, due_ms FROM delayq_messages WHERE state = 0 \
-                     AND (due_ms, id, stream) > (?, ?, ?) ORDER BY due_ms, id, stream LIMIT ?",
-                    (*due, id.as_str(), stream.as_str(), limit as u64),
+                     AND due_ms >= ? AND (due_ms > ? OR id > ? OR (id = ? AND stream > ?)) \
+                     ORDER BY due_ms, id, stream LIMIT ?",
+                    (
+                        *due,
+                        *due,
+                        id.as_str(),
+                        id.as_str(),
+                        stream.as_str(),
+                        limit as u64,
+                    ),
                 )
                 .await?
             }
