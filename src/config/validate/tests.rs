@@ -484,6 +484,17 @@ fn cluster_mode_is_checked_key_by_key() {
 }
 
 #[test]
+fn the_journal_restores_by_itself_unless_told_not_to() {
+    let journal = |toml: &str, vars: &[(&str, &str)]| {
+        Config::from_toml(toml, env(vars)).unwrap().journal.unwrap()
+    };
+    let url = "[journal]\nurl = \"mysql://dq@db/delayq\"\n";
+    assert!(journal(url, &[]).auto_restore);
+    assert!(!journal(&format!("{url}auto_restore = false"), &[]).auto_restore);
+    assert!(!journal(url, &[("DELAYQ_JOURNAL_AUTO_RESTORE", "false")]).auto_restore);
+}
+
+#[test]
 fn the_journal_is_checked_key_by_key() {
     // (config, the key the refusal names, or None when accepted)
     for (toml, refused) in [
@@ -515,6 +526,10 @@ fn the_journal_is_checked_key_by_key() {
             Some("journal.url"),
         ),
         ("[journal]\nurl = \"not a url\"", Some("journal.url")),
+        (
+            "[journal]\nurl = \"mysql://dq@db/delayq\"\nauto_restore = \"yes\"",
+            Some("auto_restore"),
+        ),
         (
             "[journal]\npassword_file = \"p\"",
             Some("journal.password_file"),
