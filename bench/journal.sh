@@ -9,8 +9,8 @@ N=${1:-200000}
 BIN=${DELAYQ_BIN:-target/release/delayq}
 DIR=$(mktemp -d /tmp/delayq-journal-bench.XXXXXX)
 PIDS=()
-cleanup() { for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5; [ -n "${KEEP:-}" ] || rm -rf "$DIR"; }
-trap cleanup EXIT
+cleanup() { set +e; for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done; for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5; [ -n "${KEEP:-}" ] || rm -rf "$DIR"; }
+trap 'cleanup; true' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 wait_port() { for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null && return 0; sleep 0.1; done; echo "port $1 not up" >&2; exit 1; }
 

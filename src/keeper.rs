@@ -38,6 +38,10 @@ use crate::term::Term;
 
 /// Outbox items (script calls' changes) copied per shard and round.
 const ITEMS_PER_ROUND: usize = 64;
+/// Transactions a round's lines are split into at most, and the fewest lines
+/// worth a transaction of their own.
+const COPY_IN_FLIGHT: usize = 4;
+const COPY_MIN_LINES: usize = 2000;
 /// How often the outbox is copied when it was found empty.
 const COPY_EVERY: Duration = Duration::from_millis(100);
 const MARKER_EVERY: Duration = Duration::from_secs(1);
@@ -140,8 +144,12 @@ async fn copy_round(
         }
     }
     if !lines.is_empty() {
-        match tokio::time::timeout(WRITE_TIMEOUT, journal.apply(&lines)).await {
-            Ok(Ok(())) => {}
+        // In a few transactions at once (each line's row is its own: they do not
+        // contend), so that a burst of deliveries is journaled at MySQL's pace.
+        let per = lines.len().div_ceil(COPY_IN_FLIGHT).max(COPY_MIN_LINES);
+        let applied = futures::future::try_join_all(lines.chunks(per).map(|c| journal.apply(c)));
+        match tokio::time::timeout(WRITE_TIMEOUT, applied).await {
+            Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(other(&e)),
             Err(_) => return Err(other(&"no commit in time")),
         }

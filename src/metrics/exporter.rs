@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use super::{
-    CONFIG_RELOADS, FORWARD_BATCH, IS_LEADER, Kind, LATENESS_SECONDS, METRICS, OLDEST_OVERDUE,
-    OVERDUE, THROTTLE_DRAIN,
+    CONFIG_RELOADS, FORWARD_BATCH, IS_LEADER, JOURNAL_LAG, Kind, LATENESS_SECONDS, METRICS,
+    OLDEST_OVERDUE, OVERDUE, THROTTLE_DRAIN,
 };
 
 /// Installs the process-wide recorder the first time, and returns its handle.
@@ -32,6 +32,10 @@ pub fn install() -> PrometheusHandle {
                         .chain([10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0])
                         .collect();
                     b.set_buckets_for_metric(Matcher::Full(LATENESS_SECONDS.into()), &lateness)
+                        .and_then(|b| {
+                            // A burst of deliveries can outrun the journal for a while.
+                            b.set_buckets_for_metric(Matcher::Full(JOURNAL_LAG.into()), &lateness)
+                        })
                 })
                 .and_then(|b| {
                     b.set_buckets_for_metric(
