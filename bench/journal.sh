@@ -87,3 +87,15 @@ echo "ingest, journal on:  $ON msg/s"
 echo "journal: $ROWS rows, $(( BYTES / ROWS )) bytes per message (data + indexes, InnoDB)"
 echo "delivery-journal lag p99 (change in Redis to commit in MySQL, $N deliveries): <= $LAG s"
 python3 -c "print(f'restore after FLUSHALL: {$RESTORED} messages in {$T1 - $T0:.2f} s = {$RESTORED / ($T1 - $T0):.0f} msg/s')"
+
+# delayq bench's ingest scenarios (single HTTP pushes, batch HTTP, inbox), with
+# the journal off and on, on a Redis of their own.
+INGEST=$(( N < 100000 ? N : 100000 ))
+ONLY=(--ingest "$INGEST" --burst 0 --rate 0 --backlog 0 --catchup 0 --leaders 0 --cluster 0 --no-peer --no-ceiling --no-failover)
+for journal in off on; do
+  extra=()
+  [ "$journal" = on ] && extra=(--journal-url "mysql://delayq:pw@127.0.0.1:$MPORT/delayq")
+  "$BIN" bench "${ONLY[@]}" "${extra[@]}" --out "$DIR/bench-$journal" > "$DIR/bench-$journal.txt" 2>&1
+  echo "delayq bench --ingest $INGEST, journal $journal:"
+  grep -E "^\| ingest-" "$DIR/bench-$journal/results.md" | sed 's/^/  /' || cat "$DIR/bench-$journal.txt"
+done

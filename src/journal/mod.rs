@@ -221,32 +221,30 @@ impl Journal {
         if pushes.is_empty() {
             return Ok(());
         }
+        let groups: Vec<(bool, Vec<&Push<'_>>)> = [false, true]
+            .into_iter()
+            .map(|replace| {
+                let rows = pushes.iter().filter(|p| p.replace == replace).collect();
+                (replace, rows)
+            })
+            .filter(|(_, rows): &(bool, Vec<_>)| !rows.is_empty())
+            .collect();
+        // One statement commits by itself: one round trip instead of four.
+        if let [(replace, rows)] = &groups[..]
+            && rows.len() <= ROWS_PER_STATEMENT
+        {
+            let (sql, params) = insert_scheduled(rows, *replace, now_ms);
+            let mut conn = self.pool.get_conn().await?;
+            conn.exec_drop(sql, params).await?;
+            return Ok(());
+        }
         let mut tx = self
             .pool
             .start_transaction(mysql_async::TxOpts::default())
             .await?;
-        for replace in [false, true] {
-            let rows: Vec<&Push<'_>> = pushes.iter().filter(|p| p.replace == replace).collect();
+        for (replace, rows) in &groups {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; chunk.len()].join(", ");
-                let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
-                let mut sql = format!(
-                    "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {values}"
-                );
-                if replace {
-                    sql.push_str(
-                        " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
-                         state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
-                    );
-                }
-                let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 5);
-                for push in chunk {
-                    params.push(push.msg.id.as_str().into());
-                    params.push(push.msg.stream.as_str().into());
-                    params.push(body(push.msg).into());
-                    params.push(push.due_ms.into());
-                    params.push(now_ms.into());
-                }
+                let (sql, params) = insert_scheduled(chunk, *replace, now_ms);
                 tx.exec_drop(sql, params).await?;
             }
         }
@@ -427,6 +425,14 @@ impl Journal {
             .collect())
     }
 
+    /// Deletes every message of the journal at once (`delayq bench` between
+    /// scenarios, with Redis flushed beside it).
+    pub async fn truncate(&self) -> Result<()> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.query_drop("TRUNCATE TABLE delayq_messages").await?;
+        Ok(())
+    }
+
     /// How many messages the journal holds not finished.
     pub async fn count_unfinished(&self) -> Result<u64> {
         let mut conn = self.pool.get_conn().await?;
@@ -527,6 +533,35 @@ type PageRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
 
 /// A row as `lookup` reads it: stream, due ms, state, entry id, updated ms.
 type LookupRow = (Vec<u8>, u64, u8, Option<Vec<u8>>, u64);
+
+/// The insert of pushes as scheduled: new ids inserted, known ones left as they
+/// are or, for pushes that replace, overwritten and scheduled again.
+fn insert_scheduled(
+    rows: &[&Push<'_>],
+    replace: bool,
+    now_ms: u64,
+) -> (String, Vec<mysql_async::Value>) {
+    let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; rows.len()].join(", ");
+    let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
+    let mut sql = format!(
+        "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {values}"
+    );
+    if replace {
+        sql.push_str(
+            " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
+             state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
+        );
+    }
+    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(rows.len() * 5);
+    for push in rows {
+        params.push(push.msg.id.as_str().into());
+        params.push(push.msg.stream.as_str().into());
+        params.push(body(push.msg).into());
+        params.push(push.due_ms.into());
+        params.push(now_ms.into());
+    }
+    (sql, params)
+}
 
 /// A message's `body` column (see the migration).
 fn body(msg: &NewMessage) -> Vec<u8> {

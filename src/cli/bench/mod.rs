@@ -135,6 +135,11 @@ pub struct BenchArgs {
     /// The delayq binary to run as the daemon under test (default: this one).
     #[arg(long)]
     pub delayq_bin: Option<PathBuf>,
+    /// Journal every daemon's messages into this MySQL / MariaDB (`[journal] url`,
+    /// password included), emptied with Redis between scenarios: the ingest rows
+    /// then include the journal's cost.
+    #[arg(long)]
+    pub journal_url: Option<String>,
     /// Where the peer's package.json and script are.
     #[arg(long, default_value = "bench/peer")]
     pub peer_dir: PathBuf,
@@ -361,20 +366,33 @@ pub struct Bench {
     payload: String,
     batch_size: usize,
     http: reqwest::Client,
+    /// `--journal-url`: emptied with Redis.
+    journal: Option<crate::journal::Journal>,
 }
 
 impl Bench {
     async fn new(args: &BenchArgs, url: String) -> anyhow::Result<Bench> {
-        let delayq_config = format!(
+        let mut delayq_config = format!(
             "[redis]\nurl = \"{url}\"\nprefix = \"delayq-bench\"\nshards = {}\n[forwarder]\nbatch_size = {}\n[log]\nlevel = \"warn\"\n",
             args.shards, args.batch_size
         );
+        if let Some(journal) = &args.journal_url {
+            delayq_config.push_str(&format!("[journal]\nurl = \"{journal}\"\n"));
+        }
         let config = Config::from_toml(
             &format!("{delayq_config}[api]\nlisten = \"127.0.0.1:0\"\n"),
             std::iter::empty(),
         )?;
         let store = Store::connect(&config.store_config()).await?;
         let conn = store.separate_connection().await?;
+        let journal = match &config.journal {
+            Some(settings) => {
+                let journal = crate::journal::Journal::new(settings)?;
+                journal.migrate().await.context("migrate the journal")?;
+                Some(journal)
+            }
+            None => None,
+        };
         let info = url.as_str().into_connection_info()?;
         let (host, port) = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
@@ -397,6 +415,7 @@ impl Bench {
             payload: "x".repeat(args.payload),
             batch_size: args.batch_size,
             http: reqwest::Client::new(),
+            journal,
         };
         // Redis records every event over 1 ms, read back per phase (LATENCY LATEST).
         let () = redis::cmd("CONFIG")
@@ -438,6 +457,9 @@ impl Bench {
             .arg("SYNC")
             .query_async(&mut conn)
             .await?;
+        if let Some(journal) = &self.journal {
+            journal.truncate().await.context("empty the journal")?;
+        }
         Ok(())
     }
 }

@@ -115,8 +115,15 @@ pub async fn machine(bench: &Bench, args: &BenchArgs, with_peer: bool) -> Machin
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned());
+    // URLs (--redis-url, --journal-url) shown without their passwords.
     let command = std::iter::once("delayq".to_owned())
-        .chain(std::env::args().skip(1))
+        .chain(std::env::args().skip(1).map(|arg| {
+            if arg.contains("://") {
+                crate::secret::shown_url(&arg)
+            } else {
+                arg
+            }
+        }))
         .collect::<Vec<_>>()
         .join(" ");
     Machine {
