@@ -252,8 +252,22 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
     let out = tempfile::tempdir().expect("temp dir");
     let status = tokio::process::Command::new(delayq_bin())
         .args(["bench", "--ingest", "2000", "--burst", "0", "--rate", "0"])
-        .args(["--backlog", "0", "--catchup", "0", "--leaders", "0", "--cluster", "0"])
-        .args(["--no-peer", "--no-ceiling", "--no-failover", "--journal-url"])
+        .args([
+            "--backlog",
+            "0",
+            "--catchup",
+            "0",
+            "--leaders",
+            "0",
+            "--cluster",
+            "0",
+        ])
+        .args([
+            "--no-peer",
+            "--no-ceiling",
+            "--no-failover",
+            "--journal-url",
+        ])
         .arg(db.url_with_password())
         .arg("--out")
         .arg(out.path())
@@ -267,19 +281,25 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
         &std::fs::read_to_string(out.path().join("results.json")).expect("results.json"),
     )
     .expect("JSON");
-    for scenario in ["ingest-http", "ingest-http-batch", "ingest-inbox-drain", "ingest-inbox"] {
+    for scenario in [
+        "ingest-http",
+        "ingest-http-batch",
+        "ingest-inbox-drain",
+        "ingest-inbox",
+    ] {
         let found = rows(&report, "delayq", scenario);
         assert_eq!(found.len(), 1, "{scenario}");
         check_delivered(found[0]);
         check_measured(found[0]);
     }
     let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
-    assert!(md.contains("--journal-url mysql://delayq:<redacted>@"), "{md}");
+    assert!(
+        md.contains("--journal-url mysql://delayq:<redacted>@"),
+        "{md}"
+    );
     assert!(!md.contains(&db.password) && !report.to_string().contains(&db.password));
     // Every scenario's messages went into the journal (emptied between them).
-    let status = db
-        .sql("SHOW GLOBAL STATUS LIKE 'Handler_write'")
-        .unwrap();
+    let status = db.sql("SHOW GLOBAL STATUS LIKE 'Handler_write'").unwrap();
     let inserted: u64 = status.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(inserted >= 4 * 2000, "{status}");
 }

@@ -8,6 +8,7 @@
 mod failover;
 mod forwarding;
 mod groups;
+mod journal;
 mod operations;
 
 use std::sync::{Arc, Mutex, Weak};
