@@ -30,9 +30,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::journal::{Journal, WRITE_TIMEOUT};
+use crate::journal::{Journal, WRITE_TIMEOUT, now_ms};
+use crate::message::MessageId;
 use crate::metrics as m;
-use crate::restore::{RestoreOptions, restore};
+use crate::restore::{RestoreError, RestoreOptions, RestoreReport, restore};
 use crate::store::{OutboxCode, OutboxLine, RecordState, Status, Store, StoreError};
 use crate::term::Term;
 
@@ -70,12 +71,6 @@ async fn pause(term: &Term, d: Duration) -> bool {
         _ = term.ended() => false,
         _ = tokio::time::sleep(d) => true,
     }
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
@@ -132,7 +127,10 @@ async fn copy_round(
         .await
         .map_err(|e| other(&e))?;
     let mut lines = Vec::new();
+    // When each item's first change was made, for the lag once it is committed.
+    let mut made = Vec::new();
     for item in items.iter().flatten() {
+        let first = lines.len();
         for text in item.split('\n') {
             match OutboxLine::parse(text) {
                 Some(line) => lines.push(line),
@@ -141,6 +139,9 @@ async fn copy_round(
                     "an outbox line this delayq does not write; skipped"
                 ),
             }
+        }
+        if let Some(line) = lines.get(first) {
+            made.push(line.at_ms);
         }
     }
     if !lines.is_empty() {
@@ -154,10 +155,8 @@ async fn copy_round(
             Err(_) => return Err(other(&"no commit in time")),
         }
         let now = now_ms();
-        for item in items.iter().flatten() {
-            if let Some(line) = item.split('\n').next().and_then(OutboxLine::parse) {
-                lag.record(now.saturating_sub(line.at_ms) as f64 / 1000.0);
-            }
+        for at in made {
+            lag.record(now.saturating_sub(at) as f64 / 1000.0);
         }
     }
     let mut left = 0;
@@ -211,19 +210,7 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                     reported = true;
                 }
                 if settings.auto_restore {
-                    let options = RestoreOptions {
-                        include_overdue: true,
-                        ..RestoreOptions::default()
-                    };
-                    match restore(
-                        store,
-                        journal,
-                        &options,
-                        config.api.limits.max_delay,
-                        &|_, _| {},
-                    )
-                    .await
-                    {
+                    match restore_now(config, store, journal, None).await {
                         Ok(report) => {
                             tracing::warn!(?report, "restored from the journal");
                             if let Err(e) = store.set_journal_marker(&token).await {
@@ -249,6 +236,29 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
             return;
         }
     }
+}
+
+/// The keeper's restores: of every message, or of `id`, overdue ones included
+/// (they are what Redis lost), without progress.
+async fn restore_now(
+    config: &Config,
+    store: &Store,
+    journal: &Journal,
+    id: Option<MessageId>,
+) -> Result<RestoreReport, RestoreError> {
+    let options = RestoreOptions {
+        include_overdue: true,
+        dry_run: false,
+        id,
+    };
+    restore(
+        store,
+        journal,
+        &options,
+        config.api.limits.max_delay,
+        &|_, _| {},
+    )
+    .await
 }
 
 enum Marker {
@@ -327,8 +337,9 @@ async fn reconcile_page(
     let horizon = now.saturating_sub(config.records.retention.as_millis() as u64);
     let mut learned = Vec::new();
     let mut missing = Vec::new();
-    for (id, stream, due) in page {
-        match store.get(&id).await.map_err(|e| e.to_string())? {
+    let found = store.statuses(page.iter().map(|(id, _, _)| id)).await;
+    for ((id, stream, due), status) in page.into_iter().zip(found) {
+        match status.map_err(|e| e.to_string())? {
             Status::Done(record) => learned.push(OutboxLine {
                 code: match record.state {
                     RecordState::Delivered => OutboxCode::Delivered,
@@ -347,20 +358,9 @@ async fn reconcile_page(
     }
     journal.apply(&learned).await.map_err(|e| e.to_string())?;
     for id in &missing {
-        let options = RestoreOptions {
-            include_overdue: true,
-            dry_run: false,
-            id: Some(id.clone()),
-        };
-        let report = restore(
-            store,
-            journal,
-            &options,
-            config.api.limits.max_delay,
-            &|_, _| {},
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+        let report = restore_now(config, store, journal, Some(id.clone()))
+            .await
+            .map_err(|e| e.to_string())?;
         tracing::warn!(
             id = id.as_str(),
             restored = report.restored,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::journal::{Journal, JournalError};
-use crate::message::{Due, MessageId, NewMessage};
+use crate::message::{MessageId, NewMessage};
 use crate::store::{BatchItem, ScheduleMode, Scheduled, Status, Store, StoreError};
 
 /// Messages read from the journal, and scheduled, at a time.
@@ -98,7 +98,7 @@ pub async fn restore(
         let page = journal.unfinished(after.as_ref(), PAGE).await?;
         let Some(last) = page.last() else { break };
         after = Some((
-            due_of(last),
+            last.due.as_ms(),
             last.id.as_str().to_owned(),
             last.stream.clone(),
         ));
@@ -164,13 +164,6 @@ impl RestoreReport {
     }
 }
 
-fn due_of(msg: &NewMessage) -> u64 {
-    match msg.due {
-        Due::At(ms) => ms,
-        Due::In(d) => d.as_millis() as u64,
-    }
-}
-
 /// One page's counts.
 async fn restore_page(
     store: Store,
@@ -184,7 +177,7 @@ async fn restore_page(
     report.journaled += page.len() as u64;
     let mut wanted = Vec::with_capacity(page.len());
     for msg in page {
-        let overdue = due_of(&msg) <= began;
+        let overdue = msg.due.as_ms() <= began;
         if overdue && !options.include_overdue {
             report.overdue += 1;
         } else {
@@ -192,11 +185,7 @@ async fn restore_page(
         }
     }
     if options.dry_run {
-        let mut found: Vec<Result<Status, StoreError>> = Vec::with_capacity(wanted.len());
-        for chunk in wanted.chunks(64) {
-            let lookups = chunk.iter().map(|(msg, _)| store.get(&msg.id));
-            found.extend(futures::future::join_all(lookups).await);
-        }
+        let found = store.statuses(wanted.iter().map(|(msg, _)| &msg.id)).await;
         for ((_, overdue), status) in wanted.iter().zip(found) {
             match status? {
                 Status::Scheduled(_) | Status::Corrupt(_) => report.already_present += 1,

@@ -23,6 +23,25 @@ pub(super) fn body_limit(config: &Config) -> usize {
 /// Reads a request body, refusing it past `limit` bytes with a 413 (a body that
 /// breaks off is a 400).
 pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiError> {
+    parse_json(&read_body(body, limit).await?)
+}
+
+/// [`read_json`], an empty body (or only white space) read as `{}`.
+pub(super) async fn read_json_or_empty(body: Body, limit: usize) -> Result<Value, ApiError> {
+    let bytes = read_body(body, limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(Value::Object(Map::new()));
+    }
+    parse_json(&bytes)
+}
+
+fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
+}
+
+/// A request body's bytes, refused past `limit` bytes with a 413.
+async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
     use futures::StreamExt;
     let mut chunks = body.into_data_stream();
     let mut bytes = Vec::new();
@@ -44,8 +63,7 @@ pub(super) async fn read_json(body: Body, limit: usize) -> Result<Value, ApiErro
         }
         bytes.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
+    Ok(bytes)
 }
 
 /// The keys a body of type `T` may hold: the properties of its documented schema,

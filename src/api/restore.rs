@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::api::input::{SMALL_BODY, documented_keys, object, path_id};
+use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json_or_empty};
 use crate::api::messages::by_id::IdPath;
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::restore::{RestoreError, RestoreOptions, RestoreReport, restore};
@@ -51,7 +51,7 @@ pub async fn restore_all(
     State(state): State<AppState>,
     body: Body,
 ) -> Result<Json<RestoreReport>, ApiError> {
-    let value = read_json_or_empty(body).await?;
+    let value = read_json_or_empty(body, SMALL_BODY).await?;
     let obj = object(
         &value,
         &documented_keys::<RestoreRequest>(),
@@ -134,16 +134,4 @@ async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreR
     }
     tracing::warn!(?report, "restore from the journal, asked through the API");
     Ok(Json(report))
-}
-
-/// The body as JSON, an empty body as `{}`.
-async fn read_json_or_empty(body: Body) -> Result<serde_json::Value, ApiError> {
-    let bytes = axum::body::to_bytes(body, SMALL_BODY)
-        .await
-        .map_err(|e| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", e.to_string()))?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(serde_json::json!({}));
-    }
-    serde_json::from_slice(&bytes)
-        .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
 }

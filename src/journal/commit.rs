@@ -73,7 +73,8 @@ fn due_ms(due: Due, now: u64) -> u64 {
     }
 }
 
-pub(crate) fn now_ms() -> u64 {
+/// Epoch ms by this node's clock.
+pub fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)

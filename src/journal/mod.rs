@@ -15,7 +15,7 @@ mod commit;
 
 use std::time::Duration;
 
-pub use commit::{Committer, WRITE_TIMEOUT};
+pub use commit::{Committer, WRITE_TIMEOUT, now_ms};
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};

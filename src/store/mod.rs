@@ -489,6 +489,19 @@ impl Store {
         Ok(secs * 1000 + micros / 1000)
     }
 
+    /// [`Store::get`] of each of `ids`, in order, 64 lookups at once.
+    pub async fn statuses<'a>(
+        &self,
+        ids: impl IntoIterator<Item = &'a MessageId>,
+    ) -> Vec<Result<Status>> {
+        let ids: Vec<&MessageId> = ids.into_iter().collect();
+        let mut found = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(64) {
+            found.extend(futures::future::join_all(chunk.iter().map(|id| self.get(id))).await);
+        }
+        found
+    }
+
     /// The state of message `id`: looked up in its shard, or on Redis Cluster in
     /// each shard in use until one knows it.
     pub async fn get(&self, id: &MessageId) -> Result<Status> {
