@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use delayq::harness::{DelayqProcess, MariaDbServer, RedisServer};
 use serde_json::json;
 
-use crate::support::{Api, Tally, delayq_bin, entries, eventually};
+use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually};
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -47,6 +47,33 @@ fn journal_rows(db: &MariaDbServer) -> BTreeMap<String, (u8, String)> {
             ))
         })
         .collect()
+}
+
+/// Each entry's message id (`delayq-id`) → its entry id.
+fn sent_of(entries: Vec<Entry>) -> BTreeMap<String, String> {
+    entries
+        .into_iter()
+        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
+        .collect()
+}
+
+/// Waits until the journal has each of `ids` delivered as the entry `sent`
+/// names (with `only`, and no other row).
+async fn journal_agrees(
+    db: &MariaDbServer,
+    ids: &[String],
+    sent: &BTreeMap<String, String>,
+    only: bool,
+) {
+    eventually(Duration::from_secs(30), "the journal agrees", || {
+        let rows = journal_rows(db);
+        let agree = (!only || rows.len() == ids.len())
+            && ids
+                .iter()
+                .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
+        async move { agree.then_some(()) }
+    })
+    .await;
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -95,18 +122,8 @@ async fn redis_loses_its_data(loss: Loss) {
         async move { tally.lost.is_empty().then_some(()) }
     })
     .await;
-    let sent_before: BTreeMap<String, String> = entries(&mut conn, "s")
-        .into_iter()
-        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
-        .collect();
-    eventually(Duration::from_secs(30), "deliveries journaled", || {
-        let rows = journal_rows(&db);
-        let all = early
-            .iter()
-            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent_before[id])));
-        async move { all.then_some(()) }
-    })
-    .await;
+    let sent_before = sent_of(entries(&mut conn, "s"));
+    journal_agrees(&db, early, &sent_before, false).await;
     assert!(
         late_due > now_ms() + 2_000,
         "the later half still pending at the loss"
@@ -137,18 +154,7 @@ async fn redis_loses_its_data(loss: Loss) {
     assert!(log.contains("Redis has lost its data"), "{log}");
     assert!(log.contains("restored from the journal"), "{log}");
     // And the journal learns the later half's deliveries too.
-    let sent: BTreeMap<String, String> = got
-        .into_iter()
-        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
-        .collect();
-    eventually(Duration::from_secs(30), "the later half journaled", || {
-        let rows = journal_rows(&db);
-        let all = late
-            .iter()
-            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
-        async move { all.then_some(()) }
-    })
-    .await;
+    journal_agrees(&db, late, &sent_of(got), false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -280,19 +286,7 @@ async fn with_mysql_stopped_pushes_answer_503_and_nothing_confirmed_is_lost() {
     );
     // The journal agrees with Redis: each delivered, with its entry id (the
     // deliveries made while MySQL was down were copied from the outbox after).
-    let sent: BTreeMap<String, String> = got
-        .into_iter()
-        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
-        .collect();
-    eventually(Duration::from_secs(30), "the journal agrees", || {
-        let rows = journal_rows(&db);
-        let agree = rows.len() == confirmed.len()
-            && confirmed
-                .iter()
-                .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
-        async move { agree.then_some(()) }
-    })
-    .await;
+    journal_agrees(&db, &confirmed, &sent_of(got), true).await;
     println!(
         "MySQL stopped under load: {} confirmed, {} refused (journal_unavailable)",
         confirmed.len(),
@@ -343,19 +337,8 @@ async fn after_a_leader_is_killed_the_next_one_journals_its_deliveries() {
     )
     .await;
     Tally::of_ids(&confirmed, &got).assert_exact(&c.logs());
-    let sent: BTreeMap<String, String> = got
-        .into_iter()
-        .map(|e| (e.get("delayq-id").unwrap().to_owned(), e.id))
-        .collect();
     let journaled = std::time::Instant::now();
-    eventually(Duration::from_secs(30), "the journal agrees", || {
-        let rows = journal_rows(&db);
-        let agree = confirmed
-            .iter()
-            .all(|id| rows.get(id).map(|(s, e)| (*s, e)) == Some((1, &sent[id])));
-        async move { agree.then_some(()) }
-    })
-    .await;
+    journal_agrees(&db, &confirmed, &sent_of(got), false).await;
     println!(
         "leader SIGKILL with the journal on: {} confirmed, taken over after {took_over:?}, journal caught up {:?} after the last delivery was seen",
         confirmed.len(),
