@@ -129,7 +129,9 @@ local PARK_MS = 60000
 local forwarded, expired, dead = 0, 0, 0
 local lateness, per_stream, per_stream_order = {}, {}, {}
 local recorded, records, moved, parked = {}, {}, {}, {}
-local targets = {} -- each recorded message's target stream, for the journal
+-- Each recorded message's target stream, for the journal's outbox (only while it is on).
+local targets = {}
+local journaling = string.sub(ARGV[3], 1, 2) == 'j:'
 local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
@@ -276,7 +278,7 @@ for i, id in ipairs(ids) do
       moved[#moved + 1] = id
       recorded[#recorded + 1] = id
       records[#records + 1] = rec
-      targets[#recorded] = (msg and msg.stream) or stream or ''
+      if journaling then targets[#recorded] = (msg and msg.stream) or stream or '' end
     elseif stop == 'park' then
       parked[#parked + 1] = score_of(now + PARK_MS, (msg and tonumber(msg.priority)) or 0)
       parked[#parked + 1] = id
@@ -386,7 +388,7 @@ if #recorded > 0 then
     local buckets = redis.call('ZLEXCOUNT', P.q, '-', '(' .. score_bytes(now * 10 + 10))
     return redis.call('ZCOUNT', KEYS[1], '-inf', now * 10 + 9) + buckets * PENDING_BUCKET * 3 / 4 + #recorded
   end
-  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now, targets)
+  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now, journaling and targets or nil)
 end
 
 local next_due = -1
