@@ -61,6 +61,27 @@ async fn spread(cluster: &Cluster, live: &[usize], balanced: bool) -> Option<Vec
     (leaders.iter().all(|n| *n == 1) && (!balanced || most <= fewest + 1)).then_some(counts)
 }
 
+/// Whether `api`'s group gauges agree with the groups it says it leads: leader 1
+/// with the same epoch for those, 0 for the rest.
+async fn gauges_agree(api: &Api) -> Option<()> {
+    let led = led(api).await?;
+    let text = api.metrics().await?;
+    let gauge = |name: &str, g: usize| {
+        let series = format!("{name}{{group=\"{g}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series)?.parse::<f64>().ok())
+    };
+    (0..GROUPS)
+        .all(|g| match led.iter().find(|(led, _)| *led == g) {
+            Some((_, epoch)) => {
+                gauge("delayq_group_leader", g) == Some(1.0)
+                    && gauge("delayq_group_epoch", g) == Some(*epoch as f64)
+            }
+            None => gauge("delayq_group_leader", g).unwrap_or(0.0) == 0.0,
+        })
+        .then_some(())
+}
+
 /// Waits until the groups are spread over `live`; how long that took.
 async fn spread_over(cluster: &Cluster, live: &[usize], limit: Duration) -> Duration {
     let started = Instant::now();
@@ -145,6 +166,14 @@ impl GroupMonitor {
 async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_joins_or_resigns() {
     let mut cluster = Cluster::start(3, 1, &settings()).await;
     let first = spread_over(&cluster, &[0, 1, 2], Duration::from_secs(20)).await;
+    for api in &cluster.apis {
+        eventually(
+            Duration::from_secs(5),
+            "group gauges agree with /v1/leader",
+            || gauges_agree(api),
+        )
+        .await;
+    }
     // A producer with the nodes' shards, so that every group has messages to move.
     let store = Store::connect(
         &support::config(

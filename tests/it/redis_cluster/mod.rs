@@ -6,6 +6,7 @@
 //! forwarded exactly once, none early, through failovers and slot migrations.
 
 mod failover;
+mod fences;
 mod forwarding;
 mod groups;
 mod journal;
