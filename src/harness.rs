@@ -154,6 +154,9 @@ impl RedisServer {
                 "",
                 "--protected-mode",
                 "no",
+                // So that a test can move `dir` away and make saves fail (MISCONF).
+                "--enable-protected-configs",
+                "local",
                 "--daemonize",
                 "no",
             ])

@@ -99,6 +99,7 @@ pub fn merge(running: &Config, file: &Config) -> Config {
     merged.log.level = file.log.level.clone();
     merged.streams = file.streams.clone();
     merged.delivery = file.delivery.clone();
+    merged.forwarder.max_rate = file.forwarder.max_rate;
     merged
 }
 
@@ -248,7 +249,7 @@ mod tests {
     fn merge_takes_only_the_reloadable_parts() {
         let (running, _) = effective("[streams]\nallow = [\"a\"]\n[redis]\nshards = 8");
         let (file, _) = effective(
-            "[streams]\nallow = [\"b*\"]\ndefault_maxlen = 10\n[redis]\nshards = 2\n[log]\nlevel = \"debug\"\nformat = \"json\"",
+            "[streams]\nallow = [\"b*\"]\ndefault_maxlen = 10\n[redis]\nshards = 2\n[log]\nlevel = \"debug\"\nformat = \"json\"\n[forwarder]\nmax_rate = 7\nbatch_size = 5",
         );
         let merged = merge(&running, &file);
         assert!(merged.streams.allows("b1") && !merged.streams.allows("a"));
@@ -256,6 +257,8 @@ mod tests {
         assert_eq!(merged.log.level, "debug");
         assert_eq!(merged.redis.shards, 8);
         assert!(!merged.log.json);
+        assert_eq!(merged.forwarder.max_rate, 7);
+        assert_eq!(merged.forwarder.batch_size, running.forwarder.batch_size);
         let (file, _) = effective("[delivery.streams.orders]\ngroups = [\"g\"]\nmax_attempts = 3");
         let merged = merge(&running, &file);
         assert_eq!(

@@ -1,5 +1,6 @@
 //! Health that tells the truth: a Redis that answers but refuses writes (turned
-//! into a replica with REPLICAOF, or full at maxmemory) makes `/healthz` and
+//! into a replica with REPLICAOF, full at maxmemory, or after a failed background
+//! save with MISCONF) makes `/healthz` and
 //! `/readyz` fail with the reason, `delayq_redis_writable` drop to 0 and a WARN line
 //! name the Redis error; all recover by themselves once Redis takes writes again.
 //! Real Redis servers and a real daemon process.
@@ -12,36 +13,63 @@ use crate::support::{Api, delayq_bin, entries, eventually};
 
 /// How Redis is made to refuse writes, and the error it then answers with.
 struct Refusal {
-    break_it: fn(&RedisServer, &RedisServer) -> Vec<String>,
-    mend_it: fn(&RedisServer, &RedisServer) -> Vec<String>,
+    break_it: fn(&RedisServer, &RedisServer),
+    mend_it: fn(&RedisServer, &RedisServer),
     error: &'static str,
 }
 
-fn replica_of_other(_: &RedisServer, other: &RedisServer) -> Vec<String> {
-    vec![
-        "REPLICAOF".into(),
-        "127.0.0.1".into(),
-        other.port.to_string(),
-    ]
+fn replica_of_other(redis: &RedisServer, other: &RedisServer) {
+    run(redis, &["REPLICAOF", "127.0.0.1", &other.port.to_string()]);
 }
-fn primary_again(_: &RedisServer, _: &RedisServer) -> Vec<String> {
-    vec!["REPLICAOF".into(), "NO".into(), "ONE".into()]
+fn primary_again(redis: &RedisServer, _: &RedisServer) {
+    run(redis, &["REPLICAOF", "NO", "ONE"]);
 }
-fn full(_: &RedisServer, _: &RedisServer) -> Vec<String> {
-    vec![
-        "CONFIG".into(),
-        "SET".into(),
-        "maxmemory".into(),
-        "1".into(),
-    ]
+fn full(redis: &RedisServer, _: &RedisServer) {
+    run(redis, &["CONFIG", "SET", "maxmemory", "1"]);
 }
-fn unbounded(_: &RedisServer, _: &RedisServer) -> Vec<String> {
-    vec![
-        "CONFIG".into(),
-        "SET".into(),
-        "maxmemory".into(),
-        "0".into(),
-    ]
+fn unbounded(redis: &RedisServer, _: &RedisServer) {
+    run(redis, &["CONFIG", "SET", "maxmemory", "0"]);
+}
+
+/// Where a Redis's saves go while they fail: a directory removed under it.
+fn gone_dir(redis: &RedisServer) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("delayq-misconf-{}", redis.port))
+}
+/// A background save that fails (its directory is gone) while saving is
+/// configured: Redis then refuses writes with MISCONF.
+fn save_failed(redis: &RedisServer, _: &RedisServer) {
+    let dir = gone_dir(redis);
+    std::fs::create_dir_all(&dir).unwrap();
+    run(redis, &["CONFIG", "SET", "dir", dir.to_str().unwrap()]);
+    run(redis, &["CONFIG", "SET", "save", "3600 1"]);
+    std::fs::remove_dir(&dir).unwrap();
+    bgsave_until(redis, "err");
+}
+/// A save that succeeds, in a directory that exists again.
+fn saved(redis: &RedisServer, _: &RedisServer) {
+    let dir = gone_dir(redis);
+    std::fs::create_dir_all(&dir).unwrap();
+    run(redis, &["CONFIG", "SET", "dir", dir.to_str().unwrap()]);
+    bgsave_until(redis, "ok");
+    run(redis, &["CONFIG", "SET", "save", ""]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+/// Starts a background save and waits for it to end with `status`.
+fn bgsave_until(redis: &RedisServer, status: &str) {
+    let mut conn = redis.client();
+    let _: redis::Value = redis::cmd("BGSAVE").query(&mut conn).unwrap();
+    let want = format!("rdb_last_bgsave_status:{status}");
+    for _ in 0..500 {
+        let info: String = redis::cmd("INFO")
+            .arg("persistence")
+            .query(&mut conn)
+            .unwrap();
+        if info.contains("rdb_bgsave_in_progress:0") && info.contains(&want) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no background save ended with {status}");
 }
 
 const REFUSALS: &[Refusal] = &[
@@ -54,6 +82,11 @@ const REFUSALS: &[Refusal] = &[
         break_it: full,
         mend_it: unbounded,
         error: "OOM",
+    },
+    Refusal {
+        break_it: save_failed,
+        mend_it: saved,
+        error: "MISCONF",
     },
 ];
 
@@ -69,8 +102,8 @@ async fn push(api: &Api, id: &str) -> u16 {
     api.post("/v1/messages", body).await.0
 }
 
-fn run(redis: &RedisServer, words: Vec<String>) {
-    let () = redis::cmd(&words[0])
+fn run(redis: &RedisServer, words: &[&str]) {
+    let () = redis::cmd(words[0])
         .arg(&words[1..])
         .query(&mut redis.client())
         .unwrap();
@@ -101,7 +134,7 @@ async fn check(refusal: &Refusal) {
     }
     assert_eq!(push(&api, "before").await, 201);
 
-    run(&redis, (refusal.break_it)(&redis, &other));
+    (refusal.break_it)(&redis, &other);
     for path in ["/healthz", "/readyz"] {
         let detail = eventually(Duration::from_secs(10), "health fails", || async {
             let (status, body) = api.get(path).await;
@@ -123,7 +156,7 @@ async fn check(refusal: &Refusal) {
         "a WARN line names the error:\n{log}"
     );
 
-    run(&redis, (refusal.mend_it)(&redis, &other));
+    (refusal.mend_it)(&redis, &other);
     for path in ["/healthz", "/readyz"] {
         eventually(Duration::from_secs(10), "healthy again", || async {
             (api.get(path).await.0 == 200).then_some(())

@@ -1,6 +1,7 @@
 //! A SIGHUP reaches every component that reads a reloadable key: the allow list
-//! reaches the HTTP API and the inbox reader, MAXLEN (default and per stream)
-//! reaches the forward loops. (`log.level` and `[delivery]` are covered in
+//! reaches the HTTP API and the inbox reader, MAXLEN (default and per stream) and
+//! the rate limits (over all streams and per stream) reach the forward loops.
+//! (`log.level` and `[delivery]` are covered in
 //! ops/config.rs and sweep/processes.rs.) Each case starts a real process with one configuration,
 //! rewrites the file, sends SIGHUP and checks every component that uses the key.
 
@@ -149,6 +150,22 @@ fn forward_trims_one_stream(node: &Node) -> BoxFuture<'_, ()> {
     Box::pin(trimmed(node, "special"))
 }
 
+/// 300 messages to "rated", all forwarded within 10 s: under the limit of one a
+/// second the configuration started with, that would take five minutes.
+fn forward_unlimited(node: &Node) -> BoxFuture<'_, ()> {
+    Box::pin(async move {
+        assert_eq!(push_many(node, "rated", 300).await, 300);
+        eventually(Duration::from_secs(10), "all 300 forwarded", || async {
+            let len: u64 = redis::cmd("XLEN")
+                .arg("rated")
+                .query(&mut node.redis.client())
+                .ok()?;
+            (len == 300).then_some(())
+        })
+        .await;
+    })
+}
+
 #[tokio::test]
 async fn allow_list_reaches_the_api_and_the_inbox() {
     check(
@@ -175,6 +192,26 @@ async fn a_stream_maxlen_reaches_the_forward_loops() {
         "[streams.maxlen]\nother = 5\n",
         "[streams.maxlen]\nspecial = 10\n",
         &[forward_trims_one_stream],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn the_rate_limit_reaches_the_forward_loops() {
+    check(
+        "[forwarder]\nmax_rate = 1\n",
+        "[forwarder]\nmax_rate = 0\n",
+        &[forward_unlimited],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_stream_rate_limit_reaches_the_forward_loops() {
+    check(
+        "[streams.max_rate]\nrated = 1\n",
+        "[streams.max_rate]\nother = 1\n",
+        &[forward_unlimited],
     )
     .await;
 }

@@ -337,3 +337,76 @@ async fn none_lost_when_an_instance_is_killed_mid_batch() {
     .assert_exact(&format!("by n; node-b log:\n{}", b.log()));
     assert_eq!((xlen(&mut conn, INBOX), inbox_pending(&mut conn)), (0, 0));
 }
+
+/// Two deployments on one Redis, told apart by `redis.prefix` alone: each reads
+/// its own inbox with its own group, and the same message id pushed to both is a
+/// message in each, delivered once by each to its own stream.
+#[tokio::test]
+async fn two_deployments_on_one_redis_keep_to_their_own_prefix() {
+    let redis = delayq::harness::RedisServer::start().unwrap();
+    let mut conn = redis.client();
+    let nodes: Vec<DelayqProcess> = ["east", "west"]
+        .iter()
+        .map(|p| {
+            let config = format!("[redis]\nurl = \"{}\"\nprefix = \"{p}\"\n", redis.url());
+            DelayqProcess::start(&delayq_bin(), p, &config).unwrap()
+        })
+        .collect();
+    for (node, prefix) in nodes.iter().zip(["east", "west"]) {
+        let api = crate::support::Api::new(node.api);
+        let body = serde_json::json!({"stream": format!("{prefix}-out"), "id": "same", "payload": "h", "delay": "10ms"});
+        assert_eq!(api.post("/v1/messages", body).await.0, 201, "{prefix}");
+        xadd(
+            &mut conn,
+            &format!("{prefix}:inbox"),
+            &[
+                ("delayq-stream", format!("{prefix}-out").as_str()),
+                ("delayq-delay", "10ms"),
+                ("delayq-id", "same-inbox"),
+                ("from", prefix),
+            ],
+        );
+    }
+    for prefix in ["east", "west"] {
+        let got = wait_for_entries(&mut conn, &format!("{prefix}-out"), 2).await;
+        let ids: Vec<&str> = got.iter().filter_map(|e| e.get("delayq-id")).collect();
+        let tally = Tally::count(["same", "same-inbox"], ids);
+        assert!(tally.is_exact(), "{prefix}: {tally:?}");
+        assert!(
+            got.iter()
+                .filter(|e| e.get("delayq-id") == Some("same-inbox"))
+                .all(|e| e.get("from") == Some(prefix)),
+            "{prefix}: {got:?}"
+        );
+        // Each inbox is read by its own deployment's group only, and nothing of
+        // one deployment lies outside its prefix.
+        let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(format!("{prefix}:inbox"))
+            .query(&mut conn)
+            .unwrap();
+        let names: Vec<String> = groups
+            .iter()
+            .map(|g| redis::from_redis_value(g[1].clone()).unwrap())
+            .collect();
+        assert_eq!(names, [prefix], "the groups on {prefix}:inbox");
+    }
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut conn).unwrap();
+    let strays: Vec<&String> = keys
+        .iter()
+        .filter(|k| {
+            !["east", "west"].iter().any(|p| {
+                k.starts_with(&format!("{p}:"))
+                    || k.starts_with(&format!("{{{p}:"))
+                    || k.as_str() == format!("{p}-out")
+            })
+        })
+        .collect();
+    assert!(strays.is_empty(), "keys outside both prefixes: {strays:?}");
+    // Still exactly once after a while: neither deployment moved the other's.
+    never(Duration::from_millis(500), "a second delivery", || {
+        let n = xlen(&mut conn, "east-out") + xlen(&mut conn, "west-out");
+        std::future::ready((n != 4).then_some(()))
+    })
+    .await;
+}
