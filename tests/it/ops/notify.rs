@@ -34,12 +34,23 @@ impl NotifySocket {
 
     /// Messages received within `wait`.
     fn receive_for(&self, wait: Duration) -> Vec<String> {
+        self.receive_timed(wait)
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    /// Messages received within `wait`, each with when it came.
+    fn receive_timed(&self, wait: Duration) -> Vec<(Instant, String)> {
         let deadline = Instant::now() + wait;
         let mut out = Vec::new();
         let mut buf = [0u8; 4096];
         while Instant::now() < deadline {
             if let Ok(n) = self.socket.recv(&mut buf) {
-                out.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+                out.push((
+                    Instant::now(),
+                    String::from_utf8_lossy(&buf[..n]).into_owned(),
+                ));
             }
         }
         out
@@ -115,7 +126,26 @@ fn tells_the_service_manager_ready_status_and_alive_through_a_redis_outage() {
     // so it keeps vouching for itself (no restart storm), and says what is wrong.
     redis.kill();
     notify.wait_for("redis unreachable", Duration::from_secs(10));
-    notify.wait_count("WATCHDOG=1", 3, Duration::from_secs(2));
+    // Three seconds of outage, almost four watchdog intervals: a ping in every
+    // interval (a gap longer than one would have systemd kill the process).
+    let outage = notify.receive_timed(Duration::from_secs(3));
+    let pings: Vec<Instant> = outage
+        .iter()
+        .filter(|(_, m)| m.contains("WATCHDOG=1"))
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(pings.len() >= 3, "{outage:?}");
+    let longest = pings.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+    assert!(
+        longest < Duration::from_millis(800) * patience(),
+        "{longest:?} between watchdog pings while Redis was down"
+    );
+    assert!(
+        !outage
+            .iter()
+            .any(|(_, m)| m.contains("STATUS=") && !m.contains("redis")),
+        "the status kept naming the outage: {outage:?}"
+    );
 
     // Redis back: the status says so.
     redis.restart().unwrap();
