@@ -138,7 +138,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         metrics,
     });
     let api_task = tokio::spawn(
-        axum::serve(listener, router)
+        axum::serve(api::listener::Listener(listener), router)
             .with_graceful_shutdown(api.clone().cancelled_owned())
             .into_future(),
     );

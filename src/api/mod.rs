@@ -8,6 +8,7 @@ mod drain;
 mod error;
 mod guard;
 mod input;
+pub mod listener;
 mod messages;
 mod node;
 mod openapi;

@@ -111,7 +111,8 @@ async fn malformed_requests_and_inbox_entries_never_break_the_daemon_or_lose_a_m
         )
     );
 
-    // Raw requests: hyper's own refusals are bare 400s, so only the status is checked.
+    // Raw requests: refused with a 4xx and the JSON shape, the HTTP server's own
+    // refusals (a request line or header that does not parse) included.
     let addr = node.api;
     let raw: Vec<(&str, Vec<u8>, bool)> = (0..RAW_REQUESTS)
         .map(|_| raw::raw_request(&mut rng))
@@ -120,8 +121,17 @@ async fn malformed_requests_and_inbox_entries_never_break_the_daemon_or_lose_a_m
         let status = tokio::task::spawn_blocking(move || raw::send_raw(addr, &bytes, half_close))
             .await
             .unwrap();
-        if !status.is_some_and(|s| (400..500).contains(&s)) {
-            problems.push(format!("raw [{kind}]: answered {status:?}, want a 4xx"));
+        match status {
+            Some((status, body)) if (400..500).contains(&status) => {
+                let json: Option<serde_json::Value> = serde_json::from_slice(&body).ok();
+                if !json.is_some_and(|j| j["error"].is_string() && j["detail"].is_string()) {
+                    problems.push(format!(
+                        "raw [{kind}]: {status} without the JSON shape: {:?}",
+                        String::from_utf8_lossy(&body)
+                    ));
+                }
+            }
+            other => problems.push(format!("raw [{kind}]: answered {other:?}, want a 4xx")),
         }
     }
     // The daemon is up and answers.

@@ -42,8 +42,13 @@ pub(super) fn raw_request(rng: &mut StdRng) -> (&'static str, Vec<u8>, bool) {
     (kind, text, half_close)
 }
 
-/// Sends raw bytes and returns the status of the first answer (None: no answer).
-pub(super) fn send_raw(addr: std::net::SocketAddr, bytes: &[u8], half_close: bool) -> Option<u16> {
+/// Sends raw bytes and returns the status and body of the first answer (None: no
+/// answer).
+pub(super) fn send_raw(
+    addr: std::net::SocketAddr,
+    bytes: &[u8],
+    half_close: bool,
+) -> Option<(u16, Vec<u8>)> {
     let mut s = TcpStream::connect(addr).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     // A server may answer and close before reading everything: a failed write is fine.
@@ -52,13 +57,36 @@ pub(super) fn send_raw(addr: std::net::SocketAddr, bytes: &[u8], half_close: boo
         let _ = s.shutdown(Shutdown::Write);
     }
     let mut got = Vec::new();
-    let mut buf = [0u8; 1024];
-    while !got.windows(2).any(|w| w == b"\r\n") {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
+    let mut buf = [0u8; 4096];
+    let read_more = |s: &mut TcpStream, got: &mut Vec<u8>, buf: &mut [u8]| match s.read(buf) {
+        Ok(0) | Err(_) => false,
+        Ok(n) => {
+            got.extend_from_slice(&buf[..n]);
+            true
+        }
+    };
+    let head_end = loop {
+        if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if !read_more(&mut s, &mut got, &mut buf) {
+            return None;
+        }
+    };
+    let head = String::from_utf8_lossy(&got[..head_end]).into_owned();
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    while got.len() < head_end + length {
+        if !read_more(&mut s, &mut got, &mut buf) {
+            break;
         }
     }
-    let line = String::from_utf8_lossy(&got);
-    line.split(' ').nth(1)?.parse().ok()
+    Some((status, got[head_end..].to_vec()))
 }
