@@ -126,20 +126,40 @@ async fn images() {
     );
 }
 
-async fn compose_cli() -> Vec<String> {
+/// The compose CLIs: Debian's `docker-compose` 1.x, and `docker compose` v2.
+#[derive(Clone, Copy, Debug)]
+enum Compose {
+    V1,
+    V2,
+}
+
+/// The command of `wanted`, or of the other one when `wanted` is not installed
+/// (`DELAYQ_TEST_COMPOSE` chooses one for every test).
+async fn compose_cli(wanted: Compose) -> Vec<String> {
     if let Ok(chosen) = std::env::var("DELAYQ_TEST_COMPOSE") {
         return chosen.split_whitespace().map(str::to_owned).collect();
     }
-    let v2 = Command::new("docker")
-        .args(["compose", "version"])
-        .output()
-        .await
-        .is_ok_and(|o| o.status.success());
-    if v2 {
-        vec!["docker".into(), "compose".into()]
-    } else {
-        vec!["docker-compose".into()]
-    }
+    let v1 = vec!["docker-compose".to_owned()];
+    let v2 = vec!["docker".to_owned(), "compose".to_owned()];
+    let works = |cli: Vec<String>| async move {
+        let ok = Command::new(&cli[0])
+            .args(&cli[1..])
+            .arg("version")
+            .output()
+            .await
+            .is_ok_and(|o| o.status.success());
+        ok.then_some(cli)
+    };
+    let (first, second) = match wanted {
+        Compose::V1 => (v1, v2),
+        Compose::V2 => (v2, v1),
+    };
+    let cli = match works(first).await {
+        Some(cli) => cli,
+        None => works(second).await.expect("a compose CLI"),
+    };
+    eprintln!("{wanted:?} wanted, running {}", cli.join(" "));
+    cli
 }
 
 /// A compose project of docker/compose.yaml (and overrides); `down -v` when dropped.
@@ -157,12 +177,12 @@ struct Deployment {
 
 impl Deployment {
     async fn up() -> Deployment {
-        Self::up_with(&[]).await
+        Self::up_with(&[], Compose::V1).await
     }
 
     /// The deployment with `overrides` (files under docker/) over compose.yaml,
     /// under a project name of its own.
-    async fn up_with(overrides: &[&str]) -> Deployment {
+    async fn up_with(overrides: &[&str], cli: Compose) -> Deployment {
         let secrets = tempfile::tempdir().unwrap();
         let token = format!("e2e-{}", ulid::Ulid::new());
         let file = secrets.path().join("api-tokens");
@@ -187,7 +207,7 @@ impl Deployment {
             .map(|f| repo().join("docker").join(f).display().to_string())
             .collect();
         let d = Deployment {
-            cli: compose_cli().await,
+            cli: compose_cli(cli).await,
             project: format!(
                 "delayq-e2e-{}{}",
                 std::process::id(),
@@ -522,7 +542,8 @@ async fn compose_cluster_variant_forwards_through_redis_cluster() {
     ];
     let started = Instant::now();
     images().await;
-    let d = Deployment::up_with(&["compose.cluster.yaml"]).await;
+    // With compose v2 where it is installed: the other test runs Debian's 1.x.
+    let d = Deployment::up_with(&["compose.cluster.yaml"], Compose::V2).await;
     let mut services: Vec<&str> = REDIS.to_vec();
     services.extend(NODES);
     healthy(&d, &services).await;
