@@ -114,6 +114,7 @@ async fn images() {
         out.status,
         text(&out.stderr)
     );
+    remove_leftovers().await;
     eprintln!(
         "engine and images ready in {:.1?}; {IMAGE} is {}",
         started.elapsed(),
@@ -124,6 +125,53 @@ async fn images() {
             .map(|b| format!("{:.1} MB", b as f64 / 1e6))
             .unwrap_or_default()
     );
+}
+
+/// Removes what an earlier run of these tests left behind when it was killed
+/// before its `down` (its containers, networks and volumes): projects named
+/// `delayq-e2e-<pid>…` whose process is gone.
+async fn remove_leftovers() {
+    const PREFIX: &str = "delayq-e2e-";
+    let label = "label=com.docker.compose.project";
+    let projects = docker(&[
+        "ps",
+        "-a",
+        "--filter",
+        label,
+        "--format",
+        "{{.Label \"com.docker.compose.project\"}}",
+    ])
+    .await;
+    let mut gone: Vec<&str> = projects
+        .lines()
+        .filter(|p| {
+            p.strip_prefix(PREFIX)
+                .and_then(|rest| rest.split('-').next()?.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect();
+    gone.sort_unstable();
+    gone.dedup();
+    for project in gone {
+        let filter = format!("label=com.docker.compose.project={project}");
+        eprintln!("removing {project}, left by a run that was killed");
+        let containers = docker(&["ps", "-aq", "--filter", &filter]).await;
+        let containers: Vec<&str> = containers.split_whitespace().collect();
+        if !containers.is_empty() {
+            let _ = run(
+                "docker",
+                &[&["rm", "-f", "-v"][..], &containers].concat(),
+                &[],
+            )
+            .await;
+        }
+        for kind in ["network", "volume"] {
+            let names = docker(&[kind, "ls", "-q", "--filter", &filter]).await;
+            for name in names.split_whitespace() {
+                let _ = run("docker", &[kind, "rm", name], &[]).await;
+            }
+        }
+    }
 }
 
 /// The compose CLIs: Debian's `docker-compose` 1.x, and `docker compose` v2.
