@@ -155,4 +155,11 @@ edges! {
     // The low ends (1 request at once, 100ms) are in tests/it/http.rs: there they refuse.
     max_concurrent_requests_max: [("api.max_concurrent_requests", "100000")], W;
     request_timeout_max: [("api.request_timeout", "\"1h\"")], W;
+    redis_connect_timeout_min: [("redis.connect_timeout", "\"50ms\"")], W;
+    max_delay_max: [("api.max_delay", "\"36500d\"")], W;
+    max_body_bytes_max: [("api.max_body_bytes", "1073741824")], W;
+    max_polls_min: [("api.max_polls", "1")], W;
+    max_polls_max: [("api.max_polls", "10000")], W;
+    max_wait_min: [("api.max_wait", "\"100ms\"")], W;
+    max_wait_max: [("api.max_wait", "\"1h\"")], W;
 }
