@@ -44,6 +44,25 @@ fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     Ok(value)
 }
 
+/// Why a batch setting ends where it does.
+pub(super) const LONG_CALL: &str = "a longer batch holds Redis for longer in one script call";
+
+/// [`positive`], a refusal past `max` saying why the range ends there.
+pub(super) fn positive_because(
+    key: &str,
+    value: i64,
+    max: i64,
+    why: &str,
+) -> Result<i64, ConfigError> {
+    if value > max {
+        return Err(invalid(
+            key,
+            format!("must be 1 to {max} (got {value}): {why}"),
+        ));
+    }
+    positive(key, value, max)
+}
+
 /// The PEM files of `<section>.tls_*`, read and checked: each must hold what its
 /// key names, and only TLS endpoints (`needs`) take them.
 struct TlsFiles {
@@ -463,7 +482,12 @@ impl Raw {
                 ));
             }
             (Some(_), None) => crate::store::CLUSTER_SLOTS,
-            (None, shards) => positive("redis.shards", shards.unwrap_or(16), 1024)? as u16,
+            (None, shards) => positive_because(
+                "redis.shards",
+                shards.unwrap_or(16),
+                1024,
+                "each shard has its own forward loop, fence and keys",
+            )? as u16,
         };
         if timeout < Duration::from_millis(50) {
             return Err(invalid("redis.timeout", "must be at least 50ms"));
@@ -679,7 +703,7 @@ impl Raw {
                 ),
             ));
         }
-        let max_batch = positive("api.max_batch", max_batch, 5000)? as usize;
+        let max_batch = positive_because("api.max_batch", max_batch, 5000, LONG_CALL)? as usize;
         let max_body_bytes = positive("api.max_body_bytes", max_body_bytes, 1 << 30)? as usize;
         let max_polls = positive("api.max_polls", max_polls, 10_000)? as usize;
         if max_wait > Duration::from_secs(3600) {
@@ -703,7 +727,12 @@ impl Raw {
             max_delay,
             max_message_bytes: positive("api.max_message_bytes", max_message_bytes, 64 << 20)?
                 as usize,
-            max_fields: positive("api.max_fields", max_fields, 2000)? as usize,
+            max_fields: positive_because(
+                "api.max_fields",
+                max_fields,
+                2000,
+                "one command from a Lua script carries at most a few thousand values",
+            )? as usize,
         };
         if max_delay.is_zero() {
             return Err(invalid("api.max_delay", "must be longer than 0"));
@@ -755,7 +784,8 @@ impl Raw {
             dead_letter_suffix,
             max_rate,
         } = forwarder;
-        let batch_size = positive("forwarder.batch_size", batch_size, 10_000)? as usize;
+        let batch_size =
+            positive_because("forwarder.batch_size", batch_size, 10_000, LONG_CALL)? as usize;
         if idle_wakeup < Duration::from_millis(10) {
             return Err(invalid("forwarder.idle_wakeup", "must be at least 10ms"));
         }
@@ -872,7 +902,8 @@ impl Raw {
                 stream: inbox_stream,
                 group: inbox_group,
                 rejected_stream,
-                batch_size: positive("inbox.batch_size", inbox_batch_size, 5000)? as usize,
+                batch_size: positive_because("inbox.batch_size", inbox_batch_size, 5000, LONG_CALL)?
+                    as usize,
                 reclaim_after,
             })
         } else {

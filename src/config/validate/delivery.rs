@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::positive;
+use super::{LONG_CALL, positive, positive_because};
 use crate::config::raw::{RawDelivery, RawStreamDelivery};
 use crate::config::{
     ConfigError, DeliveryConfig, ForwarderConfig, RetryBackoff, StreamDelivery, invalid,
@@ -39,7 +39,8 @@ impl RawDelivery {
         if sweep_interval < Duration::from_millis(10) {
             return Err(invalid("delivery.sweep_interval", "must be at least 10ms"));
         }
-        let sweep_batch = positive("delivery.sweep_batch", sweep_batch, 10_000)? as usize;
+        let sweep_batch =
+            positive_because("delivery.sweep_batch", sweep_batch, 10_000, LONG_CALL)? as usize;
 
         let mut watched = Vec::with_capacity(streams.len());
         for (stream, raw) in streams {

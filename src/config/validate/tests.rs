@@ -105,6 +105,17 @@ fn bad_values_name_their_key() {
         &[],
         "api.max_batch: must be 1 to 5000",
     );
+    // Past a bound set for safety, the refusal says why.
+    check_err(
+        "[api]\nmax_fields = 2001",
+        &[],
+        "api.max_fields: must be 1 to 2000 (got 2001): one command from a Lua script carries",
+    );
+    check_err(
+        "[forwarder]\nbatch_size = 10001",
+        &[],
+        "forwarder.batch_size: must be 1 to 10000 (got 10001): a longer batch holds Redis",
+    );
     check_err("[api]\nmax_body_bytes = 0", &[], "api.max_body_bytes");
     check_err("[api]\nmax_wait = \"2h\"", &[], "api.max_wait");
     check_err("[api]\nmax_polls = 0", &[], "api.max_polls");
