@@ -381,3 +381,51 @@ impl SystemTimeMs {
             .as_millis() as u64
     }
 }
+
+/// Messages that come in due order, over several calls, fill their buckets whole:
+/// a full last bucket is followed by a new one rather than split in two.
+#[tokio::test]
+async fn messages_that_come_in_order_fill_their_buckets_whole() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let base = SystemTimeMs::now() + 60_000;
+    let items: Vec<BatchItem> = (0..1000u64)
+        .map(|i| {
+            let mut it = item(&format!("o{i:05}"), 0, 0, ScheduleMode::New);
+            it.msg.due = Due::At(base + i / 3);
+            it
+        })
+        .collect();
+    for chunk in items.chunks(250) {
+        for answer in store.schedule_many(chunk, DAY, None).await {
+            assert!(
+                matches!(answer, Ok(Scheduled::Scheduled { .. })),
+                "{answer:?}"
+            );
+        }
+    }
+    let mut conn = bare.redis.client();
+    let k = store.keys().shard(0);
+    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(format!("{}:q", k.due))
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    let lens: Vec<u64> = floors
+        .iter()
+        .map(|floor| {
+            let mut key = format!("{}:q:", k.due).into_bytes();
+            key.extend_from_slice(floor);
+            redis::cmd("LLEN").arg(&key).query(&mut conn).unwrap()
+        })
+        .collect();
+    assert_eq!(lens, [128, 128, 128, 128, 128, 128, 128, 104]);
+    for (n, it) in items.iter().enumerate().step_by(97) {
+        let found = store.get(&it.msg.id).await.unwrap();
+        assert!(
+            matches!(found, delayq::store::Status::Scheduled(_)),
+            "{n}: {found:?}"
+        );
+    }
+}

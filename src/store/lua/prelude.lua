@@ -765,7 +765,19 @@ local function bucket_split(P, list, len)
   chunked({ 'RPUSH', bucket_key(P, second) }, moving)
   redis.call('LTRIM', list, 0, half - 1)
   local tail = P.tail
-  if tail and tail.list == list then tail.list = bucket_key(P, second) end
+  if tail and tail.list == list then tail.list, tail.len = bucket_key(P, second), len - half end
+end
+
+-- A new last bucket whose floor is (score, id), the tail from now on (still empty: its
+-- last message is the full one's until the caller pushes): what a message that sorts
+-- after every other starts when the last bucket is full, rather than split it, so
+-- that messages that come in order fill their buckets whole.
+local function bucket_start(P, score, id)
+  local floor = score_bytes(score) .. id
+  redis.call('ZADD', P.q, 0, floor)
+  local last = P.tail
+  P.tail = { list = bucket_key(P, floor), score = last.score, id = last.id, len = 0 }
+  return P.tail
 end
 
 -- Whether (score, id) sorts before (score2, id2).
@@ -782,8 +794,9 @@ local function bucket_insert(P, score, id, body)
   -- bucket forgets it (bucket_remove, buckets_consume).
   local tail = P.tail
   if tail and key_before(tail.score, tail.id, score, id) then
+    if tail.len >= PENDING_BUCKET then tail = bucket_start(P, score, id) end
     tail.score, tail.id = score, id
-    bucket_split(P, tail.list, redis.call('RPUSH', tail.list, elem))
+    tail.len = redis.call('RPUSH', tail.list, elem)
     return
   end
   local floor = bucket_of(P, score, id)
@@ -805,7 +818,7 @@ local function bucket_insert(P, score, id, body)
   if not last or elem_before(last, score, id) then
     len = redis.call('RPUSH', key, elem)
     if not P.tail and redis.call('ZRANGE', P.q, -1, -1)[1] == floor then
-      P.tail = { list = key, score = score, id = id }
+      P.tail = { list = key, score = score, id = id, len = len }
     end
   else
     local pivot = redis.call('LINDEX', key, bucket_search(key, score, id))
@@ -879,7 +892,25 @@ local function pending_add(P, layout, ids, scores, msgs)
     P.hashed = true
     return
   end
-  for i, id in ipairs(ids) do bucket_insert(P, scores[i], id, compact_body(msgs[i])) end
+  local i = 1
+  while i <= #ids do
+    local tail = P.tail
+    if tail and key_before(tail.score, tail.id, scores[i], ids[i]) then
+      -- A run in order after the last message: appended a bucketful at a time.
+      if tail.len >= PENDING_BUCKET then tail = bucket_start(P, scores[i], ids[i]) end
+      local elems = {}
+      while i <= #ids and #elems < PENDING_BUCKET - tail.len
+        and key_before(tail.score, tail.id, scores[i], ids[i]) do
+        elems[#elems + 1] = make_elem(scores[i], ids[i], compact_body(msgs[i]))
+        tail.score, tail.id = scores[i], ids[i]
+        i = i + 1
+      end
+      tail.len = redis.call('RPUSH', tail.list, unpack(elems))
+    else
+      bucket_insert(P, scores[i], ids[i], compact_body(msgs[i]))
+      i = i + 1
+    end
+  end
   index_put(P, ids, scores)
 end
 
