@@ -15,7 +15,7 @@ use delayq::store::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
-use crate::support::{Bare, config, entries};
+use crate::support::{Bare, compact_buckets, config, entries};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -224,16 +224,7 @@ async fn round_trip(
 /// Every compact bucket of shard 0 holds at most 128 messages, in listpack-sized
 /// index buckets.
 fn assert_buckets_bounded(conn: &mut redis::Connection, store: &Store) {
-    let k = store.keys().shard(0);
-    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-        .arg(format!("{}:q", k.due))
-        .arg(0)
-        .arg(-1)
-        .query(conn)
-        .unwrap();
-    for floor in floors {
-        let mut key = format!("{}:q:", k.due).into_bytes();
-        key.extend_from_slice(&floor);
+    for key in compact_buckets(conn, &store.keys().shard(0).due) {
         let len: u64 = redis::cmd("LLEN").arg(&key).query(conn).unwrap();
         assert!((1..=128).contains(&len), "a bucket of {len}");
     }
@@ -405,20 +396,9 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
         }
     }
     let mut conn = bare.redis.client();
-    let k = store.keys().shard(0);
-    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-        .arg(format!("{}:q", k.due))
-        .arg(0)
-        .arg(-1)
-        .query(&mut conn)
-        .unwrap();
-    let lens: Vec<u64> = floors
+    let lens: Vec<u64> = compact_buckets(&mut conn, &store.keys().shard(0).due)
         .iter()
-        .map(|floor| {
-            let mut key = format!("{}:q:", k.due).into_bytes();
-            key.extend_from_slice(floor);
-            redis::cmd("LLEN").arg(&key).query(&mut conn).unwrap()
-        })
+        .map(|key| redis::cmd("LLEN").arg(key).query(&mut conn).unwrap())
         .collect();
     assert_eq!(lens, [128, 128, 128, 128, 128, 128, 128, 104]);
     for (n, it) in items.iter().enumerate().step_by(97) {

@@ -103,15 +103,7 @@ fn raw_body(bare: &Bare, id: &MessageId) -> (Vec<u8>, Layout) {
     if let Some(body) = hashed {
         return (body, Layout::Hash);
     }
-    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-        .arg(format!("{}:q", k.due))
-        .arg(0)
-        .arg(-1)
-        .query(&mut conn)
-        .unwrap();
-    for floor in floors {
-        let mut key = format!("{}:q:", k.due).into_bytes();
-        key.extend_from_slice(&floor);
+    for key in crate::support::compact_buckets(&mut conn, &k.due) {
         let elems: Vec<Vec<u8>> = redis::cmd("LRANGE")
             .arg(&key)
             .arg(0)

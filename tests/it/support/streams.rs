@@ -272,3 +272,21 @@ pub fn used_memory(conn: &mut impl redis::ConnectionLike) -> u64 {
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory in INFO memory")
 }
+
+/// The keys of a shard's compact pending buckets (`<due>:q:<floor>`), in order.
+pub fn compact_buckets(conn: &mut redis::Connection, due_key: &str) -> Vec<Vec<u8>> {
+    let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(format!("{due_key}:q"))
+        .arg(0)
+        .arg(-1)
+        .query(conn)
+        .unwrap();
+    floors
+        .into_iter()
+        .map(|floor| {
+            let mut key = format!("{due_key}:q:").into_bytes();
+            key.extend_from_slice(&floor);
+            key
+        })
+        .collect()
+}
