@@ -401,6 +401,27 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
         .map(|key| redis::cmd("LLEN").arg(key).query(&mut conn).unwrap())
         .collect();
     assert_eq!(lens, [128, 128, 128, 128, 128, 128, 128, 104]);
+
+    // One call: 100 in order, one that lands among them, then 100 more in order:
+    // the one out of order counts against its bucket's 128 too.
+    let later = base + 10_000;
+    let mut mixed: Vec<BatchItem> = (0..200u64)
+        .map(|i| {
+            let mut it = item(&format!("m{i:05}"), 0, 0, ScheduleMode::New);
+            it.msg.due = Due::At(later + 2 * i);
+            it
+        })
+        .collect();
+    let mut stray = item("stray", 0, 0, ScheduleMode::New);
+    stray.msg.due = Due::At(later + 101);
+    mixed.insert(100, stray);
+    for answer in store.schedule_many(&mixed, DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Scheduled { .. })),
+            "{answer:?}"
+        );
+    }
+    assert_buckets_bounded(&mut conn, store);
     for (n, it) in items.iter().enumerate().step_by(97) {
         let found = store.get(&it.msg.id).await.unwrap();
         assert!(

@@ -824,6 +824,8 @@ local function bucket_insert(P, score, id, body)
     local pivot = redis.call('LINDEX', key, bucket_search(key, score, id))
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
   end
+  -- The tail's count stays true when a message lands in its bucket out of order.
+  if P.tail and P.tail.list == key then P.tail.len = len end
   bucket_split(P, key, len)
 end
 
