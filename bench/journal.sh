@@ -16,8 +16,9 @@ wait_port() { for _ in $(seq 300); do (echo > /dev/tcp/127.0.0.1/$1) 2>/dev/null
 
 RPORT=$(port); redis-server --port "$RPORT" --save "" --appendonly no --dir "$DIR" --daemonize no > "$DIR/redis.log" 2>&1 & PIDS+=($!)
 MPORT=$(port)
-mariadb-install-db --no-defaults --datadir="$DIR/db" --user=root --auth-root-authentication-method=normal --skip-test-db > "$DIR/install.log" 2>&1
-/usr/sbin/mariadbd --no-defaults --datadir="$DIR/db" --socket="$DIR/db/s.sock" --pid-file="$DIR/db/p.pid" \
+mkdir -p "$DIR/dbtmp"
+mariadb-install-db --no-defaults --datadir="$DIR/db" --tmpdir="$DIR/dbtmp" --user=root --auth-root-authentication-method=normal --skip-test-db > "$DIR/install.log" 2>&1
+/usr/sbin/mariadbd --no-defaults --datadir="$DIR/db" --tmpdir="$DIR/dbtmp" --socket="$DIR/db/s.sock" --pid-file="$DIR/db/p.pid" \
   --log-error="$DIR/db/error.log" --port="$MPORT" --user=root --bind-address=127.0.0.1 --skip-name-resolve \
   --skip-log-bin --innodb-buffer-pool-size=512M & PIDS+=($!)
 wait_port "$RPORT"; wait_port "$MPORT"

@@ -692,12 +692,14 @@ impl MariaDbServer {
             .prefix("delayq-mariadb-")
             .tempdir()?;
         let data = dir.path().join("data");
+        std::fs::create_dir_all(mariadb_tmpdir(&data))?;
         let out = Command::new(binary(
             "DELAYQ_TEST_MARIADB_INSTALL_DB",
             "mariadb-install-db",
         ))
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--tmpdir={}", mariadb_tmpdir(&data).display()))
         .args([
             "--user=root",
             "--auth-root-authentication-method=normal",
@@ -780,12 +782,19 @@ impl MariaDbServer {
     }
 }
 
+/// A MariaDB's temporary directory of its own, beside its `data`: a server starting
+/// deletes every `#sql*` file in its temporary directory, another's included.
+fn mariadb_tmpdir(data: &Path) -> PathBuf {
+    data.with_file_name("tmp")
+}
+
 /// `mariadbd` on `data`, listening on loopback `port` and a socket in `data`,
 /// once its port accepts connections.
 fn spawn_mariadbd(data: &Path, port: u16) -> anyhow::Result<Child> {
     let mut child = Command::new(binary("DELAYQ_TEST_MARIADBD", "mariadbd"))
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
+        .arg(format!("--tmpdir={}", mariadb_tmpdir(data).display()))
         .arg(format!("--socket={}", data.join("mariadb.sock").display()))
         .arg(format!("--pid-file={}", data.join("mariadb.pid").display()))
         .arg(format!("--log-error={}", data.join("error.log").display()))
