@@ -223,7 +223,13 @@ fn the_drill_drives_a_deployment_with_tls_everywhere_through_its_config() {
     args.extend(["--config".to_owned(), file.display().to_string()]);
     args.extend(crate::ops::drill::ONE_PAUSE.iter().map(|a| a.to_string()));
     let (code, report, stderr) = crate::ops::drill::drill(&args);
-    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    let logs = || -> String {
+        nodes
+            .iter()
+            .map(|n| format!("--- {} ---\n{}", n.url(""), n.full_log()))
+            .collect()
+    };
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}\n{}", logs());
     crate::ops::drill::check_scenario(&report, "pause", 1);
     assert_eq!(report["total"]["lost"], 0, "{report:#}");
     assert!(
