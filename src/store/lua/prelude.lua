@@ -752,8 +752,6 @@ local function bucket_search(key, score, id)
   return lo
 end
 
--- Stores one message (not yet in the compact layout) in its bucket, splitting a bucket
--- that grows past PENDING_BUCKET in two. The index is the caller's (index_put).
 -- Splits a bucket list that has grown to len past PENDING_BUCKET: its second half
 -- becomes a bucket of its own (and P.tail, if the list was the tail's).
 local function bucket_split(P, list, len)
@@ -786,19 +784,11 @@ local function key_before(score, id, score2, id2)
   return id_less(id, id2)
 end
 
+-- Stores one message (not yet in the compact layout) that does not sort after the
+-- tail (pending_add appends those) in its bucket, splitting a bucket that grows past
+-- PENDING_BUCKET in two. The index is the caller's (index_put).
 local function bucket_insert(P, score, id, body)
   local elem = make_elem(score, id, body)
-  -- Messages that come in order (a batch due at one time, or later and later) go to
-  -- the end of the last bucket, which P.tail remembers within a call: its list and
-  -- the (score, id) of its last message. Anything that takes a message out of a
-  -- bucket forgets it (bucket_remove, buckets_consume).
-  local tail = P.tail
-  if tail and key_before(tail.score, tail.id, score, id) then
-    if tail.len >= PENDING_BUCKET then tail = bucket_start(P, score, id) end
-    tail.score, tail.id = score, id
-    tail.len = redis.call('RPUSH', tail.list, elem)
-    return
-  end
   local floor = bucket_of(P, score, id)
   if not floor then
     -- Before every bucket: the first one starts here now, or it is the first.
@@ -898,7 +888,11 @@ local function pending_add(P, layout, ids, scores, msgs)
   while i <= #ids do
     local tail = P.tail
     if tail and key_before(tail.score, tail.id, scores[i], ids[i]) then
-      -- A run in order after the last message: appended a bucketful at a time.
+      -- Messages that come in order (a batch due at one time, or later and later)
+      -- go to the end of the last bucket, which P.tail remembers within a call: its
+      -- list, its length and the (score, id) of its last message; anything that
+      -- takes a message out of a bucket forgets it (bucket_remove, buckets_consume).
+      -- A run of them is appended a bucketful at a time.
       if tail.len >= PENDING_BUCKET then tail = bucket_start(P, scores[i], ids[i]) end
       local elems = {}
       while i <= #ids and #elems < PENDING_BUCKET - tail.len
