@@ -32,6 +32,10 @@ pub struct Daemon {
     api_task: JoinHandle<std::io::Result<()>>,
     probe: CancellationToken,
     probe_task: JoinHandle<()>,
+    registry: CancellationToken,
+    registry_task: JoinHandle<()>,
+    /// Reloads asked over HTTP, for whoever rereads the configuration file.
+    reloads: Option<tokio::sync::mpsc::Receiver<api::ReloadRequest>>,
 }
 
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
@@ -126,6 +130,26 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         }
     });
 
+    let registry = CancellationToken::new();
+    let registry_task = tokio::spawn(crate::registry::run(
+        store.clone(),
+        crate::registry::Identity {
+            node_id: config.node_id.clone(),
+            address: api_addr.to_string(),
+            started_at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
+        },
+        leadership.clone(),
+        match groups.is_empty() {
+            true => vec![(None, leadership.clone())],
+            false => groups
+                .iter()
+                .map(|g| (Some(g.group), g.leadership.clone()))
+                .collect(),
+        },
+        registry.clone(),
+    ));
+
+    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(4);
     let api = CancellationToken::new();
     let router = api::router(api::AppState {
         config: config.clone(),
@@ -136,6 +160,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         groups: groups.into(),
         health: health.clone(),
         metrics,
+        board: Default::default(),
+        reloads: Some(reload_tx),
     });
     let api_task = tokio::spawn(
         axum::serve(api::listener::Listener(listener), router)
@@ -159,6 +185,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         api_task,
         probe,
         probe_task,
+        registry,
+        registry_task,
+        reloads: Some(reload_rx),
     })
 }
 
@@ -271,12 +300,23 @@ impl Daemon {
     /// the inbox reader (it finishes its blocking read, up to 500 ms, and the batches
     /// in flight: standbys read the inbox too, so the handover need not wait for it),
     /// then the API (draining requests in flight, for at most 5 s).
+    /// Reloads asked over HTTP (`POST /v1/admin/reload`): the caller rereads the
+    /// configuration and answers each. Unclaimed, every such request is refused.
+    pub fn take_reload_requests(&mut self) -> tokio::sync::mpsc::Receiver<api::ReloadRequest> {
+        self.reloads
+            .take()
+            .unwrap_or_else(|| tokio::sync::mpsc::channel(1).1)
+    }
+
     pub async fn stop(self) {
         self.work.cancel();
         let _ = self.work_task.await;
         self.election.cancel();
         let _ = self.election_task.await;
         let _ = self.inbox_task.await;
+        // After the election: the term's end is in the history.
+        self.registry.cancel();
+        let _ = self.registry_task.await;
         self.api.cancel();
         if tokio::time::timeout(Duration::from_secs(5), self.api_task)
             .await

@@ -6,6 +6,7 @@
 //! finishes at most the script call in flight; a `FENCED` reply goes to
 //! [`Term::fenced`].
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,7 +44,14 @@ pub(crate) fn start(
     let (rate, stream_rates) = term_rates(&config);
     let limiter = Arc::new(Limiter::new(rate, Instant::now()));
     let stream_limits = Arc::new(StreamLimits::new(&stream_rates, Instant::now()));
+    let (paused_tx, paused) = watch::channel(Arc::new(BTreeSet::new()));
     let tasks = workers;
+    tasks.spawn(follow_paused(
+        store.clone(),
+        paused_tx,
+        wakers.clone(),
+        cancel.clone(),
+    ));
     tasks.spawn(dispatch_wakeups(
         store.clone(),
         wakers.clone(),
@@ -61,6 +69,7 @@ pub(crate) fn start(
             in_flight: in_flight.clone(),
             limiter: limiter.clone(),
             stream_limits: stream_limits.clone(),
+            paused,
         },
         cancel.clone(),
     ));
@@ -117,6 +126,7 @@ async fn run_shards(template: ForwardLoop, cancel: CancellationToken) {
                         in_flight: template.in_flight.clone(),
                         limiter: template.limiter.clone(),
                         stream_limits: template.stream_limits.clone(),
+                        paused: template.paused.clone(),
                     }));
                 }
                 if !cluster {
@@ -197,6 +207,8 @@ struct ForwardLoop {
     limiter: Arc<Limiter>,
     /// `streams.max_rate`, shared by the term's shard loops.
     stream_limits: Arc<StreamLimits>,
+    /// The streams paused by an operator (see [`follow_paused`]).
+    paused: watch::Receiver<Arc<BTreeSet<String>>>,
 }
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
@@ -235,7 +247,9 @@ async fn forward_shard(mut l: ForwardLoop) {
             (None, allowed.min(UNGATED_BATCH))
         };
         let started = Instant::now();
-        let budgets = l.stream_limits.take_budgets(limit, started);
+        let mut budgets = l.stream_limits.take_budgets(limit, started);
+        let paused = l.paused.borrow().clone();
+        pause_budgets(&mut budgets, &paused, &l.stream_limits);
         let result = l
             .store
             .forward_at_most(l.shard, l.term.epoch(), &l.options, limit, &budgets)
@@ -255,6 +269,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                         lateness.record(ms as f64 / 1000.0);
                     }
                     m::record_lateness(&batch.lateness_ms);
+                    m::record_forwarded(&batch.per_stream);
                     for (stream, count) in &batch.per_stream {
                         metrics::counter!(m::FORWARDED, "stream" => stream.clone())
                             .increment(*count);
@@ -310,7 +325,11 @@ async fn forward_shard(mut l: ForwardLoop) {
                     .until_next_due()
                     .map_or(l.idle_wakeup, |w| w.min(l.idle_wakeup));
                 // Messages held back for their stream's limit go when it has permits.
-                let holding = batch.holding.iter().map(|(stream, _)| stream.as_str());
+                let holding = batch
+                    .holding
+                    .iter()
+                    .map(|(stream, _)| stream.as_str())
+                    .filter(|stream| !paused.contains(*stream));
                 if let Some(permit) = l.stream_limits.until_permit(holding, Instant::now()) {
                     wait = wait.min(permit.max(MIN_HELD_WAIT));
                 }
@@ -333,6 +352,55 @@ async fn forward_shard(mut l: ForwardLoop) {
                     _ = tokio::time::sleep(delay) => {}
                 }
             }
+        }
+    }
+}
+
+/// How often a term reads the paused streams: a pause or resume takes effect
+/// within this.
+pub const PAUSED_EVERY: Duration = Duration::from_millis(250);
+
+/// Follows the paused streams (an operator's `POST /v1/streams/{stream}/pause`)
+/// until the term ends, waking every loop when they change: a resumed stream's
+/// held messages go at once. A read that fails keeps the last set.
+async fn follow_paused(
+    store: Store,
+    paused: watch::Sender<Arc<BTreeSet<String>>>,
+    wakers: Arc<Vec<Notify>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        match store.paused().await {
+            Ok(now) if **paused.borrow() != now => {
+                tracing::info!(paused = ?now, "paused streams changed");
+                paused.send_replace(Arc::new(now));
+                wakers.iter().for_each(Notify::notify_one);
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot read the paused streams"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(PAUSED_EVERY) => {}
+        }
+    }
+}
+
+/// A paused stream's budget is 0 for the call: its due messages move to its held
+/// set, in due order, and wait there (the permits a limited stream had taken go
+/// back to its bucket).
+fn pause_budgets(
+    budgets: &mut Vec<(String, usize)>,
+    paused: &BTreeSet<String>,
+    limits: &StreamLimits,
+) {
+    for stream in paused {
+        match budgets.iter_mut().find(|(s, _)| s == stream) {
+            Some((_, budget)) => {
+                limits.give_back(&[(stream.clone(), *budget)], &[]);
+                *budget = 0;
+            }
+            None => budgets.push((stream.clone(), 0)),
         }
     }
 }
@@ -537,7 +605,7 @@ async fn report_pending_streams(store: Store, cancel: CancellationToken) {
         }
         wait = true;
         let counted = tokio::try_join!(
-            store.pending_per_stream(PENDING_STREAMS_LIMIT),
+            store.pending_per_stream(PENDING_STREAMS_LIMIT, 0),
             store.pending_per_shard()
         );
         match counted {

@@ -60,6 +60,17 @@ pub struct Leadership {
     requests: mpsc::UnboundedSender<StepDown>,
     /// Details the elector publishes for `/v1/leader` (who leads, lease left).
     info: watch::Receiver<LeaderInfo>,
+    /// The last term this node ended, and why (see [`Elector::end`]).
+    ended: watch::Receiver<Option<Ended>>,
+}
+
+/// A term this node ended, for the leadership history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Ended {
+    pub epoch: u64,
+    /// `resigned`, `switchover`, `shut down`, `lease lost`, `fenced` or `master moved`.
+    pub why: &'static str,
+    pub at: SystemTime,
 }
 
 /// What this node knows of the current leader, for operators.
@@ -93,6 +104,7 @@ pub struct Elector {
     pub role: watch::Sender<Role>,
     pub requests: mpsc::UnboundedReceiver<StepDown>,
     pub info: watch::Sender<LeaderInfo>,
+    pub ended: watch::Sender<Option<Ended>>,
     /// The election group it elects for (`election.mode = "per_shard"`): its
     /// metrics carry a `group` label.
     pub group: Option<u16>,
@@ -108,17 +120,20 @@ pub fn channel_for(group: Option<u16>) -> (Elector, Leadership) {
     let (role_tx, role_rx) = watch::channel(Role::Follower);
     let (req_tx, req_rx) = mpsc::unbounded_channel();
     let (info_tx, info_rx) = watch::channel(LeaderInfo::default());
+    let (ended_tx, ended_rx) = watch::channel(None);
     (
         Elector {
             role: role_tx,
             requests: req_rx,
             info: info_tx,
+            ended: ended_tx,
             group,
         },
         Leadership {
             role: role_rx,
             requests: req_tx,
             info: info_rx,
+            ended: ended_rx,
         },
     )
 }
@@ -141,6 +156,11 @@ impl Leadership {
         self.info.clone()
     }
 
+    /// Follows the terms this node ends.
+    pub fn ends(&self) -> watch::Receiver<Option<Ended>> {
+        self.ended.clone()
+    }
+
     /// Asks the elector to end the current term. Ignored if the term already ended.
     pub fn step_down(&self, why: StepDown) {
         let _ = self.requests.send(why);
@@ -148,6 +168,19 @@ impl Leadership {
 }
 
 impl Elector {
+    /// Ends the current term (if this node leads) for `why` (see [`Ended::why`]):
+    /// publishes the end for the leadership history, then the role.
+    pub fn end(&self, why: &'static str, reason: &str) {
+        if let Some(epoch) = self.role.borrow().epoch() {
+            self.ended.send_replace(Some(Ended {
+                epoch,
+                why,
+                at: SystemTime::now(),
+            }));
+        }
+        self.set(Role::Follower, reason);
+    }
+
     /// Publishes a role change, and records it in logs and metrics.
     pub fn set(&self, role: Role, reason: &str) {
         let old = self.role.borrow().clone();
@@ -246,11 +279,11 @@ pub async fn run_standalone(
                         tracing::error!(epoch, held, "standalone: fenced out by a newer instance; serving the API only from now on");
                         metrics::counter!(crate::metrics::FENCED).increment(1);
                         elector.info.send_modify(|i| { i.node_id = None; i.address = None; i.epoch = Some(held); });
-                        elector.set(Role::Follower, "fenced");
+                        elector.end("fenced", "fenced");
                     }
                     Some(StepDown::MasterMoved { epoch: moved }) if moved == epoch => {
                         // A new epoch, above this one, from the new master.
-                        elector.set(Role::Follower, "the Redis master moved");
+                        elector.end("master moved", "the Redis master moved");
                         above = epoch;
                         continue 'terms;
                     }
@@ -263,7 +296,7 @@ pub async fn run_standalone(
             }
         }
     }
-    elector.set(Role::Follower, "shutting down");
+    elector.end("shut down", "shutting down");
 }
 
 /// One election group of `election.mode = "per_shard"`: its shards and who leads

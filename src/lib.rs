@@ -70,6 +70,8 @@ pub mod metrics;
 #[cfg(feature = "server")]
 pub mod rate;
 #[cfg(feature = "server")]
+pub mod registry;
+#[cfg(feature = "server")]
 pub mod reload;
 #[cfg(feature = "server")]
 pub mod restore;

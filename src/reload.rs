@@ -168,7 +168,13 @@ impl Reloader {
 
     /// [`Reloader::reload`], with every outcome logged and counted.
     pub fn reload_and_log(&mut self) -> bool {
-        match self.reload() {
+        let outcome = self.reload();
+        self.report(&outcome)
+    }
+
+    /// Logs and counts a reload's outcome; returns whether it was applied.
+    pub fn report(&self, outcome: &Result<Outcome, ConfigError>) -> bool {
+        match outcome {
             Ok(outcome) => {
                 for change in &outcome.applied {
                     tracing::info!(key = %change.key, old = %change.old.as_deref().unwrap_or("(unset)"), new = %change.new.as_deref().unwrap_or("(unset)"), "configuration reloaded: key changed");

@@ -162,14 +162,34 @@ pub async fn run(
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
     notify(&[NotifyState::Status("starting: connecting to Redis")]);
-    let daemon = crate::start(config).await?;
+    let node_id = config.node_id.clone();
+    let mut daemon = crate::start(config).await?;
+    let mut http_reloads = daemon.take_reload_requests();
     let cancel = CancellationToken::new();
     let tasks = supervise(&daemon, cancel.clone());
     let mut reloader = config_file.map(|(path, effective)| {
         Reloader::new(path, &effective, daemon.live_config(), set_log_level)
     });
     loop {
-        match signals.next().await {
+        let signal = tokio::select! {
+            signal = signals.next() => signal,
+            Some(answer) = http_reloads.recv() => {
+                // POST /v1/admin/reload: as SIGHUP, and the outcome goes back.
+                let outcome = match reloader.as_mut() {
+                    None => Err("this node was started without a configuration file (--config): there is nothing to reread".to_owned()),
+                    Some(reloader) => {
+                        let outcome = reloader.reload();
+                        reloader.report(&outcome);
+                        outcome
+                            .map(|o| crate::api::Reloaded::new(node_id.clone(), &o))
+                            .map_err(|e| format!("configuration reload refused; keeping the running configuration: {e}"))
+                    }
+                };
+                let _ = answer.send(outcome);
+                continue;
+            }
+        };
+        match signal {
             Some(SIGHUP) => {
                 let Some(reloader) = reloader.as_mut() else {
                     tracing::warn!(

@@ -82,6 +82,20 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/admin/resign", Token(Admin)),
     ("POST", "/v1/admin/restore", Token(Admin)),
     ("POST", "/v1/admin/restore/{id}", Token(Admin)),
+    ("GET", "/v1/session", Token(Read)),
+    ("GET", "/v1/overview", Token(Read)),
+    ("GET", "/v1/nodes", Token(Read)),
+    ("GET", "/v1/leadership/history", Token(Read)),
+    ("GET", "/v1/streams", Token(Read)),
+    ("GET", "/v1/upcoming", Token(Read)),
+    ("GET", "/v1/fences", Token(Read)),
+    ("POST", "/v1/streams/{stream}/pause", Token(Admin)),
+    ("POST", "/v1/streams/{stream}/resume", Token(Admin)),
+    ("POST", "/v1/admin/reload", Token(Admin)),
+    ("POST", "/v1/admin/switchover", Token(Admin)),
+    ("GET", "/ui", Open),
+    ("GET", "/ui/app.js", Open),
+    ("GET", "/ui/app.css", Open),
     ("GET", "/leader", Open),
     ("GET", "/healthz", Open),
     ("GET", "/readyz", Open),
@@ -191,9 +205,24 @@ fn scope_of(presented: &[u8], api: &ApiConfig) -> Option<Scope> {
     .max()
 }
 
+/// The scope a request that passed [`require_token`] holds: `admin` when no token
+/// is configured (every request may do everything).
+pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Scope {
+    if !authenticates(api) {
+        return Admin;
+    }
+    bearer_of(headers)
+        .and_then(|t| scope_of(t.as_bytes(), api))
+        .unwrap_or(Read)
+}
+
 /// The token of an `Authorization: Bearer <token>` header, if there is one.
 fn bearer(request: &Request) -> Option<&str> {
-    let value = request.headers().get(AUTHORIZATION)?.to_str().ok()?;
+    bearer_of(request.headers())
+}
+
+fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&str> {
+    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
     let (scheme, token) = value.trim().split_once(' ')?;
     scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
 }

@@ -2,7 +2,9 @@
 //! Redis key.
 
 mod access;
+mod admin;
 mod auth;
+mod board;
 mod dead;
 mod drain;
 mod error;
@@ -15,6 +17,7 @@ mod openapi;
 mod restore;
 mod stats;
 mod streams;
+mod ui;
 
 use std::sync::Arc;
 
@@ -24,6 +27,8 @@ use tower::limit::GlobalConcurrencyLimitLayer;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
+pub use admin::{ReloadRequest, Reloaded};
+pub use board::BoardCache;
 pub use error::{ApiError, ErrorBody};
 
 use crate::config::Config;
@@ -47,6 +52,10 @@ pub struct AppState {
     /// The Redis write probe's findings, for `/healthz` and `/readyz`.
     pub health: crate::health::Health,
     pub metrics: PrometheusHandle,
+    /// The dashboard's answers computed recently.
+    pub board: Arc<BoardCache>,
+    /// Where `POST /v1/admin/reload` asks for a reload (None: no configuration file).
+    pub reloads: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
 }
 
 impl AppState {
@@ -64,7 +73,8 @@ struct Routes {
     /// `/v1`: at most `api.max_concurrent_requests` at once (with the polls), each
     /// answered within `api.request_timeout`.
     requests: OpenApiRouter<AppState>,
-    /// Long polls, which wait up to `api.max_wait` by design: that much longer.
+    /// Long polls, which wait up to `api.max_wait` by design: that much longer; and
+    /// a switchover, which waits for the new leader.
     polls: OpenApiRouter<AppState>,
     /// Outside the bounds, and open: load balancers and scrapers get their answer
     /// under overload too.
@@ -94,13 +104,28 @@ fn routes() -> Routes {
             .routes(routes!(node::leader))
             .routes(routes!(node::resign))
             .routes(routes!(restore::restore_all))
-            .routes(routes!(restore::restore_one)),
-        polls: OpenApiRouter::new().routes(routes!(streams::next)),
+            .routes(routes!(restore::restore_one))
+            .routes(routes!(board::session))
+            .routes(routes!(board::overview))
+            .routes(routes!(board::nodes))
+            .routes(routes!(board::history))
+            .routes(routes!(board::streams))
+            .routes(routes!(board::upcoming))
+            .routes(routes!(board::fences))
+            .routes(routes!(board::pause))
+            .routes(routes!(board::resume))
+            .routes(routes!(admin::reload)),
+        polls: OpenApiRouter::new()
+            .routes(routes!(streams::next))
+            .routes(routes!(admin::switchover)),
         open: OpenApiRouter::new()
             .routes(routes!(node::leader_only))
             .routes(routes!(node::healthz))
             .routes(routes!(node::readyz))
-            .routes(routes!(node::render_metrics)),
+            .routes(routes!(node::render_metrics))
+            .routes(routes!(ui::index))
+            .routes(routes!(ui::script))
+            .routes(routes!(ui::style)),
     }
 }
 

@@ -126,7 +126,7 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiErro
     let (per_shard, next_due, per_stream, now, inbox_stats) = tokio::try_join!(
         store.pending_per_shard(),
         store.next_due_ms(),
-        store.pending_per_stream(STREAM_COUNT_LIMIT),
+        store.pending_per_stream(STREAM_COUNT_LIMIT, 0),
         store.now_ms(),
         inbox_stats,
     )?;

@@ -145,6 +145,67 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
+    /// Hand leadership to a chosen standby (or any), from any node
+    ///
+    /// Examples:
+    ///   delayq switchover --to node-2
+    ///   delayq switchover
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
+    Switchover {
+        /// The node to lead; left out: any standby.
+        #[arg(long)]
+        to: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the nodes: role, epoch, API address, version, last seen
+    #[command(after_help = EXIT_CODES)]
+    Nodes {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Show the leadership history: who led, from when to when, why it ended
+    #[command(after_help = EXIT_CODES)]
+    History {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List the next messages due, of every stream or one
+    ///
+    /// Examples:
+    ///   delayq upcoming --limit 20
+    ///   delayq upcoming --stream orders --after <next of the page before>
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
+    Upcoming {
+        #[arg(long)]
+        stream: Option<String>,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Pause forwarding to a stream: its messages wait, in due order
+    #[command(after_help = EXIT_CODES)]
+    Pause {
+        stream: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Resume forwarding to a paused stream: what waited goes first, in due order
+    #[command(after_help = EXIT_CODES)]
+    Resume {
+        stream: String,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Ask the node at --url to reread its configuration file (as SIGHUP does)
+    #[command(after_help = EXIT_CODES)]
+    Reload {
+        #[command(flatten)]
+        target: Target,
+    },
 }
 
 /// Runs a client command; the exit code tells scripts what happened ([`EXIT_CODES`]).
@@ -242,6 +303,47 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
         }
         ClientCommand::Resign { target } => {
             call(&target, reqwest::Method::POST, "/v1/admin/resign", None).await
+        }
+        ClientCommand::Switchover { to, target } => {
+            let body = match to {
+                Some(to) => json!({ "to": to }),
+                None => json!({}),
+            };
+            let path = "/v1/admin/switchover";
+            call(&target, reqwest::Method::POST, path, Some(body)).await
+        }
+        ClientCommand::Nodes { target } => {
+            call(&target, reqwest::Method::GET, "/v1/nodes", None).await
+        }
+        ClientCommand::History { target } => {
+            let path = "/v1/leadership/history";
+            call(&target, reqwest::Method::GET, path, None).await
+        }
+        ClientCommand::Upcoming {
+            stream,
+            after,
+            limit,
+            target,
+        } => {
+            let mut path = format!("/v1/upcoming?limit={limit}");
+            if let Some(stream) = stream {
+                path += &format!("&stream={}", encode(&stream));
+            }
+            if let Some(after) = after {
+                path += &format!("&after={}", encode(&after));
+            }
+            call(&target, reqwest::Method::GET, &path, None).await
+        }
+        ClientCommand::Pause { stream, target } => {
+            let path = format!("/v1/streams/{}/pause", encode(&stream));
+            call(&target, reqwest::Method::POST, &path, None).await
+        }
+        ClientCommand::Resume { stream, target } => {
+            let path = format!("/v1/streams/{}/resume", encode(&stream));
+            call(&target, reqwest::Method::POST, &path, None).await
+        }
+        ClientCommand::Reload { target } => {
+            call(&target, reqwest::Method::POST, "/v1/admin/reload", None).await
         }
     }
 }

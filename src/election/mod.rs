@@ -97,7 +97,11 @@ impl LeaderValue {
 enum TermEnd {
     Shutdown,
     Resigned,
-    Fenced { held: u64 },
+    /// An operator handed leadership to another node (`POST /v1/admin/switchover`).
+    Switchover,
+    Fenced {
+        held: u64,
+    },
     MasterMoved,
     LeaseGone,
     KeyDeleted,
@@ -105,10 +109,23 @@ enum TermEnd {
 }
 
 impl TermEnd {
+    /// For the leadership history (`leadership::Ended::why`).
+    fn kind(&self) -> &'static str {
+        match self {
+            TermEnd::Shutdown => "shut down",
+            TermEnd::Resigned => "resigned",
+            TermEnd::Switchover => "switchover",
+            TermEnd::Fenced { .. } => "fenced",
+            TermEnd::MasterMoved => "master moved",
+            TermEnd::LeaseGone | TermEnd::KeyDeleted | TermEnd::Deadline => "lease lost",
+        }
+    }
+
     fn reason(&self) -> String {
         match self {
             TermEnd::Shutdown => "shutting down".into(),
             TermEnd::Resigned => "resign requested".into(),
+            TermEnd::Switchover => "switchover to another node requested".into(),
             TermEnd::Fenced { held } => format!("fenced: epoch {held} holds the fence"),
             TermEnd::MasterMoved => {
                 "the Redis master moved: a new term raises the fences there".into()
@@ -183,7 +200,7 @@ pub async fn run(
     let watcher = takeover::Watcher {
         client: client.clone(),
         config: config.clone(),
-        store,
+        store: store.clone(),
         node_id: node_id.clone(),
         info: elector.info.subscribe(),
         role: elector.role.subscribe(),
@@ -191,8 +208,16 @@ pub async fn run(
     };
     tokio::spawn(watcher.run(cancel.child_token()));
 
+    let (switch_tx, switchover) = watch::channel(None);
+    tokio::spawn(follow_switchover(
+        store.clone(),
+        switch_tx,
+        cancel.child_token(),
+    ));
     let me = LeaderValue { node_id, address };
     let mut node = Node {
+        switchover,
+        store: store.clone(),
         value: serde_json::to_string(&me).expect("two strings serialize"),
         me,
         client,
@@ -214,7 +239,7 @@ pub async fn run(
             }
         }
     }
-    node.elector.set(Role::Follower, "shutting down");
+    node.elector.end("shut down", "shutting down");
 }
 
 struct Node {
@@ -231,11 +256,71 @@ struct Node {
     want: watch::Sender<Option<i64>>,
     /// The presence held, as the presence task says.
     held: watch::Receiver<Option<Held>>,
+    /// The node a switchover in progress hands leadership to (see
+    /// [`follow_switchover`]).
+    switchover: watch::Receiver<Option<String>>,
+    store: Store,
+}
+
+/// How often a node reads whether a switchover is asked for.
+const SWITCHOVER_EVERY: Duration = Duration::from_millis(100);
+
+/// Follows the switchover key in Redis (written by `POST /v1/admin/switchover` on
+/// any node) until `cancel`. While it names another node, a leader resigns and a
+/// standby stays out of the election (it revokes its lease, so its candidacy goes),
+/// so that the named node, still campaigning, is next; once that node leads it
+/// clears the key and everyone campaigns again. The key expires by itself if the
+/// named node never takes over.
+async fn follow_switchover(
+    store: Store,
+    target: watch::Sender<Option<String>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        match store.switchover_target().await {
+            Ok(now) => {
+                target.send_if_modified(|t| std::mem::replace(t, now.clone()) != now);
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot read the switchover key"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(SWITCHOVER_EVERY) => {}
+        }
+    }
+}
+
+/// Completes once a switchover names a node other than `me` (`other`), or names
+/// none or `me` (`!other`); never if the switchover follower is gone.
+async fn switchover_turns(switch: &mut watch::Receiver<Option<String>>, me: &str, other: bool) {
+    let turned = switch
+        .wait_for(|t| handing_to_other(t, me) == other)
+        .await
+        .is_ok();
+    if !turned {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Whether a switchover names a node other than `me`.
+fn handing_to_other(target: &Option<String>, me: &str) -> bool {
+    target.as_deref().is_some_and(|t| t != me)
 }
 
 impl Node {
     /// One lease: grant, campaign, lead, release.
     async fn round(&mut self) -> Next {
+        // Out of the election while a switchover hands leadership to another node.
+        let me = self.me.node_id.clone();
+        let mut switch = self.switchover.clone();
+        let aside = handing_to_other(&switch.borrow_and_update(), &me);
+        if aside {
+            tracing::info!("switchover to another node in progress; standing aside");
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Next::Stop,
+                _ = switchover_turns(&mut switch, &me, false) => {}
+            }
+        }
         let ttl = ttl_seconds(self.config.lease_ttl);
         let sent = Instant::now();
         let lease_client = self.client.lease_client();
@@ -317,6 +402,7 @@ impl Node {
         match end {
             TermEnd::Shutdown => Next::Stop,
             TermEnd::Resigned => Next::Again(RESIGN_PAUSE),
+            TermEnd::Switchover => Next::Again(Duration::ZERO),
             TermEnd::MasterMoved => Next::Again(Duration::ZERO),
             // A node fenced again right after each win (an etcd cluster rebuilt
             // under an old fence) backs off further each time.
@@ -347,6 +433,8 @@ impl Node {
     /// Campaigns until this node leads; the lease stays alive meanwhile.
     async fn campaign(&mut self, lease: &mut Lease) -> Result<LeaderKey, Next> {
         let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
+        let me = self.me.node_id.clone();
+        let mut switch = self.switchover.clone();
         loop {
             let mut election = self.client.election_client();
             let attempt = election.campaign(
@@ -368,6 +456,9 @@ impl Node {
                     },
                     Some(request) = self.elector.requests.recv() => {
                         tracing::debug!(?request, "not leading; step-down request ignored");
+                    }
+                    _ = switchover_turns(&mut switch, &me, true) => {
+                        return Err(Next::Again(Duration::ZERO));
                     }
                     result = &mut attempt => match result {
                         Ok(mut resp) => match resp.take_leader() {
@@ -442,6 +533,15 @@ impl Node {
             "won the etcd election",
         );
         self.publish_lease(state.deadline, epoch, lease.id);
+        let me = self.me.node_id.clone();
+        let mut switch = self.switchover.clone();
+        let named = switch.borrow().as_deref() == Some(me.as_str());
+        if named {
+            tracing::info!(epoch, "switchover done: this node leads");
+            if let Err(e) = self.store.clear_switchover(&me).await {
+                tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself");
+            }
+        }
 
         // Past the deadline under failsafe: the deadline timer is off until a
         // renewal moves the deadline again.
@@ -486,9 +586,10 @@ impl Node {
                     }
                 }
                 () = watch.deleted() => break TermEnd::KeyDeleted,
+                _ = switchover_turns(&mut switch, &me, true) => break TermEnd::Switchover,
             }
         };
-        self.elector.set(Role::Follower, &end.reason());
+        self.elector.end(end.kind(), &end.reason());
         let me = self.me.node_id.clone();
         self.elector.info.send_modify(|i| {
             i.lease_deadline = None;

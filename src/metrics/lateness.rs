@@ -1,5 +1,6 @@
 //! Lateness of what this process forwarded, kept in memory for `/v1/stats`.
 
+use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -15,6 +16,9 @@ struct Lateness {
     current: Histogram<u64>,
     previous: Histogram<u64>,
     current_since: Instant,
+    /// Since the last [`take_sample`]: lateness, and messages forwarded per stream.
+    window: Histogram<u64>,
+    window_streams: BTreeMap<String, u64>,
 }
 
 fn lateness() -> &'static Mutex<Lateness> {
@@ -27,6 +31,8 @@ fn lateness() -> &'static Mutex<Lateness> {
             current: new(),
             previous: new(),
             current_since: Instant::now(),
+            window: new(),
+            window_streams: BTreeMap::new(),
         })
     })
 }
@@ -57,6 +63,7 @@ pub fn record_lateness(lateness_ms: &[u64]) {
         let ms = ms.max(1);
         l.since_start.saturating_record(ms);
         l.current.saturating_record(ms);
+        l.window.saturating_record(ms);
     }
 }
 
@@ -85,4 +92,36 @@ pub fn lateness_summary() -> (Option<LatenessSummary>, Option<LatenessSummary>) 
     let mut recent = l.previous.clone();
     recent.add(&l.current).expect("same bounds");
     (summarize(&recent), summarize(&l.since_start))
+}
+
+/// Counts messages forwarded to each stream, for the next [`take_sample`].
+pub fn record_forwarded(per_stream: &[(String, u64)]) {
+    let mut l = lateness().lock().expect("lateness lock");
+    for (stream, n) in per_stream {
+        *l.window_streams.entry(stream.clone()).or_default() += n;
+    }
+}
+
+/// What this process forwarded since the last sample was taken.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Sample {
+    pub forwarded: u64,
+    pub per_stream: BTreeMap<String, u64>,
+    /// Lateness percentiles (ms) of the forwards timed, if any.
+    pub p50: Option<u64>,
+    pub p99: Option<u64>,
+}
+
+/// Takes the sample of what was forwarded since the last one and starts the next.
+pub fn take_sample() -> Sample {
+    let mut l = lateness().lock().expect("lateness lock");
+    let per_stream = std::mem::take(&mut l.window_streams);
+    let summary = summarize(&l.window);
+    l.window.reset();
+    Sample {
+        forwarded: per_stream.values().sum(),
+        per_stream,
+        p50: summary.map(|s| s.p50),
+        p99: summary.map(|s| s.p99),
+    }
 }

@@ -16,7 +16,9 @@ mod pending;
 mod table;
 
 pub use exporter::{install, upkeep};
-pub use lateness::{LatenessSummary, lateness_summary, record_lateness};
+pub use lateness::{
+    LatenessSummary, Sample, lateness_summary, record_forwarded, record_lateness, take_sample,
+};
 pub use pending::{PendingStreams, REST_OF_STREAMS};
 pub use table::{Described, Kind, METRICS};
 

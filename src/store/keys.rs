@@ -189,6 +189,32 @@ impl Keys {
         format!("{}:journal", self.prefix)
     }
 
+    /// Hash: node id → the node's registry entry (JSON; see `store::board`).
+    pub fn nodes(&self) -> String {
+        format!("{}:nodes", self.prefix)
+    }
+
+    /// Hash: `<group or ->:<epoch>` → a leadership term (JSON).
+    pub fn terms(&self) -> String {
+        format!("{}:terms", self.prefix)
+    }
+
+    /// List: forwarding samples (JSON), newest first.
+    pub fn samples(&self) -> String {
+        format!("{}:samples", self.prefix)
+    }
+
+    /// String (expiring): the node a switchover hands leadership to (see
+    /// `election::run`).
+    pub fn switchover(&self) -> String {
+        format!("{}:switchover", self.prefix)
+    }
+
+    /// Set: the streams whose forwarding is paused.
+    pub fn paused(&self) -> String {
+        format!("{}:paused", self.prefix)
+    }
+
     /// Counter standalone instances take their epoch from.
     pub fn standalone_epoch(&self) -> String {
         format!("{}:standalone-epoch", self.prefix)

@@ -5,6 +5,8 @@
 //! and arguments and turns their replies into types.
 
 mod batch;
+#[cfg(feature = "server")]
+mod board;
 mod conn;
 mod dial;
 mod error;
@@ -26,6 +28,8 @@ use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 #[cfg(feature = "test-support")]
 pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
+#[cfg(feature = "server")]
+pub use board::{GroupInfo, NodeRecord, TermRecord, Upcoming, UpcomingMessage};
 pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{
@@ -88,6 +92,10 @@ struct Scripts {
     pending_streams: Script,
     pending_count: Script,
     journal_ack: Script,
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    due_histogram: Script,
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    upcoming: Script,
 }
 
 impl Scripts {
@@ -107,6 +115,8 @@ impl Scripts {
             pending_streams: script!("pending_streams"),
             pending_count: script!("pending_count"),
             journal_ack: script!("journal_ack"),
+            due_histogram: script!("due_histogram"),
+            upcoming: script!("upcoming"),
         }
     }
 }

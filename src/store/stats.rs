@@ -13,6 +13,8 @@ const SCAN_STEP: usize = 1000;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StreamCounts {
     pub per_stream: BTreeMap<String, u64>,
+    /// Of those, the messages due at or before the call's `soon_ms`.
+    pub due_soon: BTreeMap<String, u64>,
     /// False when the count stopped at its limit before seeing every message.
     pub exact: bool,
 }
@@ -140,9 +142,11 @@ impl Store {
     /// Scheduled messages per target stream, looking at no more than `limit` of them
     /// (a scan in small steps, so Redis is never held for long). Messages whose body
     /// cannot be read count under "".
-    pub async fn pending_per_stream(&self, limit: usize) -> Result<StreamCounts> {
+    /// `due_soon` counts those due at or before `soon_ms` (0: none asked).
+    pub async fn pending_per_stream(&self, limit: usize, soon_ms: u64) -> Result<StreamCounts> {
         let mut counts = StreamCounts {
             per_stream: BTreeMap::new(),
+            due_soon: BTreeMap::new(),
             exact: true,
         };
         let mut seen = 0usize;
@@ -161,6 +165,7 @@ impl Store {
                     .key(&k.due)
                     .arg(&cursor)
                     .arg(SCAN_STEP)
+                    .arg(soon_ms.saturating_mul(10).saturating_add(9))
                     .invoke_async(&mut self.conn.clone())
                     .await
                     .map_err(StoreError::from_script)?;
@@ -168,10 +173,12 @@ impl Store {
                 cursor = text(&parts.next().unwrap_or(Value::Nil))?;
                 seen += int(&parts.next().unwrap_or(Value::Nil))?.max(0) as usize;
                 let flat = array(parts.next().unwrap_or(Value::Nil))?;
-                for pair in flat.chunks(2) {
-                    if let [stream, n] = pair {
-                        *counts.per_stream.entry(text(stream)?).or_default() +=
-                            int(n)?.max(0) as u64;
+                for triple in flat.chunks(3) {
+                    if let [stream, n, soon] = triple {
+                        let stream = text(stream)?;
+                        *counts.due_soon.entry(stream.clone()).or_default() +=
+                            int(soon)?.max(0) as u64;
+                        *counts.per_stream.entry(stream).or_default() += int(n)?.max(0) as u64;
                     }
                 }
                 if cursor == "0" {

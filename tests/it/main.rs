@@ -5,6 +5,7 @@ mod support;
 
 mod api;
 mod bench;
+mod board;
 mod deps;
 mod docker;
 mod edges;

@@ -171,7 +171,7 @@ async fn round_trip(
         store.pending_per_shard().await.unwrap(),
         vec![(0, expected.len() as u64)]
     );
-    let per_stream = store.pending_per_stream(usize::MAX).await.unwrap();
+    let per_stream = store.pending_per_stream(usize::MAX, 0).await.unwrap();
     prop_assert_eq!(
         per_stream.per_stream.get("s").copied().unwrap_or(0),
         expected.len() as u64

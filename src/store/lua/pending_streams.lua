@@ -5,21 +5,28 @@
 -- ARGV[1] cursor ("0" to start): an HSCAN cursor of the bodies hash while it is read,
 --   then "q" and the hex of the next compact bucket's floor
 -- ARGV[2] how many bodies to look at (a hint, as HSCAN's COUNT)
--- returns: { next cursor ("0" = done), bodies looked at, { stream, count, ... } }
---   (bodies that cannot be decoded are counted under the stream "")
-local counts, order, seen = {}, {}, 0
-local function count(body)
+-- ARGV[3] the highest score that counts as due soon
+-- returns: { next cursor ("0" = done), bodies looked at, { stream, count, soon, ... } }
+--   where soon counts the messages scoring at most ARGV[3] (bodies that cannot be
+--   decoded are counted under the stream "", never as soon)
+local counts, soon, order, seen = {}, {}, {}, 0
+local soon_max = tonumber(ARGV[3])
+-- score: a compact element's; nil for a body of the bodies hash, which has its due time.
+local function count(body, score)
   seen = seen + 1
   local stream = body_stream(body)
-  if not stream then
-    local msg = decode_body(body)
-    stream = (msg and msg.stream) or ''
+  local msg
+  if not stream or not score then
+    msg = decode_body(body, score)
+    stream = stream or (msg and msg.stream) or ''
   end
   if not counts[stream] then
-    counts[stream] = 0
+    counts[stream], soon[stream] = 0, 0
     order[#order + 1] = stream
   end
   counts[stream] = counts[stream] + 1
+  local due = score and math.floor(score / 10) or (msg and msg.due)
+  if due and due * 10 <= soon_max then soon[stream] = soon[stream] + 1 end
 end
 
 local function hex(s)
@@ -46,8 +53,8 @@ else
   local floors = redis.call('ZRANGEBYLEX', P.q, from, '+', 'LIMIT', 0, want + 1)
   for i = 1, math.min(want, #floors) do
     for _, e in ipairs(redis.call('LRANGE', bucket_key(P, floors[i]), 0, -1)) do
-      local _, _, body = elem_parts(e)
-      count(body)
+      local score, _, body = elem_parts(e)
+      count(body, score)
     end
   end
   next_cursor = '0'
@@ -58,5 +65,6 @@ local flat = {}
 for _, stream in ipairs(order) do
   flat[#flat + 1] = stream
   flat[#flat + 1] = counts[stream]
+  flat[#flat + 1] = soon[stream]
 end
 return { next_cursor, seen, flat }

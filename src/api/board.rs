@@ -1,0 +1,701 @@
+//! What the dashboard shows, as JSON any client can read: this session's scope,
+//! the overview (leader, fence, Redis and etcd, pending and overdue, the due-time
+//! histogram, the forwarding rate of the last 15 minutes), the nodes, the
+//! leadership history, the target streams, the next messages due, the fences; and
+//! the operations behind its buttons: pause and resume a stream, reload this node's
+//! configuration. The overview and the stream table scan Redis: each node computes
+//! them at most once per [`OVERVIEW_TTL`] / [`STREAMS_TTL`] however many pages
+//! poll, one computation at a time.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Mutex;
+use utoipa::{IntoParams, ToSchema};
+
+use super::streams::StreamPath;
+use super::{ApiError, AppState, ErrorBody};
+use crate::health::RedisState;
+use crate::registry::{GONE_AFTER, SampleRecord, epoch_ms};
+
+/// How long a computed overview is served again.
+pub const OVERVIEW_TTL: Duration = Duration::from_secs(2);
+/// How long a computed stream table is served again.
+pub const STREAMS_TTL: Duration = Duration::from_secs(5);
+/// The window of the rate series.
+const RATE_WINDOW_MS: u64 = 15 * 60_000;
+/// Most scheduled messages looked at to count them per stream.
+const STREAM_COUNT_LIMIT: usize = 200_000;
+/// Most streams in the stream table.
+const MAX_STREAMS: usize = 500;
+
+/// Answers computed recently, shared by every request to this node.
+#[derive(Default)]
+pub struct BoardCache {
+    overview: Mutex<Option<(Instant, Arc<Overview>)>>,
+    streams: Mutex<Option<(Instant, Arc<StreamTable>)>>,
+}
+
+/// What the caller may do.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Session {
+    /// `read`, `write` or `admin` (`admin` when no token is configured).
+    scope: String,
+    /// Whether this node asks for tokens.
+    tokens_required: bool,
+    node_id: String,
+    version: String,
+}
+
+/// This request's scope, for a client deciding which actions to offer
+#[utoipa::path(get, path = "/v1/session", operation_id = "session",
+    responses((status = 200, description = "the caller's scope", body = Session)),
+    security(("bearer" = [])))]
+pub async fn session(State(state): State<AppState>, headers: HeaderMap) -> Json<Session> {
+    let api = &state.config.api;
+    Json(Session {
+        scope: super::auth::scope_held(&headers, api).to_string(),
+        tokens_required: !(api.tokens.is_empty()
+            && api.write_tokens.is_empty()
+            && api.read_tokens.is_empty()),
+        node_id: state.config.node_id.clone(),
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+    })
+}
+
+/// The deployment at a glance.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Overview {
+    node: ThisNode,
+    leader: LeaderBrief,
+    redis: Component,
+    etcd: Component,
+    /// The highest fence epoch in Redis.
+    fence: u64,
+    pending: PendingBrief,
+    due: DueHistogram,
+    /// Forwarding over the last 15 minutes, oldest first, one point per 5 s sample.
+    rate: Vec<RatePoint>,
+    /// When this was computed (this node's clock, epoch ms).
+    now_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ThisNode {
+    node_id: String,
+    is_leader: bool,
+    version: String,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct LeaderBrief {
+    #[schema(required)]
+    node_id: Option<String>,
+    #[schema(required)]
+    address: Option<String>,
+    #[schema(required)]
+    epoch: Option<u64>,
+    /// `etcd`, `standalone` or `per_shard`.
+    mode: String,
+}
+
+/// A dependency's state as this node sees it.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Component {
+    /// Redis: `writable`, `refuses`, `unreachable` or `starting`; etcd:
+    /// `reachable`, `unreachable` or `not used`.
+    status: String,
+    #[schema(required)]
+    detail: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct PendingBrief {
+    /// Every message scheduled and not yet forwarded, held ones included.
+    total: u64,
+    /// Of those, due now or earlier.
+    overdue: u64,
+    /// How long ago the earliest overdue message fell due; null when none is.
+    #[schema(required)]
+    oldest_overdue_ms: Option<u64>,
+    /// Due, and waiting for their stream's rate limit or a paused stream.
+    held: u64,
+    paused_streams: u64,
+}
+
+/// Pending messages by when they fall due (each class excludes the ones before).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct DueHistogram {
+    overdue: u64,
+    next_minute: u64,
+    next_hour: u64,
+    next_day: u64,
+    later: u64,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct RatePoint {
+    t_ms: u64,
+    delivered_per_s: f64,
+    /// Lateness percentiles of the sample's forwards (the highest over the leaders
+    /// sampled at that time); null when nothing was forwarded.
+    #[schema(required)]
+    p50_ms: Option<u64>,
+    #[schema(required)]
+    p99_ms: Option<u64>,
+}
+
+/// Leader, fence, Redis and etcd, pending and overdue, due-time histogram, forwarding rate
+#[utoipa::path(get, path = "/v1/overview", operation_id = "overview",
+    responses(
+        (status = 200, description = "the overview", body = Overview),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn overview(State(state): State<AppState>) -> Result<Json<Overview>, ApiError> {
+    let mut cached = state.board.overview.lock().await;
+    if let Some((at, o)) = cached.as_ref()
+        && at.elapsed() < OVERVIEW_TTL
+    {
+        return Ok(Json(o.as_ref().clone()));
+    }
+    let fresh = Arc::new(compute_overview(&state).await?);
+    *cached = Some((Instant::now(), fresh.clone()));
+    Ok(Json(fresh.as_ref().clone()))
+}
+
+async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
+    let store = &state.store;
+    let now = store.now_ms().await?;
+    let bounds = [now, now + 60_000, now + 3_600_000, now + 86_400_000];
+    let (due, held, next_due, fence, paused, samples) = tokio::try_join!(
+        store.due_histogram(&bounds),
+        store.held(),
+        store.next_due_ms(),
+        store.highest_fence(),
+        store.paused(),
+        store.samples(),
+    )?;
+    let info = state.leadership.info();
+    let role = state.leadership.current();
+    let total: u64 = due.iter().sum();
+    Ok(Overview {
+        node: ThisNode {
+            node_id: state.config.node_id.clone(),
+            is_leader: role.is_leader(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+        },
+        leader: LeaderBrief {
+            node_id: info.node_id,
+            address: info.address,
+            epoch: info.epoch,
+            mode: match state.groups.is_empty() {
+                true => info.mode.to_owned(),
+                false => "per_shard".to_owned(),
+            },
+        },
+        redis: match state.health.redis() {
+            RedisState::Writable => component("writable", None),
+            RedisState::Starting => component("starting", None),
+            RedisState::Refuses(e) => component("refuses", Some(e)),
+            RedisState::Unreachable(e) => component("unreachable", Some(e)),
+        },
+        etcd: match info.etcd_reachable {
+            None => component("not used", None),
+            Some(true) => component("reachable", None),
+            Some(false) => component(
+                "unreachable",
+                Some("etcd did not answer the last query".into()),
+            ),
+        },
+        fence,
+        pending: PendingBrief {
+            total,
+            overdue: due[0],
+            oldest_overdue_ms: next_due.filter(|&d| d <= now).map(|d| now - d),
+            held: held.total(),
+            paused_streams: paused.len() as u64,
+        },
+        due: DueHistogram {
+            overdue: due[0],
+            next_minute: due[1],
+            next_hour: due[2],
+            next_day: due[3],
+            later: due[4],
+        },
+        rate: rate_series(&samples, epoch_ms(std::time::SystemTime::now())),
+        now_ms: epoch_ms(std::time::SystemTime::now()),
+    })
+}
+
+fn component(status: &str, detail: Option<String>) -> Component {
+    Component {
+        status: status.to_owned(),
+        detail,
+    }
+}
+
+fn parse_samples(samples: &[String], since_ms: u64) -> Vec<SampleRecord> {
+    samples
+        .iter()
+        .filter_map(|s| serde_json::from_str::<SampleRecord>(s).ok())
+        .filter(|s| s.t_ms >= since_ms)
+        .collect()
+}
+
+/// The samples of the last 15 minutes, one point per 5 s slot (the leaders'
+/// samples in a slot added up).
+fn rate_series(samples: &[String], now_ms: u64) -> Vec<RatePoint> {
+    let every = crate::registry::SAMPLE_EVERY.as_millis() as u64;
+    let mut slots: BTreeMap<u64, RatePoint> = BTreeMap::new();
+    for s in parse_samples(samples, now_ms.saturating_sub(RATE_WINDOW_MS)) {
+        let slot = s.t_ms / every * every;
+        let point = slots.entry(slot).or_insert(RatePoint {
+            t_ms: slot,
+            delivered_per_s: 0.0,
+            p50_ms: None,
+            p99_ms: None,
+        });
+        point.delivered_per_s += s.forwarded as f64 * 1000.0 / every as f64;
+        point.p50_ms = point.p50_ms.max(s.p50_ms);
+        point.p99_ms = point.p99_ms.max(s.p99_ms);
+    }
+    slots.into_values().collect()
+}
+
+/// The nodes that ever registered (forgotten a day after they were last seen).
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Nodes {
+    nodes: Vec<NodeView>,
+    now_ms: u64,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct NodeView {
+    node_id: String,
+    /// `leader`, `standby`, or `gone` (stopped, or silent for 10 s).
+    role: String,
+    #[schema(required)]
+    epoch: Option<u64>,
+    address: String,
+    version: String,
+    started_at_ms: u64,
+    last_seen_ms: u64,
+}
+
+/// Every node, its role, address, version, start and last sign of life
+#[utoipa::path(get, path = "/v1/nodes", operation_id = "nodes",
+    responses(
+        (status = 200, description = "the nodes", body = Nodes),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn nodes(State(state): State<AppState>) -> Result<Json<Nodes>, ApiError> {
+    let now = epoch_ms(std::time::SystemTime::now());
+    let records = state.store.nodes(now).await?;
+    let nodes = records
+        .into_iter()
+        .map(|n| {
+            let gone =
+                n.stopped || now.saturating_sub(n.last_seen_ms) > GONE_AFTER.as_millis() as u64;
+            NodeView {
+                role: match (gone, n.leader) {
+                    (true, _) => "gone",
+                    (false, true) => "leader",
+                    (false, false) => "standby",
+                }
+                .to_owned(),
+                epoch: n.epoch.filter(|_| !gone),
+                node_id: n.node_id,
+                address: n.address,
+                version: n.version,
+                started_at_ms: n.started_at_ms,
+                last_seen_ms: n.last_seen_ms,
+            }
+        })
+        .collect();
+    Ok(Json(Nodes { nodes, now_ms: now }))
+}
+
+/// The leadership terms kept (the newest 200), newest first.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct History {
+    terms: Vec<TermView>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct TermView {
+    node_id: String,
+    epoch: u64,
+    /// The election group (`election.mode = "per_shard"`).
+    #[schema(required)]
+    group: Option<u16>,
+    from_ms: u64,
+    /// Null while it lasts.
+    #[schema(required)]
+    to_ms: Option<u64>,
+    /// `resigned`, `switchover`, `shut down`, `lease lost`, `fenced`, `master moved`
+    /// (as its leader said), `taken over` (a later term began without a word from
+    /// it: a crash or a cut), `node gone` (its node stopped answering, and no term
+    /// followed yet); null while it lasts.
+    #[schema(required)]
+    ended: Option<String>,
+}
+
+/// Who led, from when to when, and why each term ended
+#[utoipa::path(get, path = "/v1/leadership/history", operation_id = "leadershipHistory",
+    responses(
+        (status = 200, description = "the terms, newest first", body = History),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn history(State(state): State<AppState>) -> Result<Json<History>, ApiError> {
+    let now = epoch_ms(std::time::SystemTime::now());
+    let (terms, nodes) = tokio::try_join!(state.store.terms(), state.store.nodes(now))?;
+    let gone: BTreeMap<&str, u64> = nodes
+        .iter()
+        .filter(|n| n.stopped || now.saturating_sub(n.last_seen_ms) > GONE_AFTER.as_millis() as u64)
+        .map(|n| (n.node_id.as_str(), n.last_seen_ms))
+        .collect();
+    // Newest first: the term after each is the one seen last of its group.
+    let mut later: BTreeMap<Option<u16>, u64> = BTreeMap::new();
+    let mut views = Vec::with_capacity(terms.len());
+    for t in terms {
+        let (to_ms, ended) = match (t.to_ms, t.ended) {
+            (Some(to), Some(why)) => (Some(to), Some(why)),
+            (to, why) => match later.get(&t.group) {
+                Some(&next) => (
+                    Some(to.unwrap_or(next)),
+                    Some(why.unwrap_or_else(|| "taken over".into())),
+                ),
+                None => match gone.get(t.node_id.as_str()) {
+                    Some(&seen) => (Some(seen), Some("node gone".into())),
+                    None => (None, None),
+                },
+            },
+        };
+        later.insert(t.group, t.from_ms);
+        views.push(TermView {
+            node_id: t.node_id,
+            epoch: t.epoch,
+            group: t.group,
+            from_ms: t.from_ms,
+            to_ms,
+            ended,
+        });
+    }
+    Ok(Json(History { terms: views }))
+}
+
+/// Every target stream delayq knows of.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct StreamTable {
+    streams: Vec<StreamView>,
+    /// False when counting stopped early on a very large backlog.
+    exact: bool,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct StreamView {
+    stream: String,
+    /// Scheduled and not yet forwarded, held ones included.
+    pending: u64,
+    due_next_hour: u64,
+    /// Due, waiting for the stream's rate limit or its pause.
+    held: u64,
+    paused: bool,
+    /// Over the last minute of samples.
+    delivered_per_s: f64,
+    /// Entries in its dead-letter stream.
+    dead: u64,
+    dead_letter_stream: String,
+    groups: Vec<GroupView>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct GroupView {
+    name: String,
+    /// Entries the group has not been given yet; null when Redis cannot tell.
+    #[schema(required)]
+    lag: Option<u64>,
+    /// Given and not acknowledged.
+    pending: u64,
+}
+
+/// Per target stream: pending, due within the hour, held, paused, delivered/s, dead letters, consumer groups
+#[utoipa::path(get, path = "/v1/streams", operation_id = "streams",
+    responses(
+        (status = 200, description = "the streams", body = StreamTable),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn streams(State(state): State<AppState>) -> Result<Json<StreamTable>, ApiError> {
+    let mut cached = state.board.streams.lock().await;
+    if let Some((at, t)) = cached.as_ref()
+        && at.elapsed() < STREAMS_TTL
+    {
+        return Ok(Json(t.as_ref().clone()));
+    }
+    let fresh = Arc::new(compute_streams(&state).await?);
+    *cached = Some((Instant::now(), fresh.clone()));
+    Ok(Json(fresh.as_ref().clone()))
+}
+
+async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
+    let store = &state.store;
+    let config = state.current_config();
+    let now = store.now_ms().await?;
+    let (counts, held, paused, samples) = tokio::try_join!(
+        store.pending_per_stream(STREAM_COUNT_LIMIT, now + 3_600_000),
+        store.held(),
+        store.paused(),
+        store.samples(),
+    )?;
+    let recent = parse_samples(
+        &samples,
+        epoch_ms(std::time::SystemTime::now()).saturating_sub(60_000),
+    );
+    let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &recent {
+        for (stream, n) in &s.streams {
+            *delivered.entry(stream.clone()).or_default() += n;
+        }
+    }
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    names.extend(counts.per_stream.keys().filter(|s| !s.is_empty()).cloned());
+    names.extend(held.per_stream.keys().cloned());
+    names.extend(paused.iter().cloned());
+    names.extend(delivered.keys().cloned());
+    names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
+    names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
+    let mut names: Vec<String> = names.into_iter().collect();
+    names.sort_by_key(|s| std::cmp::Reverse(counts.per_stream.get(s).copied().unwrap_or(0)));
+    names.truncate(MAX_STREAMS);
+    names.sort();
+    let dead_names: Vec<String> = names.iter().map(|s| config.dead_letter_stream(s)).collect();
+    let dead = store.stream_lengths(&dead_names).await?;
+    let groups = futures::future::try_join_all(names.iter().map(|s| store.groups_of(s))).await?;
+    let streams = names
+        .into_iter()
+        .zip(dead_names)
+        .zip(dead)
+        .zip(groups)
+        .map(
+            |(((stream, dead_letter_stream), dead), groups)| StreamView {
+                pending: counts.per_stream.get(&stream).copied().unwrap_or(0),
+                due_next_hour: counts.due_soon.get(&stream).copied().unwrap_or(0),
+                held: held.per_stream.get(&stream).copied().unwrap_or(0),
+                paused: paused.contains(&stream),
+                delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
+                dead,
+                dead_letter_stream,
+                groups: groups
+                    .into_iter()
+                    .map(|g| GroupView {
+                        name: g.name,
+                        lag: g.lag,
+                        pending: g.pending,
+                    })
+                    .collect(),
+                stream,
+            },
+        )
+        .collect();
+    Ok(StreamTable {
+        streams,
+        exact: counts.exact,
+    })
+}
+
+/// A page of the next messages due.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct UpcomingQuery {
+    /// Only messages to this stream.
+    stream: Option<String>,
+    /// Start after this cursor (the `next` of the page before).
+    after: Option<String>,
+    /// At most this many messages: 1 to 1000 (default 50).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct UpcomingPage {
+    messages: Vec<UpcomingView>,
+    /// The `after` of the next page; null once every message was listed.
+    #[schema(required)]
+    next: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct UpcomingView {
+    id: String,
+    stream: String,
+    /// Epoch milliseconds.
+    deliver_at: u64,
+    priority: u8,
+    /// Due, and waiting for its stream's rate limit or its pause.
+    held: bool,
+}
+
+/// The next messages due, in due order, of every stream or of one
+#[utoipa::path(get, path = "/v1/upcoming", operation_id = "upcoming", params(UpcomingQuery),
+    responses(
+        (status = 200, description = "a page of messages; a page may be short (even empty) with a `next` when a stream filter matches little", body = UpcomingPage),
+        (status = 400, description = "a parameter is malformed; the detail names it", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn upcoming(
+    State(state): State<AppState>,
+    query: Result<Query<UpcomingQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<UpcomingPage>, ApiError> {
+    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let limit = match q.limit {
+        None => 50,
+        Some(n @ 1..=1000) => n,
+        Some(n) => {
+            return Err(ApiError::malformed(format!(
+                "limit: {n} is not between 1 and 1000"
+            )));
+        }
+    };
+    if let Some(stream) = q.stream.as_deref() {
+        crate::message::validate_stream(stream)?;
+    }
+    let after = q.after.as_deref().map(parse_cursor).transpose()?;
+    let page = state
+        .store
+        .upcoming(
+            after.as_ref().map(|(s, id)| (*s, id.as_str())),
+            limit,
+            q.stream.as_deref(),
+        )
+        .await?;
+    Ok(Json(UpcomingPage {
+        messages: page
+            .messages
+            .into_iter()
+            .map(|m| UpcomingView {
+                deliver_at: m.score / 10,
+                priority: 9 - (m.score % 10) as u8,
+                id: m.id,
+                stream: m.stream,
+                held: m.held,
+            })
+            .collect(),
+        next: page.next.map(|(score, id)| format!("{score}-{id}")),
+    }))
+}
+
+/// A cursor `<score>-<id>`, as `next` gives it.
+fn parse_cursor(cursor: &str) -> Result<(u64, String), ApiError> {
+    let bad = || {
+        ApiError::malformed(format!(
+            "after: {cursor:?} is not a cursor this endpoint gave (`next`)"
+        ))
+    };
+    let (score, id) = cursor.split_once('-').ok_or_else(bad)?;
+    let score: u64 = score.parse().map_err(|_| bad())?;
+    let id = crate::message::MessageId::parse(id).map_err(|_| bad())?;
+    Ok((score, id.as_str().to_owned()))
+}
+
+/// The shards' fences.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct Fences {
+    highest: u64,
+    shards: Vec<ShardFence>,
+    /// The epoch of the leader this node knows of.
+    #[schema(required)]
+    leader_epoch: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct ShardFence {
+    shard: u16,
+    /// The highest epoch that touched the shard (0: none yet).
+    fence: u64,
+}
+
+/// Each shard's fence: the highest leader epoch that touched it
+#[utoipa::path(get, path = "/v1/fences", operation_id = "fences",
+    responses(
+        (status = 200, description = "the fences", body = Fences),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn fences(State(state): State<AppState>) -> Result<Json<Fences>, ApiError> {
+    let shards = state.store.fences().await?;
+    Ok(Json(Fences {
+        highest: shards.iter().map(|(_, f)| *f).max().unwrap_or(0),
+        shards: shards
+            .into_iter()
+            .map(|(shard, fence)| ShardFence { shard, fence })
+            .collect(),
+        leader_epoch: state.leadership.info().epoch,
+    }))
+}
+
+/// A stream's forwarding state.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct PauseAnswer {
+    stream: String,
+    paused: bool,
+    /// Whether this request changed it.
+    changed: bool,
+}
+
+/// Pause forwarding to a stream: its messages wait, in due order, until it is resumed
+#[utoipa::path(post, path = "/v1/streams/{stream}/pause", operation_id = "pauseStream", params(StreamPath),
+    responses(
+        (status = 200, description = "paused (takes effect within 250 ms)", body = PauseAnswer),
+        (status = 400, description = "the stream name breaks a rule", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn pause(
+    state: State<AppState>,
+    path: Path<StreamPath>,
+) -> Result<Json<PauseAnswer>, ApiError> {
+    set_paused(state, path, true).await
+}
+
+/// Resume forwarding to a paused stream: what waited goes first, in due order
+#[utoipa::path(post, path = "/v1/streams/{stream}/resume", operation_id = "resumeStream", params(StreamPath),
+    responses(
+        (status = 200, description = "resumed", body = PauseAnswer),
+        (status = 400, description = "the stream name breaks a rule", body = ErrorBody),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn resume(
+    state: State<AppState>,
+    path: Path<StreamPath>,
+) -> Result<Json<PauseAnswer>, ApiError> {
+    set_paused(state, path, false).await
+}
+
+async fn set_paused(
+    State(state): State<AppState>,
+    Path(StreamPath { stream }): Path<StreamPath>,
+    paused: bool,
+) -> Result<Json<PauseAnswer>, ApiError> {
+    crate::message::validate_stream(&stream)?;
+    let changed = state.store.set_paused(&stream, paused).await?;
+    if changed {
+        tracing::info!(%stream, paused, "stream forwarding {}", if paused { "paused" } else { "resumed" });
+    }
+    *state.board.streams.lock().await = None;
+    Ok(Json(PauseAnswer {
+        stream,
+        paused,
+        changed,
+    }))
+}

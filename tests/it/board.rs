@@ -1,0 +1,411 @@
+//! The dashboard's endpoints against a real cluster: what they show on the leader
+//! and on a standby, pausing and resuming a stream, switchover, reload, scopes,
+//! bad input; and the page's own files.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{Cluster, create_group, delayq_bin, entries, eventually, xlen};
+
+const ADMIN: &str = "board-admin-token";
+const READER: &str = "board-read-token";
+
+fn tokens() -> String {
+    format!("[api]\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READER}\"]\n")
+}
+
+async fn push(cluster: &Cluster, node: usize, id: &str, stream: &str, delay_ms: u64) {
+    let (status, body) = cluster.apis[node]
+        .clone()
+        .with_token(ADMIN)
+        .post(
+            "/v1/messages",
+            json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms }),
+        )
+        .await;
+    assert_eq!(status, 201, "push {id}: {body}");
+}
+
+async fn get(cluster: &Cluster, node: usize, path: &str) -> Value {
+    let (status, body) = cluster.apis[node]
+        .clone()
+        .with_token(READER)
+        .get(path)
+        .await;
+    assert_eq!(status, 200, "GET {path}: {body}");
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_and_standby_show_the_same_deployment() {
+    let cluster = Cluster::start(2, 1, &tokens()).await;
+    for (id, delay) in [
+        ("soon-1", 20_000),
+        ("soon-2", 30_000),
+        ("hour-1", 1_800_000),
+        ("day-1", 7_200_000),
+        ("later-1", 3 * 86_400_000),
+    ] {
+        push(&cluster, 1, id, "orders", delay).await;
+    }
+    push(&cluster, 0, "mail-1", "emails", 40_000).await;
+    for node in 0..2 {
+        let o = get(&cluster, node, "/v1/overview").await;
+        assert_eq!(o["leader"]["node_id"], "n0", "{o}");
+        assert_eq!(o["node"]["is_leader"], node == 0, "{o}");
+        assert_eq!(o["pending"]["total"], 6, "{o}");
+        let due = &o["due"];
+        assert_eq!(
+            [
+                &due["overdue"],
+                &due["next_minute"],
+                &due["next_hour"],
+                &due["next_day"],
+                &due["later"]
+            ],
+            [&json!(0), &json!(3), &json!(1), &json!(1), &json!(1)],
+            "{o}"
+        );
+        assert_eq!(o["fence"], o["leader"]["epoch"], "{o}");
+        assert_eq!(o["redis"]["status"], "writable", "{o}");
+        assert_eq!(o["etcd"]["status"], "reachable", "{o}");
+
+        let nodes = eventually(Duration::from_secs(10), "both nodes registered", || async {
+            let n = get(&cluster, node, "/v1/nodes").await;
+            let roles: Vec<(String, String)> = n["nodes"]
+                .as_array()?
+                .iter()
+                .map(|n| {
+                    (
+                        n["node_id"].as_str().unwrap().to_owned(),
+                        n["role"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            (roles.len() == 2).then_some(roles)
+        })
+        .await;
+        assert_eq!(
+            nodes,
+            [
+                ("n0".into(), "leader".into()),
+                ("n1".into(), "standby".into())
+            ]
+        );
+
+        // The next due, in pages of two, in due order.
+        let first = get(&cluster, node, "/v1/upcoming?limit=2").await;
+        let ids = |page: &Value| -> Vec<String> {
+            page["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["id"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        assert_eq!(ids(&first), ["soon-1", "soon-2"], "{first}");
+        let next = first["next"].as_str().expect("a next page").to_owned();
+        let second = get(
+            &cluster,
+            node,
+            &format!("/v1/upcoming?limit=2&after={next}"),
+        )
+        .await;
+        assert_eq!(ids(&second), ["mail-1", "hour-1"], "{second}");
+        let orders = get(&cluster, node, "/v1/upcoming?limit=10&stream=orders").await;
+        assert_eq!(
+            ids(&orders),
+            ["soon-1", "soon-2", "hour-1", "day-1", "later-1"],
+            "{orders}"
+        );
+        assert_eq!(orders["next"], Value::Null, "{orders}");
+
+        let streams = get(&cluster, node, "/v1/streams").await;
+        let orders = streams["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["stream"] == "orders")
+            .cloned();
+        let orders = orders.unwrap_or_else(|| panic!("orders in {streams}"));
+        assert_eq!(
+            (orders["pending"].as_u64(), orders["due_next_hour"].as_u64()),
+            (Some(5), Some(3)),
+            "{orders}"
+        );
+        assert_eq!(orders["dead_letter_stream"], "orders:dead");
+
+        let history = get(&cluster, node, "/v1/leadership/history").await;
+        let newest = &history["terms"][0];
+        assert_eq!(
+            (&newest["node_id"], &newest["to_ms"]),
+            (&json!("n0"), &Value::Null),
+            "{history}"
+        );
+        let fences = get(&cluster, node, "/v1/fences").await;
+        assert_eq!(fences["highest"], o["fence"], "{fences}");
+        assert_eq!(
+            fences["shards"].as_array().map(Vec::len),
+            Some(2),
+            "{fences}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_and_scopes_are_refused_with_a_reason() {
+    let cluster = Cluster::start(1, 1, &tokens()).await;
+    let reader = cluster.apis[0].clone().with_token(READER);
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    for (path, code) in [
+        ("/v1/upcoming?limit=0", 400),
+        ("/v1/upcoming?limit=1001", 400),
+        ("/v1/upcoming?after=nonsense", 400),
+        ("/v1/upcoming?after=12-", 400),
+        ("/v1/upcoming?stream=", 422),
+    ] {
+        let (status, body) = reader.get(path).await;
+        assert_eq!(status, code, "GET {path}: {body}");
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{body}"
+        );
+    }
+    let (status, body) = reader.get("/v1/session").await;
+    assert_eq!((status, &body["scope"]), (200, &json!("read")), "{body}");
+    assert_eq!(admin.get("/v1/session").await.1["scope"], "admin");
+    for path in [
+        "/v1/streams/orders/pause",
+        "/v1/streams/orders/resume",
+        "/v1/admin/reload",
+        "/v1/admin/switchover",
+    ] {
+        let (status, body) = reader.post(path, json!({})).await;
+        assert_eq!(
+            (status, &body["error"]),
+            (403, &json!("insufficient_scope")),
+            "POST {path}: {body}"
+        );
+    }
+    let (status, _) = cluster.apis[0].get("/v1/overview").await;
+    assert_eq!(status, 401);
+    for (body, code) in [
+        (json!({ "to": "nobody" }), 404),
+        (json!({ "to": "n0" }), 409),
+        (json!({}), 409),
+        (json!({ "to": 7 }), 422),
+        (json!({ "towards": "n0" }), 422),
+    ] {
+        let (status, answer) = admin.post("/v1/admin/switchover", body.clone()).await;
+        assert_eq!(status, code, "switchover {body}: {answer}");
+    }
+    // The page is open, with a policy that allows nothing from elsewhere.
+    for (path, kind) in [
+        ("/ui", "text/html"),
+        ("/ui/app.js", "text/javascript"),
+        ("/ui/app.css", "text/css"),
+    ] {
+        let response = cluster.apis[0].request("GET", path).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+        let headers = response.headers().clone();
+        assert!(
+            headers["content-type"].to_str().unwrap().starts_with(kind),
+            "{path}: {headers:?}"
+        );
+        assert!(
+            headers["content-security-policy"]
+                .to_str()
+                .unwrap()
+                .contains("default-src 'self'")
+        );
+        assert!(!response.text().await.unwrap().is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_stream_waits_and_resuming_delivers_each_once_in_due_order() {
+    // One shard: a backlog drains in due order shard by shard, so one shard shows
+    // the whole order.
+    let cluster = Cluster::start(1, 1, &format!("{}[redis]\nshards = 1\n", tokens())).await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    let mut conn = cluster.redis.client();
+    create_group(&mut conn, "orders", "workers");
+    let (status, body) = admin.post("/v1/streams/orders/pause", json!({})).await;
+    assert_eq!(
+        (status, &body["paused"], &body["changed"]),
+        (200, &json!(true), &json!(true)),
+        "{body}"
+    );
+    // Let the leader see the pause (it reads the paused set every 250 ms).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for i in 0..20 {
+        push(&cluster, 0, &format!("o-{i:02}"), "orders", 300 + i * 10).await;
+    }
+    for i in 0..5 {
+        push(&cluster, 0, &format!("e-{i}"), "emails", 300).await;
+    }
+    eventually(
+        Duration::from_secs(10),
+        "emails delivered while orders waits",
+        || async { (xlen(&mut cluster.redis.client(), "emails") == 5).then_some(()) },
+    )
+    .await;
+    let held = eventually(Duration::from_secs(10), "orders held", || async {
+        let s = get(&cluster, 0, "/v1/streams").await;
+        let o = s["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["stream"] == "orders")?
+            .clone();
+        (o["held"] == 20).then_some(o)
+    })
+    .await;
+    assert_eq!(
+        (&held["paused"], &held["groups"][0]["name"]),
+        (&json!(true), &json!("workers")),
+        "{held}"
+    );
+    assert_eq!(
+        xlen(&mut conn, "orders"),
+        0,
+        "nothing reaches a paused stream"
+    );
+    let upcoming = get(&cluster, 0, "/v1/upcoming?stream=orders&limit=100").await;
+    let listed = upcoming["messages"].as_array().unwrap();
+    assert_eq!(listed.len(), 20, "{upcoming}");
+    assert!(listed.iter().all(|m| m["held"] == true), "{upcoming}");
+
+    let (status, body) = admin.post("/v1/streams/orders/resume", json!({})).await;
+    assert_eq!((status, &body["paused"]), (200, &json!(false)), "{body}");
+    eventually(
+        Duration::from_secs(10),
+        "orders delivered after resume",
+        || async { (xlen(&mut cluster.redis.client(), "orders") >= 20).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got: Vec<String> = entries(&mut conn, "orders")
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    let want: Vec<String> = (0..20).map(|i| format!("o-{i:02}")).collect();
+    assert_eq!(got, want, "each once, in due order");
+    // The CLI speaks to the same endpoints.
+    for (cmd, paused) in [("pause", true), ("resume", false)] {
+        let out = std::process::Command::new(delayq_bin())
+            .args([
+                cmd,
+                "emails",
+                "--url",
+                &cluster.apis[0].url(""),
+                "--token",
+                ADMIN,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "delayq {cmd}: {out:?}");
+        let answer: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(answer["paused"], paused, "{answer}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switchover_hands_leadership_to_the_chosen_node_and_history_says_so() {
+    let cluster = Cluster::start(3, 1, &tokens()).await;
+    // Every node registered before choosing one.
+    eventually(
+        Duration::from_secs(10),
+        "three nodes registered",
+        || async {
+            let n = get(&cluster, 0, "/v1/nodes").await;
+            (n["nodes"].as_array()?.len() == 3).then_some(())
+        },
+    )
+    .await;
+    let admin = cluster.apis[1]
+        .clone()
+        .with_token(ADMIN)
+        .with_timeout(Duration::from_secs(15));
+    let (status, body) = admin
+        .post("/v1/admin/switchover", json!({ "to": "n2" }))
+        .await;
+    assert_eq!(
+        (status, &body["from"], &body["to"]),
+        (200, &json!("n0"), &json!("n2")),
+        "{body}\n{}",
+        cluster.logs()
+    );
+    let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(leader, 2);
+    // Again, from the CLI, to the node that stood aside.
+    let out = std::process::Command::new(delayq_bin())
+        .args([
+            "switchover",
+            "--to",
+            "n1",
+            "--url",
+            &cluster.apis[0].url(""),
+            "--token",
+            ADMIN,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "delayq switchover: {out:?}\n{}",
+        cluster.logs()
+    );
+    let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(leader, 1);
+    let history = get(&cluster, 0, "/v1/leadership/history").await;
+    let terms: Vec<(String, Option<String>)> = history["terms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["node_id"].as_str().unwrap().to_owned(),
+                t["ended"].as_str().map(str::to_owned),
+            )
+        })
+        .collect();
+    assert_eq!(
+        terms[..3],
+        [
+            ("n1".into(), None),
+            ("n2".into(), Some("switchover".into())),
+            ("n0".into(), Some("switchover".into()))
+        ],
+        "{history}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reload_over_http_applies_the_file_and_names_what_waits_for_a_restart() {
+    let cluster = Cluster::start(1, 1, &tokens()).await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    let path = cluster.nodes[0].config_path();
+    let text = std::fs::read_to_string(&path).unwrap();
+    std::fs::write(&path, format!("{text}\n[log]\nlevel = \"debug\"\n")).unwrap();
+    let (status, body) = admin.post("/v1/admin/reload", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["changed"], json!(["log.level"]), "{body}");
+    std::fs::write(&path, format!("{text}\n[log]\nlevel = 5\n")).unwrap();
+    let (status, body) = admin.post("/v1/admin/reload", json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    assert!(
+        body["detail"].as_str().unwrap().contains("log.level"),
+        "{body}"
+    );
+    // A crashed node shows as gone, and its open term as ended with it.
+    let names: BTreeSet<String> = get(&cluster, 0, "/v1/nodes").await["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node_id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["n0".to_owned()]));
+}
