@@ -5,7 +5,9 @@
 //! `admin` (`api.tokens`) also replays and purges dead letters and makes the
 //! leader resign. With any token configured, every `/v1/*` request needs one of
 //! the scope its route needs ([`ROUTES`]); `/healthz`, `/readyz`, `/leader` and
-//! `/metrics` stay open for load balancers and scrapers.
+//! `/metrics` stay open for load balancers and scrapers, the dashboard's files
+//! (`/ui`) and `/v1/session` (which says whether a token is needed and known) for
+//! browsers.
 
 use std::fmt;
 
@@ -82,7 +84,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/admin/resign", Token(Admin)),
     ("POST", "/v1/admin/restore", Token(Admin)),
     ("POST", "/v1/admin/restore/{id}", Token(Admin)),
-    ("GET", "/v1/session", Token(Read)),
+    ("GET", "/v1/session", Open),
     ("GET", "/v1/overview", Token(Read)),
     ("GET", "/v1/nodes", Token(Read)),
     ("GET", "/v1/leadership/history", Token(Read)),
@@ -205,15 +207,13 @@ fn scope_of(presented: &[u8], api: &ApiConfig) -> Option<Scope> {
     .max()
 }
 
-/// The scope a request that passed [`require_token`] holds: `admin` when no token
-/// is configured (every request may do everything).
-pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Scope {
+/// The scope a request's token holds: `admin` when no token is configured (every
+/// request may do everything), None when it carries no token this node knows.
+pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Option<Scope> {
     if !authenticates(api) {
-        return Admin;
+        return Some(Admin);
     }
-    bearer_of(headers)
-        .and_then(|t| scope_of(t.as_bytes(), api))
-        .unwrap_or(Read)
+    bearer_of(headers).and_then(|t| scope_of(t.as_bytes(), api))
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if there is one.

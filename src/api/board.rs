@@ -44,22 +44,23 @@ pub struct BoardCache {
 /// What the caller may do.
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct Session {
-    /// `read`, `write` or `admin` (`admin` when no token is configured).
-    scope: String,
+    /// `read`, `write` or `admin` (`admin` when no token is configured); null when
+    /// tokens are required and the request carries none this node knows.
+    #[schema(required)]
+    scope: Option<String>,
     /// Whether this node asks for tokens.
     tokens_required: bool,
     node_id: String,
     version: String,
 }
 
-/// This request's scope, for a client deciding which actions to offer
+/// This request's scope, for a client deciding which actions to offer (open: a client learns here whether it needs a token, and whether the one it has is known, without a refusal)
 #[utoipa::path(get, path = "/v1/session", operation_id = "session",
-    responses((status = 200, description = "the caller's scope", body = Session)),
-    security(("bearer" = [])))]
+    responses((status = 200, description = "the caller's scope", body = Session)))]
 pub async fn session(State(state): State<AppState>, headers: HeaderMap) -> Json<Session> {
     let api = &state.config.api;
     Json(Session {
-        scope: super::auth::scope_held(&headers, api).to_string(),
+        scope: super::auth::scope_held(&headers, api).map(|s| s.to_string()),
         tokens_required: !(api.tokens.is_empty()
             && api.write_tokens.is_empty()
             && api.read_tokens.is_empty()),

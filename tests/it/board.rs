@@ -191,6 +191,19 @@ async fn bad_input_and_scopes_are_refused_with_a_reason() {
     }
     let (status, _) = cluster.apis[0].get("/v1/overview").await;
     assert_eq!(status, 401);
+    // The session is open: it says a token is needed, and whether the one given is known.
+    let (status, body) = cluster.apis[0].get("/v1/session").await;
+    assert_eq!(
+        (status, &body["scope"], &body["tokens_required"]),
+        (200, &Value::Null, &json!(true)),
+        "{body}"
+    );
+    let (_, body) = cluster.apis[0]
+        .clone()
+        .with_token("not-a-token")
+        .get("/v1/session")
+        .await;
+    assert_eq!(body["scope"], Value::Null, "{body}");
     for (body, code) in [
         (json!({ "to": "nobody" }), 404),
         (json!({ "to": "n0" }), 409),

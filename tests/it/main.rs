@@ -33,3 +33,4 @@ mod store;
 mod stored;
 mod sweep;
 mod tls;
+mod ui;

@@ -939,6 +939,11 @@
   };
 
   function route() {
+    // Tokens required and none accepted: ask for one before asking for any data.
+    if (state.session && state.session.tokens_required && !state.scope) {
+      showAuth({ detail: getToken() ? 'this daemon does not know that token' : 'enter a token to go on' });
+      return;
+    }
     const h = location.hash.replace(/^#\/?/, '');
     const [name, query] = h.split('?');
     state.page = pages[name] ? name : 'overview';
@@ -952,6 +957,7 @@
     }
     const view = $('view');
     view.replaceChildren();
+    view.dataset.page = state.page;
     pages[state.page].render(view);
     refresh(true);
     if (state.page !== 'overview') refreshHeader().catch(oops);

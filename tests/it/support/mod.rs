@@ -8,10 +8,12 @@
 //! - `streams`: Redis streams as producers and consumers see them;
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;
-//! - `scrape`: reading a `/metrics` text.
+//! - `scrape`: reading a `/metrics` text;
+//! - `browser`: headless Chromium over WebDriver, for the dashboard.
 
 #![allow(dead_code)]
 
+pub mod browser;
 mod cluster;
 mod env;
 mod http;

@@ -1,0 +1,278 @@
+//! The dashboard in a real browser (headless Chromium over WebDriver) against real
+//! two-node clusters: what an operator sees and what the page's buttons do. Every
+//! page is checked for console errors; failed waits leave a screenshot in
+//! `target/ui-screenshots/`.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::browser::Browser;
+use crate::support::{Cluster, entries, eventually, xlen};
+
+const ADMIN: &str = "ui-admin-token";
+const READER: &str = "ui-read-token";
+
+async fn two_nodes() -> Cluster {
+    let tokens = format!("[api]\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READER}\"]\n");
+    let cluster = Cluster::start(2, 1, &tokens).await;
+    // Both registered, so the node list is whole from the first look.
+    eventually(Duration::from_secs(10), "both nodes registered", || async {
+        let (_, n) = cluster.apis[0]
+            .clone()
+            .with_token(READER)
+            .get("/v1/nodes")
+            .await;
+        (n["nodes"].as_array()?.len() == 2).then_some(())
+    })
+    .await;
+    cluster
+}
+
+/// Opens the dashboard on node `i` and signs in with `token`.
+async fn signed_in(cluster: &Cluster, i: usize, token: &str, name: &str) -> Browser {
+    let browser = Browser::open(&cluster.apis[i].url(""), name).await;
+    browser.goto("/ui#/overview").await;
+    browser.fill("#token-input", token).await;
+    browser.click("#token-save").await;
+    browser
+}
+
+async fn push(cluster: &Cluster, id: &str, stream: &str, delay_ms: u64) {
+    let (status, body) = cluster.apis[0]
+        .clone()
+        .with_token(ADMIN)
+        .post(
+            "/v1/messages",
+            json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms }),
+        )
+        .await;
+    assert_eq!(status, 201, "{body}");
+}
+
+async fn no_errors(browser: &Browser, page: &str) {
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors on {page}: {errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_shows_the_leader_live_numbers_and_every_page_without_errors() {
+    let cluster = two_nodes().await;
+    for i in 0..30 {
+        push(
+            &cluster,
+            &format!("later-{i}"),
+            "orders",
+            600_000 + i * 1000,
+        )
+        .await;
+    }
+    let browser = signed_in(&cluster, 1, READER, "overview").await;
+    browser
+        .wait_text("#leader-node", "names the leader", |t| t.contains("n0"))
+        .await;
+    browser
+        .wait_text("#node-role", "says this node is a standby", |t| {
+            t.contains("standby")
+        })
+        .await;
+    browser
+        .wait_text("#pending-total", "counts what is pending", |t| {
+            t.trim() == "30"
+        })
+        .await;
+    // Live: messages flow, and the page follows without a reload.
+    for i in 0..40 {
+        push(&cluster, &format!("now-{i}"), "orders", 200).await;
+    }
+    browser
+        .wait_text("#delivered-rate", "shows deliveries", |t| {
+            t.trim().parse::<f64>().is_ok_and(|r| r > 0.0)
+        })
+        .await;
+    browser
+        .wait_text("#nodes", "lists both nodes", |t| {
+            t.contains("n0") && t.contains("n1")
+        })
+        .await;
+    browser
+        .wait_text("#history", "shows the term", |t| t.contains("n0"))
+        .await;
+    browser.screenshot("overview").await;
+    no_errors(&browser, "overview").await;
+    for page in ["streams", "messages", "dead", "admin"] {
+        browser.click(&format!("#nav-{page}")).await;
+        browser
+            .wait_for(&format!("#view[data-page='{page}']"), "the page drew")
+            .await;
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        browser.screenshot(page).await;
+        no_errors(&browser, page).await;
+    }
+    // A read-only token sees everything and has no button to act with.
+    browser.click("#nav-streams").await;
+    browser
+        .wait_for("#streams tr[data-stream='orders']", "the stream row")
+        .await;
+    assert_eq!(browser.count("button.pause, button.resume").await, 0);
+    browser.click("#nav-admin").await;
+    browser.wait_for("#fences", "the fences").await;
+    assert_eq!(browser.count("#switchover-go, #reload-go").await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
+    let cluster = two_nodes().await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    // A message kept past its ttl by a paused stream expires into the stream's
+    // dead letters.
+    let (status, body) = admin.post("/v1/streams/invoices/pause", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, body) = admin
+        .post("/v1/messages", json!({ "id": "late-invoice", "stream": "invoices", "payload": "x", "delay_ms": 0, "ttl": "1s" }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (status, body) = admin.post("/v1/streams/invoices/resume", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    let dead = crate::support::within(Duration::from_secs(10), || async {
+        (xlen(&mut cluster.redis.client(), "invoices:dead") == 1).then_some(())
+    })
+    .await;
+    assert!(dead.is_some(), "no dead letter\n{}", cluster.logs());
+    push(&cluster, "kept", "orders", 3_600_000).await;
+
+    let browser = signed_in(&cluster, 0, ADMIN, "messages").await;
+    browser.click("#nav-messages").await;
+    browser.fill("#lookup-id", "kept").await;
+    browser.click("#lookup-go").await;
+    browser
+        .wait_text("#lookup-result", "shows the state", |t| {
+            t.contains("scheduled")
+        })
+        .await;
+    browser.fill("#lookup-id", "late-invoice").await;
+    browser.click("#lookup-go").await;
+    browser
+        .wait_text("#lookup-result", "shows the state", |t| {
+            t.contains("expired")
+        })
+        .await;
+    no_errors(&browser, "messages").await;
+
+    // The dead letter is replayed from the page and arrives.
+    browser.goto("/ui#/dead?stream=invoices").await;
+    browser
+        .wait_for("#dead tr[data-entry-id]", "the dead letter's row")
+        .await;
+    browser.screenshot("dead").await;
+    browser.agree("").await;
+    browser.click("input.dead-select").await;
+    browser.click("#dead-replay-selected").await;
+    browser
+        .wait_text("#status", "says what was replayed", |t| {
+            t.contains("1 replayed")
+        })
+        .await;
+    let arrived = eventually(Duration::from_secs(10), "the replayed message", || async {
+        let e = entries(&mut cluster.redis.client(), "invoices");
+        (e.len() == 1).then_some(e)
+    })
+    .await;
+    assert_eq!(arrived[0].get("delayq-id"), Some("late-invoice"));
+    no_errors(&browser, "dead letters").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_switchover_from_the_page() {
+    let cluster = two_nodes().await;
+    let browser = signed_in(&cluster, 1, ADMIN, "admin").await;
+    push(&cluster, "first", "orders", 0).await;
+    eventually(Duration::from_secs(10), "the stream exists", || async {
+        (xlen(&mut cluster.redis.client(), "orders") == 1).then_some(())
+    })
+    .await;
+    browser.click("#nav-streams").await;
+    browser.agree("").await;
+    browser
+        .click("#streams tr[data-stream='orders'] button.pause")
+        .await;
+    browser
+        .wait_for(
+            "#streams tr[data-stream='orders'][data-paused='true']",
+            "shows it paused",
+        )
+        .await;
+    // Let the leader see the pause (it reads the paused set every 250 ms).
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for i in 0..10 {
+        push(&cluster, &format!("held-{i}"), "orders", 100 + i).await;
+    }
+    eventually(Duration::from_secs(10), "all ten held", || async {
+        let (_, s) = cluster.apis[0]
+            .clone()
+            .with_token(READER)
+            .get("/v1/streams")
+            .await;
+        let o = s["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["stream"] == "orders")?
+            .clone();
+        (o["held"] == 10).then_some(())
+    })
+    .await;
+    assert_eq!(
+        xlen(&mut conn_of(&cluster), "orders"),
+        1,
+        "a paused stream gets nothing"
+    );
+    browser.screenshot("streams-paused").await;
+    browser
+        .click("#streams tr[data-stream='orders'] button.resume")
+        .await;
+    eventually(
+        Duration::from_secs(10),
+        "the held messages, once each",
+        || async { (xlen(&mut conn_of(&cluster), "orders") == 11).then_some(()) },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(xlen(&mut conn_of(&cluster), "orders"), 11, "nothing twice");
+    no_errors(&browser, "streams").await;
+
+    browser.click("#nav-admin").await;
+    browser
+        .wait_for("#switchover-to option[value='n1']", "the standby to choose")
+        .await;
+    browser.agree("").await;
+    browser
+        .client
+        .execute(
+            "document.getElementById('switchover-to').value = 'n1';",
+            vec![],
+        )
+        .await
+        .unwrap();
+    browser.click("#switchover-go").await;
+    browser
+        .wait_text("#status", "says who leads now", |t| t.contains("n1"))
+        .await;
+    let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(leader, 1);
+    browser.click("#nav-overview").await;
+    browser
+        .wait_text("#node-role", "this node leads now", |t| {
+            t.contains("leader")
+        })
+        .await;
+    browser
+        .wait_text("#history", "the switchover", |t| t.contains("switchover"))
+        .await;
+    no_errors(&browser, "admin").await;
+}
+
+fn conn_of(cluster: &Cluster) -> redis::Connection {
+    cluster.redis.client()
+}
