@@ -44,7 +44,7 @@ pub(crate) fn start(
     let (rate, stream_rates) = term_rates(&config);
     let limiter = Arc::new(Limiter::new(rate, Instant::now()));
     let stream_limits = Arc::new(StreamLimits::new(&stream_rates, Instant::now()));
-    let (paused_tx, paused) = watch::channel(Arc::new(BTreeSet::new()));
+    let (paused_tx, paused) = watch::channel(None);
     let tasks = workers;
     tasks.spawn(follow_paused(
         store.clone(),
@@ -207,8 +207,9 @@ struct ForwardLoop {
     limiter: Arc<Limiter>,
     /// `streams.max_rate`, shared by the term's shard loops.
     stream_limits: Arc<StreamLimits>,
-    /// The streams paused by an operator (see [`follow_paused`]).
-    paused: watch::Receiver<Arc<BTreeSet<String>>>,
+    /// The streams paused by an operator (see [`follow_paused`]); None until read
+    /// once this term.
+    paused: watch::Receiver<Option<Arc<BTreeSet<String>>>>,
 }
 
 /// Forwards one shard: a batch at a time while batches come back full, otherwise
@@ -248,7 +249,18 @@ async fn forward_shard(mut l: ForwardLoop) {
         };
         let started = Instant::now();
         let mut budgets = l.stream_limits.take_budgets(limit, started);
-        let paused = l.paused.borrow().clone();
+        let Some(paused) = l.paused.borrow().clone() else {
+            // Not read yet this term: no call until it is, so that no message of a
+            // paused stream goes out at the start of a term.
+            l.stream_limits.give_back(&budgets, &[]);
+            l.limiter.give_back(allowed);
+            drop(turn);
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = l.paused.changed() => {}
+            }
+            continue;
+        };
         pause_budgets(&mut budgets, &paused, &l.stream_limits);
         let result = l
             .store
@@ -362,18 +374,21 @@ pub const PAUSED_EVERY: Duration = Duration::from_millis(250);
 
 /// Follows the paused streams (an operator's `POST /v1/streams/{stream}/pause`)
 /// until the term ends, waking every loop when they change: a resumed stream's
-/// held messages go at once. A read that fails keeps the last set.
+/// held messages go at once. A read that fails keeps the last set; until the first
+/// read succeeds the loops forward nothing.
 async fn follow_paused(
     store: Store,
-    paused: watch::Sender<Arc<BTreeSet<String>>>,
+    paused: watch::Sender<Option<Arc<BTreeSet<String>>>>,
     wakers: Arc<Vec<Notify>>,
     cancel: CancellationToken,
 ) {
     loop {
         match store.paused().await {
-            Ok(now) if **paused.borrow() != now => {
-                tracing::info!(paused = ?now, "paused streams changed");
-                paused.send_replace(Arc::new(now));
+            Ok(now) if paused.borrow().as_deref() != Some(&now) => {
+                if paused.borrow().is_some() || !now.is_empty() {
+                    tracing::info!(paused = ?now, "paused streams");
+                }
+                paused.send_replace(Some(Arc::new(now)));
                 wakers.iter().for_each(Notify::notify_one);
             }
             Ok(_) => {}

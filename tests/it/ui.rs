@@ -276,3 +276,143 @@ async fn pause_resume_and_switchover_from_the_page() {
 fn conn_of(cluster: &Cluster) -> redis::Connection {
     cluster.redis.client()
 }
+
+/// A deployment with some history, every page in the light and the dark theme:
+/// each page shows its data and logs no error. The screenshots it leaves in
+/// `target/ui-screenshots/tour-*.png` are the README's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tour_of_every_page_in_both_themes() {
+    let cluster = two_nodes().await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    let mut conn = cluster.redis.client();
+    crate::support::create_group(&mut conn, "orders", "billing");
+    crate::support::create_group(&mut conn, "emails", "mailer");
+    // A paused stream whose message outlives its ttl: a dead letter.
+    assert_eq!(
+        admin.post("/v1/streams/invoices/pause", json!({})).await.0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (status, body) = admin
+        .post("/v1/messages", json!({ "id": "invoice-7", "stream": "invoices", "fields": { "invoice": "7", "customer": "c-12" }, "delay_ms": 0, "ttl": "1s" }))
+        .await;
+    assert_eq!(status, 201, "{body}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        admin.post("/v1/streams/invoices/resume", json!({})).await.0,
+        200
+    );
+    eventually(
+        Duration::from_secs(10),
+        "the expired message's dead letter",
+        || async { (xlen(&mut cluster.redis.client(), "invoices:dead") == 1).then_some(()) },
+    )
+    .await;
+    // Then paused again with messages waiting.
+    assert_eq!(
+        admin.post("/v1/streams/invoices/pause", json!({})).await.0,
+        200
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    for i in 0..3 {
+        push(&cluster, &format!("invoice-{}", 8 + i), "invoices", 0).await;
+    }
+    // A spread of due times, and traffic now.
+    for i in 0..120u64 {
+        let (stream, delay) = match i % 4 {
+            0 => ("orders", 20_000 + i * 300),
+            1 => ("orders", 600_000 + i * 20_000),
+            2 => ("emails", 5_400_000 + i * 60_000),
+            _ => ("emails", 2 * 86_400_000 + i),
+        };
+        push(&cluster, &format!("{stream}-{i}"), stream, delay).await;
+    }
+    for i in 0..60u64 {
+        push(
+            &cluster,
+            &format!("now-{i}"),
+            if i % 3 == 0 { "emails" } else { "orders" },
+            200 + i * 150,
+        )
+        .await;
+    }
+    // A switchover in the history.
+    let (status, body) = cluster.apis[0]
+        .clone()
+        .with_token(ADMIN)
+        .with_timeout(Duration::from_secs(15))
+        .post("/v1/admin/switchover", json!({ "to": "n1" }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually(Duration::from_secs(20), "a few samples", || async {
+        let (_, o) = cluster.apis[1]
+            .clone()
+            .with_token(READER)
+            .get("/v1/overview")
+            .await;
+        (o["rate"].as_array()?.len() >= 3).then_some(())
+    })
+    .await;
+
+    let browser = signed_in(&cluster, 0, ADMIN, "tour").await;
+    browser
+        .wait_text("#leader-node", "the new leader", |t| t.contains("n1"))
+        .await;
+    browser
+        .wait_text("#history", "the switchover", |t| t.contains("switchover"))
+        .await;
+    browser
+        .wait_text("#nodes", "both nodes", |t| {
+            t.contains("n0") && t.contains("n1")
+        })
+        .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    browser.screenshot("overview").await;
+    no_errors(&browser, "overview").await;
+    browser.click("#theme-toggle").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    browser.screenshot("overview-dark").await;
+    browser.click("#theme-toggle").await;
+
+    browser.click("#nav-streams").await;
+    browser
+        .wait_for(
+            "#streams tr[data-stream='invoices'][data-paused='true']",
+            "the paused stream",
+        )
+        .await;
+    browser
+        .wait_text("#streams", "the consumer groups", |t| {
+            t.contains("billing") && t.contains("mailer")
+        })
+        .await;
+    browser.screenshot("streams").await;
+    no_errors(&browser, "streams").await;
+
+    browser.click("#nav-messages").await;
+    browser.fill("#lookup-id", "orders-1").await;
+    browser.click("#lookup-go").await;
+    browser
+        .wait_text("#lookup-result", "the message", |t| t.contains("scheduled"))
+        .await;
+    browser
+        .wait_text("#upcoming", "the next due", |t| t.contains("invoice-8"))
+        .await;
+    browser.screenshot("messages").await;
+    no_errors(&browser, "messages").await;
+
+    browser.goto("/ui#/dead?stream=invoices").await;
+    browser
+        .wait_text("#dead", "the dead letter", |t| t.contains("invoice-7"))
+        .await;
+    browser.screenshot("dead").await;
+    no_errors(&browser, "dead letters").await;
+
+    browser.click("#nav-admin").await;
+    browser.wait_for("#fences", "the fences").await;
+    browser
+        .wait_for("#switchover-go", "the switchover form")
+        .await;
+    browser.screenshot("admin").await;
+    no_errors(&browser, "admin").await;
+}
