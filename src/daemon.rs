@@ -34,8 +34,9 @@ pub struct Daemon {
     probe_task: JoinHandle<()>,
     registry: CancellationToken,
     registry_task: JoinHandle<()>,
-    /// Reloads asked over HTTP, for whoever rereads the configuration file.
-    reloads: Option<tokio::sync::mpsc::Receiver<api::ReloadRequest>>,
+    /// Where reloads asked over HTTP go, once someone rereads the configuration
+    /// file ([`Daemon::take_reload_requests`]).
+    reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<api::ReloadRequest>>>,
 }
 
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
@@ -149,7 +150,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         registry.clone(),
     ));
 
-    let (reload_tx, reload_rx) = tokio::sync::mpsc::channel(4);
+    let reloads = Arc::new(std::sync::OnceLock::new());
     let api = CancellationToken::new();
     let router = api::router(api::AppState {
         config: config.clone(),
@@ -161,7 +162,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         health: health.clone(),
         metrics,
         board: Default::default(),
-        reloads: Some(reload_tx),
+        reloads: reloads.clone(),
     });
     let api_task = tokio::spawn(
         axum::serve(api::listener::Listener(listener), router)
@@ -187,7 +188,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         probe_task,
         registry,
         registry_task,
-        reloads: Some(reload_rx),
+        reloads,
     })
 }
 
@@ -301,11 +302,12 @@ impl Daemon {
     /// in flight: standbys read the inbox too, so the handover need not wait for it),
     /// then the API (draining requests in flight, for at most 5 s).
     /// Reloads asked over HTTP (`POST /v1/admin/reload`): the caller rereads the
-    /// configuration and answers each. Unclaimed, every such request is refused.
+    /// configuration and answers each. Until one calls this, every such request is
+    /// refused (409); a second call gets a channel nothing is sent to.
     pub fn take_reload_requests(&mut self) -> tokio::sync::mpsc::Receiver<api::ReloadRequest> {
-        self.reloads
-            .take()
-            .unwrap_or_else(|| tokio::sync::mpsc::channel(1).1)
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        let _ = self.reloads.set(tx);
+        rx
     }
 
     pub async fn stop(self) {

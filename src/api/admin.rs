@@ -63,7 +63,7 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<Reloaded>, Api
             "this node was started without a configuration file (--config): there is nothing to reread",
         )
     };
-    let Some(requests) = &state.reloads else {
+    let Some(requests) = state.reloads.get() else {
         return Err(no_file());
     };
     let (tx, rx) = oneshot::channel();
@@ -102,6 +102,7 @@ pub struct Switched {
         (status = 200, description = "the chosen node leads", body = Switched),
         (status = 400, description = "body is not a JSON object", body = ErrorBody),
         (status = 404, description = "no running node has that id", body = ErrorBody),
+        (status = 413, description = "body larger than 4 KiB", body = ErrorBody),
         (status = 409, description = "not possible now: no leader, no standby, the node leads already, or no etcd election (standalone, per_shard)", body = ErrorBody),
         (status = 422, description = "a field breaks a rule", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),

@@ -54,8 +54,9 @@ pub struct AppState {
     pub metrics: PrometheusHandle,
     /// The dashboard's answers computed recently.
     pub board: Arc<BoardCache>,
-    /// Where `POST /v1/admin/reload` asks for a reload (None: no configuration file).
-    pub reloads: Option<tokio::sync::mpsc::Sender<ReloadRequest>>,
+    /// Where `POST /v1/admin/reload` asks for a reload (unset: this process does not
+    /// reread a configuration file).
+    pub reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>>,
 }
 
 impl AppState {

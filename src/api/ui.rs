@@ -25,21 +25,24 @@ fn asset(content_type: &'static str, body: &'static str) -> impl IntoResponse {
 
 /// The dashboard page
 #[utoipa::path(get, path = "/ui", operation_id = "dashboard",
-    responses((status = 200, description = "the dashboard (HTML)", content_type = "text/html")))]
+    responses((status = 200, description = "the dashboard (HTML)", content_type = "text/html")),
+    security(()))]
 pub async fn index() -> impl IntoResponse {
     asset("text/html; charset=utf-8", INDEX)
 }
 
 /// The dashboard's script
 #[utoipa::path(get, path = "/ui/app.js", operation_id = "dashboardScript",
-    responses((status = 200, description = "JavaScript", content_type = "text/javascript")))]
+    responses((status = 200, description = "JavaScript", content_type = "text/javascript")),
+    security(()))]
 pub async fn script() -> impl IntoResponse {
     asset("text/javascript; charset=utf-8", SCRIPT)
 }
 
 /// The dashboard's style sheet
 #[utoipa::path(get, path = "/ui/app.css", operation_id = "dashboardStyle",
-    responses((status = 200, description = "CSS", content_type = "text/css")))]
+    responses((status = 200, description = "CSS", content_type = "text/css")),
+    security(()))]
 pub async fn style() -> impl IntoResponse {
     asset("text/css; charset=utf-8", STYLE)
 }

@@ -143,6 +143,11 @@ pub struct BenchArgs {
     /// Where the peer's package.json and script are.
     #[arg(long, default_value = "bench/peer")]
     pub peer_dir: PathBuf,
+    /// Dashboards open on the daemon under test during the burst and spread
+    /// scenarios: each asks for the overview, the streams, the nodes, the history
+    /// and the next 50 due every 2 s, as the page does (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub dashboards: usize,
     /// Write results.json and results.md here.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -368,6 +373,8 @@ pub struct Bench {
     http: reqwest::Client,
     /// `--journal-url`: emptied with Redis.
     journal: Option<crate::journal::Journal>,
+    /// `--dashboards`.
+    dashboards: usize,
 }
 
 impl Bench {
@@ -416,6 +423,7 @@ impl Bench {
             batch_size: args.batch_size,
             http: reqwest::Client::new(),
             journal,
+            dashboards: args.dashboards,
         };
         // Redis records every event over 1 ms, read back per phase (LATENCY LATEST).
         let () = redis::cmd("CONFIG")

@@ -135,11 +135,51 @@ impl Bench {
         let mut meter = CpuMeter::start(&mut self.conn.clone(), None).await?;
         let daemon = DelayqProcess::start(&self.delayq_bin, name, config)?;
         meter.attach_new_process(daemon.pid());
+        let dashboards = self.open_dashboards(&daemon);
         Ok(Metered {
             daemon,
             meter,
             probe,
+            _dashboards: dashboards,
         })
+    }
+
+    /// `--dashboards` pages polling `daemon` as the dashboard does, until the
+    /// guard is dropped.
+    pub(super) fn open_dashboards(
+        &self,
+        daemon: &DelayqProcess,
+    ) -> Option<tokio_util::sync::DropGuard> {
+        if self.dashboards == 0 {
+            return None;
+        }
+        let token = tokio_util::sync::CancellationToken::new();
+        const PATHS: [&str; 5] = [
+            "/v1/overview",
+            "/v1/streams",
+            "/v1/nodes",
+            "/v1/leadership/history",
+            "/v1/upcoming?limit=50",
+        ];
+        for _ in 0..self.dashboards {
+            let http = self.http.clone();
+            let urls: Vec<String> = PATHS.iter().map(|p| daemon.url(p)).collect();
+            let token = token.clone();
+            tokio::spawn(async move {
+                while !token.is_cancelled() {
+                    for url in &urls {
+                        if let Ok(answer) = http.get(url).send().await {
+                            let _ = answer.bytes().await;
+                        }
+                    }
+                    tokio::select! {
+                        _ = token.cancelled() => return,
+                        _ = tokio::time::sleep(Duration::from_secs(2)) => {}
+                    }
+                }
+            });
+        }
+        Some(token.drop_guard())
     }
 
     /// Whether `node` answers `/leader` with success (it leads).
@@ -277,6 +317,7 @@ impl Bench {
         let mut conn = self.conn.clone();
         let _: u64 = conn.del(SPREAD_STREAM).await?;
         let mut daemon = self.start_delayq("bench-spread").await?;
+        let _dashboards = self.open_dashboards(&daemon);
         let total = (rate as f64 * duration.as_secs_f64()).round().max(1.0) as u64;
         let prefix = format!("s{rate}-");
 
@@ -465,6 +506,8 @@ pub(super) struct Metered {
     daemon: DelayqProcess,
     meter: CpuMeter,
     probe: PingProbe,
+    /// `--dashboards` polling the daemon while it runs.
+    _dashboards: Option<tokio_util::sync::DropGuard>,
 }
 
 impl Metered {

@@ -143,6 +143,28 @@ async fn malformed_requests_and_inbox_entries_never_break_the_daemon_or_lose_a_m
         problems.push("the process exited".into());
     }
 
+    // The requests may have paused streams (POST /v1/streams/{stream}/pause): what
+    // they hold must go out once each when they are resumed.
+    let paused: Vec<String> = redis::cmd("SMEMBERS")
+        .arg("delayq:paused")
+        .query(&mut conn)
+        .expect("SMEMBERS");
+    for stream in &paused {
+        let escaped: String = stream
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'.' | b'_' | b'-' => {
+                    (b as char).to_string()
+                }
+                other => format!("%{other:02X}"),
+            })
+            .collect();
+        let path = format!("/v1/streams/{escaped}/resume");
+        let (status, body) = api.post(&path, serde_json::json!({})).await;
+        if status != 200 {
+            problems.push(format!("resume {stream:?}: {status} {body}"));
+        }
+    }
     check_deliveries(&api, &mut conn, &accepted, &mut problems).await;
     check_rejections(&mut conn, &must_reject, &mut problems).await;
     if node.full_log().contains("panicked") {
