@@ -66,6 +66,10 @@ enum Command {
 }
 
 pub fn main() -> ExitCode {
+    // Every TLS connection (Redis, etcd, the journal) uses ring; chosen here once,
+    // so that no other provider a dependency may bring in makes rustls refuse to
+    // pick one.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     match cli.command {
         Command::Run { config } => run(config),

@@ -302,6 +302,33 @@ async fn switchover_turns(switch: &mut watch::Receiver<Option<String>>, me: &str
     }
 }
 
+/// Longest a leader waits for the other standbys to leave the election before it
+/// hands over to a switchover's node.
+const STAND_ASIDE_WAIT: Duration = Duration::from_secs(2);
+
+impl Node {
+    /// Waits until every candidate but this node and `to` has left the election
+    /// (each standby does once it reads the switchover key), at most
+    /// [`STAND_ASIDE_WAIT`]: `to`, the one candidate left, then leads next.
+    async fn others_stood_aside(&self, to: &str) {
+        let prefix = format!("{}/", self.config.election_prefix);
+        let deadline = Instant::now() + STAND_ASIDE_WAIT;
+        loop {
+            let read = observe::campaigners(&self.client, &self.config, &prefix, None).await;
+            let only_us = read.is_ok_and(|r| {
+                r.kvs().iter().all(|kv| {
+                    let node = LeaderValue::parse(kv.value()).node_id;
+                    node == self.me.node_id || node == to
+                })
+            });
+            if only_us || Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(SWITCHOVER_EVERY / 2).await;
+        }
+    }
+}
+
 /// Whether a switchover names a node other than `me`.
 fn handing_to_other(target: &Option<String>, me: &str) -> bool {
     target.as_deref().is_some_and(|t| t != me)
@@ -586,7 +613,11 @@ impl Node {
                     }
                 }
                 () = watch.deleted() => break TermEnd::KeyDeleted,
-                _ = switchover_turns(&mut switch, &me, true) => break TermEnd::Switchover,
+                _ = switchover_turns(&mut switch, &me, true) => {
+                    let to = switch.borrow().clone().unwrap_or_default();
+                    self.others_stood_aside(&to).await;
+                    break TermEnd::Switchover;
+                }
             }
         };
         self.elector.end(end.kind(), &end.reason());

@@ -173,6 +173,20 @@ async fn bad_input_and_scopes_are_refused_with_a_reason() {
             "{body}"
         );
     }
+    let long = "s".repeat(300);
+    for (path, code) in [
+        (format!("/v1/streams/{long}/pause"), 422),
+        ("/v1/streams/a%20b/resume".to_owned(), 422),
+    ] {
+        let (status, body) = admin.post(&path, json!({})).await;
+        assert_eq!(status, code, "POST {path}: {body}");
+        assert!(
+            body["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("stream")),
+            "{body}"
+        );
+    }
     let (status, body) = reader.get("/v1/session").await;
     assert_eq!((status, &body["scope"]), (200, &json!("read")), "{body}");
     assert_eq!(admin.get("/v1/session").await.1["scope"], "admin");

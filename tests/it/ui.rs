@@ -118,6 +118,16 @@ async fn a_standby_shows_the_leader_live_numbers_and_every_page_without_errors()
     browser.click("#nav-admin").await;
     browser.wait_for("#fences", "the fences").await;
     assert_eq!(browser.count("#switchover-go, #reload-go").await, 0);
+    // Redis gone: the page says so, and keeps trying.
+    let mut cluster = cluster;
+    cluster.redis.kill();
+    browser.click("#nav-overview").await;
+    browser
+        .wait_text("#banner", "explains that Redis is down", |t| {
+            t.contains("Redis unavailable")
+        })
+        .await;
+    browser.screenshot("redis-down").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -150,6 +160,23 @@ async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
     browser
         .wait_text("#lookup-result", "shows the state", |t| {
             t.contains("scheduled")
+        })
+        .await;
+    // Delivered now from the page: it reaches its stream.
+    browser.click("#msg-deliver-now").await;
+    eventually(
+        Duration::from_secs(10),
+        "the message delivered now",
+        || async {
+            let e = entries(&mut cluster.redis.client(), "orders");
+            (e.len() == 1 && e[0].get("delayq-id") == Some("kept")).then_some(())
+        },
+    )
+    .await;
+    browser.click("#lookup-go").await;
+    browser
+        .wait_text("#lookup-result", "shows it delivered", |t| {
+            t.contains("delivered")
         })
         .await;
     browser.fill("#lookup-id", "late-invoice").await;
