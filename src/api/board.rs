@@ -5,7 +5,9 @@
 //! the operations behind its buttons: pause and resume a stream, reload this node's
 //! configuration. The overview and the stream table scan Redis: each node computes
 //! them at most once per [`OVERVIEW_TTL`] / [`STREAMS_TTL`] however many pages
-//! poll, one computation at a time.
+//! poll, one computation at a time; the stream table's pending counts are the
+//! leader's own (it counts per stream for its metrics anyway), so no page makes
+//! Redis count again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,8 +31,6 @@ pub const OVERVIEW_TTL: Duration = Duration::from_secs(2);
 pub const STREAMS_TTL: Duration = Duration::from_secs(5);
 /// The window of the rate series.
 const RATE_WINDOW_MS: u64 = 15 * 60_000;
-/// Most scheduled messages looked at to count them per stream.
-const STREAM_COUNT_LIMIT: usize = 200_000;
 /// Most streams in the stream table.
 const MAX_STREAMS: usize = 500;
 
@@ -398,15 +398,22 @@ pub async fn history(State(state): State<AppState>) -> Result<Json<History>, Api
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct StreamTable {
     streams: Vec<StreamView>,
-    /// False when counting stopped early on a very large backlog.
+    /// False when the last count stopped early on a very large backlog (or there
+    /// is none yet).
     exact: bool,
+    /// When the leader last counted the pending messages per stream (it does every
+    /// 2 to 30 s, by the backlog; Redis's clock, epoch ms); null before its first
+    /// count. Held, paused, delivered, dead letters and groups are read live.
+    #[schema(required)]
+    counted_at_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct StreamView {
     stream: String,
-    /// Scheduled and not yet forwarded, held ones included.
+    /// Scheduled and not yet forwarded, held ones included, as last counted.
     pending: u64,
+    /// Of those, due within the hour after the count.
     due_next_hour: u64,
     /// Due, waiting for the stream's rate limit or its pause.
     held: u64,
@@ -451,13 +458,15 @@ pub async fn streams(State(state): State<AppState>) -> Result<Json<StreamTable>,
 async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
     let store = &state.store;
     let config = state.current_config();
-    let now = store.now_ms().await?;
     let (counts, held, paused, samples) = tokio::try_join!(
-        store.pending_per_stream(STREAM_COUNT_LIMIT, now + 3_600_000),
+        store.stream_counts(),
         store.held(),
         store.paused(),
         store.samples(),
     )?;
+    let counted_at_ms = counts.as_ref().map(|c| c.at_ms);
+    let exact = counts.as_ref().is_some_and(|c| c.exact);
+    let counts = counts.map(|c| c.streams).unwrap_or_default();
     let recent = parse_samples(
         &samples,
         epoch_ms(std::time::SystemTime::now()).saturating_sub(60_000),
@@ -469,14 +478,14 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
         }
     }
     let mut names: BTreeSet<String> = BTreeSet::new();
-    names.extend(counts.per_stream.keys().filter(|s| !s.is_empty()).cloned());
+    names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
     names.extend(held.per_stream.keys().cloned());
     names.extend(paused.iter().cloned());
     names.extend(delivered.keys().cloned());
     names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
     names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
     let mut names: Vec<String> = names.into_iter().collect();
-    names.sort_by_key(|s| std::cmp::Reverse(counts.per_stream.get(s).copied().unwrap_or(0)));
+    names.sort_by_key(|s| std::cmp::Reverse(counts.get(s).map_or(0, |c| c.0)));
     names.truncate(MAX_STREAMS);
     names.sort();
     let dead_names: Vec<String> = names.iter().map(|s| config.dead_letter_stream(s)).collect();
@@ -489,8 +498,8 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
         .zip(groups)
         .map(
             |(((stream, dead_letter_stream), dead), groups)| StreamView {
-                pending: counts.per_stream.get(&stream).copied().unwrap_or(0),
-                due_next_hour: counts.due_soon.get(&stream).copied().unwrap_or(0),
+                pending: counts.get(&stream).map_or(0, |c| c.0),
+                due_next_hour: counts.get(&stream).map_or(0, |c| c.1),
                 held: held.per_stream.get(&stream).copied().unwrap_or(0),
                 paused: paused.contains(&stream),
                 delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
@@ -510,7 +519,8 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
         .collect();
     Ok(StreamTable {
         streams,
-        exact: counts.exact,
+        exact,
+        counted_at_ms,
     })
 }
 

@@ -95,7 +95,7 @@ pub const METRICS: &[Described] = &[
         PENDING_STREAM,
         Kind::Gauge,
         &["stream"],
-        "messages scheduled, per target stream: the 100 largest, the rest under `(the rest)`; refreshed every 30 s by the leader, 0 on standbys",
+        "messages scheduled, per target stream: the 100 largest, the rest under `(the rest)`; refreshed by the leader every 2 to 30 s (longer for a larger backlog), 0 on standbys",
     ),
     metric(
         FORWARD_BATCH,

@@ -63,6 +63,17 @@ impl TermRecord {
     }
 }
 
+/// A count of the pending messages per target stream, as the leader made it last.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamCountRecord {
+    /// When it was counted (epoch ms, Redis's clock).
+    pub at_ms: u64,
+    /// False when the count stopped at its limit before seeing every message.
+    pub exact: bool,
+    /// Stream → (pending, due within the hour after `at_ms`).
+    pub streams: std::collections::BTreeMap<String, (u64, u64)>,
+}
+
 /// The next pending messages: [`Store::upcoming`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upcoming {
@@ -202,6 +213,26 @@ impl Store {
             .arg(-1)
             .query_async(&mut self.conn.clone())
             .await?)
+    }
+
+    /// Keeps the leader's last count of pending messages per stream.
+    pub async fn save_stream_counts(&self, counts: &StreamCountRecord) -> Result<()> {
+        let json = serde_json::to_string(counts).expect("a count serializes");
+        let () = redis::cmd("SET")
+            .arg(self.keys.stream_counts())
+            .arg(json)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
+    /// The leader's last count of pending messages per stream, if any.
+    pub async fn stream_counts(&self) -> Result<Option<StreamCountRecord>> {
+        let json: Option<String> = redis::cmd("GET")
+            .arg(self.keys.stream_counts())
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(json.and_then(|j| serde_json::from_str(&j).ok()))
     }
 
     /// The streams whose forwarding is paused.

@@ -210,6 +210,12 @@ impl Keys {
         format!("{}:switchover", self.prefix)
     }
 
+    /// String: the leader's last count of pending messages per stream (JSON; see
+    /// `forwarder::report_pending_streams`).
+    pub fn stream_counts(&self) -> String {
+        format!("{}:stream-counts", self.prefix)
+    }
+
     /// Set: the streams whose forwarding is paused.
     pub fn paused(&self) -> String {
         format!("{}:paused", self.prefix)

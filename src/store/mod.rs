@@ -29,7 +29,7 @@ use redis::{AsyncCommands, Script, ScriptInvocation, Value};
 pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
 #[cfg(feature = "server")]
-pub use board::{GroupInfo, NodeRecord, TermRecord, Upcoming, UpcomingMessage};
+pub use board::{GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage};
 pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{

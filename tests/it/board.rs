@@ -122,19 +122,18 @@ async fn leader_and_standby_show_the_same_deployment() {
         );
         assert_eq!(orders["next"], Value::Null, "{orders}");
 
-        let streams = get(&cluster, node, "/v1/streams").await;
-        let orders = streams["streams"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|s| s["stream"] == "orders")
-            .cloned();
-        let orders = orders.unwrap_or_else(|| panic!("orders in {streams}"));
-        assert_eq!(
-            (orders["pending"].as_u64(), orders["due_next_hour"].as_u64()),
-            (Some(5), Some(3)),
-            "{orders}"
-        );
+        // Counted by the leader every 2 s at this size, and kept for 5 s per node.
+        let orders = eventually(Duration::from_secs(15), "orders counted", || async {
+            let streams = get(&cluster, node, "/v1/streams").await;
+            let orders = streams["streams"]
+                .as_array()?
+                .iter()
+                .find(|s| s["stream"] == "orders")?
+                .clone();
+            (orders["pending"] == 5 && streams["counted_at_ms"].is_u64()).then_some(orders)
+        })
+        .await;
+        assert_eq!(orders["due_next_hour"], 3, "{orders}");
         assert_eq!(orders["dead_letter_stream"], "orders:dead");
 
         let history = get(&cluster, node, "/v1/leadership/history").await;

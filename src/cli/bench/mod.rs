@@ -144,8 +144,8 @@ pub struct BenchArgs {
     #[arg(long, default_value = "bench/peer")]
     pub peer_dir: PathBuf,
     /// Dashboards open on the daemon under test during the burst and spread
-    /// scenarios: each asks for the overview, the streams, the nodes, the history
-    /// and the next 50 due every 2 s, as the page does (0: none).
+    /// scenarios: each asks for the overview, the nodes, the history and the
+    /// stream table every 2 s, as the page does (0: none).
     #[arg(long, default_value_t = 0)]
     pub dashboards: usize,
     /// Write results.json and results.md here.

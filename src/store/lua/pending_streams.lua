@@ -7,26 +7,25 @@
 -- ARGV[2] how many bodies to look at (a hint, as HSCAN's COUNT)
 -- ARGV[3] the highest score that counts as due soon
 -- returns: { next cursor ("0" = done), bodies looked at, { stream, count, soon, ... } }
---   where soon counts the messages scoring at most ARGV[3] (bodies that cannot be
---   decoded are counted under the stream "", never as soon)
+--   where soon counts the messages scoring at most ARGV[3], held ones too (bodies
+--   that cannot be decoded are counted under the stream "")
 local counts, soon, order, seen = {}, {}, {}, 0
 local soon_max = tonumber(ARGV[3])
--- score: a compact element's; nil for a body of the bodies hash, which has its due time.
+-- score: a compact element's; for a body of the bodies hash, its score in the due
+-- set (nil: it is held, so due already).
 local function count(body, score)
   seen = seen + 1
   local stream = body_stream(body)
-  local msg
-  if not stream or not score then
-    msg = decode_body(body, score)
-    stream = stream or (msg and msg.stream) or ''
+  if not stream then
+    local msg = decode_body(body, score)
+    stream = (msg and msg.stream) or ''
   end
   if not counts[stream] then
     counts[stream], soon[stream] = 0, 0
     order[#order + 1] = stream
   end
   counts[stream] = counts[stream] + 1
-  local due = score and math.floor(score / 10) or (msg and msg.due)
-  if due and due * 10 <= soon_max then soon[stream] = soon[stream] + 1 end
+  if not score or score <= soon_max then soon[stream] = soon[stream] + 1 end
 end
 
 local function hex(s)
@@ -42,7 +41,10 @@ local next_cursor
 if string.sub(cursor, 1, 1) ~= 'q' then
   local reply = redis.call('HSCAN', KEYS[1], cursor, 'COUNT', step)
   local items = reply[2]
-  for k = 2, #items, 2 do count(items[k]) end
+  for k = 2, #items, 2 do
+    local score = redis.call('ZSCORE', KEYS[2], items[k - 1])
+    count(items[k], score and tonumber(score))
+  end
   next_cursor = reply[1]
   if next_cursor == '0' then next_cursor = 'q' end
 else

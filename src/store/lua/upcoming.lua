@@ -62,7 +62,9 @@ for _, stream in ipairs(redis.call('SMEMBERS', KEYS[3])) do
   if only == '' or stream == only then from_zset(held_key(KEYS[3], stream), 1, stream) end
 end
 
--- The compact buckets, from the one the cursor falls in.
+-- The compact buckets, from the one the cursor falls in (and in it, from the first
+-- message past the cursor), read a few at a time: a page needs its `limit`, not
+-- whole buckets.
 local P = pending_of(KEYS[1], KEYS[2])
 if P.ix.n > 0 then
   local start
@@ -70,21 +72,32 @@ if P.ix.n > 0 then
   local from = start and ('[' .. start) or '-'
   local got, looked = 0, 0
   local done = false
+  local first = true
   while not done do
     local floors = redis.call('ZRANGEBYLEX', P.q, from, '+', 'LIMIT', 0, 16)
     for _, floor in ipairs(floors) do
-      for _, e in ipairs(redis.call('LRANGE', bucket_key(P, floor), 0, -1)) do
-        local score, id, body = elem_parts(e)
-        if past_cursor(score, id) then
-          looked = looked + 1
-          local stream = stream_of(body)
-          if only == '' or stream == only then
-            found[#found + 1] = { score, id, stream, 0 }
-            got = got + 1
-            if got >= limit then done = true break end
+      local key = bucket_key(P, floor)
+      local at = 0
+      if first and start then at = bucket_search(key, after_score, after_id) end
+      first = false
+      while not done do
+        local step = math.max(8, math.min(128, limit - got))
+        local elems = redis.call('LRANGE', key, at, at + step - 1)
+        for _, e in ipairs(elems) do
+          local score, id, body = elem_parts(e)
+          if past_cursor(score, id) then
+            looked = looked + 1
+            local stream = stream_of(body)
+            if only == '' or stream == only then
+              found[#found + 1] = { score, id, stream, 0 }
+              got = got + 1
+              if got >= limit then done = true break end
+            end
+            if looked >= budget then stopped_at(score, id) done = true break end
           end
-          if looked >= budget then stopped_at(score, id) done = true break end
         end
+        if #elems < step then break end
+        at = at + step
       end
       if done then break end
     end
