@@ -143,32 +143,30 @@ async fn follow_terms(
     let mut ends = leadership.ends();
     let mut open: Option<TermRecord> = None;
     loop {
-        let role = roles.borrow_and_update().clone();
-        if let Role::Leader(term) = role
-            && open.as_ref().is_none_or(|t| t.epoch != term.epoch)
-        {
-            {
-                let record = TermRecord {
-                    node_id: node_id.clone(),
-                    epoch: term.epoch,
-                    group,
-                    from_ms: epoch_ms(term.since),
-                    to_ms: None,
-                    ended: None,
-                };
-                write(&store, &record, &cancel).await;
-                open = Some(record);
-            }
-        }
+        // The end first: a term that ended while the next began is closed before
+        // the next one is opened.
         let ended = ends.borrow_and_update().clone();
         if let Some(ended) = ended
             && let Some(mut record) = open.take_if(|t| t.epoch == ended.epoch)
         {
-            {
-                record.to_ms = Some(epoch_ms(ended.at));
-                record.ended = Some(ended.why.to_owned());
-                write(&store, &record, &cancel).await;
-            }
+            record.to_ms = Some(epoch_ms(ended.at));
+            record.ended = Some(ended.why.to_owned());
+            write(&store, &record, &cancel).await;
+        }
+        let role = roles.borrow_and_update().clone();
+        if let Role::Leader(term) = role
+            && open.as_ref().is_none_or(|t| t.epoch != term.epoch)
+        {
+            let record = TermRecord {
+                node_id: node_id.clone(),
+                epoch: term.epoch,
+                group,
+                from_ms: epoch_ms(term.since),
+                to_ms: None,
+                ended: None,
+            };
+            write(&store, &record, &cancel).await;
+            open = Some(record);
         }
         // Cancelled: the loop went round once more for an end published last.
         if cancel.is_cancelled() {

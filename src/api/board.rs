@@ -24,6 +24,7 @@ use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody};
 use crate::health::RedisState;
 use crate::registry::{GONE_AFTER, SampleRecord, epoch_ms};
+use crate::store::TermRecord;
 
 /// How long a computed overview is served again.
 pub const OVERVIEW_TTL: Duration = Duration::from_secs(2);
@@ -364,6 +365,15 @@ pub async fn history(State(state): State<AppState>) -> Result<Json<History>, Api
         .filter(|n| n.stopped || now.saturating_sub(n.last_seen_ms) > GONE_AFTER.as_millis() as u64)
         .map(|n| (n.node_id.as_str(), n.last_seen_ms))
         .collect();
+    let views = term_views(terms, &gone);
+    Ok(Json(History { terms: views }))
+}
+
+/// The terms as shown (newest first, as `terms` come): a term its leader did not
+/// end is `taken over` from the start of the next term of its group, or `node
+/// gone` (at its node's last sign of life) when its node is `gone` (node id → last
+/// seen) and no term followed.
+fn term_views(terms: Vec<TermRecord>, gone: &BTreeMap<&str, u64>) -> Vec<TermView> {
     // Newest first: the term after each is the one seen last of its group.
     let mut later: BTreeMap<Option<u16>, u64> = BTreeMap::new();
     let mut views = Vec::with_capacity(terms.len());
@@ -391,7 +401,7 @@ pub async fn history(State(state): State<AppState>) -> Result<Json<History>, Api
             ended,
         });
     }
-    Ok(Json(History { terms: views }))
+    views
 }
 
 /// Every target stream delayq knows of.
@@ -710,4 +720,111 @@ async fn set_paused(
         paused,
         changed,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn term(
+        node: &str,
+        epoch: u64,
+        group: Option<u16>,
+        from: u64,
+        end: Option<(u64, &str)>,
+    ) -> TermRecord {
+        TermRecord {
+            node_id: node.into(),
+            epoch,
+            group,
+            from_ms: from,
+            to_ms: end.map(|(t, _)| t),
+            ended: end.map(|(_, why)| why.into()),
+        }
+    }
+
+    fn shown(views: &[TermView]) -> Vec<(String, u64, Option<u64>, Option<String>)> {
+        views
+            .iter()
+            .map(|v| (v.node_id.clone(), v.epoch, v.to_ms, v.ended.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn terms_end_as_their_leader_said_or_as_what_came_after_them() {
+        let gone = BTreeMap::from([("c", 950)]);
+        type Shown<'a> = (&'a str, u64, Option<u64>, Option<&'a str>);
+        let cases: Vec<(Vec<TermRecord>, Vec<Shown>)> = vec![
+            // Ended in order: kept as said.
+            (
+                vec![term("a", 2, None, 100, Some((200, "resigned")))],
+                vec![("a", 2, Some(200), Some("resigned"))],
+            ),
+            // Still leading.
+            (
+                vec![term("a", 2, None, 100, None)],
+                vec![("a", 2, None, None)],
+            ),
+            // Silent, and a later term began: taken over at its start.
+            (
+                vec![term("b", 5, None, 300, None), term("a", 2, None, 100, None)],
+                vec![
+                    ("b", 5, None, None),
+                    ("a", 2, Some(300), Some("taken over")),
+                ],
+            ),
+            // Silent, its node gone, nobody followed: ended with its node.
+            (
+                vec![term("c", 7, None, 900, None)],
+                vec![("c", 7, Some(950), Some("node gone"))],
+            ),
+            // Groups follow each other only within themselves.
+            (
+                vec![
+                    term("b", 9, Some(1), 500, None),
+                    term("a", 8, Some(0), 400, None),
+                ],
+                vec![("b", 9, None, None), ("a", 8, None, None)],
+            ),
+        ];
+        for (terms, want) in cases {
+            let want: Vec<_> = want
+                .into_iter()
+                .map(|(n, e, to, why)| (n.to_owned(), e, to, why.map(str::to_owned)))
+                .collect();
+            assert_eq!(shown(&term_views(terms.clone(), &gone)), want, "{terms:?}");
+        }
+    }
+
+    fn sample(t: u64, node: &str, n: u64, p99: Option<u64>) -> String {
+        serde_json::to_string(&SampleRecord {
+            t_ms: t,
+            node_id: node.into(),
+            forwarded: n,
+            streams: BTreeMap::from([("orders".to_owned(), n)]),
+            p50_ms: p99,
+            p99_ms: p99,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn the_rate_adds_up_leaders_in_a_slot_and_keeps_fifteen_minutes() {
+        let now = 20 * 60_000;
+        let samples = vec![
+            sample(now - 1000, "a", 50, Some(3)),
+            sample(now - 2000, "b", 25, Some(7)),
+            sample(now - 6000, "a", 5, None),
+            sample(now - 16 * 60_000, "a", 500, Some(1)),
+            "not json".to_owned(),
+        ];
+        let points: Vec<(u64, f64, Option<u64>)> = rate_series(&samples, now)
+            .iter()
+            .map(|p| (p.t_ms, p.delivered_per_s, p.p99_ms))
+            .collect();
+        assert_eq!(
+            points,
+            [(now - 10_000, 1.0, None), (now - 5000, 15.0, Some(7))]
+        );
+    }
 }
