@@ -364,6 +364,7 @@ async fn switchover_hands_leadership_to_the_chosen_node_and_history_says_so() {
         "{body}\n{}",
         cluster.logs()
     );
+    eprintln!("switchover n0 → n2 took {} ms", body["took_ms"]);
     let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
     assert_eq!(leader, 2);
     // Again, from the CLI, to the node that stood aside.
@@ -406,6 +407,21 @@ async fn switchover_hands_leadership_to_the_chosen_node_and_history_says_so() {
             ("n0".into(), Some("switchover".into()))
         ],
         "{history}"
+    );
+    // A node that stops says so: it shows as gone at once.
+    let mut cluster = cluster;
+    cluster.nodes[0].terminate(Duration::from_secs(10));
+    let roles = get(&cluster, 1, "/v1/nodes").await;
+    let n0 = roles["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|n| n["node_id"] == "n0")
+        .cloned();
+    assert_eq!(
+        n0.map(|n| n["role"].clone()),
+        Some(json!("gone")),
+        "{roles}"
     );
 }
 
