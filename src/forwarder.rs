@@ -234,6 +234,19 @@ async fn forward_shard(mut l: ForwardLoop) {
         }
         // Held while Redis has lost the journal's data (see `keeper`).
         l.term.unheld().await;
+        // No call before the paused streams are read this term, so that no message
+        // of a paused stream goes out at the start of a term.
+        let read = l.paused.borrow().clone();
+        let paused = match read {
+            Some(paused) => paused,
+            None => {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = l.paused.changed() => {}
+                }
+                continue;
+            }
+        };
         // Permits first, the turn after: a loop waiting for the rate holds no turn.
         let allowed = tokio::select! {
             _ = cancel.cancelled() => break,
@@ -249,18 +262,6 @@ async fn forward_shard(mut l: ForwardLoop) {
         };
         let started = Instant::now();
         let mut budgets = l.stream_limits.take_budgets(limit, started);
-        let Some(paused) = l.paused.borrow().clone() else {
-            // Not read yet this term: no call until it is, so that no message of a
-            // paused stream goes out at the start of a term.
-            l.stream_limits.give_back(&budgets, &[]);
-            l.limiter.give_back(allowed);
-            drop(turn);
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = l.paused.changed() => {}
-            }
-            continue;
-        };
         pause_budgets(&mut budgets, &paused, &l.stream_limits);
         let result = l
             .store

@@ -41,8 +41,15 @@ pub fn epoch_ms(t: SystemTime) -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn now_ms() -> u64 {
+/// This process's clock, in epoch milliseconds (what nodes write as last seen).
+pub fn now_ms() -> u64 {
     epoch_ms(SystemTime::now())
+}
+
+/// Whether `node` has left: it said it stopped, or has been silent for
+/// [`GONE_AFTER`] by the reader's clock (`now_ms`).
+pub fn is_gone(node: &NodeRecord, now_ms: u64) -> bool {
+    node.stopped || now_ms.saturating_sub(node.last_seen_ms) > GONE_AFTER.as_millis() as u64
 }
 
 /// Who this node is, for its registry entry.

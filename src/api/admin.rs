@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 
 use super::input::{documented_keys, object, read_json_or_empty};
 use super::{ApiError, AppState, ErrorBody};
-use crate::registry::{GONE_AFTER, epoch_ms};
+use crate::registry::{is_gone, now_ms};
 
 /// How long a switchover may take before the request gives up (and the switchover
 /// key expires).
@@ -146,15 +146,13 @@ pub async fn switchover(
     let Some(from) = info.node_id.clone() else {
         return Err(conflict("no node leads now".into()));
     };
-    let now = epoch_ms(std::time::SystemTime::now());
+    let now = now_ms();
     let running: Vec<String> = state
         .store
         .nodes(now)
         .await?
         .into_iter()
-        .filter(|n| {
-            !n.stopped && now.saturating_sub(n.last_seen_ms) <= GONE_AFTER.as_millis() as u64
-        })
+        .filter(|n| !is_gone(n, now))
         .map(|n| n.node_id)
         .collect();
     let to = match to {

@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody};
 use crate::health::RedisState;
-use crate::registry::{GONE_AFTER, SampleRecord, epoch_ms};
+use crate::registry::{SampleRecord, is_gone, now_ms};
 use crate::store::TermRecord;
 
 /// How long a computed overview is served again.
@@ -97,12 +97,8 @@ pub struct ThisNode {
 
 #[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct LeaderBrief {
-    #[schema(required)]
-    node_id: Option<String>,
-    #[schema(required)]
-    address: Option<String>,
-    #[schema(required)]
-    epoch: Option<u64>,
+    #[serde(flatten)]
+    seen: super::node::LeaderSeen,
     /// `etcd`, `standalone` or `per_shard`.
     mode: String,
 }
@@ -176,14 +172,18 @@ async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
     let store = &state.store;
     let now = store.now_ms().await?;
     let bounds = [now, now + 60_000, now + 3_600_000, now + 86_400_000];
-    let (due, held, next_due, fence, paused, samples) = tokio::try_join!(
+    let (mut due, held, scheduled_first, fence, paused, samples) = tokio::try_join!(
         store.due_histogram(&bounds),
         store.held(),
-        store.next_due_ms(),
+        store.earliest_scheduled_ms(),
         store.highest_fence(),
         store.paused(),
         store.samples(),
     )?;
+    // Held messages are all due: they are overdue ones.
+    due[0] += held.total();
+    let next_due = held.earliest_of(scheduled_first);
+    let now_here = now_ms();
     let info = state.leadership.info();
     let role = state.leadership.current();
     let total: u64 = due.iter().sum();
@@ -194,13 +194,11 @@ async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
             version: env!("CARGO_PKG_VERSION").to_owned(),
         },
         leader: LeaderBrief {
-            node_id: info.node_id,
-            address: info.address,
-            epoch: info.epoch,
             mode: match state.groups.is_empty() {
                 true => info.mode.to_owned(),
                 false => "per_shard".to_owned(),
             },
+            seen: info.clone().into(),
         },
         redis: match state.health.redis() {
             RedisState::Writable => component("writable", None),
@@ -231,8 +229,8 @@ async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
             next_day: due[3],
             later: due[4],
         },
-        rate: rate_series(&samples, epoch_ms(std::time::SystemTime::now())),
-        now_ms: epoch_ms(std::time::SystemTime::now()),
+        rate: rate_series(&samples, now_here),
+        now_ms: now_here,
     })
 }
 
@@ -299,13 +297,12 @@ pub struct NodeView {
     ),
     security(("bearer" = [])))]
 pub async fn nodes(State(state): State<AppState>) -> Result<Json<Nodes>, ApiError> {
-    let now = epoch_ms(std::time::SystemTime::now());
+    let now = now_ms();
     let records = state.store.nodes(now).await?;
     let nodes = records
         .into_iter()
         .map(|n| {
-            let gone =
-                n.stopped || now.saturating_sub(n.last_seen_ms) > GONE_AFTER.as_millis() as u64;
+            let gone = is_gone(&n, now);
             NodeView {
                 role: match (gone, n.leader) {
                     (true, _) => "gone",
@@ -358,11 +355,11 @@ pub struct TermView {
     ),
     security(("bearer" = [])))]
 pub async fn history(State(state): State<AppState>) -> Result<Json<History>, ApiError> {
-    let now = epoch_ms(std::time::SystemTime::now());
+    let now = now_ms();
     let (terms, nodes) = tokio::try_join!(state.store.terms(), state.store.nodes(now))?;
     let gone: BTreeMap<&str, u64> = nodes
         .iter()
-        .filter(|n| n.stopped || now.saturating_sub(n.last_seen_ms) > GONE_AFTER.as_millis() as u64)
+        .filter(|n| is_gone(n, now))
         .map(|n| (n.node_id.as_str(), n.last_seen_ms))
         .collect();
     let views = term_views(terms, &gone);
@@ -477,10 +474,7 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
     let counted_at_ms = counts.as_ref().map(|c| c.at_ms);
     let exact = counts.as_ref().is_some_and(|c| c.exact);
     let counts = counts.map(|c| c.streams).unwrap_or_default();
-    let recent = parse_samples(
-        &samples,
-        epoch_ms(std::time::SystemTime::now()).saturating_sub(60_000),
-    );
+    let recent = parse_samples(&samples, now_ms().saturating_sub(60_000));
     let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
     for s in &recent {
         for (stream, n) in &s.streams {

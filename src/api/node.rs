@@ -193,7 +193,7 @@ pub struct GroupView {
 }
 
 /// The leader as this instance knows it.
-#[derive(Debug, Serialize, ToSchema)]
+#[derive(Clone, Debug, Serialize, ToSchema)]
 pub struct LeaderSeen {
     #[schema(required)]
     node_id: Option<String>,
@@ -201,6 +201,16 @@ pub struct LeaderSeen {
     address: Option<String>,
     #[schema(required)]
     epoch: Option<u64>,
+}
+
+impl From<crate::leadership::LeaderInfo> for LeaderSeen {
+    fn from(info: crate::leadership::LeaderInfo) -> Self {
+        LeaderSeen {
+            node_id: info.node_id,
+            address: info.address,
+            epoch: info.epoch,
+        }
+    }
 }
 
 /// Who leads, as this instance sees it
@@ -227,11 +237,7 @@ pub async fn leader(State(state): State<AppState>) -> Json<LeaderView> {
         is_leader: role.is_leader(),
         mode: info.mode.to_owned(),
         lease_left_ms: info.lease_left().map(|d| d.as_millis() as u64),
-        leader: LeaderSeen {
-            node_id: info.node_id,
-            address: info.address,
-            epoch: info.epoch,
-        },
+        leader: info.into(),
         epoch: role.epoch(),
         since_ms,
         groups: state
@@ -246,11 +252,7 @@ pub async fn leader(State(state): State<AppState>) -> Json<LeaderView> {
                     is_leader: role.is_leader(),
                     epoch: role.epoch(),
                     lease_left_ms: info.lease_left().map(|d| d.as_millis() as u64),
-                    leader: LeaderSeen {
-                        node_id: info.node_id,
-                        address: info.address,
-                        epoch: info.epoch,
-                    },
+                    leader: info.into(),
                 }
             })
             .collect(),

@@ -254,10 +254,10 @@ impl Store {
         Ok(changed > 0)
     }
 
-    /// How many pending messages fall due by each of `bounds_ms` (ascending epoch
-    /// ms): `bounds_ms.len() + 1` counts, the first everything due by `bounds_ms[0]`
-    /// (held messages too: they are due), the last everything later than the last
-    /// bound.
+    /// How many scheduled messages fall due by each of `bounds_ms` (ascending epoch
+    /// ms): `bounds_ms.len() + 1` counts, the first everything due by `bounds_ms[0]`,
+    /// the last everything later than the last bound. Held messages are not
+    /// counted ([`Store::held`] has them: they are all due).
     pub async fn due_histogram(&self, bounds_ms: &[u64]) -> Result<Vec<u64>> {
         let scores: Vec<u64> = bounds_ms.iter().map(|b| b * 10 + 9).collect();
         let calls = self.shards_in_use().await?.into_iter().map(|shard| {
@@ -283,7 +283,6 @@ impl Store {
                 *t += c;
             }
         }
-        total[0] += self.held().await?.total();
         Ok(total)
     }
 
@@ -430,22 +429,6 @@ impl Store {
                 .await?;
         }
         Ok(())
-    }
-
-    /// Each shard in use and its fence (0: never raised).
-    pub async fn fences(&self) -> Result<Vec<(u16, u64)>> {
-        let shards = self.shards_in_use().await?;
-        let gets = shards.iter().map(|&shard| {
-            let mut get = redis::cmd("GET");
-            get.arg(self.keys.shard(shard).fence);
-            get
-        });
-        let fences: Vec<Option<u64>> = self.query_each(gets.collect()).await?;
-        Ok(shards
-            .into_iter()
-            .zip(fences)
-            .map(|(s, f)| (s, f.unwrap_or(0)))
-            .collect())
     }
 }
 

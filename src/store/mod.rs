@@ -776,15 +776,31 @@ impl Store {
         Ok(())
     }
 
-    /// The highest fence over all shards (0 if none was ever raised).
-    pub async fn highest_fence(&self) -> Result<u64> {
-        let gets = self.shards_in_use().await?.into_iter().map(|shard| {
+    /// Each shard in use and its fence (0: never raised).
+    pub async fn fences(&self) -> Result<Vec<(u16, u64)>> {
+        let shards = self.shards_in_use().await?;
+        let gets = shards.iter().map(|&shard| {
             let mut get = redis::cmd("GET");
             get.arg(self.keys.shard(shard).fence);
             get
         });
         let fences: Vec<Option<u64>> = self.query_each(gets.collect()).await?;
-        Ok(fences.into_iter().flatten().max().unwrap_or(0))
+        Ok(shards
+            .into_iter()
+            .zip(fences)
+            .map(|(s, f)| (s, f.unwrap_or(0)))
+            .collect())
+    }
+
+    /// The highest fence over all shards (0 if none was ever raised).
+    pub async fn highest_fence(&self) -> Result<u64> {
+        Ok(self
+            .fences()
+            .await?
+            .into_iter()
+            .map(|(_, f)| f)
+            .max()
+            .unwrap_or(0))
     }
 
     /// Sets every shard's fence to `epoch`, downwards too. For operators after an etcd

@@ -31,6 +31,14 @@ pub struct HeldBack {
 }
 
 impl HeldBack {
+    /// The earlier of the earliest held message's due time and `other`.
+    pub fn earliest_of(&self, other: Option<u64>) -> Option<u64> {
+        match (self.earliest_due_ms, other) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     pub fn total(&self) -> u64 {
         self.per_shard.iter().map(|(_, n)| n).sum()
     }
@@ -130,13 +138,14 @@ impl Store {
 
     /// Due time of the earliest scheduled message, over all shards, held ones included.
     pub async fn next_due_ms(&self) -> Result<Option<u64>> {
-        let mut earliest = self.held().await?.earliest_due_ms;
-        for shard in self.shard_pending(0).await? {
-            if let Some(due) = shard.earliest_due_ms {
-                earliest = Some(earliest.map_or(due, |e| e.min(due)));
-            }
-        }
-        Ok(earliest)
+        let (held, scheduled) = tokio::try_join!(self.held(), self.earliest_scheduled_ms())?;
+        Ok(held.earliest_of(scheduled))
+    }
+
+    /// Due time of the earliest scheduled message, over all shards, held ones aside.
+    pub async fn earliest_scheduled_ms(&self) -> Result<Option<u64>> {
+        let shards = self.shard_pending(0).await?;
+        Ok(shards.iter().filter_map(|s| s.earliest_due_ms).min())
     }
 
     /// Scheduled messages per target stream, looking at no more than `limit` of them

@@ -17,15 +17,8 @@ fn tokens() -> String {
 }
 
 async fn push(cluster: &Cluster, node: usize, id: &str, stream: &str, delay_ms: u64) {
-    let (status, body) = cluster.apis[node]
-        .clone()
-        .with_token(ADMIN)
-        .post(
-            "/v1/messages",
-            json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms }),
-        )
-        .await;
-    assert_eq!(status, 201, "push {id}: {body}");
+    let api = cluster.apis[node].clone().with_token(ADMIN);
+    api.schedule(id, stream, delay_ms).await;
 }
 
 async fn get(cluster: &Cluster, node: usize, path: &str) -> Value {

@@ -39,15 +39,8 @@ async fn signed_in(cluster: &Cluster, i: usize, token: &str, name: &str) -> Brow
 }
 
 async fn push(cluster: &Cluster, id: &str, stream: &str, delay_ms: u64) {
-    let (status, body) = cluster.apis[0]
-        .clone()
-        .with_token(ADMIN)
-        .post(
-            "/v1/messages",
-            json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms }),
-        )
-        .await;
-    assert_eq!(status, 201, "{body}");
+    let api = cluster.apis[0].clone().with_token(ADMIN);
+    api.schedule(id, stream, delay_ms).await;
 }
 
 async fn no_errors(browser: &Browser, page: &str) {

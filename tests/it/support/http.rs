@@ -136,6 +136,15 @@ impl Api {
         self.post_raw(path, &body.to_string()).await
     }
 
+    /// Schedules message `id` (its id as payload) to `stream`, due in `delay_ms`,
+    /// with this API's token; panics unless it is scheduled (201).
+    pub async fn schedule(&self, id: &str, stream: &str, delay_ms: u64) {
+        let body =
+            serde_json::json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms });
+        let (status, answer) = self.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "push {id}: {answer}");
+    }
+
     /// POSTs JSON text as it is, with this API's token.
     pub async fn post_raw(&self, path: &str, body: &str) -> (u16, Value) {
         self.call("POST", path, self.token.as_deref(), Some(body))
