@@ -16,6 +16,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::metrics as m;
 use crate::rate::{Limiter, StreamLimits};
@@ -91,6 +92,29 @@ pub(crate) fn start(
     }
 }
 
+// What the forwarder's loops log while they fail: one line per condition for the
+// whole process (every shard loop of every term), not one per shard and retry.
+static SHARDS_UNREAD: Complaint = Complaint::new(
+    "cannot read the shards in use",
+    "the shards in use are read again",
+);
+static FORWARD_FAILED: Complaint =
+    Complaint::across("shard", "forward failed", "forwarding works again");
+static FORWARD_HELD_BACK: Complaint = Complaint::across(
+    "shard",
+    "forward held back",
+    "forwarding is no longer held back",
+);
+static WAKEUPS_LOST: Complaint = Complaint::new(
+    "cannot subscribe to wake-ups; forwarding on timers until it works",
+    "subscribed to wake-ups again",
+);
+static TRIM_FAILED: Complaint = Complaint::across(
+    "shard",
+    "trimming records failed; next round will retry",
+    "trimming records works again",
+);
+
 /// How often a term on Redis Cluster looks for shards (hash slots) newly in use.
 const DISCOVER_EVERY: Duration = Duration::from_secs(1);
 
@@ -109,6 +133,9 @@ async fn run_shards(template: ForwardLoop, cancel: CancellationToken) {
         let wait = match template.store.owned_in_use().await {
             Ok(shards) => {
                 backoff.reset();
+                if let Some(said) = SHARDS_UNREAD.recovered() {
+                    tracing::info!("{said}");
+                }
                 for shard in shards {
                     if !running.insert(shard) {
                         continue;
@@ -136,7 +163,9 @@ async fn run_shards(template: ForwardLoop, cancel: CancellationToken) {
             }
             Err(e) => {
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, "cannot read the shards in use");
+                if let Some(said) = SHARDS_UNREAD.failed() {
+                    tracing::warn!(error = %e, retry_in = ?delay, "{said}");
+                }
                 delay
             }
         };
@@ -274,6 +303,9 @@ async fn forward_shard(mut l: ForwardLoop) {
         l.stream_limits.give_back(&budgets, sent);
         match result {
             Ok(batch) => {
+                if let Some(said) = FORWARD_FAILED.recovered_on(l.shard.into()) {
+                    tracing::info!("{said}");
+                }
                 script_seconds.record(started.elapsed().as_secs_f64());
                 if batch.moved() > 0 {
                     l.term.forwarded(batch.moved());
@@ -320,7 +352,9 @@ async fn forward_shard(mut l: ForwardLoop) {
                     metrics::counter!(m::FORWARD_ERRORS, "shard" => shard_label.clone())
                         .increment(1);
                     let delay = backoff.next_delay();
-                    tracing::warn!(shard = l.shard, %error, retry_in = ?delay, "forward held back");
+                    if let Some(said) = FORWARD_HELD_BACK.failed_on(l.shard.into()) {
+                        tracing::warn!(shard = l.shard, %error, retry_in = ?delay, "{said}");
+                    }
                     tokio::select! {
                         _ = cancel.cancelled() => break,
                         _ = tokio::time::sleep(delay) => {}
@@ -328,6 +362,9 @@ async fn forward_shard(mut l: ForwardLoop) {
                     continue;
                 }
                 backoff.reset();
+                if let Some(said) = FORWARD_HELD_BACK.recovered_on(l.shard.into()) {
+                    tracing::info!("{said}");
+                }
                 draining = batch.progressed() as usize >= limit;
                 if draining {
                     // More is due: go again at once, letting other shards' loops in.
@@ -359,7 +396,9 @@ async fn forward_shard(mut l: ForwardLoop) {
             Err(e) => {
                 metrics::counter!(m::FORWARD_ERRORS, "shard" => shard_label.clone()).increment(1);
                 let delay = backoff.next_delay();
-                tracing::warn!(shard = l.shard, error = %e, retry_in = ?delay, "forward failed");
+                if let Some(said) = FORWARD_FAILED.failed_on(l.shard.into()) {
+                    tracing::warn!(shard = l.shard, error = %e, retry_in = ?delay, "{said}");
+                }
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(delay) => {}
@@ -429,6 +468,9 @@ async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: Cancel
         match store.wakeups().await {
             Ok(mut wakeups) => {
                 backoff.reset();
+                if let Some(said) = WAKEUPS_LOST.recovered() {
+                    tracing::info!("{said}");
+                }
                 wakers.iter().for_each(Notify::notify_one);
                 loop {
                     tokio::select! {
@@ -444,10 +486,14 @@ async fn dispatch_wakeups(store: Store, wakers: Arc<Vec<Notify>>, cancel: Cancel
                         }
                     }
                 }
-                tracing::warn!("wake-up subscription lost; resubscribing");
+                if let Some(said) = WAKEUPS_LOST.failed() {
+                    tracing::warn!(error = %"the subscription was lost", "{said}");
+                }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "cannot subscribe to wake-ups; forwarding on timers until it works")
+                if let Some(said) = WAKEUPS_LOST.failed() {
+                    tracing::warn!(error = %e, "{said}");
+                }
             }
         }
         tokio::select! {
@@ -468,10 +514,13 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
         let shards = match store.owned_in_use().await {
             Ok(shards) => shards,
             Err(e) => {
-                tracing::warn!(error = %e, "cannot read the shards in use; next round will retry");
+                if let Some(said) = TRIM_FAILED.failed() {
+                    tracing::warn!(error = %e, "{said}");
+                }
                 continue;
             }
         };
+        let mut failed = false;
         for shard in shards {
             loop {
                 if term.is_over() {
@@ -486,11 +535,17 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
                     }
                     Err(StoreError::Fenced { held, .. }) => return term.fenced("trimming", held),
                     Err(e) => {
-                        tracing::warn!(shard, error = %e, "trimming records failed; next round will retry");
+                        failed = true;
+                        if let Some(said) = TRIM_FAILED.failed_on(shard.into()) {
+                            tracing::warn!(shard, error = %e, "{said}");
+                        }
                         break;
                     }
                 }
             }
+        }
+        if !failed && let Some(said) = TRIM_FAILED.recovered() {
+            tracing::info!("{said}");
         }
     }
 }

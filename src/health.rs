@@ -118,9 +118,14 @@ async fn probe(store: &Store, node_id: &str, timeout: Duration) -> RedisState {
 }
 
 /// Logs a change of condition (one line per change, not one per round) and sets the
-/// gauge; `last` becomes `state`.
+/// gauge; `last` becomes `state`. Unreachable for another reason (refused, then
+/// timed out) is no change: only what Redis answers is.
 fn report(last: &mut RedisState, state: &RedisState) {
     if state == last {
+        return;
+    }
+    if let (RedisState::Unreachable(_), RedisState::Unreachable(_)) = (&*last, state) {
+        *last = state.clone();
         return;
     }
     match (state, state.problem()) {

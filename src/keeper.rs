@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::journal::{Journal, WRITE_TIMEOUT, now_ms};
 use crate::message::MessageId;
@@ -54,6 +55,32 @@ const RECONCILE_PAGE: usize = 500;
 const TRIM_EVERY: Duration = Duration::from_secs(60);
 const TRIM_BATCH: usize = 5000;
 
+// What the keeper's retries log: one line per condition for the keepers of every
+// term (one per election group: the place of a failure is the term's, see
+// `Term::place`).
+static COPY_FAILED: Complaint = Complaint::new(
+    "cannot copy the outbox into the journal; retrying (changes wait in Redis)",
+    "the journal takes the outbox again",
+);
+static MARKER_UNCHECKED: Complaint = Complaint::new(
+    "cannot check the journal's marker in Redis",
+    "the journal's marker is checked again",
+);
+static RESTORE_FAILED: Complaint =
+    Complaint::new("restore failed; trying again", "restoring works again");
+static MARKER_UNWRITTEN: Complaint = Complaint::new(
+    "cannot write the journal's marker back yet",
+    "the journal's marker is written back",
+);
+static RECONCILE_FAILED: Complaint = Complaint::new(
+    "reconciliation of the journal with Redis failed; trying again",
+    "reconciliation of the journal with Redis works again",
+);
+static TRIM_FAILED: Complaint = Complaint::new(
+    "cannot trim the journal; trying again in a minute",
+    "trimming the journal works again",
+);
+
 /// Runs the keeper's loops until the term ends.
 pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store, journal: Journal) {
     let config = live.borrow().clone();
@@ -76,13 +103,11 @@ async fn pause(term: &Term, d: Duration) -> bool {
 async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
     let lag = metrics::histogram!(m::JOURNAL_LAG);
     let changes = metrics::counter!(m::JOURNAL_CHANGES);
-    let mut failing = false;
     loop {
         let copied = match copy_round(term, store, journal, &lag).await {
             Ok(n) => {
-                if failing {
-                    tracing::info!("the journal takes the outbox again");
-                    failing = false;
+                if let Some(said) = COPY_FAILED.recovered_on(term.place()) {
+                    tracing::info!("{said}");
                 }
                 changes.increment(n as u64);
                 n
@@ -90,9 +115,8 @@ async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
             Err(CopyError::Fenced(held)) => return term.fenced("the journal outbox", held),
             Err(CopyError::Other(e)) => {
                 metrics::counter!(m::JOURNAL_ERRORS, "op" => "copy").increment(1);
-                if !failing {
-                    tracing::warn!(error = %e, "cannot copy the outbox into the journal; retrying (changes wait in Redis)");
-                    failing = true;
+                if let Some(said) = COPY_FAILED.failed_on(term.place()) {
+                    tracing::warn!(error = %e, "{said}");
                 }
                 0
             }
@@ -183,7 +207,13 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
     let lost = metrics::gauge!(m::JOURNAL_REDIS_LOST);
     let mut reported = false;
     loop {
-        match check_marker(store, journal).await {
+        let checked = check_marker(store, journal).await;
+        if checked.is_ok()
+            && let Some(said) = MARKER_UNCHECKED.recovered_on(term.place())
+        {
+            tracing::info!("{said}");
+        }
+        match checked {
             Ok(Marker::Present) => {
                 if reported {
                     tracing::info!("Redis has the journal's marker again: forwarding resumes");
@@ -212,15 +242,30 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                 if settings.auto_restore {
                     match restore_now(config, store, journal, None).await {
                         Ok(report) => {
+                            if let Some(said) = RESTORE_FAILED.recovered_on(term.place()) {
+                                tracing::info!("{said}");
+                            }
                             tracing::warn!(?report, "restored from the journal");
-                            if let Err(e) = store.set_journal_marker(&token).await {
-                                tracing::warn!(error = %e, "cannot write the journal's marker back yet");
+                            match store.set_journal_marker(&token).await {
+                                Ok(()) => {
+                                    if let Some(said) = MARKER_UNWRITTEN.recovered_on(term.place())
+                                    {
+                                        tracing::info!("{said}");
+                                    }
+                                }
+                                Err(e) => {
+                                    if let Some(said) = MARKER_UNWRITTEN.failed_on(term.place()) {
+                                        tracing::warn!(error = %e, "{said}");
+                                    }
+                                }
                             }
                             continue;
                         }
                         Err(e) => {
                             metrics::counter!(m::JOURNAL_ERRORS, "op" => "restore").increment(1);
-                            tracing::warn!(error = %e, "restore failed; trying again");
+                            if let Some(said) = RESTORE_FAILED.failed_on(term.place()) {
+                                tracing::warn!(error = %e, "{said}");
+                            }
                         }
                     }
                 }
@@ -229,7 +274,9 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                 // Forwarding goes on while the marker was seen last; a term that has
                 // not seen it yet stays held.
                 metrics::counter!(m::JOURNAL_ERRORS, "op" => "marker").increment(1);
-                tracing::warn!(error = %e, "cannot check the journal's marker in Redis");
+                if let Some(said) = MARKER_UNCHECKED.failed_on(term.place()) {
+                    tracing::warn!(error = %e, "{said}");
+                }
             }
         }
         if !pause(term, MARKER_EVERY).await {
@@ -305,10 +352,17 @@ async fn reconcile(term: &Term, config: &Config, store: &Store, journal: &Journa
         }
         term.unheld().await;
         match reconcile_page(config, store, journal, after.as_ref()).await {
-            Ok(next) => after = next,
+            Ok(next) => {
+                after = next;
+                if let Some(said) = RECONCILE_FAILED.recovered_on(term.place()) {
+                    tracing::info!("{said}");
+                }
+            }
             Err(e) => {
                 metrics::counter!(m::JOURNAL_ERRORS, "op" => "reconcile").increment(1);
-                tracing::warn!(error = %e, "reconciliation of the journal with Redis failed; trying again");
+                if let Some(said) = RECONCILE_FAILED.failed_on(term.place()) {
+                    tracing::warn!(error = %e, "{said}");
+                }
             }
         }
     }
@@ -389,6 +443,9 @@ async fn trim(term: &Term, config: &Config, journal: &Journal) {
         loop {
             match journal.trim(before, TRIM_BATCH).await {
                 Ok(n) => {
+                    if let Some(said) = TRIM_FAILED.recovered_on(term.place()) {
+                        tracing::info!("{said}");
+                    }
                     trimmed.increment(n);
                     if n < TRIM_BATCH as u64 || !pause(term, Duration::from_millis(50)).await {
                         break;
@@ -396,7 +453,9 @@ async fn trim(term: &Term, config: &Config, journal: &Journal) {
                 }
                 Err(e) => {
                     metrics::counter!(m::JOURNAL_ERRORS, "op" => "trim").increment(1);
-                    tracing::warn!(error = %e, "cannot trim the journal; trying again in a minute");
+                    if let Some(said) = TRIM_FAILED.failed_on(term.place()) {
+                        tracing::warn!(error = %e, "{said}");
+                    }
                     break;
                 }
             }

@@ -238,13 +238,24 @@ pub async fn run_standalone(
 ) {
     let mut backoff =
         crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    static NO_EPOCH: crate::complaint::Complaint = crate::complaint::Complaint::new(
+        "standalone: cannot take an epoch from Redis; retrying",
+        "standalone: took an epoch from Redis",
+    );
     let mut above = 0;
     'terms: loop {
         let epoch = loop {
             match store.next_standalone_epoch(above).await {
-                Ok(epoch) => break epoch,
+                Ok(epoch) => {
+                    if let Some(said) = NO_EPOCH.recovered() {
+                        tracing::info!("{said}");
+                    }
+                    break epoch;
+                }
                 Err(e) => {
-                    tracing::warn!(error = %e, "standalone: cannot take an epoch from Redis; retrying");
+                    if let Some(said) = NO_EPOCH.failed() {
+                        tracing::warn!(error = %e, "{said}");
+                    }
                     tokio::select! {
                         _ = cancel.cancelled() => break 'terms,
                         _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -276,7 +287,8 @@ pub async fn run_standalone(
                 _ = cancel.cancelled() => break 'terms,
                 request = elector.requests.recv() => match request {
                     Some(StepDown::Fenced { epoch, held }) => {
-                        tracing::error!(epoch, held, "standalone: fenced out by a newer instance; serving the API only from now on");
+                        // The term logged the fencing (`Term::fenced`); this is what follows.
+                        tracing::info!(epoch, held, "standalone: a newer instance leads; serving the API only from now on");
                         metrics::counter!(crate::metrics::FENCED).increment(1);
                         elector.info.send_modify(|i| { i.node_id = None; i.address = None; i.epoch = Some(held); });
                         elector.end("fenced", "fenced");

@@ -7,6 +7,7 @@
 //! - [`message`]: ids, due times, validation; pure.
 //! - [`store`]: the only module that speaks Redis; all changes happen in its Lua scripts.
 //! - [`secret`]: credentials that never reach a log.
+//! - [`human`]: durations and times as people read them.
 //!
 //! The daemon (feature `server`):
 //! - `leadership`: leadership as a watch value; the standalone elector.
@@ -35,6 +36,7 @@
 // The producer client and what it shares with the daemon: no server crates.
 pub mod client;
 pub mod config;
+pub mod human;
 pub mod message;
 pub mod pem;
 pub mod secret;
@@ -45,8 +47,11 @@ pub mod store;
 pub mod api;
 #[cfg(feature = "server")]
 pub mod backoff;
+// One log line per condition for retrying loops; the store's Redis resolution
+// uses it too, so it is not `server`'s alone (std only).
 #[cfg(feature = "server")]
 pub mod cli;
+pub mod complaint;
 #[cfg(feature = "server")]
 mod daemon;
 #[cfg(feature = "server")]

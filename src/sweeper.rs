@@ -76,6 +76,11 @@ async fn delivery_changed(
     }
 }
 
+/// Failed passes, for the sweeps of every term (one per election group: the place
+/// of a failure is the term's, see `Term::place`).
+static SWEEP_FAILED: crate::complaint::Complaint =
+    crate::complaint::Complaint::new("sweep failed", "sweeping works again");
+
 /// Sweeps with one configuration until `cancel`. Returns at once when no stream is
 /// watched.
 async fn sweep_term(config: Arc<Config>, store: Store, term: Term, cancel: CancellationToken) {
@@ -124,12 +129,17 @@ async fn sweep_term(config: Arc<Config>, store: Store, term: Term, cancel: Cance
         wait = match failure {
             None => {
                 backoff.reset();
+                if let Some(said) = SWEEP_FAILED.recovered_on(term.place()) {
+                    tracing::info!("{said}");
+                }
                 interval
             }
             Some((stream, group, e)) => {
                 metrics::counter!(m::SWEEP_ERRORS).increment(1);
                 let delay = backoff.next_delay();
-                tracing::warn!(%stream, %group, error = %e, retry_in = ?delay, "sweep failed");
+                if let Some(said) = SWEEP_FAILED.failed_on(term.place()) {
+                    tracing::warn!(%stream, %group, error = %e, retry_in = ?delay, "{said}");
+                }
                 delay
             }
         };

@@ -8,8 +8,8 @@
 //! leadership. [`Term::fenced`] is the only place where a `FENCED` reply becomes a
 //! step-down.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -25,6 +25,11 @@ use crate::store::{Store, StoreError};
 #[derive(Clone)]
 pub struct Term {
     epoch: u64,
+    /// The shards the term leads (its election group's, or all).
+    shards: usize,
+    /// The lowest of them: names the term's group in the complaints shared by
+    /// every group's terms (see `complaint`).
+    place: u64,
     leadership: Leadership,
     token: CancellationToken,
     /// Set by the first worker that was fenced, so the step-down is asked and
@@ -38,9 +43,11 @@ pub struct Term {
 }
 
 impl Term {
-    fn new(epoch: u64, leadership: Leadership, token: CancellationToken) -> Term {
+    fn new(epoch: u64, shards: &[u16], leadership: Leadership, token: CancellationToken) -> Term {
         Term {
             epoch,
+            shards: shards.len(),
+            place: shards.iter().min().map_or(0, |s| u64::from(*s)),
             leadership,
             token,
             fenced: Arc::new(AtomicBool::new(false)),
@@ -74,6 +81,13 @@ impl Term {
         self.epoch
     }
 
+    /// Where the term's workers fail and recover, for complaints that the terms of
+    /// every election group share (`Complaint::failed_on`): the same for every
+    /// term of a group, different between groups.
+    pub fn place(&self) -> u64 {
+        self.place
+    }
+
     /// Completes when the term is over (role change, fenced, or shutdown).
     pub async fn ended(&self) {
         self.token.cancelled().await
@@ -91,14 +105,19 @@ impl Term {
     /// A newer leader holds the fence and refused `what` (`"forward"`,
     /// `"trimming"`, …): the term is over. Asks the elector to step down, once,
     /// and ends the term, so every worker stops now rather than at its own next
-    /// refusal.
+    /// refusal. Logged once for the term, together with the other election groups'
+    /// terms fenced at the same time (see [`FENCE_GATHER`]).
     pub fn fenced(&self, what: &str, held: u64) {
         if !self.fenced.swap(true, Ordering::SeqCst) {
-            tracing::error!(
-                epoch = self.epoch,
+            let hint = self.leadership.info().mode == "etcd";
+            Fences::report(Fences {
+                terms: 1,
+                shards: self.shards,
+                epoch: self.epoch,
                 held,
-                "{what} refused: a newer leader holds the fence; stepping down"
-            );
+                what: what.to_owned(),
+                hint,
+            });
             self.leadership.step_down(StepDown::Fenced {
                 epoch: self.epoch,
                 held,
@@ -125,6 +144,91 @@ impl Term {
     }
 }
 
+/// How long a fencing waits for the other election groups' terms fenced with it
+/// before it is logged: a newer leader raises every group's fences at once, and
+/// the node learns of each at its next script call there, within milliseconds.
+pub const FENCE_GATHER: Duration = Duration::from_millis(250);
+
+/// Terms fenced within [`FENCE_GATHER`] of each other, logged as one line.
+struct Fences {
+    terms: usize,
+    shards: usize,
+    /// The first term's epoch, the highest fence, what was refused first.
+    epoch: u64,
+    held: u64,
+    what: String,
+    /// Elected through etcd: the line says what a fencing after every election means.
+    hint: bool,
+}
+
+/// The fencing gathered so far, waiting to be logged.
+static GATHERED: Mutex<Option<Fences>> = Mutex::new(None);
+
+impl Fences {
+    /// Logs `fenced` after [`FENCE_GATHER`] with any fenced meanwhile (at once
+    /// outside a runtime).
+    fn report(fenced: Fences) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return fenced.log();
+        };
+        if !fenced.gather(&GATHERED) {
+            return;
+        }
+        runtime.spawn(async {
+            tokio::time::sleep(FENCE_GATHER).await;
+            let taken = GATHERED
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            if let Some(fences) = taken {
+                fences.log();
+            }
+        });
+    }
+
+    /// Adds `self` to what `gathered` holds; true when it is the first, whose
+    /// caller logs them all after [`FENCE_GATHER`].
+    fn gather(self, gathered: &Mutex<Option<Fences>>) -> bool {
+        let mut gathered = gathered.lock().unwrap_or_else(PoisonError::into_inner);
+        match gathered.as_mut() {
+            Some(g) => {
+                g.terms += self.terms;
+                g.shards += self.shards;
+                g.held = g.held.max(self.held);
+                false
+            }
+            None => {
+                *gathered = Some(self);
+                true
+            }
+        }
+    }
+
+    fn message(&self) -> String {
+        let s = if self.shards == 1 { "" } else { "s" };
+        let hint = if self.hint {
+            ". If this repeats after every election, the etcd cluster was probably rebuilt and its revisions restarted below the fence: see `delayq fence show`"
+        } else {
+            ""
+        };
+        format!(
+            "fenced on {} shard{s} by epoch {}; stepping down{hint}",
+            self.shards, self.held
+        )
+    }
+
+    fn log(&self) {
+        tracing::error!(
+            epoch = self.epoch,
+            held = self.held,
+            refused = %self.what,
+            terms = self.terms,
+            "{}",
+            self.message()
+        );
+    }
+}
+
 /// Runs the leader-only workers during every term this node leads, until `cancel`.
 /// Returns once every worker has stopped. `live` is the running configuration: a
 /// term starts with its latest value, and workers follow the reloadable keys as
@@ -140,7 +244,12 @@ pub async fn run_while_leading(
     loop {
         let role = roles.borrow_and_update().clone();
         if let Role::Leader(lead) = role {
-            let term = Term::new(lead.epoch, leadership.clone(), cancel.child_token());
+            let term = Term::new(
+                lead.epoch,
+                &store.owned_shards(),
+                leadership.clone(),
+                cancel.child_token(),
+            );
             let mut work = JoinSet::new();
             work.spawn(serve(
                 term.clone(),
@@ -183,6 +292,11 @@ pub async fn run_while_leading(
     }
 }
 
+static RAISE_FAILED: crate::complaint::Complaint = crate::complaint::Complaint::new(
+    "cannot raise the fences yet; retrying",
+    "the fences are raised",
+);
+
 /// One term: fences first (from then on an older leader's scripts are refused),
 /// then every leader-only worker, until the term ends.
 async fn serve(
@@ -211,10 +325,17 @@ async fn serve(
     let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
     loop {
         match store.raise_fences(term.epoch()).await {
-            Ok(()) => break,
+            Ok(()) => {
+                if let Some(said) = RAISE_FAILED.recovered_on(term.place()) {
+                    tracing::info!("{said}");
+                }
+                break;
+            }
             Err(StoreError::Fenced { held, .. }) => return term.fenced("raising the fences", held),
             Err(e) => {
-                tracing::warn!(epoch = term.epoch(), error = %e, "cannot raise the fences yet; retrying");
+                if let Some(said) = RAISE_FAILED.failed_on(term.place()) {
+                    tracing::warn!(epoch = term.epoch(), error = %e, "{said}");
+                }
                 tokio::select! {
                     _ = term.ended() => return,
                     _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -250,7 +371,7 @@ mod tests {
     #[test]
     fn a_fenced_term_steps_down_once_and_ends_for_every_worker() {
         let (mut elector, leadership) = crate::leadership::channel();
-        let term = Term::new(7, leadership, CancellationToken::new());
+        let term = Term::new(7, &[0, 1, 2, 3], leadership, CancellationToken::new());
         let workers = [term.clone(), term.clone(), term.clone()];
         let sub_task = workers[0].child_token();
         for (i, worker) in workers.iter().enumerate() {
@@ -262,5 +383,44 @@ mod tests {
             other => panic!("one step-down for the first refusal, got {other:?}"),
         }
         assert!(elector.requests.try_recv().is_err(), "asked once only");
+    }
+
+    #[test]
+    fn the_terms_of_groups_fenced_together_make_one_line() {
+        let fenced = |epoch, shards, held, what: &str| Fences {
+            terms: 1,
+            shards,
+            epoch,
+            held,
+            what: what.to_owned(),
+            hint: false,
+        };
+        let gathered = Mutex::new(None);
+        assert!(
+            fenced(7, 4, 9, "forward").gather(&gathered),
+            "the first logs"
+        );
+        assert!(!fenced(8, 4, 10, "sweep").gather(&gathered));
+        assert!(!fenced(6, 1, 9, "trimming").gather(&gathered));
+        let line = gathered.lock().unwrap().take().unwrap();
+        assert_eq!(
+            (line.terms, line.epoch, line.what.as_str()),
+            (3, 7, "forward")
+        );
+        assert_eq!(
+            line.message(),
+            "fenced on 9 shards by epoch 10; stepping down"
+        );
+        let one = Fences {
+            hint: true,
+            ..fenced(7, 1, 9, "forward")
+        };
+        assert!(
+            one.message().starts_with(
+                "fenced on 1 shard by epoch 9; stepping down. If this repeats after every election"
+            ),
+            "{}",
+            one.message()
+        );
     }
 }

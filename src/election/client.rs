@@ -53,19 +53,41 @@ fn tls_options(tls: &EtcdTls) -> TlsOptions {
     options
 }
 
-/// `e` with a hint at the settings that decide it, when they may be why: TLS
-/// failures name `etcd.tls_*`, refused credentials `etcd.user`/`etcd.password_file`.
-pub(super) fn explain(config: &EtcdConfig, e: &(dyn std::error::Error + 'static)) -> String {
-    // The transport's own message is only "transport error": the why is in its sources.
-    let mut text = e.to_string();
-    let mut source = e.source();
+/// An (etcd) error in one readable line: each error of its chain by `Display`, those
+/// that add nothing left out. etcd-client's error gives no sources (the transport's
+/// own message is only "transport error": the why is in its sources), and a gRPC
+/// status's `Display` shows its source as a `Debug` struct: both are read apart.
+pub(super) fn readable(e: &(dyn std::error::Error + 'static)) -> String {
+    use std::error::Error;
+    /// One error's own words, and the next in its chain.
+    fn link<'e>(e: &'e (dyn Error + 'static)) -> (String, Option<&'e (dyn Error + 'static)>) {
+        match e.downcast_ref::<etcd_client::Error>() {
+            Some(etcd_client::Error::GRpcStatus(status)) => {
+                let mut text = format!("grpc request error: {}", status.code());
+                if !status.message().is_empty() {
+                    text = format!("{text}: {}", status.message());
+                }
+                (text, status.source())
+            }
+            Some(etcd_client::Error::TransportError(t)) => (t.to_string(), t.source()),
+            _ => (e.to_string(), e.source()),
+        }
+    }
+    let (mut text, mut source) = link(e);
     while let Some(s) = source {
-        let more = s.to_string();
+        let (more, next) = link(s);
         if !text.contains(&more) {
             text = format!("{text}: {more}");
         }
-        source = s.source();
+        source = next;
     }
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `e` with a hint at the settings that decide it, when they may be why: TLS
+/// failures name `etcd.tls_*`, refused credentials `etcd.user`/`etcd.password_file`.
+pub(super) fn explain(config: &EtcdConfig, e: &(dyn std::error::Error + 'static)) -> String {
+    let text = readable(e);
     let lower = text.to_lowercase();
     if config.auth.is_some()
         && (lower.contains("authentication failed") || lower.contains("invalid auth token"))
@@ -119,7 +141,7 @@ where
             Err(_) => {
                 return Err(anyhow!(
                     "no answer from etcd within {}",
-                    humantime::format_duration(limit)
+                    crate::human::duration(limit)
                 ));
             }
         }

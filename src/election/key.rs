@@ -87,7 +87,10 @@ impl KeyWatch {
                     }
                     Ok(None) => self.stream = None,
                     Err(e) => {
-                        tracing::debug!(error = %e, "watch on the leader key broke; watching again");
+                        tracing::debug!(
+                            error = %readable(&e),
+                            "watch on the leader key broke; watching again"
+                        );
                         self.stream = None;
                     }
                 },
@@ -102,7 +105,10 @@ impl KeyWatch {
                             self.retry_at = None;
                         }
                         Err(e) => {
-                            tracing::debug!(error = %e, "cannot watch the leader key yet");
+                            tracing::debug!(
+                                error = %readable(e.as_ref()),
+                                "cannot watch the leader key yet"
+                            );
                             self.retry_at = Some(Instant::now() + self.retry.next_delay());
                         }
                     }

@@ -120,6 +120,14 @@ impl Lease {
     }
 }
 
+/// Failed renewals, for every lease of the process (one per election group), the
+/// place of a failure its lease.
+static RENEWALS_FAILED: crate::complaint::Complaint = crate::complaint::Complaint::across(
+    "lease",
+    "lease renewal failed; etcd unreachable?",
+    "etcd answers lease renewals again",
+);
+
 /// Renews the lease every `renew_every` over a keepalive stream, reopening the
 /// stream whenever it fails or an answer is late; reports each outcome.
 pub(super) async fn renew_lease(
@@ -131,13 +139,15 @@ pub(super) async fn renew_lease(
     stop: CancellationToken,
 ) {
     let round_trip = metrics::histogram!(m::KEEPALIVE_SECONDS);
+    // However the renewals end, the lease no longer keeps a failure going.
+    let place = id as u64;
+    let _forget = scopeguard(move || RENEWALS_FAILED.forget_on(place));
     let mut retry = Backoff::new(Duration::from_millis(20), timing.renew_every / 2);
     let mut lease_client = client.lease_client();
     let renewed = |sent: Instant| {
         round_trip.record(sent.elapsed().as_secs_f64());
-        let was = state.borrow().contact;
-        if was == Contact::Unreachable {
-            tracing::info!(lease = id, "etcd answers lease renewals again");
+        if let Some(said) = RENEWALS_FAILED.recovered_on(place) {
+            tracing::info!(lease = id, "{said}");
         }
         state.send_replace(LeaseState {
             contact: Contact::Renewed,
@@ -145,12 +155,14 @@ pub(super) async fn renew_lease(
         });
     };
     let unreachable = |why: &dyn std::fmt::Display| {
+        match RENEWALS_FAILED.failed_on(place) {
+            Some(said) => tracing::warn!(lease = id, error = %why, "{said}"),
+            None => tracing::debug!(lease = id, error = %why, "lease renewal failed again"),
+        }
         state.send_if_modified(|s| {
             if s.contact == Contact::Unreachable {
-                tracing::debug!(lease = id, error = %why, "lease renewal failed again");
                 return false;
             }
-            tracing::warn!(lease = id, error = %why, "lease renewal failed; etcd unreachable?");
             s.contact = Contact::Unreachable;
             true
         });
@@ -183,7 +195,7 @@ pub(super) async fn renew_lease(
                 return;
             }
             Ok(Err(e)) => {
-                unreachable(&e);
+                unreachable(&readable(&e));
                 next = Instant::now() + retry.next_delay();
                 continue;
             }
@@ -202,7 +214,7 @@ pub(super) async fn renew_lease(
             }
             let sent = Instant::now();
             if let Err(e) = keeper.keep_alive().await {
-                unreachable(&e);
+                unreachable(&readable(&e));
                 next = Instant::now();
                 break;
             }
@@ -225,7 +237,7 @@ pub(super) async fn renew_lease(
                     break;
                 }
                 Ok(Err(e)) => {
-                    unreachable(&e);
+                    unreachable(&readable(&e));
                     next = Instant::now() + retry.next_delay();
                     break;
                 }
@@ -237,6 +249,19 @@ pub(super) async fn renew_lease(
             }
         }
     }
+}
+
+/// Runs `f` when dropped.
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
 }
 
 #[cfg(test)]

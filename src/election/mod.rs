@@ -37,6 +37,7 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use crate::backoff::Backoff;
+use crate::complaint::Complaint;
 use crate::config::{EtcdConfig, EtcdTls};
 use crate::leadership::{Elector, LeaderInfo, Role, StepDown, Term};
 use crate::metrics as m;
@@ -73,6 +74,21 @@ const PRESENCE_WAIT: Duration = Duration::from_secs(1);
 /// Bound on each of resign and revoke when a term ends, so shutdown stays fast
 /// even when etcd is gone.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
+
+// What the election's retries log: one line per condition for the process, the
+// place of a failure its election group (0 in the single-leader mode).
+static NO_CLIENT: Complaint = Complaint::across(
+    "group",
+    "cannot set up the etcd client; retrying",
+    "the etcd client is set up",
+);
+static NO_LEASE: Complaint = Complaint::across(
+    "group",
+    "cannot get a lease from etcd; retrying",
+    "etcd grants leases again",
+);
+static CAMPAIGN_FAILED: Complaint =
+    Complaint::across("group", "campaign failed", "campaigning works again");
 
 /// What a node puts in its leader key: who it is and where its API listens.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -160,13 +176,21 @@ pub async fn run(
     });
     metrics::gauge!(m::ETCD_REACHABLE).set(0.0);
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let place = elector.group.map_or(0, u64::from);
     // The channel connects lazily and reconnects by itself, so this fails only on
     // an endpoint it cannot parse.
     let client = loop {
         match connect(&config).await {
-            Ok(client) => break client,
+            Ok(client) => {
+                if let Some(said) = NO_CLIENT.recovered_on(place) {
+                    tracing::info!("{said}");
+                }
+                break client;
+            }
             Err(e) => {
-                tracing::error!(error = explain(&config, &e), endpoints = ?config.endpoints, "cannot set up the etcd client; retrying");
+                if let Some(said) = NO_CLIENT.failed_on(place) {
+                    tracing::error!(error = %explain(&config, &e), endpoints = ?config.endpoints, "{said}");
+                }
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(backoff.next_delay()) => {}
@@ -358,17 +382,24 @@ impl Node {
                 async move { c.grant(ttl, None).await }
             }) => r,
         };
+        let place = self.place();
         let granted = match granted {
-            Ok(g) if g.ttl() > 0 => g,
+            Ok(g) if g.ttl() > 0 => {
+                if let Some(said) = NO_LEASE.recovered_on(place) {
+                    tracing::info!("{said}");
+                }
+                g
+            }
             Ok(g) => {
-                tracing::warn!(error = g.error(), "etcd refused a lease; retrying");
+                if let Some(said) = NO_LEASE.failed_on(place) {
+                    tracing::warn!(error = %format_args!("etcd refused: {}", g.error()), "{said}");
+                }
                 return Next::Again(self.backoff.next_delay());
             }
             Err(e) => {
-                tracing::warn!(
-                    error = explain(&self.config, e.as_ref()),
-                    "cannot get a lease from etcd; retrying"
-                );
+                if let Some(said) = NO_LEASE.failed_on(place) {
+                    tracing::warn!(error = %explain(&self.config, e.as_ref()), "{said}");
+                }
                 return Next::Again(self.backoff.next_delay());
             }
         };
@@ -413,7 +444,10 @@ impl Node {
                 return Next::Again(self.backoff.next_delay());
             }
             Err(e) => {
-                tracing::warn!(error = %e, "won the election, but cannot watch the leader key; campaigning again");
+                tracing::warn!(
+                    error = %explain(&self.config, e.as_ref()),
+                    "won the election, but cannot watch the leader key; campaigning again"
+                );
                 self.release(lease, Some(key)).await;
                 return Next::Again(self.backoff.next_delay());
             }
@@ -457,6 +491,12 @@ impl Node {
         Ok(())
     }
 
+    /// Where this node's election failures count (`Complaint::failed_on`): its
+    /// election group.
+    fn place(&self) -> u64 {
+        self.elector.group.map_or(0, u64::from)
+    }
+
     /// Campaigns until this node leads; the lease stays alive meanwhile.
     async fn campaign(&mut self, lease: &mut Lease) -> Result<LeaderKey, Next> {
         let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
@@ -489,12 +529,23 @@ impl Node {
                     }
                     result = &mut attempt => match result {
                         Ok(mut resp) => match resp.take_leader() {
-                            Some(key) => return Ok(key),
+                            Some(key) => {
+                                if let Some(said) = CAMPAIGN_FAILED.recovered_on(self.place()) {
+                                    tracing::info!("{said}");
+                                }
+                                return Ok(key);
+                            }
                             None => break Some(anyhow!("etcd answered the campaign without a leader key")),
                         },
                         Err(e) => break Some(anyhow::Error::from(e)),
                     },
                     _ = check.tick() => {
+                        // A campaign that stands waits for the leader before it: etcd took it.
+                        if sent.elapsed() > Duration::from_secs(1)
+                            && let Some(said) = CAMPAIGN_FAILED.recovered_on(self.place())
+                        {
+                            tracing::info!("{said}");
+                        }
                         if self.etcd_names_leader(lease.id).await {
                             named_leader += 1;
                         } else {
@@ -519,7 +570,9 @@ impl Node {
                 retry.reset();
             }
             let delay = retry.next_delay();
-            tracing::warn!(error = explain(&self.config, failure.as_ref()), retry_in = ?delay, "campaign failed");
+            if let Some(said) = CAMPAIGN_FAILED.failed_on(self.place()) {
+                tracing::warn!(error = %explain(&self.config, failure.as_ref()), retry_in = ?delay, "{said}");
+            }
             tokio::select! {
                 _ = self.cancel.cancelled() => return Err(Next::Stop),
                 _ = tokio::time::sleep(delay) => {}
@@ -633,12 +686,9 @@ impl Node {
         });
         metrics::gauge!(m::LEASE_REMAINING).set(0.0);
         if let TermEnd::Fenced { held } = end {
+            // The term said it, once for every group fenced with it (`Term::fenced`).
             metrics::counter!(m::FENCED).increment(1);
-            tracing::error!(
-                epoch,
-                held,
-                "fenced out: a leader with a newer epoch raised the fence. If this repeats after every election, the etcd cluster was probably rebuilt and its revisions restarted below the fence: see `delayq fence show`"
-            );
+            tracing::debug!(epoch, held, "fenced out: the term is over");
         }
         end
     }
@@ -676,7 +726,10 @@ impl Node {
             })
             .await;
             if let Err(e) = resigned {
-                tracing::warn!(error = %e, "cannot resign; the lease will expire instead");
+                tracing::warn!(
+                    error = %explain(&self.config, e.as_ref()),
+                    "cannot resign; the lease will expire instead"
+                );
             }
         }
         let lease_client = self.client.lease_client();
@@ -686,7 +739,10 @@ impl Node {
         })
         .await;
         if let Err(e) = revoked {
-            tracing::debug!(error = %e, "cannot revoke the lease; it will expire");
+            tracing::debug!(
+                error = %readable(e.as_ref()),
+                "cannot revoke the lease; it will expire"
+            );
         }
     }
 }
@@ -694,6 +750,30 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// etcd's errors when it is not there, as the log says them: one line, each
+    /// error of the chain by `Display` (tonic's shows its source as a `Debug`
+    /// struct, `ConnectError(…, Os { code: 111, … })`).
+    #[tokio::test]
+    async fn etcd_errors_read_as_one_line_without_debug_structs() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let options = ConnectOptions::new().with_connect_timeout(Duration::from_millis(500));
+        let failed = match Client::connect([format!("127.0.0.1:{port}")], Some(options)).await {
+            Err(e) => e,
+            Ok(client) => client.kv_client().get("k", None).await.unwrap_err(),
+        };
+        let text = readable(&failed);
+        assert!(
+            !text.contains('{') && !text.contains('\n') && !text.contains("Os "),
+            "{text}\n{failed:?}"
+        );
+        assert!(text.to_lowercase().contains("connection refused"), "{text}");
+        let wrapped = anyhow::Error::from(failed);
+        assert_eq!(readable(wrapped.as_ref()), text, "through anyhow");
+    }
 
     #[track_caller]
     fn check_value(bytes: &[u8], node_id: &str, address: &str) {

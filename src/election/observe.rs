@@ -33,7 +33,7 @@ pub(super) async fn observe_leader(
             })),
             Ok(Err(e)) if e.to_string().contains("election: no leader") => Some(None),
             Ok(Err(e)) => {
-                tracing::debug!(error = %e, "cannot ask etcd who leads");
+                tracing::debug!(error = %readable(&e), "cannot ask etcd who leads");
                 None
             }
             Err(_) => None,

@@ -288,7 +288,11 @@ async fn end_lease(
             Ended::Revoked
         }
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, leader, "cannot end the leader's lease");
+            tracing::debug!(
+                error = %readable(&e),
+                leader,
+                "cannot end the leader's lease"
+            );
             Ended::NoAnswer
         }
         Err(_) => {

@@ -38,6 +38,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::backoff::Backoff;
+use crate::complaint::Complaint;
 use crate::config::{Config, InboxConfig};
 use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
 use crate::metrics as m;
@@ -63,6 +64,15 @@ const MAX_IN_FLIGHT: usize = 3;
 /// without another try. A transient error does not use an attempt: the reader
 /// retries the entries it holds instead of reading them again.
 pub const MAX_ATTEMPTS: u64 = 5;
+
+/// What the inbox's retries log: one line per condition (see `complaint`), for the
+/// reader and for the batches in flight.
+static READ_FAILED: Complaint =
+    Complaint::new("inbox read or batch failed", "the inbox is read again");
+static BATCH_FAILED: Complaint = Complaint::new(
+    "inbox batch failed; retrying its entries",
+    "inbox batches are scheduled again",
+);
 
 /// Reads the inbox and schedules what it holds until `cancel`; does nothing when the
 /// inbox is disabled. Errors are logged and retried with backoff; the read and the
@@ -90,7 +100,9 @@ pub async fn run(
             Err(e) => {
                 metrics::counter!(m::INBOX_ERRORS).increment(1);
                 let delay = backoff.next_delay();
-                tracing::warn!(error = %e, retry_in = ?delay, inbox = %worker.queue.stream, "inbox read or batch failed");
+                if let Some(said) = READ_FAILED.failed() {
+                    tracing::warn!(error = %e, retry_in = ?delay, inbox = %worker.queue.stream, "{said}");
+                }
                 tokio::select! {
                     _ = cancel.cancelled() => return,
                     _ = tokio::time::sleep(delay) => {}
@@ -142,6 +154,9 @@ impl Worker {
             self.handle(&entries, Some(&deliveries), cancel).await?;
         }
         backoff.reset();
+        if let Some(said) = READ_FAILED.recovered() {
+            tracing::info!(inbox = %self.queue.stream, "{said}");
+        }
         let reclaim_every = (self.inbox.reclaim_after / 2)
             .clamp(Duration::from_millis(50), Duration::from_secs(10));
         let block = reclaim_every.min(MAX_BLOCK);
@@ -230,11 +245,16 @@ impl Worker {
         let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
         loop {
             let Some((left, error)) = self.attempt(&todo, deliveries).await else {
+                if let Some(said) = BATCH_FAILED.recovered() {
+                    tracing::info!(inbox = %self.queue.stream, "{said}");
+                }
                 return Ok(());
             };
             metrics::counter!(m::INBOX_ERRORS).increment(1);
             let delay = backoff.next_delay();
-            tracing::warn!(error = %error, entries = left.len(), retry_in = ?delay, inbox = %self.queue.stream, "inbox batch failed; retrying its entries");
+            if let Some(said) = BATCH_FAILED.failed() {
+                tracing::warn!(error = %error, entries = left.len(), retry_in = ?delay, inbox = %self.queue.stream, "{said}");
+            }
             tokio::select! {
                 _ = cancel.cancelled() => return Err(error),
                 _ = tokio::time::sleep(delay) => {}

@@ -36,6 +36,21 @@ use crate::secret::RedisUrl;
 /// Least time between two questions to the Sentinels.
 const RESOLVE_EVERY: Duration = Duration::from_millis(100);
 
+// What finding Redis again logs while it fails (asked for on every failed command,
+// at most every RESOLVE_EVERY): one line per condition (see `complaint`).
+static CLUSTER_UNREACHED: crate::complaint::Complaint = crate::complaint::Complaint::new(
+    "cannot reach the Redis Cluster",
+    "the Redis Cluster is reached again",
+);
+static NO_MASTER: crate::complaint::Complaint = crate::complaint::Complaint::new(
+    "cannot find the Redis master through Sentinel",
+    "Sentinel names the Redis master again",
+);
+static NEW_MASTER_UNREACHED: crate::complaint::Complaint = crate::complaint::Complaint::new(
+    "cannot connect to the new Redis master",
+    "connected to the new Redis master",
+);
+
 /// `redis.sentinel`: the master's name, the Sentinels, and how to reach them.
 #[derive(Clone, Debug)]
 pub struct SentinelConfig {
@@ -470,9 +485,21 @@ impl Conn {
                 let mut current = self.current.lock().expect("not poisoned");
                 current.manager = Link::Cluster(connection);
                 tracing::debug!("Redis Cluster connection made anew");
+                drop(current);
+                if let Some(said) = CLUSTER_UNREACHED.recovered() {
+                    tracing::info!("{said}");
+                }
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "cannot reach the Redis Cluster"),
-            Err(_) => tracing::warn!("no Redis Cluster seed node answered in time"),
+            Ok(Err(e)) => {
+                if let Some(said) = CLUSTER_UNREACHED.failed() {
+                    tracing::warn!(error = %e, "{said}");
+                }
+            }
+            Err(_) => {
+                if let Some(said) = CLUSTER_UNREACHED.failed() {
+                    tracing::warn!(error = %"no seed node answered in time", "{said}");
+                }
+            }
         }
     }
 
@@ -492,13 +519,22 @@ impl Conn {
         let mut sentinel = follow.client.lock().await;
         let found = tokio::time::timeout(follow.connect_timeout * 2, sentinel.async_get_client());
         let client = match found.await {
-            Ok(Ok(client)) => client,
+            Ok(Ok(client)) => {
+                if let Some(said) = NO_MASTER.recovered() {
+                    tracing::info!("{said}");
+                }
+                client
+            }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "cannot find the Redis master through Sentinel");
+                if let Some(said) = NO_MASTER.failed() {
+                    tracing::warn!(error = %e, "{said}");
+                }
                 return;
             }
             Err(_) => {
-                tracing::warn!("no Sentinel named a master in time");
+                if let Some(said) = NO_MASTER.failed() {
+                    tracing::warn!(error = %"no Sentinel named a master in time", "{said}");
+                }
                 return;
             }
         };
@@ -513,13 +549,22 @@ impl Conn {
         )
         .await;
         let manager = match made {
-            Ok(Ok(manager)) => manager,
+            Ok(Ok(manager)) => {
+                if let Some(said) = NEW_MASTER_UNREACHED.recovered() {
+                    tracing::info!(%address, "{said}");
+                }
+                manager
+            }
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, %address, "cannot connect to the new Redis master");
+                if let Some(said) = NEW_MASTER_UNREACHED.failed() {
+                    tracing::warn!(error = %e, %address, "{said}");
+                }
                 return;
             }
             Err(_) => {
-                tracing::warn!(%address, "cannot connect to the new Redis master in time");
+                if let Some(said) = NEW_MASTER_UNREACHED.failed() {
+                    tracing::warn!(error = %"no answer in time", %address, "{said}");
+                }
                 return;
             }
         };
