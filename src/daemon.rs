@@ -45,6 +45,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let config = Arc::new(config);
     let (live, live_config) = tokio::sync::watch::channel(config.clone());
     let metrics = metrics::install();
+    // Every series known from the configuration, at 0 before the first event.
+    metrics::register_known(&config);
     ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let store = Store::connect(&config.store_config())
         .await

@@ -1,19 +1,16 @@
-//! The Prometheus recorder: buckets, help texts, the series that start at zero,
-//! and the process metrics read on every upkeep.
+//! The Prometheus recorder: buckets, help texts, and the process metrics read on
+//! every upkeep. The series that start at zero are `known`'s.
 
 use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::{
-    CONFIG_RELOADS, FORWARD_BATCH, IS_LEADER, JOURNAL_LAG, Kind, LATENESS_SECONDS, METRICS,
-    OLDEST_OVERDUE, OVERDUE, THROTTLE_DRAIN,
-};
+use super::{FORWARD_BATCH, JOURNAL_LAG, Kind, LATENESS_SECONDS, METRICS};
 
 /// Installs the process-wide recorder the first time, and returns its handle.
-/// Every metric gets its help text, and the series an alert may look at before
-/// anything happened start at zero: counters without labels, the reload results,
-/// whether this node leads, and how overdue the oldest message is.
+/// Every metric gets its help text; the process metrics are read once. The series
+/// known from the start are created by `register_known`, which needs the
+/// configuration.
 pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
@@ -55,17 +52,7 @@ pub fn install() -> PrometheusHandle {
                     Kind::Gauge => metrics::describe_gauge!(m.name, m.help),
                     Kind::Histogram => metrics::describe_histogram!(m.name, m.help),
                 }
-                if m.kind == Kind::Counter && m.labels.is_empty() {
-                    metrics::counter!(m.name).increment(0);
-                }
             }
-            for result in ["applied", "refused"] {
-                metrics::counter!(CONFIG_RELOADS, "result" => result).increment(0);
-            }
-            metrics::gauge!(IS_LEADER).set(0.0);
-            metrics::gauge!(OLDEST_OVERDUE).set(0.0);
-            metrics::gauge!(OVERDUE).set(0.0);
-            metrics::gauge!(THROTTLE_DRAIN).set(0.0);
             process().collect();
             handle
         })

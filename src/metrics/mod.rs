@@ -3,24 +3,28 @@
 //! A metric, its log field and its config key share one name where they describe
 //! the same thing.
 //!
-//! - `table`: `METRICS`, every metric's type, labels and help text (the README's
-//!   metrics table must equal it).
+//! - `table`: `METRICS`, every metric's type, labels, help text and the series it
+//!   has from the start (the README's metrics table must equal it).
+//! - `known`: those series for one configuration (`known_series`), created at the
+//!   daemon's start (`register_known`) so that alerts see them before any event.
 //! - `exporter`: the Prometheus recorder (`install`) and the process metrics
 //!   (`upkeep`).
 //! - `pending`: `PendingStreams`, which bounds the per-stream pending series.
 //! - `lateness`: the in-memory lateness histograms behind `/v1/stats`.
 
 mod exporter;
+mod known;
 mod lateness;
 mod pending;
 mod table;
 
 pub use exporter::{install, upkeep};
+pub use known::{Series, known_series, register_known};
 pub use lateness::{
     LatenessSummary, Sample, lateness_summary, record_forwarded, record_lateness, take_sample,
 };
 pub use pending::{PendingStreams, REST_OF_STREAMS};
-pub use table::{Described, Kind, METRICS};
+pub use table::{Described, Kind, METRICS, Start};
 
 pub const SCHEDULED: &str = "delayq_messages_scheduled_total";
 pub const DUPLICATES: &str = "delayq_messages_duplicate_total";

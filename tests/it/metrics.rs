@@ -9,7 +9,13 @@ use rand::{Rng, SeedableRng};
 
 use serde_json::json;
 
-use crate::support::{Api, Cluster, delayq_bin, eventually, redis_config, series, value, xlen};
+use delayq::config::Config;
+use delayq::metrics::{Kind, METRICS, Start, known_series};
+
+use crate::support::{
+    Api, Cluster, delayq_bin, etcd_config, eventually, readme_metrics, redis_config, series, value,
+    xlen,
+};
 
 /// A standalone node (no etcd) on its own Redis.
 fn standalone(name: &str, redis: &RedisServer, extra: &str) -> DelayqProcess {
@@ -292,9 +298,10 @@ async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
     // A new leader counts at the start of its term.
     let second = standalone("second", &redis, "");
     let node = Api::new(second.api);
+    // The rest is there at 0 from the start: the count has named the streams.
     let text = eventually(Duration::from_secs(10), "streams counted", || async {
         let text = node.metrics().await?;
-        text.contains("delayq_pending_stream_messages{")
+        text.contains("delayq_pending_stream_messages{stream=\"big\"}")
             .then_some(text)
     })
     .await;
@@ -312,4 +319,134 @@ async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
     assert_eq!(gauge("s097"), Some(1.0));
     assert_eq!(gauge("s098"), None);
     assert_eq!(gauge("(the rest)"), Some(7.0));
+}
+
+/// Settings whose series are known from the start: a stream with a rate limit of
+/// its own, and watched streams and groups.
+const KNOWN_LABELS: &str = "[streams.max_rate]\norders = 50\n[delivery]\ngroups = [\"workers\"]\n[delivery.streams.orders]\n[delivery.streams.billing]\ngroups = [\"invoicing\", \"audit\"]\n";
+
+/// Checks the first `/metrics` of a node started with `config`, taken before any
+/// message was pushed: every metric of the README's table (read from the file) is
+/// exported but those with no series `config` makes known at the start; every
+/// series known at the start is there (histograms with their `_count`); every
+/// counter reads 0 but the node's own role changes (it may lead already) and its CPU
+/// time. Returns the documented metrics not exported yet, each with why.
+fn check_first_scrape(text: &str, config: &Config) -> Vec<(String, String)> {
+    let known = known_series(config);
+    let exported: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .collect();
+    let documented = readme_metrics();
+    assert!(documented.len() >= 60, "{documented:?}");
+    let mut waiting = Vec::new();
+    for (name, ..) in &documented {
+        if exported.contains(&name.as_str()) {
+            continue;
+        }
+        assert!(
+            !known.iter().any(|s| s.metric.name == name),
+            "{name} is known from the start but not exported:\n{text}"
+        );
+        let metric = METRICS
+            .iter()
+            .find(|m| m.name == name)
+            .unwrap_or_else(|| panic!("{name} is documented but not in METRICS"));
+        let why = match metric.start {
+            Start::Later(why) => why.to_owned(),
+            start => format!("{start:?}: not with this configuration"),
+        };
+        waiting.push((name.clone(), why));
+    }
+    for series in &known {
+        let selector = series.selector();
+        let line = match series.metric.kind {
+            Kind::Histogram => match selector.split_once('{') {
+                Some((name, labels)) => format!("{name}_count{{{labels}"),
+                None => format!("{selector}_count"),
+            },
+            _ => selector.clone(),
+        };
+        let value = value(text, &line)
+            .unwrap_or_else(|| panic!("{line} is not exported from the start:\n{text}"));
+        if series.metric.kind != Kind::Counter {
+            continue;
+        }
+        match series.metric.name {
+            "process_cpu_seconds_total" => {}
+            "delayq_leadership_transitions_total" => assert!(value <= 1.0, "{line} {value}"),
+            _ => assert_eq!(value, 0.0, "{line}:\n{text}"),
+        }
+    }
+    waiting
+}
+
+#[tokio::test]
+async fn every_documented_metric_is_exported_before_the_first_message() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("fresh", &redis, KNOWN_LABELS);
+    let text = Api::new(node.api).metrics().await.unwrap();
+    let config = Config::from_toml(
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n{KNOWN_LABELS}",
+            redis.url()
+        ),
+        Vec::new(),
+    )
+    .unwrap();
+    let waiting = check_first_scrape(&text, &config);
+    // Among them, the metrics of etcd and of per-shard elections: this node has none.
+    for name in ["delayq_etcd_reachable", "delayq_group_leader"] {
+        assert!(waiting.iter().any(|(w, _)| w == name), "{waiting:#?}");
+    }
+    assert!(
+        text.contains("\ndelayq_forward_errors_total{shard=\"1\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\ndelayq_held_messages{stream=\"orders\"} 0\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\ndelayq_sweep_entries_total{stream=\"billing\",group=\"audit\",outcome=\"dead\"} 0\n"
+        ),
+        "{text}"
+    );
+}
+
+/// On etcd, with per-shard elections and every setting that names series: only the
+/// metrics whose labels come with events are missing from a new node's first scrape.
+#[tokio::test]
+async fn on_etcd_only_metrics_labelled_by_events_wait_for_them() {
+    let extra = format!("[election]\nmode = \"per_shard\"\ngroups = 2\n{KNOWN_LABELS}");
+    let mut cluster = Cluster::start(1, 1, &extra).await;
+    let fresh = cluster.join();
+    let text = cluster.apis[fresh].metrics().await.unwrap();
+    let endpoints: Vec<String> = cluster.etcd.iter().map(|m| m.endpoint()).collect();
+    let config = Config::from_toml(
+        &etcd_config(&cluster.redis.url(), &endpoints, &extra),
+        Vec::new(),
+    )
+    .unwrap();
+    assert!(config.election.per_shard && config.etcd.is_some());
+    let waiting = check_first_scrape(&text, &config);
+    let not_later: Vec<_> = waiting
+        .iter()
+        .filter(|(name, _)| {
+            !METRICS
+                .iter()
+                .any(|m| m.name == name && matches!(m.start, Start::Later(_)))
+        })
+        .collect();
+    assert!(not_later.is_empty(), "{not_later:#?}\n{text}");
+    for series in [
+        "delayq_group_leader{group=\"1\"}",
+        "delayq_etcd_reachable",
+        "delayq_lease_remaining_seconds",
+        "delayq_keepalive_seconds_count",
+    ] {
+        assert!(value(&text, series).is_some(), "{series}:\n{text}");
+    }
 }

@@ -8,7 +8,7 @@
 //! - `streams`: Redis streams as producers and consumers see them;
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;
-//! - `scrape`: reading a `/metrics` text;
+//! - `scrape`: reading a `/metrics` text, and the README's metrics table;
 //! - `browser`: headless Chromium over WebDriver, for the dashboard.
 
 #![allow(dead_code)]

@@ -23,3 +23,28 @@ pub fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         .map(|l| l.rsplit_once(' ').map_or(l, |(series, _)| series))
         .collect()
 }
+
+/// The README's metrics table (its "## Metrics" section, as the file says now), one
+/// `(name, labels, type, meaning)` per row: `labels` as the row writes them inside
+/// the braces (`stream,group`), empty for none.
+pub fn readme_metrics() -> Vec<(String, String, String, String)> {
+    let readme = std::fs::read_to_string(super::repo().join("README.md")).unwrap();
+    let table = &readme[readme.find("## Metrics").expect("a Metrics section")..];
+    let table = &table[..table[3..].find("\n## ").map_or(table.len(), |i| i + 3)];
+    table
+        .lines()
+        .filter(|l| l.starts_with("| `delayq_") || l.starts_with("| `process_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            assert_eq!(cells.len(), 3, "a row of three cells: {l}");
+            let series = cells[0].trim_matches('`');
+            let (name, labels) = series.split_once('{').unwrap_or((series, "}"));
+            (
+                name.to_owned(),
+                labels.trim_end_matches('}').to_owned(),
+                cells[1].to_owned(),
+                cells[2].to_owned(),
+            )
+        })
+        .collect()
+}
