@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use utoipa::{IntoParams, ToSchema};
 
+use super::input::blank_as_none;
 use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody};
 use crate::health::RedisState;
@@ -533,11 +534,14 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
 #[into_params(parameter_in = Query)]
 pub struct UpcomingQuery {
     /// Only messages to this stream.
+    #[serde(default, deserialize_with = "blank_as_none")]
     stream: Option<String>,
     /// Start after this cursor (the `next` of the page before).
+    #[serde(default, deserialize_with = "blank_as_none")]
     after: Option<String>,
     /// At most this many messages: 1 to 1000 (default 50).
     #[param(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "blank_as_none")]
     limit: Option<usize>,
 }
 

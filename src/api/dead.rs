@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::input::{check_stream_allowed, documented_keys, object, read_json};
+use super::input::{blank_as_none, check_stream_allowed, documented_keys, object, read_json};
 use super::streams::{ENTRY_ID_RULE, StreamPath, bad_query, entry_id};
 use super::{ApiError, AppState, ErrorBody};
 use crate::metrics as m;
@@ -33,9 +33,11 @@ const MAX_BODY: usize = 1 << 20;
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
     /// Start after this stream entry id (the `next` of the page before).
+    #[serde(default, deserialize_with = "blank_as_none")]
     after: Option<String>,
     /// At most this many entries: 1 to 10000 (default 100).
     #[param(minimum = 1, maximum = 10000)]
+    #[serde(default, deserialize_with = "blank_as_none")]
     limit: Option<usize>,
 }
 

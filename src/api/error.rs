@@ -67,10 +67,28 @@ impl From<InvalidMessage> for ApiError {
     }
 }
 
+/// The schedule scripts' `due time D is more than max_delay M ms after now N` in
+/// calendar time and a human duration.
+fn too_far(detail: &str) -> String {
+    let numbers: Vec<u64> = detail
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    match numbers[..] {
+        [due, max_delay, now] => format!(
+            "deliver_at {}: more than api.max_delay ({}) after now ({}, Redis's clock)",
+            crate::human::time_utc(due),
+            crate::human::millis(max_delay),
+            crate::human::time_utc(now),
+        ),
+        _ => format!("deliver_at: {detail}"),
+    }
+}
+
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::TooFar(detail) => ApiError::invalid(format!("deliver_at: {detail}")),
+            StoreError::TooFar(detail) => ApiError::invalid(too_far(&detail)),
             StoreError::BadStream(detail) => ApiError::invalid(format!("stream: {detail}")),
             StoreError::Corrupt(detail) => ApiError::new(StatusCode::CONFLICT, "corrupt", detail),
             StoreError::Busy(detail) => {
@@ -208,5 +226,18 @@ mod tests {
             "corrupt",
         );
         check(StoreError::TooFar("due in 2y".into()), 422, "invalid_field");
+    }
+
+    #[test]
+    fn a_due_time_too_far_reads_in_calendar_time() {
+        let e = ApiError::from(StoreError::TooFar(
+            "due time 99999999999999 is more than max_delay 31536000000 ms after now 1795719824985"
+                .into(),
+        ));
+        assert_eq!(
+            e.detail,
+            "deliver_at 5138-11-16 09:46:39.999 UTC: more than api.max_delay (365d) after now \
+             (2026-11-26 19:03:44.985 UTC, Redis's clock)"
+        );
     }
 }

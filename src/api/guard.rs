@@ -74,7 +74,7 @@ fn refusal(
             "timeout",
             format!(
                 "no answer within {} ({timeout_key}); what the request asked for may or may not have been done",
-                humantime::format_duration(timeout)
+                crate::human::duration(timeout)
             ),
         )
         .into_response()

@@ -12,6 +12,21 @@ use super::ApiError;
 use crate::config::Config;
 use crate::message::MessageId;
 
+/// Reads an optional query parameter, a blank one (`?after=&limit=`) as not given:
+/// a page's link with nothing after the `=` means "the default", not "zero".
+pub(super) fn blank_as_none<'de, D, T>(d: D) -> Result<Option<T>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: std::str::FromStr,
+    T::Err: std::fmt::Display,
+{
+    let text: Option<String> = serde::Deserialize::deserialize(d)?;
+    match text.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(text) => text.parse().map(Some).map_err(serde::de::Error::custom),
+    }
+}
+
 /// Largest body of a request that carries no message (reschedule, ack).
 pub(super) const SMALL_BODY: usize = 64 * 1024;
 

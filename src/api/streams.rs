@@ -153,6 +153,7 @@ pub async fn next(
             .iter()
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
+            .filter(|v| !v.trim().is_empty())
     };
     let group = name("group", param("group"))?;
     let consumer = name("consumer", param("consumer"))?;
@@ -164,8 +165,8 @@ pub async fn next(
             if wait > max_wait {
                 return Err(ApiError::invalid(format!(
                     "wait {}: longer than api.max_wait {}",
-                    humantime::format_duration(wait),
-                    humantime::format_duration(max_wait)
+                    crate::human::duration(wait),
+                    crate::human::duration(max_wait)
                 )));
             }
             wait

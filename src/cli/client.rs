@@ -6,6 +6,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
+use super::human::plain as text;
+
 #[derive(Args, Debug, Clone)]
 pub struct Target {
     /// Base URL of a delayq instance.
@@ -31,19 +33,24 @@ Exit codes:
   1  refused: the input breaks a rule (HTTP 400, 413, 422), or a local input error
   2  command line not understood
   3  not found (HTTP 404)
-  4  conflict: the message is already delivered, expired, dead or cancelled (HTTP 409)
+  4  conflict: the message is already delivered, expired or dead, or (reschedule)
+     cancelled (HTTP 409 already_final); cancelling a cancelled message is 0
   5  not authorized: missing or unknown token (HTTP 401), a token of too low a scope or
      a stream not allowed (HTTP 403)
   6  delayq cannot do it now: Redis unreachable or busy, delayq overloaded (HTTP 5xx,
      429); retry later
-  7  cannot reach delayq at --url";
+  7  cannot reach delayq at --url
+  8  not possible in the deployment's present state: not the leader, no standby,
+     standalone (no etcd), no configuration file or journal, a key of another type
+     (any other HTTP 409)";
 
 const EXIT_REFUSED: u8 = 1;
-const EXIT_NOT_FOUND: u8 = 3;
+pub(super) const EXIT_NOT_FOUND: u8 = 3;
 const EXIT_CONFLICT: u8 = 4;
 const EXIT_UNAUTHORIZED: u8 = 5;
 const EXIT_UNAVAILABLE: u8 = 6;
 pub(super) const EXIT_UNREACHABLE: u8 = 7;
+const EXIT_NOT_NOW: u8 = 8;
 
 #[derive(Subcommand, Debug)]
 pub enum ClientCommand {
@@ -57,13 +64,15 @@ pub enum ClientCommand {
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Push {
         stream: String,
-        /// Payload (the one field `payload`); `-` reads it from stdin.
+        /// Payload (the one field `payload`); `-` reads it from stdin (one trailing
+        /// newline dropped, as the shell's `$(…)` does).
         payload: Option<String>,
         /// A field, as name=value (repeatable, kept in order); instead of a payload.
         #[arg(long = "field", short = 'f', value_name = "NAME=VALUE")]
         fields: Vec<String>,
-        /// Delay, e.g. 20m, 1500ms, 1h30m.
-        #[arg(long, conflicts_with = "at")]
+        /// Delay, e.g. 20m, 1500ms, 1h30m (0 for now); this or --at is required, as
+        /// over HTTP.
+        #[arg(long, conflicts_with = "at", required_unless_present = "at")]
         delay: Option<String>,
         /// Absolute due time: epoch ms or RFC 3339.
         #[arg(long)]
@@ -232,7 +241,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                             eprintln!("delayq: reading stdin: {e}");
                             return ExitCode::from(EXIT_REFUSED);
                         }
-                        s
+                        without_final_newline(s)
                     } else {
                         p
                     };
@@ -254,10 +263,11 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                     return ExitCode::from(EXIT_REFUSED);
                 }
             }
-            match due_field(delay, at) {
-                Some((name, value)) => body[name] = value,
-                None => body["delay_ms"] = Value::from(0),
-            }
+            let Some((name, value)) = due_field(delay, at) else {
+                eprintln!("delayq: give --delay or --at (--delay 0 for now)");
+                return ExitCode::from(EXIT_REFUSED);
+            };
+            body[name] = value;
             if let Some(id) = id {
                 body["id"] = Value::String(id);
             }
@@ -348,6 +358,17 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
     }
 }
 
+/// Text read from stdin, its one final line break dropped (`echo x` sends "x\n").
+fn without_final_newline(mut text: String) -> String {
+    if text.ends_with('\n') {
+        text.pop();
+        if text.ends_with('\r') {
+            text.pop();
+        }
+    }
+    text
+}
+
 /// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else
 /// RFC 3339 text); None when neither was given.
 fn due_field(delay: Option<String>, at: Option<String>) -> Option<(&'static str, Value)> {
@@ -383,7 +404,7 @@ async fn call(
     path: &str,
     body: Option<Value>,
 ) -> ExitCode {
-    call_with(target, method, path, body, print_human).await
+    call_with(target, method, path, body, super::human::print).await
 }
 
 /// Sends one request (with the target's token, if any): the status and the JSON
@@ -441,30 +462,19 @@ async fn call_with(
     } else {
         report_refusal(status, &value);
     }
-    ExitCode::from(exit_code(status))
+    ExitCode::from(exit_code(status, &value))
 }
 
-pub(super) fn exit_code(status: reqwest::StatusCode) -> u8 {
+/// The exit code of an answer: its status, and for a 409 its error code ([`EXIT_CODES`]).
+pub(super) fn exit_code(status: reqwest::StatusCode, answer: &Value) -> u8 {
     match status.as_u16() {
         200..=299 => 0,
         401 | 403 => EXIT_UNAUTHORIZED,
         404 => EXIT_NOT_FOUND,
-        409 => EXIT_CONFLICT,
+        409 if answer["error"] == "already_final" => EXIT_CONFLICT,
+        409 => EXIT_NOT_NOW,
         429 | 500..=599 => EXIT_UNAVAILABLE,
         _ => EXIT_REFUSED,
-    }
-}
-
-fn print_human(value: &Value) {
-    if let Value::Object(map) = value {
-        for (k, v) in map {
-            match v {
-                Value::String(s) => println!("{k}: {s}"),
-                other => println!("{k}: {other}"),
-            }
-        }
-    } else {
-        println!("{value}");
     }
 }
 
@@ -487,7 +497,7 @@ fn print_stats(v: &Value) {
         // Whole seconds past a second: milliseconds only matter up close.
         Some(ms) if ms >= 1000 => format!(
             "next due in {}",
-            humantime::format_duration(std::time::Duration::from_secs(ms / 1000))
+            crate::human::duration(std::time::Duration::from_secs(ms / 1000))
         ),
         Some(ms) => format!("next due in {ms}ms"),
         None => "nothing due".to_owned(),
@@ -533,33 +543,50 @@ fn print_stats(v: &Value) {
     }
 }
 
-fn text(v: &Value) -> String {
-    match v {
-        Value::String(s) => s.clone(),
-        Value::Null => "-".to_owned(),
-        other => other.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     #[test]
     fn statuses_map_to_exit_codes() {
-        for (status, code) in [
-            (200, 0),
-            (201, 0),
-            (400, 1),
-            (413, 1),
-            (422, 1),
-            (401, 5),
-            (403, 5),
-            (404, 3),
-            (409, 4),
-            (429, 6),
-            (503, 6),
+        for (status, error, code) in [
+            (200, "", 0),
+            (201, "", 0),
+            (400, "bad_request", 1),
+            (413, "too_large", 1),
+            (422, "invalid_field", 1),
+            (401, "missing_token", 5),
+            (403, "insufficient_scope", 5),
+            (404, "not_found", 3),
+            (409, "already_final", 4),
+            (409, "not_leader", 8),
+            (409, "standalone", 8),
+            (429, "overloaded", 6),
+            (503, "unavailable", 6),
         ] {
             let status = reqwest::StatusCode::from_u16(status).unwrap();
-            assert_eq!(super::exit_code(status), code, "{status}");
+            assert_eq!(
+                super::exit_code(status, &json!({ "error": error })),
+                code,
+                "{status} {error}"
+            );
+        }
+    }
+
+    #[test]
+    fn one_final_newline_is_dropped_from_stdin() {
+        for (read, payload) in [
+            ("hi\n", "hi"),
+            ("hi\r\n", "hi"),
+            ("hi", "hi"),
+            ("hi\n\n", "hi\n"),
+            ("", ""),
+        ] {
+            assert_eq!(
+                super::without_final_newline(read.to_owned()),
+                payload,
+                "{read:?}"
+            );
         }
     }
 }

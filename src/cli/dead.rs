@@ -64,7 +64,8 @@ pub struct Which {
     all: bool,
 }
 
-/// Exit codes: 0 done, 1 refused or an id not found, 2 cannot reach delayq.
+/// Exit codes: as the client commands' ([`super::client::EXIT_CODES`]); a replay or
+/// purge naming an id that has no dead letter ends 3 (not found) after doing the rest.
 pub async fn main(cmd: DeadCommand) -> ExitCode {
     let result = match cmd {
         DeadCommand::List {
@@ -190,7 +191,7 @@ async fn act(
     Ok(if not_found.is_empty() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::from(super::client::EXIT_NOT_FOUND)
     })
 }
 
@@ -207,5 +208,5 @@ async fn request(
         return Ok(value);
     }
     super::client::report_refusal(status, &value);
-    Err(ExitCode::from(super::client::exit_code(status)))
+    Err(ExitCode::from(super::client::exit_code(status, &value)))
 }

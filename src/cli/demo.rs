@@ -96,8 +96,12 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
     println!("\n4. The old primary is back ({primary}) and stands by: {seen}");
 
     if !args.once {
+        // The path this binary runs from: after `cargo run` delayq is not on PATH.
+        let me = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "delayq".to_owned());
         println!(
-            "\nEverything keeps running. Try:\n  delayq push orders hello --delay 5s --url {standby}\n  curl {primary}/v1/leader\nCtrl-C stops everything."
+            "\nEverything keeps running. Try (in another terminal):\n  {me} push orders hello --delay 5s --url {standby}\n  curl {primary}/v1/leader\nCtrl-C stops everything."
         );
         std::future::pending::<()>().await;
     }
@@ -210,7 +214,7 @@ async fn push_and_watch(
     last_entry: &mut String,
     order: &str,
 ) -> anyhow::Result<()> {
-    let delay = humantime::format_duration(args.delay).to_string();
+    let delay = crate::human::duration(args.delay);
     let body = json!({ "stream": "orders", "fields": { "order": order, "event": "reminder" }, "delay": delay });
     println!("   $ curl -X POST {api}/v1/messages -d '{body}'");
     let resp: Value = http

@@ -171,9 +171,13 @@ pub struct DrillArgs {
     /// Existing cluster: start an etcd member again, e.g. "docker start {member}".
     #[arg(long)]
     etcd_start_cmd: Option<String>,
-    /// Target stream (must be allowed by streams.allow). Default: drill-<run id>.
+    /// Target stream (must be allowed by streams.allow). Default: drill-<run id>,
+    /// deleted when the drill ends (unless --keep-stream); a stream given here is kept.
     #[arg(long)]
     stream: Option<String>,
+    /// Keep the drill's own stream (drill-<run id>) when it ends, to look at it.
+    #[arg(long)]
+    keep_stream: bool,
     /// The field carrying the message id in forwarded entries (forwarder.id_field).
     #[arg(long, default_value = "delayq-id")]
     id_field: String,
@@ -342,7 +346,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         nodes.len(),
         if target.is_local() { "started locally" } else { "existing cluster" },
         args.rate,
-        humantime::format_duration(args.delay),
+        crate::human::duration(args.delay),
         scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
         args.rounds,
     ));
@@ -476,6 +480,13 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     bar.finish_and_clear();
 
     let counts = traffic.count(args.delay);
+    if args.stream.is_none() && !args.keep_stream {
+        // Its own stream, named for this run: nobody else reads it.
+        match clock.remove_stream(&stream).await {
+            Ok(_) => tracing::info!(stream, "drill: its stream deleted (--keep-stream keeps it)"),
+            Err(e) => eprintln!("delayq drill: could not delete its stream {stream:?}: {e}"),
+        }
+    }
     let report = build_report(&args, &target, &stream, &scenarios, &results, &counts);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -7,6 +7,7 @@ mod dead;
 mod demo;
 mod drill;
 mod fence;
+mod human;
 mod journal;
 mod logging;
 mod ops;

@@ -45,7 +45,7 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(e) => {
-            eprintln!("delayq: bad configuration in {source}: {e}");
+            eprintln!("delayq: bad configuration: {source}: {e}");
             ExitCode::from(super::EXIT_CONFIG)
         }
     }

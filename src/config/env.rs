@@ -1,5 +1,6 @@
 //! Environment overrides: `DELAYQ_<SECTION>_<KEY>` written into the parsed TOML
-//! table (lists comma-separated) before it becomes the raw structs.
+//! table (lists comma-separated; tables such as `streams.maxlen` as a TOML inline
+//! table, merged into the file's key by key) before it becomes the raw structs.
 
 use super::raw::Raw;
 use super::{ConfigError, invalid};
@@ -20,6 +21,14 @@ const SECTIONS: &[&str] = &[
     "inbox",
     "journal",
 ];
+/// Keys that hold tables; their environment values are TOML inline tables
+/// (`{ orders = 100000 }`), merged into the file's table key by key.
+const TABLE_KEYS: &[&str] = &[
+    "redis.sentinel",
+    "streams.maxlen",
+    "streams.max_rate",
+    "delivery.streams",
+];
 /// Keys that hold lists; their environment values are comma-separated.
 const LIST_KEYS: &[&str] = &[
     "redis.nodes",
@@ -39,11 +48,39 @@ pub(super) fn read_raw(
 ) -> Result<Raw, ConfigError> {
     let mut table: toml::Table = text
         .parse()
-        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))?;
+        .map_err(|e: toml::de::Error| ConfigError::Parse(one_line(text, &e)))?;
     apply_env(&mut table, env)?;
     table
         .try_into()
-        .map_err(|e: toml::de::Error| ConfigError::Parse(e.to_string()))
+        .map_err(|e: toml::de::Error| ConfigError::Parse(one_line(text, &e)))
+}
+
+/// A TOML error on one line: where (the line and column, or the key), then what.
+/// An unknown key reads `redis.urll: unknown key (known: url, ...)`.
+fn one_line(text: &str, e: &toml::de::Error) -> String {
+    let message = e.message().trim().replace('\n', "; ");
+    if let Some(span) = e.span() {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+        return format!("line {line}, column {column}: {message}");
+    }
+    // Without a position the error's text ends with the table it is about: "in `redis`".
+    let shown = e.to_string();
+    let section = shown
+        .lines()
+        .filter_map(|l| l.strip_prefix("in `")?.strip_suffix('`'))
+        .next_back();
+    if let Some(rest) = message.strip_prefix("unknown field `")
+        && let Some((key, known)) = rest.split_once("`, expected one of ")
+    {
+        let dotted = section.map_or(key.to_owned(), |s| format!("{s}.{key}"));
+        return format!("{dotted}: unknown key (known: {})", known.replace('`', ""));
+    }
+    match section {
+        Some(section) => format!("{section}: {message}"),
+        None => message,
+    }
 }
 
 pub(super) fn apply_env(
@@ -62,7 +99,19 @@ pub(super) fn apply_env(
             continue;
         }
         let dotted = format!("{section}.{key}");
-        let value = if LIST_KEYS.contains(&dotted.as_str()) {
+        let value = if TABLE_KEYS.contains(&dotted.as_str()) {
+            match format!("v = {value}").parse::<toml::Table>() {
+                Ok(mut t) if t.get("v").is_some_and(toml::Value::is_table) => {
+                    t.remove("v").expect("parsed key")
+                }
+                _ => {
+                    return Err(invalid(
+                        &dotted,
+                        format!("{name}: must be a TOML inline table such as {{ orders = 1000 }}"),
+                    ));
+                }
+            }
+        } else if LIST_KEYS.contains(&dotted.as_str()) {
             toml::Value::Array(
                 value
                     .split(',')
@@ -89,13 +138,28 @@ pub(super) fn apply_env(
             .entry(section.to_owned())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         match section_table {
-            toml::Value::Table(t) => {
-                t.insert(key.to_owned(), value);
-            }
+            toml::Value::Table(t) => match (t.get_mut(key), value) {
+                (Some(toml::Value::Table(file)), toml::Value::Table(env)) => merge(file, env),
+                (_, value) => {
+                    t.insert(key.to_owned(), value);
+                }
+            },
             _ => return Err(invalid(section, format!("must be a table to apply {name}"))),
         }
     }
     Ok(())
+}
+
+/// Writes `from` into `into` key by key, tables within tables likewise.
+fn merge(into: &mut toml::Table, from: toml::Table) {
+    for (key, value) in from {
+        match (into.get_mut(&key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(value)) => merge(inner, value),
+            (_, value) => {
+                into.insert(key, value);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -128,5 +192,66 @@ mod tests {
         assert_eq!(etcd.lease_ttl, Duration::from_secs(3));
         assert_eq!(etcd.election_prefix, "/delayq/default/leader");
         assert!(c.streams.allows("billing-eu") && !c.streams.allows("payroll"));
+    }
+
+    #[test]
+    fn tables_come_from_the_environment_as_inline_tables_merged_into_the_file() {
+        let c = Config::from_toml(
+            "[streams.maxlen]\nbilling = 500\norders = 7\n[delivery.streams.orders]\ngroups = [\"g\"]\nmax_attempts = 2",
+            env(&[
+                ("DELAYQ_STREAMS_MAXLEN", "{ orders = 1000, \"audit:eu\" = 9 }"),
+                ("DELAYQ_DELIVERY_STREAMS", "{ orders = { ack_timeout = \"1m\" } }"),
+            ]),
+        )
+        .unwrap();
+        let maxlen: Vec<(&str, u64)> = c
+            .streams
+            .maxlen
+            .iter()
+            .map(|(s, n)| (s.as_str(), *n))
+            .collect();
+        assert_eq!(
+            maxlen,
+            [("audit:eu", 9), ("billing", 500), ("orders", 1000)]
+        );
+        let orders = c.delivery.stream("orders").expect("orders is watched");
+        assert_eq!(
+            (orders.max_attempts, orders.ack_timeout),
+            (2, Duration::from_secs(60))
+        );
+        let e = Config::from_toml("", env(&[("DELAYQ_STREAMS_MAXLEN", "1000")])).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("streams.maxlen: DELAYQ_STREAMS_MAXLEN: must be a TOML inline table"),
+            "{e}"
+        );
+    }
+
+    #[track_caller]
+    fn refused(toml: &str, want: &str) {
+        let e = Config::from_toml(toml, env(&[])).unwrap_err().to_string();
+        assert_eq!(e, want);
+    }
+
+    #[test]
+    fn errors_fit_on_one_line_and_name_the_key() {
+        refused(
+            "[redis]\nurll = \"x\"",
+            "redis.urll: unknown key (known: url, password_file, tls_ca_file, tls_cert_file, \
+             tls_key_file, tls_server_name, sentinel, mode, nodes, prefix, shards, timeout, \
+             connect_timeout, min_replicas_acked, replicas_ack_timeout)",
+        );
+        refused(
+            "[redis]\nurl = ",
+            "line 2, column 7: string values must be quoted, expected literal string",
+        );
+        refused(
+            "[redis]\nshards = \"x\"",
+            "redis.shards: invalid type: string \"x\", expected i64",
+        );
+        refused(
+            "colour = 1",
+            "colour: unknown key (known: node, redis, etcd, api, streams, forwarder, records, pending, election, log, delivery, inbox, journal)",
+        );
     }
 }

@@ -508,7 +508,7 @@ impl Raw {
                 "redis.replicas_ack_timeout",
                 format!(
                     "{}: must be 1ms to 60s",
-                    humantime::format_duration(replicas_ack_timeout)
+                    crate::human::duration(replicas_ack_timeout)
                 ),
             ));
         }
@@ -607,7 +607,7 @@ impl Raw {
                     "etcd.lease_ttl",
                     format!(
                         "{}: etcd's minimum lease is 2s",
-                        humantime::format_duration(lease_ttl)
+                        crate::human::duration(lease_ttl)
                     ),
                 ));
             }
@@ -616,7 +616,7 @@ impl Raw {
                     "etcd.lease_ttl",
                     format!(
                         "{}: must be whole seconds (etcd grants leases in seconds)",
-                        humantime::format_duration(lease_ttl)
+                        crate::human::duration(lease_ttl)
                     ),
                 ));
             }
@@ -687,12 +687,7 @@ impl Raw {
                 ));
             }
         }
-        let listen: SocketAddr = listen.parse().map_err(|_| {
-            invalid(
-                "api.listen",
-                format!("{listen:?}: must be an address such as 127.0.0.1:7070"),
-            )
-        })?;
+        let listen = listen_address(&listen)?;
         // Without tokens anyone who can connect may schedule and cancel: only loopback is safe.
         let no_tokens = tokens.is_empty() && write_tokens.is_empty() && read_tokens.is_empty();
         if no_tokens && !listen.ip().is_loopback() {
@@ -714,7 +709,7 @@ impl Raw {
                 "api.request_timeout",
                 format!(
                     "{}: must be 100ms to 1h",
-                    humantime::format_duration(request_timeout)
+                    crate::human::duration(request_timeout)
                 ),
             ));
         }
@@ -1084,10 +1079,7 @@ fn journal_config(
     if retention < Duration::from_secs(60) || retention > Duration::from_secs(3650 * 86_400) {
         return Err(invalid(
             "journal.retention",
-            format!(
-                "{}: must be 1m to 3650d",
-                humantime::format_duration(retention)
-            ),
+            format!("{}: must be 1m to 3650d", crate::human::duration(retention)),
         ));
     }
     Ok(Some(JournalConfig {
@@ -1136,4 +1128,21 @@ fn hostname() -> String {
         String::new()
     };
     if name.is_empty() { "node".into() } else { name }
+}
+
+/// `api.listen` as an address: an IP and port, or `localhost:PORT` (loopback,
+/// 127.0.0.1). Other host names are refused: which address a name resolves to can
+/// change under a running daemon, and whether it is loopback decides if tokens are needed.
+fn listen_address(listen: &str) -> Result<SocketAddr, ConfigError> {
+    if let Some(port) = listen.strip_prefix("localhost:")
+        && let Ok(port) = port.parse::<u16>()
+    {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    listen.parse().map_err(|_| {
+        invalid(
+            "api.listen",
+            format!("{listen:?}: must be an IP address and port such as 127.0.0.1:7070, [::]:7070 or localhost:7070"),
+        )
+    })
 }

@@ -44,7 +44,7 @@ impl NewMessage {
         {
             return Err(InvalidMessage::Ttl(format!(
                 "ttl {}: longer than {} ms, the most a ttl can be",
-                humantime::format_duration(ttl),
+                crate::human::duration(ttl),
                 u64::MAX
             )));
         }
@@ -147,8 +147,8 @@ impl Limits {
         match due {
             Due::In(delay) if delay > self.max_delay => Err(InvalidMessage::Delay(format!(
                 "delay {}: longer than max_delay {}",
-                humantime::format_duration(delay),
-                humantime::format_duration(self.max_delay)
+                crate::human::duration(delay),
+                crate::human::duration(self.max_delay)
             ))),
             _ => Ok(()),
         }

@@ -592,6 +592,7 @@ impl Store {
             .map_err(StoreError::from_script)?;
         Ok(match reply.as_str() {
             "cancelled" => Cancelled::Cancelled,
+            "already_cancelled" => Cancelled::AlreadyDone(RecordState::Cancelled),
             "unknown" => Cancelled::Unknown,
             other => Cancelled::AlreadyDone(
                 RecordState::parse(other)

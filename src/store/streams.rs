@@ -127,6 +127,15 @@ impl Store {
             .map_err(|e| wrong_type(e, stream))
     }
 
+    /// Deletes a stream (a tool's own, such as the drill's); whether it existed.
+    pub async fn remove_stream(&self, stream: &str) -> Result<bool> {
+        let removed: u64 = redis::cmd("DEL")
+            .arg(stream)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(removed > 0)
+    }
+
     /// Appends an entry to a stream now (XADD), bypassing scheduling; returns its id.
     pub async fn append(&self, stream: &str, fields: &[(String, String)]) -> Result<String> {
         let mut cmd = redis::cmd("XADD");

@@ -230,3 +230,65 @@ async fn health_leader_and_metrics_endpoints() {
         assert!(text.contains(name), "{name} missing from /metrics");
     }
 }
+
+#[tokio::test]
+async fn a_repeated_cancel_answers_as_the_first_and_changes_nothing() {
+    let env = Env::start(CONFIG).await;
+    env.api.schedule("c1", "orders", 3_600_000).await;
+    let first = env.api.delete("/v1/messages/c1").await;
+    assert_eq!(
+        first,
+        (
+            200,
+            json!({"id": "c1", "state": "cancelled", "already": false})
+        )
+    );
+    let again = env.api.delete("/v1/messages/c1").await;
+    assert_eq!(
+        again,
+        (
+            200,
+            json!({"id": "c1", "state": "cancelled", "already": true})
+        )
+    );
+    // A cancelled message cannot be rescheduled: that one is final.
+    let (status, answer) = env
+        .api
+        .post("/v1/messages/c1/reschedule", json!({"delay": "1m"}))
+        .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("already_final")),
+        "{answer}"
+    );
+    let metrics = env.api.metrics().await.expect("metrics");
+    let cancelled = crate::support::value(&metrics, "delayq_messages_cancelled_total");
+    assert_eq!(cancelled, Some(1.0), "counted once");
+}
+
+#[tokio::test]
+async fn blank_page_parameters_mean_the_default() {
+    let env = Env::start(CONFIG).await;
+    env.api.schedule("u1", "orders", 3_600_000).await;
+    for (path, listed) in [
+        ("/v1/streams/orders/dead?after=&limit=", "entries"),
+        ("/v1/upcoming?stream=&after=&limit=", "messages"),
+        ("/v1/upcoming?limit=%20", "messages"),
+    ] {
+        let (status, answer) = env.api.get(path).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        assert!(answer[listed].is_array(), "{path}: {answer}");
+    }
+    let (_, upcoming) = env.api.get("/v1/upcoming?after=&limit=").await;
+    assert_eq!(upcoming["messages"][0]["id"], "u1", "{upcoming}");
+    let (status, answer) = env.api.get("/v1/upcoming?limit=x").await;
+    assert_eq!(
+        status, 400,
+        "a limit that is there must still be a number: {answer}"
+    );
+    let (status, answer) = env
+        .api
+        .get("/v1/streams/orders/next?group=g&consumer=c&wait=0&count=")
+        .await;
+    assert_eq!(status, 200, "{answer}");
+}

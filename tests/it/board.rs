@@ -156,7 +156,7 @@ async fn bad_input_and_scopes_are_refused_with_a_reason() {
         ("/v1/upcoming?limit=1001", 400),
         ("/v1/upcoming?after=nonsense", 400),
         ("/v1/upcoming?after=12-", 400),
-        ("/v1/upcoming?stream=", 422),
+        ("/v1/upcoming?stream=a%20b", 422),
     ] {
         let (status, body) = reader.get(path).await;
         assert_eq!(status, code, "GET {path}: {body}");

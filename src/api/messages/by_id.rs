@@ -18,7 +18,7 @@ use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json}
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::message::Due;
 use crate::metrics as m;
-use crate::store::{Cancelled, Rescheduled, Status};
+use crate::store::{Cancelled, RecordState, Rescheduled, Status};
 
 /// The message named in the path.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -100,6 +100,9 @@ pub struct CancelAnswer {
     id: String,
     /// `cancelled`.
     state: String,
+    /// True when it was cancelled before this request: a repeated cancel (a retry)
+    /// answers as the first one did and changes nothing.
+    already: bool,
 }
 
 /// A message's state
@@ -184,10 +187,10 @@ pub async fn status(
     operation_id = "cancel",
     params(IdPath),
     responses(
-        (status = 200, description = "cancelled", body = CancelAnswer),
+        (status = 200, description = "cancelled, now or before (`already`: a retried cancel is safe)", body = CancelAnswer),
         (status = 400, description = "bad id (invalid_id), or a path that is not UTF-8", body = ErrorBody),
         (status = 404, description = "unknown", body = ErrorBody),
-        (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
+        (status = 409, description = "already delivered, expired or dead (already_final)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = [])),
@@ -207,8 +210,14 @@ pub async fn cancel(
             Ok(Json(CancelAnswer {
                 id: id.as_str().to_owned(),
                 state: "cancelled".to_owned(),
+                already: false,
             }))
         }
+        Cancelled::AlreadyDone(RecordState::Cancelled) => Ok(Json(CancelAnswer {
+            id: id.as_str().to_owned(),
+            state: "cancelled".to_owned(),
+            already: true,
+        })),
         Cancelled::AlreadyDone(done) => Err(ApiError::new(
             StatusCode::CONFLICT,
             "already_final",
@@ -250,7 +259,7 @@ pub async fn status_of_batch(state: State<AppState>) -> Result<Json<MessageStatu
     path = "/v1/messages/batch",
     operation_id = "cancelBatchId",
     responses(
-        (status = 200, description = "cancelled", body = CancelAnswer),
+        (status = 200, description = "cancelled, now or before (`already`: a retried cancel is safe)", body = CancelAnswer),
         (status = 404, description = "unknown", body = ErrorBody),
         (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),

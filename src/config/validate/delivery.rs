@@ -80,7 +80,7 @@ impl RawDelivery {
                     &ack_timeout_key,
                     format!(
                         "must be shorter than records.retention ({}) for watched stream {stream:?}",
-                        humantime::format_duration(retention)
+                        crate::human::duration(retention)
                     ),
                 ));
             }
@@ -201,7 +201,7 @@ fn retry_backoff(
             &format!("{section}.backoff_max"),
             format!(
                 "must not be shorter than {section}.backoff ({})",
-                humantime::format_duration(first)
+                crate::human::duration(first)
             ),
         ));
     }

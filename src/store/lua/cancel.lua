@@ -4,7 +4,7 @@
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
 -- ARGV[3] the records policy: how long to keep the cancellation on record, and how
--- returns: "cancelled" (now, or already) | "delivered" | "expired" | "dead" | "unknown"
+-- returns: "cancelled" (now) | "already_cancelled" | "delivered" | "expired" | "dead" | "unknown"
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
@@ -20,5 +20,9 @@ if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
   return 'cancelled'
 end
 local rec = find_record(KEYS[3], id)
-if rec then return record_state(rec) end
+if rec then
+  local state = record_state(rec)
+  if state == 'cancelled' then return 'already_cancelled' end
+  return state
+end
 return 'unknown'

@@ -68,23 +68,32 @@ async fn every_client_command_with_its_output_and_exit_code() {
     #[rustfmt::skip]
     let steps: &[Step] = &[
         (line!(), &["push", "orders", "hello", "--delay", "1h", "--id", "cli-1"], T, 0, "state: scheduled"),
-        (line!(), &["push", "orders", "-f", "a=1", "-f", "b=2", "--delay", "1h", "--id", "cli-1"], T, 0, "duplicate: true"),
-        (line!(), &["push", "orders", "now", "--id", "cli-now"], T, 0, "state: scheduled"),
+        (line!(), &["push", "orders", "-f", "a=1", "-f", "b=2", "--delay", "1h", "--id", "cli-1"], T, 0, "duplicate: yes"),
+        (line!(), &["push", "orders", "now", "--delay", "0", "--id", "cli-now"], T, 0, "state: scheduled"),
         (line!(), &["get", "cli-1"], T, 0, "state: scheduled"),
+        // Times as calendar times with how far off, durations as people write them.
+        (line!(), &["get", "cli-1"], T, 0, "UTC (in 1h)"),
         (line!(), &["reschedule", "cli-1", "--delay", "30m"], T, 0, "deliver_at"),
         (line!(), &["stats"], T, 0, "pending: 1"),
         (line!(), &["stats"], T, 0, "orders: 1"),
-        (line!(), &["leader"], T, 0, "is_leader: true"),
-        (line!(), &["leader", "--token", "second-token"], None, 0, "is_leader: true"),
+        (line!(), &["leader"], T, 0, "is_leader: yes"),
+        (line!(), &["leader", "--token", "second-token"], None, 0, "is_leader: yes"),
         (line!(), &["cancel", "cli-1"], T, 0, "state: cancelled"),
+        // A second cancel (a retry) answers as the first did.
+        (line!(), &["cancel", "cli-1"], T, 0, "already: yes"),
         // Refusals, each with its exit code.
         (line!(), &["push", "orders", "x", "--delay=-5s"], T, 1, "422 invalid_field: delay \"-5s\": must not be negative"),
         (line!(), &["push", "orders", "-f", "novalue", "--delay", "1s"], T, 1, "--field \"novalue\": write it as name=value"),
         (line!(), &["get", "a/b"], T, 1, "400 invalid_id: id \"a/b\""),
         (line!(), &["push", "orders", "--delay", "1s", "--bogus"], T, 2, "--bogus"),
+        // As over HTTP, a push names its due time.
+        (line!(), &["push", "orders", "x"], T, 2, "--delay <DELAY>"),
         (line!(), &["get", "never-pushed"], T, 3, "404 not_found: message never-pushed: unknown"),
         (line!(), &["reschedule", "cli-1", "--delay", "1m"], T, 4, "409 already_final: message cli-1: already cancelled"),
         (line!(), &["push", "billing", "x", "--delay", "1s"], T, 5, "403 stream_not_allowed"),
+        // Not possible here (no etcd: nobody to hand over to), which is not "already delivered".
+        (line!(), &["resign"], T, 8, "409 standalone"),
+        (line!(), &["push", "orders", "x", "--delay", "1d1h"], T, 1, "delay 1d1h: longer than max_delay 1h"),
         (line!(), &["stats"], None, 5, "401 missing_token"),
         (line!(), &["stats"], Some("wrong"), 5, "401 invalid_token"),
     ];
@@ -93,6 +102,32 @@ async fn every_client_command_with_its_output_and_exit_code() {
     let out = check(&env, line!(), &["get", "cli-1", "--json"], T, 0, "").await;
     let got: Value = serde_json::from_str(out.trim()).expect("--json prints JSON");
     assert_eq!(got["state"].as_str(), Some("cancelled"));
+    let human = check(&env, line!(), &["get", "cli-1"], T, 0, "state: cancelled").await;
+    assert!(
+        !human.contains("null") && !human.contains('{'),
+        "no JSON in {human:?}"
+    );
+
+    // A payload from stdin loses the newline echo adds, as $(…) would.
+    let mut push = tokio::process::Command::new(delayq_bin());
+    push.args(["push", "orders", "-", "--delay", "1h", "--id", "cli-stdin"])
+        .env("DELAYQ_URL", env.url(""))
+        .env("DELAYQ_TOKEN", T.expect("a token"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null());
+    let mut child = push.spawn().expect("run delayq push");
+    let mut stdin = child.stdin.take().expect("stdin");
+    tokio::io::AsyncWriteExt::write_all(&mut stdin, b"line one\nline two\n")
+        .await
+        .unwrap();
+    drop(stdin);
+    assert!(child.wait().await.unwrap().success());
+    let out = check(&env, line!(), &["get", "cli-stdin", "--json"], T, 0, "").await;
+    let got: Value = serde_json::from_str(out.trim()).expect("--json prints JSON");
+    assert_eq!(
+        got["fields"],
+        serde_json::json!([["payload", "line one\nline two"]])
+    );
     let unreachable = format!("http://127.0.0.1:{}", delayq::harness::free_port());
     check(
         &env,

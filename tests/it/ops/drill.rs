@@ -179,6 +179,16 @@ fn drill_drives_an_existing_cluster_through_its_commands() {
     assert_eq!(names, ["steady", "pause", "switchover"]);
     check_scenario(&report, "pause", 1);
     check_scenario(&report, "switchover", 1);
+    // The drill's own stream is gone with it.
+    let stream = report["stream"]
+        .as_str()
+        .expect("the drill names its stream");
+    assert!(stream.starts_with("drill-"), "{stream}");
+    let left: bool = redis::cmd("EXISTS")
+        .arg(stream)
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    assert!(!left, "the drill deleted {stream}");
 
     // Asking for a scenario the commands cannot run is refused up front.
     let out = Command::new(delayq_bin())
