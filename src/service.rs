@@ -176,7 +176,9 @@ pub async fn run(
             Some(answer) = http_reloads.recv() => {
                 // POST /v1/admin/reload: as SIGHUP, and the outcome goes back.
                 let outcome = match reloader.as_mut() {
-                    None => Err("this node was started without a configuration file (--config): there is nothing to reread".to_owned()),
+                    // No file to reread: the request is dropped unanswered, which
+                    // the API answers 409 no_config_file.
+                    None => continue,
                     Some(reloader) => {
                         let outcome = reloader.reload();
                         reloader.report(&outcome);

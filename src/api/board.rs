@@ -568,7 +568,8 @@ pub struct UpcomingView {
 #[utoipa::path(get, path = "/v1/upcoming", operation_id = "upcoming", params(UpcomingQuery),
     responses(
         (status = 200, description = "a page of messages; a page may be short (even empty) with a `next` when a stream filter matches little", body = UpcomingPage),
-        (status = 400, description = "a parameter is malformed; the detail names it", body = ErrorBody),
+        (status = 400, description = "the query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 422, description = "a parameter breaks a rule (limit out of range, a cursor not given by `next`, a bad stream name); the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
@@ -576,12 +577,12 @@ pub async fn upcoming(
     State(state): State<AppState>,
     query: Result<Query<UpcomingQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<UpcomingPage>, ApiError> {
-    let Query(q) = query.map_err(|e| ApiError::malformed(e.body_text()))?;
+    let Query(q) = query.map_err(super::streams::bad_query)?;
     let limit = match q.limit {
         None => 50,
         Some(n @ 1..=1000) => n,
         Some(n) => {
-            return Err(ApiError::malformed(format!(
+            return Err(ApiError::invalid(format!(
                 "limit: {n} is not between 1 and 1000"
             )));
         }
@@ -617,7 +618,7 @@ pub async fn upcoming(
 /// A cursor `<score>-<id>`, as `next` gives it.
 fn parse_cursor(cursor: &str) -> Result<(u64, String), ApiError> {
     let bad = || {
-        ApiError::malformed(format!(
+        ApiError::invalid(format!(
             "after: {cursor:?} is not a cursor this endpoint gave (`next`)"
         ))
     };

@@ -56,8 +56,9 @@ pub enum DeadCommand {
 #[derive(Args, Debug)]
 #[group(required = true, multiple = false)]
 pub struct Which {
-    /// A message id (repeatable).
-    #[arg(long = "id", value_name = "ID")]
+    /// A message id, the dead letter's `delayq-id` (repeatable); not the entry id
+    /// `dead list` shows first.
+    #[arg(long = "id", value_name = "MSG_ID")]
     ids: Vec<String>,
     /// Every dead letter of the stream.
     #[arg(long)]

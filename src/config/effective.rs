@@ -19,10 +19,12 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<(Config, toml::Table), ConfigError> {
-        let raw = read_raw(text, env)?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        let blame = |e| super::env::blame_env(&env, e);
+        let raw = read_raw(text, env.iter().cloned()).map_err(blame)?;
         let mut effective = toml::Table::try_from(&raw)
             .map_err(|e| ConfigError::Parse(format!("render the configuration: {e}")))?;
-        let config = raw.validate()?;
+        let config = raw.validate().map_err(blame)?;
         // Values chosen during validation, shown as they will be used.
         set_key(&mut effective, "node", "id", config.node_id.clone().into());
         if let Some(inbox) = &config.inbox {

@@ -55,6 +55,43 @@ pub(super) fn read_raw(
         .map_err(|e: toml::de::Error| ConfigError::Parse(one_line(text, &e)))
 }
 
+/// `e` with the environment variable named, when the key it is about (or the
+/// table holding it) was set by one: `redis.shards (from DELAYQ_REDIS_SHARDS):
+/// must be 1 to 1024`, rather than blaming the file for it.
+pub(super) fn blame_env(env: &[(String, String)], e: ConfigError) -> ConfigError {
+    let set_by = |key: &str| {
+        env.iter().find_map(|(name, _)| {
+            let (section, rest) = name
+                .strip_prefix("DELAYQ_")?
+                .to_ascii_lowercase()
+                .split_once('_')
+                .map(|(s, r)| (s.to_owned(), r.to_owned()))?;
+            let dotted = format!("{section}.{rest}");
+            let covers = key == dotted || key.starts_with(&format!("{dotted}."));
+            (SECTIONS.contains(&section.as_str()) && covers).then(|| name.clone())
+        })
+    };
+    match e {
+        ConfigError::Invalid { key, problem } => match set_by(&key) {
+            Some(name) => ConfigError::Invalid {
+                key: format!("{key} (from {name})"),
+                problem,
+            },
+            None => ConfigError::Invalid { key, problem },
+        },
+        ConfigError::Parse(text) => {
+            let key = text.split_once(": ").map(|(k, _)| k.to_owned());
+            match key.as_deref().and_then(|k| Some((k, set_by(k)?))) {
+                Some((key, name)) => {
+                    ConfigError::Parse(text.replacen(key, &format!("{key} (from {name})"), 1))
+                }
+                None => ConfigError::Parse(text),
+            }
+        }
+        other => other,
+    }
+}
+
 /// A TOML error on one line: where (the line and column, or the key), then what.
 /// An unknown key reads `redis.urll: unknown key (known: url, ...)`.
 fn one_line(text: &str, e: &toml::de::Error) -> String {
@@ -107,7 +144,7 @@ pub(super) fn apply_env(
                 _ => {
                     return Err(invalid(
                         &dotted,
-                        format!("{name}: must be a TOML inline table such as {{ orders = 1000 }}"),
+                        "must be a TOML inline table such as { orders = 1000 }",
                     ));
                 }
             }
@@ -221,9 +258,44 @@ mod tests {
         );
         let e = Config::from_toml("", env(&[("DELAYQ_STREAMS_MAXLEN", "1000")])).unwrap_err();
         assert!(
-            e.to_string()
-                .starts_with("streams.maxlen: DELAYQ_STREAMS_MAXLEN: must be a TOML inline table"),
+            e.to_string().starts_with(
+                "streams.maxlen (from DELAYQ_STREAMS_MAXLEN): must be a TOML inline table"
+            ),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn errors_about_what_the_environment_set_name_its_variable() {
+        for (var, value, want) in [
+            (
+                "DELAYQ_REDIS_SHARDS",
+                "0",
+                "redis.shards (from DELAYQ_REDIS_SHARDS): must be 1 to 1024",
+            ),
+            (
+                "DELAYQ_REDIS_URLL",
+                "x",
+                "redis.urll (from DELAYQ_REDIS_URLL): unknown key",
+            ),
+            (
+                "DELAYQ_STREAMS_MAXLEN",
+                "{ orders = -1 }",
+                "streams.maxlen.orders (from DELAYQ_STREAMS_MAXLEN):",
+            ),
+        ] {
+            let e = Config::from_toml("", env(&[(var, value)]))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(want), "{var}={value}: {e}");
+        }
+        let e = Config::from_toml(
+            "[redis]\nshards = 0",
+            env(&[("DELAYQ_REDIS_URL", "redis://x")]),
+        );
+        assert!(
+            e.unwrap_err().to_string().starts_with("redis.shards: must"),
+            "the file's own mistake"
         );
     }
 

@@ -28,7 +28,8 @@ use env::read_raw;
 
 #[derive(Debug, Error)]
 pub enum ConfigError {
-    #[error("{path}: {source}")]
+    /// Shown after the file's name, which every caller puts first.
+    #[error("cannot read it: {source}")]
     Read {
         path: String,
         source: std::io::Error,
@@ -309,7 +310,10 @@ impl Config {
         text: &str,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
-        read_raw(text, env)?.validate()
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        read_raw(text, env.iter().cloned())
+            .and_then(|raw| raw.validate())
+            .map_err(|e| env::blame_env(&env, e))
     }
 
     /// Options of the forward script for this configuration.

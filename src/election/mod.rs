@@ -615,11 +615,15 @@ impl Node {
         self.publish_lease(state.deadline, epoch, lease.id);
         let me = self.me.node_id.clone();
         let mut switch = self.switchover.clone();
-        let named = switch.borrow().as_deref() == Some(me.as_str());
-        if named {
-            tracing::info!(epoch, "switchover done: this node leads");
-            if let Err(e) = self.store.clear_switchover(&me).await {
-                tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself");
+        // Asked of Redis, not of the follower's last read: a leader with no other
+        // standby to wait for resigns at once, and this node may win before its
+        // follower has read the key. Left in place, the key would keep the other
+        // standbys out of the election until it expires.
+        match self.store.clear_switchover(&me).await {
+            Ok(true) => tracing::info!(epoch, "switchover done: this node leads"),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself")
             }
         }
 

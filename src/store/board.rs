@@ -419,16 +419,18 @@ impl Store {
             .await?)
     }
 
-    /// Ends the switchover to `node` (it leads now, or it timed out). A request
-    /// for another node made in between is left alone.
-    pub async fn clear_switchover(&self, node: &str) -> Result<()> {
-        if self.switchover_target().await?.as_deref() == Some(node) {
-            let _: i64 = redis::cmd("DEL")
-                .arg(self.keys.switchover())
-                .query_async(&mut self.conn.clone())
-                .await?;
-        }
-        Ok(())
+    /// Ends the switchover to `node` (it leads now, or it timed out); whether one
+    /// was in progress. A request for another node is left alone (compared and
+    /// deleted in one script, so one made in between is never lost).
+    pub async fn clear_switchover(&self, node: &str) -> Result<bool> {
+        let deleted: i64 = self
+            .scripts
+            .clear_switchover
+            .key(self.keys.switchover())
+            .arg(node)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(deleted == 1)
     }
 }
 

@@ -95,6 +95,8 @@ struct Scripts {
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
     due_histogram: Script,
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
+    clear_switchover: Script,
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     upcoming: Script,
 }
 
@@ -116,6 +118,7 @@ impl Scripts {
             pending_count: script!("pending_count"),
             journal_ack: script!("journal_ack"),
             due_histogram: script!("due_histogram"),
+            clear_switchover: script!("clear_switchover"),
             upcoming: script!("upcoming"),
         }
     }

@@ -292,3 +292,36 @@ async fn blank_page_parameters_mean_the_default() {
         .await;
     assert_eq!(status, 200, "{answer}");
 }
+
+#[tokio::test]
+async fn a_delivery_near_the_top_of_the_id_range_reads_back_exactly() {
+    // Stream ids past 2^53 ms (set by hand) are more than a double holds: the
+    // record keeps the entry id as its text.
+    let env = Env::start(CONFIG).await;
+    let top = "18446744073709551615";
+    let _: String = redis::cmd("XADD")
+        .arg("orders")
+        .arg(format!("{top}-0"))
+        .arg("a")
+        .arg("b")
+        .query(&mut env.redis.client())
+        .unwrap();
+    let (status, answer) = env
+        .api
+        .post(
+            "/v1/messages",
+            json!({"stream": "orders", "payload": "x", "delay": "0s", "id": "h1"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let delivered = eventually(
+        std::time::Duration::from_secs(10),
+        "h1 delivered",
+        || async {
+            let (status, answer) = env.api.get("/v1/messages/h1").await;
+            (status == 200 && answer["state"] == "delivered").then_some(answer)
+        },
+    )
+    .await;
+    assert_eq!(delivered["entry_id"], format!("{top}-1"), "{delivered}");
+}

@@ -185,11 +185,16 @@
     b.hidden = false;
   }
 
+  // What happened, for a while: an error stays until the next message, a success
+  // clears itself after 10 s so that an old one is not read as news.
+  let statusTimer = null;
   function setStatus(msg, kind) {
     const s = $('status');
     if (!s) return;
     s.className = 'status ' + (kind || 'ok');
     s.replaceChildren(el('span', { class: 'status-time' }, fmtTime(Date.now()) + ' '), el('span', null, msg));
+    clearTimeout(statusTimer);
+    if ((kind || 'ok') === 'ok') statusTimer = setTimeout(() => { s.replaceChildren(); s.className = 'status'; }, 10000);
   }
   const failStatus = (what, r) => setStatus(`${what} failed: ${errText(r)}`, 'err');
 
@@ -341,8 +346,15 @@
       g.append(svg('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'axis' }, 'no samples yet'));
       return g;
     }
-    const t0 = rate[0].t_ms, t1 = rate[rate.length - 1].t_ms;
-    const span = Math.max(t1 - t0, 1);
+    // Always the last 15 minutes, so the chart's width means the same time.
+    const t1 = Math.max(isNum(now) ? now : 0, rate[rate.length - 1].t_ms);
+    const t0 = t1 - 15 * 60000;
+    rate = rate.filter((p) => p.t_ms >= t0);
+    if (!rate.length) {
+      g.append(svg('text', { x: W / 2, y: H / 2, 'text-anchor': 'middle', class: 'axis' }, 'no samples in the last 15 minutes'));
+      return g;
+    }
+    const span = t1 - t0;
     const yMax1 = niceMax(Math.max(...rate.map((p) => p.delivered_per_s || 0)));
     const yMax2 = niceMax(Math.max(...rate.map((p) => (isNum(p.p99_ms) ? p.p99_ms : 0))));
     const x = (t) => L + ((t - t0) / span) * (W - L - R);
@@ -354,8 +366,7 @@
       g.append(svg('text', { x: L - 6, y: yy + 4, 'text-anchor': 'end', class: 'axis a1' }, fmtRate(yMax1 * f)));
       g.append(svg('text', { x: W - R + 6, y: yy + 4, class: 'axis a2' }, fmtMs(yMax2 * f)));
     }
-    const back = (isNum(now) ? now : t1) - t0;
-    g.append(svg('text', { x: L, y: H - 6, class: 'axis' }, back > 60000 ? fmtDur(Math.round(back / 60000) * 60000) + ' ago' : fmtAge(t0, now)));
+    g.append(svg('text', { x: L, y: H - 6, class: 'axis' }, '15m ago'));
     g.append(svg('text', { x: W - R, y: H - 6, 'text-anchor': 'end', class: 'axis' }, 'now'));
     const pts = rate.map((p) => [x(p.t_ms), y1(p.delivered_per_s || 0)]);
     const line = pts.map((p, i) => (i ? 'L' : 'M') + p[0].toFixed(1) + ' ' + p[1].toFixed(1)).join('');
@@ -540,7 +551,9 @@
     if (!r.ok || !r.body) { failBox('streams-box', r); return; }
     if (!changed('streams', r.body)) return;
     const list = Array.isArray(r.body.streams) ? r.body.streams : [];
-    setText('streams-note', r.body.exact === false ? 'counts are estimates (large streams)' : '');
+    const asOf = isNum(r.body.counted_at_ms) ? 'pending counted ' + fmtAge(r.body.counted_at_ms) : '';
+    const estimate = r.body.exact === false ? 'counts are estimates (large streams)' : '';
+    setText('streams-note', [asOf, estimate].filter(Boolean).join(' · '));
     const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s', 'Dead', 'Consumer groups'];
     if (isAdmin()) heads.push('');
     const rows = list.map((s) => el('tr', { data: { stream: s.stream, paused: s.paused ? 'true' : 'false' }, class: s.paused ? 'paused' : null },

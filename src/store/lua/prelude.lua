@@ -291,6 +291,9 @@ local function compact_record(p, base)
   local rec = STATE_CODES[p[1]]
   local dash = entry ~= '' and string.find(entry, '-', 1, true)
   local entry_ms = dash and tonumber(string.sub(entry, 1, dash - 1))
+  -- Past 2^53 a double no longer holds the id's milliseconds exactly (a stream
+  -- whose ids were set near 2^64 by hand): such an id is kept as its text.
+  if entry_ms and entry_ms >= 9007199254740992 then entry_ms = nil end
   if entry_ms then
     rec = rec .. (entry_ms - base) .. string.sub(entry, dash)
   elseif entry ~= '' then

@@ -61,7 +61,11 @@ fn check_config_refuses_each_kind_of_bad_config_naming_the_key() {
 fn check_config_refuses_a_missing_file_and_a_bad_environment() {
     let out = delayq(&["check-config", "--config", "/nonexistent/delayq.toml"]);
     assert_eq!(out.status.code(), Some(64));
-    assert!(text(&out.stderr).contains("/nonexistent/delayq.toml"));
+    let stderr = text(&out.stderr);
+    assert_eq!(
+        stderr.trim(),
+        "delayq: bad configuration: /nonexistent/delayq.toml: cannot read it: No such file or directory (os error 2)"
+    );
 
     let out = Command::new(delayq_bin())
         .args(["check-config"])
@@ -69,7 +73,10 @@ fn check_config_refuses_a_missing_file_and_a_bad_environment() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(64));
-    assert!(text(&out.stderr).contains("redis.shards"), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("redis.shards (from DELAYQ_REDIS_SHARDS): must be 1 to 1024"),
+        "{out:?}"
+    );
 }
 
 #[test]
@@ -289,4 +296,32 @@ async fn sighup_reloads_the_allow_list_and_log_level_and_keeps_the_rest() {
     let metrics = api.metrics().await.unwrap();
     assert!(metrics.contains("delayq_config_reloads_total{result=\"applied\"} 1"));
     assert!(metrics.contains("delayq_config_reloads_total{result=\"refused\"} 1"));
+}
+
+#[tokio::test]
+async fn a_node_started_without_a_file_answers_a_reload_409() {
+    let redis = RedisServer::start().unwrap();
+    let port = delayq::harness::free_port();
+    let mut child = tokio::process::Command::new(delayq_bin())
+        .arg("run")
+        .env_clear()
+        .env("DELAYQ_REDIS_URL", redis.url())
+        .env("DELAYQ_API_LISTEN", format!("127.0.0.1:{port}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run delayq without --config");
+    let api = Api::new(format!("127.0.0.1:{port}"));
+    eventually(Duration::from_secs(10), "the node answers", || async {
+        (api.status("/healthz").await == Some(200)).then_some(())
+    })
+    .await;
+    let (status, answer) = api.post("/v1/admin/reload", serde_json::json!({})).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("no_config_file")),
+        "{answer}"
+    );
+    child.kill().await.unwrap();
 }
