@@ -121,6 +121,43 @@ async fn a_leader_paused_for_a_second_keeps_its_term() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_redis_stalls_for_half_a_second_keeps_its_term() {
+    // n0 reaches Redis through a proxy that holds its bytes for 500 ms, as a slow
+    // network or a busy Redis would; then Redis itself stalls for everybody.
+    let proxy = Proxy::start().await;
+    let cluster = Cluster::start_via(3, 1, LONG_TTL, |i, url| {
+        proxy.lead_to(url);
+        if i == 0 {
+            proxy.redis_url()
+        } else {
+            url.to_owned()
+        }
+    })
+    .await;
+    let (leader, epoch, producer, monitor) = settled(&cluster).await;
+    assert_eq!(leader, 0, "n0 starts first and leads");
+    proxy.cut();
+    // The stall is what is under test.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    proxy.restore();
+    flowing(&cluster, 30).await;
+    // Every client's commands wait 500 ms (DEBUG SLEEP is off by default).
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(500)
+        .query(&mut cluster.redis.client())
+        .expect("CLIENT PAUSE");
+    flowing(&cluster, 30).await;
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    let delivery = check_exactly_once(&cluster, &pushed).await;
+    println!("500 ms stalls of the leader's Redis and of Redis: {delivery:?}");
+    let now = cluster.one_leader().wait(|| cluster.logs()).await;
+    assert_eq!(now, (leader, epoch), "a 500 ms stall moved the leadership");
+    assert_eq!(leases_ended(&cluster).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restart_seen_by_everybody_moves_nobody() {
     let mut cluster = Cluster::start(3, 1, LONG_TTL).await;
     let (leader, epoch, _producer, _monitor) = settled(&cluster).await;
