@@ -1,7 +1,11 @@
 //! Failover under load: two `delayq run` processes elected through etcd, a spread
-//! running, and the leader stopped mid-way, by SIGTERM (a clean stop: it finishes
-//! its batch and resigns, so the standby is elected at once) or by SIGKILL (a crash:
-//! the standby waits for the dead leader's lease to expire).
+//! running, and the leader stopped mid-way: by SIGTERM (a clean stop: it finishes
+//! its batch and resigns, so the standby is elected at once), by SIGKILL (a crash:
+//! the standby sees the leader's Redis connection close and ends its lease), by
+//! SIGSTOP (a pause held until the standby leads: it finds the leader's Redis probe
+//! silent), or by cutting the leader off from Redis alone (each node reaches Redis
+//! through a proxy of its own; etcd stays in reach, so the leader keeps renewing its
+//! lease and only the standby's judgement moves the leadership).
 //!
 //! Two figures: `takeover_ms`, from the signal until the standby answers `/leader`
 //! with 200 (polled every 2 ms), and `forwarding_gap_ms`, the longest time between two
@@ -16,7 +20,7 @@ use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream, wall_ms};
 use super::rows::{Delayq, Failover, Figures, ProcessCpu};
 use super::scenarios::SPREAD_DELAY;
-use crate::harness::{DelayqProcess, EtcdServer};
+use crate::harness::{DelayqProcess, EtcdServer, Proxy};
 
 const STREAM: &str = "bench:failover";
 
@@ -28,6 +32,13 @@ pub enum Stop {
     /// A crash: a standby finds the leader gone from Redis and ends its lease.
     #[value(name = "sigkill")]
     Kill,
+    /// A pause (SIGSTOP) held until a standby leads, then SIGCONT: the woken leader
+    /// finds its lease gone and stands by.
+    #[value(name = "pause")]
+    Pause,
+    /// The leader cut off from Redis (not from etcd) until a standby leads.
+    #[value(name = "redis-cut")]
+    RedisCut,
 }
 
 impl Stop {
@@ -35,7 +46,15 @@ impl Stop {
         match self {
             Stop::Term => "sigterm",
             Stop::Kill => "sigkill",
+            Stop::Pause => "pause",
+            Stop::RedisCut => "redis-cut",
         }
+    }
+
+    /// Whether the stopped leader's process ends (and is started again as the
+    /// standby), or lives on to stand by once the fault is undone.
+    fn ends_the_process(self) -> bool {
+        matches!(self, Stop::Term | Stop::Kill)
     }
 }
 
@@ -60,8 +79,19 @@ impl Bench {
             etcd.endpoint(),
             lease_ttl.as_secs()
         );
-        let mut leader = self.start_delayq_with("bench-a", &config).await?;
-        let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &config)?;
+        // Each node reaches Redis through a proxy of its own, for the cut.
+        let (mut cut, mut kept) = (Proxy::start().await, Proxy::start().await);
+        let via = |proxy: &Proxy| {
+            proxy.lead_to(&self.url);
+            let through = config.replacen(&self.url, &proxy.redis_url(), 1);
+            if stop == Stop::RedisCut {
+                through
+            } else {
+                config.clone()
+            }
+        };
+        let mut leader = self.start_delayq_with("bench-a", &via(&cut)).await?;
+        let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &via(&kept))?;
         let mut standby_since = Instant::now();
         // Let the standby's campaign reach etcd before the leader is stopped.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -69,7 +99,7 @@ impl Bench {
         let rounds = rounds.max(1);
         let tail = match stop {
             Stop::Term => Duration::from_secs(2),
-            Stop::Kill => lease_ttl + Duration::from_secs(2),
+            Stop::Kill | Stop::Pause | Stop::RedisCut => lease_ttl + Duration::from_secs(2),
         };
         let per_round = settle(stop) + Duration::from_millis(300);
         let total = (rate as f64
@@ -92,8 +122,11 @@ impl Bench {
             if round > 0 {
                 // The stopped node stands by again; a standby judges a crashed
                 // leader once it has held its presence for a while.
-                leader.restart()?;
+                if stop.ends_the_process() {
+                    leader.restart()?;
+                }
                 std::mem::swap(&mut leader, &mut standby);
+                std::mem::swap(&mut cut, &mut kept);
                 standby_since = Instant::now();
             }
             let settled = standby_since + settle(stop);
@@ -102,11 +135,16 @@ impl Bench {
             match stop {
                 Stop::Kill => leader.kill(),
                 Stop::Term => leader.signal(libc::SIGTERM),
+                Stop::Pause => leader.signal(libc::SIGSTOP),
+                Stop::RedisCut => cut.cut(),
             }
             let mut took = None;
             let mut exited = None;
             let give_up = stopped_at + lease_ttl + Duration::from_secs(10);
-            while Instant::now() < give_up && (took.is_none() || exited.is_none()) {
+            let waiting = |took: &Option<f64>, exited: &Option<f64>| {
+                took.is_none() || (stop.ends_the_process() && exited.is_none())
+            };
+            while Instant::now() < give_up && waiting(&took, &exited) {
                 if took.is_none() && self.leads(&standby).await {
                     took = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
                 }
@@ -114,6 +152,12 @@ impl Bench {
                     exited = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            // The fault undone: the old leader finds its lease gone and stands by.
+            match stop {
+                Stop::Pause => leader.signal(libc::SIGCONT),
+                Stop::RedisCut => cut.restore(),
+                Stop::Term | Stop::Kill => {}
             }
             if round == 0 {
                 old_leader_exit_ms = exited;
@@ -167,6 +211,8 @@ impl Bench {
         Ok(match stop {
             Stop::Term => Delayq::FailoverSigterm(failover),
             Stop::Kill => Delayq::FailoverSigkill(failover),
+            Stop::Pause => Delayq::FailoverPause(failover),
+            Stop::RedisCut => Delayq::FailoverRedisCut(failover),
         }
         .into())
     }
@@ -179,6 +225,9 @@ fn settle(stop: Stop) -> Duration {
     match stop {
         Stop::Kill => Duration::from_millis(2_300),
         Stop::Term => Duration::from_millis(500),
+        // A silent probe is judged against the standby's own, kept for 3 s; the
+        // node that stood by after the fault must have rejoined first.
+        Stop::Pause | Stop::RedisCut => Duration::from_millis(4_000),
     }
 }
 

@@ -6,7 +6,7 @@
 //! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
 //!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
-//! - `failover`: the leader stopped (SIGTERM, SIGKILL) during a spread, two daemons
+//! - `failover`: the leader stopped (SIGTERM, SIGKILL, SIGSTOP, cut off from Redis) during a spread, two daemons
 //!   elected through etcd.
 //! - `leaders`: a burst drained by several leaders at once (`election.mode =
 //!   "per_shard"`).
@@ -113,8 +113,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_failover: bool,
     /// Rounds of each failover (the leader stopped, started again as the standby,
-    /// the new leader stopped in turn); default by suite: SIGTERM 50 and SIGKILL 20
-    /// in the full suite.
+    /// the new leader stopped in turn); default by suite: SIGTERM 50, SIGKILL 20,
+    /// pause and redis-cut 5 in the full suite.
     #[arg(long)]
     pub failover_rounds: Option<u32>,
     /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
@@ -258,7 +258,12 @@ impl Plan {
                 peer_rates: vec![1000, 10_000],
                 ceiling: true,
                 redis_benchmark_requests: 300_000,
-                failover_stops: vec![failover::Stop::Term, failover::Stop::Kill],
+                failover_stops: vec![
+                    failover::Stop::Term,
+                    failover::Stop::Kill,
+                    failover::Stop::Pause,
+                    failover::Stop::RedisCut,
+                ],
                 failover_rate: 1000,
                 failover_after: Duration::from_secs(3),
                 failover_rounds: (50, 20),
@@ -599,6 +604,10 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
                         match stop {
                             failover::Stop::Term => plan.failover_rounds.0,
                             failover::Stop::Kill => plan.failover_rounds.1,
+                            // About 8 s a round: fewer of them.
+                            failover::Stop::Pause | failover::Stop::RedisCut => {
+                                plan.failover_rounds.1.clamp(1, 5)
+                            }
                         },
                     )
                     .await?);

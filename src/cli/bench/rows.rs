@@ -52,6 +52,8 @@ pub enum Delayq {
     IngestInbox(Ingest),
     FailoverSigterm(Failover),
     FailoverSigkill(Failover),
+    FailoverPause(Failover),
+    FailoverRedisCut(Failover),
     ClusterBurst(super::cluster::ClusterBurst),
 }
 
@@ -440,6 +442,8 @@ impl Delayq {
             Delayq::IngestInbox(_) => "ingest-inbox",
             Delayq::FailoverSigterm(_) => "failover-sigterm",
             Delayq::FailoverSigkill(_) => "failover-sigkill",
+            Delayq::FailoverPause(_) => "failover-pause",
+            Delayq::FailoverRedisCut(_) => "failover-redis-cut",
             Delayq::ClusterBurst(_) => "cluster-burst",
         }
     }
@@ -454,7 +458,10 @@ impl Delayq {
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => &i.measured,
-            Delayq::FailoverSigterm(f) | Delayq::FailoverSigkill(f) => &f.measured,
+            Delayq::FailoverSigterm(f)
+            | Delayq::FailoverSigkill(f)
+            | Delayq::FailoverPause(f)
+            | Delayq::FailoverRedisCut(f) => &f.measured,
             Delayq::ClusterBurst(c) => &c.measured,
         }
     }
@@ -475,6 +482,8 @@ impl Delayq {
         match self {
             Delayq::FailoverSigterm(f) => Some(("SIGTERM", f)),
             Delayq::FailoverSigkill(f) => Some(("SIGKILL", f)),
+            Delayq::FailoverPause(f) => Some(("SIGSTOP", f)),
+            Delayq::FailoverRedisCut(f) => Some(("Redis cut", f)),
             _ => None,
         }
     }
@@ -584,7 +593,12 @@ mod tests {
                 scenario,
             );
         }
-        for scenario in ["failover-sigterm", "failover-sigkill"] {
+        for scenario in [
+            "failover-sigterm",
+            "failover-sigkill",
+            "failover-pause",
+            "failover-redis-cut",
+        ] {
             check(
                 &row(
                     "delayq",
