@@ -51,13 +51,7 @@ pub struct Complaint {
 
 impl Complaint {
     pub const fn new(what: &'static str, working: &'static str) -> Complaint {
-        Complaint {
-            what,
-            working,
-            unit: None,
-            failing: AtomicBool::new(false),
-            state: Mutex::new(State { outage: None }),
-        }
+        Self::counting(None, what, working)
     }
 
     /// A complaint whose summaries count the places (of `unit`, say `"shard"`) that
@@ -67,10 +61,18 @@ impl Complaint {
         what: &'static str,
         working: &'static str,
     ) -> Complaint {
+        Self::counting(Some(unit), what, working)
+    }
+
+    const fn counting(
+        unit: Option<&'static str>,
+        what: &'static str,
+        working: &'static str,
+    ) -> Complaint {
         Complaint {
             what,
             working,
-            unit: Some(unit),
+            unit,
             failing: AtomicBool::new(false),
             state: Mutex::new(State { outage: None }),
         }
@@ -154,7 +156,8 @@ pub struct Said {
 impl Said {
     /// The failures the line counts: 1 on the first line, those since the last line
     /// on a summary, all of them on the recovery line.
-    pub fn failures(&self) -> u64 {
+    #[cfg(test)]
+    fn failures(&self) -> u64 {
         match self.line {
             Line::First => 1,
             Line::Again { failures, .. } | Line::Recovered { failures, .. } => failures,

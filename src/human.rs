@@ -49,23 +49,24 @@ pub fn roughly(ms: u64) -> String {
 /// (the raw number when it is past what a calendar holds).
 #[cfg(feature = "server")]
 pub fn time_utc(epoch_ms: u64) -> String {
-    match i64::try_from(epoch_ms)
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok())
-    {
+    match timestamp(epoch_ms) {
         Some(t) => t.strftime("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
         None => format!("{epoch_ms} ms after 1970"),
     }
+}
+
+/// Epoch milliseconds as a calendar instant, if a calendar holds it.
+#[cfg(feature = "server")]
+fn timestamp(epoch_ms: u64) -> Option<jiff::Timestamp> {
+    let ms = i64::try_from(epoch_ms).ok()?;
+    jiff::Timestamp::from_millisecond(ms).ok()
 }
 
 /// An epoch-milliseconds time in this machine's time zone, with how far it is from
 /// `now_ms`: `2026-11-26 20:22:09.186 CET (in 20m)`, `… (3s ago)`.
 #[cfg(feature = "server")]
 pub fn time_local(epoch_ms: u64, now_ms: u64) -> String {
-    let when = i64::try_from(epoch_ms)
-        .ok()
-        .and_then(|ms| jiff::Timestamp::from_millisecond(ms).ok());
-    let Some(when) = when else {
+    let Some(when) = timestamp(epoch_ms) else {
         return format!("{epoch_ms} ms after 1970");
     };
     let zoned = when.to_zoned(jiff::tz::TimeZone::system());

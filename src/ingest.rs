@@ -116,6 +116,6 @@ impl Ingest {
 fn is_refusal(outcome: &Result<Scheduled>) -> bool {
     matches!(
         outcome,
-        Err(StoreError::TooFar(_) | StoreError::BadStream(_))
+        Err(StoreError::TooFar { .. } | StoreError::BadStream(_))
     )
 }

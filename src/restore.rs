@@ -217,7 +217,7 @@ async fn restore_page(
                 report.already_present += 1
             }
             Ok(Scheduled::Duplicate { .. }) => report.finished_in_redis += 1,
-            Err(StoreError::TooFar(_) | StoreError::BadStream(_)) => report.refused += 1,
+            Err(StoreError::TooFar { .. } | StoreError::BadStream(_)) => report.refused += 1,
             Err(e) => return Err(e.into()),
         }
     }

@@ -67,28 +67,19 @@ impl From<InvalidMessage> for ApiError {
     }
 }
 
-/// The schedule scripts' `due time D is more than max_delay M ms after now N` in
-/// calendar time and a human duration.
-fn too_far(detail: &str) -> String {
-    let numbers: Vec<u64> = detail
-        .split_whitespace()
-        .filter_map(|w| w.parse().ok())
-        .collect();
-    match numbers[..] {
-        [due, max_delay, now] => format!(
-            "deliver_at {}: more than api.max_delay ({}) after now ({}, Redis's clock)",
-            crate::human::time_utc(due),
-            crate::human::millis(max_delay),
-            crate::human::time_utc(now),
-        ),
-        _ => format!("deliver_at: {detail}"),
-    }
-}
-
 impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
-            StoreError::TooFar(detail) => ApiError::invalid(too_far(&detail)),
+            StoreError::TooFar {
+                due_ms,
+                max_delay_ms,
+                now_ms,
+            } => ApiError::invalid(format!(
+                "deliver_at {}: more than api.max_delay ({}) after now ({}, Redis's clock)",
+                crate::human::time_utc(due_ms),
+                crate::human::millis(max_delay_ms),
+                crate::human::time_utc(now_ms),
+            )),
             StoreError::BadStream(detail) => ApiError::invalid(format!("stream: {detail}")),
             StoreError::Corrupt(detail) => ApiError::new(StatusCode::CONFLICT, "corrupt", detail),
             StoreError::Busy(detail) => {
@@ -225,15 +216,21 @@ mod tests {
             409,
             "corrupt",
         );
-        check(StoreError::TooFar("due in 2y".into()), 422, "invalid_field");
+        let too_far = StoreError::TooFar {
+            due_ms: 2,
+            max_delay_ms: 1,
+            now_ms: 0,
+        };
+        check(too_far, 422, "invalid_field");
     }
 
     #[test]
     fn a_due_time_too_far_reads_in_calendar_time() {
-        let e = ApiError::from(StoreError::TooFar(
-            "due time 99999999999999 is more than max_delay 31536000000 ms after now 1795719824985"
-                .into(),
-        ));
+        let e = ApiError::from(StoreError::TooFar {
+            due_ms: 99_999_999_999_999,
+            max_delay_ms: 31_536_000_000,
+            now_ms: 1_795_719_824_985,
+        });
         assert_eq!(
             e.detail,
             "deliver_at 5138-11-16 09:46:39.999 UTC: more than api.max_delay (365d) after now \

@@ -61,14 +61,10 @@ pub(super) fn read_raw(
 pub(super) fn blame_env(env: &[(String, String)], e: ConfigError) -> ConfigError {
     let set_by = |key: &str| {
         env.iter().find_map(|(name, _)| {
-            let (section, rest) = name
-                .strip_prefix("DELAYQ_")?
-                .to_ascii_lowercase()
-                .split_once('_')
-                .map(|(s, r)| (s.to_owned(), r.to_owned()))?;
+            let (section, rest) = env_key(name)?;
             let dotted = format!("{section}.{rest}");
             let covers = key == dotted || key.starts_with(&format!("{dotted}."));
-            (SECTIONS.contains(&section.as_str()) && covers).then(|| name.clone())
+            covers.then(|| name.clone())
         })
     };
     match e {
@@ -90,6 +86,16 @@ pub(super) fn blame_env(env: &[(String, String)], e: ConfigError) -> ConfigError
         }
         other => other,
     }
+}
+
+/// The section and key a `DELAYQ_<SECTION>_<KEY>` variable overrides, lowercase;
+/// None for any other name.
+fn env_key(name: &str) -> Option<(String, String)> {
+    let rest = name.strip_prefix("DELAYQ_")?.to_ascii_lowercase();
+    let (section, key) = rest.split_once('_')?;
+    SECTIONS
+        .contains(&section)
+        .then(|| (section.to_owned(), key.to_owned()))
 }
 
 /// A TOML error on one line: where (the line and column, or the key), then what.
@@ -125,16 +131,9 @@ pub(super) fn apply_env(
     env: impl IntoIterator<Item = (String, String)>,
 ) -> Result<(), ConfigError> {
     for (name, value) in env {
-        let Some(rest) = name.strip_prefix("DELAYQ_") else {
+        let Some((section, key)) = env_key(&name) else {
             continue;
         };
-        let rest = rest.to_ascii_lowercase();
-        let Some((section, key)) = rest.split_once('_') else {
-            continue;
-        };
-        if !SECTIONS.contains(&section) {
-            continue;
-        }
         let dotted = format!("{section}.{key}");
         let value = if TABLE_KEYS.contains(&dotted.as_str()) {
             match format!("v = {value}").parse::<toml::Table>() {
@@ -172,16 +171,21 @@ pub(super) fn apply_env(
             }
         };
         let section_table = table
-            .entry(section.to_owned())
+            .entry(section.clone())
             .or_insert_with(|| toml::Value::Table(toml::Table::new()));
         match section_table {
-            toml::Value::Table(t) => match (t.get_mut(key), value) {
+            toml::Value::Table(t) => match (t.get_mut(&key), value) {
                 (Some(toml::Value::Table(file)), toml::Value::Table(env)) => merge(file, env),
                 (_, value) => {
-                    t.insert(key.to_owned(), value);
+                    t.insert(key, value);
                 }
             },
-            _ => return Err(invalid(section, format!("must be a table to apply {name}"))),
+            _ => {
+                return Err(invalid(
+                    &section,
+                    format!("must be a table to apply {name}"),
+                ));
+            }
         }
     }
     Ok(())

@@ -327,7 +327,7 @@ impl Worker {
             outcomes
                 .into_iter()
                 .map(|outcome| match outcome {
-                    Err(StoreError::TooFar(detail)) => Ok(Err(detail)),
+                    Err(e @ StoreError::TooFar { .. }) => Ok(Err(e.to_string())),
                     other => other.map(Ok),
                 })
                 .collect()

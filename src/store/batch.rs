@@ -410,8 +410,7 @@ impl Store {
             .map(|v| {
                 let (status, due, detail) = (text(&v[0])?, int(&v[1])?.max(0) as u64, text(&v[2])?);
                 if status == "too_far" {
-                    let detail = detail.strip_prefix("TOO_FAR ").unwrap_or(&detail);
-                    return Ok(Err(StoreError::TooFar(detail.to_owned())));
+                    return Ok(Err(StoreError::too_far(&detail)));
                 }
                 match Scheduled::from_reply(&status, due, detail) {
                     Some(scheduled) => Ok(Ok(scheduled)),

@@ -9,8 +9,14 @@ pub enum StoreError {
     /// A newer leader has raised the shard's fence: this caller must stop leading.
     #[error("fenced: epoch {caller} is below the fence {held}")]
     Fenced { held: u64, caller: u64 },
-    #[error("{0}")]
-    TooFar(String),
+    /// A due time more than `max_delay` after Redis's now (the schedule scripts'
+    /// `TOO_FAR`, read here once: callers get the times, not a text to parse).
+    #[error("due time {due_ms} is more than max_delay {max_delay_ms} ms after now {now_ms}")]
+    TooFar {
+        due_ms: u64,
+        max_delay_ms: u64,
+        now_ms: u64,
+    },
     #[error("{0}")]
     Corrupt(String),
     #[error("unexpected reply from Redis: {0}")]
@@ -55,9 +61,26 @@ impl StoreError {
                     _ => StoreError::Reply(format!("FENCED {detail}")),
                 }
             }
-            Some("TOO_FAR") => StoreError::TooFar(detail),
+            Some("TOO_FAR") => StoreError::too_far(&detail),
             Some("CORRUPT") => StoreError::Corrupt(detail),
             _ => StoreError::Redis(e),
+        }
+    }
+
+    /// The schedule scripts' `due time D is more than max_delay M ms after now N`
+    /// (with or without its `TOO_FAR` code) as [`StoreError::TooFar`].
+    pub(super) fn too_far(detail: &str) -> Self {
+        let numbers: Vec<u64> = detail
+            .split_whitespace()
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        match numbers[..] {
+            [due_ms, max_delay_ms, now_ms] => StoreError::TooFar {
+                due_ms,
+                max_delay_ms,
+                now_ms,
+            },
+            _ => StoreError::Reply(format!("TOO_FAR {detail}")),
         }
     }
 
@@ -92,7 +115,7 @@ impl StoreError {
                     || e.code().is_some_and(|code| TRANSIENT_CODES.contains(&code))
             }
             StoreError::Fenced { .. }
-            | StoreError::TooFar(_)
+            | StoreError::TooFar { .. }
             | StoreError::BadStream(_)
             | StoreError::Corrupt(_)
             | StoreError::Reply(_)
@@ -155,7 +178,7 @@ mod tests {
         check(reply("DEADLETTER", "cannot write to s:dead: WRONGTYPE"), false);
         check(StoreError::Reply("expected an array".into()), false);
         check(StoreError::Corrupt("undecodable body".into()), false);
-        check(StoreError::TooFar("due time".into()), false);
+        check(StoreError::too_far("due time 9 is more than max_delay 5 ms after now 1"), false);
         check(StoreError::Fenced { held: 2, caller: 1 }, false);
     }
 }

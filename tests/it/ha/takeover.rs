@@ -26,6 +26,22 @@ async fn leases_ended(cluster: &Cluster) -> f64 {
     sum
 }
 
+/// Three nodes with a 6 s lease, n0 reaching Redis through the returned proxy
+/// (the others directly), so that n0 alone can be cut off from Redis or stalled.
+async fn n0_through_a_proxy() -> (Proxy, Cluster) {
+    let proxy = Proxy::start().await;
+    let cluster = Cluster::start_via(3, 1, LONG_TTL, |i, url| {
+        proxy.lead_to(url);
+        if i == 0 {
+            proxy.redis_url()
+        } else {
+            url.to_owned()
+        }
+    })
+    .await;
+    (proxy, cluster)
+}
+
 /// Three nodes with a 6 s lease under load; returns the leader once the standbys
 /// have held their presence long enough to judge (about 2 s of deliveries).
 async fn settled(cluster: &Cluster) -> (usize, u64, Producer, Monitor) {
@@ -70,16 +86,7 @@ async fn a_killed_leader_is_replaced_long_before_its_lease_runs_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_from_redis_alone_hands_over_and_rejoins() {
     // n0 reaches Redis through a proxy that can cut it off; etcd stays in reach.
-    let proxy = Proxy::start().await;
-    let cluster = Cluster::start_via(3, 1, LONG_TTL, |i, url| {
-        proxy.lead_to(url);
-        if i == 0 {
-            proxy.redis_url()
-        } else {
-            url.to_owned()
-        }
-    })
-    .await;
+    let (proxy, cluster) = n0_through_a_proxy().await;
     let (leader, _, producer, monitor) = settled(&cluster).await;
     assert_eq!(leader, 0, "n0 starts first and leads");
     let cut_at = Instant::now();
@@ -124,16 +131,7 @@ async fn a_leader_paused_for_a_second_keeps_its_term() {
 async fn a_leader_whose_redis_stalls_for_half_a_second_keeps_its_term() {
     // n0 reaches Redis through a proxy that holds its bytes for 500 ms, as a slow
     // network or a busy Redis would; then Redis itself stalls for everybody.
-    let proxy = Proxy::start().await;
-    let cluster = Cluster::start_via(3, 1, LONG_TTL, |i, url| {
-        proxy.lead_to(url);
-        if i == 0 {
-            proxy.redis_url()
-        } else {
-            url.to_owned()
-        }
-    })
-    .await;
+    let (proxy, cluster) = n0_through_a_proxy().await;
     let (leader, epoch, producer, monitor) = settled(&cluster).await;
     assert_eq!(leader, 0, "n0 starts first and leads");
     proxy.cut();
