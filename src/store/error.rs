@@ -70,9 +70,12 @@ impl StoreError {
     /// The schedule scripts' `due time D is more than max_delay M ms after now N`
     /// (with or without its `TOO_FAR` code) as [`StoreError::TooFar`].
     pub(super) fn too_far(detail: &str) -> Self {
+        // Lua writes a due time past 2^53 as a double (`1.844674407371e+19`):
+        // read as one, saturating into u64.
         let numbers: Vec<u64> = detail
             .split_whitespace()
-            .filter_map(|w| w.parse().ok())
+            .filter_map(|w| w.parse::<f64>().ok().filter(|n| n.is_finite()))
+            .map(|n| n as u64)
             .collect();
         match numbers[..] {
             [due_ms, max_delay_ms, now_ms] => StoreError::TooFar {
@@ -179,6 +182,10 @@ mod tests {
         check(StoreError::Reply("expected an array".into()), false);
         check(StoreError::Corrupt("undecodable body".into()), false);
         check(StoreError::too_far("due time 9 is more than max_delay 5 ms after now 1"), false);
+        assert!(matches!(
+            StoreError::too_far("TOO_FAR due time 1.844674407371e+19 is more than max_delay 5 ms after now 1"),
+            StoreError::TooFar { due_ms, max_delay_ms: 5, now_ms: 1 } if due_ms > 1 << 63
+        ));
         check(StoreError::Fenced { held: 2, caller: 1 }, false);
     }
 }
