@@ -154,7 +154,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 
     let reloads = Arc::new(std::sync::OnceLock::new());
     let api = CancellationToken::new();
-    let router = api::router(api::AppState {
+    let router = api::router(api::AppState::new(api::App {
         config: config.clone(),
         live_config,
         store: store.clone(),
@@ -165,7 +165,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         metrics,
         board: Default::default(),
         reloads: reloads.clone(),
-    });
+    }));
     let api_task = tokio::spawn(
         axum::serve(api::listener::Listener(listener), router)
             .with_graceful_shutdown(api.clone().cancelled_owned())

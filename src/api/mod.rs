@@ -35,9 +35,27 @@ use crate::config::Config;
 use crate::leadership::Leadership;
 use crate::store::Store;
 
-/// What every handler can reach.
+/// What every handler can reach: one `Arc`, so that the clone axum makes for each
+/// request (and for each middleware layer) is one reference count, not a copy of
+/// every handle in [`App`].
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<App>);
+
+impl AppState {
+    pub fn new(app: App) -> AppState {
+        AppState(Arc::new(app))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+/// The handles behind [`AppState`].
+pub struct App {
     /// The configuration at start. Keys that a reload may change (see
     /// `crate::reload::RELOADABLE`) are read from `live_config` instead.
     pub config: Arc<Config>,
@@ -59,7 +77,7 @@ pub struct AppState {
     pub reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>>,
 }
 
-impl AppState {
+impl App {
     /// The running configuration, with the latest reload applied.
     pub fn current_config(&self) -> Arc<Config> {
         self.live_config.borrow().clone()
