@@ -96,40 +96,43 @@ enum Loss {
     RestartWithoutPersistence,
 }
 
-/// 100 000 messages: half due 60 s on (pushed first), half due at once
-/// (delivered, and journaled as such, before the loss). Redis loses everything; the leader sees its
-/// marker gone, holds forwarding and restores by itself: the later half reach
-/// the (now empty) stream once each and not before their due time, the first
-/// half never again.
+/// Pushes `part` in batches of 1000 to stream `s`: due at once, or at `due` (epoch ms).
+async fn push_batches(api: &Api, part: &[String], due: Option<u64>) {
+    for chunk in part.chunks(1000) {
+        let messages: Vec<_> = chunk
+            .iter()
+            .map(|id| match due {
+                None => json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 0}),
+                Some(at) => json!({"id": id, "stream": "s", "payload": "x", "deliver_at": at}),
+            })
+            .collect();
+        let (status, body) = api
+            .post("/v1/messages/batch", json!({ "messages": messages }))
+            .await;
+        assert_eq!(
+            (status, &body["scheduled"]),
+            (200, &json!(chunk.len())),
+            "{body}"
+        );
+    }
+}
+
+/// 100 000 messages: half due at once (delivered, and journaled as such, before the
+/// loss), then half due later (pending at the loss). Redis loses everything; the
+/// leader sees its marker gone, holds forwarding and restores by itself: the later
+/// half reach the (now empty) stream once each and not before their due time, the
+/// first half never again.
 async fn redis_loses_its_data(loss: Loss) {
     let db = mariadb().await;
     let mut redis = RedisServer::start().unwrap();
     let node = journaled_node(&redis, &db, "");
     let api = Api::new(node.api).with_timeout(Duration::from_secs(30));
     const N: usize = 100_000;
-    let late_due = now_ms() + 60_000;
     let ids: Vec<String> = (0..N).map(|i| format!("m{i}")).collect();
     let (early, late) = ids.split_at(N / 2);
-    for (part, due) in [(late, Some(late_due)), (early, None)] {
-        for chunk in part.chunks(1000) {
-            let messages: Vec<_> = chunk
-                .iter()
-                .map(|id| match due {
-                    None => json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 0}),
-                    Some(at) => json!({"id": id, "stream": "s", "payload": "x", "deliver_at": at}),
-                })
-                .collect();
-            let (status, body) = api
-                .post("/v1/messages/batch", json!({ "messages": messages }))
-                .await;
-            assert_eq!(
-                (status, &body["scheduled"]),
-                (200, &json!(chunk.len())),
-                "{body}"
-            );
-        }
-    }
     // The first half delivered, and the journal knows each one's entry.
+    let started = std::time::Instant::now();
+    push_batches(&api, early, None).await;
     let mut conn = redis.client();
     eventually(Duration::from_secs(60), "the first half delivered", || {
         let tally = Tally::of_ids(early, &entries(&mut conn, "s"));
@@ -138,6 +141,11 @@ async fn redis_loses_its_data(loss: Loss) {
     .await;
     let sent_before = sent_of(entries(&mut conn, "s"));
     journal_agrees(&db, early, &sent_before, false).await;
+    // The later half is due well after it is stored: as long again as the first
+    // half took (so a slow machine waits longer), at least 20 s.
+    let took = started.elapsed().as_millis() as u64;
+    let late_due = now_ms() + took.max(20_000);
+    push_batches(&api, late, Some(late_due)).await;
     assert!(
         late_due > now_ms() + 2_000,
         "the later half still pending at the loss"
@@ -150,11 +158,16 @@ async fn redis_loses_its_data(loss: Loss) {
         Loss::RestartWithoutPersistence => redis.restart().unwrap(),
     }
     let mut conn = redis.client();
-    let tally = eventually(Duration::from_secs(60), "the later half delivered", || {
-        let got = entries(&mut conn, "s");
-        let tally = Tally::of_ids(late, &got);
-        async move { tally.lost.is_empty().then_some((tally, got)) }
-    })
+    let until_due = Duration::from_millis(late_due.saturating_sub(now_ms()));
+    let tally = eventually(
+        until_due + Duration::from_secs(60),
+        "the later half delivered",
+        || {
+            let got = entries(&mut conn, "s");
+            let tally = Tally::of_ids(late, &got);
+            async move { tally.lost.is_empty().then_some((tally, got)) }
+        },
+    )
     .await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (_, got) = tally;
