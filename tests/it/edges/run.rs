@@ -396,10 +396,11 @@ pub(super) async fn check_edge(settings: &[(&str, &str)], w: Workload) {
     // Nothing more arrived meanwhile: still exactly once (twice with a redelivery).
     let want = if redelivered { 2 * n } else { n };
     assert_eq!(edge.total(""), want, "{}", ctx("nothing delivered again"));
-    assert_eq!(
-        edge.api.status("/healthz").await,
-        Some(200),
-        "{}",
-        ctx("the daemon is still up")
-    );
+    // Still up, and healthy again: while Redis moves the largest messages on a loaded
+    // machine a health probe may time out, and /healthz answers 503 until the next
+    // probe (every second) succeeds.
+    let healthy = within(Duration::from_secs(20), || async {
+        (edge.api.status("/healthz").await == Some(200)).then_some(())
+    });
+    assert!(healthy.await.is_some(), "{}", ctx("the daemon is still up"));
 }
