@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use delayq::harness::{DelayqProcess, MariaDbServer, RedisServer};
 use serde_json::json;
 
-use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually};
+use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually, within};
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -57,36 +57,23 @@ fn sent_of(entries: Vec<Entry>) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// Waits until the journal has each of `ids` delivered as the entry `sent`
-/// names (with `only`, and no other row).
-async fn journal_agrees(
-    db: &MariaDbServer,
-    ids: &[String],
-    sent: &BTreeMap<String, String>,
-    only: bool,
-) {
-    let disagreement = || {
+/// Waits until the journal has each of `ids` delivered as the entry `sent` names;
+/// if it never does, panics naming the rows that disagree.
+async fn journal_agrees(db: &MariaDbServer, ids: &[String], sent: &BTreeMap<String, String>) {
+    let wrong = || {
         let rows = journal_rows(db);
-        let wrong: Vec<String> = ids
-            .iter()
+        ids.iter()
             .filter(|id| rows.get(*id).map(|(s, e)| (*s, e)) != Some((1, &sent[*id])))
             .map(|id| format!("{id}: {:?} (want delivered as {})", rows.get(id), sent[id]))
-            .collect();
-        let extra: Vec<String> = rows
-            .iter()
-            .filter(|(id, _)| only && !ids.contains(id))
-            .map(|(id, row)| format!("{id}: {row:?}"))
-            .collect();
-        (!wrong.is_empty() || !extra.is_empty())
-            .then(|| format!("wrong {wrong:?}, extra {extra:?}"))
+            .collect::<Vec<_>>()
     };
-    let deadline = std::time::Instant::now() + Duration::from_secs(30) * crate::support::patience();
-    while let Some(why) = disagreement() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the journal disagrees: {why}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let agreed = within(Duration::from_secs(30), || {
+        let agree = wrong().is_empty();
+        async move { agree.then_some(()) }
+    })
+    .await;
+    if agreed.is_none() {
+        panic!("the journal disagrees: {:?}", wrong());
     }
 }
 
@@ -140,7 +127,7 @@ async fn redis_loses_its_data(loss: Loss) {
     })
     .await;
     let sent_before = sent_of(entries(&mut conn, "s"));
-    journal_agrees(&db, early, &sent_before, false).await;
+    journal_agrees(&db, early, &sent_before).await;
     // The later half is due well after it is stored: as long again as the first
     // half took (so a slow machine waits longer), at least 20 s.
     let took = started.elapsed().as_millis() as u64;
@@ -181,7 +168,7 @@ async fn redis_loses_its_data(loss: Loss) {
     assert!(log.contains("Redis has lost its data"), "{log}");
     assert!(log.contains("restored from the journal"), "{log}");
     // And the journal learns the later half's deliveries too.
-    journal_agrees(&db, late, &sent_of(got), false).await;
+    journal_agrees(&db, late, &sent_of(got)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,7 +300,7 @@ async fn with_mysql_stopped_pushes_answer_503_and_nothing_confirmed_is_lost() {
     );
     // The journal agrees with Redis: each delivered, with its entry id (the
     // deliveries made while MySQL was down were copied from the outbox after).
-    journal_agrees(&db, &confirmed, &sent_of(got), false).await;
+    journal_agrees(&db, &confirmed, &sent_of(got)).await;
     // A push refused while MySQL went down may still have been committed (the
     // answer was lost, not the row): such a row may stay, as scheduled, for
     // reconciliation to schedule a minute later. Nothing else is in the journal.
@@ -377,7 +364,7 @@ async fn after_a_leader_is_killed_the_next_one_journals_its_deliveries() {
     .await;
     Tally::of_ids(&confirmed, &got).assert_exact(&c.logs());
     let journaled = std::time::Instant::now();
-    journal_agrees(&db, &confirmed, &sent_of(got), false).await;
+    journal_agrees(&db, &confirmed, &sent_of(got)).await;
     println!(
         "leader SIGKILL with the journal on: {} confirmed, taken over after {took_over:?}, journal caught up {:?} after the last delivery was seen",
         confirmed.len(),
