@@ -71,7 +71,7 @@ pub struct App {
     pub health: crate::health::Health,
     pub metrics: PrometheusHandle,
     /// The dashboard's answers computed recently.
-    pub board: Arc<BoardCache>,
+    pub board: BoardCache,
     /// Where `POST /v1/admin/reload` asks for a reload (unset: this process does not
     /// reread a configuration file).
     pub reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>>,
