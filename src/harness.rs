@@ -542,6 +542,10 @@ pub struct SentinelOptions {
     pub password: Option<String>,
     /// TLS on its port (instead of plain TCP), and to the master it watches.
     pub tls: Option<RedisTlsFiles>,
+    /// `failover-timeout` (10 s when not given). Sentinel also waits this long
+    /// before it re-points a replica that replicates from another address than
+    /// the master's (through a proxy, say) at the master itself.
+    pub failover_timeout: Option<Duration>,
 }
 
 /// One `redis-sentinel` watching one master under a name.
@@ -591,11 +595,15 @@ impl SentinelServer {
                      logfile {dir}/sentinel.log\n\
                      sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
                      sentinel down-after-milliseconds {name} {down}\n\
-                     sentinel failover-timeout {name} 10000\n\
+                     sentinel failover-timeout {name} {failover}\n\
                      sentinel parallel-syncs {name} 1\n{requirepass}{tls}",
                     dir = dir.path().display(),
                     plain = if options.tls.is_some() { 0 } else { port },
                     down = down_after.as_millis(),
+                    failover = options
+                        .failover_timeout
+                        .unwrap_or(Duration::from_secs(10))
+                        .as_millis(),
                     requirepass = options
                         .password
                         .as_ref()

@@ -51,10 +51,24 @@ impl Watched {
                 .expect("replica")
             })
             .collect();
+        // Sentinel re-points a replica that replicates from another address than
+        // the master's at the master itself, once failover-timeout has passed
+        // (+fix-slave-config): that would bypass the proxy. Through a proxy the
+        // timeout is long until the test shortens it (see `failover_timeout`).
+        let options = SentinelOptions {
+            failover_timeout: proxy.map(|_| Duration::from_secs(600)),
+            ..SentinelOptions::default()
+        };
         let sentinels: Vec<SentinelServer> = (0..3)
             .map(|_| {
-                SentinelServer::start(NAME, master.port, 2, Duration::from_millis(1000))
-                    .expect("sentinel")
+                SentinelServer::start_with(
+                    NAME,
+                    master.port,
+                    2,
+                    Duration::from_millis(1000),
+                    &options,
+                )
+                .expect("sentinel")
             })
             .collect();
         let watched = Watched {
@@ -99,6 +113,19 @@ impl Watched {
             "[redis]\nurl = \"redis://{NAME}\"\nshards = 2\n{extra}\nsentinel = {{ master = \"{NAME}\", nodes = [{}] }}\n",
             nodes.join(", ")
         )
+    }
+
+    /// Sets every Sentinel's failover-timeout.
+    fn failover_timeout(&self, timeout: Duration) {
+        for sentinel in &self.sentinels {
+            let _: () = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(NAME)
+                .arg("failover-timeout")
+                .arg(timeout.as_millis() as u64)
+                .query(&mut sentinel.client())
+                .expect("SENTINEL SET failover-timeout");
+        }
     }
 
     /// The master's port as every Sentinel names it, once they agree.
@@ -482,12 +509,21 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
     .await;
     assert!(
         fences(&watched.replicas[0]).iter().all(|&f| f < e2),
-        "the replica has not seen b's fences: {:?}",
-        fences(&watched.replicas[0])
+        "the replica has not seen b's fences: {:?}\n{}",
+        fences(&watched.replicas[0]),
+        watched
+            .sentinels
+            .iter()
+            .map(|s| s.log())
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 
     // The master dies; Sentinel promotes the replica, whose fences went back.
+    // With the master down, Sentinel re-points no replica, so the failover
+    // timeout can be the usual one again (a split vote is retried after twice it).
     watched.master.kill();
+    watched.failover_timeout(Duration::from_secs(10));
     let replica_port = watched.replicas[0].port;
     eventually(Duration::from_secs(30), "the replica promoted", || async {
         (watched.master_port() == Some(replica_port)).then_some(())
