@@ -55,7 +55,7 @@ use client::*;
 use key::*;
 use lease::*;
 use observe::observe_leader;
-pub use observe::{ElectionView, view};
+pub use observe::{ElectionView, candidates, view};
 pub use takeover::SILENT;
 
 /// How long a node that resigned stays out of the race, so that another takes
@@ -432,7 +432,7 @@ impl Node {
                 self.release(lease, Some(key)).await;
                 return Next::Stop;
             }
-            r = watch.open() => r,
+            r = watch.open_won() => r,
         };
         match checked {
             Ok(KeyCheck::Present) => {}
