@@ -81,6 +81,19 @@ pub async fn view(config: &EtcdConfig) -> anyhow::Result<ElectionView> {
     })
 }
 
+/// The node ids of the nodes campaigning (the leader first), as etcd holds their
+/// keys: a node is listed once its campaign has reached etcd.
+pub async fn candidates(config: &EtcdConfig) -> anyhow::Result<Vec<String>> {
+    let client = connect(config).await?;
+    let prefix = format!("{}/", config.election_prefix);
+    let read = campaigners(&client, config, &prefix, None).await?;
+    Ok(read
+        .kvs()
+        .iter()
+        .map(|kv| LeaderValue::parse(kv.value()).node_id)
+        .collect())
+}
+
 /// The keys under `prefix` (one per candidate of an election under it, whose lease
 /// holds it), oldest first: under one election's `<prefix>/`, the first leads. At
 /// most `limit` of them.

@@ -93,8 +93,10 @@ impl Bench {
         let mut leader = self.start_delayq_with("bench-a", &via(&cut)).await?;
         let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &via(&kept))?;
         let mut standby_since = Instant::now();
-        // Let the standby's campaign reach etcd before the leader is stopped.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        let etcd_config = crate::config::Config::from_toml(&config, std::iter::empty())?
+            .etcd
+            .ok_or_else(|| anyhow::anyhow!("the failover configuration names no etcd"))?;
+        let mut names = ("bench-a", "bench-b");
 
         let rounds = rounds.max(1);
         let tail = match stop {
@@ -127,10 +129,14 @@ impl Bench {
                 }
                 std::mem::swap(&mut leader, &mut standby);
                 std::mem::swap(&mut cut, &mut kept);
+                names = (names.1, names.0);
                 standby_since = Instant::now();
             }
             let settled = standby_since + settle(stop);
             tokio::time::sleep(settled.saturating_duration_since(Instant::now())).await;
+            // A takeover is timed from a standby that campaigns: one still starting
+            // (a restart slowed by the load) would add its start to the figure.
+            campaigning(&etcd_config, names.1, &standby).await?;
             let stopped_at = Instant::now();
             match stop {
                 Stop::Kill => leader.kill(),
@@ -218,9 +224,32 @@ impl Bench {
     }
 }
 
-/// How long a new standby stands by before its leader is stopped: for a crash, long
-/// enough to judge the leader gone (it must have held its presence in Redis for 2
-/// s); for a clean stop, long enough for its campaign to reach etcd.
+/// Waits (up to 20 s) until etcd holds `node`'s campaign.
+async fn campaigning(
+    etcd: &crate::config::EtcdConfig,
+    node: &str,
+    process: &DelayqProcess,
+) -> anyhow::Result<()> {
+    let give_up = Instant::now() + Duration::from_secs(20);
+    loop {
+        let candidates = crate::election::candidates(etcd).await?;
+        if candidates.iter().any(|c| c == node) {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            anyhow::bail!(
+                "{node} is not campaigning after 20 s (candidates: {candidates:?}); its log:\n{}",
+                process.log()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// How long a new standby stands by before its leader is stopped (and then until
+/// its campaign is in etcd): for a crash, long enough to judge the leader gone (it
+/// must have held its presence in Redis for 2 s); for a clean stop, a pause between
+/// rounds.
 fn settle(stop: Stop) -> Duration {
     match stop {
         Stop::Kill => Duration::from_millis(2_300),
