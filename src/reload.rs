@@ -139,6 +139,11 @@ impl Reloader {
         }
     }
 
+    /// The file this reloader rereads.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// Reads the file again (with this process's environment). A bad file changes
     /// nothing and returns the error, naming the key.
     pub fn reload(&mut self) -> Result<Outcome, ConfigError> {

@@ -182,9 +182,10 @@ pub async fn run(
                     Some(reloader) => {
                         let outcome = reloader.reload();
                         reloader.report(&outcome);
+                        let path = reloader.path().display().to_string();
                         outcome
                             .map(|o| crate::api::Reloaded::new(node_id.clone(), &o))
-                            .map_err(|e| format!("configuration reload refused; keeping the running configuration: {e}"))
+                            .map_err(|e| format!("configuration reload refused; keeping the running configuration: {path}: {e}"))
                     }
                 };
                 let _ = answer.send(outcome);
