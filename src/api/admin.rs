@@ -19,6 +19,9 @@ use crate::registry::{is_gone, now_ms};
 /// How long a switchover may take before the request gives up (and the switchover
 /// key expires).
 pub const SWITCHOVER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a switchover asked of a node that knows no leader waits for one to be
+/// named before it is refused.
+const LEADER_NAMED_WITHIN: Duration = Duration::from_secs(3);
 
 /// A reload asked over HTTP: answered by the process's reloader (see `service`).
 pub type ReloadRequest = oneshot::Sender<Result<Reloaded, String>>;
@@ -52,7 +55,7 @@ impl Reloaded {
     responses(
         (status = 200, description = "reloaded", body = Reloaded),
         (status = 409, description = "no configuration file to reread (started without --config)", body = ErrorBody),
-        (status = 422, description = "the file is refused; the running configuration stays; the detail names the key", body = ErrorBody),
+        (status = 422, description = "the file is refused; the running configuration stays; the detail names the file and the key, or why the file cannot be read", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 pub async fn reload(State(state): State<AppState>) -> Result<Json<Reloaded>, ApiError> {
@@ -143,8 +146,22 @@ pub async fn switchover(
             "no etcd election: a standalone node has no one to hand over to".into(),
         ));
     }
-    let Some(from) = info.node_id.clone() else {
-        return Err(conflict("no node leads now".into()));
+    // A node that has just started, or that asks while a handover is under way,
+    // may not know the leader yet: it waits a little for one to be named.
+    let from = match info.node_id.clone() {
+        Some(from) => from,
+        None => {
+            let mut updates = state.leadership.info_updates();
+            let named = tokio::time::timeout(
+                LEADER_NAMED_WITHIN,
+                updates.wait_for(|i| i.node_id.is_some()),
+            )
+            .await;
+            match named {
+                Ok(Ok(info)) => info.node_id.clone().unwrap_or_default(),
+                _ => return Err(conflict("no node leads now".into())),
+            }
+        }
     };
     let now = now_ms();
     let running: Vec<String> = state

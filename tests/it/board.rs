@@ -3,11 +3,12 @@
 //! bad input; and the page's own files.
 
 use std::collections::BTreeSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use delayq::harness::{DelayqProcess, RedisServer, free_port};
 use serde_json::{Value, json};
 
-use crate::support::{Cluster, create_group, delayq_bin, entries, eventually, xlen};
+use crate::support::{Api, Cluster, create_group, delayq_bin, entries, eventually, xlen};
 
 const ADMIN: &str = "board-admin-token";
 const READER: &str = "board-read-token";
@@ -333,6 +334,39 @@ async fn a_paused_stream_waits_and_resuming_delivers_each_once_in_due_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switchover_asked_while_no_node_leads_waits_for_one_then_is_refused() {
+    // Its etcd never answers, so this node never learns of a leader.
+    let redis = RedisServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\n[etcd]\nendpoints = [\"http://127.0.0.1:{}\"]\n{}",
+        redis.url(),
+        free_port(),
+        tokens()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).unwrap();
+    let admin = Api::new(node.api)
+        .with_token(ADMIN)
+        .with_timeout(Duration::from_secs(15));
+    eventually(Duration::from_secs(10), "the node answers", || async {
+        (admin.get("/v1/leader").await.0 == 200).then_some(())
+    })
+    .await;
+    let asked = Instant::now();
+    let (status, body) = admin.post("/v1/admin/switchover", json!({})).await;
+    assert_eq!(
+        (status, body["detail"].as_str()),
+        (409, Some("no node leads now")),
+        "{body}\n{}",
+        node.log()
+    );
+    assert!(
+        asked.elapsed() >= Duration::from_secs(3),
+        "refused after {:?}, without waiting for a leader to be named",
+        asked.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn switchover_hands_leadership_to_the_chosen_node_and_history_says_so() {
     let cluster = Cluster::start(3, 1, &tokens()).await;
     // Every node registered before choosing one.
@@ -457,8 +491,18 @@ async fn reload_over_http_applies_the_file_and_names_what_waits_for_a_restart() 
     std::fs::write(&path, format!("{text}\n[log]\nlevel = 5\n")).unwrap();
     let (status, body) = admin.post("/v1/admin/reload", json!({})).await;
     assert_eq!(status, 422, "{body}");
+    let detail = body["detail"].as_str().unwrap();
     assert!(
-        body["detail"].as_str().unwrap().contains("log.level"),
+        detail.contains(&format!("{}: log.level", path.display())),
+        "{body}"
+    );
+    // A file that cannot be read is named with why.
+    std::fs::remove_file(&path).unwrap();
+    let (status, body) = admin.post("/v1/admin/reload", json!({})).await;
+    assert_eq!(status, 422, "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("{}: cannot read it: ", path.display())),
         "{body}"
     );
     // A crashed node shows as gone, and its open term as ended with it.
