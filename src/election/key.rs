@@ -38,27 +38,8 @@ impl KeyWatch {
     /// from just after its creation, so that a takeover waits one round trip to
     /// etcd, not two. Any deletion since the key was created reaches the watch.
     pub(super) async fn open_won(&mut self) -> anyhow::Result<KeyCheck> {
-        let from = self.revision + 1;
-        let (read, stream) = tokio::join!(
-            call(self.limit, || {
-                let mut c = self.client.clone();
-                let key = self.key.clone();
-                async move { c.get(key, None).await }
-            }),
-            call(self.limit, || {
-                let mut c = self.client.clone();
-                let key = self.key.clone();
-                async move {
-                    c.watch(key, Some(WatchOptions::new().with_start_revision(from)))
-                        .await
-                }
-            })
-        );
-        let ours = read?
-            .kvs()
-            .first()
-            .is_some_and(|kv| kv.create_revision() == self.revision);
-        if !ours {
+        let (read, stream) = tokio::join!(self.get(), self.watch_from(self.revision + 1));
+        if !self.is_ours(&read?) {
             return Ok(KeyCheck::Gone);
         }
         self.stream = Some(stream?);
@@ -68,21 +49,35 @@ impl KeyWatch {
     /// Reads the key and, if it is still ours, watches it from just after that
     /// read (a watch opened again may start past the revisions etcd compacted).
     pub(super) async fn open(&mut self) -> anyhow::Result<KeyCheck> {
-        let read = call(self.limit, || {
+        let read = self.get().await?;
+        if !self.is_ours(&read) {
+            return Ok(KeyCheck::Gone);
+        }
+        let from = read.header().map_or(0, |h| h.revision()) + 1;
+        self.stream = Some(self.watch_from(from).await?);
+        Ok(KeyCheck::Present)
+    }
+
+    /// The key as etcd holds it now.
+    async fn get(&self) -> anyhow::Result<etcd_client::GetResponse> {
+        call(self.limit, || {
             let mut c = self.client.clone();
             let key = self.key.clone();
             async move { c.get(key, None).await }
         })
-        .await?;
-        let ours = read
-            .kvs()
+        .await
+    }
+
+    /// Whether the key read exists and is still this term's.
+    fn is_ours(&self, read: &etcd_client::GetResponse) -> bool {
+        read.kvs()
             .first()
-            .is_some_and(|kv| kv.create_revision() == self.revision);
-        if !ours {
-            return Ok(KeyCheck::Gone);
-        }
-        let from = read.header().map_or(0, |h| h.revision()) + 1;
-        let stream = call(self.limit, || {
+            .is_some_and(|kv| kv.create_revision() == self.revision)
+    }
+
+    /// A watch on the key from revision `from` on.
+    async fn watch_from(&self, from: i64) -> anyhow::Result<WatchStream> {
+        call(self.limit, || {
             let mut c = self.client.clone();
             let key = self.key.clone();
             async move {
@@ -90,9 +85,7 @@ impl KeyWatch {
                     .await
             }
         })
-        .await?;
-        self.stream = Some(stream);
-        Ok(KeyCheck::Present)
+        .await
     }
 
     /// Completes when etcd says the key is gone. A broken watch is opened again
