@@ -96,7 +96,6 @@ impl Bench {
         let etcd_config = crate::config::Config::from_toml(&config, std::iter::empty())?
             .etcd
             .ok_or_else(|| anyhow::anyhow!("the failover configuration names no etcd"))?;
-        let mut names = ("bench-a", "bench-b");
 
         let rounds = rounds.max(1);
         let tail = match stop {
@@ -129,14 +128,13 @@ impl Bench {
                 }
                 std::mem::swap(&mut leader, &mut standby);
                 std::mem::swap(&mut cut, &mut kept);
-                names = (names.1, names.0);
                 standby_since = Instant::now();
             }
             let settled = standby_since + settle(stop);
             tokio::time::sleep(settled.saturating_duration_since(Instant::now())).await;
             // A takeover is timed from a standby that campaigns: one still starting
             // (a restart slowed by the load) would add its start to the figure.
-            campaigning(&etcd_config, names.1, &standby).await?;
+            campaigning(&etcd_config, &standby).await?;
             let stopped_at = Instant::now();
             match stop {
                 Stop::Kill => leader.kill(),
@@ -224,22 +222,19 @@ impl Bench {
     }
 }
 
-/// Waits (up to 20 s) until etcd holds `node`'s campaign.
-async fn campaigning(
-    etcd: &crate::config::EtcdConfig,
-    node: &str,
-    process: &DelayqProcess,
-) -> anyhow::Result<()> {
+/// Waits (up to 20 s) until etcd holds `node`'s campaign (its node id is its name).
+async fn campaigning(etcd: &crate::config::EtcdConfig, node: &DelayqProcess) -> anyhow::Result<()> {
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
         let candidates = crate::election::candidates(etcd).await?;
-        if candidates.iter().any(|c| c == node) {
+        if candidates.contains(&node.name) {
             return Ok(());
         }
         if Instant::now() > give_up {
             anyhow::bail!(
-                "{node} is not campaigning after 20 s (candidates: {candidates:?}); its log:\n{}",
-                process.log()
+                "{} is not campaigning after 20 s (candidates: {candidates:?}); its log:\n{}",
+                node.name,
+                node.log()
             );
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
