@@ -147,21 +147,16 @@ pub async fn switchover(
         ));
     }
     // A node that has just started, or that asks while a handover is under way,
-    // may not know the leader yet: it waits a little for one to be named.
-    let from = match info.node_id.clone() {
-        Some(from) => from,
-        None => {
-            let mut updates = state.leadership.info_updates();
-            let named = tokio::time::timeout(
-                LEADER_NAMED_WITHIN,
-                updates.wait_for(|i| i.node_id.is_some()),
-            )
-            .await;
-            match named {
-                Ok(Ok(info)) => info.node_id.clone().unwrap_or_default(),
-                _ => return Err(conflict("no node leads now".into())),
-            }
-        }
+    // may not know the leader yet: it waits a little for one to be named (at once
+    // when it knows one).
+    let mut updates = state.leadership.info_updates();
+    let named = tokio::time::timeout(
+        LEADER_NAMED_WITHIN,
+        updates.wait_for(|i| i.node_id.is_some()),
+    )
+    .await;
+    let Ok(Ok(Some(from))) = named.map(|r| r.map(|info| info.node_id.clone())) else {
+        return Err(conflict("no node leads now".into()));
     };
     let now = now_ms();
     let running: Vec<String> = state
