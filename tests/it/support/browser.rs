@@ -134,23 +134,21 @@ impl Browser {
     /// their tables as they refresh: an element replaced between being found and
     /// being clicked is found again and clicked then.
     pub async fn click(&self, css: &str) {
-        self.wait_for(css, "to click").await;
-        let give_up = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let clicked = match self.client.find(Locator::Css(css)).await {
+        let clicked = within(Duration::from_secs(20), || async {
+            let tried = match self.client.find(Locator::Css(css)).await {
                 Ok(element) => element.click().await,
                 Err(e) => Err(e),
             };
-            match clicked {
-                Ok(()) => return,
-                Err(e)
-                    if (e.is_stale_element_reference() || e.is_no_such_element())
-                        && std::time::Instant::now() < give_up =>
-                {
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => self.fail(&format!("click {css}: {e}")).await,
+            match tried {
+                Err(e) if e.is_stale_element_reference() || e.is_no_such_element() => None,
+                done => Some(done),
             }
+        })
+        .await;
+        match clicked {
+            Some(Ok(())) => {}
+            Some(Err(e)) => self.fail(&format!("click {css}: {e}")).await,
+            None => self.fail(&format!("{css}: to click")).await,
         }
     }
 
