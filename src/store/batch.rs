@@ -1,9 +1,13 @@
-//! Scheduling: one `schedule_batch.lua` call per shard, the calls running
-//! concurrently, so a batch costs a few round trips, not one per message. A single
-//! push is a batch of one, so every message reaches the script in one layout.
-//! Single pushes of one shard that arrive while a call of theirs for that shard is
-//! in flight wait for it and then go together in one call (group commit, see
-//! [`Coalescer`]): no push waits for a timer, and under load one call carries many.
+//! Scheduling: on standalone Redis one `schedule_batch.lua` call carries the
+//! messages of every shard (a call costs Redis more than a message does: the
+//! script's set-up and each shard's reads come once a call); on Redis Cluster one
+//! call per shard (its keys must share a slot), the calls running concurrently. A
+//! batch costs a few round trips, not one per message. A single push is a batch of
+//! one, so every message reaches the script in one layout. Single pushes that
+//! arrive while a call of theirs is in flight (any shard's on standalone Redis, their
+//! shard's on Redis Cluster) wait for it and then go together in one call (group
+//! commit, see [`Coalescer`]): no push waits for a timer, and under load one call
+//! carries many.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -11,9 +15,7 @@ use std::time::Duration;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::{
-    Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_invocation, text,
-};
+use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_keys, text};
 use crate::message::NewMessage;
 
 /// Fault points for this crate's tests.
@@ -61,20 +63,22 @@ pub struct InboxAck<'a> {
     pub group: &'a str,
 }
 
-/// Single pushes waiting for their shard's call in flight, per shard.
+/// Single pushes waiting for the call in flight of their lane: one lane on
+/// standalone Redis (a call carries any shards), one per shard on Redis Cluster.
 pub(super) struct Coalescer {
     slots: Vec<Mutex<Slot>>,
 }
 
 #[derive(Default)]
 struct Slot {
-    /// A call of single pushes for the shard is in flight.
+    /// A call of single pushes for the lane is in flight.
     in_flight: bool,
     waiting: Vec<Waiting>,
 }
 
-/// A single push waiting for the next call of its shard.
+/// A single push waiting for the next call of its lane.
 struct Waiting {
+    shard: u16,
     msg: NewMessage,
     mode: ScheduleMode,
     max_delay: Duration,
@@ -82,32 +86,44 @@ struct Waiting {
 }
 
 impl Coalescer {
-    pub(super) fn new(shards: u16) -> Coalescer {
+    /// The lanes of a store with these keys.
+    pub(super) fn new(keys: &super::Keys) -> Coalescer {
+        let lanes = if keys.is_cluster() { keys.shards() } else { 1 };
         Coalescer {
-            slots: (0..shards).map(|_| Mutex::default()).collect(),
+            slots: (0..lanes).map(|_| Mutex::default()).collect(),
         }
     }
 
-    fn slot(&self, shard: u16) -> std::sync::MutexGuard<'_, Slot> {
+    /// The lane of `shard`'s pushes.
+    fn lane_of(&self, shard: u16) -> usize {
+        match self.slots.len() {
+            1 => 0,
+            _ => usize::from(shard),
+        }
+    }
+
+    fn slot(&self, lane: usize) -> std::sync::MutexGuard<'_, Slot> {
         // Nothing panics while a slot is held; a poisoned one is still consistent.
-        self.slots[usize::from(shard)]
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        self.slots[lane].lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// A shard's call of single pushes in flight: when it ends, or its future is
+/// A lane's call of single pushes in flight: when it ends, or its future is
 /// dropped (a request cancelled), what waited goes next (see `Store::hand_over`).
 struct Turn<'a> {
     store: &'a Store,
-    shard: u16,
+    lane: usize,
 }
 
 impl Drop for Turn<'_> {
     fn drop(&mut self) {
-        self.store.hand_over(self.shard);
+        self.store.hand_over(self.lane);
     }
 }
+
+/// The messages of one script call, by shard: each shard once, with the places
+/// (in the caller's list) of its messages.
+type CallPlan<'a> = Vec<(u16, &'a [usize])>;
 
 /// One message of a script call: what [`BatchItem`] holds, borrowed.
 struct ToSchedule<'a> {
@@ -119,8 +135,9 @@ struct ToSchedule<'a> {
 impl Store {
     /// Stores a message, idempotently by id (see [`ScheduleMode`]). `max_delay` bounds
     /// how far from Redis's now it may be due: a message due later is `TooFar`.
-    /// While another push's call for the same shard is in flight, the message waits
-    /// and goes in the next call with whatever else waited meanwhile.
+    /// While another push's call of the same lane is in flight (see [`Coalescer`]),
+    /// the message waits and goes in the next call with whatever else waited
+    /// meanwhile.
     pub async fn schedule(
         &self,
         msg: &NewMessage,
@@ -132,11 +149,13 @@ impl Store {
         }
         let shard = self.shard_of(&msg.id, &msg.stream);
         self.note_in_use(shard).await?;
+        let lane = self.coalescer.lane_of(shard);
         let waiting = {
-            let mut slot = self.coalescer.slot(shard);
+            let mut slot = self.coalescer.slot(lane);
             if slot.in_flight {
                 let (done, result) = oneshot::channel();
                 slot.waiting.push(Waiting {
+                    shard,
                     msg: msg.clone(),
                     mode,
                     max_delay,
@@ -156,24 +175,26 @@ impl Store {
             });
         }
         // This push's call; whatever waits when it ends (or is dropped) goes next.
-        let _turn = Turn { store: self, shard };
+        let _turn = Turn { store: self, lane };
         let one = ToSchedule {
             msg,
             mode,
             inbox_entry: "",
         };
-        let mut outcomes = self.schedule_call(shard, &[one], max_delay, None).await?;
+        let mut outcomes = self
+            .schedule_call(&[(shard, &[0][..])], &[one], max_delay, None)
+            .await?;
         outcomes
             .pop()
             .unwrap_or_else(|| Err(StoreError::Reply("no outcome for the message".into())))
     }
 
-    /// Ends a shard's call of single pushes: sends what waited meanwhile in one
+    /// Ends a lane's call of single pushes: sends what waited meanwhile in one
     /// call (of a task of its own, so the push that ended returns now), or marks
-    /// the shard free.
-    fn hand_over(&self, shard: u16) {
+    /// the lane free.
+    fn hand_over(&self, lane: usize) {
         let batch = {
-            let mut slot = self.coalescer.slot(shard);
+            let mut slot = self.coalescer.slot(lane);
             if slot.waiting.is_empty() {
                 slot.in_flight = false;
                 return;
@@ -199,7 +220,7 @@ impl Store {
         runtime.spawn(async move {
             let turn = Turn {
                 store: &store,
-                shard,
+                lane,
             };
             let messages: Vec<ToSchedule<'_>> = batch
                 .iter()
@@ -209,14 +230,20 @@ impl Store {
                     inbox_entry: "",
                 })
                 .collect();
+            let by_shard = by_shard(batch.iter().map(|w| w.shard).enumerate());
+            let plan: CallPlan<'_> = by_shard.iter().map(|(&s, i)| (s, &i[..])).collect();
             let outcome = store
-                .schedule_call(shard, &messages, batch[0].max_delay, None)
+                .schedule_call(&plan, &messages, batch[0].max_delay, None)
                 .await;
             drop(messages);
             match outcome {
                 Ok(results) => {
-                    for (w, result) in batch.into_iter().zip(results) {
-                        let _ = w.done.send(result);
+                    let mut batch: Vec<Option<Waiting>> = batch.into_iter().map(Some).collect();
+                    let order = plan.iter().flat_map(|(_, places)| places.iter());
+                    for (&i, result) in order.zip(results) {
+                        if let Some(w) = batch[i].take() {
+                            let _ = w.done.send(result);
+                        }
                     }
                 }
                 Err(e) => {
@@ -243,16 +270,16 @@ impl Store {
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
     ) -> Vec<Result<Scheduled>> {
-        let mut by_shard: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
         let mut refused: Vec<Option<String>> = vec![None; items.len()];
+        let mut shards = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
             if let Some(refusal) = self.stream_refusal(&item.msg.stream) {
                 refused[i] = Some(refusal);
                 continue;
             }
-            let shard = self.shard_of(&item.msg.id, &item.msg.stream);
-            by_shard.entry(shard).or_default().push(i);
+            shards.push((i, self.shard_of(&item.msg.id, &item.msg.stream)));
         }
+        let by_shard = by_shard(shards);
         let mut unlisted = None;
         for &shard in by_shard.keys() {
             if let Err(e) = self.note_in_use(shard).await {
@@ -268,40 +295,38 @@ impl Store {
             true => (None, ack),
             false => (ack, None),
         };
-        let calls = by_shard
+        let messages: Vec<ToSchedule<'_>> = items
             .iter()
-            .flat_map(|(&shard, indexes)| {
-                indexes
-                    .chunks(MAX_PER_CALL)
-                    .map(move |chunk| (shard, chunk))
+            .map(|item| ToSchedule {
+                msg: &item.msg,
+                mode: item.mode,
+                inbox_entry: item.inbox_entry.as_deref().unwrap_or(""),
             })
-            .map(|(shard, chunk)| async move {
-                let messages: Vec<ToSchedule<'_>> = chunk
-                    .iter()
-                    .map(|&i| ToSchedule {
-                        msg: &items[i].msg,
-                        mode: items[i].mode,
-                        inbox_entry: items[i].inbox_entry.as_deref().unwrap_or(""),
-                    })
-                    .collect();
+            .collect();
+        let plans = plan_calls(&by_shard, self.is_cluster());
+        let calls = plans.iter().map(|plan| {
+            let messages = &messages;
+            async move {
                 let outcome = self
-                    .schedule_call(shard, &messages, max_delay, script_ack)
+                    .schedule_call(plan, messages, max_delay, script_ack)
                     .await;
-                (chunk, outcome)
-            });
+                (plan, outcome)
+            }
+        });
         let mut out: Vec<Option<Result<Scheduled>>> = refused
             .into_iter()
             .map(|r| r.map(|r| Err(StoreError::BadStream(r))))
             .collect();
-        for (chunk, outcome) in futures::future::join_all(calls).await {
+        for (plan, outcome) in futures::future::join_all(calls).await {
+            let places = plan.iter().flat_map(|(_, places)| places.iter());
             match outcome {
                 Ok(results) => {
-                    for (&i, result) in chunk.iter().zip(results) {
+                    for (&i, result) in places.zip(results) {
                         out[i] = Some(result);
                     }
                 }
                 Err(e) => {
-                    for &i in chunk {
+                    for &i in places {
                         out[i] = Some(Err(e.clone()));
                     }
                 }
@@ -362,28 +387,40 @@ impl Store {
         Ok(())
     }
 
-    /// One script call storing `messages`, all of shard `shard`: the outcome of each,
-    /// in order, or the call's error.
+    /// One script call storing the messages `plan` names (of `messages`), shard by
+    /// shard: the outcome of each in the plan's order, or the call's error.
     async fn schedule_call(
         &self,
-        shard: u16,
+        plan: &[(u16, &[usize])],
         messages: &[ToSchedule<'_>],
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
     ) -> Result<Vec<Result<Scheduled>>> {
-        let k = self.keys.shard(shard);
-        let mut inv = shard_invocation(&self.scripts.schedule_batch, &k);
+        let Some(&(first, _)) = plan.first() else {
+            return Ok(Vec::new());
+        };
+        let mut inv = self.scripts.schedule_batch.prepare_invoke();
+        for &(shard, _) in plan {
+            shard_keys(&mut inv, &self.keys.shard(shard));
+        }
         inv.arg(0)
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(ack.map_or("", |a| a.stream))
             .arg(ack.map_or("", |a| a.group))
             .arg(self.pending_layout.script_arg());
-        for message in messages {
-            inv.arg(message.inbox_entry).arg(message.mode.as_arg());
-            for arg in message.msg.script_args() {
-                inv.arg(arg);
+        let mut carried = 0;
+        for (g, &(_, places)) in plan.iter().enumerate() {
+            for &i in places {
+                let message = &messages[i];
+                inv.arg(message.inbox_entry)
+                    .arg(message.mode.as_arg())
+                    .arg(g + 1);
+                for arg in message.msg.script_args() {
+                    inv.arg(arg);
+                }
             }
+            carried += places.len();
         }
         // Pinned, so that the WAIT goes to the master the script went to.
         let mut conn = self.acked.as_ref().unwrap_or(&self.conn).pinned();
@@ -392,17 +429,17 @@ impl Store {
             .await
             .map_err(StoreError::from_script)?;
         if let Some((wanted, timeout)) = self.replicas_acked {
-            let acked = conn.wait_replicas(&k.due, wanted, timeout).await?;
+            let due = self.keys.shard(first).due;
+            let acked = conn.wait_replicas(&due, wanted, timeout).await?;
             if acked < wanted {
                 return Err(StoreError::NotReplicated { acked, wanted });
             }
         }
         let values = array(reply)?;
-        if values.len() != messages.len() * 3 {
+        if values.len() != carried * 3 {
             return Err(StoreError::Reply(format!(
-                "schedule_batch answered {} values for {} messages",
+                "schedule_batch answered {} values for {carried} messages",
                 values.len(),
-                messages.len()
             )));
         }
         values
@@ -419,4 +456,43 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// Places (in a caller's list) grouped by shard, each shard's in the list's order.
+fn by_shard(
+    shards: impl IntoIterator<Item = (usize, u16)>,
+) -> std::collections::BTreeMap<u16, Vec<usize>> {
+    let mut by_shard: std::collections::BTreeMap<u16, Vec<usize>> = Default::default();
+    for (i, shard) in shards {
+        by_shard.entry(shard).or_default().push(i);
+    }
+    by_shard
+}
+
+/// The script calls that store `by_shard`, at most [`MAX_PER_CALL`] messages each:
+/// on standalone Redis a call takes as many shards as fit, on Redis Cluster one
+/// shard (a call's keys must share a slot).
+fn plan_calls(
+    by_shard: &std::collections::BTreeMap<u16, Vec<usize>>,
+    one_shard_a_call: bool,
+) -> Vec<CallPlan<'_>> {
+    let mut plans = Vec::new();
+    let (mut plan, mut carried): (CallPlan<'_>, usize) = (Vec::new(), 0);
+    for (&shard, places) in by_shard {
+        let mut rest = &places[..];
+        while !rest.is_empty() {
+            if carried == MAX_PER_CALL || (one_shard_a_call && carried > 0) {
+                plans.push(std::mem::take(&mut plan));
+                carried = 0;
+            }
+            let take = rest.len().min(MAX_PER_CALL - carried);
+            plan.push((shard, &rest[..take]));
+            carried += take;
+            rest = &rest[take..];
+        }
+    }
+    if !plan.is_empty() {
+        plans.push(plan);
+    }
+    plans
 }

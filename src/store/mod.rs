@@ -296,7 +296,7 @@ impl Store {
             acked,
             replicas_acked: config.replicas_acked,
             in_use: Arc::new(InUse::new(keys.shards())),
-            coalescer: Arc::new(batch::Coalescer::new(keys.shards())),
+            coalescer: Arc::new(batch::Coalescer::new(&keys)),
             keys,
             scripts: Arc::new(Scripts::new()),
             response_timeout: config.response_timeout,
@@ -446,7 +446,7 @@ impl Store {
         Store {
             pending_layout: layout,
             // Its pushes never share a call with another layout's.
-            coalescer: Arc::new(batch::Coalescer::new(self.shards())),
+            coalescer: Arc::new(batch::Coalescer::new(&self.keys)),
             ..self.clone()
         }
     }
@@ -926,11 +926,16 @@ fn stream_counts(list: Option<&Value>) -> Result<Vec<(String, u64)>> {
 /// expiry, fence, held streams.
 fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'a> {
     let mut inv = script.prepare_invoke();
+    shard_keys(&mut inv, k);
+    inv
+}
+
+/// Adds a shard's keys to a call, in the order of [`shard_invocation`].
+fn shard_keys(inv: &mut ScriptInvocation<'_>, k: &ShardKeys) {
     inv.key(&k.due)
         .key(&k.bodies)
         .key(&k.records)
         .key(&k.records_by_expiry)
         .key(&k.fence)
         .key(&k.held);
-    inv
 }

@@ -7,11 +7,11 @@ use std::time::Duration;
 use delayq::harness::{DelayqProcess, RedisOptions};
 use delayq::leadership::Role;
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{ScheduleMode, Scheduled, Store};
+use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store};
 use futures::StreamExt;
 use rand::Rng;
 
-use crate::support::{Deliveries, Env, delayq_bin, eventually, let_pass, xlen};
+use crate::support::{Deliveries, Env, delayq_bin, eventually, ids_in_every_shard, let_pass, xlen};
 
 /// Schedules `n` messages to `stream`, due `0..spread_ms` from now; returns id → due ms.
 async fn schedule_many(
@@ -157,6 +157,39 @@ async fn an_earlier_message_wakes_the_forwarder_at_once() {
         "took {:?}",
         start.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_over_every_shard_wakes_each_shards_forwarder() {
+    // One schedule call stores into every shard: each shard's wake-up must go out.
+    let env = Env::start("[forwarder]\nidle_wakeup = \"60s\"\n[redis]\nshards = 8\n").await;
+    env.leading().await;
+    let_pass(Duration::from_millis(300)).await;
+    let items: Vec<BatchItem> = ids_in_every_shard(&env.store, "soon", 2)
+        .into_iter()
+        .map(|id| BatchItem {
+            msg: NewMessage {
+                id: MessageId::parse(&id).unwrap(),
+                ..NewMessage::payload("soon", "x", Duration::from_millis(200))
+            },
+            mode: ScheduleMode::New,
+            inbox_entry: None,
+        })
+        .collect();
+    let outcomes = env
+        .store
+        .schedule_many(&items, Duration::from_secs(3600), None)
+        .await;
+    let expected: HashMap<String, u64> = items
+        .iter()
+        .zip(outcomes)
+        .map(|(item, outcome)| match outcome {
+            Ok(Scheduled::Scheduled { due_ms }) => (item.msg.id.as_str().to_owned(), due_ms),
+            other => panic!("{}: {other:?}", item.msg.id.as_str()),
+        })
+        .collect();
+    assert_eq!(expected.len(), 16);
+    assert_exactly_once(&env, "soon", &expected, Duration::from_secs(5)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,10 +17,11 @@ use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{
-    Cancelled, RecordLayout, Rescheduled, ScheduleMode, Scheduled, Status, Store, StoreError,
+    BatchItem, Cancelled, RecordLayout, Rescheduled, ScheduleMode, Scheduled, Status, Store,
+    StoreError,
 };
 
-use crate::support::{Bare, entries, eventually, let_pass};
+use crate::support::{Bare, entries, eventually, ids_in_every_shard, let_pass};
 
 const STREAM: &str = "s";
 
@@ -675,9 +676,68 @@ fn script_calls(bare: &Bare) -> u64 {
         .sum()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_single_pushes_share_calls_and_each_gets_its_own_outcome() {
-    let bare = Bare::start("[redis]\nshards = 1\n").await;
+#[tokio::test]
+async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
+    let bare = Bare::start("[redis]\nshards = 16\n").await;
+    let ids = ids_in_every_shard(&bare.store, STREAM, 4);
+    let message = |id: &str, after: Duration| NewMessage {
+        id: MessageId::parse(id).unwrap(),
+        ..NewMessage::payload(STREAM, "x", after)
+    };
+    let earlier = message(&ids[0], Duration::from_secs(60));
+    let stored = bare
+        .store
+        .schedule(&earlier, ScheduleMode::New, Duration::from_secs(3600))
+        .await;
+    assert!(
+        matches!(stored, Ok(Scheduled::Scheduled { .. })),
+        "{stored:?}"
+    );
+    // Every id once, the first twice more (stored before, and again within the
+    // batch), and the last once more due too far ahead.
+    let item = |id: &str, after: Duration| BatchItem {
+        msg: message(id, after),
+        mode: ScheduleMode::New,
+        inbox_entry: None,
+    };
+    let mut items: Vec<BatchItem> = ids
+        .iter()
+        .map(|id| item(id, Duration::from_secs(60)))
+        .collect();
+    items.push(item(&ids[0], Duration::from_secs(60)));
+    items.push(item("too-far", Duration::from_secs(7200)));
+    let before = script_calls(&bare);
+    let outcomes = bare
+        .store
+        .schedule_many(&items, Duration::from_secs(3600), None)
+        .await;
+    assert_eq!(
+        script_calls(&bare) - before,
+        1,
+        "one call for {} shards",
+        ids.len() / 4
+    );
+    let said: Vec<String> = outcomes
+        .iter()
+        .map(|o| match o {
+            Ok(Scheduled::Scheduled { .. }) => "scheduled".to_owned(),
+            Ok(Scheduled::Duplicate { .. }) => "duplicate".to_owned(),
+            Err(StoreError::TooFar { .. }) => "too far".to_owned(),
+            other => format!("{other:?}"),
+        })
+        .collect();
+    let mut expected = vec!["duplicate"];
+    expected.extend(std::iter::repeat_n("scheduled", ids.len() - 1));
+    expected.extend(["duplicate", "too far"]);
+    assert_eq!(said, expected);
+    let per_shard = bare.store.pending_per_shard().await.unwrap();
+    assert_eq!(per_shard, (0..16).map(|s| (s, 4)).collect::<Vec<_>>());
+}
+
+/// 220 single pushes at once, to a store of `shards` shards: each gets its own
+/// outcome, and they share calls.
+async fn single_pushes_share_calls(shards: u16) {
+    let bare = Bare::start(&format!("[redis]\nshards = {shards}\n")).await;
     let before = script_calls(&bare);
     let repeated = NewMessage::payload("orders", "again", Duration::from_secs(60));
     let mut pushes = tokio::task::JoinSet::new();
@@ -706,12 +766,30 @@ async fn concurrent_single_pushes_share_calls_and_each_gets_its_own_outcome() {
     }
     // 200 distinct messages and the repeated one once; its 19 other pushes are duplicates.
     assert_eq!((new, duplicates), (201, 19));
-    assert_eq!(bare.store.pending_per_shard().await.unwrap(), [(0, 201)]);
     let calls = script_calls(&bare) - before;
+    let per_shard = bare.store.pending_per_shard().await.unwrap();
+    assert_eq!(per_shard.iter().map(|(_, n)| n).sum::<u64>(), 201);
+    assert_eq!(per_shard.len(), usize::from(shards));
+    // Over several shards, fewer calls than shards: a call carries several.
+    let most = if shards == 1 {
+        110
+    } else {
+        u64::from(shards) - 1
+    };
     assert!(
-        calls < 110,
-        "220 concurrent pushes took {calls} script calls"
+        calls <= most,
+        "220 concurrent pushes over {shards} shards took {calls} script calls"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_pushes_share_calls_and_each_gets_its_own_outcome() {
+    single_pushes_share_calls(1).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_single_pushes_to_many_shards_share_calls_too() {
+    single_pushes_share_calls(16).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

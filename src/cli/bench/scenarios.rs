@@ -50,7 +50,7 @@ impl Bench {
     }
 
     /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, in batches of
-    /// `LOAD_BATCH` (one call per shard each), `LOAD_IN_FLIGHT` batches at once;
+    /// `LOAD_BATCH` (script calls of up to 1000 messages), `LOAD_IN_FLIGHT` batches at once;
     /// returns each message's due time (Redis ms) and the rate achieved.
     pub(super) async fn load(
         &self,
@@ -358,7 +358,7 @@ impl Bench {
     /// Schedules `total` messages `<prefix><n>` at `rate` a second, each due
     /// `SPREAD_DELAY` after it is sent; returns their due times and the rate achieved.
     /// Every millisecond, what is due to be sent goes in one `schedule_many` (one
-    /// script call per shard), so the producer can offer well over 100k msg/s.
+    /// script call), so the producer can offer well over 100k msg/s.
     pub(super) fn producer(
         &self,
         stream: &str,

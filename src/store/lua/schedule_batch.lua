@@ -1,35 +1,44 @@
--- schedule_batch.lua: store messages of one shard, idempotently by id, and acknowledge
--- the inbox entries they came from, in one atomic call: an inbox entry is acknowledged
--- (and deleted from the inbox) exactly when its message is stored. Every message is
--- stored through here: a single push is a batch of one.
--- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
--- KEYS[6] held streams (a held message replaced here leaves its held set)
+-- schedule_batch.lua: store messages of one or more shards, idempotently by id, and
+-- acknowledge the inbox entries they came from, in one atomic call: an inbox entry is
+-- acknowledged (and deleted from the inbox) exactly when its message is stored. Every
+-- message is stored through here: a single push is a batch of one. On standalone Redis
+-- one call carries several shards (a call costs Redis more than a message does); on
+-- Redis Cluster, one (its keys must share a slot).
+-- KEYS, six per shard, shard g's at KEYS[6g-5 .. 6g]:
+--   due set, bodies, records, records by expiry, fence,
+--   held streams (a held message replaced here leaves its held set)
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] max delay ms: a due time further than this from now is refused, per message
--- ARGV[3] wake-up channel, published to with the shard's due set when its earliest due time moves earlier
+-- ARGV[3] wake-up channel, published to with a shard's due set when its earliest due time moves earlier
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
 -- ARGV[5] inbox consumer group
 -- ARGV[6] the pending layout to store messages in: "compact" | "hash" (see the prelude)
 -- ARGV[7..] one record per message, in order:
---   inbox entry id ("" = none), mode ("new" | "replace"), then the message as the
---   prelude's read_new_message reads it: id, due kind ("in": the due value is a delay in
---   ms; "at": epoch ms), due value, priority 0-9, ttl ms (0 = none), target stream,
---   n (number of field/value pairs), field, value, ... (2n values)
+--   inbox entry id ("" = none), mode ("new" | "replace"), g (its shard's place in
+--   KEYS, from 1), then the message as the prelude's read_new_message reads it: id,
+--   due kind ("in": the due value is a delay in ms; "at": epoch ms), due value,
+--   priority 0-9, ttl ms (0 = none), target stream, n (number of field/value pairs),
+--   field, value, ... (2n values)
 -- returns: { status, due_ms, detail, ... }, three values per message, in order:
 --   "scheduled" | "replaced", due_ms, ""
 --   | "duplicate", due_ms (0 if no longer scheduled), state
 --   | "too_far", 0, text: nothing stored and the inbox entry NOT acknowledged
 --   | error "FENCED ..."
 -- The inbox stream is named in ARGV, not KEYS, like forward.lua's target streams: it
--- lives outside the shard's hash tag.
-local held = fenced(KEYS[5], ARGV[1])
-if held then return fenced_reply(held, ARGV[1]) end
+-- lives outside the shards' hash tags.
+if #KEYS == 0 or #KEYS % 6 ~= 0 then
+  return redis.error_reply('ERR schedule_batch takes six keys per shard, not ' .. #KEYS)
+end
+local shards = {}
+for g = 1, #KEYS / 6 do
+  local b = 6 * (g - 1)
+  local held = fenced(KEYS[b + 5], ARGV[1])
+  if held then return fenced_reply(held, ARGV[1]) end
+  shards[g] = { keys = { KEYS[b + 1], KEYS[b + 2], KEYS[b + 3], KEYS[b + 4] }, held = KEYS[b + 6] }
+end
 
 local now = now_ms()
-local keys = { KEYS[1], KEYS[2], KEYS[3], KEYS[4] }
 local max_delay, inbox, group, layout = ARGV[2], ARGV[4], ARGV[5], ARGV[6]
-local P = pending_of(KEYS[1], KEYS[2])
-local before = pending_first(P)
 -- Every check comes before the first write (below the loop), so the call is all or nothing.
 if inbox ~= '' then
   local kind = redis.call('TYPE', inbox)['ok']
@@ -38,40 +47,54 @@ if inbox ~= '' then
   end
 end
 
--- Bodies and scores are written once for the whole call, so messages stored earlier in
--- this call are tracked here, in arrays by slot (order[k] is the id in slot k): a
--- repeated id is a duplicate of its earlier self, or replaces it.
+-- A shard's part of the call, set up when its first message comes. Bodies and scores
+-- are written once for the whole call, so messages stored earlier in this call are
+-- tracked here, in arrays by slot (order[k] is the id in slot k): a repeated id is a
+-- duplicate of its earlier self, or replaces it. before: the shard's earliest score
+-- before the call.
+local function part_of(g)
+  local S = shards[g]
+  if not S then error('schedule_batch: a message names shard ' .. tostring(g) .. ' of ' .. #shards) end
+  if not S.P then
+    S.P = pending_of(S.keys[1], S.keys[2])
+    S.before = pending_first(S.P)
+    S.slot, S.order, S.due, S.score, S.msg = {}, {}, {}, {}, {}
+    S.in_way, S.unholds, S.replaced = {}, {}, {}
+  end
+  return S
+end
+
 local out, n_out, acks = {}, 0, {}
-local slot, order, slot_due, slot_score, slot_msg, in_way, unholds, replaced = {}, {}, {}, {}, {}, {}, {}, {}
 local i = 7
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
+  local S = part_of(tonumber(ARGV[i + 2]))
   local id, due_kind, due_value, ttl, msg
-  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 2)
+  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)
 
   local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
-  local k = slot[id]
+  local k = S.slot[id]
   local status, at, state
   if not due then
     status, at, state = 'too_far', 0, too_far
   elseif k and not replace then
-    status, at, state = 'duplicate', slot_due[k], 'scheduled'
+    status, at, state = 'duplicate', S.due[k], 'scheduled'
   else
     if k then
       status = 'replaced'
     else
       local record_in_way, held_in, where
-      status, at, state, record_in_way, held_in, where = admit(keys, id, replace)
-      if record_in_way then in_way[#in_way + 1] = id end
-      if held_in then unholds[#unholds + 1] = { held_in, id } end
-      if where then replaced[#replaced + 1] = { id, where } end
+      status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace)
+      if record_in_way then S.in_way[#S.in_way + 1] = id end
+      if held_in then S.unholds[#S.unholds + 1] = { held_in, id } end
+      if where then S.replaced[#S.replaced + 1] = { id, where } end
     end
     if status ~= 'duplicate' then
       if not k then
-        k = #order + 1
-        order[k], slot[id] = id, k
+        k = #S.order + 1
+        S.order[k], S.slot[id] = id, k
       end
-      slot_due[k], slot_score[k], slot_msg[k] = due, score_of(due, msg.priority), new_msg(msg, ttl, due, now)
+      S.due[k], S.score[k], S.msg[k] = due, score_of(due, msg.priority), new_msg(msg, ttl, due, now)
       at, state = due, ''
     end
   end
@@ -80,19 +103,30 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
--- Records and messages in the way (see admit).
-for _, id in ipairs(in_way) do forget_record(KEYS[3], KEYS[4], id) end
-for _, r in ipairs(replaced) do pending_remove(P, r[1], r[2]) end
-for _, h in ipairs(unholds) do unhold(KEYS[6], h[1], h[2]) end
-pending_add(P, layout, order, slot_score, slot_msg)
+-- Records and messages in the way (see admit), then the messages, shard by shard.
+for _, S in ipairs(shards) do
+  if S.P then
+    for _, id in ipairs(S.in_way) do forget_record(S.keys[3], S.keys[4], id) end
+    for _, r in ipairs(S.replaced) do pending_remove(S.P, r[1], r[2]) end
+    for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
+    pending_add(S.P, layout, S.order, S.score, S.msg)
+  end
+end
 
 if inbox ~= '' then
   chunked({ 'XACK', inbox, group }, acks)
   chunked({ 'XDEL', inbox }, acks)
 end
 
-local after = pending_first(P)
-if after and (not before or after < before) then
-  redis.call('PUBLISH', ARGV[3], KEYS[1])
+-- A shard's earliest due time moved earlier exactly when this call stored a message
+-- before the earliest it had (taking messages out never moves it earlier).
+for _, S in ipairs(shards) do
+  local first
+  for _, score in ipairs(S.score or {}) do
+    if not first or score < first then first = score end
+  end
+  if first and (not S.before or first < S.before) then
+    redis.call('PUBLISH', ARGV[3], S.keys[1])
+  end
 end
 return out

@@ -137,3 +137,22 @@ impl Env {
         }
     }
 }
+
+/// Ids of messages to `stream`, `per_shard` in each of the store's shards.
+pub fn ids_in_every_shard(store: &Store, stream: &str, per_shard: usize) -> Vec<String> {
+    let mut count = vec![0; usize::from(store.shards())];
+    let mut ids = Vec::new();
+    for i in 0.. {
+        let id = format!("m{i}");
+        let shard =
+            usize::from(store.shard_of(&delayq::message::MessageId::parse(&id).unwrap(), stream));
+        if count[shard] < per_shard {
+            count[shard] += 1;
+            ids.push(id);
+        }
+        if count.iter().all(|&c| c == per_shard) {
+            return ids;
+        }
+    }
+    unreachable!()
+}
