@@ -496,3 +496,50 @@ fn plan_calls(
     }
     plans
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Every message goes in exactly one call, each shard's in their order; no
+        /// call carries more than MAX_PER_CALL, a call names a shard once, and on
+        /// Redis Cluster a call carries one shard.
+        #[test]
+        fn calls_carry_every_message_once(
+            shards in proptest::collection::vec(0u16..40, 0..3000),
+            cluster in any::<bool>(),
+        ) {
+            let by_shard = by_shard(shards.iter().copied().enumerate());
+            let plans = plan_calls(&by_shard, cluster);
+            let mut seen = vec![0; shards.len()];
+            let mut last_place: std::collections::HashMap<u16, usize> = Default::default();
+            for plan in &plans {
+                let carried: usize = plan.iter().map(|(_, places)| places.len()).sum();
+                prop_assert!(carried > 0 && carried <= MAX_PER_CALL);
+                let named: std::collections::BTreeSet<u16> = plan.iter().map(|(s, _)| *s).collect();
+                prop_assert_eq!(named.len(), plan.len());
+                if cluster {
+                    prop_assert_eq!(plan.len(), 1);
+                }
+                for &(shard, places) in plan {
+                    for &i in places {
+                        prop_assert_eq!(shards[i], shard);
+                        seen[i] += 1;
+                        if let Some(&before) = last_place.get(&shard) {
+                            prop_assert!(before < i);
+                        }
+                        last_place.insert(shard, i);
+                    }
+                }
+            }
+            prop_assert!(seen.iter().all(|&n| n == 1));
+            // Standalone: as few calls as the bound allows.
+            if !cluster {
+                prop_assert_eq!(plans.len(), shards.len().div_ceil(MAX_PER_CALL));
+            }
+        }
+    }
+}

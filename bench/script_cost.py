@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Redis CPU time of one schedule script call, taken apart.
+
+    python3 bench/script_cost.py [calls]
+
+Starts a redis-server of its own on a free loopback port (removed at the end),
+loads src/store/lua (the prelude and schedule_batch.lua) and sends each variant
+below `calls` times (default 5000), pipelined, reading Redis's own CPU time
+(`INFO cpu`, user + sys) before and after: what one call costs Redis, its
+command parsing and reply included, with no client waiting in between. Every
+push stores one new 100-byte message due in 500 s, as the spread producer does.
+
+Variants:
+  return 1                 EVALSHA of a script that only returns, with a push's arguments
+  prelude, return 1        the same after defining the prelude (what every script call does first)
+  push, 16 shards: 16 calls    one message in each of 16 shards, a call each
+  push, 16 shards: 1 call      the same 16 messages in one call (standalone Redis)
+  push, 1 shard: 1 call        16 messages of one shard in one call
+  push as a Redis Function     the one-shard push as FCALL of a library that defines
+                               the prelude once, when it is loaded
+
+Only Python's standard library; no delayq process is involved.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LUA = os.path.join(ROOT, "src", "store", "lua")
+
+
+def encode(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+class Redis:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.file = self.sock.makefile("rb")
+
+    def read(self):
+        line = self.file.readline()
+        kind, rest = line[:1], line[1:-2]
+        if kind == b"+":
+            return rest
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            return None if n < 0 else self.file.read(n + 2)[:-2]
+        if kind == b"*":
+            n = int(rest)
+            return None if n < 0 else [self.read() for _ in range(n)]
+        raise RuntimeError("unexpected reply %r" % line)
+
+    def call(self, *args):
+        self.sock.sendall(encode(*args))
+        return self.read()
+
+    def cpu_seconds(self):
+        info = self.call("INFO", "cpu").decode()
+        fields = dict(l.split(":", 1) for l in info.splitlines() if ":" in l)
+        return float(fields["used_cpu_user"]) + float(fields["used_cpu_sys"])
+
+    def pipelined(self, commands):
+        """Redis CPU µs per command over `commands`, sent at once; the replies."""
+        before = self.cpu_seconds()
+        self.sock.sendall(b"".join(commands))
+        replies = [self.read() for _ in commands]
+        return (self.cpu_seconds() - before) / len(commands) * 1e6, replies
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def shard_keys(tag, shard):
+    t = "{%s:%d}" % (tag, shard)
+    return [t + ":due", t + ":msg", t + ":done", t + ":done-by-expiry", t + ":fence", t + ":held"]
+
+
+HEAD = ["0", "31536000000", "bench:wake", "", "", "compact"]
+counter = iter(range(10**9))
+
+
+def message(group):
+    # schedule_batch.lua's record: inbox entry, mode, shard, id, due kind and value,
+    # priority, ttl, stream, field count, field, value.
+    return ["", "new", str(group), "m%d" % next(counter), "in", "500000", "0", "0",
+            "bench:spread", "1", "payload", "x" * 100]
+
+
+def main():
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    prelude = open(os.path.join(LUA, "prelude.lua")).read()
+    schedule = open(os.path.join(LUA, "schedule_batch.lua")).read()
+    port = free_port()
+    with tempfile.TemporaryDirectory() as data:
+        server = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", data],
+            stdout=subprocess.DEVNULL)
+        try:
+            for _ in range(100):
+                try:
+                    r = Redis(port)
+                    r.call("PING")
+                    break
+                except (ConnectionError, RuntimeError):
+                    time.sleep(0.05)
+            else:
+                sys.exit("redis-server did not start")
+            run(r, calls, prelude, schedule)
+        finally:
+            server.terminate()
+            server.wait()
+
+
+def run(r, calls, prelude, schedule):
+    def evalsha(body, batch):
+        sha = r.call("SCRIPT", "LOAD", body)
+        return [encode("EVALSHA", sha, len(keys), *keys, *args) for keys, args in batch]
+
+    def show(label, commands, per):
+        cost, replies = r.pipelined(commands)
+        for reply in replies:
+            if isinstance(reply, list) and reply[0] not in (b"scheduled",):
+                sys.exit("%s: unexpected reply %r" % (label, reply[:3]))
+        print("| %s | %.1f µs | %.1f µs |" % (label, cost, cost / per))
+
+    one = lambda tag: (shard_keys(tag, 0), HEAD + message(1))
+    print("| variant | Redis CPU per call | per message |")
+    print("|---|---|---|")
+    show("return 1", evalsha("return 1", [one("a")] * calls), 1)
+    show("prelude, return 1", evalsha(prelude + "\nreturn 1", [one("a")] * calls), 1)
+    sixteen = []
+    for _ in range(calls // 16):
+        sixteen += [(shard_keys("b", s), HEAD + message(1)) for s in range(16)]
+    show("push, 16 shards: 16 calls of one message", evalsha(prelude + "\n" + schedule, sixteen), 1)
+    together = []
+    for _ in range(calls // 16):
+        keys, args = [], list(HEAD)
+        for s in range(16):
+            keys += shard_keys("c", s)
+            args += message(s + 1)
+        together.append((keys, args))
+    show("push, 16 shards: 1 call of 16 messages", evalsha(prelude + "\n" + schedule, together), 16)
+    one_shard = []
+    for _ in range(calls // 16):
+        args = list(HEAD)
+        for _ in range(16):
+            args += message(1)
+        one_shard.append((shard_keys("f", 0), args))
+    show("push, 1 shard: 1 call of 16 messages", evalsha(prelude + "\n" + schedule, one_shard), 16)
+    # As a Redis Function: the prelude's per-call caches start empty in every call.
+    caches = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states"]
+    library = ("#!lua name=delayq_cost\n" + prelude +
+               "\nredis.register_function('push', function(KEYS, ARGV)\n" +
+               "".join("%s = {}\n" % c for c in caches) + schedule + "\nend)\n")
+    r.call("FUNCTION", "LOAD", "REPLACE", library)
+    fcalls = []
+    for _ in range(calls):
+        keys, args = one("d")
+        fcalls.append(encode("FCALL", "push", len(keys), *keys, *args))
+    show("push, one shard, as a Redis Function (FCALL)", fcalls, 1)
+    evals = evalsha(prelude + "\n" + schedule, [one("e") for _ in range(calls)])
+    show("push, one shard (EVALSHA)", evals, 1)
+
+
+if __name__ == "__main__":
+    main()
