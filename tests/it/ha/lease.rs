@@ -26,7 +26,17 @@ async fn a_leader_stopped_past_its_lease_is_fenced_and_rejoins_as_a_standby() {
         std::future::ready(delivered.len().filter(|n| *n >= all).map(|_| ()))
     })
     .await;
-    let forwarded_before = node_counter(&cluster, old, "delayq_messages_forwarded_total").await;
+    // A node counts a forward when the call's answer is back, a moment after its
+    // entries are in the stream: the count is read once it has every one of them.
+    let forwarded_before = eventually(
+        Duration::from_secs(5),
+        "the old leader counts every forward",
+        || async {
+            let n = node_counter(&cluster, old, "delayq_messages_forwarded_total").await;
+            (n >= all as f64).then_some(n)
+        },
+    )
+    .await;
 
     cluster.nodes[old].signal(libc::SIGSTOP);
     let stopped = Instant::now();
