@@ -193,7 +193,7 @@ impl Store {
     /// call (of a task of its own, so the push that ended returns now), or marks
     /// the lane free.
     fn hand_over(&self, lane: usize) {
-        let batch = {
+        let mut batch = {
             let mut slot = self.coalescer.slot(lane);
             if slot.waiting.is_empty() {
                 slot.in_flight = false;
@@ -211,6 +211,9 @@ impl Store {
             }
             batch
         };
+        // By shard (stable: each shard's pushes keep their order), so that the call's
+        // order, which the outcomes come back in, is the batch's.
+        batch.sort_by_key(|w| w.shard);
         // Outside a runtime (it is shutting down) the waiters are dropped, and each
         // answers that its call ended without an outcome.
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -238,12 +241,8 @@ impl Store {
             drop(messages);
             match outcome {
                 Ok(results) => {
-                    let mut batch: Vec<Option<Waiting>> = batch.into_iter().map(Some).collect();
-                    let order = plan.iter().flat_map(|(_, places)| places.iter());
-                    for (&i, result) in order.zip(results) {
-                        if let Some(w) = batch[i].take() {
-                            let _ = w.done.send(result);
-                        }
+                    for (w, result) in batch.into_iter().zip(results) {
+                        let _ = w.done.send(result);
                     }
                 }
                 Err(e) => {
