@@ -734,6 +734,50 @@ async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
     assert_eq!(per_shard, (0..16).map(|s| (s, 4)).collect::<Vec<_>>());
 }
 
+#[tokio::test]
+async fn the_largest_call_spans_every_shard_whole() {
+    // 1000 messages (the most one call carries) over 16 shards, in one call.
+    let bare = Bare::start("[redis]\nshards = 16\n").await;
+    let items: Vec<BatchItem> = (0..1000)
+        .map(|i| BatchItem {
+            msg: NewMessage {
+                id: MessageId::parse(&format!("big-{i}")).unwrap(),
+                ..NewMessage::payload(STREAM, "x", Duration::from_secs(60))
+            },
+            mode: ScheduleMode::New,
+            inbox_entry: None,
+        })
+        .collect();
+    // The script loaded first (a first EVALSHA that Redis does not know counts too).
+    let warm = NewMessage::payload(STREAM, "warm", Duration::from_secs(60));
+    let stored = bare
+        .store
+        .schedule(&warm, ScheduleMode::New, Duration::from_secs(3600))
+        .await;
+    assert!(
+        matches!(stored, Ok(Scheduled::Scheduled { .. })),
+        "{stored:?}"
+    );
+    let before = script_calls(&bare);
+    let outcomes = bare
+        .store
+        .schedule_many(&items, Duration::from_secs(3600), None)
+        .await;
+    assert_eq!(script_calls(&bare) - before, 1);
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Scheduled::Scheduled { .. }))),
+        "{:?}",
+        outcomes
+            .iter()
+            .find(|o| !matches!(o, Ok(Scheduled::Scheduled { .. })))
+    );
+    let per_shard = bare.store.pending_per_shard().await.unwrap();
+    assert_eq!(per_shard.len(), 16);
+    assert_eq!(per_shard.iter().map(|(_, n)| n).sum::<u64>(), 1001);
+}
+
 /// 220 single pushes at once, to a store of `shards` shards: each gets its own
 /// outcome, and they share calls.
 async fn single_pushes_share_calls(shards: u16) {
