@@ -676,6 +676,18 @@ fn script_calls(bare: &Bare) -> u64 {
         .sum()
 }
 
+/// Pushes `msg`, which must be new.
+async fn push_new(bare: &Bare, msg: &NewMessage) {
+    let stored = bare
+        .store
+        .schedule(msg, ScheduleMode::New, Duration::from_secs(3600))
+        .await;
+    assert!(
+        matches!(stored, Ok(Scheduled::Scheduled { .. })),
+        "{stored:?}"
+    );
+}
+
 #[tokio::test]
 async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
     let bare = Bare::start("[redis]\nshards = 16\n").await;
@@ -685,14 +697,7 @@ async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
         ..NewMessage::payload(STREAM, "x", after)
     };
     let earlier = message(&ids[0], Duration::from_secs(60));
-    let stored = bare
-        .store
-        .schedule(&earlier, ScheduleMode::New, Duration::from_secs(3600))
-        .await;
-    assert!(
-        matches!(stored, Ok(Scheduled::Scheduled { .. })),
-        "{stored:?}"
-    );
+    push_new(&bare, &earlier).await;
     // Every id once, the first twice more (stored before, and again within the
     // batch), and the last once more due too far ahead.
     let item = |id: &str, after: Duration| BatchItem {
@@ -750,14 +755,7 @@ async fn the_largest_call_spans_every_shard_whole() {
         .collect();
     // The script loaded first (a first EVALSHA that Redis does not know counts too).
     let warm = NewMessage::payload(STREAM, "warm", Duration::from_secs(60));
-    let stored = bare
-        .store
-        .schedule(&warm, ScheduleMode::New, Duration::from_secs(3600))
-        .await;
-    assert!(
-        matches!(stored, Ok(Scheduled::Scheduled { .. })),
-        "{stored:?}"
-    );
+    push_new(&bare, &warm).await;
     let before = script_calls(&bare);
     let outcomes = bare
         .store
