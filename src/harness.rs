@@ -988,7 +988,12 @@ impl EtcdServer {
     }
 
     pub fn log(&self) -> String {
-        tail(&self.dir.path().join("etcd.log"), 40)
+        tail(&self.log_path(), 40)
+    }
+
+    /// The file its output goes to (started afresh with the process).
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("etcd.log")
     }
 
     pub fn kill(&mut self) {
@@ -1116,7 +1121,8 @@ impl DelayqProcess {
         format!("http://{}{}", self.api, path)
     }
 
-    fn log_path(&self) -> PathBuf {
+    /// The file its output (stdout and stderr) goes to, kept across restarts.
+    pub fn log_path(&self) -> PathBuf {
         self.dir.path().join("delayq.log")
     }
 

@@ -427,6 +427,7 @@ impl Node {
             key.rev(),
             self.config.connect_timeout,
         );
+        tracing::debug!(rev = key.rev(), "campaign won; reading the leader key");
         let checked = tokio::select! {
             _ = self.cancel.cancelled() => {
                 self.release(lease, Some(key)).await;
@@ -722,6 +723,7 @@ impl Node {
             return;
         }
         if let Some(key) = key {
+            let asked = Instant::now();
             let election = self.client.election_client();
             let resigned = call(RELEASE_TIMEOUT, || {
                 let mut c = election.clone();
@@ -729,11 +731,14 @@ impl Node {
                 async move { c.resign(Some(ResignOptions::new().with_leader(key))).await }
             })
             .await;
-            if let Err(e) = resigned {
-                tracing::warn!(
+            match resigned {
+                Ok(_) => {
+                    tracing::debug!(took = ?asked.elapsed(), "resigned: the leader key is deleted")
+                }
+                Err(e) => tracing::warn!(
                     error = %explain(&self.config, e.as_ref()),
                     "cannot resign; the lease will expire instead"
-                );
+                ),
             }
         }
         let lease_client = self.client.lease_client();

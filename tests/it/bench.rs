@@ -192,6 +192,22 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         "{}",
         failover[0]
     );
+    // By the new leader's own clock (to the ms) its leadership began no later than
+    // its first 200 answer.
+    let led = failover[0]["led_quantiles_ms"]
+        .as_array()
+        .expect("quantiles by the leader's clock");
+    let led: Vec<f64> = led.iter().filter_map(Value::as_f64).collect();
+    assert!(
+        led.len() == 3 && led[0] <= led[1] && led[1] <= led[2] && led[0] >= -1.0,
+        "{}",
+        failover[0]
+    );
+    assert!(
+        led[2] <= q[2].as_f64().expect("max") + 1.0,
+        "{}",
+        failover[0]
+    );
     assert!(
         failover[0]["forwarding_gap_ms"].as_u64().unwrap_or(0) > 0,
         "{}",

@@ -8,13 +8,21 @@
 //! lease and only the standby's judgement moves the leadership).
 //!
 //! Two figures: `takeover_ms`, from the signal until the standby answers `/leader`
-//! with 200 (polled every 2 ms), and `forwarding_gap_ms`, the longest time between two
+//! with 200 (polled every 2 ms; each round's is also read by the new leader's own
+//! clock, `since_ms` of `/v1/leader`, which leaves out how long the answer and the
+//! bench's polling took on loaded cores), and `forwarding_gap_ms`, the longest time between two
 //! consecutive stream entries while messages kept falling due every millisecond or
 //! so: what a consumer sees. With several rounds, the stopped node is started again
 //! as the standby and the new leader is stopped in turn; every round's takeover is
 //! kept, with p50 / p99 / max over them.
+//!
+//! A round slower than its row's p99 target (or one with no takeover) keeps what the
+//! two daemons and etcd logged from just before its stop until the takeover, in
+//! `<out>/failover-slow/`: the daemons log their election, leadership and fencing
+//! steps with timestamps to the microsecond, etcd its slow disk writes and requests.
 
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
 
 use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream, wall_ms};
@@ -56,6 +64,65 @@ impl Stop {
     fn ends_the_process(self) -> bool {
         matches!(self, Stop::Term | Stop::Kill)
     }
+
+    /// The p99 target of this stop's row (ms): a round slower than this keeps its
+    /// logs.
+    fn slow_round_ms(self) -> f64 {
+        match self {
+            Stop::Term => 20.0,
+            Stop::Kill => 800.0,
+            Stop::Pause | Stop::RedisCut => 5000.0,
+        }
+    }
+}
+
+/// The daemons' log filter during failover: quiet, but every step of an election,
+/// a term and a stop, so that a slow round's log shows where its time went.
+const HANDOVER_LOG: &str =
+    "warn,delayq::election=debug,delayq::leadership=info,delayq::term=info,delayq::daemon=info";
+
+/// Where each log of a round stood just before its stop.
+struct LogMarks {
+    at: SystemTime,
+    logs: Vec<(String, PathBuf, u64)>,
+}
+
+impl LogMarks {
+    fn take(logs: &[(String, PathBuf)]) -> LogMarks {
+        let logs = logs
+            .iter()
+            .map(|(name, path)| {
+                let len = std::fs::metadata(path).map_or(0, |m| m.len());
+                (name.clone(), path.clone(), len)
+            })
+            .collect();
+        LogMarks {
+            at: SystemTime::now(),
+            logs,
+        }
+    }
+
+    /// Writes what each log gained since the mark into `dir/<file>`, under a header
+    /// naming the round; returns the file written.
+    fn keep(&self, dir: &Path, file: &str, header: &str) -> std::io::Result<PathBuf> {
+        use std::io::{Read, Seek, SeekFrom};
+        std::fs::create_dir_all(dir)?;
+        let mut text = format!(
+            "{header}\nstopped at {}\n",
+            humantime::format_rfc3339_micros(self.at)
+        );
+        for (name, path, from) in &self.logs {
+            let mut gained = String::new();
+            if let Ok(mut log) = std::fs::File::open(path) {
+                log.seek(SeekFrom::Start(*from))?;
+                log.read_to_string(&mut gained)?;
+            }
+            text.push_str(&format!("\n== {name} ({})\n{gained}", path.display()));
+        }
+        let path = dir.join(file);
+        std::fs::write(&path, text)?;
+        Ok(path)
+    }
 }
 
 impl Bench {
@@ -73,9 +140,15 @@ impl Bench {
         let mut conn = self.conn.clone();
         // A cluster name of its own: a previous run's dead leader may still hold a lease.
         let cluster = format!("bench-{}-{}", stop.name(), wall_ms());
+        let quiet = "level = \"warn\"";
+        anyhow::ensure!(
+            self.delayq_config.contains(quiet),
+            "the bench's daemon configuration sets no log level to widen"
+        );
         let config = format!(
             "{}[etcd]\nendpoints = [\"{}\"]\ncluster = \"{cluster}\"\nlease_ttl = \"{}s\"\n",
-            self.delayq_config,
+            self.delayq_config
+                .replacen(quiet, &format!("level = \"{HANDOVER_LOG}\""), 1),
             etcd.endpoint(),
             lease_ttl.as_secs()
         );
@@ -118,6 +191,8 @@ impl Bench {
         tokio::time::sleep(stop_after + jitter).await;
         let stopped_at_ms = self.store.now_ms().await?;
         let mut takeovers_ms = Vec::new();
+        // Each round's start of leadership by the new leader's own clock (to the ms).
+        let mut leds_ms: Vec<Option<f64>> = Vec::new();
         let mut old_leader_exit_ms = None;
         for round in 0..rounds {
             if round > 0 {
@@ -135,7 +210,16 @@ impl Bench {
             // A takeover is timed from a standby that campaigns: one still starting
             // (a restart slowed by the load) would add its start to the figure.
             campaigning(&etcd_config, &standby).await?;
+            let marks = LogMarks::take(&[
+                (format!("{} (stopped)", leader.name), leader.log_path()),
+                (
+                    format!("{} (standing by)", standby.name),
+                    standby.log_path(),
+                ),
+                ("etcd".to_owned(), etcd.log_path()),
+            ]);
             let stopped_at = Instant::now();
+            let stopped_wall_ms = wall_ms_f64();
             match stop {
                 Stop::Kill => leader.kill(),
                 Stop::Term => leader.signal(libc::SIGTERM),
@@ -148,9 +232,18 @@ impl Bench {
             let waiting = |took: &Option<f64>, exited: &Option<f64>| {
                 took.is_none() || (stop.ends_the_process() && exited.is_none())
             };
+            // Each poll of the standby: (sent, answered) in ms after the stop, and
+            // whether it led; a slow round's log shows where the bench waited.
+            let mut polls: Vec<(f64, f64, bool)> = Vec::new();
+            let ms = |at: Instant| at.duration_since(stopped_at).as_secs_f64() * 1000.0;
             while Instant::now() < give_up && waiting(&took, &exited) {
-                if took.is_none() && self.leads(&standby).await {
-                    took = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+                if took.is_none() {
+                    let sent = Instant::now();
+                    let leads = self.leads(&standby).await;
+                    polls.push((ms(sent), ms(Instant::now()), leads));
+                    if leads {
+                        took = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+                    }
                 }
                 if exited.is_none() && !leader.is_running() {
                     exited = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
@@ -165,6 +258,37 @@ impl Bench {
             }
             if round == 0 {
                 old_leader_exit_ms = exited;
+            }
+            if took.is_some() {
+                leds_ms.push(
+                    self.leading_since_ms(&standby)
+                        .await
+                        .map(|since| since as f64 - stopped_wall_ms),
+                );
+            }
+            if let Some(dir) = &self.slow_rounds
+                && took.is_none_or(|ms| ms > stop.slow_round_ms())
+            {
+                let took = took.map_or("no takeover".to_owned(), |ms| format!("{ms:.1} ms"));
+                let header = format!("failover by {}, round {round}: {took}", stop.name());
+                let polled: Vec<String> = polls[polls.len().saturating_sub(12)..]
+                    .iter()
+                    .map(|(sent, answered, leads)| {
+                        let said = if *leads { "leads" } else { "stands by" };
+                        format!("  sent {sent:.1} ms, answered {answered:.1} ms: {said}")
+                    })
+                    .collect();
+                let header = format!(
+                    "{header}\nthe bench's last polls of {} (of {}):\n{}",
+                    standby.name,
+                    polls.len(),
+                    polled.join("\n")
+                );
+                let file = format!("{cluster}-round-{round}.log");
+                match marks.keep(dir, &file, &header) {
+                    Ok(path) => eprintln!("bench: {header}; logs kept in {}", path.display()),
+                    Err(e) => eprintln!("bench: {header}; cannot keep its logs: {e}"),
+                }
             }
             takeovers_ms.push(took);
             if took.is_none() {
@@ -190,6 +314,7 @@ impl Bench {
         let round = |ms: Option<f64>| ms.map(|m| (m * 10.0).round() / 10.0);
         let takeovers_ms: Vec<Option<f64>> = takeovers_ms.into_iter().map(round).collect();
         let takeover_quantiles_ms = quantiles(&takeovers_ms);
+        let led_quantiles_ms = quantiles(&leds_ms.into_iter().map(round).collect::<Vec<_>>());
         let failover = Failover {
             measured: measured(
                 total,
@@ -206,6 +331,7 @@ impl Bench {
             takeover_ms: round(takeover_ms),
             takeovers_ms,
             takeover_quantiles_ms,
+            led_quantiles_ms,
             old_leader_exit_ms: round(old_leader_exit_ms),
             forwarding_gap_ms: tally.longest_gap_ms,
             forwarding_gap_ended_after_stop_ms: tally.longest_gap_end_ms as i64
@@ -220,6 +346,29 @@ impl Bench {
         }
         .into())
     }
+}
+
+impl Bench {
+    /// When `node`'s leadership began, by its own clock (`since_ms` of
+    /// `/v1/leader`, ms since the epoch); None if it does not say.
+    async fn leading_since_ms(&self, node: &DelayqProcess) -> Option<u64> {
+        let answer = self
+            .http
+            .get(node.url("/v1/leader"))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        let body: serde_json::Value = answer.json().await.ok()?;
+        body["since_ms"].as_u64()
+    }
+}
+
+/// Now, in ms since the epoch, to the µs.
+fn wall_ms_f64() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// Waits (up to 20 s) until etcd holds `node`'s campaign (its node id is its name).
@@ -269,6 +418,34 @@ fn quantiles(takeovers: &[Option<f64>]) -> Option<[f64; 3]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kept_round_holds_what_each_log_gained_after_the_mark() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let (a, b) = (dir.path().join("a.log"), dir.path().join("b.log"));
+        std::fs::write(&a, "before the stop\n").expect("write");
+        let marks = LogMarks::take(&[
+            ("a".to_owned(), a.clone()),
+            ("b, not yet written".to_owned(), b.clone()),
+        ]);
+        let mut log = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&a)
+            .expect("open");
+        std::io::Write::write_all(&mut log, b"after the stop\n").expect("append");
+        std::fs::write(&b, "b's first line\n").expect("write");
+        let kept = marks
+            .keep(&dir.path().join("slow"), "round-3.log", "round 3: 25.0 ms")
+            .expect("keep");
+        let text = std::fs::read_to_string(kept).expect("read");
+        assert!(text.starts_with("round 3: 25.0 ms\nstopped at "), "{text}");
+        assert!(
+            text.contains("== a (") && text.contains("after the stop"),
+            "{text}"
+        );
+        assert!(!text.contains("before the stop"), "{text}");
+        assert!(text.contains("b's first line"), "{text}");
+    }
 
     #[test]
     fn quantiles_take_the_nearest_rank_of_the_rounds_that_took_over() {

@@ -380,6 +380,9 @@ pub struct Bench {
     journal: Option<crate::journal::Journal>,
     /// `--dashboards`.
     dashboards: usize,
+    /// Where failover rounds slower than their target keep their logs
+    /// (`<out>/failover-slow`; none without `--out`).
+    slow_rounds: Option<PathBuf>,
 }
 
 impl Bench {
@@ -429,6 +432,7 @@ impl Bench {
             http: reqwest::Client::new(),
             journal,
             dashboards: args.dashboards,
+            slow_rounds: args.out.as_ref().map(|dir| dir.join("failover-slow")),
         };
         // Redis records every event over 1 ms, read back per phase (LATENCY LATEST).
         let () = redis::cmd("CONFIG")

@@ -299,6 +299,11 @@ pub struct Failover {
     /// p50 / p99 / max over the rounds that took over.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub takeover_quantiles_ms: Option<[f64; 3]>,
+    /// p50 / p99 / max over the rounds of when the new leader's leadership began by
+    /// its own clock (`since_ms` of `/v1/leader`, to the ms), after the signal: the
+    /// takeover without the time its answer and the bench's polling took.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub led_quantiles_ms: Option<[f64; 3]>,
     pub old_leader_exit_ms: Option<f64>,
     /// The longest time between two consecutive stream entries.
     pub forwarding_gap_ms: u64,

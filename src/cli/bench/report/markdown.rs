@@ -12,15 +12,13 @@ use crate::cli::bench::rows::{Measured, Quantiles};
 /// groups of three digits, anything else as results.json has it.
 /// "N: p50 / p99 / max" over a failover's rounds ("N: –" when none took over).
 fn takeover_rounds(f: &crate::cli::bench::rows::Failover) -> String {
-    match f.takeover_quantiles_ms {
-        Some([p50, p99, max]) => format!(
-            "{}: {} / {} / {}",
-            f.takeovers_ms.len(),
-            p50.cell(),
-            p99.cell(),
-            max.cell()
-        ),
-        None => format!("{}: –", f.takeovers_ms.len()),
+    rounds(f.takeovers_ms.len(), f.takeover_quantiles_ms)
+}
+
+fn rounds(n: usize, quantiles: Option<[f64; 3]>) -> String {
+    match quantiles {
+        Some([p50, p99, max]) => format!("{n}: {} / {} / {}", p50.cell(), p99.cell(), max.cell()),
+        None => format!("{n}: –"),
     }
 }
 
@@ -350,6 +348,7 @@ pub fn markdown(report: &Report) -> String {
             f.lease_ttl_ms.cell(),
             f.takeover_ms.cell(),
             takeover_rounds(f),
+            rounds(f.takeovers_ms.len(), f.led_quantiles_ms),
             f.old_leader_exit_ms.cell(),
             f.forwarding_gap_ms.cell(),
             lateness(f.lateness_ms.as_ref()),
@@ -359,7 +358,7 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Failover under load: two daemons elected through etcd, the leader stopped mid-spread",
-        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | rounds: takeover p50 / p99 / max (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
+        "stop | rate (msg/s) | run | load | lease TTL (ms) | standby leading after (ms) | rounds: takeover p50 / p99 / max (ms) | rounds: leading by its own clock p50 / p99 / max (ms) | old leader gone after (ms) | longest forwarding gap (ms) | lateness p50 / p99 / p99.9 / max (ms) | lost / dup",
         failover_rows,
     );
 
