@@ -102,6 +102,14 @@ impl LogMarks {
         }
     }
 
+    /// When the marks were taken (just before the stop), in ms since the epoch, to
+    /// the µs.
+    fn wall_ms(&self) -> f64 {
+        self.at
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    }
+
     /// Writes what each log gained since the mark into `dir/<file>`, under a header
     /// naming the round; returns the file written.
     fn keep(&self, dir: &Path, file: &str, header: &str) -> std::io::Result<PathBuf> {
@@ -140,15 +148,9 @@ impl Bench {
         let mut conn = self.conn.clone();
         // A cluster name of its own: a previous run's dead leader may still hold a lease.
         let cluster = format!("bench-{}-{}", stop.name(), wall_ms());
-        let quiet = "level = \"warn\"";
-        anyhow::ensure!(
-            self.delayq_config.contains(quiet),
-            "the bench's daemon configuration sets no log level to widen"
-        );
         let config = format!(
             "{}[etcd]\nendpoints = [\"{}\"]\ncluster = \"{cluster}\"\nlease_ttl = \"{}s\"\n",
-            self.delayq_config
-                .replacen(quiet, &format!("level = \"{HANDOVER_LOG}\""), 1),
+            self.delayq_config,
             etcd.endpoint(),
             lease_ttl.as_secs()
         );
@@ -163,8 +165,13 @@ impl Bench {
                 config.clone()
             }
         };
-        let mut leader = self.start_delayq_with("bench-a", &via(&cut)).await?;
-        let mut standby = DelayqProcess::start(&self.delayq_bin, "bench-b", &via(&kept))?;
+        // Over the configuration's log level, as an operator would.
+        let log = [("DELAYQ_LOG_LEVEL", HANDOVER_LOG)];
+        let mut leader = self
+            .start_delayq_with_env("bench-a", &via(&cut), &log)
+            .await?;
+        let mut standby =
+            DelayqProcess::start_with_env(&self.delayq_bin, "bench-b", &via(&kept), &log)?;
         let mut standby_since = Instant::now();
         let etcd_config = crate::config::Config::from_toml(&config, std::iter::empty())?
             .etcd
@@ -219,7 +226,6 @@ impl Bench {
                 ("etcd".to_owned(), etcd.log_path()),
             ]);
             let stopped_at = Instant::now();
-            let stopped_wall_ms = wall_ms_f64();
             match stop {
                 Stop::Kill => leader.kill(),
                 Stop::Term => leader.signal(libc::SIGTERM),
@@ -238,15 +244,14 @@ impl Bench {
             let ms = |at: Instant| at.duration_since(stopped_at).as_secs_f64() * 1000.0;
             while Instant::now() < give_up && waiting(&took, &exited) {
                 if took.is_none() {
-                    let sent = Instant::now();
+                    let sent = ms(Instant::now());
                     let leads = self.leads(&standby).await;
-                    polls.push((ms(sent), ms(Instant::now()), leads));
-                    if leads {
-                        took = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
-                    }
+                    let answered = ms(Instant::now());
+                    polls.push((sent, answered, leads));
+                    took = leads.then_some(answered);
                 }
                 if exited.is_none() && !leader.is_running() {
-                    exited = Some(stopped_at.elapsed().as_secs_f64() * 1000.0);
+                    exited = Some(ms(Instant::now()));
                 }
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -263,14 +268,14 @@ impl Bench {
                 leds_ms.push(
                     self.leading_since_ms(&standby)
                         .await
-                        .map(|since| since as f64 - stopped_wall_ms),
+                        .map(|since| since as f64 - marks.wall_ms()),
                 );
             }
             if let Some(dir) = &self.slow_rounds
                 && took.is_none_or(|ms| ms > stop.slow_round_ms())
             {
                 let took = took.map_or("no takeover".to_owned(), |ms| format!("{ms:.1} ms"));
-                let header = format!("failover by {}, round {round}: {took}", stop.name());
+                let title = format!("failover by {}, round {round}: {took}", stop.name());
                 let polled: Vec<String> = polls[polls.len().saturating_sub(12)..]
                     .iter()
                     .map(|(sent, answered, leads)| {
@@ -279,15 +284,15 @@ impl Bench {
                     })
                     .collect();
                 let header = format!(
-                    "{header}\nthe bench's last polls of {} (of {}):\n{}",
+                    "{title}\nthe bench's last polls of {} (of {}):\n{}",
                     standby.name,
                     polls.len(),
                     polled.join("\n")
                 );
                 let file = format!("{cluster}-round-{round}.log");
                 match marks.keep(dir, &file, &header) {
-                    Ok(path) => eprintln!("bench: {header}; logs kept in {}", path.display()),
-                    Err(e) => eprintln!("bench: {header}; cannot keep its logs: {e}"),
+                    Ok(path) => eprintln!("bench: {title}; logs kept in {}", path.display()),
+                    Err(e) => eprintln!("bench: {title}; cannot keep its logs: {e}"),
                 }
             }
             takeovers_ms.push(took);
@@ -362,13 +367,6 @@ impl Bench {
         let body: serde_json::Value = answer.json().await.ok()?;
         body["since_ms"].as_u64()
     }
-}
-
-/// Now, in ms since the epoch, to the µs.
-fn wall_ms_f64() -> f64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
 }
 
 /// Waits (up to 20 s) until etcd holds `node`'s campaign (its node id is its name).

@@ -112,7 +112,18 @@ impl Bench {
         name: &str,
         config: &str,
     ) -> anyhow::Result<DelayqProcess> {
-        let process = DelayqProcess::start(&self.delayq_bin, name, config)?;
+        self.start_delayq_with_env(name, config, &[]).await
+    }
+
+    /// [`Bench::start_delayq_with`], with extra environment variables (kept for
+    /// restarts).
+    pub(super) async fn start_delayq_with_env(
+        &self,
+        name: &str,
+        config: &str,
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<DelayqProcess> {
+        let process = DelayqProcess::start_with_env(&self.delayq_bin, name, config, env)?;
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if self.leads(&process).await {
