@@ -22,6 +22,7 @@ use crate::metrics as m;
 use crate::rate::{Limiter, StreamLimits};
 use crate::store::{ForwardOptions, Store, StoreError};
 use crate::term::Term;
+use crate::timer::Timer;
 
 /// Starts a term's forwarding work on `workers`: one forward loop per shard, the
 /// wake-up dispatcher, record trimming and the pending reports. Each stops when
@@ -246,6 +247,8 @@ struct ForwardLoop {
 async fn forward_shard(mut l: ForwardLoop) {
     let cancel = l.term.child_token();
     let mut backoff = Backoff::new(Duration::from_millis(20), Duration::from_secs(2));
+    // Wakes to the µs for the next due time (the runtime's timer is ms-coarse).
+    let mut timer = Timer::new();
     let waker = &l.wakers[l.shard as usize];
     let shard_label = l.shard.to_string();
     let script_seconds = metrics::histogram!(m::SCRIPT_SECONDS, "script" => "forward");
@@ -386,7 +389,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = waker.notified() => {}
-                    _ = tokio::time::sleep(wait) => {}
+                    _ = timer.sleep(wait) => {}
                 }
             }
             Err(StoreError::Fenced { held, .. }) => {

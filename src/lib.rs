@@ -15,6 +15,7 @@
 //!   deadline, resign.
 //! - `term`: one leadership term: fences, then the leader-only workers.
 //! - `forwarder`: leader-only loops (due → stream, record trimming).
+//! - `timer`: a sleep that ends within µs of its deadline, for the forward loops.
 //! - `rate`: the forwarding rate limit, a token bucket the shard loops share.
 //! - `sweeper`: leader-only: unacknowledged entries → redelivered or dead-lettered.
 //! - `inbox`: every instance schedules what producers XADD into the inbox stream.
@@ -86,6 +87,8 @@ pub mod service;
 pub mod sweeper;
 #[cfg(feature = "server")]
 pub mod term;
+#[cfg(feature = "server")]
+mod timer;
 
 #[cfg(feature = "server")]
 pub use daemon::{Daemon, run, start};
