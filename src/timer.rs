@@ -5,32 +5,58 @@
 //! next one, so a loop woken by it forwards a message due at a millisecond one or
 //! two milliseconds late. On Linux a [`Timer`] is a `timerfd` in the runtime's
 //! event loop instead: the kernel wakes it to the µs, and the loop costs no thread
-//! of its own. Elsewhere, or when the kernel refuses a `timerfd` (out of file
-//! descriptors), it falls back to the runtime's timer.
+//! of its own. Elsewhere, past [`MAX_PRECISE`] timers, or when the kernel refuses
+//! a `timerfd`, it falls back to the runtime's timer.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-/// One loop's timer: a loop re-arms it for each wait.
+/// Most `timerfd`s open at once in the process: on Redis Cluster a term runs a loop
+/// per hash slot in use, up to 16384, and each descriptor counts against the
+/// process's limit that connections and the HTTP listener need too. Loops past it
+/// wait on the runtime's timer, a millisecond or two coarser.
+pub(crate) const MAX_PRECISE: usize = 256;
+
+/// The `timerfd`s open now, against [`MAX_PRECISE`].
+static OPEN: AtomicUsize = AtomicUsize::new(0);
+
+/// One loop's timer: a loop sets it again for each wait.
 pub(crate) struct Timer {
     #[cfg(target_os = "linux")]
     fd: Option<tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>>,
+    /// The count its `timerfd` is held against (the process's, or a test's).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    open: &'static AtomicUsize,
 }
 
 impl Timer {
-    /// A timer for one loop; falls back to the runtime's timer when the kernel
-    /// refuses one (logged once per loop at debug).
+    /// A timer for one loop: precise while fewer than [`MAX_PRECISE`] are open.
     pub(crate) fn new() -> Self {
+        Self::counted(&OPEN, MAX_PRECISE)
+    }
+
+    fn counted(open: &'static AtomicUsize, max: usize) -> Self {
         #[cfg(target_os = "linux")]
         {
-            let fd = linux::open()
-                .inspect_err(
-                    |e| tracing::debug!(error = %e, "no timerfd: waits use the runtime's ms timer"),
-                )
-                .ok();
-            Timer { fd }
+            if open.fetch_add(1, Ordering::Relaxed) >= max {
+                open.fetch_sub(1, Ordering::Relaxed);
+                return Timer { fd: None, open };
+            }
+            let fd = match linux::open() {
+                Ok(fd) => Some(fd),
+                Err(e) => {
+                    open.fetch_sub(1, Ordering::Relaxed);
+                    tracing::debug!(error = %e, "no timerfd: this loop waits on the runtime's ms timer");
+                    None
+                }
+            };
+            Timer { fd, open }
         }
         #[cfg(not(target_os = "linux"))]
-        Timer {}
+        {
+            let _ = max;
+            Timer { open }
+        }
     }
 
     /// Sleeps `wait`. Dropped before it ends (a wake-up won the race), the timer is
@@ -41,12 +67,22 @@ impl Timer {
             match linux::sleep(fd, wait).await {
                 Ok(()) => return,
                 Err(e) => {
-                    tracing::debug!(error = %e, "timerfd failed: waits use the runtime's ms timer");
+                    tracing::debug!(error = %e, "timerfd failed: this loop waits on the runtime's ms timer");
                     self.fd = None;
+                    self.open.fetch_sub(1, Ordering::Relaxed);
                 }
             }
         }
         tokio::time::sleep(wait).await;
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.fd.is_some() {
+            self.open.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -116,9 +152,11 @@ mod linux {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use std::time::Instant;
+
+    use futures::FutureExt;
 
     use super::*;
 
@@ -126,8 +164,8 @@ mod tests {
     /// bench's lateness (a test on a shared machine only bounds it grossly).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sleep_never_ends_early() {
-        let mut timer = Timer::new();
-        #[cfg(target_os = "linux")]
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let mut timer = Timer::counted(&COUNT, 1);
         assert!(timer.fd.is_some(), "this kernel gives a timerfd");
         for wait_us in [0, 1, 300, 999, 1_000, 1_001, 2_700, 5_000, 12_345] {
             let wait = Duration::from_micros(wait_us);
@@ -142,21 +180,51 @@ mod tests {
         }
     }
 
-    /// A wait given up before its end (its future dropped) neither ends the next
-    /// one early nor keeps it from ending.
+    /// A wait given up before its end (its future dropped after one poll) neither
+    /// ends the next one early nor keeps it from ending.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_wait_given_up_leaves_the_next_whole() {
-        let mut timer = Timer::new();
-        let short = Duration::from_millis(5);
-        let given_up = tokio::time::timeout(Duration::from_millis(1), timer.sleep(short)).await;
-        assert!(given_up.is_err(), "a 5 ms sleep outlasts a 1 ms timeout");
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let mut timer = Timer::counted(&COUNT, 1);
+        let given_up = timer.sleep(Duration::from_millis(50)).now_or_never();
+        assert!(
+            given_up.is_none(),
+            "a 50 ms sleep is not over at its first poll"
+        );
         // The given-up wait expires while nobody waits on it.
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(80));
         let wait = Duration::from_millis(20);
         let start = Instant::now();
         timer.sleep(wait).await;
         let slept = start.elapsed();
         assert!(slept >= wait, "slept only {slept:?} of {wait:?}");
         assert!(slept < wait + Duration::from_secs(1), "slept {slept:?}");
+    }
+
+    /// Past the cap a timer is the runtime's, still never early; each one dropped
+    /// gives its place back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_cap_a_timer_falls_back_and_a_dropped_one_frees_its_place() {
+        static COUNT: AtomicUsize = AtomicUsize::new(0);
+        let held: Vec<Timer> = (0..3).map(|_| Timer::counted(&COUNT, 3)).collect();
+        assert_eq!(COUNT.load(Ordering::Relaxed), 3);
+        let mut coarse = Timer::counted(&COUNT, 3);
+        assert!(held.iter().all(|t| t.fd.is_some()));
+        assert!(coarse.fd.is_none(), "the fourth of three is the runtime's");
+        assert_eq!(COUNT.load(Ordering::Relaxed), 3);
+        let start = Instant::now();
+        coarse.sleep(Duration::from_millis(3)).await;
+        assert!(start.elapsed() >= Duration::from_millis(3));
+        drop(coarse);
+        assert_eq!(
+            COUNT.load(Ordering::Relaxed),
+            3,
+            "a coarse timer held no place"
+        );
+        drop(held);
+        assert_eq!(COUNT.load(Ordering::Relaxed), 0);
+        let again = Timer::counted(&COUNT, 3);
+        assert!(again.fd.is_some());
+        assert_eq!(COUNT.load(Ordering::Relaxed), 1);
     }
 }
