@@ -15,6 +15,7 @@ mod journal;
 mod keys;
 mod outcome;
 mod reply;
+mod scripts;
 mod stats;
 mod streams;
 mod tls;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use redis::{AsyncCommands, Script, ScriptInvocation, Value};
+use redis::{AsyncCommands, Value};
 
 #[cfg(feature = "test-support")]
 pub use batch::faults;
@@ -49,19 +50,10 @@ pub use tls::{RedisTls, client as redis_client};
 use crate::message::{Due, MessageId, StoredMessage};
 use crate::secret::RedisUrl;
 use conn::Conn;
+use scripts::{Call, Functions, Lua, lua};
 
 /// Time to live of a node's health probe key (see [`Store::probe_write`]).
 const PROBE_TTL_MS: u64 = 60_000;
-
-macro_rules! script {
-    ($name:literal) => {
-        Script::new(concat!(
-            include_str!("lua/prelude.lua"),
-            "\n",
-            include_str!(concat!("lua/", $name, ".lua"))
-        ))
-    };
-}
 
 mod delivery;
 #[cfg(feature = "server")]
@@ -75,51 +67,52 @@ pub use delivery::{
     split_own_fields,
 };
 
-/// The scripts, compiled into the binary and loaded lazily (`EVALSHA`, then
-/// `SCRIPT LOAD` on `NOSCRIPT`, which also covers a Redis restart or `SCRIPT FLUSH`).
+/// The scripts, compiled into the binary and loaded lazily: as a library of Redis
+/// Functions where Redis allows it, else each by `EVALSHA` (see `scripts`).
 struct Scripts {
-    reschedule: Script,
-    cancel: Script,
-    get: Script,
-    forward: Script,
-    trim: Script,
-    raise_fence: Script,
-    redeliver: Script,
-    replay_dead: Script,
-    schedule_batch: Script,
-    reject_inbox: Script,
-    ack_inbox: Script,
-    pending_streams: Script,
-    pending_count: Script,
-    journal_ack: Script,
+    reschedule: Lua,
+    cancel: Lua,
+    get: Lua,
+    forward: Lua,
+    trim: Lua,
+    raise_fence: Lua,
+    redeliver: Lua,
+    replay_dead: Lua,
+    schedule_batch: Lua,
+    reject_inbox: Lua,
+    ack_inbox: Lua,
+    pending_streams: Lua,
+    pending_count: Lua,
+    journal_ack: Lua,
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    due_histogram: Script,
+    due_histogram: Lua,
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    clear_switchover: Script,
+    clear_switchover: Lua,
     #[cfg_attr(not(feature = "server"), allow(dead_code))]
-    upcoming: Script,
+    upcoming: Lua,
 }
 
 impl Scripts {
     fn new() -> Self {
+        let f = Functions::new();
         Scripts {
-            reschedule: script!("reschedule"),
-            cancel: script!("cancel"),
-            get: script!("get"),
-            forward: script!("forward"),
-            trim: script!("trim"),
-            raise_fence: script!("raise_fence"),
-            redeliver: script!("redeliver"),
-            replay_dead: script!("replay_dead"),
-            schedule_batch: script!("schedule_batch"),
-            reject_inbox: script!("reject_inbox"),
-            ack_inbox: script!("ack_inbox"),
-            pending_streams: script!("pending_streams"),
-            pending_count: script!("pending_count"),
-            journal_ack: script!("journal_ack"),
-            due_histogram: script!("due_histogram"),
-            clear_switchover: script!("clear_switchover"),
-            upcoming: script!("upcoming"),
+            reschedule: lua("reschedule", &f),
+            cancel: lua("cancel", &f),
+            get: lua("get", &f),
+            forward: lua("forward", &f),
+            trim: lua("trim", &f),
+            raise_fence: lua("raise_fence", &f),
+            redeliver: lua("redeliver", &f),
+            replay_dead: lua("replay_dead", &f),
+            schedule_batch: lua("schedule_batch", &f),
+            reject_inbox: lua("reject_inbox", &f),
+            ack_inbox: lua("ack_inbox", &f),
+            pending_streams: lua("pending_streams", &f),
+            pending_count: lua("pending_count", &f),
+            journal_ack: lua("journal_ack", &f),
+            due_histogram: lua("due_histogram", &f),
+            clear_switchover: lua("clear_switchover", &f),
+            upcoming: lua("upcoming", &f),
         }
     }
 }
@@ -924,14 +917,14 @@ fn stream_counts(list: Option<&Value>) -> Result<Vec<(String, u64)>> {
 
 /// changes a shard lists them in its contract: due set, bodies, records, records by
 /// expiry, fence, held streams.
-fn shard_invocation<'a>(script: &'a Script, k: &ShardKeys) -> ScriptInvocation<'a> {
+fn shard_invocation<'a>(script: &'a Lua, k: &ShardKeys) -> Call<'a> {
     let mut inv = script.prepare_invoke();
     shard_keys(&mut inv, k);
     inv
 }
 
 /// Adds a shard's keys to a call, in the order of [`shard_invocation`].
-fn shard_keys(inv: &mut ScriptInvocation<'_>, k: &ShardKeys) {
+fn shard_keys(inv: &mut Call<'_>, k: &ShardKeys) {
     inv.key(&k.due)
         .key(&k.bodies)
         .key(&k.records)

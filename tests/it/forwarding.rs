@@ -1,5 +1,6 @@
 //! The forwarder with a running daemon: exactly once, never early, through Redis
-//! crashes, script cache flushes, shutdowns and a second standalone instance.
+//! crashes, script cache and function flushes, shutdowns and a second standalone
+//! instance.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -128,16 +129,99 @@ async fn forwarding_resumes_after_redis_is_killed_and_restarted_from_its_aof() {
     env.stop().await;
 }
 
+/// Calls of a command Redis has run so far, from `INFO commandstats`.
+fn calls_of(conn: &mut redis::Connection, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let line = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The names of the function libraries Redis holds.
+fn libraries(conn: &mut redis::Connection) -> Vec<String> {
+    let list: Vec<HashMap<String, redis::Value>> =
+        redis::cmd("FUNCTION").arg("LIST").query(conn).unwrap();
+    list.iter()
+        .filter_map(|l| redis::from_redis_value_ref(l.get("library_name")?).ok())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scripts_are_reloaded_after_script_flush() {
+async fn scripts_are_reloaded_after_script_and_function_flush() {
     let env = Env::start("").await;
     let mut conn = env.redis.client();
     let first = schedule_many(&env.store, "orders", 200, 500, "a").await;
+    // Redis 7 runs them as delayq's library of functions.
+    let loaded = libraries(&mut conn);
+    assert!(
+        loaded.len() == 1 && loaded[0].starts_with("delayq_"),
+        "{loaded:?}"
+    );
+    let fcalls = calls_of(&mut conn, "fcall");
+    assert!(fcalls > 0, "no FCALL");
     let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query(&mut conn)
+        .unwrap();
     let second = schedule_many(&env.store, "orders", 200, 500, "b").await;
-    let () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut conn).unwrap();
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query(&mut conn)
+        .unwrap();
     let all: HashMap<String, u64> = first.into_iter().chain(second).collect();
     assert_exactly_once(&env, "orders", &all, Duration::from_secs(20)).await;
+    assert_eq!(libraries(&mut conn), loaded, "loaded again, the same");
+    assert!(calls_of(&mut conn, "fcall") > fcalls);
+    assert_eq!(calls_of(&mut conn, "evalsha"), 0, "no call went as EVALSHA");
+}
+
+/// A user that may not load or call functions (or a Redis before 7) gets every
+/// script as EVALSHA, exactly once all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_go_as_evalsha_where_functions_are_not_allowed() {
+    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+    let mut conn = redis.client();
+    let () = redis::cmd("ACL")
+        .arg(
+            &[
+                "SETUSER",
+                "dq",
+                "on",
+                ">pw-7",
+                "~*",
+                "&*",
+                "+@all",
+                "-function",
+                "-fcall",
+                "-fcall_ro",
+            ][..],
+        )
+        .query(&mut conn)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("redis-password");
+    std::fs::write(&password, "pw-7\n").unwrap();
+    let url = redis.url().replace("redis://", "redis://dq@");
+    let extra = format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
+        password.display()
+    );
+    let env = crate::support::Bare::start_on(redis, &extra)
+        .await
+        .daemon()
+        .await;
+    let first = schedule_many(&env.store, "orders", 200, 500, "a").await;
+    assert_exactly_once(&env, "orders", &first, Duration::from_secs(20)).await;
+    let mut conn = env.redis.client();
+    assert!(libraries(&mut conn).is_empty(), "nothing was loaded");
+    assert_eq!(calls_of(&mut conn, "fcall"), 0);
+    assert!(
+        calls_of(&mut conn, "evalsha") > 0,
+        "the scripts went as EVALSHA"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

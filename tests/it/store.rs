@@ -657,14 +657,18 @@ async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stoppin
     }
 }
 
-/// Script calls Redis has run so far (EVALSHA and EVAL).
+/// Script calls Redis has run so far (FCALL, EVALSHA and EVAL).
 fn script_calls(bare: &Bare) -> u64 {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query(&mut bare.redis.client())
         .unwrap();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?
@@ -753,7 +757,7 @@ async fn the_largest_call_spans_every_shard_whole() {
             inbox_entry: None,
         })
         .collect();
-    // The script loaded first (a first EVALSHA that Redis does not know counts too).
+    // The scripts loaded first (a first call that Redis does not know counts too).
     let warm = NewMessage::payload(STREAM, "warm", Duration::from_secs(60));
     push_new(&bare, &warm).await;
     let before = script_calls(&bare);
@@ -879,4 +883,69 @@ async fn a_push_dropped_while_its_call_is_in_flight_holds_up_no_other() {
         matches!(later, Ok(Scheduled::Scheduled { .. })),
         "{later:?}"
     );
+}
+
+/// At `maxmemory` (noeviction), with the scripts as functions: a push is refused
+/// whole, a read and a cancel (which frees memory) still run; once memory is freed
+/// pushes go again and nothing was lost.
+#[tokio::test]
+async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
+    let bare = Bare::start("").await;
+    let kept = NewMessage::payload(STREAM, "kept", Duration::from_secs(3600));
+    let cancelled = NewMessage::payload(STREAM, "cancelled", Duration::from_secs(3600));
+    push_new(&bare, &kept).await;
+    push_new(&bare, &cancelled).await;
+    let mut conn = bare.redis.client();
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
+    assert_eq!(libraries.len(), 1, "the scripts run as functions");
+
+    crate::support::redis_config(&mut conn, "maxmemory-policy", "noeviction");
+    let used = crate::support::used_memory(&mut conn);
+    crate::support::redis_config(&mut conn, "maxmemory", &(used + (1 << 20)).to_string());
+    let chunk = "f".repeat(64 << 10);
+    let full = (0..1000).any(|_| {
+        redis::cmd("APPEND")
+            .arg("filler")
+            .arg(&chunk)
+            .query::<u64>(&mut conn)
+            .is_err_and(|e| e.to_string().contains("OOM"))
+    });
+    assert!(full, "writes never answered OOM");
+
+    let refused = NewMessage::payload(STREAM, "refused", Duration::from_secs(3600));
+    let pushed = bare
+        .store
+        .schedule(&refused, ScheduleMode::New, Duration::from_secs(3600))
+        .await;
+    assert!(
+        matches!(&pushed, Err(e) if e.to_string().contains("OOM")),
+        "{pushed:?}"
+    );
+    assert!(matches!(
+        bare.store.get(&kept.id).await,
+        Ok(Status::Scheduled(_))
+    ));
+    assert!(matches!(
+        bare.store.get(&refused.id).await,
+        Ok(Status::Unknown)
+    ));
+    assert_eq!(
+        bare.store
+            .cancel(&cancelled.id, Duration::from_secs(60))
+            .await
+            .unwrap(),
+        Cancelled::Cancelled
+    );
+
+    let _: u64 = redis::cmd("DEL").arg("filler").query(&mut conn).unwrap();
+    crate::support::redis_config(&mut conn, "maxmemory", "0");
+    push_new(&bare, &refused).await;
+    assert!(matches!(
+        bare.store.get(&kept.id).await,
+        Ok(Status::Scheduled(_))
+    ));
+    assert!(matches!(
+        bare.store.get(&cancelled.id).await,
+        Ok(Status::Done(_))
+    ));
 }

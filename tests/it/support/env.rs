@@ -56,6 +56,11 @@ impl Bare {
 
     pub async fn start_with(options: RedisOptions, extra: &str) -> Bare {
         let redis = RedisServer::start_with(options).expect("start redis-server");
+        Self::start_on(redis, extra).await
+    }
+
+    /// On a Redis the test prepared (an ACL user, say), which `extra` may name.
+    pub async fn start_on(redis: RedisServer, extra: &str) -> Bare {
         let config = config(&redis.url(), extra);
         let store = Store::connect(&config.store_config())
             .await

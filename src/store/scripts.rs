@@ -1,0 +1,346 @@
+//! The Lua scripts, and how a call of one reaches Redis.
+//!
+//! Each script is the prelude (`lua/prelude.lua`) followed by its own body. Sent as
+//! `EVALSHA`, every call first defines the prelude's seventy-odd functions again:
+//! about 6 µs of Redis time when calls come back to back, and 15–60 µs when they
+//! come one at a time among other work (measured under the spread bench). So where
+//! Redis allows it (Redis 7 and an ACL user that may run `FUNCTION LOAD` and
+//! `FCALL`), all scripts are one library of Redis Functions, loaded the first time
+//! a call finds it missing, and a call is an `FCALL` that defines nothing.
+//! Elsewhere, or once Redis has refused the library, calls are `EVALSHA` (`SCRIPT
+//! LOAD` on `NOSCRIPT`) as before; the scripts behave the same either way.
+//!
+//! The library's name and its functions' names carry a hash of its text, so that
+//! daemons and producers of different versions never call each other's. A
+//! library lost with Redis's data, removed by `FUNCTION FLUSH`, or missing from a
+//! Redis Cluster master that joined later is loaded again by the first call that
+//! finds it missing (`FUNCTION LOAD REPLACE` goes to every master).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use redis::aio::ConnectionLike;
+use redis::{FromRedisValue, RedisError, RedisResult, Script, ToRedisArgs};
+
+/// What a script does to Redis, which sets its function's flags. A flagged
+/// function is checked by Redis once, before it runs; an `EVALSHA` is checked at
+/// each command, so these flags keep what each script could do at `maxmemory`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    /// Reads only (`no-writes`): runs at `maxmemory` and on a replica.
+    Reads,
+    /// Adds to Redis (no flags): refused whole at `maxmemory`, where its first
+    /// write (an `XADD`, `ZADD`, `SET`, ...) was refused as an `EVALSHA`.
+    Writes,
+    /// Takes away, and writes at most a record of what it took (`allow-oom`): runs
+    /// at `maxmemory`, as its deletions did as an `EVALSHA`, so that trimming,
+    /// acknowledging and cancelling can free memory there.
+    Frees,
+}
+
+/// Every script: its name (the file `lua/<name>.lua`), body and kind.
+const SOURCES: [(&str, &str, Kind); 17] = [
+    (
+        "reschedule",
+        include_str!("lua/reschedule.lua"),
+        Kind::Writes,
+    ),
+    ("cancel", include_str!("lua/cancel.lua"), Kind::Frees),
+    ("get", include_str!("lua/get.lua"), Kind::Reads),
+    ("forward", include_str!("lua/forward.lua"), Kind::Writes),
+    ("trim", include_str!("lua/trim.lua"), Kind::Frees),
+    (
+        "raise_fence",
+        include_str!("lua/raise_fence.lua"),
+        Kind::Writes,
+    ),
+    ("redeliver", include_str!("lua/redeliver.lua"), Kind::Writes),
+    (
+        "replay_dead",
+        include_str!("lua/replay_dead.lua"),
+        Kind::Writes,
+    ),
+    (
+        "schedule_batch",
+        include_str!("lua/schedule_batch.lua"),
+        Kind::Writes,
+    ),
+    (
+        "reject_inbox",
+        include_str!("lua/reject_inbox.lua"),
+        Kind::Writes,
+    ),
+    ("ack_inbox", include_str!("lua/ack_inbox.lua"), Kind::Frees),
+    (
+        "pending_streams",
+        include_str!("lua/pending_streams.lua"),
+        Kind::Reads,
+    ),
+    (
+        "pending_count",
+        include_str!("lua/pending_count.lua"),
+        Kind::Reads,
+    ),
+    (
+        "journal_ack",
+        include_str!("lua/journal_ack.lua"),
+        Kind::Frees,
+    ),
+    (
+        "due_histogram",
+        include_str!("lua/due_histogram.lua"),
+        Kind::Reads,
+    ),
+    (
+        "clear_switchover",
+        include_str!("lua/clear_switchover.lua"),
+        Kind::Frees,
+    ),
+    ("upcoming", include_str!("lua/upcoming.lua"), Kind::Reads),
+];
+
+const PRELUDE: &str = include_str!("lua/prelude.lua");
+
+/// The prelude's tables that hold what one call has read (id hashes, record
+/// generations, pending states): an `EVALSHA` starts each empty, and so must each
+/// function call, or one call would act on what an earlier one read.
+const PER_CALL_CACHES: [&str; 4] = [
+    "id_hashes",
+    "generations_of",
+    "hash_layout_in_use",
+    "pending_states",
+];
+
+/// The library: its name, and its text for `FUNCTION LOAD`.
+struct LibraryText {
+    /// `delayq_<hash>`; its functions are `delayq_<hash>_<script>`.
+    name: String,
+    text: String,
+}
+
+static LIBRARY: LazyLock<LibraryText> = LazyLock::new(|| {
+    let mut body = String::from(PRELUDE);
+    body.push_str("\nlocal function delayq_fresh_call()\n  ");
+    body.push_str(&PER_CALL_CACHES.join(", "));
+    body.push_str(" = ");
+    body.push_str(&vec!["{}"; PER_CALL_CACHES.len()].join(", "));
+    body.push_str("\nend\n");
+    let hash = Script::new(&format!("{body}{SOURCES:?}")).get_hash()[..16].to_string();
+    let name = format!("delayq_{hash}");
+    for (script, source, kind) in SOURCES {
+        let flags = match kind {
+            Kind::Reads => "'no-writes'",
+            Kind::Writes => "",
+            Kind::Frees => "'allow-oom'",
+        };
+        body.push_str(&format!(
+            "redis.register_function{{function_name = '{name}_{script}', flags = {{ {flags} }}, \
+             callback = function(KEYS, ARGV)\ndelayq_fresh_call()\n{source}\nend}}\n"
+        ));
+    }
+    LibraryText {
+        text: format!("#!lua name={name}\n{body}"),
+        name,
+    }
+});
+
+/// Whether calls go as `FCALL`, shared by one store's scripts. It starts on, and
+/// goes off for good once Redis has refused the library or `FCALL` (the reason
+/// is logged once).
+#[derive(Debug)]
+pub(super) struct Functions {
+    on: AtomicBool,
+}
+
+impl Functions {
+    fn refused(&self, error: &RedisError) {
+        if self.on.swap(false, Ordering::Relaxed) {
+            tracing::info!(
+                error = %error,
+                "Redis does not run delayq's function library here: scripts go as EVALSHA"
+            );
+        }
+    }
+
+    /// Whether calls go as `FCALL` now.
+    pub(super) fn on(&self) -> bool {
+        self.on.load(Ordering::Relaxed)
+    }
+}
+
+/// One script.
+pub(super) struct Lua {
+    script: Script,
+    /// Its function in the library.
+    function: String,
+    functions: Arc<Functions>,
+}
+
+impl Lua {
+    /// A call of this script; add keys and arguments, then `invoke_async`.
+    pub(super) fn prepare_invoke(&self) -> Call<'_> {
+        Call {
+            lua: self,
+            keys: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// A call with its first key.
+    pub(super) fn key<T: ToRedisArgs>(&self, key: T) -> Call<'_> {
+        let mut call = self.prepare_invoke();
+        call.key(key);
+        call
+    }
+}
+
+impl Functions {
+    /// On until Redis refuses.
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Functions {
+            on: AtomicBool::new(true),
+        })
+    }
+}
+
+/// The script `lua/<name>.lua`, switched between `FCALL` and `EVALSHA` by `functions`.
+pub(super) fn lua(name: &str, functions: &Arc<Functions>) -> Lua {
+    let (_, source, _) = SOURCES
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .unwrap_or_else(|| panic!("no script {name}"));
+    Lua {
+        script: Script::new(&format!("{PRELUDE}\n{source}")),
+        function: format!("{}_{name}", LIBRARY.name),
+        functions: functions.clone(),
+    }
+}
+
+/// One call of a script being built: its keys and arguments.
+pub(super) struct Call<'a> {
+    lua: &'a Lua,
+    keys: Vec<Vec<u8>>,
+    args: Vec<Vec<u8>>,
+}
+
+impl Call<'_> {
+    pub(super) fn key<T: ToRedisArgs>(&mut self, key: T) -> &mut Self {
+        self.keys.extend(key.to_redis_args());
+        self
+    }
+
+    pub(super) fn arg<T: ToRedisArgs>(&mut self, arg: T) -> &mut Self {
+        self.args.extend(arg.to_redis_args());
+        self
+    }
+
+    /// Runs the call: as `FCALL` while the library is usable (loading it when
+    /// Redis does not have it), else as `EVALSHA`.
+    pub(super) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+    ) -> RedisResult<T> {
+        let functions = &self.lua.functions;
+        if functions.on() {
+            match self.fcall(conn).await {
+                Err(e) if says(&e, "Function not found") => match load(conn).await {
+                    Ok(()) => return self.fcall(conn).await,
+                    Err(e) if refusal(&e) => functions.refused(&e),
+                    Err(e) => return Err(e),
+                },
+                Err(e) if refusal(&e) => functions.refused(&e),
+                done => return done,
+            }
+        }
+        let mut inv = self.lua.script.prepare_invoke();
+        for key in &self.keys {
+            inv.key(key);
+        }
+        for arg in &self.args {
+            inv.arg(arg);
+        }
+        inv.invoke_async(conn).await
+    }
+
+    async fn fcall<T: FromRedisValue, C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<T> {
+        redis::cmd("FCALL")
+            .arg(&self.lua.function)
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args)
+            .query_async(conn)
+            .await
+    }
+}
+
+/// Loads the library (on Redis Cluster, into every master).
+async fn load<C: ConnectionLike>(conn: &mut C) -> RedisResult<()> {
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(&LIBRARY.text)
+        .query_async(conn)
+        .await?;
+    tracing::debug!(library = %LIBRARY.name, "loaded delayq's function library");
+    Ok(())
+}
+
+/// Whether Redis will never run the library here: too old for functions, an ACL
+/// user that may not load or call them, or a library it cannot compile. Anything
+/// else (a connection lost, a failover, a master down) is tried again next call.
+fn refusal(error: &RedisError) -> bool {
+    error.code() == Some("NOPERM")
+        || says(error, "unknown command")
+        || says(error, "Error compiling")
+        || says(error, "Error registering")
+}
+
+fn says(error: &RedisError, what: &str) -> bool {
+    error.to_string().contains(what)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The caches the library empties before each call are exactly the prelude's
+    /// top-level tables: one added to the prelude must be added here.
+    #[test]
+    fn every_top_level_table_of_the_prelude_is_emptied_per_call() {
+        let tables: Vec<&str> = PRELUDE
+            .lines()
+            .filter_map(|l| l.strip_prefix("local "))
+            .filter_map(|l| l.strip_suffix(" = {}"))
+            .collect();
+        assert_eq!(tables, PER_CALL_CACHES);
+    }
+
+    /// Each script is a function of the library, named with its hash, flagged by
+    /// its kind; only the library's first line names it.
+    #[test]
+    fn the_library_registers_every_script_once() {
+        let lib = &*LIBRARY;
+        assert!(lib.text.starts_with(&format!("#!lua name={}\n", lib.name)));
+        assert_eq!(lib.name.len(), "delayq_".len() + 16);
+        for (name, _, kind) in SOURCES {
+            let registered = format!("function_name = '{}_{name}',", lib.name);
+            assert_eq!(lib.text.matches(&registered).count(), 1, "{name}");
+            let flags = match kind {
+                Kind::Reads => "flags = { 'no-writes' }",
+                Kind::Writes => "flags = {  }",
+                Kind::Frees => "flags = { 'allow-oom' }",
+            };
+            assert!(
+                lib.text.contains(&format!("{registered} {flags}")),
+                "{name}"
+            );
+        }
+        let functions = Functions::new();
+        for (name, _, _) in SOURCES {
+            assert_eq!(
+                lua(name, &functions).function,
+                format!("{}_{name}", lib.name)
+            );
+        }
+    }
+}
