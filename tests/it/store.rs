@@ -936,6 +936,17 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
             .unwrap(),
         Cancelled::Cancelled
     );
+    // Without the library, which a full Redis does not take, a read goes as EVALSHA.
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query(&mut conn)
+        .unwrap();
+    assert!(matches!(
+        bare.store.get(&kept.id).await,
+        Ok(Status::Scheduled(_))
+    ));
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
+    assert!(libraries.is_empty(), "no library loaded at maxmemory");
 
     let _: u64 = redis::cmd("DEL").arg("filler").query(&mut conn).unwrap();
     crate::support::redis_config(&mut conn, "maxmemory", "0");
@@ -948,4 +959,6 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
         bare.store.get(&cancelled.id).await,
         Ok(Status::Done(_))
     ));
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
+    assert_eq!(libraries.len(), 1, "the library is back once memory frees");
 }
