@@ -133,6 +133,28 @@ async fn fifty_thousand_messages_are_forwarded_once_and_none_early_across_the_ma
         streams.iter().map(|s| slot_of(s) / 5462).collect();
     assert_eq!(masters.len(), 3, "the streams' slots reach every master");
 
+    // One master without delayq's function library (as after a restart without its
+    // data, or a master added later): the first call there loads it again.
+    let node = |url: &String| {
+        redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap()
+    };
+    let masters: Vec<String> = cluster
+        .urls()
+        .into_iter()
+        .filter(|url| {
+            let role: Vec<redis::Value> = redis::cmd("ROLE").query(&mut node(url)).unwrap();
+            matches!(&role[0], redis::Value::BulkString(r) if r == b"master")
+        })
+        .collect();
+    assert_eq!(masters.len(), 3, "{:?}", cluster.urls());
+    let () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query(&mut node(&masters[2]))
+        .unwrap();
+
     let daemon = delayq::start(config).await.expect("start delayq");
     let items = messages("once", 50_000, &streams, now_ms() + 500, 4000);
     schedule_all(&store, &items).await;
@@ -157,5 +179,12 @@ async fn fifty_thousand_messages_are_forwarded_once_and_none_early_across_the_ma
     tokio::time::sleep(Duration::from_millis(300)).await;
     let total: usize = streams.iter().map(|s| xlen(&mut conn, s)).sum();
     assert_eq!(total, items.len());
+    for url in &masters {
+        let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .query(&mut node(url))
+            .unwrap();
+        assert_eq!(libraries.len(), 1, "{url} holds delayq's library");
+    }
     daemon.stop().await;
 }
