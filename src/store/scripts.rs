@@ -164,7 +164,7 @@ impl Functions {
     }
 
     /// Whether calls go as `FCALL` now.
-    pub(super) fn on(&self) -> bool {
+    fn on(&self) -> bool {
         self.on.load(Ordering::Relaxed)
     }
 }

@@ -12,7 +12,10 @@ use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store};
 use futures::StreamExt;
 use rand::Rng;
 
-use crate::support::{Deliveries, Env, delayq_bin, eventually, ids_in_every_shard, let_pass, xlen};
+use crate::support::{
+    Deliveries, Env, calls_of, delayq_bin, eventually, ids_in_every_shard, let_pass, libraries,
+    xlen,
+};
 
 /// Schedules `n` messages to `stream`, due `0..spread_ms` from now; returns id → due ms.
 async fn schedule_many(
@@ -127,25 +130,6 @@ async fn forwarding_resumes_after_redis_is_killed_and_restarted_from_its_aof() {
     )
     .await;
     env.stop().await;
-}
-
-/// Calls of a command Redis has run so far, from `INFO commandstats`.
-fn calls_of(conn: &mut redis::Connection, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
-    let line = format!("cmdstat_{command}:calls=");
-    info.lines()
-        .find_map(|l| l.strip_prefix(line.as_str()))
-        .and_then(|rest| rest.split(',').next()?.parse().ok())
-        .unwrap_or(0)
-}
-
-/// The names of the function libraries Redis holds.
-fn libraries(conn: &mut redis::Connection) -> Vec<String> {
-    let list: Vec<HashMap<String, redis::Value>> =
-        redis::cmd("FUNCTION").arg("LIST").query(conn).unwrap();
-    list.iter()
-        .filter_map(|l| redis::from_redis_value_ref(l.get("library_name")?).ok())
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

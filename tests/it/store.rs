@@ -21,7 +21,10 @@ use delayq::store::{
     StoreError,
 };
 
-use crate::support::{Bare, entries, eventually, ids_in_every_shard, let_pass};
+use crate::support::{
+    Bare, calls_of, entries, eventually, fill_to_maxmemory, ids_in_every_shard, let_pass,
+    libraries, redis_config,
+};
 
 const STREAM: &str = "s";
 
@@ -659,24 +662,10 @@ async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stoppin
 
 /// Script calls Redis has run so far (FCALL, EVALSHA and EVAL).
 fn script_calls(bare: &Bare) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut bare.redis.client())
-        .unwrap();
-    info.lines()
-        .filter(|l| {
-            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
-                .iter()
-                .any(|c| l.starts_with(c))
-        })
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
+    let mut conn = bare.redis.client();
+    ["fcall", "evalsha", "eval"]
+        .iter()
+        .map(|c| calls_of(&mut conn, c))
         .sum()
 }
 
@@ -896,21 +885,13 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
     push_new(&bare, &kept).await;
     push_new(&bare, &cancelled).await;
     let mut conn = bare.redis.client();
-    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
-    assert_eq!(libraries.len(), 1, "the scripts run as functions");
+    assert_eq!(
+        libraries(&mut conn).len(),
+        1,
+        "the scripts run as functions"
+    );
 
-    crate::support::redis_config(&mut conn, "maxmemory-policy", "noeviction");
-    let used = crate::support::used_memory(&mut conn);
-    crate::support::redis_config(&mut conn, "maxmemory", &(used + (1 << 20)).to_string());
-    let chunk = "f".repeat(64 << 10);
-    let full = (0..1000).any(|_| {
-        redis::cmd("APPEND")
-            .arg("filler")
-            .arg(&chunk)
-            .query::<u64>(&mut conn)
-            .is_err_and(|e| e.to_string().contains("OOM"))
-    });
-    assert!(full, "writes never answered OOM");
+    fill_to_maxmemory(&mut conn, 1 << 20);
 
     let refused = NewMessage::payload(STREAM, "refused", Duration::from_secs(3600));
     let pushed = bare
@@ -945,11 +926,13 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
         bare.store.get(&kept.id).await,
         Ok(Status::Scheduled(_))
     ));
-    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
-    assert!(libraries.is_empty(), "no library loaded at maxmemory");
+    assert!(
+        libraries(&mut conn).is_empty(),
+        "no library loaded at maxmemory"
+    );
 
     let _: u64 = redis::cmd("DEL").arg("filler").query(&mut conn).unwrap();
-    crate::support::redis_config(&mut conn, "maxmemory", "0");
+    redis_config(&mut conn, "maxmemory", "0");
     push_new(&bare, &refused).await;
     assert!(matches!(
         bare.store.get(&kept.id).await,
@@ -959,6 +942,9 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
         bare.store.get(&cancelled.id).await,
         Ok(Status::Done(_))
     ));
-    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(&mut conn).unwrap();
-    assert_eq!(libraries.len(), 1, "the library is back once memory frees");
+    assert_eq!(
+        libraries(&mut conn).len(),
+        1,
+        "the library is back once memory frees"
+    );
 }

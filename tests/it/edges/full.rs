@@ -9,7 +9,8 @@ use delayq::harness::{DelayqProcess, RedisServer};
 use super::checks::{check_delivered, check_records, records};
 use super::{Planned, W, config_text, message_fields, push_body};
 use crate::support::{
-    Api, Deliveries, delayq_bin, eventually, patience, redis_config, redis_now_ms, used_memory,
+    Api, Deliveries, delayq_bin, eventually, fill_to_maxmemory, patience, redis_config,
+    redis_now_ms,
 };
 
 /// A Redis at `maxmemory` with `noeviction` while messages fall due: none is lost or
@@ -49,26 +50,7 @@ async fn a_full_redis_loses_nothing_and_forwarding_resumes_when_memory_frees() {
     }
 
     // Redis full: a little room over what it holds, then a filler key up to the limit.
-    redis_config(&mut conn, "maxmemory-policy", "noeviction");
-    let used = used_memory(&mut conn);
-    redis_config(&mut conn, "maxmemory", &(used + (4 << 20)).to_string());
-    let chunk = "f".repeat(64 << 10);
-    let mut oom = false;
-    for _ in 0..10_000 {
-        match redis::cmd("APPEND")
-            .arg("filler")
-            .arg(&chunk)
-            .query::<u64>(&mut conn)
-        {
-            Ok(_) => {}
-            Err(e) if e.to_string().contains("OOM") => {
-                oom = true;
-                break;
-            }
-            Err(e) => panic!("APPEND: {e}"),
-        }
-    }
-    assert!(oom, "writes never answered OOM");
+    fill_to_maxmemory(&mut conn, 4 << 20);
     assert!(
         redis_now_ms(&mut conn) < at_ms,
         "{}",

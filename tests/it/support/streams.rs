@@ -273,6 +273,46 @@ pub fn used_memory(conn: &mut impl redis::ConnectionLike) -> u64 {
         .expect("used_memory in INFO memory")
 }
 
+/// Calls of `command` (lower case, as `INFO commandstats` names it) Redis has run.
+pub fn calls_of(conn: &mut impl redis::ConnectionLike, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(conn).unwrap();
+    let line = format!("cmdstat_{command}:calls=");
+    info.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|rest| rest.split(',').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The names of the function libraries Redis holds (`FUNCTION LIST`).
+pub fn libraries(conn: &mut impl redis::ConnectionLike) -> Vec<String> {
+    let list: Vec<std::collections::HashMap<String, redis::Value>> =
+        redis::cmd("FUNCTION").arg("LIST").query(conn).unwrap();
+    list.iter()
+        .filter_map(|l| redis::from_redis_value_ref(l.get("library_name")?).ok())
+        .collect()
+}
+
+/// Makes Redis full: `noeviction`, `maxmemory` `headroom` bytes over what it uses,
+/// then a filler key (`filler`) grown until writes answer `OOM`.
+pub fn fill_to_maxmemory(conn: &mut impl redis::ConnectionLike, headroom: u64) {
+    redis_config(conn, "maxmemory-policy", "noeviction");
+    let used = used_memory(conn);
+    redis_config(conn, "maxmemory", &(used + headroom).to_string());
+    let chunk = "f".repeat(64 << 10);
+    for _ in 0..10_000 {
+        match redis::cmd("APPEND")
+            .arg("filler")
+            .arg(&chunk)
+            .query::<u64>(conn)
+        {
+            Ok(_) => {}
+            Err(e) if e.to_string().contains("OOM") => return,
+            Err(e) => panic!("APPEND: {e}"),
+        }
+    }
+    panic!("writes never answered OOM");
+}
+
 /// The keys of a shard's compact pending buckets (`<due>:q:<floor>`), in order.
 pub fn compact_buckets(conn: &mut redis::Connection, due_key: &str) -> Vec<Vec<u8>> {
     let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
