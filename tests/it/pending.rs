@@ -2,7 +2,8 @@
 //! mix of pushes, replaces, reschedules and cancels, each written by a store of
 //! either layout (as after a change of the setting, or an upgrade), is found where it
 //! was put, counted, and forwarded exactly once and in due order; the compact
-//! layout's buckets never outgrow their bound, and nothing is left behind.
+//! layout's buckets never outgrow their bound, every forward call names the earliest
+//! due time left, and nothing is left behind.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -194,6 +195,11 @@ async fn round_trip(
             expected.len()
         );
         let forwarded = store.forward(0, 1, &options).await.unwrap();
+        // The call's next due time (read off what it saw, or asked) is the earliest left.
+        prop_assert_eq!(
+            forwarded.next_due_ms,
+            store.earliest_scheduled_ms().await.unwrap()
+        );
         moved += forwarded.moved();
         if forwarded.moved() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;

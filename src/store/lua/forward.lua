@@ -61,7 +61,8 @@ local default_maxlen = ARGV[8]
 -- call's share, so that its messages in the due set must wait behind them.
 local LOOK_AHEAD, MAX_LOOK_AHEAD = 10, 2000
 local ids, from_held, still_holds = {}, {}, {}
-for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
+local held_streams = redis.call('SMEMBERS', KEYS[6])
+for _, stream in ipairs(held_streams) do
   local key = held_key(KEYS[6], stream)
   local take = batch - #ids
   if budget[stream] then take = math.min(take, budget[stream]) end
@@ -81,12 +82,18 @@ local look = batch - #ids
 if n_limited > 0 then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
 -- Due messages in due order, from both pending layouts (see the prelude): the due set
 -- and the compact layout's buckets, merged by score. in_bucket[id] is the bucket list
--- an id was read from (its body comes with it: bucket_body[id]).
+-- an id was read from (its body comes with it: bucket_body[id]). The due set is read
+-- only while the hash layout holds anything. bucket_lens and bucket_next: what the
+-- buckets' reads showed of the rest (see buckets_due), so that it is not asked again.
 local P = pending_of(KEYS[1], KEYS[2])
 local due_scores, in_bucket, bucket_floor, bucket_body = {}, {}, {}, {}
+local queued, bucket_lens, bucket_next = {}, {}, nil
 if look > 0 then
-  local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES', 'LIMIT', 0, look)
-  local queued = buckets_due(P, now * 10 + 9, look)
+  local due = {}
+  if P.hashed then
+    due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'WITHSCORES', 'LIMIT', 0, look)
+  end
+  queued, bucket_lens, bucket_next = buckets_due(P, now * 10 + 9, look)
   local i, j = 1, 1
   for _ = 1, look do
     local from_set = due[i] and (not queued[j] or tonumber(due[i + 1]) <= queued[j][1])
@@ -317,8 +324,8 @@ local function unschedule(list)
   end
   chunked({ 'ZREM', KEYS[1] }, from_due)
   for key, held_ids in pairs(by_held) do chunked({ 'ZREM', key }, held_ids) end
-  if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids) end
-  return hashed
+  if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids, bucket_lens) end
+  return hashed, #bucket_ids
 end
 
 -- The bodies of messages from buckets that stay pending in the hash layout (held or
@@ -351,8 +358,10 @@ for _, stream in ipairs(hold_order) do
     leaving[#leaving + 1] = list[i]
   end
 end
+local left_buckets = 0
 if #leaving > 0 then
-  unschedule(leaving)
+  local _, n = unschedule(leaving)
+  left_buckets = n
   local hashed_moved = {}
   for _, id in ipairs(moved) do
     if not in_bucket[id] then hashed_moved[#hashed_moved + 1] = id end
@@ -369,9 +378,12 @@ for _, stream in ipairs(hold_order) do
   chunked({ 'ZADD', held_key(KEYS[6], stream) }, to_hold[stream])
   redis.call('SADD', KEYS[6], stream)
 end
--- A held set emptied by this call leaves the list of held streams.
-for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
-  if redis.call('EXISTS', held_key(KEYS[6], stream)) == 0 then redis.call('SREM', KEYS[6], stream) end
+-- A held set emptied by this call leaves the list of held streams (none can have
+-- when there were none and this call held nothing back).
+if #held_streams > 0 or #hold_order > 0 then
+  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
+    if redis.call('EXISTS', held_key(KEYS[6], stream)) == 0 then redis.call('SREM', KEYS[6], stream) end
+  end
 end
 local holding = {}
 for i = 11, 10 + 2 * n_limited, 2 do
@@ -391,8 +403,16 @@ if #recorded > 0 then
   keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now, journaling and targets or nil)
 end
 
+-- The earliest due time left: known from the buckets' reads when the hash layout
+-- holds nothing and every message read from the buckets has left them (so that the
+-- first not due, or none, is now the first of all); asked otherwise.
 local next_due = -1
-local first = pending_first(P)
+local first
+if not P.hashed and bucket_next ~= nil and left_buckets == #queued then
+  first = bucket_next or nil
+else
+  first = pending_first(P)
+end
 if first then next_due = math.floor(first / 10) end
 
 local counts = {}

@@ -913,11 +913,14 @@ local function pending_add(P, layout, ids, scores, msgs)
   index_put(P, ids, scores)
 end
 
--- The earliest score pending in the due set or the buckets, or nil.
+-- The earliest score pending in the due set or the buckets, or nil. The due set is
+-- read only while the hash layout holds anything (P.hashed).
 local function pending_first(P)
   local best
-  local first = redis.call('ZRANGE', P.due, 0, 0, 'WITHSCORES')
-  if first[1] then best = tonumber(first[2]) end
+  if P.hashed then
+    local first = redis.call('ZRANGE', P.due, 0, 0, 'WITHSCORES')
+    if first[1] then best = tonumber(first[2]) end
+  end
   local name = redis.call('ZRANGE', P.q, 0, 0)[1]
   if name then
     local e = redis.call('LINDEX', bucket_key(P, name), 0)
@@ -929,36 +932,53 @@ local function pending_first(P)
   return best
 end
 
+-- A bucket is read FIRST_LOOK elements at a time at first: a forward at a steady
+-- rate finds a few due in a call, and every element read costs a Lua string.
+local FIRST_LOOK = 16
+
 -- Up to limit messages of the buckets scoring at most max, in order: a list of
--- { score, id, body, key } (key: the bucket's list).
+-- { score, id, body, key } (key: the bucket's list). Also returns what the reads
+-- showed of the rest: the buckets' lengths where a read reached a list's end
+-- ({ [key] = length }), and the earliest score left after the messages returned:
+-- a score, false when no bucket has more, or nil when the reads did not get that far.
 local function buckets_due(P, max, limit)
-  local out = {}
+  local out, lens = {}, {}
   local rank = 0
   while #out < limit do
     local names = redis.call('ZRANGE', P.q, rank, rank + 7)
-    if #names == 0 then return out end
+    if #names == 0 then return out, lens, false end
     for _, name in ipairs(names) do
       local key = bucket_key(P, name)
-      local want = limit - #out
-      local elems = redis.call('LRANGE', key, 0, want - 1)
-      for _, e in ipairs(elems) do
-        local score, id, body = elem_parts(e)
-        if score > max then return out end
-        out[#out + 1] = { score, id, body, key, name }
+      local from = 0
+      while true do
+        local want = limit - #out
+        local step = want
+        if from == 0 and want > FIRST_LOOK then step = FIRST_LOOK end
+        local elems = redis.call('LRANGE', key, from, from + step - 1)
+        if #elems < step then lens[key] = from + #elems end
+        for _, e in ipairs(elems) do
+          local score, id, body = elem_parts(e)
+          if score > max then return out, lens, score end
+          out[#out + 1] = { score, id, body, key, name }
+        end
+        if #out >= limit then return out, lens, nil end
+        if #elems < step then break end
+        from = from + step
       end
-      if #out >= limit then return out end
     end
+    if #names < 8 then return out, lens, false end
     rank = rank + 8
   end
-  return out
+  return out, lens, nil
 end
 
 -- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
--- the caller used), and their ids out of the index.
-local function buckets_consume(P, taken, names, ids)
+-- the caller used), and their ids out of the index. lens: the lengths buckets_due
+-- found (a bucket not in it is asked).
+local function buckets_consume(P, taken, names, ids, lens)
   P.tail = nil
   for key, count in pairs(taken) do
-    if redis.call('LLEN', key) <= count then
+    if (lens[key] or redis.call('LLEN', key)) <= count then
       redis.call('DEL', key)
       redis.call('ZREM', P.q, names[key])
     else
