@@ -16,7 +16,7 @@ use delayq::store::{
 use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestRunner};
 
-use crate::support::{Bare, compact_buckets, config, entries};
+use crate::support::{Bare, calls_of, compact_buckets, config, entries};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -435,4 +435,78 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
             "{n}: {found:?}"
         );
     }
+}
+
+/// Messages that come in order ahead of later buckets (a steady stream over a backlog
+/// due later) go to the end of their bucket in a few appends, not one call each, and
+/// split it when it is full rather than start a bucket among the later ones: the
+/// buckets stay bounded, and everything is forwarded once, in due order.
+#[tokio::test]
+async fn messages_in_order_ahead_of_later_buckets_are_appended_together() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let base = SystemTimeMs::now() + 2_000;
+    let batch = |prefix: &str, n: u64, from: u64| -> Vec<BatchItem> {
+        (0..n)
+            .map(|i| {
+                let mut it = item(&format!("{prefix}{i:05}"), 0, 0, ScheduleMode::New);
+                it.msg.due = Due::At(from + i);
+                it
+            })
+            .collect()
+    };
+    // Two full buckets soon, then two of a backlog due much later.
+    let mut conn = bare.redis.client();
+    for (prefix, n, from) in [("x", 256, base), ("z", 200, base + 600_000)] {
+        for answer in store
+            .schedule_many(&batch(prefix, n, from), DAY, None)
+            .await
+        {
+            assert!(
+                matches!(answer, Ok(Scheduled::Scheduled { .. })),
+                "{answer:?}"
+            );
+        }
+    }
+    // 300 in order after the soon ones and before the backlog, in one call.
+    let before = calls_of(&mut conn, "rpush") + calls_of(&mut conn, "linsert");
+    for answer in store
+        .schedule_many(&batch("y", 300, base + 300), DAY, None)
+        .await
+    {
+        assert!(
+            matches!(answer, Ok(Scheduled::Scheduled { .. })),
+            "{answer:?}"
+        );
+    }
+    let writes = calls_of(&mut conn, "rpush") + calls_of(&mut conn, "linsert") - before;
+    assert!(
+        writes <= 30,
+        "{writes} list writes for 300 messages in order"
+    );
+    assert_buckets_bounded(&mut conn, store);
+
+    // The soon ones and the run are forwarded, each once and in order; the backlog stays.
+    let options = bare.config.forward_options();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut moved = 0;
+    while moved < 556 {
+        assert!(Instant::now() < deadline, "{moved} of 556 forwarded");
+        let forwarded = store.forward(0, 1, &options).await.unwrap();
+        moved += forwarded.moved();
+        if forwarded.moved() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let written: Vec<String> = entries(&mut conn, "s")
+        .into_iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    let expected: Vec<String> = (0..256)
+        .map(|i| format!("x{i:05}"))
+        .chain((0..300).map(|i| format!("y{i:05}")))
+        .collect();
+    assert_eq!(written, expected);
+    assert_eq!(store.pending_per_shard().await.unwrap(), vec![(0, 200)]);
+    assert_buckets_bounded(&mut conn, store);
 }

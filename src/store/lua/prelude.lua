@@ -755,11 +755,16 @@ local function bucket_search(key, score, id)
   return lo
 end
 
+-- The fewest messages a bucket split at a message just inserted leaves on either side.
+local MIN_SPLIT = PENDING_BUCKET / 8
+
 -- Splits a bucket list that has grown to len past PENDING_BUCKET: its second half
--- becomes a bucket of its own (and P.tail, if the list was the tail's).
-local function bucket_split(P, list, len)
+-- becomes a bucket of its own (and P.tail, if the list was the tail's). cut: where the
+-- second part starts instead, if both parts keep MIN_SPLIT messages or more.
+local function bucket_split(P, list, len, cut)
   if len <= PENDING_BUCKET then return end
   local half = math.floor(len / 2)
+  if cut and cut >= MIN_SPLIT and len - cut >= MIN_SPLIT then half = cut end
   local moving = redis.call('LRANGE', list, half, -1)
   local second = string.sub(moving[1], 1, 7) .. elem_id(moving[1])
   redis.call('ZADD', P.q, 0, second)
@@ -772,7 +777,8 @@ end
 -- A new last bucket whose floor is (score, id), the tail from now on (still empty: its
 -- last message is the full one's until the caller pushes): what a message that sorts
 -- after every other starts when the last bucket is full, rather than split it, so
--- that messages that come in order fill their buckets whole.
+-- that messages that come in order fill their buckets whole. Only for the last
+-- bucket's tail (one without upto).
 local function bucket_start(P, score, id)
   local floor = score_bytes(score) .. id
   redis.call('ZADD', P.q, 0, floor)
@@ -807,19 +813,27 @@ local function bucket_insert(P, score, id, body)
   end
   local key = bucket_key(P, floor)
   local last = redis.call('LINDEX', key, -1)
-  local len
+  local len, at
   if not last or elem_before(last, score, id) then
     len = redis.call('RPUSH', key, elem)
-    if not P.tail and redis.call('ZRANGE', P.q, -1, -1)[1] == floor then
+    if not P.tail then
+      -- Its bucket's end is where the messages after it in this call go too, up to
+      -- the next bucket's floor (upto), if there is one.
       P.tail = { list = key, score = score, id = id, len = len }
+      local upto = redis.call('ZRANGEBYLEX', P.q, '(' .. floor, '+', 'LIMIT', 0, 1)[1]
+      if upto then P.tail.upto_score, P.tail.upto_id = elem_score(upto), string.sub(upto, 8) end
     end
   else
-    local pivot = redis.call('LINDEX', key, bucket_search(key, score, id))
+    at = bucket_search(key, score, id)
+    local pivot = redis.call('LINDEX', key, at)
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
   end
   -- The tail's count stays true when a message lands in its bucket out of order.
   if P.tail and P.tail.list == key then P.tail.len = len end
-  bucket_split(P, key, len)
+  -- A bucket that overflows with a message among later ones is split right after it:
+  -- messages that follow it in order (a steady stream ahead of a backlog due later)
+  -- then find it last in its bucket, and append there (see pending_add).
+  bucket_split(P, key, len, at and at + 1)
 end
 
 -- Where id's element is, given its score: the bucket's floor and key and the element;
@@ -887,19 +901,27 @@ local function pending_add(P, layout, ids, scores, msgs)
     P.hashed = true
     return
   end
+  -- Whether message i goes at the tail's end: after its last message and, when a
+  -- bucket follows, before that bucket's floor.
+  local function at_tail(tail, i)
+    return key_before(tail.score, tail.id, scores[i], ids[i])
+      and (not tail.upto_score or key_before(scores[i], ids[i], tail.upto_score, tail.upto_id))
+  end
   local i = 1
   while i <= #ids do
     local tail = P.tail
-    if tail and key_before(tail.score, tail.id, scores[i], ids[i]) then
+    if tail and at_tail(tail, i) and (tail.len < PENDING_BUCKET or not tail.upto_score) then
       -- Messages that come in order (a batch due at one time, or later and later)
-      -- go to the end of the last bucket, which P.tail remembers within a call: its
-      -- list, its length and the (score, id) of its last message; anything that
-      -- takes a message out of a bucket forgets it (bucket_remove, buckets_consume).
-      -- A run of them is appended a bucketful at a time.
+      -- go to the end of the bucket the call last appended to, which P.tail
+      -- remembers within a call: its list, its length, the (score, id) of its last
+      -- message and, when another bucket follows, that one's floor (upto_score,
+      -- upto_id); anything that takes a message out of a bucket forgets it
+      -- (bucket_remove, buckets_consume). A run of them is appended a bucketful at a
+      -- time. A full last bucket is followed by a new one; a full one that another
+      -- follows is split (bucket_insert).
       if tail.len >= PENDING_BUCKET then tail = bucket_start(P, scores[i], ids[i]) end
       local elems = {}
-      while i <= #ids and #elems < PENDING_BUCKET - tail.len
-        and key_before(tail.score, tail.id, scores[i], ids[i]) do
+      while i <= #ids and #elems < PENDING_BUCKET - tail.len and at_tail(tail, i) do
         elems[#elems + 1] = make_elem(scores[i], ids[i], compact_body(msgs[i]))
         tail.score, tail.id = scores[i], ids[i]
         i = i + 1
