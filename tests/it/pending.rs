@@ -342,17 +342,7 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
             }
         }
     }
-    let options = bare.config.forward_options();
-    let mut moved = 0;
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while moved < 2700 {
-        assert!(Instant::now() < deadline, "{moved} of 2700 forwarded");
-        let batch = store.forward(0, 1, &options).await.unwrap();
-        moved += batch.moved();
-        if batch.moved() == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    forward_until(&bare, 2700).await;
     let written = entries(&mut conn, "s");
     assert_eq!(written.len(), 2700);
     let mut last = 0;
@@ -366,6 +356,21 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
     }
     assert!(dues.is_empty());
     assert_nothing_pending(&mut conn, store);
+}
+
+/// Forwards shard 0 of the bare store until `n` messages have left it (30 s at most).
+async fn forward_until(bare: &Bare, n: u64) {
+    let options = bare.config.forward_options();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut moved = 0;
+    while moved < n {
+        assert!(Instant::now() < deadline, "{moved} of {n} forwarded");
+        let batch = bare.store.forward(0, 1, &options).await.unwrap();
+        moved += batch.moved();
+        if batch.moved() == 0 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 struct SystemTimeMs;
@@ -487,17 +492,7 @@ async fn messages_in_order_ahead_of_later_buckets_are_appended_together() {
     assert_buckets_bounded(&mut conn, store);
 
     // The soon ones and the run are forwarded, each once and in order; the backlog stays.
-    let options = bare.config.forward_options();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut moved = 0;
-    while moved < 556 {
-        assert!(Instant::now() < deadline, "{moved} of 556 forwarded");
-        let forwarded = store.forward(0, 1, &options).await.unwrap();
-        moved += forwarded.moved();
-        if forwarded.moved() == 0 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
+    forward_until(&bare, 556).await;
     let written: Vec<String> = entries(&mut conn, "s")
         .into_iter()
         .map(|e| e.get("delayq-id").unwrap().to_owned())
