@@ -19,6 +19,12 @@ Variants:
   push as a Redis Function     the one-shard push as FCALL of a library that defines
                                the prelude once, when it is loaded
 
+Then a steady stream through one shard, as the spread scenario's: each round pushes
+two messages due 200 ms later (one FCALL) and forwards what is due (one FCALL of
+forward.lua, batches of 50), rounds pipelined, after a second of rounds to fill the
+200 ms ahead; alone, and ahead of a backlog of 200,000 messages due an hour later
+(the backlog-spread scenario's shape). Reported per round (a push and a forward).
+
 Only Python's standard library; no delayq process is involved.
 """
 
@@ -177,6 +183,54 @@ def run(r, calls, prelude, schedule):
     show("push, one shard, as a Redis Function (FCALL)", fcalls, 1)
     evals = evalsha(prelude + "\n" + schedule, [one("e") for _ in range(calls)])
     show("push, one shard (EVALSHA)", evals, 1)
+    steady(r, calls, prelude, schedule, caches)
+
+
+def steady(r, calls, prelude, schedule, caches):
+    forward = open(os.path.join(LUA, "forward.lua")).read()
+    library = "#!lua name=delayq_steady\n" + prelude + "\nlocal function fresh()\n" + \
+        "".join("%s = {}\n" % c for c in caches) + "end\n"
+    for name, body in (("steady_push", schedule), ("steady_forward", forward)):
+        library += "redis.register_function('%s', function(KEYS, ARGV)\nfresh()\n%s\nend)\n" % (name, body)
+    r.call("FUNCTION", "LOAD", "REPLACE", library)
+    # forward.lua's arguments: epoch, batch, records retention, id and attempt fields,
+    # dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no rate limits.
+    forward_args = ["1", "50", "86400000", "delayq-id", "delayq-attempt", ":dead",
+                    "bench:unreadable", "0", "", "0"]
+
+    def rounds(tag, n):
+        keys = shard_keys(tag, 0)
+        out = []
+        for _ in range(n):
+            args = list(HEAD)
+            for _ in range(2):
+                m = message(1)
+                m[5] = "200"  # due in 200 ms
+                args += m
+            out.append(encode("FCALL", "steady_push", len(keys), *keys, *args))
+            out.append(encode("FCALL", "steady_forward", len(keys), *keys, *forward_args))
+        return out
+
+    def moved(replies):
+        return sum(rep[0] for rep in replies[1::2])
+
+    for label, backlog in (("alone", 0), ("ahead of 200,000 due an hour later", 200_000)):
+        tag = "steady%d" % backlog
+        keys = shard_keys(tag, 0)
+        for start in range(0, backlog, 1000):
+            args = list(HEAD)
+            for _ in range(1000):
+                m = message(1)
+                m[5] = "3600000"
+                args += m
+            r.call("FCALL", "steady_push", len(keys), *keys, *args)
+        deadline = time.time() + 1
+        while time.time() < deadline:
+            r.pipelined(rounds(tag, 200))
+        cost, replies = r.pipelined(rounds(tag, calls))
+        per_round = cost * 2
+        print("| steady stream, %s | %.1f µs a round | %.2f messages moved a round |"
+              % (label, per_round, moved(replies) / calls))
 
 
 if __name__ == "__main__":

@@ -824,13 +824,16 @@ local function bucket_insert(P, score, id, body)
       if upto then P.tail.upto_score, P.tail.upto_id = elem_score(upto), string.sub(upto, 8) end
     end
   else
-    at = bucket_search(key, score, id)
-    local pivot = redis.call('LINDEX', key, at)
+    local pos = bucket_search(key, score, id)
+    local pivot = redis.call('LINDEX', key, pos)
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
+    -- Only ahead of messages due later: among messages due at one time (a burst
+    -- pushed out of id order) halves stay the rule.
+    if elem_score(pivot) ~= score then at = pos end
   end
   -- The tail's count stays true when a message lands in its bucket out of order.
   if P.tail and P.tail.list == key then P.tail.len = len end
-  -- A bucket that overflows with a message among later ones is split right after it:
+  -- A bucket that overflows with a message ahead of ones due later is split right after it:
   -- messages that follow it in order (a steady stream ahead of a backlog due later)
   -- then find it last in its bucket, and append there (see pending_add).
   bucket_split(P, key, len, at and at + 1)
