@@ -170,12 +170,7 @@ def run(r, calls, prelude, schedule):
             args += message(1)
         one_shard.append((shard_keys("f", 0), args))
     show("push, 1 shard: 1 call of 16 messages", evalsha(prelude + "\n" + schedule, one_shard), 16)
-    # As a Redis Function: the prelude's per-call caches start empty in every call.
-    caches = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states"]
-    library = ("#!lua name=delayq_cost\n" + prelude +
-               "\nredis.register_function('push', function(KEYS, ARGV)\n" +
-               "".join("%s = {}\n" % c for c in caches) + schedule + "\nend)\n")
-    r.call("FUNCTION", "LOAD", "REPLACE", library)
+    load_library(r, "delayq_cost", prelude, {"push": schedule})
     fcalls = []
     for _ in range(calls):
         keys, args = one("d")
@@ -183,16 +178,24 @@ def run(r, calls, prelude, schedule):
     show("push, one shard, as a Redis Function (FCALL)", fcalls, 1)
     evals = evalsha(prelude + "\n" + schedule, [one("e") for _ in range(calls)])
     show("push, one shard (EVALSHA)", evals, 1)
-    steady(r, calls, prelude, schedule, caches)
+    steady(r, calls, prelude, schedule)
 
 
-def steady(r, calls, prelude, schedule, caches):
+def load_library(r, library, prelude, functions):
+    """Loads `functions` (name -> script body) as a library of Redis Functions after
+    the prelude; the prelude's per-call caches start empty in every call."""
+    caches = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states"]
+    text = "#!lua name=%s\n%s\nlocal function fresh()\n%send\n" % (
+        library, prelude, "".join("%s = {}\n" % c for c in caches))
+    for name, body in functions.items():
+        text += "redis.register_function('%s', function(KEYS, ARGV)\nfresh()\n%s\nend)\n" % (name, body)
+    r.call("FUNCTION", "LOAD", "REPLACE", text)
+
+
+def steady(r, calls, prelude, schedule):
     forward = open(os.path.join(LUA, "forward.lua")).read()
-    library = "#!lua name=delayq_steady\n" + prelude + "\nlocal function fresh()\n" + \
-        "".join("%s = {}\n" % c for c in caches) + "end\n"
-    for name, body in (("steady_push", schedule), ("steady_forward", forward)):
-        library += "redis.register_function('%s', function(KEYS, ARGV)\nfresh()\n%s\nend)\n" % (name, body)
-    r.call("FUNCTION", "LOAD", "REPLACE", library)
+    load_library(r, "delayq_steady", prelude,
+                 {"steady_push": schedule, "steady_forward": forward})
     # forward.lua's arguments: epoch, batch, records retention, id and attempt fields,
     # dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no rate limits.
     forward_args = ["1", "50", "86400000", "delayq-id", "delayq-attempt", ":dead",

@@ -303,10 +303,9 @@ end
 
 -- Takes ids out of the due set, out of the held set they were taken from, or out of
 -- their bucket (a prefix of each bucket: the messages are handled in order and the
--- first that is not stays, with all after it). Returns the ids whose bodies are in the
--- bodies hash.
+-- first that is not stays, with all after it). Returns how many left a bucket.
 local function unschedule(list)
-  local from_due, by_held, hashed = {}, {}, {}
+  local from_due, by_held = {}, {}
   local taken, bucket_ids = {}, {}
   for _, id in ipairs(list) do
     local key, bucket = from_held[id], in_bucket[id]
@@ -316,16 +315,14 @@ local function unschedule(list)
     elseif key then
       by_held[key] = by_held[key] or {}
       table.insert(by_held[key], id)
-      hashed[#hashed + 1] = id
     else
       from_due[#from_due + 1] = id
-      hashed[#hashed + 1] = id
     end
   end
   chunked({ 'ZREM', KEYS[1] }, from_due)
   for key, held_ids in pairs(by_held) do chunked({ 'ZREM', key }, held_ids) end
   if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids, bucket_lens) end
-  return hashed, #bucket_ids
+  return #bucket_ids
 end
 
 -- The bodies of messages from buckets that stay pending in the hash layout (held or
@@ -360,8 +357,7 @@ for _, stream in ipairs(hold_order) do
 end
 local left_buckets = 0
 if #leaving > 0 then
-  local _, n = unschedule(leaving)
-  left_buckets = n
+  left_buckets = unschedule(leaving)
   local hashed_moved = {}
   for _, id in ipairs(moved) do
     if not in_bucket[id] then hashed_moved[#hashed_moved + 1] = id end

@@ -813,7 +813,7 @@ local function bucket_insert(P, score, id, body)
   end
   local key = bucket_key(P, floor)
   local last = redis.call('LINDEX', key, -1)
-  local len, at
+  local len, cut
   if not last or elem_before(last, score, id) then
     len = redis.call('RPUSH', key, elem)
     if not P.tail then
@@ -829,14 +829,14 @@ local function bucket_insert(P, score, id, body)
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
     -- Only ahead of messages due later: among messages due at one time (a burst
     -- pushed out of id order) halves stay the rule.
-    if elem_score(pivot) ~= score then at = pos end
+    if elem_score(pivot) ~= score then cut = pos + 1 end
   end
   -- The tail's count stays true when a message lands in its bucket out of order.
   if P.tail and P.tail.list == key then P.tail.len = len end
   -- A bucket that overflows with a message ahead of ones due later is split right after it:
   -- messages that follow it in order (a steady stream ahead of a backlog due later)
   -- then find it last in its bucket, and append there (see pending_add).
-  bucket_split(P, key, len, at and at + 1)
+  bucket_split(P, key, len, cut)
 end
 
 -- Where id's element is, given its score: the bucket's floor and key and the element;
