@@ -80,6 +80,28 @@ fn due_of(id: &str, answer: Scheduled) -> Result<u64, TestCaseError> {
     }
 }
 
+/// Pushes `items` through `store`, checking the wake-up: a call that moves the
+/// earliest due time earlier (or stores the first message) publishes.
+async fn push(
+    store: &Store,
+    conn: &mut redis::Connection,
+    items: &[BatchItem],
+) -> Result<Vec<delayq::store::Result<Scheduled>>, TestCaseError> {
+    let before = store.earliest_scheduled_ms().await.unwrap();
+    let published = calls_of(conn, "publish");
+    let answers = store.schedule_many(items, DAY, None).await;
+    let after = store.earliest_scheduled_ms().await.unwrap();
+    if after.is_some_and(|after| before.is_none_or(|before| after < before)) {
+        prop_assert!(
+            calls_of(conn, "publish") > published,
+            "earliest due {:?} -> {:?} and no wake-up",
+            before,
+            after
+        );
+    }
+    Ok(answers)
+}
+
 async fn round_trip(
     stores: &Stores,
     bare: &Bare,
@@ -92,6 +114,7 @@ async fn round_trip(
         .enumerate()
         .map(|(i, m)| format!("{}-{i}", m.0))
         .collect();
+    let mut conn = bare.redis.client();
     // Pushed in runs of one layout, in the case's order.
     let mut expected: HashMap<String, (u64, u8)> = HashMap::new();
     let mut i = 0;
@@ -102,7 +125,7 @@ async fn round_trip(
             run.push(item(&ids[i], case[i].1, case[i].2, ScheduleMode::New));
             i += 1;
         }
-        let answers = stores.of(compact).schedule_many(&run, DAY, None).await;
+        let answers = push(stores.of(compact), &mut conn, &run).await?;
         for (item, answer) in run.iter().zip(answers) {
             let id = item.msg.id.as_str();
             let due = due_of(id, answer.unwrap())?;
@@ -132,7 +155,7 @@ async fn round_trip(
             }
             Fate::Replaced(delay, priority) => {
                 let again = [item(id, *delay, *priority, ScheduleMode::Replace)];
-                let answer = store.schedule_many(&again, DAY, None).await.remove(0);
+                let answer = push(store, &mut conn, &again).await?.remove(0);
                 let due = due_of(id, answer.unwrap())?;
                 expected.insert(id.clone(), (due, *priority));
             }
@@ -177,7 +200,6 @@ async fn round_trip(
         per_stream.per_stream.get("s").copied().unwrap_or(0),
         expected.len() as u64
     );
-    let mut conn = bare.redis.client();
     assert_buckets_bounded(&mut conn, store);
 
     // Forwarded exactly once, in order of due time, then priority.
@@ -504,4 +526,67 @@ async fn messages_in_order_ahead_of_later_buckets_are_appended_together() {
     assert_eq!(written, expected);
     assert_eq!(store.pending_per_shard().await.unwrap(), vec![(0, 200)]);
     assert_buckets_bounded(&mut conn, store);
+}
+
+/// Pushed (id, ms after a base), cancelled first, whether the push wakes the forwarder.
+type WakeCase = (&'static [(&'static str, u64)], Option<&'static str>, bool);
+
+/// A push wakes the shard's forwarder exactly when it goes ahead of every message
+/// (the compact layout tells from where it stored the message, asking nothing
+/// more): into an empty shard, before every bucket, and first in the first bucket
+/// after what led it was cancelled; not when it goes behind the first.
+#[tokio::test]
+async fn a_push_wakes_the_forwarder_only_when_it_goes_first() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    let base = SystemTimeMs::now() + 600_000;
+    let at = |id: &str, offset: u64| {
+        let mut it = item(id, 0, 0, ScheduleMode::New);
+        it.msg.due = Due::At(base + offset);
+        it
+    };
+    let cases: [WakeCase; 7] = [
+        (&[("wake-a", 100), ("wake-b", 300)], None, true), // an empty shard
+        (&[("wake-c", 400)], None, false),                 // appended behind the first
+        (&[("wake-d", 200)], None, false),                 // inserted behind the first
+        (&[("wake-e", 50)], None, true),                   // before every bucket
+        (&[("wake-f", 50)], None, false),                  // behind its equal (same ms, id after)
+        (&[("wake-g", 60)], Some("wake-e"), false),        // behind f, the first left
+        (&[("wake-h", 55)], Some("wake-f"), true), // first in the first bucket, e's floor kept
+    ];
+    for (n, (push, cancel, wakes)) in cases.into_iter().enumerate() {
+        if let Some(id) = cancel {
+            let id = MessageId::parse(id).unwrap();
+            assert_eq!(store.cancel(&id, DAY).await.unwrap(), Cancelled::Cancelled);
+        }
+        let items: Vec<BatchItem> = push.iter().map(|&(id, offset)| at(id, offset)).collect();
+        let published = calls_of(&mut conn, "publish");
+        for answer in store.schedule_many(&items, DAY, None).await {
+            assert!(
+                matches!(answer.unwrap(), Scheduled::Scheduled { .. }),
+                "case {n}"
+            );
+        }
+        let woke = calls_of(&mut conn, "publish") > published;
+        assert_eq!(woke, wakes, "case {n}: {push:?}");
+    }
+    // Every message is still there, in due order.
+    let order = ["h", "g", "a", "d", "b", "c"].map(|l| format!("wake-{l}"));
+    let buckets = compact_buckets(&mut conn, &store.keys().shard(0).due);
+    assert_eq!(buckets.len(), 1);
+    let elems: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(&buckets[0])
+        .arg(0)
+        .arg(-1)
+        .query(&mut conn)
+        .unwrap();
+    let ids: Vec<String> = elems
+        .iter()
+        .map(|e| {
+            let named = |id: &&String| e.windows(id.len()).any(|w| w == id.as_bytes());
+            order.iter().find(named).unwrap().clone()
+        })
+        .collect();
+    assert_eq!(ids, order);
 }

@@ -698,7 +698,9 @@ local function pending_of(due, bodies)
     ix.k, ix.s, ix.n = tonumber(k), tonumber(s), tonumber(n)
   end
   -- hashed: whether the hash layout holds anything (asked once a call: a push looks
-  -- there for every message; pending_add sets it when it writes there).
+  -- there for every message; pending_add sets it when it writes there). new_first
+  -- (set by bucket_insert): a message stored in the compact layout during the call
+  -- went ahead of every message it held then.
   P = { due = due, bodies = bodies, q = due .. ':q', ix = ix,
     hashed = redis.call('EXISTS', due, bodies) > 0 }
   pending_states[due] = P
@@ -799,6 +801,9 @@ end
 local function bucket_insert(P, score, id, body)
   local elem = make_elem(score, id, body)
   local floor = bucket_of(P, score, id)
+  -- Whether it goes ahead of every message of the layout: before every bucket, or
+  -- first in the first one (see P.new_first).
+  local first_of_all = not floor
   if not floor then
     -- Before every bucket: the first one starts here now, or it is the first.
     local first = redis.call('ZRANGE', P.q, 0, 0)[1]
@@ -818,25 +823,38 @@ local function bucket_insert(P, score, id, body)
     len = redis.call('RPUSH', key, elem)
     if not P.tail then
       -- Its bucket's end is where the messages after it in this call go too, up to
-      -- the next bucket's floor (upto), if there is one.
-      P.tail = { list = key, score = score, id = id, len = len }
-      local upto = redis.call('ZRANGEBYLEX', P.q, '(' .. floor, '+', 'LIMIT', 0, 1)[1]
-      if upto then P.tail.upto_score, P.tail.upto_id = elem_score(upto), string.sub(upto, 8) end
+      -- the next bucket's floor (upto, read when first asked: see tail_upto).
+      P.tail = { list = key, score = score, id = id, len = len, upto_unread = true }
     end
   else
     local pos = bucket_search(key, score, id)
     local pivot = redis.call('LINDEX', key, pos)
     len = redis.call('LINSERT', key, 'BEFORE', pivot, elem)
+    if pos == 0 and not first_of_all then first_of_all = redis.call('ZRANGE', P.q, 0, 0)[1] == floor end
     -- Only ahead of messages due later: among messages due at one time (a burst
     -- pushed out of id order) halves stay the rule.
     if elem_score(pivot) ~= score then cut = pos + 1 end
   end
   -- The tail's count stays true when a message lands in its bucket out of order.
   if P.tail and P.tail.list == key then P.tail.len = len end
+  if first_of_all then P.new_first = true end
   -- A bucket that overflows with a message ahead of ones due later is split right after it:
   -- messages that follow it in order (a steady stream ahead of a backlog due later)
   -- then find it last in its bucket, and append there (see pending_add).
   bucket_split(P, key, len, cut)
+end
+
+-- The floor of the bucket after the tail's, as (score, id), or nil when the tail's is
+-- the last. Read when first asked (most calls store one message in a shard and never
+-- ask), from the bucket the tail's list is then (a split may have moved it on).
+local function tail_upto(P, tail)
+  if tail.upto_unread then
+    tail.upto_unread = nil
+    local floor = string.sub(tail.list, #P.q + 2)
+    local upto = redis.call('ZRANGEBYLEX', P.q, '(' .. floor, '+', 'LIMIT', 0, 1)[1]
+    if upto then tail.upto_score, tail.upto_id = elem_score(upto), string.sub(upto, 8) end
+  end
+  return tail.upto_score, tail.upto_id
 end
 
 -- Where id's element is, given its score: the bucket's floor and key and the element;
@@ -907,13 +925,14 @@ local function pending_add(P, layout, ids, scores, msgs)
   -- Whether message i goes at the tail's end: after its last message and, when a
   -- bucket follows, before that bucket's floor.
   local function at_tail(tail, i)
-    return key_before(tail.score, tail.id, scores[i], ids[i])
-      and (not tail.upto_score or key_before(scores[i], ids[i], tail.upto_score, tail.upto_id))
+    if not key_before(tail.score, tail.id, scores[i], ids[i]) then return false end
+    local upto_score, upto_id = tail_upto(P, tail)
+    return not upto_score or key_before(scores[i], ids[i], upto_score, upto_id)
   end
   local i = 1
   while i <= #ids do
     local tail = P.tail
-    if tail and at_tail(tail, i) and (tail.len < PENDING_BUCKET or not tail.upto_score) then
+    if tail and at_tail(tail, i) and (tail.len < PENDING_BUCKET or not tail_upto(P, tail)) then
       -- Messages that come in order (a batch due at one time, or later and later)
       -- go to the end of the bucket the call last appended to, which P.tail
       -- remembers within a call: its list, its length, the (score, id) of its last

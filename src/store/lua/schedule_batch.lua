@@ -51,13 +51,15 @@ end
 -- are written once for the whole call, so messages stored earlier in this call are
 -- tracked here, in arrays by slot (order[k] is the id in slot k): a repeated id is a
 -- duplicate of its earlier self, or replaces it. before: the shard's earliest score
--- before the call.
+-- before the call, asked only when the hash layout is in play: in the compact layout
+-- alone, the insertions tell whether a message went ahead of all (P.new_first).
 local function part_of(g)
   local S = shards[g]
   if not S then error('schedule_batch: a message names shard ' .. tostring(g) .. ' of ' .. #shards) end
   if not S.P then
     S.P = pending_of(S.keys[1], S.keys[2])
-    S.before = pending_first(S.P)
+    S.compact_only = layout == 'compact' and not S.P.hashed
+    if not S.compact_only then S.before = pending_first(S.P) end
     S.slot, S.order, S.due, S.score, S.msg = {}, {}, {}, {}, {}
     S.in_way, S.unholds, S.replaced = {}, {}, {}
   end
@@ -119,14 +121,20 @@ if inbox ~= '' then
 end
 
 -- A shard's earliest due time moved earlier exactly when this call stored a message
--- before the earliest it had (taking messages out never moves it earlier).
+-- before the earliest it had (taking messages out never moves it earlier). In the
+-- compact layout alone, that message went ahead of every other when it was stored
+-- (one that goes ahead of its equal is told too: a wake-up to spare).
 for _, S in ipairs(shards) do
-  local first
-  for _, score in ipairs(S.score or {}) do
-    if not first or score < first then first = score end
+  local moved_earlier
+  if S.compact_only then
+    moved_earlier = S.P.new_first
+  else
+    local first
+    for _, score in ipairs(S.score or {}) do
+      if not first or score < first then first = score end
+    end
+    moved_earlier = first and (not S.before or first < S.before)
   end
-  if first and (not S.before or first < S.before) then
-    redis.call('PUBLISH', ARGV[3], S.keys[1])
-  end
+  if moved_earlier then redis.call('PUBLISH', ARGV[3], S.keys[1]) end
 end
 return out
