@@ -121,7 +121,9 @@ pub struct ProducerOptions {
     /// Must equal the daemon's `redis.prefix`.
     pub prefix: String,
     /// Must equal the daemon's `redis.shards`: a message stored in a shard the daemon
-    /// does not serve is never delivered.
+    /// does not serve is never delivered. Redis keeps the count the deployment's
+    /// messages are stored with, and connecting with another is refused. 0 takes the
+    /// count Redis keeps (the default, 16, while it keeps none).
     pub shards: u16,
     /// Bounds every message is checked against (the daemon's `api.*` limits).
     pub limits: Limits,

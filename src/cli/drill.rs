@@ -282,6 +282,8 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
                 ),
                 (Some(url), None) => ProducerOptions {
                     redis_url: RedisUrl::new(url.clone()),
+                    // The nodes' count, as their Redis keeps it.
+                    shards: 0,
                     ..ProducerOptions::default()
                 },
                 (None, None) => bail!(

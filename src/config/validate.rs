@@ -484,8 +484,8 @@ impl Raw {
             (Some(_), None) => crate::store::CLUSTER_SLOTS,
             (None, shards) => positive_because(
                 "redis.shards",
-                shards.unwrap_or(16),
-                1024,
+                shards.unwrap_or(i64::from(crate::store::DEFAULT_SHARDS)),
+                i64::from(crate::store::MAX_SHARDS),
                 "each shard has its own forward loop, fence and keys",
             )? as u16,
         };

@@ -12,6 +12,11 @@ use std::sync::{Arc, OnceLock};
 /// Redis Cluster's hash slots: the shards of a cluster deployment.
 pub const CLUSTER_SLOTS: u16 = 16384;
 
+/// The most shards a standalone deployment may have (`redis.shards`).
+pub const MAX_SHARDS: u16 = 1024;
+/// `redis.shards` when it is not set.
+pub const DEFAULT_SHARDS: u16 = 16;
+
 /// Key names for one deployment (one prefix, one shard count).
 #[derive(Clone, Debug)]
 pub struct Keys {
@@ -86,6 +91,12 @@ pub struct ShardKeys {
 }
 
 impl ShardKeys {
+    /// Sorted set of the compact pending layout's buckets (the prelude derives its
+    /// name, and each bucket list's, from the due set's).
+    pub fn buckets(&self) -> String {
+        format!("{}:q", self.due)
+    }
+
     /// Sorted set of `stream`'s messages held back by its rate limit in this shard.
     pub fn held_of(&self, stream: &str) -> String {
         format!("{}:{stream}", self.held)
@@ -175,6 +186,13 @@ impl Keys {
     /// a shard is added before its first message is stored).
     pub fn shards_in_use(&self) -> String {
         format!("{}:shards", self.prefix)
+    }
+
+    /// String (standalone Redis): the shard count (`redis.shards`) the deployment's
+    /// messages are stored with, written by the first store to connect (see
+    /// `shard_count`).
+    pub fn shard_count(&self) -> String {
+        format!("{}:shard-count", self.prefix)
     }
 
     /// Pub/sub channel the scripts that schedule a message publish to when the

@@ -16,6 +16,7 @@ mod keys;
 mod outcome;
 mod reply;
 mod scripts;
+mod shard_count;
 mod stats;
 mod streams;
 mod tls;
@@ -38,8 +39,8 @@ pub use inbox::{
 };
 pub use journal::{OutboxCode, OutboxLine};
 pub use keys::{
-    CLUSTER_SLOTS, Keys, ShardKeys, cluster_dead_letter_stream, cluster_stream_refusal, has_tag,
-    slot_of,
+    CLUSTER_SLOTS, DEFAULT_SHARDS, Keys, MAX_SHARDS, ShardKeys, cluster_dead_letter_stream,
+    cluster_stream_refusal, has_tag, slot_of,
 };
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
@@ -130,6 +131,7 @@ pub struct StoreConfig {
     /// Replicas that must confirm each schedule call (`WAIT`), and how long to wait.
     pub replicas_acked: Option<(u32, Duration)>,
     pub prefix: String,
+    /// `redis.shards` (standalone Redis); 0 takes the count Redis keeps.
     pub shards: u16,
     /// A reply slower than this fails the command (the connection is then re-established).
     pub response_timeout: Duration,
@@ -278,7 +280,16 @@ impl Store {
         let keys = if conn.is_cluster() {
             Keys::cluster(&config.prefix)
         } else {
-            Keys::new(&config.prefix, config.shards)
+            if config.shards == 0 {
+                Keys::new(
+                    &config.prefix,
+                    shard_count::adopted(&conn, &config.prefix).await?,
+                )
+            } else {
+                let keys = Keys::new(&config.prefix, config.shards);
+                shard_count::check(&conn, &keys).await?;
+                keys
+            }
         };
         let acked = match config.replicas_acked {
             Some(_) => Some(Conn::connect(config).await?),

@@ -948,3 +948,118 @@ async fn at_maxmemory_pushes_are_refused_while_reads_and_cancels_run() {
         "the library is back once memory frees"
     );
 }
+
+/// The first store to connect records its shard count in Redis; a store with another
+/// is refused, naming the count to set, and so is one whose count leaves messages
+/// stored before the count was recorded in shards beyond it. The daemon exits on it.
+#[tokio::test]
+async fn a_store_with_another_shard_count_is_refused() {
+    let bare = Bare::start("[redis]\nshards = 16\n").await;
+    let url = bare.redis.url();
+    let mut conn = bare.redis.client();
+    let connect = |shards: u16| {
+        let config = crate::support::config(&url, &format!("[redis]\nshards = {shards}\n"));
+        async move { Store::connect(&config.store_config()).await }
+    };
+    let recorded = |conn: &mut redis::Connection| -> Option<String> {
+        redis::cmd("GET")
+            .arg("delayq:shard-count")
+            .query(conn)
+            .unwrap()
+    };
+    let refusal = |result: Result<Store, StoreError>| match result {
+        Err(StoreError::Unsupported(reason)) => reason,
+        Err(e) => panic!("refused for another reason: {e}"),
+        Ok(_) => panic!("a store with another shard count connected"),
+    };
+    assert_eq!(recorded(&mut conn).as_deref(), Some("16"));
+    connect(16).await.expect("the recorded count");
+    for shards in [1, 4, 32, 1024] {
+        assert_eq!(
+            refusal(connect(shards).await),
+            format!(
+                "redis.shards is {shards}, but the messages in Redis are stored in 16 shards \
+                 (delayq:shard-count): set redis.shards = 16 (changing it strands pending messages)"
+            )
+        );
+    }
+
+    // Messages stored before the count was recorded: one in shard 9 of 16 is beyond
+    // 4 and 9 shards, not 10 or more.
+    let id = (0..)
+        .map(|i| MessageId::parse(&format!("m{i}")).unwrap())
+        .find(|id| id.shard(16) == 9)
+        .unwrap();
+    let mut msg = NewMessage::payload("s", "x", Duration::from_secs(3600));
+    msg.id = id;
+    let stored = bare
+        .store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(86_400));
+    assert!(matches!(stored.await.unwrap(), Scheduled::Scheduled { .. }));
+    for shards in [4, 9] {
+        let () = redis::cmd("DEL")
+            .arg("delayq:shard-count")
+            .query(&mut conn)
+            .unwrap();
+        assert_eq!(
+            refusal(connect(shards).await),
+            format!(
+                "redis.shards is {shards}, but Redis holds pending messages in shard 9 (stored \
+                 with at least 10 shards, before delayq:shard-count recorded the count): set \
+                 redis.shards to the count they were stored with"
+            )
+        );
+        assert_eq!(recorded(&mut conn), None, "a refused store records nothing");
+    }
+    connect(10).await.expect("no message beyond shard 9");
+    assert_eq!(recorded(&mut conn).as_deref(), Some("10"));
+
+    // A store told no count (0: a reader such as the drill) takes the recorded one,
+    // or the default while none is, and records nothing.
+    let adopt = || {
+        let mut config = crate::support::config(&url, "").store_config();
+        config.shards = 0;
+        async move { Store::connect(&config).await }
+    };
+    assert_eq!(adopt().await.unwrap().shards(), 10);
+    let () = redis::cmd("DEL")
+        .arg("delayq:shard-count")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(adopt().await.unwrap().shards(), 16);
+    assert_eq!(recorded(&mut conn), None);
+    for garbage in ["0", "1025", "x"] {
+        let () = redis::cmd("SET")
+            .arg("delayq:shard-count")
+            .arg(garbage)
+            .query(&mut conn)
+            .unwrap();
+        let want = format!("delayq:shard-count holds \"{garbage}\", not a shard count (1 to 1024)");
+        assert_eq!(refusal(adopt().await), want);
+        assert_eq!(refusal(connect(10).await), want);
+    }
+    let () = redis::cmd("SET")
+        .arg("delayq:shard-count")
+        .arg("10")
+        .query(&mut conn)
+        .unwrap();
+
+    // The daemon exits (1) naming it.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("delayq.toml");
+    let toml = format!("[redis]\nurl = \"{url}\"\nshards = 16\n[api]\nlisten = \"127.0.0.1:0\"\n");
+    std::fs::write(&path, toml).unwrap();
+    let out = tokio::process::Command::new(crate::support::delayq_bin())
+        .args(["run", "--config"])
+        .arg(&path)
+        .env_remove("DELAYQ_CONFIG")
+        .output()
+        .await
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("redis.shards is 16, but the messages in Redis are stored in 10 shards"),
+        "{stderr}"
+    );
+}

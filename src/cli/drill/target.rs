@@ -40,6 +40,8 @@ pub struct Local {
     pub etcd: Vec<EtcdServer>,
     pub nodes: Vec<DelayqProcess>,
     pub proxies: Vec<Proxy>,
+    /// The nodes' `redis.shards`, which the drill's own pushes must use too.
+    pub shards: u16,
 }
 
 /// An existing cluster.
@@ -104,6 +106,7 @@ impl Target {
             etcd,
             nodes,
             proxies,
+            shards: spec.shards,
         })))
     }
 
@@ -126,6 +129,7 @@ impl Target {
         match self {
             Target::Local(l) => ProducerOptions {
                 redis_url: RedisUrl::new(l.redis.url()),
+                shards: l.shards,
                 ..ProducerOptions::default()
             },
             Target::Remote(r) => r.redis.clone(),

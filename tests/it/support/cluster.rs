@@ -5,6 +5,7 @@
 use std::cell::RefCell;
 use std::time::Duration;
 
+use delayq::config::Config;
 use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
 use delayq::store::Store;
 
@@ -227,7 +228,9 @@ impl Cluster {
             (node, api)
         };
         let (first, api) = start(0);
-        let store = Store::connect(&super::config(&redis.url(), "").store_config())
+        // The nodes' own configuration, so that the test's pushes land in their shards.
+        let own = Config::from_toml(&configs[0], std::iter::empty()).expect("node config");
+        let store = Store::connect(&own.store_config())
             .await
             .expect("connect to redis");
         let mut cluster = Cluster {

@@ -1,0 +1,141 @@
+//! The shard count a standalone deployment's messages are stored with, kept in
+//! Redis ([`Keys::shard_count`]). A message's shard is its id's hash modulo
+//! `redis.shards`, so a store with another count looks for messages where they are
+//! not (a push of an id already pending goes to another shard, a duplicate) and
+//! never forwards those in shards beyond its own count. The first store to connect
+//! records its count; a store with any other is refused, naming the count to set.
+//! Messages stored before the count was recorded are checked for the one mistake
+//! that strands them: keys in shards beyond the configured count.
+
+use super::conn::Conn;
+use super::error::{Result, StoreError};
+use super::keys::{DEFAULT_SHARDS, Keys, MAX_SHARDS};
+
+/// The count recorded under `prefix`, or the default when none is: what a store
+/// that is not told the count (`shards` 0: a reader such as the drill) works with.
+/// It records nothing, since the deployment's own nodes may not have started yet.
+pub(super) async fn adopted(conn: &Conn, prefix: &str) -> Result<u16> {
+    let key = Keys::new(prefix, DEFAULT_SHARDS).shard_count();
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn.clone())
+        .await?;
+    match recorded {
+        None => Ok(DEFAULT_SHARDS),
+        Some(text) => parse(&key, &text),
+    }
+}
+
+/// A recorded count, or why it is not one.
+fn parse(key: &str, text: &str) -> Result<u16> {
+    text.parse()
+        .ok()
+        .filter(|n| (1..=MAX_SHARDS).contains(n))
+        .ok_or_else(|| {
+            StoreError::Unsupported(format!(
+                "{key} holds {text:?}, not a shard count (1 to {MAX_SHARDS})"
+            ))
+        })
+}
+
+/// Refuses a count other than the one recorded (or, with none recorded yet,
+/// pending messages in shards beyond it), else records it.
+pub(super) async fn check(conn: &Conn, keys: &Keys) -> Result<()> {
+    match check_or_record(conn, keys).await {
+        // A user not allowed the key's commands is taken at its word.
+        Err(StoreError::Redis(e)) if e.code() == Some("NOPERM") => Ok(()),
+        other => other,
+    }
+}
+
+async fn check_or_record(conn: &Conn, keys: &Keys) -> Result<()> {
+    let key = keys.shard_count();
+    let ours = keys.shards();
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg(&key)
+        .query_async(&mut conn.clone())
+        .await?;
+    if recorded.is_none()
+        && let Some(highest) = highest_shard_pending(conn, keys).await?
+    {
+        return Err(StoreError::Unsupported(format!(
+            "redis.shards is {ours}, but Redis holds pending messages in shard {highest} \
+             (stored with at least {} shards, before {key} recorded the count): set \
+             redis.shards to the count they were stored with",
+            highest + 1
+        )));
+    }
+    // Whoever records first sets the count; a store that lost that race reads it back.
+    let before: Option<String> = match recorded {
+        Some(recorded) => Some(recorded),
+        None => {
+            redis::cmd("SET")
+                .arg(&key)
+                .arg(ours)
+                .arg("NX")
+                .arg("GET")
+                .query_async(&mut conn.clone())
+                .await?
+        }
+    };
+    match before.map(|text| parse(&key, &text)).transpose()? {
+        None => Ok(()),
+        Some(count) if count == ours => Ok(()),
+        Some(count) => Err(StoreError::Unsupported(format!(
+            "redis.shards is {ours}, but the messages in Redis are stored in {count} shards \
+             ({key}): set redis.shards = {count} (changing it strands pending messages)"
+        ))),
+    }
+}
+
+/// The highest shard beyond `keys.shards()` that holds a pending message (its due
+/// set, bodies, compact buckets or held streams), if any.
+async fn highest_shard_pending(conn: &Conn, keys: &Keys) -> Result<Option<u16>> {
+    let beyond: Vec<u16> = (keys.shards()..MAX_SHARDS).collect();
+    if beyond.is_empty() {
+        return Ok(None);
+    }
+    let mut pipe = redis::pipe();
+    for &shard in &beyond {
+        let k = keys.shard(shard);
+        pipe.cmd("EXISTS")
+            .arg(&k.due)
+            .arg(k.buckets())
+            .arg(&k.bodies)
+            .arg(&k.held);
+    }
+    let found: Vec<u8> = pipe.query_async(&mut conn.clone()).await?;
+    Ok(beyond
+        .iter()
+        .zip(found)
+        .filter(|&(_, n)| n > 0)
+        .map(|(&shard, _)| shard)
+        .next_back())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::{MAX_SHARDS, parse};
+
+    proptest! {
+        #[test]
+        fn every_count_in_range_reads_back(n in 1..=MAX_SHARDS) {
+            prop_assert_eq!(parse("k", &n.to_string()).ok(), Some(n));
+        }
+
+        #[test]
+        fn counts_out_of_range_are_refused(n in prop_oneof![Just(0u64), 1025..u64::MAX]) {
+            prop_assert!(parse("k", &n.to_string()).is_err());
+        }
+
+        #[test]
+        fn any_text_is_a_count_in_range_or_refused(text in "\\PC{0,12}") {
+            match parse("k", &text) {
+                Ok(n) => prop_assert!((1..=MAX_SHARDS).contains(&n)),
+                Err(e) => prop_assert!(e.to_string().contains("not a shard count"), "{}", e),
+            }
+        }
+    }
+}
