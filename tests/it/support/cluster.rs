@@ -228,8 +228,11 @@ impl Cluster {
             (node, api)
         };
         let (first, api) = start(0);
-        // The nodes' own configuration, so that the test's pushes land in their shards.
-        let own = Config::from_toml(&configs[0], std::iter::empty()).expect("node config");
+        // The nodes' own settings, so that the test's pushes land in their shards, on
+        // Redis itself (a node may reach it through a proxy the test cuts).
+        let endpoints: Vec<String> = etcd.iter().map(|m| m.endpoint()).collect();
+        let own = etcd_config(&redis.url(), &endpoints, extra);
+        let own = Config::from_toml(&own, std::iter::empty()).expect("node config");
         let store = Store::connect(&own.store_config())
             .await
             .expect("connect to redis");
