@@ -1063,3 +1063,34 @@ async fn a_store_with_another_shard_count_is_refused() {
         "{stderr}"
     );
 }
+
+/// A user that may not read or write the shard count's key connects all the same
+/// (its count is taken at its word), and records nothing.
+#[tokio::test]
+async fn a_user_without_the_shard_count_key_is_taken_at_its_word() {
+    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+    let mut conn = redis.client();
+    let user = ["SETUSER", "dq", "on", ">pw-9", "~{delayq:*", "&*", "+@all"];
+    let () = redis::cmd("ACL").arg(&user[..]).query(&mut conn).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let password = dir.path().join("redis-password");
+    std::fs::write(&password, "pw-9\n").unwrap();
+    let url = redis.url().replace("redis://", "redis://dq@");
+    let extra = format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
+        password.display()
+    );
+    let config = crate::support::config(&redis.url(), &extra);
+    let store = Store::connect(&config.store_config())
+        .await
+        .expect("connect");
+    assert_eq!(store.shards(), 4);
+    let recorded: Option<String> = redis::cmd("GET")
+        .arg("delayq:shard-count")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(recorded, None);
+    // It was asked, and refused.
+    let denied: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut conn).unwrap();
+    assert!(!denied.is_empty(), "no command was refused");
+}
