@@ -167,32 +167,9 @@ async fn scripts_are_reloaded_after_script_and_function_flush() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_go_as_evalsha_where_functions_are_not_allowed() {
     let redis = delayq::harness::RedisServer::start().expect("start redis-server");
-    let mut conn = redis.client();
-    let () = redis::cmd("ACL")
-        .arg(
-            &[
-                "SETUSER",
-                "dq",
-                "on",
-                ">pw-7",
-                "~*",
-                "&*",
-                "+@all",
-                "-function",
-                "-fcall",
-                "-fcall_ro",
-            ][..],
-        )
-        .query(&mut conn)
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let password = dir.path().join("redis-password");
-    std::fs::write(&password, "pw-7\n").unwrap();
-    let url = redis.url().replace("redis://", "redis://dq@");
-    let extra = format!(
-        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
-        password.display()
-    );
+    let rules = ["~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro"];
+    let extra = crate::support::acl_user(&redis, "dq", &rules, dir.path());
     let env = crate::support::Bare::start_on(redis, &extra)
         .await
         .daemon()

@@ -1070,16 +1070,8 @@ async fn a_store_with_another_shard_count_is_refused() {
 async fn a_user_without_the_shard_count_key_is_taken_at_its_word() {
     let redis = delayq::harness::RedisServer::start().expect("start redis-server");
     let mut conn = redis.client();
-    let user = ["SETUSER", "dq", "on", ">pw-9", "~{delayq:*", "&*", "+@all"];
-    let () = redis::cmd("ACL").arg(&user[..]).query(&mut conn).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let password = dir.path().join("redis-password");
-    std::fs::write(&password, "pw-9\n").unwrap();
-    let url = redis.url().replace("redis://", "redis://dq@");
-    let extra = format!(
-        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
-        password.display()
-    );
+    let extra = crate::support::acl_user(&redis, "dq", &["~{delayq:*", "&*", "+@all"], dir.path());
     let config = crate::support::config(&redis.url(), &extra);
     let store = Store::connect(&config.store_config())
         .await

@@ -161,3 +161,24 @@ pub fn ids_in_every_shard(store: &Store, stream: &str, per_shard: usize) -> Vec<
     }
     unreachable!()
 }
+
+/// Adds ACL user `user` with `rules` (after `on` and its password) to `redis`, and
+/// returns the `[redis]` settings that connect as it, its password in a file in `dir`.
+pub fn acl_user(redis: &RedisServer, user: &str, rules: &[&str], dir: &std::path::Path) -> String {
+    let password = format!("pw-{user}");
+    let mut args = vec!["SETUSER", user, "on"];
+    let secret = format!(">{password}");
+    args.push(&secret);
+    args.extend_from_slice(rules);
+    let () = redis::cmd("ACL")
+        .arg(&args[..])
+        .query(&mut redis.client())
+        .expect("ACL SETUSER");
+    let file = dir.join("redis-password");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    let url = redis.url().replace("redis://", &format!("redis://{user}@"));
+    format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\n",
+        file.display()
+    )
+}
