@@ -7,7 +7,7 @@ use std::process::Output;
 
 use delayq::harness::MariaDbServer;
 
-use crate::support::{delayq_bin, text};
+use crate::support::{delayq_with_config, text};
 
 /// A config naming `db`'s journal, its password in a file in `dir`.
 fn config(db: &MariaDbServer, dir: &Path, password: &str) -> std::path::PathBuf {
@@ -26,17 +26,6 @@ fn config(db: &MariaDbServer, dir: &Path, password: &str) -> std::path::PathBuf 
     path
 }
 
-async fn delayq(args: &[&str], config: &Path) -> Output {
-    tokio::process::Command::new(delayq_bin())
-        .args(args)
-        .arg("--config")
-        .arg(config)
-        .env_remove("DELAYQ_CONFIG")
-        .output()
-        .await
-        .unwrap()
-}
-
 fn said(out: &Output) -> String {
     format!("{}{}", text(&out.stdout), text(&out.stderr))
 }
@@ -51,8 +40,10 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     let path = config(&db, dir.path(), &db.password);
 
     // Three instances migrating at once: one migrates, the others find it done.
-    let runs =
-        futures::future::join_all((0..3).map(|_| delayq(&["journal", "migrate"], &path))).await;
+    let runs = futures::future::join_all(
+        (0..3).map(|_| delayq_with_config(&["journal", "migrate"], &path)),
+    )
+    .await;
     for out in &runs {
         assert!(out.status.success(), "{}", said(out));
         assert!(!said(out).contains(&db.password), "{}", said(out));
@@ -88,7 +79,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     indexes.sort_unstable();
     assert_eq!(indexes, ["PRIMARY", "by_state_due", "by_state_updated"]);
 
-    let out = delayq(&["journal", "version"], &path).await;
+    let out = delayq_with_config(&["journal", "version"], &path).await;
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         text(&out.stdout).trim(),
@@ -98,7 +89,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     // A wrong password: refused, and neither password is shown.
     let wrong = tempfile::tempdir().unwrap();
     let bad = config(&db, wrong.path(), "not-the-password");
-    let out = delayq(&["journal", "migrate"], &bad).await;
+    let out = delayq_with_config(&["journal", "migrate"], &bad).await;
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     assert!(said(&out).contains("Access denied"), "{}", said(&out));
     assert!(!said(&out).contains("not-the-password") && !said(&out).contains(&db.password));

@@ -452,13 +452,8 @@ async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
         ),
     )
     .unwrap();
-    let out = tokio::process::Command::new(delayq_bin())
-        .args(["restore", "--json", "--include-overdue", "--config"])
-        .arg(&config)
-        .env_remove("DELAYQ_CONFIG")
-        .output()
-        .await
-        .unwrap();
+    let args = ["restore", "--json", "--include-overdue"];
+    let out = crate::support::delayq_with_config(&args, &config).await;
     assert!(
         out.status.success(),
         "{}",

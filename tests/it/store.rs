@@ -1049,13 +1049,7 @@ async fn a_store_with_another_shard_count_is_refused() {
     let path = dir.path().join("delayq.toml");
     let toml = format!("[redis]\nurl = \"{url}\"\nshards = 16\n[api]\nlisten = \"127.0.0.1:0\"\n");
     std::fs::write(&path, toml).unwrap();
-    let out = tokio::process::Command::new(crate::support::delayq_bin())
-        .args(["run", "--config"])
-        .arg(&path)
-        .env_remove("DELAYQ_CONFIG")
-        .output()
-        .await
-        .unwrap();
+    let out = crate::support::delayq_with_config(&["run"], &path).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

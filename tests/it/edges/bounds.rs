@@ -2,7 +2,6 @@
 //! accepted, one step outside refused, naming the key.
 
 use super::config_text;
-use crate::support::delayq_bin;
 
 /// A key set to a value, and whether `check-config` must accept it.
 type Bound = (&'static str, &'static str, bool);
@@ -86,13 +85,7 @@ async fn check_config_accepts_each_bound_and_refuses_one_step_outside_naming_the
         let path = dir.path().join(format!("{i}.toml"));
         std::fs::write(&path, config_text("redis://127.0.0.1:6379", &settings))
             .expect("write config");
-        let out = tokio::process::Command::new(delayq_bin())
-            .args(["check-config", "--quiet", "--config"])
-            .arg(&path)
-            .env_remove("DELAYQ_CONFIG")
-            .output()
-            .await
-            .expect("run delayq check-config");
+        let out = crate::support::delayq_with_config(&["check-config", "--quiet"], &path).await;
         let stderr = String::from_utf8_lossy(&out.stderr);
         if ok {
             assert_eq!(

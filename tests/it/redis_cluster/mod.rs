@@ -18,7 +18,7 @@ use delayq::config::Config;
 use delayq::harness::RedisCluster;
 use delayq::store::{Store, StoreError};
 
-use crate::support::{self, delayq_bin, toml_layers};
+use crate::support::{self, toml_layers};
 
 /// The cluster the tests running now share, started by the first.
 fn shared_cluster() -> Arc<RedisCluster> {
@@ -77,15 +77,8 @@ async fn a_cluster_node_is_refused_unless_cluster_mode_is_set() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("delayq.toml");
     std::fs::write(&path, format!("[redis]\nurl = \"{url}\"\n")).unwrap();
-    let delayq = |command: &'static [&'static str]| {
-        tokio::process::Command::new(delayq_bin())
-            .args(command)
-            .arg("--config")
-            .arg(&path)
-            .env_remove("DELAYQ_CONFIG")
-            .output()
-    };
-    let out = delayq(&["run"]).await.unwrap();
+    let delayq = |args: &'static [&'static str]| support::delayq_with_config(args, &path);
+    let out = delayq(&["run"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
@@ -95,7 +88,7 @@ async fn a_cluster_node_is_refused_unless_cluster_mode_is_set() {
     );
 
     // So do the operators' commands that speak to Redis, and the Rust client.
-    let out = delayq(&["fence", "show"]).await.unwrap();
+    let out = delayq(&["fence", "show"]).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains(REASON), "{stderr}");
     match Store::connect(&support::config(url, "").store_config()).await {

@@ -176,13 +176,7 @@ async fn every_operation_works_on_the_cluster() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("delayq.toml");
     std::fs::write(&path, super::cluster_toml(&cluster, "ops", DELIVERY)).unwrap();
-    let out = tokio::process::Command::new(crate::support::delayq_bin())
-        .args(["fence", "show", "--config"])
-        .arg(&path)
-        .env_remove("DELAYQ_CONFIG")
-        .output()
-        .await
-        .unwrap();
+    let out = crate::support::delayq_with_config(&["fence", "show"], &path).await;
     let shown = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),

@@ -37,6 +37,19 @@ pub fn delayq_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_delayq"))
 }
 
+/// Runs `delayq <args> --config <config>` (the environment's DELAYQ_CONFIG left out)
+/// to its end.
+pub async fn delayq_with_config(args: &[&str], config: &std::path::Path) -> std::process::Output {
+    tokio::process::Command::new(delayq_bin())
+        .args(args)
+        .arg("--config")
+        .arg(config)
+        .env_remove("DELAYQ_CONFIG")
+        .output()
+        .await
+        .expect("run delayq")
+}
+
 /// The repository's root, where the files tests read (README, docker/, systemd/) are.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
