@@ -280,16 +280,7 @@ impl Store {
         let keys = if conn.is_cluster() {
             Keys::cluster(&config.prefix)
         } else {
-            if config.shards == 0 {
-                Keys::new(
-                    &config.prefix,
-                    shard_count::adopted(&conn, &config.prefix).await?,
-                )
-            } else {
-                let keys = Keys::new(&config.prefix, config.shards);
-                shard_count::check(&conn, &keys).await?;
-                keys
-            }
+            shard_count::keys(&conn, &config.prefix, config.shards).await?
         };
         let acked = match config.replicas_acked {
             Some(_) => Some(Conn::connect(config).await?),

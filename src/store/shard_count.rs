@@ -11,19 +11,32 @@ use super::conn::Conn;
 use super::error::{Result, StoreError};
 use super::keys::{DEFAULT_SHARDS, Keys, MAX_SHARDS};
 
-/// The count recorded under `prefix`, or the default when none is: what a store
-/// that is not told the count (`shards` 0: a reader such as the drill) works with.
-/// It records nothing, since the deployment's own nodes may not have started yet.
-pub(super) async fn adopted(conn: &Conn, prefix: &str) -> Result<u16> {
-    let key = Keys::new(prefix, DEFAULT_SHARDS).shard_count();
-    let recorded: Option<String> = redis::cmd("GET")
-        .arg(&key)
+/// The keys of a standalone deployment under `prefix` with `shards` shards, once
+/// Redis agrees: a count other than the one recorded is refused (and, with none
+/// recorded yet, pending messages in shards beyond it), else it is recorded. A user
+/// not allowed the key's commands is taken at its word. `shards` 0 (a reader such
+/// as the drill, not told the count) takes the recorded count, or the default while
+/// none is, and records nothing: the deployment's own nodes may not have started.
+pub(super) async fn keys(conn: &Conn, prefix: &str, shards: u16) -> Result<Keys> {
+    if shards == 0 {
+        let key = Keys::new(prefix, DEFAULT_SHARDS).shard_count();
+        let count = recorded(conn, &key).await?.unwrap_or(DEFAULT_SHARDS);
+        return Ok(Keys::new(prefix, count));
+    }
+    let keys = Keys::new(prefix, shards);
+    match check_or_record(conn, &keys).await {
+        Err(StoreError::Redis(e)) if e.code() == Some("NOPERM") => Ok(keys),
+        other => other.map(|()| keys),
+    }
+}
+
+/// The count recorded under `key`, if any.
+async fn recorded(conn: &Conn, key: &str) -> Result<Option<u16>> {
+    let text: Option<String> = redis::cmd("GET")
+        .arg(key)
         .query_async(&mut conn.clone())
         .await?;
-    match recorded {
-        None => Ok(DEFAULT_SHARDS),
-        Some(text) => parse(&key, &text),
-    }
+    text.map(|text| parse(key, &text)).transpose()
 }
 
 /// A recorded count, or why it is not one.
@@ -38,53 +51,35 @@ fn parse(key: &str, text: &str) -> Result<u16> {
         })
 }
 
-/// Refuses a count other than the one recorded (or, with none recorded yet,
-/// pending messages in shards beyond it), else records it.
-pub(super) async fn check(conn: &Conn, keys: &Keys) -> Result<()> {
-    match check_or_record(conn, keys).await {
-        // A user not allowed the key's commands is taken at its word.
-        Err(StoreError::Redis(e)) if e.code() == Some("NOPERM") => Ok(()),
-        other => other,
-    }
-}
-
 async fn check_or_record(conn: &Conn, keys: &Keys) -> Result<()> {
     let key = keys.shard_count();
     let ours = keys.shards();
-    let recorded: Option<String> = redis::cmd("GET")
-        .arg(&key)
-        .query_async(&mut conn.clone())
-        .await?;
-    if recorded.is_none()
-        && let Some(highest) = highest_shard_pending(conn, keys).await?
-    {
-        return Err(StoreError::Unsupported(format!(
-            "redis.shards is {ours}, but Redis holds pending messages in shard {highest} \
-             (stored with at least {} shards, before {key} recorded the count): set \
-             redis.shards to the count they were stored with",
-            highest + 1
-        )));
-    }
-    // Whoever records first sets the count; a store that lost that race reads it back.
-    let before: Option<String> = match recorded {
-        Some(recorded) => Some(recorded),
-        None => {
-            redis::cmd("SET")
-                .arg(&key)
-                .arg(ours)
-                .arg("NX")
-                .arg("GET")
-                .query_async(&mut conn.clone())
-                .await?
+    let mut count = recorded(conn, &key).await?;
+    if count.is_none() {
+        if let Some(highest) = highest_shard_pending(conn, keys).await? {
+            return Err(StoreError::Unsupported(format!(
+                "redis.shards is {ours}, but Redis holds pending messages in shard {highest} \
+                 (stored with at least {} shards, before {key} recorded the count): set \
+                 redis.shards to the count they were stored with",
+                highest + 1
+            )));
         }
-    };
-    match before.map(|text| parse(&key, &text)).transpose()? {
-        None => Ok(()),
-        Some(count) if count == ours => Ok(()),
-        Some(count) => Err(StoreError::Unsupported(format!(
+        // Whoever records first sets the count; a store that lost that race reads it back.
+        let before: Option<String> = redis::cmd("SET")
+            .arg(&key)
+            .arg(ours)
+            .arg("NX")
+            .arg("GET")
+            .query_async(&mut conn.clone())
+            .await?;
+        count = before.map(|text| parse(&key, &text)).transpose()?;
+    }
+    match count {
+        Some(count) if count != ours => Err(StoreError::Unsupported(format!(
             "redis.shards is {ours}, but the messages in Redis are stored in {count} shards \
              ({key}): set redis.shards = {count} (changing it strands pending messages)"
         ))),
+        _ => Ok(()),
     }
 }
 
