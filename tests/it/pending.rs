@@ -252,7 +252,7 @@ async fn round_trip(
 /// Every compact bucket of shard 0 holds at most 128 messages, in listpack-sized
 /// index buckets.
 fn assert_buckets_bounded(conn: &mut redis::Connection, store: &Store) {
-    for key in compact_buckets(conn, &store.keys().shard(0).due) {
+    for key in compact_buckets(conn, &store.keys().shard(0)) {
         let len: u64 = redis::cmd("LLEN").arg(&key).query(conn).unwrap();
         assert!((1..=128).contains(&len), "a bucket of {len}");
     }
@@ -264,7 +264,7 @@ fn assert_nothing_pending(conn: &mut redis::Connection, store: &Store) {
     for key in [
         k.due.clone(),
         k.bodies.clone(),
-        format!("{}:q", k.due),
+        k.buckets(),
         format!("{}:ix", k.bodies),
     ] {
         let exists: bool = redis::cmd("EXISTS").arg(&key).query(conn).unwrap();
@@ -429,7 +429,7 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
         }
     }
     let mut conn = bare.redis.client();
-    let lens: Vec<u64> = compact_buckets(&mut conn, &store.keys().shard(0).due)
+    let lens: Vec<u64> = compact_buckets(&mut conn, &store.keys().shard(0))
         .iter()
         .map(|key| redis::cmd("LLEN").arg(key).query(&mut conn).unwrap())
         .collect();
@@ -573,7 +573,7 @@ async fn a_push_wakes_the_forwarder_only_when_it_goes_first() {
     }
     // Every message is still there, in due order.
     let order = ["h", "g", "a", "d", "b", "c"].map(|l| format!("wake-{l}"));
-    let buckets = compact_buckets(&mut conn, &store.keys().shard(0).due);
+    let buckets = compact_buckets(&mut conn, &store.keys().shard(0));
     assert_eq!(buckets.len(), 1);
     let elems: Vec<Vec<u8>> = redis::cmd("LRANGE")
         .arg(&buckets[0])

@@ -103,7 +103,7 @@ fn raw_body(bare: &Bare, id: &MessageId) -> (Vec<u8>, Layout) {
     if let Some(body) = hashed {
         return (body, Layout::Hash);
     }
-    for key in crate::support::compact_buckets(&mut conn, &k.due) {
+    for key in crate::support::compact_buckets(&mut conn, &k) {
         let elems: Vec<Vec<u8>> = redis::cmd("LRANGE")
             .arg(&key)
             .arg(0)

@@ -313,10 +313,14 @@ pub fn fill_to_maxmemory(conn: &mut impl redis::ConnectionLike, headroom: u64) {
     panic!("writes never answered OOM");
 }
 
-/// The keys of a shard's compact pending buckets (`<due>:q:<floor>`), in order.
-pub fn compact_buckets(conn: &mut redis::Connection, due_key: &str) -> Vec<Vec<u8>> {
+/// The keys of a shard's compact pending buckets (`<buckets>:<floor>`), in order.
+pub fn compact_buckets(
+    conn: &mut redis::Connection,
+    shard: &delayq::store::ShardKeys,
+) -> Vec<Vec<u8>> {
+    let buckets = shard.buckets();
     let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-        .arg(format!("{due_key}:q"))
+        .arg(&buckets)
         .arg(0)
         .arg(-1)
         .query(conn)
@@ -324,7 +328,7 @@ pub fn compact_buckets(conn: &mut redis::Connection, due_key: &str) -> Vec<Vec<u
     floors
         .into_iter()
         .map(|floor| {
-            let mut key = format!("{due_key}:q:").into_bytes();
+            let mut key = format!("{buckets}:").into_bytes();
             key.extend_from_slice(&floor);
             key
         })
