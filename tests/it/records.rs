@@ -223,3 +223,70 @@ async fn a_growing_generation_splits_its_buckets_and_every_record_stays_found() 
         }
     }
 }
+
+/// With `records.retention = 0` nothing is kept on record, in either layout: a
+/// delivered or cancelled message is unknown at once, its id can be pushed again,
+/// and Redis holds no records key.
+async fn a_zero_retention_keeps_nothing_in(layout: &str) {
+    let bare = Bare::start(&format!(
+        "[redis]\nshards = 1\n[records]\nlayout = \"{layout}\"\nretention = \"0s\"\n"
+    ))
+    .await;
+    let store = &bare.store;
+    let options = bare.config.forward_options();
+    assert_eq!(options.retention, Duration::ZERO);
+    let id = |s: &str| MessageId::parse(s).unwrap();
+    assert_all_stored(
+        store
+            .schedule_many(
+                &[
+                    item("sent", "s", Due::In(Duration::ZERO)),
+                    item("dropped", "s", Due::In(DAY)),
+                ],
+                DAY,
+                None,
+            )
+            .await,
+    );
+    assert_eq!(
+        store.cancel(&id("dropped"), Duration::ZERO).await.unwrap(),
+        Cancelled::Cancelled
+    );
+    assert_eq!(store.forward(0, 10, &options).await.unwrap().forwarded, 1);
+    assert_eq!(entries(&mut bare.redis.client(), "s").len(), 1);
+
+    for gone in ["sent", "dropped"] {
+        let status = store.get(&id(gone)).await.unwrap();
+        assert!(
+            matches!(status, Status::Unknown),
+            "{layout} {gone}: {status:?}"
+        );
+    }
+    assert_eq!(
+        store.cancel(&id("dropped"), Duration::ZERO).await.unwrap(),
+        Cancelled::Unknown,
+        "{layout}: a second cancel finds nothing"
+    );
+    let records = store.keys().shard(0).records;
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{records}*"))
+        .query(&mut bare.redis.client())
+        .unwrap();
+    assert!(keys.is_empty(), "{layout}: records keys {keys:?}");
+    // Without a record, the id is new again.
+    assert_all_stored(
+        store
+            .schedule_many(&[item("sent", "s", Due::In(DAY))], DAY, None)
+            .await,
+    );
+}
+
+#[tokio::test]
+async fn a_zero_retention_keeps_nothing_on_record_in_the_compact_layout() {
+    a_zero_retention_keeps_nothing_in("compact").await;
+}
+
+#[tokio::test]
+async fn a_zero_retention_keeps_nothing_on_record_in_the_hash_layout() {
+    a_zero_retention_keeps_nothing_in("hash").await;
+}

@@ -518,6 +518,8 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
     end
     redis.call('RPUSH', journal_outbox(records), table.concat(lines, '\n'))
   end
+  -- A retention of 0 keeps nothing on record (the journal's line above is not one).
+  if retention == 0 then return end
   if layout == 'hash' then
     local args = {}
     for i, id in ipairs(ids) do
