@@ -293,7 +293,10 @@ async fn forward_shard(mut l: ForwardLoop) {
             (None, allowed.min(UNGATED_BATCH))
         };
         let started = Instant::now();
-        let mut budgets = l.stream_limits.take_budgets(limit, started);
+        // One permit more than the call may send: a stream that gets it is not at its
+        // limit, and what the call leaves of it stays in due order (see forward.lua);
+        // the permit goes back unused.
+        let mut budgets = l.stream_limits.take_budgets(limit + 1, started);
         pause_budgets(&mut budgets, &paused, &l.stream_limits);
         let result = l
             .store

@@ -15,7 +15,9 @@
 --   is then named in its stream's slot (see dead_letter_stream below), else ""
 -- ARGV[10] L, the number of rate-limited streams that follow
 -- ARGV[11..10+2L] stream, budget, ...: how many messages each rate-limited stream may
---   still take (its permits); a stream not listed has no limit
+--   still take (its permits); a stream not listed has no limit. A budget above what
+--   the call may send (ARGV[2]) says the limit does not bind in this call: what the
+--   call leaves of that stream stays in place, in due order, instead of being set aside
 -- ARGV[11+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
@@ -77,9 +79,15 @@ for _, stream in ipairs(held_streams) do
 end
 -- With limits, the due set is read further ahead than a batch: what waits for its
 -- stream's limit is only set aside, so that a limited stream's backlog in front of
--- other streams' messages is cleared in a few calls.
+-- other streams' messages is cleared in a few calls. Only when a limited stream may
+-- have to wait, though: one whose budget is above all this call can send, and that
+-- holds nothing older, does not (its limit is above what the shard moves).
 local look = batch - #ids
-if n_limited > 0 then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
+local may_wait = false
+for stream, left in pairs(budget) do
+  if left <= look or still_holds[stream] then may_wait = true end
+end
+if may_wait then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
 -- Due messages in due order, from both pending layouts (see the prelude): the due set
 -- and the compact layout's buckets, merged by score. in_bucket[id] is the bucket list
 -- an id was read from (its body comes with it: bucket_body[id]). The due set is read

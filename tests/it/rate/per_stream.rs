@@ -240,3 +240,44 @@ async fn streams_of_every_name_length_are_held_under_their_own_name() {
         assert!(sent.len() <= 2, "{name}: {} sent at 1/s", sent.len());
     }
 }
+
+/// One forward call of a batch of 10 with a budget for `slow`, over 20 `slow`
+/// messages due before 5 `fast` ones, in one shard: (slow sent, fast sent, held).
+async fn one_call(budget: usize) -> (u64, u64, u64) {
+    let bare = support::Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    push_overdue_to(store, SLOW, 20).await;
+    // Later by Redis's clock, so due after every slow one.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    push_overdue_to(store, FAST, 5).await;
+    let options = bare.config.forward_options();
+    let batch = store
+        .forward_at_most(0, 1, &options, 10, &[(SLOW.to_owned(), budget)])
+        .await
+        .expect("forward");
+    let sent = |stream: &str| {
+        batch
+            .per_stream
+            .iter()
+            .find(|(s, _)| s == stream)
+            .map_or(0, |(_, n)| *n)
+    };
+    let held = store.held().await.expect("held").total();
+    (sent(SLOW), sent(FAST), held)
+}
+
+/// A budget above what the call may send (the limit does not bind) sends the batch
+/// in due order and sets nothing aside; one the call uses up sets the rest of its
+/// stream aside, so that the messages behind go in the same call if it has room.
+#[tokio::test]
+async fn a_call_sets_a_limited_stream_aside_only_when_its_budget_runs_out() {
+    for (budget, want) in [
+        (11, (10, 0, 0)),
+        (1000, (10, 0, 0)),
+        (10, (10, 0, 10)),
+        (3, (3, 5, 17)),
+        (0, (0, 5, 20)),
+    ] {
+        assert_eq!(one_call(budget).await, want, "budget {budget}");
+    }
+}
