@@ -88,23 +88,36 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     );
 
     // One burst with the default layouts, then one with the hash layouts of both
-    // records and pending messages, then one drained by two leaders of one election
-    // group each (`election.mode = "per_shard"`).
+    // records and pending messages, then one that keeps no record, then one drained
+    // by two leaders of one election group each (`election.mode = "per_shard"`).
     let burst = rows(&report, "delayq", "burst");
-    assert_eq!(burst.len(), 3);
+    assert_eq!(burst.len(), 4);
     assert_eq!(burst[0].get("records_layout"), None, "{}", burst[0]);
     assert_eq!(burst[0].get("pending_layout"), None, "{}", burst[0]);
+    assert_eq!(burst[0].get("records_retention"), None, "{}", burst[0]);
     assert_eq!(burst[0].get("leaders"), None, "{}", burst[0]);
     assert_eq!(burst[1]["records_layout"], "hash", "{}", burst[1]);
     assert_eq!(burst[1]["pending_layout"], "hash", "{}", burst[1]);
-    assert_eq!(burst[2]["leaders"], 2, "{}", burst[2]);
-    assert_eq!(burst[2].get("pending_layout"), None, "{}", burst[2]);
+    assert_eq!(burst[2]["records_retention"], "0s", "{}", burst[2]);
+    assert_eq!(burst[2].get("records_layout"), None, "{}", burst[2]);
+    assert_eq!(burst[3]["leaders"], 2, "{}", burst[3]);
+    assert_eq!(burst[3].get("pending_layout"), None, "{}", burst[3]);
     for b in &burst {
         check_delivered(b);
         check_lateness(b);
         check_measured(b);
-        assert!(b["bytes_per_record"].as_f64().unwrap_or(0.0) > 10.0, "{b}");
+        if b.get("records_retention").is_none() {
+            assert!(b["bytes_per_record"].as_f64().unwrap_or(0.0) > 10.0, "{b}");
+        }
     }
+    // Kept no record: what the drain itself left behind, well below the records.
+    let bytes = |b: &serde_json::Value| b["bytes_per_record"].as_f64().unwrap_or(f64::MAX);
+    assert!(
+        bytes(burst[2]) < bytes(burst[0]) / 2.0,
+        "{} against {}",
+        burst[2],
+        burst[0]
+    );
     assert!(
         burst[0]["bytes_per_pending_message"]
             .as_f64()

@@ -44,6 +44,7 @@ use crate::config::Config;
 use crate::harness::{EtcdServer, RedisServer};
 use crate::store::Store;
 use rows::{Delayq, Figures, Row};
+use scenarios::BurstSetup;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Suite {
@@ -511,12 +512,16 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         let mut add = |figures: Figures| rows.push(Row { figures, run });
         for &n in &plan.bursts {
             progress(&format!("run {run}: delayq burst {n}"));
-            add(bench.burst(n, None).await?);
+            add(bench.burst(n, BurstSetup::Defaults).await?);
             // The other layouts, for the frontier of memory against speed.
             progress(&format!(
                 "run {run}: delayq burst {n}, records.layout = pending.layout = hash"
             ));
-            add(bench.burst(n, Some("hash")).await?);
+            add(bench.burst(n, BurstSetup::HashLayouts).await?);
+            progress(&format!(
+                "run {run}: delayq burst {n}, records.retention = 0s"
+            ));
+            add(bench.burst(n, BurstSetup::NoRecords).await?);
             if plan.ceiling {
                 progress(&format!("run {run}: ceiling burst {n}"));
                 add(bench.ceiling(n).await?);

@@ -164,6 +164,9 @@ pub struct Burst {
     /// `pending.layout` when not the default (compact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_layout: Option<String>,
+    /// `records.retention` when not the default (24h): "0s" keeps no record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records_retention: Option<String>,
     /// With `election.mode = "per_shard"`: the leaders that drained it, one
     /// election group each (None: one leader of every shard, the default mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -171,8 +174,9 @@ pub struct Burst {
 }
 
 impl Burst {
-    /// "records.layout = …, pending.layout = …" for the layouts not the default, and
-    /// the leaders of `election.mode = "per_shard"`.
+    /// "records.layout = …, pending.layout = …" for the layouts not the default, the
+    /// records' retention if not the default, and the leaders of
+    /// `election.mode = "per_shard"`.
     pub fn layouts(&self) -> Option<String> {
         let set: Vec<String> = [
             ("records", &self.records_layout),
@@ -180,6 +184,11 @@ impl Burst {
         ]
         .into_iter()
         .filter_map(|(what, layout)| layout.as_ref().map(|l| format!("{what}.layout = {l}")))
+        .chain(
+            self.records_retention
+                .as_ref()
+                .map(|r| format!("records.retention = {r}")),
+        )
         .chain(self.leaders.map(|k| {
             format!(
                 "election.mode = per_shard, {k} leader{}",
@@ -546,6 +555,19 @@ mod tests {
             ),
             "burst",
         );
+        let no_records = row(
+            "delayq",
+            "burst",
+            &format!(
+                r#"{delayq}, {TALLY}, {LATENESS}, "schedule_rate_per_sec": 18572, "due_spread_ms": 0, "drain_ms": 20, "bytes_per_pending_message": 246, "bytes_per_record": 2, "records_retention": "0s""#
+            ),
+        );
+        check(&no_records, "burst");
+        let row_read: Row = serde_json::from_str(&no_records).expect("a row");
+        let Figures::Delayq(Delayq::Burst(b)) = &row_read.figures else {
+            panic!("a burst");
+        };
+        assert_eq!(b.layouts().as_deref(), Some("records.retention = 0s"));
         check(
             &row(
                 "ceiling",

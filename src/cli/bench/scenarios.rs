@@ -34,6 +34,31 @@ const LOAD_IN_FLIGHT: usize = 8;
 pub const SPREAD_P99_LIMIT_MS: u64 = 10;
 
 pub(super) const BURST_STREAM: &str = "bench:burst";
+
+/// How the daemon draining a burst is set up, for the frontier of memory against
+/// speed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BurstSetup {
+    /// The default layouts and retention.
+    Defaults,
+    /// `records.layout` and `pending.layout` "hash" (the messages are stored so too).
+    HashLayouts,
+    /// The default layouts, with `records.retention = "0s"`: no record kept.
+    NoRecords,
+}
+
+impl BurstSetup {
+    /// What the daemon's configuration adds to the bench's.
+    fn config(self) -> &'static str {
+        match self {
+            BurstSetup::Defaults => "",
+            BurstSetup::HashLayouts => {
+                "[records]\nlayout = \"hash\"\n[pending]\nlayout = \"hash\"\n"
+            }
+            BurstSetup::NoRecords => "[records]\nretention = \"0s\"\n",
+        }
+    }
+}
 const SPREAD_STREAM: &str = "bench:spread";
 const BACKLOG_STREAM: &str = "bench:backlog";
 
@@ -233,26 +258,19 @@ impl Bench {
     }
 
     /// Burst: n messages due at one instant, all scheduled before the daemon starts,
-    /// so what is measured is a pure drain. `layout`: the daemon's `records.layout`
-    /// and `pending.layout` (the messages are stored in it too) if not the defaults.
-    pub async fn burst(&self, n: u64, layout: Option<&str>) -> anyhow::Result<Figures> {
+    /// so what is measured is a pure drain, with the daemon set up as `setup` says.
+    pub async fn burst(&self, n: u64, setup: BurstSetup) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
-        let store = match layout {
-            Some("hash") => self.store.with_pending_layout(PendingLayout::Hash),
+        let store = match setup {
+            BurstSetup::HashLayouts => self.store.with_pending_layout(PendingLayout::Hash),
             _ => self.store.clone(),
         };
         let loaded = self.load_burst(&store, n).await?;
         self.wait_for_redis_time(loaded.last_due).await?;
 
         let load = measure::load_average();
-        let config = match layout {
-            Some(layout) => format!(
-                "{}[records]\nlayout = \"{layout}\"\n[pending]\nlayout = \"{layout}\"\n",
-                self.delayq_config
-            ),
-            None => self.delayq_config.clone(),
-        };
+        let config = format!("{}{}", self.delayq_config, setup.config());
         let run = self.start_metered("bench-burst", &config).await?;
         let deadline = Instant::now() + Duration::from_secs(60) + Duration::from_millis(n / 2);
         let len = self.wait_for_entries(BURST_STREAM, n, deadline).await?;
@@ -261,9 +279,11 @@ impl Bench {
         }
         let (cpu, probe) = run.stop(&mut conn, n, len < n).await?;
         let burst = self.burst_drained(n, &loaded, load, &cpu, &probe).await?;
+        let layout = (setup == BurstSetup::HashLayouts).then(|| "hash".to_owned());
         Ok(Delayq::Burst(Burst {
-            records_layout: layout.map(str::to_owned),
-            pending_layout: layout.map(str::to_owned),
+            records_layout: layout.clone(),
+            pending_layout: layout,
+            records_retention: (setup == BurstSetup::NoRecords).then(|| "0s".to_owned()),
             ..burst
         })
         .into())
@@ -319,6 +339,7 @@ impl Bench {
             bytes_per_record: bytes_per_record.round() as i64,
             records_layout: None,
             pending_layout: None,
+            records_retention: None,
             leaders: None,
         })
     }

@@ -214,7 +214,8 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         "≤ 60 bytes per delivery record kept",
         delayq(rows, Some)
             .filter_map(|(run, d)| match d {
-                Delayq::Burst(b) if b.leaders.is_none() => Some((
+                // A drain that keeps no record has no record's bytes to count.
+                Delayq::Burst(b) if b.leaders.is_none() && b.records_retention.is_none() => Some((
                     format!(
                         "{} B (burst {}{}, run {run})",
                         b.bytes_per_record,
@@ -319,6 +320,7 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
             // Neither do the leaders that drain it.
             Delayq::Burst(b)
                 if b.leaders.is_none()
+                    && b.records_retention.is_none()
                     && (b.records_layout.is_none() || b.pending_layout.is_some()) =>
             {
                 (b.bytes_per_pending_message, b.measured.messages)
@@ -386,6 +388,45 @@ mod tests {
         assert_eq!(
             target("t", vec![("a".into(), true), ("b".into(), false)]).measured,
             ["a", "b ✗"]
+        );
+    }
+
+    /// A drain that keeps no record counts towards the drain targets, named, but
+    /// not towards the bytes of a record or of a pending message.
+    #[test]
+    fn a_burst_without_records_has_no_record_bytes_to_count() {
+        let burst = |bytes: i64, extra: &str| -> Row {
+            serde_json::from_str(&format!(
+                r#"{{"system": "delayq", "scenario": "burst", "messages": 1000, "load_average": "0.5", "throughput_per_sec": 500, "redis_unresponsive_ms": 1.0, "redis_longest_event_ms": 1, "cpu_us_per_message": {{"redis": 8.0, "delayq": 1.0}}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}}, "lateness_ms": null, "schedule_rate_per_sec": 1, "due_spread_ms": 0, "drain_ms": 2, "bytes_per_pending_message": 190, "bytes_per_record": {bytes}{extra}, "run": 1}}"#
+            ))
+            .expect("a row")
+        };
+        let ceiling: Row = serde_json::from_str(
+            r#"{"system": "ceiling", "scenario": "burst", "messages": 1000, "load_average": "0.5", "throughput_per_sec": 1000, "redis_unresponsive_ms": 1.0, "redis_longest_event_ms": 1, "cpu_us_per_message": {"redis": 1.8}, "tally": {"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}, "drain_ms": 1, "run": 1}"#,
+        )
+        .expect("a row");
+        let rows = [
+            burst(45, ""),
+            burst(2, r#", "records_retention": "0s""#),
+            ceiling,
+        ];
+        let all = targets(&rows);
+        let find = |name: &str| {
+            all.iter()
+                .find(|t| t.target.starts_with(name))
+                .unwrap_or_else(|| panic!("{name}"))
+        };
+        assert_eq!(
+            find("≤ 60 bytes per delivery record").measured,
+            ["45 B (burst 1000, run 1)"]
+        );
+        assert_eq!(find("≤ 200 bytes per pending").measured.len(), 1);
+        assert_eq!(
+            find("burst drain ≥ 70% of the ceiling").measured,
+            [
+                "50% at 1000 (run 1) ✗",
+                "50% at 1000, records.retention = 0s (run 1) ✗"
+            ]
         );
     }
 }
