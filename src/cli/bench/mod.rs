@@ -511,17 +511,11 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
     for run in 1..=plan.repeat {
         let mut add = |figures: Figures| rows.push(Row { figures, run });
         for &n in &plan.bursts {
-            progress(&format!("run {run}: delayq burst {n}"));
-            add(bench.burst(n, BurstSetup::Defaults).await?);
-            // The other layouts, for the frontier of memory against speed.
-            progress(&format!(
-                "run {run}: delayq burst {n}, records.layout = pending.layout = hash"
-            ));
-            add(bench.burst(n, BurstSetup::HashLayouts).await?);
-            progress(&format!(
-                "run {run}: delayq burst {n}, records.retention = 0s"
-            ));
-            add(bench.burst(n, BurstSetup::NoRecords).await?);
+            // The defaults, then the other setups: the frontier of memory against speed.
+            for setup in BurstSetup::ALL {
+                progress(&format!("run {run}: delayq burst {n}{}", setup.note()));
+                add(bench.burst(n, setup).await?);
+            }
             if plan.ceiling {
                 progress(&format!("run {run}: ceiling burst {n}"));
                 add(bench.ceiling(n).await?);

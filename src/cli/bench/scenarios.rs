@@ -34,6 +34,8 @@ const LOAD_IN_FLIGHT: usize = 8;
 pub const SPREAD_P99_LIMIT_MS: u64 = 10;
 
 pub(super) const BURST_STREAM: &str = "bench:burst";
+const SPREAD_STREAM: &str = "bench:spread";
+const BACKLOG_STREAM: &str = "bench:backlog";
 
 /// How the daemon draining a burst is set up, for the frontier of memory against
 /// speed.
@@ -48,6 +50,12 @@ pub enum BurstSetup {
 }
 
 impl BurstSetup {
+    pub const ALL: [BurstSetup; 3] = [
+        BurstSetup::Defaults,
+        BurstSetup::HashLayouts,
+        BurstSetup::NoRecords,
+    ];
+
     /// What the daemon's configuration adds to the bench's.
     fn config(self) -> &'static str {
         match self {
@@ -58,9 +66,25 @@ impl BurstSetup {
             BurstSetup::NoRecords => "[records]\nretention = \"0s\"\n",
         }
     }
+
+    /// ", what differs from the defaults", for progress lines.
+    pub fn note(self) -> &'static str {
+        match self {
+            BurstSetup::Defaults => "",
+            BurstSetup::HashLayouts => ", records.layout = pending.layout = hash",
+            BurstSetup::NoRecords => ", records.retention = 0s",
+        }
+    }
+
+    /// The row's records layout, pending layout and retention, where not the defaults.
+    fn row_settings(self) -> (Option<String>, Option<String>, Option<String>) {
+        match self {
+            BurstSetup::Defaults => (None, None, None),
+            BurstSetup::HashLayouts => (Some("hash".into()), Some("hash".into()), None),
+            BurstSetup::NoRecords => (None, None, Some("0s".into())),
+        }
+    }
 }
-const SPREAD_STREAM: &str = "bench:spread";
-const BACKLOG_STREAM: &str = "bench:backlog";
 
 impl Bench {
     pub(super) fn message(&self, stream: &str, id: String, due: Due) -> NewMessage {
@@ -279,11 +303,11 @@ impl Bench {
         }
         let (cpu, probe) = run.stop(&mut conn, n, len < n).await?;
         let burst = self.burst_drained(n, &loaded, load, &cpu, &probe).await?;
-        let layout = (setup == BurstSetup::HashLayouts).then(|| "hash".to_owned());
+        let (records_layout, pending_layout, records_retention) = setup.row_settings();
         Ok(Delayq::Burst(Burst {
-            records_layout: layout.clone(),
-            pending_layout: layout,
-            records_retention: (setup == BurstSetup::NoRecords).then(|| "0s".to_owned()),
+            records_layout,
+            pending_layout,
+            records_retention,
             ..burst
         })
         .into())
