@@ -504,7 +504,7 @@ impl Delayq {
 }
 
 #[cfg(test)]
-mod tests {
+pub(in crate::cli::bench) mod tests {
     use super::*;
 
     /// A row as results.json has it reads as `kind` and writes back the same.
@@ -522,8 +522,9 @@ mod tests {
         assert_eq!(serde_json::to_value(&row).expect("written"), value);
     }
 
-    const MEASURED: &str = r#""messages": 1000, "load_average": "0.5 0.4 0.3", "throughput_per_sec": 500, "redis_unresponsive_ms": 2.8, "redis_longest_event_ms": 1"#;
-    const TALLY: &str =
+    /// JSON fields of rows, for tests of what reads them too.
+    pub(in crate::cli::bench) const MEASURED: &str = r#""messages": 1000, "load_average": "0.5 0.4 0.3", "throughput_per_sec": 500, "redis_unresponsive_ms": 2.8, "redis_longest_event_ms": 1"#;
+    pub(in crate::cli::bench) const TALLY: &str =
         r#""tally": {"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}"#;
     const LATENESS: &str = r#""lateness_ms": {"p50": 2, "p99": 5, "p99_9": 8, "max": 9}"#;
 

@@ -375,6 +375,7 @@ fn failover_check(run: u32, f: &Failover, stop: &str) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::bench::rows::tests::{MEASURED, TALLY};
 
     #[test]
     fn a_target_is_met_when_every_run_met_it() {
@@ -397,13 +398,15 @@ mod tests {
     fn a_burst_without_records_has_no_record_bytes_to_count() {
         let burst = |bytes: i64, extra: &str| -> Row {
             serde_json::from_str(&format!(
-                r#"{{"system": "delayq", "scenario": "burst", "messages": 1000, "load_average": "0.5", "throughput_per_sec": 500, "redis_unresponsive_ms": 1.0, "redis_longest_event_ms": 1, "cpu_us_per_message": {{"redis": 8.0, "delayq": 1.0}}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}}, "lateness_ms": null, "schedule_rate_per_sec": 1, "due_spread_ms": 0, "drain_ms": 2, "bytes_per_pending_message": 190, "bytes_per_record": {bytes}{extra}, "run": 1}}"#
+                r#"{{"system": "delayq", "scenario": "burst", {MEASURED}, "cpu_us_per_message": {{"redis": 8.0, "delayq": 1.0}}, {TALLY}, "lateness_ms": null, "schedule_rate_per_sec": 1, "due_spread_ms": 0, "drain_ms": 2, "bytes_per_pending_message": 190, "bytes_per_record": {bytes}{extra}, "run": 1}}"#
             ))
             .expect("a row")
         };
-        let ceiling: Row = serde_json::from_str(
-            r#"{"system": "ceiling", "scenario": "burst", "messages": 1000, "load_average": "0.5", "throughput_per_sec": 1000, "redis_unresponsive_ms": 1.0, "redis_longest_event_ms": 1, "cpu_us_per_message": {"redis": 1.8}, "tally": {"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}, "drain_ms": 1, "run": 1}"#,
-        )
+        // The ceiling drained twice as fast: delayq's bursts are at 50% of it.
+        let ceiling: Row = serde_json::from_str(&format!(
+            r#"{{"system": "ceiling", "scenario": "burst", {}, "cpu_us_per_message": {{"redis": 1.8}}, {TALLY}, "drain_ms": 1, "run": 1}}"#,
+            MEASURED.replace("\"throughput_per_sec\": 500", "\"throughput_per_sec\": 1000")
+        ))
         .expect("a row");
         let rows = [
             burst(45, ""),
