@@ -32,10 +32,12 @@ pub(super) async fn keys(conn: &Conn, prefix: &str, shards: u16) -> Result<Keys>
 
 /// The count recorded under `key`, if any.
 async fn recorded(conn: &Conn, key: &str) -> Result<Option<u16>> {
-    let text: Option<String> = redis::cmd("GET")
-        .arg(key)
-        .query_async(&mut conn.clone())
-        .await?;
+    count_from(conn, key, redis::cmd("GET").arg(key)).await
+}
+
+/// The count under `key` that `cmd` answers with (a value of the key, or nil).
+async fn count_from(conn: &Conn, key: &str, cmd: &redis::Cmd) -> Result<Option<u16>> {
+    let text: Option<String> = cmd.query_async(&mut conn.clone()).await?;
     text.map(|text| parse(key, &text)).transpose()
 }
 
@@ -65,14 +67,9 @@ async fn check_or_record(conn: &Conn, keys: &Keys) -> Result<()> {
             )));
         }
         // Whoever records first sets the count; a store that lost that race reads it back.
-        let before: Option<String> = redis::cmd("SET")
-            .arg(&key)
-            .arg(ours)
-            .arg("NX")
-            .arg("GET")
-            .query_async(&mut conn.clone())
-            .await?;
-        count = before.map(|text| parse(&key, &text)).transpose()?;
+        let mut record = redis::cmd("SET");
+        record.arg(&key).arg(ours).arg("NX").arg("GET");
+        count = count_from(conn, &key, &record).await?;
     }
     match count {
         Some(count) if count != ours => Err(StoreError::Unsupported(format!(
