@@ -25,6 +25,12 @@ forward.lua, batches of 50), rounds pipelined, after a second of rounds to fill 
 200 ms ahead; alone, and ahead of a backlog of 200,000 messages due an hour later
 (the backlog-spread scenario's shape). Reported per round (a push and a forward).
 
+Then a drain, as a burst's: 20,000 messages already due in one shard, forwarded in
+calls of 1000 (forward.lua) until none is left, with delivery records kept (a day)
+and with none (`records.retention = 0`). Reported per message moved: Redis's CPU
+time in all, and the part of it that the commands the script calls took on their own
+(`INFO commandstats`); the rest is Lua and the calls into Redis from it.
+
 Only Python's standard library; no delayq process is involved.
 """
 
@@ -179,6 +185,7 @@ def run(r, calls, prelude, schedule):
     evals = evalsha(prelude + "\n" + schedule, [one("e") for _ in range(calls)])
     show("push, one shard (EVALSHA)", evals, 1)
     steady(r, calls, prelude, schedule)
+    drain(r, prelude, schedule)
 
 
 def load_library(r, library, prelude, functions):
@@ -234,6 +241,45 @@ def steady(r, calls, prelude, schedule):
         per_round = cost * 2
         print("| steady stream, %s | %.1f µs a round | %.2f messages moved a round |"
               % (label, per_round, moved(replies) / calls))
+
+
+def command_usec(r):
+    """Redis's own µs in commands other than FCALL and INFO, from INFO commandstats."""
+    total = 0
+    for line in r.call("INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_") and not line.startswith(("cmdstat_fcall:", "cmdstat_info:")):
+            fields = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
+            total += int(fields["usec"])
+    return total
+
+
+def drain(r, prelude, schedule, n=20_000, batch=1000):
+    forward = open(os.path.join(LUA, "forward.lua")).read()
+    load_library(r, "delayq_drain", prelude, {"drain_push": schedule, "drain_forward": forward})
+    for label, retention in (("records kept", "86400000"), ("no records", "0")):
+        r.call("FLUSHALL")
+        keys = shard_keys("drain", 0)
+        for start in range(0, n, 1000):
+            args = list(HEAD)
+            for _ in range(min(1000, n - start)):
+                m = message(1)
+                m[5] = "1"  # due 1 ms after it is stored
+                args += m
+            r.call("FCALL", "drain_push", len(keys), *keys, *args)
+        time.sleep(0.01)
+        forward_args = ["1", str(batch), retention, "delayq-id", "delayq-attempt", ":dead",
+                        "bench:unreadable", "0", "", "0"]
+        r.call("CONFIG", "RESETSTAT")
+        before = r.cpu_seconds()
+        moved = 0
+        while moved < n:
+            reply = r.call("FCALL", "drain_forward", len(keys), *keys, *forward_args)
+            if reply[0] == 0:
+                sys.exit("drain: %d of %d moved, then none" % (moved, n))
+            moved += reply[0]
+        cost = (r.cpu_seconds() - before) / moved * 1e6
+        print("| drain %d due, calls of %d, %s | %.1f µs a message | Redis commands' own %.1f µs |"
+              % (n, batch, label, cost, command_usec(r) / moved))
 
 
 if __name__ == "__main__":
