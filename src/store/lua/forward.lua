@@ -95,7 +95,7 @@ if may_wait then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
 -- buckets' reads showed of the rest (see buckets_due), so that it is not asked again.
 local P = pending_of(KEYS[1], KEYS[2])
 local due_scores, in_bucket, bucket_floor, bucket_body = {}, {}, {}, {}
-local queued, bucket_lens, bucket_next = {}, {}, nil
+local queued, bucket_lens, bucket_next = { n = 0 }, {}, nil
 if look > 0 then
   local due = {}
   if P.hashed then
@@ -103,16 +103,17 @@ if look > 0 then
   end
   queued, bucket_lens, bucket_next = buckets_due(P, now * 10 + 9, look)
   local i, j = 1, 1
+  local q_score, q_id, q_body, q_key, q_name = queued.score, queued.id, queued.body, queued.key, queued.name
   for _ = 1, look do
-    local from_set = due[i] and (not queued[j] or tonumber(due[i + 1]) <= queued[j][1])
+    local from_set = due[i] and (j > queued.n or tonumber(due[i + 1]) <= q_score[j])
     if from_set then
       ids[#ids + 1] = due[i]
       due_scores[due[i]] = due[i + 1]
       i = i + 2
-    elseif queued[j] then
-      local q = queued[j]
-      ids[#ids + 1] = q[2]
-      due_scores[q[2]], in_bucket[q[2]], bucket_floor[q[4]], bucket_body[q[2]] = q[1], q[4], q[5], q[3]
+    elseif j <= queued.n then
+      local id, key = q_id[j], q_key[j]
+      ids[#ids + 1] = id
+      due_scores[id], in_bucket[id], bucket_floor[key], bucket_body[id] = q_score[j], key, q_name[j], q_body[j]
       j = j + 1
     else
       break
@@ -266,8 +267,9 @@ for i, id in ipairs(ids) do
   local body = bodies[i]
   local msg, why, stream
   -- Whether it waits for its stream's limit is decided on the stream alone, read
-  -- off the body's first bytes: setting a backlog aside costs no decoding.
-  if body and not from_held[id] then
+  -- off the body's first bytes: setting a backlog aside costs no decoding. Without
+  -- limited streams nothing waits, and the stream is not read ahead.
+  if body and not from_held[id] and n_limited > 0 then
     stream = body_stream(body)
     if not stream then
       msg, why = decode_body(body, in_bucket[id] and due_scores[id])
@@ -293,7 +295,7 @@ for i, id in ipairs(ids) do
       moved[#moved + 1] = id
       recorded[#recorded + 1] = id
       records[#records + 1] = rec
-      if journaling then targets[#recorded] = (msg and msg.stream) or stream or '' end
+      if journaling then targets[#recorded] = (msg and msg.stream) or stream or (body and body_stream(body)) or '' end
     elseif stop == 'park' then
       parked[#parked + 1] = score_of(now + PARK_MS, (msg and tonumber(msg.priority)) or 0)
       parked[#parked + 1] = id
@@ -412,7 +414,7 @@ end
 -- first not due, or none, is now the first of all); asked otherwise.
 local next_due = -1
 local first
-if not P.hashed and bucket_next ~= nil and left_buckets == #queued then
+if not P.hashed and bucket_next ~= nil and left_buckets == queued.n then
   first = bucket_next or nil
 else
   first = pending_first(P)

@@ -285,21 +285,38 @@ local function record_lines(p)
   return rec
 end
 
--- A record's parts as a compact record in the generation that starts at base.
+-- A record's parts as a compact record in the generation that starts at base. The
+-- last entry milliseconds seen and their text relative to a generation's start are
+-- kept between calls (they depend on nothing else): a forward call's entries mostly
+-- share their milliseconds, and a number's text costs a sprintf.
+local last_ms_text, last_base, last_ms, last_rel
 local function compact_record(p, base)
   local entry, at, attempt = p[2], tonumber(p[3]), p[4]
-  local rec = STATE_CODES[p[1]]
   local dash = entry ~= '' and string.find(entry, '-', 1, true)
-  local entry_ms = dash and tonumber(string.sub(entry, 1, dash - 1))
-  -- Past 2^53 a double no longer holds the id's milliseconds exactly (a stream
-  -- whose ids were set near 2^64 by hand): such an id is kept as its text.
-  if entry_ms and entry_ms >= 9007199254740992 then entry_ms = nil end
+  local entry_ms, rel
+  if dash then
+    local ms_text = string.sub(entry, 1, dash - 1)
+    if ms_text == last_ms_text and base == last_base then
+      entry_ms, rel = last_ms, last_rel
+    else
+      entry_ms = tonumber(ms_text)
+      -- Past 2^53 a double no longer holds the id's milliseconds exactly (a stream
+      -- whose ids were set near 2^64 by hand): such an id is kept as its text.
+      if entry_ms and entry_ms >= 9007199254740992 then entry_ms = nil end
+      if entry_ms then
+        rel = tostring(entry_ms - base)
+        last_ms_text, last_base, last_ms, last_rel = ms_text, base, entry_ms, rel
+      end
+    end
+  end
+  local rec
   if entry_ms then
-    rec = rec .. (entry_ms - base) .. string.sub(entry, dash)
+    rec = STATE_CODES[p[1]] .. rel .. string.sub(entry, dash) .. '\n' .. p[5]
   elseif entry ~= '' then
     return record_lines(p)
+  else
+    rec = STATE_CODES[p[1]] .. '\n' .. p[5]
   end
-  rec = rec .. '\n' .. p[5]
   if at == entry_ms then at = '' else at = at - base end
   if attempt == 1 or attempt == '1' then attempt = '' end
   if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' then
@@ -442,22 +459,32 @@ local function split_bucket(gen)
 end
 
 -- ids grouped by their bucket in a linear hashing (gen: { key, k, s }, as
--- record_bucket reads it), buckets in the order first met; with values, each id is
--- followed by values[i] (an HSET's field/value pairs).
-local function by_bucket(gen, ids, values)
+-- record_bucket reads it), each group a command for its bucket: { command, key, id,
+-- ... } (with values, each id followed by values[i]: an HSET's field/value pairs);
+-- the groups in the order their buckets were first met.
+local function by_bucket(gen, command, ids, values)
   local groups, order = {}, {}
   for i, id in ipairs(ids) do
     local key = record_bucket(gen, record_hash(id))
     local list = groups[key]
     if not list then
-      list = {}
+      list = { command, key }
       groups[key] = list
-      order[#order + 1] = key
+      order[#order + 1] = list
     end
     list[#list + 1] = id
     if values then list[#list + 1] = values[i] end
   end
-  return groups, order
+  return order
+end
+
+-- Sends a command gathered whole, { command, key, value, ... } (by_bucket's), in
+-- chunks when more than CHUNK values follow the key; returns its replies added up.
+local function send_gathered(list)
+  if #list <= CHUNK + 2 then return redis.call(unpack(list)) end
+  local rest = {}
+  for i = 3, #list do rest[i - 2] = list[i] end
+  return chunked({ list[1], list[2] }, rest)
 end
 
 -- Writes ids[i] -> values[i] into a linear hashing (gen, counting them in gen.n), one
@@ -466,8 +493,7 @@ end
 -- back to it.
 local function hash_into(gen, ids, values)
   while gen.n + #ids > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
-  local groups, order = by_bucket(gen, ids, values)
-  for _, key in ipairs(order) do gen.n = gen.n + chunked({ 'HSET', key }, groups[key]) end
+  for _, list in ipairs(by_bucket(gen, 'HSET', ids, values)) do gen.n = gen.n + send_gathered(list) end
 end
 
 -- A records argument (what Store::records_arg writes): the retention in ms, prefixed
@@ -727,8 +753,7 @@ local function index_put(P, ids, scores)
 end
 
 local function index_del(P, ids)
-  local groups, order = by_bucket(P.ix, ids)
-  for _, key in ipairs(order) do P.ix.n = P.ix.n - chunked({ 'HDEL', key }, groups[key]) end
+  for _, list in ipairs(by_bucket(P.ix, 'HDEL', ids)) do P.ix.n = P.ix.n - send_gathered(list) end
   save_index(P)
 end
 
@@ -982,40 +1007,57 @@ end
 -- rate finds a few due in a call, and every element read costs a Lua string.
 local FIRST_LOOK = 16
 
--- Up to limit messages of the buckets scoring at most max, in order: a list of
--- { score, id, body, key } (key: the bucket's list). Also returns what the reads
--- showed of the rest: the buckets' lengths where a read reached a list's end
--- ({ [key] = length }), and the earliest score left after the messages returned:
--- a score, false when no bucket has more, or nil when the reads did not get that far.
+-- Up to limit messages of the buckets scoring at most max, in order: { n, score,
+-- id, body, key, name }, n of them, the rest arrays by position (key: the bucket's
+-- list; name: its floor). Also returns what the reads showed of the rest: the
+-- buckets' lengths where a read reached a list's end ({ [key] = length }), and the
+-- earliest score left after the messages returned: a score, false when no bucket has
+-- more, or nil when the reads did not get that far.
 local function buckets_due(P, max, limit)
-  local out, lens = {}, {}
+  local Q = { n = 0, score = {}, id = {}, body = {}, key = {}, name = {} }
+  local scores, ids, bodies, keys, floors = Q.score, Q.id, Q.body, Q.key, Q.name
+  local n, lens = 0, {}
   local rank = 0
-  while #out < limit do
+  while n < limit do
     local names = redis.call('ZRANGE', P.q, rank, rank + 7)
-    if #names == 0 then return out, lens, false end
+    if #names == 0 then
+      Q.n = n
+      return Q, lens, false
+    end
     for _, name in ipairs(names) do
       local key = bucket_key(P, name)
       local from = 0
       while true do
-        local want = limit - #out
+        local want = limit - n
         local step = want
         if from == 0 and want > FIRST_LOOK then step = FIRST_LOOK end
         local elems = redis.call('LRANGE', key, from, from + step - 1)
         if #elems < step then lens[key] = from + #elems end
         for _, e in ipairs(elems) do
           local score, id, body = elem_parts(e)
-          if score > max then return out, lens, score end
-          out[#out + 1] = { score, id, body, key, name }
+          if score > max then
+            Q.n = n
+            return Q, lens, score
+          end
+          n = n + 1
+          scores[n], ids[n], bodies[n], keys[n], floors[n] = score, id, body, key, name
         end
-        if #out >= limit then return out, lens, nil end
+        if n >= limit then
+          Q.n = n
+          return Q, lens, nil
+        end
         if #elems < step then break end
         from = from + step
       end
     end
-    if #names < 8 then return out, lens, false end
+    if #names < 8 then
+      Q.n = n
+      return Q, lens, false
+    end
     rank = rank + 8
   end
-  return out, lens, nil
+  Q.n = n
+  return Q, lens, nil
 end
 
 -- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
