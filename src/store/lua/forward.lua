@@ -85,7 +85,10 @@ end
 local look = batch - #ids
 local may_wait = false
 for stream, left in pairs(budget) do
-  if left <= look or still_holds[stream] then may_wait = true end
+  if left <= look or still_holds[stream] then
+    may_wait = true
+    break
+  end
 end
 if may_wait then look = look + math.min(LOOK_AHEAD * batch, MAX_LOOK_AHEAD) end
 -- Due messages in due order, from both pending layouts (see the prelude): the due set

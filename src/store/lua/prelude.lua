@@ -1017,13 +1017,14 @@ local function buckets_due(P, max, limit)
   local Q = { n = 0, score = {}, id = {}, body = {}, key = {}, name = {} }
   local scores, ids, bodies, keys, floors = Q.score, Q.id, Q.body, Q.key, Q.name
   local n, lens = 0, {}
+  local function done(next_score)
+    Q.n = n
+    return Q, lens, next_score
+  end
   local rank = 0
   while n < limit do
     local names = redis.call('ZRANGE', P.q, rank, rank + 7)
-    if #names == 0 then
-      Q.n = n
-      return Q, lens, false
-    end
+    if #names == 0 then return done(false) end
     for _, name in ipairs(names) do
       local key = bucket_key(P, name)
       local from = 0
@@ -1035,29 +1036,19 @@ local function buckets_due(P, max, limit)
         if #elems < step then lens[key] = from + #elems end
         for _, e in ipairs(elems) do
           local score, id, body = elem_parts(e)
-          if score > max then
-            Q.n = n
-            return Q, lens, score
-          end
+          if score > max then return done(score) end
           n = n + 1
           scores[n], ids[n], bodies[n], keys[n], floors[n] = score, id, body, key, name
         end
-        if n >= limit then
-          Q.n = n
-          return Q, lens, nil
-        end
+        if n >= limit then return done(nil) end
         if #elems < step then break end
         from = from + step
       end
     end
-    if #names < 8 then
-      Q.n = n
-      return Q, lens, false
-    end
+    if #names < 8 then return done(false) end
     rank = rank + 8
   end
-  Q.n = n
-  return Q, lens, nil
+  return done(nil)
 end
 
 -- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
