@@ -17,7 +17,7 @@ use super::measure::{self, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
 use super::rows::{Delayq, Figures, Measured};
 use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
 use crate::message::{Due, MessageId, NewMessage};
-use crate::store::{BatchItem, ScheduleMode, Store};
+use crate::store::{BatchItem, ScheduleMode};
 
 /// A burst drained on one kind of Redis, by some leaders, into some streams.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -152,12 +152,11 @@ impl Bench {
                 wall_ms()
             ));
         }
-        let store_config = crate::config::Config::from_toml(
+        let store = super::bench_store(&crate::config::Config::from_toml(
             &format!("{config}[api]\nlisten = \"127.0.0.1:0\"\n"),
             std::iter::empty(),
-        )?
-        .store_config();
-        let store = Store::connect(&store_config).await?;
+        )?)
+        .await?;
         let mut daemons = Vec::new();
         for i in 0..leaders {
             daemons.push(DelayqProcess::start(

@@ -161,8 +161,18 @@ pub struct BenchArgs {
 const CATCHUP_LIVE_RATE: u64 = 1000;
 
 /// How long the bench's own script calls (its producers, its setup) may wait for
-/// Redis: see `Bench::new`.
+/// Redis: see [`bench_store`].
 const BENCH_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The bench's own store for `config`. Its calls wait as long as Redis takes: its
+/// producers keep calls of up to 1000 messages queued at a saturated Redis on purpose
+/// (the spread search's top rates), which can take longer than `redis.timeout`. The
+/// daemons under test keep their own.
+async fn bench_store(config: &Config) -> anyhow::Result<Store> {
+    let mut store_config = config.store_config();
+    store_config.response_timeout = BENCH_RESPONSE_TIMEOUT;
+    Ok(Store::connect(&store_config).await?)
+}
 
 /// What one run does, after the suite's defaults and the options.
 #[derive(Clone, Debug)]
@@ -403,13 +413,7 @@ impl Bench {
             &format!("{delayq_config}[api]\nlisten = \"127.0.0.1:0\"\n"),
             std::iter::empty(),
         )?;
-        // The bench's own calls wait as long as Redis takes: its producer keeps calls of
-        // up to 1000 messages queued at a saturated Redis on purpose (the spread search's
-        // top rates), which can take longer than `redis.timeout`. The daemons under test
-        // keep their own.
-        let mut store_config = config.store_config();
-        store_config.response_timeout = BENCH_RESPONSE_TIMEOUT;
-        let store = Store::connect(&store_config).await?;
+        let store = bench_store(&config).await?;
         let conn = store.separate_connection().await?;
         let journal = match &config.journal {
             Some(settings) => {
