@@ -199,14 +199,30 @@ def load_library(r, library, prelude, functions):
     r.call("FUNCTION", "LOAD", "REPLACE", text)
 
 
+def fill(r, function, keys, n, due_in_ms):
+    """Stores n messages in the shard of `keys`, due due_in_ms after they are stored,
+    in calls of 1000 of the push `function`."""
+    for start in range(0, n, 1000):
+        args = list(HEAD)
+        for _ in range(min(1000, n - start)):
+            m = message(1)
+            m[5] = str(due_in_ms)
+            args += m
+        r.call("FCALL", function, len(keys), *keys, *args)
+
+
+def forward_args(batch, retention_ms):
+    """forward.lua's arguments: epoch, batch, records retention, id and attempt fields,
+    dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no rate limits."""
+    return ["1", str(batch), str(retention_ms), "delayq-id", "delayq-attempt", ":dead",
+            "bench:unreadable", "0", "", "0"]
+
+
 def steady(r, calls, prelude, schedule):
     forward = open(os.path.join(LUA, "forward.lua")).read()
     load_library(r, "delayq_steady", prelude,
                  {"steady_push": schedule, "steady_forward": forward})
-    # forward.lua's arguments: epoch, batch, records retention, id and attempt fields,
-    # dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no rate limits.
-    forward_args = ["1", "50", "86400000", "delayq-id", "delayq-attempt", ":dead",
-                    "bench:unreadable", "0", "", "0"]
+    steady_forward_args = forward_args(50, 86400000)
 
     def rounds(tag, n):
         keys = shard_keys(tag, 0)
@@ -218,7 +234,7 @@ def steady(r, calls, prelude, schedule):
                 m[5] = "200"  # due in 200 ms
                 args += m
             out.append(encode("FCALL", "steady_push", len(keys), *keys, *args))
-            out.append(encode("FCALL", "steady_forward", len(keys), *keys, *forward_args))
+            out.append(encode("FCALL", "steady_forward", len(keys), *keys, *steady_forward_args))
         return out
 
     def moved(replies):
@@ -226,14 +242,7 @@ def steady(r, calls, prelude, schedule):
 
     for label, backlog in (("alone", 0), ("ahead of 200,000 due an hour later", 200_000)):
         tag = "steady%d" % backlog
-        keys = shard_keys(tag, 0)
-        for start in range(0, backlog, 1000):
-            args = list(HEAD)
-            for _ in range(1000):
-                m = message(1)
-                m[5] = "3600000"
-                args += m
-            r.call("FCALL", "steady_push", len(keys), *keys, *args)
+        fill(r, "steady_push", shard_keys(tag, 0), backlog, 3_600_000)
         deadline = time.time() + 1
         while time.time() < deadline:
             r.pipelined(rounds(tag, 200))
@@ -259,21 +268,14 @@ def drain(r, prelude, schedule, n=20_000, batch=1000):
     for label, retention in (("records kept", "86400000"), ("no records", "0")):
         r.call("FLUSHALL")
         keys = shard_keys("drain", 0)
-        for start in range(0, n, 1000):
-            args = list(HEAD)
-            for _ in range(min(1000, n - start)):
-                m = message(1)
-                m[5] = "1"  # due 1 ms after it is stored
-                args += m
-            r.call("FCALL", "drain_push", len(keys), *keys, *args)
+        fill(r, "drain_push", keys, n, 1)
         time.sleep(0.01)
-        forward_args = ["1", str(batch), retention, "delayq-id", "delayq-attempt", ":dead",
-                        "bench:unreadable", "0", "", "0"]
+        args = forward_args(batch, retention)
         r.call("CONFIG", "RESETSTAT")
         before = r.cpu_seconds()
         moved = 0
         while moved < n:
-            reply = r.call("FCALL", "drain_forward", len(keys), *keys, *forward_args)
+            reply = r.call("FCALL", "drain_forward", len(keys), *keys, *args)
             if reply[0] == 0:
                 sys.exit("drain: %d of %d moved, then none" % (moved, n))
             moved += reply[0]
