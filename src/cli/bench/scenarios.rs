@@ -290,7 +290,9 @@ impl Bench {
             BurstSetup::HashLayouts => self.store.with_pending_layout(PendingLayout::Hash),
             _ => self.store.clone(),
         };
-        let loaded = self.load_burst(&store, n).await?;
+        // The daemon starts after the load: a slower load only leaves the last
+        // messages due when they were scheduled (`due_spread_ms` says so).
+        let loaded = self.load_burst(&store, n, 2000 + n / 20).await?;
         self.wait_for_redis_time(loaded.last_due).await?;
 
         let load = measure::load_average();
@@ -314,18 +316,25 @@ impl Bench {
     }
 
     /// A burst's `n` messages scheduled by `store` into `BURST_STREAM`, due at one
-    /// instant after the load should be over (assuming ≥ 20k schedules/s; a slower
-    /// load leaves the last messages due when they were scheduled instead, and
-    /// `due_spread_ms` says so).
-    pub(super) async fn load_burst(&self, store: &Store, n: u64) -> anyhow::Result<Loaded> {
+    /// instant `lead_ms` after the load starts (by Redis's clock). A load that takes
+    /// longer leaves the last messages due when they were scheduled instead
+    /// (`due_spread_ms` says so; `Loaded::overran`).
+    pub(super) async fn load_burst(
+        &self,
+        store: &Store,
+        n: u64,
+        lead_ms: u64,
+    ) -> anyhow::Result<Loaded> {
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
-        let due_at = self.store.now_ms().await? + 2000 + n / 20;
+        let due_at = self.store.now_ms().await? + lead_ms;
         let (dues, load_rate) = self
             .load_with(store, BURST_STREAM, "m", n, Due::At(due_at))
             .await?;
         let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let overran = self.store.now_ms().await? >= due_at;
         Ok(Loaded {
+            overran,
             first_due: dues.iter().min().copied().unwrap_or(0),
             last_due: dues.iter().max().copied().unwrap_or(0),
             dues,
@@ -550,6 +559,9 @@ impl Bench {
 /// A daemon under test with its meters running (see [`Bench::start_metered`]).
 /// A burst's messages, scheduled (see [`Bench::load_burst`]).
 pub(super) struct Loaded {
+    /// The load ended at or after the due instant: a daemon running meanwhile
+    /// forwarded during the load.
+    pub(super) overran: bool,
     dues: Vec<u64>,
     first_due: u64,
     last_due: u64,
