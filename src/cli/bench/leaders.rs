@@ -11,7 +11,7 @@ use anyhow::bail;
 use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, wall_ms};
 use super::rows::{Burst, Delayq, Figures};
-use super::scenarios::BURST_STREAM;
+use super::scenarios::{BURST_STREAM, METERS_AHEAD_MS};
 use crate::harness::{DelayqProcess, EtcdServer};
 
 impl Bench {
@@ -54,6 +54,8 @@ impl Bench {
                 "loading {n} messages took longer than the {lead_ms} ms allowed: the leaders forwarded during the load"
             );
         }
+        self.wait_for_redis_time(loaded.first_due.saturating_sub(METERS_AHEAD_MS))
+            .await?;
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let mut meter = CpuMeter::start(&mut conn, None).await?;

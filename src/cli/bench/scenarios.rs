@@ -275,10 +275,7 @@ impl Bench {
     }
 
     pub(super) async fn wait_for_redis_time(&self, ms: u64) -> anyhow::Result<()> {
-        while self.store.now_ms().await? <= ms {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        Ok(())
+        until_redis_time(&self.store, ms).await
     }
 
     /// Burst: n messages due at one instant, all scheduled before the daemon starts,
@@ -557,13 +554,26 @@ impl Bench {
 }
 
 /// A daemon under test with its meters running (see [`Bench::start_metered`]).
+/// Waits until Redis's clock, as `store` reads it, has passed `ms`.
+pub(super) async fn until_redis_time(store: &Store, ms: u64) -> anyhow::Result<()> {
+    while store.now_ms().await? <= ms {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    Ok(())
+}
+
+/// How long before a burst falls due its meters start when its daemons run
+/// during the load: the wait until then is not the drain's (Redis and the
+/// daemons spend CPU while idle too), and the meters must not miss its start.
+pub(super) const METERS_AHEAD_MS: u64 = 100;
+
 /// A burst's messages, scheduled (see [`Bench::load_burst`]).
 pub(super) struct Loaded {
     /// The load ended at or after the due instant: a daemon running meanwhile
     /// forwarded during the load.
     pub(super) overran: bool,
     dues: Vec<u64>,
-    first_due: u64,
+    pub(super) first_due: u64,
     last_due: u64,
     load_rate: f64,
     /// Redis's `used_memory` before the load.
