@@ -553,7 +553,6 @@ impl Bench {
     }
 }
 
-/// A daemon under test with its meters running (see [`Bench::start_metered`]).
 /// Waits until Redis's clock, as `store` reads it, has passed `ms`.
 pub(super) async fn until_redis_time(store: &Store, ms: u64) -> anyhow::Result<()> {
     while store.now_ms().await? <= ms {
@@ -570,7 +569,7 @@ pub(super) const METERS_AHEAD_MS: u64 = 100;
 /// A burst's messages, scheduled (see [`Bench::load_burst`]).
 pub(super) struct Loaded {
     /// The load ended at or after the due instant: a daemon running meanwhile
-    /// forwarded during the load.
+    /// may have forwarded during the load.
     pub(super) overran: bool,
     dues: Vec<u64>,
     pub(super) first_due: u64,
@@ -581,6 +580,7 @@ pub(super) struct Loaded {
     bytes_per_pending: f64,
 }
 
+/// A daemon under test with its meters running (see [`Bench::start_metered`]).
 pub(super) struct Metered {
     daemon: DelayqProcess,
     meter: CpuMeter,
