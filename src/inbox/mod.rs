@@ -112,6 +112,25 @@ pub async fn run(
     }
 }
 
+/// Ends a connection's life after the reader's `error`, but only once the batches in
+/// flight have finished: they schedule through the store's own connections, and one
+/// dropped half-way would leave its entries pending, to be read again on the next
+/// start, and every such reading counts against an entry's [`MAX_ATTEMPTS`] (Redis
+/// counts a re-read of a consumer's own entries as a delivery): a reader failing
+/// again and again under load would have its valid entries rejected untried. Returns
+/// the error to end with: `error`, or a batch's (cancelled while it waited to retry).
+async fn finish<F>(in_flight: &mut FuturesUnordered<F>, error: StoreError) -> StoreError
+where
+    F: Future<Output = Result<(), StoreError>>,
+{
+    while let Some(done) = in_flight.next().await {
+        if let Err(e) = done {
+            return e;
+        }
+    }
+    error
+}
+
 struct Worker {
     /// The running configuration: a reload's allow list applies to the next batch.
     live: watch::Receiver<Arc<Config>>,
@@ -182,7 +201,9 @@ impl Worker {
                 return Ok(());
             }
             if Instant::now() >= next_reclaim {
-                self.reclaim(&mut reader, cancel).await?;
+                if let Err(e) = self.reclaim(&mut reader, cancel).await {
+                    return Err(finish(&mut in_flight, e).await);
+                }
                 next_reclaim = Instant::now() + reclaim_every;
             }
             // Never abandoned half-way (not even for cancellation): entries a read
@@ -192,9 +213,13 @@ impl Worker {
             tokio::pin!(read);
             let entries = loop {
                 tokio::select! {
-                    entries = &mut read => break entries?,
+                    entries = &mut read => break entries,
                     Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
                 }
+            };
+            let entries = match entries {
+                Ok(entries) => entries,
+                Err(e) => return Err(finish(&mut in_flight, e).await),
             };
             if !entries.is_empty() {
                 in_flight.push(async move { self.handle(&entries, None, cancel).await });
