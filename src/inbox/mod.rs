@@ -112,23 +112,21 @@ pub async fn run(
     }
 }
 
-/// Ends a connection's life after the reader's `error`, but only once the batches in
-/// flight have finished: they schedule through the store's own connections, and one
+/// Waits for the batches in flight, returning the first one's error (cancelled while
+/// it waited to retry). A connection's life ends only once they have finished,
+/// however it ends: they schedule through the store's own connections, and one
 /// dropped half-way would leave its entries pending, to be read again on the next
 /// start, and every such reading counts against an entry's [`MAX_ATTEMPTS`] (Redis
 /// counts a re-read of a consumer's own entries as a delivery): a reader failing
-/// again and again under load would have its valid entries rejected untried. Returns
-/// the error to end with: `error`, or a batch's (cancelled while it waited to retry).
-async fn finish<F>(in_flight: &mut FuturesUnordered<F>, error: StoreError) -> StoreError
+/// again and again under load would have its valid entries rejected untried.
+async fn finish<F>(in_flight: &mut FuturesUnordered<F>) -> Result<(), StoreError>
 where
     F: Future<Output = Result<(), StoreError>>,
 {
     while let Some(done) = in_flight.next().await {
-        if let Err(e) = done {
-            return e;
-        }
+        done?;
     }
-    error
+    Ok(())
 }
 
 struct Worker {
@@ -184,47 +182,44 @@ impl Worker {
         // while this process parses; one ends in error only when cancelled while it
         // waits to retry, its entries still pending for the next start.
         let mut in_flight = FuturesUnordered::new();
-        loop {
-            while let Some(Some(done)) = in_flight.next().now_or_never() {
-                done?;
-            }
-            if in_flight.len() >= MAX_IN_FLIGHT {
-                if let Some(done) = in_flight.next().await {
+        let served: Result<(), StoreError> = async {
+            loop {
+                while let Some(Some(done)) = in_flight.next().now_or_never() {
                     done?;
                 }
-                continue;
-            }
-            if cancel.is_cancelled() {
-                while let Some(done) = in_flight.next().await {
-                    done?;
+                if in_flight.len() >= MAX_IN_FLIGHT {
+                    if let Some(done) = in_flight.next().await {
+                        done?;
+                    }
+                    continue;
                 }
-                return Ok(());
-            }
-            if Instant::now() >= next_reclaim {
-                if let Err(e) = self.reclaim(&mut reader, cancel).await {
-                    return Err(finish(&mut in_flight, e).await);
+                if cancel.is_cancelled() {
+                    return Ok(());
                 }
-                next_reclaim = Instant::now() + reclaim_every;
-            }
-            // Never abandoned half-way (not even for cancellation): entries a read
-            // returns are pending for this consumer and must be handled. The batches
-            // in flight go on meanwhile.
-            let read = reader.next(batch, block);
-            tokio::pin!(read);
-            let entries = loop {
-                tokio::select! {
-                    entries = &mut read => break entries,
-                    Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
+                if Instant::now() >= next_reclaim {
+                    self.reclaim(&mut reader, cancel).await?;
+                    next_reclaim = Instant::now() + reclaim_every;
                 }
-            };
-            let entries = match entries {
-                Ok(entries) => entries,
-                Err(e) => return Err(finish(&mut in_flight, e).await),
-            };
-            if !entries.is_empty() {
-                in_flight.push(async move { self.handle(&entries, None, cancel).await });
+                // Never abandoned half-way (not even for cancellation): entries a read
+                // returns are pending for this consumer and must be handled. The
+                // batches in flight go on meanwhile.
+                let read = reader.next(batch, block);
+                tokio::pin!(read);
+                let entries = loop {
+                    tokio::select! {
+                        entries = &mut read => break entries?,
+                        Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
+                    }
+                };
+                if !entries.is_empty() {
+                    in_flight.push(async move { self.handle(&entries, None, cancel).await });
+                }
             }
         }
+        .await;
+        // However the loop ended (cancelled, or the reader failed), the batches in
+        // flight finish first (see `finish`); a batch's error comes before the loop's.
+        finish(&mut in_flight).await.and(served)
     }
 
     /// Takes over and handles every entry idle longer than `reclaim_after`.
