@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::Bench;
 use super::measure::{self, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
 use super::rows::{Delayq, Figures, Measured};
-use super::scenarios::{METERS_AHEAD_MS, until_redis_time};
+use super::scenarios::until_meters_start;
 use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
 use crate::message::{Due, MessageId, NewMessage};
 use crate::store::{BatchItem, ScheduleMode};
@@ -197,10 +197,7 @@ impl Bench {
                 }
             }
         }
-        if store.now_ms().await? >= due_at {
-            bail!("loading {n} messages took longer than the {allowed} ms allowed");
-        }
-        until_redis_time(&store, due_at.saturating_sub(METERS_AHEAD_MS)).await?;
+        until_meters_start(&store, n, due_at, allowed).await?;
         let load = measure::load_average();
         let pids: Vec<u32> = daemons.iter().filter_map(DelayqProcess::pid).collect();
         let (redis_start, workers_start) = (

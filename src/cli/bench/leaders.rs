@@ -11,7 +11,7 @@ use anyhow::bail;
 use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, wall_ms};
 use super::rows::{Burst, Delayq, Figures};
-use super::scenarios::{BURST_STREAM, METERS_AHEAD_MS};
+use super::scenarios::{BURST_STREAM, until_meters_start};
 use crate::harness::{DelayqProcess, EtcdServer};
 
 impl Bench {
@@ -49,13 +49,7 @@ impl Bench {
         // load of 5k messages a second, four times slower than a plain burst's.
         let lead_ms = 2000 + n / 5;
         let loaded = self.load_burst(&self.store, n, lead_ms).await?;
-        if loaded.overran {
-            bail!(
-                "loading {n} messages took longer than the {lead_ms} ms allowed: the leaders forwarded during the load"
-            );
-        }
-        self.wait_for_redis_time(loaded.first_due.saturating_sub(METERS_AHEAD_MS))
-            .await?;
+        until_meters_start(&self.store, n, loaded.first_due, lead_ms).await?;
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let mut meter = CpuMeter::start(&mut conn, None).await?;

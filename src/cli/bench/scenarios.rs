@@ -315,7 +315,7 @@ impl Bench {
     /// A burst's `n` messages scheduled by `store` into `BURST_STREAM`, due at one
     /// instant `lead_ms` after the load starts (by Redis's clock). A load that takes
     /// longer leaves the last messages due when they were scheduled instead
-    /// (`due_spread_ms` says so; `Loaded::overran`).
+    /// (`due_spread_ms` says so).
     pub(super) async fn load_burst(
         &self,
         store: &Store,
@@ -329,9 +329,7 @@ impl Bench {
             .load_with(store, BURST_STREAM, "m", n, Due::At(due_at))
             .await?;
         let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
-        let overran = self.store.now_ms().await? >= due_at;
         Ok(Loaded {
-            overran,
             first_due: dues.iter().min().copied().unwrap_or(0),
             last_due: dues.iter().max().copied().unwrap_or(0),
             dues,
@@ -554,7 +552,7 @@ impl Bench {
 }
 
 /// Waits until Redis's clock, as `store` reads it, has passed `ms`.
-pub(super) async fn until_redis_time(store: &Store, ms: u64) -> anyhow::Result<()> {
+async fn until_redis_time(store: &Store, ms: u64) -> anyhow::Result<()> {
     while store.now_ms().await? <= ms {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -564,13 +562,27 @@ pub(super) async fn until_redis_time(store: &Store, ms: u64) -> anyhow::Result<(
 /// How long before a burst falls due its meters start when its daemons run
 /// during the load: the wait until then is not the drain's (Redis and the
 /// daemons spend CPU while idle too), and the meters must not miss its start.
-pub(super) const METERS_AHEAD_MS: u64 = 100;
+const METERS_AHEAD_MS: u64 = 100;
+
+/// For a burst of `n` messages due at `due_at` whose daemons ran during its load:
+/// fails if the load outlasted its `allowed_ms` (the daemons then forwarded during
+/// it, which the meters would miss), else waits until the meters may start.
+pub(super) async fn until_meters_start(
+    store: &Store,
+    n: u64,
+    due_at: u64,
+    allowed_ms: u64,
+) -> anyhow::Result<()> {
+    if store.now_ms().await? >= due_at {
+        anyhow::bail!(
+            "loading {n} messages took longer than the {allowed_ms} ms allowed: the daemons forwarded during the load"
+        );
+    }
+    until_redis_time(store, due_at.saturating_sub(METERS_AHEAD_MS)).await
+}
 
 /// A burst's messages, scheduled (see [`Bench::load_burst`]).
 pub(super) struct Loaded {
-    /// The load ended at or after the due instant: a daemon running meanwhile
-    /// may have forwarded during the load.
-    pub(super) overran: bool,
     dues: Vec<u64>,
     pub(super) first_due: u64,
     last_due: u64,
