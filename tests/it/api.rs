@@ -325,3 +325,66 @@ async fn a_delivery_near_the_top_of_the_id_range_reads_back_exactly() {
     .await;
     assert_eq!(delivered["entry_id"], format!("{top}-1"), "{delivered}");
 }
+
+/// Messages pushed without an id, due in the same millisecond at one priority, leave
+/// a shard in the order they were pushed: the ids delayq makes count up, in either
+/// pending layout, within a batch and across batches and single pushes.
+#[tokio::test]
+async fn messages_pushed_without_ids_and_due_together_are_delivered_in_push_order() {
+    for layout in ["compact", "hash"] {
+        let env = Env::start(&format!(
+            "{CONFIG}[redis]\nshards = 1\n[pending]\nlayout = \"{layout}\"\n"
+        ))
+        .await;
+        let at = env.store.now_ms().await.unwrap() + 1_500;
+        let push =
+            |n: usize| json!({"stream": "orders", "payload": n.to_string(), "deliver_at": at});
+        let mut ids = Vec::new();
+        for batch in [0..200, 200..250, 250..400] {
+            let messages: Vec<_> = batch.clone().map(push).collect();
+            let (status, body) = env
+                .api
+                .post("/v1/messages/batch", json!({ "messages": messages }))
+                .await;
+            assert_eq!(
+                (status, &body["scheduled"]),
+                (200, &json!(batch.len())),
+                "{body}"
+            );
+            ids.extend(
+                body["results"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|r| r["id"].as_str().unwrap().to_owned()),
+            );
+            let (status, body) = env.api.post("/v1/messages", push(1000 + batch.end)).await;
+            assert_eq!(status, 201, "{body}");
+            ids.push(body["id"].as_str().unwrap().to_owned());
+        }
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids out of push order: {ids:?}"
+        );
+        let got = eventually(
+            std::time::Duration::from_secs(10),
+            "every message delivered",
+            || async {
+                let got = crate::support::entries(&mut env.redis.client(), "orders");
+                (got.len() >= ids.len()).then_some(got)
+            },
+        )
+        .await;
+        let order: Vec<&str> = got.iter().map(|e| e.get("payload").unwrap()).collect();
+        let pushed: Vec<String> = [0..200, 200..250, 250..400]
+            .into_iter()
+            .flat_map(|b| {
+                b.clone()
+                    .map(|n| n.to_string())
+                    .chain([(1000 + b.end).to_string()])
+            })
+            .collect();
+        assert_eq!(order, pushed, "delivery order, {layout} layout");
+        assert!(got.iter().all(|e| e.ms() >= at), "delivered before {at}");
+    }
+}
