@@ -1,6 +1,7 @@
 //! Ingest: how fast messages get into delayq, each due in a day so that no
 //! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight),
-//! `POST /v1/messages/batch` (500 messages a request, 4 in flight) and the inbox
+//! `POST /v1/messages/batch` (500 messages a request, 4 in flight; with ids, and
+//! without, for delayq to make) and the inbox
 //! stream, two ways: drained (entries XADDed first, then a daemon started and timed
 //! until every one is scheduled: delayq's own intake rate) and live (entries XADDed
 //! by a pipelined producer, 1000 per round trip, while the daemon schedules them).
@@ -22,6 +23,15 @@ pub const HTTP_BATCH: u64 = 500;
 const BATCH_CONCURRENCY: usize = 4;
 /// Inbox entries XADDed per pipeline round trip.
 const XADD_PIPELINE: u64 = 1000;
+
+/// Whether the batches name their messages' ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ids {
+    /// `b0`, `b1`, …: as a producer that deduplicates its sends.
+    Given,
+    /// None: delayq makes them.
+    Generated,
+}
 
 /// The one part of a batch answer the bench reads: parsing the rest is client work.
 #[derive(serde::Deserialize)]
@@ -125,7 +135,7 @@ impl Bench {
     }
 
     /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.
-    pub async fn ingest_batch(&self, n: u64) -> anyhow::Result<Figures> {
+    pub async fn ingest_batch(&self, n: u64, ids: Ids) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest-batch").await?;
@@ -137,7 +147,13 @@ impl Bench {
             .map(|chunk| {
                 let messages: Vec<serde_json::Value> = chunk
                     .iter()
-                    .map(|i| json!({ "stream": "bench:ingest", "id": format!("b{i}"), "payload": self.payload, "delay": "1d" }))
+                    .map(|i| {
+                        let mut msg = json!({ "stream": "bench:ingest", "payload": self.payload, "delay": "1d" });
+                        if ids == Ids::Given {
+                            msg["id"] = json!(format!("b{i}"));
+                        }
+                        msg
+                    })
                     .collect();
                 json!({ "messages": messages }).to_string()
             })
@@ -177,7 +193,11 @@ impl Bench {
         let pending = self.pending().await?;
         let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
         row.batch = Some(HTTP_BATCH);
-        Ok(Delayq::IngestHttpBatch(row).into())
+        Ok(match ids {
+            Ids::Given => Delayq::IngestHttpBatch(row),
+            Ids::Generated => Delayq::IngestHttpBatchIdsGenerated(row),
+        }
+        .into())
     }
 
     /// XADDs inbox entries `x<from>` .. `x<to - 1>`, pipelined.

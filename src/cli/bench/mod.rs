@@ -43,6 +43,7 @@ use redis::aio::MultiplexedConnection;
 use crate::config::Config;
 use crate::harness::{EtcdServer, RedisServer};
 use crate::store::Store;
+use ingest::Ids;
 use rows::{Delayq, Figures, Row};
 use scenarios::BurstSetup;
 
@@ -600,7 +601,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
                 plan.ingest
             ));
             add(bench.ingest_http(plan.ingest).await?);
-            add(bench.ingest_batch(plan.ingest).await?);
+            add(bench.ingest_batch(plan.ingest, Ids::Given).await?);
+            add(bench.ingest_batch(plan.ingest, Ids::Generated).await?);
             add(bench.ingest_inbox_drain(plan.ingest).await?);
             add(bench.ingest_inbox(plan.ingest).await?);
         }

@@ -48,6 +48,8 @@ pub enum Delayq {
     Catchup(Catchup),
     IngestHttp(Ingest),
     IngestHttpBatch(Ingest),
+    /// The same batches without ids: delayq makes them (in order, see `MessageId`).
+    IngestHttpBatchIdsGenerated(Ingest),
     IngestInboxDrain(Ingest),
     IngestInbox(Ingest),
     FailoverSigterm(Failover),
@@ -452,6 +454,7 @@ impl Delayq {
             Delayq::Catchup(_) => "catchup",
             Delayq::IngestHttp(_) => "ingest-http",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
+            Delayq::IngestHttpBatchIdsGenerated(_) => "ingest-http-batch-ids-generated",
             Delayq::IngestInboxDrain(_) => "ingest-inbox-drain",
             Delayq::IngestInbox(_) => "ingest-inbox",
             Delayq::FailoverSigterm(_) => "failover-sigterm",
@@ -470,6 +473,7 @@ impl Delayq {
             Delayq::Catchup(c) => &c.measured,
             Delayq::IngestHttp(i)
             | Delayq::IngestHttpBatch(i)
+            | Delayq::IngestHttpBatchIdsGenerated(i)
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => &i.measured,
             Delayq::FailoverSigterm(f)
@@ -485,6 +489,7 @@ impl Delayq {
         match self {
             Delayq::IngestHttp(i)
             | Delayq::IngestHttpBatch(i)
+            | Delayq::IngestHttpBatchIdsGenerated(i)
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => Some(i),
             _ => None,
