@@ -60,6 +60,32 @@ struct Accepted {
     how: String,
 }
 
+/// A log in brief: its lines grouped by their text with every number as `#` (times,
+/// ids and counts aside, the lines that say the same), most frequent first, each
+/// with its first instance, so that a cause is seen however many lines follow it.
+fn log_kinds(log: &str) -> String {
+    let mut kinds: HashMap<String, (usize, usize, &str)> = HashMap::new();
+    for (i, line) in log.lines().enumerate() {
+        let mut key = String::with_capacity(line.len());
+        for c in line.chars() {
+            if !c.is_ascii_digit() {
+                key.push(c);
+            } else if !key.ends_with('#') {
+                key.push('#');
+            }
+        }
+        kinds.entry(key).or_insert((0, i, line)).0 += 1;
+    }
+    let mut kinds: Vec<_> = kinds.into_values().collect();
+    kinds.sort_by_key(|&(n, first, _)| (std::cmp::Reverse(n), first));
+    kinds
+        .iter()
+        .take(25)
+        .map(|(n, _, line)| format!("{n:>6} × {line:.400}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 fn pick<'a, T>(rng: &mut StdRng, items: &'a [T]) -> &'a T {
     &items[rng.random_range(0..items.len())]
 }
@@ -78,7 +104,8 @@ async fn malformed_requests_and_inbox_entries_never_break_the_daemon_or_lose_a_m
     let mut node = DelayqProcess::start(&delayq_bin(), "fuzz", &config).expect("start delayq");
     let ctx = |node: &DelayqProcess, what: &str| {
         format!(
-            "seed {seed} (DELAYQ_FUZZ_SEED): {what}\ndelayq log:\n{}",
+            "seed {seed} (DELAYQ_FUZZ_SEED): {what}\ndelayq log, by kind of line:\n{}\nits last lines:\n{}",
+            log_kinds(&node.full_log()),
             node.log()
         )
     };
@@ -448,4 +475,13 @@ async fn check_rejections(
     if left != 0 {
         problems.push(format!("{left} entries left in the inbox"));
     }
+}
+
+#[test]
+fn log_kinds_groups_lines_that_differ_only_in_numbers() {
+    let log = "10:00:01 WARN held entry=5-0\nINFO up\n10:00:02 WARN held entry=17-3\n";
+    assert_eq!(
+        log_kinds(log),
+        "     2 × 10:00:01 WARN held entry=5-0\n     1 × INFO up"
+    );
 }
