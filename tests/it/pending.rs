@@ -528,6 +528,53 @@ async fn messages_in_order_ahead_of_later_buckets_are_appended_together() {
     assert_buckets_bounded(&mut conn, store);
 }
 
+/// A call's messages are stored in (due, id) order whatever order they come in
+/// (pushes that arrive together, a batch of ids made elsewhere): 300 due in one ms,
+/// their ids shuffled, after everything pending, go to the end of the last bucket in
+/// a few appends without a search of any bucket, and are forwarded once, in id order.
+#[tokio::test]
+async fn a_call_in_any_order_is_stored_in_order() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    let mut conn = bare.redis.client();
+    let due = SystemTimeMs::now() + 1_500;
+    let mut ids: Vec<String> = (0..300).map(|i| format!("r{i:03}")).collect();
+    for (i, j) in (0..300).zip((0..300).map(|i| (i * 7_919) % 300)) {
+        ids.swap(i, j);
+    }
+    let calls = |conn: &mut redis::Connection| {
+        ["rpush", "lindex", "linsert"].map(|command| calls_of(conn, command))
+    };
+    let before = calls(&mut conn);
+    let items: Vec<BatchItem> = ids
+        .iter()
+        .map(|id| {
+            let mut it = item(id, 0, 0, ScheduleMode::New);
+            it.msg.due = Due::At(due);
+            it
+        })
+        .collect();
+    for answer in store.schedule_many(&items, DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Scheduled { .. })),
+            "{answer:?}"
+        );
+    }
+    let after = calls(&mut conn);
+    let [appends, reads, inserts] = [0, 1, 2].map(|i| after[i] - before[i]);
+    assert!(appends <= 5, "{appends} appends for 300 messages");
+    // One read: the first message finds the shard empty (no last element to follow).
+    assert_eq!((reads, inserts), (1, 0), "bucket reads and insertions");
+    assert_buckets_bounded(&mut conn, store);
+    forward_until(&bare, 300).await;
+    let written: Vec<String> = entries(&mut conn, "s")
+        .into_iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    ids.sort();
+    assert_eq!(written, ids);
+}
+
 /// Pushed (id, ms after a base), cancelled first, whether the push wakes the forwarder.
 type WakeCase = (&'static [(&'static str, u64)], Option<&'static str>, bool);
 

@@ -949,6 +949,28 @@ local function pending_add(P, layout, ids, scores, msgs)
     P.hashed = true
     return
   end
+  -- Taken in (score, id) order, whatever order they came in (pushes that arrive
+  -- together, a batch whose ids were made elsewhere), so that a call's messages that
+  -- sort after every other append to the last bucket rather than each search it.
+  -- Ids are compared as Lua compares strings (strcoll, above): byte by byte where
+  -- Redis runs in the C locale, which is all this needs to be quick; in another, an
+  -- order of its own, and a message that order puts out of place is still stored
+  -- where it belongs, by bucket_insert.
+  local function roughly_before(a, b)
+    if scores[a] ~= scores[b] then return scores[a] < scores[b] end
+    return ids[a] < ids[b]
+  end
+  for i = 2, #ids do
+    if roughly_before(i, i - 1) then
+      local by = {}
+      for j = 1, #ids do by[j] = j end
+      table.sort(by, roughly_before)
+      local ids2, scores2, msgs2 = {}, {}, {}
+      for j, k in ipairs(by) do ids2[j], scores2[j], msgs2[j] = ids[k], scores[k], msgs[k] end
+      ids, scores, msgs = ids2, scores2, msgs2
+      break
+    end
+  end
   -- Whether message i goes at the tail's end: after its last message and, when a
   -- bucket follows, before that bucket's floor.
   local function at_tail(tail, i)
