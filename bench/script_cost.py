@@ -114,10 +114,9 @@ def message(group):
             "bench:spread", "1", "payload", "x" * 100]
 
 
-def main():
-    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    prelude = open(os.path.join(LUA, "prelude.lua")).read()
-    schedule = open(os.path.join(LUA, "schedule_batch.lua")).read()
+def with_redis(work):
+    """Runs `work(connection)` against a redis-server of its own on a free loopback
+    port, in a temporary directory, stopped and removed afterwards."""
     port = free_port()
     with tempfile.TemporaryDirectory() as data:
         server = subprocess.Popen(
@@ -134,10 +133,17 @@ def main():
                     time.sleep(0.05)
             else:
                 sys.exit("redis-server did not start")
-            run(r, calls, prelude, schedule)
+            work(r)
         finally:
             server.terminate()
             server.wait()
+
+
+def main():
+    calls = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
+    prelude = open(os.path.join(LUA, "prelude.lua")).read()
+    schedule = open(os.path.join(LUA, "schedule_batch.lua")).read()
+    with_redis(lambda r: run(r, calls, prelude, schedule))
 
 
 def run(r, calls, prelude, schedule):

@@ -59,10 +59,11 @@ use isolate::*;
 const MAX_BLOCK: Duration = Duration::from_millis(500);
 /// Batches scheduled at once by one instance, while it reads the next.
 const MAX_IN_FLIGHT: usize = 3;
-/// Most times an entry is handed out (read again, or taken over from an instance
-/// that stopped) without leaving the inbox: handed out once more, it is rejected
-/// without another try. A transient error does not use an attempt: the reader
-/// retries the entries it holds instead of reading them again.
+/// Most times an entry is handed out (read again by a process that starts, or taken
+/// over from an instance that stopped) without leaving the inbox: handed out once
+/// more, it is rejected without another try. A transient error does not use an
+/// attempt: the reader retries the entries it holds instead of reading them again,
+/// and a reader that starts over within one process reads its own entries quietly.
 pub const MAX_ATTEMPTS: u64 = 5;
 
 /// What the inbox's retries log: one line per condition (see `complaint`), for the
@@ -94,8 +95,11 @@ pub async fn run(
         ingest,
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
+    let mut first = true;
     while !cancel.is_cancelled() {
-        match worker.consume(&cancel, &mut backoff).await {
+        let life = worker.consume(&cancel, &mut backoff, first).await;
+        first = false;
+        match life {
             Ok(()) => return,
             Err(e) => {
                 metrics::counter!(m::INBOX_ERRORS).increment(1);
@@ -116,9 +120,7 @@ pub async fn run(
 /// it waited to retry). A connection's life ends only once they have finished,
 /// however it ends: they schedule through the store's own connections, and one
 /// dropped half-way would leave its entries pending, to be read again on the next
-/// start, and every such reading counts against an entry's [`MAX_ATTEMPTS`] (Redis
-/// counts a re-read of a consumer's own entries as a delivery): a reader failing
-/// again and again under load would have its valid entries rejected untried.
+/// start (see `Worker::consume` for how that reading keeps their attempts).
 async fn finish<F>(in_flight: &mut FuturesUnordered<F>) -> Result<(), StoreError>
 where
     F: Future<Output = Result<(), StoreError>>,
@@ -147,10 +149,17 @@ impl Worker {
 
     /// One connection's life: own leftovers first, then new entries, taking over
     /// abandoned ones every half `reclaim_after`. Returns Ok only when cancelled.
+    /// The process's first life reads its leftovers with `XREADGROUP`, which counts
+    /// as handing each out once more: what a process left pending when it ended
+    /// (say, an entry that crashes it) uses an attempt each start. A later life,
+    /// after an error in this process, reads them quietly: they were not attempted
+    /// meanwhile, and a Redis too slow to answer for a while must not use up the
+    /// attempts of valid entries.
     async fn consume(
         &self,
         cancel: &CancellationToken,
         backoff: &mut Backoff,
+        first: bool,
     ) -> Result<(), StoreError> {
         let mut reader = self
             .store
@@ -162,12 +171,17 @@ impl Worker {
         // passed, not read again in a loop.
         let mut after = "0".to_owned();
         loop {
-            let entries = reader.own_pending(&after, batch).await?;
+            let (entries, deliveries) = if first {
+                let entries = reader.own_pending(&after, batch).await?;
+                let deliveries = reader.deliveries(&entries).await?;
+                (entries, deliveries)
+            } else {
+                reader.own_pending_quietly(&after, batch).await?
+            };
             let Some(last) = entries.last() else {
                 break;
             };
             after = last.id.clone();
-            let deliveries = reader.deliveries(&entries).await?;
             self.handle(&entries, Some(&deliveries), cancel).await?;
         }
         backoff.reset();

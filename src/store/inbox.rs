@@ -234,6 +234,58 @@ impl InboxReader {
         self.read(after, count, None).await
     }
 
+    /// The same entries as [`InboxReader::own_pending`], with how often each was
+    /// handed out, read without handing them out again: `XPENDING` of this consumer,
+    /// then `XRANGE` of each (an entry deleted from the stream meanwhile comes without
+    /// fields). Redis counts a consumer's `XREADGROUP` of its own pending entries as
+    /// one more delivery, which this leaves out: for a reader that starts again after
+    /// an error within one process, whose entries were never attempted in between.
+    pub async fn own_pending_quietly(
+        &mut self,
+        after: &str,
+        count: usize,
+    ) -> Result<(Vec<InboxEntry>, HashMap<String, u64>)> {
+        let start = if after == "0" {
+            "-".to_owned()
+        } else {
+            format!("({after}")
+        };
+        let mut cmd = redis::cmd("XPENDING");
+        cmd.arg(&self.queue.stream)
+            .arg(&self.queue.group)
+            .arg(&start)
+            .arg("+")
+            .arg(count)
+            .arg(&self.consumer);
+        let conn = &mut self.conn;
+        let reply: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
+        let mut ids = Vec::new();
+        let mut deliveries = HashMap::new();
+        for item in array(reply)? {
+            let parts = array(item)?;
+            let id = text(parts.first().unwrap_or(&Value::Nil))?;
+            let handed_out = super::int(parts.get(3).unwrap_or(&Value::Nil))?.max(0) as u64;
+            deliveries.insert(id.clone(), handed_out);
+            ids.push(id);
+        }
+        if ids.is_empty() {
+            return Ok((Vec::new(), deliveries));
+        }
+        let mut pipe = redis::pipe();
+        for id in &ids {
+            pipe.cmd("XRANGE").arg(&self.queue.stream).arg(id).arg(id);
+        }
+        let conn = &mut self.conn;
+        let replies: Vec<Value> =
+            within(self.timeout, async { Ok(pipe.query_async(conn).await?) }).await?;
+        let mut entries = Vec::with_capacity(ids.len());
+        for (id, reply) in ids.into_iter().zip(replies) {
+            let fields = entry_list(reply)?.into_iter().next().and_then(|(_, f)| f);
+            entries.push(InboxEntry { id, fields });
+        }
+        Ok((entries, deliveries))
+    }
+
     /// How often the group handed out each of `entries` (XREADGROUP, XAUTOCLAIM),
     /// by entry id; an entry no longer pending is left out.
     pub async fn deliveries(&mut self, entries: &[InboxEntry]) -> Result<HashMap<String, u64>> {

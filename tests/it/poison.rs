@@ -31,6 +31,22 @@ fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     fields
 }
 
+/// Waits until the daemon's reader has made the inbox's group.
+async fn inbox_group_made(env: &Env) {
+    eventually(Duration::from_secs(10), "the inbox group", || {
+        let mut conn = env.redis.client();
+        async move {
+            let groups: Value = redis::cmd("XINFO")
+                .arg("GROUPS")
+                .arg(INBOX)
+                .query(&mut conn)
+                .ok()?;
+            matches!(groups, Value::Array(ref g) if !g.is_empty()).then_some(())
+        }
+    })
+    .await;
+}
+
 /// Makes the pending `entry` `consumer`'s, as if handed out `times` times already.
 fn hand_out(conn: &mut redis::Connection, entry: &str, consumer: &str, times: u64) {
     let _: Value = redis::cmd("XCLAIM")
@@ -207,18 +223,7 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let env = Env::start("").await;
     let mut conn = env.redis.client();
     // The reader creates its group once it starts; Redis must not be full before that.
-    eventually(Duration::from_secs(10), "the inbox group", || {
-        let mut conn = env.redis.client();
-        async move {
-            let groups: Value = redis::cmd("XINFO")
-                .arg("GROUPS")
-                .arg(INBOX)
-                .query(&mut conn)
-                .ok()?;
-            matches!(groups, Value::Array(ref g) if !g.is_empty()).then_some(())
-        }
-    })
-    .await;
+    inbox_group_made(&env).await;
     // Entries added, then Redis over its memory limit at once (one transaction): the
     // reader reads them, and every script that would schedule them is refused (OOM).
     let mut pipe = redis::pipe();
@@ -254,6 +259,81 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let (delivered, rejected) = settled(&env).await;
     assert_delivered_once(&delivered, 0..5);
     assert!(rejected.is_empty(), "{rejected:?}");
+}
+
+/// A reader that fails again and again and starts over each time reads its own
+/// entries again without using their attempts: entries with one attempt left,
+/// pending for this instance, are still scheduled after several of the reader's
+/// lives in a row ended right after they read them (here: `XPENDING` refused; under
+/// load, a Redis that answers too late for the reader).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_starting_over_again_and_again_uses_no_attempt() {
+    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+    let dir = tempfile::tempdir().unwrap();
+    let extra = crate::support::acl_user(&redis, "dq", &["~*", "&*", "+@all"], dir.path());
+    let bare = Bare::start_on(redis, &extra).await;
+    let node = bare.config.node_id.clone();
+    let env = bare.daemon().await;
+    let mut conn = env.redis.client();
+    inbox_group_made(&env).await;
+    // Added and handed to this instance's consumer in one transaction, so that its
+    // reader, waiting for new entries, never sees them: they wait for its next life.
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for n in 0..3 {
+        let fields: Vec<String> = ordinary(n, &[])
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .collect();
+        pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields).ignore();
+    }
+    pipe.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(&node)
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .ignore();
+    let () = pipe.query(&mut conn).expect("XADD, XREADGROUP");
+    let pending = pending_entries(&mut conn, INBOX, GROUP, None);
+    assert_eq!(pending.len(), 3, "{pending:?}");
+    for (entry, _) in &pending {
+        hand_out(&mut conn, entry, &node, MAX_ATTEMPTS - 1);
+    }
+    // Every life of the reader from now on fails once it has read its own entries,
+    // until XPENDING is allowed again; its connections are cut to end this one.
+    let acl = |rule: &str| {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("dq")
+            .arg(rule)
+            .query(&mut env.redis.client())
+            .expect("ACL SETUSER");
+    };
+    acl("-xpending");
+    let _: Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("USER")
+        .arg("dq")
+        .query(&mut conn)
+        .expect("CLIENT KILL");
+    // The test's own store was cut too: its next command fails, then it reconnects.
+    eventually(
+        Duration::from_secs(10),
+        "the test's store again",
+        || async { env.store.pending_per_shard().await.ok() },
+    )
+    .await;
+    eventually(Duration::from_secs(20), "five failed lives", || async {
+        let text = env.api.metrics().await?;
+        (counter(&text, "delayq_inbox_errors_total") >= 5.0).then_some(())
+    })
+    .await;
+    acl("+xpending");
+    let (delivered, rejected) = settled(&env).await;
+    assert!(rejected.is_empty(), "{rejected:?}");
+    assert_delivered_once(&delivered, 0..3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""Redis time of the schedule script, one version against another, side by side.
+
+    python3 bench/script_ab.py BASE [ORDER] [PER_CALL] [SHARDS] [ROUNDS]
+
+Loads the prelude and schedule_batch.lua of git revision BASE and of the working
+tree as two libraries of Redis Functions in one redis-server of its own (a free
+loopback port, removed at the end), then alternates rounds: 50 calls of one
+version, 50 of the other (which goes first alternates too), each round's calls
+pipelined after `CONFIG RESETSTAT`, its cost read from `INFO commandstats`
+(`cmdstat_fcall`). Prints the median round of each, per message. Both versions
+see the same Redis, the same load on the machine and the same shapes of call, so
+their difference is the scripts' (the same script against itself differs by up
+to about 10%).
+
+Each call carries PER_CALL (default 200) new 100-byte messages spread over SHARDS
+(default 1) shards, all due in the call's own millisecond (a day ahead, later with
+every call, as messages pushed with one delay are), with ids in ORDER:
+  random     ULIDs whose random part is random (ids made elsewhere, UUID-like)
+  counting   ULIDs counting up within the millisecond (the ids delayq makes)
+  arrival    `a<n>` ids of the call shuffled (pushes that arrive together)
+ROUNDS (default 20) rounds of each.
+
+Only Python's standard library and git; no delayq process is involved.
+"""
+
+import os
+import random
+import statistics
+import subprocess
+import sys
+
+import script_cost as sc
+
+CALLS = 50
+B32 = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+
+def ulid(ms, rand):
+    v = (ms << 80) | rand
+    return "".join(B32[(v >> (5 * (25 - i))) & 31] for i in range(26))
+
+
+def scripts(revision):
+    """(prelude, schedule_batch.lua) of `revision`, or of the working tree for None."""
+    names = ("prelude.lua", "schedule_batch.lua")
+    if revision is None:
+        return tuple(open(os.path.join(sc.LUA, n)).read() for n in names)
+    return tuple(
+        subprocess.run(["git", "-C", sc.ROOT, "show", "%s:src/store/lua/%s" % (revision, n)],
+                       check=True, capture_output=True, text=True).stdout
+        for n in names)
+
+
+def calls(tag, order, per_call, shards, ms, serial):
+    """CALLS encoded FCALLs of `tag`'s library; the next millisecond and serial."""
+    out = []
+    keys = [k for s in range(shards) for k in sc.shard_keys(tag, s)]
+    for _ in range(CALLS):
+        ms += 1
+        start = random.getrandbits(79)
+        msgs = []
+        for j in range(per_call):
+            if order == "random":
+                mid = ulid(ms, random.getrandbits(80))
+            elif order == "counting":
+                mid = ulid(ms, start + j)
+            else:
+                mid = "a%d" % (serial + j)
+            m = sc.message(j % shards + 1)
+            m[3], m[4], m[5] = mid, "at", str(ms + 86_400_000)
+            msgs.append(m)
+        serial += per_call
+        if order == "arrival":
+            random.shuffle(msgs)
+        args = list(sc.HEAD) + [a for m in msgs for a in m]
+        out.append(sc.encode("FCALL", "push_" + tag, len(keys), *keys, *args))
+    return out, ms, serial
+
+
+def fcall_usec(r):
+    for line in r.call("INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_fcall:"):
+            return float(line.split("usec=")[1].split(",")[0])
+    return 0.0
+
+
+def main():
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
+    base = sys.argv[1]
+    order = sys.argv[2] if len(sys.argv) > 2 else "random"
+    per_call = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+    shards = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 20
+    if order not in ("random", "counting", "arrival"):
+        sys.exit("ORDER is random, counting or arrival, not %r" % order)
+    versions = {"base": scripts(base), "tree": scripts(None)}
+
+    def work(r):
+        for tag, (prelude, schedule) in versions.items():
+            sc.load_library(r, "ab_" + tag, prelude, {"push_" + tag: schedule})
+        cost = {tag: [] for tag in versions}
+        state = {tag: (1_800_000_000_000, 0) for tag in versions}
+        for n in range(rounds):
+            for tag in (("base", "tree") if n % 2 else ("tree", "base")):
+                commands, ms, serial = calls(tag, order, per_call, shards, *state[tag])
+                state[tag] = (ms, serial)
+                r.call("CONFIG", "RESETSTAT")
+                _, replies = r.pipelined(commands)
+                for reply in replies:
+                    if not (isinstance(reply, list) and reply[0] == b"scheduled"):
+                        sys.exit("%s: unexpected reply %r" % (tag, reply))
+                cost[tag].append(fcall_usec(r) / len(commands) / per_call)
+        print("%s ids, %d a call over %d shard(s), median of %d rounds of %d calls:"
+              % (order, per_call, shards, rounds, CALLS))
+        for tag, label in (("base", base), ("tree", "working tree")):
+            print("  %-14s %.1f µs of Redis a message" % (label, statistics.median(cost[tag])))
+
+    sc.with_redis(work)
+
+if __name__ == "__main__":
+    main()
