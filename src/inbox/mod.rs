@@ -96,9 +96,18 @@ pub async fn run(
     };
     let mut backoff = Backoff::new(Duration::from_millis(100), Duration::from_secs(5));
     let mut first = true;
+    // Entries a read asks for: halved by each life that ends in error, doubled back
+    // by each read that answers, so that a batch too large to read in time (large
+    // entries, a loaded machine) is read in parts rather than tried again whole.
+    let mut count = worker.inbox.batch_size;
     while !cancel.is_cancelled() {
-        let life = worker.consume(&cancel, &mut backoff, first).await;
+        let life = worker
+            .consume(&cancel, &mut backoff, first, &mut count)
+            .await;
         first = false;
+        if life.is_err() {
+            count = (count / 2).max(1);
+        }
         match life {
             Ok(()) => return,
             Err(e) => {
@@ -160,24 +169,27 @@ impl Worker {
         cancel: &CancellationToken,
         backoff: &mut Backoff,
         first: bool,
+        count: &mut usize,
     ) -> Result<(), StoreError> {
         let mut reader = self
             .store
             .inbox_reader(&self.queue, &self.config().node_id)
             .await?;
         let batch = self.inbox.batch_size;
+        let grow = |count: &mut usize| *count = (*count * 2).min(batch);
         // What this consumer held before (a restart under the same node id), page by
         // page: an entry that stays pending (its rejection could not be written) is
         // passed, not read again in a loop.
         let mut after = "0".to_owned();
         loop {
             let (entries, deliveries) = if first {
-                let entries = reader.own_pending(&after, batch).await?;
+                let entries = reader.own_pending(&after, *count).await?;
                 let deliveries = reader.deliveries(&entries).await?;
                 (entries, deliveries)
             } else {
-                reader.own_pending_quietly(&after, batch).await?
+                reader.own_pending_quietly(&after, *count).await?
             };
+            grow(count);
             let Some(last) = entries.last() else {
                 break;
             };
@@ -217,11 +229,15 @@ impl Worker {
                 // Never abandoned half-way (not even for cancellation): entries a read
                 // returns are pending for this consumer and must be handled. The
                 // batches in flight go on meanwhile.
-                let read = reader.next(batch, block);
+                let read = reader.next(*count, block);
                 tokio::pin!(read);
                 let entries = loop {
                     tokio::select! {
-                        entries = &mut read => break entries?,
+                        entries = &mut read => {
+                            let entries = entries?;
+                            grow(count);
+                            break entries;
+                        }
                         Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
                     }
                 };
