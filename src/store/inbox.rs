@@ -262,9 +262,7 @@ impl InboxReader {
         let mut ids = Vec::new();
         let mut deliveries = HashMap::new();
         for item in array(reply)? {
-            let parts = array(item)?;
-            let id = text(parts.first().unwrap_or(&Value::Nil))?;
-            let handed_out = super::int(parts.get(3).unwrap_or(&Value::Nil))?.max(0) as u64;
+            let (id, handed_out) = pending_item(item)?;
             deliveries.insert(id.clone(), handed_out);
             ids.push(id);
         }
@@ -307,11 +305,8 @@ impl InboxReader {
         let mut out = HashMap::with_capacity(entries.len());
         for reply in replies {
             if let Some(item) = array(reply)?.into_iter().next() {
-                let parts = array(item)?;
-                out.insert(
-                    text(parts.first().unwrap_or(&Value::Nil))?,
-                    super::int(parts.get(3).unwrap_or(&Value::Nil))?.max(0) as u64,
-                );
+                let (id, handed_out) = pending_item(item)?;
+                out.insert(id, handed_out);
             }
         }
         Ok(out)
@@ -370,6 +365,15 @@ impl InboxReader {
         let entries = entry_list(parts.next().unwrap_or(Value::Nil))?;
         Ok((next, entries.into_iter().map(InboxEntry::from).collect()))
     }
+}
+
+/// One entry of an extended `XPENDING` reply (`[id, consumer, idle ms, deliveries]`):
+/// its id and how often it was handed out.
+fn pending_item(item: Value) -> Result<(String, u64)> {
+    let parts = array(item)?;
+    let id = text(parts.first().unwrap_or(&Value::Nil))?;
+    let handed_out = super::int(parts.get(3).unwrap_or(&Value::Nil))?.max(0) as u64;
+    Ok((id, handed_out))
 }
 
 #[cfg(test)]
