@@ -25,7 +25,9 @@
 //! but a transient one (Redis unreachable, slow, or refusing writes for now) is split
 //! in halves until the entry at fault is found, which is rejected while the others
 //! go on; transient failures are retried on the entries held, without reading them
-//! again; and an entry handed out more than [`MAX_ATTEMPTS`] times is rejected untried.
+//! again; and an entry handed out more than [`MAX_ATTEMPTS`] times is rejected untried
+//! (one that could not be read even on its own, unread: the entry is acknowledged and
+//! left in the inbox, where its fields can still be read).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -100,9 +102,12 @@ pub async fn run(
     // by each read that answers, so that a batch too large to read in time (large
     // entries, a loaded machine) is read in parts rather than tried again whole.
     let mut count = worker.inbox.batch_size;
+    // An entry of its own a life was reading alone when it ended (see
+    // `Worker::own_pending_quietly`).
+    let mut suspect = None;
     while !cancel.is_cancelled() {
         let life = worker
-            .consume(&cancel, &mut backoff, first, &mut count)
+            .consume(&cancel, &mut backoff, first, &mut count, &mut suspect)
             .await;
         first = false;
         if life.is_err() {
@@ -163,13 +168,14 @@ impl Worker {
     /// (say, an entry that crashes it) uses an attempt each start. A later life,
     /// after an error in this process, reads them quietly: they were not attempted
     /// meanwhile, and a Redis too slow to answer for a while must not use up the
-    /// attempts of valid entries.
+    /// attempts of valid entries (see `Worker::own_pending_quietly`).
     async fn consume(
         &self,
         cancel: &CancellationToken,
         backoff: &mut Backoff,
         first: bool,
         count: &mut usize,
+        suspect: &mut Option<String>,
     ) -> Result<(), StoreError> {
         let mut reader = self
             .store
@@ -182,19 +188,28 @@ impl Worker {
         // passed, not read again in a loop.
         let mut after = "0".to_owned();
         loop {
-            let (entries, deliveries) = if first {
+            let (last, entries, deliveries) = if first {
                 let entries = reader.own_pending(&after, *count).await?;
+                let Some(last) = entries.last() else {
+                    break;
+                };
+                let last = last.id.clone();
                 let deliveries = reader.deliveries(&entries).await?;
-                (entries, deliveries)
+                (last, entries, deliveries)
             } else {
-                reader.own_pending_quietly(&after, *count).await?
+                match self
+                    .own_pending_quietly(&mut reader, &after, *count, suspect)
+                    .await?
+                {
+                    Some(read) => read,
+                    None => break,
+                }
             };
             grow(count);
-            let Some(last) = entries.last() else {
-                break;
-            };
-            after = last.id.clone();
-            self.handle(&entries, Some(&deliveries), cancel).await?;
+            after = last;
+            if !entries.is_empty() {
+                self.handle(&entries, Some(&deliveries), cancel).await?;
+            }
         }
         backoff.reset();
         if let Some(said) = READ_FAILED.recovered() {
@@ -250,6 +265,83 @@ impl Worker {
         // However the loop ended (cancelled, or the reader failed), the batches in
         // flight finish first (see `finish`); a batch's error comes before the loop's.
         finish(&mut in_flight).await.and(served)
+    }
+
+    /// Up to `count` of this consumer's entries after `after`, read without handing
+    /// them out again: the id of the last one listed (None when none is left), the
+    /// entries to handle and how often each was handed out.
+    ///
+    /// A life that ends while it reads one entry alone leaves that entry in
+    /// `suspect`, and the next life counts one more attempt of it before reading it
+    /// (`XCLAIM … RETRYCOUNT`, which reads nothing): an entry too large to read
+    /// within `redis.timeout` uses its attempts within this process, as a process
+    /// start would. An entry handed out more than [`MAX_ATTEMPTS`] times is given up
+    /// without being read (see `Worker::give_up_unread`), never read again.
+    async fn own_pending_quietly(
+        &self,
+        reader: &mut InboxReader,
+        after: &str,
+        count: usize,
+        suspect: &mut Option<String>,
+    ) -> Result<Option<(String, Vec<InboxEntry>, HashMap<String, u64>)>, StoreError> {
+        let mut listed = reader.own_pending_listed(after, count).await?;
+        let Some((last, _)) = listed.last() else {
+            return Ok(None);
+        };
+        let last = last.clone();
+        if let Some(id) = suspect.take()
+            && let Some((first, handed_out)) = listed.first_mut()
+            && *first == id
+        {
+            *handed_out += 1;
+            reader.set_handed_out(first, *handed_out).await?;
+        }
+        let (given_up, to_read): (Vec<_>, Vec<_>) = listed
+            .into_iter()
+            .partition(|&(_, handed_out)| handed_out > MAX_ATTEMPTS);
+        self.give_up_unread(&given_up).await?;
+        let ids: Vec<&str> = to_read.iter().map(|(id, _)| id.as_str()).collect();
+        if let [alone] = ids[..] {
+            *suspect = Some(alone.to_owned());
+        }
+        let entries = reader.entries(&ids).await?;
+        *suspect = None;
+        Ok(Some((last, entries, to_read.into_iter().collect())))
+    }
+
+    /// Rejects entries handed out more than [`MAX_ATTEMPTS`] times without reading
+    /// them: their ids and the reason go to the rejected stream, and the entries stay
+    /// in the inbox, acknowledged, with their fields. Fails on a transient error (the
+    /// entries are listed again by the next life); an entry whose rejection cannot be
+    /// written is logged and passed, as in `Worker::reject`.
+    async fn give_up_unread(&self, given_up: &[(String, u64)]) -> Result<(), StoreError> {
+        if given_up.is_empty() {
+            return Ok(());
+        }
+        let stream = &self.queue.stream;
+        let rejections: Vec<Rejection> = given_up
+            .iter()
+            .map(|(id, n)| {
+                tracing::warn!(entry = %id, handed_out = n, "inbox entry handed out too often, the last times failing to be read; rejected unread and left in the inbox");
+                Rejection::unread(
+                    id,
+                    format!(
+                        "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts), the last times failing to be read: given up unread; the entry is left in the inbox, acknowledged (XRANGE {stream} {id} {id})"
+                    ),
+                )
+            })
+            .collect();
+        for one in rejections.chunks(1) {
+            match self.store.reject_inbox_entries(&self.queue, one).await {
+                Ok(_) => metrics::counter!(m::INBOX_ENTRIES, "outcome" => "rejected").increment(1),
+                Err(e) if e.is_transient() => return Err(e),
+                Err(e) => {
+                    metrics::counter!(m::INBOX_ERRORS).increment(1);
+                    tracing::error!(entry = %one[0].entry_id(), error = %e, rejected_stream = %self.queue.rejected_stream, "inbox entry cannot be rejected; it stays pending");
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Takes over and handles every entry idle longer than `reclaim_after`.

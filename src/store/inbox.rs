@@ -74,6 +74,8 @@ pub struct Rejection<'a> {
     entry_id: &'a str,
     reason: String,
     fields: &'a [(Vec<u8>, Vec<u8>)],
+    /// The entry was never read: it is acknowledged but left in the inbox.
+    unread: bool,
 }
 
 impl<'a> Rejection<'a> {
@@ -84,6 +86,7 @@ impl<'a> Rejection<'a> {
                 entry_id: &entry.id,
                 reason,
                 fields,
+                unread: false,
             },
             Some(refusal) => Rejection::without_fields(entry, format!("{reason}; {refusal}")),
         }
@@ -95,6 +98,19 @@ impl<'a> Rejection<'a> {
             entry_id: &entry.id,
             reason,
             fields: &[],
+            unread: false,
+        }
+    }
+
+    /// An entry whose fields were never read (reading it failed too often): its id
+    /// and the reason go to the rejected stream, and the entry is acknowledged but
+    /// left in the inbox, where its fields can still be read.
+    pub fn unread(entry_id: &'a str, reason: String) -> Self {
+        Rejection {
+            entry_id,
+            reason,
+            fields: &[],
+            unread: true,
         }
     }
 
@@ -150,8 +166,8 @@ impl Store {
     }
 
     /// Writes each rejection, with its reason and the fields it carries, to the
-    /// rejected stream, and acknowledges and deletes its entry from the inbox,
-    /// atomically.
+    /// rejected stream, and acknowledges and deletes its entry from the inbox (an
+    /// unread one is acknowledged and kept), atomically.
     pub async fn reject_inbox_entries(
         &self,
         queue: &InboxQueue,
@@ -165,7 +181,8 @@ impl Store {
             .key(&queue.stream)
             .arg(&queue.group);
         for r in rejects {
-            inv.arg(r.entry_id).arg(&r.reason).arg(r.fields.len());
+            let pairs = if r.unread { -1 } else { r.fields.len() as i64 };
+            inv.arg(r.entry_id).arg(&r.reason).arg(pairs);
             for (k, v) in r.fields {
                 inv.arg(k.as_slice()).arg(v.as_slice());
             }
@@ -234,17 +251,16 @@ impl InboxReader {
         self.read(after, count, None).await
     }
 
-    /// The same entries as [`InboxReader::own_pending`], with how often each was
-    /// handed out, read without handing them out again: `XPENDING` of this consumer,
-    /// then `XRANGE` of each (an entry deleted from the stream meanwhile comes without
-    /// fields). Redis counts a consumer's `XREADGROUP` of its own pending entries as
-    /// one more delivery, which this leaves out: for a reader that starts again after
-    /// an error within one process, whose entries were never attempted in between.
-    pub async fn own_pending_quietly(
+    /// Entries this consumer holds after entry `after` ("0" from the start), oldest
+    /// first, with how often each was handed out (`XPENDING` of this consumer), up to
+    /// `count`: listed without being handed out again, which a consumer's
+    /// `XREADGROUP` of its own pending entries would count. Their fields come with
+    /// [`InboxReader::entries`].
+    pub async fn own_pending_listed(
         &mut self,
         after: &str,
         count: usize,
-    ) -> Result<(Vec<InboxEntry>, HashMap<String, u64>)> {
+    ) -> Result<Vec<(String, u64)>> {
         let start = if after == "0" {
             "-".to_owned()
         } else {
@@ -259,29 +275,49 @@ impl InboxReader {
             .arg(&self.consumer);
         let conn = &mut self.conn;
         let reply: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
-        let mut ids = Vec::new();
-        let mut deliveries = HashMap::new();
-        for item in array(reply)? {
-            let (id, handed_out) = pending_item(item)?;
-            deliveries.insert(id.clone(), handed_out);
-            ids.push(id);
-        }
+        array(reply)?.into_iter().map(pending_item).collect()
+    }
+
+    /// The entries with these ids, in that order (`XRANGE` of each, which hands
+    /// nothing out); an entry deleted from the stream comes without fields.
+    pub async fn entries(&mut self, ids: &[&str]) -> Result<Vec<InboxEntry>> {
         if ids.is_empty() {
-            return Ok((Vec::new(), deliveries));
+            return Ok(Vec::new());
         }
         let mut pipe = redis::pipe();
-        for id in &ids {
+        for id in ids {
             pipe.cmd("XRANGE").arg(&self.queue.stream).arg(id).arg(id);
         }
         let conn = &mut self.conn;
         let replies: Vec<Value> =
             within(self.timeout, async { Ok(pipe.query_async(conn).await?) }).await?;
         let mut entries = Vec::with_capacity(ids.len());
-        for (id, reply) in ids.into_iter().zip(replies) {
+        for (id, reply) in ids.iter().zip(replies) {
             let fields = entry_list(reply)?.into_iter().next().and_then(|(_, f)| f);
-            entries.push(InboxEntry { id, fields });
+            entries.push(InboxEntry {
+                id: (*id).to_owned(),
+                fields,
+            });
         }
-        Ok((entries, deliveries))
+        Ok(entries)
+    }
+
+    /// Sets how often entry `id`, held by this consumer, was handed out
+    /// (`XCLAIM … RETRYCOUNT … JUSTID`, which reads nothing): an attempt counted
+    /// without reading the entry.
+    pub async fn set_handed_out(&mut self, id: &str, times: u64) -> Result<()> {
+        let mut cmd = redis::cmd("XCLAIM");
+        cmd.arg(&self.queue.stream)
+            .arg(&self.queue.group)
+            .arg(&self.consumer)
+            .arg(0)
+            .arg(id)
+            .arg("RETRYCOUNT")
+            .arg(times)
+            .arg("JUSTID");
+        let conn = &mut self.conn;
+        let _: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
+        Ok(())
     }
 
     /// How often the group handed out each of `entries` (XREADGROUP, XAUTOCLAIM),

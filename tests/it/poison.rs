@@ -261,6 +261,98 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     assert!(rejected.is_empty(), "{rejected:?}");
 }
 
+/// A daemon logging in to Redis as ACL user `dq`, holding inbox entries numbered
+/// `ns` for `orders`: pending for its consumer, handed out once, never seen by its
+/// reader (which waits for new entries: they wait for its next life).
+struct Held {
+    env: Env,
+    node: String,
+    /// The ACL user's files.
+    _dir: tempfile::TempDir,
+}
+
+impl Held {
+    async fn start(ns: std::ops::Range<usize>) -> Held {
+        let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+        let dir = tempfile::tempdir().unwrap();
+        let extra = crate::support::acl_user(&redis, "dq", &["~*", "&*", "+@all"], dir.path());
+        let bare = Bare::start_on(redis, &extra).await;
+        let node = bare.config.node_id.clone();
+        let env = bare.daemon().await;
+        let mut conn = env.redis.client();
+        // One entry through the inbox first: once it is delivered, the reader is past
+        // its own leftovers and waits for new entries.
+        xadd(
+            &mut conn,
+            INBOX,
+            &[
+                ("delayq-stream", "probe"),
+                ("delayq-delay", "0"),
+                ("n", "0"),
+            ],
+        );
+        eventually(Duration::from_secs(10), "the probe delivered", || {
+            let mut conn = env.redis.client();
+            async move { (xlen(&mut conn, "probe") == 1).then_some(()) }
+        })
+        .await;
+        // Added and handed to this instance's consumer in one transaction, so that
+        // its waiting reader never sees them.
+        let mut pipe = redis::pipe();
+        pipe.atomic();
+        for n in ns.clone() {
+            let fields: Vec<String> = ordinary(n, &[])
+                .into_iter()
+                .flat_map(|(k, v)| [k, v])
+                .collect();
+            pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields).ignore();
+        }
+        pipe.cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg(&node)
+            .arg("STREAMS")
+            .arg(INBOX)
+            .arg(">")
+            .ignore();
+        let () = pipe.query(&mut conn).expect("XADD, XREADGROUP");
+        let pending = pending_entries(&mut conn, INBOX, GROUP, None);
+        assert_eq!(pending.len(), ns.len(), "{pending:?}");
+        Held {
+            env,
+            node,
+            _dir: dir,
+        }
+    }
+
+    /// Changes what the daemon's ACL user may do.
+    fn acl(&self, rule: &str) {
+        let () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg("dq")
+            .arg(rule)
+            .query(&mut self.env.redis.client())
+            .expect("ACL SETUSER");
+    }
+
+    /// Cuts every connection of the daemon's, ending its reader's life; returns
+    /// once the test's own store (cut too) answers again.
+    async fn cut(&self) {
+        let _: Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("USER")
+            .arg("dq")
+            .query(&mut self.env.redis.client())
+            .expect("CLIENT KILL");
+        eventually(
+            Duration::from_secs(10),
+            "the test's store again",
+            || async { self.env.store.pending_per_shard().await.ok() },
+        )
+        .await;
+    }
+}
+
 /// A reader that fails again and again and starts over each time reads its own
 /// entries again without using their attempts: entries with one attempt left,
 /// pending for this instance, are still scheduled after several of the reader's
@@ -268,72 +360,68 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
 /// load, a Redis that answers too late for the reader).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_starting_over_again_and_again_uses_no_attempt() {
-    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
-    let dir = tempfile::tempdir().unwrap();
-    let extra = crate::support::acl_user(&redis, "dq", &["~*", "&*", "+@all"], dir.path());
-    let bare = Bare::start_on(redis, &extra).await;
-    let node = bare.config.node_id.clone();
-    let env = bare.daemon().await;
+    let held = Held::start(0..3).await;
+    let env = &held.env;
     let mut conn = env.redis.client();
-    inbox_group_made(&env).await;
-    // Added and handed to this instance's consumer in one transaction, so that its
-    // reader, waiting for new entries, never sees them: they wait for its next life.
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for n in 0..3 {
-        let fields: Vec<String> = ordinary(n, &[])
-            .into_iter()
-            .flat_map(|(k, v)| [k, v])
-            .collect();
-        pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields).ignore();
-    }
-    pipe.cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg(&node)
-        .arg("STREAMS")
-        .arg(INBOX)
-        .arg(">")
-        .ignore();
-    let () = pipe.query(&mut conn).expect("XADD, XREADGROUP");
-    let pending = pending_entries(&mut conn, INBOX, GROUP, None);
-    assert_eq!(pending.len(), 3, "{pending:?}");
-    for (entry, _) in &pending {
-        hand_out(&mut conn, entry, &node, MAX_ATTEMPTS - 1);
+    for (entry, _) in &pending_entries(&mut conn, INBOX, GROUP, None) {
+        hand_out(&mut conn, entry, &held.node, MAX_ATTEMPTS - 1);
     }
     // Every life of the reader from now on fails once it has read its own entries,
-    // until XPENDING is allowed again; its connections are cut to end this one.
-    let acl = |rule: &str| {
-        let () = redis::cmd("ACL")
-            .arg("SETUSER")
-            .arg("dq")
-            .arg(rule)
-            .query(&mut env.redis.client())
-            .expect("ACL SETUSER");
-    };
-    acl("-xpending");
-    let _: Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("USER")
-        .arg("dq")
-        .query(&mut conn)
-        .expect("CLIENT KILL");
-    // The test's own store was cut too: its next command fails, then it reconnects.
-    eventually(
-        Duration::from_secs(10),
-        "the test's store again",
-        || async { env.store.pending_per_shard().await.ok() },
-    )
-    .await;
+    // until XPENDING is allowed again.
+    held.acl("-xpending");
+    held.cut().await;
     eventually(Duration::from_secs(20), "five failed lives", || async {
         let text = env.api.metrics().await?;
         (counter(&text, "delayq_inbox_errors_total") >= 5.0).then_some(())
     })
     .await;
-    acl("+xpending");
-    let (delivered, rejected) = settled(&env).await;
+    held.acl("+xpending");
+    let (delivered, rejected) = settled(env).await;
     assert!(rejected.is_empty(), "{rejected:?}");
     assert_delivered_once(&delivered, 0..3);
+}
+
+/// An entry that cannot be read even on its own (here: `XRANGE` refused; in life,
+/// one too large to read within `redis.timeout`) uses an attempt each time its
+/// reading fails, and once given up is rejected unread, left in the inbox,
+/// acknowledged, with its fields; the reader goes on with new entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_that_cannot_be_read_even_alone_is_rejected_unread_and_kept() {
+    let held = Held::start(0..1).await;
+    let env = &held.env;
+    let mut conn = env.redis.client();
+    let id = pending_entries(&mut conn, INBOX, GROUP, None)[0].0.clone();
+    held.acl("-xrange");
+    held.cut().await;
+    let rejection = eventually(Duration::from_secs(60), "the entry rejected", || {
+        let mut conn = env.redis.client();
+        async move { entries(&mut conn, REJECTED).into_iter().next() }
+    })
+    .await;
+    assert_eq!(rejection.get("delayq-inbox-id"), Some(id.as_str()));
+    let reason = rejection.get("delayq-reason").expect("reason");
+    let times = format!("handed out {} times", MAX_ATTEMPTS + 1);
+    assert!(
+        reason.contains(&times) && reason.contains("given up unread"),
+        "{reason}"
+    );
+    assert_eq!(rejection.get("n"), None, "no fields copied: {rejection:?}");
+    assert_eq!(pending_count(&mut conn, INBOX, GROUP), Some(0));
+    let kept = entries(&mut conn, INBOX);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(
+        (kept[0].id.as_str(), kept[0].get("n")),
+        (id.as_str(), Some("0"))
+    );
+    // New entries are read with XREADGROUP, still allowed.
+    xadd(&mut conn, INBOX, &ordinary(1, &[]));
+    eventually(Duration::from_secs(10), "the next entry delivered", || {
+        let mut conn = env.redis.client();
+        async move { (xlen(&mut conn, "orders") >= 1).then_some(()) }
+    })
+    .await;
+    assert_delivered_once(&entries(&mut conn, "orders"), 1..2);
+    assert_eq!(entries(&mut conn, REJECTED).len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
