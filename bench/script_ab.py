@@ -78,13 +78,6 @@ def calls(tag, order, per_call, shards, ms, serial):
     return out, ms, serial
 
 
-def fcall_usec(r):
-    for line in r.call("INFO", "commandstats").decode().splitlines():
-        if line.startswith("cmdstat_fcall:"):
-            return float(line.split("usec=")[1].split(",")[0])
-    return 0.0
-
-
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         sys.exit(__doc__)
@@ -111,7 +104,7 @@ def main():
                 for reply in replies:
                     if not (isinstance(reply, list) and reply[0] == b"scheduled"):
                         sys.exit("%s: unexpected reply %r" % (tag, reply))
-                cost[tag].append(fcall_usec(r) / len(commands) / per_call)
+                cost[tag].append(sc.commandstats_usec(r).get("fcall", 0) / len(commands) / per_call)
         print("%s ids, %d a call over %d shard(s), median of %d rounds of %d calls:"
               % (order, per_call, shards, rounds, CALLS))
         for tag, label in (("base", base), ("tree", "working tree")):

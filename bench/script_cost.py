@@ -258,14 +258,20 @@ def steady(r, calls, prelude, schedule):
               % (label, per_round, moved(replies) / calls))
 
 
+def commandstats_usec(r):
+    """Redis's µs in each command since the last CONFIG RESETSTAT (INFO commandstats),
+    by command name."""
+    usec = {}
+    for line in r.call("INFO", "commandstats").decode().splitlines():
+        if line.startswith("cmdstat_"):
+            name, stats = line[len("cmdstat_"):].split(":", 1)
+            usec[name] = int(dict(kv.split("=") for kv in stats.split(","))["usec"])
+    return usec
+
+
 def command_usec(r):
     """Redis's own µs in commands other than FCALL and INFO, from INFO commandstats."""
-    total = 0
-    for line in r.call("INFO", "commandstats").decode().splitlines():
-        if line.startswith("cmdstat_") and not line.startswith(("cmdstat_fcall:", "cmdstat_info:")):
-            fields = dict(kv.split("=") for kv in line.split(":", 1)[1].split(","))
-            total += int(fields["usec"])
-    return total
+    return sum(v for k, v in commandstats_usec(r).items() if k not in ("fcall", "info"))
 
 
 def drain(r, prelude, schedule, n=20_000, batch=1000):

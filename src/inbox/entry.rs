@@ -25,8 +25,12 @@ pub(super) const RESERVED_BYTES: usize = 4096;
 
 /// Turns an inbox entry into a message, or says why it cannot be one, naming the field.
 pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, String> {
-    let Some(raw) = &entry.fields else {
-        return Err("entry deleted from the inbox before it was scheduled".into());
+    let raw = match &entry.fields {
+        EntryFields::Read(raw) => raw,
+        EntryFields::Deleted => {
+            return Err("entry deleted from the inbox before it was scheduled".into());
+        }
+        EntryFields::Unread => return Err("entry not read".into()),
     };
     let mut reserved: Vec<(&str, String)> = Vec::new();
     let mut fields = Vec::with_capacity(raw.len());
@@ -131,7 +135,7 @@ mod tests {
     fn entry(fields: &[(&str, &str)]) -> InboxEntry {
         InboxEntry {
             id: "1700000000000-0".into(),
-            fields: Some(
+            fields: EntryFields::Read(
                 fields
                     .iter()
                     .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
@@ -193,7 +197,7 @@ mod tests {
     fn deleted_and_binary_entries_are_refused() {
         let deleted = InboxEntry {
             id: "1-0".into(),
-            fields: None,
+            fields: EntryFields::Deleted,
         };
         assert!(
             parse_entry(&deleted, &config())
@@ -202,7 +206,7 @@ mod tests {
         );
         let binary = InboxEntry {
             id: "1-0".into(),
-            fields: Some(vec![
+            fields: EntryFields::Read(vec![
                 (b"delayq-stream".to_vec(), b"orders".to_vec()),
                 (b"delayq-delay".to_vec(), b"1".to_vec()),
                 (b"p".to_vec(), vec![0xff, 0xfe]),
@@ -258,7 +262,7 @@ mod tests {
             /// message it accepts is one the rules allow.
             #[test]
             fn any_entry_is_a_message_or_a_reason(fields in fields()) {
-                let entry = InboxEntry { id: "1700000000000-0".into(), fields: Some(fields) };
+                let entry = InboxEntry { id: "1700000000000-0".into(), fields: EntryFields::Read(fields) };
                 let config = config();
                 if let Ok(msg) = parse_entry(&entry, &config) {
                     prop_assert!(config.target_refusal(&msg.stream).is_none());
@@ -280,7 +284,7 @@ mod tests {
                     (b"delayq-delay".to_vec(), delay.to_string().into_bytes()),
                 ];
                 fields.extend(own.iter().map(|(k, v)| (k.clone().into_bytes(), v.clone().into_bytes())));
-                let entry = InboxEntry { id: "1700000000000-0".into(), fields: Some(fields) };
+                let entry = InboxEntry { id: "1700000000000-0".into(), fields: EntryFields::Read(fields) };
                 let msg = parse_entry(&entry, &config()).unwrap();
                 prop_assert_eq!(msg.id.as_str(), "1700000000000-0");
                 prop_assert_eq!(msg.due, Due::In(Duration::from_millis(delay)));

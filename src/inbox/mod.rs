@@ -45,8 +45,8 @@ use crate::config::{Config, InboxConfig};
 use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
 use crate::metrics as m;
 use crate::store::{
-    BatchItem, CopyLimit, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection, ScheduleMode,
-    Scheduled, Store, StoreError,
+    BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection,
+    ScheduleMode, Scheduled, Store, StoreError,
 };
 
 mod entry;
@@ -275,8 +275,9 @@ impl Worker {
     /// `suspect`, and the next life counts one more attempt of it before reading it
     /// (`XCLAIM … RETRYCOUNT`, which reads nothing): an entry too large to read
     /// within `redis.timeout` uses its attempts within this process, as a process
-    /// start would. An entry handed out more than [`MAX_ATTEMPTS`] times is given up
-    /// without being read (see `Worker::give_up_unread`), never read again.
+    /// start would. An entry handed out more than [`MAX_ATTEMPTS`] times is not read
+    /// again: it comes [`EntryFields::Unread`], to be rejected untried like any other
+    /// (and left in the inbox, see [`Rejection::new`]).
     async fn own_pending_quietly(
         &self,
         reader: &mut InboxReader,
@@ -297,51 +298,19 @@ impl Worker {
             reader.set_handed_out(first, *handed_out).await?;
         }
         let (given_up, to_read): (Vec<_>, Vec<_>) = listed
-            .into_iter()
-            .partition(|&(_, handed_out)| handed_out > MAX_ATTEMPTS);
-        self.give_up_unread(&given_up).await?;
-        let ids: Vec<&str> = to_read.iter().map(|(id, _)| id.as_str()).collect();
-        if let [alone] = ids[..] {
+            .iter()
+            .partition(|&&(_, handed_out)| handed_out > MAX_ATTEMPTS);
+        let to_read: Vec<&str> = to_read.iter().map(|(id, _)| id.as_str()).collect();
+        if let [alone] = to_read[..] {
             *suspect = Some(alone.to_owned());
         }
-        let entries = reader.entries(&ids).await?;
+        let mut entries = reader.entries(&to_read).await?;
         *suspect = None;
-        Ok(Some((last, entries, to_read.into_iter().collect())))
-    }
-
-    /// Rejects entries handed out more than [`MAX_ATTEMPTS`] times without reading
-    /// them: their ids and the reason go to the rejected stream, and the entries stay
-    /// in the inbox, acknowledged, with their fields. Fails on a transient error (the
-    /// entries are listed again by the next life); an entry whose rejection cannot be
-    /// written is logged and passed, as in `Worker::reject`.
-    async fn give_up_unread(&self, given_up: &[(String, u64)]) -> Result<(), StoreError> {
-        if given_up.is_empty() {
-            return Ok(());
-        }
-        let stream = &self.queue.stream;
-        let rejections: Vec<Rejection> = given_up
-            .iter()
-            .map(|(id, n)| {
-                tracing::warn!(entry = %id, handed_out = n, "inbox entry handed out too often, the last times failing to be read; rejected unread and left in the inbox");
-                Rejection::unread(
-                    id,
-                    format!(
-                        "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts), the last times failing to be read: given up unread; the entry is left in the inbox, acknowledged (XRANGE {stream} {id} {id})"
-                    ),
-                )
-            })
-            .collect();
-        for one in rejections.chunks(1) {
-            match self.store.reject_inbox_entries(&self.queue, one).await {
-                Ok(_) => metrics::counter!(m::INBOX_ENTRIES, "outcome" => "rejected").increment(1),
-                Err(e) if e.is_transient() => return Err(e),
-                Err(e) => {
-                    metrics::counter!(m::INBOX_ERRORS).increment(1);
-                    tracing::error!(entry = %one[0].entry_id(), error = %e, rejected_stream = %self.queue.rejected_stream, "inbox entry cannot be rejected; it stays pending");
-                }
-            }
-        }
-        Ok(())
+        entries.extend(given_up.into_iter().map(|(id, _)| InboxEntry {
+            id: id.clone(),
+            fields: EntryFields::Unread,
+        }));
+        Ok(Some((last, entries, listed.into_iter().collect())))
     }
 
     /// Takes over and handles every entry idle longer than `reclaim_after`.
@@ -432,12 +401,16 @@ impl Worker {
             let handed_out = deliveries.and_then(|d| d.get(&entry.id)).copied();
             if let Some(n) = handed_out.filter(|&n| n > MAX_ATTEMPTS) {
                 tracing::warn!(entry = %entry.id, handed_out = n, "inbox entry read too often without leaving the inbox; rejected untried");
-                rejects.push((
-                    entry,
-                    format!(
-                        "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts): given up"
-                    ),
-                ));
+                let mut reason = format!(
+                    "handed out {n} times without being scheduled or rejected (at most {MAX_ATTEMPTS} attempts): given up"
+                );
+                if entry.fields == EntryFields::Unread {
+                    let (stream, id) = (&self.queue.stream, &entry.id);
+                    reason += &format!(
+                        " unread, the last times failing to be read; the entry is left in the inbox, acknowledged (XRANGE {stream} {id} {id})"
+                    );
+                }
+                rejects.push((entry, reason));
                 continue;
             }
             match parse_entry(entry, &config) {

@@ -25,13 +25,33 @@ pub struct InboxQueue {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InboxEntry {
     pub id: String,
-    /// None when the entry was deleted from the stream after it was read.
-    pub fields: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+    pub fields: EntryFields,
+}
+
+/// What reading an inbox entry found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntryFields {
+    /// Its field/value pairs, in order.
+    Read(Vec<(Vec<u8>, Vec<u8>)>),
+    /// The entry was deleted from the stream after it was handed out.
+    Deleted,
+    /// Not read: handed out too often, the last times failing to be read. Its
+    /// rejection leaves it in the inbox, acknowledged (see [`Rejection::new`]).
+    Unread,
+}
+
+impl From<Option<Vec<(Vec<u8>, Vec<u8>)>>> for EntryFields {
+    fn from(fields: Option<Vec<(Vec<u8>, Vec<u8>)>>) -> Self {
+        fields.map_or(EntryFields::Deleted, EntryFields::Read)
+    }
 }
 
 impl From<RawEntry> for InboxEntry {
     fn from((id, fields): RawEntry) -> Self {
-        InboxEntry { id, fields }
+        InboxEntry {
+            id,
+            fields: fields.into(),
+        }
     }
 }
 
@@ -79,8 +99,22 @@ pub struct Rejection<'a> {
 }
 
 impl<'a> Rejection<'a> {
+    /// An entry that was never read ([`EntryFields::Unread`]) goes with its id and
+    /// the reason only, and stays in the inbox, acknowledged, where its fields can
+    /// still be read.
     pub fn new(entry: &'a InboxEntry, reason: String, limit: CopyLimit) -> Self {
-        let fields = entry.fields.as_deref().unwrap_or_default();
+        let fields = match &entry.fields {
+            EntryFields::Read(fields) => fields.as_slice(),
+            EntryFields::Deleted => &[],
+            EntryFields::Unread => {
+                return Rejection {
+                    entry_id: &entry.id,
+                    reason,
+                    fields: &[],
+                    unread: true,
+                };
+            }
+        };
         match limit.refusal(fields) {
             None => Rejection {
                 entry_id: &entry.id,
@@ -99,18 +133,6 @@ impl<'a> Rejection<'a> {
             reason,
             fields: &[],
             unread: false,
-        }
-    }
-
-    /// An entry whose fields were never read (reading it failed too often): its id
-    /// and the reason go to the rejected stream, and the entry is acknowledged but
-    /// left in the inbox, where its fields can still be read.
-    pub fn unread(entry_id: &'a str, reason: String) -> Self {
-        Rejection {
-            entry_id,
-            reason,
-            fields: &[],
-            unread: true,
         }
     }
 
@@ -296,7 +318,7 @@ impl InboxReader {
             let fields = entry_list(reply)?.into_iter().next().and_then(|(_, f)| f);
             entries.push(InboxEntry {
                 id: (*id).to_owned(),
-                fields,
+                fields: fields.into(),
             });
         }
         Ok(entries)
@@ -462,15 +484,15 @@ mod tests {
         };
         let small = InboxEntry {
             id: "1-0".into(),
-            fields: Some(fields(2, 4)),
+            fields: EntryFields::Read(fields(2, 4)),
         };
         let large = InboxEntry {
             id: "2-0".into(),
-            fields: Some(fields(3, 4)),
+            fields: EntryFields::Read(fields(3, 4)),
         };
         let deleted = InboxEntry {
             id: "3-0".into(),
-            fields: None,
+            fields: EntryFields::Deleted,
         };
         let kept = Rejection::new(&small, "bad".into(), limit);
         assert_eq!(

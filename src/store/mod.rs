@@ -35,7 +35,8 @@ pub use board::{GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, 
 pub use conn::SentinelConfig;
 pub use error::{Result, StoreError};
 pub use inbox::{
-    CopyLimit, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS, Rejection,
+    CopyLimit, EntryFields, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS,
+    Rejection,
 };
 pub use journal::{OutboxCode, OutboxLine};
 pub use keys::{

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use delayq::harness::DelayqProcess;
-use delayq::store::{BatchItem, InboxAck, InboxEntry, ScheduleMode, Scheduled};
+use delayq::store::{BatchItem, EntryFields, InboxAck, InboxEntry, ScheduleMode, Scheduled};
 
 use crate::support::{
     Deliveries, Entry, Env, Tally, create_group, delayq_bin, entries, eventually, never,
@@ -237,7 +237,7 @@ async fn entries_left_unacknowledged_are_taken_over_and_scheduled_once() {
         .map(|(i, id)| {
             let entry = InboxEntry {
                 id: id.clone(),
-                fields: Some(vec![
+                fields: EntryFields::Read(vec![
                     (b"delayq-stream".to_vec(), b"jobs".to_vec()),
                     (b"delayq-delay".to_vec(), b"0".to_vec()),
                     (b"n".to_vec(), i.to_string().into_bytes()),
