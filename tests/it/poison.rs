@@ -116,6 +116,40 @@ fn assert_rejected(
     assert_eq!(&r.fields[2..], fields, "{id}: fields kept byte for byte");
 }
 
+/// A batch of the largest allowed size (`inbox.batch_size = 5000`) of entries that
+/// are all bad goes to the rejected stream in full, each with its reason and fields,
+/// and leaves the inbox (the rejection script acknowledges and deletes in chunks).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_largest_batch_of_bad_entries_is_rejected_in_full() {
+    const N: usize = 5000;
+    let bare = Bare::start("[inbox]\nbatch_size = 5000\n").await;
+    let mut conn = bare.redis.client();
+    let mut pipe = redis::pipe();
+    for n in 0..N {
+        let fields: Vec<String> = ordinary(n, &[("delayq-dealy", "1s")])
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .collect();
+        pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields);
+    }
+    let ids: Vec<String> = pipe.query(&mut conn).expect("XADD");
+    let env = bare.daemon().await;
+
+    let (delivered, rejected) = settled(&env).await;
+    assert!(delivered.is_empty(), "{} delivered", delivered.len());
+    assert_eq!(rejected.len(), N);
+    for (n, id) in ids.iter().enumerate() {
+        let mut fields = vec![("delayq-dealy".to_owned(), "1s".to_owned())];
+        fields.extend(ordinary(n, &[]));
+        assert_rejected(
+            &rejected,
+            id,
+            &["delayq-dealy: unknown reserved field"],
+            &fields,
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_too_large_to_copy_is_rejected_alone_without_its_fields() {
     let bare = Bare::start("").await;
