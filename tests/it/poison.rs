@@ -1,5 +1,6 @@
 //! Poison input is isolated, never retried forever: an inbox entry too large to copy,
-//! one whose scheduling fails on its own, one handed out too often, and a stale
+//! one whose scheduling fails on its own, one handed out too often, one that cannot
+//! be read (in the instance that read it, or in one that took it over), and a stale
 //! entry whose redelivery fails each leave the others to be handled.
 
 use std::collections::BTreeMap;
@@ -10,8 +11,9 @@ use delayq::message::MessageId;
 use redis::Value;
 use serde_json::json;
 
+use crate::proxy::Proxy;
 use crate::support::{
-    Bare, Entry, Env, Tally, counter, create_group, entries, eventually, pending_count,
+    Bare, Cluster, Entry, Env, Tally, counter, create_group, entries, eventually, pending_count,
     pending_entries, read_group, redis_config, xadd, xlen,
 };
 
@@ -31,10 +33,10 @@ fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
     fields
 }
 
-/// Waits until the daemon's reader has made the inbox's group.
-async fn inbox_group_made(env: &Env) {
+/// Waits until a daemon's reader has made the inbox's group.
+async fn inbox_group_made(redis: &delayq::harness::RedisServer) {
     eventually(Duration::from_secs(10), "the inbox group", || {
-        let mut conn = env.redis.client();
+        let mut conn = redis.client();
         async move {
             let groups: Value = redis::cmd("XINFO")
                 .arg("GROUPS")
@@ -114,6 +116,47 @@ fn assert_rejected(
         assert!(why.contains(part), "{why:?} should mention {part:?}");
     }
     assert_eq!(&r.fields[2..], fields, "{id}: fields kept byte for byte");
+}
+
+/// Waits for inbox entry `id` to be rejected unread (handed out more than
+/// [`MAX_ATTEMPTS`] times, no field copied), then checks that it is kept in the
+/// inbox, acknowledged, with its field `kept` (name, value), and that the reader
+/// goes on: a new entry is delivered once.
+async fn rejected_unread_and_kept(
+    redis: &delayq::harness::RedisServer,
+    id: &str,
+    (field, value): (&str, &str),
+) {
+    let rejection = eventually(Duration::from_secs(60), "the entry rejected", || {
+        let mut conn = redis.client();
+        async move { entries(&mut conn, REJECTED).into_iter().next() }
+    })
+    .await;
+    assert_eq!(rejection.get("delayq-inbox-id"), Some(id));
+    let reason = rejection.get("delayq-reason").expect("reason");
+    let times = format!("handed out {} times", MAX_ATTEMPTS + 1);
+    assert!(
+        reason.contains(&times) && reason.contains("given up unread"),
+        "{reason}"
+    );
+    assert_eq!(
+        rejection.get(field),
+        None,
+        "no fields copied: {rejection:?}"
+    );
+    let mut conn = redis.client();
+    assert_eq!(pending_count(&mut conn, INBOX, GROUP), Some(0));
+    let kept = entries(&mut conn, INBOX);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!((kept[0].id.as_str(), kept[0].get(field)), (id, Some(value)));
+    xadd(&mut conn, INBOX, &ordinary(1, &[]));
+    eventually(Duration::from_secs(10), "the next entry delivered", || {
+        let mut conn = redis.client();
+        async move { (xlen(&mut conn, "orders") >= 1).then_some(()) }
+    })
+    .await;
+    assert_delivered_once(&entries(&mut conn, "orders"), 1..2);
+    assert_eq!(entries(&mut conn, REJECTED).len(), 1);
 }
 
 /// A batch of the largest allowed size (`inbox.batch_size = 5000`) of entries that
@@ -257,7 +300,7 @@ async fn a_redis_refusing_writes_costs_an_entry_no_attempt() {
     let env = Env::start("").await;
     let mut conn = env.redis.client();
     // The reader creates its group once it starts; Redis must not be full before that.
-    inbox_group_made(&env).await;
+    inbox_group_made(&env.redis).await;
     // Entries added, then Redis over its memory limit at once (one transaction): the
     // reader reads them, and every script that would schedule them is refused (OOM).
     let mut pipe = redis::pipe();
@@ -427,35 +470,64 @@ async fn an_entry_that_cannot_be_read_even_alone_is_rejected_unread_and_kept() {
     let id = pending_entries(&mut conn, INBOX, GROUP, None)[0].0.clone();
     held.acl("-xrange");
     held.cut().await;
-    let rejection = eventually(Duration::from_secs(60), "the entry rejected", || {
-        let mut conn = env.redis.client();
-        async move { entries(&mut conn, REJECTED).into_iter().next() }
+    // New entries after it are read with XREADGROUP, still allowed.
+    rejected_unread_and_kept(&env.redis, &id, ("n", "0")).await;
+}
+
+/// An entry that no instance can read, left pending by one that died, is taken
+/// over by another and given up there as in the instance that read it: the
+/// take-over (`XAUTOCLAIM`, whose reply is lost) counts one hand-out, each of the
+/// taker's later lives that fails to read it alone one more, and once handed out
+/// more than five times it is rejected unread and kept in the inbox. Here n1
+/// reaches Redis through a proxy that ends any connection about to carry the
+/// entry's bytes (the command applied, its reply never read: a reply too large to
+/// read within `redis.timeout`); n0 is killed, and the entry is then made pending
+/// for n0's consumer, as if n0 had read it just before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_entry_left_by_a_dead_instance_is_taken_over_and_rejected_unread() {
+    const MARKER: &str = "unreadable-c0ffee";
+    let proxy = Proxy::start().await;
+    let mut cluster = Cluster::start_via(2, 1, "[inbox]\nreclaim_after = \"1s\"\n", |i, url| {
+        proxy.lead_to(url);
+        if i == 1 {
+            proxy.redis_url()
+        } else {
+            url.to_owned()
+        }
     })
     .await;
-    assert_eq!(rejection.get("delayq-inbox-id"), Some(id.as_str()));
-    let reason = rejection.get("delayq-reason").expect("reason");
-    let times = format!("handed out {} times", MAX_ATTEMPTS + 1);
-    assert!(
-        reason.contains(&times) && reason.contains("given up unread"),
-        "{reason}"
-    );
-    assert_eq!(rejection.get("n"), None, "no fields copied: {rejection:?}");
-    assert_eq!(pending_count(&mut conn, INBOX, GROUP), Some(0));
-    let kept = entries(&mut conn, INBOX);
-    assert_eq!(kept.len(), 1, "{kept:?}");
+    inbox_group_made(&cluster.redis).await;
+    cluster.nodes[0].kill();
+    proxy.end_replies_with(MARKER.as_bytes());
+    let mut conn = cluster.redis.client();
+    let blob = MARKER.repeat(100);
+    let fields: Vec<String> = ordinary(0, &[("blob", blob.as_str())])
+        .into_iter()
+        .flat_map(|(k, v)| [k, v])
+        .collect();
+    // Added and handed to n0's consumer in one transaction: n1's waiting reader
+    // never sees it.
+    let (id,): (String,) = redis::pipe()
+        .atomic()
+        .cmd("XADD")
+        .arg(INBOX)
+        .arg("*")
+        .arg(fields)
+        .cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg("n0")
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .ignore()
+        .query(&mut conn)
+        .expect("XADD, XREADGROUP");
     assert_eq!(
-        (kept[0].id.as_str(), kept[0].get("n")),
-        (id.as_str(), Some("0"))
+        pending_entries(&mut conn, INBOX, GROUP, Some("n0")),
+        vec![(id.clone(), 1)]
     );
-    // New entries are read with XREADGROUP, still allowed.
-    xadd(&mut conn, INBOX, &ordinary(1, &[]));
-    eventually(Duration::from_secs(10), "the next entry delivered", || {
-        let mut conn = env.redis.client();
-        async move { (xlen(&mut conn, "orders") >= 1).then_some(()) }
-    })
-    .await;
-    assert_delivered_once(&entries(&mut conn, "orders"), 1..2);
-    assert_eq!(entries(&mut conn, REJECTED).len(), 1);
+    rejected_unread_and_kept(&cluster.redis, &id, ("blob", &blob)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
