@@ -78,6 +78,27 @@ def calls(tag, order, per_call, shards, ms, serial):
     return out, ms, serial
 
 
+def alternated(r, tags, rounds, per_call, calls_of):
+    """Rounds of pushes of two kinds, alternated (which goes first alternates too):
+    `calls_of(tag, ms, serial)` gives a round's encoded calls and the next ms and
+    serial (both start at 1_800_000_000_000 and 0). Each round's calls pipelined
+    after `CONFIG RESETSTAT`; returns each tag's rounds' costs, in µs of Redis a
+    message (`cmdstat_fcall`)."""
+    cost = {tag: [] for tag in tags}
+    state = {tag: (1_800_000_000_000, 0) for tag in tags}
+    for n in range(rounds):
+        for tag in (tags if n % 2 else tags[::-1]):
+            commands, ms, serial = calls_of(tag, *state[tag])
+            state[tag] = (ms, serial)
+            r.call("CONFIG", "RESETSTAT")
+            _, replies = r.pipelined(commands)
+            for reply in replies:
+                if not (isinstance(reply, list) and reply[0] == b"scheduled"):
+                    sys.exit("%s: unexpected reply %r" % (tag, reply))
+            cost[tag].append(sc.commandstats_usec(r).get("fcall", 0) / len(commands) / per_call)
+    return cost
+
+
 def main():
     if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
         sys.exit(__doc__)
@@ -93,18 +114,8 @@ def main():
     def work(r):
         for tag, (prelude, schedule) in versions.items():
             sc.load_library(r, "ab_" + tag, prelude, {"push_" + tag: schedule})
-        cost = {tag: [] for tag in versions}
-        state = {tag: (1_800_000_000_000, 0) for tag in versions}
-        for n in range(rounds):
-            for tag in (("base", "tree") if n % 2 else ("tree", "base")):
-                commands, ms, serial = calls(tag, order, per_call, shards, *state[tag])
-                state[tag] = (ms, serial)
-                r.call("CONFIG", "RESETSTAT")
-                _, replies = r.pipelined(commands)
-                for reply in replies:
-                    if not (isinstance(reply, list) and reply[0] == b"scheduled"):
-                        sys.exit("%s: unexpected reply %r" % (tag, reply))
-                cost[tag].append(sc.commandstats_usec(r).get("fcall", 0) / len(commands) / per_call)
+        cost = alternated(r, ("base", "tree"), rounds, per_call,
+                          lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial))
         print("%s ids, %d a call over %d shard(s), median of %d rounds of %d calls:"
               % (order, per_call, shards, rounds, CALLS))
         for tag, label in (("base", base), ("tree", "working tree")):
