@@ -56,6 +56,12 @@ fn check_measured(row: &Value) {
         !row["load_average"].as_str().unwrap_or("").is_empty(),
         "load in {row}"
     );
+    let scripts = &row["cpu_us_per_message"]["scripts"];
+    assert!(
+        scripts["per_message"].as_f64().unwrap_or(0.0) > 0.0
+            && scripts["us_each"].as_f64().unwrap_or(0.0) > 0.0,
+        "script calls in {row}"
+    );
 }
 
 #[test]
@@ -128,6 +134,14 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     );
     assert!(
         burst[0]["cpu_us_per_message"]["delayq"].is_number(),
+        "{}",
+        burst[0]
+    );
+    // A burst moves many messages a call.
+    assert!(
+        burst[0]["cpu_us_per_message"]["scripts"]["per_message"]
+            .as_f64()
+            .is_some_and(|calls| calls < 1.0),
         "{}",
         burst[0]
     );
@@ -268,6 +282,10 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         );
     }
     assert!(markdown.contains("| delayq | 2000 |"), "{markdown}");
+    assert!(
+        markdown.contains("(script calls/msg × µs each)") && markdown.contains(" µs) |"),
+        "{markdown}"
+    );
 }
 
 /// `--journal-url`: the ingest scenarios run with the daemons journaling into a

@@ -242,6 +242,8 @@ impl Bench {
             redis_us: per_message_us(redis_secs, n),
             worker_us: Some(per_message_us(workers, n)),
             longest_event_ms: 0,
+            // INFO commandstats of every master would be needed; not measured.
+            scripts: None,
         };
         // No PING probe here: the stalls are the main burst rows' subject.
         let probe = measure::Probe::default();

@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 
-use super::rows::{Counts, Cpu, Lateness, Measured, ProcessCpu};
+use super::rows::{Counts, Cpu, Lateness, Measured, ProcessCpu, ScriptCalls};
 
 /// Wall clock in epoch milliseconds: the clock Redis's `TIME` and node's `Date.now()`
 /// read on this machine, so figures from all three compare.
@@ -56,6 +56,50 @@ async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64>
     Ok(secs("used_cpu_user")? + secs("used_cpu_sys")?)
 }
 
+/// Script calls (`EVAL`, `EVALSHA`, `FCALL` and their read-only forms) Redis has run
+/// since it started or its stats were last reset, and its µs in them, nested
+/// commands included: (calls, µs).
+async fn script_totals(conn: &mut MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await?;
+    Ok(scripts_in(&info))
+}
+
+/// The script calls and their µs in `INFO commandstats` text; lines it does not
+/// understand count nothing.
+fn scripts_in(info: &str) -> (u64, u64) {
+    const SCRIPTS: [&str; 6] = [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ];
+    let (mut calls, mut usec) = (0u64, 0u64);
+    for line in info.lines() {
+        let Some((name, stats)) = line
+            .strip_prefix("cmdstat_")
+            .and_then(|rest| rest.split_once(':'))
+        else {
+            continue;
+        };
+        if !SCRIPTS.contains(&name) {
+            continue;
+        }
+        for pair in stats.trim().split(',') {
+            match pair.split_once('=') {
+                Some(("calls", n)) => calls = calls.saturating_add(n.parse().unwrap_or(0)),
+                Some(("usec", n)) => usec = usec.saturating_add(n.parse().unwrap_or(0)),
+                _ => {}
+            }
+        }
+    }
+    (calls, usec)
+}
+
 /// User + system CPU seconds a live process has used, from `/proc/<pid>/stat`.
 pub fn process_cpu_secs(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -73,6 +117,8 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
 /// its latency monitor saw (`latency-monitor-threshold` is 1 ms on the bench Redis).
 pub struct CpuMeter {
     redis_start: f64,
+    /// Script calls and their µs so far (see [`script_totals`]).
+    scripts_start: (u64, u64),
     /// The processes doing the work beside Redis (their CPU is summed).
     worker_pids: Vec<u32>,
     worker_start: f64,
@@ -86,6 +132,7 @@ impl CpuMeter {
         let _: i64 = redis::cmd("LATENCY").arg("RESET").query_async(conn).await?;
         Ok(CpuMeter {
             redis_start: redis_cpu_secs(conn).await?,
+            scripts_start: script_totals(conn).await?,
             worker_pids: worker_pid.into_iter().collect(),
             worker_start: worker_pid.and_then(process_cpu_secs).unwrap_or(0.0),
         })
@@ -118,6 +165,7 @@ impl CpuMeter {
             now - self.worker_start
         });
         let redis = redis_cpu_secs(conn).await? - self.redis_start;
+        let scripts = script_calls(self.scripts_start, script_totals(conn).await?, messages);
         let latest: Value = redis::cmd("LATENCY")
             .arg("LATEST")
             .query_async(conn)
@@ -137,8 +185,24 @@ impl CpuMeter {
             redis_us: per(redis),
             worker_us: worker.map(per),
             longest_event_ms,
+            scripts,
         })
     }
+}
+
+/// Script calls a message, and µs each, between two readings of
+/// [`script_totals`]; None when there were none, or the stats were reset between.
+fn script_calls(start: (u64, u64), end: (u64, u64), messages: u64) -> Option<ScriptCalls> {
+    let calls = end.0.checked_sub(start.0).filter(|&c| c > 0)?;
+    let usec = end.1.checked_sub(start.1)?;
+    let round = |x: f64, places: i32| {
+        let scale = 10f64.powi(places);
+        (x * scale).round() / scale
+    };
+    Some(ScriptCalls {
+        per_message: round(calls as f64 / messages.max(1) as f64, 2),
+        us_each: round(usec as f64 / calls as f64, 1),
+    })
 }
 
 pub fn per_message_us(secs: f64, messages: u64) -> f64 {
@@ -149,6 +213,8 @@ pub struct PhaseCpu {
     pub redis_us: f64,
     pub worker_us: Option<f64>,
     pub longest_event_ms: u64,
+    /// None where not measured (Redis Cluster's masters).
+    pub scripts: Option<ScriptCalls>,
 }
 
 /// A drain from its first entry (ms) to its last: how long it took (at least
@@ -198,6 +264,7 @@ pub fn measured(
         cpu_us_per_message: Cpu {
             redis: cpu.redis_us,
             process,
+            scripts: cpu.scripts.clone(),
         },
         redis_unresponsive_ms: probe.longest_overall_ms(),
         redis_longest_event_ms: cpu.longest_event_ms,
@@ -412,4 +479,63 @@ pub fn load_average() -> String {
         .ok()
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const INFO: &str = "# Commandstats\r\n\
+        cmdstat_fcall:calls=18357,usec=3138062,usec_per_call=170.95,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_hset:calls=30192,usec=60543,usec_per_call=2.01,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_evalsha:calls=3,usec=30,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_eval_ro:calls=1,usec=5,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n\
+        cmdstat_function|load:calls=1,usec=4250,usec_per_call=4250.00,rejected_calls=0,failed_calls=0\r\n";
+
+    #[test]
+    fn script_calls_are_summed_from_commandstats() {
+        assert_eq!(scripts_in(INFO), (18_361, 3_138_097));
+        assert_eq!(scripts_in(""), (0, 0));
+        assert_eq!(
+            scripts_in("cmdstat_fcall:calls=x,usec=\ncmdstat_fcall"),
+            (0, 0)
+        );
+    }
+
+    #[test]
+    fn script_calls_per_message_and_each() {
+        let calls = |start, end, n| script_calls(start, end, n).map(|s| (s.per_message, s.us_each));
+        assert_eq!(calls((10, 100), (30, 1100), 10), Some((2.0, 50.0)));
+        assert_eq!(calls((0, 0), (1, 3), 3), Some((0.33, 3.0)));
+        // None run, or the stats reset meanwhile.
+        assert_eq!(calls((10, 100), (10, 100), 10), None);
+        assert_eq!(calls((10, 100), (5, 50), 10), None);
+        // No message: per call still, per message against one.
+        assert_eq!(calls((0, 0), (4, 8), 0), Some((4.0, 2.0)));
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_is_read_without_panicking(text in any::<String>()) {
+            let _ = scripts_in(&text);
+        }
+
+        #[test]
+        fn script_lines_add_up_and_others_count_nothing(
+            lines in proptest::collection::vec(
+                (prop::sample::select(vec!["fcall", "evalsha", "eval", "fcall_ro", "evalsha_ro", "eval_ro", "hset", "xadd", "function|load"]),
+                 0u64..1_000_000, 0u64..1_000_000_000),
+                0..20,
+            )
+        ) {
+            let text: String = lines
+                .iter()
+                .map(|(name, calls, usec)| format!("cmdstat_{name}:calls={calls},usec={usec},usec_per_call=1.00\r\n"))
+                .collect();
+            let script = |name: &str| !matches!(name, "hset" | "xadd" | "function|load");
+            let expected = lines.iter().filter(|(n, ..)| script(n)).fold((0, 0), |(c, u), (_, calls, usec)| (c + calls, u + usec));
+            prop_assert_eq!(scripts_in(&text), expected);
+        }
+    }
 }

@@ -97,6 +97,20 @@ pub struct Cpu {
     pub redis: f64,
     #[serde(flatten)]
     pub process: Option<ProcessCpu>,
+    /// Script calls Redis ran meanwhile (absent in results from before it was
+    /// measured, and for Redis Cluster).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scripts: Option<ScriptCalls>,
+}
+
+/// Script calls (`EVAL`, `EVALSHA`, `FCALL`) Redis ran during a phase, whoever made
+/// them (delayq, the bench's producer, BullMQ, the ceiling's loop): how many a
+/// message, and Redis's µs in each, its nested commands included (`INFO
+/// commandstats`). At a steady rate a call's own cost is paid message by message.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ScriptCalls {
+    pub per_message: f64,
+    pub us_each: f64,
 }
 
 /// The worker's CPU, keyed by whose it is; null when it could not be measured

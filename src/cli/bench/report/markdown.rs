@@ -121,7 +121,15 @@ fn lateness<T: Cell>(q: Option<&Quantiles<T>>) -> String {
 
 fn cpu(m: &Measured) -> String {
     let c = &m.cpu_us_per_message;
-    format!("{} / {}", c.redis.cell(), c.process_us().cell())
+    let plain = format!("{} / {}", c.redis.cell(), c.process_us().cell());
+    match &c.scripts {
+        Some(s) => format!(
+            "{plain} ({} × {} µs)",
+            s.per_message.cell(),
+            s.us_each.cell()
+        ),
+        None => plain,
+    }
 }
 
 fn stalls(m: &Measured) -> String {
@@ -167,7 +175,7 @@ pub fn markdown(report: &Report) -> String {
     table(&mut md, "Targets", "target | measured | met", target_rows);
 
     // Columns every drain table shares.
-    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms)";
+    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms)";
     let burst_rows = rows.iter().filter_map(|r| {
         let b = r.figures.burst()?;
         let m = b.measured;
@@ -274,7 +282,7 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)",
-        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq | Redis unresponsive: probe / longest event (ms) | lost / dup",
+        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms) | lost / dup",
         ingest_rows,
     );
 
@@ -305,7 +313,7 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Catch-up at a limit: a backlog overdue for one stream with streams.max_rate, live traffic to another meanwhile",
-        "backlog | limit (msg/s) | run | load | drain (ms) | backlog / limit (ms) | drained (msg/s) | live rate: offered / sent (msg/s) | live lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker | Redis unresponsive: probe / longest event (ms) | lost / dup (both streams)",
+        "backlog | limit (msg/s) | run | load | drain (ms) | backlog / limit (ms) | drained (msg/s) | live rate: offered / sent (msg/s) | live lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms) | lost / dup (both streams)",
         catchup_rows,
     );
 
