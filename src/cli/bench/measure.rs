@@ -195,14 +195,18 @@ impl CpuMeter {
 fn script_calls(start: (u64, u64), end: (u64, u64), messages: u64) -> Option<ScriptCalls> {
     let calls = end.0.checked_sub(start.0).filter(|&c| c > 0)?;
     let usec = end.1.checked_sub(start.1)?;
-    let round = |x: f64, places: i32| {
-        let scale = 10f64.powi(places);
-        (x * scale).round() / scale
-    };
     Some(ScriptCalls {
-        per_message: round(calls as f64 / messages.max(1) as f64, 2),
-        us_each: round(usec as f64 / calls as f64, 1),
+        per_message: significant(calls as f64 / messages.max(1) as f64, 3),
+        us_each: (usec as f64 / calls as f64 * 10.0).round() / 10.0,
     })
+}
+
+/// `x` (positive) to `digits` significant digits: a batch's few calls a message
+/// (0.002) must not round to none.
+fn significant(x: f64, digits: i32) -> f64 {
+    let places = digits - x.log10().ceil() as i32;
+    let scale = 10f64.powi(places);
+    (x * scale).round() / scale
 }
 
 pub fn per_message_us(secs: f64, messages: u64) -> f64 {
@@ -507,7 +511,11 @@ mod tests {
     fn script_calls_per_message_and_each() {
         let calls = |start, end, n| script_calls(start, end, n).map(|s| (s.per_message, s.us_each));
         assert_eq!(calls((10, 100), (30, 1100), 10), Some((2.0, 50.0)));
-        assert_eq!(calls((0, 0), (1, 3), 3), Some((0.33, 3.0)));
+        assert_eq!(calls((0, 0), (1, 3), 3), Some((0.333, 3.0)));
+        // Two batch calls for a thousand messages are not rounded away.
+        assert_eq!(calls((0, 0), (2, 63_880), 1000), Some((0.002, 31_940.0)));
+        assert_eq!(calls((0, 0), (2143, 1), 1000), Some((2.14, 0.0)));
+        assert_eq!(calls((0, 0), (18_357, 1), 10), Some((1840.0, 0.0)));
         // None run, or the stats reset meanwhile.
         assert_eq!(calls((10, 100), (10, 100), 10), None);
         assert_eq!(calls((10, 100), (5, 50), 10), None);
@@ -516,6 +524,13 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn calls_a_message_are_never_rounded_away(calls in 1u64..10_000_000, messages in 1u64..100_000_000) {
+            let exact = calls as f64 / messages as f64;
+            let got = script_calls((0, 0), (calls, 0), messages).expect("calls").per_message;
+            prop_assert!(got > 0.0 && (got - exact).abs() <= exact * 0.005, "{got} for {exact}");
+        }
+
         #[test]
         fn any_text_is_read_without_panicking(text in any::<String>()) {
             let _ = scripts_in(&text);
