@@ -64,6 +64,30 @@ fn hand_out(conn: &mut redis::Connection, entry: &str, consumer: &str, times: u6
         .expect("XCLAIM");
 }
 
+/// Adds `entries` to the inbox and hands them to `consumer` in one transaction, so
+/// that no reader waiting for new entries sees them; returns their ids.
+fn handed_out_unseen(
+    conn: &mut redis::Connection,
+    consumer: &str,
+    entries: &[Vec<(String, String)>],
+) -> Vec<String> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for fields in entries {
+        let flat: Vec<&str> = fields.iter().flat_map(|(k, v)| [k.as_str(), v]).collect();
+        pipe.cmd("XADD").arg(INBOX).arg("*").arg(flat);
+    }
+    pipe.cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(consumer)
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .ignore();
+    pipe.query(conn).expect("XADD, XREADGROUP")
+}
+
 /// Waits until the inbox holds nothing, pending or not, and nothing is left to
 /// forward; then returns the deliveries to `orders` and the rejections by inbox
 /// entry id.
@@ -373,26 +397,8 @@ impl Held {
             async move { (xlen(&mut conn, "probe") == 1).then_some(()) }
         })
         .await;
-        // Added and handed to this instance's consumer in one transaction, so that
-        // its waiting reader never sees them.
-        let mut pipe = redis::pipe();
-        pipe.atomic();
-        for n in ns.clone() {
-            let fields: Vec<String> = ordinary(n, &[])
-                .into_iter()
-                .flat_map(|(k, v)| [k, v])
-                .collect();
-            pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields).ignore();
-        }
-        pipe.cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(GROUP)
-            .arg(&node)
-            .arg("STREAMS")
-            .arg(INBOX)
-            .arg(">")
-            .ignore();
-        let () = pipe.query(&mut conn).expect("XADD, XREADGROUP");
+        let entries: Vec<_> = ns.clone().map(|n| ordinary(n, &[])).collect();
+        handed_out_unseen(&mut conn, &node, &entries);
         let pending = pending_entries(&mut conn, INBOX, GROUP, None);
         assert_eq!(pending.len(), ns.len(), "{pending:?}");
         Held {
@@ -501,28 +507,9 @@ async fn an_unreadable_entry_left_by_a_dead_instance_is_taken_over_and_rejected_
     proxy.end_replies_with(MARKER.as_bytes());
     let mut conn = cluster.redis.client();
     let blob = MARKER.repeat(100);
-    let fields: Vec<String> = ordinary(0, &[("blob", blob.as_str())])
-        .into_iter()
-        .flat_map(|(k, v)| [k, v])
-        .collect();
-    // Added and handed to n0's consumer in one transaction: n1's waiting reader
-    // never sees it.
-    let (id,): (String,) = redis::pipe()
-        .atomic()
-        .cmd("XADD")
-        .arg(INBOX)
-        .arg("*")
-        .arg(fields)
-        .cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg("n0")
-        .arg("STREAMS")
-        .arg(INBOX)
-        .arg(">")
-        .ignore()
-        .query(&mut conn)
-        .expect("XADD, XREADGROUP");
+    let [id] = handed_out_unseen(&mut conn, "n0", &[ordinary(0, &[("blob", &blob)])])
+        .try_into()
+        .expect("one id");
     assert_eq!(
         pending_entries(&mut conn, INBOX, GROUP, Some("n0")),
         vec![(id.clone(), 1)]
