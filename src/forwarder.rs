@@ -556,6 +556,13 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
     }
 }
 
+/// How often the pending reports come: every [`REPORT_EVERY`], or [`REPORT_SHARE`]
+/// times as long as the last report took, whichever is longer. Counting the overdue
+/// messages walks the due buckets (in short calls, see `Store::overdue_count`), which
+/// over a backlog of millions takes a good part of a second of Redis's time.
+const REPORT_EVERY: Duration = Duration::from_secs(5);
+const REPORT_SHARE: u32 = 20;
+
 /// Publishes how many messages each shard holds, and how overdue the earliest one
 /// is (the sign of stuck delivery). The term's end sets the latter back to 0: a
 /// standby forwards nothing, so nothing is overdue on its account.
@@ -569,6 +576,7 @@ async fn report_pending(
     let overdue_count = metrics::gauge!(m::OVERDUE);
     let drain = metrics::gauge!(m::THROTTLE_DRAIN);
     loop {
+        let started = Instant::now();
         match store.pending_per_shard().await {
             Ok(counts) => {
                 for (shard, n) in counts {
@@ -609,7 +617,7 @@ async fn report_pending(
                 drain.set(0.0);
                 return;
             }
-            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = tokio::time::sleep(REPORT_EVERY.max(started.elapsed() * REPORT_SHARE)) => {}
         }
     }
 }

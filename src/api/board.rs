@@ -5,7 +5,8 @@
 //! the operations behind its buttons: pause and resume a stream, reload this node's
 //! configuration. The overview and the stream table scan Redis: each node computes
 //! them at most once per [`OVERVIEW_TTL`] / [`STREAMS_TTL`] however many pages
-//! poll, one computation at a time; the stream table's pending counts are the
+//! poll, one computation at a time (an overview that took long, over a large
+//! backlog, is served [`OVERVIEW_SHARE`] times as long as it took); the stream table's pending counts are the
 //! leader's own (it counts per stream for its metrics anyway), so no page makes
 //! Redis count again.
 
@@ -27,8 +28,13 @@ use crate::health::RedisState;
 use crate::registry::{SampleRecord, is_gone, now_ms};
 use crate::store::TermRecord;
 
-/// How long a computed overview is served again.
+/// How long a computed overview is served again, at least.
 pub const OVERVIEW_TTL: Duration = Duration::from_secs(2);
+/// An overview is served at least this many times as long as it took to compute:
+/// its due-time histogram walks the compact buckets up to a day ahead, and over
+/// millions of messages a computation takes a good part of a second of Redis's
+/// time, which open pages would otherwise ask for every 2 s.
+pub const OVERVIEW_SHARE: u32 = 20;
 /// How long a computed stream table is served again.
 pub const STREAMS_TTL: Duration = Duration::from_secs(5);
 /// The window of the rate series.
@@ -39,7 +45,8 @@ const MAX_STREAMS: usize = 500;
 /// Answers computed recently, shared by every request to this node.
 #[derive(Default)]
 pub struct BoardCache {
-    overview: Mutex<Option<(Instant, Arc<Overview>)>>,
+    /// When it was computed, how long it is served, and the overview.
+    overview: Mutex<Option<(Instant, Duration, Arc<Overview>)>>,
     streams: Mutex<Option<(Instant, Arc<StreamTable>)>>,
 }
 
@@ -159,13 +166,15 @@ pub struct RatePoint {
     security(("bearer" = [])))]
 pub async fn overview(State(state): State<AppState>) -> Result<Json<Overview>, ApiError> {
     let mut cached = state.board.overview.lock().await;
-    if let Some((at, o)) = cached.as_ref()
-        && at.elapsed() < OVERVIEW_TTL
+    if let Some((at, ttl, o)) = cached.as_ref()
+        && at.elapsed() < *ttl
     {
         return Ok(Json(o.as_ref().clone()));
     }
+    let started = Instant::now();
     let fresh = Arc::new(compute_overview(&state).await?);
-    *cached = Some((Instant::now(), fresh.clone()));
+    let ttl = OVERVIEW_TTL.max(started.elapsed() * OVERVIEW_SHARE);
+    *cached = Some((Instant::now(), ttl, fresh.clone()));
     Ok(Json(fresh.as_ref().clone()))
 }
 

@@ -163,7 +163,7 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         &[],
         Start::Zero,
-        "now − due time of the earliest message still scheduled, 0 when none is overdue; refreshed every 5 s by the leader, 0 on standbys",
+        "now − due time of the earliest message still scheduled, 0 when none is overdue; refreshed by the leader every 5 s, or every 20 times as long as counting took if longer, 0 on standbys",
     ),
     metric(
         FORWARD_ERRORS,
@@ -240,7 +240,7 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         &[],
         Start::Zero,
-        "messages due and not yet forwarded; refreshed every 5 s by the leader, 0 on standbys",
+        "messages due and not yet forwarded; refreshed by the leader every 5 s, or every 20 times as long as counting took if longer, 0 on standbys",
     ),
     metric(
         THROTTLE_DRAIN,
@@ -254,7 +254,7 @@ pub const METRICS: &[Described] = &[
         Kind::Gauge,
         &["stream"],
         Start::LimitedStreams,
-        "due messages held back by their stream's own limit (streams.max_rate); refreshed every 5 s by the leader",
+        "due messages held back by their stream's own limit (streams.max_rate); refreshed by the leader every 5 s, or every 20 times as long as counting took if longer",
     ),
     metric(
         LEASES_ENDED,

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
-use super::reply::{array, int, text};
+use super::reply::{array, bytes, int, text};
+use super::stats::COUNT_STEP;
 use super::{Result, Store, StoreError};
 
 /// Terms the leadership history keeps (the oldest go first).
@@ -260,27 +261,53 @@ impl Store {
     /// counted ([`Store::held`] has them: they are all due).
     pub async fn due_histogram(&self, bounds_ms: &[u64]) -> Result<Vec<u64>> {
         let scores: Vec<u64> = bounds_ms.iter().map(|b| b * 10 + 9).collect();
+        let classes = bounds_ms.len() + 1;
         let calls = self.shards_in_use().await?.into_iter().map(|shard| {
             let k = self.keys.shard(shard);
             let mut conn = self.conn.clone();
             let script = &self.scripts.due_histogram;
             let scores = &scores;
             async move {
-                let counts: Vec<u64> = script
-                    .key(&k.due)
-                    .key(&k.bodies)
-                    .arg(scores)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(StoreError::from_script)?;
+                // Summed over the walk's calls (see due_histogram.lua): a later call's
+                // last class is what it moved out of it, so each sum is signed.
+                let mut counts = vec![0i64; classes];
+                let mut from = b"-".to_vec();
+                loop {
+                    let reply: Value = script
+                        .key(&k.due)
+                        .key(&k.bodies)
+                        .arg(&from)
+                        .arg(COUNT_STEP)
+                        .arg(scores)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(StoreError::from_script)?;
+                    let items = array(reply)?;
+                    if items.len() != classes + 1 {
+                        return Err(StoreError::Reply(format!(
+                            "due_histogram: {} values, not {}",
+                            items.len(),
+                            classes + 1
+                        )));
+                    }
+                    for (sum, item) in counts.iter_mut().zip(&items) {
+                        *sum += int(item)?;
+                    }
+                    from = bytes(&items[classes])?;
+                    if from.is_empty() {
+                        break;
+                    }
+                }
                 Ok::<_, StoreError>(counts)
             }
         });
         let per_shard = futures::future::try_join_all(calls).await?;
-        let mut total = vec![0u64; bounds_ms.len() + 1];
+        let mut total = vec![0u64; classes];
         for counts in per_shard {
             for (t, c) in total.iter_mut().zip(counts) {
-                *t += c;
+                // A walk whose buckets changed under it can count a message twice or
+                // not at all; never below none.
+                *t += c.max(0) as u64;
             }
         }
         Ok(total)

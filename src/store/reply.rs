@@ -24,6 +24,18 @@ pub(super) fn int(v: &Value) -> Result<i64> {
     codec::int(v).map_err(StoreError::Reply)
 }
 
+/// A string reply's bytes as they are (a cursor of raw bucket names, say); Nil is empty.
+pub(super) fn bytes(v: &Value) -> Result<Vec<u8>> {
+    match v {
+        Value::BulkString(b) => Ok(b.clone()),
+        Value::SimpleString(s) => Ok(s.as_bytes().to_vec()),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(StoreError::Reply(format!(
+            "expected a string, got {other:?}"
+        ))),
+    }
+}
+
 pub(super) fn string_at(items: &[Value], i: usize) -> Result<String> {
     text(items.get(i).unwrap_or(&Value::Nil))
 }

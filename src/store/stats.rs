@@ -4,10 +4,18 @@ use std::collections::BTreeMap;
 
 use redis::Value;
 
+use super::reply::bytes;
 use super::{Result, Store, StoreError, array, int, text};
 
 /// Bodies looked at per `pending_streams.lua` call.
 const SCAN_STEP: usize = 1000;
+
+/// Compact buckets looked at per call of a counting script (`pending_count.lua`,
+/// `due_histogram.lua`): up to 8,192 messages, about 0.3 ms of Redis. A backlog of
+/// millions is counted in many short calls, with other clients' commands between
+/// them, where one call a shard held Redis for its whole length (a shard of 625,000
+/// due messages, about 30 ms; the shards' calls queued back to back, about 0.5 s).
+pub(super) const COUNT_STEP: usize = 64;
 
 /// Scheduled messages counted by target stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -107,23 +115,38 @@ impl Store {
             let mut conn = self.conn.clone();
             let script = &self.scripts.pending_count;
             async move {
-                // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
-                let reply: Value = script
-                    .key(&k.due)
-                    .key(&k.bodies)
-                    .arg(now_ms * 10 + 9)
-                    .invoke_async(&mut conn)
-                    .await
-                    .map_err(StoreError::from_script)?;
-                let items = array(reply)?;
-                let at = |i: usize| items.get(i).map_or(Ok(0), int);
-                let earliest = at(2)?;
-                Ok(ShardPending {
+                let mut from = b"-".to_vec();
+                let mut pending = ShardPending {
                     shard,
-                    scheduled: at(0)?.max(0) as u64,
-                    due: at(1)?.max(0) as u64,
-                    earliest_due_ms: (earliest >= 0).then_some(earliest as u64 / 10),
-                })
+                    scheduled: 0,
+                    due: 0,
+                    earliest_due_ms: None,
+                };
+                for step in 0.. {
+                    // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+                    let reply: Value = script
+                        .key(&k.due)
+                        .key(&k.bodies)
+                        .arg(now_ms * 10 + 9)
+                        .arg(&from)
+                        .arg(COUNT_STEP)
+                        .invoke_async(&mut conn)
+                        .await
+                        .map_err(StoreError::from_script)?;
+                    let items = array(reply)?;
+                    let at = |i: usize| items.get(i).map_or(Ok(0), int);
+                    pending.due += at(1)?.max(0) as u64;
+                    if step == 0 {
+                        let earliest = at(2)?;
+                        pending.scheduled = at(0)?.max(0) as u64;
+                        pending.earliest_due_ms = (earliest >= 0).then_some(earliest as u64 / 10);
+                    }
+                    from = bytes(items.get(3).unwrap_or(&Value::Nil))?;
+                    if from.is_empty() {
+                        break;
+                    }
+                }
+                Ok(pending)
             }
         });
         futures::future::try_join_all(calls).await

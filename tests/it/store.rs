@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{
-    BatchItem, Cancelled, RecordLayout, Rescheduled, ScheduleMode, Scheduled, Status, Store,
-    StoreError,
+    BatchItem, Cancelled, PendingLayout, RecordLayout, Rescheduled, ScheduleMode, Scheduled,
+    Status, Store, StoreError,
 };
 
 use crate::support::{
@@ -1079,4 +1079,64 @@ async fn a_user_without_the_shard_count_key_is_taken_at_its_word() {
     // It was asked, and refused.
     let denied: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query(&mut conn).unwrap();
     assert!(!denied.is_empty(), "no command was refused");
+}
+
+/// Schedules `n` messages due `after` from now, in calls of 1000, through `store`.
+async fn schedule_in_calls(store: &Store, n: usize, after: Duration) {
+    for start in (0..n).step_by(1000) {
+        let items: Vec<BatchItem> = (start..n.min(start + 1000))
+            .map(|_| BatchItem {
+                msg: NewMessage::payload(STREAM, "x", after),
+                mode: ScheduleMode::New,
+                inbox_entry: None,
+            })
+            .collect();
+        let outcomes = store
+            .schedule_many(&items, Duration::from_secs(7 * 86_400), None)
+            .await;
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| matches!(o, Ok(Scheduled::Scheduled { .. }))),
+            "{:?}",
+            outcomes.iter().find(|o| o.is_err())
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_backlog_of_many_buckets_is_counted_whole_in_short_calls() {
+    // More due messages than two counting calls look at (64 buckets of at most 128
+    // each), some in the hash layout's due set (counted once, not once a call), and
+    // messages in every class of the overview's histogram.
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let hashed = bare.store.with_pending_layout(PendingLayout::Hash);
+    schedule_in_calls(&bare.store, 17_000, Duration::ZERO).await;
+    schedule_in_calls(&hashed, 300, Duration::ZERO).await;
+    schedule_in_calls(&bare.store, 3_000, Duration::from_secs(30)).await;
+    schedule_in_calls(&hashed, 200, Duration::from_secs(30 * 60)).await;
+    schedule_in_calls(&bare.store, 3_000, Duration::from_secs(30 * 60)).await;
+    schedule_in_calls(&bare.store, 2_000, Duration::from_secs(3 * 86_400)).await;
+    let now = bare.store.now_ms().await.unwrap();
+
+    let before = script_calls(&bare);
+    assert_eq!(bare.store.overdue_count(now).await.unwrap(), 17_300);
+    let calls = script_calls(&bare) - before;
+    assert!(
+        calls >= 3,
+        "17,000 compact messages counted in {calls} calls"
+    );
+
+    let bounds = [now, now + 60_000, now + 3_600_000, now + 86_400_000];
+    let before = script_calls(&bare);
+    let histogram = bare.store.due_histogram(&bounds).await.unwrap();
+    assert_eq!(histogram, vec![17_300, 3_000, 3_200, 0, 2_000]);
+    let calls = script_calls(&bare) - before;
+    assert!(
+        calls >= 3,
+        "23,000 compact messages up to a day ahead in {calls} calls"
+    );
+
+    let per_shard = bare.store.pending_per_shard().await.unwrap();
+    assert_eq!(per_shard, vec![(0, 25_500)]);
 }

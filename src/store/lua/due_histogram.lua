@@ -2,23 +2,37 @@
 -- few time classes, over both pending layouts (see the prelude). Read-only. Held
 -- messages are not counted (the held sets are: they are all due already).
 -- KEYS[1] due set   KEYS[2] bodies
--- ARGV[1..n] ascending scores: class i holds the messages scoring above ARGV[i-1] and
---   at most ARGV[i] (class 1: at most ARGV[1])
--- returns: { count of class 1, ..., count of class n, count past ARGV[n] }
+-- ARGV[1] where the walk of the compact buckets starts: "-" (at the first; the call
+--   then counts the due set too) or the cursor a call returned
+-- ARGV[2] the most buckets this call looks at: a large backlog is counted in calls of
+--   bounded time, so that Redis is never held for long
+-- ARGV[3..2+n] ascending scores: class i holds the messages scoring above the bound
+--   before it and at most its own (class 1: at most the first)
+-- returns: { count of class 1, ..., count of class n, count past the last bound,
+--            cursor ("" = counted whole) }
+--   Summed over the calls of one walk, the counts are the shard's: the first call
+--   puts every compact message past the last bound, and each call moves those of the
+--   buckets it looked at into their classes (so the last count of a later call is
+--   negative or 0).
 -- Cost: the hash layout's ZCOUNTs, and one LLEN and LINDEX per compact bucket up to
 -- the last bound (a bucket that straddles a bound is binary-searched once).
+local from, budget = ARGV[1], tonumber(ARGV[2])
 local bounds = {}
-for i = 1, #ARGV do bounds[i] = tonumber(ARGV[i]) end
+for i = 3, #ARGV do bounds[#bounds + 1] = tonumber(ARGV[i]) end
 local n = #bounds
 local counts = {}
-local prev = '-inf'
-for i = 1, n do
-  counts[i] = redis.call('ZCOUNT', KEYS[1], prev, bounds[i])
-  prev = '(' .. bounds[i]
-end
-counts[n + 1] = redis.call('ZCOUNT', KEYS[1], prev, '+inf')
+for i = 1, n + 1 do counts[i] = 0 end
 
 local P = pending_of(KEYS[1], KEYS[2])
+if from == '-' then
+  local prev = '-inf'
+  for i = 1, n do
+    counts[i] = redis.call('ZCOUNT', KEYS[1], prev, bounds[i])
+    prev = '(' .. bounds[i]
+  end
+  counts[n + 1] = redis.call('ZCOUNT', KEYS[1], prev, '+inf') + P.ix.n
+end
+
 -- How many elements of a bucket's list (len long) score at most max.
 local function at_most(key, len, max)
   local lo, hi = 0, len
@@ -28,13 +42,18 @@ local function at_most(key, len, max)
   end
   return lo
 end
-local class, counted, from = 1, 0, '-'
-while class <= n do
-  local floors = redis.call('ZRANGEBYLEX', P.q, from, '+', 'LIMIT', 0, 64)
+-- A call after the first starts again at class 1: the classes its first bucket is
+-- past cost one LINDEX of that bucket's head, not a search each.
+local class, looked, cursor = 1, 0, ''
+while class <= n and looked < budget do
+  local page = math.min(64, budget - looked)
+  local floors = redis.call('ZRANGEBYLEX', P.q, from, '+', 'LIMIT', 0, page)
   for _, floor in ipairs(floors) do
+    looked = looked + 1
     local key = bucket_key(P, floor)
     local len = redis.call('LLEN', key)
     local last = elem_score(redis.call('LINDEX', key, -1))
+    local first
     local taken = 0
     while class <= n do
       if last <= bounds[class] then
@@ -42,17 +61,22 @@ while class <= n do
         taken = len
         break
       end
-      local upto = at_most(key, len, bounds[class])
+      first = first or elem_score(redis.call('LINDEX', key, 0))
+      local upto = taken
+      if first <= bounds[class] then upto = at_most(key, len, bounds[class]) end
       counts[class] = counts[class] + upto - taken
       taken = upto
       class = class + 1
     end
-    counted = counted + taken
+    counts[n + 1] = counts[n + 1] - taken
     if class > n then break end
   end
-  if #floors < 64 then break end
+  if class > n or #floors < page then
+    cursor = ''
+    break
+  end
   from = '(' .. floors[#floors]
+  cursor = from
 end
--- Whatever the buckets hold past the last bound (or past the buckets read).
-counts[n + 1] = counts[n + 1] + P.ix.n - counted
+counts[n + 2] = cursor
 return counts

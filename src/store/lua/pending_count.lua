@@ -3,16 +3,26 @@
 -- Held messages are not counted (the held sets are).
 -- KEYS[1] due set   KEYS[2] bodies
 -- ARGV[1] the highest score that counts as due (now_ms * 10 + 9)
--- returns: { scheduled, due, earliest score (-1 = none) }
-local max = tonumber(ARGV[1])
+-- ARGV[2] where the walk of the compact buckets starts: "-" (at the first; the call
+--   then counts the due set's due messages too) or the cursor a call returned
+-- ARGV[3] the most buckets this call looks at: a backlog of due messages is counted
+--   in calls of bounded time, so that Redis is never held for long
+-- returns: { scheduled, due, earliest score (-1 = none), cursor ("" = counted whole) }
+--   scheduled and the earliest are the shard's; due is what this call counted: the
+--   due set's (first call only) and that of the buckets it looked at.
+local max, from, budget = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local P = pending_of(KEYS[1], KEYS[2])
 local scheduled = redis.call('ZCARD', KEYS[1]) + P.ix.n
-local due = redis.call('ZCOUNT', KEYS[1], '-inf', max)
+local due = 0
+if from == '-' then due = redis.call('ZCOUNT', KEYS[1], '-inf', max) end
 -- Buckets are in order: every one up to the first that ends past max is due whole.
-local from = '-'
-while true do
-  local floors = redis.call('ZRANGEBYLEX', P.q, from, '(' .. score_bytes(max + 1), 'LIMIT', 0, 64)
+local upto, looked, cursor = '(' .. score_bytes(max + 1), 0, ''
+while looked < budget do
+  local page = math.min(64, budget - looked)
+  local floors = redis.call('ZRANGEBYLEX', P.q, from, upto, 'LIMIT', 0, page)
+  local ended = #floors < page
   for _, floor in ipairs(floors) do
+    looked = looked + 1
     local key = bucket_key(P, floor)
     local last = redis.call('LINDEX', key, -1)
     if last and elem_score(last) <= max then
@@ -25,11 +35,15 @@ while true do
         if elem_score(redis.call('LINDEX', key, mid)) <= max then lo = mid + 1 else hi = mid end
       end
       due = due + lo
-      floors = {}
+      ended = true
       break
     end
   end
-  if #floors < 64 then break end
+  if ended then
+    cursor = ''
+    break
+  end
   from = '(' .. floors[#floors]
+  cursor = from
 end
-return { scheduled, due, pending_first(P) or -1 }
+return { scheduled, due, pending_first(P) or -1, cursor }
