@@ -557,9 +557,9 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
 }
 
 /// How often the pending reports come: every [`REPORT_EVERY`], or [`REPORT_SHARE`]
-/// times as long as the last report took, whichever is longer. Counting the overdue
-/// messages walks the due buckets (in short calls, see `Store::overdue_count`), which
-/// over a backlog of millions takes a good part of a second of Redis's time.
+/// times as long as the last count of overdue messages took, whichever is longer.
+/// That count walks the due buckets (in short calls, see `Store::overdue_count`),
+/// which over a backlog of millions takes a good part of a second of Redis's time.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 const REPORT_SHARE: u32 = 20;
 
@@ -576,7 +576,9 @@ async fn report_pending(
     let overdue_count = metrics::gauge!(m::OVERDUE);
     let drain = metrics::gauge!(m::THROTTLE_DRAIN);
     loop {
-        let started = Instant::now();
+        // The time a count took that succeeded: a round of failures (Redis away,
+        // each call waiting out its timeout) must not put the next round off.
+        let mut counting = Duration::ZERO;
         match store.pending_per_shard().await {
             Ok(counts) => {
                 for (shard, n) in counts {
@@ -592,8 +594,10 @@ async fn report_pending(
                 Ok(now) => {
                     let late_ms = due.map_or(0, |due| now.saturating_sub(due));
                     overdue.set(late_ms as f64 / 1000.0);
+                    let started = Instant::now();
                     match store.overdue_count(now).await {
                         Ok(n) => {
+                            counting = started.elapsed();
                             overdue_count.set(n as f64);
                             let rate = limiter.rate();
                             let global = if rate == 0 {
@@ -617,7 +621,7 @@ async fn report_pending(
                 drain.set(0.0);
                 return;
             }
-            _ = tokio::time::sleep(REPORT_EVERY.max(started.elapsed() * REPORT_SHARE)) => {}
+            _ = tokio::time::sleep(REPORT_EVERY.max(counting * REPORT_SHARE)) => {}
         }
     }
 }

@@ -6,9 +6,9 @@
 //! configuration. The overview and the stream table scan Redis: each node computes
 //! them at most once per [`OVERVIEW_TTL`] / [`STREAMS_TTL`] however many pages
 //! poll, one computation at a time (an overview that took long, over a large
-//! backlog, is served [`OVERVIEW_SHARE`] times as long as it took); the stream table's pending counts are the
-//! leader's own (it counts per stream for its metrics anyway), so no page makes
-//! Redis count again.
+//! backlog, is served [`OVERVIEW_SHARE`] times as long as it took); the stream
+//! table's pending counts are the leader's own (it counts per stream for its
+//! metrics anyway), so no page makes Redis count again.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
