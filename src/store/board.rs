@@ -10,8 +10,7 @@ use std::collections::BTreeSet;
 use redis::Value;
 use serde::{Deserialize, Serialize};
 
-use super::reply::{array, bytes, int, text};
-use super::stats::COUNT_STEP;
+use super::reply::{array, int, text};
 use super::{Result, Store, StoreError};
 
 /// Terms the leadership history keeps (the oldest go first).
@@ -263,41 +262,25 @@ impl Store {
         let scores: Vec<u64> = bounds_ms.iter().map(|b| b * 10 + 9).collect();
         let classes = bounds_ms.len() + 1;
         let calls = self.shards_in_use().await?.into_iter().map(|shard| {
-            let k = self.keys.shard(shard);
-            let mut conn = self.conn.clone();
-            let script = &self.scripts.due_histogram;
             let scores = &scores;
             async move {
                 // Summed over the walk's calls (see due_histogram.lua): a later call's
                 // last class is what it moved out of it, so each sum is signed.
                 let mut counts = vec![0i64; classes];
-                let mut from = b"-".to_vec();
-                loop {
-                    let reply: Value = script
-                        .key(&k.due)
-                        .key(&k.bodies)
-                        .arg(&from)
-                        .arg(COUNT_STEP)
-                        .arg(scores)
-                        .invoke_async(&mut conn)
-                        .await
-                        .map_err(StoreError::from_script)?;
-                    let items = array(reply)?;
-                    if items.len() != classes + 1 {
+                let script = &self.scripts.due_histogram;
+                self.walk_buckets(script, shard, scores, |items| {
+                    if items.len() != classes {
                         return Err(StoreError::Reply(format!(
-                            "due_histogram: {} values, not {}",
-                            items.len(),
-                            classes + 1
+                            "due_histogram: {} counts, not {classes}",
+                            items.len()
                         )));
                     }
-                    for (sum, item) in counts.iter_mut().zip(&items) {
+                    for (sum, item) in counts.iter_mut().zip(items) {
                         *sum += int(item)?;
                     }
-                    from = bytes(&items[classes])?;
-                    if from.is_empty() {
-                        break;
-                    }
-                }
+                    Ok(())
+                })
+                .await?;
                 Ok::<_, StoreError>(counts)
             }
         });

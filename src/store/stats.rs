@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use redis::Value;
 
 use super::reply::bytes;
+use super::scripts::Lua;
 use super::{Result, Store, StoreError, array, int, text};
 
 /// Bodies looked at per `pending_streams.lua` call.
@@ -15,7 +16,7 @@ const SCAN_STEP: usize = 1000;
 /// millions is counted in many short calls, with other clients' commands between
 /// them, where one call a shard held Redis for its whole length (a shard of 625,000
 /// due messages, about 30 ms; the shards' calls queued back to back, about 0.5 s).
-pub(super) const COUNT_STEP: usize = 64;
+const COUNT_STEP: usize = 64;
 
 /// Scheduled messages counted by target stream.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,46 +111,70 @@ impl Store {
     /// What each shard has scheduled (held messages aside), in both pending layouts:
     /// `due` counts the messages due at or before `now_ms` (Redis's clock).
     pub(super) async fn shard_pending(&self, now_ms: u64) -> Result<Vec<ShardPending>> {
-        let calls = self.shards_in_use().await?.into_iter().map(|shard| {
-            let k = self.keys.shard(shard);
-            let mut conn = self.conn.clone();
-            let script = &self.scripts.pending_count;
-            async move {
-                let mut from = b"-".to_vec();
+        let calls = self
+            .shards_in_use()
+            .await?
+            .into_iter()
+            .map(|shard| async move {
                 let mut pending = ShardPending {
                     shard,
                     scheduled: 0,
                     due: 0,
                     earliest_due_ms: None,
                 };
-                for step in 0.. {
-                    // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
-                    let reply: Value = script
-                        .key(&k.due)
-                        .key(&k.bodies)
-                        .arg(now_ms * 10 + 9)
-                        .arg(&from)
-                        .arg(COUNT_STEP)
-                        .invoke_async(&mut conn)
-                        .await
-                        .map_err(StoreError::from_script)?;
-                    let items = array(reply)?;
+                // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+                let script = &self.scripts.pending_count;
+                self.walk_buckets(script, shard, &[now_ms * 10 + 9], |items| {
                     let at = |i: usize| items.get(i).map_or(Ok(0), int);
+                    pending.scheduled += at(0)?.max(0) as u64;
                     pending.due += at(1)?.max(0) as u64;
-                    if step == 0 {
-                        let earliest = at(2)?;
-                        pending.scheduled = at(0)?.max(0) as u64;
-                        pending.earliest_due_ms = (earliest >= 0).then_some(earliest as u64 / 10);
+                    let earliest = at(2)?;
+                    if earliest >= 0 {
+                        pending.earliest_due_ms = Some(earliest as u64 / 10);
                     }
-                    from = bytes(items.get(3).unwrap_or(&Value::Nil))?;
-                    if from.is_empty() {
-                        break;
-                    }
-                }
+                    Ok(())
+                })
+                .await?;
                 Ok(pending)
-            }
-        });
+            });
         futures::future::try_join_all(calls).await
+    }
+
+    /// Walks one shard's compact buckets with a counting script (`pending_count.lua`,
+    /// `due_histogram.lua`: KEYS the due set and the bodies; ARGV the cursor, the
+    /// step, then `args`; the reply's last value the next cursor), [`COUNT_STEP`]
+    /// buckets a call until the cursor comes back empty, handing each reply's values
+    /// before the cursor to `each`.
+    pub(super) async fn walk_buckets(
+        &self,
+        script: &Lua,
+        shard: u16,
+        args: &[u64],
+        mut each: impl FnMut(&[Value]) -> Result<()>,
+    ) -> Result<()> {
+        let k = self.keys.shard(shard);
+        let mut conn = self.conn.clone();
+        let mut from = b"-".to_vec();
+        loop {
+            let reply: Value = script
+                .key(&k.due)
+                .key(&k.bodies)
+                .arg(&from)
+                .arg(COUNT_STEP)
+                .arg(args)
+                .invoke_async(&mut conn)
+                .await
+                .map_err(StoreError::from_script)?;
+            let mut items = array(reply)?;
+            let cursor = items
+                .pop()
+                .ok_or_else(|| StoreError::Reply("a counting script replied nothing".into()))?;
+            each(&items)?;
+            from = bytes(&cursor)?;
+            if from.is_empty() {
+                return Ok(());
+            }
+        }
     }
 
     /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded,

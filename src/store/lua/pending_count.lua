@@ -2,19 +2,23 @@
 -- due, and the earliest, over both pending layouts (see the prelude). Read-only.
 -- Held messages are not counted (the held sets are).
 -- KEYS[1] due set   KEYS[2] bodies
--- ARGV[1] the highest score that counts as due (now_ms * 10 + 9)
--- ARGV[2] where the walk of the compact buckets starts: "-" (at the first; the call
---   then counts the due set's due messages too) or the cursor a call returned
--- ARGV[3] the most buckets this call looks at: a backlog of due messages is counted
+-- ARGV[1] where the walk of the compact buckets starts: "-" (at the first) or the
+--   cursor a call returned
+-- ARGV[2] the most buckets this call looks at: a backlog of due messages is counted
 --   in calls of bounded time, so that Redis is never held for long
+-- ARGV[3] the highest score that counts as due (now_ms * 10 + 9)
 -- returns: { scheduled, due, earliest score (-1 = none), cursor ("" = counted whole) }
---   scheduled and the earliest are the shard's; due is what this call counted: the
---   due set's (first call only) and that of the buckets it looked at.
-local max, from, budget = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+--   Summed over the calls of one walk, the counts are the shard's: the first call
+--   ("-") gives scheduled, the earliest and the due set's due messages, every call
+--   the due messages of the buckets it looked at (a later call: 0 scheduled, -1).
+local from, budget, max = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local P = pending_of(KEYS[1], KEYS[2])
-local scheduled = redis.call('ZCARD', KEYS[1]) + P.ix.n
-local due = 0
-if from == '-' then due = redis.call('ZCOUNT', KEYS[1], '-inf', max) end
+local scheduled, due, earliest = 0, 0, -1
+if from == '-' then
+  scheduled = redis.call('ZCARD', KEYS[1]) + P.ix.n
+  due = redis.call('ZCOUNT', KEYS[1], '-inf', max)
+  earliest = pending_first(P) or -1
+end
 -- Buckets are in order: every one up to the first that ends past max is due whole.
 local upto, looked, cursor = '(' .. score_bytes(max + 1), 0, ''
 while looked < budget do
@@ -46,4 +50,4 @@ while looked < budget do
   from = '(' .. floors[#floors]
   cursor = from
 end
-return { scheduled, due, pending_first(P) or -1, cursor }
+return { scheduled, due, earliest, cursor }
