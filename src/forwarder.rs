@@ -20,7 +20,7 @@ use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::metrics as m;
 use crate::rate::{Limiter, StreamLimits};
-use crate::store::{ForwardOptions, Store, StoreError};
+use crate::store::{ForwardOptions, HeldBack, Store, StoreError};
 use crate::term::Term;
 use crate::timer::Timer;
 
@@ -558,7 +558,7 @@ async fn trim_records(store: Store, term: Term, every: Duration) {
 
 /// How often the pending reports come: every [`REPORT_EVERY`], or [`REPORT_SHARE`]
 /// times as long as the last count of overdue messages took, whichever is longer.
-/// That count walks the due buckets (in short calls, see `Store::overdue_count`),
+/// That count walks the due buckets (in short calls, see `Store::pending_report`),
 /// which over a backlog of millions takes a good part of a second of Redis's time.
 const REPORT_EVERY: Duration = Duration::from_secs(5);
 const REPORT_SHARE: u32 = 20;
@@ -579,40 +579,35 @@ async fn report_pending(
         // The time a count took that succeeded: a round of failures (Redis away,
         // each call waiting out its timeout) must not put the next round off.
         let mut counting = Duration::ZERO;
-        match store.pending_per_shard().await {
-            Ok(counts) => {
-                for (shard, n) in counts {
+        // One walk and one read of the held sets for every count, bounded by
+        // Redis's clock read just before: a message that falls due during the walk
+        // counts as not yet due, and its lateness as 0.
+        let report = async {
+            let now = store.now_ms().await?;
+            let started = Instant::now();
+            let report = store.pending_report(now).await?;
+            Ok::<_, StoreError>((now, report, started.elapsed()))
+        };
+        match report.await {
+            Ok((now, report, took)) => {
+                counting = took;
+                for (shard, n) in report.per_shard {
                     metrics::gauge!(m::PENDING, "shard" => shard.to_string()).set(n as f64);
                 }
+                let late_ms = report
+                    .earliest_due_ms
+                    .map_or(0, |due| now.saturating_sub(due));
+                overdue.set(late_ms as f64 / 1000.0);
+                overdue_count.set(report.due as f64);
+                let rate = limiter.rate();
+                let global = if rate == 0 {
+                    0.0
+                } else {
+                    report.due as f64 / rate as f64
+                };
+                drain.set(global.max(report_held(&report.held, &stream_limits)));
             }
             Err(e) => tracing::debug!(error = %e, "cannot count pending messages"),
-        }
-        // Both by Redis's clock; the time is read after the due time, so a message
-        // that just fell due never reads as early.
-        match store.next_due_ms().await {
-            Ok(due) => match store.now_ms().await {
-                Ok(now) => {
-                    let late_ms = due.map_or(0, |due| now.saturating_sub(due));
-                    overdue.set(late_ms as f64 / 1000.0);
-                    let started = Instant::now();
-                    match store.overdue_count(now).await {
-                        Ok(n) => {
-                            counting = started.elapsed();
-                            overdue_count.set(n as f64);
-                            let rate = limiter.rate();
-                            let global = if rate == 0 {
-                                0.0
-                            } else {
-                                n as f64 / rate as f64
-                            };
-                            drain.set(global.max(report_held(&store, &stream_limits).await));
-                        }
-                        Err(e) => tracing::debug!(error = %e, "cannot count overdue messages"),
-                    }
-                }
-                Err(e) => tracing::debug!(error = %e, "cannot read Redis's clock"),
-            },
-            Err(e) => tracing::debug!(error = %e, "cannot read the earliest due time"),
         }
         tokio::select! {
             _ = cancel.cancelled() => {
@@ -628,14 +623,7 @@ async fn report_pending(
 
 /// Publishes what each rate-limited stream holds back (`delayq_held_messages`) and
 /// returns the longest time a stream's limit takes to drain its held messages.
-async fn report_held(store: &Store, limits: &StreamLimits) -> f64 {
-    let held = match store.held().await {
-        Ok(held) => held,
-        Err(e) => {
-            tracing::debug!(error = %e, "cannot count held messages");
-            return 0.0;
-        }
-    };
+fn report_held(held: &HeldBack, limits: &StreamLimits) -> f64 {
     let rates = limits.rates();
     let mut longest: f64 = 0.0;
     for (stream, rate) in &rates {

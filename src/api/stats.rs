@@ -123,9 +123,8 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiErro
             None => Ok(None),
         }
     };
-    let (per_shard, next_due, per_stream, now, inbox_stats) = tokio::try_join!(
-        store.pending_per_shard(),
-        store.next_due_ms(),
+    let (pending, per_stream, now, inbox_stats) = tokio::try_join!(
+        store.pending_report(0),
         store.pending_per_stream(STREAM_COUNT_LIMIT, 0),
         store.now_ms(),
         inbox_stats,
@@ -138,6 +137,7 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiErro
         }),
         _ => None,
     };
+    let (per_shard, next_due) = (pending.per_shard, pending.earliest_due_ms);
     let role = state.leadership.current();
     let info = state.leadership.info();
     let (recent, since_start) = lateness_summary();

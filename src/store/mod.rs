@@ -45,7 +45,7 @@ pub use keys::{
 };
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
-pub use stats::{HeldBack, StreamCounts};
+pub use stats::{HeldBack, PendingReport, StreamCounts};
 pub use streams::StreamEntry;
 pub use tls::{RedisTls, client as redis_client};
 
@@ -855,21 +855,6 @@ impl Store {
             epoch = conn.incr(&key, floor + 1 - epoch).await?;
         }
         Ok(epoch)
-    }
-
-    /// Messages scheduled, per shard in use (see [`Store::shards_in_use`]), held
-    /// ones included: (shard, count) in shard order.
-    pub async fn pending_per_shard(&self) -> Result<Vec<(u16, u64)>> {
-        let mut counts: std::collections::BTreeMap<u16, u64> = self
-            .shard_pending(0)
-            .await?
-            .iter()
-            .map(|s| (s.shard, s.scheduled))
-            .collect();
-        for (shard, held) in self.held().await?.per_shard {
-            *counts.entry(shard).or_default() += held;
-        }
-        Ok(counts.into_iter().collect())
     }
 
     /// Shards whose earliest message just changed, as the schedule script announces

@@ -53,6 +53,20 @@ impl HeldBack {
     }
 }
 
+/// What is scheduled over all shards, held messages included (see
+/// [`Store::pending_report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PendingReport {
+    /// Per shard in use (see [`Store::shards_in_use`]), in shard order.
+    pub per_shard: Vec<(u16, u64)>,
+    /// Of those, the messages due at or before the report's `now_ms`.
+    pub due: u64,
+    /// Due time of the earliest.
+    pub earliest_due_ms: Option<u64>,
+    /// Of those, the ones held back by their stream's rate limit.
+    pub held: HeldBack,
+}
+
 /// One shard's scheduled messages (see `pending_count.lua`).
 pub(super) struct ShardPending {
     pub(super) shard: u16,
@@ -177,17 +191,39 @@ impl Store {
         }
     }
 
+    /// What is scheduled, with `now_ms` (Redis's clock) as the bound of what is due:
+    /// one walk of the shards and one read of the held sets for all three counts.
+    pub async fn pending_report(&self, now_ms: u64) -> Result<PendingReport> {
+        let (shards, held) = tokio::try_join!(self.shard_pending(now_ms), self.held())?;
+        let mut per_shard: BTreeMap<u16, u64> =
+            shards.iter().map(|s| (s.shard, s.scheduled)).collect();
+        for &(shard, n) in &held.per_shard {
+            *per_shard.entry(shard).or_default() += n;
+        }
+        Ok(PendingReport {
+            per_shard: per_shard.into_iter().collect(),
+            due: shards.iter().map(|s| s.due).sum::<u64>() + held.total(),
+            earliest_due_ms: held
+                .earliest_of(shards.iter().filter_map(|s| s.earliest_due_ms).min()),
+            held,
+        })
+    }
+
+    /// Messages scheduled, per shard in use (see [`Store::shards_in_use`]), held
+    /// ones included: (shard, count) in shard order.
+    pub async fn pending_per_shard(&self) -> Result<Vec<(u16, u64)>> {
+        Ok(self.pending_report(0).await?.per_shard)
+    }
+
     /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded,
     /// held ones included.
     pub async fn overdue_count(&self, now_ms: u64) -> Result<u64> {
-        let shards = self.shard_pending(now_ms).await?;
-        Ok(shards.iter().map(|s| s.due).sum::<u64>() + self.held().await?.total())
+        Ok(self.pending_report(now_ms).await?.due)
     }
 
     /// Due time of the earliest scheduled message, over all shards, held ones included.
     pub async fn next_due_ms(&self) -> Result<Option<u64>> {
-        let (held, scheduled) = tokio::try_join!(self.held(), self.earliest_scheduled_ms())?;
-        Ok(held.earliest_of(scheduled))
+        Ok(self.pending_report(0).await?.earliest_due_ms)
     }
 
     /// Due time of the earliest scheduled message, over all shards, held ones aside.

@@ -75,6 +75,18 @@ async fn held_messages_stay_scheduled_for_reads_cancels_reschedules_and_duplicat
         (env.store.held().await.expect("held").total() >= 8).then_some(())
     })
     .await;
+    // Held messages count as scheduled and as due, and the earliest may be theirs:
+    // every message here is due, held or not.
+    let now = env.store.now_ms().await.expect("now");
+    let report = env.store.pending_report(now).await.expect("report");
+    let scheduled: u64 = report.per_shard.iter().map(|(_, n)| n).sum();
+    assert_eq!(report.due, scheduled, "{report:?}");
+    assert!((1..=scheduled).contains(&report.held.total()), "{report:?}");
+    assert!(
+        report.earliest_due_ms.is_some_and(|t| t <= now)
+            && report.earliest_due_ms <= report.held.earliest_due_ms,
+        "{report:?}"
+    );
     let sent = |env: &Env| support::entries(&mut env.redis.client(), SLOW);
     let delivered: Vec<String> = sent(&env)
         .iter()
