@@ -78,7 +78,11 @@ pub(super) struct ShardPending {
 impl Store {
     /// What every shard holds back for its streams' rate limits.
     pub async fn held(&self) -> Result<HeldBack> {
-        let shards = self.shards_in_use().await?;
+        self.held_in(&self.shards_in_use().await?).await
+    }
+
+    /// What `shards` hold back for their streams' rate limits.
+    async fn held_in(&self, shards: &[u16]) -> Result<HeldBack> {
         let mut held = HeldBack {
             per_shard: shards.iter().map(|&s| (s, 0)).collect(),
             ..HeldBack::default()
@@ -122,35 +126,31 @@ impl Store {
         Ok(held)
     }
 
-    /// What each shard has scheduled (held messages aside), in both pending layouts:
-    /// `due` counts the messages due at or before `now_ms` (Redis's clock).
-    pub(super) async fn shard_pending(&self, now_ms: u64) -> Result<Vec<ShardPending>> {
-        let calls = self
-            .shards_in_use()
-            .await?
-            .into_iter()
-            .map(|shard| async move {
-                let mut pending = ShardPending {
-                    shard,
-                    scheduled: 0,
-                    due: 0,
-                    earliest_due_ms: None,
-                };
-                // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
-                let script = &self.scripts.pending_count;
-                self.walk_buckets(script, shard, &[now_ms * 10 + 9], |items| {
-                    let at = |i: usize| items.get(i).map_or(Ok(0), int);
-                    pending.scheduled += at(0)?.max(0) as u64;
-                    pending.due += at(1)?.max(0) as u64;
-                    let earliest = at(2)?;
-                    if earliest >= 0 {
-                        pending.earliest_due_ms = Some(earliest as u64 / 10);
-                    }
-                    Ok(())
-                })
-                .await?;
-                Ok(pending)
-            });
+    /// What each of `shards` has scheduled (held messages aside), in both pending
+    /// layouts: `due` counts the messages due at or before `now_ms` (Redis's clock).
+    async fn shard_pending(&self, shards: &[u16], now_ms: u64) -> Result<Vec<ShardPending>> {
+        let calls = shards.iter().map(|&shard| async move {
+            let mut pending = ShardPending {
+                shard,
+                scheduled: 0,
+                due: 0,
+                earliest_due_ms: None,
+            };
+            // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+            let script = &self.scripts.pending_count;
+            self.walk_buckets(script, shard, &[now_ms * 10 + 9], |items| {
+                let at = |i: usize| items.get(i).map_or(Ok(0), int);
+                pending.scheduled += at(0)?.max(0) as u64;
+                pending.due += at(1)?.max(0) as u64;
+                let earliest = at(2)?;
+                if earliest >= 0 {
+                    pending.earliest_due_ms = Some(earliest as u64 / 10);
+                }
+                Ok(())
+            })
+            .await?;
+            Ok(pending)
+        });
         futures::future::try_join_all(calls).await
     }
 
@@ -194,7 +194,9 @@ impl Store {
     /// What is scheduled, with `now_ms` (Redis's clock) as the bound of what is due:
     /// one walk of the shards and one read of the held sets for all three counts.
     pub async fn pending_report(&self, now_ms: u64) -> Result<PendingReport> {
-        let (shards, held) = tokio::try_join!(self.shard_pending(now_ms), self.held())?;
+        let in_use = self.shards_in_use().await?;
+        let (shards, held) =
+            tokio::try_join!(self.shard_pending(&in_use, now_ms), self.held_in(&in_use))?;
         let mut per_shard: BTreeMap<u16, u64> =
             shards.iter().map(|s| (s.shard, s.scheduled)).collect();
         for &(shard, n) in &held.per_shard {
@@ -215,20 +217,10 @@ impl Store {
         Ok(self.pending_report(0).await?.per_shard)
     }
 
-    /// Messages due at or before `now_ms` (Redis's clock) and not yet forwarded,
-    /// held ones included.
-    pub async fn overdue_count(&self, now_ms: u64) -> Result<u64> {
-        Ok(self.pending_report(now_ms).await?.due)
-    }
-
-    /// Due time of the earliest scheduled message, over all shards, held ones included.
-    pub async fn next_due_ms(&self) -> Result<Option<u64>> {
-        Ok(self.pending_report(0).await?.earliest_due_ms)
-    }
-
-    /// Due time of the earliest scheduled message, over all shards, held ones aside.
+    /// Due time of the earliest scheduled message, over all shards, held ones aside
+    /// (as a forward call's `next_due_ms` reads it).
     pub async fn earliest_scheduled_ms(&self) -> Result<Option<u64>> {
-        let shards = self.shard_pending(0).await?;
+        let shards = self.shard_pending(&self.shards_in_use().await?, 0).await?;
         Ok(shards.iter().filter_map(|s| s.earliest_due_ms).min())
     }
 

@@ -1120,7 +1120,7 @@ async fn a_backlog_of_many_buckets_is_counted_whole_in_short_calls() {
     let now = bare.store.now_ms().await.unwrap();
 
     let before = script_calls(&bare);
-    assert_eq!(bare.store.overdue_count(now).await.unwrap(), 17_300);
+    assert_eq!(bare.store.pending_report(now).await.unwrap().due, 17_300);
     let calls = script_calls(&bare) - before;
     assert!(
         calls >= 3,
