@@ -280,34 +280,16 @@ def command_usec(r):
 def drain(r, prelude, schedule, n=20_000, batch=1000):
     forward = open(os.path.join(LUA, "forward.lua")).read()
     load_library(r, "delayq_drain", prelude, {"drain_push": schedule, "drain_forward": forward})
-    for label, retention in (("records kept", "86400000"), ("no records", "0")):
+    keys = shard_keys("drain", 0)
+
+    def due_now():
         r.call("FLUSHALL")
-        keys = shard_keys("drain", 0)
         fill(r, "drain_push", keys, n, 1)
         time.sleep(0.01)
-        args = forward_args(batch, retention)
-        r.call("CONFIG", "RESETSTAT")
-        before = r.cpu_seconds()
-        moved = 0
-        while moved < n:
-            reply = r.call("FCALL", "drain_forward", len(keys), *keys, *args)
-            if reply[0] == 0:
-                sys.exit("drain: %d of %d moved, then none" % (moved, n))
-            moved += reply[0]
-        cost = (r.cpu_seconds() - before) / moved * 1e6
-        print("| drain %d due, calls of %d, %s | %.1f µs a message | Redis commands' own %.1f µs |"
-              % (n, batch, label, cost, command_usec(r) / moved))
-    # A stream at its limit (streams.max_rate): the calls set every due message aside
-    # in its held set (no permits left), then send them from there once permits allow
-    # (a budget above the batch: the limit no longer binds). Records kept.
-    r.call("FLUSHALL")
-    keys = shard_keys("drain", 0)
-    fill(r, "drain_push", keys, n, 1)
-    time.sleep(0.01)
-    unlimited = forward_args(batch, "86400000")[:-1]
-    for label, permits, counted in (("set aside (no permits)", "0", 9),
-                                    ("then sent from the held set", str(10**9), 0)):
-        args = unlimited + ["1", "bench:spread", permits]
+
+    def timed(label, args, counted=0):
+        """Forward calls with `args` until n messages are counted in reply[counted]
+        (0: forwarded), then Redis's CPU time and its commands' own, per message."""
         r.call("CONFIG", "RESETSTAT")
         before = r.cpu_seconds()
         moved = 0
@@ -317,8 +299,21 @@ def drain(r, prelude, schedule, n=20_000, batch=1000):
                 sys.exit("drain, %s: %d of %d, then none" % (label, moved, n))
             moved += reply[counted]
         cost = (r.cpu_seconds() - before) / moved * 1e6
-        print("| drain %d due to a limited stream, calls of %d, %s | %.1f µs a message | Redis commands' own %.1f µs |"
+        print("| drain %d due, calls of %d, %s | %.1f µs a message | Redis commands' own %.1f µs |"
               % (n, batch, label, cost, command_usec(r) / moved))
+
+    for label, retention in (("records kept", "86400000"), ("no records", "0")):
+        due_now()
+        timed(label, forward_args(batch, retention))
+    # A stream at its limit (streams.max_rate): the calls set every due message aside
+    # in its held set (no permits left; reply[9] counts them), then send them from
+    # there once permits allow (a budget above the batch: the limit no longer binds).
+    # Records kept.
+    due_now()
+    unlimited = forward_args(batch, "86400000")[:-1]
+    timed("limited stream, set aside (no permits)", unlimited + ["1", "bench:spread", "0"], 9)
+    timed("limited stream, then sent from the held set",
+          unlimited + ["1", "bench:spread", str(10**9)])
 
 
 if __name__ == "__main__":
