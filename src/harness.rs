@@ -30,7 +30,7 @@ pub use proxy::Proxy;
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     match LowPorts::get() {
-        Some(low) => low.pick(low.plain.clone(), &NEXT, |_| true),
+        Some(low) => LowPorts::pick(&low.plain, &NEXT, |_| true),
         None => ephemeral_port(),
     }
 }
@@ -42,7 +42,7 @@ fn free_cluster_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let bus_free = |port: u16| TcpListener::bind(("127.0.0.1", port + CLUSTER_BUS)).is_ok();
     match LowPorts::get() {
-        Some(low) => low.pick(low.cluster.clone(), &NEXT, bus_free),
+        Some(low) => LowPorts::pick(&low.cluster, &NEXT, bus_free),
         None => loop {
             let port = ephemeral_port();
             if port <= u16::MAX - CLUSTER_BUS && bus_free(port) {
@@ -88,8 +88,7 @@ impl LowPorts {
     /// says, so that processes side by side start apart) that is free and
     /// `also_free` says so.
     fn pick(
-        &self,
-        range: std::ops::Range<u32>,
+        range: &std::ops::Range<u32>,
         next: &AtomicU32,
         also_free: impl Fn(u16) -> bool,
     ) -> u16 {
