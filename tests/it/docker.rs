@@ -11,17 +11,15 @@
 //! there is none. The compose command is `docker compose` when that works, else
 //! `docker-compose`; DELAYQ_TEST_COMPOSE (e.g. "docker-compose") chooses.
 
-use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::process::Output;
-use std::sync::Once;
 use std::time::{Duration, Instant};
 
 use delayq::harness::free_port;
 use serde_json::{Value, json};
 use tokio::process::Command;
 
-use crate::support::{Api, Deliveries, OneLeader, delayq_bin, eventually, repo, text};
+use crate::support::{Api, Deliveries, OneLeader, delayq_bin, eventually, panics, repo, text};
 
 const SERVICES: [&str; 7] = [
     "redis", "etcd-1", "etcd-2", "etcd-3", "delayq-1", "delayq-2", "delayq-3",
@@ -212,33 +210,6 @@ async fn compose_cli(wanted: Compose) -> Vec<String> {
     cli
 }
 
-thread_local! {
-    /// The message of this thread's last panic, for `Deployment`'s drop.
-    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
-}
-
-/// Keeps each panic's message (and where) in `LAST_PANIC`, besides printing it.
-fn remember_panics() {
-    static HOOK: Once = Once::new();
-    HOOK.call_once(|| {
-        let print = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let message = info
-                .payload()
-                .downcast_ref::<String>()
-                .map(String::as_str)
-                .or_else(|| info.payload().downcast_ref::<&str>().copied())
-                .unwrap_or("(no message)");
-            let at = info
-                .location()
-                .map(|l| format!(" at {l}"))
-                .unwrap_or_default();
-            LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{message}{at}")));
-            print(info);
-        }));
-    });
-}
-
 /// A compose project of docker/compose.yaml (and overrides); `down -v` when dropped.
 struct Deployment {
     cli: Vec<String>,
@@ -267,7 +238,7 @@ impl Deployment {
         // Bind-mounted as it is: the containers' user (uid 10001) reads it.
         std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o644))
             .unwrap();
-        remember_panics();
+        panics::install();
         // Below the ephemeral range: `docker start` binds them again after a kill.
         let redis_port = free_port();
         let ports = [free_port(), free_port(), free_port()];
@@ -348,9 +319,7 @@ impl Drop for Deployment {
         let (cli, project, env) = (self.cli.clone(), self.project.clone(), self.env.clone());
         let files = self.files.clone();
         let failed = std::thread::panicking();
-        let failure = LAST_PANIC
-            .with(|p| p.borrow_mut().take())
-            .filter(|_| failed);
+        let failure = panics::take_last().filter(|_| failed);
         std::thread::spawn(move || {
             let compose = |args: &[&str]| {
                 std::process::Command::new(&cli[0])

@@ -210,6 +210,7 @@ impl Cluster {
         members_of: impl Fn(usize) -> Vec<usize>,
         redis_url_of: impl Fn(usize, &str) -> String,
     ) -> Cluster {
+        super::panics::install();
         let redis = RedisServer::start().expect("start redis-server");
         let etcd = EtcdServer::cluster(etcd_members).expect("start etcd");
         let configs: Vec<String> = (0..nodes)

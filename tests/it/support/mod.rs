@@ -9,7 +9,9 @@
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;
 //! - `scrape`: reading a `/metrics` text, and the README's metrics table;
-//! - `browser`: headless Chromium over WebDriver, for the dashboard.
+//! - `browser`: headless Chromium over WebDriver, for the dashboard;
+//! - `panics`: a failure named again after a long message (nodes' logs), and the
+//!   last one kept for teardowns that print more.
 
 #![allow(dead_code)]
 
@@ -17,6 +19,7 @@ pub mod browser;
 mod cluster;
 mod env;
 mod http;
+pub mod panics;
 mod scrape;
 mod streams;
 mod tally;
