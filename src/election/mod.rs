@@ -208,19 +208,13 @@ pub async fn run(
 
     let (want, wanted) = watch::channel(None);
     let (held_tx, held) = watch::channel(None);
-    // Presence needs one Redis that both the leader's subscription and a standby's
-    // PUBSUB NUMSUB reach; on Redis Cluster, where NUMSUB counts one node's own
-    // subscribers, no presence is held, so no standby ever judges a leader by it:
-    // a crashed leader is taken over when its lease expires.
-    if !store.is_cluster() {
-        let presence = store.clone();
-        let presence_token = cancel.child_token();
-        tokio::spawn(async move {
-            presence
-                .hold_presence(wanted, held_tx, presence_token)
-                .await
-        });
-    }
+    let presence = store.clone();
+    let presence_token = cancel.child_token();
+    tokio::spawn(async move {
+        presence
+            .hold_presence(wanted, held_tx, presence_token)
+            .await
+    });
     let watcher = takeover::Watcher {
         client: client.clone(),
         config: config.clone(),

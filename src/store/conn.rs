@@ -136,6 +136,10 @@ impl ConnectionLike for Separate {
 struct Cluster {
     client: ClusterClient,
     seeds: Vec<redis::Client>,
+    /// The seeds' scheme, user, password and TLS settings, for a client of any
+    /// node (see [`node_client`]).
+    info: redis::ConnectionInfo,
+    tls: Option<RedisTls>,
     response_timeout: Duration,
     connect_timeout: Duration,
     /// When the connection was last made anew (see [`Conn::reconnect_cluster`]).
@@ -250,21 +254,9 @@ impl Conn {
         let mut clients = Vec::with_capacity(seeds.len());
         let mut infos = Vec::with_capacity(seeds.len());
         for (host, port) in seeds {
-            let addr = match info.addr() {
-                ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
-                    host: host.clone(),
-                    port: *port,
-                    insecure: *insecure,
-                    tls_params: None,
-                },
-                _ => ConnectionAddr::Tcp(host.clone(), *port),
-            };
-            let seed = info.clone().set_addr(addr);
-            infos.push(seed.clone());
-            clients.push(match config.tls.as_ref() {
-                Some(t) => redis::Client::build_with_tls(seed, tls::certificates(t))?,
-                None => redis::Client::open(seed)?,
-            });
+            let (seed, client) = node_client(&info, config.tls.as_ref(), host, *port)?;
+            infos.push(seed);
+            clients.push(client);
         }
         let mut builder = ClusterClientBuilder::new(infos)
             .connection_timeout(config.connect_timeout)
@@ -296,6 +288,8 @@ impl Conn {
             cluster: Some(Arc::new(Cluster {
                 client,
                 seeds: clients,
+                info,
+                tls: config.tls.clone(),
                 response_timeout: config.response_timeout,
                 connect_timeout: config.connect_timeout,
                 renewed: tokio::sync::Mutex::new(None),
@@ -315,17 +309,23 @@ impl Conn {
     ) -> redis::RedisResult<u32> {
         let mut cmd = redis::cmd("WAIT");
         cmd.arg(wanted).arg(timeout.as_millis() as u64);
+        let reply = self.on_master_of(super::slot_of(key), cmd).await?;
+        Ok(redis::from_redis_value(reply)?)
+    }
+
+    /// `cmd` sent to the master of `slot` on Redis Cluster (whatever keys it
+    /// names, or none), to the current node otherwise.
+    pub(super) async fn on_master_of(&self, slot: u16, cmd: Cmd) -> redis::RedisResult<Value> {
         match self.manager()? {
             Link::Cluster(mut cluster) => {
                 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
-                let route = Route::new(super::slot_of(key), SlotAddr::Master);
-                let reply = cluster
+                let route = Route::new(slot, SlotAddr::Master);
+                cluster
                     .route_command(
                         cmd,
                         RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
                     )
-                    .await?;
-                Ok(redis::from_redis_value(reply)?)
+                    .await
             }
             _ => cmd.query_async(&mut self.clone()).await,
         }
@@ -373,6 +373,29 @@ impl Conn {
             Some(dialer) => dialer.pubsub().await,
             None => client.get_async_pubsub().await,
         }
+    }
+
+    /// A pub/sub connection to the node whose subscribers [`Conn::on_master_of`]
+    /// `slot` counts: the master of `slot` on Redis Cluster (as that master itself
+    /// says: `CLUSTER SLOTS` asked of it), the current node otherwise.
+    pub(super) async fn pubsub_on_master_of(
+        &self,
+        slot: u16,
+    ) -> redis::RedisResult<redis::aio::PubSub> {
+        let Some(cluster) = &self.cluster else {
+            return self.pubsub().await;
+        };
+        let slots = self
+            .on_master_of(slot, redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?;
+        let Some((host, port)) = master_of(&slots, slot) else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::Io,
+                "no address for the slot's master in CLUSTER SLOTS",
+            )));
+        };
+        let (_, client) = node_client(&cluster.info, cluster.tls.as_ref(), &host, port)?;
+        client.get_async_pubsub().await
     }
 
     /// A multiplexed connection to the current node, apart from this one.
@@ -808,4 +831,93 @@ fn cluster_config(response_timeout: Duration) -> ClusterConfig {
 
 fn timeout(what: &'static str) -> redis::RedisError {
     redis::RedisError::from((redis::ErrorKind::Io, what))
+}
+
+/// A plain client of the cluster node at `host`:`port`, with `info`'s scheme,
+/// user, password and TLS settings, and its connection info.
+fn node_client(
+    info: &redis::ConnectionInfo,
+    tls: Option<&RedisTls>,
+    host: &str,
+    port: u16,
+) -> redis::RedisResult<(redis::ConnectionInfo, redis::Client)> {
+    let addr = match info.addr() {
+        ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: None,
+        },
+        _ => ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    let node = info.clone().set_addr(addr);
+    let client = match tls {
+        Some(t) => redis::Client::build_with_tls(node.clone(), tls::certificates(t))?,
+        None => redis::Client::open(node.clone())?,
+    };
+    Ok((node, client))
+}
+
+/// The master's address for `slot` in a `CLUSTER SLOTS` reply (ranges of
+/// `[start, end, [host, port, id, …], replicas…]`); None where the reply has no
+/// such range or its master has no address.
+fn master_of(reply: &Value, slot: u16) -> Option<(String, u16)> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    ranges.iter().find_map(|range| {
+        let Value::Array(parts) = range else {
+            return None;
+        };
+        let int = |v: &Value| redis::from_redis_value::<i64>(v.clone()).ok();
+        let (start, end) = (int(parts.first()?)?, int(parts.get(1)?)?);
+        if !(start..=end).contains(&i64::from(slot)) {
+            return None;
+        }
+        let Value::Array(master) = parts.get(2)? else {
+            return None;
+        };
+        let host: String = redis::from_redis_value(master.first()?.clone()).ok()?;
+        let port = u16::try_from(int(master.get(1)?)?).ok()?;
+        (!host.is_empty() && host != "?").then_some((host, port))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start: i64, end: i64, master: Vec<Value>) -> Value {
+        Value::Array(vec![
+            Value::Int(start),
+            Value::Int(end),
+            Value::Array(master),
+        ])
+    }
+
+    fn node(host: &str, port: i64) -> Vec<Value> {
+        vec![
+            Value::BulkString(host.as_bytes().to_vec()),
+            Value::Int(port),
+            Value::BulkString(b"0123abcd".to_vec()),
+        ]
+    }
+
+    #[test]
+    #[rustfmt::skip]
+    fn the_slots_master_is_read_from_cluster_slots() {
+        let reply = Value::Array(vec![
+            range(0, 5460, node("10.0.0.1", 7000)),
+            range(5461, 10922, node("redis-2", 7001)),
+            range(10923, 16383, node("", 7002)),
+        ]);
+        assert_eq!(master_of(&reply, 0), Some(("10.0.0.1".into(), 7000)));
+        assert_eq!(master_of(&reply, 5460), Some(("10.0.0.1".into(), 7000)));
+        assert_eq!(master_of(&reply, 5461), Some(("redis-2".into(), 7001)));
+        assert_eq!(master_of(&reply, 16383), None, "no address");
+        assert_eq!(master_of(&Value::Array(vec![]), 1), None, "no range");
+        assert_eq!(master_of(&Value::Nil, 1), None, "not a reply of ranges");
+        assert_eq!(master_of(&Value::Array(vec![Value::Int(3)]), 1), None, "short range");
+        assert_eq!(master_of(&Value::Array(vec![range(0, 9, node("h", 70000))]), 1), None, "port");
+    }
 }

@@ -245,8 +245,20 @@ impl Keys {
     }
 
     /// String a node writes (with an expiry) to learn whether Redis takes writes.
+    /// On Redis Cluster every node's probe lives in the presence slot, so that a
+    /// standby compares its own probe with the leader's on one master.
     pub fn write_probe(&self, node_id: &str) -> String {
-        format!("{}:probe:{node_id}", self.prefix)
+        match self.is_cluster() {
+            true => format!("{{{}:presence}}:probe:{node_id}", self.prefix),
+            false => format!("{}:probe:{node_id}", self.prefix),
+        }
+    }
+
+    /// Redis Cluster: the slot whose master holds every node's presence (the
+    /// subscriptions a standby counts with `PUBSUB NUMSUB`, which counts one
+    /// node's own) and probe.
+    pub fn presence_slot(&self) -> u16 {
+        slot_of(&self.write_probe(""))
     }
 
     /// Pub/sub channel a node subscribes to while it campaigns or leads with the
@@ -336,6 +348,17 @@ mod tests {
         }
         let id = crate::message::MessageId::parse("m1").unwrap();
         assert_eq!(keys.shard_of(&id, "orders"), slot_of("orders"));
+    }
+
+    #[test]
+    fn cluster_probes_share_the_presence_slot() {
+        let keys = Keys::cluster("dq");
+        let slot = keys.presence_slot();
+        assert_eq!(slot, slot_of("dq:presence"));
+        for node in ["a", "node-2", "{x}"] {
+            assert_eq!(slot_of(&keys.write_probe(node)), slot, "{node}");
+        }
+        assert_eq!(Keys::new("dq", 16).write_probe("a"), "dq:probe:a");
     }
 
     #[test]

@@ -10,6 +10,11 @@
 //! connection looks open to Redis (packets lost, not refused) shows instead in its
 //! health probe key, which stops being written: the key's remaining time to live
 //! says how long ago it last was.
+//!
+//! On Redis Cluster, where `PUBSUB NUMSUB` counts only the subscribers of the node
+//! asked, every node subscribes on the master of one slot (`Keys::presence_slot`,
+//! found by asking that master's `CLUSTER SLOTS`) and standbys ask that master;
+//! the probe keys live in that slot too.
 
 use std::time::{Duration, Instant};
 
@@ -59,7 +64,10 @@ impl Store {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
         loop {
             let since = Instant::now();
-            let connected = tokio::time::timeout(self.response_timeout, self.conn.pubsub()).await;
+            let slot = self.keys.presence_slot();
+            let connected =
+                tokio::time::timeout(self.response_timeout, self.conn.pubsub_on_master_of(slot))
+                    .await;
             let mut pubsub = match connected {
                 Ok(Ok(pubsub)) => pubsub,
                 failed => {
@@ -141,17 +149,24 @@ impl Store {
         (own_lease, own): (i64, &str),
     ) -> Result<(LeaderSigns, LeaderSigns)> {
         let mut conn = self.conn.clone();
-        let (numsub, leader_pttl, own_pttl): (Vec<Value>, i64, i64) = redis::pipe()
-            .cmd("PUBSUB")
+        // On Redis Cluster NUMSUB counts the subscribers of the node asked: ask the
+        // one every presence subscribes on. The probes live in its slot too.
+        let mut numsub = redis::cmd("PUBSUB");
+        numsub
             .arg("NUMSUB")
             .arg(self.keys.presence_channel(lease))
-            .arg(self.keys.presence_channel(own_lease))
+            .arg(self.keys.presence_channel(own_lease));
+        let numsub = self.conn.on_master_of(self.keys.presence_slot(), numsub);
+        let mut probes = redis::pipe();
+        probes
             .cmd("PTTL")
             .arg(self.keys.write_probe(leader))
             .cmd("PTTL")
-            .arg(self.keys.write_probe(own))
-            .query_async(&mut conn)
-            .await?;
+            .arg(self.keys.write_probe(own));
+        let probes = probes.query_async::<(i64, i64)>(&mut conn);
+        let (numsub, (leader_pttl, own_pttl)) = tokio::try_join!(numsub, probes)?;
+        let numsub: Vec<Value> =
+            redis::from_redis_value(numsub).map_err(redis::RedisError::from)?;
         // NUMSUB answers channel, count, channel, count.
         let subscribed = |i: usize| -> Result<bool> { Ok(int_at(&numsub, i)? > 0) };
         Ok((

@@ -13,7 +13,7 @@ use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store, slot_of};
 use tokio_util::sync::CancellationToken;
 
 use super::forwarding::now_ms;
-use super::{cluster_config, reader};
+use super::{cluster_config, kill_master_of, own_cluster, reader};
 use crate::support::entries;
 
 /// What the producers pushed: confirmed ids with their stream and due time, and how
@@ -130,9 +130,7 @@ async fn kill_a_master_under_load(
     extra: &str,
     lossy: bool,
 ) -> (usize, usize, usize) {
-    let mut cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3).unwrap())
-        .await
-        .unwrap();
+    let cluster = own_cluster().await;
     let config = cluster_config(&cluster, prefix, extra);
     let streams = streams(prefix);
     let store = Store::connect(&config.store_config()).await.unwrap();
@@ -141,13 +139,7 @@ async fn kill_a_master_under_load(
     let pushed = produce(store, streams.clone(), stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let victim = cluster.master_of(slot_of(&streams[0])).unwrap();
-    let cluster = tokio::task::spawn_blocking(move || {
-        cluster.kill_master(victim).unwrap();
-        cluster
-    })
-    .await
-    .unwrap();
+    let cluster = kill_master_of(cluster, slot_of(&streams[0])).await;
     // Pushes to the other masters' slots are confirmed again (with replica acks,
     // not those to the promoted replica's: it has no replica of its own).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -199,9 +191,7 @@ async fn without_replica_acks_a_killed_master_may_lose_pushes_but_duplicates_non
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slots_migrated_under_load_lose_and_duplicate_nothing() {
-    let cluster = tokio::task::spawn_blocking(|| RedisCluster::start(3).unwrap())
-        .await
-        .unwrap();
+    let cluster = own_cluster().await;
     let config = cluster_config(&cluster, "move", "");
     let streams = streams("move");
     let store = Store::connect(&config.store_config()).await.unwrap();

@@ -1,18 +1,50 @@
 //! `election.mode = "per_shard"` on Redis Cluster: the hash slots split into
 //! election groups, three real `delayq` processes each leading a share; one is
 //! SIGKILLed while messages fall due, and its groups move to the others with every
-//! message forwarded once, none early.
+//! message forwarded once, none early. The lease is 6 s: the takeover must come
+//! from the presence watch (every node's presence on one master), not its expiry;
+//! that master's own failover ends no lease.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, EtcdServer};
-use delayq::store::Store;
+use delayq::harness::{DelayqProcess, EtcdServer, RedisCluster};
+use delayq::store::{Keys, Store};
 
 use super::forwarding::{check_exactly_once, messages, now_ms, schedule_all};
-use super::{cluster_config, cluster_toml, reader, shared_cluster};
-use crate::support::{Api, delayq_bin, eventually};
+use super::{cluster_config, cluster_toml, kill_master_of, own_cluster, reader, shared_cluster};
+use crate::support::{Api, OneLeader, counter, delayq_bin, eventually};
 
 const GROUPS: usize = 3;
+/// A takeover by the presence watch, with room for a loaded machine; by lease
+/// expiry (6 s) it would take at least 4 s.
+const FAST: Duration = Duration::from_millis(2_500);
+
+/// An etcd, and three `delayq run` processes on `cluster` under `prefix` (named
+/// `<prefix>0`…) elected through it with a 6 s lease and `extra` (TOML), with
+/// their APIs.
+fn start_nodes(
+    cluster: &RedisCluster,
+    prefix: &str,
+    extra: &str,
+) -> (EtcdServer, Vec<DelayqProcess>, Vec<Api>) {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let settings = format!(
+        "[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"6s\"\n{extra}",
+        etcd.endpoint()
+    );
+    let text = cluster_toml(cluster, prefix, &settings);
+    let nodes: Vec<DelayqProcess> = (0..3)
+        .map(|i| {
+            DelayqProcess::start(&delayq_bin(), &format!("{prefix}{i}"), &text)
+                .expect("start delayq")
+        })
+        .collect();
+    let apis = nodes
+        .iter()
+        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(2)))
+        .collect();
+    (etcd, nodes, apis)
+}
 
 /// The groups `api` leads (None when it does not answer).
 async fn led(api: &Api) -> Option<Vec<usize>> {
@@ -46,21 +78,8 @@ async fn spread(apis: &[Api], live: &[usize]) -> Option<Vec<usize>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     let cluster = shared_cluster();
-    let etcd = EtcdServer::start().expect("start etcd");
-    let settings = format!(
-        "[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n[election]\nmode = \"per_shard\"\ngroups = {GROUPS}\n",
-        etcd.endpoint()
-    );
-    let text = cluster_toml(&cluster, "groups", &settings);
-    let mut nodes: Vec<DelayqProcess> = (0..3)
-        .map(|i| {
-            DelayqProcess::start(&delayq_bin(), &format!("g{i}"), &text).expect("start delayq")
-        })
-        .collect();
-    let apis: Vec<Api> = nodes
-        .iter()
-        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(2)))
-        .collect();
+    let election = format!("[election]\nmode = \"per_shard\"\ngroups = {GROUPS}\n");
+    let (_etcd, mut nodes, apis) = start_nodes(&cluster, "groups", &election);
     eventually(
         Duration::from_secs(20),
         "one group led by each node",
@@ -75,6 +94,7 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     let items = messages("groups", 6000, &streams, now_ms() + 300, 5000);
     schedule_all(&store, &items).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
+    let killed_at = Instant::now();
     nodes[0].kill();
     eventually(
         Duration::from_secs(15),
@@ -82,6 +102,9 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
         || spread(&apis, &[1, 2]),
     )
     .await;
+    let took = killed_at.elapsed();
+    println!("per-group SIGKILL takeover on Redis Cluster with a 6 s lease: {took:?}");
+    assert!(took < FAST, "the takeover waited for the lease: {took:?}");
     let mut conn = reader(&cluster);
     tokio::task::spawn_blocking(move || {
         check_exactly_once(&mut conn, &streams, &items, Duration::from_secs(60));
@@ -89,4 +112,72 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     .await
     .unwrap();
     drop(nodes);
+}
+
+/// Leases ended by the takeover watch of each live node.
+async fn leases_ended(apis: &[Api], live: &[usize]) -> f64 {
+    let mut sum = 0.0;
+    for &i in live {
+        let text = apis[i].metrics().await.expect("metrics");
+        sum += counter(&text, "delayq_leader_leases_ended_total");
+    }
+    sum
+}
+
+/// Every node's presence lives on the master of one slot. Killing that master
+/// breaks every presence at once, which singles out nobody: no standby ends a
+/// lease meanwhile. Once its replica took over, the presences are held there
+/// again: a leader SIGKILLed afterwards is taken over long before its lease runs
+/// out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_presence_masters_failover_ends_no_lease_and_presence_moves_with_it() {
+    let cluster = own_cluster().await;
+    let (_etcd, mut nodes, apis) = start_nodes(&cluster, "presence", "");
+    let logs = |nodes: &[DelayqProcess]| -> String {
+        nodes
+            .iter()
+            .map(|n| n.log())
+            .collect::<Vec<_>>()
+            .join("\n---\n")
+    };
+    let (leader, epoch) = OneLeader::among(&apis).wait(|| logs(&nodes)).await;
+    // The standbys judge once they have held their presence for 2 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let slot = Keys::cluster("presence").presence_slot();
+    let victim = cluster.master_of(slot).unwrap();
+    let cluster = kill_master_of(cluster, slot).await;
+    // Past the standbys' grace after they subscribed again on the promoted replica.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        leases_ended(&apis, &[0, 1, 2]).await,
+        0.0,
+        "a standby ended a lease while the presence master failed over\n{}",
+        logs(&nodes)
+    );
+    let (now, after) = OneLeader::among(&apis).wait(|| logs(&nodes)).await;
+    println!(
+        "presence master (Redis node {victim}) killed: n{leader} (epoch {epoch}) led before, n{now} (epoch {after}) after"
+    );
+    let (leader, epoch) = (now, after);
+
+    let killed_at = Instant::now();
+    nodes[leader].kill();
+    let (next, _) = OneLeader::among(&apis)
+        .except(&[leader])
+        .above(epoch)
+        .within(Duration::from_secs(15))
+        .wait(|| logs(&nodes))
+        .await;
+    let took = killed_at.elapsed();
+    println!(
+        "after the presence master's failover: n{leader} SIGKILLed, n{next} leads after {took:?}"
+    );
+    assert!(
+        took < FAST,
+        "the takeover waited for the lease: {took:?}\n{}",
+        logs(&nodes)
+    );
+    drop(nodes);
+    drop(cluster);
 }

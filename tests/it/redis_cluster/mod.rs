@@ -59,6 +59,26 @@ fn cluster_config(cluster: &RedisCluster, prefix: &str, extra: &str) -> Config {
         .unwrap_or_else(|e| panic!("test config: {e}\n{text}"))
 }
 
+/// A cluster of its own, for a test that kills a master or moves a slot (started
+/// on a thread of its own: the harness waits blocking).
+async fn own_cluster() -> RedisCluster {
+    tokio::task::spawn_blocking(|| RedisCluster::start(3).expect("start a Redis Cluster"))
+        .await
+        .unwrap()
+}
+
+/// SIGKILLs the master of `slot` and waits until its replica serves the slot
+/// (the harness waits blocking, so on a thread of its own); returns the cluster.
+async fn kill_master_of(mut cluster: RedisCluster, slot: u16) -> RedisCluster {
+    tokio::task::spawn_blocking(move || {
+        let victim = cluster.master_of(slot).unwrap();
+        cluster.kill_master(victim).unwrap();
+        cluster
+    })
+    .await
+    .unwrap()
+}
+
 /// A synchronous cluster connection for the test's own reads.
 fn reader(cluster: &RedisCluster) -> redis::cluster::ClusterConnection {
     redis::cluster::ClusterClient::new(cluster.urls())
