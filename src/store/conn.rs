@@ -377,25 +377,36 @@ impl Conn {
 
     /// A pub/sub connection to the node whose subscribers [`Conn::on_master_of`]
     /// `slot` counts: the master of `slot` on Redis Cluster (as that master itself
-    /// says: `CLUSTER SLOTS` asked of it), the current node otherwise.
+    /// says: see [`Conn::master_address`]), with its address; the current node
+    /// otherwise (no address: it follows the node).
     pub(super) async fn pubsub_on_master_of(
         &self,
         slot: u16,
-    ) -> redis::RedisResult<redis::aio::PubSub> {
+    ) -> redis::RedisResult<(redis::aio::PubSub, Option<(String, u16)>)> {
         let Some(cluster) = &self.cluster else {
-            return self.pubsub().await;
+            return Ok((self.pubsub().await?, None));
         };
-        let slots = self
-            .on_master_of(slot, redis::cmd("CLUSTER").arg("SLOTS").clone())
-            .await?;
-        let Some((host, port)) = master_of(&slots, slot) else {
+        let Some((host, port)) = self.master_address(slot).await? else {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "no address for the slot's master in CLUSTER SLOTS",
             )));
         };
         let (_, client) = node_client(&cluster.info, cluster.tls.as_ref(), &host, port)?;
-        client.get_async_pubsub().await
+        Ok((client.get_async_pubsub().await?, Some((host, port))))
+    }
+
+    /// Redis Cluster: the address of `slot`'s master, from the `CLUSTER SLOTS` of
+    /// the node this connection sends the slot's commands to (a master that gave
+    /// the slot away names its new owner). None where the reply names none.
+    pub(super) async fn master_address(
+        &self,
+        slot: u16,
+    ) -> redis::RedisResult<Option<(String, u16)>> {
+        let slots = self
+            .on_master_of(slot, redis::cmd("CLUSTER").arg("SLOTS").clone())
+            .await?;
+        Ok(master_of(&slots, slot))
     }
 
     /// A multiplexed connection to the current node, apart from this one.

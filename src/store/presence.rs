@@ -13,8 +13,9 @@
 //!
 //! On Redis Cluster, where `PUBSUB NUMSUB` counts only the subscribers of the node
 //! asked, every node subscribes on the master of one slot (`Keys::presence_slot`,
-//! found by asking that master's `CLUSTER SLOTS`) and standbys ask that master;
-//! the probe keys live in that slot too.
+//! found by asking that master's `CLUSTER SLOTS`, and asked again at every ping so
+//! that a subscription follows the slot when it moves) and standbys ask that
+//! master; the probe keys live in that slot too.
 
 use std::time::{Duration, Instant};
 
@@ -68,8 +69,8 @@ impl Store {
             let connected =
                 tokio::time::timeout(self.response_timeout, self.conn.pubsub_on_master_of(slot))
                     .await;
-            let mut pubsub = match connected {
-                Ok(Ok(pubsub)) => pubsub,
+            let (mut pubsub, at) = match connected {
+                Ok(Ok(connected)) => connected,
                 failed => {
                     if let Ok(Err(e)) = failed {
                         tracing::debug!(error = %e, "cannot connect for presence; retrying");
@@ -128,6 +129,9 @@ impl Store {
                         if !matches!(pong, Ok(Ok(_))) {
                             break "ping failed";
                         }
+                        if self.presence_moved(slot, &at).await {
+                            break "the presence slot has another master now";
+                        }
                     }
                 }
             };
@@ -138,6 +142,17 @@ impl Store {
                 return;
             }
         }
+    }
+
+    /// Redis Cluster: whether the presence slot's master is no longer the node at
+    /// `at`, where this node's presence is subscribed (after a slot migration, say:
+    /// a failover breaks the connection itself). False when unknown.
+    async fn presence_moved(&self, slot: u16, at: &Option<(String, u16)>) -> bool {
+        let Some(at) = at else {
+            return false;
+        };
+        let now = tokio::time::timeout(self.response_timeout, self.conn.master_address(slot)).await;
+        matches!(now, Ok(Ok(Some(now))) if now != *at)
     }
 
     /// What Redis shows of the leader (holding `lease` as node `leader`) and of

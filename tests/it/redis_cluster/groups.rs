@@ -114,23 +114,30 @@ async fn groups_of_slots_spread_over_leaders_and_move_when_one_is_killed() {
     drop(nodes);
 }
 
-/// Leases ended by the takeover watch of each live node.
-async fn leases_ended(apis: &[Api], live: &[usize]) -> f64 {
-    let mut sum = 0.0;
-    for &i in live {
-        let text = apis[i].metrics().await.expect("metrics");
-        sum += counter(&text, "delayq_leader_leases_ended_total");
+/// Waits 4 s, past the standbys' grace after they subscribed again, and checks
+/// that no node's takeover watch ended a lease while `what` happened.
+async fn no_lease_ended(apis: &[Api], what: &str, logs: impl Fn() -> String) {
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut ended = 0.0;
+    for api in apis {
+        let text = api.metrics().await.expect("metrics");
+        ended += counter(&text, "delayq_leader_leases_ended_total");
     }
-    sum
+    assert_eq!(
+        ended,
+        0.0,
+        "a standby ended a lease while {what}\n{}",
+        logs()
+    );
 }
 
 /// Every node's presence lives on the master of one slot. Killing that master
 /// breaks every presence at once, which singles out nobody: no standby ends a
 /// lease meanwhile. Once its replica took over, the presences are held there
-/// again: a leader SIGKILLed afterwards is taken over long before its lease runs
-/// out.
+/// again, and they follow the slot to the master it is then moved to: a leader
+/// SIGKILLed afterwards is taken over long before its lease runs out.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_presence_masters_failover_ends_no_lease_and_presence_moves_with_it() {
+async fn presence_follows_its_slot_through_a_failover_and_a_move_ending_no_lease() {
     let cluster = own_cluster().await;
     let (_etcd, mut nodes, apis) = start_nodes(&cluster, "presence", "");
     let logs = |nodes: &[DelayqProcess]| -> String {
@@ -147,19 +154,25 @@ async fn the_presence_masters_failover_ends_no_lease_and_presence_moves_with_it(
     let slot = Keys::cluster("presence").presence_slot();
     let victim = cluster.master_of(slot).unwrap();
     let cluster = kill_master_of(cluster, slot).await;
-    // Past the standbys' grace after they subscribed again on the promoted replica.
-    tokio::time::sleep(Duration::from_secs(4)).await;
-    assert_eq!(
-        leases_ended(&apis, &[0, 1, 2]).await,
-        0.0,
-        "a standby ended a lease while the presence master failed over\n{}",
-        logs(&nodes)
-    );
+    no_lease_ended(&apis, "the presence master failed over", || logs(&nodes)).await;
     let (now, after) = OneLeader::among(&apis).wait(|| logs(&nodes)).await;
     println!(
         "presence master (Redis node {victim}) killed: n{leader} (epoch {epoch}) led before, n{now} (epoch {after}) after"
     );
     let (leader, epoch) = (now, after);
+
+    // The slot moved to another master: everybody subscribes there again.
+    let cluster = tokio::task::spawn_blocking(move || {
+        let from = cluster.master_of(slot).unwrap();
+        let to = (0..6)
+            .find(|&i| i != from && cluster.master_of_node(i))
+            .expect("another master");
+        cluster.move_slot(slot, to, 10, Duration::ZERO).unwrap();
+        cluster
+    })
+    .await
+    .unwrap();
+    no_lease_ended(&apis, "the presence slot moved", || logs(&nodes)).await;
 
     let killed_at = Instant::now();
     nodes[leader].kill();
@@ -171,7 +184,7 @@ async fn the_presence_masters_failover_ends_no_lease_and_presence_moves_with_it(
         .await;
     let took = killed_at.elapsed();
     println!(
-        "after the presence master's failover: n{leader} SIGKILLed, n{next} leads after {took:?}"
+        "after the presence master's failover and the slot's move: n{leader} SIGKILLed, n{next} leads after {took:?}"
     );
     assert!(
         took < FAST,
