@@ -33,7 +33,7 @@ use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
-    /// SIGKILL the leader; a standby takes over when its lease expires.
+    /// SIGKILL the leader; a standby sees it gone from Redis and ends its lease (or the lease expires)
     Kill,
     /// SIGTERM the leader; it resigns on the way out.
     Term,
@@ -127,6 +127,11 @@ pub struct DrillArgs {
     /// Local cluster: redis.shards of the nodes.
     #[arg(long, default_value_t = 4)]
     shards: u16,
+    /// Local cluster: run the nodes on a Redis Cluster of three masters and three
+    /// replicas (redis.mode = "cluster") instead of one redis-server; every
+    /// scenario but redis-cut (the nodes reach every master directly).
+    #[arg(long)]
+    redis_cluster: bool,
 
     /// Existing cluster: a node as NAME=API_URL (repeat for each); NAME is what
     /// {node} stands for in the commands. Without --node the drill starts its own.
@@ -261,6 +266,9 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         if args.lease_ttl < Duration::from_secs(2) || args.lease_ttl.subsec_nanos() != 0 {
             bail!("--lease-ttl: whole seconds, at least 2s (etcd's minimum)");
         }
+        if args.redis_cluster && args.scenarios.contains(&Scenario::RedisCut) {
+            bail!("scenario redis-cut: needs {}", target::NO_CUT_ON_CLUSTER);
+        }
         let wants_etcd_loss = args.scenarios.is_empty() || args.scenarios.contains(&Scenario::Etcd);
         let bin = std::env::current_exe().context("find the delayq binary")?;
         let spec = LocalSpec {
@@ -270,9 +278,15 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
             etcd_members: if wants_etcd_loss { 3 } else { 1 },
             lease_ttl: args.lease_ttl,
             shards: args.shards,
+            redis_cluster: args.redis_cluster,
         };
         tokio::task::block_in_place(|| Target::start_local(&spec))?
     } else {
+        if args.redis_cluster {
+            bail!(
+                "--redis-cluster: for a cluster the drill starts (without --node); give an existing Redis Cluster's nodes --config"
+            );
+        }
         Target::Remote(Box::new(Remote {
             nodes: parse_nodes(&args.node)?,
             redis: match (&args.redis_url, &args.config) {

@@ -296,7 +296,7 @@ pub async fn consume(
     traffic: Arc<Traffic>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
-    let mut conn = store.separate_connection().await?;
+    let mut conn = store.blocking_connection().await?;
     let mut last = "0".to_owned();
     let options = StreamReadOptions::default().block(250).count(1000);
     let mut backoff =

@@ -60,6 +60,9 @@ pub(super) struct Parameters {
     /// The nodes' lease TTL, when the drill started them.
     pub lease_ttl_ms: Option<u64>,
     pub etcd_hold_ms: u64,
+    /// Whether the drill started the nodes on a Redis Cluster.
+    #[serde(default)]
+    pub redis_cluster: bool,
 }
 
 /// One scenario's rounds, or the steady load before the first ("steady", no
@@ -182,6 +185,7 @@ pub(super) fn build_report(
                 .is_local()
                 .then_some(args.lease_ttl.as_millis() as u64),
             etcd_hold_ms: args.hold.as_millis() as u64,
+            redis_cluster: target.is_local() && args.redis_cluster,
         },
         scenarios: rows,
         total,
@@ -191,9 +195,14 @@ pub(super) fn build_report(
 pub(super) fn print_table(report: &Report) {
     let p = &report.parameters;
     println!(
-        "\ndelayq drill: {} cluster ({}), {} msg/s due {} ms after sending, {} rounds per scenario{}",
+        "\ndelayq drill: {} cluster ({}){}, {} msg/s due {} ms after sending, {} rounds per scenario{}",
         report.cluster.as_str(),
         report.nodes.join(", "),
+        if p.redis_cluster {
+            " on a Redis Cluster"
+        } else {
+            ""
+        },
         p.rate_per_second,
         p.delay_ms,
         p.rounds,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::harness::{DelayqProcess, EtcdServer, Proxy, RedisServer};
+use crate::harness::{DelayqProcess, EtcdServer, Proxy, RedisCluster, RedisServer};
 
 /// A delayq node: its name (what `{node}` stands for) and API base URL.
 #[derive(Clone, Debug)]
@@ -34,14 +34,26 @@ pub struct Commands {
 }
 
 /// A cluster started by the drill: everything on loopback, gone when dropped.
-/// Each node reaches Redis through a proxy of its own, which can cut it off.
+/// On one Redis each node reaches it through a proxy of its own, which can cut it
+/// off; on a Redis Cluster the nodes reach every master directly (no proxies).
 pub struct Local {
-    pub redis: RedisServer,
+    pub redis: LocalRedis,
     pub etcd: Vec<EtcdServer>,
     pub nodes: Vec<DelayqProcess>,
     pub proxies: Vec<Proxy>,
     /// The nodes' `redis.shards`, which the drill's own pushes must use too.
     pub shards: u16,
+}
+
+/// Why a local drill on a Redis Cluster cannot cut a node off from Redis.
+pub const NO_CUT_ON_CLUSTER: &str =
+    "a single Redis (on the local Redis Cluster the nodes reach every master directly)";
+
+/// The Redis a local drill started.
+pub enum LocalRedis {
+    Single(RedisServer),
+    /// Three masters and three replicas (`--redis-cluster`).
+    Cluster(RedisCluster),
 }
 
 /// An existing cluster.
@@ -66,22 +78,26 @@ pub struct LocalSpec<'a> {
     pub etcd_members: usize,
     pub lease_ttl: Duration,
     pub shards: u16,
+    /// A Redis Cluster instead of one redis-server.
+    pub redis_cluster: bool,
 }
 
 impl Target {
-    /// Starts redis-server, an etcd cluster and `nodes` delayq processes. The
-    /// first node starts alone, so it is the first leader.
+    /// Starts redis-server (or a Redis Cluster), an etcd cluster and `nodes`
+    /// delayq processes. The first node starts alone, so it is the first leader.
     pub fn start_local(spec: &LocalSpec) -> anyhow::Result<Target> {
-        let redis = RedisServer::start().context("start redis-server")?;
+        let redis = match spec.redis_cluster {
+            true => LocalRedis::Cluster(RedisCluster::start(3).context("start a Redis Cluster")?),
+            false => LocalRedis::Single(RedisServer::start().context("start redis-server")?),
+        };
         let etcd = EtcdServer::cluster(spec.etcd_members).context("start etcd")?;
         let endpoints: Vec<String> = etcd
             .iter()
             .map(|m| format!("\"{}\"", m.endpoint()))
             .collect();
-        let config = |redis_url: &str| {
+        let config = |redis_section: &str| {
             format!(
-                "[redis]\nurl = \"{redis_url}\"\nshards = {}\n\n[etcd]\nendpoints = [{}]\ncluster = \"drill\"\nlease_ttl = \"{}s\"\n\n[log]\nlevel = \"info\"\n",
-                spec.shards,
+                "[redis]\n{redis_section}\n[etcd]\nendpoints = [{}]\ncluster = \"drill\"\nlease_ttl = \"{}s\"\n\n[log]\nlevel = \"info\"\n",
                 endpoints.join(", "),
                 spec.lease_ttl.as_secs().max(2),
             )
@@ -90,11 +106,33 @@ impl Target {
         let mut proxies = Vec::with_capacity(spec.nodes);
         for i in 0..spec.nodes {
             let name = format!("node-{}", i + 1);
-            let proxy = tokio::runtime::Handle::current().block_on(Proxy::start());
-            proxy.lead_to(&redis.url());
-            let node = DelayqProcess::start(spec.bin, &name, &config(&proxy.redis_url()))
+            let section = match &redis {
+                LocalRedis::Single(redis) => {
+                    let proxy = tokio::runtime::Handle::current().block_on(Proxy::start());
+                    proxy.lead_to(&redis.url());
+                    let section = format!(
+                        "url = \"{}\"\nshards = {}\n",
+                        proxy.redis_url(),
+                        spec.shards
+                    );
+                    proxies.push(proxy);
+                    section
+                }
+                LocalRedis::Cluster(cluster) => {
+                    let urls = cluster.urls();
+                    let seeds: Vec<String> = urls[1..]
+                        .iter()
+                        .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
+                        .collect();
+                    format!(
+                        "mode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\n",
+                        urls[0],
+                        seeds.join(", ")
+                    )
+                }
+            };
+            let node = DelayqProcess::start(spec.bin, &name, &config(&section))
                 .with_context(|| format!("start delayq {name}"))?;
-            proxies.push(proxy);
             nodes.push(node);
             if i == 0 {
                 // Let the first one win, so the others line up behind it.
@@ -127,10 +165,23 @@ impl Target {
     /// How the drill reaches the nodes' Redis.
     pub fn redis(&self) -> ProducerOptions {
         match self {
-            Target::Local(l) => ProducerOptions {
-                redis_url: RedisUrl::new(l.redis.url()),
-                shards: l.shards,
-                ..ProducerOptions::default()
+            Target::Local(l) => match &l.redis {
+                LocalRedis::Single(redis) => ProducerOptions {
+                    redis_url: RedisUrl::new(redis.url()),
+                    shards: l.shards,
+                    ..ProducerOptions::default()
+                },
+                LocalRedis::Cluster(cluster) => ProducerOptions {
+                    redis_url: RedisUrl::new(cluster.urls()[0].clone()),
+                    cluster: Some(
+                        cluster
+                            .nodes
+                            .iter()
+                            .map(|n| ("127.0.0.1".to_owned(), n.port))
+                            .collect(),
+                    ),
+                    ..ProducerOptions::default()
+                },
             },
             Target::Remote(r) => r.redis.clone(),
         }
@@ -149,8 +200,12 @@ impl Target {
 
     /// Whether this target can run a fault; None if it can, else what is missing.
     pub fn missing_for(&self, fault: Fault) -> Option<&'static str> {
-        let Target::Remote(remote) = self else {
-            return None;
+        let remote = match self {
+            Target::Local(local) => {
+                let cut = fault == Fault::RedisCut && local.proxies.is_empty();
+                return cut.then_some(NO_CUT_ON_CLUSTER);
+            }
+            Target::Remote(remote) => remote,
         };
         let Remote {
             commands,
@@ -290,7 +345,8 @@ impl Target {
 /// What a scenario does to the cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
-    /// SIGKILL the leader: takeover when its lease expires.
+    /// SIGKILL the leader: a standby sees its presence in Redis gone and ends its
+    /// lease (or the lease expires, where no standby can tell).
     Kill,
     /// SIGTERM the leader: it resigns while stopping.
     Term,

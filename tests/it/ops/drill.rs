@@ -47,22 +47,15 @@ pub(crate) fn check_scenario(report: &serde_json::Value, name: &str, rounds: u64
     assert_eq!(m["delivered"], m["sent"], "{name}: {row:#}");
 }
 
+/// Two short rounds of each scenario under a light load.
+const TWO_ROUNDS: &[&str] = &[
+    "--rounds", "2", "--rate", "40", "--steady", "1s", "--gap", "500ms",
+];
+
 #[test]
 fn drill_on_a_local_cluster_loses_nothing_in_any_scenario() {
-    let (code, report, stderr) = drill(&[
-        "--rounds",
-        "2",
-        "--rate",
-        "40",
-        "--steady",
-        "1s",
-        "--gap",
-        "500ms",
-        "--hold",
-        "3s",
-        "--lease-ttl",
-        "2s",
-    ]);
+    let (code, report, stderr) =
+        drill(&[TWO_ROUNDS, &["--hold", "3s", "--lease-ttl", "2s"]].concat());
     assert_eq!(code, Some(0), "{report:#}\n{stderr}");
     assert_eq!(report["ok"], true);
     assert_eq!(report["cluster"], "local");
@@ -307,6 +300,60 @@ fn demo_tears_everything_down_on_ctrl_c() {
         assert!(
             std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
             "port {port} still open after Ctrl-C"
+        );
+    }
+}
+
+/// The same drill with the nodes on a Redis Cluster: every scenario it can run
+/// (all but redis-cut) loses and doubles nothing, and a crashed leader is found
+/// gone from the presence master long before its lease would run out.
+#[test]
+fn drill_on_a_local_redis_cluster_takes_over_a_crash_before_the_lease_runs_out() {
+    let cluster = ["--redis-cluster", "--hold", "2s", "--lease-ttl", "4s"];
+    let (code, report, stderr) = drill(&[TWO_ROUNDS, &cluster].concat());
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["parameters"]["redis_cluster"], true);
+    for name in ["kill", "term", "pause", "etcd", "switchover"] {
+        check_scenario(&report, name, 2);
+    }
+    assert!(
+        !report["scenarios"].to_string().contains("redis-cut"),
+        "{report:#}"
+    );
+    let kill = &scenario(&report, "kill")["takeover"];
+    assert!(
+        kill["max_ms"].as_u64().unwrap() < 2_500,
+        "kill: a takeover waited for the 4s lease: {kill}"
+    );
+}
+
+#[test]
+fn drill_refuses_a_redis_cut_on_a_redis_cluster_and_the_flag_with_nodes() {
+    for (args, refusal) in [
+        (
+            &["--redis-cluster", "--scenarios", "redis-cut"][..],
+            "scenario redis-cut: needs a single Redis",
+        ),
+        (
+            &["--redis-cluster", "--node", "a=http://127.0.0.1:1"][..],
+            "--redis-cluster: for a cluster the drill starts",
+        ),
+    ] {
+        let out = Command::new(delayq_bin())
+            .arg("drill")
+            .args(args)
+            .output()
+            .expect("run delayq drill");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(refusal),
+            "{args:?}: {}",
+            text(&out.stderr)
         );
     }
 }
