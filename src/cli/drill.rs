@@ -33,7 +33,7 @@ use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Scenario {
-    /// SIGKILL the leader; a standby sees it gone from Redis and ends its lease (or the lease expires)
+    /// SIGKILL the leader; a standby sees it gone from Redis and ends its lease (or the lease expires).
     Kill,
     /// SIGTERM the leader; it resigns on the way out.
     Term,

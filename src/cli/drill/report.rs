@@ -315,7 +315,7 @@ mod tests {
         let messages = r#"{"sent": 40, "delivered": 40, "lost": 0, "duplicated": 0, "max_lateness_ms": 12, "unconfirmed_pushes": 1}"#;
         let json = format!(
             r#"{{"ok": true, "cluster": "existing", "nodes": ["a", "b"], "stream": "drill-x",
-            "parameters": {{"rounds": 2, "rate_per_second": 20, "delay_ms": 1000, "lease_ttl_ms": null, "etcd_hold_ms": 4000}},
+            "parameters": {{"rounds": 2, "rate_per_second": 20, "delay_ms": 1000, "lease_ttl_ms": null, "etcd_hold_ms": 4000, "redis_cluster": false}},
             "scenarios": [
                 {{"scenario": "steady", "rounds": 0, "takeover": null, "messages": {messages}}},
                 {{"scenario": "kill", "rounds": 2, "takeover": {{"min_ms": 1, "median_ms": 2, "max_ms": 3, "each_ms": [3, null]}},
@@ -332,5 +332,13 @@ mod tests {
         );
         assert_eq!(report.total.unconfirmed, 1);
         assert_eq!(serde_json::to_value(&report).unwrap(), value);
+        // A report from before `redis_cluster` was reported still reads.
+        let mut older = value.clone();
+        older["parameters"]
+            .as_object_mut()
+            .unwrap()
+            .remove("redis_cluster");
+        let older: Report = serde_json::from_value(older).unwrap();
+        assert!(!older.parameters.redis_cluster);
     }
 }
