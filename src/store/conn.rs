@@ -137,8 +137,10 @@ struct Cluster {
     client: ClusterClient,
     seeds: Vec<redis::Client>,
     /// The seeds' scheme, user, password and TLS settings, for a client of any
-    /// node (see [`node_client`]).
+    /// node (see [`node_client`]): presence's pub/sub (the daemon's).
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     info: redis::ConnectionInfo,
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     tls: Option<RedisTls>,
     response_timeout: Duration,
     connect_timeout: Duration,
@@ -379,6 +381,7 @@ impl Conn {
     /// `slot` counts: the master of `slot` on Redis Cluster (as that master itself
     /// says: see [`Conn::master_address`]), with its address; the current node
     /// otherwise (no address: it follows the node).
+    #[cfg(feature = "server")]
     pub(super) async fn pubsub_on_master_of(
         &self,
         slot: u16,
@@ -399,6 +402,7 @@ impl Conn {
     /// Redis Cluster: the address of `slot`'s master, from the `CLUSTER SLOTS` of
     /// the node this connection sends the slot's commands to (a master that gave
     /// the slot away names its new owner). None where the reply names none.
+    #[cfg(feature = "server")]
     pub(super) async fn master_address(
         &self,
         slot: u16,
@@ -872,6 +876,7 @@ fn node_client(
 /// The master's address for `slot` in a `CLUSTER SLOTS` reply (ranges of
 /// `[start, end, [host, port, id, …], replicas…]`); None where the reply has no
 /// such range or its master has no address.
+#[cfg(feature = "server")]
 fn master_of(reply: &Value, slot: u16) -> Option<(String, u16)> {
     let Value::Array(ranges) = reply else {
         return None;
@@ -894,7 +899,7 @@ fn master_of(reply: &Value, slot: u16) -> Option<(String, u16)> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "server"))]
 mod tests {
     use super::*;
 

@@ -12,7 +12,9 @@ use delayq::store::{Keys, Store};
 
 use super::forwarding::{check_exactly_once, messages, now_ms, schedule_all};
 use super::{cluster_config, cluster_toml, kill_master_of, own_cluster, reader, shared_cluster};
-use crate::support::{Api, OneLeader, counter, delayq_bin, eventually};
+use crate::support::{
+    Api, OneLeader, counter, delayq_bin, eventually, kill_and_time_takeover, logs_of,
+};
 
 const GROUPS: usize = 3;
 /// A takeover by the presence watch, with room for a loaded machine; by lease
@@ -140,22 +142,15 @@ async fn no_lease_ended(apis: &[Api], what: &str, logs: impl Fn() -> String) {
 async fn presence_follows_its_slot_through_a_failover_and_a_move_ending_no_lease() {
     let cluster = own_cluster().await;
     let (_etcd, mut nodes, apis) = start_nodes(&cluster, "presence", "");
-    let logs = |nodes: &[DelayqProcess]| -> String {
-        nodes
-            .iter()
-            .map(|n| n.log())
-            .collect::<Vec<_>>()
-            .join("\n---\n")
-    };
-    let (leader, epoch) = OneLeader::among(&apis).wait(|| logs(&nodes)).await;
+    let (leader, epoch) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
     // The standbys judge once they have held their presence for 2 s.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let slot = Keys::cluster("presence").presence_slot();
     let victim = cluster.master_of(slot).unwrap();
     let cluster = kill_master_of(cluster, slot).await;
-    no_lease_ended(&apis, "the presence master failed over", || logs(&nodes)).await;
-    let (now, after) = OneLeader::among(&apis).wait(|| logs(&nodes)).await;
+    no_lease_ended(&apis, "the presence master failed over", || logs_of(&nodes)).await;
+    let (now, after) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
     println!(
         "presence master (Redis node {victim}) killed: n{leader} (epoch {epoch}) led before, n{now} (epoch {after}) after"
     );
@@ -172,24 +167,16 @@ async fn presence_follows_its_slot_through_a_failover_and_a_move_ending_no_lease
     })
     .await
     .unwrap();
-    no_lease_ended(&apis, "the presence slot moved", || logs(&nodes)).await;
+    no_lease_ended(&apis, "the presence slot moved", || logs_of(&nodes)).await;
 
-    let killed_at = Instant::now();
-    nodes[leader].kill();
-    let (next, _) = OneLeader::among(&apis)
-        .except(&[leader])
-        .above(epoch)
-        .within(Duration::from_secs(15))
-        .wait(|| logs(&nodes))
-        .await;
-    let took = killed_at.elapsed();
+    let (next, took) = kill_and_time_takeover(&mut nodes, &apis, (leader, epoch)).await;
     println!(
         "after the presence master's failover and the slot's move: n{leader} SIGKILLed, n{next} leads after {took:?}"
     );
     assert!(
         took < FAST,
         "the takeover waited for the lease: {took:?}\n{}",
-        logs(&nodes)
+        logs_of(&nodes)
     );
     drop(nodes);
     drop(cluster);

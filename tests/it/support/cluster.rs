@@ -3,7 +3,7 @@
 //! answers 200 on the leader only).
 
 use std::cell::RefCell;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use delayq::config::Config;
 use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
@@ -280,10 +280,34 @@ impl Cluster {
 
     /// The end of every node's log, for failure messages.
     pub fn logs(&self) -> String {
-        self.nodes
-            .iter()
-            .map(|n| format!("--- {} ---\n{}", n.name, n.log()))
-            .collect::<Vec<_>>()
-            .join("\n")
+        logs_of(&self.nodes)
     }
+}
+
+/// The end of each of `nodes`' logs, for failure messages.
+pub fn logs_of(nodes: &[DelayqProcess]) -> String {
+    nodes
+        .iter()
+        .map(|n| format!("--- {} ---\n{}", n.name, n.log()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// SIGKILLs `nodes[leader]`, which leads under `epoch`, and waits (15 s at most)
+/// for another node to lead under a newer epoch: that node, and how long after
+/// the kill it led.
+pub async fn kill_and_time_takeover(
+    nodes: &mut [DelayqProcess],
+    apis: &[Api],
+    (leader, epoch): (usize, u64),
+) -> (usize, Duration) {
+    let killed_at = Instant::now();
+    nodes[leader].kill();
+    let (next, _) = OneLeader::among(apis)
+        .except(&[leader])
+        .above(epoch)
+        .within(Duration::from_secs(15))
+        .wait(|| logs_of(nodes))
+        .await;
+    (next, killed_at.elapsed())
 }

@@ -2,15 +2,19 @@
 //! cluster bus and replication too), every node with the ACL user, and a daemon
 //! in `redis.mode = "cluster"` reaching it with a `rediss://` seed, the CA and the
 //! password from a file: messages to streams on every master are delivered, and
-//! the password shows nowhere.
+//! the password shows nowhere. Two daemons are elected through etcd: their
+//! presence is held over TLS too, so a SIGKILLed leader is taken over long before
+//! its 6 s lease runs out.
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisCluster};
+use delayq::harness::{DelayqProcess, EtcdServer, RedisCluster};
 use serde_json::json;
 
 use super::{Pki, acl_user_on, check_config};
-use crate::support::{Api, delayq_bin, entries, within};
+use crate::support::{
+    Api, OneLeader, delayq_bin, entries, kill_and_time_takeover, logs_of, within,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
@@ -31,19 +35,29 @@ async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
         .iter()
         .map(|p| format!("\"127.0.0.1:{p}\""))
         .collect();
+    let etcd = EtcdServer::start().expect("start etcd");
     let config = format!(
         "[redis]\nmode = \"cluster\"\nurl = \"rediss://dq@127.0.0.1:{}\"\nnodes = [{}]\n\
-         password_file = \"{}\"\ntls_ca_file = \"{}\"\n",
+         password_file = \"{}\"\ntls_ca_file = \"{}\"\n\
+         [etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"6s\"\n",
         tls_ports[0],
         seeds.join(", "),
         password.display(),
-        pki.path("ca.pem").display()
+        pki.path("ca.pem").display(),
+        etcd.endpoint()
     );
     let (ok, shown) = check_config(&config);
     assert!(ok, "{shown}");
     assert!(!shown.contains("s3cret-pw"), "{shown}");
-    let node = DelayqProcess::start(&delayq_bin(), "tls-cluster", &config).expect("start delayq");
-    let api = Api::new(node.api);
+    let mut nodes: Vec<DelayqProcess> = ["tls-cluster-1", "tls-cluster-2"]
+        .into_iter()
+        .map(|name| DelayqProcess::start(&delayq_bin(), name, &config).expect("start delayq"))
+        .collect();
+    let apis: Vec<Api> = nodes
+        .iter()
+        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(2)))
+        .collect();
+    let api = &apis[0];
     let streams = ["tls-a", "tls-b", "tls-c", "tls-d", "tls-e", "tls-f"];
     for stream in streams {
         let (status, body) = api
@@ -52,7 +66,7 @@ async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
                 json!({"stream": stream, "payload": "over TLS", "delay": "10ms"}),
             )
             .await;
-        assert_eq!(status, 201, "{body}\n{}", node.log());
+        assert_eq!(status, 201, "{body}\n{}", logs_of(&nodes));
     }
     // Read back over the plain ports (the test's own client), following the slots.
     let mut conn = redis::cluster::ClusterClient::new(cluster.urls())
@@ -65,13 +79,28 @@ async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
     .await;
     assert!(
         found.is_some(),
-        "not every message delivered; the log:\n{}",
-        node.log()
+        "not every message delivered; the logs:\n{}",
+        logs_of(&nodes)
     );
     let masters: std::collections::BTreeSet<usize> = streams
         .iter()
         .map(|s| cluster.master_of(delayq::store::slot_of(s)).unwrap())
         .collect();
     assert_eq!(masters.len(), 3, "the streams reach every master");
-    assert!(!node.log().contains("s3cret-pw"), "{}", node.log());
+    assert!(
+        !logs_of(&nodes).contains("s3cret-pw"),
+        "{}",
+        logs_of(&nodes)
+    );
+
+    let (leader, epoch) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
+    // The standby judges once it has held its presence for 2 s.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (_, took) = kill_and_time_takeover(&mut nodes, &apis, (leader, epoch)).await;
+    println!("TLS Redis Cluster: the leader SIGKILLed, taken over after {took:?}");
+    assert!(
+        took < Duration::from_millis(2_500),
+        "the takeover waited for the 6 s lease: {took:?}\n{}",
+        logs_of(&nodes)
+    );
 }
