@@ -164,24 +164,20 @@ impl Store {
         (own_lease, own): (i64, &str),
     ) -> Result<(LeaderSigns, LeaderSigns)> {
         let mut conn = self.conn.clone();
-        // On Redis Cluster NUMSUB counts the subscribers of the node asked: ask the
-        // one every presence subscribes on. The probes live in its slot too.
-        let mut numsub = redis::cmd("PUBSUB");
-        numsub
+        // One pipeline: on Redis Cluster it goes to the master of its keys' slot,
+        // the presence slot (NUMSUB names no key), which is where every presence is
+        // subscribed and NUMSUB counts that node's own subscribers.
+        let (numsub, leader_pttl, own_pttl): (Vec<Value>, i64, i64) = redis::pipe()
+            .cmd("PUBSUB")
             .arg("NUMSUB")
             .arg(self.keys.presence_channel(lease))
-            .arg(self.keys.presence_channel(own_lease));
-        let numsub = self.conn.on_master_of(self.keys.presence_slot(), numsub);
-        let mut probes = redis::pipe();
-        probes
+            .arg(self.keys.presence_channel(own_lease))
             .cmd("PTTL")
             .arg(self.keys.write_probe(leader))
             .cmd("PTTL")
-            .arg(self.keys.write_probe(own));
-        let probes = probes.query_async::<(i64, i64)>(&mut conn);
-        let (numsub, (leader_pttl, own_pttl)) = tokio::try_join!(numsub, probes)?;
-        let numsub: Vec<Value> =
-            redis::from_redis_value(numsub).map_err(redis::RedisError::from)?;
+            .arg(self.keys.write_probe(own))
+            .query_async(&mut conn)
+            .await?;
         // NUMSUB answers channel, count, channel, count.
         let subscribed = |i: usize| -> Result<bool> { Ok(int_at(&numsub, i)? > 0) };
         Ok((
