@@ -470,31 +470,13 @@ impl RedisCluster {
     /// Which node (index into `nodes`) serves `slot` as master now.
     pub fn master_of(&self, slot: u16) -> anyhow::Result<usize> {
         let mut conn = self.any_live()?;
-        // CLUSTER SLOTS: [[first, last, [host, port, id], replicas...], ...]
-        let ranges: Vec<redis::Value> = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
-        for range in ranges {
-            let redis::Value::Array(parts) = range else {
-                continue;
-            };
-            let (Some(first), Some(last), Some(redis::Value::Array(master))) =
-                (parts.first(), parts.get(1), parts.get(2))
-            else {
-                continue;
-            };
-            let (first, last): (u16, u16) = (
-                redis::from_redis_value(first.clone())?,
-                redis::from_redis_value(last.clone())?,
-            );
-            if (first..=last).contains(&slot) {
-                let port: u16 = redis::from_redis_value(master[1].clone())?;
-                return self
-                    .nodes
-                    .iter()
-                    .position(|n| n.port == port)
-                    .context("CLUSTER SLOTS names a node not ours");
-            }
-        }
-        bail!("no master serves slot {slot}")
+        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
+        let (_, port) = crate::store::slot_master(&slots, slot)
+            .with_context(|| format!("no master serves slot {slot}"))?;
+        self.nodes
+            .iter()
+            .position(|n| n.port == port)
+            .context("CLUSTER SLOTS names a node not ours")
     }
 
     /// Whether node `i` runs and is a master now.

@@ -377,10 +377,10 @@ impl Conn {
         }
     }
 
-    /// A pub/sub connection to the node whose subscribers [`Conn::on_master_of`]
-    /// `slot` counts: the master of `slot` on Redis Cluster (as that master itself
-    /// says: see [`Conn::master_address`]), with its address; the current node
-    /// otherwise (no address: it follows the node).
+    /// A pub/sub connection to the node that commands on `slot`'s keys reach: the
+    /// master of `slot` on Redis Cluster (as that master itself says: see
+    /// [`Conn::master_address`]), with its address; the current node otherwise (no
+    /// address: it follows the node).
     #[cfg(feature = "server")]
     pub(super) async fn pubsub_on_master_of(
         &self,
@@ -410,7 +410,7 @@ impl Conn {
         let slots = self
             .on_master_of(slot, redis::cmd("CLUSTER").arg("SLOTS").clone())
             .await?;
-        Ok(master_of(&slots, slot))
+        Ok(slot_master(&slots, slot))
     }
 
     /// A multiplexed connection to the current node, apart from this one.
@@ -876,8 +876,7 @@ fn node_client(
 /// The master's address for `slot` in a `CLUSTER SLOTS` reply (ranges of
 /// `[start, end, [host, port, id, …], replicas…]`); None where the reply has no
 /// such range or its master has no address.
-#[cfg(feature = "server")]
-fn master_of(reply: &Value, slot: u16) -> Option<(String, u16)> {
+pub fn slot_master(reply: &Value, slot: u16) -> Option<(String, u16)> {
     let Value::Array(ranges) = reply else {
         return None;
     };
@@ -899,7 +898,7 @@ fn master_of(reply: &Value, slot: u16) -> Option<(String, u16)> {
     })
 }
 
-#[cfg(all(test, feature = "server"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -927,13 +926,13 @@ mod tests {
             range(5461, 10922, node("redis-2", 7001)),
             range(10923, 16383, node("", 7002)),
         ]);
-        assert_eq!(master_of(&reply, 0), Some(("10.0.0.1".into(), 7000)));
-        assert_eq!(master_of(&reply, 5460), Some(("10.0.0.1".into(), 7000)));
-        assert_eq!(master_of(&reply, 5461), Some(("redis-2".into(), 7001)));
-        assert_eq!(master_of(&reply, 16383), None, "no address");
-        assert_eq!(master_of(&Value::Array(vec![]), 1), None, "no range");
-        assert_eq!(master_of(&Value::Nil, 1), None, "not a reply of ranges");
-        assert_eq!(master_of(&Value::Array(vec![Value::Int(3)]), 1), None, "short range");
-        assert_eq!(master_of(&Value::Array(vec![range(0, 9, node("h", 70000))]), 1), None, "port");
+        assert_eq!(slot_master(&reply, 0), Some(("10.0.0.1".into(), 7000)));
+        assert_eq!(slot_master(&reply, 5460), Some(("10.0.0.1".into(), 7000)));
+        assert_eq!(slot_master(&reply, 5461), Some(("redis-2".into(), 7001)));
+        assert_eq!(slot_master(&reply, 16383), None, "no address");
+        assert_eq!(slot_master(&Value::Array(vec![]), 1), None, "no range");
+        assert_eq!(slot_master(&Value::Nil, 1), None, "not a reply of ranges");
+        assert_eq!(slot_master(&Value::Array(vec![Value::Int(3)]), 1), None, "short range");
+        assert_eq!(slot_master(&Value::Array(vec![range(0, 9, node("h", 70000))]), 1), None, "port");
     }
 }

@@ -32,7 +32,7 @@ pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
 #[cfg(feature = "server")]
 pub use board::{GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage};
-pub use conn::SentinelConfig;
+pub use conn::{SentinelConfig, slot_master};
 pub use error::{Result, StoreError};
 pub use inbox::{
     CopyLimit, EntryFields, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS,
