@@ -467,6 +467,21 @@ impl RedisCluster {
         bail!("no node of the Redis Cluster answers")
     }
 
+    /// The `[redis]` settings (without the header) of a daemon on this cluster:
+    /// `redis.mode = "cluster"`, the first node as the URL and the others as seeds.
+    pub fn redis_section(&self) -> String {
+        let urls = self.urls();
+        let seeds: Vec<String> = urls[1..]
+            .iter()
+            .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
+            .collect();
+        format!(
+            "mode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\n",
+            urls[0],
+            seeds.join(", ")
+        )
+    }
+
     /// Which node (index into `nodes`) serves `slot` as master now.
     pub fn master_of(&self, slot: u16) -> anyhow::Result<usize> {
         let mut conn = self.any_live()?;

@@ -86,11 +86,6 @@ impl Bench {
             .filter(|&i| cluster.master_of_node(i))
             .map(|i| cluster.nodes[i].url())
             .collect();
-        let seeds: Vec<String> = cluster
-            .urls()
-            .iter()
-            .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
-            .collect();
         let mut targets = vec![
             Target {
                 redis: "standalone",
@@ -99,11 +94,7 @@ impl Bench {
             },
             Target {
                 redis: "cluster",
-                config: format!(
-                    "mode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\n",
-                    cluster.urls()[0],
-                    seeds.join(", ")
-                ),
+                config: cluster.redis_section(),
                 masters: {
                     let mut conns = Vec::new();
                     for url in &masters {

@@ -185,7 +185,8 @@ pub(super) fn build_report(
                 .is_local()
                 .then_some(args.lease_ttl.as_millis() as u64),
             etcd_hold_ms: args.hold.as_millis() as u64,
-            redis_cluster: target.is_local() && args.redis_cluster,
+            // Refused with an existing cluster (`--node`).
+            redis_cluster: args.redis_cluster,
         },
         scenarios: rows,
         total,

@@ -118,18 +118,7 @@ impl Target {
                     proxies.push(proxy);
                     section
                 }
-                LocalRedis::Cluster(cluster) => {
-                    let urls = cluster.urls();
-                    let seeds: Vec<String> = urls[1..]
-                        .iter()
-                        .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
-                        .collect();
-                    format!(
-                        "mode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\n",
-                        urls[0],
-                        seeds.join(", ")
-                    )
-                }
+                LocalRedis::Cluster(cluster) => cluster.redis_section(),
             };
             let node = DelayqProcess::start(spec.bin, &name, &config(&section))
                 .with_context(|| format!("start delayq {name}"))?;
@@ -202,7 +191,7 @@ impl Target {
     pub fn missing_for(&self, fault: Fault) -> Option<&'static str> {
         let remote = match self {
             Target::Local(local) => {
-                let cut = fault == Fault::RedisCut && local.proxies.is_empty();
+                let cut = fault == Fault::RedisCut && matches!(local.redis, LocalRedis::Cluster(_));
                 return cut.then_some(NO_CUT_ON_CLUSTER);
             }
             Target::Remote(remote) => remote,

@@ -35,15 +35,9 @@ fn shared_cluster() -> Arc<RedisCluster> {
 /// The config text of a node on `cluster` (every node a seed), a test prefix of
 /// its own, with `extra` (TOML) merged over it.
 fn cluster_toml(cluster: &RedisCluster, prefix: &str, extra: &str) -> String {
-    let urls = cluster.urls();
-    let seeds: Vec<String> = urls[1..]
-        .iter()
-        .map(|u| format!("\"{}\"", u.trim_start_matches("redis://")))
-        .collect();
     let base = format!(
-        "[redis]\nmode = \"cluster\"\nurl = \"{}\"\nnodes = [{}]\nprefix = \"{prefix}\"\n",
-        urls[0],
-        seeds.join(", ")
+        "[redis]\n{}prefix = \"{prefix}\"\n",
+        cluster.redis_section()
     );
     toml_layers(&[&base, extra])
 }
