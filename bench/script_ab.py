@@ -11,7 +11,9 @@ pipelined after `CONFIG RESETSTAT`, its cost read from `INFO commandstats`
 (`cmdstat_fcall`). Prints the median round of each, per message. Both versions
 see the same Redis, the same load on the machine and the same shapes of call, so
 their difference is the scripts' (the same script against itself differs by up
-to about 10%).
+to about 10%). Both are called with the working tree's arguments, so BASE must
+read them the same way (a revision from the one that added the streams kept apart,
+ARGV[7], on).
 
 Each call carries PER_CALL (default 200) new 100-byte messages spread over SHARDS
 (default 1) shards, all due in the call's own millisecond (a day ahead, later with

@@ -106,7 +106,7 @@ def shard_keys(tag, shard):
     return [t + ":due", t + ":msg", t + ":done", t + ":done-by-expiry", t + ":fence", t + ":held"]
 
 
-HEAD = ["0", "31536000000", "bench:wake", "", "", "compact"]
+HEAD = ["0", "31536000000", "bench:wake", "", "", "compact", "0"]
 counter = iter(range(10**9))
 
 

@@ -138,6 +138,9 @@ pub struct ProducerOptions {
     pub pending_layout: PendingLayout,
     /// A Redis reply slower than this fails the call.
     pub timeout: Duration,
+    /// Streams whose messages are kept apart when stored (the daemon's
+    /// `streams.max_rate` streams; see [`Store::keep_apart`]).
+    pub kept_apart: Vec<String>,
 }
 
 impl Default for ProducerOptions {
@@ -172,6 +175,7 @@ impl ProducerOptions {
             record_layout: config.records.layout,
             pending_layout: config.pending.layout,
             timeout: config.redis.timeout,
+            kept_apart: config.kept_apart(),
         }
     }
 }
@@ -214,6 +218,7 @@ impl Producer {
             journal: false,
         })
         .await?;
+        store.keep_apart(options.kept_apart);
         // A push straight into Redis would not be journaled.
         if store.journal_marker().await?.is_some() {
             return Err(StoreError::Unsupported(

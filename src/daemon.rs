@@ -55,6 +55,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         Some(settings) => Some(open_journal(settings, &store).await?),
         None => None,
     };
+    // Pushes to a rate-limited stream are kept apart, as the running configuration
+    // says (a reload changes the streams).
+    store.keep_apart(config.kept_apart());
+    tokio::spawn(follow_kept_apart(store.clone(), live_config.clone()));
     let ingest = crate::ingest::Ingest::new(
         store.clone(),
         journal.clone().map(crate::journal::Committer::start),
@@ -341,4 +345,13 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()>) -> anyhow::
     tracing::info!("shutting down");
     daemon.stop().await;
     Ok(())
+}
+
+/// Keeps `store`'s streams kept apart those of the running configuration, until the
+/// daemon drops its configuration channel.
+async fn follow_kept_apart(store: Store, mut live: tokio::sync::watch::Receiver<Arc<Config>>) {
+    while live.changed().await.is_ok() {
+        let streams = live.borrow_and_update().kept_apart();
+        store.keep_apart(streams);
+    }
 }

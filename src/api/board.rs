@@ -182,16 +182,17 @@ async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
     let store = &state.store;
     let now = store.now_ms().await?;
     let bounds = [now, now + 60_000, now + 3_600_000, now + 86_400_000];
-    let (mut due, pending, fence, paused, samples) = tokio::try_join!(
+    // One walk of the shards: the histogram counts held messages by their due time
+    // too, and finds the earliest; `held` reads only the held sets.
+    let (classes, held, fence, paused, samples) = tokio::try_join!(
         store.due_histogram(&bounds),
-        store.pending_report(0),
+        store.held(),
         store.highest_fence(),
         store.paused(),
         store.samples(),
     )?;
-    // Held messages are all due: they are overdue ones.
-    due[0] += pending.held.total();
-    let next_due = pending.earliest_due_ms;
+    let due = classes.counts;
+    let next_due = classes.earliest_due_ms;
     let now_here = now_ms();
     let info = state.leadership.info();
     let role = state.leadership.current();
@@ -228,7 +229,7 @@ async fn compute_overview(state: &AppState) -> Result<Overview, ApiError> {
             total,
             overdue: due[0],
             oldest_overdue_ms: next_due.filter(|&d| d <= now).map(|d| now - d),
-            held: pending.held.total(),
+            held: held.total(),
             paused_streams: paused.len() as u64,
         },
         due: DueHistogram {

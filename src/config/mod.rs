@@ -316,6 +316,16 @@ impl Config {
             .map_err(|e| env::blame_env(&env, e))
     }
 
+    /// The streams whose pushes are kept apart from the others' (see
+    /// `Store::keep_apart`): those with a rate limit of their own.
+    pub fn kept_apart(&self) -> Vec<String> {
+        self.streams
+            .max_rate
+            .iter()
+            .map(|(stream, _)| stream.clone())
+            .collect()
+    }
+
     /// Options of the forward script for this configuration.
     pub fn forward_options(&self) -> crate::store::ForwardOptions {
         crate::store::ForwardOptions {

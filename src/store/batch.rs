@@ -408,6 +408,11 @@ impl Store {
             .arg(ack.map_or("", |a| a.stream))
             .arg(ack.map_or("", |a| a.group))
             .arg(self.pending_layout.script_arg());
+        let apart = self.kept_apart();
+        inv.arg(apart.len());
+        for stream in apart.iter() {
+            inv.arg(stream);
+        }
         let mut carried = 0;
         for (g, &(_, places)) in plan.iter().enumerate() {
             for &i in places {

@@ -75,6 +75,15 @@ pub struct StreamCountRecord {
 }
 
 /// The next pending messages: [`Store::upcoming`].
+/// Scheduled messages by due-time class (see [`Store::due_histogram`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueClasses {
+    /// One count per class: due by the first bound, by each next one, and later.
+    pub counts: Vec<u64>,
+    /// Due time of the earliest scheduled message.
+    pub earliest_due_ms: Option<u64>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Upcoming {
     pub messages: Vec<UpcomingMessage>,
@@ -254,11 +263,11 @@ impl Store {
         Ok(changed > 0)
     }
 
-    /// How many scheduled messages fall due by each of `bounds_ms` (ascending epoch
-    /// ms): `bounds_ms.len() + 1` counts, the first everything due by `bounds_ms[0]`,
-    /// the last everything later than the last bound. Held messages are not
-    /// counted ([`Store::held`] has them: they are all due).
-    pub async fn due_histogram(&self, bounds_ms: &[u64]) -> Result<Vec<u64>> {
+    /// How many scheduled messages, held ones included, fall due by each of
+    /// `bounds_ms` (ascending epoch ms), and the earliest due time: `bounds_ms.len() +
+    /// 1` counts, the first everything due by `bounds_ms[0]`, the last everything
+    /// later than the last bound.
+    pub async fn due_histogram(&self, bounds_ms: &[u64]) -> Result<DueClasses> {
         let scores: Vec<u64> = bounds_ms.iter().map(|b| b * 10 + 9).collect();
         let classes = bounds_ms.len() + 1;
         let calls = self.shards_in_use().await?.into_iter().map(|shard| {
@@ -267,8 +276,12 @@ impl Store {
                 // Summed over the walk's calls (see due_histogram.lua): a later call's
                 // last class is what it moved out of it, so each sum is signed.
                 let mut counts = vec![0i64; classes];
+                let mut earliest = None;
                 let script = &self.scripts.due_histogram;
                 self.walk_buckets(script, shard, scores, |items| {
+                    let [items @ .., first] = items else {
+                        return Err(StoreError::Reply("due_histogram: no reply".into()));
+                    };
                     if items.len() != classes {
                         return Err(StoreError::Reply(format!(
                             "due_histogram: {} counts, not {classes}",
@@ -278,20 +291,31 @@ impl Store {
                     for (sum, item) in counts.iter_mut().zip(items) {
                         *sum += int(item)?;
                     }
+                    let first = int(first)?;
+                    if first >= 0 {
+                        earliest = Some(first as u64 / 10);
+                    }
                     Ok(())
                 })
                 .await?;
-                Ok::<_, StoreError>(counts)
+                Ok::<_, StoreError>((counts, earliest))
             }
         });
         let per_shard = futures::future::try_join_all(calls).await?;
-        let mut total = vec![0u64; classes];
-        for counts in per_shard {
-            for (t, c) in total.iter_mut().zip(counts) {
+        let mut total = DueClasses {
+            counts: vec![0u64; classes],
+            earliest_due_ms: None,
+        };
+        for (counts, earliest) in per_shard {
+            for (t, c) in total.counts.iter_mut().zip(counts) {
                 // A walk whose buckets changed under it can count a message twice or
                 // not at all; never below none.
                 *t += c.max(0) as u64;
             }
+            total.earliest_due_ms = match (total.earliest_due_ms, earliest) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
         }
         Ok(total)
     }

@@ -31,7 +31,9 @@ use redis::{AsyncCommands, Value};
 pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
 #[cfg(feature = "server")]
-pub use board::{GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage};
+pub use board::{
+    DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,
+};
 pub use conn::{SentinelConfig, slot_master};
 pub use error::{Result, StoreError};
 pub use inbox::{
@@ -223,6 +225,9 @@ pub struct Store {
     coalescer: Arc<batch::Coalescer>,
     /// Redis Cluster: the shards known to be in [`Keys::shards_in_use`].
     in_use: Arc<InUse>,
+    /// Streams whose messages go to their held set when pushed (see
+    /// [`Store::keep_apart`]); shared by every clone.
+    apart: Arc<std::sync::RwLock<Arc<[String]>>>,
 }
 
 /// Shards this process knows to be listed in use (a bit each).
@@ -292,6 +297,7 @@ impl Store {
             acked,
             replicas_acked: config.replicas_acked,
             in_use: Arc::new(InUse::new(keys.shards())),
+            apart: Arc::default(),
             coalescer: Arc::new(batch::Coalescer::new(&keys)),
             keys,
             scripts: Arc::new(Scripts::new()),
@@ -435,6 +441,24 @@ impl Store {
             conn: self.conn.pinned(),
             ..self.clone()
         }
+    }
+
+    /// Keeps the messages pushed to `streams` apart from the other streams' (the
+    /// rate-limited ones, `streams.max_rate`), for this store and every clone of it:
+    /// each goes to its stream's held set when stored, so that a backlog of a limited
+    /// stream never lies in front of the others' messages in the due order and
+    /// nothing need be set aside when it falls due (see `schedule_batch.lua`). Any
+    /// set of streams is safe, and a stream not kept apart is set aside when due.
+    pub fn keep_apart(&self, streams: impl IntoIterator<Item = String>) {
+        let mut streams: Vec<String> = streams.into_iter().collect();
+        streams.sort();
+        streams.dedup();
+        *self.apart.write().unwrap_or_else(|e| e.into_inner()) = streams.into();
+    }
+
+    /// The streams kept apart (see [`Store::keep_apart`]).
+    pub fn kept_apart(&self) -> Arc<[String]> {
+        self.apart.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// This store, writing scheduled messages in `layout` (every layout is read).

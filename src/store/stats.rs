@@ -29,7 +29,8 @@ pub struct StreamCounts {
 }
 
 /// Messages held back by their stream's rate limit (`streams.max_rate`): due, and
-/// not in the due sets.
+/// waiting in their stream's held set (which also keeps, until they are due, the
+/// messages pushed to a stream kept apart: those are not counted here).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HeldBack {
     /// Per shard in use (see `Store::shards_in_use`), in order.
@@ -40,14 +41,6 @@ pub struct HeldBack {
 }
 
 impl HeldBack {
-    /// The earlier of the earliest held message's due time and `other`.
-    pub fn earliest_of(&self, other: Option<u64>) -> Option<u64> {
-        match (self.earliest_due_ms, other) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
-    }
-
     pub fn total(&self) -> u64 {
         self.per_shard.iter().map(|(_, n)| n).sum()
     }
@@ -63,7 +56,7 @@ pub struct PendingReport {
     pub due: u64,
     /// Due time of the earliest.
     pub earliest_due_ms: Option<u64>,
-    /// Of those, the ones held back by their stream's rate limit.
+    /// Of the due ones, those held back by their stream's rate limit.
     pub held: HeldBack,
 }
 
@@ -76,13 +69,15 @@ pub(super) struct ShardPending {
 }
 
 impl Store {
-    /// What every shard holds back for its streams' rate limits.
+    /// What every shard holds back for its streams' rate limits now (Redis's clock).
     pub async fn held(&self) -> Result<HeldBack> {
-        self.held_in(&self.shards_in_use().await?).await
+        let (shards, now_ms) = tokio::try_join!(self.shards_in_use(), self.now_ms())?;
+        self.held_in(&shards, now_ms).await
     }
 
-    /// What `shards` hold back for their streams' rate limits.
-    async fn held_in(&self, shards: &[u16]) -> Result<HeldBack> {
+    /// What `shards` hold back for their streams' rate limits: their held sets'
+    /// messages due at or before `now_ms`.
+    async fn held_in(&self, shards: &[u16], now_ms: u64) -> Result<HeldBack> {
         let mut held = HeldBack {
             per_shard: shards.iter().map(|&s| (s, 0)).collect(),
             ..HeldBack::default()
@@ -102,11 +97,13 @@ impl Store {
             let k = self.keys.shard(shards[i]);
             for stream in names {
                 let key = k.held_of(stream);
-                let mut zcard = redis::cmd("ZCARD");
-                zcard.arg(&key);
+                // Scores are due_ms * 10 + (9 - priority): every priority of now_ms.
+                let max = now_ms.saturating_mul(10).saturating_add(9);
+                let mut count = redis::cmd("ZCOUNT");
+                count.arg(&key).arg("-inf").arg(max);
                 let mut first = redis::cmd("ZRANGE");
                 first.arg(&key).arg(0).arg(0).arg("WITHSCORES");
-                cmds.push(zcard);
+                cmds.push(count);
                 cmds.push(first);
                 slots.push((i, stream));
             }
@@ -119,15 +116,15 @@ impl Store {
             let n = int(&pair[0])?.max(0) as u64;
             held.per_shard[shard].1 += n;
             *held.per_stream.entry(stream.clone()).or_default() += n;
-            if let Some(due) = earliest_of(pair[1].clone())? {
+            if let Some(due) = earliest_of(pair[1].clone())?.filter(|&due| due <= now_ms) {
                 held.earliest_due_ms = Some(held.earliest_due_ms.map_or(due, |e| e.min(due)));
             }
         }
         Ok(held)
     }
 
-    /// What each of `shards` has scheduled (held messages aside), in both pending
-    /// layouts: `due` counts the messages due at or before `now_ms` (Redis's clock).
+    /// What each of `shards` has scheduled, in both pending layouts and the held
+    /// sets: `due` counts the messages due at or before `now_ms` (Redis's clock).
     async fn shard_pending(&self, shards: &[u16], now_ms: u64) -> Result<Vec<ShardPending>> {
         let calls = shards.iter().map(|&shard| async move {
             let mut pending = ShardPending {
@@ -155,7 +152,7 @@ impl Store {
     }
 
     /// Walks one shard's compact buckets with a counting script (`pending_count.lua`,
-    /// `due_histogram.lua`: KEYS the due set and the bodies; ARGV the cursor, the
+    /// `due_histogram.lua`: KEYS the due set, the bodies and the held streams; ARGV the cursor, the
     /// step, then `args`; the reply's last value the next cursor), [`COUNT_STEP`]
     /// buckets a call until the cursor comes back empty, handing each reply's values
     /// before the cursor to `each`.
@@ -173,6 +170,7 @@ impl Store {
             let reply: Value = script
                 .key(&k.due)
                 .key(&k.bodies)
+                .key(&k.held)
                 .arg(&from)
                 .arg(COUNT_STEP)
                 .arg(args)
@@ -195,18 +193,14 @@ impl Store {
     /// one walk of the shards and one read of the held sets for all three counts.
     pub async fn pending_report(&self, now_ms: u64) -> Result<PendingReport> {
         let in_use = self.shards_in_use().await?;
-        let (shards, held) =
-            tokio::try_join!(self.shard_pending(&in_use, now_ms), self.held_in(&in_use))?;
-        let mut per_shard: BTreeMap<u16, u64> =
-            shards.iter().map(|s| (s.shard, s.scheduled)).collect();
-        for &(shard, n) in &held.per_shard {
-            *per_shard.entry(shard).or_default() += n;
-        }
+        let (shards, held) = tokio::try_join!(
+            self.shard_pending(&in_use, now_ms),
+            self.held_in(&in_use, now_ms)
+        )?;
         Ok(PendingReport {
-            per_shard: per_shard.into_iter().collect(),
-            due: shards.iter().map(|s| s.due).sum::<u64>() + held.total(),
-            earliest_due_ms: held
-                .earliest_of(shards.iter().filter_map(|s| s.earliest_due_ms).min()),
+            per_shard: shards.iter().map(|s| (s.shard, s.scheduled)).collect(),
+            due: shards.iter().map(|s| s.due).sum::<u64>(),
+            earliest_due_ms: shards.iter().filter_map(|s| s.earliest_due_ms).min(),
             held,
         })
     }
@@ -217,8 +211,8 @@ impl Store {
         Ok(self.pending_report(0).await?.per_shard)
     }
 
-    /// Due time of the earliest scheduled message, over all shards, held ones aside
-    /// (as a forward call's `next_due_ms` reads it).
+    /// Due time of the earliest scheduled message, over all shards, held ones
+    /// included.
     pub async fn earliest_scheduled_ms(&self) -> Result<Option<u64>> {
         let shards = self.shard_pending(&self.shards_in_use().await?, 0).await?;
         Ok(shards.iter().filter_map(|s| s.earliest_due_ms).min())

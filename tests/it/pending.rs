@@ -1,9 +1,11 @@
-//! Scheduled messages in both layouts (`pending.layout`), against a real Redis: any
-//! mix of pushes, replaces, reschedules and cancels, each written by a store of
-//! either layout (as after a change of the setting, or an upgrade), is found where it
-//! was put, counted, and forwarded exactly once and in due order; the compact
-//! layout's buckets never outgrow their bound, every forward call names the earliest
-//! due time left, and nothing is left behind.
+//! Scheduled messages in both layouts (`pending.layout`) and in the held sets of
+//! streams kept apart (`streams.max_rate`), against a real Redis: any mix of pushes,
+//! replaces, reschedules and cancels, each written by a store of either layout or
+//! one keeping the stream apart (as after a change of the setting, or an upgrade), is
+//! found where it was put, counted, and forwarded exactly once and in due order,
+//! with or without a rate limit's budget; the compact layout's buckets never outgrow
+//! their bound, every forward call names the earliest due time left, and nothing is
+//! left behind.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,11 +32,13 @@ enum Fate {
     Replaced(u64, u8),
 }
 
-/// One message of a case: id tail, delay ms, priority, whether the compact store
-/// writes it (else the hash one), and its fate (written by either store too).
-type Case = Vec<(String, u64, u8, bool, Fate, bool)>;
+/// One message of a case: id tail, delay ms, priority, the store that writes it (see
+/// [`Stores::of`]), and its fate (written by any store too).
+type Case = Vec<(String, u64, u8, u8, Fate, u8)>;
 
-fn cases() -> impl Strategy<Value = (Case, usize)> {
+/// A case, the forward calls' batch, and the stream's budget in each call (None: no
+/// limit).
+fn cases() -> impl Strategy<Value = (Case, usize, Option<usize>)> {
     let fate = prop_oneof![
         6 => Just(Fate::Stays),
         1 => Just(Fate::Cancelled),
@@ -45,8 +49,9 @@ fn cases() -> impl Strategy<Value = (Case, usize)> {
     // length (the index keeps ids over 64 bytes too, outside the listpack encoding).
     let delay = prop_oneof![Just(0u64), Just(150), 0..300u64];
     let tail = prop_oneof!["[A-Za-z0-9:._-]{0,12}", "[a-z0-9-]{60,110}"];
-    let message = (tail, delay, 0..10u8, any::<bool>(), fate, any::<bool>());
-    (prop::collection::vec(message, 1..400), 1..80usize)
+    let message = (tail, delay, 0..10u8, 0..3u8, fate, 0..3u8);
+    let budget = prop_oneof![2 => Just(None), 1 => (1..40usize).prop_map(Some)];
+    (prop::collection::vec(message, 1..400), 1..80usize, budget)
 }
 
 fn item(id: &str, delay_ms: u64, priority: u8, mode: ScheduleMode) -> BatchItem {
@@ -64,11 +69,17 @@ fn item(id: &str, delay_ms: u64, priority: u8, mode: ScheduleMode) -> BatchItem 
 struct Stores {
     compact: Store,
     hash: Store,
+    /// Compact, keeping the stream "s" apart (its held set).
+    apart: Store,
 }
 
 impl Stores {
-    fn of(&self, compact: bool) -> &Store {
-        if compact { &self.compact } else { &self.hash }
+    fn of(&self, writer: u8) -> &Store {
+        match writer {
+            0 => &self.compact,
+            1 => &self.hash,
+            _ => &self.apart,
+        }
     }
 }
 
@@ -107,6 +118,7 @@ async fn round_trip(
     bare: &Bare,
     case: Case,
     batch: usize,
+    budget: Option<usize>,
 ) -> Result<(), TestCaseError> {
     // Unique: what follows the last '-' is the index alone.
     let ids: Vec<String> = case
@@ -119,13 +131,13 @@ async fn round_trip(
     let mut expected: HashMap<String, (u64, u8)> = HashMap::new();
     let mut i = 0;
     while i < case.len() {
-        let compact = case[i].3;
+        let writer = case[i].3;
         let mut run = Vec::new();
-        while i < case.len() && case[i].3 == compact {
+        while i < case.len() && case[i].3 == writer {
             run.push(item(&ids[i], case[i].1, case[i].2, ScheduleMode::New));
             i += 1;
         }
-        let answers = push(stores.of(compact), &mut conn, &run).await?;
+        let answers = push(stores.of(writer), &mut conn, &run).await?;
         for (item, answer) in run.iter().zip(answers) {
             let id = item.msg.id.as_str();
             let due = due_of(id, answer.unwrap())?;
@@ -216,12 +228,35 @@ async fn round_trip(
             moved,
             expected.len()
         );
-        let forwarded = store.forward(0, 1, &options).await.unwrap();
-        // The call's next due time (read off what it saw, or asked) is the earliest left.
-        prop_assert_eq!(
-            forwarded.next_due_ms,
-            store.earliest_scheduled_ms().await.unwrap()
-        );
+        let budgets: Vec<(String, usize)> =
+            budget.map(|b| ("s".to_owned(), b)).into_iter().collect();
+        let forwarded = store
+            .forward_at_most(0, 1, &options, batch, &budgets)
+            .await
+            .unwrap();
+        if let Some(b) = budget {
+            prop_assert!(
+                forwarded.forwarded <= b as u64,
+                "{} sent on a budget of {}",
+                forwarded.forwarded,
+                b
+            );
+        }
+        // The call's next due time (read off what it saw, or asked) is the earliest
+        // left; under a budget, the earliest it could send (due held messages wait
+        // for permits).
+        let earliest = store.earliest_scheduled_ms().await.unwrap();
+        match budget {
+            None => prop_assert_eq!(forwarded.next_due_ms, earliest),
+            Some(_) => prop_assert!(
+                forwarded
+                    .next_due_ms
+                    .is_none_or(|next| earliest.is_some_and(|e| next >= e)),
+                "next due {:?}, earliest {:?}",
+                forwarded.next_due_ms,
+                earliest
+            ),
+        }
         moved += forwarded.moved();
         if forwarded.moved() == 0 {
             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -266,6 +301,8 @@ fn assert_nothing_pending(conn: &mut redis::Connection, store: &Store) {
         k.bodies.clone(),
         k.buckets(),
         format!("{}:ix", k.bodies),
+        k.held.clone(),
+        k.held_of("s"),
     ] {
         let exists: bool = redis::cmd("EXISTS").arg(&key).query(conn).unwrap();
         assert!(!exists, "{key} is left");
@@ -281,9 +318,12 @@ async fn stores_on(bare: &Bare) -> Stores {
         );
         async move { Store::connect(&config.store_config()).await.unwrap() }
     };
+    let apart = connect("compact").await;
+    apart.keep_apart(["s".to_owned()]);
     Stores {
         compact: connect("compact").await,
         hash: connect("hash").await,
+        apart,
     }
 }
 
@@ -298,12 +338,12 @@ fn any_mix_of_layouts_and_changes_is_forwarded_once_in_due_order() {
         ..ProptestConfig::default()
     });
     runner
-        .run(&cases(), |(case, batch)| {
+        .run(&cases(), |(case, batch, budget)| {
             runtime.block_on(async {
                 let () = redis::cmd("FLUSHALL")
                     .query(&mut bare.redis.client())
                     .unwrap();
-                round_trip(&stores, &bare, case, batch).await
+                round_trip(&stores, &bare, case, batch, budget).await
             })
         })
         .unwrap();

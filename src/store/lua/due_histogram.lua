@@ -1,7 +1,7 @@
 -- due_histogram.lua: how many of one shard's scheduled messages fall due in each of a
--- few time classes, over both pending layouts (see the prelude). Read-only. Held
--- messages are not counted (the held sets are: they are all due already).
--- KEYS[1] due set   KEYS[2] bodies
+-- few time classes, over both pending layouts and the held sets (see the prelude).
+-- Read-only.
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] held streams
 -- ARGV[1] where the walk of the compact buckets starts: "-" (at the first; the call
 --   then counts the due set too) or the cursor a call returned
 -- ARGV[2] the most buckets this call looks at: a large backlog is counted in calls of
@@ -9,7 +9,7 @@
 -- ARGV[3..2+n] ascending scores: class i holds the messages scoring above the bound
 --   before it and at most its own (class 1: at most the first)
 -- returns: { count of class 1, ..., count of class n, count past the last bound,
---            cursor ("" = counted whole) }
+--            earliest score (-1 = none; -1 in a later call), cursor ("" = counted whole) }
 --   Summed over the calls of one walk, the counts are the shard's: the first call
 --   puts every compact message past the last bound, and each call moves those of the
 --   buckets it looked at into their classes (so the last count of a later call is
@@ -24,6 +24,7 @@ local counts = {}
 for i = 1, n + 1 do counts[i] = 0 end
 
 local P = pending_of(KEYS[1], KEYS[2])
+local earliest = -1
 if from == '-' then
   local prev = '-inf'
   for i = 1, n do
@@ -31,6 +32,18 @@ if from == '-' then
     prev = '(' .. bounds[i]
   end
   counts[n + 1] = redis.call('ZCOUNT', KEYS[1], prev, '+inf') + P.ix.n
+  earliest = pending_first(P) or -1
+  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    local key = held_key(KEYS[3], stream)
+    prev = '-inf'
+    for i = 1, n do
+      counts[i] = counts[i] + redis.call('ZCOUNT', key, prev, bounds[i])
+      prev = '(' .. bounds[i]
+    end
+    counts[n + 1] = counts[n + 1] + redis.call('ZCOUNT', key, prev, '+inf')
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    if first and (earliest < 0 or tonumber(first) < earliest) then earliest = tonumber(first) end
+  end
 end
 
 -- How many elements of a bucket's list (len long) score at most max.
@@ -78,5 +91,6 @@ while class <= n and looked < budget do
   from = '(' .. floors[#floors]
   cursor = from
 end
-counts[n + 2] = cursor
+counts[n + 2] = earliest
+counts[n + 3] = cursor
 return counts

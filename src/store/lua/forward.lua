@@ -23,15 +23,19 @@
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
 --            now_us }
---   the list before last counts what each rate-limited stream still holds after the
---   call; now_us is the µs of now_ms already past (0-999), so that the caller can
+--   the list before last counts the due messages each rate-limited stream still
+--   holds after the call; now_us is the µs of now_ms already past (0-999), so that the caller can
 --   wait for the next due time to the µs.
--- Rate limits: held messages go first, each held stream's in due order, as far as its
--- budget goes (all of them once its stream has no limit). A due message of a limited
--- stream that has no budget left, or still holds older messages, moves from the due set
--- to its stream's held set instead of being sent, so that it never holds up the
--- streams behind it, and leaves after those older ones (one past its ttl too: it is
--- dead-lettered when its turn comes).
+-- Rate limits: held messages that are due go in due order with the rest, each
+-- held stream's as far as its budget goes (all of them once its stream has no
+-- limit); a held set also keeps the not yet due messages pushed to a stream kept
+-- apart (see schedule_batch.lua), which wait there for their time. A due message
+-- of a limited stream that has no budget left, or still holds older messages,
+-- moves from the pending layouts to its stream's held set instead of being sent, so
+-- that it never holds up the streams behind it, and leaves after those older ones
+-- (one past its ttl too: it is dead-lettered when its turn comes). next_due_ms
+-- counts the held sets' earliest, and a limited stream's only once it is due
+-- (its due ones wait for permits, counted in the list before last).
 --        | error "FENCED ..." | the Redis error that held back the batch's first message
 -- Failed writes (see own_fault in the prelude): a message whose target cannot take it
 -- for reasons of its own is dead-lettered; if its dead letter cannot be written for
@@ -58,34 +62,45 @@ local maxlens = {}
 for i = 11 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
 local default_maxlen = ARGV[8]
 
--- Held messages first (see the rate limits above). from_held[id] is the held set an id
--- was taken from; still_holds[stream] says its held set keeps older messages after this
--- call's share, so that its messages in the due set must wait behind them.
+-- Held messages that are due, read first (see the rate limits above), then merged
+-- with the pending layouts' by score. from_held[id] is the held set an id was read
+-- from, held_in[id] its stream; still_holds[stream] says its held set keeps due
+-- messages past this call's share, all scoring at least held_upto[stream], so that
+-- its messages from the pending layouts that score as much must wait behind them.
 local LOOK_AHEAD, MAX_LOOK_AHEAD = 10, 2000
-local ids, from_held, still_holds = {}, {}, {}
+local due_max = now * 10 + 9
+local ids, from_held, held_in, still_holds, held_upto = {}, {}, {}, {}, {}
+local held_ids, held_score, read_of = {}, {}, {}
 local held_streams = redis.call('SMEMBERS', KEYS[6])
 for _, stream in ipairs(held_streams) do
   local key = held_key(KEYS[6], stream)
-  local take = batch - #ids
+  -- Each held set gives as many as the call may send (or its budget allows), so
+  -- that its messages not read all come after what the call sends.
+  local take = batch
   if budget[stream] then take = math.min(take, budget[stream]) end
   local got = {}
-  if take > 0 then got = redis.call('ZRANGE', key, 0, take - 1) end
-  for _, id in ipairs(got) do
-    ids[#ids + 1] = id
-    from_held[id] = key
+  if take > 0 then got = redis.call('ZRANGEBYSCORE', key, '-inf', due_max, 'WITHSCORES', 'LIMIT', 0, take) end
+  for j = 1, #got, 2 do
+    local id = got[j]
+    held_ids[#held_ids + 1] = id
+    held_score[id], from_held[id], held_in[id] = tonumber(got[j + 1]), key, stream
   end
-  if budget[stream] then budget[stream] = budget[stream] - #got end
-  if redis.call('ZCARD', key) > #got then still_holds[stream] = true end
+  read_of[stream] = #got / 2
+  if redis.call('ZCOUNT', key, '-inf', due_max) > #got / 2 then
+    still_holds[stream] = true
+    held_upto[stream] = tonumber(got[#got]) or -1
+  end
 end
 -- With limits, the due set is read further ahead than a batch: what waits for its
 -- stream's limit is only set aside, so that a limited stream's backlog in front of
 -- other streams' messages is cleared in a few calls. Only when a limited stream may
 -- have to wait, though: one whose budget is above all this call can send, and that
 -- holds nothing older, does not (its limit is above what the shard moves).
-local look = batch - #ids
+-- The pending layouts give a batch too: the call sends the first `batch` of both.
+local look = batch
 local may_wait = false
 for stream, left in pairs(budget) do
-  if left <= look or still_holds[stream] then
+  if left - (read_of[stream] or 0) <= look or still_holds[stream] then
     may_wait = true
     break
   end
@@ -123,6 +138,29 @@ if look > 0 then
     end
   end
 end
+-- The held messages read go in among the others by score (ahead of their equals):
+-- each held set gave its own in order, so only messages of several need sorting.
+if #held_ids > 0 then
+  if #held_streams > 1 then
+    table.sort(held_ids, function(a, b)
+      local x, y = held_score[a], held_score[b]
+      if x ~= y then return x < y end
+      return id_less(a, b)
+    end)
+  end
+  local merged, j = {}, 1
+  for _, id in ipairs(held_ids) do
+    local score = held_score[id]
+    while ids[j] and tonumber(due_scores[ids[j]]) < score do
+      merged[#merged + 1] = ids[j]
+      j = j + 1
+    end
+    merged[#merged + 1] = id
+    due_scores[id] = score
+  end
+  for k = j, #ids do merged[#merged + 1] = ids[k] end
+  ids = merged
+end
 
 -- A stream's dead-letter stream: <stream><suffix>; on Redis Cluster in the stream's
 -- own slot, so <stream><suffix> only when the name has a hash tag, else
@@ -155,11 +193,13 @@ local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
 
--- Whether a due message of stream, read from the due set, waits in its held set.
-local function must_wait(stream)
+-- Whether a due message of stream scoring score, read from a pending layout, waits
+-- in its held set: its stream has no budget left, or holds due messages not read
+-- that may score less.
+local function must_wait(stream, score)
   local left = budget[stream]
   if left == nil then return false end
-  if left <= 0 or still_holds[stream] then return true end
+  if left <= 0 or (still_holds[stream] and tonumber(score) >= held_upto[stream]) then return true end
   budget[stream] = left - 1
   return false
 end
@@ -202,8 +242,9 @@ local function hold(id, stream)
     list = {}
     to_hold[stream] = list
     hold_order[#hold_order + 1] = stream
-    still_holds[stream] = true
   end
+  -- Everything of its stream after it waits behind it.
+  still_holds[stream], held_upto[stream] = true, -1
   list[#list + 1] = due_scores[id]
   list[#list + 1] = id
   newly_held = newly_held + 1
@@ -269,21 +310,28 @@ local sent = 0
 for i, id in ipairs(ids) do
   local body = bodies[i]
   local msg, why, stream
+  local held_stream, stays = held_in[id], false
   -- Whether it waits for its stream's limit is decided on the stream alone, read
   -- off the body's first bytes: setting a backlog aside costs no decoding. Without
-  -- limited streams nothing waits, and the stream is not read ahead.
-  if body and not from_held[id] and n_limited > 0 then
+  -- limited streams nothing waits, and the stream is not read ahead. A held message
+  -- whose stream has no budget left stays where it is.
+  if held_stream then
+    stays = budget[held_stream] ~= nil and budget[held_stream] <= 0
+  elseif body and n_limited > 0 then
     stream = body_stream(body)
     if not stream then
       msg, why = decode_body(body, in_bucket[id] and due_scores[id])
       stream = msg and msg.stream
     end
   end
-  if stream and must_wait(stream) then
+  if stays then
+    -- read, not sent: it leaves its held set in a later call
+  elseif stream and must_wait(stream, due_scores[id]) then
     hold(id, stream)
   else
     if sent >= batch then break end
     sent = sent + 1
+    if held_stream and budget[held_stream] then budget[held_stream] = budget[held_stream] - 1 end
     if body and not msg and not why then msg, why = decode_body(body, in_bucket[id] and due_scores[id]) end
     local is_expired = msg and msg.expire_at > 0 and now > msg.expire_at
     local rec, stop
@@ -388,15 +436,28 @@ for _, stream in ipairs(hold_order) do
   redis.call('SADD', KEYS[6], stream)
 end
 -- A held set emptied by this call leaves the list of held streams (none can have
--- when there were none and this call held nothing back).
+-- when there were none and this call held nothing back). held_next: the earliest
+-- score in the held sets that a call can send when due: the earliest of a stream
+-- without a limit in this call, and the earliest not yet due of a limited one (its
+-- due ones wait for permits, which the caller counts from `holding`).
+local held_next
 if #held_streams > 0 or #hold_order > 0 then
   for _, stream in ipairs(redis.call('SMEMBERS', KEYS[6])) do
-    if redis.call('EXISTS', held_key(KEYS[6], stream)) == 0 then redis.call('SREM', KEYS[6], stream) end
+    local key = held_key(KEYS[6], stream)
+    local from = '-inf'
+    if budget[stream] then from = '(' .. due_max end
+    local first = redis.call('ZRANGEBYSCORE', key, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)[2]
+    if first then
+      first = tonumber(first)
+      if not held_next or first < held_next then held_next = first end
+    elseif redis.call('EXISTS', key) == 0 then
+      redis.call('SREM', KEYS[6], stream)
+    end
   end
 end
 local holding = {}
 for i = 11, 10 + 2 * n_limited, 2 do
-  local n = redis.call('ZCARD', held_key(KEYS[6], ARGV[i]))
+  local n = redis.call('ZCOUNT', held_key(KEYS[6], ARGV[i]), '-inf', due_max)
   if n > 0 then
     holding[#holding + 1] = ARGV[i]
     holding[#holding + 1] = n
@@ -422,6 +483,7 @@ if not P.hashed and bucket_next ~= nil and left_buckets == queued.n then
 else
   first = pending_first(P)
 end
+if held_next and (not first or held_next < first) then first = held_next end
 if first then next_due = math.floor(first / 10) end
 
 local counts = {}

@@ -1,7 +1,7 @@
 -- pending_count.lua: how many messages one shard has scheduled, how many of them are
--- due, and the earliest, over both pending layouts (see the prelude). Read-only.
--- Held messages are not counted (the held sets are).
--- KEYS[1] due set   KEYS[2] bodies
+-- due, and the earliest, over both pending layouts and the held sets (see the
+-- prelude). Read-only.
+-- KEYS[1] due set   KEYS[2] bodies   KEYS[3] held streams
 -- ARGV[1] where the walk of the compact buckets starts: "-" (at the first) or the
 --   cursor a call returned
 -- ARGV[2] the most buckets this call looks at: a backlog of due messages is counted
@@ -18,6 +18,13 @@ if from == '-' then
   scheduled = redis.call('ZCARD', KEYS[1]) + P.ix.n
   due = redis.call('ZCOUNT', KEYS[1], '-inf', max)
   earliest = pending_first(P) or -1
+  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    local key = held_key(KEYS[3], stream)
+    scheduled = scheduled + redis.call('ZCARD', key)
+    due = due + redis.call('ZCOUNT', key, '-inf', max)
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
+    if first and (earliest < 0 or tonumber(first) < earliest) then earliest = tonumber(first) end
+  end
 end
 -- Buckets are in order: every one up to the first that ends past max is due whole.
 local upto, looked, cursor = '(' .. score_bytes(max + 1), 0, ''

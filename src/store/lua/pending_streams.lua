@@ -7,18 +7,20 @@
 -- ARGV[2] how many bodies to look at (a hint, as HSCAN's COUNT)
 -- ARGV[3] the highest score that counts as due soon
 -- returns: { next cursor ("0" = done), bodies looked at, { stream, count, soon, ... } }
---   where soon counts the messages scoring at most ARGV[3], held ones too (bodies
---   that cannot be decoded are counted under the stream "")
+--   where soon counts the messages scoring at most ARGV[3], held ones by the due
+--   time their bodies keep (bodies that cannot be decoded are counted under the
+--   stream "", and as soon when they have no score)
 local counts, soon, order, seen = {}, {}, {}, 0
 local soon_max = tonumber(ARGV[3])
 -- score: a compact element's; for a body of the bodies hash, its score in the due
--- set (nil: it is held, so due already).
+-- set (nil: it is held, and its body keeps its due time).
 local function count(body, score)
   seen = seen + 1
   local stream = body_stream(body)
-  if not stream then
+  if not stream or not score then
     local msg = decode_body(body, score)
     stream = (msg and msg.stream) or ''
+    if msg and not score then score = score_of(msg.due, tonumber(msg.priority) or 0) end
   end
   if not counts[stream] then
     counts[stream], soon[stream] = 0, 0

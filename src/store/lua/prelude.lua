@@ -40,7 +40,11 @@
 -- Held (streams.max_rate): a due message of a stream at its rate limit waits in that
 --   stream's held set, `<held>:<stream>`, a sorted set scored like the due set, and the
 --   stream is a member of the shard's held set while it holds any. A held message keeps
---   its body: it is scheduled, only not in the due set. forward.lua holds and releases.
+--   its body in the bodies hash (with its due time): it is scheduled, only not in the
+--   pending layouts. forward.lua holds and releases. Messages pushed to a stream kept
+--   apart (a limited one, see schedule_batch.lua) go to its held set when stored, due
+--   or not: only those scoring at most now are held back; the others wait for their
+--   time there, and every reader counts them by their score.
 
 -- Lua in Redis cannot unpack more than a few thousand values into one command (its C
 -- stack holds 8000), so a command built from a list of any length goes through

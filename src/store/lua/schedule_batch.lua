@@ -13,7 +13,12 @@
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
 -- ARGV[5] inbox consumer group
 -- ARGV[6] the pending layout to store messages in: "compact" | "hash" (see the prelude)
--- ARGV[7..] one record per message, in order:
+-- ARGV[7] A, the number of streams kept apart that follow (streams.max_rate)
+-- ARGV[8..7+A] streams kept apart: a message to one goes straight to that stream's
+--   held set (scored by its due time, its body in the bodies hash), not into the
+--   pending layout, so that a backlog of a rate-limited stream never lies in front of
+--   the other streams' messages (see Held in the prelude)
+-- ARGV[8+A..] one record per message, in order:
 --   inbox entry id ("" = none), mode ("new" | "replace"), g (its shard's place in
 --   KEYS, from 1), then the message as the prelude's read_new_message reads it: id,
 --   due kind ("in": the due value is a delay in ms; "at": epoch ms), due value,
@@ -39,6 +44,8 @@ end
 
 local now = now_ms()
 local max_delay, inbox, group, layout = ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+local apart, n_apart = {}, tonumber(ARGV[7])
+for a = 8, 7 + n_apart do apart[ARGV[a]] = true end
 -- Every check comes before the first write (below the loop), so the call is all or nothing.
 if inbox ~= '' then
   local kind = redis.call('TYPE', inbox)['ok']
@@ -67,7 +74,7 @@ local function part_of(g)
 end
 
 local out, n_out, acks = {}, 0, {}
-local i = 7
+local i = 8 + n_apart
 while i <= #ARGV do
   local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
   local S = part_of(tonumber(ARGV[i + 2]))
@@ -105,13 +112,58 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
+-- Messages kept apart go to their stream's held set (see ARGV[7]). held_before: the
+-- shard's earliest score before the call, over its pending layouts and the held sets
+-- this call writes to, so that a wake-up is published when one goes ahead of it.
+local function keep_apart(S, order, score, msg)
+  S.held_before = pending_first(S.P)
+  local by_stream, streams, bodies = {}, {}, {}
+  for k, id in ipairs(order) do
+    local stream = msg[k].stream
+    if not by_stream[stream] then
+      by_stream[stream] = {}
+      streams[#streams + 1] = stream
+      local first = redis.call('ZRANGE', held_key(S.held, stream), 0, 0, 'WITHSCORES')[2]
+      if first and (not S.held_before or tonumber(first) < S.held_before) then S.held_before = tonumber(first) end
+    end
+    local z = by_stream[stream]
+    z[#z + 1], z[#z + 2] = score[k], id
+    bodies[#bodies + 1], bodies[#bodies + 2] = id, encode_body(msg[k])
+  end
+  chunked({ 'HSET', S.P.bodies }, bodies)
+  S.P.hashed = true
+  for _, stream in ipairs(streams) do
+    chunked({ 'ZADD', held_key(S.held, stream) }, by_stream[stream])
+    redis.call('SADD', S.held, stream)
+  end
+end
+
 -- Records and messages in the way (see admit), then the messages, shard by shard.
 for _, S in ipairs(shards) do
   if S.P then
     for _, id in ipairs(S.in_way) do forget_record(S.keys[3], S.keys[4], id) end
     for _, r in ipairs(S.replaced) do pending_remove(S.P, r[1], r[2]) end
     for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
-    pending_add(S.P, layout, S.order, S.score, S.msg)
+    local order, score, msg = S.order, S.score, S.msg
+    if n_apart > 0 then
+      -- Split off the messages kept apart (their slots in S.apart_score, for the
+      -- wake-up below); the rest keep their order.
+      local o, sc, m, ao, asc, am = {}, {}, {}, {}, {}, {}
+      for k, id in ipairs(S.order) do
+        if apart[S.msg[k].stream] then
+          ao[#ao + 1], asc[#asc + 1], am[#am + 1] = id, S.score[k], S.msg[k]
+        else
+          o[#o + 1], sc[#sc + 1], m[#m + 1] = id, S.score[k], S.msg[k]
+        end
+      end
+      if #ao > 0 then
+        keep_apart(S, ao, asc, am)
+        S.apart_score = asc
+        order, score, msg = o, sc, m
+        S.score = sc
+      end
+    end
+    pending_add(S.P, layout, order, score, msg)
   end
 end
 
@@ -134,6 +186,9 @@ for _, S in ipairs(shards) do
       if not first or score < first then first = score end
     end
     moved_earlier = first and (not S.before or first < S.before)
+  end
+  for _, score in ipairs(S.apart_score or {}) do
+    if not S.held_before or score < S.held_before then moved_earlier = true end
   end
   if moved_earlier then redis.call('PUBLISH', ARGV[3], S.keys[1]) end
 end

@@ -6,7 +6,8 @@
 -- ARGV[4] only messages to this stream ("" = every stream)
 -- ARGV[5] look at no more than this many messages in each source (a bound on the
 --   call's time when a stream filter matches little)
--- returns: { { score, id, stream, held (1/0) }, ... } in (score, id) order, then the
+-- returns: { { score, id, stream, held (1/0: due, and waiting in its held set) }, ... }
+--   in (score, id) order, then the
 --   frontier { score, id } up to which every source was read whole ({} when every
 --   source that stopped early had found its `limit`, or ran out): past the frontier
 --   the list may miss messages, so the caller cuts it there.
@@ -26,6 +27,7 @@ local function stream_of(body)
 end
 
 local found, frontier = {}, nil
+local due_max = now_ms() * 10 + 9
 -- Keeps the lowest frontier of the sources that stopped on their budget.
 local function stopped_at(score, id)
   if not frontier or score < frontier[1] or (score == frontier[1] and id_less(id, frontier[2])) then
@@ -46,7 +48,9 @@ local function from_zset(key, held, stream_known)
         looked = looked + 1
         local stream = stream_known or stream_of(redis.call('HGET', KEYS[2], id))
         if only == '' or stream == only then
-          found[#found + 1] = { score, id, stream, held }
+          local waits = 0
+          if held == 1 and score <= due_max then waits = 1 end
+          found[#found + 1] = { score, id, stream, waits }
           got = got + 1
           if got >= limit then return end
         end

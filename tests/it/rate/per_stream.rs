@@ -3,8 +3,11 @@
 //! read, cancelled, rescheduled and is a duplicate if pushed again; a reload lifts it;
 //! a leader killed mid-drain loses and doubles nothing.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use serde_json::json;
 
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
@@ -15,9 +18,24 @@ use crate::support::{self, Cluster, Deliveries, Env, eventually};
 const SLOW: &str = "slow";
 const FAST: &str = "fast";
 
+/// The slow stream's backlog stored as a producer that knows its limit stores it
+/// (kept apart: in its held set from the start), or as one that does not (in the
+/// pending layouts, set aside by the forward calls).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limited_stream_kept_apart_drains_at_its_rate_while_the_others_stay_on_time() {
+    drains_at_its_rate_while_the_others_stay_on_time(true).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_limited_stream_drains_at_its_rate_while_the_others_stay_on_time() {
+    drains_at_its_rate_while_the_others_stay_on_time(false).await;
+}
+
+async fn drains_at_its_rate_while_the_others_stay_on_time(kept_apart: bool) {
     let env = Env::start("[streams.max_rate]\nslow = 100\n").await;
+    if kept_apart {
+        env.store.keep_apart([SLOW.to_owned()]);
+    }
     let slow = push_overdue_to(&env.store, SLOW, 300).await;
     let fast = push_overdue_to(&env.store, FAST, 100).await;
     let pushed_fast = Instant::now();
@@ -49,6 +67,155 @@ async fn a_limited_stream_drains_at_its_rate_while_the_others_stay_on_time() {
         (env.store.held().await.expect("held").total() == 0).then_some(())
     })
     .await;
+}
+
+/// Pushes through the daemon's API: `n` messages to `stream` (ids `<stream>-<tag>-<i>`),
+/// due in `delay_ms`, with priorities 0-9 in turn; returns each id with its due time.
+async fn push_via_api(
+    env: &Env,
+    stream: &str,
+    tag: &str,
+    n: usize,
+    delay_ms: u64,
+) -> HashMap<String, u64> {
+    let mut pushed = HashMap::new();
+    for i in 0..n {
+        let id = format!("{stream}-{tag}-{i}");
+        let body = json!({"stream": stream, "payload": "x", "delay": format!("{delay_ms}ms"), "id": id, "priority": i % 10});
+        let (status, answer) = env.api.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "{answer}");
+        pushed.insert(id, answer["deliver_at"].as_u64().expect("deliver_at"));
+    }
+    pushed
+}
+
+/// How many messages the held sets of `stream` keep, over every shard.
+fn in_held_sets(env: &Env, stream: &str) -> u64 {
+    let mut conn = env.redis.client();
+    (0..env.store.shards())
+        .map(|shard| {
+            let key = env.store.keys().shard(shard).held_of(stream);
+            redis::cmd("ZCARD")
+                .arg(key)
+                .query::<u64>(&mut conn)
+                .unwrap()
+        })
+        .sum()
+}
+
+/// Whether `stream`'s held set has message `id`.
+fn is_held(env: &Env, stream: &str, id: &str) -> bool {
+    let shard = MessageId::parse(id).unwrap().shard(env.store.shards());
+    let key = env.store.keys().shard(shard).held_of(stream);
+    let score: Option<f64> = redis::cmd("ZSCORE")
+        .arg(key)
+        .arg(id)
+        .query(&mut env.redis.client())
+        .unwrap();
+    score.is_some()
+}
+
+/// Waits for every pushed message in `stream`; checks each arrived once, never
+/// before its due time (both Redis's clock), and in due order.
+async fn delivered_on_time(env: &Env, stream: &str, pushed: &HashMap<String, u64>) {
+    let entries = drained_from(env, stream, pushed, Duration::from_secs(20)).await;
+    for e in &entries {
+        let id = e.get("delayq-id").unwrap();
+        let due = pushed[id];
+        assert!(e.ms() >= due, "{id} due at {due} arrived at {}", e.ms());
+    }
+}
+
+/// Pushes one message at a time to the slow stream (through the API, due in 1 s)
+/// until one is kept apart or not, as `kept` says (a reload reaches the API within a
+/// few pushes); returns every one pushed.
+async fn push_until_kept_apart(env: &Env, kept: bool, tag: &str) -> HashMap<String, u64> {
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let pushed = std::sync::Mutex::new(HashMap::new());
+    eventually(Duration::from_secs(5), "the reload in effect", || async {
+        let n = tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let one = push_via_api(env, SLOW, &format!("{tag}{n}"), 1, 1_000).await;
+        // Due in a second: still where it was stored.
+        let apart = one.keys().all(|id| is_held(env, SLOW, id));
+        pushed.lock().unwrap().extend(one);
+        (apart == kept).then_some(())
+    })
+    .await;
+    pushed.into_inner().unwrap()
+}
+
+/// Pushes to a limited stream, through the daemon's API (which keeps them apart, as
+/// its running configuration says), wait in the stream's held set from the start,
+/// not in the due order in front of the other streams: counted as scheduled and not
+/// yet due, nothing held back, readable, and sent at their due time in due order.
+/// A reload that lifts the limit leaves those already stored waiting for their time;
+/// one that sets a limit keeps the next pushes apart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_to_a_limited_stream_wait_in_its_held_set_until_due() {
+    let env = Env::start("[streams.max_rate]\nslow = 1000\n").await;
+    env.leading().await;
+    let mut slow = push_via_api(&env, SLOW, "a", 40, 2_000).await;
+    let fast = push_via_api(&env, FAST, "a", 10, 2_000).await;
+    assert_eq!(in_held_sets(&env, SLOW), 40);
+    assert_eq!(in_held_sets(&env, FAST), 0);
+    let now = env.store.now_ms().await.expect("now");
+    let report = env.store.pending_report(now).await.expect("report");
+    let scheduled: u64 = report.per_shard.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        (scheduled, report.due, report.held.total()),
+        (50, 0, 0),
+        "{report:?}"
+    );
+    let earliest = *slow.values().chain(fast.values()).min().unwrap();
+    assert_eq!(report.earliest_due_ms, Some(earliest), "{report:?}");
+    let (status, overview) = env.api.get("/v1/overview").await;
+    assert_eq!(status, 200, "{overview}");
+    let p = &overview["pending"];
+    assert_eq!(
+        (
+            p["total"].as_u64(),
+            p["overdue"].as_u64(),
+            p["held"].as_u64()
+        ),
+        (Some(50), Some(0), Some(0)),
+        "{overview}"
+    );
+    assert_eq!(
+        overview["due"]["next_minute"].as_u64(),
+        Some(50),
+        "{overview}"
+    );
+    let (_, message) = env.api.get(&format!("/v1/messages/{SLOW}-a-3")).await;
+    assert_eq!(
+        (message["state"].as_str(), message["stream"].as_str()),
+        (Some("scheduled"), Some(SLOW)),
+        "{message}"
+    );
+    let (_, streams) = env.api.get("/v1/streams").await;
+    let row = streams["streams"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["stream"] == SLOW).cloned());
+    assert!(row.as_ref().is_some_and(|r| r["held"] == 0), "{streams}");
+
+    // Lifted: what the held set keeps still waits for its time; the next pushes
+    // are no longer kept apart.
+    let daemon = env.daemon.as_ref().expect("running");
+    daemon
+        .live_config()
+        .send_replace(Arc::new(support::config(&env.redis.url(), "")));
+    slow.extend(push_until_kept_apart(&env, false, "b").await);
+    delivered_on_time(&env, FAST, &fast).await;
+    delivered_on_time(&env, SLOW, &slow).await;
+    assert_eq!(in_held_sets(&env, SLOW), 0);
+
+    // Set again: the next pushes go to the held set.
+    daemon.live_config().send_replace(Arc::new(support::config(
+        &env.redis.url(),
+        "[streams.max_rate]\nslow = 1000\n",
+    )));
+    slow.extend(push_until_kept_apart(&env, true, "c").await);
+    delivered_on_time(&env, SLOW, &slow).await;
+    assert_eq!(in_held_sets(&env, SLOW), 0);
 }
 
 /// Pushes one message already due to `stream`.
