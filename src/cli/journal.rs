@@ -104,6 +104,8 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     let store = Store::connect(&config.store_config())
         .await
         .with_context(|| format!("connect to {}", config.redis_target()))?;
+    // Restored messages of a rate-limited stream are stored as the daemon stores them.
+    store.keep_apart(config.kept_apart());
     let options = RestoreOptions {
         include_overdue: args.include_overdue || id.is_some(),
         dry_run: args.dry_run,
