@@ -312,10 +312,7 @@ impl Store {
                 // not at all; never below none.
                 *t += c.max(0) as u64;
             }
-            total.earliest_due_ms = match (total.earliest_due_ms, earliest) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            total.earliest_due_ms = total.earliest_due_ms.into_iter().chain(earliest).min();
         }
         Ok(total)
     }

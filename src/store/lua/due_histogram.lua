@@ -32,18 +32,9 @@ if from == '-' then
     prev = '(' .. bounds[i]
   end
   counts[n + 1] = redis.call('ZCOUNT', KEYS[1], prev, '+inf') + P.ix.n
-  earliest = pending_first(P) or -1
-  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-    local key = held_key(KEYS[3], stream)
-    prev = '-inf'
-    for i = 1, n do
-      counts[i] = counts[i] + redis.call('ZCOUNT', key, prev, bounds[i])
-      prev = '(' .. bounds[i]
-    end
-    counts[n + 1] = counts[n + 1] + redis.call('ZCOUNT', key, prev, '+inf')
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-    if first and (earliest < 0 or tonumber(first) < earliest) then earliest = tonumber(first) end
-  end
+  local held, first = held_classes(KEYS[3], bounds, pending_first(P))
+  for i = 1, n + 1 do counts[i] = counts[i] + held[i] end
+  earliest = first or -1
 end
 
 -- How many elements of a bucket's list (len long) score at most max.

@@ -17,14 +17,8 @@ local scheduled, due, earliest = 0, 0, -1
 if from == '-' then
   scheduled = redis.call('ZCARD', KEYS[1]) + P.ix.n
   due = redis.call('ZCOUNT', KEYS[1], '-inf', max)
-  earliest = pending_first(P) or -1
-  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-    local key = held_key(KEYS[3], stream)
-    scheduled = scheduled + redis.call('ZCARD', key)
-    due = due + redis.call('ZCOUNT', key, '-inf', max)
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]
-    if first and (earliest < 0 or tonumber(first) < earliest) then earliest = tonumber(first) end
-  end
+  local held, first = held_classes(KEYS[3], { max }, pending_first(P))
+  scheduled, due, earliest = scheduled + held[1] + held[2], due + held[1], first or -1
 end
 -- Buckets are in order: every one up to the first that ends past max is due whole.
 local upto, looked, cursor = '(' .. score_bytes(max + 1), 0, ''

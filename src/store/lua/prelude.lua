@@ -620,6 +620,25 @@ local function held_key(held, stream)
   return held .. ':' .. stream
 end
 
+-- A shard's held sets (held: its set of held streams) counted by score: counts[i] the
+-- messages scoring above bounds[i - 1] and at most bounds[i], counts[#bounds + 1] those
+-- past the last bound; and the earliest of their scores and `earliest` (nil: none).
+local function held_classes(held, bounds, earliest)
+  local counts = {}
+  for i = 1, #bounds + 1 do counts[i] = 0 end
+  for _, stream in ipairs(redis.call('SMEMBERS', held)) do
+    local key, prev = held_key(held, stream), '-inf'
+    for i, bound in ipairs(bounds) do
+      counts[i] = counts[i] + redis.call('ZCOUNT', key, prev, bound)
+      prev = '(' .. bound
+    end
+    counts[#bounds + 1] = counts[#bounds + 1] + redis.call('ZCOUNT', key, prev, '+inf')
+    local first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2])
+    if first and (not earliest or first < earliest) then earliest = first end
+  end
+  return counts, earliest
+end
+
 -- Takes id out of stream's held set; returns whether it was there.
 local function unhold(held, stream, id)
   local key = held_key(held, stream)

@@ -112,30 +112,33 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
--- Messages kept apart go to their stream's held set (see ARGV[7]). held_before: the
--- shard's earliest score before the call, over its pending layouts and the held sets
--- this call writes to, so that a wake-up is published when one goes ahead of it.
+-- Stores messages kept apart in their streams' held sets (see ARGV[7]); returns
+-- whether one goes ahead of every message of the pending layouts and of the held
+-- sets it goes to (a wake-up is due; one ahead only of those is told too, to spare).
 local function keep_apart(S, order, score, msg)
-  S.held_before = pending_first(S.P)
+  local before = pending_first(S.P)
   local by_stream, streams, bodies = {}, {}, {}
   for k, id in ipairs(order) do
     local stream = msg[k].stream
     if not by_stream[stream] then
       by_stream[stream] = {}
       streams[#streams + 1] = stream
-      local first = redis.call('ZRANGE', held_key(S.held, stream), 0, 0, 'WITHSCORES')[2]
-      if first and (not S.held_before or tonumber(first) < S.held_before) then S.held_before = tonumber(first) end
+      local first = tonumber(redis.call('ZRANGE', held_key(S.held, stream), 0, 0, 'WITHSCORES')[2])
+      if first and (not before or first < before) then before = first end
     end
     local z = by_stream[stream]
     z[#z + 1], z[#z + 2] = score[k], id
     bodies[#bodies + 1], bodies[#bodies + 2] = id, encode_body(msg[k])
   end
+  local ahead = false
+  for _, sc in ipairs(score) do ahead = ahead or not before or sc < before end
   chunked({ 'HSET', S.P.bodies }, bodies)
   S.P.hashed = true
   for _, stream in ipairs(streams) do
     chunked({ 'ZADD', held_key(S.held, stream) }, by_stream[stream])
     redis.call('SADD', S.held, stream)
   end
+  return ahead
 end
 
 -- Records and messages in the way (see admit), then the messages, shard by shard.
@@ -144,10 +147,8 @@ for _, S in ipairs(shards) do
     for _, id in ipairs(S.in_way) do forget_record(S.keys[3], S.keys[4], id) end
     for _, r in ipairs(S.replaced) do pending_remove(S.P, r[1], r[2]) end
     for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
-    local order, score, msg = S.order, S.score, S.msg
     if n_apart > 0 then
-      -- Split off the messages kept apart (their slots in S.apart_score, for the
-      -- wake-up below); the rest keep their order.
+      -- The messages kept apart go to their held sets; the rest stay in S, in order.
       local o, sc, m, ao, asc, am = {}, {}, {}, {}, {}, {}
       for k, id in ipairs(S.order) do
         if apart[S.msg[k].stream] then
@@ -157,13 +158,11 @@ for _, S in ipairs(shards) do
         end
       end
       if #ao > 0 then
-        keep_apart(S, ao, asc, am)
-        S.apart_score = asc
-        order, score, msg = o, sc, m
-        S.score = sc
+        S.apart_ahead = keep_apart(S, ao, asc, am)
+        S.order, S.score, S.msg = o, sc, m
       end
     end
-    pending_add(S.P, layout, order, score, msg)
+    pending_add(S.P, layout, S.order, S.score, S.msg)
   end
 end
 
@@ -187,9 +186,6 @@ for _, S in ipairs(shards) do
     end
     moved_earlier = first and (not S.before or first < S.before)
   end
-  for _, score in ipairs(S.apart_score or {}) do
-    if not S.held_before or score < S.held_before then moved_earlier = true end
-  end
-  if moved_earlier then redis.call('PUBLISH', ARGV[3], S.keys[1]) end
+  if moved_earlier or S.apart_ahead then redis.call('PUBLISH', ARGV[3], S.keys[1]) end
 end
 return out
