@@ -769,6 +769,60 @@ async fn the_largest_call_spans_every_shard_whole() {
     assert_eq!(per_shard.iter().map(|(_, n)| n).sum::<u64>(), 1001);
 }
 
+/// The largest call (1000 messages) into one shard, every message kept apart for a
+/// rate limit: the held set and the bodies hash take them whole (in chunks), and one
+/// forward call of the largest batch (`forwarder.batch_size` = 10,000) sends them all,
+/// each once.
+#[tokio::test]
+async fn the_largest_call_kept_apart_is_stored_whole_and_sent_by_the_largest_batch() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    bare.store.keep_apart([STREAM.to_owned()]);
+    let items: Vec<BatchItem> = (0..1000u64)
+        .map(|i| BatchItem {
+            msg: NewMessage {
+                id: MessageId::parse(&format!("apart-{i:04}")).unwrap(),
+                due: Due::At(1 + (i * 7919) % 1000),
+                ..NewMessage::payload(STREAM, "x", Duration::ZERO)
+            },
+            mode: ScheduleMode::New,
+            inbox_entry: None,
+        })
+        .collect();
+    let outcomes = bare
+        .store
+        .schedule_many(&items, Duration::from_secs(3600), None)
+        .await;
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| matches!(o, Ok(Scheduled::Scheduled { .. })))
+    );
+    let mut conn = bare.redis.client();
+    let held_key = bare.store.keys().shard(0).held_of(STREAM);
+    let held: u64 = redis::cmd("ZCARD").arg(&held_key).query(&mut conn).unwrap();
+    assert_eq!(held, 1000);
+    let options = delayq::store::ForwardOptions {
+        batch_size: 10_000,
+        ..bare.config.forward_options()
+    };
+    let batch = bare.store.forward(0, 1, &options).await.unwrap();
+    assert_eq!(batch.forwarded, 1000);
+    let written = entries(&mut conn, STREAM);
+    assert_eq!(written.len(), 1000);
+    let mut distinct: Vec<&str> = written
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap())
+        .collect();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), 1000);
+    let exists: bool = redis::cmd("EXISTS")
+        .arg(&held_key)
+        .query(&mut conn)
+        .unwrap();
+    assert!(!exists, "the held set is left");
+}
+
 /// 220 single pushes at once, to a store of `shards` shards: each gets its own
 /// outcome, and they share calls.
 async fn single_pushes_share_calls(shards: u16) {
