@@ -12,7 +12,8 @@
 //!
 //! A suspicion counts only while this standby itself reaches Redis and has held
 //! its own presence long enough for the leader's to have been made again after a
-//! Redis restart, and only once it has lasted [`CONFIRM`] over two polls or more.
+//! Redis restart (or has seen the leader's beside its own on the connection it
+//! holds now), and only once it has lasted [`CONFIRM`] over two polls or more.
 //! etcd is then asked who leads: if it is still the suspected lease, the standby
 //! revokes it. A wrong suspicion costs a term, never a message: the revoked leader
 //! sees its lease gone and steps down, and the fence refuses anything it still
@@ -28,7 +29,11 @@ pub(super) const POLL: Duration = Duration::from_millis(50);
 const CONFIRM: Duration = Duration::from_millis(100);
 /// How long this node's own presence must have been held before it judges a
 /// missing one (after a Redis restart every node connects again, each within
-/// the presence loop's backoff of at most half a second).
+/// the presence loop's backoff of at most half a second), unless it has seen the
+/// leader's presence beside its own since: then the leader's was made again (or
+/// never lost), and its going is a death, not a Redis restart. A standby that
+/// has just started (restarted after a crash, say) sees the leader's at its first
+/// polls, so it need not wait this out before judging.
 const GRACE: Duration = Duration::from_secs(2);
 /// How long a leader's probe may go unwritten (it writes every second) before the
 /// leader is taken to be cut off from Redis.
@@ -64,6 +69,9 @@ pub(super) struct Seen {
     pub(super) own: LeaderSigns,
     /// How long this node's own presence has been held on its connection.
     pub(super) own_presence: Duration,
+    /// Whether a poll has found the leader's presence beside this node's own on
+    /// that connection.
+    pub(super) leader_seen: bool,
     /// How long this node's own probe has been found fresh (see [`FRESH`]) at
     /// every poll.
     pub(super) own_writing: Duration,
@@ -71,11 +79,12 @@ pub(super) struct Seen {
 
 /// The suspicion one poll supports, if any.
 pub(super) fn suspect(seen: &Seen) -> Option<Suspicion> {
-    if seen.own_presence < GRACE || !seen.own.present {
+    if !seen.own.present {
         return None;
     }
     if !seen.signs.present {
-        return Some(Suspicion::Gone);
+        let settled = seen.own_presence >= GRACE || seen.leader_seen;
+        return settled.then_some(Suspicion::Gone);
     }
     let own_writes =
         seen.own.probe_age.is_some_and(|age| age < FRESH) && seen.own_writing >= SILENT;
@@ -147,6 +156,9 @@ impl Watcher {
             held,
         } = self;
         let mut judge = Judge::default();
+        // The leader lease whose presence a poll found beside this node's own,
+        // and that own presence's connection (see `GRACE`).
+        let mut beside: Option<(i64, std::time::Instant)> = None;
         // Since when this node's own probe has been fresh at every poll.
         let mut writing_since: Option<Instant> = None;
         // etcd's answer when it named a newer leader than `info` still shows,
@@ -195,6 +207,9 @@ impl Watcher {
                 continue;
             };
             let now = Instant::now();
+            if signs.present && own_signs.present {
+                beside = Some((lease, own.since));
+            }
             writing_since = if own_signs.probe_age.is_some_and(|age| age < FRESH) {
                 Some(writing_since.unwrap_or(now))
             } else {
@@ -204,6 +219,7 @@ impl Watcher {
                 signs,
                 own: own_signs,
                 own_presence: own.since.elapsed(),
+                leader_seen: beside == Some((lease, own.since)),
                 own_writing: writing_since.map_or(Duration::ZERO, |since| now - since),
             };
             let Some(suspicion) = judge.poll(lease, now, suspect(&seen)) else {
@@ -329,9 +345,48 @@ mod tests {
                 probe_age: own_probe.map(ms),
             },
             own_presence: ms(own_presence),
+            leader_seen: false,
             own_writing: ms(own_presence),
         };
         assert_eq!(suspect(&seen), expected, "{seen:?}");
+    }
+
+    /// A standby whose own presence is `own_presence` ms old and has (or has not)
+    /// seen the leader's beside it, polling while the leader's is `present`.
+    #[track_caller]
+    fn check_seen(
+        present: bool,
+        own_presence: u64,
+        leader_seen: bool,
+        expected: Option<Suspicion>,
+    ) {
+        let signs = |present| LeaderSigns {
+            present,
+            probe_age: Some(ms(500)),
+        };
+        let seen = Seen {
+            signs: signs(present),
+            own: signs(true),
+            own_presence: ms(own_presence),
+            leader_seen,
+            own_writing: ms(own_presence),
+        };
+        assert_eq!(suspect(&seen), expected, "{seen:?}");
+    }
+
+    #[test]
+    fn a_young_presence_judges_a_leader_it_has_seen_go() {
+        use Suspicion::*;
+        // Just started, the leader seen at an earlier poll, now gone: judged.
+        check_seen(false, 100, true, Some(Gone));
+        check_seen(false, 1_999, true, Some(Gone));
+        // Never seen on this connection (a Redis restart, the leader not yet back).
+        check_seen(false, 100, false, None);
+        check_seen(false, 1_999, false, None);
+        check_seen(false, 2_000, false, Some(Gone));
+        // Seen and still there.
+        check_seen(true, 100, true, None);
+        check_seen(true, 10_000, true, None);
     }
 
     #[test]
