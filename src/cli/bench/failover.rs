@@ -389,13 +389,12 @@ async fn campaigning(etcd: &crate::config::EtcdConfig, node: &DelayqProcess) -> 
 }
 
 /// How long a new standby stands by before its leader is stopped (and then until
-/// its campaign is in etcd): for a crash, long enough to judge the leader gone (it
-/// must have held its presence in Redis for 2 s); for a clean stop, a pause between
-/// rounds.
+/// its campaign is in etcd): a pause between rounds, in which a standby judging a
+/// crash also sees the leader's presence beside its own (it judges one it has not
+/// seen only once its own presence is 2 s old).
 fn settle(stop: Stop) -> Duration {
     match stop {
-        Stop::Kill => Duration::from_millis(2_300),
-        Stop::Term => Duration::from_millis(500),
+        Stop::Kill | Stop::Term => Duration::from_millis(500),
         // A silent probe is judged against the standby's own, kept for 3 s; the
         // node that stood by after the fault must have rejoined first.
         Stop::Pause | Stop::RedisCut => Duration::from_millis(4_000),
