@@ -16,9 +16,9 @@ use delayq::store::{
     Scheduled, Status, Store,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use proptest::test_runner::TestRunner;
 
-use crate::support::{Bare, calls_of, compact_buckets, config, entries};
+use crate::support::{Bare, calls_of, compact_buckets, config, entries, redis_cases};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -333,10 +333,7 @@ fn any_mix_of_layouts_and_changes_is_forwarded_once_in_due_order() {
     let bare = runtime.block_on(Bare::start("[redis]\nshards = 1\n"));
     assert_eq!(bare.config.pending.layout, PendingLayout::Compact);
     let stores = runtime.block_on(stores_on(&bare));
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 16,
-        ..ProptestConfig::default()
-    });
+    let mut runner = TestRunner::new(redis_cases(16));
     runner
         .run(&cases(), |(case, batch, budget)| {
             runtime.block_on(async {

@@ -12,9 +12,9 @@ use delayq::store::{
     Status, Store, StoreError,
 };
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use proptest::test_runner::TestRunner;
 
-use crate::support::{Bare, entries};
+use crate::support::{Bare, entries, redis_cases};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -129,10 +129,7 @@ fn records_read_back_in(layout: &str) {
         "[redis]\nshards = 2\n[records]\nlayout = \"{layout}\"\n"
     )));
     let options = bare.config.forward_options();
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 24,
-        ..ProptestConfig::default()
-    });
+    let mut runner = TestRunner::new(redis_cases(24));
     runner
         .run(&cases(), |case| {
             runtime.block_on(async {

@@ -8,9 +8,9 @@ use std::time::Duration;
 use delayq::message::{Due, MessageId, NewMessage, StoredMessage};
 use delayq::store::{Rescheduled, ScheduleMode, Status, Store};
 use proptest::prelude::*;
-use proptest::test_runner::{Config as ProptestConfig, TestRunner};
+use proptest::test_runner::TestRunner;
 
-use crate::support::{Bare, entries};
+use crate::support::{Bare, entries, redis_cases};
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -77,10 +77,7 @@ async fn read_back(store: &Store, msg: NewMessage) -> Result<(), TestCaseError> 
 fn a_scheduled_message_reads_back_as_it_was_given() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
-    let mut runner = TestRunner::new(ProptestConfig {
-        cases: 64,
-        ..ProptestConfig::default()
-    });
+    let mut runner = TestRunner::new(redis_cases(64));
     runner
         .run(&new_message(), |msg| {
             runtime.block_on(read_back(&bare.store, msg))

@@ -53,6 +53,17 @@ pub async fn delayq_with_config(args: &[&str], config: &std::path::Path) -> std:
         .expect("run delayq")
 }
 
+/// A property test's settings when each case costs a Redis session: `cases` in the
+/// suite, or `PROPTEST_CASES` when set (a deeper run).
+pub fn redis_cases(cases: u32) -> proptest::test_runner::Config {
+    let default = proptest::test_runner::Config::default();
+    let deep = std::env::var_os("PROPTEST_CASES").is_some();
+    proptest::test_runner::Config {
+        cases: if deep { default.cases } else { cases },
+        ..default
+    }
+}
+
 /// The repository's root, where the files tests read (README, docker/, systemd/) are.
 pub fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
