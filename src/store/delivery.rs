@@ -215,6 +215,7 @@ impl Store {
             .arg(self.records_arg(options.retention))
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
+            .arg(self.apart_arg(stream))
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
@@ -308,7 +309,8 @@ impl Store {
             .arg(target)
             .arg(id_field)
             .arg(self.keys.wake_channel())
-            .arg(self.pending_layout.script_arg());
+            .arg(self.pending_layout.script_arg())
+            .arg(self.apart_arg(target));
         for name in own_field_names(id_field, attempt_field) {
             inv.arg(name);
         }

@@ -445,7 +445,8 @@ impl Store {
 
     /// Keeps the messages pushed to `streams` apart from the other streams' (the
     /// rate-limited ones, `streams.max_rate`), for this store and every clone of it:
-    /// each goes to its stream's held set when stored, so that a backlog of a limited
+    /// each goes to its stream's held set when stored (pushed, rescheduled,
+    /// redelivered or replayed from its dead letters), so that a backlog of a limited
     /// stream never lies in front of the others' messages in the due order and
     /// nothing need be set aside when it falls due (see `schedule_batch.lua`). Any
     /// set of streams is safe, and a stream not kept apart is set aside when due.
@@ -459,6 +460,16 @@ impl Store {
     /// The streams kept apart (see [`Store::keep_apart`]).
     pub fn kept_apart(&self) -> Arc<[String]> {
         self.apart.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The argument telling a script that stores one message for `stream` whether
+    /// to keep it apart.
+    fn apart_arg(&self, stream: &str) -> &'static str {
+        if self.kept_apart().iter().any(|s| s == stream) {
+            "apart"
+        } else {
+            ""
+        }
     }
 
     /// This store, writing scheduled messages in `layout` (every layout is read).
@@ -649,10 +660,8 @@ impl Store {
     ) -> Result<Rescheduled> {
         let k = self.keys.shard(shard);
         let [due_kind, due_value] = due.script_args();
-        let reply: Value = self
-            .scripts
-            .reschedule
-            .key(&k.due)
+        let mut inv = self.scripts.reschedule.prepare_invoke();
+        inv.key(&k.due)
             .key(&k.bodies)
             .key(&k.records)
             .key(&k.fence)
@@ -664,7 +673,12 @@ impl Store {
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
-            .arg(if self.journal { "j" } else { "" })
+            .arg(if self.journal { "j" } else { "" });
+        // The message's stream is known only to the script.
+        for stream in self.kept_apart().iter() {
+            inv.arg(stream);
+        }
+        let reply: Value = inv
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;

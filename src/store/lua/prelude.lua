@@ -41,10 +41,11 @@
 --   stream's held set, `<held>:<stream>`, a sorted set scored like the due set, and the
 --   stream is a member of the shard's held set while it holds any. A held message keeps
 --   its body in the bodies hash (with its due time): it is scheduled, only not in the
---   pending layouts. forward.lua holds and releases. Messages pushed to a stream kept
---   apart (a limited one, see schedule_batch.lua) go to its held set when stored, due
---   or not: only those scoring at most now are held back; the others wait for their
---   time there, and every reader counts them by their score.
+--   pending layouts. forward.lua holds and releases. Messages stored for a stream
+--   kept apart (a limited one, as the caller's arguments say: pushed in
+--   schedule_batch.lua, rescheduled, redelivered, replayed; pending_add_apart) go to
+--   its held set, due or not: only those scoring at most now are held back; the
+--   others wait for their time there, and every reader counts them by their score.
 
 -- Lua in Redis cannot unpack more than a few thousand values into one command (its C
 -- stack holds 8000), so a command built from a list of any length goes through
@@ -1046,6 +1047,47 @@ local function pending_first(P)
     end
   end
   return best
+end
+
+-- Stores messages (none of them pending) kept apart: each in the held set of its
+-- stream (held: the shard's set of held streams), scored as in the layouts, its body
+-- in the bodies hash (see Held). Returns whether one goes ahead of every message of
+-- the layouts and of the held sets it goes to: a wake-up is due (one ahead only of
+-- those is told too, to spare).
+local function pending_add_apart(P, held, ids, scores, msgs)
+  local before = pending_first(P)
+  local by_stream, streams, bodies = {}, {}, {}
+  for k, id in ipairs(ids) do
+    local stream = msgs[k].stream
+    if not by_stream[stream] then
+      by_stream[stream] = {}
+      streams[#streams + 1] = stream
+      local first = tonumber(redis.call('ZRANGE', held_key(held, stream), 0, 0, 'WITHSCORES')[2])
+      if first and (not before or first < before) then before = first end
+    end
+    local z = by_stream[stream]
+    z[#z + 1], z[#z + 2] = scores[k], id
+    bodies[#bodies + 1], bodies[#bodies + 2] = id, encode_body(msgs[k])
+  end
+  local ahead = false
+  for _, sc in ipairs(scores) do ahead = ahead or not before or sc < before end
+  chunked({ 'HSET', P.bodies }, bodies)
+  P.hashed = true
+  for _, stream in ipairs(streams) do
+    chunked({ 'ZADD', held_key(held, stream) }, by_stream[stream])
+    redis.call('SADD', held, stream)
+  end
+  return ahead
+end
+
+-- Stores one message (not pending), kept apart when `apart` (its stream has a rate
+-- limit, as the caller's arguments say) or else in the layout named. Returns whether
+-- a wake-up is due: it goes ahead of every message of the layouts (and of its held
+-- set, kept apart).
+local function pending_add_one(P, held, layout, apart, id, score, msg)
+  if apart then return pending_add_apart(P, held, { id }, { score }, { msg }) end
+  pending_add(P, layout, { id }, { score }, { msg })
+  return pending_first(P) == score
 end
 
 -- A bucket is read FIRST_LOOK elements at a time at first: a forward at a steady

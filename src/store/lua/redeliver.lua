@@ -4,7 +4,7 @@
 -- acknowledged in the same call, so a crash can neither lose nor double a redelivery,
 -- and calling again for the same entry finds it no longer pending and does nothing.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
---         (all of the message's shard)
+-- KEYS[6] held streams (all of the message's shard)
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] stream   ARGV[3] consumer group   ARGV[4] entry id
 -- ARGV[5] message id, as the caller read it from the entry (it chose KEYS by it)
@@ -17,6 +17,8 @@
 -- ARGV[15] the records policy: how long to keep the dead-letter record, and how
 -- ARGV[16] wake-up channel
 -- ARGV[17] the pending layout to store the next attempt in: "compact" | "hash"
+-- ARGV[18] "apart" when the stream is kept apart (streams.max_rate): the next attempt
+--          goes to its held set instead (see Held in the prelude)
 -- returns: { "rescheduled", attempt, due_ms }      the next attempt is scheduled
 --        | { "dead", attempts, dead_entry_id }     written to the dead-letter stream
 --        | { "fresh" }       no longer pending that long (acknowledged, or claimed again)
@@ -114,8 +116,8 @@ local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with c
 local msg = { stream = stream, fields = fields, due = due, priority = priority, created = now,
   attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why }
 local score = score_of(due, priority)
-pending_add(P, ARGV[17], { id }, { score }, { msg })
+local wake = pending_add_one(P, KEYS[6], ARGV[17], ARGV[18] == 'apart', id, score, msg)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
-if pending_first(P) == score then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
+if wake then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
 return { 'rescheduled', attempt + 1, due }

@@ -2,13 +2,15 @@
 -- dead-letter stream in the same call, so it is either back in delayq or still a
 -- dead letter, never both and never neither.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
---         (all of the message's shard)
+-- KEYS[6] held streams (all of the message's shard)
 -- ARGV[1] epoch (0: an operator's request, accepted by any instance)
 -- ARGV[2] dead-letter stream   ARGV[3] its entry id
 -- ARGV[4] message id, as the caller read it from the entry (it chose KEYS by it)
 -- ARGV[5] target stream   ARGV[6] id field   ARGV[7] wake-up channel
 -- ARGV[8] the pending layout to store it in: "compact" | "hash" (see the prelude)
--- ARGV[9..] names of the fields delayq appends to entries (the id field among them);
+-- ARGV[9] "apart" when the target stream is kept apart (streams.max_rate): the message
+--         goes to its held set instead (see Held in the prelude)
+-- ARGV[10..] names of the fields delayq appends to entries (the id field among them);
 --           trailing fields with these names are not the producer's and are dropped
 -- returns: { "replayed", due_ms }  scheduled as attempt 1, the dead letter deleted
 --        | { "scheduled" }  the id is scheduled already; the dead letter stays
@@ -25,7 +27,7 @@ local dead_stream, entry, id = ARGV[2], ARGV[3], ARGV[4]
 local read = redis.call('XRANGE', dead_stream, entry, entry)
 if #read == 0 then return { 'gone' } end
 local own = {}
-for i = 9, #ARGV do own[ARGV[i]] = true end
+for i = 10, #ARGV do own[ARGV[i]] = true end
 local fields, extra = split_own_fields(read[1][2], own)
 if extra[ARGV[6]] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
 local P = pending_of(KEYS[1], KEYS[2])
@@ -34,8 +36,9 @@ if pending_find(P, id) then return { 'scheduled' } end
 -- A replay starts over: attempt 1, with the full allowance of attempts.
 local now = now_ms()
 local score = score_of(now, 0)
-pending_add(P, ARGV[8], { id }, { score }, { new_msg({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now) })
+local msg = new_msg({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now, now)
+local wake = pending_add_one(P, KEYS[6], ARGV[8], ARGV[9] == 'apart', id, score, msg)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)
-if pending_first(P) == score then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
+if wake then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
 return { 'replayed', now }

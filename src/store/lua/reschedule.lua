@@ -8,6 +8,8 @@
 -- ARGV[6] wake-up channel
 -- ARGV[7] the pending layout to store it in: "compact" | "hash" (see the prelude)
 -- ARGV[8] "j" while the journal is on: the new due time goes to the journal's outbox
+-- ARGV[9..] streams kept apart (streams.max_rate): a message to one goes back to its
+--   held set at its new time, not into the pending layout (see Held in the prelude)
 -- returns: { "rescheduled", due_ms } | { state } for a message no longer scheduled
 --        (delivered, expired, dead, cancelled) | { "unknown" }
 --        | error "TOO_FAR ..." | error "CORRUPT ..." | error "FENCED ..."
@@ -35,9 +37,12 @@ if msg.expire_at > 0 then msg.expire_at = due + (msg.expire_at - msg.due) end
 msg.due = due
 pending_remove(P, id, where)
 unhold(KEYS[5], msg.stream, id) -- a held message is scheduled again, at its new time
+local apart = false
+for a = 9, #ARGV do apart = apart or ARGV[a] == msg.stream end
 local score = score_of(due, msg.priority)
-pending_add(P, ARGV[7], { id }, { score }, { msg })
-if pending_first(P) == score then redis.call('PUBLISH', ARGV[6], KEYS[1]) end
+if pending_add_one(P, KEYS[5], ARGV[7], apart, id, score, msg) then
+  redis.call('PUBLISH', ARGV[6], KEYS[1])
+end
 if ARGV[8] == 'j' then
   redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('R', id, now, tostring(due), msg.stream))
 end

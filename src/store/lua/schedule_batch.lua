@@ -112,35 +112,6 @@ while i <= #ARGV do
   if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
 end
 
--- Stores messages kept apart in their streams' held sets (see ARGV[7]); returns
--- whether one goes ahead of every message of the pending layouts and of the held
--- sets it goes to (a wake-up is due; one ahead only of those is told too, to spare).
-local function keep_apart(S, order, score, msg)
-  local before = pending_first(S.P)
-  local by_stream, streams, bodies = {}, {}, {}
-  for k, id in ipairs(order) do
-    local stream = msg[k].stream
-    if not by_stream[stream] then
-      by_stream[stream] = {}
-      streams[#streams + 1] = stream
-      local first = tonumber(redis.call('ZRANGE', held_key(S.held, stream), 0, 0, 'WITHSCORES')[2])
-      if first and (not before or first < before) then before = first end
-    end
-    local z = by_stream[stream]
-    z[#z + 1], z[#z + 2] = score[k], id
-    bodies[#bodies + 1], bodies[#bodies + 2] = id, encode_body(msg[k])
-  end
-  local ahead = false
-  for _, sc in ipairs(score) do ahead = ahead or not before or sc < before end
-  chunked({ 'HSET', S.P.bodies }, bodies)
-  S.P.hashed = true
-  for _, stream in ipairs(streams) do
-    chunked({ 'ZADD', held_key(S.held, stream) }, by_stream[stream])
-    redis.call('SADD', S.held, stream)
-  end
-  return ahead
-end
-
 -- Records and messages in the way (see admit), then the messages, shard by shard.
 for _, S in ipairs(shards) do
   if S.P then
@@ -158,7 +129,7 @@ for _, S in ipairs(shards) do
         end
       end
       if #ao > 0 then
-        S.apart_ahead = keep_apart(S, ao, asc, am)
+        S.apart_ahead = pending_add_apart(S.P, S.held, ao, asc, am)
         S.order, S.score, S.msg = o, sc, m
       end
     end

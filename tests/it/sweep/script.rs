@@ -28,6 +28,9 @@ const STREAM: &str = "s";
 //   the priority and whether it expires when they are set)
 // - `dead`: the dead letters: `ID reason attempt=N first=#i last=#j k=..`, where #i
 //   is which delivery of ID in `s` the time matches
+// - `apart`: `s` is kept apart from here on (as with a `streams.max_rate`);
+//   `held ID`: whether ID waits in `s`'s held set (`held` | `laid out`)
+// - `replay`: replays every dead letter of `s` into it; answers each outcome
 
 struct Case {
     bare: Bare,
@@ -299,6 +302,48 @@ impl Case {
                     .collect::<Vec<_>>()
                     .join("; ")
             }
+            "apart" => {
+                store.keep_apart([STREAM.to_owned()]);
+                String::new()
+            }
+            "held" => {
+                let shard = id(1).shard(store.shards());
+                let key = store.keys().shard(shard).held_of(STREAM);
+                let score: Option<f64> = redis::cmd("ZSCORE")
+                    .arg(key)
+                    .arg(words[1])
+                    .query(&mut self.conn)
+                    .unwrap();
+                let laid_out = matches!(store.get(&id(1)).await.unwrap(), Status::Scheduled(_));
+                match (score.is_some(), laid_out) {
+                    (true, _) => "held".into(),
+                    (false, true) => "laid out".into(),
+                    (false, false) => "not scheduled".into(),
+                }
+            }
+            "replay" => {
+                let (id_field, attempt_field) =
+                    (&self.options.id_field, &self.options.attempt_field);
+                let letters = store
+                    .dead_letters("s:dead", None, 100, id_field, attempt_field)
+                    .await
+                    .unwrap();
+                let mut out = Vec::new();
+                for letter in &letters {
+                    let replayed = store
+                        .replay_dead_letter("s:dead", letter, STREAM, id_field, attempt_field)
+                        .await
+                        .unwrap();
+                    out.push(
+                        format!("{replayed:?}")
+                            .split_whitespace()
+                            .next()
+                            .unwrap()
+                            .to_lowercase(),
+                    );
+                }
+                out.join(",")
+            }
             "pending" => {
                 let now = pending_ids(&mut self.conn, STREAM, GROUP);
                 self.delivered
@@ -337,6 +382,38 @@ async fn an_unacknowledged_entry_is_redelivered_then_dead_lettered_once() {
             "a max_attempts attempt=2 first=#1 last=#2 group=g consumer=c k=a n=1",
         ),
         ("pending", ""),
+        ("deliver", ""),
+    ])
+    .await;
+}
+
+/// A stream kept apart (rate-limited) gets its messages back into its held set
+/// whichever way they come back: a reschedule, a redelivery, a dead letter replayed;
+/// each is sent from there once, as attempt 1, 2, then 1 again.
+#[tokio::test]
+async fn a_stream_kept_apart_keeps_its_redeliveries_reschedules_and_replays_apart() {
+    check(&[
+        ("push a", "scheduled"),
+        ("held a", "laid out"),
+        ("apart", ""),
+        ("push b", "scheduled"),
+        ("held b", "held"),
+        ("hurry a", ""),
+        ("held a", "held"),
+        ("deliver", "b@1,a@1"),
+        ("held a", "not scheduled"),
+        ("wait 250", ""),
+        ("sweep a", "rescheduled 2 in 0s"),
+        ("held a", "held"),
+        ("ack b", ""),
+        ("deliver", "a@2"),
+        ("wait 250", ""),
+        ("sweep a", "fresh,dead 2"),
+        ("replay", "replayed"),
+        ("held a", "held"),
+        ("get a", "scheduled attempt=1"),
+        ("deliver", "a@1"),
+        ("held a", "not scheduled"),
         ("deliver", ""),
     ])
     .await;
