@@ -203,8 +203,7 @@ impl Bench {
         let mut old_leader_exit_ms = None;
         for round in 0..rounds {
             if round > 0 {
-                // The stopped node stands by again; a standby judges a crashed
-                // leader once it has held its presence for a while.
+                // The stopped node stands by again (see `settle` for how long).
                 if stop.ends_the_process() {
                     leader.restart()?;
                 }
