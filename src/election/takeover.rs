@@ -326,16 +326,14 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    #[track_caller]
-    fn check(
-        present: bool,
-        leader_probe: Option<u64>,
-        own_presence: u64,
-        own_probe: Option<u64>,
-        own_present: bool,
-        expected: Option<Suspicion>,
-    ) {
-        let seen = Seen {
+    /// A poll's signs: the leader's presence and probe age, this node's presence age,
+    /// probe age and presence, and whether it saw the leader's beside its own.
+    fn seen(
+        (present, leader_probe): (bool, Option<u64>),
+        (own_presence, own_probe, own_present): (u64, Option<u64>, bool),
+        leader_seen: bool,
+    ) -> Seen {
+        Seen {
             signs: LeaderSigns {
                 present,
                 probe_age: leader_probe.map(ms),
@@ -345,9 +343,25 @@ mod tests {
                 probe_age: own_probe.map(ms),
             },
             own_presence: ms(own_presence),
-            leader_seen: false,
+            leader_seen,
             own_writing: ms(own_presence),
-        };
+        }
+    }
+
+    #[track_caller]
+    fn check(
+        present: bool,
+        leader_probe: Option<u64>,
+        own_presence: u64,
+        own_probe: Option<u64>,
+        own_present: bool,
+        expected: Option<Suspicion>,
+    ) {
+        let seen = seen(
+            (present, leader_probe),
+            (own_presence, own_probe, own_present),
+            false,
+        );
         assert_eq!(suspect(&seen), expected, "{seen:?}");
     }
 
@@ -360,17 +374,11 @@ mod tests {
         leader_seen: bool,
         expected: Option<Suspicion>,
     ) {
-        let signs = |present| LeaderSigns {
-            present,
-            probe_age: Some(ms(500)),
-        };
-        let seen = Seen {
-            signs: signs(present),
-            own: signs(true),
-            own_presence: ms(own_presence),
+        let seen = seen(
+            (present, Some(500)),
+            (own_presence, Some(500), true),
             leader_seen,
-            own_writing: ms(own_presence),
-        };
+        );
         assert_eq!(suspect(&seen), expected, "{seen:?}");
     }
 

@@ -7,7 +7,7 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use super::{Monitor, Producer, check_exactly_once, flowing, node_counter, takeover};
+use super::{Delivery, Monitor, Producer, check_exactly_once, flowing, node_counter, takeover};
 use crate::proxy::Proxy;
 use crate::support::{Cluster, eventually, never};
 
@@ -54,6 +54,13 @@ async fn settled(cluster: &Cluster) -> (usize, u64, Producer, Monitor) {
     (leader, epoch, producer, monitor)
 }
 
+/// Stops the load `settled` started; checks every push arrived exactly once.
+async fn stop_load(cluster: &Cluster, producer: Producer, monitor: Monitor) -> Delivery {
+    let pushed = producer.stop().await;
+    monitor.finish().await;
+    check_exactly_once(cluster, &pushed).await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_leader_is_replaced_long_before_its_lease_runs_out() {
     let mut cluster = Cluster::start(3, 1, LONG_TTL).await;
@@ -72,9 +79,7 @@ async fn a_killed_leader_is_replaced_long_before_its_lease_runs_out() {
         // restarted node judges as soon as it has seen the new leader's presence).
         flowing(&cluster, 20).await;
     }
-    let pushed = producer.stop().await;
-    monitor.finish().await;
-    let delivery = check_exactly_once(&cluster, &pushed).await;
+    let delivery = stop_load(&cluster, producer, monitor).await;
     println!("SIGKILL takeovers with a 6 s lease: {takeovers:?}; {delivery:?}");
     assert!(
         takeovers.iter().all(|t| *t < FAST),
@@ -116,9 +121,7 @@ async fn a_leader_killed_just_after_both_standbys_restarted_is_replaced_at_once(
     let killed_at = Instant::now();
     cluster.nodes[leader].kill();
     let (_, _, took) = takeover(&cluster, leader, killed_at, Duration::from_secs(10)).await;
-    let pushed = producer.stop().await;
-    monitor.finish().await;
-    let delivery = check_exactly_once(&cluster, &pushed).await;
+    let delivery = stop_load(&cluster, producer, monitor).await;
     println!("SIGKILL 0.3 s after both standbys restarted: taken over in {took:?}; {delivery:?}");
     // Waiting out the young presence's 2 s would take 1.7 s or more.
     assert!(
@@ -145,9 +148,7 @@ async fn a_leader_cut_off_from_redis_alone_hands_over_and_rejoins() {
     let after = cluster.one_leader().wait(|| cluster.logs()).await;
     assert_eq!(after.0, next, "the new leader stays");
     flowing(&cluster, 10).await;
-    let pushed = producer.stop().await;
-    monitor.finish().await;
-    let delivery = check_exactly_once(&cluster, &pushed).await;
+    let delivery = stop_load(&cluster, producer, monitor).await;
     println!("cut off from Redis: n{next} took over after {took:?}; {delivery:?}");
     assert!(
         took < Duration::from_secs(6),
@@ -164,9 +165,7 @@ async fn a_leader_paused_for_a_second_keeps_its_term() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.nodes[leader].signal(libc::SIGCONT);
     flowing(&cluster, 50).await;
-    let pushed = producer.stop().await;
-    monitor.finish().await;
-    check_exactly_once(&cluster, &pushed).await;
+    stop_load(&cluster, producer, monitor).await;
     let now = cluster.one_leader().wait(|| cluster.logs()).await;
     assert_eq!(now, (leader, epoch), "a 1 s pause moved the leadership");
     assert_eq!(leases_ended(&cluster).await, 0.0);
@@ -191,9 +190,7 @@ async fn a_leader_whose_redis_stalls_for_half_a_second_keeps_its_term() {
         .query(&mut cluster.redis.client())
         .expect("CLIENT PAUSE");
     flowing(&cluster, 30).await;
-    let pushed = producer.stop().await;
-    monitor.finish().await;
-    let delivery = check_exactly_once(&cluster, &pushed).await;
+    let delivery = stop_load(&cluster, producer, monitor).await;
     println!("500 ms stalls of the leader's Redis and of Redis: {delivery:?}");
     let now = cluster.one_leader().wait(|| cluster.logs()).await;
     assert_eq!(now, (leader, epoch), "a 500 ms stall moved the leadership");
