@@ -63,8 +63,14 @@ impl Store {
         cancel: CancellationToken,
     ) {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
+        let mut moves = self.conn.master_changes();
         loop {
             let since = Instant::now();
+            // The master this connection is made to (through Sentinel): a later
+            // move makes it again (see `moved`).
+            if let Some(moves) = moves.as_mut() {
+                moves.borrow_and_update();
+            }
             let slot = self.keys.presence_slot();
             let connected =
                 tokio::time::timeout(self.response_timeout, self.conn.pubsub_on_master_of(slot))
@@ -120,6 +126,7 @@ impl Store {
                         held.send_replace(None);
                         return;
                     },
+                    () = moved(&mut moves) => break "the Redis master moved",
                     _ = tokio::time::sleep(PING_EVERY) => {
                         let pong = tokio::time::timeout(
                             self.response_timeout,
@@ -190,6 +197,22 @@ impl Store {
                 probe_age: probe_age(own_pttl),
             },
         ))
+    }
+}
+
+/// Resolves when Sentinel names another master than the last one seen on
+/// `moves`; never on one Redis or Redis Cluster. A presence stays on the master it
+/// was subscribed on until its connection breaks, and a master demoted in a
+/// planned failover goes on answering (Sentinel breaks its connections only when
+/// it reconfigures it, seconds later): meanwhile the standbys, asking the new
+/// master, would see neither their own presence nor the leader's, and a crash
+/// would wait out the lease.
+async fn moved(moves: &mut Option<watch::Receiver<(u64, String)>>) {
+    let Some(moves) = moves else {
+        return std::future::pending().await;
+    };
+    if moves.changed().await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

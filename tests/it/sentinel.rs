@@ -4,6 +4,8 @@
 //! `SENTINEL FAILOVER` are both followed without a restart; every push confirmed
 //! with `redis.min_replicas_acked = 1` is delivered, nothing twice. The figures
 //! (time from the kill to forwarding again, lost and duplicated) are printed.
+//! With etcd and two instances, presences follow a planned switch at once, so a
+//! leader crashing just after it is taken over without waiting out its lease.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -585,6 +587,137 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
         "epochs {e1} -> {e2} (lost on the new master) -> {leading}; a's term saw the move: {}",
         a.log().contains("the Redis master moved")
     );
+}
+
+/// Presence channels subscribed on `redis`.
+fn presences(redis: &RedisServer) -> usize {
+    let channels: Vec<String> = redis::cmd("PUBSUB")
+        .arg("CHANNELS")
+        .arg("*:presence:*")
+        .query(&mut redis.client())
+        .unwrap_or_default();
+    channels.len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_taken_over_at_once() {
+    let watched = Watched::start(1).await;
+    let etcd = EtcdServer::start().expect("etcd");
+    // A 10 s lease: a takeover by lease expiry would take 6 s or more.
+    let config = format!(
+        "{}[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"10s\"\n",
+        watched.config(""),
+        etcd.endpoint()
+    );
+    let mut nodes = Vec::new();
+    let mut apis = Vec::new();
+    for name in ["a", "b"] {
+        let node = DelayqProcess::start(&delayq_bin(), name, &config).expect("start delayq");
+        apis.push(Api::new(node.api).with_timeout(Duration::from_secs(2)));
+        nodes.push(node);
+    }
+    let logs =
+        |nodes: &[DelayqProcess]| nodes.iter().map(|n| n.log()).collect::<Vec<_>>().join("\n");
+    eventually(
+        Duration::from_secs(20),
+        "both presences on the master",
+        || async { (presences(&watched.master) == 2).then_some(()) },
+    )
+    .await;
+
+    // A planned switch: the old master stays up, and Sentinel reconfigures it
+    // (breaking its clients' connections) only seconds after naming the new one.
+    let () = redis::cmd("SENTINEL")
+        .arg("failover")
+        .arg(NAME)
+        .query(&mut watched.sentinels[0].client())
+        .expect("SENTINEL FAILOVER");
+    let new_port = watched.replicas[0].port;
+    eventually(Duration::from_secs(30), "the replica promoted", || async {
+        (watched.master_port() == Some(new_port)).then_some(())
+    })
+    .await;
+    let new_master = &watched.replicas[0];
+    eventually(
+        Duration::from_secs(10),
+        "both presences on the new master",
+        || async { (presences(new_master) == 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        (
+            info(&watched.master, "role").as_deref(),
+            presences(&watched.master)
+        ),
+        (Some("master"), 0),
+        "the presences moved before Sentinel reconfigured the old master\n{}",
+        logs(&nodes)
+    );
+
+    // Forwarding on the new master; then the leader dies with messages due.
+    let leader = eventually(Duration::from_secs(20), "a leader", || async {
+        for (i, api) in apis.iter().enumerate() {
+            if let Some((true, _)) = role(api).await {
+                return Some(i);
+            }
+        }
+        None
+    })
+    .await;
+    let survivor = 1 - leader;
+    let push = |id: String, delay_ms: u64| {
+        let api = apis[survivor].clone();
+        async move {
+            let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": delay_ms});
+            let (status, answer) = api.post("/v1/messages", body).await;
+            assert_eq!(status, 201, "{answer}");
+        }
+    };
+    push("warm".into(), 0).await;
+    eventually(
+        Duration::from_secs(20),
+        "forwarding on the new master",
+        || async { (!entries_on(new_master, "s").is_empty()).then_some(()) },
+    )
+    .await;
+    let ids: Vec<String> = (0..20).map(|i| format!("k-{i}")).collect();
+    for id in &ids {
+        push(id.clone(), 1_000).await;
+    }
+    // The switch itself moved leadership (the leader ends its term when the
+    // master moves): a standby that has not yet seen the new leader's presence
+    // beside its own waits out its 2 s of grace before judging.
+    let killed_at = Instant::now();
+    nodes[leader].kill();
+    eventually(Duration::from_secs(10), "the standby leads", || async {
+        role(&apis[survivor]).await.filter(|r| r.0).map(|_| ())
+    })
+    .await;
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "took over {took:?} after the kill (by lease expiry: 6 s or more)\n{}",
+        logs(&nodes)
+    );
+    let ended = counter(
+        &apis[survivor].metrics().await.expect("metrics"),
+        "delayq_leader_leases_ended_total",
+    );
+    assert!(
+        ended >= 1.0,
+        "the survivor ended no lease\n{}",
+        logs(&nodes)
+    );
+    let mut all = ids.clone();
+    all.push("warm".into());
+    eventually(Duration::from_secs(20), "every message delivered", || {
+        let tally = Tally::of_ids(&all, &entries_on(new_master, "s"));
+        async move { tally.lost.is_empty().then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Tally::of_ids(&all, &entries_on(new_master, "s")).assert_exact(&logs(&nodes));
+    println!("after a planned failover: SIGKILLed leader replaced in {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
