@@ -64,7 +64,7 @@ impl Store {
     ) {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
         let mut moves = self.conn.master_changes();
-        loop {
+        'connect: loop {
             let since = Instant::now();
             // The master this connection is made to (through Sentinel): a later
             // move makes it again (see `moved`).
@@ -126,7 +126,17 @@ impl Store {
                         held.send_replace(None);
                         return;
                     },
-                    () = moved(&mut moves) => break "the Redis master moved",
+                    () = moved(&mut moves) => {
+                        held.send_replace(None);
+                        // Made again on the new master at once; this one stays
+                        // subscribed a while for those not yet following (see `linger`).
+                        if let Some(lease) = subscribed {
+                            let want = want.clone();
+                            tokio::spawn(linger(pubsub, lease, want, cancel.clone(), self.response_timeout));
+                        }
+                        tracing::debug!("the Redis master moved: presence made again there");
+                        continue 'connect;
+                    }
                     _ = tokio::time::sleep(PING_EVERY) => {
                         let pong = tokio::time::timeout(
                             self.response_timeout,
@@ -206,7 +216,8 @@ impl Store {
 /// planned failover goes on answering (Sentinel breaks its connections only when
 /// it reconfigures it, seconds later): meanwhile the standbys, asking the new
 /// master, would see neither their own presence nor the leader's, and a crash
-/// would wait out the lease.
+/// would wait out the lease. So the presence is made again on the new master as
+/// soon as this node follows the move.
 async fn moved(moves: &mut Option<watch::Receiver<(u64, String)>>) {
     let Some(moves) = moves else {
         return std::future::pending().await;
@@ -215,6 +226,44 @@ async fn moved(moves: &mut Option<watch::Receiver<(u64, String)>>) {
         std::future::pending::<()>().await;
     }
 }
+
+/// Keeps `pubsub`, subscribed to `lease`'s presence channel on the master this
+/// node just moved away from, until that connection breaks (Sentinel reconfigures
+/// the old master, or it goes away), this node wants another lease, `cancel`, or
+/// [`LINGER`] has passed. Nodes follow a move each when their own Sentinel tells
+/// them (Sentinels learn of a failover they did not lead up to seconds later): a
+/// standby that has not followed yet still asks the old master, and must not take
+/// the leader's having followed for its death. A process that dies closes both
+/// connections.
+async fn linger(
+    mut pubsub: redis::aio::PubSub,
+    lease: i64,
+    mut want: watch::Receiver<Option<i64>>,
+    cancel: CancellationToken,
+    response_timeout: Duration,
+) {
+    let until = Instant::now() + LINGER;
+    while Instant::now() < until {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            changed = want.changed() => if changed.is_err() || *want.borrow_and_update() != Some(lease) {
+                return;
+            },
+            _ = tokio::time::sleep(PING_EVERY) => {
+                let pong = tokio::time::timeout(response_timeout, pubsub.ping::<Value>()).await;
+                if !matches!(pong, Ok(Ok(_))) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// How long a presence stays on a master this node moved away from (see
+/// [`linger`]): longer than Sentinels take to learn of a failover from each other
+/// (their hello messages go every 2 s), and about as long as Sentinel waits before
+/// it reconfigures a demoted master that is still up (8 s), which ends it sooner.
+const LINGER: Duration = Duration::from_secs(10);
 
 /// How long ago a key written with [`PROBE_TTL_MS`] was written, from its PTTL
 /// (negative: no such key, or one without an expiry).
