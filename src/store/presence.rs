@@ -131,8 +131,9 @@ impl Store {
                         // Made again on the new master at once; this one stays
                         // subscribed a while for those not yet following (see `linger`).
                         if let Some(lease) = subscribed {
-                            let want = want.clone();
-                            tokio::spawn(linger(pubsub, lease, want, cancel.clone(), self.response_timeout));
+                            let (want, cancel) = (want.clone(), cancel.clone());
+                            let timeout = self.response_timeout;
+                            tokio::spawn(linger(pubsub, lease, want, cancel, timeout));
                         }
                         tracing::debug!("the Redis master moved: presence made again there");
                         continue 'connect;
@@ -246,9 +247,11 @@ async fn linger(
     while Instant::now() < until {
         tokio::select! {
             _ = cancel.cancelled() => return,
-            changed = want.changed() => if changed.is_err() || *want.borrow_and_update() != Some(lease) {
-                return;
-            },
+            changed = want.changed() => {
+                if changed.is_err() || *want.borrow_and_update() != Some(lease) {
+                    return;
+                }
+            }
             _ = tokio::time::sleep(PING_EVERY) => {
                 let pong = tokio::time::timeout(response_timeout, pubsub.ping::<Value>()).await;
                 if !matches!(pong, Ok(Ok(_))) {
