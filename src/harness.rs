@@ -744,6 +744,13 @@ impl SentinelServer {
         tail(&self.dir.path().join("sentinel.log"), 40)
     }
 
+    /// Sends `sig` to the Sentinel (SIGSTOP: it misses what happens until SIGCONT).
+    pub fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            signal(child, sig);
+        }
+    }
+
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             kill_and_wait(&mut child);
