@@ -27,6 +27,7 @@ use redis::Value;
 use super::reply::int_at;
 use super::{PROBE_TTL_MS, Result, Store};
 use crate::backoff::Backoff;
+use Broken::{Lost, Moved};
 
 /// How often the presence connection is pinged, so a connection Redis dropped is
 /// noticed and made again soon.
@@ -64,7 +65,7 @@ impl Store {
     ) {
         let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_millis(500));
         let mut moves = self.conn.master_changes();
-        'connect: loop {
+        loop {
             let since = Instant::now();
             // The master this connection is made to (through Sentinel): a later
             // move makes it again (see `moved`).
@@ -100,7 +101,7 @@ impl Store {
                         )
                         .await;
                         if !matches!(r, Ok(Ok(()))) {
-                            break "unsubscribe failed";
+                            break Lost("unsubscribe failed");
                         }
                     }
                     if let Some(new) = lease {
@@ -110,7 +111,7 @@ impl Store {
                         )
                         .await;
                         if !matches!(r, Ok(Ok(()))) {
-                            break "subscribe failed";
+                            break Lost("subscribe failed");
                         }
                         subscribed = Some(new);
                         held.send_replace(Some(Held { lease: new, since }));
@@ -126,35 +127,29 @@ impl Store {
                         held.send_replace(None);
                         return;
                     },
-                    () = moved(&mut moves) => {
-                        held.send_replace(None);
-                        // Made again on the new master at once; this one stays
-                        // subscribed a while for those not yet following (see `linger`).
-                        if let Some(lease) = subscribed {
-                            let (want, cancel) = (want.clone(), cancel.clone());
-                            let timeout = self.response_timeout;
-                            tokio::spawn(linger(pubsub, lease, want, cancel, timeout));
-                        }
-                        tracing::debug!("the Redis master moved: presence made again there");
-                        continue 'connect;
-                    }
+                    () = moved(&mut moves) => break Moved,
                     _ = tokio::time::sleep(PING_EVERY) => {
-                        let pong = tokio::time::timeout(
-                            self.response_timeout,
-                            pubsub.ping::<redis::Value>(),
-                        )
-                        .await;
-                        if !matches!(pong, Ok(Ok(_))) {
-                            break "ping failed";
+                        if !answers_ping(&mut pubsub, self.response_timeout).await {
+                            break Lost("ping failed");
                         }
                         if self.presence_moved(slot, &at).await {
-                            break "the presence slot has another master now";
+                            break Lost("the presence slot has another master now");
                         }
                     }
                 }
             };
-            tracing::debug!(why = broken, "presence connection lost; connecting again");
             held.send_replace(None);
+            let Lost(why) = broken else {
+                // Made again on the new master at once; this one stays subscribed a
+                // while for those not yet following (see `linger`).
+                tracing::debug!("the Redis master moved: presence made again there");
+                if let Some(lease) = subscribed {
+                    let (want, cancel) = (want.clone(), cancel.clone());
+                    tokio::spawn(linger(pubsub, lease, want, cancel, self.response_timeout));
+                }
+                continue;
+            };
+            tracing::debug!(why, "presence connection lost; connecting again");
             drop(pubsub);
             if sleep_or_cancel(backoff.next_delay(), &cancel).await {
                 return;
@@ -220,12 +215,28 @@ impl Store {
 /// would wait out the lease. So the presence is made again on the new master as
 /// soon as this node follows the move.
 async fn moved(moves: &mut Option<watch::Receiver<(u64, String)>>) {
-    let Some(moves) = moves else {
-        return std::future::pending().await;
-    };
-    if moves.changed().await.is_err() {
-        std::future::pending::<()>().await;
+    if let Some(moves) = moves
+        && moves.changed().await.is_ok()
+    {
+        return;
     }
+    std::future::pending().await
+}
+
+/// Why the presence loop makes its connection again.
+enum Broken {
+    /// Lost (why): made again after a backoff pause.
+    Lost(&'static str),
+    /// The master moved (Sentinel): made again there at once.
+    Moved,
+}
+
+/// Whether `pubsub` answers a ping within `timeout`.
+async fn answers_ping(pubsub: &mut redis::aio::PubSub, timeout: Duration) -> bool {
+    matches!(
+        tokio::time::timeout(timeout, pubsub.ping::<Value>()).await,
+        Ok(Ok(_))
+    )
 }
 
 /// Keeps `pubsub`, subscribed to `lease`'s presence channel on the master this
@@ -253,8 +264,7 @@ async fn linger(
                 }
             }
             _ = tokio::time::sleep(PING_EVERY) => {
-                let pong = tokio::time::timeout(response_timeout, pubsub.ping::<Value>()).await;
-                if !matches!(pong, Ok(Ok(_))) {
+                if !answers_ping(&mut pubsub, response_timeout).await {
                     return;
                 }
             }

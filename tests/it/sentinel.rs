@@ -107,8 +107,12 @@ impl Watched {
     }
 
     fn config(&self, extra: &str) -> String {
-        let nodes: Vec<String> = self
-            .sentinels
+        self.config_asking(extra, &self.sentinels)
+    }
+
+    /// `config`, with only `sentinels` to ask.
+    fn config_asking(&self, extra: &str, sentinels: &[SentinelServer]) -> String {
+        let nodes: Vec<String> = sentinels
             .iter()
             .map(|s| format!("\"{}\"", s.address()))
             .collect();
@@ -602,6 +606,59 @@ fn presences(redis: &RedisServer) -> usize {
     channels.len()
 }
 
+/// delayq instances of the given names and configurations, and their APIs.
+fn instances(named: &[(&str, &String)]) -> (Vec<DelayqProcess>, Vec<Api>) {
+    named
+        .iter()
+        .map(|(name, config)| {
+            let node = DelayqProcess::start(&delayq_bin(), name, config).expect("start delayq");
+            let api = Api::new(node.api).with_timeout(Duration::from_secs(2));
+            (node, api)
+        })
+        .unzip()
+}
+
+fn logs(nodes: &[DelayqProcess]) -> String {
+    nodes.iter().map(|n| n.log()).collect::<Vec<_>>().join("\n")
+}
+
+/// Leases ended by the instances behind `apis`, in all.
+async fn leases_ended(apis: &[Api]) -> f64 {
+    let mut sum = 0.0;
+    for api in apis {
+        sum += counter(&api.metrics().await.expect("metrics"), LEASES_ENDED);
+    }
+    sum
+}
+
+/// The instance that leads, and its epoch.
+async fn leading(apis: &[Api]) -> Option<(usize, u64)> {
+    for (i, api) in apis.iter().enumerate() {
+        if let Some((true, epoch)) = role(api).await {
+            return Some((i, epoch));
+        }
+    }
+    None
+}
+
+/// Pushes message `id` to stream `s`, due in `delay_ms`.
+async fn push(api: &Api, id: &str, delay_ms: u64) {
+    let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": delay_ms});
+    let (status, answer) = api.post("/v1/messages", body).await;
+    assert_eq!(status, 201, "{answer}");
+}
+
+/// Waits for every one of `ids` in stream `s` on `node`, then checks each came once.
+async fn delivered_once(node: &RedisServer, ids: &[String], context: &str) {
+    eventually(Duration::from_secs(20), "every message delivered", || {
+        let tally = Tally::of_ids(ids, &entries_on(node, "s"));
+        async move { tally.lost.is_empty().then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    Tally::of_ids(ids, &entries_on(node, "s")).assert_exact(context);
+}
+
 /// The etcd section of instances with a 10 s lease: a takeover by lease expiry
 /// would take 6 s or more.
 fn long_lease(etcd: &EtcdServer) -> String {
@@ -637,15 +694,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     let watched = Watched::start(1).await;
     let etcd = EtcdServer::start().expect("etcd");
     let config = format!("{}{}", watched.config(""), long_lease(&etcd));
-    let mut nodes = Vec::new();
-    let mut apis = Vec::new();
-    for name in ["a", "b"] {
-        let node = DelayqProcess::start(&delayq_bin(), name, &config).expect("start delayq");
-        apis.push(Api::new(node.api).with_timeout(Duration::from_secs(2)));
-        nodes.push(node);
-    }
-    let logs =
-        |nodes: &[DelayqProcess]| nodes.iter().map(|n| n.log()).collect::<Vec<_>>().join("\n");
+    let (mut nodes, apis) = instances(&[("a", &config), ("b", &config)]);
     eventually(
         Duration::from_secs(20),
         "both presences on the master",
@@ -671,25 +720,9 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     );
 
     // Forwarding on the new master; then the leader dies with messages due.
-    let leader = eventually(Duration::from_secs(20), "a leader", || async {
-        for (i, api) in apis.iter().enumerate() {
-            if let Some((true, _)) = role(api).await {
-                return Some(i);
-            }
-        }
-        None
-    })
-    .await;
+    let (leader, _) = eventually(Duration::from_secs(20), "a leader", || leading(&apis)).await;
     let survivor = 1 - leader;
-    let push = |id: String, delay_ms: u64| {
-        let api = apis[survivor].clone();
-        async move {
-            let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": delay_ms});
-            let (status, answer) = api.post("/v1/messages", body).await;
-            assert_eq!(status, 201, "{answer}");
-        }
-    };
-    push("warm".into(), 0).await;
+    push(&apis[survivor], "warm", 0).await;
     eventually(
         Duration::from_secs(20),
         "forwarding on the new master",
@@ -698,15 +731,12 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     .await;
     let ids: Vec<String> = (0..20).map(|i| format!("k-{i}")).collect();
     for id in &ids {
-        push(id.clone(), 1_000).await;
+        push(&apis[survivor], id, 1_000).await;
     }
     // The switch itself moved leadership (the leader ends its term when the
     // master moves): a standby that has not yet seen the new leader's presence
     // beside its own waits out its 2 s of grace before judging.
-    let mut ended = 0.0;
-    for api in &apis {
-        ended += counter(&api.metrics().await.expect("metrics"), LEASES_ENDED);
-    }
+    let ended = leases_ended(&apis).await;
     assert_eq!(ended, 0.0, "the switch ended a lease\n{}", logs(&nodes));
     let killed_at = Instant::now();
     nodes[leader].kill();
@@ -720,10 +750,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
         "took over {took:?} after the kill (by lease expiry: 6 s or more)\n{}",
         logs(&nodes)
     );
-    let ended = counter(
-        &apis[survivor].metrics().await.expect("metrics"),
-        LEASES_ENDED,
-    );
+    let ended = leases_ended(&apis[survivor..=survivor]).await;
     assert!(
         ended >= 1.0,
         "the survivor ended no lease\n{}",
@@ -731,13 +758,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     );
     let mut all = ids.clone();
     all.push("warm".into());
-    eventually(Duration::from_secs(20), "every message delivered", || {
-        let tally = Tally::of_ids(&all, &entries_on(new_master, "s"));
-        async move { tally.lost.is_empty().then_some(()) }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Tally::of_ids(&all, &entries_on(new_master, "s")).assert_exact(&logs(&nodes));
+    delivered_once(new_master, &all, &logs(&nodes)).await;
     println!("after a planned failover: SIGKILLed leader replaced in {took:?}");
 }
 
@@ -749,26 +770,11 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
     // a and b ask every Sentinel; c only the third, which will miss the failover.
     let config = format!("{}{etcd_section}", watched.config(""));
     let late = format!(
-        "[redis]\nurl = \"redis://{NAME}\"\nshards = 2\nsentinel = {{ master = \"{NAME}\", nodes = [\"{}\"] }}\n{etcd_section}",
-        watched.sentinels[2].address()
+        "{}{etcd_section}",
+        watched.config_asking("", &watched.sentinels[2..])
     );
-    let mut nodes = Vec::new();
-    let mut apis = Vec::new();
-    for (name, config) in [("a", &config), ("b", &config), ("c", &late)] {
-        let node = DelayqProcess::start(&delayq_bin(), name, config).expect("start delayq");
-        apis.push(Api::new(node.api).with_timeout(Duration::from_secs(2)));
-        nodes.push(node);
-    }
-    let logs = || nodes.iter().map(|n| n.log()).collect::<Vec<_>>().join("\n");
-    let ended = || async {
-        let mut sum = 0.0;
-        for api in &apis {
-            if let Some(text) = api.metrics().await {
-                sum += counter(&text, LEASES_ENDED);
-            }
-        }
-        sum
-    };
+    let (nodes, apis) = instances(&[("a", &config), ("b", &config), ("c", &late)]);
+    let logs = || logs(&nodes);
     eventually(
         Duration::from_secs(20),
         "three presences on the master",
@@ -783,7 +789,7 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
     // window: Sentinel reconfigures the old master about 8 s after the switch.
     let window = Instant::now() + Duration::from_secs(2);
     while Instant::now() < window {
-        let n = ended().await;
+        let n = leases_ended(&apis).await;
         assert_eq!(n, 0.0, "a lease ended\n{}", logs());
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -802,17 +808,9 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
     // Forwarding goes on, once, on the new master.
     let ids: Vec<String> = (0..10).map(|i| format!("l-{i}")).collect();
     for id in &ids {
-        let body = json!({"id": id, "stream": "s", "payload": "x", "delay_ms": 200});
-        let (status, answer) = apis[0].post("/v1/messages", body).await;
-        assert_eq!(status, 201, "{answer}");
+        push(&apis[0], id, 200).await;
     }
-    eventually(Duration::from_secs(20), "every message delivered", || {
-        let tally = Tally::of_ids(&ids, &entries_on(new_master, "s"));
-        async move { tally.lost.is_empty().then_some(()) }
-    })
-    .await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    Tally::of_ids(&ids, &entries_on(new_master, "s")).assert_exact(&logs());
+    delivered_once(new_master, &ids, &logs()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
