@@ -93,28 +93,12 @@ impl Store {
             let broken = loop {
                 let lease = *want.borrow_and_update();
                 if lease != subscribed {
-                    if let Some(old) = subscribed.take() {
-                        held.send_replace(None);
-                        let r = tokio::time::timeout(
-                            self.response_timeout,
-                            pubsub.unsubscribe(self.keys.presence_channel(old)),
-                        )
-                        .await;
-                        if !matches!(r, Ok(Ok(()))) {
-                            break Lost("unsubscribe failed");
-                        }
+                    held.send_replace(None);
+                    if let Err(why) = self.resubscribe(&mut pubsub, &mut subscribed, lease).await {
+                        break Lost(why);
                     }
-                    if let Some(new) = lease {
-                        let r = tokio::time::timeout(
-                            self.response_timeout,
-                            pubsub.subscribe(self.keys.presence_channel(new)),
-                        )
-                        .await;
-                        if !matches!(r, Ok(Ok(()))) {
-                            break Lost("subscribe failed");
-                        }
-                        subscribed = Some(new);
-                        held.send_replace(Some(Held { lease: new, since }));
+                    if let Some(lease) = subscribed {
+                        held.send_replace(Some(Held { lease, since }));
                     }
                     backoff.reset();
                 }
@@ -143,10 +127,8 @@ impl Store {
                 // Made again on the new master at once; this one stays subscribed a
                 // while for those not yet following (see `linger`).
                 tracing::debug!("the Redis master moved: presence made again there");
-                if let Some(lease) = subscribed {
-                    let (want, cancel) = (want.clone(), cancel.clone());
-                    tokio::spawn(linger(pubsub, lease, want, cancel, self.response_timeout));
-                }
+                let (store, want, cancel) = (self.clone(), want.clone(), cancel.clone());
+                tokio::spawn(async move { store.linger(pubsub, subscribed, want, cancel).await });
                 continue;
             };
             tracing::debug!(why, "presence connection lost; connecting again");
@@ -166,6 +148,76 @@ impl Store {
         };
         let now = tokio::time::timeout(self.response_timeout, self.conn.master_address(slot)).await;
         matches!(now, Ok(Ok(Some(now))) if now != *at)
+    }
+
+    /// Subscribes `pubsub`, now subscribed to the presence channel of `subscribed`
+    /// (if any), to that of `lease` (if any) instead. Err says which call failed.
+    async fn resubscribe(
+        &self,
+        pubsub: &mut redis::aio::PubSub,
+        subscribed: &mut Option<i64>,
+        lease: Option<i64>,
+    ) -> std::result::Result<(), &'static str> {
+        if let Some(old) = subscribed.take() {
+            let channel = self.keys.presence_channel(old);
+            let r = tokio::time::timeout(self.response_timeout, pubsub.unsubscribe(channel)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                return Err("unsubscribe failed");
+            }
+        }
+        if let Some(new) = lease {
+            let channel = self.keys.presence_channel(new);
+            let r = tokio::time::timeout(self.response_timeout, pubsub.subscribe(channel)).await;
+            if !matches!(r, Ok(Ok(()))) {
+                return Err("subscribe failed");
+            }
+            *subscribed = Some(new);
+        }
+        Ok(())
+    }
+
+    /// Keeps `pubsub`, on the master this node just moved away from, subscribed to
+    /// the presence channel of whichever lease `want` names (it is subscribed to
+    /// `subscribed`'s now), until that connection breaks (Sentinel reconfigures the
+    /// old master, or it goes away), `cancel`, or [`LINGER`] has passed. Nodes
+    /// follow a move each when their own Sentinel tells them (Sentinels learn of a
+    /// failover they did not lead up to seconds later): a standby that has not
+    /// followed yet still asks the old master, and must not take the leader's
+    /// having followed for its death. Nor a new leader's: the switch ends the
+    /// leader's term, and a node that campaigns again does so with a new lease,
+    /// which is why the lease followed here is the one wanted now, not the one
+    /// held at the move. A process that dies closes both connections.
+    async fn linger(
+        &self,
+        mut pubsub: redis::aio::PubSub,
+        mut subscribed: Option<i64>,
+        mut want: watch::Receiver<Option<i64>>,
+        cancel: CancellationToken,
+    ) {
+        let until = tokio::time::Instant::now() + LINGER;
+        loop {
+            let lease = *want.borrow_and_update();
+            if lease != subscribed
+                && self
+                    .resubscribe(&mut pubsub, &mut subscribed, lease)
+                    .await
+                    .is_err()
+            {
+                return;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                () = tokio::time::sleep_until(until) => return,
+                changed = want.changed() => if changed.is_err() {
+                    return;
+                },
+                _ = tokio::time::sleep(PING_EVERY) => {
+                    if !answers_ping(&mut pubsub, self.response_timeout).await {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// What Redis shows of the leader (holding `lease` as node `leader`) and of
@@ -239,41 +291,8 @@ async fn answers_ping(pubsub: &mut redis::aio::PubSub, timeout: Duration) -> boo
     )
 }
 
-/// Keeps `pubsub`, subscribed to `lease`'s presence channel on the master this
-/// node just moved away from, until that connection breaks (Sentinel reconfigures
-/// the old master, or it goes away), this node wants another lease, `cancel`, or
-/// [`LINGER`] has passed. Nodes follow a move each when their own Sentinel tells
-/// them (Sentinels learn of a failover they did not lead up to seconds later): a
-/// standby that has not followed yet still asks the old master, and must not take
-/// the leader's having followed for its death. A process that dies closes both
-/// connections.
-async fn linger(
-    mut pubsub: redis::aio::PubSub,
-    lease: i64,
-    mut want: watch::Receiver<Option<i64>>,
-    cancel: CancellationToken,
-    response_timeout: Duration,
-) {
-    let until = Instant::now() + LINGER;
-    while Instant::now() < until {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            changed = want.changed() => {
-                if changed.is_err() || *want.borrow_and_update() != Some(lease) {
-                    return;
-                }
-            }
-            _ = tokio::time::sleep(PING_EVERY) => {
-                if !answers_ping(&mut pubsub, response_timeout).await {
-                    return;
-                }
-            }
-        }
-    }
-}
-
 /// How long a presence stays on a master this node moved away from (see
-/// [`linger`]): longer than Sentinels take to learn of a failover from each other
+/// [`Store::linger`]): longer than Sentinels take to learn of a failover from each other
 /// (their hello messages go every 2 s), and about as long as Sentinel waits before
 /// it reconfigures a demoted master that is still up (8 s), which ends it sooner.
 const LINGER: Duration = Duration::from_secs(10);
