@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::journal::{Journal, JournalError};
 use crate::message::{MessageId, NewMessage};
-use crate::store::{BatchItem, ScheduleMode, Scheduled, Status, Store, StoreError};
+use crate::store::{BatchItem, Scheduled, Status, Store, StoreError};
 
 /// Messages read from the journal, and scheduled, at a time.
 const PAGE: usize = 5000;
@@ -200,11 +200,7 @@ async fn restore_page(
     }
     let items: Vec<BatchItem> = wanted
         .iter()
-        .map(|(msg, _)| BatchItem {
-            msg: msg.clone(),
-            mode: ScheduleMode::New,
-            inbox_entry: None,
-        })
+        .map(|(msg, _)| BatchItem::new(msg.clone()))
         .collect();
     let outcomes = store.schedule_many(&items, max_delay, None).await;
     for ((_, overdue), outcome) in wanted.iter().zip(outcomes) {

@@ -56,6 +56,18 @@ pub struct BatchItem {
     pub inbox_entry: Option<String>,
 }
 
+impl BatchItem {
+    /// `msg` as a new message (an id that exists already is a duplicate), not
+    /// from the inbox.
+    pub fn new(msg: NewMessage) -> BatchItem {
+        BatchItem {
+            msg,
+            mode: ScheduleMode::New,
+            inbox_entry: None,
+        }
+    }
+}
+
 /// Where the inbox entries of a batch are acknowledged.
 #[derive(Clone, Copy, Debug)]
 pub struct InboxAck<'a> {

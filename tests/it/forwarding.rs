@@ -212,13 +212,11 @@ async fn a_batch_over_every_shard_wakes_each_shards_forwarder() {
     let_pass(Duration::from_millis(300)).await;
     let items: Vec<BatchItem> = ids_in_every_shard(&env.store, "soon", 2)
         .into_iter()
-        .map(|id| BatchItem {
-            msg: NewMessage {
+        .map(|id| {
+            BatchItem::new(NewMessage {
                 id: MessageId::parse(&id).unwrap(),
                 ..NewMessage::payload("soon", "x", Duration::from_millis(200))
-            },
-            mode: ScheduleMode::New,
-            inbox_entry: None,
+            })
         })
         .collect();
     let outcomes = env

@@ -21,11 +21,7 @@ async fn schedule_due_now(store: &Store, stream: &str, count: usize) -> Vec<Mess
             let mut msg = NewMessage::payload(stream, &format!("p{i}"), Duration::ZERO);
             msg.id = MessageId::parse(&format!("m{i}")).unwrap();
             msg.due = Due::In(Duration::ZERO);
-            BatchItem {
-                msg,
-                mode: ScheduleMode::New,
-                inbox_entry: None,
-            }
+            BatchItem::new(msg)
         })
         .collect();
     for outcome in store.schedule_many(&items, MAX_DELAY, None).await {

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use delayq::message::{Due, MessageId, NewMessage};
 use delayq::store::{
-    BatchItem, Cancelled, ForwardOptions, RecordLayout, RecordState, ScheduleMode, Scheduled,
-    Status, Store, StoreError,
+    BatchItem, Cancelled, ForwardOptions, RecordLayout, RecordState, Scheduled, Status, Store,
+    StoreError,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -39,11 +39,7 @@ fn item(id: &str, stream: &str, due: Due) -> BatchItem {
     let mut msg = NewMessage::payload(stream, "p", Duration::ZERO);
     msg.id = MessageId::parse(id).unwrap();
     msg.due = due;
-    BatchItem {
-        msg,
-        mode: ScheduleMode::New,
-        inbox_entry: None,
-    }
+    BatchItem::new(msg)
 }
 
 /// Delivers or cancels each message of the case, then reads every record back.

@@ -693,11 +693,7 @@ async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
     push_new(&bare, &earlier).await;
     // Every id once, the first twice more (stored before, and again within the
     // batch), and the last once more due too far ahead.
-    let item = |id: &str, after: Duration| BatchItem {
-        msg: message(id, after),
-        mode: ScheduleMode::New,
-        inbox_entry: None,
-    };
+    let item = |id: &str, after: Duration| BatchItem::new(message(id, after));
     let mut items: Vec<BatchItem> = ids
         .iter()
         .map(|id| item(id, Duration::from_secs(60)))
@@ -737,13 +733,11 @@ async fn the_largest_call_spans_every_shard_whole() {
     // 1000 messages (the most one call carries) over 16 shards, in one call.
     let bare = Bare::start("[redis]\nshards = 16\n").await;
     let items: Vec<BatchItem> = (0..1000)
-        .map(|i| BatchItem {
-            msg: NewMessage {
+        .map(|i| {
+            BatchItem::new(NewMessage {
                 id: MessageId::parse(&format!("big-{i}")).unwrap(),
                 ..NewMessage::payload(STREAM, "x", Duration::from_secs(60))
-            },
-            mode: ScheduleMode::New,
-            inbox_entry: None,
+            })
         })
         .collect();
     // The scripts loaded first (a first call that Redis does not know counts too).
@@ -778,14 +772,12 @@ async fn the_largest_call_kept_apart_is_stored_whole_and_sent_by_the_largest_bat
     let bare = Bare::start("[redis]\nshards = 1\n").await;
     bare.store.keep_apart([STREAM.to_owned()]);
     let items: Vec<BatchItem> = (0..1000u64)
-        .map(|i| BatchItem {
-            msg: NewMessage {
+        .map(|i| {
+            BatchItem::new(NewMessage {
                 id: MessageId::parse(&format!("apart-{i:04}")).unwrap(),
                 due: Due::At(1 + (i * 7919) % 1000),
                 ..NewMessage::payload(STREAM, "x", Duration::ZERO)
-            },
-            mode: ScheduleMode::New,
-            inbox_entry: None,
+            })
         })
         .collect();
     let outcomes = bare
@@ -1139,11 +1131,7 @@ async fn a_user_without_the_shard_count_key_is_taken_at_its_word() {
 async fn schedule_in_calls(store: &Store, n: usize, after: Duration) {
     for start in (0..n).step_by(1000) {
         let items: Vec<BatchItem> = (start..n.min(start + 1000))
-            .map(|_| BatchItem {
-                msg: NewMessage::payload(STREAM, "x", after),
-                mode: ScheduleMode::New,
-                inbox_entry: None,
-            })
+            .map(|_| BatchItem::new(NewMessage::payload(STREAM, "x", after)))
             .collect();
         let outcomes = store
             .schedule_many(&items, Duration::from_secs(7 * 86_400), None)

@@ -18,7 +18,7 @@ use super::rows::{Delayq, Figures, Measured};
 use super::scenarios::until_meters_start;
 use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
 use crate::message::{Due, MessageId, NewMessage};
-use crate::store::{BatchItem, ScheduleMode};
+use crate::store::BatchItem;
 
 /// A burst drained on one kind of Redis, by some leaders, into some streams.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -165,17 +165,15 @@ impl Bench {
         let allowed = 3000 + n / 8;
         let due_at = store.now_ms().await? + allowed;
         let items: Vec<BatchItem> = (0..n)
-            .map(|i| BatchItem {
-                msg: NewMessage {
+            .map(|i| {
+                BatchItem::new(NewMessage {
                     id: MessageId::parse(&format!("c{i}")).expect("a valid id"),
                     stream: names[(i % u64::from(streams)) as usize].clone(),
                     fields: vec![("payload".to_owned(), self.payload.clone())],
                     due: Due::At(due_at),
                     priority: 0,
                     ttl: None,
-                },
-                mode: ScheduleMode::New,
-                inbox_entry: None,
+                })
             })
             .collect();
         for chunk in items.chunks(5000) {

@@ -18,7 +18,7 @@ use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_
 use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
 use crate::harness::DelayqProcess;
 use crate::message::{Due, MessageId, NewMessage};
-use crate::store::{BatchItem, PendingLayout, ScheduleMode, Scheduled, Store};
+use crate::store::{BatchItem, PendingLayout, Scheduled, Store};
 
 /// How long after it is sent a spread message falls due.
 pub const SPREAD_DELAY: Duration = Duration::from_millis(500);
@@ -127,11 +127,7 @@ impl Bench {
             .map(|first| {
                 let store = store.clone();
                 let items: Vec<BatchItem> = (first..(first + LOAD_BATCH).min(n))
-                    .map(|i| BatchItem {
-                        msg: self.message(stream, format!("{prefix}{i}"), due),
-                        mode: ScheduleMode::New,
-                        inbox_entry: None,
-                    })
+                    .map(|i| BatchItem::new(self.message(stream, format!("{prefix}{i}"), due)))
                     .collect();
                 async move { (first, store.schedule_many(&items, max_delay, None).await) }
             })
@@ -452,11 +448,7 @@ impl Bench {
                             let mut msg = template.clone();
                             msg.id = MessageId::parse(&format!("{prefix}{n}"))
                                 .expect("bench ids are valid");
-                            BatchItem {
-                                msg,
-                                mode: ScheduleMode::New,
-                                inbox_entry: None,
-                            }
+                            BatchItem::new(msg)
                         })
                         .collect();
                     let permit = in_flight.clone().acquire_owned().await?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use delayq::harness::RedisCluster;
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store, slot_of};
+use delayq::store::{BatchItem, Scheduled, Store, slot_of};
 use tokio_util::sync::CancellationToken;
 
 use super::forwarding::now_ms;
@@ -38,18 +38,14 @@ fn produce(store: Store, streams: Vec<String>, stop: CancellationToken) -> Arc<M
                 let items: Vec<BatchItem> = (0..20)
                     .map(|k| {
                         n += 1;
-                        BatchItem {
-                            msg: NewMessage {
-                                id: MessageId::parse(&format!("p{task}-{n}")).unwrap(),
-                                stream: streams[n % streams.len()].clone(),
-                                fields: vec![("k".to_owned(), k.to_string())],
-                                due: Due::At(now + (n as u64 * 37) % 1500),
-                                priority: 0,
-                                ttl: None,
-                            },
-                            mode: ScheduleMode::New,
-                            inbox_entry: None,
-                        }
+                        BatchItem::new(NewMessage {
+                            id: MessageId::parse(&format!("p{task}-{n}")).unwrap(),
+                            stream: streams[n % streams.len()].clone(),
+                            fields: vec![("k".to_owned(), k.to_string())],
+                            due: Due::At(now + (n as u64 * 37) % 1500),
+                            priority: 0,
+                            ttl: None,
+                        })
                     })
                     .collect();
                 let outcomes = store

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store, slot_of};
+use delayq::store::{BatchItem, Scheduled, Store, slot_of};
 
 use super::{cluster_config, reader, shared_cluster};
 use crate::support::{entries, xlen};
@@ -21,18 +21,14 @@ pub(super) fn messages(
     (0..n)
         .map(|i| {
             let jitter = (i as u64).wrapping_mul(2_654_435_761) % spread_ms.max(1);
-            BatchItem {
-                msg: NewMessage {
-                    id: MessageId::parse(&format!("{prefix}-{i}")).unwrap(),
-                    stream: streams[i % streams.len()].clone(),
-                    fields: vec![("n".to_owned(), i.to_string())],
-                    due: Due::At(start + jitter),
-                    priority: 0,
-                    ttl: None,
-                },
-                mode: ScheduleMode::New,
-                inbox_entry: None,
-            }
+            BatchItem::new(NewMessage {
+                id: MessageId::parse(&format!("{prefix}-{i}")).unwrap(),
+                stream: streams[i % streams.len()].clone(),
+                fields: vec![("n".to_owned(), i.to_string())],
+                due: Due::At(start + jitter),
+                priority: 0,
+                ttl: None,
+            })
         })
         .collect()
 }
