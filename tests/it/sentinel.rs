@@ -18,7 +18,9 @@ use delayq::harness::{
 use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
 
-use crate::support::{Api, Entry, Tally, counter, delayq_bin, entries, eventually, try_entries};
+use crate::support::{
+    Api, Entry, OneLeader, Tally, counter, delayq_bin, entries, eventually, logs_of, try_entries,
+};
 
 const NAME: &str = "dq-main";
 
@@ -579,7 +581,8 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
         b.log()
     );
     let apis = [a_api, b_api];
-    let (_, now) = eventually(Duration::from_secs(10), "somebody leads", || leading(&apis)).await;
+    let logs = || format!("{}\n{}", a.log(), b.log());
+    let (_, now) = OneLeader::among(&apis).wait(logs).await;
     assert!(now > e2, "{now} > {e2}");
     println!(
         "epochs {e1} -> {e2} (lost on the new master) -> {now}; a's term saw the move: {}",
@@ -615,10 +618,6 @@ fn instances(named: &[(&str, &String)]) -> (Vec<DelayqProcess>, Vec<Api>) {
         .unzip()
 }
 
-fn logs(nodes: &[DelayqProcess]) -> String {
-    nodes.iter().map(|n| n.log()).collect::<Vec<_>>().join("\n")
-}
-
 /// Leases ended by the instances behind `apis`, in all.
 async fn leases_ended(apis: &[Api]) -> f64 {
     let mut sum = 0.0;
@@ -626,16 +625,6 @@ async fn leases_ended(apis: &[Api]) -> f64 {
         sum += counter(&api.metrics().await.expect("metrics"), LEASES_ENDED);
     }
     sum
-}
-
-/// The instance that leads, and its epoch.
-async fn leading(apis: &[Api]) -> Option<(usize, u64)> {
-    for (i, api) in apis.iter().enumerate() {
-        if let Some((true, epoch)) = role(api).await {
-            return Some((i, epoch));
-        }
-    }
-    None
 }
 
 /// Pushes message `id` to stream `s`, due in `delay_ms`.
@@ -674,6 +663,8 @@ async fn planned_failover(watched: &Watched, presences_there: usize) -> &RedisSe
         .query(&mut watched.sentinels[0].client())
         .expect("SENTINEL FAILOVER");
     let new_master = &watched.replicas[0];
+    // As the first Sentinel says (not `Watched::master_port`, which asks them all:
+    // a test may have stopped one).
     eventually(Duration::from_secs(30), "the replica promoted", || async {
         (watched.sentinels[0].master_port(NAME) == Some(new_master.port)).then_some(())
     })
@@ -703,7 +694,10 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     // (breaking its clients' connections) only seconds after naming the new one.
     let new_master = planned_failover(&watched, 2).await;
     // Forwarding on the new master; then the leader dies with messages due.
-    let (leader, _) = eventually(Duration::from_secs(20), "a leader", || leading(&apis)).await;
+    let (leader, _) = OneLeader::among(&apis)
+        .within(Duration::from_secs(20))
+        .wait(|| logs_of(&nodes))
+        .await;
     let survivor = 1 - leader;
     push(&apis[survivor], "warm", 0).await;
     eventually(
@@ -734,7 +728,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     // master moves): a standby that has not yet seen the new leader's presence
     // beside its own waits out its 2 s of grace before judging.
     let ended = leases_ended(&apis).await;
-    assert_eq!(ended, 0.0, "the switch ended a lease\n{}", logs(&nodes));
+    assert_eq!(ended, 0.0, "the switch ended a lease\n{}", logs_of(&nodes));
     let killed_at = Instant::now();
     nodes[leader].kill();
     eventually(Duration::from_secs(10), "the standby leads", || async {
@@ -745,17 +739,17 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     assert!(
         took < Duration::from_secs(4),
         "took over {took:?} after the kill (by lease expiry: 6 s or more)\n{}",
-        logs(&nodes)
+        logs_of(&nodes)
     );
     let ended = leases_ended(&apis[survivor..=survivor]).await;
     assert!(
         ended >= 1.0,
         "the survivor ended no lease\n{}",
-        logs(&nodes)
+        logs_of(&nodes)
     );
     let mut all = ids.clone();
     all.push("warm".into());
-    delivered_once(new_master, &all, &logs(&nodes)).await;
+    delivered_once(new_master, &all, &logs_of(&nodes)).await;
     println!("after a planned failover: SIGKILLed leader replaced in {took:?}");
 }
 
@@ -773,11 +767,14 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
     // c campaigns last, so that the leader's successor at the switch is one that
     // follows it: the test is about c as a standby.
     let (mut nodes, mut apis) = instances(&[("a", &config), ("b", &config)]);
-    eventually(Duration::from_secs(20), "a leader", || leading(&apis)).await;
+    OneLeader::among(&apis)
+        .within(Duration::from_secs(20))
+        .wait(|| logs_of(&nodes))
+        .await;
     let (c_node, c_api) = instances(&[("c", &late)]);
     nodes.extend(c_node);
     apis.extend(c_api);
-    let logs = || logs(&nodes);
+    let logs = || logs_of(&nodes);
     eventually(
         Duration::from_secs(20),
         "three presences on the master",
