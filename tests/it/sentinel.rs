@@ -19,7 +19,8 @@ use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
 
 use crate::support::{
-    Api, Entry, OneLeader, Tally, counter, delayq_bin, entries, eventually, logs_of, try_entries,
+    Api, Entry, OneLeader, Tally, counter, delayq_bin, entries, eventually, leads, logs_of,
+    try_entries,
 };
 
 const NAME: &str = "dq-main";
@@ -415,17 +416,6 @@ fn sentinel_settings_are_checked_naming_the_key() {
     }
 }
 
-/// Node `api`'s view of itself: whether it leads, and its epoch.
-async fn role(api: &Api) -> Option<(bool, u64)> {
-    let (status, view) = api.try_get("/v1/leader").await?;
-    (status == 200).then(|| {
-        (
-            view["is_leader"] == true,
-            view["epoch"].as_u64().unwrap_or(0),
-        )
-    })
-}
-
 fn fences(redis: &RedisServer) -> Vec<u64> {
     (0..2)
         .map(|shard| {
@@ -459,7 +449,7 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
     let a = DelayqProcess::start(&delayq_bin(), "a", &config).expect("start a");
     let a_api = Api::new(a.api).with_timeout(Duration::from_secs(2));
     eventually(Duration::from_secs(20), "a leads", || async {
-        role(&a_api).await.filter(|r| r.0).map(|_| ())
+        leads(&a_api).await.map(|_| ())
     })
     .await;
     let b = DelayqProcess::start(&delayq_bin(), "b", &config).expect("start b");
@@ -479,7 +469,7 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
         async move { (n == 1).then_some(()) }
     })
     .await;
-    let (_, e1) = role(&a_api).await.expect("a's role");
+    let e1 = leads(&a_api).await.expect("a leads");
     // Messages that fall due after the failover, on master and replica alike.
     let ids: Vec<String> = (0..40).map(|i| format!("f-{i}")).collect();
     for (i, id) in ids.iter().enumerate() {
@@ -509,7 +499,7 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
     proxy.cut();
     a.signal(SIGSTOP);
     let e2 = eventually(Duration::from_secs(20), "b leads", || async {
-        role(&b_api).await.filter(|r| r.0).map(|r| r.1)
+        leads(&b_api).await
     })
     .await;
     assert!(e2 > e1, "{e2} > {e1}");
@@ -580,13 +570,12 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
         "{raised:?} above {e2}\n{}",
         b.log()
     );
-    let apis = [a_api, b_api];
-    let logs = || format!("{}\n{}", a.log(), b.log());
-    let (_, now) = OneLeader::among(&apis).wait(logs).await;
+    let (apis, nodes) = ([a_api, b_api], [a, b]);
+    let (_, now) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
     assert!(now > e2, "{now} > {e2}");
     println!(
         "epochs {e1} -> {e2} (lost on the new master) -> {now}; a's term saw the move: {}",
-        a.log().contains("the Redis master moved")
+        nodes[0].log().contains("the Redis master moved")
     );
 }
 
@@ -732,7 +721,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
     let killed_at = Instant::now();
     nodes[leader].kill();
     eventually(Duration::from_secs(10), "the standby leads", || async {
-        role(&apis[survivor]).await.filter(|r| r.0).map(|_| ())
+        leads(&apis[survivor]).await.map(|_| ())
     })
     .await;
     let took = killed_at.elapsed();
