@@ -7,6 +7,7 @@ mod dead;
 mod demo;
 mod drill;
 mod fence;
+mod functions;
 mod human;
 mod journal;
 mod logging;
@@ -60,6 +61,8 @@ enum Command {
     Health(ops::HealthArgs),
     /// Show or reset the fence epoch in Redis (after an etcd cluster was rebuilt).
     Fence(fence::FenceArgs),
+    /// List delayq's function libraries in Redis; remove those of other versions.
+    Functions(functions::FunctionsArgs),
     /// The MySQL / MariaDB journal's schema: create or migrate it, show its version.
     Journal(journal::JournalArgs),
     /// Schedule again what the journal holds and Redis lost (after Redis lost its data).
@@ -93,6 +96,10 @@ pub fn main() -> ExitCode {
         Command::Fence(args) => {
             init_logging("warn", false);
             report(runtime().block_on(fence::main(args)))
+        }
+        Command::Functions(args) => {
+            init_logging("warn", false);
+            report(runtime().block_on(functions::main(args)))
         }
         Command::Journal(args) => {
             init_logging("warn", false);

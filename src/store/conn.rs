@@ -333,6 +333,75 @@ impl Conn {
         }
     }
 
+    /// `cmd` on every master, each reply under the master's address ("host:port");
+    /// on one Redis (or through Sentinel) the current node's reply alone, under
+    /// `None`. A master's error fails the whole.
+    pub(super) async fn on_every_master(
+        &self,
+        cmd: Cmd,
+    ) -> redis::RedisResult<Vec<(Option<String>, Value)>> {
+        match self.manager()? {
+            Link::Cluster(mut cluster) => {
+                use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
+                // No response policy: the replies come as a map keyed by address.
+                let reply = cluster
+                    .route_command(
+                        cmd,
+                        RoutingInfo::MultiNode((MultipleNodeRoutingInfo::AllMasters, None)),
+                    )
+                    .await?;
+                let Value::Map(replies) = reply else {
+                    return Err(redis::RedisError::from((
+                        redis::ErrorKind::Parse,
+                        "a reply from every master was expected",
+                    )));
+                };
+                replies
+                    .into_iter()
+                    .map(|(address, reply)| {
+                        let address: String = redis::from_redis_value(address)?;
+                        match reply {
+                            Value::ServerError(e) => Err(e.into()),
+                            reply => Ok((Some(address), reply)),
+                        }
+                    })
+                    .collect()
+            }
+            _ => Ok(vec![(None, cmd.query_async(&mut self.clone()).await?)]),
+        }
+    }
+
+    /// `cmd` on the master at `address` (as [`Conn::on_every_master`] names it)
+    /// on Redis Cluster; on the current node for `None`.
+    pub(super) async fn on_node(
+        &self,
+        address: Option<&str>,
+        cmd: Cmd,
+    ) -> redis::RedisResult<Value> {
+        match (self.manager()?, address) {
+            (Link::Cluster(mut cluster), Some(address)) => {
+                use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+                let (host, port) = address
+                    .rsplit_once(':')
+                    .and_then(|(host, port)| Some((host.to_owned(), port.parse().ok()?)))
+                    .ok_or_else(|| {
+                        redis::RedisError::from((
+                            redis::ErrorKind::Client,
+                            "not a host:port address",
+                            address.to_owned(),
+                        ))
+                    })?;
+                cluster
+                    .route_command(
+                        cmd,
+                        RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port }),
+                    )
+                    .await
+            }
+            _ => cmd.query_async(&mut self.clone()).await,
+        }
+    }
+
     /// Whether this is a Redis Cluster connection.
     pub(super) fn is_cluster(&self) -> bool {
         self.cluster.is_some()

@@ -13,6 +13,7 @@ mod error;
 mod inbox;
 mod journal;
 mod keys;
+mod libraries;
 mod outcome;
 mod reply;
 mod scripts;
@@ -45,6 +46,7 @@ pub use keys::{
     CLUSTER_SLOTS, DEFAULT_SHARDS, Keys, MAX_SHARDS, ShardKeys, cluster_dead_letter_stream,
     cluster_stream_refusal, has_tag, slot_of,
 };
+pub use libraries::{Library, NodeLibraries};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::{HeldBack, PendingReport, StreamCounts};

@@ -145,6 +145,22 @@ static LIBRARY: LazyLock<LibraryText> = LazyLock::new(|| {
     }
 });
 
+/// The name of this build's library.
+pub(super) fn library_name() -> &'static str {
+    &LIBRARY.name
+}
+
+/// Whether `name` is the name of a library of delayq's, this build's or another
+/// version's: `delayq_` and sixteen hex digits.
+pub(super) fn is_library_name(name: &str) -> bool {
+    name.strip_prefix("delayq_").is_some_and(|hash| {
+        hash.len() == 16
+            && hash
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// Whether calls go as `FCALL`, shared by one store's scripts. It starts on, and
 /// goes off for good once Redis has refused the library or `FCALL` (the reason
 /// is logged once).
@@ -345,6 +361,25 @@ mod tests {
                 lua(name, &functions).function,
                 format!("{}_{name}", lib.name)
             );
+        }
+    }
+
+    /// This build's library is recognised as delayq's, and so is another
+    /// version's; names that only start like one are someone else's.
+    #[test]
+    fn library_names_of_delayq_and_of_others() {
+        assert!(is_library_name(library_name()));
+        assert!(is_library_name("delayq_0123456789abcdef"));
+        for other in [
+            "delayq_",
+            "delayq_mine",
+            "delayq_0123456789abcde",
+            "delayq_0123456789abcdef0",
+            "delayq_0123456789ABCDEF",
+            "Delayq_0123456789abcdef",
+            "x_delayq_0123456789abcdef",
+        ] {
+            assert!(!is_library_name(other), "{other}");
         }
     }
 }

@@ -5,11 +5,13 @@
 //! - `packaging`: the systemd unit, the compose files, the Dockerfile, the health
 //!   command;
 //! - `drill`: the failover drill and the quickstart demo;
+//! - `functions`: listing and pruning the function libraries of other versions;
 //! - `metrics`: the README's metrics table and the alert rules against what
 //!   delayq exports.
 
 mod config;
 pub(crate) mod drill;
+pub(crate) mod functions;
 mod metrics;
 mod notify;
 mod packaging;

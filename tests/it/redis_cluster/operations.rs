@@ -1,14 +1,16 @@
 //! Everything besides forwarding, on Redis Cluster: lookups, cancel and reschedule
 //! by id alone (the id's slot is its stream's, unknown to the caller), expiry and
 //! redelivery into dead letters named in their stream's slot, replay, and the
-//! inbox (its acknowledgement a step of its own, since it lives in another slot).
+//! inbox (its acknowledgement a step of its own, since it lives in another slot);
+//! `delayq functions` on every master.
 
 use std::time::Duration;
 
 use serde_json::json;
 
-use super::{cluster_config, reader, shared_cluster};
-use crate::support::{Api, create_group, entries, eventually, read_group, xadd, xlen};
+use super::{cluster_config, cluster_toml, reader, shared_cluster};
+use crate::ops::functions::{functions, load_library};
+use crate::support::{Api, create_group, entries, eventually, libraries, read_group, xadd, xlen};
 
 const DELIVERY: &str = "[delivery]
 groups = [\"g\"]
@@ -234,4 +236,51 @@ async fn an_inbox_entry_whose_acknowledgement_was_lost_is_delivered_once() {
     assert_eq!(delivered.len(), 1, "{delivered:?}");
     assert_eq!(delivered[0].get("delayq-id"), Some("a1"));
     daemon.stop().await;
+}
+
+/// `delayq functions` on Redis Cluster: each master's libraries listed under its
+/// address, and an older version's library removed from every master that holds
+/// it, none refused by a master that does not.
+#[tokio::test]
+async fn functions_prune_reaches_every_master() {
+    let cluster = shared_cluster();
+    let config = cluster_toml(&cluster, "fnprune", "");
+    let masters: Vec<usize> = (0..cluster.nodes.len())
+        .filter(|&i| cluster.master_of_node(i))
+        .collect();
+    assert_eq!(masters.len(), 3);
+    // Only on two of the three masters, as after a master joined later.
+    let old = "delayq_00000000000000bb";
+    for &i in &masters[..2] {
+        load_library(&mut cluster.nodes[i].client(), old);
+    }
+    let at = |i: usize| format!("127.0.0.1:{}", cluster.nodes[i].port);
+
+    let (ok, listed) = functions(&config, &["list"]).await;
+    assert!(ok, "{listed}");
+    for &i in &masters {
+        assert!(listed.contains(&format!("{}: ", at(i))), "{listed}");
+    }
+    assert_eq!(
+        listed
+            .matches(&format!("{old}  1 function  (another version)"))
+            .count(),
+        2,
+        "{listed}"
+    );
+
+    let (ok, pruned) = functions(&config, &["prune"]).await;
+    assert!(ok, "{pruned}");
+    for &i in &masters[..2] {
+        assert!(
+            pruned.contains(&format!("removed {old} on {}\n", at(i))),
+            "{pruned}"
+        );
+    }
+    for &i in &masters {
+        assert!(
+            !libraries(&mut cluster.nodes[i].client()).contains(&old.to_owned()),
+            "{pruned}"
+        );
+    }
 }
