@@ -56,6 +56,11 @@ fn check_measured(row: &Value) {
         !row["load_average"].as_str().unwrap_or("").is_empty(),
         "load in {row}"
     );
+    // Linux counts stolen CPU time in /proc/stat, so every row has its share.
+    assert!(
+        (0.0..=100.0).contains(&row["cpu_stolen_percent"].as_f64().unwrap_or(-1.0)),
+        "stolen share in {row}"
+    );
     let scripts = &row["cpu_us_per_message"]["scripts"];
     assert!(
         scripts["per_message"].as_f64().unwrap_or(0.0) > 0.0

@@ -13,7 +13,7 @@ use redis::aio::MultiplexedConnection;
 use serde::{Deserialize, Serialize};
 
 use super::Bench;
-use super::measure::{self, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
+use super::measure::{self, HostCpu, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
 use super::rows::{Delayq, Figures, Measured};
 use super::scenarios::until_meters_start;
 use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
@@ -189,11 +189,12 @@ impl Bench {
         until_meters_start(&store, n, due_at, allowed).await?;
         let load = measure::load_average();
         let pids: Vec<u32> = daemons.iter().filter_map(DelayqProcess::pid).collect();
-        let (redis_start, workers_start) = (
+        let (redis_start, workers_start, host_start) = (
             target.cpu_secs().await?,
             pids.iter()
                 .filter_map(|p| process_cpu_secs(*p))
                 .sum::<f64>(),
+            HostCpu::now(),
         );
         let deadline = Instant::now() + Duration::from_secs(120) + Duration::from_millis(n / 2);
         // Target streams are read over a connection that follows each to its slot.
@@ -233,6 +234,7 @@ impl Bench {
             longest_event_ms: 0,
             // INFO commandstats of every master would be needed; not measured.
             scripts: None,
+            stolen_percent: host_start.and_then(HostCpu::stolen_since_now),
         };
         // No PING probe here: the stalls are the main burst rows' subject.
         let probe = measure::Probe::default();

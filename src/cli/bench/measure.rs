@@ -122,6 +122,8 @@ pub struct CpuMeter {
     /// The processes doing the work beside Redis (their CPU is summed).
     worker_pids: Vec<u32>,
     worker_start: f64,
+    /// The machine's CPU time so far, for the share the hypervisor took.
+    host_start: Option<HostCpu>,
 }
 
 impl CpuMeter {
@@ -135,6 +137,7 @@ impl CpuMeter {
             scripts_start: script_totals(conn).await?,
             worker_pids: worker_pid.into_iter().collect(),
             worker_start: worker_pid.and_then(process_cpu_secs).unwrap_or(0.0),
+            host_start: HostCpu::now(),
         })
     }
 
@@ -186,6 +189,7 @@ impl CpuMeter {
             worker_us: worker.map(per),
             longest_event_ms,
             scripts,
+            stolen_percent: self.host_start.and_then(HostCpu::stolen_since_now),
         })
     }
 }
@@ -219,6 +223,57 @@ pub struct PhaseCpu {
     pub longest_event_ms: u64,
     /// None where not measured (Redis Cluster's masters).
     pub scripts: Option<ScriptCalls>,
+    /// The share (%) of the machine's CPU time the hypervisor took meanwhile.
+    pub stolen_percent: Option<f64>,
+}
+
+/// The machine's CPU time so far, all cores (`/proc/stat`'s `cpu` line), and what
+/// of it the hypervisor gave to others while this machine wanted to run
+/// (`steal`), in ticks. Figures taken while much is stolen measure the host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCpu {
+    total: u64,
+    stolen: u64,
+}
+
+impl HostCpu {
+    /// Now; None where `/proc/stat` cannot be read.
+    pub fn now() -> Option<Self> {
+        Self::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    /// The first line of a `/proc/stat` text: `cpu` and at least eight counts
+    /// (user, nice, system, idle, iowait, irq, softirq, steal).
+    fn parse(stat: &str) -> Option<Self> {
+        let mut fields = stat.lines().next()?.split_whitespace();
+        if fields.next()? != "cpu" {
+            return None;
+        }
+        let ticks = fields
+            .take(8)
+            .map(|f| f.parse::<u64>().ok())
+            .collect::<Option<Vec<_>>>()?;
+        if ticks.len() < 8 {
+            return None;
+        }
+        Some(HostCpu {
+            total: ticks.iter().try_fold(0u64, |sum, &t| sum.checked_add(t))?,
+            stolen: ticks[7],
+        })
+    }
+
+    /// The share (%, to 0.1) of the CPU time between `self` and `later` that was
+    /// stolen; None when no time passed or the counts went back.
+    fn stolen_until(self, later: HostCpu) -> Option<f64> {
+        let total = later.total.checked_sub(self.total).filter(|&t| t > 0)?;
+        let stolen = later.stolen.checked_sub(self.stolen)?.min(total);
+        Some((stolen as f64 * 1000.0 / total as f64).round() / 10.0)
+    }
+
+    /// [`HostCpu::stolen_until`] now.
+    pub fn stolen_since_now(self) -> Option<f64> {
+        self.stolen_until(Self::now()?)
+    }
 }
 
 /// A drain from its first entry (ms) to its last: how long it took (at least
@@ -272,6 +327,7 @@ pub fn measured(
         },
         redis_unresponsive_ms: probe.longest_overall_ms(),
         redis_longest_event_ms: cpu.longest_event_ms,
+        cpu_stolen_percent: cpu.stolen_percent,
         tally,
     }
 }
@@ -552,5 +608,57 @@ mod tests {
             let expected = lines.iter().filter(|(n, ..)| script(n)).fold((0, 0), |(c, u), (_, calls, usec)| (c + calls, u + usec));
             prop_assert_eq!(scripts_in(&text), expected);
         }
+
+        /// Any `/proc/stat` first line of eight or more counts reads back; the
+        /// stolen share between two readings stays within 0–100%.
+        #[test]
+        fn host_cpu_reads_any_counts(
+            a in proptest::collection::vec(0u64..1 << 40, 8..11),
+            grow in proptest::collection::vec(0u64..1 << 20, 8),
+        ) {
+            let line = |t: &[u64]| format!("cpu  {}\ncpu0 1 2 3\n", t.iter().map(u64::to_string).collect::<Vec<_>>().join(" "));
+            let first = HostCpu::parse(&line(&a)).unwrap();
+            prop_assert_eq!(first.total, a[..8].iter().sum::<u64>());
+            prop_assert_eq!(first.stolen, a[7]);
+            let b: Vec<u64> = a.iter().zip(grow.iter().chain(std::iter::repeat(&0))).map(|(x, g)| x + g).collect();
+            let share = first.stolen_until(HostCpu::parse(&line(&b)).unwrap());
+            match share {
+                None => prop_assert_eq!(grow.iter().sum::<u64>(), 0),
+                Some(share) => prop_assert!((0.0..=100.0).contains(&share)),
+            }
+        }
+
+        /// Whatever the text, reading it never panics.
+        #[test]
+        fn host_cpu_never_panics(text in ".{0,80}") {
+            let _ = HostCpu::parse(&text);
+        }
+    }
+
+    #[test]
+    fn host_cpu_reads_the_cpu_line_and_the_stolen_share() {
+        let at = |line: &str| HostCpu::parse(line);
+        let start = at("cpu  100 0 50 800 10 0 5 35 0 0\ncpu0 50 0 25 400 5 0 2 18\n").unwrap();
+        assert_eq!((start.total, start.stolen), (1000, 35));
+        let later = at("cpu  400 0 100 1100 10 0 5 385 0 0").unwrap();
+        // 1000 ticks passed, 350 of them stolen.
+        assert_eq!(start.stolen_until(later), Some(35.0));
+        assert_eq!(start.stolen_until(start), None, "no time passed");
+        assert_eq!(later.stolen_until(start), None, "the counts went back");
+        for bad in [
+            "",
+            "cpu0 1 2 3 4 5 6 7 8",
+            "cpu 1 2 3 4 5 6 7",
+            "cpu 1 2 3 x 5 6 7 8",
+            "cpu -1 2 3 4 5 6 7 8",
+            "intr 1 2 3 4 5 6 7 8",
+        ] {
+            assert_eq!(at(bad), None, "{bad:?}");
+        }
+        assert_eq!(
+            at(&format!("cpu {} 1 0 0 0 0 0 0", u64::MAX)),
+            None,
+            "a total past u64"
+        );
     }
 }

@@ -87,6 +87,11 @@ pub struct Measured {
     pub redis_unresponsive_ms: f64,
     /// The longest event Redis's latency monitor saw.
     pub redis_longest_event_ms: u64,
+    /// The share (%) of the machine's CPU time the hypervisor took during the
+    /// scenario (absent where `/proc/stat` has no steal count, and in results
+    /// from before it was measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_stolen_percent: Option<f64>,
     pub tally: Counts,
 }
 

@@ -140,6 +140,15 @@ fn stalls(m: &Measured) -> String {
     )
 }
 
+/// The load average when the row started, and the share of CPU time the
+/// hypervisor took during it where measured: "1.20 1.31 1.40, 2.5% stolen".
+fn load(m: &Measured) -> String {
+    match m.cpu_stolen_percent {
+        Some(stolen) => format!("{}, {stolen}% stolen", m.load_average),
+        None => m.load_average.clone(),
+    }
+}
+
 fn lost_dup(m: &Measured) -> String {
     format!("{} / {}", m.tally.lost.cell(), m.tally.duplicated.cell())
 }
@@ -200,7 +209,7 @@ pub fn markdown(report: &Report) -> String {
             },
             m.messages.cell(),
             r.run.cell(),
-            m.load_average.clone(),
+            load(m),
             m.throughput_per_sec.cell(),
             vs("ceiling"),
             vs("bullmq"),
@@ -240,7 +249,7 @@ pub fn markdown(report: &Report) -> String {
             scenario,
             s.rate_per_sec.cell(),
             r.run.cell(),
-            m.load_average.clone(),
+            load(m),
             m.throughput_per_sec.cell(),
             lateness(s.lateness),
             cpu(m),
@@ -269,7 +278,7 @@ pub fn markdown(report: &Report) -> String {
             d.scenario().to_owned(),
             m.messages.cell(),
             r.run.cell(),
-            m.load_average.clone(),
+            load(m),
             m.throughput_per_sec.cell(),
             i.request_ms
                 .as_ref()
@@ -295,7 +304,7 @@ pub fn markdown(report: &Report) -> String {
             m.messages.cell(),
             c.limit_per_sec.cell(),
             r.run.cell(),
-            m.load_average.clone(),
+            load(m),
             c.drain_ms.cell(),
             c.expected_drain_ms.cell(),
             m.throughput_per_sec.cell(),
@@ -333,7 +342,7 @@ pub fn markdown(report: &Report) -> String {
             c.leaders.cell(),
             m.messages.cell(),
             r.run.cell(),
-            m.load_average.clone(),
+            load(m),
             m.throughput_per_sec.cell(),
             cpu(m),
             lost_dup(m),
@@ -352,7 +361,7 @@ pub fn markdown(report: &Report) -> String {
             stop.to_owned(),
             f.rate_per_sec.cell(),
             r.run.cell(),
-            f.measured.load_average.clone(),
+            load(&f.measured),
             f.lease_ttl_ms.cell(),
             f.takeover_ms.cell(),
             takeover_rounds(f),
@@ -419,7 +428,7 @@ fn header(md: &mut String, report: &Report) {
     );
     let _ = writeln!(
         md,
-        "Run: {} → {}; load average (1/5/15 min) {} at start, {} at end; every row shows the load when it started.  ",
+        "Run: {} → {}; load average (1/5/15 min) {} at start, {} at end; every row shows the load when it started, and the share of the machine's CPU time the hypervisor took (stolen) while it ran.  ",
         report.started, report.finished, m.load_average_at_start, report.load_average_at_end
     );
     let _ = writeln!(
@@ -454,5 +463,28 @@ mod tests {
         check(12_000.5f64.cell(), "12000.5");
         check(None::<u64>.cell(), "–");
         check(Some("x".to_owned()).cell(), "x");
+    }
+
+    /// A row's load cell names the stolen share where it was measured; a row of
+    /// results from before it was (no field) reads as it did.
+    #[test]
+    fn the_load_cell_names_the_stolen_share() {
+        let row = |stolen: &str| {
+            serde_json::from_str::<Measured>(&format!(
+                r#"{{"messages":1,"load_average":"1.20 1.31 1.40","throughput_per_sec":1,
+                "cpu_us_per_message":{{"redis":1.0}},"redis_unresponsive_ms":1.0,
+                "redis_longest_event_ms":0{stolen},"tally":{{"delivered":1,"lost":0,"duplicated":0}}}}"#
+            ))
+            .unwrap()
+        };
+        check(
+            load(&row(r#","cpu_stolen_percent":2.5"#)),
+            "1.20 1.31 1.40, 2.5% stolen",
+        );
+        check(
+            load(&row(r#","cpu_stolen_percent":0.0"#)),
+            "1.20 1.31 1.40, 0% stolen",
+        );
+        check(load(&row("")), "1.20 1.31 1.40");
     }
 }
