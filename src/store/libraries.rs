@@ -44,7 +44,9 @@ impl Store {
         let mut list = redis::cmd("FUNCTION");
         list.arg("LIST").arg("LIBRARYNAME").arg("delayq_*");
         let lists = self.conn.on_every_master(list).await?;
-        let memory = self.conn.on_every_master(redis::cmd("INFO")).await?;
+        let mut info = redis::cmd("INFO");
+        info.arg("memory");
+        let memory = self.conn.on_every_master(info).await?;
         let mut nodes = Vec::with_capacity(lists.len());
         for (node, reply) in lists {
             let info = memory
@@ -104,11 +106,17 @@ fn libraries_in(reply: Value) -> Result<Vec<Library>> {
     Ok(libraries)
 }
 
-/// A number field of an `INFO` text; 0 when missing.
-fn info_field(info: &str, field: &str) -> u64 {
+/// A `field:value` line's value in an `INFO` text.
+pub fn info_value<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     info.lines()
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|value| value.trim().parse().ok())
+        .map(str::trim)
+}
+
+/// A number field of an `INFO` text; 0 when missing.
+fn info_field(info: &str, field: &str) -> u64 {
+    info_value(info, field)
+        .and_then(|value| value.parse().ok())
         .unwrap_or(0)
 }
 

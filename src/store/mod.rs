@@ -46,7 +46,7 @@ pub use keys::{
     CLUSTER_SLOTS, DEFAULT_SHARDS, Keys, MAX_SHARDS, ShardKeys, cluster_dead_letter_stream,
     cluster_stream_refusal, has_tag, slot_of,
 };
-pub use libraries::{Library, NodeLibraries};
+pub use libraries::{Library, NodeLibraries, info_value};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use stats::{HeldBack, PendingReport, StreamCounts};

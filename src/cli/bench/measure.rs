@@ -36,9 +36,7 @@ pub async fn info_field(
 
 /// A `field:value` line's value in INFO text.
 fn field_of(info: &str, field: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .map(|v| v.trim().to_owned())
+    crate::store::info_value(info, field).map(str::to_owned)
 }
 
 pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
