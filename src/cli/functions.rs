@@ -35,6 +35,9 @@ enum FunctionsAction {
         /// their next call; for a Redis that delayq leaves for good, say).
         #[arg(long)]
         all: bool,
+        /// Only say what would be removed; remove nothing.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -55,10 +58,15 @@ pub async fn main(args: FunctionsArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        FunctionsAction::Prune { all } => {
+        FunctionsAction::Prune { all, dry_run } => {
             let mut removed = 0;
             for node in &before {
                 for library in node.libraries.iter().filter(|l| all || !l.current) {
+                    if dry_run {
+                        removed += 1;
+                        println!("would remove {}{}", library.name, at(node));
+                        continue;
+                    }
                     let gone = store
                         .delete_library(node.node.as_deref(), &library.name)
                         .await
@@ -70,9 +78,17 @@ pub async fn main(args: FunctionsArgs) -> anyhow::Result<()> {
                 }
             }
             println!(
-                "{removed} librar{} removed",
-                if removed == 1 { "y" } else { "ies" }
+                "{removed} librar{} {}",
+                if removed == 1 { "y" } else { "ies" },
+                if dry_run {
+                    "would be removed (--dry-run: nothing removed)"
+                } else {
+                    "removed"
+                }
             );
+            if dry_run {
+                return Ok(());
+            }
             let after = store
                 .function_libraries()
                 .await

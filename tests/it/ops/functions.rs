@@ -78,6 +78,23 @@ async fn prune_removes_other_versions_libraries_and_leaves_the_rest() {
         "{listed}"
     );
 
+    // A dry run says what it would remove and removes nothing.
+    let (ok, dry) = functions(&config, &["prune", "--dry-run"]).await;
+    assert!(
+        ok && dry.contains(&format!("would remove {old}\n"))
+            && !dry.contains(&format!("would remove {current}"))
+            && dry.contains("1 library would be removed (--dry-run: nothing removed)"),
+        "{dry}"
+    );
+    assert_eq!(held(&mut conn), everything);
+    let (ok, dry) = functions(&config, &["prune", "--all", "--dry-run"]).await;
+    assert!(
+        ok && dry.contains(&format!("would remove {current}\n"))
+            && dry.contains("2 libraries would be removed"),
+        "{dry}"
+    );
+    assert_eq!(held(&mut conn), everything);
+
     let (ok, pruned) = functions(&config, &["prune"]).await;
     assert!(ok, "{pruned}");
     assert!(
