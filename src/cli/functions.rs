@@ -59,36 +59,35 @@ pub async fn main(args: FunctionsArgs) -> anyhow::Result<()> {
             Ok(())
         }
         FunctionsAction::Prune { all, dry_run } => {
-            let mut removed = 0;
-            for node in &before {
-                for library in node.libraries.iter().filter(|l| all || !l.current) {
-                    if dry_run {
-                        removed += 1;
-                        println!("would remove {}{}", library.name, at(node));
-                        continue;
-                    }
-                    let gone = store
-                        .delete_library(node.node.as_deref(), &library.name)
-                        .await
-                        .with_context(|| format!("remove {}{}", library.name, at(node)))?;
-                    if gone {
-                        removed += 1;
-                        println!("removed {}{}", library.name, at(node));
-                    }
-                }
-            }
-            println!(
-                "{removed} librar{} {}",
-                if removed == 1 { "y" } else { "ies" },
-                if dry_run {
-                    "would be removed (--dry-run: nothing removed)"
-                } else {
-                    "removed"
-                }
-            );
+            let doomed: Vec<_> = before
+                .iter()
+                .flat_map(|node| {
+                    let of_node = node.libraries.iter().filter(|l| all || !l.current);
+                    of_node.map(move |library| (node, library))
+                })
+                .collect();
             if dry_run {
+                for (node, library) in &doomed {
+                    println!("would remove {}{}", library.name, at(node));
+                }
+                println!(
+                    "{} would be removed (--dry-run: nothing removed)",
+                    libraries(doomed.len())
+                );
                 return Ok(());
             }
+            let mut removed = 0;
+            for (node, library) in doomed {
+                let gone = store
+                    .delete_library(node.node.as_deref(), &library.name)
+                    .await
+                    .with_context(|| format!("remove {}{}", library.name, at(node)))?;
+                if gone {
+                    removed += 1;
+                    println!("removed {}{}", library.name, at(node));
+                }
+            }
+            println!("{} removed", libraries(removed));
             let after = store
                 .function_libraries()
                 .await
@@ -99,6 +98,11 @@ pub async fn main(args: FunctionsArgs) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// "1 library", "3 libraries".
+fn libraries(n: usize) -> String {
+    format!("{n} librar{}", if n == 1 { "y" } else { "ies" })
 }
 
 /// " on host:port" on Redis Cluster, else nothing.
@@ -115,8 +119,7 @@ fn print_node(node: &NodeLibraries) {
         node.node.as_deref().unwrap_or("redis"),
         match node.libraries.len() {
             0 => "no library".to_owned(),
-            1 => "1 library".to_owned(),
-            n => format!("{n} libraries"),
+            n => libraries(n),
         },
         node.lua_bytes.div_ceil(1024),
         node.bytes.div_ceil(1024),

@@ -14,6 +14,7 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 
 use super::rows::{Counts, Cpu, Lateness, Measured, ProcessCpu, ScriptCalls};
+use crate::store::info_value;
 
 /// Wall clock in epoch milliseconds: the clock Redis's `TIME` and node's `Date.now()`
 /// read on this machine, so figures from all three compare.
@@ -31,12 +32,9 @@ pub async fn info_field(
     field: &str,
 ) -> anyhow::Result<String> {
     let info: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
-    field_of(&info, field).with_context(|| format!("INFO {section} has no {field}"))
-}
-
-/// A `field:value` line's value in INFO text.
-fn field_of(info: &str, field: &str) -> Option<String> {
-    crate::store::info_value(info, field).map(str::to_owned)
+    info_value(&info, field)
+        .map(str::to_owned)
+        .with_context(|| format!("INFO {section} has no {field}"))
 }
 
 pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
@@ -47,7 +45,7 @@ async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64>
     // Both from one INFO, so they describe the same instant.
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;
     let secs = |field| -> anyhow::Result<f64> {
-        Ok(field_of(&info, field)
+        Ok(info_value(&info, field)
             .with_context(|| format!("INFO cpu has no {field}"))?
             .parse()?)
     };
