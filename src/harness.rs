@@ -351,6 +351,20 @@ impl RedisServer {
         self.spawn()
     }
 
+    /// A field of `INFO replication` (`role`, `master_link_status`, …).
+    pub fn replication(&self, field: &str) -> Option<String> {
+        let mut client = redis::Client::open(self.url())
+            .and_then(|c| c.get_connection())
+            .ok()?;
+        let text: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut client)
+            .ok()?;
+        text.lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .map(|v| v.trim().to_owned())
+    }
+
     /// A synchronous connection, for test assertions.
     pub fn client(&self) -> redis::Connection {
         redis::Client::open(self.url())
@@ -761,6 +775,138 @@ impl SentinelServer {
 impl Drop for SentinelServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// A master, its replicas and three Sentinels (quorum 2) watching it under a
+/// name, as a delayq deployment on Sentinel has them.
+pub struct SentinelSet {
+    pub name: String,
+    pub master: RedisServer,
+    pub replicas: Vec<RedisServer>,
+    pub sentinels: Vec<SentinelServer>,
+}
+
+impl SentinelSet {
+    /// Starts them; the replicas replicate from `upstream` (the master's port, or
+    /// a proxy's in front of it). Sentinels judge the master down after 1 s.
+    /// Not ready for a failover until [`SentinelSet::ready`].
+    pub fn start(
+        name: &str,
+        replicas: usize,
+        upstream: Option<u16>,
+        options: &SentinelOptions,
+    ) -> anyhow::Result<Self> {
+        let master = RedisServer::start().context("start the master")?;
+        let upstream = upstream.unwrap_or(master.port);
+        let replicas = (0..replicas)
+            .map(|_| {
+                RedisServer::start_with(RedisOptions {
+                    replica_of: Some(upstream),
+                    ..RedisOptions::default()
+                })
+                .context("start a replica")
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        let sentinels = (0..3)
+            .map(|_| {
+                SentinelServer::start_with(
+                    name,
+                    master.port,
+                    2,
+                    Duration::from_millis(1000),
+                    options,
+                )
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Ok(SentinelSet {
+            name: name.to_owned(),
+            master,
+            replicas,
+            sentinels,
+        })
+    }
+
+    /// Whether a failover can happen now: every replica's link to its master is
+    /// up, and every Sentinel knows every replica and the two other Sentinels (to
+    /// reach the quorum and elect one of them to lead the failover).
+    pub fn ready(&self) -> bool {
+        let linked = self
+            .replicas
+            .iter()
+            .all(|r| r.replication("master_link_status").as_deref() == Some("up"));
+        linked
+            && self.sentinels.iter().all(|s| {
+                let mut c = s.client();
+                let mut count = |what: &str| {
+                    redis::cmd("SENTINEL")
+                        .arg(what)
+                        .arg(&self.name)
+                        .query::<Vec<redis::Value>>(&mut c)
+                        .map_or(0, |v| v.len())
+                };
+                count("replicas") == self.replicas.len() && count("sentinels") == 2
+            })
+    }
+
+    /// Waits until [`SentinelSet::ready`], up to `timeout`.
+    pub fn wait_ready(&self, timeout: Duration) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        while !self.ready() {
+            if Instant::now() > deadline {
+                bail!("Sentinels not ready within {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(())
+    }
+
+    /// The `[redis]` section's lines of a delayq configuration that finds the
+    /// master through all the Sentinels, with `extra` lines (as
+    /// [`RedisCluster::redis_section`], without the header).
+    pub fn redis_section(&self, extra: &str) -> String {
+        self.redis_section_asking(extra, &self.sentinels)
+    }
+
+    /// [`SentinelSet::redis_section`], with only `sentinels` to ask.
+    pub fn redis_section_asking(&self, extra: &str, sentinels: &[SentinelServer]) -> String {
+        let nodes: Vec<String> = sentinels
+            .iter()
+            .map(|s| format!("\"{}\"", s.address()))
+            .collect();
+        format!(
+            "url = \"redis://{name}\"\n{extra}\nsentinel = {{ master = \"{name}\", nodes = [{}] }}\n",
+            nodes.join(", "),
+            name = self.name,
+        )
+    }
+
+    /// Sets every Sentinel's failover-timeout.
+    pub fn failover_timeout(&self, timeout: Duration) -> anyhow::Result<()> {
+        for sentinel in &self.sentinels {
+            let () = redis::cmd("SENTINEL")
+                .arg("SET")
+                .arg(&self.name)
+                .arg("failover-timeout")
+                .arg(timeout.as_millis() as u64)
+                .query(&mut sentinel.client())
+                .context("SENTINEL SET failover-timeout")?;
+        }
+        Ok(())
+    }
+
+    /// The master's port as every Sentinel names it, once they agree.
+    pub fn master_port(&self) -> Option<u16> {
+        let mut ports = self.sentinels.iter().map(|s| s.master_port(&self.name));
+        let first = ports.next()??;
+        ports.all(|p| p == Some(first)).then_some(first)
+    }
+
+    /// The server on `port`: the master or one of the replicas.
+    pub fn server(&self, port: u16) -> Option<&RedisServer> {
+        std::iter::once(&self.master)
+            .chain(&self.replicas)
+            .find(|r| r.port == port)
     }
 }
 

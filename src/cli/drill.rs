@@ -27,7 +27,7 @@ use crate::config::Config;
 use crate::secret::RedisUrl;
 
 use load::{Load, Traffic};
-use probe::{settle, wait_single_leader, wait_takeover, watch_leadership};
+use probe::{redis_failover, settle, wait_single_leader, wait_takeover, watch_leadership};
 use report::{RoundResult, build_report, ms, print_table};
 use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
 
@@ -46,16 +46,20 @@ pub enum Scenario {
     Etcd,
     /// POST /v1/admin/resign on the leader.
     Switchover,
+    /// SENTINEL FAILOVER: a replica becomes the Redis master; forwarding follows
+    /// it (Redis behind Sentinel only).
+    RedisFailover,
 }
 
 impl Scenario {
-    const ALL: [Scenario; 6] = [
+    const ALL: [Scenario; 7] = [
         Scenario::Kill,
         Scenario::Term,
         Scenario::Pause,
         Scenario::RedisCut,
         Scenario::Etcd,
         Scenario::Switchover,
+        Scenario::RedisFailover,
     ];
 
     fn fault(self) -> Fault {
@@ -66,6 +70,7 @@ impl Scenario {
             Scenario::RedisCut => Fault::RedisCut,
             Scenario::Etcd => Fault::EtcdLoss,
             Scenario::Switchover => Fault::Switchover,
+            Scenario::RedisFailover => Fault::RedisFailover,
         }
     }
 
@@ -77,6 +82,7 @@ impl Scenario {
             Scenario::RedisCut => "redis-cut",
             Scenario::Etcd => "etcd",
             Scenario::Switchover => "switchover",
+            Scenario::RedisFailover => "redis-failover",
         }
     }
 }
@@ -132,6 +138,11 @@ pub struct DrillArgs {
     /// scenario but redis-cut (the nodes reach every master directly).
     #[arg(long)]
     redis_cluster: bool,
+    /// Local cluster: run the nodes on a Redis master with one replica behind
+    /// three Sentinels (redis.sentinel, redis.min_replicas_acked = 1) instead of
+    /// one redis-server; adds the redis-failover scenario, drops redis-cut.
+    #[arg(long, conflicts_with = "redis_cluster")]
+    redis_sentinel: bool,
 
     /// Existing cluster: a node as NAME=API_URL (repeat for each); NAME is what
     /// {node} stands for in the commands. Without --node the drill starts its own.
@@ -266,8 +277,13 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         if args.lease_ttl < Duration::from_secs(2) || args.lease_ttl.subsec_nanos() != 0 {
             bail!("--lease-ttl: whole seconds, at least 2s (etcd's minimum)");
         }
-        if args.redis_cluster && args.scenarios.contains(&Scenario::RedisCut) {
+        if (args.redis_cluster || args.redis_sentinel)
+            && args.scenarios.contains(&Scenario::RedisCut)
+        {
             bail!("scenario redis-cut: needs {}", target::NO_CUT_ON_CLUSTER);
+        }
+        if !args.redis_sentinel && args.scenarios.contains(&Scenario::RedisFailover) {
+            bail!("scenario redis-failover: needs {}", target::NEEDS_SENTINEL);
         }
         let wants_etcd_loss = args.scenarios.is_empty() || args.scenarios.contains(&Scenario::Etcd);
         let bin = std::env::current_exe().context("find the delayq binary")?;
@@ -279,12 +295,13 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
             lease_ttl: args.lease_ttl,
             shards: args.shards,
             redis_cluster: args.redis_cluster,
+            redis_sentinel: args.redis_sentinel,
         };
         tokio::task::block_in_place(|| Target::start_local(&spec))?
     } else {
-        if args.redis_cluster {
+        if args.redis_cluster || args.redis_sentinel {
             bail!(
-                "--redis-cluster: for a cluster the drill starts (without --node); give an existing Redis Cluster's nodes --config"
+                "--redis-cluster, --redis-sentinel: for a cluster the drill starts (without --node); give an existing cluster's Redis with --config"
             );
         }
         Target::Remote(Box::new(Remote {
@@ -433,16 +450,13 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
                 r + 1,
                 args.rounds
             ));
-            let result = run_round(
-                &mut target,
-                &http,
-                &traffic,
-                *scenario,
-                r as usize,
-                takeover_timeout,
-                args.hold,
-            )
-            .await;
+            let round = Round {
+                scenario: *scenario,
+                index: r as usize,
+                timeout: takeover_timeout,
+                hold: args.hold,
+            };
+            let result = run_round(&mut target, &http, &traffic, (clock, &stream), round).await;
             let result = match result {
                 Ok(result) => result,
                 Err(e) => RoundResult {
@@ -485,14 +499,29 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     let _ = producer.await;
     let give_up_after = args.delay + takeover_timeout + Duration::from_secs(2);
     let waited = Instant::now();
+    // What the live reader missed (entries a Redis failover wrote below where it
+    // had read) shows when the stream is read again: every second.
+    let mut discarded = 0;
+    let mut recounted = Instant::now();
     while traffic.ledger().outstanding() > 0 && waited.elapsed() < give_up_after {
         tokio::time::sleep(Duration::from_millis(50)).await;
+        if recounted.elapsed() >= Duration::from_secs(1) {
+            // A failed read is tried again a second later.
+            if let Ok(gone) = load::recount(clock, &stream, &args.id_field, &traffic).await {
+                discarded += gone;
+            }
+            recounted = Instant::now();
+        }
     }
     // A late duplicate would come from a stale leader; give one more moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop_consumer.cancel();
     consumer.await.context("the stream reader")??;
     let _ = ticker.await;
+    // The stream as it stands is what counts.
+    discarded += load::recount(clock, &stream, &args.id_field, &traffic)
+        .await
+        .context("read the stream at the end")?;
     bar.finish_and_clear();
 
     let counts = traffic.count(args.delay);
@@ -503,7 +532,15 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
             Err(e) => eprintln!("delayq drill: could not delete its stream {stream:?}: {e}"),
         }
     }
-    let report = build_report(&args, &target, &stream, &scenarios, &results, &counts);
+    let report = build_report(
+        &args,
+        &target,
+        &stream,
+        &scenarios,
+        &results,
+        &counts,
+        discarded as u64,
+    );
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -521,17 +558,32 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     Ok(ok)
 }
 
+/// One round of a scenario.
+struct Round {
+    scenario: Scenario,
+    /// Which round of the scenario (from 0).
+    index: usize,
+    /// Give up on a takeover (or on the cluster settling) after this long.
+    timeout: Duration,
+    /// How long an etcd member stays down.
+    hold: Duration,
+}
+
 /// Runs one round: waits for one leader, injects the fault, measures the
 /// takeover, undoes the fault and waits for the cluster to settle.
 async fn run_round(
     target: &mut Target,
     http: &reqwest::Client,
     traffic: &Arc<Traffic>,
-    scenario: Scenario,
-    round: usize,
-    timeout: Duration,
-    hold: Duration,
+    (store, stream): (&crate::store::Store, &str),
+    round: Round,
 ) -> anyhow::Result<RoundResult> {
+    let Round {
+        scenario,
+        index: round,
+        timeout,
+        hold,
+    } = round;
     let nodes = target.nodes();
     let (leader, epoch) = wait_single_leader(http, &nodes, timeout).await?;
     let fault = scenario.fault();
@@ -573,6 +625,12 @@ async fn run_round(
                 (took.map(|t| t.duration_since(started)), took.is_some()),
             )
         }
+        Scenario::RedisFailover => {
+            // Nobody is down: the leader follows the new master, or a standby
+            // takes over; either way forwarding resumes there.
+            let resumed = redis_failover(store, stream, timeout).await?;
+            (leader, (resumed, false))
+        }
         _ => {
             traffic.set_up(leader, false);
             let started = Instant::now();
@@ -594,9 +652,18 @@ async fn run_round(
         traffic.set_up(victim, true);
     }
     settle(http, &nodes, traffic, timeout).await?;
-    let problem = takeover
-        .is_none()
-        .then(|| format!("no new leader within {}", ms(timeout)));
+    let leader_changed = if scenario == Scenario::RedisFailover {
+        wait_single_leader(http, &nodes, timeout).await?.1 != epoch
+    } else {
+        leader_changed
+    };
+    let problem = takeover.is_none().then(|| match scenario {
+        Scenario::RedisFailover => format!(
+            "nothing written on the new Redis master within {}",
+            ms(timeout)
+        ),
+        _ => format!("no new leader within {}", ms(timeout)),
+    });
     Ok(RoundResult {
         takeover,
         leader_changed,

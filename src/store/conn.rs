@@ -536,6 +536,31 @@ impl Conn {
         self.sentinel.as_ref().map(|f| f.changes.subscribe())
     }
 
+    /// `SENTINEL FAILOVER` of the master, on the first Sentinel that answers.
+    pub(super) async fn sentinel_failover(&self) -> redis::RedisResult<()> {
+        let Some(f) = &self.sentinel else {
+            return Err(redis::RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "not connected through Sentinel (redis.sentinel)",
+            )));
+        };
+        let client = {
+            let mut sentinel = f.client.lock().await;
+            tokio::time::timeout(f.connect_timeout, sentinel.async_get_sentinel_client())
+                .await
+                .map_err(|_| timeout("no Sentinel answered in time"))??
+        };
+        let mut connection =
+            tokio::time::timeout(f.connect_timeout, client.get_multiplexed_async_connection())
+                .await
+                .map_err(|_| timeout("no Sentinel answered in time"))??;
+        redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(&f.master)
+            .query_async(&mut connection)
+            .await
+    }
+
     /// After a failed command: asks the Sentinels again if a failover may explain
     /// it; on Redis Cluster, makes the connection anew.
     async fn after(&self, error: &redis::RedisError) {

@@ -250,38 +250,28 @@ impl Store {
         id_field: &str,
         attempt_field: &str,
     ) -> Result<Vec<DeadLetter>> {
-        if after
-            .and_then(crate::message::EntryId::parse)
-            .is_some_and(|a| a.is_last())
-        {
-            return Ok(Vec::new());
-        }
-        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
-        let reply: Value = redis::cmd("XRANGE")
-            .arg(dead_stream)
-            .arg(start)
-            .arg("+")
-            .arg("COUNT")
-            .arg(count)
-            .query_async(&mut self.conn.clone())
-            .await
-            .map_err(|e| wrong_type(e, dead_stream))?;
+        let entries = self.stream_page(dead_stream, after, count).await?;
         let own = own_field_names(id_field, attempt_field);
-        Ok(stream_entries(reply)?
+        Ok(entries
             .into_iter()
-            .map(|(entry_id, fields)| {
-                let (fields, annotations) = split_own_fields(fields, &own);
-                let message_id = annotations
-                    .iter()
-                    .find(|(k, _)| k == id_field)
-                    .and_then(|(_, v)| MessageId::parse(v).ok());
-                DeadLetter {
-                    entry_id,
-                    message_id,
-                    fields,
-                    annotations,
-                }
-            })
+            .map(
+                |super::StreamEntry {
+                     id: entry_id,
+                     fields,
+                 }| {
+                    let (fields, annotations) = split_own_fields(fields, &own);
+                    let message_id = annotations
+                        .iter()
+                        .find(|(k, _)| k == id_field)
+                        .and_then(|(_, v)| MessageId::parse(v).ok());
+                    DeadLetter {
+                        entry_id,
+                        message_id,
+                        fields,
+                        annotations,
+                    }
+                },
+            )
             .collect())
     }
 
@@ -367,7 +357,7 @@ fn own_field_names<'a>(id_field: &'a str, attempt_field: &'a str) -> Vec<&'a str
 }
 
 /// An XRANGE reply as (entry id, fields in order).
-fn stream_entries(reply: Value) -> Result<Vec<(String, Fields)>> {
+pub(super) fn stream_entries(reply: Value) -> Result<Vec<(String, Fields)>> {
     let mut out = Vec::new();
     for item in array(reply)? {
         let parts = array(item)?;

@@ -495,6 +495,14 @@ impl Store {
         self.conn.master_changes()
     }
 
+    /// Asks a Sentinel for a planned failover of the master (`SENTINEL
+    /// FAILOVER`), as an operator's drill does. Sentinel refuses while a failover
+    /// is under way (`INPROG`) or no replica is fit to promote (`NOGOODSLAVE`).
+    pub async fn sentinel_failover(&self) -> Result<()> {
+        self.conn.sentinel_failover().await?;
+        Ok(())
+    }
+
     pub fn keys(&self) -> &Keys {
         &self.keys
     }

@@ -136,6 +136,53 @@ impl Store {
         Ok(removed > 0)
     }
 
+    /// Up to `count` entries of `stream` after the entry `after` (from the start
+    /// without), in order: a tool reading a whole stream page by page.
+    pub async fn stream_page(
+        &self,
+        stream: &str,
+        after: Option<&str>,
+        count: usize,
+    ) -> Result<Vec<StreamEntry>> {
+        if after
+            .and_then(crate::message::EntryId::parse)
+            .is_some_and(|a| a.is_last())
+        {
+            return Ok(Vec::new());
+        }
+        let start = after.map_or_else(|| "-".to_owned(), |a| format!("({a}"));
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(start)
+            .arg("+")
+            .arg("COUNT")
+            .arg(count.max(1))
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| wrong_type(e, stream))?;
+        Ok(super::delivery::stream_entries(reply)?
+            .into_iter()
+            .map(|(id, fields)| StreamEntry { id, fields })
+            .collect())
+    }
+
+    /// The id of the last entry of `stream`; None while it has none.
+    pub async fn last_entry_id(&self, stream: &str) -> Result<Option<String>> {
+        let reply: Value = redis::cmd("XREVRANGE")
+            .arg(stream)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(1)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| wrong_type(e, stream))?;
+        Ok(super::delivery::stream_entries(reply)?
+            .into_iter()
+            .next()
+            .map(|(id, _)| id))
+    }
+
     /// Appends an entry to a stream now (XADD), bypassing scheduling; returns its id.
     pub async fn append(&self, stream: &str, fields: &[(String, String)]) -> Result<String> {
         let mut cmd = redis::cmd("XADD");

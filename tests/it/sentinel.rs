@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use delayq::harness::{
-    DelayqProcess, EtcdServer, Proxy, RedisOptions, RedisServer, SentinelOptions, SentinelServer,
+    DelayqProcess, EtcdServer, Proxy, RedisServer, SentinelOptions, SentinelServer, SentinelSet,
 };
 use libc::{SIGCONT, SIGSTOP};
 use serde_json::json;
@@ -26,137 +26,41 @@ use crate::support::{
 const NAME: &str = "dq-main";
 
 /// The Redis side: master, replicas, Sentinels that know them all and each other.
-struct Watched {
-    master: RedisServer,
-    replicas: Vec<RedisServer>,
-    sentinels: Vec<SentinelServer>,
+type Watched = SentinelSet;
+
+async fn watched(replicas: usize) -> Watched {
+    watched_via(replicas, None).await
 }
 
-impl Watched {
-    async fn start(replicas: usize) -> Watched {
-        Watched::start_via(replicas, None).await
+/// With `proxy`, the replicas replicate through it (so a test can stop
+/// replication without either side knowing).
+async fn watched_via(replicas: usize, proxy: Option<&Proxy>) -> Watched {
+    let upstream = proxy.map(|p| p.addr.port());
+    // Sentinel re-points a replica that replicates from another address than
+    // the master's at the master itself, once failover-timeout has passed
+    // (+fix-slave-config): that would bypass the proxy. Through a proxy the
+    // timeout is long until the test shortens it (see `failover_timeout`).
+    let options = SentinelOptions {
+        failover_timeout: proxy.map(|_| Duration::from_secs(600)),
+        ..SentinelOptions::default()
+    };
+    let watched = SentinelSet::start(NAME, replicas, upstream, &options).expect("Sentinel set");
+    if let Some(proxy) = proxy {
+        proxy.lead_to(&watched.master.url());
     }
-
-    /// With `proxy`, the replicas replicate through it (so a test can stop
-    /// replication without either side knowing).
-    async fn start_via(replicas: usize, proxy: Option<&Proxy>) -> Watched {
-        let master = RedisServer::start().expect("master");
-        let upstream = match proxy {
-            Some(proxy) => {
-                proxy.lead_to(&master.url());
-                proxy.addr.port()
-            }
-            None => master.port,
-        };
-        let replicas: Vec<RedisServer> = (0..replicas)
-            .map(|_| {
-                RedisServer::start_with(RedisOptions {
-                    replica_of: Some(upstream),
-                    ..RedisOptions::default()
-                })
-                .expect("replica")
-            })
-            .collect();
-        // Sentinel re-points a replica that replicates from another address than
-        // the master's at the master itself, once failover-timeout has passed
-        // (+fix-slave-config): that would bypass the proxy. Through a proxy the
-        // timeout is long until the test shortens it (see `failover_timeout`).
-        let options = SentinelOptions {
-            failover_timeout: proxy.map(|_| Duration::from_secs(600)),
-            ..SentinelOptions::default()
-        };
-        let sentinels: Vec<SentinelServer> = (0..3)
-            .map(|_| {
-                SentinelServer::start_with(
-                    NAME,
-                    master.port,
-                    2,
-                    Duration::from_millis(1000),
-                    &options,
-                )
-                .expect("sentinel")
-            })
-            .collect();
-        let watched = Watched {
-            master,
-            replicas,
-            sentinels,
-        };
-        // A failover needs a replica in sync that every Sentinel knows, and
-        // Sentinels that know each other (to reach the quorum and elect a leader).
-        eventually(Duration::from_secs(30), "Sentinels ready", || async {
-            let linked = watched
-                .replicas
-                .iter()
-                .all(|r| info(r, "master_link_status") == Some("up".into()));
-            let known = watched.sentinels.iter().all(|s| {
-                let mut c = s.client();
-                let replicas: Vec<redis::Value> = redis::cmd("SENTINEL")
-                    .arg("replicas")
-                    .arg(NAME)
-                    .query(&mut c)
-                    .unwrap_or_default();
-                let peers: Vec<redis::Value> = redis::cmd("SENTINEL")
-                    .arg("sentinels")
-                    .arg(NAME)
-                    .query(&mut c)
-                    .unwrap_or_default();
-                replicas.len() == watched.replicas.len() && peers.len() == 2
-            });
-            (linked && known).then_some(())
-        })
-        .await;
-        watched
-    }
-
-    fn config(&self, extra: &str) -> String {
-        self.config_asking(extra, &self.sentinels)
-    }
-
-    /// `config`, with only `sentinels` to ask.
-    fn config_asking(&self, extra: &str, sentinels: &[SentinelServer]) -> String {
-        let nodes: Vec<String> = sentinels
-            .iter()
-            .map(|s| format!("\"{}\"", s.address()))
-            .collect();
-        format!(
-            "[redis]\nurl = \"redis://{NAME}\"\nshards = 2\n{extra}\nsentinel = {{ master = \"{NAME}\", nodes = [{}] }}\n",
-            nodes.join(", ")
-        )
-    }
-
-    /// Sets every Sentinel's failover-timeout.
-    fn failover_timeout(&self, timeout: Duration) {
-        for sentinel in &self.sentinels {
-            let _: () = redis::cmd("SENTINEL")
-                .arg("SET")
-                .arg(NAME)
-                .arg("failover-timeout")
-                .arg(timeout.as_millis() as u64)
-                .query(&mut sentinel.client())
-                .expect("SENTINEL SET failover-timeout");
-        }
-    }
-
-    /// The master's port as every Sentinel names it, once they agree.
-    fn master_port(&self) -> Option<u16> {
-        let ports: BTreeSet<Option<u16>> =
-            self.sentinels.iter().map(|s| s.master_port(NAME)).collect();
-        match ports.into_iter().collect::<Vec<_>>()[..] {
-            [Some(port)] => Some(port),
-            _ => None,
-        }
-    }
+    // A failover needs a replica in sync that every Sentinel knows, and
+    // Sentinels that know each other (to reach the quorum and elect a leader).
+    eventually(Duration::from_secs(30), "Sentinels ready", || async {
+        watched.ready().then_some(())
+    })
+    .await;
+    watched
 }
 
-fn info(redis: &RedisServer, field: &str) -> Option<String> {
-    let text: String = redis::cmd("INFO")
-        .arg("replication")
-        .query(&mut redis.client())
-        .ok()?;
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{field}:")))
-        .map(|v| v.trim().to_owned())
+/// A delayq configuration's `[redis]` section on `watched`, two shards.
+fn config(watched: &Watched, extra: &str) -> String {
+    let lines = watched.redis_section(&format!("shards = 2\n{extra}"));
+    format!("[redis]\n{lines}")
 }
 
 /// Pushes `n-<i>` at about 200 a second, each due 300 ms later, until stopped:
@@ -227,9 +131,9 @@ async fn through_failover(
     replicas: usize,
     acked: u32,
 ) -> (Tally, Duration, usize) {
-    let mut watched = Watched::start(replicas).await;
+    let mut watched = watched(replicas).await;
     let extra = format!("min_replicas_acked = {acked}");
-    let node = DelayqProcess::start(&delayq_bin(), "sentinel", &watched.config(&extra))
+    let node = DelayqProcess::start(&delayq_bin(), "sentinel", &config(&watched, &extra))
         .expect("start delayq");
     let api = Api::new(node.api);
     let load = Load::start(api.clone());
@@ -439,11 +343,11 @@ async fn forwarded_so_far(api: &Api) -> f64 {
 async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_message() {
     // The replica replicates through a proxy the test can cut.
     let proxy = Proxy::start().await;
-    let mut watched = Watched::start_via(1, Some(&proxy)).await;
+    let mut watched = watched_via(1, Some(&proxy)).await;
     let etcd = EtcdServer::start().expect("etcd");
     let config = format!(
         "{}[etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"2s\"\n",
-        watched.config(""),
+        config(&watched, ""),
         etcd.endpoint()
     );
     let a = DelayqProcess::start(&delayq_bin(), "a", &config).expect("start a");
@@ -530,7 +434,7 @@ async fn a_failover_that_loses_the_last_fence_raise_lets_no_stale_leader_move_a_
     // With the master down, Sentinel re-points no replica, so the failover
     // timeout can be the usual one again (a split vote is retried after twice it).
     watched.master.kill();
-    watched.failover_timeout(Duration::from_secs(10));
+    watched.failover_timeout(Duration::from_secs(10)).unwrap();
     let replica_port = watched.replicas[0].port;
     eventually(Duration::from_secs(30), "the replica promoted", || async {
         (watched.master_port() == Some(replica_port)).then_some(())
@@ -668,9 +572,9 @@ async fn planned_failover(watched: &Watched, presences_there: usize) -> &RedisSe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_taken_over_at_once() {
-    let watched = Watched::start(1).await;
+    let watched = watched(1).await;
     let etcd = EtcdServer::start().expect("etcd");
-    let config = format!("{}{}", watched.config(""), long_lease(&etcd));
+    let config = format!("{}{}", config(&watched, ""), long_lease(&etcd));
     let (mut nodes, apis) = instances(&[("a", &config), ("b", &config)]);
     eventually(
         Duration::from_secs(20),
@@ -703,7 +607,7 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
         Duration::from_secs(5),
         "the same presences on the old master, while it is still a master",
         || async {
-            let master = info(&watched.master, "role").as_deref() == Some("master");
+            let master = watched.master.replication("role").as_deref() == Some("master");
             let now = presence_channels(new_master);
             (master && now.len() == 2 && presence_channels(&watched.master) == now).then_some(())
         },
@@ -744,14 +648,14 @@ async fn after_a_planned_failover_presences_follow_the_master_and_a_crash_is_tak
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() {
-    let watched = Watched::start(1).await;
+    let watched = watched(1).await;
     let etcd = EtcdServer::start().expect("etcd");
     let etcd_section = long_lease(&etcd);
     // a and b ask every Sentinel; c only the third, which will miss the failover.
-    let config = format!("{}{etcd_section}", watched.config(""));
+    let config = format!("{}{etcd_section}", config(&watched, ""));
     let late = format!(
-        "{}{etcd_section}",
-        watched.config_asking("", &watched.sentinels[2..])
+        "[redis]\n{}{etcd_section}",
+        watched.redis_section_asking("shards = 2\n", &watched.sentinels[2..])
     );
     // c campaigns last, so that the leader's successor at the switch is one that
     // follows it: the test is about c as a standby.
@@ -786,7 +690,7 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
-        info(&watched.master, "role").as_deref(),
+        watched.master.replication("role").as_deref(),
         Some("master"),
         "the old master was reconfigured during the check\n{}",
         logs()

@@ -3,7 +3,7 @@
 //! stream on a connection of its own, and a ledger that says, per phase, what was
 //! sent, delivered, lost, duplicated and how late.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -14,6 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::target::Node;
+use crate::message::EntryId;
 
 /// What the drill knows about its messages. Phase 0 is the steady run before the
 /// first scenario; phase `k` is the `k`-th scenario. A message belongs to the
@@ -21,14 +22,19 @@ use super::target::Node;
 /// phase began, to that phase: a message due a moment before a fault and not yet
 /// forwarded when the fault struck is late because of the fault, so the scenario
 /// is charged with all the lateness its faults caused. Both times are Redis's.
+///
+/// Deliveries are stream entries, each counted once however often it is read.
+/// What is read as it happens is provisional: a Redis failover can discard
+/// entries a reader saw on the old master, and the stream read again at the end
+/// ([`Ledger::recount`]) is what the drill counts.
 #[derive(Default)]
 pub struct Ledger {
     /// Accepted by a node: id → due time in Redis ms.
     sent: HashMap<String, u64>,
     /// Every attempt failed (timeouts, refusals); the message may or may not exist.
     unconfirmed: HashMap<String, Instant>,
-    /// id → stream entry times (Redis ms), one per delivery.
-    delivered: HashMap<String, Vec<u64>>,
+    /// id → the stream entries carrying it, one per delivery.
+    delivered: HashMap<String, BTreeSet<EntryId>>,
 }
 
 /// One phase's numbers (a row's `messages` in the report).
@@ -57,8 +63,29 @@ impl Ledger {
         }
     }
 
-    pub fn delivered(&mut self, id: String, entry_ms: u64) {
-        self.delivered.entry(id).or_default().push(entry_ms);
+    /// Entry `entry` of the stream carries message `id` (read again: no change).
+    pub fn delivered(&mut self, id: String, entry: EntryId) {
+        self.delivered.entry(id).or_default().insert(entry);
+    }
+
+    /// Replaces what was read as it happened with the stream as it stands, read
+    /// whole: (message id, entry) for each entry. Returns how many entries read
+    /// before are no longer in the stream (written on a Redis master that a
+    /// failover then discarded: a consumer may have read those messages twice).
+    pub fn recount(&mut self, entries: impl IntoIterator<Item = (String, EntryId)>) -> usize {
+        let before = std::mem::take(&mut self.delivered);
+        for (id, entry) in entries {
+            self.delivered(id, entry);
+        }
+        before
+            .iter()
+            .map(|(id, seen)| {
+                let now = self.delivered.get(id);
+                seen.iter()
+                    .filter(|e| now.is_none_or(|n| !n.contains(e)))
+                    .count()
+            })
+            .sum()
     }
 
     pub fn sent_count(&self) -> usize {
@@ -91,13 +118,14 @@ impl Ledger {
         };
         for (id, &due) in &self.sent {
             let delivered = self.delivered.get(id);
-            let c = &mut out[phase_at(delivered.map_or(due, |times| times[0].max(due)))];
+            let first = |times: &BTreeSet<EntryId>| times.first().map_or(0, |e| e.ms);
+            let c = &mut out[phase_at(delivered.map_or(due, |times| first(times).max(due)))];
             c.sent += 1;
             match delivered {
                 Some(times) => {
                     c.delivered += 1;
                     c.duplicated += times.len() as u64 - 1;
-                    let late = times[0].saturating_sub(due);
+                    let late = first(times).saturating_sub(due);
                     c.max_lateness_ms = c.max_lateness_ms.max(late);
                 }
                 None => c.lost += 1,
@@ -288,7 +316,10 @@ async fn push_one(
 }
 
 /// Reads the stream from the start until `cancel`, on a connection of its own
-/// (a blocking read on a shared connection would stall everything behind it).
+/// (a blocking read on a shared connection would stall everything behind it),
+/// made anew after a failed read: the connection may have been closed (Sentinel
+/// closes clients' connections when it switches masters), and a new one goes to
+/// the master as it is now.
 pub async fn consume(
     store: crate::store::Store,
     stream: String,
@@ -318,6 +349,9 @@ pub async fn consume(
             Err(e) => {
                 tracing::warn!(error = %e, "drill: reading the stream failed; retrying");
                 tokio::time::sleep(backoff.next_delay()).await;
+                if let Ok(fresh) = store.blocking_connection().await {
+                    conn = fresh;
+                }
                 continue;
             }
         };
@@ -325,16 +359,11 @@ pub async fn consume(
         let mut ledger = traffic.ledger();
         for key in reply.keys {
             for entry in key.ids {
-                let entry_ms = entry
-                    .id
-                    .split('-')
-                    .next()
-                    .and_then(|ms| ms.parse().ok())
-                    .unwrap_or(0);
                 if let Some(value) = entry.map.get(&id_field)
                     && let Ok(id) = redis::from_redis_value_ref::<String>(value)
+                    && let Some(at) = EntryId::parse(&entry.id)
                 {
-                    ledger.delivered(id, entry_ms);
+                    ledger.delivered(id, at);
                 }
                 last = entry.id;
             }
@@ -343,9 +372,35 @@ pub async fn consume(
     Ok(())
 }
 
+/// Reads the whole stream as it stands and makes it the ledger's deliveries
+/// (see [`Ledger::recount`]); returns how many entries read before are gone.
+pub async fn recount(
+    store: &crate::store::Store,
+    stream: &str,
+    id_field: &str,
+    traffic: &Traffic,
+) -> anyhow::Result<usize> {
+    let mut entries = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store.stream_page(stream, after.as_deref(), 10_000).await?;
+        let Some(last) = page.last() else { break };
+        after = Some(last.id.clone());
+        entries.extend(page.into_iter().filter_map(|e| {
+            let (_, id) = e.fields.into_iter().find(|(k, _)| k == id_field)?;
+            Some((id, EntryId::parse(&e.id)?))
+        }));
+    }
+    Ok(traffic.ledger().recount(entries))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(ms: u64) -> EntryId {
+        EntryId { ms, seq: Some(0) }
+    }
 
     #[test]
     fn counts_per_phase_by_due_time() {
@@ -367,13 +422,13 @@ mod tests {
         l.sent("g".into(), 20_499); // due in phase 1, delivered in phase 2
         l.unconfirmed("e".into(), at(1800));
         l.unconfirmed("f".into(), at(1900));
-        l.delivered("a".into(), 10_005);
-        l.delivered("b".into(), 12_500);
-        l.delivered("b".into(), 12_600);
-        l.delivered("c".into(), 20_001);
-        l.delivered("g".into(), 22_499);
-        l.delivered("e".into(), 3000);
-        l.delivered("stranger".into(), 1);
+        l.delivered("a".into(), entry(10_005));
+        l.delivered("b".into(), entry(12_500));
+        l.delivered("b".into(), entry(12_600));
+        l.delivered("c".into(), entry(20_001));
+        l.delivered("g".into(), entry(22_499));
+        l.delivered("e".into(), entry(3000));
+        l.delivered("stranger".into(), entry(1));
         let counts = l.count(&starts, delay);
         assert_eq!(
             counts[0],
@@ -405,6 +460,56 @@ mod tests {
                 ..PhaseCount::default()
             }
         );
+        assert_eq!(l.outstanding(), 1);
+    }
+
+    #[test]
+    fn an_entry_read_again_counts_once_and_the_stream_read_at_the_end_decides() {
+        let t0 = Instant::now();
+        let one = [PhaseStart {
+            at: t0,
+            redis_ms: 0,
+        }];
+        let mut l = Ledger::default();
+        for id in ["a", "b", "c"] {
+            l.sent(id.into(), 100);
+        }
+        l.delivered("a".into(), entry(110));
+        l.delivered("a".into(), entry(110)); // the same entry read twice
+        // b read on a master a failover discarded; written again on the new one,
+        // at an id below what the reader had read (it never saw it).
+        l.delivered("b".into(), entry(120));
+        l.delivered("c".into(), entry(130));
+        let live = l.count(&one, Duration::ZERO);
+        assert_eq!((live[0].delivered, live[0].duplicated), (3, 0));
+        let gone = l.recount([
+            ("a".to_owned(), entry(110)),
+            ("c".to_owned(), entry(130)),
+            ("b".to_owned(), entry(105)),
+        ]);
+        assert_eq!(gone, 1, "b's entry at 120 is gone");
+        let counts = l.count(&one, Duration::ZERO);
+        assert_eq!(
+            counts[0],
+            PhaseCount {
+                sent: 3,
+                delivered: 3,
+                max_lateness_ms: 30,
+                ..PhaseCount::default()
+            }
+        );
+        // Two entries of one message in the stream as it stands: a duplicate.
+        assert_eq!(
+            l.recount([
+                ("a".to_owned(), entry(110)),
+                ("a".to_owned(), entry(111)),
+                ("b".to_owned(), entry(105)),
+            ]),
+            1,
+            "c's entry is gone"
+        );
+        let counts = l.count(&one, Duration::ZERO);
+        assert_eq!((counts[0].duplicated, counts[0].lost), (1, 1));
         assert_eq!(l.outstanding(), 1);
     }
 

@@ -3,12 +3,13 @@
 
 use std::time::{Duration, Instant};
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use super::load::Traffic;
 use super::report::ms;
 use super::target::Node;
+use crate::store::{Store, StoreError};
 
 /// The part of a leader's `/leader` answer the drill reads.
 #[derive(Deserialize)]
@@ -167,4 +168,57 @@ pub(super) async fn settle(
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Whether Sentinel refused a failover for now: one is under way (`INPROG`), or
+/// no replica is fit yet (`NOGOODSLAVE`: the last round's old master is not yet
+/// a replica in sync that the Sentinels know).
+fn not_yet(e: &StoreError) -> bool {
+    matches!(e, StoreError::Redis(e) if matches!(e.code(), Some("INPROG" | "NOGOODSLAVE")))
+}
+
+/// Asks Sentinel for a failover (again while it answers "not yet", until
+/// `timeout`), then measures from the failover it took until `stream` holds an
+/// entry written on the new master: how long forwarding stood still. None if it
+/// did not resume within `timeout`.
+pub(super) async fn redis_failover(
+    store: &Store,
+    stream: &str,
+    timeout: Duration,
+) -> anyhow::Result<Option<Duration>> {
+    let mut moves = store
+        .master_changes()
+        .context("the drill's connection to Redis does not go through Sentinel")?;
+    let before = moves.borrow().0;
+    let give_up = Instant::now() + timeout;
+    loop {
+        match store.sentinel_failover().await {
+            Ok(()) => break,
+            Err(e) if not_yet(&e) && Instant::now() < give_up => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => return Err(e).context("SENTINEL FAILOVER"),
+        }
+    }
+    let started = Instant::now();
+    let resumed = async {
+        // The drill's own connection follows the switch (Sentinel announces it);
+        // from then on its reads go to the new master.
+        let _ = moves.wait_for(|(n, _)| *n > before).await;
+        let first = loop {
+            match store.last_entry_id(stream).await {
+                Ok(last) => break last,
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        loop {
+            if let Ok(last) = store.last_entry_id(stream).await
+                && last != first
+            {
+                return started.elapsed();
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    Ok(tokio::time::timeout(timeout, resumed).await.ok())
 }

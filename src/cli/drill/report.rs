@@ -13,7 +13,8 @@ use super::{DrillArgs, Scenario};
 #[derive(Clone, Debug)]
 pub(super) struct RoundResult {
     /// Time from the fault to a new leader (for etcd: the longest stretch with
-    /// no leader, zero if the leader kept leading). None: no takeover in time.
+    /// no leader, zero if the leader kept leading; for a Redis failover: to the
+    /// first entry written on the new master). None: no takeover in time.
     pub takeover: Option<Duration>,
     pub leader_changed: bool,
     pub problem: Option<String>,
@@ -33,6 +34,12 @@ pub(super) struct Report {
     /// The steady load first, then each scenario's rounds together.
     pub scenarios: Vec<ScenarioResult>,
     pub total: PhaseCount,
+    /// Entries the drill read as they came that the stream no longer holds: a
+    /// Redis failover discarded them with the old master's data, and the
+    /// messages were forwarded again on the new one (the counts above are the
+    /// stream's at the end). A consumer may have read those messages twice.
+    #[serde(default)]
+    pub discarded_entries: u64,
 }
 
 /// Whether the drill started the cluster.
@@ -63,6 +70,8 @@ pub(super) struct Parameters {
     /// Whether the drill started the nodes on a Redis Cluster.
     #[serde(default)]
     pub redis_cluster: bool,
+    #[serde(default)]
+    pub redis_sentinel: bool,
 }
 
 /// One scenario's rounds, or the steady load before the first ("steady", no
@@ -135,6 +144,7 @@ pub(super) fn build_report(
     scenarios: &[Scenario],
     results: &[Vec<RoundResult>],
     counts: &[PhaseCount],
+    discarded_entries: u64,
 ) -> Report {
     let mut rows = vec![ScenarioResult {
         scenario: "steady".to_owned(),
@@ -187,9 +197,11 @@ pub(super) fn build_report(
             etcd_hold_ms: args.hold.as_millis() as u64,
             // Refused with an existing cluster (`--node`).
             redis_cluster: args.redis_cluster,
+            redis_sentinel: args.redis_sentinel,
         },
         scenarios: rows,
         total,
+        discarded_entries,
     }
 }
 
@@ -201,6 +213,8 @@ pub(super) fn print_table(report: &Report) {
         report.nodes.join(", "),
         if p.redis_cluster {
             " on a Redis Cluster"
+        } else if p.redis_sentinel {
+            " on Redis behind Sentinel"
         } else {
             ""
         },
@@ -212,7 +226,7 @@ pub(super) fn print_table(report: &Report) {
             .unwrap_or_default(),
     );
     println!(
-        "\n{:<11} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
+        "\n{:<14} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
         "scenario",
         "rounds",
         "takeover min/median/max",
@@ -224,7 +238,7 @@ pub(super) fn print_table(report: &Report) {
     );
     let row = |name: &str, rounds: String, takeover: String, m: &PhaseCount| {
         println!(
-            "{:<11} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
+            "{:<14} {:>6}  {:>26}  {:>7} {:>9} {:>5} {:>10}  {:>12}",
             name,
             rounds,
             takeover,
@@ -255,11 +269,17 @@ pub(super) fn print_table(report: &Report) {
     }
     row("total", String::new(), String::new(), &report.total);
     println!(
-        "\ntakeover: fault → another node leads under a newer epoch (etcd: longest stretch with no leader)."
+        "\ntakeover: fault → another node leads under a newer epoch (etcd: longest stretch with no leader; redis-failover: SENTINEL FAILOVER → the first entry written on the new master)."
     );
     println!(
         "lateness: stream entry time − due time, both Redis's clock; per scenario, the messages that fell due during it or were still undelivered when it began."
     );
+    if report.discarded_entries > 0 {
+        println!(
+            "{} entries read as they came were discarded by a Redis failover and their messages forwarded again (counted once, from the stream as it stands; a consumer may have read them twice).",
+            report.discarded_entries
+        );
+    }
     let unconfirmed = report.total.unconfirmed;
     if unconfirmed > 0 {
         println!(
@@ -316,13 +336,13 @@ mod tests {
         let messages = r#"{"sent": 40, "delivered": 40, "lost": 0, "duplicated": 0, "max_lateness_ms": 12, "unconfirmed_pushes": 1}"#;
         let json = format!(
             r#"{{"ok": true, "cluster": "existing", "nodes": ["a", "b"], "stream": "drill-x",
-            "parameters": {{"rounds": 2, "rate_per_second": 20, "delay_ms": 1000, "lease_ttl_ms": null, "etcd_hold_ms": 4000, "redis_cluster": false}},
+            "parameters": {{"rounds": 2, "rate_per_second": 20, "delay_ms": 1000, "lease_ttl_ms": null, "etcd_hold_ms": 4000, "redis_cluster": false, "redis_sentinel": false}},
             "scenarios": [
                 {{"scenario": "steady", "rounds": 0, "takeover": null, "messages": {messages}}},
                 {{"scenario": "kill", "rounds": 2, "takeover": {{"min_ms": 1, "median_ms": 2, "max_ms": 3, "each_ms": [3, null]}},
                   "leader_changes": 1, "problems": ["no new leader within 5s"], "messages": {messages}}}
             ],
-            "total": {messages}}}"#
+            "total": {messages}, "discarded_entries": 0}}"#
         );
         let value: serde_json::Value = serde_json::from_str(&json).unwrap();
         let report: Report = serde_json::from_value(value.clone()).unwrap();
@@ -333,13 +353,15 @@ mod tests {
         );
         assert_eq!(report.total.unconfirmed, 1);
         assert_eq!(serde_json::to_value(&report).unwrap(), value);
-        // A report from before `redis_cluster` was reported still reads.
+        // A report from before `redis_cluster`, `redis_sentinel` and
+        // `discarded_entries` were reported still reads.
         let mut older = value.clone();
-        older["parameters"]
-            .as_object_mut()
-            .unwrap()
-            .remove("redis_cluster");
+        let parameters = older["parameters"].as_object_mut().unwrap();
+        parameters.remove("redis_cluster");
+        parameters.remove("redis_sentinel");
+        older.as_object_mut().unwrap().remove("discarded_entries");
         let older: Report = serde_json::from_value(older).unwrap();
-        assert!(!older.parameters.redis_cluster);
+        assert!(!older.parameters.redis_cluster && !older.parameters.redis_sentinel);
+        assert_eq!(older.discarded_entries, 0);
     }
 }

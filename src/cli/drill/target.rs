@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::harness::{DelayqProcess, EtcdServer, Proxy, RedisCluster, RedisServer};
+use crate::harness::{
+    DelayqProcess, EtcdServer, Proxy, RedisCluster, RedisServer, SentinelOptions, SentinelSet,
+};
+use crate::store::SentinelConfig;
 
 /// A delayq node: its name (what `{node}` stands for) and API base URL.
 #[derive(Clone, Debug)]
@@ -45,15 +48,23 @@ pub struct Local {
     pub shards: u16,
 }
 
-/// Why a local drill on a Redis Cluster cannot cut a node off from Redis.
-pub const NO_CUT_ON_CLUSTER: &str =
-    "a single Redis (on the local Redis Cluster the nodes reach every master directly)";
+/// Why a local drill on a Redis Cluster or behind Sentinel cannot cut a node off
+/// from Redis.
+pub const NO_CUT_ON_CLUSTER: &str = "a single Redis (on the local Redis Cluster or behind Sentinel the nodes reach the masters directly)";
+
+/// What the Redis failover scenario needs.
+pub const NEEDS_SENTINEL: &str = "Redis behind Sentinel (--redis-sentinel, or --config with redis.sentinel for an existing cluster)";
+
+/// The master's name for the Sentinels of a local drill.
+const SENTINEL_MASTER: &str = "drill-master";
 
 /// The Redis a local drill started.
 pub enum LocalRedis {
     Single(RedisServer),
     /// Three masters and three replicas (`--redis-cluster`).
     Cluster(RedisCluster),
+    /// A master, a replica and three Sentinels (`--redis-sentinel`).
+    Sentinel(SentinelSet),
 }
 
 /// An existing cluster.
@@ -80,15 +91,23 @@ pub struct LocalSpec<'a> {
     pub shards: u16,
     /// A Redis Cluster instead of one redis-server.
     pub redis_cluster: bool,
+    /// A master with a replica behind Sentinel instead of one redis-server.
+    pub redis_sentinel: bool,
 }
 
 impl Target {
     /// Starts redis-server (or a Redis Cluster), an etcd cluster and `nodes`
     /// delayq processes. The first node starts alone, so it is the first leader.
     pub fn start_local(spec: &LocalSpec) -> anyhow::Result<Target> {
-        let redis = match spec.redis_cluster {
-            true => LocalRedis::Cluster(RedisCluster::start(3).context("start a Redis Cluster")?),
-            false => LocalRedis::Single(RedisServer::start().context("start redis-server")?),
+        let redis = if spec.redis_cluster {
+            LocalRedis::Cluster(RedisCluster::start(3).context("start a Redis Cluster")?)
+        } else if spec.redis_sentinel {
+            let set = SentinelSet::start(SENTINEL_MASTER, 1, None, &SentinelOptions::default())
+                .context("start Redis behind Sentinel")?;
+            set.wait_ready(Duration::from_secs(30))?;
+            LocalRedis::Sentinel(set)
+        } else {
+            LocalRedis::Single(RedisServer::start().context("start redis-server")?)
         };
         let etcd = EtcdServer::cluster(spec.etcd_members).context("start etcd")?;
         let endpoints: Vec<String> = etcd
@@ -119,6 +138,12 @@ impl Target {
                     section
                 }
                 LocalRedis::Cluster(cluster) => cluster.redis_section(),
+                // A push is confirmed once the replica has it too: a failover
+                // loses no confirmed push.
+                LocalRedis::Sentinel(set) => set.redis_section(&format!(
+                    "shards = {}\nmin_replicas_acked = 1\n",
+                    spec.shards
+                )),
             };
             let node = DelayqProcess::start(spec.bin, &name, &config(&section))
                 .with_context(|| format!("start delayq {name}"))?;
@@ -171,6 +196,22 @@ impl Target {
                     ),
                     ..ProducerOptions::default()
                 },
+                LocalRedis::Sentinel(set) => ProducerOptions {
+                    redis_url: RedisUrl::new(format!("redis://{}", set.name)),
+                    shards: l.shards,
+                    sentinel: Some(SentinelConfig {
+                        master: set.name.clone(),
+                        nodes: set
+                            .sentinels
+                            .iter()
+                            .map(|s| ("127.0.0.1".to_owned(), s.port))
+                            .collect(),
+                        user: None,
+                        password: None,
+                        tls: false,
+                    }),
+                    ..ProducerOptions::default()
+                },
             },
             Target::Remote(r) => r.redis.clone(),
         }
@@ -191,11 +232,21 @@ impl Target {
     pub fn missing_for(&self, fault: Fault) -> Option<&'static str> {
         let remote = match self {
             Target::Local(local) => {
-                let cut = fault == Fault::RedisCut && matches!(local.redis, LocalRedis::Cluster(_));
-                return cut.then_some(NO_CUT_ON_CLUSTER);
+                return match (fault, &local.redis) {
+                    (Fault::RedisCut, LocalRedis::Cluster(_) | LocalRedis::Sentinel(_)) => {
+                        Some(NO_CUT_ON_CLUSTER)
+                    }
+                    (Fault::RedisFailover, LocalRedis::Single(_) | LocalRedis::Cluster(_)) => {
+                        Some(NEEDS_SENTINEL)
+                    }
+                    _ => None,
+                };
             }
             Target::Remote(remote) => remote,
         };
+        if fault == Fault::RedisFailover {
+            return remote.redis.sentinel.is_none().then_some(NEEDS_SENTINEL);
+        }
         let Remote {
             commands,
             etcd_members,
@@ -237,7 +288,7 @@ impl Target {
                     Fault::Pause => l.nodes[i].signal(libc::SIGSTOP),
                     Fault::EtcdLoss => l.etcd[i].kill(),
                     Fault::RedisCut => l.proxies[i].cut(),
-                    Fault::Switchover => {}
+                    Fault::Switchover | Fault::RedisFailover => {}
                 });
                 Ok(())
             }
@@ -254,7 +305,7 @@ impl Target {
                     Fault::Pause => (&commands.pause, &nodes[i].name),
                     Fault::RedisCut => (&commands.redis_cut, &nodes[i].name),
                     Fault::EtcdLoss => (&commands.etcd_kill, &etcd_members[i]),
-                    Fault::Switchover => return Ok(()),
+                    Fault::Switchover | Fault::RedisFailover => return Ok(()),
                 };
                 let template = template.as_deref().context("no command for this fault")?;
                 run_command(template, name).await
@@ -298,7 +349,7 @@ impl Target {
                             l.etcd[i].restart()?;
                             l.etcd[i].wait_ready()
                         }
-                        Fault::Switchover => Ok(()),
+                        Fault::Switchover | Fault::RedisFailover => Ok(()),
                     }
                 })
             }
@@ -314,7 +365,7 @@ impl Target {
                     Fault::Pause => (&commands.resume, &nodes[i].name),
                     Fault::RedisCut => (&commands.redis_restore, &nodes[i].name),
                     Fault::EtcdLoss => (&commands.etcd_start, &etcd_members[i]),
-                    Fault::Switchover => return Ok(()),
+                    Fault::Switchover | Fault::RedisFailover => return Ok(()),
                 };
                 let template = template.as_deref().context("no command to restore")?;
                 run_command(template, name).await
@@ -347,6 +398,9 @@ pub enum Fault {
     EtcdLoss,
     /// `POST /v1/admin/resign` on the leader.
     Switchover,
+    /// `SENTINEL FAILOVER`: a replica becomes the Redis master, the old master
+    /// its replica; the drill asks Sentinel itself (no operator command).
+    RedisFailover,
 }
 
 /// Runs one operator command with `{node}` / `{member}` replaced by `name`.
@@ -408,5 +462,24 @@ mod tests {
         );
         assert_eq!(target.missing_for(Fault::Switchover), None);
         assert!(target.missing_for(Fault::EtcdLoss).is_some());
+        // A Redis failover needs the nodes' Redis behind Sentinel (their --config).
+        assert_eq!(
+            target.missing_for(Fault::RedisFailover),
+            Some(NEEDS_SENTINEL)
+        );
+        let Target::Remote(mut remote) = target else {
+            unreachable!()
+        };
+        remote.redis.sentinel = Some(SentinelConfig {
+            master: "main".into(),
+            nodes: vec![("sentinel-1".into(), 26379)],
+            user: None,
+            password: None,
+            tls: false,
+        });
+        assert_eq!(
+            Target::Remote(remote).missing_for(Fault::RedisFailover),
+            None
+        );
     }
 }

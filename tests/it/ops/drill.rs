@@ -327,16 +327,52 @@ fn drill_on_a_local_redis_cluster_takes_over_a_crash_before_the_lease_runs_out()
     );
 }
 
+/// The drill with the nodes on Redis behind Sentinel: each round of
+/// redis-failover asks Sentinel for a planned failover, and forwarding resumes
+/// on the new master; a crashed leader is taken over as on one Redis. The stream
+/// as it stands at the end holds every message once.
 #[test]
-fn drill_refuses_a_redis_cut_on_a_redis_cluster_and_the_flag_with_nodes() {
+fn drill_on_redis_behind_sentinel_follows_each_failover_losing_nothing() {
+    let sentinel = ["--redis-sentinel", "--scenarios", "redis-failover,kill"];
+    let (code, report, stderr) = drill(&[TWO_ROUNDS, &sentinel].concat());
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    assert_eq!(report["parameters"]["redis_sentinel"], true);
+    check_scenario(&report, "redis-failover", 2);
+    check_scenario(&report, "kill", 2);
+    let resumed = &scenario(&report, "redis-failover")["takeover"];
+    assert!(
+        resumed["max_ms"].as_u64().unwrap() < 10_000 * u64::from(patience()),
+        "redis-failover: forwarding resumed late: {resumed}"
+    );
+    assert!(report["discarded_entries"].is_u64(), "{report:#}");
+}
+
+#[test]
+fn drill_refuses_scenarios_its_redis_cannot_run_and_local_flags_with_nodes() {
     for (args, refusal) in [
         (
             &["--redis-cluster", "--scenarios", "redis-cut"][..],
             "scenario redis-cut: needs a single Redis",
         ),
         (
+            &["--redis-sentinel", "--scenarios", "redis-cut"][..],
+            "scenario redis-cut: needs a single Redis",
+        ),
+        (
+            &["--scenarios", "redis-failover"][..],
+            "scenario redis-failover: needs Redis behind Sentinel",
+        ),
+        (
             &["--redis-cluster", "--node", "a=http://127.0.0.1:1"][..],
-            "--redis-cluster: for a cluster the drill starts",
+            "--redis-cluster, --redis-sentinel: for a cluster the drill starts",
+        ),
+        (
+            &["--redis-sentinel", "--node", "a=http://127.0.0.1:1"][..],
+            "--redis-cluster, --redis-sentinel: for a cluster the drill starts",
+        ),
+        (
+            &["--redis-sentinel", "--redis-cluster"][..],
+            "cannot be used with",
         ),
     ] {
         let out = Command::new(delayq_bin())
