@@ -27,7 +27,9 @@ use crate::config::Config;
 use crate::secret::RedisUrl;
 
 use load::{Load, Traffic};
-use probe::{redis_failover, settle, wait_single_leader, wait_takeover, watch_leadership};
+use probe::{
+    redis_failover, redis_settled, settle, wait_single_leader, wait_takeover, watch_leadership,
+};
 use report::{RoundResult, build_report, ms, print_table};
 use target::{Commands, Fault, LocalSpec, Node, Remote, Target};
 
@@ -138,7 +140,7 @@ pub struct DrillArgs {
     /// scenario but redis-cut (the nodes reach every master directly).
     #[arg(long)]
     redis_cluster: bool,
-    /// Local cluster: run the nodes on a Redis master with one replica behind
+    /// Local cluster: run the nodes on a Redis master with two replicas behind
     /// three Sentinels (redis.sentinel, redis.min_replicas_acked = 1) instead of
     /// one redis-server; adds the redis-failover scenario, drops redis-cut.
     #[arg(long, conflicts_with = "redis_cluster")]
@@ -645,6 +647,11 @@ async fn run_round(
     };
     let (takeover, leader_changed) = measured;
     target.restore(fault, victim, timeout).await?;
+    if scenario == Scenario::RedisFailover {
+        // Sentinel makes the old master a replica at its next look at it (in
+        // sync about 15 s after the switch here): longer than a takeover may take.
+        redis_settled(store, timeout.max(Duration::from_secs(60))).await?;
+    }
     if matches!(
         fault,
         Fault::Kill | Fault::Term | Fault::Pause | Fault::RedisCut

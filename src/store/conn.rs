@@ -9,12 +9,18 @@
 //! is master) it moves every later command there. The failed command is not sent
 //! again: callers retry as they do after any Redis error, so nothing is written
 //! twice. Connections made apart (pub/sub, blocking reads) go to the current
-//! master too ([`Conn::pubsub`], [`Conn::separate`]). With `redis.tls_server_name`
+//! master too ([`Conn::pubsub`], [`Conn::separate`]). It also listens to every
+//! Sentinel's announcements: from the moment the Sentinel leading a failover of
+//! this master says it promotes a replica until the new master is announced (at
+//! most [`SWITCH_HOLD`]), commands wait, then go to the new master, so that
+//! nothing is written to the old one after the promotion, where it would be
+//! discarded when Sentinel makes it a replica (see [`announcement`]). With `redis.tls_server_name`
 //! every connection is dialed by [`super::dial`] instead of the redis crate.
 //! On Redis Cluster (`redis.mode = "cluster"`) it is the redis crate's cluster
 //! connection, which follows MOVED and ASK redirections, retries TRYAGAIN and
 //! reconnects by itself; pub/sub goes to a seed node (a PUBLISH reaches every node).
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -35,6 +41,12 @@ use crate::secret::RedisUrl;
 
 /// Least time between two questions to the Sentinels.
 const RESOLVE_EVERY: Duration = Duration::from_millis(100);
+
+/// Longest wait of a command while a Sentinel fails the master over: Sentinel
+/// announces the new master once its poll of the promoted replica (every second
+/// during a failover) sees it promoted, about a second after promoting it.
+/// Past this, commands go on to the master this connection knows.
+pub(super) const SWITCH_HOLD: Duration = Duration::from_secs(3);
 
 // What finding Redis again logs while it fails (asked for on every failed command,
 // at most every RESOLVE_EVERY): one line per condition (see `complaint`).
@@ -170,6 +182,30 @@ struct Follow {
     asked: Mutex<Option<Instant>>,
     /// The master's address, each time it changes (a count of changes and the address).
     changes: watch::Sender<(u64, String)>,
+    /// A client of each Sentinel, for its announcements.
+    sentinels: Vec<redis::Client>,
+    /// How to reach a data node (user, password, database, TLS) at an address
+    /// a Sentinel announces.
+    data: redis::ConnectionInfo,
+    tls: Option<RedisTls>,
+    /// The Sentinels (by index into `sentinels`) that announced a failover of
+    /// the master under way, and since when: commands wait meanwhile.
+    switching: watch::Sender<BTreeMap<usize, Instant>>,
+}
+
+impl Follow {
+    /// Waits while a Sentinel fails the master over (see [`SWITCH_HOLD`]).
+    async fn hold(&self) {
+        let until = match self.switching.borrow().values().min() {
+            None => return,
+            Some(since) => *since + SWITCH_HOLD,
+        };
+        if Instant::now() >= until {
+            return;
+        }
+        let mut switching = self.switching.subscribe();
+        let _ = tokio::time::timeout_at(until, switching.wait_for(BTreeMap::is_empty)).await;
+    }
 }
 
 impl Conn {
@@ -216,6 +252,7 @@ impl Conn {
             });
         };
         let mut sentinel_client = sentinel_client(&config.url, config.tls.as_ref(), sentinel)?;
+        let sentinels = sentinel_clients(config.tls.as_ref(), sentinel)?;
         let client = tokio::time::timeout(
             config.connect_timeout * 2,
             sentinel_client.async_get_client(),
@@ -242,6 +279,10 @@ impl Conn {
                 connect_timeout: config.connect_timeout,
                 asked: Mutex::new(None),
                 changes: watch::channel((0, address)).0,
+                sentinels,
+                data: config.url.expose().into_connection_info()?,
+                tls: config.tls.clone(),
+                switching: watch::channel(BTreeMap::new()).0,
             })),
         };
         conn.watch_announcements();
@@ -536,8 +577,11 @@ impl Conn {
         self.sentinel.as_ref().map(|f| f.changes.subscribe())
     }
 
-    /// `SENTINEL FAILOVER` of the master, on the first Sentinel that answers.
-    pub(super) async fn sentinel_failover(&self) -> redis::RedisResult<()> {
+    /// `SENTINEL <subcommand> <master>`, asked of the first Sentinel that answers.
+    async fn ask_sentinel<T: redis::FromRedisValue>(
+        &self,
+        subcommand: &str,
+    ) -> redis::RedisResult<T> {
         let Some(f) = &self.sentinel else {
             return Err(redis::RedisError::from((
                 redis::ErrorKind::InvalidClientConfig,
@@ -555,10 +599,62 @@ impl Conn {
                 .await
                 .map_err(|_| timeout("no Sentinel answered in time"))??;
         redis::cmd("SENTINEL")
-            .arg("FAILOVER")
+            .arg(subcommand)
             .arg(&f.master)
             .query_async(&mut connection)
             .await
+    }
+
+    /// `SENTINEL FAILOVER` of the master, on the first Sentinel that answers.
+    pub(super) async fn sentinel_failover(&self) -> redis::RedisResult<()> {
+        self.ask_sentinel("FAILOVER").await
+    }
+
+    /// Whether every replica the Sentinels know of the master (`SENTINEL
+    /// REPLICAS`) says it is a replica of the master this connection follows,
+    /// with its link up (asked directly: Sentinel polls replicas every 10 s).
+    /// After a planned failover the old master goes on as a master until
+    /// Sentinel makes it a replica; a second failover before that can promote it
+    /// with what it had, and what the new master took meanwhile is discarded.
+    pub(super) async fn replicas_in_sync(&self) -> redis::RedisResult<bool> {
+        let replicas: Vec<std::collections::HashMap<String, String>> =
+            self.ask_sentinel("REPLICAS").await?;
+        let f = self.sentinel.as_ref().expect("asked through Sentinel");
+        let master = f.changes.borrow().1.clone();
+        let mut in_sync = !replicas.is_empty();
+        for replica in &replicas {
+            let (Some(host), Some(port)) = (
+                replica.get("ip"),
+                replica.get("port").and_then(|p| p.parse().ok()),
+            ) else {
+                return Ok(false);
+            };
+            let (_, client) = node_client(&f.data, f.tls.as_ref(), host, port)?;
+            let info = async {
+                let mut c = client.get_multiplexed_async_connection().await?;
+                redis::cmd("INFO")
+                    .arg("replication")
+                    .query_async::<String>(&mut c)
+                    .await
+            };
+            let info = tokio::time::timeout(f.connect_timeout, info)
+                .await
+                .map_err(|_| timeout("a replica did not answer in time"))??;
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+                    .map(str::trim)
+            };
+            let of = format!(
+                "{}:{}",
+                field("master_host").unwrap_or_default(),
+                field("master_port").unwrap_or_default()
+            );
+            in_sync &= field("role") == Some("slave")
+                && field("master_link_status") == Some("up")
+                && of == master;
+        }
+        Ok(in_sync)
     }
 
     /// After a failed command: asks the Sentinels again if a failover may explain
@@ -671,6 +767,25 @@ impl Conn {
             }
         };
         drop(sentinel);
+        self.move_to(follow, client).await;
+    }
+
+    /// Moves to the master a Sentinel announced at `host:port` (asking the
+    /// Sentinels again could reach one that has not heard of the switch yet).
+    async fn follow_to(&self, host: &str, port: u16) {
+        let Some(follow) = &self.sentinel else {
+            return;
+        };
+        match node_client(&follow.data, follow.tls.as_ref(), host, port) {
+            Ok((_, client)) => self.move_to(follow, client).await,
+            Err(e) => {
+                tracing::warn!(error = %e, host, port, "cannot reach the announced Redis master")
+            }
+        }
+    }
+
+    /// Moves every later command to the master `client` reaches, if it is another node.
+    async fn move_to(&self, follow: &Follow, client: redis::Client) {
         let address = shown(client.get_connection_info().addr());
         if address == follow.changes.borrow().1 {
             return;
@@ -680,7 +795,7 @@ impl Conn {
             ConnectionManager::new_with_config(client.clone(), follow.manager_config.clone()),
         )
         .await;
-        let manager = match made {
+        let mut manager = match made {
             Ok(Ok(manager)) => {
                 if let Some(said) = NEW_MASTER_UNREACHED.recovered() {
                     tracing::info!(%address, "{said}");
@@ -700,6 +815,22 @@ impl Conn {
                 return;
             }
         };
+        // Never to a replica: only a node that says it is a master.
+        let role = tokio::time::timeout(
+            follow.connect_timeout,
+            redis::cmd("ROLE").query_async::<Value>(&mut manager),
+        )
+        .await;
+        let master = match role {
+            Ok(Ok(Value::Array(parts))) => parts.first().is_some_and(|first| {
+                redis::from_redis_value_ref::<String>(first).is_ok_and(|r| r == "master")
+            }),
+            _ => false,
+        };
+        if !master {
+            tracing::debug!(%address, "not moving to a node that does not say it is a master");
+            return;
+        }
         {
             let mut current = self.current.lock().expect("not poisoned");
             let generation = current.generation + 1;
@@ -716,29 +847,36 @@ impl Conn {
             .send_modify(|(count, at)| (*count, *at) = (*count + 1, address));
     }
 
-    /// Follows the Sentinels' `+switch-master` announcements while this connection
-    /// is in use, so a failover is followed when announced, not only when a command
-    /// fails on the old master (which, demoted in a planned failover, may go on
-    /// taking writes for a while).
+    /// Follows every Sentinel's announcements while this connection is in use:
+    /// a failover is followed when announced, not only when a command fails on
+    /// the old master (which, demoted in a planned failover, may go on taking
+    /// writes for a while), and commands wait while one is under way.
     fn watch_announcements(&self) {
         let Some(follow) = &self.sentinel else {
             return;
         };
-        let (current, follow) = (Arc::downgrade(&self.current), Arc::downgrade(follow));
-        tokio::spawn(async move {
-            let mut delay = Duration::from_millis(100);
-            while current.strong_count() > 0 {
-                let started = Instant::now();
-                if let Err(e) = listen(&current, &follow).await {
-                    tracing::debug!(error = %e, "Sentinel announcements lost; listening again");
+        for sentinel in 0..follow.sentinels.len() {
+            let (current, follow) = (Arc::downgrade(&self.current), Arc::downgrade(follow));
+            tokio::spawn(async move {
+                let mut delay = Duration::from_millis(100);
+                while current.strong_count() > 0 {
+                    let started = Instant::now();
+                    if let Err(e) = listen(&current, &follow, sentinel).await {
+                        tracing::debug!(error = %e, sentinel, "Sentinel announcements lost; listening again");
+                    }
+                    // Its failover, if it announced one, is no longer heard of.
+                    if let Some(f) = follow.upgrade() {
+                        f.switching
+                            .send_if_modified(|s| s.remove(&sentinel).is_some());
+                    }
+                    if started.elapsed() > Duration::from_secs(10) {
+                        delay = Duration::from_millis(100);
+                    }
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(2));
                 }
-                if started.elapsed() > Duration::from_secs(10) {
-                    delay = Duration::from_millis(100);
-                }
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(2));
-            }
-        });
+            });
+        }
     }
 }
 
@@ -752,23 +890,66 @@ fn upgrade(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> Option<Conn
     })
 }
 
+/// What a Sentinel announces about the master a connection follows.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Announcement {
+    /// It is about to promote a replica (`+failover-state-send-slaveof-noone`):
+    /// from now on, writes to the old master may be discarded.
+    Switching,
+    /// Its failover ended without a switch (`-failover-abort-*`).
+    Aborted,
+    /// The master is now at this address (`+switch-master`).
+    Switched { host: String, port: u16 },
+}
+
+/// The channels a Sentinel announces on that [`announcement`] reads.
+const ANNOUNCED: [&str; 2] = ["+switch-master", "+failover-state-send-slaveof-noone"];
+const ABORTS: &str = "-failover-abort-*";
+
+/// What a Sentinel's message on `channel` says about the master named `master`
+/// (None: nothing, or about another master).
+pub(super) fn announcement(channel: &str, payload: &str, master: &str) -> Option<Announcement> {
+    let words: Vec<&str> = payload.split(' ').collect();
+    match channel {
+        // "<name> <old ip> <old port> <new ip> <new port>"
+        "+switch-master" => match words[..] {
+            [name, _, _, host, port] if name == master => Some(Announcement::Switched {
+                host: host.to_owned(),
+                port: port.parse().ok()?,
+            }),
+            _ => None,
+        },
+        // "slave <ip>:<port> <ip> <port> @ <name> <master ip> <master port>"
+        "+failover-state-send-slaveof-noone" => match words[..] {
+            ["slave", _, _, _, "@", name, _, _] if name == master => Some(Announcement::Switching),
+            _ => None,
+        },
+        // "master <name> <ip> <port>"
+        _ if channel.starts_with("-failover-abort-") => match words[..] {
+            ["master", name, ..] if name == master => Some(Announcement::Aborted),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
 /// Listens to one Sentinel's announcements until its connection ends or the
 /// connection they are for is dropped.
-async fn listen(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> redis::RedisResult<()> {
+async fn listen(
+    current: &Weak<Mutex<Current>>,
+    follow: &Weak<Follow>,
+    sentinel: usize,
+) -> redis::RedisResult<()> {
     let Some(conn) = upgrade(current, follow) else {
         return Ok(());
     };
     let f = conn.sentinel.clone().expect("a Sentinel connection");
-    let client = {
-        let mut sentinel = f.client.lock().await;
-        tokio::time::timeout(f.connect_timeout, sentinel.async_get_sentinel_client())
+    let mut pubsub =
+        tokio::time::timeout(f.connect_timeout, f.sentinels[sentinel].get_async_pubsub())
             .await
-            .map_err(|_| timeout("no Sentinel answered in time"))??
-    };
-    let mut pubsub = tokio::time::timeout(f.connect_timeout, client.get_async_pubsub())
-        .await
-        .map_err(|_| timeout("no Sentinel answered in time"))??;
-    pubsub.subscribe("+switch-master").await?;
+            .map_err(|_| timeout("no Sentinel answered in time"))??;
+    pubsub.subscribe(&ANNOUNCED[..]).await?;
+    pubsub.psubscribe(ABORTS).await?;
     // Asked once more now: a switch announced while nobody listened.
     conn.follow(true).await;
     let master = f.master.clone();
@@ -779,11 +960,38 @@ async fn listen(current: &Weak<Mutex<Current>>, follow: &Weak<Follow>) -> redis:
         tokio::select! {
             message = messages.next() => {
                 let Some(message) = message else { return Ok(()) };
-                // "<name> <old ip> <old port> <new ip> <new port>"
                 let payload: String = message.get_payload().unwrap_or_default();
-                if payload.split(' ').next() == Some(master.as_str()) {
-                    let Some(conn) = upgrade(current, follow) else { return Ok(()) };
-                    conn.follow(true).await;
+                let Some(said) = announcement(message.get_channel_name(), &payload, &master) else {
+                    continue;
+                };
+                let Some(conn) = upgrade(current, follow) else { return Ok(()) };
+                let f = conn.sentinel.as_ref().expect("a Sentinel connection");
+                match said {
+                    Announcement::Switching => {
+                        let mut first = false;
+                        f.switching.send_modify(|s| {
+                            first = s.is_empty();
+                            s.insert(sentinel, Instant::now());
+                        });
+                        if first {
+                            tracing::warn!(
+                                master,
+                                "Sentinel is failing the Redis master over: commands wait for the new master (at most {})",
+                                crate::human::duration(SWITCH_HOLD)
+                            );
+                        }
+                    }
+                    Announcement::Aborted => {
+                        f.switching.send_if_modified(|s| s.remove(&sentinel).is_some());
+                    }
+                    Announcement::Switched { host, port } => {
+                        conn.follow_to(&host, port).await;
+                        f.switching.send_if_modified(|s| {
+                            let held = !s.is_empty();
+                            s.clear();
+                            held
+                        });
+                    }
                 }
             }
             _ = check.tick() => if current.strong_count() == 0 { return Ok(()) },
@@ -812,6 +1020,9 @@ impl Conn {
     /// The connection to send the next command on (refused on a pinned one once
     /// the master has moved).
     async fn live(&self) -> redis::RedisResult<Live> {
+        if let Some(follow) = &self.sentinel {
+            follow.hold().await;
+        }
         Ok(match self.manager()? {
             Link::Manager(m) => Live::Manager(m),
             Link::Cluster(c) => Live::Cluster(c),
@@ -921,6 +1132,42 @@ fn sentinel_client(
     Ok(builder.build()?)
 }
 
+/// A client of each Sentinel: its address, its own user and password, TLS to
+/// it when `sentinel.tls` (with the certificates of `redis.tls`).
+fn sentinel_clients(
+    tls: Option<&RedisTls>,
+    sentinel: &SentinelConfig,
+) -> Result<Vec<redis::Client>> {
+    let mut settings = redis::RedisConnectionInfo::default();
+    if let Some(user) = &sentinel.user {
+        settings = settings.set_username(user);
+    }
+    if let Some(password) = &sentinel.password {
+        settings = settings.set_password(password.expose_secret());
+    }
+    let mut clients = Vec::with_capacity(sentinel.nodes.len());
+    for (host, port) in &sentinel.nodes {
+        let addr = if sentinel.tls {
+            ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            ConnectionAddr::Tcp(host.clone(), *port)
+        };
+        let info = addr
+            .into_connection_info()?
+            .set_redis_settings(settings.clone());
+        clients.push(match tls {
+            Some(t) if sentinel.tls => redis::Client::build_with_tls(info, tls::certificates(t))?,
+            _ => redis::Client::open(info)?,
+        });
+    }
+    Ok(clients)
+}
+
 /// An address as logs show it (no credentials are part of one).
 fn shown(addr: &ConnectionAddr) -> String {
     match addr {
@@ -995,6 +1242,79 @@ pub fn slot_master(reply: &Value, slot: u16) -> Option<(String, u16)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[track_caller]
+    fn check_announcement(channel: &str, payload: &str, expected: Option<Announcement>) {
+        assert_eq!(
+            announcement(channel, payload, "main"),
+            expected,
+            "{channel} {payload}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_message_is_read_without_panic_and_only_about_this_master(
+            channel in "[-+](switch-master|failover-state-send-slaveof-noone|failover-abort-[a-z-]{0,12}|[a-z-]{0,20})",
+            payload in "((main|other|slave|master|@|[0-9.:]{1,15}|\\PC{0,6}) ?){0,9}",
+        ) {
+            if announcement(&channel, &payload, "main").is_some() {
+                proptest::prop_assert!(payload.split(' ').any(|w| w == "main"), "{channel} {payload}");
+            }
+        }
+    }
+
+    #[test]
+    fn announcements_about_this_master_are_read_and_others_ignored() {
+        let switched = |host: &str, port| {
+            Some(Announcement::Switched {
+                host: host.into(),
+                port,
+            })
+        };
+        let promoting = "+failover-state-send-slaveof-noone";
+        check_announcement(
+            "+switch-master",
+            "main 10.0.0.1 6379 10.0.0.2 6380",
+            switched("10.0.0.2", 6380),
+        );
+        check_announcement("+switch-master", "other 10.0.0.1 6379 10.0.0.2 6380", None);
+        check_announcement("+switch-master", "main 10.0.0.1 6379 10.0.0.2 port", None);
+        check_announcement("+switch-master", "main 10.0.0.1 6379", None);
+        check_announcement("+switch-master", "", None);
+        check_announcement(
+            promoting,
+            "slave 10.0.0.2:6380 10.0.0.2 6380 @ main 10.0.0.1 6379",
+            Some(Announcement::Switching),
+        );
+        check_announcement(
+            promoting,
+            "slave 10.0.0.2:6380 10.0.0.2 6380 @ mainly 10.0.0.1 6379",
+            None,
+        );
+        check_announcement(promoting, "master main 10.0.0.1 6379", None);
+        check_announcement(
+            "-failover-abort-not-elected",
+            "master main 10.0.0.1 6379",
+            Some(Announcement::Aborted),
+        );
+        check_announcement(
+            "-failover-abort-no-good-slave",
+            "master main 10.0.0.1 6379",
+            Some(Announcement::Aborted),
+        );
+        check_announcement(
+            "-failover-abort-slave-timeout",
+            "master other 10.0.0.1 6379",
+            None,
+        );
+        check_announcement("+sdown", "master main 10.0.0.1 6379", None);
+        check_announcement(
+            "+promoted-slave",
+            "slave 10.0.0.2:6380 10.0.0.2 6380 @ main 10.0.0.1 6379",
+            None,
+        );
+    }
 
     fn range(start: i64, end: i64, master: Vec<Value>) -> Value {
         Value::Array(vec![

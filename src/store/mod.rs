@@ -503,6 +503,13 @@ impl Store {
         Ok(())
     }
 
+    /// Whether every replica of the master Sentinel knows is a replica of the
+    /// master this store follows, with its link up: ready for another failover
+    /// without discarding what the master took since the last one.
+    pub async fn sentinel_replicas_in_sync(&self) -> Result<bool> {
+        Ok(self.conn.replicas_in_sync().await?)
+    }
+
     pub fn keys(&self) -> &Keys {
         &self.keys
     }

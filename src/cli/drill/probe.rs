@@ -170,6 +170,28 @@ pub(super) async fn settle(
     }
 }
 
+/// Waits until the replicas of the Redis master, the old master among them, are
+/// replicas in sync with it (see [`Store::sentinel_replicas_in_sync`]): Sentinel
+/// makes the old master one some seconds after a switch, and a failover before
+/// that could promote it with what it had and discard what the new master took.
+pub(super) async fn redis_settled(store: &Store, timeout: Duration) -> anyhow::Result<()> {
+    let give_up = Instant::now() + timeout;
+    loop {
+        let answer = store.sentinel_replicas_in_sync().await;
+        if matches!(answer, Ok(true)) {
+            return Ok(());
+        }
+        if Instant::now() > give_up {
+            let why = answer.map_or_else(|e| e.to_string(), |_| "not yet".to_owned());
+            bail!(
+                "the Redis replicas were not in sync with the new master within {}: {why}",
+                ms(timeout)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Whether Sentinel refused a failover for now: one is under way (`INPROG`), or
 /// no replica is fit yet (`NOGOODSLAVE`: the last round's old master is not yet
 /// a replica in sync that the Sentinels know).

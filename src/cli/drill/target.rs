@@ -63,7 +63,7 @@ pub enum LocalRedis {
     Single(RedisServer),
     /// Three masters and three replicas (`--redis-cluster`).
     Cluster(RedisCluster),
-    /// A master, a replica and three Sentinels (`--redis-sentinel`).
+    /// A master, two replicas and three Sentinels (`--redis-sentinel`).
     Sentinel(SentinelSet),
 }
 
@@ -91,7 +91,7 @@ pub struct LocalSpec<'a> {
     pub shards: u16,
     /// A Redis Cluster instead of one redis-server.
     pub redis_cluster: bool,
-    /// A master with a replica behind Sentinel instead of one redis-server.
+    /// A master with two replicas behind Sentinel instead of one redis-server.
     pub redis_sentinel: bool,
 }
 
@@ -102,7 +102,7 @@ impl Target {
         let redis = if spec.redis_cluster {
             LocalRedis::Cluster(RedisCluster::start(3).context("start a Redis Cluster")?)
         } else if spec.redis_sentinel {
-            let set = SentinelSet::start(SENTINEL_MASTER, 1, None, &SentinelOptions::default())
+            let set = SentinelSet::start(SENTINEL_MASTER, 2, None, &SentinelOptions::default())
                 .context("start Redis behind Sentinel")?;
             set.wait_ready(Duration::from_secs(30))?;
             LocalRedis::Sentinel(set)

@@ -329,8 +329,9 @@ fn drill_on_a_local_redis_cluster_takes_over_a_crash_before_the_lease_runs_out()
 
 /// The drill with the nodes on Redis behind Sentinel: each round of
 /// redis-failover asks Sentinel for a planned failover, and forwarding resumes
-/// on the new master; a crashed leader is taken over as on one Redis. The stream
-/// as it stands at the end holds every message once.
+/// on the new master with next to nothing written to the old one after the
+/// promotion; a crashed leader is taken over as on one Redis. The stream as it
+/// stands at the end holds every message once.
 #[test]
 fn drill_on_redis_behind_sentinel_follows_each_failover_losing_nothing() {
     let sentinel = ["--redis-sentinel", "--scenarios", "redis-failover,kill"];
@@ -344,7 +345,12 @@ fn drill_on_redis_behind_sentinel_follows_each_failover_losing_nothing() {
         resumed["max_ms"].as_u64().unwrap() < 10_000 * u64::from(patience()),
         "redis-failover: forwarding resumed late: {resumed}"
     );
-    assert!(report["discarded_entries"].is_u64(), "{report:#}");
+    // Commands wait while Sentinel switches masters, so the old master takes
+    // next to nothing after the promotion (about 25 entries a round at this
+    // rate without that wait), and each round waits for the old master to be a
+    // replica in sync before the next switch.
+    let discarded = report["discarded_entries"].as_u64().unwrap();
+    assert!(discarded <= 12, "{discarded} entries discarded: {report:#}");
 }
 
 #[test]
