@@ -509,7 +509,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         tokio::time::sleep(Duration::from_millis(50)).await;
         if recounted.elapsed() >= Duration::from_secs(1) {
             // A failed read is tried again a second later.
-            if let Ok(gone) = load::recount(clock, &stream, &args.id_field, &traffic).await {
+            if let Ok(gone) = load::recount(clock, &stream, &args.id_field, &traffic, false).await {
                 discarded += gone;
             }
             recounted = Instant::now();
@@ -521,7 +521,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     consumer.await.context("the stream reader")??;
     let _ = ticker.await;
     // The stream as it stands is what counts.
-    discarded += load::recount(clock, &stream, &args.id_field, &traffic)
+    discarded += load::recount(clock, &stream, &args.id_field, &traffic, true)
         .await
         .context("read the stream at the end")?;
     bar.finish_and_clear();

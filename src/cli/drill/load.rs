@@ -69,23 +69,32 @@ impl Ledger {
     }
 
     /// Replaces what was read as it happened with the stream as it stands, read
-    /// whole: (message id, entry) for each entry. Returns how many entries read
-    /// before are no longer in the stream (written on a Redis master that a
-    /// failover then discarded: a consumer may have read those messages twice).
-    pub fn recount(&mut self, entries: impl IntoIterator<Item = (String, EntryId)>) -> usize {
+    /// whole: (message id, entry) for each entry, up to entry `read_to` (None:
+    /// the stream is complete, nothing more will come). Entries read live after
+    /// `read_to` are kept: they came after the stream was read. Returns how many
+    /// entries read before are no longer in the stream (written on a Redis
+    /// master that a failover then discarded: a consumer may have read those
+    /// messages twice).
+    pub fn recount(
+        &mut self,
+        entries: impl IntoIterator<Item = (String, EntryId)>,
+        read_to: Option<EntryId>,
+    ) -> usize {
         let before = std::mem::take(&mut self.delivered);
         for (id, entry) in entries {
             self.delivered(id, entry);
         }
-        before
-            .iter()
-            .map(|(id, seen)| {
-                let now = self.delivered.get(id);
-                seen.iter()
-                    .filter(|e| now.is_none_or(|n| !n.contains(e)))
-                    .count()
-            })
-            .sum()
+        let mut gone = 0;
+        for (id, seen) in before {
+            for entry in seen {
+                if read_to.is_some_and(|last| entry > last) {
+                    self.delivered(id.clone(), entry);
+                } else if !self.delivered.get(&id).is_some_and(|n| n.contains(&entry)) {
+                    gone += 1;
+                }
+            }
+        }
+        gone
     }
 
     pub fn sent_count(&self) -> usize {
@@ -374,11 +383,14 @@ pub async fn consume(
 
 /// Reads the whole stream as it stands and makes it the ledger's deliveries
 /// (see [`Ledger::recount`]); returns how many entries read before are gone.
+/// `complete`: nothing more is written to the stream (entries the live reader
+/// read after this read are kept otherwise).
 pub async fn recount(
     store: &crate::store::Store,
     stream: &str,
     id_field: &str,
     traffic: &Traffic,
+    complete: bool,
 ) -> anyhow::Result<usize> {
     let mut entries = Vec::new();
     let mut after: Option<String> = None;
@@ -391,7 +403,13 @@ pub async fn recount(
             Some((id, EntryId::parse(&e.id)?))
         }));
     }
-    Ok(traffic.ledger().recount(entries))
+    let read_to = (!complete).then(|| {
+        after
+            .as_deref()
+            .and_then(EntryId::parse)
+            .unwrap_or(EntryId { ms: 0, seq: None })
+    });
+    Ok(traffic.ledger().recount(entries, read_to))
 }
 
 #[cfg(test)]
@@ -482,11 +500,14 @@ mod tests {
         l.delivered("c".into(), entry(130));
         let live = l.count(&one, Duration::ZERO);
         assert_eq!((live[0].delivered, live[0].duplicated), (3, 0));
-        let gone = l.recount([
-            ("a".to_owned(), entry(110)),
-            ("c".to_owned(), entry(130)),
-            ("b".to_owned(), entry(105)),
-        ]);
+        let gone = l.recount(
+            [
+                ("a".to_owned(), entry(110)),
+                ("c".to_owned(), entry(130)),
+                ("b".to_owned(), entry(105)),
+            ],
+            None,
+        );
         assert_eq!(gone, 1, "b's entry at 120 is gone");
         let counts = l.count(&one, Duration::ZERO);
         assert_eq!(
@@ -500,17 +521,29 @@ mod tests {
         );
         // Two entries of one message in the stream as it stands: a duplicate.
         assert_eq!(
-            l.recount([
-                ("a".to_owned(), entry(110)),
-                ("a".to_owned(), entry(111)),
-                ("b".to_owned(), entry(105)),
-            ]),
+            l.recount(
+                [
+                    ("a".to_owned(), entry(110)),
+                    ("a".to_owned(), entry(111)),
+                    ("b".to_owned(), entry(105)),
+                ],
+                None,
+            ),
             1,
             "c's entry is gone"
         );
         let counts = l.count(&one, Duration::ZERO);
         assert_eq!((counts[0].duplicated, counts[0].lost), (1, 1));
         assert_eq!(l.outstanding(), 1);
+        // Read while entries still come: one the live reader saw after the
+        // stream was read (c at 140, past 111) is kept, not counted gone.
+        l.delivered("c".into(), entry(140));
+        let gone = l.recount(
+            [("a".to_owned(), entry(110)), ("a".to_owned(), entry(111))],
+            Some(entry(111)),
+        );
+        assert_eq!(gone, 1, "b's entry at 105 is gone, c's at 140 kept");
+        assert_eq!((l.outstanding(), l.delivered_count()), (1, 2));
     }
 
     #[test]
