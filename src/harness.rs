@@ -360,9 +360,7 @@ impl RedisServer {
             .arg("replication")
             .query(&mut client)
             .ok()?;
-        text.lines()
-            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-            .map(|v| v.trim().to_owned())
+        crate::store::info_value(&text, field).map(str::to_owned)
     }
 
     /// A synchronous connection, for test assertions.

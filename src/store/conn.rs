@@ -640,11 +640,7 @@ impl Conn {
             let info = tokio::time::timeout(f.connect_timeout, info)
                 .await
                 .map_err(|_| timeout("a replica did not answer in time"))??;
-            let field = |name: &str| {
-                info.lines()
-                    .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-                    .map(str::trim)
-            };
+            let field = |name: &str| super::info_value(&info, name);
             let of = format!(
                 "{}:{}",
                 field("master_host").unwrap_or_default(),
