@@ -1,7 +1,8 @@
 //! Poison input is isolated, never retried forever: an inbox entry too large to copy,
 //! one whose scheduling fails on its own, one handed out too often, one that cannot
-//! be read (in the instance that read it, or in one that took it over), and a stale
-//! entry whose redelivery fails each leave the others to be handled.
+//! be read (in the instance that read it, or in one that took it over), a rejected
+//! stream out of ids, and a stale entry whose redelivery fails each leave the others
+//! to be handled.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -183,6 +184,20 @@ async fn rejected_unread_and_kept(
     assert_eq!(entries(&mut conn, REJECTED).len(), 1);
 }
 
+/// Adds `n` entries to the inbox in one pipeline (so that a reader takes them in one
+/// batch), each bad (an unknown reserved field); returns their ids.
+fn add_bad_together(conn: &mut redis::Connection, n: usize) -> Vec<String> {
+    let mut pipe = redis::pipe();
+    for n in 0..n {
+        let fields: Vec<String> = ordinary(n, &[("delayq-dealy", "1s")])
+            .into_iter()
+            .flat_map(|(k, v)| [k, v])
+            .collect();
+        pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields);
+    }
+    pipe.query(conn).expect("XADD")
+}
+
 /// A batch of the largest allowed size (`inbox.batch_size = 5000`) of entries that
 /// are all bad goes to the rejected stream in full, each with its reason and fields,
 /// and leaves the inbox (the rejection script acknowledges and deletes in chunks).
@@ -191,15 +206,7 @@ async fn a_largest_batch_of_bad_entries_is_rejected_in_full() {
     const N: usize = 5000;
     let bare = Bare::start("[inbox]\nbatch_size = 5000\n").await;
     let mut conn = bare.redis.client();
-    let mut pipe = redis::pipe();
-    for n in 0..N {
-        let fields: Vec<String> = ordinary(n, &[("delayq-dealy", "1s")])
-            .into_iter()
-            .flat_map(|(k, v)| [k, v])
-            .collect();
-        pipe.cmd("XADD").arg(INBOX).arg("*").arg(fields);
-    }
-    let ids: Vec<String> = pipe.query(&mut conn).expect("XADD");
+    let ids = add_bad_together(&mut conn, N);
     let env = bare.daemon().await;
 
     let (delivered, rejected) = settled(&env).await;
@@ -317,6 +324,67 @@ async fn an_entry_handed_out_too_often_is_rejected_untried() {
     assert_rejected(&rejected, &own, &[&times, "given up"], &ordinary(0, &[]));
     assert_rejected(&rejected, &others, &[&times, "given up"], &ordinary(1, &[]));
     assert!(!rejected.contains_key(&fresh));
+}
+
+/// A rejected stream that runs out of ids part way through a call (its last id set
+/// near the largest there is) takes none of the call's rejections: the rejections
+/// go one at a time, the entry that fits is rejected and leaves the inbox, the other
+/// stays pending; once the stream is mended (renamed away) that one is rejected too,
+/// and no entry is rejected twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rejected_stream_running_out_of_ids_rejects_no_entry_twice() {
+    const ARCHIVE: &str = "rejected-archive";
+    let bare = Bare::start("[inbox]\nreclaim_after = \"500ms\"\n").await;
+    let mut conn = bare.redis.client();
+    // One id left after this one.
+    let _: String = redis::cmd("XADD")
+        .arg(REJECTED)
+        .arg("18446744073709551615-18446744073709551614")
+        .arg("seed")
+        .arg("1")
+        .query(&mut conn)
+        .unwrap();
+    // Both bad, added together so that one call rejects them.
+    let ids = add_bad_together(&mut conn, 2);
+    let env = bare.daemon().await;
+    let rejected_in = |conn: &mut redis::Connection, key: &str| -> Vec<String> {
+        entries(conn, key)
+            .iter()
+            .filter_map(|e| e.get("delayq-inbox-id").map(str::to_owned))
+            .collect()
+    };
+    eventually(Duration::from_secs(20), "one entry rejected", || {
+        let mut conn = env.redis.client();
+        async move {
+            let one = rejected_in(&mut conn, REJECTED).len() == 1 && xlen(&mut conn, INBOX) == 1;
+            one.then_some(())
+        }
+    })
+    .await;
+    let first = rejected_in(&mut conn, REJECTED);
+    let left = entries(&mut conn, INBOX);
+    assert_eq!(left.len(), 1);
+    assert_ne!(first[0], left[0].id, "the entry rejected left the inbox");
+    let () = redis::cmd("RENAME")
+        .arg(REJECTED)
+        .arg(ARCHIVE)
+        .query(&mut conn)
+        .unwrap();
+    eventually(Duration::from_secs(30), "the other entry rejected", || {
+        let mut conn = env.redis.client();
+        async move {
+            let done =
+                xlen(&mut conn, INBOX) == 0 && pending_count(&mut conn, INBOX, GROUP) == Some(0);
+            done.then_some(())
+        }
+    })
+    .await;
+    let mut all = rejected_in(&mut conn, ARCHIVE);
+    all.extend(rejected_in(&mut conn, REJECTED));
+    all.sort();
+    let mut want = ids.clone();
+    want.sort();
+    assert_eq!(all, want, "each entry rejected exactly once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,10 +7,16 @@
 -- ARGV[2..] one record per entry: inbox entry id, reason,
 --   n (number of field/value pairs), field, value, ... (2n values);
 --   n = -1: the entry was never read (no fields follow): it is acknowledged but kept
--- returns: number of entries rejected | error "WRONGTYPE ..." (nothing was changed)
+-- returns: number of entries rejected | error "WRONGTYPE ...", "ERR ... exhausted ..."
+--   (the rejected stream has too few ids left) or an XADD's error (nothing was changed)
 -- All or nothing: both keys are checked before the first write, and an entry with more
 -- fields than one XADD can carry is rejected with its id and reason only (its reason
--- says so), so no XADD after the first can fail.
+-- says so). The one way an XADD with an id of Redis's choosing fails on a stream is
+-- the stream running out of ids (its last id near the largest there is, as an XADD
+-- or XSETID with an explicit id can leave it): a call whose rejections do not all fit
+-- is refused before the first write. Should an XADD fail all the same, the rejections
+-- written before it are deleted again and its error returned, so that no entry is
+-- rejected twice once it is tried again.
 for _, key in ipairs(KEYS) do
   local kind = redis.call('TYPE', key)['ok']
   if kind ~= 'stream' and kind ~= 'none' then
@@ -18,8 +24,36 @@ for _, key in ipairs(KEYS) do
   end
 end
 
+-- How many more entries the rejected stream takes (nil: more than any call brings).
+-- Only a last id with the largest ms leaves fewer than a million; its seq, up to 20
+-- digits, is compared by its last 6 (a Lua number is a double).
+local function ids_left(key)
+  local info = redis.pcall('XINFO', 'STREAM', key)
+  if type(info) ~= 'table' or info.err then return nil end
+  local last
+  for k = 1, #info, 2 do
+    if info[k] == 'last-generated-id' then last = info[k + 1] end
+  end
+  local ms, seq = string.match(last or '', '^(%d+)%-(%d+)$')
+  if ms ~= '18446744073709551615' or #seq < 20 or string.sub(seq, 1, 14) ~= '18446744073709' then
+    return nil
+  end
+  return 551615 - tonumber(string.sub(seq, 15))
+end
+
+local wanted, k = 0, 2
+while k <= #ARGV do
+  wanted = wanted + 1
+  k = k + 3 + 2 * math.max(tonumber(ARGV[k + 2]), 0)
+end
+local left = ids_left(KEYS[1])
+if left and left < wanted then
+  return redis.error_reply('ERR ' .. KEYS[1] .. ' has ids left for ' .. left .. ' more entries, not '
+    .. wanted .. ': the stream has exhausted the last possible ID')
+end
+
 local group = ARGV[1]
-local ids, deleted = {}, {}
+local ids, deleted, rejections = {}, {}, {}
 local i = 2
 while i <= #ARGV do
   local entry, reason, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
@@ -34,7 +68,12 @@ while i <= #ARGV do
   else
     for j = i + 3, i + 2 + 2 * n do args[#args + 1] = ARGV[j] end
   end
-  redis.call(unpack(args))
+  local written = redis.pcall(unpack(args))
+  if type(written) == 'table' and written.err then
+    chunked({ 'XDEL', KEYS[1] }, rejections)
+    return redis.error_reply(written.err)
+  end
+  rejections[#rejections + 1] = written
   ids[#ids + 1] = entry
   i = i + 3 + 2 * n
 end

@@ -88,6 +88,11 @@ pub fn try_entries(
             start = format!("({}", e.id);
             out.push(e);
         }
+        // A short page is the last (and an exclusive start past the largest id there
+        // is would be refused).
+        if items.len() < 10_000 {
+            return Ok(out);
+        }
     }
 }
 
