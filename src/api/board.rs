@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
 use utoipa::{IntoParams, ToSchema};
 
-use super::input::blank_as_none;
+use super::input::{StrictQuery, blank_as_none};
 use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody};
 use crate::health::RedisState;
@@ -584,9 +584,8 @@ pub struct UpcomingView {
     security(("bearer" = [])))]
 pub async fn upcoming(
     State(state): State<AppState>,
-    query: Result<Query<UpcomingQuery>, axum::extract::rejection::QueryRejection>,
+    StrictQuery(q): StrictQuery<UpcomingQuery>,
 ) -> Result<Json<UpcomingPage>, ApiError> {
-    let Query(q) = query.map_err(super::streams::bad_query)?;
     let limit = match q.limit {
         None => 50,
         Some(n @ 1..=1000) => n,

@@ -6,15 +6,16 @@ use std::sync::LazyLock;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
-use super::input::{blank_as_none, check_stream_allowed, documented_keys, object, read_json};
-use super::streams::{ENTRY_ID_RULE, StreamPath, bad_query, entry_id};
+use super::input::{
+    StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, read_json,
+};
+use super::streams::{ENTRY_ID_RULE, StreamPath, entry_id};
 use super::{ApiError, AppState, ErrorBody};
 use crate::metrics as m;
 use crate::store::{DeadLetter, Replayed};
@@ -219,10 +220,9 @@ fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
 pub async fn list(
     State(state): State<AppState>,
     Path(StreamPath { stream }): Path<StreamPath>,
-    query: Result<Query<ListQuery>, QueryRejection>,
+    StrictQuery(query): StrictQuery<ListQuery>,
 ) -> Result<Json<DeadLetters>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
-    let Query(query) = query.map_err(bad_query)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;

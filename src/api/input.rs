@@ -3,7 +3,10 @@
 //! message id from the path; a stream checked against the allow list.
 
 use axum::body::Body;
+use axum::extract::{FromRequestParts, Query};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use utoipa::PartialSchema;
 use utoipa::openapi::{RefOr, Schema};
@@ -30,9 +33,11 @@ where
 /// Largest body of a request that carries no message (reschedule, ack).
 pub(super) const SMALL_BODY: usize = 64 * 1024;
 
-/// Largest request body: a maximal message with room for JSON escaping and keys.
+/// Largest request body of a single push: a maximal message escaped the longest way
+/// JSON allows (`\u0001` is six bytes for one, `\u00e9` six for two), with room
+/// for its keys and the fields' punctuation.
 pub(super) fn body_limit(config: &Config) -> usize {
-    config.api.limits.max_message_bytes * 2 + 64 * 1024
+    config.api.limits.max_message_bytes * 6 + 64 * 1024
 }
 
 /// Reads a request body, refusing it past `limit` bytes with a 413 (a body that
@@ -128,5 +133,29 @@ pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), 
             refusal,
         )),
         None => Ok(()),
+    }
+}
+
+/// axum's `Query`, refusing (`400 bad_query`) a query whose decoded bytes are not
+/// UTF-8: the plain extractor puts U+FFFD in their place, so that two different
+/// names (`group=%FF`, `group=%FE`) would read as one.
+pub(super) struct StrictQuery<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for StrictQuery<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let raw = parts.uri.query().unwrap_or("");
+        if let Err(e) = percent_encoding::percent_decode_str(raw).decode_utf8() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "bad_query",
+                format!("Failed to deserialize query string: not UTF-8 once decoded ({e})"),
+            ));
+        }
+        let Query(query) = Query::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(super::streams::bad_query)?;
+        Ok(StrictQuery(query))
     }
 }

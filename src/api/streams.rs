@@ -7,14 +7,16 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::openapi::path::ParameterIn;
 use utoipa::{IntoParams, ToSchema};
 
-use super::input::{SMALL_BODY, check_stream_allowed, documented_keys, object, read_json};
+use super::input::{
+    SMALL_BODY, StrictQuery, check_stream_allowed, documented_keys, object, read_json,
+};
 use super::{ApiError, AppState, ErrorBody};
 use crate::message::parse_duration_field;
 
@@ -138,10 +140,9 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
 pub async fn next(
     State(state): State<AppState>,
     Path(StreamPath { stream }): Path<StreamPath>,
-    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    StrictQuery(params): StrictQuery<Vec<(String, String)>>,
 ) -> Result<Json<Polled>, ApiError> {
     checked_stream(&stream, &state)?;
-    let Query(params) = query.map_err(bad_query)?;
     if let Some((unknown, _)) = params.iter().find(|(k, _)| !NEXT_PARAMS.contains(k)) {
         return Err(ApiError::invalid(format!(
             "{unknown}: unknown parameter (known: {})",

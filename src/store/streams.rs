@@ -254,13 +254,23 @@ async fn read_group(
         Ok(reply) => reply,
         Err(e) if e.code() == Some("NOGROUP") => {
             ensure_group(conn, stream, group).await?;
-            cmd.query_async(conn)
-                .await
-                .map_err(|e| wrong_type(e, stream))?
+            match cmd.query_async(conn).await {
+                Ok(reply) => reply,
+                Err(e) if gone_meanwhile(&e) => return Ok(Vec::new()),
+                Err(e) => return Err(wrong_type(e, stream)),
+            }
         }
+        Err(e) if gone_meanwhile(&e) => return Ok(Vec::new()),
         Err(e) => return Err(wrong_type(e, stream)),
     };
     read_reply(reply)
+}
+
+/// A read that the stream or group vanishing under it ended: the stream deleted while
+/// the read waited (UNBLOCKED), or the group destroyed between its making and the
+/// read (NOGROUP). The poll ends with nothing; the next one makes them again.
+fn gone_meanwhile(e: &redis::RedisError) -> bool {
+    matches!(e.code(), Some("UNBLOCKED" | "NOGROUP"))
 }
 
 /// Entries of an XREADGROUP reply for one stream (Nil when the wait ran out).

@@ -388,3 +388,62 @@ async fn messages_pushed_without_ids_and_due_together_are_delivered_in_push_orde
         assert!(got.iter().all(|e| e.ms() >= at), "delivered before {at}");
     }
 }
+
+/// A message of exactly `api.max_message_bytes` is taken however its JSON escapes
+/// it (`\u0001` is six bytes of body for one of message, `\u00e9` six for two), and
+/// written byte for byte; one byte more is refused for its size, not the body's.
+#[tokio::test]
+async fn a_message_at_its_limit_is_taken_however_json_escapes_it() {
+    const LIMIT: usize = 100_000;
+    let env = Env::start(&format!("[api]\nmax_message_bytes = {LIMIT}\n")).await;
+    // The stream's name and the field's count towards the limit.
+    let room = LIMIT - "orders".len() - "payload".len();
+    let push = |id: &str, escaped: &str| {
+        format!(r#"{{"stream":"orders","id":"{id}","delay":"0s","payload":"{escaped}"}}"#)
+    };
+    #[rustfmt::skip]
+    let cases: &[(&str, String, String, u16)] = &[
+        ("control", "\\u0001".repeat(room), "\u{1}".repeat(room), 201),
+        ("accented", "\\u00e9".repeat(room / 2), "é".repeat(room / 2), 201),
+        ("over", format!("{}x", "\\u0001".repeat(room)), String::new(), 413),
+    ];
+    for (id, escaped, _, want) in cases {
+        let body = push(id, escaped);
+        let (status, answer) = env.api.post_raw("/v1/messages", &body).await;
+        assert_eq!(
+            status,
+            *want,
+            "{id}: {} bytes of body: {answer}",
+            body.len()
+        );
+        if *want == 413 {
+            assert_eq!(answer["error"], "too_large", "{answer}");
+            assert!(
+                answer["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("max_message_bytes"),
+                "{answer}"
+            );
+        }
+    }
+    let got = eventually(
+        std::time::Duration::from_secs(10),
+        "both delivered",
+        || async {
+            let got = crate::support::entries(&mut env.redis.client(), "orders");
+            (got.len() == 2).then_some(got)
+        },
+    )
+    .await;
+    for (id, _, raw, _) in &cases[..2] {
+        let entry = got
+            .iter()
+            .find(|e| e.get("delayq-id") == Some(*id))
+            .unwrap_or_else(|| panic!("{id} not delivered"));
+        assert!(
+            entry.get("payload") == Some(raw.as_str()),
+            "{id}: payload changed"
+        );
+    }
+}

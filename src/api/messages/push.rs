@@ -76,7 +76,9 @@ pub enum FieldsBody {
     Pairs(Vec<(String, Scalar)>),
 }
 
-/// A field's value: text, or a number or boolean written as its JSON text.
+/// A field's value: text (written byte for byte), or a number or boolean written as
+/// its value (`1e2` as `100.0`; a number a double cannot hold exactly, past 2^53 and
+/// not a 64-bit integer, is refused).
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Scalar {
@@ -204,7 +206,10 @@ pub(super) fn parse_push(
         (None, None) => return Err(ApiError::invalid("fields: required (or payload)")),
         (Some(Value::String(s)), None) => vec![("payload".to_owned(), s.clone())],
         (Some(Value::Null), None) => return Err(ApiError::invalid("payload: must not be null")),
-        (Some(other), None) => vec![("payload".to_owned(), other.to_string())],
+        (Some(other), None) => {
+            exact_numbers("payload", other)?;
+            vec![("payload".to_owned(), other.to_string())]
+        }
         (None, Some(fields)) => parse_fields(fields)?,
     };
 
@@ -257,11 +262,33 @@ fn scalar_text(v: &Value) -> Option<String> {
     }
 }
 
+/// Past this a number that is not a 64-bit integer loses digits (it is read as a
+/// double, which holds every integer only up to 2^53).
+const EXACT_UP_TO: f64 = 9_007_199_254_740_992.0;
+
+/// Refuses a number in `v` (`what` names where) that would not be written as sent:
+/// one read as a double beyond 2^53, such as an integer past 64 bits. A number is
+/// written as its value (`1e2` as `100.0`); text keeps anything byte for byte.
+fn exact_numbers(what: &str, v: &Value) -> Result<(), ApiError> {
+    match v {
+        Value::Number(n) => match n.as_f64() {
+            Some(x) if n.is_f64() && x.abs() >= EXACT_UP_TO => Err(ApiError::invalid(format!(
+                "{what}: the number {n} cannot be kept exactly (past 2^53 and not a 64-bit integer); send it as a string"
+            ))),
+            _ => Ok(()),
+        },
+        Value::Array(items) => items.iter().try_for_each(|item| exact_numbers(what, item)),
+        Value::Object(map) => map.values().try_for_each(|item| exact_numbers(what, item)),
+        _ => Ok(()),
+    }
+}
+
 fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
     let pairs: Vec<(String, String)> = match v {
         Value::Object(map) => map
             .iter()
             .map(|(k, v)| {
+                exact_numbers(&format!("fields.{k}"), v)?;
                 scalar_text(v).map(|text| (k.clone(), text)).ok_or_else(|| {
                     ApiError::invalid(format!("fields.{k}: must be a string, number or boolean"))
                 })
@@ -272,6 +299,7 @@ fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
             .enumerate()
             .map(|(i, pair)| match pair.as_array().map(Vec::as_slice) {
                 Some([Value::String(k), v]) => {
+                    exact_numbers(&format!("fields[{i}]"), v)?;
                     scalar_text(v).map(|text| (k.clone(), text)).ok_or_else(|| {
                         ApiError::invalid(format!(
                             "fields[{i}]: value must be a string, number or boolean"
@@ -393,7 +421,48 @@ mod tests {
         }
     }
 
+    /// Numbers are written as their value; one that a double cannot hold exactly
+    /// is refused, wherever it is, rather than written with other digits.
+    #[test]
+    fn numbers_are_written_as_their_value_or_refused() {
+        #[rustfmt::skip]
+        let cases: &[(&str, Option<&str>)] = &[
+            (r#"{"fields": {"n": 42}}"#, Some("42")),
+            (r#"{"fields": {"n": -9223372036854775808}}"#, Some("-9223372036854775808")),
+            (r#"{"fields": {"n": 18446744073709551615}}"#, Some("18446744073709551615")),
+            (r#"{"fields": {"n": 2.5}}"#, Some("2.5")),
+            (r#"{"fields": {"n": 1e2}}"#, Some("100.0")),
+            (r#"{"fields": {"n": 9007199254740991.0}}"#, Some("9007199254740991.0")),
+            (r#"{"fields": {"n": 9007199254740992.0}}"#, None),
+            (r#"{"fields": {"n": 18446744073709551616}}"#, None),
+            (r#"{"fields": {"n": -9223372036854775809}}"#, None),
+            (r#"{"fields": [["n", 12345678901234567890123]]}"#, None),
+            (r#"{"payload": 12345678901234567890123}"#, None),
+            (r#"{"payload": {"a": [1, {"b": 1e300}]}}"#, None),
+            (r#"{"payload": {"a": [1, {"b": 1.5}]}}"#, Some(r#"{"a":[1,{"b":1.5}]}"#)),
+        ];
+        for (extra, want) in cases {
+            let got = push(serde_json::from_str(extra).unwrap());
+            match (got, want) {
+                (Ok(msg), Some(text)) => assert_eq!(msg.fields[0].1, *text, "{extra}"),
+                (Err(e), None) => assert!(
+                    e.detail.contains("cannot be kept exactly"),
+                    "{extra}: {}",
+                    e.detail
+                ),
+                (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
+
     proptest! {
+        #[test]
+        fn numbers_a_double_holds_exactly_are_written_as_that_double(x in -EXACT_UP_TO..EXACT_UP_TO) {
+            let body = format!(r#"{{"fields": {{"n": {x:e}}}}}"#);
+            let msg = push(serde_json::from_str(&body).unwrap()).unwrap();
+            prop_assert_eq!(msg.fields[0].1.parse::<f64>().unwrap(), x, "{}", body);
+        }
+
         #[test]
         fn push_bodies_never_panic(body in json(keys())) {
             let _ = parse(&body);

@@ -16,20 +16,18 @@ fn blocked_clients(conn: &mut redis::Connection) -> u64 {
         .expect("blocked_clients in INFO clients")
 }
 
+/// A poll of `jobs` by `workers`/`w1` that does not wait.
+async fn poll_now(env: &Env) -> (u16, serde_json::Value) {
+    let path = "/v1/streams/jobs/next?group=workers&consumer=w1&wait=0";
+    env.api.call("GET", path, Some(TOKEN), None).await
+}
+
 #[tokio::test]
 async fn a_long_poll_returns_a_message_when_it_falls_due_and_ack_clears_it() {
     let env = Env::start(&strict("")).await;
     // Nothing there yet: wait=0 answers at once with an empty list (and creates the group).
     let started = Instant::now();
-    let (status, answer) = env
-        .api
-        .call(
-            "GET",
-            "/v1/streams/jobs/next?group=workers&consumer=w1&wait=0",
-            Some(TOKEN),
-            None,
-        )
-        .await;
+    let (status, answer) = poll_now(&env).await;
     assert_eq!(
         (status, answer["messages"].clone()),
         (200, json!([])),
@@ -190,5 +188,52 @@ async fn polls_beyond_max_polls_are_refused_with_503_and_the_key_type_is_checked
         (status, &answer),
         (409, "corrupt", "not-a-stream"),
         "a poll on a key that is not a stream",
+    );
+}
+
+/// A stream deleted while a long poll waits on it ends the poll with nothing (not a
+/// 500); the next poll makes the stream and its group again and reads what comes.
+#[tokio::test]
+async fn a_stream_deleted_under_a_long_poll_ends_it_empty() {
+    // No inbox reader: the poll is the one client Redis holds blocked.
+    let env = Env::start(&strict("[inbox]\nenabled = false\n")).await;
+    // The longest wait these tests allow (api.max_wait).
+    let path = "/v1/streams/jobs/next?group=workers&consumer=w1&wait=5s";
+    let poll = {
+        let api = env.api.clone();
+        tokio::spawn(async move { api.call("GET", path, Some(TOKEN), None).await })
+    };
+    let mut conn = env.redis.client();
+    eventually(Duration::from_secs(5), "the poll waits in Redis", || {
+        std::future::ready((blocked_clients(&mut conn) >= 1).then_some(()))
+    })
+    .await;
+    let started = Instant::now();
+    let () = redis::cmd("DEL").arg("jobs").query(&mut conn).unwrap();
+    let (status, answer) = poll.await.expect("poll task");
+    assert_eq!(
+        (status, answer["messages"].clone()),
+        (200, json!([])),
+        "{answer}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "ended by the wait, not the delete: {:?}",
+        started.elapsed()
+    );
+    let () = redis::cmd("XADD")
+        .arg("jobs")
+        .arg("*")
+        .arg("job")
+        .arg("8")
+        .query::<String>(&mut conn)
+        .map(drop)
+        .unwrap();
+    let (status, answer) = poll_now(&env).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["messages"][0]["fields"][0],
+        json!(["job", "8"]),
+        "{answer}"
     );
 }

@@ -63,7 +63,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
     );
     let huge_body = format!(
         r#"{{"stream":"orders","payload":"{}","delay":"1s"}}"#,
-        "x".repeat(70_000)
+        "x".repeat(80_000)
     );
     let item = r#"{"stream":"orders","payload":"x","delay":"1s"}"#;
     let four = format!(r#"{{"messages":[{item},{item},{item},{item}]}}"#);
@@ -150,6 +150,11 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "GET", "/v1/streams/orders/dead?after=18446744073709551616-0", T, None, (422, "invalid_field", beyond)),
         case(line!(), "GET", "/v1/streams/orders/dead?after=1-18446744073709551616", T, None, (422, "invalid_field", beyond)),
         case(line!(), "GET", "/v1/streams/orders/dead?limit=many", T, None, (400, "bad_query", "limit")),
+        // bytes that are not UTF-8 once decoded would read as U+FFFD: two names as one
+        case(line!(), "GET", "/v1/streams/orders/next?group=%FF&consumer=c&wait=0", T, None, (400, "bad_query", "not UTF-8")),
+        case(line!(), "GET", "/v1/streams/orders/next?group=g&consumer=%C3&wait=0", T, None, (400, "bad_query", "not UTF-8")),
+        case(line!(), "GET", "/v1/streams/orders/dead?after=%FE", T, None, (400, "bad_query", "not UTF-8")),
+        case(line!(), "GET", "/v1/upcoming?stream=orders%FF", T, None, (400, "bad_query", "not UTF-8")),
         case(line!(), "POST", "/v1/streams/orders/dead/replay", T, Some(r#"{"all":true,"after":"18446744073709551616-0"}"#), (422, "invalid_field", beyond)),
         case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some(r#"{"all":true,"after":"1-18446744073709551616"}"#), (422, "invalid_field", beyond)),
         case(line!(), "POST", "/v1/streams/orders/dead/purge", T, Some("{\"all\":"), (400, "malformed_json", "not valid JSON")),
