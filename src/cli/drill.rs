@@ -442,6 +442,8 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     tokio::time::sleep(args.steady).await;
 
     let mut results: Vec<Vec<RoundResult>> = Vec::new();
+    // Set when the cluster did not settle after a failed round: no more faults.
+    let mut stopped = false;
     for scenario in &scenarios {
         traffic.next_phase(clock.now_ms().await.context("read Redis's clock")?);
         let mut rounds = Vec::new();
@@ -489,11 +491,15 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
                 // The cluster is in an unknown state: settle it before going on.
                 if let Err(e) = settle(&http, &nodes, &traffic, takeover_timeout).await {
                     say.line(format!("cluster did not settle: {e:#}; stopping the drill"));
+                    stopped = true;
                     break;
                 }
             }
         }
         results.push(rounds);
+        if stopped {
+            break;
+        }
     }
 
     bar.set_message("waiting for the last messages");

@@ -163,7 +163,8 @@ pub(super) fn build_report(
                 leader_changes: rounds.iter().filter(|r| r.leader_changed).count(),
                 problems: rounds.iter().filter_map(|r| r.problem.clone()).collect(),
             }),
-            messages: counts[k + 1].clone(),
+            // A scenario the drill stopped before has no phase of its own.
+            messages: counts.get(k + 1).cloned().unwrap_or_default(),
         });
     }
     let total = counts.iter().fold(PhaseCount::default(), |mut t, c| {
