@@ -28,7 +28,8 @@
 --   wait for the next due time to the µs.
 -- Rate limits: held messages that are due go in due order with the rest, each
 -- held stream's as far as its budget goes (all of them once its stream has no
--- limit); a held set also keeps the not yet due messages pushed to a stream kept
+-- limit) and the held sets' together as far as the room the other streams' due
+-- messages leave them (at least half the batch, see held_room); a held set also keeps the not yet due messages pushed to a stream kept
 -- apart (see schedule_batch.lua), which wait there for their time. A due message
 -- of a limited stream that has no budget left, or still holds older messages,
 -- moves from the pending layouts to its stream's held set instead of being sent, so
@@ -192,11 +193,14 @@ local journaling = string.sub(ARGV[3], 1, 2) == 'j:'
 local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
+-- Streams whose held messages this call leaves for want of room (see held_room).
+local capped = {}
 
 -- Whether a due message of stream scoring score, read from a pending layout, waits
--- in its held set: its stream has no budget left, or holds due messages not read
--- that may score less.
+-- in its held set: its stream has no budget left, holds due messages not read that
+-- may score less, or has a held message this call leaves for want of room.
 local function must_wait(stream, score)
+  if capped[stream] then return true end
   local left = budget[stream]
   if left == nil then return false end
   if left <= 0 or (still_holds[stream] and tonumber(score) >= held_upto[stream]) then return true end
@@ -220,6 +224,32 @@ do
     local got = chunked({ 'HMGET', KEYS[2] }, wanted)
     for k = 1, #wanted do bodies[at[k]] = got[k] end
   end
+end
+
+-- Room for the other streams: while the pending layouts give the call due messages
+-- of streams without a limit in it and without a held set, the held sets send at
+-- most what those leave of the batch, and never less than half of it. A held
+-- backlog whose limit does not bind (the leader moves less than the limit) then
+-- shares each call with the streams behind it instead of holding them up until it
+-- is through. held_room: how many held messages the call may send; stream_at[i]:
+-- the stream read off a pending message's body on the way (the loop below reads it
+-- there). A held message left for want of room caps its stream (capped): its
+-- messages later in the call wait behind it, in its held set (see must_wait).
+local held_room, stream_at = batch, {}
+if #held_ids > 0 and #ids > #held_ids then
+  local holds = {}
+  for _, stream in ipairs(held_streams) do holds[stream] = true end
+  local others, half = 0, math.floor(batch / 2)
+  for i, id in ipairs(ids) do
+    if others >= half then break end
+    if not held_in[id] then
+      local body = bodies[i]
+      local stream = body and body_stream(body)
+      stream_at[i] = stream
+      if not stream or (budget[stream] == nil and not holds[stream]) then others = others + 1 end
+    end
+  end
+  held_room = batch - others
 end
 
 -- Writes a dead letter for a message whose own target refused it. Returns its record,
@@ -306,7 +336,7 @@ end
 -- The loop below runs once per message and is most of the script's cost: it builds
 -- each XADD's arguments in one table and nothing it does not need. It sends at most
 -- `batch` messages; past that, it only sets aside what waits for its stream's limit.
-local sent = 0
+local sent, held_sent = 0, 0
 for i, id in ipairs(ids) do
   local body = bodies[i]
   local msg, why, stream
@@ -314,11 +344,16 @@ for i, id in ipairs(ids) do
   -- Whether it waits for its stream's limit is decided on the stream alone, read
   -- off the body's first bytes: setting a backlog aside costs no decoding. Without
   -- limited streams nothing waits, and the stream is not read ahead. A held message
-  -- whose stream has no budget left stays where it is.
+  -- whose stream has no budget left, or that finds no room left (held_room), stays
+  -- where it is.
   if held_stream then
     stays = budget[held_stream] ~= nil and budget[held_stream] <= 0
-  elseif body and n_limited > 0 then
-    stream = body_stream(body)
+    if not stays and held_sent >= held_room then
+      stays = true
+      capped[held_stream] = true
+    end
+  elseif body and (n_limited > 0 or next(capped)) then
+    stream = stream_at[i] or body_stream(body)
     if not stream then
       msg, why = decode_body(body, in_bucket[id] and due_scores[id])
       stream = msg and msg.stream
@@ -331,7 +366,10 @@ for i, id in ipairs(ids) do
   else
     if sent >= batch then break end
     sent = sent + 1
-    if held_stream and budget[held_stream] then budget[held_stream] = budget[held_stream] - 1 end
+    if held_stream then
+      held_sent = held_sent + 1
+      if budget[held_stream] then budget[held_stream] = budget[held_stream] - 1 end
+    end
     if body and not msg and not why then msg, why = decode_body(body, in_bucket[id] and due_scores[id]) end
     local is_expired = msg and msg.expire_at > 0 and now > msg.expire_at
     local rec, stop

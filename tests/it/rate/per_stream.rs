@@ -421,14 +421,18 @@ async fn streams_of_every_name_length_are_held_under_their_own_name() {
 }
 
 /// One forward call of a batch of 10 with a budget for `slow`, over 20 `slow`
-/// messages due before 5 `fast` ones, in one shard: (slow sent, fast sent, held).
-async fn one_call(budget: usize) -> (u64, u64, u64) {
+/// messages (kept apart: in its held set from the start, or in the pending layouts)
+/// due before `fast` ones, in one shard: (slow sent, fast sent, held).
+async fn one_call(kept_apart: bool, budget: usize, fast: usize) -> (u64, u64, u64) {
     let bare = support::Bare::start("[redis]\nshards = 1\n").await;
     let store = &bare.store;
+    if kept_apart {
+        store.keep_apart([SLOW.to_owned()]);
+    }
     push_overdue_to(store, SLOW, 20).await;
     // Later by Redis's clock, so due after every slow one.
     tokio::time::sleep(Duration::from_millis(5)).await;
-    push_overdue_to(store, FAST, 5).await;
+    push_overdue_to(store, FAST, fast).await;
     let options = bare.config.forward_options();
     let batch = store
         .forward_at_most(0, 1, &options, 10, &[(SLOW.to_owned(), budget)])
@@ -457,6 +461,85 @@ async fn a_call_sets_a_limited_stream_aside_only_when_its_budget_runs_out() {
         (3, (3, 5, 17)),
         (0, (0, 5, 20)),
     ] {
-        assert_eq!(one_call(budget).await, want, "budget {budget}");
+        assert_eq!(one_call(false, budget, 5).await, want, "budget {budget}");
     }
+}
+
+/// A held backlog leaves the streams behind it room in every call, at least half
+/// the batch, however large its budget (a limit that does not bind); with no other
+/// stream due, or one with fewer due than half, it takes the rest.
+#[tokio::test]
+async fn a_held_backlog_shares_each_call_with_the_streams_behind_it() {
+    for (budget, fast, want) in [
+        (1000, 0, (10, 0, 10)),
+        (11, 0, (10, 0, 10)),
+        (1000, 3, (7, 3, 13)),
+        (1000, 5, (5, 5, 15)),
+        (1000, 8, (5, 5, 15)),
+        (11, 20, (5, 5, 15)),
+        (3, 5, (3, 5, 17)),
+        (3, 20, (3, 7, 17)),
+        (0, 5, (0, 5, 20)),
+    ] {
+        assert_eq!(
+            one_call(true, budget, fast).await,
+            want,
+            "budget {budget}, {fast} fast"
+        );
+    }
+}
+
+/// A held backlog left for want of room holds back what comes after it of its
+/// stream in the same call, wherever that was stored: `slow` has 6 messages kept
+/// apart (a call's worth: its budget does not hold them back) and 2 newer in the
+/// pending layouts (stored by a producer that did not keep it apart), `fast` 4 behind
+/// those. The first call of 6 leaves `fast` room for 3, so 3 held messages stay: the
+/// 2 newer `slow` ones must not go before them. Each stream arrives in due order.
+#[tokio::test]
+async fn a_held_backlog_left_for_room_keeps_its_stream_in_due_order() {
+    let bare = support::Bare::start("[redis]\nshards = 1\n").await;
+    let plain = delayq::store::Store::connect(
+        &support::config(&bare.redis.url(), "[redis]\nshards = 1\n").store_config(),
+    )
+    .await
+    .unwrap();
+    bare.store.keep_apart([SLOW.to_owned()]);
+    let mut due = HashMap::new();
+    for (store, stream, n) in [(&bare.store, SLOW, 6), (&plain, SLOW, 2), (&plain, FAST, 4)] {
+        // Each later by Redis's clock than the one before.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        due.extend(push_overdue_to(store, stream, n).await);
+    }
+    let options = bare.config.forward_options();
+    let mut conn = bare.redis.client();
+    let first = bare
+        .store
+        .forward_at_most(0, 1, &options, 6, &[(SLOW.to_owned(), 1000)])
+        .await
+        .expect("forward");
+    assert_eq!(
+        (first.per_stream.clone(), first.newly_held),
+        (vec![(SLOW.to_owned(), 3), (FAST.to_owned(), 3)], 2),
+        "3 held sent, the 2 newer slow set aside behind the 3 left, 3 fast"
+    );
+    for calls in 0.. {
+        let drained = support::entries(&mut conn, SLOW).len() == 8
+            && support::entries(&mut conn, FAST).len() == 4;
+        if drained {
+            break;
+        }
+        assert!(calls < 10, "not drained after {calls} more calls");
+        bare.store
+            .forward_at_most(0, 1, &options, 6, &[(SLOW.to_owned(), 1000)])
+            .await
+            .expect("forward");
+    }
+    for stream in [SLOW, FAST] {
+        let dues: Vec<u64> = support::entries(&mut conn, stream)
+            .iter()
+            .map(|e| due[e.get("delayq-id").unwrap()])
+            .collect();
+        assert!(dues.is_sorted(), "{stream} out of due order: {dues:?}");
+    }
+    assert_eq!(bare.store.held().await.expect("held").total(), 0);
 }
