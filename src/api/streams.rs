@@ -111,7 +111,7 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
     let value = value.ok_or_else(|| ApiError::invalid(format!("{key}: required")))?;
     if value.is_empty() || value.len() > 256 || !crate::message::is_plain(value) {
         return Err(ApiError::invalid(format!(
-            "{key} {value:?}: must be 1 to 256 characters, without spaces or control characters"
+            "{key} {value:?}: must be 1 to 256 bytes (UTF-8), without spaces or control characters"
         )));
     }
     Ok(value.to_owned())

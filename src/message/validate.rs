@@ -121,7 +121,7 @@ pub fn is_plain(text: &str) -> bool {
 pub fn validate_stream(stream: &str) -> Result<(), InvalidMessage> {
     if stream.is_empty() || stream.len() > 256 {
         return Err(InvalidMessage::Stream(format!(
-            "stream {stream:?}: must be 1 to 256 characters long"
+            "stream {stream:?}: must be 1 to 256 bytes long (UTF-8)"
         )));
     }
     if !is_plain(stream) {
