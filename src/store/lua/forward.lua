@@ -45,8 +45,9 @@
 -- there: the messages before it are committed, it and the rest stay scheduled, and
 -- held_back carries the error ("" = none). Nothing is ever deleted unless its entry
 -- or its dead letter was written.
--- Streams are written by name, not through KEYS: on Redis Cluster they live in other
--- slots, and forwarding there takes the claim/confirm path instead of this script.
+-- Streams are written by name, not through KEYS: on Redis Cluster a shard is the
+-- hash slot of its streams (and of their dead-letter streams, see ARGV[9]), so the
+-- script still touches one slot.
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
