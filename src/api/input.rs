@@ -35,9 +35,12 @@ pub(super) const SMALL_BODY: usize = 64 * 1024;
 
 /// Largest request body of a single push: a maximal message escaped the longest way
 /// JSON allows (`\u0001` is six bytes for one, `\u00e9` six for two), with room
-/// for its keys and the fields' punctuation.
+/// for its keys and the fields' punctuation; but never more than a batch may send
+/// (`api.max_body_bytes`) unless twice the message needs more.
 pub(super) fn body_limit(config: &Config) -> usize {
-    config.api.limits.max_message_bytes * 6 + 64 * 1024
+    let message = config.api.limits.max_message_bytes;
+    let slack = 64 * 1024;
+    (message * 6 + slack).min(config.api.max_body_bytes.max(message * 2 + slack))
 }
 
 /// Reads a request body, refusing it past `limit` bytes with a 413 (a body that

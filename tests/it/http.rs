@@ -375,7 +375,8 @@ async fn large_bodies_nothing_reads_still_get_their_answer() {
         "[api]\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READER}\"]"
     ))
     .await;
-    let body = format!("{{\"a\":\"{}\"}}", "x".repeat(3 << 20));
+    // Past what a single push may send (six times max_message_bytes).
+    let body = format!("{{\"a\":\"{}\"}}", "x".repeat(7 << 20));
     #[rustfmt::skip]
     let cases: [(&str, &str, Option<&str>, u16); 5] = [
         ("POST", "/v1/no-such-route", Some(ADMIN), 404),
