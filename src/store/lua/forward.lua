@@ -29,8 +29,9 @@
 -- Rate limits: held messages that are due go in due order with the rest, each
 -- held stream's as far as its budget goes (all of them once its stream has no
 -- limit) and the held sets' together as far as the room the other streams' due
--- messages leave them (at least half the batch, see held_room); a held set also keeps the not yet due messages pushed to a stream kept
--- apart (see schedule_batch.lua), which wait there for their time. A due message
+-- messages leave them (at least half the batch, see held_room); a held set also
+-- keeps the not yet due messages pushed to a stream kept apart (see
+-- schedule_batch.lua), which wait there for their time. A due message
 -- of a limited stream that has no budget left, or still holds older messages,
 -- moves from the pending layouts to its stream's held set instead of being sent, so
 -- that it never holds up the streams behind it, and leaves after those older ones
