@@ -239,8 +239,6 @@ end
 -- messages later in the call wait behind it, in its held set (see must_wait).
 local held_room, stream_at = batch, {}
 if #held_ids > 0 and #ids > #held_ids then
-  local holds = {}
-  for _, stream in ipairs(held_streams) do holds[stream] = true end
   local others, half = 0, math.floor(batch / 2)
   for i, id in ipairs(ids) do
     if others >= half then break end
@@ -248,7 +246,8 @@ if #held_ids > 0 and #ids > #held_ids then
       local body = bodies[i]
       local stream = body and body_stream(body)
       stream_at[i] = stream
-      if not stream or (budget[stream] == nil and not holds[stream]) then others = others + 1 end
+      -- read_of names every stream with a held set (read above).
+      if not stream or (budget[stream] == nil and not read_of[stream]) then others = others + 1 end
     end
   end
   held_room = batch - others
@@ -338,7 +337,9 @@ end
 -- The loop below runs once per message and is most of the script's cost: it builds
 -- each XADD's arguments in one table and nothing it does not need. It sends at most
 -- `batch` messages; past that, it only sets aside what waits for its stream's limit.
-local sent, held_sent = 0, 0
+-- Whether a pending message's stream is read in the loop: with limited streams, or
+-- once a held stream is capped.
+local sent, held_sent, by_stream = 0, 0, n_limited > 0
 for i, id in ipairs(ids) do
   local body = bodies[i]
   local msg, why, stream
@@ -352,9 +353,9 @@ for i, id in ipairs(ids) do
     stays = budget[held_stream] ~= nil and budget[held_stream] <= 0
     if not stays and held_sent >= held_room then
       stays = true
-      capped[held_stream] = true
+      capped[held_stream], by_stream = true, true
     end
-  elseif body and (n_limited > 0 or next(capped)) then
+  elseif body and by_stream then
     stream = stream_at[i] or body_stream(body)
     if not stream then
       msg, why = decode_body(body, in_bucket[id] and due_scores[id])

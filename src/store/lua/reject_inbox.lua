@@ -41,21 +41,21 @@ local function ids_left(key)
   return 551615 - tonumber(string.sub(seq, 15))
 end
 
-local wanted, k = 0, 2
+-- Where each entry's record starts in ARGV.
+local starts, k = {}, 2
 while k <= #ARGV do
-  wanted = wanted + 1
+  starts[#starts + 1] = k
   k = k + 3 + 2 * math.max(tonumber(ARGV[k + 2]), 0)
 end
 local left = ids_left(KEYS[1])
-if left and left < wanted then
+if left and left < #starts then
   return redis.error_reply('ERR ' .. KEYS[1] .. ' has ids left for ' .. left .. ' more entries, not '
-    .. wanted .. ': the stream has exhausted the last possible ID')
+    .. #starts .. ': the stream has exhausted the last possible ID')
 end
 
 local group = ARGV[1]
 local ids, deleted, rejections = {}, {}, {}
-local i = 2
-while i <= #ARGV do
+for _, i in ipairs(starts) do
   local entry, reason, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local args = { 'XADD', KEYS[1], '*', 'delayq-reason', reason, 'delayq-inbox-id', entry }
   if n < 0 then
@@ -75,7 +75,6 @@ while i <= #ARGV do
   end
   rejections[#rejections + 1] = written
   ids[#ids + 1] = entry
-  i = i + 3 + 2 * n
 end
 chunked({ 'XACK', KEYS[2], group }, ids)
 chunked({ 'XDEL', KEYS[2] }, deleted)
