@@ -3,7 +3,8 @@
 //! failover answers READONLY, a full one OOM, one whose last save failed MISCONF)
 //! shows as clearly as one that does not answer. `/healthz`, `/readyz`, the service
 //! manager's status line and `delayq_redis_writable` read the outcome; nothing waits
-//! on a probe. The watchdog reads when the loop last finished a round, which proves
+//! on a probe. Each round also reads whether Redis's memory settings can evict
+//! delayq's keys (`/readyz`'s warnings, `delayq_redis_evicting`). The watchdog reads when the loop last finished a round, which proves
 //! this process's own loops run, whatever state Redis is in.
 
 use std::time::{Duration, Instant};
@@ -46,6 +47,8 @@ impl RedisState {
 #[derive(Clone, Debug)]
 pub struct Probe {
     pub redis: RedisState,
+    /// Masters whose memory settings can evict delayq's keys, as last read.
+    pub evicting: Vec<String>,
     /// When the round finished.
     pub finished: Instant,
 }
@@ -72,6 +75,17 @@ impl Health {
         probe.redis.clone()
     }
 
+    /// What an operator should know although Redis takes writes: settings of
+    /// Redis's that can lose messages.
+    pub fn warnings(&self) -> Vec<String> {
+        self.rx
+            .borrow()
+            .evicting
+            .iter()
+            .map(|settings| format!("redis may evict delayq's keys ({settings})"))
+            .collect()
+    }
+
     /// When the probe loop last finished a round (the watchdog's proof of progress).
     pub fn last_round(&self) -> Instant {
         self.rx.borrow().finished
@@ -94,8 +108,11 @@ pub async fn start(
     let first = probe(&store, &node_id, timeout).await;
     let mut last = RedisState::Starting;
     report(&mut last, &first);
+    let evicting = evicting(&store, timeout, &[]).await;
+    report_evicting(&[], &evicting);
     let (tx, rx) = watch::channel(Probe {
         redis: first,
+        evicting,
         finished: Instant::now(),
     });
     let health = Health {
@@ -114,6 +131,32 @@ async fn probe(store: &Store, node_id: &str, timeout: Duration) -> RedisState {
             None => RedisState::Unreachable(e.to_string()),
         },
         Err(_) => RedisState::Unreachable(format!("no answer within {timeout:?}")),
+    }
+}
+
+/// Masters that can evict delayq's keys; `before` when Redis does not say (no
+/// answer within `timeout`, an error).
+async fn evicting(store: &Store, timeout: Duration, before: &[String]) -> Vec<String> {
+    match tokio::time::timeout(timeout, store.evicting_masters()).await {
+        Ok(Ok(evicting)) => evicting,
+        _ => before.to_vec(),
+    }
+}
+
+/// Logs a change of what can evict delayq's keys and sets the gauge.
+fn report_evicting(before: &[String], now: &[String]) {
+    metrics::gauge!(m::REDIS_EVICTING).set(if now.is_empty() { 0.0 } else { 1.0 });
+    if before == now {
+        return;
+    }
+    if now.is_empty() {
+        tracing::info!("redis no longer evicts delayq's keys");
+    } else {
+        tracing::warn!(
+            settings = %now.join("; "),
+            "redis may evict delayq's keys when full, and with them messages not yet \
+             delivered: set maxmemory-policy to noeviction (or a volatile-* policy)"
+        );
     }
 }
 
@@ -156,8 +199,12 @@ async fn run(
         }
         let state = probe(&store, &node_id, timeout).await;
         report(&mut last, &state);
+        let before = tx.borrow().evicting.clone();
+        let evicting = evicting(&store, timeout, &before).await;
+        report_evicting(&before, &evicting);
         tx.send_replace(Probe {
             redis: state,
+            evicting,
             finished: Instant::now(),
         });
     }

@@ -30,6 +30,9 @@ pub struct Ready {
     redis: String,
     /// `ok`, or `not configured`.
     etcd: String,
+    /// What can lose messages although the instance is ready: an `allkeys-*`
+    /// `maxmemory-policy` of Redis's, say. Empty when there is nothing to tell.
+    warnings: Vec<String>,
 }
 
 /// Redis reachable
@@ -60,7 +63,9 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 /// Redis and (when configured) etcd reachable
 ///
 /// Redis takes writes and, when an etcd election is configured, etcd answers: the
-/// instance can do its job, and take over if the leader goes away.
+/// instance can do its job, and take over if the leader goes away. `warnings` names
+/// Redis settings that can lose messages (an `allkeys-*` eviction policy), which do
+/// not make the instance unready.
 #[utoipa::path(
     get,
     path = "/readyz",
@@ -86,6 +91,7 @@ pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, ApiErr
         status: "ok".to_owned(),
         redis: "ok".to_owned(),
         etcd: etcd.to_owned(),
+        warnings: state.health.warnings(),
     }))
 }
 

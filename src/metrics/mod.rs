@@ -74,6 +74,9 @@ pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
 /// 1 while this node's probe write to Redis succeeds, 0 while Redis refuses writes
 /// (READONLY, OOM, MISCONF) or does not answer.
 pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
+/// 1 while a Redis master's `maxmemory-policy` (an `allkeys-*` one, with a
+/// `maxmemory` set) can evict delayq's keys, 0 otherwise.
+pub const REDIS_EVICTING: &str = "delayq_redis_evicting";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
 /// 1 while etcd answered this node's last query (about every second), 0 while it

@@ -285,6 +285,13 @@ pub const METRICS: &[Described] = &[
         "1 while this node's probe write to Redis succeeds (every second), 0 while Redis refuses writes or does not answer",
     ),
     metric(
+        REDIS_EVICTING,
+        Kind::Gauge,
+        &[],
+        Start::Zero,
+        "1 while a Redis master's `maxmemory-policy` (an `allkeys-*` one, with `maxmemory` set) can evict delayq's keys, read every second; 0 otherwise",
+    ),
+    metric(
         HTTP_REQUESTS,
         Kind::Counter,
         &["method", "route", "status"],

@@ -10,6 +10,7 @@ mod board;
 mod conn;
 mod dial;
 mod error;
+mod eviction;
 mod inbox;
 mod journal;
 mod keys;

@@ -3,6 +3,8 @@
 //! save with MISCONF) makes `/healthz` and
 //! `/readyz` fail with the reason, `delayq_redis_writable` drop to 0 and a WARN line
 //! name the Redis error; all recover by themselves once Redis takes writes again.
+//! An `allkeys-*` eviction policy is a warning of `/readyz`'s and
+//! `delayq_redis_evicting`, gone once Redis keeps delayq's keys.
 //! Real Redis servers and a real daemon process.
 
 use std::time::Duration;
@@ -109,16 +111,18 @@ fn run(redis: &RedisServer, words: &[&str]) {
         .unwrap();
 }
 
+/// A daemon on `redis`, and its API.
+fn node_on(redis: &RedisServer, name: &str) -> (DelayqProcess, Api) {
+    let config = format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url());
+    let node = DelayqProcess::start(&delayq_bin(), name, &config).unwrap();
+    let api = Api::new(node.api);
+    (node, api)
+}
+
 async fn check(refusal: &Refusal) {
     let redis = RedisServer::start().unwrap();
     let other = RedisServer::start().unwrap();
-    let node = DelayqProcess::start(
-        &delayq_bin(),
-        "probed",
-        &format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url()),
-    )
-    .unwrap();
-    let api = Api::new(node.api);
+    let (node, api) = node_on(&redis, "probed");
     let metric = |text: Option<String>| {
         text.and_then(|t| {
             t.lines()
@@ -181,4 +185,66 @@ async fn check(refusal: &Refusal) {
         },
     )
     .await;
+}
+
+/// Redis's memory settings, in turn, and whether they can evict delayq's keys
+/// (whose data keys carry no expiry, so only `allkeys-*` policies under a limit do).
+const EVICTIONS: &[(&str, &str, bool)] = &[
+    ("1gb", "allkeys-lru", true),
+    ("1gb", "volatile-lru", false),
+    ("1gb", "allkeys-random", true),
+    ("0", "allkeys-lfu", false),
+    ("1gb", "noeviction", false),
+];
+
+#[tokio::test]
+async fn an_eviction_policy_that_can_drop_messages_is_warned_of_and_cleared() {
+    let redis = RedisServer::start().unwrap();
+    run(&redis, &["CONFIG", "SET", "maxmemory", "1gb"]);
+    run(
+        &redis,
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+    );
+    let (node, api) = node_on(&redis, "evicting");
+    for &(maxmemory, policy, evicting) in EVICTIONS {
+        run(&redis, &["CONFIG", "SET", "maxmemory", maxmemory]);
+        run(&redis, &["CONFIG", "SET", "maxmemory-policy", policy]);
+        let gauge = format!("delayq_redis_evicting {}", u8::from(evicting));
+        let warnings = eventually(Duration::from_secs(10), "warnings follow Redis", || async {
+            let (status, body) = api.get("/readyz").await;
+            let shown = api.metrics().await.unwrap_or_default();
+            let warnings: Vec<String> = body["warnings"]
+                .as_array()?
+                .iter()
+                .map(|w| w.as_str().unwrap_or_default().to_owned())
+                .collect();
+            let settled = status == 200
+                && warnings.is_empty() != evicting
+                && shown.lines().any(|l| l == gauge);
+            settled.then_some(warnings)
+        })
+        .await;
+        if evicting {
+            let bytes = 1u64 << 30;
+            assert_eq!(
+                warnings,
+                [format!(
+                    "redis may evict delayq's keys (maxmemory-policy {policy} with maxmemory {bytes})"
+                )],
+                "{policy}"
+            );
+        }
+        assert_eq!(push(&api, policy).await, 201, "pushes go on: {policy}");
+    }
+    let log = node.full_log();
+    let warned = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("redis may evict delayq's keys"))
+        .count();
+    let cleared = log
+        .lines()
+        .filter(|l| l.contains("redis no longer evicts delayq's keys"))
+        .count();
+    // One line per change: the start, and each switch after it.
+    assert_eq!((warned, cleared), (2, 2), "{log}");
 }
