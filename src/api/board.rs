@@ -541,6 +541,7 @@ async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
 /// A page of the next messages due.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct UpcomingQuery {
     /// Only messages to this stream.
     #[serde(default, deserialize_with = "blank_as_none")]
@@ -577,7 +578,7 @@ pub struct UpcomingView {
 #[utoipa::path(get, path = "/v1/upcoming", operation_id = "upcoming", params(UpcomingQuery),
     responses(
         (status = 200, description = "a page of messages; a page may be short (even empty) with a `next` when a stream filter matches little", body = UpcomingPage),
-        (status = 400, description = "the query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 400, description = "the query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule (limit out of range, a cursor not given by `next`, a bad stream name); the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),
     ),

@@ -32,6 +32,7 @@ const MAX_BODY: usize = 1 << 20;
 /// A page of dead letters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
 pub struct ListQuery {
     /// Start after this stream entry id (the `next` of the page before).
     #[serde(default, deserialize_with = "blank_as_none")]
@@ -209,7 +210,7 @@ fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
     params(StreamPath, ListQuery),
     responses(
         (status = 200, description = "a page of dead letters: id, reason, attempts, first and last delivery, original fields; next: cursor or null", body = DeadLetters),
-        (status = 400, description = "query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 400, description = "query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
         (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),

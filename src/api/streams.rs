@@ -129,7 +129,7 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
     params(StreamPath, NextQuery),
     responses(
         (status = 200, description = "entries (an empty list when the wait ran out)", body = Polled),
-        (status = 400, description = "query cannot be parsed (bad_query)", body = ErrorBody),
+        (status = 400, description = "query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
         (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
         (status = 409, description = "the key is not a stream", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),
@@ -144,10 +144,14 @@ pub async fn next(
 ) -> Result<Json<Polled>, ApiError> {
     checked_stream(&stream, &state)?;
     if let Some((unknown, _)) = params.iter().find(|(k, _)| !NEXT_PARAMS.contains(k)) {
-        return Err(ApiError::invalid(format!(
-            "{unknown}: unknown parameter (known: {})",
-            NEXT_PARAMS.join(", ")
-        )));
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_query",
+            format!(
+                "{unknown}: unknown parameter (known: {})",
+                NEXT_PARAMS.join(", ")
+            ),
+        ));
     }
     let param = |key: &str| {
         params
