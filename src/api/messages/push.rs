@@ -230,13 +230,15 @@ pub(super) fn parse_push(
             }
         },
     };
-    let ttl = match (obj.get("ttl"), obj.get("ttl_ms")) {
+    // An optional key given as null is not given, as for `id` and `priority`.
+    let given = |key: &str| obj.get(key).filter(|v| !v.is_null());
+    let ttl = match (given("ttl"), given("ttl_ms")) {
         (Some(_), Some(_)) => return Err(ApiError::invalid("ttl, ttl_ms: give one, not both")),
         (Some(v), None) => Some(human_duration("ttl", v)?),
         (None, Some(v)) => Some(Duration::from_millis(non_negative_ms("ttl_ms", v)?)),
         (None, None) => None,
     };
-    let mode = match obj.get("replace") {
+    let mode = match given("replace") {
         None | Some(Value::Bool(false)) => ScheduleMode::New,
         Some(Value::Bool(true)) => ScheduleMode::Replace,
         Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
@@ -404,6 +406,30 @@ mod tests {
         }
     }
 
+    /// An optional key sent as null is the key left out.
+    #[test]
+    fn null_optional_keys_are_not_given() {
+        let plain = push(json!({})).unwrap();
+        for extra in [
+            json!({ "id": null }),
+            json!({ "priority": null }),
+            json!({ "ttl": null }),
+            json!({ "ttl_ms": null }),
+            json!({ "ttl": null, "ttl_ms": null }),
+        ] {
+            let msg = push(extra.clone()).unwrap();
+            assert_eq!(
+                (msg.priority, msg.ttl),
+                (plain.priority, plain.ttl),
+                "{extra}"
+            );
+        }
+        let body = json!({ "stream": "orders", "payload": "x", "delay": "1s", "replace": null });
+        assert_eq!(parse(&body).unwrap().1, ScheduleMode::New);
+        let both = push(json!({ "ttl": "1h", "ttl_ms": 5 })).unwrap_err();
+        assert_eq!(both.detail, "ttl, ttl_ms: give one, not both");
+    }
+
     #[test]
     fn every_form_of_each_field_is_documented() {
         for extra in [
@@ -416,6 +442,8 @@ mod tests {
             json!({ "deliver_at": "2026-11-22T10:00:00Z" }),
             json!({ "id": "order-42", "priority": 9, "ttl": "1h", "replace": true }),
             json!({ "id": null, "priority": null, "ttl_ms": 1000, "replace": false }),
+            json!({ "ttl": null, "ttl_ms": 1000, "replace": null }),
+            json!({ "ttl": "1h", "ttl_ms": null }),
         ] {
             push(extra.clone()).unwrap_or_else(|e| panic!("{extra}: {}", e.detail));
         }
