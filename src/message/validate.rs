@@ -146,7 +146,7 @@ impl Limits {
     pub fn check_delay(&self, due: Due) -> Result<(), InvalidMessage> {
         match due {
             Due::In(delay) if delay > self.max_delay => Err(InvalidMessage::Delay(format!(
-                "delay {}: longer than max_delay {}",
+                "delay {}: longer than api.max_delay {}",
                 crate::human::duration(delay),
                 crate::human::duration(self.max_delay)
             ))),

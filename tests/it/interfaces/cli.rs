@@ -93,7 +93,7 @@ async fn every_client_command_with_its_output_and_exit_code() {
         (line!(), &["push", "billing", "x", "--delay", "1s"], T, 5, "403 stream_not_allowed"),
         // Not possible here (no etcd: nobody to hand over to), which is not "already delivered".
         (line!(), &["resign"], T, 8, "409 standalone"),
-        (line!(), &["push", "orders", "x", "--delay", "1d1h"], T, 1, "delay 1d1h: longer than max_delay 1h"),
+        (line!(), &["push", "orders", "x", "--delay", "1d1h"], T, 1, "delay 1d1h: longer than api.max_delay 1h"),
         (line!(), &["stats"], None, 5, "401 missing_token"),
         (line!(), &["stats"], Some("wrong"), 5, "401 invalid_token"),
     ];

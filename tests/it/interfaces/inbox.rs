@@ -149,7 +149,7 @@ async fn malformed_inbox_entries_are_rejected_with_reason_and_original_fields() 
         (&[("delayq-stream", "orders"), ("a", "1")], "delayq-delay or delayq-at: required"),
         (&[("delayq-stream", "payroll"), ("delayq-delay", "1s"), ("a", "1")], "delayq-stream: stream \"payroll\": not allowed (allowed: orders*)"),
         (&[("delayq-stream", "orders"), ("delayq-delay", "-5"), ("a", "1")], "delayq-delay \"-5\": must not be negative"),
-        (&[("delayq-stream", "orders"), ("delayq-delay", "2h"), ("a", "1")], "longer than max_delay 1h"),
+        (&[("delayq-stream", "orders"), ("delayq-delay", "2h"), ("a", "1")], "longer than api.max_delay 1h"),
         (&[("delayq-stream", "orders"), ("delayq-at", &far), ("a", "1")], "delayq-at: due time"),
         (&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-id", "a b"), ("a", "1")], "delayq-id: id \"a b\""),
         (&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-priority", "high"), ("a", "1")], "delayq-priority \"high\""),

@@ -95,7 +95,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         // delays: negative, too long, ambiguous
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"-5s"}"#), (422, "invalid_field", "delay \"-5s\": must not be negative")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay_ms":-5}"#), (422, "invalid_field", "delay_ms -5: must not be negative")),
-        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"2h"}"#), (422, "invalid_field", "longer than max_delay 1h")),
+        case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"2h"}"#), (422, "invalid_field", "longer than api.max_delay 1h")),
         case(line!(), "POST", "/v1/messages", T, Some(&far_at), (422, "invalid_field", "more than api.max_delay (1h) after now")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","delay_ms":5}"#), (422, "invalid_field", "delay, delay_ms: give only one")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x"}"#), (422, "invalid_field", "delay: required")),
@@ -122,7 +122,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         // reschedule
         case(line!(), "POST", "/v1/messages/never-pushed/reschedule", T, Some(r#"{"delay":"1m"}"#), (404, "not_found", "message never-pushed: unknown")),
         case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"delay":"-1m"}"#), (422, "invalid_field", "must not be negative")),
-        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"delay":"3h"}"#), (422, "invalid_field", "longer than max_delay 1h")),
+        case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"delay":"3h"}"#), (422, "invalid_field", "longer than api.max_delay 1h")),
         case(line!(), "POST", "/v1/messages/x/reschedule", T, Some(r#"{"when":"1m"}"#), (422, "invalid_field", "when: unknown field (known: delay, delay_ms, deliver_at)")),
         case(line!(), "POST", "/v1/messages/x/reschedule", T, Some("{}"), (422, "invalid_field", "delay: required")),
         case(line!(), "POST", "/v1/messages/a%20b/reschedule", T, Some(r#"{"delay":"1m"}"#), (400, "invalid_id", "id \"a b\"")),
