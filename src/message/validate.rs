@@ -22,7 +22,7 @@ impl NewMessage {
         }
         if self.fields.len() > limits.max_fields {
             return Err(InvalidMessage::Fields(format!(
-                "fields: {} pairs is more than the {} allowed",
+                "fields: {} pairs is more than the {} allowed (api.max_fields)",
                 self.fields.len(),
                 limits.max_fields
             )));
@@ -51,7 +51,7 @@ impl NewMessage {
         let size = self.size();
         if size > limits.max_message_bytes {
             return Err(InvalidMessage::TooLarge(format!(
-                "message is {size} bytes, more than max_message_bytes {}",
+                "message is {size} bytes, more than api.max_message_bytes {}",
                 limits.max_message_bytes
             )));
         }

@@ -105,7 +105,7 @@ async fn bad_inputs_get_the_right_status_and_name_the_problem() {
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"orders","payload":"x","delay":"1s","ttl":"600000000y"}"#), (422, "invalid_field", "the most a ttl can be")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"billing","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "stream \"billing\": not allowed (allowed: orders*, jobs)")),
         case(line!(), "POST", "/v1/messages", T, Some(r#"{"stream":"delayq:inbox","payload":"x","delay":"1s"}"#), (403, "stream_not_allowed", "delayq's own keys")),
-        case(line!(), "POST", "/v1/messages", T, Some(&big_payload), (413, "too_large", "more than max_message_bytes 1000")),
+        case(line!(), "POST", "/v1/messages", T, Some(&big_payload), (413, "too_large", "more than api.max_message_bytes 1000")),
         case(line!(), "POST", "/v1/messages", T, Some(&huge_body), (413, "too_large", "request body is larger than")),
         case(line!(), "GET", "/v1/messages/a%20b", T, None, (400, "invalid_id", "id \"a b\"")),
         case(line!(), "GET", "/v1/messages/%FF", T, None, (400, "bad_request", "UTF-8")),
