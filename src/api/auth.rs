@@ -150,7 +150,7 @@ pub(super) async fn require_token(
                 needed.granted_by()
             ),
         ),
-        Some(presented) => match scope_of(presented.as_bytes(), api) {
+        Some(presented) => match scope_of(presented, api) {
             None => ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_token",
@@ -213,18 +213,23 @@ pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Op
     if !authenticates(api) {
         return Some(Admin);
     }
-    bearer_of(headers).and_then(|t| scope_of(t.as_bytes(), api))
+    bearer_of(headers).and_then(|t| scope_of(t, api))
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if there is one.
-fn bearer(request: &Request) -> Option<&str> {
+fn bearer(request: &Request) -> Option<&[u8]> {
     bearer_of(request.headers())
 }
 
-fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim())
+/// The token's bytes as sent: one that is not UTF-8 is a token presented (and
+/// unknown), not a missing one.
+fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(AUTHORIZATION)?.as_bytes().trim_ascii();
+    let space = value.iter().position(|b| *b == b' ')?;
+    let (scheme, token) = (&value[..space], &value[space + 1..]);
+    scheme
+        .eq_ignore_ascii_case(b"bearer")
+        .then(|| token.trim_ascii())
 }
 
 /// Whether `presented` equals one of `tokens`. Every token is compared in full, in
@@ -285,6 +290,31 @@ mod tests {
         assert!(authenticates(&c.api));
         let open = crate::config::Config::from_toml("", std::iter::empty()).unwrap();
         assert!(!authenticates(&open.api));
+    }
+
+    /// What an `Authorization` header presents: a token that is not UTF-8 is
+    /// presented (and then unknown), not missing.
+    #[test]
+    fn the_bearer_token_is_read_as_bytes() {
+        #[rustfmt::skip]
+        let cases: &[(&[u8], Option<&[u8]>)] = &[
+            (b"Bearer abc", Some(b"abc")),
+            (b"bearer  abc ", Some(b"abc")),
+            (b" BEARER abc", Some(b"abc")),
+            (b"Bearer \xff\xfe", Some(b"\xff\xfe")),
+            (b"Bearer a\x80b", Some(b"a\x80b")),
+            (b"Bearer ", None),
+            (b"Basic abc", None),
+            (b"Bearer", None),
+            (b"Bearerabc", None),
+            (b"", None),
+        ];
+        for (header, expected) in cases {
+            let mut headers = axum::http::HeaderMap::new();
+            headers.insert(AUTHORIZATION, HeaderValue::from_bytes(header).unwrap());
+            assert_eq!(bearer_of(&headers), *expected, "{header:?}");
+        }
+        assert_eq!(bearer_of(&axum::http::HeaderMap::new()), None);
     }
 
     #[test]
