@@ -83,11 +83,7 @@ pub(super) fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
     match v {
         Value::Number(_) => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
         Value::String(s) => {
-            let ts: jiff::Timestamp = s.parse().map_err(|e| {
-                ApiError::invalid(format!(
-                    "deliver_at {s:?}: not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"
-                ))
-            })?;
+            let ts = rfc3339(s)?;
             let ms = ts.as_millisecond();
             if ms < 0 {
                 return Err(ApiError::invalid(format!("deliver_at {s:?}: before 1970")));
@@ -100,6 +96,30 @@ pub(super) fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
     }
 }
 
+/// The latest offset from UTC RFC 3339 allows (its hours go to 23).
+const MAX_OFFSET_SECONDS: i32 = 24 * 3600 - 60;
+
+/// An RFC 3339 `deliver_at`: a time with its offset from UTC, which must be one
+/// RFC 3339 allows. A time past the end of 9999 is too far, not malformed.
+fn rfc3339(s: &str) -> Result<jiff::Timestamp, ApiError> {
+    let refused = |why: String| ApiError::invalid(format!("deliver_at {s:?}: {why}"));
+    let pieces = jiff::fmt::temporal::Pieces::parse(s);
+    match s.parse::<jiff::Timestamp>() {
+        Ok(ts) => match pieces.ok().and_then(|p| p.to_numeric_offset()) {
+            Some(offset) if offset.seconds().abs() > MAX_OFFSET_SECONDS => Err(refused(format!(
+                "the offset {offset} is not one RFC 3339 allows (-23:59 to +23:59)"
+            ))),
+            _ => Ok(ts),
+        },
+        Err(_) if pieces.is_ok_and(|p| p.date().year() >= 9999) => Err(refused(
+            "later than any time delayq takes (and than api.max_delay allows)".to_owned(),
+        )),
+        Err(e) => Err(refused(format!(
+            "not an RFC 3339 time such as 2026-11-22T10:00:00Z ({e})"
+        ))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use proptest::prelude::*;
@@ -107,6 +127,35 @@ mod tests {
 
     use super::*;
     use crate::message::props::{expect, text};
+
+    /// RFC 3339 texts at the edges of what is taken, and what each is refused for.
+    #[test]
+    fn deliver_at_text_is_an_rfc3339_time_with_an_offset_it_allows() {
+        #[rustfmt::skip]
+        let cases: &[(&str, Result<u64, &str>)] = &[
+            ("2026-11-22T10:00:00Z", Ok(1_795_341_600_000)),
+            ("2026-11-22T10:00:00.5+01:00", Ok(1_795_338_000_500)),
+            ("2026-11-22T10:00:00+23:59", Ok(1_795_255_260_000)),
+            ("2026-11-22T10:00:00-23:59", Ok(1_795_427_940_000)),
+            ("2026-11-22T10:00:00+01:00[Europe/Paris]", Ok(1_795_338_000_000)),
+            ("2026-11-22T10:00:00+24:00", Err("the offset +24 is not one RFC 3339 allows")),
+            ("2026-11-22T10:00:00-25:30", Err("is not one RFC 3339 allows")),
+            ("9999-12-31T23:59:59Z", Err("later than any time delayq takes")),
+            ("9999-12-30T22:00:00Z", Ok(253_402_207_200_000)),
+            ("9999-12-30T22:00:01Z", Err("later than any time delayq takes")),
+            ("2026-11-22T10:00:00", Err("not an RFC 3339 time")),
+            ("2026-11-22", Err("not an RFC 3339 time")),
+            ("2026-13-01T00:00:00Z", Err("not an RFC 3339 time")),
+            ("1969-12-31T23:59:59Z", Err("before 1970")),
+        ];
+        for (text, want) in cases {
+            match (parse_deliver_at(&json!(text)), want) {
+                (Ok(Due::At(ms)), Ok(want)) => assert_eq!(ms, *want, "{text}"),
+                (Err(e), Err(want)) => assert!(e.detail.contains(want), "{text}: {}", e.detail),
+                (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
+            }
+        }
+    }
 
     proptest! {
         #[test]
