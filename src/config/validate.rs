@@ -36,6 +36,10 @@ const MAX_REPLICAS: i64 = 64;
 
 /// Highest `forwarder.max_rate`, messages a second: ten times what one Redis moves.
 const MAX_RATE: u64 = 10_000_000;
+/// The longest `records.retention`: ten years, as for the journal.
+const MAX_RETENTION: Duration = Duration::from_secs(3650 * 86_400);
+/// The longest `etcd.lease_ttl`.
+const MAX_LEASE_TTL: Duration = Duration::from_secs(3600);
 
 fn positive(key: &str, value: i64, max: i64) -> Result<i64, ConfigError> {
     if value < 1 || value > max {
@@ -602,6 +606,17 @@ impl Raw {
                     return Err(invalid("etcd.user", "must be set with etcd.password_file"));
                 }
             };
+            if lease_ttl > MAX_LEASE_TTL {
+                return Err(invalid(
+                    "etcd.lease_ttl",
+                    format!(
+                        "{}: must be at most {} (a leader paused for its lease holds up \
+                         every delivery that long)",
+                        crate::human::duration(lease_ttl),
+                        crate::human::duration(MAX_LEASE_TTL)
+                    ),
+                ));
+            }
             if lease_ttl < Duration::from_secs(2) {
                 return Err(invalid(
                     "etcd.lease_ttl",
@@ -805,6 +820,16 @@ impl Raw {
         } = records;
         if trim_interval < Duration::from_millis(100) {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
+        }
+        if retention > MAX_RETENTION {
+            return Err(invalid(
+                "records.retention",
+                format!(
+                    "must be 0s (no records) to {} (got {})",
+                    crate::human::duration(MAX_RETENTION),
+                    crate::human::duration(retention)
+                ),
+            ));
         }
         let records_layout = layout(
             "records.layout",

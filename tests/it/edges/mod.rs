@@ -147,6 +147,9 @@ edges! {
     // An instance takes over its own entries while it still works on them.
     inbox_reclaim_after_min: [("inbox.reclaim_after", "\"100ms\""), ("inbox.batch_size", "5000")], Workload { http: 0, inbox: 6000, ..W };
     records_retention_min: [], Workload { forgotten: true, ..W };
+    // Ten years of records, in either layout: pushes, lookups and trimming work.
+    records_retention_max: [("records.retention", "\"3650days\"")], W;
+    records_retention_max_hash: [("records.retention", "\"3650days\""), ("records.layout", "\"hash\"")], W;
     sweep_batch_min_and_ack_timeout_min: [("delivery.sweep_batch", "1"), ("delivery.ack_timeout", "\"10ms\"")], Workload { http: 40, inbox: 20, redeliver: true, ..W };
     sweep_batch_max: [("delivery.sweep_batch", "10000"), ("delivery.backoff_jitter", "1.0")], Workload { http: 3000, chunk: 1000, inbox: 0, redeliver: true, ..W };
     max_attempts_min: [("delivery.max_attempts", "1"), ("delivery.backoff_jitter", "0.0")], Workload { redeliver: true, ..W };
