@@ -148,6 +148,7 @@ impl Reloader {
     /// nothing and returns the error, naming the key.
     pub fn reload(&mut self) -> Result<Outcome, ConfigError> {
         let (file, table) = Config::load_effective(&self.path)?;
+        file.check_reload(&self.live.borrow())?;
         let changes = diff(&self.running, &flatten(&table));
         let (applied, needs_restart): (Vec<Change>, Vec<Change>) =
             changes.into_iter().partition(|c| is_reloadable(&c.key));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use super::{LONG_CALL, positive, positive_because};
 use crate::config::raw::{RawDelivery, RawStreamDelivery};
 use crate::config::{
-    ConfigError, DeliveryConfig, ForwarderConfig, RetryBackoff, StreamDelivery, invalid,
+    Config, ConfigError, DeliveryConfig, ForwarderConfig, RetryBackoff, StreamDelivery, invalid,
 };
 use crate::message::is_plain;
 
@@ -163,6 +163,73 @@ impl RawDelivery {
     }
 }
 
+impl Config {
+    /// Refuses a reloaded file (`self`) whose `[delivery]` breaks a rule against
+    /// the running values of the keys it depends on that change only at a restart
+    /// (`records.retention`, the forwarder's fields and dead-letter suffix, the
+    /// Redis mode): the file was checked against its own values of those, which
+    /// are not the ones that keep running.
+    pub fn check_reload(&self, running: &Config) -> Result<(), ConfigError> {
+        let watched = &self.delivery.streams;
+        let Some(first) = watched.first() else {
+            return Ok(());
+        };
+        let restart = "changes only at a restart";
+        let retention = running.records.retention;
+        if let Some(s) = watched.iter().find(|s| s.ack_timeout >= retention) {
+            return Err(invalid(
+                &format!("delivery.streams.{}.ack_timeout", s.stream),
+                format!(
+                    "must be shorter than records.retention for watched stream {:?}: the running \
+                     records.retention is {} ({restart})",
+                    s.stream,
+                    crate::human::duration(retention)
+                ),
+            ));
+        }
+        for (key, field) in [
+            ("forwarder.id_field", &running.forwarder.id_field),
+            ("forwarder.attempt_field", &running.forwarder.attempt_field),
+        ] {
+            if field.is_none() {
+                return Err(invalid(
+                    key,
+                    format!(
+                        "must be set while [delivery.streams] watches streams (such as {:?}); it \
+                         {restart}, and the running configuration has none",
+                        first.stream
+                    ),
+                ));
+            }
+        }
+        if self.is_cluster() != running.is_cluster() {
+            return Err(invalid(
+                "redis.mode",
+                format!("{restart}, and [delivery.streams] is checked against it: restart first"),
+            ));
+        }
+        // A watched stream without a dead-letter stream of its own got one named
+        // by the file's suffix; it must be the one the running suffix names.
+        let default = |suffix: &str, stream: &str| {
+            crate::config::default_dead_letter_stream(stream, suffix, self.is_cluster())
+        };
+        if let Some(s) = watched.iter().find(|s| {
+            s.dead_letter_stream == default(&self.forwarder.dead_letter_suffix, &s.stream)
+                && s.dead_letter_stream != default(&running.forwarder.dead_letter_suffix, &s.stream)
+        }) {
+            return Err(invalid(
+                "forwarder.dead_letter_suffix",
+                format!(
+                    "{restart}, and names the dead-letter stream of watched stream {:?}: restart \
+                     to change it, or give that stream a dead_letter_stream",
+                    s.stream
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
 fn consumer_groups(key: &str, groups: Vec<String>) -> Result<Vec<String>, ConfigError> {
     for group in &groups {
         if group.is_empty() || !is_plain(group) {
@@ -250,5 +317,47 @@ mod tests {
         assert_eq!(billing.backoff.max, Duration::from_secs(300));
         assert_eq!(c.dead_letter_stream("billing"), "billing-failed");
         assert_eq!(c.dead_letter_stream("unwatched"), "unwatched:dead");
+    }
+}
+
+#[cfg(test)]
+mod reload_tests {
+    use crate::config::Config;
+    use crate::config::tests::env;
+
+    const WATCHED: &str = "[delivery.streams.orders]\ngroups = [\"g\"]\nack_timeout = \"3s\"\n";
+
+    /// A running file, a reloaded one, and the key a refusal names (None: taken).
+    #[rustfmt::skip]
+    const CASES: &[(&str, &str, Option<&str>)] = &[
+        ("", WATCHED, None),
+        ("[records]\nretention = \"10s\"\n", "[records]\nretention = \"10s\"\n[delivery.streams.orders]\ngroups = [\"g\"]\nack_timeout = \"9s\"\n", None),
+        // The file's longer retention does not run until a restart.
+        ("[records]\nretention = \"10s\"\n", "[records]\nretention = \"1h\"\n[delivery.streams.orders]\ngroups = [\"g\"]\nack_timeout = \"30s\"\n", Some("delivery.streams.orders.ack_timeout")),
+        ("[records]\nretention = \"10s\"\n", "[records]\nretention = \"1h\"\n[delivery]\nack_timeout = \"10s\"\n[delivery.streams.orders]\ngroups = [\"g\"]\n", Some("delivery.streams.orders.ack_timeout")),
+        ("[forwarder]\nid_field = \"\"\n", WATCHED, Some("forwarder.id_field")),
+        ("[forwarder]\nattempt_field = \"\"\n", WATCHED, Some("forwarder.attempt_field")),
+        // Without watched streams nothing depends on them.
+        ("[forwarder]\nid_field = \"\"\n", "[forwarder]\nid_field = \"\"\n[streams]\ndefault_maxlen = 5\n", None),
+        ("[forwarder]\ndead_letter_suffix = \":dlq\"\n", WATCHED, Some("forwarder.dead_letter_suffix")),
+        ("[forwarder]\ndead_letter_suffix = \":dlq\"\n", "[forwarder]\ndead_letter_suffix = \":dlq\"\n[delivery.streams.orders]\ngroups = [\"g\"]\n", None),
+        // A dead-letter stream of its own does not depend on the suffix.
+        ("[forwarder]\ndead_letter_suffix = \":dlq\"\n", "[delivery.streams.orders]\ngroups = [\"g\"]\ndead_letter_stream = \"failed\"\n", None),
+    ];
+
+    #[test]
+    fn a_reload_is_checked_against_the_running_restart_only_values() {
+        for (running, file, refused) in CASES {
+            let running = Config::from_toml(running, env(&[])).unwrap();
+            let file = Config::from_toml(file, env(&[])).unwrap();
+            let got = file.check_reload(&running);
+            match (&got, refused) {
+                (Ok(()), None) => {}
+                (Err(crate::config::ConfigError::Invalid { key, .. }), Some(want)) => {
+                    assert_eq!(key, want, "{file:?}")
+                }
+                _ => panic!("{running:?} then {file:?}: {got:?}, wanted {refused:?}"),
+            }
+        }
     }
 }

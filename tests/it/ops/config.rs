@@ -325,3 +325,47 @@ async fn a_node_started_without_a_file_answers_a_reload_409() {
     );
     child.kill().await.unwrap();
 }
+
+/// A reload whose `[delivery]` breaks a rule against the running value of a key
+/// that changes only at a restart is refused, naming the key, and changes nothing:
+/// here an ack timeout as long as the running records' retention (which could
+/// redeliver a message twice once its record is gone).
+#[tokio::test]
+async fn a_reload_is_checked_against_the_values_that_keep_running() {
+    let redis = RedisServer::start().unwrap();
+    let watched = "[delivery.streams.orders]\ngroups = [\"g\"]\nack_timeout = \"3s\"\n";
+    let node = DelayqProcess::start(
+        &delayq_bin(),
+        "rechecked",
+        &format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[records]\nretention = \"10s\"\n{watched}",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let api = Api::new(node.api);
+    eventually(Duration::from_secs(10), "the node answers", || async {
+        (api.status("/healthz").await == Some(200)).then_some(())
+    })
+    .await;
+    let file = std::fs::read_to_string(node.config_path()).unwrap();
+    let longer = file
+        .replace("retention = \"10s\"", "retention = \"1h\"")
+        .replace("ack_timeout = \"3s\"", "ack_timeout = \"30s\"");
+    std::fs::write(node.config_path(), longer).unwrap();
+    let (status, answer) = api.post("/v1/admin/reload", serde_json::json!({})).await;
+    assert_eq!(status, 422, "{answer}");
+    let detail = answer["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("delivery.streams.orders.ack_timeout")
+            && detail.contains("the running records.retention is 10s"),
+        "{detail}"
+    );
+    // The same file passes once the ack timeout fits the running retention.
+    std::fs::write(node.config_path(), file.replace("\"3s\"", "\"9s\"")).unwrap();
+    let (status, answer) = api.post("/v1/admin/reload", serde_json::json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let metrics = api.metrics().await.unwrap();
+    assert!(metrics.contains("delayq_config_reloads_total{result=\"refused\"} 1"));
+    assert!(metrics.contains("delayq_config_reloads_total{result=\"applied\"} 1"));
+}
