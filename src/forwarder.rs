@@ -189,7 +189,7 @@ fn discover_waker(wakers: &[Notify]) -> &Notify {
 
 /// `forwarder.max_rate` and `streams.max_rate`, each limit this term's share (see
 /// `ElectionConfig::rate_share`).
-fn term_rates(config: &Config) -> (u64, Vec<(String, u64)>) {
+fn term_rates(config: &Config) -> (f64, Vec<(String, f64)>) {
     let share = |rate| config.election.rate_share(rate);
     let streams = config
         .streams
@@ -575,6 +575,9 @@ async fn report_pending(
     let overdue = metrics::gauge!(m::OLDEST_OVERDUE);
     let overdue_count = metrics::gauge!(m::OVERDUE);
     let drain = metrics::gauge!(m::THROTTLE_DRAIN);
+    // Streams with a `delayq_held_messages` series, to set back to 0 when they
+    // hold nothing any more (a limit lifted, a backlog drained, the term over).
+    let mut held_shown = BTreeSet::new();
     loop {
         // The time a count took that succeeded: a round of failures (Redis away,
         // each call waiting out its timeout) must not put the next round off.
@@ -600,12 +603,13 @@ async fn report_pending(
                 overdue.set(late_ms as f64 / 1000.0);
                 overdue_count.set(report.due as f64);
                 let rate = limiter.rate();
-                let global = if rate == 0 {
+                let global = if rate == 0.0 {
                     0.0
                 } else {
-                    report.due as f64 / rate as f64
+                    report.due as f64 / rate
                 };
-                drain.set(global.max(report_held(&report.held, &stream_limits)));
+                let held = report_held(&report.held, &stream_limits, &mut held_shown);
+                drain.set(global.max(held));
             }
             Err(e) => tracing::debug!(error = %e, "cannot count pending messages"),
         }
@@ -614,6 +618,7 @@ async fn report_pending(
                 overdue.set(0.0);
                 overdue_count.set(0.0);
                 drain.set(0.0);
+                report_held(&HeldBack::default(), &StreamLimits::default(), &mut held_shown);
                 return;
             }
             _ = tokio::time::sleep(REPORT_EVERY.max(counting * REPORT_SHARE)) => {}
@@ -623,20 +628,28 @@ async fn report_pending(
 
 /// Publishes what each rate-limited stream holds back (`delayq_held_messages`) and
 /// returns the longest time a stream's limit takes to drain its held messages.
-fn report_held(held: &HeldBack, limits: &StreamLimits) -> f64 {
+/// `shown` names the streams with a series; one that holds nothing now and has no
+/// limit any more is set to 0 and forgotten.
+fn report_held(held: &HeldBack, limits: &StreamLimits, shown: &mut BTreeSet<String>) -> f64 {
     let rates = limits.rates();
     let mut longest: f64 = 0.0;
+    let mut now_shown = BTreeSet::new();
     for (stream, rate) in &rates {
         let n = held.per_stream.get(stream).copied().unwrap_or(0);
         metrics::gauge!(m::HELD, "stream" => stream.clone()).set(n as f64);
-        longest = longest.max(n as f64 / *rate as f64);
+        longest = longest.max(n as f64 / *rate);
+        now_shown.insert(stream.clone());
     }
     // A stream whose limit was lifted drains at once: it holds nothing for long.
     for (stream, n) in &held.per_stream {
-        if !rates.iter().any(|(s, _)| s == stream) {
+        if now_shown.insert(stream.clone()) {
             metrics::gauge!(m::HELD, "stream" => stream.clone()).set(*n as f64);
         }
     }
+    for gone in shown.difference(&now_shown) {
+        metrics::gauge!(m::HELD, "stream" => gone.clone()).set(0.0);
+    }
+    *shown = now_shown;
     longest
 }
 

@@ -31,25 +31,26 @@ const MAX_WAIT: Duration = Duration::from_millis(100);
 
 #[derive(Debug)]
 struct Bucket {
-    rate: u64,
+    /// Permits a second; fractional for a group leader's share (0: no limit).
+    rate: f64,
     tokens: f64,
     at: Instant,
 }
 
 impl Bucket {
     fn capacity(&self) -> f64 {
-        (self.rate as f64 * BURST.as_secs_f64()).max(1.0)
+        (self.rate * BURST.as_secs_f64()).max(1.0)
     }
 
     fn refill(&mut self, now: Instant) {
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * self.rate as f64).min(self.capacity());
+        self.tokens = (self.tokens + elapsed * self.rate).min(self.capacity());
         self.at = now;
     }
 }
 
 impl Limiter {
-    pub fn new(rate: u64, now: Instant) -> Limiter {
+    pub fn new(rate: f64, now: Instant) -> Limiter {
         let mut bucket = Bucket {
             rate,
             tokens: 0.0,
@@ -63,7 +64,7 @@ impl Limiter {
     }
 
     /// Changes the rate (a reload); the permits held stay, within the new capacity.
-    pub fn set_rate(&self, rate: u64, now: Instant) {
+    pub fn set_rate(&self, rate: f64, now: Instant) {
         let mut b = self.bucket.lock().expect("limiter lock");
         if b.rate != rate {
             b.refill(now);
@@ -72,7 +73,7 @@ impl Limiter {
         }
     }
 
-    pub fn rate(&self) -> u64 {
+    pub fn rate(&self) -> f64 {
         self.bucket.lock().expect("limiter lock").rate
     }
 
@@ -80,13 +81,13 @@ impl Limiter {
     /// long until one is there.
     pub fn take(&self, want: usize, now: Instant) -> Result<usize, Duration> {
         let mut b = self.bucket.lock().expect("limiter lock");
-        if b.rate == 0 {
+        if b.rate == 0.0 {
             return Ok(want);
         }
         b.refill(now);
         if b.tokens < 1.0 {
             let missing = 1.0 - b.tokens;
-            return Err(Duration::from_secs_f64(missing / b.rate as f64));
+            return Err(Duration::from_secs_f64(missing / b.rate));
         }
         let taken = (b.tokens.floor() as usize).min(want).max(1);
         b.tokens -= taken as f64;
@@ -107,7 +108,7 @@ impl Limiter {
     /// Returns permits a call took but did not use.
     pub fn give_back(&self, unused: usize) {
         let mut b = self.bucket.lock().expect("limiter lock");
-        if b.rate != 0 {
+        if b.rate != 0.0 {
             b.tokens = (b.tokens + unused as f64).min(b.capacity());
         }
     }
@@ -117,14 +118,14 @@ impl Limiter {
     /// How long until the bucket holds a permit (zero if it does, or without a limit).
     pub fn until_permit(&self, now: Instant) -> Duration {
         let mut b = self.bucket.lock().expect("limiter lock");
-        if b.rate == 0 {
+        if b.rate == 0.0 {
             return Duration::ZERO;
         }
         b.refill(now);
         if b.tokens >= 1.0 {
             return Duration::ZERO;
         }
-        Duration::from_secs_f64((1.0 - b.tokens) / b.rate as f64)
+        Duration::from_secs_f64((1.0 - b.tokens) / b.rate)
     }
 }
 
@@ -135,7 +136,7 @@ pub struct StreamLimits {
 }
 
 impl StreamLimits {
-    pub fn new(rates: &[(String, u64)], now: Instant) -> StreamLimits {
+    pub fn new(rates: &[(String, f64)], now: Instant) -> StreamLimits {
         let limits = StreamLimits::default();
         limits.set_rates(rates, now);
         limits
@@ -144,7 +145,7 @@ impl StreamLimits {
     /// Applies a (reloaded) configuration: new streams get a full bucket, changed
     /// ones keep their permits within the new capacity, streams no longer listed
     /// lose their limit.
-    pub fn set_rates(&self, rates: &[(String, u64)], now: Instant) {
+    pub fn set_rates(&self, rates: &[(String, f64)], now: Instant) {
         let mut streams = self.streams.write().expect("stream limits lock");
         streams.retain(|stream, _| rates.iter().any(|(s, _)| s == stream));
         for (stream, rate) in rates {
@@ -162,7 +163,7 @@ impl StreamLimits {
     }
 
     /// The limited streams and their rates.
-    pub fn rates(&self) -> Vec<(String, u64)> {
+    pub fn rates(&self) -> Vec<(String, f64)> {
         let streams = self.streams.read().expect("stream limits lock");
         streams.iter().map(|(s, l)| (s.clone(), l.rate())).collect()
     }
@@ -218,7 +219,7 @@ mod tests {
     #[test]
     fn no_limit_gives_what_is_asked() {
         let t = Instant::now();
-        let l = Limiter::new(0, t);
+        let l = Limiter::new(0.0, t);
         assert_eq!(l.take(10_000, t), Ok(10_000));
         assert_eq!(l.take(10_000, t), Ok(10_000));
     }
@@ -226,7 +227,7 @@ mod tests {
     #[test]
     fn a_full_bucket_holds_fifty_milliseconds_of_the_rate() {
         let t = Instant::now();
-        let l = Limiter::new(1000, t);
+        let l = Limiter::new(1000.0, t);
         assert_eq!(l.take(200, t), Ok(50));
         // Empty: one permit comes a millisecond later.
         assert_eq!(l.take(200, t), Err(ms(1)));
@@ -238,7 +239,7 @@ mod tests {
     #[test]
     fn the_smallest_rate_gives_one_a_second() {
         let t = Instant::now();
-        let l = Limiter::new(1, t);
+        let l = Limiter::new(1.0, t);
         assert_eq!(l.take(200, t), Ok(1));
         assert_eq!(l.take(200, t), Err(ms(1000)));
         assert_eq!(l.take(200, t + ms(500)), Err(ms(500)));
@@ -248,22 +249,22 @@ mod tests {
     #[test]
     fn unused_permits_come_back_and_a_reload_changes_the_rate() {
         let t = Instant::now();
-        let l = Limiter::new(1000, t);
+        let l = Limiter::new(1000.0, t);
         assert_eq!(l.take(200, t), Ok(50));
         l.give_back(30);
         assert_eq!(l.take(200, t), Ok(30));
-        l.set_rate(100_000, t);
+        l.set_rate(100_000.0, t);
         assert_eq!(l.take(10_000, t + ms(50)), Ok(5_000));
-        l.set_rate(0, t + ms(50));
+        l.set_rate(0.0, t + ms(50));
         assert_eq!(l.take(10_000, t + ms(50)), Ok(10_000));
-        l.set_rate(10, t + ms(50));
+        l.set_rate(10.0, t + ms(50));
         assert_eq!(l.take(10, t + ms(50)), Err(ms(100)));
     }
 
     #[test]
     fn over_a_second_the_rate_is_kept() {
         let t = Instant::now();
-        let l = Limiter::new(10_000, t);
+        let l = Limiter::new(10_000.0, t);
         let mut taken = 0;
         let mut now = t;
         while now < t + ms(1000) {
@@ -279,7 +280,7 @@ mod tests {
     #[test]
     fn stream_limits_give_each_stream_its_own_budget_and_follow_reloads() {
         let t = Instant::now();
-        let limits = StreamLimits::new(&[("a".into(), 1000), ("b".into(), 20)], t);
+        let limits = StreamLimits::new(&[("a".into(), 1000.0), ("b".into(), 20.0)], t);
         let budgets = limits.take_budgets(200, t);
         assert_eq!(budgets, vec![("a".into(), 50), ("b".into(), 1)]);
         // a sent 10, b none: the rest comes back.
@@ -296,8 +297,11 @@ mod tests {
         assert_eq!(limits.until_permit(["b"], t), Some(ms(50)));
         assert_eq!(limits.until_permit(["c"], t), None);
         // A reload drops b's limit, keeps a's permits and adds c.
-        limits.set_rates(&[("a".into(), 1000), ("c".into(), 1)], t);
-        assert_eq!(limits.rates(), vec![("a".into(), 1000), ("c".into(), 1)]);
+        limits.set_rates(&[("a".into(), 1000.0), ("c".into(), 1.0)], t);
+        assert_eq!(
+            limits.rates(),
+            vec![("a".into(), 1000.0), ("c".into(), 1.0)]
+        );
         assert_eq!(
             limits.take_budgets(200, t),
             vec![("a".into(), 0), ("c".into(), 1)]

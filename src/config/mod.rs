@@ -239,9 +239,10 @@ impl ElectionConfig {
     }
 
     /// One group leader's share of a rate limit (0: unlimited), so that the
-    /// groups' leaders together stay within it.
-    pub fn rate_share(&self, rate: u64) -> u64 {
-        rate.div_ceil(u64::from(self.groups))
+    /// groups' leaders together keep to it: a fraction of a message a second when
+    /// the limit is below the number of groups.
+    pub fn rate_share(&self, rate: u64) -> f64 {
+        rate as f64 / f64::from(self.groups)
     }
 }
 

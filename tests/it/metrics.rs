@@ -450,3 +450,38 @@ async fn on_etcd_only_metrics_labelled_by_events_wait_for_them() {
         assert!(value(&text, series).is_some(), "{series}:\n{text}");
     }
 }
+
+/// `delayq_held_messages` follows a stream's held messages down to 0 once a reload
+/// lifts its limit and they are delivered: a stream that neither has a limit nor
+/// holds anything any more is set back to 0, not left at its last count.
+#[tokio::test]
+async fn the_held_gauge_goes_back_to_zero_once_a_lifted_limit_has_drained() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("held", &redis, "[streams.max_rate]\nslow = 1\n");
+    let api = Api::new(node.api);
+    let gauge = "delayq_held_messages{stream=\"slow\"}";
+    let items: Vec<_> = (0..20)
+        .map(|i| json!({ "id": format!("h{i}"), "stream": "slow", "payload": "x", "delay_ms": 10 }))
+        .collect();
+    let (status, answer) = api
+        .post("/v1/messages/batch", json!({ "messages": items }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(30), "held messages counted", || async {
+        value(&api.metrics().await?, gauge).filter(|n| *n >= 5.0)
+    })
+    .await;
+
+    let file = std::fs::read_to_string(node.config_path()).unwrap();
+    std::fs::write(node.config_path(), file.replace("slow = 1\n", "")).unwrap();
+    let (status, answer) = api.post("/v1/admin/reload", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(20), "all delivered", || async {
+        (xlen(&mut redis.client(), "slow") == 20).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(20), "the gauge back at 0", || async {
+        (value(&api.metrics().await?, gauge)? == 0.0).then_some(())
+    })
+    .await;
+}

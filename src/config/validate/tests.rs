@@ -362,7 +362,7 @@ fn per_shard_elections_split_the_shards_into_groups() {
         (single.election.per_shard, single.election.groups),
         (false, 1)
     );
-    assert_eq!(single.election.rate_share(1000), 1000);
+    assert_eq!(single.election.rate_share(1000), 1000.0);
     let c = Config::from_toml(
         &format!("{ETCD}[redis]\nshards = 5\n[election]\nmode = \"per_shard\"\ngroups = 2"),
         env(&[]),
@@ -371,10 +371,11 @@ fn per_shard_elections_split_the_shards_into_groups() {
     assert_eq!(c.election.groups, 2);
     assert_eq!(c.election.shards_of(0, 5), [0, 2, 4]);
     assert_eq!(c.election.shards_of(1, 5), [1, 3]);
-    // Together the groups' shares stay within the limit (0: none), never at 0.
+    // Together the groups' shares make the limit (0: none), a fraction when the
+    // limit is below the number of groups, never 0.
     assert_eq!(
         [0, 1, 999, 1000].map(|r| c.election.rate_share(r)),
-        [0, 1, 500, 500]
+        [0.0, 0.5, 499.5, 500.0]
     );
     // Unset: 4 groups, or one per shard when fewer shards; from the environment too.
     for (shards, want) in [(16, 4), (3, 3), (1, 1)] {

@@ -296,3 +296,73 @@ async fn groups_spread_over_the_nodes_move_on_a_kill_and_rebalance_when_a_node_j
         claims.len()
     );
 }
+
+/// `forwarder.max_rate` below the number of groups: each group leader gets a
+/// fraction of a message a second, so together they keep to the limit (each
+/// group's bucket starting with one permit) instead of one a second each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limit_below_the_group_count_is_kept_by_the_groups_together() {
+    let cluster = Cluster::start(1, 1, &format!("{}[forwarder]\nmax_rate = 2\n", settings())).await;
+    let api = &cluster.apis[0];
+    eventually(Duration::from_secs(20), "every group led", || async {
+        led(api).await.filter(|g| g.len() == GROUPS).map(|_| ())
+    })
+    .await;
+    let items: Vec<_> = (0..40)
+        .map(|i| serde_json::json!({ "id": format!("r{i}"), "stream": "limited", "payload": "x", "delay_ms": 0 }))
+        .collect();
+    let (status, answer) = api
+        .post(
+            "/v1/messages/batch",
+            serde_json::json!({ "messages": items }),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let mut conn = cluster.redis.client();
+    let first = eventually(Duration::from_secs(10), "a first delivery", || {
+        std::future::ready(
+            support::entries(&mut cluster.redis.client(), "limited")
+                .first()
+                .map(|e| e.id.clone()),
+        )
+    })
+    .await;
+    let first_ms: u64 = first.split('-').next().unwrap().parse().unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let entries = support::entries(&mut conn, "limited");
+    let in_window = entries
+        .iter()
+        .filter(|e| e.id.split('-').next().unwrap().parse::<u64>().unwrap() < first_ms + 5_000)
+        .count();
+    // 2 a second for 5 s, the groups' first permits, and one step of slack; one a
+    // second per group would have sent 30.
+    assert!(
+        in_window <= 2 * 5 + GROUPS + 2,
+        "{in_window} in 5 s: {entries:?}"
+    );
+    assert!(in_window >= 5, "{in_window} in 5 s");
+
+    // Lifted: the rest goes at once, each message once.
+    let file = std::fs::read_to_string(cluster.nodes[0].config_path()).unwrap();
+    std::fs::write(
+        cluster.nodes[0].config_path(),
+        file.replace("max_rate = 2", "max_rate = 0"),
+    )
+    .unwrap();
+    let (status, answer) = api.post("/v1/admin/reload", serde_json::json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(10), "all 40 delivered", || {
+        std::future::ready(
+            (support::entries(&mut cluster.redis.client(), "limited").len() >= 40).then_some(()),
+        )
+    })
+    .await;
+    let mut ids: Vec<String> = support::entries(&mut conn, "limited")
+        .iter()
+        .filter_map(|e| e.get("delayq-id").map(str::to_owned))
+        .collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 40);
+    assert_eq!(support::entries(&mut conn, "limited").len(), 40);
+}
