@@ -1,6 +1,8 @@
 //! How the daemon takes a push: into the journal first (`[journal]` on), then into
 //! Redis. A push is confirmed only once both have it; the journal's group commit
-//! lets concurrent pushes share one transaction.
+//! lets concurrent pushes share one transaction. With the journal on, Redis's time
+//! is read first: it stamps the journal's rows, and a relative delay is made an
+//! absolute due time from it for both, so that the two agree on it.
 //!
 //! Partial failures, and how each converges:
 //! - the journal refuses or does not answer in time: nothing was stored, the push
@@ -15,7 +17,7 @@
 use std::time::Duration;
 
 use crate::journal::{Committer, Journal};
-use crate::message::NewMessage;
+use crate::message::{Due, NewMessage};
 use crate::store::{BatchItem, InboxAck, Result, ScheduleMode, Scheduled, Store, StoreError};
 
 /// The store, and the journal's committer while the journal is on. Cheap to clone.
@@ -49,8 +51,10 @@ impl Ingest {
         let Some(journal) = &self.journal else {
             return self.store.schedule(msg, mode, max_delay).await;
         };
-        let at = journal
-            .scheduled(&[(msg, mode == ScheduleMode::Replace)])
+        let at = self.store.now_ms().await?;
+        let msg = &due_from(msg, at);
+        journal
+            .scheduled(&[(msg, mode == ScheduleMode::Replace)], at)
             .await
             .map_err(|e| StoreError::NotJournaled(e.to_string()))?;
         let outcome = self.store.schedule(msg, mode, max_delay).await;
@@ -71,18 +75,26 @@ impl Ingest {
         let Some(journal) = &self.journal else {
             return self.store.schedule_many(items, max_delay, ack).await;
         };
+        let at = match self.store.now_ms().await {
+            Ok(at) => at,
+            Err(e) => return items.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let items: Vec<BatchItem> = items
+            .iter()
+            .map(|i| BatchItem {
+                msg: due_from(&i.msg, at),
+                ..i.clone()
+            })
+            .collect();
         let rows: Vec<(&NewMessage, bool)> = items
             .iter()
             .map(|i| (&i.msg, i.mode == ScheduleMode::Replace))
             .collect();
-        let at = match journal.scheduled(&rows).await {
-            Ok(at) => at,
-            Err(e) => {
-                let e = StoreError::NotJournaled(e.to_string());
-                return items.iter().map(|_| Err(e.clone())).collect();
-            }
-        };
-        let outcomes = self.store.schedule_many(items, max_delay, ack).await;
+        if let Err(e) = journal.scheduled(&rows, at).await {
+            let e = StoreError::NotJournaled(e.to_string());
+            return items.iter().map(|_| Err(e.clone())).collect();
+        }
+        let outcomes = self.store.schedule_many(&items, max_delay, ack).await;
         let refused: Vec<(NewMessage, u64)> = items
             .iter()
             .zip(&outcomes)
@@ -110,6 +122,17 @@ impl Ingest {
             }
         });
     }
+}
+
+/// `msg` due at an absolute time, a relative delay counted from `now_ms` (Redis's
+/// time read before the journal takes it), so that the journal and Redis hold the
+/// same due time however long the journal's commit took.
+fn due_from(msg: &NewMessage, now_ms: u64) -> NewMessage {
+    let due = match msg.due {
+        Due::In(delay) => Due::At(now_ms.saturating_add(delay.as_millis() as u64)),
+        at => at,
+    };
+    NewMessage { due, ..msg.clone() }
 }
 
 /// Whether Redis refused a push for good (the same push is refused again).

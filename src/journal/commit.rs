@@ -19,7 +19,9 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One caller's pushes and where its answer goes.
 struct Job {
     rows: Vec<(NewMessage, u64, bool)>,
-    done: oneshot::Sender<Result<u64>>,
+    /// Redis's time when the pushes began: their rows' `updated_ms`.
+    at_ms: u64,
+    done: oneshot::Sender<Result<()>>,
 }
 
 /// The handle pushes go through. Cheap to clone.
@@ -43,17 +45,18 @@ impl Committer {
     }
 
     /// Journals `messages` as scheduled (each with whether it replaces an earlier
-    /// message of its id) and returns once they are committed, with the time
-    /// stamped on their rows (for [`Journal::discard`]).
-    pub async fn scheduled(&self, messages: &[(&NewMessage, bool)]) -> Result<u64> {
-        let now = now_ms();
+    /// message of its id) and returns once they are committed. `at_ms` is Redis's
+    /// time read before the pushes: stamped on their rows (for [`Journal::discard`],
+    /// and so that an outbox line of an earlier change does not undo them), and
+    /// what a relative delay counts from (the caller hands Redis the same due time).
+    pub async fn scheduled(&self, messages: &[(&NewMessage, bool)], at_ms: u64) -> Result<()> {
         let rows = messages
             .iter()
-            .map(|(m, replace)| ((*m).clone(), due_ms(m.due, now), *replace))
+            .map(|(m, replace)| ((*m).clone(), due_ms(m.due, at_ms), *replace))
             .collect();
         let (done, answer) = oneshot::channel();
         self.jobs
-            .send(Job { rows, done })
+            .send(Job { rows, at_ms, done })
             .await
             .map_err(|_| JournalError::Mysql("the journal's writer has stopped".into()))?;
         answer.await.unwrap_or_else(|_| {
@@ -64,8 +67,8 @@ impl Committer {
     }
 }
 
-/// A message's due time by this node's clock (the journal's due time is for a
-/// restore, which schedules it again at that time).
+/// A message's due time, a relative one counted from `now` (Redis's time; the
+/// journal's due time is for a restore, which schedules it again at that time).
 fn due_ms(due: Due, now: u64) -> u64 {
     match due {
         Due::At(at) => at,
@@ -102,26 +105,28 @@ async fn run(journal: Journal, mut jobs: mpsc::Receiver<Job>) {
         }
         let journal = journal.clone();
         tokio::spawn(async move {
-            let at = now_ms();
             let pushes: Vec<Push<'_>> = batch
                 .iter()
-                .flat_map(|job| job.rows.iter())
-                .map(|(msg, due_ms, replace)| Push {
+                .flat_map(|job| job.rows.iter().map(|row| (row, job.at_ms)))
+                .map(|((msg, due_ms, replace), at_ms)| Push {
                     msg,
                     due_ms: *due_ms,
                     replace: *replace,
+                    at_ms,
                 })
                 .collect();
-            let result =
-                match tokio::time::timeout(WRITE_TIMEOUT, journal.record_scheduled(&pushes, at))
-                    .await
-                {
-                    Ok(result) => result.map(|()| at),
-                    Err(_) => Err(JournalError::Mysql(format!(
-                        "no commit within {}s",
-                        WRITE_TIMEOUT.as_secs()
-                    ))),
-                };
+            let result = match tokio::time::timeout(
+                WRITE_TIMEOUT,
+                journal.record_scheduled(&pushes),
+            )
+            .await
+            {
+                Ok(result) => result,
+                Err(_) => Err(JournalError::Mysql(format!(
+                    "no commit within {}s",
+                    WRITE_TIMEOUT.as_secs()
+                ))),
+            };
             drop(pushes);
             crate::metrics::journal_commit(rows, result.is_ok());
             for job in batch {

@@ -70,8 +70,12 @@ fn state_of(code: OutboxCode) -> State {
 }
 
 /// When a finished line may change a row: it is scheduled, or delivered and now
-/// dead-lettered by redelivery.
-const MAY_FINISH: &str = "state = 0 OR (state = 1 AND VALUES(state) = 3)";
+/// dead-lettered by redelivery, and the line happened after the row was last
+/// written (a push stamps its row with Redis's time read before it is stored, an
+/// outbox line with Redis's time of the change): a line copied late never undoes
+/// a later push of the same id. Read before `updated_ms` is assigned.
+const MAY_FINISH: &str =
+    "(state = 0 OR (state = 1 AND VALUES(state) = 3)) AND updated_ms < VALUES(updated_ms)";
 
 /// A push to journal: the message, its due time (epoch ms), and whether it
 /// replaces a message of the same id.
@@ -80,6 +84,8 @@ pub struct Push<'a> {
     pub msg: &'a NewMessage,
     pub due_ms: u64,
     pub replace: bool,
+    /// Redis's time when the push began (its row's `updated_ms`).
+    pub at_ms: u64,
 }
 
 /// A message as the journal knows it (see [`Journal::lookup`]).
@@ -213,11 +219,13 @@ impl Journal {
         Ok(Migrated { from, to: known })
     }
 
-    /// Records pushes as scheduled, in one transaction, each at `now_ms` (its
+    /// Records pushes as scheduled, in one transaction, each at its `at_ms` (its
     /// `updated_ms`, which [`Journal::discard`] matches): a new id is inserted; an id
-    /// already journaled is left as it is (a duplicate push) or, for a push that
-    /// replaces, overwritten and scheduled again.
-    pub async fn record_scheduled(&self, pushes: &[Push<'_>], now_ms: u64) -> Result<()> {
+    /// already journaled is left as it is (a duplicate push) unless it was
+    /// cancelled (Redis takes a cancelled id pushed again as new) or, for a push
+    /// that replaces, overwritten and scheduled again; neither over a row written
+    /// later.
+    pub async fn record_scheduled(&self, pushes: &[Push<'_>]) -> Result<()> {
         if pushes.is_empty() {
             return Ok(());
         }
@@ -233,7 +241,7 @@ impl Journal {
         if let [(replace, rows)] = &groups[..]
             && rows.len() <= ROWS_PER_STATEMENT
         {
-            let (sql, params) = insert_scheduled(rows, *replace, now_ms);
+            let (sql, params) = insert_scheduled(rows, *replace);
             let mut conn = self.pool.get_conn().await?;
             conn.exec_drop(sql, params).await?;
             return Ok(());
@@ -244,7 +252,7 @@ impl Journal {
             .await?;
         for (replace, rows) in &groups {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                let (sql, params) = insert_scheduled(chunk, *replace, now_ms);
+                let (sql, params) = insert_scheduled(chunk, *replace);
                 tx.exec_drop(sql, params).await?;
             }
         }
@@ -289,14 +297,16 @@ impl Journal {
             .partition(|l| l.code != OutboxCode::Rescheduled && l.stream.is_some());
         for chunk in finished.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, '', ?, ?, ?, ?)"; chunk.len()].join(", ");
-            // Assignments run left to right: `state` last, so that each condition
-            // reads the state the row had.
+            // Assignments run left to right, each reading the values assigned
+            // before it: `entry_id` and `state` read the row as it was; `updated_ms`
+            // last, set where the two now say what the line says.
             let sql = format!(
                 "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
                  VALUES {values} ON DUPLICATE KEY UPDATE \
                  entry_id = IF({MAY_FINISH}, VALUES(entry_id), entry_id), \
-                 updated_ms = IF({MAY_FINISH}, VALUES(updated_ms), updated_ms), \
-                 state = IF({MAY_FINISH}, VALUES(state), state)"
+                 state = IF({MAY_FINISH}, VALUES(state), state), \
+                 updated_ms = IF(state = VALUES(state) AND entry_id <=> VALUES(entry_id) \
+                 AND updated_ms < VALUES(updated_ms), VALUES(updated_ms), updated_ms)"
             );
             let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 6);
             for line in chunk {
@@ -319,12 +329,13 @@ impl Journal {
                         .unwrap_or(line.at_ms);
                     tx.exec_drop(
                         "UPDATE delayq_messages SET due_ms = ?, updated_ms = ? \
-                         WHERE id = ? AND stream = ? AND state = 0",
+                         WHERE id = ? AND stream = ? AND state = 0 AND updated_ms < ?",
                         (
                             due,
                             line.at_ms,
                             line.id.as_str(),
                             stream.as_deref().unwrap_or(""),
+                            line.at_ms,
                         ),
                     )
                     .await?;
@@ -333,12 +344,13 @@ impl Journal {
                 (code, _) => {
                     tx.exec_drop(
                         "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ? \
-                         WHERE id = ? AND state = 0",
+                         WHERE id = ? AND state = 0 AND updated_ms < ?",
                         (
                             state_of(code) as u8,
                             line.entry.clone(),
                             line.at_ms,
                             line.id.as_str(),
+                            line.at_ms,
                         ),
                     )
                     .await?;
@@ -534,31 +546,32 @@ type PageRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
 /// A row as `lookup` reads it: stream, due ms, state, entry id, updated ms.
 type LookupRow = (Vec<u8>, u64, u8, Option<Vec<u8>>, u64);
 
-/// The insert of pushes as scheduled: new ids inserted, known ones left as they
-/// are or, for pushes that replace, overwritten and scheduled again.
-fn insert_scheduled(
-    rows: &[&Push<'_>],
-    replace: bool,
-    now_ms: u64,
-) -> (String, Vec<mysql_async::Value>) {
+/// The insert of pushes as scheduled: new ids inserted; known ones overwritten
+/// and scheduled again where the push replaces or the row is cancelled (a
+/// cancelled id pushed again is new), and the row was not written later; left as
+/// they are otherwise (a duplicate push).
+fn insert_scheduled(rows: &[&Push<'_>], replace: bool) -> (String, Vec<mysql_async::Value>) {
     let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; rows.len()].join(", ");
-    let verb = if replace { "INSERT" } else { "INSERT IGNORE" };
-    let mut sql = format!(
-        "{verb} INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) VALUES {values}"
+    // `updated_ms` first: the row it moves to the push's time is the one the
+    // assignments after it overwrite (a row already at that time too: the later
+    // of two writes in one millisecond wins).
+    let overwrite = if replace { "TRUE" } else { "state = 4" };
+    let sql = format!(
+        "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
+         VALUES {values} ON DUPLICATE KEY UPDATE \
+         updated_ms = IF({overwrite} AND updated_ms <= VALUES(updated_ms), VALUES(updated_ms), updated_ms), \
+         body = IF({overwrite} AND updated_ms = VALUES(updated_ms), VALUES(body), body), \
+         due_ms = IF({overwrite} AND updated_ms = VALUES(updated_ms), VALUES(due_ms), due_ms), \
+         entry_id = IF({overwrite} AND updated_ms = VALUES(updated_ms), NULL, entry_id), \
+         state = IF({overwrite} AND updated_ms = VALUES(updated_ms), 0, state)"
     );
-    if replace {
-        sql.push_str(
-            " ON DUPLICATE KEY UPDATE body = VALUES(body), due_ms = VALUES(due_ms), \
-             state = 0, entry_id = NULL, updated_ms = VALUES(updated_ms)",
-        );
-    }
     let mut params: Vec<mysql_async::Value> = Vec::with_capacity(rows.len() * 5);
     for push in rows {
         params.push(push.msg.id.as_str().into());
         params.push(push.msg.stream.as_str().into());
         params.push(body(push.msg).into());
         params.push(push.due_ms.into());
-        params.push(now_ms.into());
+        params.push(push.at_ms.into());
     }
     (sql, params)
 }

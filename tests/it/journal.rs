@@ -95,6 +95,22 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert!(!said(&out).contains("not-the-password") && !said(&out).contains(&db.password));
 }
 
+/// A MariaDB of its own, and a journal there with its schema.
+async fn migrated_journal() -> (MariaDbServer, delayq::journal::Journal) {
+    let db = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .unwrap()
+        .expect("start MariaDB");
+    let config = delayq::config::Config::from_toml(
+        &format!("[journal]\nurl = \"{}\"\n", db.url_with_password()),
+        std::iter::empty(),
+    )
+    .unwrap();
+    let journal = delayq::journal::Journal::new(config.journal.as_ref().unwrap()).unwrap();
+    journal.migrate().await.unwrap();
+    (db, journal)
+}
+
 /// The journal's batched writes and reads, on 10 000 messages: scheduled (again as
 /// duplicates, once replaced), finished, paged back in due order as they were
 /// pushed, and the finished ones trimmed.
@@ -102,22 +118,11 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
 async fn messages_are_recorded_finished_paged_and_trimmed() {
     use std::time::{Duration, Instant};
 
-    use delayq::config::Config;
-    use delayq::journal::{Journal, Push};
+    use delayq::journal::Push;
     use delayq::message::{Due, MessageId, NewMessage};
     use delayq::store::{OutboxCode, OutboxLine};
 
-    let db = tokio::task::spawn_blocking(MariaDbServer::start)
-        .await
-        .unwrap()
-        .expect("start MariaDB");
-    let config = Config::from_toml(
-        &format!("[journal]\nurl = \"{}\"\n", db.url_with_password()),
-        std::iter::empty(),
-    )
-    .unwrap();
-    let journal = Journal::new(config.journal.as_ref().unwrap()).unwrap();
-    journal.migrate().await.unwrap();
+    let (db, journal) = migrated_journal().await;
 
     const N: u64 = 10_000;
     let base = 1_800_000_000_000u64;
@@ -141,11 +146,12 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
             msg,
             due_ms: *due_ms,
             replace: false,
+            at_ms: base,
         })
         .collect();
     let started = Instant::now();
     for chunk in refs.chunks(500) {
-        journal.record_scheduled(chunk, base).await.unwrap();
+        journal.record_scheduled(chunk).await.unwrap();
     }
     eprintln!("journal: {N} scheduled in {:.2?}", started.elapsed());
     // Pushed again: duplicates change nothing; one replaced is due anew.
@@ -155,15 +161,16 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
         msg,
         due_ms,
         replace,
+        at_ms: base,
     };
     journal
-        .record_scheduled(&[push(&again, base + 1, false)], base)
+        .record_scheduled(&[push(&again, base + 1, false)])
         .await
         .unwrap();
     let mut replaced = messages[1].0.clone();
     replaced.fields = vec![("replaced".into(), "yes".into())];
     journal
-        .record_scheduled(&[push(&replaced, 1, true)], base)
+        .record_scheduled(&[push(&replaced, 1, true)])
         .await
         .unwrap();
 
@@ -238,5 +245,104 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
         .sql("SELECT COUNT(*) FROM delayq.delayq_messages")
         .unwrap();
     assert_eq!(left.trim(), (N - 4010).to_string());
+    journal.close().await.unwrap();
+}
+
+/// One write to the journal in an ordering case: a push (its Redis time, its
+/// payload, its due time, whether it replaces) or an outbox line (its Redis time,
+/// what happened; a reschedule's new due time).
+#[derive(Clone, Copy)]
+enum Write {
+    Push(u64, &'static str, u64, bool),
+    Line(u64, delayq::store::OutboxCode, u64),
+}
+
+/// Writes to one id in the order they reach the journal (an outbox line may come
+/// after a later push), and the row they must leave: state, payload, due time.
+type Ordering = (&'static [Write], (u8, &'static str, u64));
+
+#[rustfmt::skip]
+const ORDERINGS: &[Ordering] = {
+    use delayq::store::OutboxCode::{Cancelled, Delivered, Rescheduled};
+    use Write::{Line, Push};
+    &[
+        // In order: pushed, cancelled, pushed again as new.
+        (&[Push(100, "a", 500, false), Line(110, Cancelled, 0), Push(120, "b", 600, false)], (0, "b", 600)),
+        // A duplicate push changes nothing; a cancel after it applies.
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, false), Line(130, Cancelled, 0)], (4, "a", 500)),
+        // Copied late: a cancel, a delivery, a reschedule before a replacing push.
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, true), Line(110, Cancelled, 0)], (0, "b", 600)),
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, true), Line(110, Delivered, 0)], (0, "b", 600)),
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, true), Line(110, Rescheduled, 550)], (0, "b", 600)),
+        // In order, each applies.
+        (&[Push(100, "a", 500, false), Line(110, Rescheduled, 550)], (0, "a", 550)),
+        (&[Push(100, "a", 500, false), Line(110, Delivered, 0), Push(120, "b", 600, true)], (0, "b", 600)),
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, true), Line(130, Delivered, 0)], (1, "b", 600)),
+        // A replacing push that began before the row's last write is older.
+        (&[Push(100, "a", 500, false), Push(120, "b", 600, true), Push(110, "c", 700, true)], (0, "b", 600)),
+        // A delivered message is not pushed again as new by the journal.
+        (&[Push(100, "a", 500, false), Line(110, Delivered, 0), Push(120, "b", 600, false)], (1, "a", 500)),
+    ]
+};
+
+/// Writes to one id that reach the journal out of their order leave the row as
+/// the last of them in Redis's time left it: an outbox line copied after a later
+/// push of the same id does not undo it, and a cancelled id pushed again is
+/// scheduled again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_copied_late_never_undo_a_later_push() {
+    use delayq::journal::Push;
+    use delayq::message::{Due, MessageId, NewMessage};
+    use delayq::store::{OutboxCode, OutboxLine};
+
+    let (db, journal) = migrated_journal().await;
+    for (case, (writes, (state, payload, due))) in ORDERINGS.iter().enumerate() {
+        let id = format!("o{case}");
+        for write in *writes {
+            match *write {
+                Write::Push(at_ms, payload, due_ms, replace) => {
+                    let msg = NewMessage {
+                        id: MessageId::parse(&id).unwrap(),
+                        stream: "s".into(),
+                        fields: vec![("payload".into(), payload.into())],
+                        due: Due::At(due_ms),
+                        priority: 0,
+                        ttl: None,
+                    };
+                    let push = Push {
+                        msg: &msg,
+                        due_ms,
+                        replace,
+                        at_ms,
+                    };
+                    journal.record_scheduled(&[push]).await.unwrap();
+                }
+                Write::Line(at_ms, code, due_ms) => {
+                    let line = OutboxLine {
+                        code,
+                        id: id.clone(),
+                        at_ms,
+                        entry: match code {
+                            OutboxCode::Delivered => Some(format!("{at_ms}-0")),
+                            OutboxCode::Rescheduled => Some(due_ms.to_string()),
+                            _ => None,
+                        },
+                        stream: Some("s".into()),
+                    };
+                    journal.apply(&[line]).await.unwrap();
+                }
+            }
+        }
+        let row = db
+            .sql(&format!(
+                "SELECT state, due_ms, JSON_VALUE(body, '$.fields[0][1]') FROM delayq.delayq_messages WHERE id = '{id}'"
+            ))
+            .unwrap();
+        assert_eq!(
+            row.trim(),
+            format!("{state}\t{due}\t{payload}"),
+            "case {case}"
+        );
+    }
     journal.close().await.unwrap();
 }

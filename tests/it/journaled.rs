@@ -542,3 +542,94 @@ async fn reconciliation_sends_what_redis_never_had_and_learns_what_it_delivered(
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(entries(&mut conn, "s").len(), 2, "{}", node.log());
 }
+
+/// Pushes that follow a cancel or a reschedule of their id at once (both reach the
+/// journal later, through the outbox): a replacing push after a cancel and after a
+/// reschedule, and a cancelled id pushed again as new once the cancel is journaled.
+/// The journal ends as Redis does, due at the very time each push was answered
+/// with, so after Redis loses its data each comes back as last pushed and is
+/// delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(30));
+    let push = |id: &str, payload: &'static str, delay: &'static str, replace: bool| {
+        let body = json!({"id": id, "stream": "q", "payload": payload, "delay": delay, "replace": replace});
+        let api = &api;
+        async move {
+            let (status, answer) = api.post("/v1/messages", body).await;
+            assert!(status == 200 || status == 201, "{status} {answer}");
+            answer["deliver_at"].as_u64().unwrap()
+        }
+    };
+    let cancel = |id: String| {
+        let api = &api;
+        async move { assert_eq!(api.delete(&format!("/v1/messages/{id}")).await.0, 200) }
+    };
+    let state = |id: &str| {
+        db.sql(&format!(
+            "SELECT state FROM delayq.delayq_messages WHERE id = '{id}'"
+        ))
+        .unwrap()
+    };
+    let mut answered = BTreeMap::new();
+    for i in 0..10 {
+        let id = format!("c{i}");
+        push(&id, "old", "10m", false).await;
+        cancel(id.clone()).await;
+        answered.insert(id.clone(), push(&id, "new", "30s", true).await);
+
+        let id = format!("r{i}");
+        push(&id, "old", "10m", false).await;
+        let path = format!("/v1/messages/{id}/reschedule");
+        let (status, answer) = api.post(&path, json!({"delay": "20m"})).await;
+        assert_eq!(status, 200, "{answer}");
+        answered.insert(id.clone(), push(&id, "new", "30s", true).await);
+
+        let id = format!("n{i}");
+        push(&id, "old", "10m", false).await;
+        cancel(id.clone()).await;
+        eventually(Duration::from_secs(10), "the cancel journaled", || {
+            std::future::ready((state(&id).trim() == "4").then_some(()))
+        })
+        .await;
+        answered.insert(id.clone(), push(&id, "new", "30s", false).await);
+    }
+    // The journal agrees with every answer once the outbox is copied.
+    let rows = || {
+        db.sql("SELECT id, state, due_ms, JSON_VALUE(body, '$.fields[0][1]') FROM delayq.delayq_messages ORDER BY id")
+            .unwrap()
+    };
+    let want: String = answered
+        .iter()
+        .map(|(id, due)| format!("{id}\t0\t{due}\tnew\n"))
+        .collect();
+    let agreed = within(Duration::from_secs(5), || {
+        let now = rows();
+        let want = want.clone();
+        async move { (now == want).then_some(()) }
+    })
+    .await;
+    assert!(agreed.is_some(), "journal:\n{}\nwant:\n{want}", rows());
+
+    let () = redis::cmd("FLUSHALL").query(&mut redis.client()).unwrap();
+    let ids: Vec<String> = answered.keys().cloned().collect();
+    let mut conn = redis.client();
+    eventually(
+        Duration::from_secs(60),
+        "all delivered after the loss",
+        || {
+            let tally = Tally::of_ids(&ids, &entries(&mut conn, "q"));
+            async move { tally.lost.is_empty().then_some(()) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = entries(&mut redis.client(), "q");
+    Tally::of_ids(&ids, &got).assert_exact(&node.log());
+    for e in &got {
+        assert_eq!(e.get("payload"), Some("new"), "{e:?}");
+    }
+}
