@@ -1006,6 +1006,19 @@ impl MariaDbServer {
         }
     }
 
+    /// SIGSTOP: the server hangs, its connections stay open.
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGSTOP);
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            signal(child, libc::SIGCONT);
+        }
+    }
+
     /// Starts it again on the same port and data.
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop();

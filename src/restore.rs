@@ -67,6 +67,27 @@ pub enum RestoreError {
     Store(#[from] StoreError),
 }
 
+/// Longest wait for one of the journal's answers (a page of 5000 rows, the marker):
+/// a MySQL that takes the connection but never answers (hung, stopped) fails the
+/// restore, which can be run again, rather than hold it without end.
+const JOURNAL_ANSWER: Duration = Duration::from_secs(10);
+/// Longest wait for the count of unfinished messages, which only the progress
+/// shows: without it the total is what was read so far.
+const JOURNAL_COUNT: Duration = Duration::from_secs(5);
+
+/// `read`, failed when the journal does not answer within [`JOURNAL_ANSWER`].
+pub async fn answered<T>(
+    read: impl std::future::Future<Output = crate::journal::Result<T>>,
+) -> Result<T, RestoreError> {
+    match tokio::time::timeout(JOURNAL_ANSWER, read).await {
+        Ok(result) => Ok(result?),
+        Err(_) => Err(RestoreError::Journal(JournalError::Mysql(format!(
+            "no answer within {}s",
+            JOURNAL_ANSWER.as_secs()
+        )))),
+    }
+}
+
 /// Restores per `options`; `progress(done, total)` after each page.
 pub async fn restore(
     store: &Store,
@@ -81,13 +102,16 @@ pub async fn restore(
     };
     let began = store.now_ms().await?;
     if let Some(id) = &options.id {
-        let messages = journal.unfinished_by_id(id).await?;
+        let messages = answered(journal.unfinished_by_id(id)).await?;
         let page = restore_page(store.clone(), messages, began, options.clone(), max_delay);
         report.add(&page.await?);
         progress(report.journaled, report.journaled);
         return Ok(report);
     }
-    let total = journal.count_unfinished().await?;
+    let total = match tokio::time::timeout(JOURNAL_COUNT, journal.count_unfinished()).await {
+        Ok(total) => total?,
+        Err(_) => 0,
+    };
     let mut after: Option<(u64, String, String)> = None;
     // Pages are read one after the other (each starts where the last ended) and
     // scheduled several at once: the schedule calls are idempotent by id, so
@@ -95,7 +119,7 @@ pub async fn restore(
     let mut in_flight = tokio::task::JoinSet::new();
     let mut failed = None;
     loop {
-        let page = journal.unfinished(after.as_ref(), PAGE).await?;
+        let page = answered(journal.unfinished(after.as_ref(), PAGE)).await?;
         let Some(last) = page.last() else { break };
         after = Some((
             last.due.as_ms(),

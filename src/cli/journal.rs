@@ -137,8 +137,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     .context("restore")?;
     bar.finish_and_clear();
     if options.id.is_none() && !options.dry_run {
-        let token = journal
-            .marker()
+        let token = crate::restore::answered(journal.marker())
             .await
             .context("read the journal's marker")?;
         store

@@ -346,3 +346,40 @@ async fn writes_copied_late_never_undo_a_later_push() {
     }
     journal.close().await.unwrap();
 }
+
+/// `delayq restore` against a MySQL that takes connections but never answers
+/// (SIGSTOP) fails within its bound, saying so, instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_against_a_hung_mysql_fails_within_its_bound() {
+    let (db, journal) = migrated_journal().await;
+    journal.close().await.unwrap();
+    let redis = delayq::harness::RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("delayq.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "[redis]\nurl = \"{}\"\n[journal]\nurl = \"{}\"\n",
+            redis.url(),
+            db.url_with_password()
+        ),
+    )
+    .unwrap();
+    db.pause();
+    let started = std::time::Instant::now();
+    let out = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        delayq_with_config(&["restore", "--json"], &path),
+    )
+    .await;
+    db.resume();
+    let out = out.expect("restore ended by itself");
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(
+        said(&out).contains("no answer within 10s"),
+        "{}",
+        said(&out)
+    );
+    assert!(started.elapsed().as_secs() < 40, "{:?}", started.elapsed());
+    assert!(!said(&out).contains(&db.password), "{}", said(&out));
+}
