@@ -618,14 +618,24 @@ impl Store {
 
     /// Withdraws a scheduled message; the cancellation stays on record for `retention`.
     pub async fn cancel(&self, id: &MessageId, retention: Duration) -> Result<Cancelled> {
+        Ok(self.cancel_timed(id, retention).await?.0)
+    }
+
+    /// [`Store::cancel`], with Redis's time of the cancellation when it happened now
+    /// (what the journal orders it by).
+    pub async fn cancel_timed(
+        &self,
+        id: &MessageId,
+        retention: Duration,
+    ) -> Result<(Cancelled, Option<u64>)> {
         let found = self
             .probe(
                 id,
-                |c| !matches!(c, Cancelled::Unknown),
+                |(c, _)| !matches!(c, Cancelled::Unknown),
                 |shard| self.cancel_in(shard, id, retention),
             )
             .await?;
-        Ok(found.unwrap_or(Cancelled::Unknown))
+        Ok(found.unwrap_or((Cancelled::Unknown, None)))
     }
 
     async fn cancel_in(
@@ -633,7 +643,7 @@ impl Store {
         shard: u16,
         id: &MessageId,
         retention: Duration,
-    ) -> Result<Cancelled> {
+    ) -> Result<(Cancelled, Option<u64>)> {
         let k = self.keys.shard(shard);
         let reply: String = shard_invocation(&self.scripts.cancel, &k)
             .arg(0)
@@ -642,15 +652,23 @@ impl Store {
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;
-        Ok(match reply.as_str() {
-            "cancelled" => Cancelled::Cancelled,
-            "already_cancelled" => Cancelled::AlreadyDone(RecordState::Cancelled),
-            "unknown" => Cancelled::Unknown,
-            other => Cancelled::AlreadyDone(
-                RecordState::parse(other)
-                    .ok_or_else(|| StoreError::Reply(format!("cancel said {other:?}")))?,
-            ),
-        })
+        if let Some(at) = reply.strip_prefix("cancelled ") {
+            let at = at
+                .parse()
+                .map_err(|_| StoreError::Reply(format!("cancel said {reply:?}")))?;
+            return Ok((Cancelled::Cancelled, Some(at)));
+        }
+        Ok((
+            match reply.as_str() {
+                "already_cancelled" => Cancelled::AlreadyDone(RecordState::Cancelled),
+                "unknown" => Cancelled::Unknown,
+                other => Cancelled::AlreadyDone(
+                    RecordState::parse(other)
+                        .ok_or_else(|| StoreError::Reply(format!("cancel said {other:?}")))?,
+                ),
+            },
+            None,
+        ))
     }
 
     pub async fn reschedule(

@@ -200,11 +200,18 @@ pub async fn cancel(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<CancelAnswer>, ApiError> {
     let id = path_id(&id)?;
-    match state
+    let (cancelled, at) = state
         .store
-        .cancel(&id, state.config.records.retention)
-        .await?
+        .cancel_timed(&id, state.config.records.retention)
+        .await?;
+    // On Redis Cluster an id names a message per slot: the journal's row is found
+    // by its stream, which the outbox's line carries.
+    if let (Some(journal), Some(at_ms), false) =
+        (state.ingest.journal(), at, state.store.is_cluster())
     {
+        journal_cancel(journal, &id, at_ms).await;
+    }
+    match cancelled {
         Cancelled::Cancelled => {
             metrics::counter!(m::CANCELLED).increment(1);
             Ok(Json(CancelAnswer {
@@ -227,6 +234,29 @@ pub async fn cancel(
             ),
         )),
         Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+    }
+}
+
+/// Tells the journal of a cancellation before answering, so that a push of the
+/// same id sent after the answer finds the row cancelled and schedules it again
+/// (the outbox copy, idempotent, comes later). Bounded, and never failing the
+/// cancel: Redis did it, and the outbox carries it to the journal regardless.
+async fn journal_cancel(
+    journal: &crate::journal::Journal,
+    id: &crate::message::MessageId,
+    at_ms: u64,
+) {
+    let line = crate::store::OutboxLine {
+        code: crate::store::OutboxCode::Cancelled,
+        id: id.as_str().to_owned(),
+        at_ms,
+        entry: None,
+        stream: None,
+    };
+    match tokio::time::timeout(crate::journal::WRITE_TIMEOUT, journal.apply(&[line])).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::debug!(error = %e, "cancel left to the outbox's copy"),
+        Err(_) => tracing::debug!("cancel left to the outbox's copy: no commit in time"),
     }
 }
 

@@ -4,7 +4,8 @@
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
 -- ARGV[3] the records policy: how long to keep the cancellation on record, and how
--- returns: "cancelled" (now) | "already_cancelled" | "delivered" | "expired" | "dead" | "unknown"
+-- returns: "cancelled <now ms>" (cancelled now, at Redis's time) | "already_cancelled" |
+--   "delivered" | "expired" | "dead" | "unknown"
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
@@ -17,7 +18,7 @@ if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
   local now = now_ms()
   keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3],
     where.body and body_stream(where.body) or '')
-  return 'cancelled'
+  return 'cancelled ' .. now
 end
 local rec = find_record(KEYS[3], id)
 if rec then
