@@ -275,7 +275,7 @@ async fn open_journal(
     settings: &crate::config::JournalConfig,
     store: &Store,
 ) -> anyhow::Result<crate::journal::Journal> {
-    let journal = crate::journal::Journal::new(settings)?;
+    let journal = crate::journal::Journal::new(settings)?.with_unique_ids(!store.is_cluster());
     let version = journal
         .version()
         .await

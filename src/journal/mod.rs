@@ -146,6 +146,10 @@ pub struct Migrated {
 #[derive(Clone)]
 pub struct Journal {
     pool: Pool,
+    /// An id names one message whatever its stream (one Redis; not Redis Cluster,
+    /// where it names one per slot): a replacing push to another stream retires
+    /// the id's rows of other streams.
+    unique_ids: bool,
 }
 
 impl Journal {
@@ -160,7 +164,17 @@ impl Journal {
             .conn_ttl(Some(Duration::from_secs(60)));
         Ok(Journal {
             pool: Pool::new(opts),
+            unique_ids: false,
         })
+    }
+
+    /// This journal, for a Redis where an id names one message whatever its stream
+    /// (`unique`: one Redis, not Redis Cluster).
+    pub fn with_unique_ids(self, unique: bool) -> Journal {
+        Journal {
+            unique_ids: unique,
+            ..self
+        }
     }
 
     /// The schema's version: the highest migration recorded (0: none).
@@ -240,6 +254,7 @@ impl Journal {
         // One statement commits by itself: one round trip instead of four.
         if let [(replace, rows)] = &groups[..]
             && rows.len() <= ROWS_PER_STATEMENT
+            && !(*replace && self.unique_ids)
         {
             let (sql, params) = insert_scheduled(rows, *replace);
             let mut conn = self.pool.get_conn().await?;
@@ -254,6 +269,17 @@ impl Journal {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
                 let (sql, params) = insert_scheduled(chunk, *replace);
                 tx.exec_drop(sql, params).await?;
+            }
+            // Redis moved a replaced message to its new stream: the id's row of
+            // the stream it left would be restored as a second message.
+            if *replace && self.unique_ids {
+                tx.exec_batch(
+                    "DELETE FROM delayq_messages WHERE id = ? AND stream <> ? AND state = 0 \
+                     AND updated_ms <= ?",
+                    rows.iter()
+                        .map(|p| (p.msg.id.as_str().to_owned(), p.msg.stream.clone(), p.at_ms)),
+                )
+                .await?;
             }
         }
         tx.commit().await?;

@@ -588,6 +588,12 @@ async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
         assert_eq!(status, 200, "{answer}");
         answered.insert(id.clone(), push(&id, "new", "30s", true).await);
 
+        // Replaced by a push to another stream: Redis moves it there.
+        let id = format!("m{i}");
+        let body = json!({"id": id, "stream": "q-old", "payload": "old", "delay": "10m"});
+        assert_eq!(api.post("/v1/messages", body).await.0, 201);
+        answered.insert(id.clone(), push(&id, "new", "30s", true).await);
+
         // Pushed again as new as soon as the cancel is answered: the cancel is in
         // the journal by then.
         let id = format!("n{i}");
@@ -631,4 +637,5 @@ async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
     for e in &got {
         assert_eq!(e.get("payload"), Some("new"), "{e:?}");
     }
+    assert!(entries(&mut redis.client(), "q-old").is_empty());
 }
