@@ -12,7 +12,9 @@
 //!   message may still be delivered, once: the keeper's reconciliation finds it
 //!   scheduled in the journal, past due and unknown to Redis, and schedules it;
 //! - Redis refuses it for good (a due time too far, a stream it cannot hold): the
-//!   journal's row is discarded.
+//!   journal's row is discarded;
+//! - Redis answers it as a duplicate of a message of another stream (one Redis): the
+//!   row the push wrote for its own stream is removed.
 
 use std::time::Duration;
 
@@ -59,7 +61,9 @@ impl Ingest {
             .map_err(|e| StoreError::NotJournaled(e.to_string()))?;
         let outcome = self.store.schedule(msg, mode, max_delay).await;
         if is_refusal(&outcome) {
-            self.discard(vec![(msg.clone(), at)]);
+            self.forget(vec![(msg.clone(), at)], Forget::Refused);
+        } else if is_duplicate(&outcome) {
+            self.forget(vec![(msg.clone(), at)], Forget::Duplicate);
         }
         outcome
     }
@@ -95,33 +99,53 @@ impl Ingest {
             return items.iter().map(|_| Err(e.clone())).collect();
         }
         let outcomes = self.store.schedule_many(&items, max_delay, ack).await;
-        let refused: Vec<(NewMessage, u64)> = items
-            .iter()
-            .zip(&outcomes)
-            .filter(|(_, o)| is_refusal(o))
-            .map(|(i, _)| (i.msg.clone(), at))
-            .collect();
-        if !refused.is_empty() {
-            self.discard(refused);
+        for (why, answered) in [
+            (
+                Forget::Refused,
+                is_refusal as fn(&Result<Scheduled>) -> bool,
+            ),
+            (Forget::Duplicate, is_duplicate),
+        ] {
+            let rows: Vec<(NewMessage, u64)> = items
+                .iter()
+                .zip(&outcomes)
+                .filter(|(_, o)| answered(o))
+                .map(|(i, _)| (i.msg.clone(), at))
+                .collect();
+            if !rows.is_empty() {
+                self.forget(rows, why);
+            }
         }
         outcomes
     }
 
-    /// Removes the journal's rows of pushes Redis refused for good, in the
-    /// background (a row left behind is scheduled by nobody: restore and
-    /// reconciliation meet the same refusal).
-    fn discard(&self, refused: Vec<(NewMessage, u64)>) {
+    /// Removes the journal's rows of pushes Redis refused for good (a row left
+    /// behind is scheduled by nobody: restore and reconciliation meet the same
+    /// refusal), or answered as duplicates of a message of another stream (see
+    /// `Journal::retire_duplicates`), in the background.
+    fn forget(&self, rows: Vec<(NewMessage, u64)>, why: Forget) {
         let Some(journal) = self.journal() else {
             return;
         };
         let journal = journal.clone();
         tokio::spawn(async move {
-            let rows: Vec<(&NewMessage, u64)> = refused.iter().map(|(m, at)| (m, *at)).collect();
-            if let Err(e) = journal.discard(&rows).await {
-                tracing::warn!(error = %e, messages = rows.len(), "cannot discard refused pushes from the journal");
+            let rows: Vec<(&NewMessage, u64)> = rows.iter().map(|(m, at)| (m, *at)).collect();
+            let done = match why {
+                Forget::Refused => journal.discard(&rows).await,
+                Forget::Duplicate => journal.retire_duplicates(&rows).await,
+            };
+            if let Err(e) = done {
+                tracing::warn!(error = %e, messages = rows.len(), ?why, "cannot remove pushes' rows from the journal");
             }
         });
     }
+}
+
+/// Why the journal's rows of pushes are removed after Redis answered them.
+#[derive(Clone, Copy, Debug)]
+enum Forget {
+    Refused,
+    Duplicate,
 }
 
 /// `msg` due at an absolute time, a relative delay counted from `now_ms` (Redis's
@@ -133,6 +157,11 @@ fn due_from(msg: &NewMessage, now_ms: u64) -> NewMessage {
         at => at,
     };
     NewMessage { due, ..msg.clone() }
+}
+
+/// Whether Redis answered a push as a duplicate of a message it holds.
+fn is_duplicate(outcome: &Result<Scheduled>) -> bool {
+    matches!(outcome, Ok(Scheduled::Duplicate { .. }))
 }
 
 /// Whether Redis refused a push for good (the same push is refused again).

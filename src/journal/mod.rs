@@ -304,6 +304,28 @@ impl Journal {
         Ok(())
     }
 
+    /// Removes the rows [`Journal::record_scheduled`] wrote at `at_ms` for pushes
+    /// Redis answered as duplicates of a message of another stream (on one Redis,
+    /// where an id names one message whatever its stream): such a row is no
+    /// message Redis holds, and a restore would send it. A duplicate of a message
+    /// of the same stream wrote no row, and none is removed.
+    pub async fn retire_duplicates(&self, duplicates: &[(&NewMessage, u64)]) -> Result<()> {
+        if duplicates.is_empty() || !self.unique_ids {
+            return Ok(());
+        }
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_batch(
+            "DELETE t FROM delayq_messages t JOIN delayq_messages o \
+             ON o.id = t.id AND o.stream <> t.stream \
+             WHERE t.id = ? AND t.stream = ? AND t.state = 0 AND t.updated_ms = ?",
+            duplicates
+                .iter()
+                .map(|(m, at)| (m.id.as_str().to_owned(), m.stream.clone(), *at)),
+        )
+        .await?;
+        Ok(())
+    }
+
     /// Applies the changes of outbox lines, in one transaction, each idempotently: a
     /// scheduled message becomes delivered, expired, dead-lettered or cancelled (a
     /// delivered one may still become dead-lettered, by redelivery), with its entry

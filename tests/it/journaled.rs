@@ -594,6 +594,20 @@ async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
         assert_eq!(api.post("/v1/messages", body).await.0, 201);
         answered.insert(id.clone(), push(&id, "new", "30s", true).await);
 
+        // Pushed again, to another stream and to its own, without replacing:
+        // duplicates, which leave the journal as it was.
+        let id = format!("x{i}");
+        answered.insert(id.clone(), push(&id, "new", "30s", false).await);
+        for stream in ["q-dup", "q"] {
+            let body = json!({"id": id, "stream": stream, "payload": "dup", "delay": "1s"});
+            let (status, answer) = api.post("/v1/messages", body).await;
+            assert_eq!(
+                (status, &answer["duplicate"]),
+                (200, &json!(true)),
+                "{answer}"
+            );
+        }
+
         // Pushed again as new as soon as the cancel is answered: the cancel is in
         // the journal by then.
         let id = format!("n{i}");
@@ -638,4 +652,5 @@ async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
         assert_eq!(e.get("payload"), Some("new"), "{e:?}");
     }
     assert!(entries(&mut redis.client(), "q-old").is_empty());
+    assert!(entries(&mut redis.client(), "q-dup").is_empty());
 }
