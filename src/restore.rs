@@ -65,6 +65,30 @@ pub enum RestoreError {
     Journal(#[from] JournalError),
     #[error("redis: {0}")]
     Store(#[from] StoreError),
+    /// Not run: it would send messages a second time (see [`check_safe`]).
+    #[error("{0}")]
+    Unsafe(String),
+}
+
+/// Refuses an operator's restore (not a dry run) that could send delivered
+/// messages again: with `records.retention = 0s` Redis keeps no record of a
+/// delivered message, so one delivered but not yet copied to the journal looks
+/// lost to a restore while a leader forwards. Safe once forwarding is held, which
+/// the journal's marker gone from Redis (Redis lost its data) means.
+pub async fn check_safe(
+    store: &Store,
+    retention: Duration,
+    options: &RestoreOptions,
+) -> Result<(), RestoreError> {
+    if options.dry_run || !retention.is_zero() || store.journal_marker().await?.is_none() {
+        return Ok(());
+    }
+    Err(RestoreError::Unsafe(
+        "records.retention is 0s, so Redis keeps no record of what it delivered, and a \
+         message delivered but not yet journaled would be sent again: restore only after \
+         Redis lost its data (the leader then holds forwarding), or with a retention"
+            .to_owned(),
+    ))
 }
 
 /// Longest wait for one of the journal's answers (a page of 5000 rows, the marker):

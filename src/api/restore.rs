@@ -11,7 +11,7 @@ use utoipa::ToSchema;
 use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json_or_empty};
 use crate::api::messages::by_id::IdPath;
 use crate::api::{ApiError, AppState, ErrorBody};
-use crate::restore::{RestoreError, RestoreOptions, RestoreReport, restore};
+use crate::restore::{RestoreError, RestoreOptions, RestoreReport, check_safe, restore};
 
 /// What to restore.
 #[derive(Debug, Default, Deserialize, Serialize, ToSchema)]
@@ -40,7 +40,7 @@ pub struct RestoreRequest {
     responses(
         (status = 200, description = "the report", body = RestoreReport),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
-        (status = 409, description = "no journal configured (no_journal)", body = ErrorBody),
+        (status = 409, description = "no journal configured (no_journal), or records.retention = 0s while forwarding is not held (unsafe_restore)", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
         (status = 503, description = "the journal or Redis unavailable", body = ErrorBody),
@@ -85,7 +85,7 @@ pub async fn restore_all(
         (status = 200, description = "the report (restored 1, or why not)", body = RestoreReport),
         (status = 400, description = "bad id (invalid_id)", body = ErrorBody),
         (status = 404, description = "the journal holds no such message not finished", body = ErrorBody),
-        (status = 409, description = "no journal configured (no_journal)", body = ErrorBody),
+        (status = 409, description = "no journal configured (no_journal), or records.retention = 0s while forwarding is not held (unsafe_restore)", body = ErrorBody),
         (status = 503, description = "the journal or Redis unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])),
@@ -119,12 +119,17 @@ async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreR
     let max_delay = state.config.api.limits.max_delay;
     let unavailable =
         |what: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", what);
+    let refused = |e| match e {
+        RestoreError::Journal(e) => unavailable(format!("journal: {e}")),
+        RestoreError::Store(e) => ApiError::from(e),
+        RestoreError::Unsafe(why) => ApiError::new(StatusCode::CONFLICT, "unsafe_restore", why),
+    };
+    check_safe(&state.store, state.config.records.retention, options)
+        .await
+        .map_err(refused)?;
     let report = restore(&state.store, journal, options, max_delay, &|_, _| {})
         .await
-        .map_err(|e| match e {
-            RestoreError::Journal(e) => unavailable(format!("journal: {e}")),
-            RestoreError::Store(e) => ApiError::from(e),
-        })?;
+        .map_err(refused)?;
     if options.id.is_none() && !options.dry_run {
         let token = journal
             .marker()

@@ -111,6 +111,9 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         id,
     };
+    crate::restore::check_safe(&store, config.records.retention, &options)
+        .await
+        .context("restore")?;
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {

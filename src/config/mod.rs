@@ -440,9 +440,12 @@ impl Config {
             ));
         }
         if !self.streams.allows(stream) {
+            let allowed = match self.streams.allow.join(", ") {
+                none if none.is_empty() => "none: streams.allow is empty".to_owned(),
+                some => some,
+            };
             return Some(format!(
-                "stream {stream:?}: not allowed (allowed: {})",
-                self.streams.allow.join(", ")
+                "stream {stream:?}: not allowed (allowed: {allowed})"
             ));
         }
         if self.is_cluster() {
@@ -536,6 +539,11 @@ mod tests {
             Some("not allowed (allowed: orders*)"),
         );
         check_target("[streams]\nallow = [\"orders*\"]", "orders:eu", None);
+        check_target(
+            "[streams]\nallow = []",
+            "orders",
+            Some("not allowed (allowed: none: streams.allow is empty)"),
+        );
     }
 
     #[track_caller]

@@ -654,3 +654,43 @@ async fn a_push_after_a_cancel_or_reschedule_is_what_the_journal_keeps() {
     assert!(entries(&mut redis.client(), "q-old").is_empty());
     assert!(entries(&mut redis.client(), "q-dup").is_empty());
 }
+
+/// With `records.retention = 0s` an operator's restore while the leader forwards
+/// would send again what was delivered but not yet journaled: refused (409
+/// `unsafe_restore`, and by the CLI), a dry run still counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_records_a_restore_while_forwarding_is_refused() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "[records]\nretention = \"0s\"\n");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(30));
+    let body = json!({"id": "kept", "stream": "s", "payload": "x", "delay": "1h"});
+    assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    let (status, answer) = api.post("/v1/admin/restore", json!({})).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (409, Some("unsafe_restore")),
+        "{answer}"
+    );
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("records.retention is 0s"),
+        "{answer}"
+    );
+    let (status, answer) = api.post("/v1/admin/restore/kept", json!({})).await;
+    assert_eq!(status, 409, "{answer}");
+    let (status, answer) = api
+        .post("/v1/admin/restore", json!({"dry_run": true}))
+        .await;
+    assert_eq!(
+        (status, answer["journaled"].as_u64()),
+        (200, Some(1)),
+        "{answer}"
+    );
+    let out = crate::support::delayq_with_config(&["restore", "--json"], &node.config_path()).await;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{said}");
+    assert!(said.contains("records.retention is 0s"), "{said}");
+}
