@@ -237,6 +237,10 @@ pub async fn cancel(
     }
 }
 
+/// Longest a cancel's answer waits for the journal (MySQL hung): past it the
+/// outbox's copy alone carries the cancel there.
+const JOURNAL_CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Tells the journal of a cancellation before answering, so that a push of the
 /// same id sent after the answer finds the row cancelled and schedules it again
 /// (the outbox copy, idempotent, comes later). Bounded, and never failing the
@@ -253,7 +257,7 @@ async fn journal_cancel(
         entry: None,
         stream: None,
     };
-    match tokio::time::timeout(crate::journal::WRITE_TIMEOUT, journal.apply(&[line])).await {
+    match tokio::time::timeout(JOURNAL_CANCEL_WAIT, journal.apply(&[line])).await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::debug!(error = %e, "cancel left to the outbox's copy"),
         Err(_) => tracing::debug!("cancel left to the outbox's copy: no commit in time"),
