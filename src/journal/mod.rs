@@ -251,15 +251,15 @@ impl Journal {
             })
             .filter(|(_, rows): &(bool, Vec<_>)| !rows.is_empty())
             .collect();
-        // One statement commits by itself: one round trip instead of four.
+        // One statement commits by itself: one round trip instead of four (the
+        // statements that may follow it are idempotent, and the pushes are not
+        // confirmed before they ran).
         if let [(replace, rows)] = &groups[..]
             && rows.len() <= ROWS_PER_STATEMENT
             && !(*replace && self.unique_ids)
         {
-            let (sql, params) = insert_scheduled(rows, *replace);
             let mut conn = self.pool.get_conn().await?;
-            conn.exec_drop(sql, params).await?;
-            return Ok(());
+            return write_scheduled(&mut conn, rows, *replace, self.unique_ids).await;
         }
         let mut tx = self
             .pool
@@ -267,19 +267,7 @@ impl Journal {
             .await?;
         for (replace, rows) in &groups {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                let (sql, params) = insert_scheduled(chunk, *replace);
-                tx.exec_drop(sql, params).await?;
-            }
-            // Redis moved a replaced message to its new stream: the id's row of
-            // the stream it left would be restored as a second message.
-            if *replace && self.unique_ids {
-                tx.exec_batch(
-                    "DELETE FROM delayq_messages WHERE id = ? AND stream <> ? AND state = 0 \
-                     AND updated_ms <= ?",
-                    rows.iter()
-                        .map(|p| (p.msg.id.as_str().to_owned(), p.msg.stream.clone(), p.at_ms)),
-                )
-                .await?;
+                write_scheduled(&mut tx, chunk, *replace, self.unique_ids).await?;
             }
         }
         tx.commit().await?;
@@ -594,25 +582,38 @@ type PageRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
 /// A row as `lookup` reads it: stream, due ms, state, entry id, updated ms.
 type LookupRow = (Vec<u8>, u64, u8, Option<Vec<u8>>, u64);
 
-/// The insert of pushes as scheduled: new ids inserted; known ones overwritten
-/// and scheduled again where the push replaces or the row is cancelled (a
-/// cancelled id pushed again is new), and the row was not written later; left as
-/// they are otherwise (a duplicate push).
-fn insert_scheduled(rows: &[&Push<'_>], replace: bool) -> (String, Vec<mysql_async::Value>) {
+/// Affected rows of the last statement, on a connection or in a transaction.
+trait Affected: Queryable {
+    fn affected(&self) -> u64;
+}
+
+impl Affected for mysql_async::Conn {
+    fn affected(&self) -> u64 {
+        self.affected_rows()
+    }
+}
+
+impl Affected for mysql_async::Transaction<'_> {
+    fn affected(&self) -> u64 {
+        self.affected_rows()
+    }
+}
+
+/// Writes pushes as scheduled (at most [`ROWS_PER_STATEMENT`]): new ids inserted;
+/// a known id overwritten and scheduled again where the push replaces or its row
+/// is cancelled (Redis takes a cancelled id pushed again as new), unless the row
+/// was written later; left as it is otherwise (a duplicate push). With
+/// `unique_ids`, a replacing push also retires the id's scheduled rows of other
+/// streams (Redis moved the message to its new stream). Pushes that are all new
+/// cost one `INSERT IGNORE`, as they did before ids were ordered.
+async fn write_scheduled<Q: Affected>(
+    q: &mut Q,
+    rows: &[&Push<'_>],
+    replace: bool,
+    unique_ids: bool,
+) -> Result<()> {
     let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; rows.len()].join(", ");
-    // `updated_ms` first: the row it moves to the push's time is the one the
-    // assignments after it overwrite (a row already at that time too: the later
-    // of two writes in one millisecond wins).
-    let overwrite = if replace { "TRUE" } else { "state = 4" };
-    let sql = format!(
-        "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
-         VALUES {values} ON DUPLICATE KEY UPDATE \
-         updated_ms = IF({overwrite} AND updated_ms <= VALUES(updated_ms), VALUES(updated_ms), updated_ms), \
-         body = IF({overwrite} AND updated_ms = VALUES(updated_ms), VALUES(body), body), \
-         due_ms = IF({overwrite} AND updated_ms = VALUES(updated_ms), VALUES(due_ms), due_ms), \
-         entry_id = IF({overwrite} AND updated_ms = VALUES(updated_ms), NULL, entry_id), \
-         state = IF({overwrite} AND updated_ms = VALUES(updated_ms), 0, state)"
-    );
+    let columns = "delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms)";
     let mut params: Vec<mysql_async::Value> = Vec::with_capacity(rows.len() * 5);
     for push in rows {
         params.push(push.msg.id.as_str().into());
@@ -621,7 +622,68 @@ fn insert_scheduled(rows: &[&Push<'_>], replace: bool) -> (String, Vec<mysql_asy
         params.push(push.due_ms.into());
         params.push(push.at_ms.into());
     }
-    (sql, params)
+    if !replace {
+        q.exec_drop(
+            format!("INSERT IGNORE INTO {columns} VALUES {values}"),
+            params,
+        )
+        .await?;
+        if q.affected() < rows.len() as u64 {
+            q.exec_batch(
+                format!("UPDATE delayq_messages SET {OVERWRITE} WHERE id = ? AND stream = ? AND state = 4"),
+                rows.iter().map(|p| overwrite_params(p)),
+            )
+            .await?;
+        }
+        return Ok(());
+    }
+    // `updated_ms` first: the row it moves to the push's time is the one the
+    // assignments after it overwrite (a row already at that time too: the later
+    // of two writes in one millisecond wins).
+    q.exec_drop(
+        format!(
+            "INSERT INTO {columns} VALUES {values} ON DUPLICATE KEY UPDATE \
+             updated_ms = IF(updated_ms <= VALUES(updated_ms), VALUES(updated_ms), updated_ms), \
+             body = IF(updated_ms = VALUES(updated_ms), VALUES(body), body), \
+             due_ms = IF(updated_ms = VALUES(updated_ms), VALUES(due_ms), due_ms), \
+             entry_id = IF(updated_ms = VALUES(updated_ms), NULL, entry_id), \
+             state = IF(updated_ms = VALUES(updated_ms), 0, state)"
+        ),
+        params,
+    )
+    .await?;
+    if unique_ids {
+        q.exec_batch(
+            "DELETE FROM delayq_messages WHERE id = ? AND stream <> ? AND state = 0 \
+             AND updated_ms <= ?",
+            rows.iter()
+                .map(|p| (p.msg.id.as_str().to_owned(), p.msg.stream.clone(), p.at_ms)),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A cancelled row scheduled again by a push of its id, unless written later.
+const OVERWRITE: &str = "body = IF(updated_ms <= ?, ?, body), due_ms = IF(updated_ms <= ?, ?, due_ms), \
+    entry_id = IF(updated_ms <= ?, NULL, entry_id), state = IF(updated_ms <= ?, 0, state), \
+    updated_ms = IF(updated_ms <= ?, ?, updated_ms)";
+
+/// [`OVERWRITE`]'s parameters for `push`, then its id and stream.
+fn overwrite_params(push: &Push<'_>) -> Vec<mysql_async::Value> {
+    let at: mysql_async::Value = push.at_ms.into();
+    vec![
+        at.clone(),
+        body(push.msg).into(),
+        at.clone(),
+        push.due_ms.into(),
+        at.clone(),
+        at.clone(),
+        at.clone(),
+        at,
+        push.msg.id.as_str().into(),
+        push.msg.stream.as_str().into(),
+    ]
 }
 
 /// A message's `body` column (see the migration).
