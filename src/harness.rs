@@ -165,6 +165,13 @@ pub fn signal(child: &Child, sig: libc::c_int) {
     }
 }
 
+/// [`signal`] to a process that is still ours (none after a kill).
+fn signal_running(child: &Option<Child>, sig: libc::c_int) {
+    if let Some(child) = child {
+        signal(child, sig);
+    }
+}
+
 fn kill_and_wait(child: &mut Child) {
     signal(child, libc::SIGCONT);
     let _ = child.kill();
@@ -758,9 +765,7 @@ impl SentinelServer {
 
     /// Sends `sig` to the Sentinel (SIGSTOP: it misses what happens until SIGCONT).
     pub fn signal(&self, sig: libc::c_int) {
-        if let Some(child) = &self.child {
-            signal(child, sig);
-        }
+        signal_running(&self.child, sig);
     }
 
     pub fn kill(&mut self) {
@@ -1008,15 +1013,11 @@ impl MariaDbServer {
 
     /// SIGSTOP: the server hangs, its connections stay open.
     pub fn pause(&self) {
-        if let Some(child) = &self.child {
-            signal(child, libc::SIGSTOP);
-        }
+        signal_running(&self.child, libc::SIGSTOP);
     }
 
     pub fn resume(&self) {
-        if let Some(child) = &self.child {
-            signal(child, libc::SIGCONT);
-        }
+        signal_running(&self.child, libc::SIGCONT);
     }
 
     /// Starts it again on the same port and data.
@@ -1242,15 +1243,11 @@ impl EtcdServer {
 
     /// SIGSTOP: the member hangs, its connections stay open.
     pub fn pause(&self) {
-        if let Some(child) = &self.child {
-            signal(child, libc::SIGSTOP);
-        }
+        signal_running(&self.child, libc::SIGSTOP);
     }
 
     pub fn resume(&self) {
-        if let Some(child) = &self.child {
-            signal(child, libc::SIGCONT);
-        }
+        signal_running(&self.child, libc::SIGCONT);
     }
 
     /// Starts the member again with its data (it rejoins its cluster).
@@ -1390,9 +1387,7 @@ impl DelayqProcess {
     }
 
     pub fn signal(&self, sig: libc::c_int) {
-        if let Some(child) = &self.child {
-            signal(child, sig);
-        }
+        signal_running(&self.child, sig);
     }
 
     pub fn kill(&mut self) {

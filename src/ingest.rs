@@ -54,7 +54,10 @@ impl Ingest {
             return self.store.schedule(msg, mode, max_delay).await;
         };
         let at = self.store.now_ms().await?;
-        let msg = &due_from(msg, at);
+        let msg = &NewMessage {
+            due: absolute(msg.due, at),
+            ..msg.clone()
+        };
         journal
             .scheduled(&[(msg, mode == ScheduleMode::Replace)], at)
             .await
@@ -83,13 +86,10 @@ impl Ingest {
             Ok(at) => at,
             Err(e) => return items.iter().map(|_| Err(e.clone())).collect(),
         };
-        let items: Vec<BatchItem> = items
-            .iter()
-            .map(|i| BatchItem {
-                msg: due_from(&i.msg, at),
-                ..i.clone()
-            })
-            .collect();
+        let mut items = items.to_vec();
+        for item in &mut items {
+            item.msg.due = absolute(item.msg.due, at);
+        }
         let rows: Vec<(&NewMessage, bool)> = items
             .iter()
             .map(|i| (&i.msg, i.mode == ScheduleMode::Replace))
@@ -148,15 +148,14 @@ enum Forget {
     Duplicate,
 }
 
-/// `msg` due at an absolute time, a relative delay counted from `now_ms` (Redis's
-/// time read before the journal takes it), so that the journal and Redis hold the
+/// A due time made absolute, a relative delay counted from `now_ms` (Redis's time
+/// read before the journal takes the push), so that the journal and Redis hold the
 /// same due time however long the journal's commit took.
-fn due_from(msg: &NewMessage, now_ms: u64) -> NewMessage {
-    let due = match msg.due {
+fn absolute(due: Due, now_ms: u64) -> Due {
+    match due {
         Due::In(delay) => Due::At(now_ms.saturating_add(delay.as_millis() as u64)),
         at => at,
-    };
-    NewMessage { due, ..msg.clone() }
+    }
 }
 
 /// Whether Redis answered a push as a duplicate of a message it holds.

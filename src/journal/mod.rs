@@ -254,6 +254,8 @@ impl Journal {
         // One statement commits by itself: one round trip instead of four (the
         // statements that may follow it are idempotent, and the pushes are not
         // confirmed before they ran).
+        // A replace that retires other streams' rows stays in a transaction, so that
+        // the two statements apply together.
         if let [(replace, rows)] = &groups[..]
             && rows.len() <= ROWS_PER_STATEMENT
             && !(*replace && self.unique_ids)
