@@ -72,6 +72,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store.clone(),
         config.node_id.clone(),
         config.redis.timeout,
+        config.checked_streams(),
         probe.clone(),
     )
     .await;

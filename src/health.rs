@@ -4,8 +4,12 @@
 //! shows as clearly as one that does not answer. `/healthz`, `/readyz`, the service
 //! manager's status line and `delayq_redis_writable` read the outcome; nothing waits
 //! on a probe. Each round also reads whether Redis's memory settings can evict
-//! delayq's keys (`/readyz`'s warnings, `delayq_redis_evicting`). The watchdog reads when the loop last finished a round, which proves
-//! this process's own loops run, whatever state Redis is in.
+//! delayq's keys and whether a master is nearly full (`/readyz`'s warnings,
+//! `delayq_redis_evicting`, `delayq_redis_nearly_full`), and, at start, after Redis
+//! took writes again and every [`RIGHTS_EVERY`], whether the Redis user may run
+//! what delayq runs (a missing right makes `/readyz` 503). The watchdog reads when
+//! the loop last finished a round, which proves this process's own loops run,
+//! whatever state Redis is in.
 
 use std::time::{Duration, Instant};
 
@@ -14,10 +18,16 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::metrics as m;
-use crate::store::Store;
+use crate::store::{Memory, Rights, Store};
 
 /// How often the probe writes.
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// How often the Redis user's rights are checked while Redis takes writes.
+pub const RIGHTS_EVERY: Duration = Duration::from_secs(60);
+
+/// How long a write Redis refused for want of memory (OOM) keeps a warning up.
+pub const OOM_WARNS_FOR: Duration = Duration::from_secs(10);
 
 /// What the last probe found.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,8 +57,11 @@ impl RedisState {
 #[derive(Clone, Debug)]
 pub struct Probe {
     pub redis: RedisState,
-    /// Masters whose memory settings can evict delayq's keys, as last read.
-    pub evicting: Vec<String>,
+    /// Masters whose memory settings can evict delayq's keys, or that are nearly
+    /// full, as last read.
+    pub memory: Memory,
+    /// Whether the Redis user may run what delayq runs, as last checked.
+    pub rights: Rights,
     /// When the round finished.
     pub finished: Instant,
 }
@@ -76,14 +89,36 @@ impl Health {
     }
 
     /// What an operator should know although Redis takes writes: settings of
-    /// Redis's that can lose messages.
+    /// Redis's that can lose messages, a master nearly full, writes refused for
+    /// want of memory just now, rights Redis cannot tell.
     pub fn warnings(&self) -> Vec<String> {
-        self.rx
-            .borrow()
+        let probe = self.rx.borrow();
+        let mut warnings: Vec<String> = probe
+            .memory
             .evicting
             .iter()
             .map(|settings| format!("redis may evict delayq's keys ({settings})"))
-            .collect()
+            .collect();
+        warnings.extend(probe.memory.nearly_full.iter().map(|full| {
+            format!(
+                "redis is nearly full ({full}): writes will be refused for want of memory (OOM)"
+            )
+        }));
+        if crate::store::oom_refused_within(OOM_WARNS_FOR) {
+            warnings.push(format!(
+                "redis refused a write for want of memory (OOM) within the last {}",
+                crate::human::duration(OOM_WARNS_FOR)
+            ));
+        }
+        if let Rights::Unknown(why) = &probe.rights {
+            warnings.push(format!("the Redis user's rights are not checked: {why}"));
+        }
+        warnings
+    }
+
+    /// A right the Redis user lacks, as last checked: this node cannot do its job.
+    pub fn rights_problem(&self) -> Option<String> {
+        self.rx.borrow().rights.problem()
     }
 
     /// When the probe loop last finished a round (the watchdog's proof of progress).
@@ -98,28 +133,33 @@ impl Health {
 }
 
 /// Probes once (so the state is known before the API answers), then starts the
-/// probe loop: one write every [`PROBE_EVERY`], each bounded by `timeout`.
+/// probe loop: one write every [`PROBE_EVERY`], each bounded by `timeout`. The
+/// rights are checked for `streams` too (see [`Store::rights`]).
 pub async fn start(
     store: Store,
     node_id: String,
     timeout: Duration,
+    streams: Vec<String>,
     cancel: CancellationToken,
 ) -> (Health, JoinHandle<()>) {
     let first = probe(&store, &node_id, timeout).await;
     let mut last = RedisState::Starting;
     report(&mut last, &first);
-    let evicting = evicting(&store, timeout, &[]).await;
-    report_evicting(&[], &evicting);
+    let memory = memory(&store, timeout, &Memory::default()).await;
+    report_memory(&Memory::default(), &memory);
+    let rights = rights(&store, timeout, &streams, &Rights::Granted).await;
+    report_rights(&Rights::Granted, &rights);
     let (tx, rx) = watch::channel(Probe {
         redis: first,
-        evicting,
+        memory,
+        rights,
         finished: Instant::now(),
     });
     let health = Health {
         rx,
         stale_after: (timeout + PROBE_EVERY) * 3,
     };
-    let task = tokio::spawn(run(store, node_id, timeout, tx, last, cancel));
+    let task = tokio::spawn(run(store, node_id, timeout, streams, tx, last, cancel));
     (health, task)
 }
 
@@ -134,29 +174,69 @@ async fn probe(store: &Store, node_id: &str, timeout: Duration) -> RedisState {
     }
 }
 
-/// Masters that can evict delayq's keys; `before` when Redis does not say (no
-/// answer within `timeout`, an error).
-async fn evicting(store: &Store, timeout: Duration, before: &[String]) -> Vec<String> {
-    match tokio::time::timeout(timeout, store.evicting_masters()).await {
-        Ok(Ok(evicting)) => evicting,
-        _ => before.to_vec(),
+/// What the masters' memory says; `before` when Redis does not say (no answer
+/// within `timeout`, an error).
+async fn memory(store: &Store, timeout: Duration, before: &Memory) -> Memory {
+    match tokio::time::timeout(timeout, store.memory()).await {
+        Ok(Ok(memory)) => memory,
+        _ => before.clone(),
     }
 }
 
-/// Logs a change of what can evict delayq's keys and sets the gauge.
-fn report_evicting(before: &[String], now: &[String]) {
-    metrics::gauge!(m::REDIS_EVICTING).set(if now.is_empty() { 0.0 } else { 1.0 });
+/// The user's rights; `before` when Redis does not say.
+async fn rights(store: &Store, timeout: Duration, streams: &[String], before: &Rights) -> Rights {
+    match tokio::time::timeout(timeout, store.rights(streams)).await {
+        Ok(Ok(rights)) => rights,
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "the Redis user's rights could not be checked");
+            before.clone()
+        }
+        Err(_) => before.clone(),
+    }
+}
+
+/// Logs a change of what the memory says and sets the gauges.
+fn report_memory(before: &Memory, now: &Memory) {
+    metrics::gauge!(m::REDIS_EVICTING).set(if now.evicting.is_empty() { 0.0 } else { 1.0 });
+    let full = !now.nearly_full.is_empty() || crate::store::oom_refused_within(OOM_WARNS_FOR);
+    metrics::gauge!(m::REDIS_NEARLY_FULL).set(if full { 1.0 } else { 0.0 });
+    if before.evicting != now.evicting {
+        if now.evicting.is_empty() {
+            tracing::info!("redis no longer evicts delayq's keys");
+        } else {
+            tracing::warn!(
+                settings = %now.evicting.join("; "),
+                "redis may evict delayq's keys when full, and with them messages not yet \
+                 delivered: set maxmemory-policy to noeviction (or a volatile-* policy)"
+            );
+        }
+    }
+    if before.nearly_full != now.nearly_full {
+        if now.nearly_full.is_empty() {
+            tracing::info!("redis is no longer nearly full");
+        } else {
+            tracing::warn!(
+                masters = %now.nearly_full.join("; "),
+                "redis is nearly full: pushes will be refused for want of memory (OOM); \
+                 raise maxmemory or drain streams"
+            );
+        }
+    }
+}
+
+/// Logs a change of the user's rights.
+fn report_rights(before: &Rights, now: &Rights) {
     if before == now {
         return;
     }
-    if now.is_empty() {
-        tracing::info!("redis no longer evicts delayq's keys");
-    } else {
-        tracing::warn!(
-            settings = %now.join("; "),
-            "redis may evict delayq's keys when full, and with them messages not yet \
-             delivered: set maxmemory-policy to noeviction (or a volatile-* policy)"
-        );
+    match now {
+        Rights::Granted => tracing::info!("the Redis user may run what delayq runs"),
+        Rights::Unknown(why) => tracing::info!(%why, "the Redis user's rights are not checked"),
+        Rights::Missing(refused) => tracing::warn!(
+            refused = %refused.join("; "),
+            "the Redis user may not run what delayq runs: this node is not ready until it may \
+             (grant the rule in docs/redis-rights.md)"
+        ),
     }
 }
 
@@ -188,23 +268,41 @@ async fn run(
     store: Store,
     node_id: String,
     timeout: Duration,
+    streams: Vec<String>,
     tx: watch::Sender<Probe>,
     mut last: RedisState,
     cancel: CancellationToken,
 ) {
+    let mut rights_checked = Instant::now();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(PROBE_EVERY) => {}
         }
         let state = probe(&store, &node_id, timeout).await;
+        // Again once Redis takes writes after it did not (a reconnection, maybe
+        // to another master), and every while.
+        let check_rights = (state == RedisState::Writable && last != RedisState::Writable)
+            || rights_checked.elapsed() >= RIGHTS_EVERY;
         report(&mut last, &state);
-        let before = tx.borrow().evicting.clone();
-        let evicting = evicting(&store, timeout, &before).await;
-        report_evicting(&before, &evicting);
+        let (before_memory, before_rights) = {
+            let probe = tx.borrow();
+            (probe.memory.clone(), probe.rights.clone())
+        };
+        let memory = memory(&store, timeout, &before_memory).await;
+        report_memory(&before_memory, &memory);
+        let rights = if check_rights {
+            rights_checked = Instant::now();
+            let rights = rights(&store, timeout, &streams, &before_rights).await;
+            report_rights(&before_rights, &rights);
+            rights
+        } else {
+            before_rights
+        };
         tx.send_replace(Probe {
             redis: state,
-            evicting,
+            memory,
+            rights,
             finished: Instant::now(),
         });
     }

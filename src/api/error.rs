@@ -107,6 +107,17 @@ impl From<StoreError> for ApiError {
                 "corrupt",
                 format!("a key involved holds something other than delayq expects: {e}"),
             ),
+            // The Redis user lacks a right: the deployment's fault, named, not delayq's.
+            StoreError::Redis(e) if e.code() == Some("NOPERM") => {
+                tracing::warn!(error = %e, "the Redis user may not run what delayq runs");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "redis_permission",
+                    format!(
+                        "the Redis user may not run what this needs (grant the rule in docs/redis-rights.md): {e}"
+                    ),
+                )
+            }
             // Redis down, slow, or not taking writes now: retrying later may help.
             other if other.is_transient() => {
                 tracing::warn!(error = %other, "request failed in Redis");
@@ -206,6 +217,28 @@ mod tests {
         let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
         check(StoreError::Redis(refused.into()), 503, "unavailable");
         check(StoreError::Busy("too many long polls".into()), 503, "busy");
+        for (code, detail) in [
+            (
+                "NOPERM",
+                "this user has no permissions to access one of the keys used as arguments",
+            ),
+            (
+                "NOPERM",
+                "this user has no permissions to run the 'xadd' command",
+            ),
+        ] {
+            let e = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            check(StoreError::Redis(e), 503, "redis_permission");
+        }
+        for (code, detail) in [
+            ("MOVED", "3999 127.0.0.1:6381"),
+            ("ASK", "3999 127.0.0.1:6381"),
+            ("TRYAGAIN", "Multiple keys request during rehashing of slot"),
+            ("CLUSTERDOWN", "The cluster is down"),
+        ] {
+            let e = redis::make_extension_error(code.to_owned(), Some(detail.to_owned()));
+            check(StoreError::Redis(e), 503, "unavailable");
+        }
         check(
             StoreError::Reply("expected an array".into()),
             500,

@@ -63,22 +63,31 @@ pub async fn healthz(State(state): State<AppState>) -> Response {
 /// Redis and (when configured) etcd reachable
 ///
 /// Redis takes writes and, when an etcd election is configured, etcd answers: the
-/// instance can do its job, and take over if the leader goes away. `warnings` names
-/// Redis settings that can lose messages (an `allkeys-*` eviction policy), which do
-/// not make the instance unready.
+/// instance can do its job, and take over if the leader goes away; 503
+/// `redis_permission` names a command the Redis user may not run. `warnings` names
+/// Redis settings that can lose messages (an `allkeys-*` eviction policy) and a
+/// master nearly full or refusing writes for want of memory, which do not make the
+/// instance unready.
 #[utoipa::path(
     get,
     path = "/readyz",
     operation_id = "ready",
     responses(
         (status = 200, description = "ready", body = Ready),
-        (status = 503, description = "Redis or etcd unreachable", body = ErrorBody),
+        (status = 503, description = "Redis or etcd unreachable, or the Redis user may not run a command delayq runs (redis_permission)", body = ErrorBody),
     ),
     security(()),
 )]
 pub async fn readyz(State(state): State<AppState>) -> Result<Json<Ready>, ApiError> {
     if let Some(problem) = state.health.redis().problem() {
         return Err(ApiError::unavailable(problem));
+    }
+    if let Some(problem) = state.health.rights_problem() {
+        return Err(ApiError::new(
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            "redis_permission",
+            problem,
+        ));
     }
     let etcd = match state.leadership.info().etcd_reachable {
         None => "not configured",

@@ -353,6 +353,25 @@ impl Config {
         }
     }
 
+    /// The streams whose rights the Redis user is checked for: each name in
+    /// `streams.allow` that is no pattern and its dead-letter stream, and the
+    /// inbox's streams (see `Store::rights`).
+    pub fn checked_streams(&self) -> Vec<String> {
+        let mut streams = Vec::new();
+        for name in &self.streams.allow {
+            if !name.contains(['*', '?', '[', '\\']) {
+                streams.push(name.clone());
+                streams.push(self.dead_letter_stream(name));
+            }
+        }
+        if let Some(inbox) = &self.inbox {
+            streams.push(inbox.stream.clone());
+            streams.push(inbox.rejected_stream.clone());
+        }
+        streams.dedup();
+        streams
+    }
+
     /// Whether delayq runs on Redis Cluster (`redis.mode = "cluster"`).
     pub fn is_cluster(&self) -> bool {
         self.redis.cluster.is_some()

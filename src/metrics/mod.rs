@@ -77,6 +77,9 @@ pub const REDIS_WRITABLE: &str = "delayq_redis_writable";
 /// 1 while a Redis master's `maxmemory-policy` (an `allkeys-*` one, with a
 /// `maxmemory` set) can evict delayq's keys, 0 otherwise.
 pub const REDIS_EVICTING: &str = "delayq_redis_evicting";
+/// 1 while a Redis master uses more than 95% of its `maxmemory`, or Redis refused
+/// a write of this node's for want of memory (OOM) within the last 10 s; 0 otherwise.
+pub const REDIS_NEARLY_FULL: &str = "delayq_redis_nearly_full";
 /// Requests refused for a missing or unknown bearer token.
 pub const AUTH_FAILURES: &str = "delayq_http_auth_failures_total";
 /// 1 while etcd answered this node's last query (about every second), 0 while it

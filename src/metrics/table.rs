@@ -292,6 +292,13 @@ pub const METRICS: &[Described] = &[
         "1 while a Redis master's `maxmemory-policy` (an `allkeys-*` one, with `maxmemory` set) can evict delayq's keys, read every second; 0 otherwise",
     ),
     metric(
+        REDIS_NEARLY_FULL,
+        Kind::Gauge,
+        &[],
+        Start::Zero,
+        "1 while a Redis master uses more than 95% of its `maxmemory` (read every second), or Redis refused a write of this node's for want of memory (OOM) within the last 10 s; 0 otherwise",
+    ),
+    metric(
         HTTP_REQUESTS,
         Kind::Counter,
         &["method", "route", "status"],

@@ -35,6 +35,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dial::{Dialer, Redial};
+use super::master;
 use super::tls::{self, RedisTls};
 use super::{Result, StoreConfig};
 use crate::secret::RedisUrl;
@@ -251,11 +252,18 @@ impl Conn {
                 pin: None,
             });
         };
-        let mut sentinel_client = sentinel_client(&config.url, config.tls.as_ref(), sentinel)?;
+        let sentinel_client = sentinel_client(&config.url, config.tls.as_ref(), sentinel)?;
         let sentinels = sentinel_clients(config.tls.as_ref(), sentinel)?;
+        let data = config.url.expose().into_connection_info()?;
         let client = tokio::time::timeout(
             config.connect_timeout * 2,
-            sentinel_client.async_get_client(),
+            master::ask_master(
+                &sentinels,
+                &sentinel.master,
+                &data,
+                config.tls.as_ref(),
+                config.connect_timeout,
+            ),
         )
         .await
         .map_err(|_| timeout("no Sentinel named a master in time"))??;
@@ -280,7 +288,7 @@ impl Conn {
                 asked: Mutex::new(None),
                 changes: watch::channel((0, address)).0,
                 sentinels,
-                data: config.url.expose().into_connection_info()?,
+                data,
                 tls: config.tls.clone(),
                 switching: watch::channel(BTreeMap::new()).0,
             })),
@@ -740,8 +748,18 @@ impl Conn {
             }
             *asked = Some(Instant::now());
         }
-        let mut sentinel = follow.client.lock().await;
-        let found = tokio::time::timeout(follow.connect_timeout * 2, sentinel.async_get_client());
+        // One asker at a time.
+        let sentinel = follow.client.lock().await;
+        let found = tokio::time::timeout(
+            follow.connect_timeout * 2,
+            master::ask_master(
+                &follow.sentinels,
+                &follow.master,
+                &follow.data,
+                follow.tls.as_ref(),
+                follow.connect_timeout,
+            ),
+        );
         let client = match found.await {
             Ok(Ok(client)) => {
                 if let Some(said) = NO_MASTER.recovered() {
@@ -811,21 +829,22 @@ impl Conn {
                 return;
             }
         };
-        // Never to a replica: only a node that says it is a master.
-        let role = tokio::time::timeout(
-            follow.connect_timeout,
-            redis::cmd("ROLE").query_async::<Value>(&mut manager),
-        )
-        .await;
-        let master = match role {
-            Ok(Ok(Value::Array(parts))) => parts.first().is_some_and(|first| {
-                redis::from_redis_value_ref::<String>(first).is_ok_and(|r| r == "master")
-            }),
-            _ => false,
-        };
-        if !master {
-            tracing::debug!(%address, "not moving to a node that does not say it is a master");
-            return;
+        // Never to a replica: only a node that says it is a master (in its HELLO
+        // reply, which a least-privilege user may ask for, unlike ROLE).
+        match master::says_master(&mut manager, follow.connect_timeout).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::debug!(%address, "not moving to a node that does not say it is a master");
+                return;
+            }
+            Err(e) if e.code() == Some("NOPERM") => {
+                tracing::warn!(error = %e, %address, "cannot follow the Redis master: the Redis user may not run HELLO (see docs/redis-rights.md)");
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, %address, "not moving to a node that did not say what it is");
+                return;
+            }
         }
         {
             let mut current = self.current.lock().expect("not poisoned");
@@ -1187,7 +1206,7 @@ fn timeout(what: &'static str) -> redis::RedisError {
 
 /// A plain client of the cluster node at `host`:`port`, with `info`'s scheme,
 /// user, password and TLS settings, and its connection info.
-fn node_client(
+pub(super) fn node_client(
     info: &redis::ConnectionInfo,
     tls: Option<&RedisTls>,
     host: &str,

@@ -1,6 +1,8 @@
 //! What can go wrong in a store call, and which failures are Redis not taking
 //! calls now (retry later) rather than a call at fault.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use redis::RedisError;
 use thiserror::Error;
 
@@ -51,6 +53,10 @@ impl StoreError {
     pub(super) fn from_script(e: RedisError) -> Self {
         let detail = e.detail().unwrap_or_default().to_owned();
         match e.code() {
+            Some("OOM") => {
+                note_oom();
+                StoreError::Redis(e)
+            }
             Some("FENCED") => {
                 let numbers: Vec<u64> = detail
                     .split_whitespace()
@@ -127,6 +133,27 @@ impl StoreError {
     }
 }
 
+/// When Redis last refused a script for want of memory (`OOM`), in ms since the
+/// Unix epoch; 0 never.
+static LAST_OOM_MS: AtomicU64 = AtomicU64::new(0);
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn note_oom() {
+    LAST_OOM_MS.store(now_ms(), Ordering::Relaxed);
+}
+
+/// Whether Redis refused one of this process's scripts for want of memory within
+/// `window` (a batch can be refused while a small probe write still passes).
+pub fn oom_refused_within(window: std::time::Duration) -> bool {
+    let at = LAST_OOM_MS.load(Ordering::Relaxed);
+    at != 0 && now_ms().saturating_sub(at) <= window.as_millis() as u64
+}
+
 /// Error replies by which Redis says it takes no writes (or no calls) for now.
 const TRANSIENT_CODES: &[&str] = &[
     "READONLY",
@@ -138,6 +165,10 @@ const TRANSIENT_CODES: &[&str] = &[
     "NOREPLICAS",
     "TRYAGAIN",
     "CLUSTERDOWN",
+    // Redis Cluster's redirections the connection did not follow in time (a
+    // failover or a reshard under way): the slot is served again shortly.
+    "MOVED",
+    "ASK",
 ];
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -187,5 +218,17 @@ mod tests {
             StoreError::TooFar { due_ms, max_delay_ms: 5, now_ms: 1 } if due_ms > 1 << 63
         ));
         check(StoreError::Fenced { held: 2, caller: 1 }, false);
+    }
+
+    #[test]
+    fn a_script_refused_for_memory_is_remembered_for_a_while() {
+        let oom =
+            redis::make_extension_error("OOM".to_owned(), Some("command not allowed".to_owned()));
+        let e = StoreError::from_script(oom);
+        assert!(e.is_transient(), "{e:?}");
+        assert!(oom_refused_within(std::time::Duration::from_secs(10)));
+        LAST_OOM_MS.store(now_ms() - 11_000, Ordering::Relaxed);
+        assert!(!oom_refused_within(std::time::Duration::from_secs(10)));
+        assert!(oom_refused_within(std::time::Duration::from_secs(12)));
     }
 }

@@ -1,41 +1,71 @@
 //! Whether Redis may evict delayq's keys. delayq's data keys carry no expiry, so
 //! `noeviction` and the `volatile-*` policies leave them be; an `allkeys-*` policy
 //! with a `maxmemory` set evicts them when Redis is full, and with them pending
-//! messages, their index and the records that catch a repeated id.
+//! messages, their index and the records that catch a repeated id. Near its
+//! `maxmemory` Redis refuses writes (OOM): [`Memory::nearly_full`] says so first.
 
 use redis::Value;
 
 use super::libraries::info_value;
 use super::{Result, Store, text};
 
-impl Store {
+/// What the masters' `INFO memory` says of delayq's room there.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
     /// Each master (named by its address on Redis Cluster) whose memory settings
-    /// can evict delayq's keys, with those settings: empty when none can. Empty too
+    /// can evict delayq's keys, with those settings.
+    pub evicting: Vec<String>,
+    /// Each master whose `used_memory` is past [`NEARLY_FULL`] of its
+    /// `maxmemory`, as "used 97% of maxmemory 1048576".
+    pub nearly_full: Vec<String>,
+}
+
+/// The share of `maxmemory` past which a master is called nearly full: Redis
+/// refuses writes (OOM) at 100%, and a batch needs room a probe write does not.
+pub const NEARLY_FULL: f64 = 0.95;
+
+impl Store {
+    /// What every master's memory settings and use say (see [`Memory`]); empty
     /// when this user may not run `INFO` (nothing can be told).
-    pub async fn evicting_masters(&self) -> Result<Vec<String>> {
+    pub async fn memory(&self) -> Result<Memory> {
         let mut info = redis::cmd("INFO");
         info.arg("memory");
         let replies = match self.conn.on_every_master(info).await {
             Ok(replies) => replies,
-            Err(e) if e.code() == Some("NOPERM") => return Ok(Vec::new()),
+            Err(e) if e.code() == Some("NOPERM") => return Ok(Memory::default()),
             Err(e) => return Err(e.into()),
         };
-        let mut evicting = Vec::new();
+        let mut memory = Memory::default();
         for (node, reply) in replies {
             let info = match reply {
                 Value::Nil => continue,
                 reply => text(&reply)?,
             };
+            let named = |what: String| match &node {
+                Some(node) => format!("{node}: {what}"),
+                None => what,
+            };
             if let Some(settings) = evicts(&info) {
-                evicting.push(match node {
-                    Some(node) => format!("{node}: {settings}"),
-                    None => settings,
-                });
+                memory.evicting.push(named(settings));
+            }
+            if let Some(full) = nearly_full(&info) {
+                memory.nearly_full.push(named(full));
             }
         }
-        evicting.sort();
-        Ok(evicting)
+        memory.evicting.sort();
+        memory.nearly_full.sort();
+        Ok(memory)
     }
+}
+
+/// "used 97% of maxmemory 1048576" when an `INFO memory` text's `used_memory`
+/// is past [`NEARLY_FULL`] of a `maxmemory` that is set.
+pub(super) fn nearly_full(info: &str) -> Option<String> {
+    let used: u64 = info_value(info, "used_memory")?.parse().ok()?;
+    let max: u64 = info_value(info, "maxmemory")?.parse().ok()?;
+    let share = used as f64 / max as f64;
+    (max > 0 && share > NEARLY_FULL)
+        .then(|| format!("used {:.0}% of maxmemory {max}", share * 100.0))
 }
 
 /// The settings of an `INFO memory` text that evict keys without an expiry, as
@@ -82,6 +112,34 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_master_is_nearly_full_past_95_percent_of_a_set_maxmemory() {
+        let text = |used: u64, max: u64| format!("used_memory:{used}\r\nmaxmemory:{max}\r\n");
+        let cases = [
+            (1000, 0, None),
+            (0, 0, None),
+            (950, 1000, None),
+            (951, 1000, Some("used 95% of maxmemory 1000")),
+            (999, 1000, Some("used 100% of maxmemory 1000")),
+            (2000, 1000, Some("used 200% of maxmemory 1000")),
+            (
+                u64::MAX,
+                u64::MAX,
+                Some("used 100% of maxmemory 18446744073709551615"),
+            ),
+            (0, u64::MAX, None),
+        ];
+        for (used, max, full) in cases {
+            assert_eq!(
+                nearly_full(&text(used, max)).as_deref(),
+                full,
+                "{used} of {max}"
+            );
+        }
+        assert_eq!(nearly_full("maxmemory:10\r\n"), None);
+        assert_eq!(nearly_full("used_memory:x\r\nmaxmemory:10\r\n"), None);
     }
 
     #[test]

@@ -15,8 +15,10 @@ mod inbox;
 mod journal;
 mod keys;
 mod libraries;
+mod master;
 mod outcome;
 mod reply;
+mod rights;
 mod scripts;
 mod shard_count;
 mod stats;
@@ -37,7 +39,8 @@ pub use board::{
     DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,
 };
 pub use conn::{SentinelConfig, slot_master};
-pub use error::{Result, StoreError};
+pub use error::{Result, StoreError, oom_refused_within};
+pub use eviction::{Memory, NEARLY_FULL};
 pub use inbox::{
     CopyLimit, EntryFields, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS,
     Rejection,
@@ -50,6 +53,7 @@ pub use keys::{
 pub use libraries::{Library, NodeLibraries, info_value};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
+pub use rights::Rights;
 pub use stats::{HeldBack, PendingReport, StreamCounts};
 pub use streams::StreamEntry;
 pub use tls::{RedisTls, client as redis_client};

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{Api, delayq_bin, entries, eventually};
+use crate::support::{Api, delayq_bin, documented_user, entries, eventually};
 
 /// How Redis is made to refuse writes, and the error it then answers with.
 struct Refusal {
@@ -209,20 +209,12 @@ async fn an_eviction_policy_that_can_drop_messages_is_warned_of_and_cleared() {
     for &(maxmemory, policy, evicting) in EVICTIONS {
         run(&redis, &["CONFIG", "SET", "maxmemory", maxmemory]);
         run(&redis, &["CONFIG", "SET", "maxmemory-policy", policy]);
-        let gauge = format!("delayq_redis_evicting {}", u8::from(evicting));
-        let warnings = eventually(Duration::from_secs(10), "warnings follow Redis", || async {
-            let (status, body) = api.get("/readyz").await;
-            let shown = api.metrics().await.unwrap_or_default();
-            let warnings: Vec<String> = body["warnings"]
-                .as_array()?
-                .iter()
-                .map(|w| w.as_str().unwrap_or_default().to_owned())
-                .collect();
-            let settled = status == 200
-                && warnings.is_empty() != evicting
-                && shown.lines().any(|l| l == gauge);
-            settled.then_some(warnings)
-        })
+        let warnings = warnings_when(
+            &api,
+            "delayq_redis_evicting",
+            evicting,
+            "warnings follow Redis",
+        )
         .await;
         if evicting {
             let bytes = 1u64 << 30;
@@ -247,4 +239,169 @@ async fn an_eviction_policy_that_can_drop_messages_is_warned_of_and_cleared() {
         .count();
     // One line per change: the start, and each switch after it.
     assert_eq!((warned, cleared), (2, 2), "{log}");
+}
+
+/// A daemon on `redis` as the user `delayq` whose password is in `password`,
+/// with `h` its only target stream.
+fn node_as_user(
+    redis: &RedisServer,
+    password: &std::path::Path,
+    name: &str,
+) -> (DelayqProcess, Api) {
+    let url = redis.url().replace("redis://", "redis://delayq@");
+    let config = format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\nshards = 2\n[streams]\nallow = [\"h\"]\n",
+        password.display()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), name, &config).unwrap();
+    let api = Api::new(node.api);
+    (node, api)
+}
+
+/// The documented rule, as written, on one Redis: ready, and a push delivered.
+/// Without its `~{delayq:*` (what the docs once said for one Redis) the shard
+/// keys are out of reach: `/readyz` answers 503 naming a command and such a
+/// key, and a push 503 `redis_permission`, not 500.
+#[tokio::test]
+async fn the_documented_redis_rights_suffice_and_a_missing_one_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start().unwrap();
+    let password = documented_user(&[&redis], "h", &[], dir.path());
+    let (_node, api) = node_as_user(&redis, &password, "rights");
+    eventually(Duration::from_secs(10), "ready with the rule", || async {
+        (api.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert_eq!(push(&api, "ruled").await, 201);
+    eventually(Duration::from_secs(10), "delivered as the user", || async {
+        let got = entries(&mut redis.client(), "h");
+        got.iter()
+            .any(|e| e.get("delayq-id") == Some("ruled"))
+            .then_some(())
+    })
+    .await;
+
+    let other = RedisServer::start().unwrap();
+    let password = documented_user(&[&other], "h", &["~{delayq:*"], dir.path());
+    let (node, api) = node_as_user(&other, &password, "no-rights");
+    let (status, body) = api.get("/readyz").await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"], "redis_permission", "{body}");
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("{delayq:0}:due"), "{detail}");
+    let body = serde_json::json!({"stream": "h", "id": "denied", "payload": "p", "delay": "10ms"});
+    let (status, answer) = api.post("/v1/messages", body).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("redis_permission")),
+        "{answer}"
+    );
+    let log = node.full_log();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("may not run") && l.contains("{delayq:0}")),
+        "a WARN line names the missing right:\n{log}"
+    );
+}
+
+/// The `INFO memory` field `field` of `redis`, as a number.
+fn memory_field(redis: &RedisServer, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query(&mut redis.client())
+        .unwrap();
+    delayq::store::info_value(&info, field)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// `/readyz`'s warnings once it answers 200 with some (`warned`) or none, and
+/// `/metrics` shows `gauge` at 1 or 0 alike.
+async fn warnings_when(api: &Api, gauge: &str, warned: bool, what: &str) -> Vec<String> {
+    let gauge = format!("{gauge} {}", u8::from(warned));
+    eventually(Duration::from_secs(15), what, || async {
+        let (status, body) = api.get("/readyz").await;
+        let shown = api.metrics().await.unwrap_or_default();
+        let warnings: Vec<String> = body["warnings"]
+            .as_array()?
+            .iter()
+            .map(|w| w.as_str().unwrap_or_default().to_owned())
+            .collect();
+        let settled =
+            status == 200 && warnings.is_empty() != warned && shown.lines().any(|l| l == gauge);
+        settled.then_some(warnings)
+    })
+    .await
+}
+
+async fn memory_warnings(api: &Api, full: bool, what: &str) -> Vec<String> {
+    warnings_when(api, "delayq_redis_nearly_full", full, what).await
+}
+
+/// Past 95% of `maxmemory` Redis is called nearly full (`/readyz` stays 200 and
+/// warns, the gauge is 1); a batch Redis refuses for want of memory while a small
+/// probe write still passes is warned of too, for 10 s.
+#[tokio::test]
+async fn a_nearly_full_redis_and_a_refused_batch_are_warned_of() {
+    let redis = RedisServer::start().unwrap();
+    let (_node, api) = node_on(&redis, "memory");
+    memory_warnings(&api, false, "no warning at start").await;
+
+    let used = memory_field(&redis, "used_memory");
+    run(
+        &redis,
+        &["CONFIG", "SET", "maxmemory", &(used * 100 / 97).to_string()],
+    );
+    let warnings = memory_warnings(&api, true, "nearly full").await;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("redis is nearly full (used ")),
+        "{warnings:?}"
+    );
+    run(&redis, &["CONFIG", "SET", "maxmemory", "0"]);
+    memory_warnings(&api, false, "room again").await;
+
+    // Room for a probe, not for one message of the batch (Redis counts the
+    // arguments of a call it reads against maxmemory).
+    let used = memory_field(&redis, "used_memory");
+    run(
+        &redis,
+        &[
+            "CONFIG",
+            "SET",
+            "maxmemory",
+            &(used + 64 * 1024).to_string(),
+        ],
+    );
+    let payload = "x".repeat(200 * 1024);
+    let messages: Vec<_> = (0..20)
+        .map(|i| serde_json::json!({"stream": "h", "id": format!("big-{i}"), "payload": payload, "delay": "1h"}))
+        .collect();
+    let (status, answer) = api
+        .post(
+            "/v1/messages/batch",
+            serde_json::json!({ "messages": messages }),
+        )
+        .await;
+    let refused = answer.to_string();
+    assert!(
+        status == 503 || refused.contains("OOM"),
+        "the batch is refused for want of memory: {status} {refused:.400}"
+    );
+    let warnings = memory_warnings(&api, true, "a refusal for want of memory").await;
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.contains("refused a write for want of memory (OOM)")),
+        "{warnings:?}"
+    );
+    assert_eq!(
+        api.get("/readyz").await.0,
+        200,
+        "a small write still passes"
+    );
+    run(&redis, &["CONFIG", "SET", "maxmemory", "0"]);
+    memory_warnings(&api, false, "the refusal forgotten after 10 s").await;
 }

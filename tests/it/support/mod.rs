@@ -8,6 +8,7 @@
 //! - `streams`: Redis streams as producers and consumers see them;
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;
+//! - `rights`: the Redis user of docs/redis-rights.md, from the rule's text;
 //! - `scrape`: reading a `/metrics` text, and the README's metrics table;
 //! - `browser`: headless Chromium over WebDriver, for the dashboard;
 //! - `panics`: a failure named again after a long message (nodes' logs), and the
@@ -20,6 +21,7 @@ mod cluster;
 mod env;
 mod http;
 pub mod panics;
+mod rights;
 mod scrape;
 mod streams;
 mod tally;
@@ -30,6 +32,7 @@ use std::path::PathBuf;
 pub use cluster::*;
 pub use env::*;
 pub use http::*;
+pub use rights::*;
 pub use scrape::*;
 pub use streams::*;
 pub use tally::*;

@@ -1,0 +1,54 @@
+//! The Redis user of docs/redis-rights.md, made from the rule's text as written
+//! there: the tests that run a daemon as that user prove the rule enough.
+
+use std::path::{Path, PathBuf};
+
+use delayq::harness::RedisServer;
+
+/// The words of the docs' `ACL SETUSER` rule, with `PASSWORD` and the example's
+/// stream `orders` replaced by `password` and `stream`.
+pub fn documented_rule(stream: &str, password: &str) -> Vec<String> {
+    let doc = std::fs::read_to_string(super::repo().join("docs/redis-rights.md"))
+        .expect("read docs/redis-rights.md");
+    let (_, after) = doc
+        .split_once("<!-- redis-rule -->")
+        .expect("docs/redis-rights.md marks its rule");
+    let line = after
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER"))
+        .expect("the rule's line");
+    line.split_whitespace()
+        .map(|w| match w {
+            ">PASSWORD" => format!(">{password}"),
+            "~orders" => format!("~{stream}"),
+            "~orders:dead" => format!("~{stream}:dead"),
+            w => w.to_owned(),
+        })
+        .collect()
+}
+
+/// Creates the documented user `delayq` on each of `nodes` (ACL users are each
+/// node's own) for target `stream`, optionally with some of the rule's words
+/// left out; its password goes to a file in `dir`, which is returned.
+pub fn documented_user(
+    nodes: &[&RedisServer],
+    stream: &str,
+    without: &[&str],
+    dir: &Path,
+) -> PathBuf {
+    let password = "rule-s3cret";
+    let rule: Vec<String> = documented_rule(stream, password)
+        .into_iter()
+        .filter(|w| !without.contains(&w.as_str()))
+        .collect();
+    assert_eq!(rule[..3], ["ACL", "SETUSER", "delayq"], "{rule:?}");
+    for node in nodes {
+        let () = redis::cmd("ACL")
+            .arg(&rule[1..])
+            .query(&mut node.client())
+            .unwrap_or_else(|e| panic!("{rule:?}: {e}"));
+    }
+    let file = dir.join("redis-password");
+    std::fs::write(&file, format!("{password}\n")).unwrap();
+    file
+}
