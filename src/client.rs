@@ -360,7 +360,7 @@ impl Producer {
     /// let Sent::Scheduled { id, due_ms } = producer.send("orders", &[("order", "42")], Duration::from_secs(60)).await? else {
     ///     unreachable!()
     /// };
-    /// let Rescheduled::Rescheduled { due_ms: later } = producer.reschedule(id.as_str(), Due::In(Duration::from_secs(3600))).await? else {
+    /// let Rescheduled::Rescheduled { due_ms: later, .. } = producer.reschedule(id.as_str(), Due::In(Duration::from_secs(3600))).await? else {
     ///     unreachable!()
     /// };
     /// assert!(later >= due_ms + 3_540_000);

@@ -727,6 +727,8 @@ impl Store {
         Ok(match state.as_str() {
             "rescheduled" => Rescheduled::Rescheduled {
                 due_ms: int_at(&items, 1)?,
+                at_ms: int_at(&items, 2)?,
+                stream: string_at(&items, 3)?,
             },
             "unknown" => Rescheduled::Unknown,
             other => Rescheduled::NotScheduled(

@@ -111,7 +111,12 @@ pub enum Cancelled {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rescheduled {
-    Rescheduled { due_ms: u64 },
+    /// Moved to `due_ms`, at Redis's time `at_ms`, a message to `stream`.
+    Rescheduled {
+        due_ms: u64,
+        at_ms: u64,
+        stream: String,
+    },
     NotScheduled(RecordState),
     Unknown,
 }

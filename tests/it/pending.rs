@@ -159,7 +159,7 @@ async fn round_trip(
             Fate::Rescheduled(delay) => {
                 let due = Due::In(Duration::from_millis(*delay));
                 match store.reschedule(&message_id, due, DAY).await.unwrap() {
-                    Rescheduled::Rescheduled { due_ms } => {
+                    Rescheduled::Rescheduled { due_ms, .. } => {
                         expected.get_mut(id).unwrap().0 = due_ms;
                     }
                     other => return Err(TestCaseError::fail(format!("{id}: {other:?}"))),
@@ -387,7 +387,7 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
                 .await
                 .unwrap()
             {
-                Rescheduled::Rescheduled { due_ms } => {
+                Rescheduled::Rescheduled { due_ms, .. } => {
                     dues.insert(id.clone(), due_ms);
                 }
                 other => panic!("{id}: {other:?}"),

@@ -165,6 +165,8 @@ pub async fn batch(
         .schedule_many(&valid, config.api.limits.max_delay, None)
         .await;
     let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);
+    // The code of the refusals Redis or the journal gave, while they all agree.
+    let mut refusal: Option<&'static str> = None;
     let stored_count = valid.len();
     for ((item, index), outcome) in valid.into_iter().zip(positions).zip(outcomes) {
         let id = item.msg.id.as_str().to_owned();
@@ -191,17 +193,31 @@ pub async fn batch(
                 stored(200, due_ms, &state, true, false)
             }
             Err(e) => {
-                if e.is_transient() {
+                let transient = e.is_transient();
+                let e = ApiError::from(e);
+                if transient {
                     unavailable += 1;
+                    refusal = match refusal {
+                        None if unavailable == 1 => Some(e.code),
+                        Some(code) if code == e.code => Some(code),
+                        _ => Some("unavailable"),
+                    };
                 }
-                ItemResult::failed(index, ApiError::from(e))
+                ItemResult::failed(index, e)
             }
         });
     }
     if unavailable > 0 && unavailable == stored_count {
         // Nothing could be stored: one answer for the whole batch tells the client to retry it.
-        return Err(ApiError::unavailable(
-            "storage unavailable: no message of the batch could be stored; retry it",
+        // With the code of a single push's refusal (`journal_unavailable`, ...) when
+        // every message was refused alike.
+        let code = refusal.unwrap_or("unavailable");
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            code,
+            format!(
+                "no message of the batch could be stored or confirmed ({code}): retry it; sending the same ids again is safe"
+            ),
         ));
     }
     metrics::counter!(m::SCHEDULED).increment(scheduled);

@@ -18,7 +18,7 @@ use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json}
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::message::Due;
 use crate::metrics as m;
-use crate::store::{Cancelled, RecordState, Rescheduled, Status};
+use crate::store::{Cancelled, OutboxCode, OutboxLine, RecordState, Rescheduled, Status};
 
 /// The message named in the path.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -103,6 +103,11 @@ pub struct CancelAnswer {
     /// True when it was cancelled before this request: a repeated cancel (a retry)
     /// answers as the first one did and changes nothing.
     already: bool,
+    /// The journal (`[journal]`) did not take the cancel within 1 s: Redis has it
+    /// and the journal gets it when it answers, but a loss of Redis's data before
+    /// then would undo it. Repeating the cancel is safe.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    not_journaled: bool,
 }
 
 /// A message's state
@@ -191,7 +196,7 @@ pub async fn status(
         (status = 400, description = "bad id (invalid_id), or a path that is not UTF-8", body = ErrorBody),
         (status = 404, description = "unknown", body = ErrorBody),
         (status = 409, description = "already delivered, expired or dead (already_final)", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or, with the journal, Redis lost its data and the restore has not put the message back yet (restore_pending): retry", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -206,10 +211,18 @@ pub async fn cancel(
         .await?;
     // On Redis Cluster an id names a message per slot: the journal's row is found
     // by its stream, which the outbox's line carries.
+    let mut not_journaled = false;
     if let (Some(journal), Some(at_ms), false) =
         (state.ingest.journal(), at, state.store.is_cluster())
     {
-        journal_cancel(journal, &id, at_ms).await;
+        let line = OutboxLine {
+            code: OutboxCode::Cancelled,
+            id: id.as_str().to_owned(),
+            at_ms,
+            entry: None,
+            stream: None,
+        };
+        not_journaled = !journal_before_answer(journal, line).await;
     }
     match cancelled {
         Cancelled::Cancelled => {
@@ -218,12 +231,14 @@ pub async fn cancel(
                 id: id.as_str().to_owned(),
                 state: "cancelled".to_owned(),
                 already: false,
+                not_journaled,
             }))
         }
         Cancelled::AlreadyDone(RecordState::Cancelled) => Ok(Json(CancelAnswer {
             id: id.as_str().to_owned(),
             state: "cancelled".to_owned(),
             already: true,
+            not_journaled: false,
         })),
         Cancelled::AlreadyDone(done) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -233,34 +248,73 @@ pub async fn cancel(
                 done.as_str()
             ),
         )),
-        Cancelled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+        Cancelled::Unknown => Err(unknown(&state, &id).await),
     }
 }
 
-/// Longest a cancel's answer waits for the journal (MySQL hung): past it the
-/// outbox's copy alone carries the cancel there.
-const JOURNAL_CANCEL_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Tells the journal of a cancellation before answering, so that a push of the
-/// same id sent after the answer finds the row cancelled and schedules it again
-/// (the outbox copy, idempotent, comes later). Bounded, and never failing the
-/// cancel: Redis did it, and the outbox carries it to the journal regardless.
-async fn journal_cancel(
-    journal: &crate::journal::Journal,
-    id: &crate::message::MessageId,
-    at_ms: u64,
-) {
-    let line = crate::store::OutboxLine {
-        code: crate::store::OutboxCode::Cancelled,
-        id: id.as_str().to_owned(),
-        at_ms,
-        entry: None,
-        stream: None,
+/// The refusal of a change to a message Redis does not know: 404, unless Redis
+/// lost its data (the journal's marker is gone) and the journal holds the message
+/// not finished, so that the restore will put it back: then 503 `restore_pending`,
+/// to be repeated once the restore ran (a change answered 404 there was lost, and
+/// the message delivered at its old time).
+async fn unknown(state: &AppState, id: &crate::message::MessageId) -> ApiError {
+    let Some(journal) = state.ingest.journal() else {
+        return ApiError::not_found(format!("message {id}: unknown"));
     };
-    match tokio::time::timeout(JOURNAL_CANCEL_WAIT, journal.apply(&[line])).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::debug!(error = %e, "cancel left to the outbox's copy"),
-        Err(_) => tracing::debug!("cancel left to the outbox's copy: no commit in time"),
+    let restore_pending = match state.store.journal_marker().await {
+        Ok(Some(_)) => false,
+        Ok(None) => match journal.lookup(id).await {
+            Ok(rows) => rows
+                .iter()
+                .any(|row| row.state == crate::journal::State::Scheduled),
+            Err(e) => {
+                return ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "journal_unavailable",
+                    format!(
+                        "message {id}: unknown to Redis, which lost its data, and the journal did not answer: {e}; retry"
+                    ),
+                );
+            }
+        },
+        Err(e) => return ApiError::from(e),
+    };
+    if restore_pending {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "restore_pending",
+            format!(
+                "message {id}: Redis lost its data and the journal's restore has not put this message back yet; retry after the restore"
+            ),
+        )
+    } else {
+        ApiError::not_found(format!("message {id}: unknown"))
+    }
+}
+
+/// Longest a change's answer waits for the journal (MySQL hung): past it the
+/// outbox's copy alone carries the change there, and the answer says so.
+const JOURNAL_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Tells the journal of a change Redis made (a cancel, a reschedule) before it is
+/// answered, so that neither a push of the same id sent after the answer nor a
+/// restore after a loss of Redis's data meets the row as it was. Bounded, and
+/// never failing the change: Redis made it, and the outbox carries it to the
+/// journal regardless (the outbox's copy is idempotent). Whether the journal
+/// took it in time.
+async fn journal_before_answer(journal: &crate::journal::Journal, line: OutboxLine) -> bool {
+    match tokio::time::timeout(JOURNAL_CHANGE_WAIT, journal.apply(&[line])).await {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "a change answered before the journal took it: left to the outbox's copy");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                "a change answered before the journal took it (no commit within 1s): left to the outbox's copy"
+            );
+            false
+        }
     }
 }
 
@@ -346,7 +400,7 @@ fn parse_reschedule(value: &Value) -> Result<Due, ApiError> {
         (status = 409, description = "already delivered, expired, dead or cancelled (already_final)", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "bad, negative or too distant due time", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or, with the journal, Redis lost its data and the restore has not put the message back yet (restore_pending): retry", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -361,9 +415,24 @@ pub async fn reschedule(
     let limits = &state.config.api.limits;
     limits.check_delay(due)?;
     match state.store.reschedule(&id, due, limits.max_delay).await? {
-        Rescheduled::Rescheduled { due_ms } => {
+        Rescheduled::Rescheduled {
+            due_ms,
+            at_ms,
+            stream,
+        } => {
             metrics::counter!(m::RESCHEDULED).increment(1);
-            Ok(Json(Pushed::scheduled(&id, due_ms)))
+            let mut answer = Pushed::scheduled(&id, due_ms);
+            if let Some(journal) = state.ingest.journal() {
+                let line = OutboxLine {
+                    code: OutboxCode::Rescheduled,
+                    id: id.as_str().to_owned(),
+                    at_ms,
+                    entry: Some(due_ms.to_string()),
+                    stream: Some(stream),
+                };
+                answer.not_journaled = !journal_before_answer(journal, line).await;
+            }
+            Ok(Json(answer))
         }
         Rescheduled::NotScheduled(done) => Err(ApiError::new(
             StatusCode::CONFLICT,
@@ -373,7 +442,7 @@ pub async fn reschedule(
                 done.as_str()
             ),
         )),
-        Rescheduled::Unknown => Err(ApiError::not_found(format!("message {id}: unknown"))),
+        Rescheduled::Unknown => Err(unknown(&state, &id).await),
     }
 }
 

@@ -103,6 +103,11 @@ pub struct Pushed {
     /// A message of the same id was replaced (`"replace": true`).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub replaced: bool,
+    /// A reschedule the journal (`[journal]`) did not take within 1 s: Redis has
+    /// it and the journal gets it when it answers, but a loss of Redis's data
+    /// before then would undo it. Repeating the reschedule is safe.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub not_journaled: bool,
 }
 
 impl Pushed {
@@ -113,6 +118,7 @@ impl Pushed {
             state: "scheduled".to_owned(),
             duplicate: false,
             replaced: false,
+            not_journaled: false,
         }
     }
 }
@@ -176,6 +182,7 @@ async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> 
                 state: existing,
                 duplicate: true,
                 replaced: false,
+                not_journaled: false,
             };
             (StatusCode::OK, duplicate)
         }

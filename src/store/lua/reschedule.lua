@@ -10,7 +10,8 @@
 -- ARGV[8] "j" while the journal is on: the new due time goes to the journal's outbox
 -- ARGV[9..] streams kept apart (streams.max_rate): a message to one goes back to its
 --   held set at its new time, not into the pending layout (see Held in the prelude)
--- returns: { "rescheduled", due_ms } | { state } for a message no longer scheduled
+-- returns: { "rescheduled", due_ms, now ms (Redis's time of the change), stream }
+--        | { state } for a message no longer scheduled
 --        (delivered, expired, dead, cancelled) | { "unknown" }
 --        | error "TOO_FAR ..." | error "CORRUPT ..." | error "FENCED ..."
 local held = fenced(KEYS[4], ARGV[1])
@@ -46,4 +47,4 @@ end
 if ARGV[8] == 'j' then
   redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('R', id, now, tostring(due), msg.stream))
 end
-return { 'rescheduled', due }
+return { 'rescheduled', due, now, msg.stream }
