@@ -526,20 +526,21 @@ impl RedisCluster {
     }
 
     /// SIGKILLs node `i` and waits (up to 30 s) until another node serves as
-    /// master every slot it served: its replica's promotion.
-    pub fn kill_master(&mut self, i: usize) -> anyhow::Result<()> {
+    /// master every slot it served: its replica's promotion. When it was killed.
+    pub fn kill_master(&mut self, i: usize) -> anyhow::Result<std::time::SystemTime> {
         let slots: Vec<u16> = (0..16384u16)
             .step_by(64)
             .filter(|&s| self.master_of(s).ok() == Some(i))
             .collect();
         self.nodes[i].kill();
+        let killed = std::time::SystemTime::now();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let moved = slots
                 .iter()
                 .all(|&s| self.master_of(s).is_ok_and(|m| m != i));
             if moved {
-                return Ok(());
+                return Ok(killed);
             }
             if Instant::now() > deadline {
                 bail!("no replica took over node {i}'s slots within 30s");

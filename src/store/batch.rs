@@ -12,7 +12,6 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::oneshot;
 
 use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_keys, text};
@@ -407,9 +406,9 @@ impl Store {
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
     ) -> Result<Vec<Result<Scheduled>>> {
-        let Some(&(first, _)) = plan.first() else {
+        if plan.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let mut inv = self.scripts.schedule_batch.prepare_invoke();
         for &(shard, _) in plan {
             shard_keys(&mut inv, &self.keys.shard(shard));
@@ -438,19 +437,8 @@ impl Store {
             }
             carried += places.len();
         }
-        // Pinned, so that the WAIT goes to the master the script went to.
-        let mut conn = self.acked.as_ref().unwrap_or(&self.conn).pinned();
-        let reply: Value = inv
-            .invoke_async(&mut conn)
-            .await
-            .map_err(StoreError::from_script)?;
-        if let Some((wanted, timeout)) = self.replicas_acked {
-            let due = self.keys.shard(first).due;
-            let acked = conn.wait_replicas(&due, wanted, timeout).await?;
-            if acked < wanted {
-                return Err(StoreError::NotReplicated { acked, wanted });
-            }
-        }
+        let (reply, acked) = self.invoke_acked(&inv).await?;
+        super::acked::confirmed(acked)?;
         let values = array(reply)?;
         if values.len() != carried * 3 {
             return Err(StoreError::Reply(format!(

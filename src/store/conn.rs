@@ -349,21 +349,6 @@ impl Conn {
         })
     }
 
-    /// `WAIT wanted timeout` on the connection that carried the last write to
-    /// `key`: on Redis Cluster sent to the master of its slot (WAIT counts the
-    /// writes of the connection it is sent on).
-    pub(super) async fn wait_replicas(
-        &self,
-        key: &str,
-        wanted: u32,
-        timeout: Duration,
-    ) -> redis::RedisResult<u32> {
-        let mut cmd = redis::cmd("WAIT");
-        cmd.arg(wanted).arg(timeout.as_millis() as u64);
-        let reply = self.on_master_of(super::slot_of(key), cmd).await?;
-        Ok(redis::from_redis_value(reply)?)
-    }
-
     /// `cmd` sent to the master of `slot` on Redis Cluster (whatever keys it
     /// names, or none), to the current node otherwise.
     pub(super) async fn on_master_of(&self, slot: u16, cmd: Cmd) -> redis::RedisResult<Value> {

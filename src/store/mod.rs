@@ -4,6 +4,7 @@
 //! so each operation is atomic on the Redis server. This module builds their keys
 //! and arguments and turns their replies into types.
 
+mod acked;
 mod batch;
 #[cfg(feature = "server")]
 mod board;
@@ -649,22 +650,27 @@ impl Store {
         retention: Duration,
     ) -> Result<(Cancelled, Option<u64>)> {
         let k = self.keys.shard(shard);
-        let reply: String = shard_invocation(&self.scripts.cancel, &k)
-            .arg(0)
+        let mut call = shard_invocation(&self.scripts.cancel, &k);
+        call.arg(0)
             .arg(id.as_str())
-            .arg(self.records_arg(retention))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
+            .arg(self.records_arg(retention));
+        let (reply, acked) = self.invoke_acked(&call).await?;
+        let reply = text(&reply)?;
         if let Some(at) = reply.strip_prefix("cancelled ") {
             let at = at
                 .parse()
                 .map_err(|_| StoreError::Reply(format!("cancel said {reply:?}")))?;
+            acked::confirmed(acked)?;
             return Ok((Cancelled::Cancelled, Some(at)));
         }
         Ok((
             match reply.as_str() {
-                "already_cancelled" => Cancelled::AlreadyDone(RecordState::Cancelled),
+                // Answered as cancelled: confirmed by the replicas as the first
+                // answer would have been (that one may have been not_replicated).
+                "already_cancelled" => {
+                    acked::confirmed(acked)?;
+                    Cancelled::AlreadyDone(RecordState::Cancelled)
+                }
                 "unknown" => Cancelled::Unknown,
                 other => Cancelled::AlreadyDone(
                     RecordState::parse(other)
@@ -718,12 +724,12 @@ impl Store {
         for stream in self.kept_apart().iter() {
             inv.arg(stream);
         }
-        let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
+        let (reply, acked) = self.invoke_acked(&inv).await?;
         let items = array(reply)?;
         let state = string_at(&items, 0)?;
+        if state == "rescheduled" {
+            acked::confirmed(acked)?;
+        }
         Ok(match state.as_str() {
             "rescheduled" => Rescheduled::Rescheduled {
                 due_ms: int_at(&items, 1)?,

@@ -283,13 +283,92 @@ impl Call<'_> {
     }
 
     async fn fcall<T: FromRedisValue, C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<T> {
-        redis::cmd("FCALL")
-            .arg(&self.lua.function)
+        self.fcall_cmd().query_async(conn).await
+    }
+
+    fn fcall_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("FCALL");
+        cmd.arg(&self.lua.function)
             .arg(self.keys.len())
             .arg(&self.keys)
-            .arg(&self.args)
-            .query_async(conn)
-            .await
+            .arg(&self.args);
+        cmd
+    }
+
+    fn evalsha_cmd(&self) -> redis::Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(self.lua.script.get_hash())
+            .arg(self.keys.len())
+            .arg(&self.keys)
+            .arg(&self.args);
+        cmd
+    }
+
+    /// Runs the call and `WAIT wanted timeout` right behind it, as one pipeline on
+    /// one connection, so that the replicas are counted of the very master that
+    /// ran the call (WAIT counts the writes of the connection it comes on). On
+    /// Redis Cluster the pipeline goes where the call's key lives, and a
+    /// redirection sends both again to the node named. The call's reply, and how
+    /// many replicas confirmed: none when WAIT failed (a replica answering, a
+    /// master demoted meanwhile).
+    pub(super) async fn invoke_then_wait<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        wanted: u32,
+        timeout: std::time::Duration,
+    ) -> RedisResult<(redis::Value, u32)> {
+        let functions = &self.lua.functions;
+        let (mut fcall, mut loaded) = (functions.on(), false);
+        loop {
+            let mut pipe = redis::pipe();
+            pipe.add_command(if fcall {
+                self.fcall_cmd()
+            } else {
+                self.evalsha_cmd()
+            });
+            pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
+            let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
+            let (Some(reply), Some(waited)) = (replies.next(), replies.next()) else {
+                return Err(RedisError::from((
+                    redis::ErrorKind::Parse,
+                    "two replies were expected: the call's and WAIT's",
+                )));
+            };
+            let error = match reply {
+                redis::Value::ServerError(e) => RedisError::from(e),
+                reply => {
+                    let acked = match waited {
+                        redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+                        _ => 0,
+                    };
+                    return Ok((reply, acked));
+                }
+            };
+            match error {
+                e if fcall && !loaded && says(&e, "Function not found") => {
+                    loaded = true;
+                    match load(conn).await {
+                        Ok(()) => {}
+                        Err(e) if refusal(&e) => {
+                            functions.refused(&e);
+                            fcall = false;
+                        }
+                        // As in `invoke_async`: this call goes as EVALSHA.
+                        Err(e) if e.code() == Some("OOM") => fcall = false,
+                        Err(e) => return Err(e),
+                    }
+                }
+                e if fcall && refusal(&e) => {
+                    functions.refused(&e);
+                    fcall = false;
+                }
+                e if !fcall && !loaded && e.code() == Some("NOSCRIPT") => {
+                    loaded = true;
+                    self.lua.script.load_async(conn).await?;
+                }
+                e => return Err(e),
+            }
+        }
     }
 }
 

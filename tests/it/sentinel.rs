@@ -336,6 +336,44 @@ async fn a_push_too_few_replicas_confirm_is_refused_with_503_yet_kept_and_sent_o
     tokio::time::sleep(Duration::from_millis(300)).await;
     Tally::of_ids(["lonely"], &entries(&mut redis.client(), "s")).assert_exact(&node.log());
     assert_eq!(arrived.len(), 1);
+
+    // A reschedule and a cancel wait for the replicas as a push does: applied, and
+    // answered 503 not_replicated; repeating either is safe.
+    let body = json!({"id": "moved", "stream": "s", "payload": "x", "delay": "1h"});
+    assert_eq!(api.post("/v1/messages", body).await.0, 503);
+    let (status, answer) = api
+        .post("/v1/messages/moved/reschedule", json!({"delay": "2h"}))
+        .await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("not_replicated")),
+        "{answer}"
+    );
+    let (status, answer) = api.get("/v1/messages/moved").await;
+    let due = answer["deliver_at"].as_u64().unwrap_or_default();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(
+        status == 200 && due > now + 5_400_000,
+        "rescheduled all the same: {answer}"
+    );
+    let (status, answer) = api.call("DELETE", "/v1/messages/moved", None, None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("not_replicated")),
+        "{answer}"
+    );
+    // The repeat is not confirmed either: never a 200 no replica had.
+    let (status, answer) = api.call("DELETE", "/v1/messages/moved", None, None).await;
+    assert_eq!(
+        (status, answer["error"].as_str()),
+        (503, Some("not_replicated")),
+        "the repeat: {answer}"
+    );
+    let (_, answer) = api.get("/v1/messages/moved").await;
+    assert_eq!(answer["state"], "cancelled", "{answer}");
 }
 
 #[test]

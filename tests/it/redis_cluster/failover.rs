@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use delayq::harness::RedisCluster;
 use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, Scheduled, Store, slot_of};
+use delayq::store::{BatchItem, Scheduled, Store, slot_master, slot_of};
 use tokio_util::sync::CancellationToken;
 
 use super::forwarding::now_ms;
-use super::{cluster_config, kill_master_of, own_cluster, reader};
+use super::{cluster_config, kill_master_timed, own_cluster, reader};
 use crate::support::entries;
 
 /// What the producers pushed: confirmed ids with their stream and due time, and how
@@ -21,6 +21,8 @@ use crate::support::entries;
 #[derive(Default)]
 struct Pushed {
     confirmed: HashMap<String, (String, u64)>,
+    /// When each confirmed push was sent (epoch ms).
+    sent: HashMap<String, u64>,
     failed: usize,
 }
 
@@ -60,6 +62,7 @@ fn produce(store: Store, streams: Vec<String>, stop: CancellationToken) -> Arc<M
                                     item.msg.id.to_string(),
                                     (item.msg.stream.clone(), item.msg.due.as_ms()),
                                 );
+                                pushed.sent.insert(item.msg.id.to_string(), now);
                             }
                             _ => pushed.failed += 1,
                         }
@@ -135,7 +138,19 @@ async fn kill_a_master_under_load(
     let pushed = produce(store, streams.clone(), stop.clone());
     tokio::time::sleep(Duration::from_secs(2)).await;
 
-    let cluster = kill_master_of(cluster, slot_of(&streams[0])).await;
+    // The streams the victim serves: once it is killed, its replica takes over
+    // with no replica of its own, so with replica acks no push to them sent after
+    // the kill may be confirmed.
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut reader(&cluster))
+        .unwrap();
+    let victim = slot_master(&slots, slot_of(&streams[0])).unwrap();
+    let on_victim: Vec<&String> = streams
+        .iter()
+        .filter(|s| slot_master(&slots, slot_of(s)).as_ref() == Some(&victim))
+        .collect();
+    let (cluster, killed_at) = kill_master_timed(cluster, slot_of(&streams[0])).await;
     // Pushes to the other masters' slots are confirmed again (with replica acks,
     // not those to the promoted replica's: it has no replica of its own).
     tokio::time::sleep(Duration::from_secs(2)).await;
@@ -147,6 +162,18 @@ async fn kill_a_master_under_load(
         pushed.confirmed.len() > before_end,
         "pushes are confirmed again after the failover"
     );
+    if !lossy {
+        let unreplicated: Vec<&String> = pushed
+            .confirmed
+            .iter()
+            .filter(|(id, (stream, _))| on_victim.contains(&stream) && pushed.sent[*id] > killed_at)
+            .map(|(id, _)| id)
+            .collect();
+        assert!(
+            unreplicated.is_empty(),
+            "confirmed though their master had no replica (sent after the kill to {on_victim:?}): {unreplicated:?}"
+        );
+    }
     let (cluster, lost) = tokio::task::spawn_blocking(move || {
         let lost = check(&cluster, &streams, &pushed, lossy);
         (cluster, (pushed.confirmed.len(), pushed.failed, lost))

@@ -63,11 +63,20 @@ async fn own_cluster() -> RedisCluster {
 
 /// SIGKILLs the master of `slot` and waits until its replica serves the slot
 /// (the harness waits blocking, so on a thread of its own); returns the cluster.
-async fn kill_master_of(mut cluster: RedisCluster, slot: u16) -> RedisCluster {
+async fn kill_master_of(cluster: RedisCluster, slot: u16) -> RedisCluster {
+    kill_master_timed(cluster, slot).await.0
+}
+
+/// [`kill_master_of`], and when the master was killed (epoch ms).
+async fn kill_master_timed(mut cluster: RedisCluster, slot: u16) -> (RedisCluster, u64) {
     tokio::task::spawn_blocking(move || {
         let victim = cluster.master_of(slot).unwrap();
-        cluster.kill_master(victim).unwrap();
-        cluster
+        let killed = cluster.kill_master(victim).unwrap();
+        let ms = killed
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        (cluster, ms)
     })
     .await
     .unwrap()
