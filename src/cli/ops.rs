@@ -17,6 +17,11 @@ pub struct CheckConfigArgs {
     /// Only validate; print nothing when the configuration is good.
     #[arg(long, short)]
     quiet: bool,
+    /// Also connect to Redis as configured and check that its user may run what
+    /// delayq runs (docs/redis-rights.md): exits 1 naming a command and key it
+    /// may not, or Redis unreachable.
+    #[arg(long)]
+    connect: bool,
 }
 
 /// Exits 0 and prints every key with the value the daemon would use (defaults
@@ -39,6 +44,20 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
                      environment applied, secrets redacted.\n\n{text}"
                 );
             }
+            if args.connect {
+                let checked = match Config::load(args.config.as_deref()) {
+                    Ok(config) => runtime().block_on(connect(&config)),
+                    Err(e) => Err(e.to_string()),
+                };
+                match checked {
+                    Ok(said) if !args.quiet => eprintln!("{said}"),
+                    Ok(_) => {}
+                    Err(e) => {
+                        eprintln!("delayq: {source}: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            }
             if !args.quiet {
                 eprintln!("{source}: configuration OK");
             }
@@ -49,6 +68,40 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
             ExitCode::from(super::EXIT_CONFIG)
         }
     }
+}
+
+/// Connects to Redis as `config` says and checks the user's rights: what to
+/// say when they suffice, or what is wrong.
+async fn connect(config: &Config) -> Result<String, String> {
+    let target = config.redis_target();
+    let within = config.redis.connect_timeout * 3;
+    let store = tokio::time::timeout(within, crate::store::Store::connect(&config.store_config()))
+        .await
+        .map_err(|_| format!("connect to {target}: no answer within {within:?}"))?
+        .map_err(|e| format!("connect to {target}: {e}"))?;
+    let rights = tokio::time::timeout(within, store.rights(&config.checked_streams()))
+        .await
+        .map_err(|_| format!("{target}: the rights check got no answer within {within:?}"))?
+        .map_err(|e| format!("{target}: the rights check failed: {e}"))?;
+    match rights {
+        crate::store::Rights::Granted => Ok(format!(
+            "{target}: connected; the Redis user may run what delayq runs"
+        )),
+        crate::store::Rights::Unknown(why) => Ok(format!(
+            "{target}: connected; the Redis user's rights are not checked: {why}"
+        )),
+        missing => Err(format!(
+            "{target}: {}",
+            missing.problem().unwrap_or_default()
+        )),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("build the tokio runtime")
 }
 
 #[derive(Args, Debug)]

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use delayq::harness::{DelayqProcess, RedisServer};
 
-use crate::support::{Api, delayq_bin, documented_user, entries, eventually};
+use crate::support::{
+    Api, delayq_bin, delayq_with_config, documented_user, entries, eventually, text,
+};
 
 /// How Redis is made to refuse writes, and the error it then answers with.
 struct Refusal {
@@ -248,14 +250,27 @@ fn node_as_user(
     password: &std::path::Path,
     name: &str,
 ) -> (DelayqProcess, Api) {
-    let url = redis.url().replace("redis://", "redis://delayq@");
-    let config = format!(
-        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\nshards = 2\n[streams]\nallow = [\"h\"]\n",
-        password.display()
-    );
-    let node = DelayqProcess::start(&delayq_bin(), name, &config).unwrap();
+    let node = DelayqProcess::start(&delayq_bin(), name, &user_config(redis, password)).unwrap();
     let api = Api::new(node.api);
     (node, api)
+}
+
+fn user_config(redis: &RedisServer, password: &std::path::Path) -> String {
+    let url = redis.url().replace("redis://", "redis://delayq@");
+    format!(
+        "[redis]\nurl = \"{url}\"\npassword_file = \"{}\"\nshards = 2\n[streams]\nallow = [\"h\"]\n",
+        password.display()
+    )
+}
+
+/// `delayq check-config --connect` on the user's configuration: whether it
+/// passed, and what it printed.
+async fn check_connect(redis: &RedisServer, password: &std::path::Path) -> (bool, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("delayq.toml");
+    std::fs::write(&path, user_config(redis, password)).unwrap();
+    let out = delayq_with_config(&["check-config", "--quiet", "--connect"], &path).await;
+    (out.status.success(), text(&out.stderr))
 }
 
 /// The documented rule, as written, on one Redis: ready, and a push delivered.
@@ -281,8 +296,16 @@ async fn the_documented_redis_rights_suffice_and_a_missing_one_is_named() {
     })
     .await;
 
+    let (passed, said) = check_connect(&redis, &password).await;
+    assert!(passed, "{said}");
+
     let other = RedisServer::start().unwrap();
     let password = documented_user(&[&other], "h", &["~{delayq:*"], dir.path());
+    let (passed, said) = check_connect(&other, &password).await;
+    assert!(
+        !passed && said.contains("may not run") && said.contains("{delayq:0}:due"),
+        "{said}"
+    );
     let (node, api) = node_as_user(&other, &password, "no-rights");
     let (status, body) = api.get("/readyz").await;
     assert_eq!(status, 503, "{body}");
