@@ -6,6 +6,7 @@ mod support;
 mod api;
 mod bench;
 mod board;
+mod deployed;
 mod deps;
 mod docker;
 mod edges;

@@ -43,7 +43,7 @@ fn text(v: &Value) -> String {
 }
 
 /// An entry as XRANGE and XREADGROUP answer it: `[id, [field, value, ...]]`.
-fn entry(item: &Value) -> Entry {
+pub fn entry(item: &Value) -> Entry {
     let Value::Array(parts) = item else {
         panic!("entry: {item:?}")
     };

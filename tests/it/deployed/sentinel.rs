@@ -1,0 +1,424 @@
+//! Sentinel as deployed: three Sentinels, a master and two replicas, the
+//! least-privilege Redis user of docs/redis-rights.md made from its text,
+//! `min_replicas_acked = 1`, the MySQL journal (MariaDB), two delayq nodes
+//! elected through etcd. Under a load of pushes, cancels and reschedules: the
+//! master is SIGKILLed, then a planned `SENTINEL FAILOVER`, then the leader is
+//! SIGKILLed, then Redis loses its data (`FLUSHALL`) and the journal restores it.
+//! Every push confirmed is delivered, none early for the due time last
+//! acknowledged, a cancel acknowledged is never undone, nothing twice beyond what
+//! a loss of Redis's data may resend (a delivery not yet journaled), no answer
+//! is a 500, and delivery resumes within 5 s of each promotion.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use delayq::harness::{
+    DelayqProcess, EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet,
+};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{
+    Api, Entry, OneLeader, delayq_bin, documented_user, entry, eventually, logs_of, try_entries,
+};
+
+const NAME: &str = "dq-deployed";
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// What the producer was told of one message.
+#[derive(Clone, Debug, Default)]
+struct Told {
+    /// The push's answer: 201 (with its due time), or another status (0: none).
+    pushed: u16,
+    due: u64,
+    /// A reschedule's answer and the due time it named.
+    rescheduled: Option<(u16, u64)>,
+    /// A cancel's answer.
+    cancelled: Option<u16>,
+    /// Either was answered without the journal having it (`not_journaled`).
+    not_journaled: bool,
+}
+
+/// Pushes (every 10 ms, due 0.3 to 1.5 s on) through the live nodes in turn,
+/// cancelling one of every ten (60 ms after its push) and moving another 2 s
+/// later (70 ms after its push).
+struct Load {
+    told: Arc<Mutex<BTreeMap<String, Told>>>,
+    answers_500: Arc<Mutex<Vec<String>>>,
+    stop: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Load {
+    fn start(nodes: Arc<Mutex<Vec<Api>>>) -> Load {
+        let told = Arc::new(Mutex::new(BTreeMap::<String, Told>::new()));
+        let answers_500 = Arc::new(Mutex::new(Vec::new()));
+        let stop = CancellationToken::new();
+        let task = tokio::spawn({
+            let (told, answers_500, stop) = (told.clone(), answers_500.clone(), stop.clone());
+            async move {
+                let mut tick = tokio::time::interval(Duration::from_millis(10));
+                for i in 0u64.. {
+                    tokio::select! {
+                        _ = stop.cancelled() => return,
+                        _ = tick.tick() => {}
+                    }
+                    let api = {
+                        let nodes = nodes.lock().unwrap();
+                        nodes[i as usize % nodes.len()].clone()
+                    };
+                    let (method, path, body, id) = match i % 10 {
+                        5 => ("DELETE", format!("/v1/messages/d-{}", i - 5), None, i - 5),
+                        7 => (
+                            "POST",
+                            format!("/v1/messages/d-{}/reschedule", i - 6),
+                            Some(json!({"delay_ms": 2000}).to_string()),
+                            i - 6,
+                        ),
+                        _ => (
+                            "POST",
+                            "/v1/messages".to_owned(),
+                            Some(
+                                json!({"id": format!("d-{i}"), "stream": "s", "payload": "x",
+                                       "delay_ms": 300 + (i * 37) % 1200})
+                                .to_string(),
+                            ),
+                            i,
+                        ),
+                    };
+                    let answer = api.try_call(method, &path, None, body.as_deref()).await;
+                    let (status, answer) = answer.unwrap_or((0, Value::Null));
+                    if status == 500 {
+                        answers_500
+                            .lock()
+                            .unwrap()
+                            .push(format!("{method} {path}: {answer}"));
+                    }
+                    let mut told = told.lock().unwrap();
+                    let t = told.entry(format!("d-{id}")).or_default();
+                    t.not_journaled |= answer["not_journaled"] == json!(true);
+                    let due = answer["deliver_at"].as_u64().unwrap_or(0);
+                    match i % 10 {
+                        5 => t.cancelled = Some(status),
+                        7 => t.rescheduled = Some((status, due)),
+                        _ => (t.pushed, t.due) = (status, due),
+                    }
+                }
+            }
+        });
+        Load {
+            told,
+            answers_500,
+            stop,
+            task,
+        }
+    }
+
+    async fn stop(self) -> (BTreeMap<String, Told>, Vec<String>) {
+        self.stop.cancel();
+        self.task.await.unwrap();
+        let told = std::mem::take(&mut *self.told.lock().unwrap());
+        let answers_500 = self.answers_500.lock().unwrap().clone();
+        (told, answers_500)
+    }
+}
+
+/// The master as every Sentinel names it.
+fn master(watched: &SentinelSet) -> Option<&RedisServer> {
+    watched.server(watched.master_port()?)
+}
+
+/// Stream `s` on `node`, read again until the node answers.
+fn entries_on(node: &RedisServer) -> Vec<Entry> {
+    for _ in 0..40 {
+        let read = redis::Client::open(node.url())
+            .and_then(|c| c.get_connection())
+            .and_then(|mut c| try_entries(&mut c, "s"));
+        if let Ok(entries) = read {
+            return entries;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("stream s on {} not readable", node.port)
+}
+
+/// Waits for a promotion away from `from`, then for delivery on the new master
+/// of any entry written after the promotion: how long that took.
+async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -> (u16, Duration) {
+    let port = eventually(Duration::from_secs(30), what, || async {
+        watched.master_port().filter(|&p| p != from)
+    })
+    .await;
+    let (promoted, at) = (Instant::now(), now_ms());
+    let node = watched.server(port).unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "delivery on the new master",
+        || async { entries_on(node).iter().any(|e| e.ms() > at).then_some(()) },
+    )
+    .await;
+    (port, promoted.elapsed())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_acl_acks_journal_and_two_nodes_through_every_fault() {
+    let mut watched = SentinelSet::start(NAME, 2, None, &SentinelOptions::default()).unwrap();
+    eventually(Duration::from_secs(30), "Sentinels ready", || async {
+        watched.ready().then_some(())
+    })
+    .await;
+    let db = tokio::task::spawn_blocking(MariaDbServer::start)
+        .await
+        .unwrap()
+        .unwrap();
+    let etcd = EtcdServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let data: Vec<&RedisServer> = std::iter::once(&watched.master)
+        .chain(&watched.replicas)
+        .collect();
+    let password = documented_user(&data, "s", &[], dir.path());
+    let redis = watched
+        .redis_section("shards = 4\nmin_replicas_acked = 1\n")
+        .replace(
+            &format!("url = \"redis://{NAME}\""),
+            &format!(
+                "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
+                password.display()
+            ),
+        );
+    let config = format!(
+        "[redis]\n{redis}[journal]\nurl = \"{}\"\n[etcd]\nendpoints = [\"{}\"]\n[streams]\nallow = [\"s\"]\n",
+        db.url_with_password(),
+        etcd.endpoint()
+    );
+    let mut nodes: Vec<DelayqProcess> = ["a", "b"]
+        .iter()
+        .map(|name| DelayqProcess::start(&delayq_bin(), name, &config).expect("start delayq"))
+        .collect();
+    let apis: Vec<Api> = nodes
+        .iter()
+        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(5)))
+        .collect();
+    for api in &apis {
+        eventually(
+            Duration::from_secs(20),
+            "ready as the documented user",
+            || async { (api.get("/readyz").await.0 == 200).then_some(()) },
+        )
+        .await;
+    }
+    let (leader, epoch) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
+    let live = Arc::new(Mutex::new(apis.clone()));
+    let load = Load::start(live.clone());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 1. The master dies; Sentinel promotes one of the replicas, whichever.
+    let first = watched.master.port;
+    watched.master.kill();
+    let (second, resumed_kill) =
+        promoted_and_delivering(&watched, first, "a replica promoted").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 2. A planned switch to the other replica.
+    // (Refused while Sentinel still ends the last failover: asked again.)
+    eventually(
+        Duration::from_secs(30),
+        "SENTINEL FAILOVER taken",
+        || async {
+            redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(NAME)
+                .query::<()>(&mut watched.sentinels[0].client())
+                .ok()
+        },
+    )
+    .await;
+    let (third, resumed_planned) =
+        promoted_and_delivering(&watched, second, "the planned switch").await;
+    // Pushes are confirmed again once Sentinel has made the old master a replica
+    // of the new one (seconds after the switch).
+    let third = watched.server(third).unwrap();
+    eventually(
+        Duration::from_secs(30),
+        "a replica of the new master",
+        || async {
+            let replicas: Option<u32> = third
+                .replication("connected_slaves")
+                .and_then(|n| n.parse().ok());
+            (replicas >= Some(1)).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // 3. The leader dies; the other node takes over.
+    live.lock().unwrap().remove(leader);
+    nodes[leader].kill();
+    let survivor = 1 - leader;
+    OneLeader::among(&apis)
+        .except(&[leader])
+        .above(epoch)
+        .within(Duration::from_secs(20))
+        .wait(|| logs_of(&nodes))
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // 4. Redis loses its data: the stream as it was, and the loss, at once.
+    let master_now = master(&watched).expect("a master");
+    let (before, (), time): (redis::Value, (), Vec<String>) = redis::pipe()
+        .atomic()
+        .cmd("XRANGE")
+        .arg("s")
+        .arg("-")
+        .arg("+")
+        .cmd("FLUSHALL")
+        .cmd("TIME")
+        .query(&mut master_now.client())
+        .expect("XRANGE, FLUSHALL, TIME");
+    let flushed = time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
+    // The survivor restores by itself, and pushes are taken again.
+    eventually(
+        Duration::from_secs(30),
+        "restored from the journal",
+        || async {
+            nodes[survivor]
+                .full_log()
+                .contains("restored from the journal")
+                .then_some(())
+        },
+    )
+    .await;
+    let redis::Value::Array(before) = before else {
+        panic!("XRANGE: {before:?}")
+    };
+    let before: Vec<Entry> = before.iter().map(entry).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let (told, answers_500) = load.stop().await;
+    assert!(answers_500.is_empty(), "answers 500: {answers_500:?}");
+
+    // Every message the producer was told of, against what arrived: before the
+    // loss, and on the master at the end.
+    let expected = |t: &Told| {
+        let cancelled = t.cancelled == Some(200) && !t.not_journaled;
+        (t.pushed == 201 && !cancelled).then_some(())
+    };
+    let deliveries = |end: &[Entry]| {
+        let mut seen: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+        for e in before.iter().chain(end) {
+            seen.entry(e.get("delayq-id").unwrap_or_default().to_owned())
+                .or_default()
+                .push(e.ms());
+        }
+        seen
+    };
+    let end = eventually(
+        Duration::from_secs(40),
+        "every confirmed push delivered",
+        || {
+            let end = master(&watched).map(entries_on).unwrap_or_default();
+            let seen = deliveries(&end);
+            let missing = told
+                .iter()
+                .filter(|(id, t)| expected(t).is_some() && !seen.contains_key(*id))
+                .count();
+            async move { (missing == 0).then_some(end) }
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let end = master(&watched).map(entries_on).unwrap_or(end);
+    let seen = deliveries(&end);
+    let (mut early, mut twice, mut resent, mut undone, mut unknown) =
+        (Vec::new(), Vec::new(), 0, Vec::new(), Vec::new());
+    for (id, at) in &seen {
+        let Some(t) = told.get(id) else {
+            unknown.push(id.clone());
+            continue;
+        };
+        // The due time last acknowledged: a reschedule's if it was answered 200
+        // and journaled, either if that is not known.
+        let due = match t.rescheduled {
+            Some((200, moved)) if !t.not_journaled => moved,
+            Some((_, moved)) if moved > 0 => moved.min(t.due),
+            _ => t.due,
+        };
+        if t.pushed == 201 && at.iter().any(|&ms| ms < due) {
+            early.push(format!("{id}: sent at {at:?}, due {due}"));
+        }
+        if t.cancelled == Some(200) && !t.not_journaled {
+            undone.push(format!("{id}: cancelled, sent at {at:?}"));
+        }
+        if at.len() > 1 {
+            // A loss of Redis's data may resend a delivery the journal had not
+            // learned yet: one delivered shortly before the loss.
+            let resendable = at.len() == 2 && at[0] <= flushed && at[0] + 3_000 > flushed;
+            if resendable {
+                resent += 1;
+            } else {
+                twice.push(format!("{id}: {at:?}"));
+            }
+        }
+    }
+    let lost: Vec<&String> = told
+        .iter()
+        .filter(|(id, t)| expected(t).is_some() && !seen.contains_key(*id))
+        .map(|(id, _)| id)
+        .collect();
+    let confirmed = told.values().filter(|t| expected(t).is_some()).count();
+    let context = || logs_of(&nodes);
+    assert!(lost.is_empty(), "lost: {lost:?}\n{}", context());
+    assert!(early.is_empty(), "early: {early:?}\n{}", context());
+    assert!(
+        undone.is_empty(),
+        "cancels undone: {undone:?}\n{}",
+        context()
+    );
+    assert!(twice.is_empty(), "twice: {twice:?}\n{}", context());
+    assert!(unknown.is_empty(), "never pushed: {unknown:?}");
+    assert!(confirmed > 200, "{confirmed} confirmed");
+    let after_loss = told
+        .iter()
+        .filter(|(id, t)| expected(t).is_some() && seen[*id].iter().all(|&ms| ms > flushed))
+        .count();
+    assert!(
+        after_loss > 20,
+        "{after_loss} confirmed and delivered after the loss"
+    );
+    for (what, resumed) in [
+        ("SIGKILL", resumed_kill),
+        ("SENTINEL FAILOVER", resumed_planned),
+    ] {
+        assert!(
+            resumed < Duration::from_secs(5),
+            "{what}: delivering again after {resumed:?}"
+        );
+    }
+    let mut statuses: BTreeMap<String, usize> = BTreeMap::new();
+    for t in told.values() {
+        if let Some((status, _)) = t.rescheduled {
+            *statuses.entry(format!("reschedule {status}")).or_default() += 1;
+        }
+        if let Some(status) = t.cancelled {
+            *statuses.entry(format!("cancel {status}")).or_default() += 1;
+        }
+        *statuses.entry(format!("push {}", t.pushed)).or_default() += 1;
+    }
+    println!("answers: {statuses:?}");
+    let rescheduled = told
+        .values()
+        .filter(|t| t.rescheduled.is_some_and(|(s, _)| s == 200))
+        .count();
+    let cancelled = told.values().filter(|t| t.cancelled == Some(200)).count();
+    println!(
+        "deployed (Sentinel, ACL user, acks, journal, 2 nodes): {confirmed} confirmed, {rescheduled} rescheduled, \
+         {cancelled} cancelled; delivering again {resumed_kill:?} after the kill's promotion, \
+         {resumed_planned:?} after the planned one; {resent} resent after the loss, {after_loss} pushed and delivered after it"
+    );
+}
