@@ -553,6 +553,38 @@ impl RedisCluster {
     /// key by key: IMPORTING and MIGRATING, then `MIGRATE` of `batch` keys at a
     /// time with `pause` between (clients meanwhile get ASK and TRYAGAIN), then the
     /// slot's new owner announced to every master.
+    /// Moves `slots` hash slots from node `from` to node `to` (both masters) as an
+    /// operator does: `redis-cli --cluster reshard`, which migrates the keys of
+    /// each slot in turn while clients go on (ASK, TRYAGAIN meanwhile).
+    pub fn reshard(&self, from: usize, to: usize, slots: usize) -> anyhow::Result<()> {
+        let id = |i: usize| -> anyhow::Result<String> {
+            Ok(redis::cmd("CLUSTER")
+                .arg("MYID")
+                .query(&mut self.nodes[i].client())?)
+        };
+        let out = Command::new(binary("DELAYQ_TEST_REDIS_CLI", "redis-cli"))
+            .args(["--cluster", "reshard"])
+            .arg(format!("127.0.0.1:{}", self.nodes[from].port))
+            .arg("--cluster-from")
+            .arg(id(from)?)
+            .arg("--cluster-to")
+            .arg(id(to)?)
+            .arg("--cluster-slots")
+            .arg(slots.to_string())
+            .args(["--cluster-yes", "--cluster-pipeline", "100"])
+            .stdin(Stdio::null())
+            .output()
+            .context("run redis-cli --cluster reshard")?;
+        if !out.status.success() {
+            bail!(
+                "redis-cli --cluster reshard failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     pub fn move_slot(
         &self,
         slot: u16,

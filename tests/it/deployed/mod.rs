@@ -2,4 +2,5 @@
 //! turn against real processes: what each feature's own tests prove must still
 //! hold when they are combined.
 
+mod cluster;
 mod sentinel;

@@ -13,7 +13,7 @@ use delayq::store::{Keys, Store};
 use super::forwarding::{check_exactly_once, messages, now_ms, schedule_all};
 use super::{cluster_config, cluster_toml, kill_master_of, own_cluster, reader, shared_cluster};
 use crate::support::{
-    Api, OneLeader, counter, delayq_bin, eventually, kill_and_time_takeover, logs_of,
+    Api, OneLeader, counter, delayq_bin, eventually, kill_and_time_takeover, led_groups, logs_of,
 };
 
 const GROUPS: usize = 3;
@@ -50,16 +50,7 @@ fn start_nodes(
 
 /// The groups `api` leads (None when it does not answer).
 async fn led(api: &Api) -> Option<Vec<usize>> {
-    let (status, view) = api.try_get("/v1/leader").await?;
-    (status == 200).then_some(())?;
-    Some(
-        view["groups"]
-            .as_array()?
-            .iter()
-            .filter(|g| g["is_leader"] == true)
-            .filter_map(|g| g["group"].as_u64().map(|g| g as usize))
-            .collect(),
-    )
+    Some(led_groups(api).await?.into_iter().map(|(g, _)| g).collect())
 }
 
 /// Some(counts) once every group is led by exactly one of `apis`, each leading one

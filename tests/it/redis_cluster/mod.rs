@@ -34,7 +34,7 @@ fn shared_cluster() -> Arc<RedisCluster> {
 
 /// The config text of a node on `cluster` (every node a seed), a test prefix of
 /// its own, with `extra` (TOML) merged over it.
-fn cluster_toml(cluster: &RedisCluster, prefix: &str, extra: &str) -> String {
+pub(crate) fn cluster_toml(cluster: &RedisCluster, prefix: &str, extra: &str) -> String {
     let base = format!(
         "[redis]\n{}prefix = \"{prefix}\"\n",
         cluster.redis_section()
@@ -55,7 +55,7 @@ fn cluster_config(cluster: &RedisCluster, prefix: &str, extra: &str) -> Config {
 
 /// A cluster of its own, for a test that kills a master or moves a slot (started
 /// on a thread of its own: the harness waits blocking).
-async fn own_cluster() -> RedisCluster {
+pub(crate) async fn own_cluster() -> RedisCluster {
     tokio::task::spawn_blocking(|| RedisCluster::start(3).expect("start a Redis Cluster"))
         .await
         .unwrap()
@@ -68,7 +68,7 @@ async fn kill_master_of(cluster: RedisCluster, slot: u16) -> RedisCluster {
 }
 
 /// [`kill_master_of`], and when the master was killed (epoch ms).
-async fn kill_master_timed(mut cluster: RedisCluster, slot: u16) -> (RedisCluster, u64) {
+pub(crate) async fn kill_master_timed(mut cluster: RedisCluster, slot: u16) -> (RedisCluster, u64) {
     tokio::task::spawn_blocking(move || {
         let victim = cluster.master_of(slot).unwrap();
         let killed = cluster.kill_master(victim).unwrap();
@@ -83,7 +83,7 @@ async fn kill_master_timed(mut cluster: RedisCluster, slot: u16) -> (RedisCluste
 }
 
 /// A synchronous cluster connection for the test's own reads.
-fn reader(cluster: &RedisCluster) -> redis::cluster::ClusterConnection {
+pub(crate) fn reader(cluster: &RedisCluster) -> redis::cluster::ClusterConnection {
     redis::cluster::ClusterClient::new(cluster.urls())
         .and_then(|c| c.get_connection())
         .expect("connect to the Redis Cluster")

@@ -29,6 +29,21 @@ pub async fn leads(node: &Api) -> Option<u64> {
     Some(leading(node).await?.0)
 }
 
+/// The election groups `node` leads (`election.mode = "per_shard"`), each with
+/// its epoch of the group; None when it does not answer.
+pub async fn led_groups(node: &Api) -> Option<Vec<(usize, u64)>> {
+    let (status, view) = node.try_get("/v1/leader").await?;
+    (status == 200).then_some(())?;
+    Some(
+        view["groups"]
+            .as_array()?
+            .iter()
+            .filter(|g| g["is_leader"] == true)
+            .filter_map(|g| Some((g["group"].as_u64()? as usize, g["epoch"].as_u64()?)))
+            .collect(),
+    )
+}
+
 /// Which of `nodes` say they lead, with their epochs; those in `except` (stopped,
 /// say) are not asked.
 pub async fn leaders(nodes: &[Api], except: &[usize]) -> Vec<(usize, u64)> {
