@@ -275,6 +275,11 @@ impl RedisServer {
                     if tls.client_auth { "yes" } else { "no" },
                 ]);
         }
+        if !self.options.cluster && self.options.tls.is_some() {
+            // A replica replicates over TLS (from the master's TLS port), and a
+            // master demoted by Sentinel does so too.
+            cmd.args(["--tls-replication", "yes"]);
+        }
         if self.options.cluster && self.options.tls.is_some() {
             // The cluster bus and replication over TLS too, and the TLS ports
             // announced to clients.
@@ -668,6 +673,9 @@ pub struct SentinelOptions {
     pub password: Option<String>,
     /// TLS on its port (instead of plain TCP), and to the master it watches.
     pub tls: Option<RedisTlsFiles>,
+    /// The data nodes watched over TLS (`tls-replication yes`, with these
+    /// files), while clients still reach the Sentinel over plain TCP.
+    pub data_tls: Option<RedisTlsFiles>,
     /// `failover-timeout` (10 s when not given). Sentinel also waits this long
     /// before it re-points a replica that replicates from another address than
     /// the master's (through a proxy, say) at the master itself.
@@ -746,7 +754,20 @@ impl SentinelServer {
                             t.ca.display()
                         ))
                         .unwrap_or_default(),
-                ),
+                ) + &options
+                    .data_tls
+                    .as_ref()
+                    // Sentinels speak TLS to each other too, on a TLS port of
+                    // their own that they announce.
+                    .map(|t| format!(
+                        "tls-port {}\ntls-auth-clients no\ntls-cert-file {}\ntls-key-file {}\n\
+                         tls-ca-cert-file {}\ntls-replication yes\n",
+                        free_port(),
+                        t.cert.display(),
+                        t.key.display(),
+                        t.ca.display()
+                    ))
+                    .unwrap_or_default(),
             )?;
             let child = Command::new(binary("DELAYQ_TEST_REDIS_SENTINEL", "redis-sentinel"))
                 .arg(&config)
@@ -833,12 +854,20 @@ impl SentinelSet {
         upstream: Option<u16>,
         options: &SentinelOptions,
     ) -> anyhow::Result<Self> {
-        let master = RedisServer::start().context("start the master")?;
-        let upstream = upstream.unwrap_or(master.port);
+        // With `options.data_tls`, every data node serves TLS too and replicates
+        // over it, and the Sentinels watch the TLS ports.
+        let master = RedisServer::start_with(RedisOptions {
+            tls: options.data_tls.clone(),
+            ..RedisOptions::default()
+        })
+        .context("start the master")?;
+        let watched = master.tls_port.filter(|_| options.data_tls.is_some());
+        let upstream = upstream.unwrap_or(watched.unwrap_or(master.port));
         let replicas = (0..replicas)
             .map(|_| {
                 RedisServer::start_with(RedisOptions {
                     replica_of: Some(upstream),
+                    tls: options.data_tls.clone(),
                     ..RedisOptions::default()
                 })
                 .context("start a replica")
@@ -848,7 +877,7 @@ impl SentinelSet {
             .map(|_| {
                 SentinelServer::start_with(
                     name,
-                    master.port,
+                    watched.unwrap_or(master.port),
                     2,
                     Duration::from_millis(1000),
                     options,
@@ -938,11 +967,11 @@ impl SentinelSet {
         ports.all(|p| p == Some(first)).then_some(first)
     }
 
-    /// The server on `port`: the master or one of the replicas.
+    /// The server on `port` (plain or TLS): the master or one of the replicas.
     pub fn server(&self, port: u16) -> Option<&RedisServer> {
         std::iter::once(&self.master)
             .chain(&self.replicas)
-            .find(|r| r.port == port)
+            .find(|r| r.port == port || r.tls_port == Some(port))
     }
 }
 

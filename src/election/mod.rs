@@ -614,13 +614,22 @@ impl Node {
         // standby to wait for resigns at once, and this node may win before its
         // follower has read the key. Left in place, the key would keep the other
         // standbys out of the election until it expires.
-        match self.store.clear_switchover(&me).await {
-            Ok(true) => tracing::info!(epoch, "switchover done: this node leads"),
-            Ok(false) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself")
+        // In the background: a Redis that does not answer (a cluster connection
+        // learning a new topology) must not keep this term from watching its
+        // lease and key, or a node that lost the group would go on claiming it.
+        let (store, node, within) = (self.store.clone(), me.clone(), self.config.connect_timeout);
+        tokio::spawn(async move {
+            match tokio::time::timeout(within, store.clear_switchover(&node)).await {
+                Ok(Ok(true)) => tracing::info!(epoch, "switchover done: this node leads"),
+                Ok(Ok(false)) => {}
+                Ok(Err(e)) => {
+                    tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself")
+                }
+                Err(_) => tracing::warn!(
+                    "cannot clear the switchover key (Redis did not answer in time); it expires by itself"
+                ),
             }
-        }
+        });
 
         // Past the deadline under failsafe: the deadline timer is off until a
         // renewal moves the deadline again.

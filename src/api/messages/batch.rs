@@ -216,7 +216,7 @@ pub async fn batch(
             StatusCode::SERVICE_UNAVAILABLE,
             code,
             format!(
-                "no message of the batch could be stored or confirmed ({code}): retry it; sending the same ids again is safe"
+                "storage unavailable: no message of the batch could be stored or confirmed ({code}): retry it; sending the same ids again is safe"
             ),
         ));
     }

@@ -1,4 +1,4 @@
-//! Sentinel as deployed: three Sentinels, a master and two replicas, the
+//! Sentinel as deployed: three Sentinels, a master and two replicas over TLS, the
 //! least-privilege Redis user of docs/redis-rights.md made from its text,
 //! `min_replicas_acked = 1`, the MySQL journal (MariaDB), two delayq nodes
 //! elected through etcd. Under a load of pushes, cancels and reschedules: the
@@ -21,7 +21,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::{
     Api, Entry, OneLeader, delayq_bin, documented_user, entry, eventually, logs_of, try_entries,
+    within,
 };
+use crate::tls::Pki;
 
 const NAME: &str = "dq-deployed";
 
@@ -152,10 +154,17 @@ fn entries_on(node: &RedisServer) -> Vec<Entry> {
 /// Waits for a promotion away from `from`, then for delivery on the new master
 /// of any entry written after the promotion: how long that took.
 async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -> (u16, Duration) {
-    let port = eventually(Duration::from_secs(30), what, || async {
+    let port = within(Duration::from_secs(30), || async {
         watched.master_port().filter(|&p| p != from)
     })
-    .await;
+    .await
+    .unwrap_or_else(|| {
+        let logs: Vec<String> = watched.sentinels.iter().map(|s| s.log()).collect();
+        panic!(
+            "{what}: not within 30 s; the Sentinels' logs:\n{}",
+            logs.join("\n---\n")
+        )
+    });
     let (promoted, at) = (Instant::now(), now_ms());
     let node = watched.server(port).unwrap();
     eventually(
@@ -168,8 +177,14 @@ async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sentinel_acl_acks_journal_and_two_nodes_through_every_fault() {
-    let mut watched = SentinelSet::start(NAME, 2, None, &SentinelOptions::default()).unwrap();
+async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
+    // TLS to every data node (replication too); the Sentinels on plain TCP.
+    let pki = Pki::new();
+    let options = SentinelOptions {
+        data_tls: Some(pki.server(false)),
+        ..SentinelOptions::default()
+    };
+    let mut watched = SentinelSet::start(NAME, 2, None, &options).unwrap();
     eventually(Duration::from_secs(30), "Sentinels ready", || async {
         watched.ready().then_some(())
     })
@@ -189,10 +204,12 @@ async fn sentinel_acl_acks_journal_and_two_nodes_through_every_fault() {
         .replace(
             &format!("url = \"redis://{NAME}\""),
             &format!(
-                "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
-                password.display()
+                "url = \"rediss://delayq@{NAME}\"\npassword_file = \"{}\"\n{}",
+                password.display(),
+                pki.settings("ca.pem", false)
             ),
-        );
+        )
+        .replace("] }", "], tls = false }");
     let config = format!(
         "[redis]\n{redis}[journal]\nurl = \"{}\"\n[etcd]\nendpoints = [\"{}\"]\n[streams]\nallow = [\"s\"]\n",
         db.url_with_password(),
@@ -220,7 +237,7 @@ async fn sentinel_acl_acks_journal_and_two_nodes_through_every_fault() {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     // 1. The master dies; Sentinel promotes one of the replicas, whichever.
-    let first = watched.master.port;
+    let first = watched.master.tls_port.unwrap_or(watched.master.port);
     watched.master.kill();
     let (second, resumed_kill) =
         promoted_and_delivering(&watched, first, "a replica promoted").await;
@@ -417,7 +434,7 @@ async fn sentinel_acl_acks_journal_and_two_nodes_through_every_fault() {
         .count();
     let cancelled = told.values().filter(|t| t.cancelled == Some(200)).count();
     println!(
-        "deployed (Sentinel, ACL user, acks, journal, 2 nodes): {confirmed} confirmed, {rescheduled} rescheduled, \
+        "deployed (Sentinel, TLS, ACL user, acks, journal, 2 nodes): {confirmed} confirmed, {rescheduled} rescheduled, \
          {cancelled} cancelled; delivering again {resumed_kill:?} after the kill's promotion, \
          {resumed_planned:?} after the planned one; {resent} resent after the loss, {after_loss} pushed and delivered after it"
     );

@@ -21,14 +21,14 @@ use crate::support::{Api, delayq_bin, entries, eventually, text, within};
 const NAMED_HOST: &str = "redis.delayq.test";
 
 /// A CA and the certificates it signs, as PEM files in a temp dir.
-struct Pki {
-    dir: tempfile::TempDir,
+pub(crate) struct Pki {
+    pub(crate) dir: tempfile::TempDir,
 }
 
 impl Pki {
     /// A CA, a server certificate for 127.0.0.1, one for [`NAMED_HOST`] only and a
     /// client certificate, all signed by it, and a second CA that signs nothing here.
-    fn new() -> Pki {
+    pub(crate) fn new() -> Pki {
         let dir = tempfile::tempdir().expect("temp dir");
         let (ca, ca_key) = authority("delayq test CA");
         let (other, _) = authority("another CA");
@@ -60,12 +60,12 @@ impl Pki {
         Pki { dir }
     }
 
-    fn path(&self, name: &str) -> PathBuf {
+    pub(crate) fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
 
     /// The server's files, for a server that needs client certificates or not.
-    fn server(&self, client_auth: bool) -> RedisTlsFiles {
+    pub(crate) fn server(&self, client_auth: bool) -> RedisTlsFiles {
         RedisTlsFiles {
             cert: self.path("server.pem"),
             key: self.path("server-key.pem"),
@@ -83,7 +83,7 @@ impl Pki {
     }
 
     /// `<section>.tls_*` lines: the CA, and the client certificate for mutual TLS.
-    fn settings(&self, ca: &str, client: bool) -> String {
+    pub(crate) fn settings(&self, ca: &str, client: bool) -> String {
         let mut lines = format!("tls_ca_file = \"{}\"\n", self.path(ca).display());
         if client {
             lines += &format!(
