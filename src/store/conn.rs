@@ -351,6 +351,7 @@ impl Conn {
 
     /// `cmd` sent to the master of `slot` on Redis Cluster (whatever keys it
     /// names, or none), to the current node otherwise.
+    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(super) async fn on_master_of(&self, slot: u16, cmd: Cmd) -> redis::RedisResult<Value> {
         match self.manager()? {
             Link::Cluster(mut cluster) => {

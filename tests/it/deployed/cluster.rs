@@ -221,8 +221,8 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     let victim = slot_master(&slots_now, victim_slot).unwrap();
     let on_victim: Vec<String> = streams
         .iter()
-        .cloned()
         .filter(|s| slot_master(&slots_now, slot_of(s)).as_ref() == Some(&victim))
+        .cloned()
         .collect();
     let port: u16 = to.rsplit(':').next().unwrap().parse().unwrap();
     assert_eq!(
