@@ -50,6 +50,9 @@ impl Reloaded {
     }
 }
 
+/// How long a reload waits for the service loop to take reload requests, at start.
+const RELOADS_TAKEN_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Reread this node's configuration file and apply what may change while running (as SIGHUP does)
 #[utoipa::path(post, path = "/v1/admin/reload", operation_id = "reload",
     responses(
@@ -66,7 +69,18 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<Reloaded>, Api
             "this node was started without a configuration file (--config): there is nothing to reread",
         )
     };
-    let Some(requests) = state.reloads.get() else {
+    // `delayq run` takes reload requests moments after the API starts serving: a
+    // reload sent right after the node first answered waits for that (it was
+    // answered 409 as if there were no file), bounded.
+    let waited = tokio::time::timeout(RELOADS_TAKEN_WITHIN, async {
+        loop {
+            if let Some(requests) = state.reloads.get() {
+                return requests.clone();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    let Ok(requests) = waited.await else {
         return Err(no_file());
     };
     let (tx, rx) = oneshot::channel();

@@ -1,4 +1,5 @@
-//! Redis Cluster as deployed: three masters and three replicas,
+//! Redis Cluster as deployed: three masters and three replicas, every node's
+//! Redis user the least-privilege one of docs/redis-rights.md made from its text,
 //! `election.mode = "per_shard"` over three delayq nodes elected through etcd,
 //! `min_replicas_acked = 1`. Under single pushes over streams on every master: a
 //! reshard of 1000 slots by `redis-cli` (as an operator runs it), a master
@@ -11,13 +12,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{DelayqProcess, EtcdServer};
+use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
 use delayq::store::{slot_master, slot_of};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::redis_cluster::{cluster_toml, kill_master_timed, own_cluster, reader};
-use crate::support::{Api, delayq_bin, entries, eventually, led_groups, logs_of};
+use crate::support::{
+    Api, delayq_bin, documented_user_with, entries, eventually, led_groups, logs_of,
+};
 
 const GROUPS: usize = 3;
 
@@ -87,14 +90,38 @@ fn owned(slots: &redis::Value, port: u16) -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths() {
     let cluster = own_cluster().await;
+    let slots: redis::Value = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query(&mut reader(&cluster))
+        .unwrap();
+    let ranges = ranges(&slots);
+    assert_eq!(ranges.len(), 3, "{ranges:?}");
+    let streams = pick_streams(&ranges);
+    // Every node's user made from docs/redis-rights.md's rule, for the prefix
+    // `dep` and the streams `dep-<k>` (dead letters in their own slots).
+    let dir = tempfile::tempdir().unwrap();
+    let words = [
+        ("~delayq:*", "~dep:*".to_owned()),
+        ("~{delayq:*", "~{dep:*".to_owned()),
+        ("&delayq:*", "&dep:*".to_owned()),
+        ("~orders", "~dep-*".to_owned()),
+        ("~orders:dead", "~{dep-*".to_owned()),
+    ];
+    let data: Vec<&RedisServer> = cluster.nodes.iter().collect();
+    let password = documented_user_with(&data, &words, &[], dir.path());
+    let allow: Vec<String> = streams.iter().map(|s| format!("\"{s}\"")).collect();
     let etcd = EtcdServer::start().expect("start etcd");
     let extra = format!(
-        "[redis]\nmin_replicas_acked = 1\nreplicas_ack_timeout = \"500ms\"\n\
+        "[redis]\nmin_replicas_acked = 1\nreplicas_ack_timeout = \"500ms\"\npassword_file = \"{}\"\n\
          [etcd]\nendpoints = [\"{}\"]\nlease_ttl = \"6s\"\n\
-         [election]\nmode = \"per_shard\"\ngroups = {GROUPS}\n",
-        etcd.endpoint()
+         [election]\nmode = \"per_shard\"\ngroups = {GROUPS}\n\
+         [streams]\nallow = [{}]\n",
+        password.display(),
+        etcd.endpoint(),
+        allow.join(", ")
     );
-    let text = cluster_toml(&cluster, "dep", &extra);
+    let text = cluster_toml(&cluster, "dep", &extra)
+        .replace("url = \"redis://", "url = \"redis://delayq@");
     let mut nodes: Vec<DelayqProcess> = (0..3)
         .map(|i| DelayqProcess::start(&delayq_bin(), &format!("dep{i}"), &text).unwrap())
         .collect();
@@ -102,6 +129,14 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
         .iter()
         .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(5)))
         .collect();
+    for api in &apis {
+        eventually(
+            Duration::from_secs(20),
+            "ready as the documented user",
+            || async { (api.get("/readyz").await.0 == 200).then_some(()) },
+        )
+        .await;
+    }
     eventually(Duration::from_secs(20), "every group led", || async {
         let mut seen = Vec::new();
         for api in &apis {
@@ -112,13 +147,6 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     })
     .await;
 
-    let slots: redis::Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query(&mut reader(&cluster))
-        .unwrap();
-    let ranges = ranges(&slots);
-    assert_eq!(ranges.len(), 3, "{ranges:?}");
-    let streams = pick_streams(&ranges);
     let live = Arc::new(Mutex::new(vec![0usize, 1, 2]));
     let stop = CancellationToken::new();
     let pushes = Arc::new(Mutex::new(BTreeMap::<String, Push>::new()));
@@ -333,7 +361,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     }
     assert!(confirmed.len() > 500, "{} confirmed", confirmed.len());
     println!(
-        "deployed (Redis Cluster 3+3, per_shard, acks, 3 nodes): {} confirmed and delivered once, refused by status (0: no answer) {refused:?}; \
+        "deployed (Redis Cluster 3+3, ACL user, per_shard, acks, 3 nodes): {} confirmed and delivered once, refused by status (0: no answer) {refused:?}; \
          reshard of 1000 slots, master SIGKILL ({} streams on it), node SIGKILL and SIGTERM",
         confirmed.len(),
         on_victim.len()

@@ -5,9 +5,10 @@ use std::path::{Path, PathBuf};
 
 use delayq::harness::RedisServer;
 
-/// The words of the docs' `ACL SETUSER` rule, with `PASSWORD` and the example's
-/// stream `orders` replaced by `password` and `stream`.
-pub fn documented_rule(stream: &str, password: &str) -> Vec<String> {
+/// The words of the docs' `ACL SETUSER` rule, with `PASSWORD` replaced by
+/// `password` and each word named in `words` by its replacement (the example's
+/// prefix and streams by a test's own).
+pub fn documented_rule(words: &[(&str, String)], password: &str) -> Vec<String> {
     let doc = std::fs::read_to_string(super::repo().join("docs/redis-rights.md"))
         .expect("read docs/redis-rights.md");
     let (_, after) = doc
@@ -20,9 +21,10 @@ pub fn documented_rule(stream: &str, password: &str) -> Vec<String> {
     line.split_whitespace()
         .map(|w| match w {
             ">PASSWORD" => format!(">{password}"),
-            "~orders" => format!("~{stream}"),
-            "~orders:dead" => format!("~{stream}:dead"),
-            w => w.to_owned(),
+            w => words
+                .iter()
+                .find(|(from, _)| *from == w)
+                .map_or_else(|| w.to_owned(), |(_, to)| to.clone()),
         })
         .collect()
 }
@@ -36,8 +38,22 @@ pub fn documented_user(
     without: &[&str],
     dir: &Path,
 ) -> PathBuf {
+    let words = [
+        ("~orders", format!("~{stream}")),
+        ("~orders:dead", format!("~{stream}:dead")),
+    ];
+    documented_user_with(nodes, &words, without, dir)
+}
+
+/// [`documented_user`] with the rule's words replaced as `words` says.
+pub fn documented_user_with(
+    nodes: &[&RedisServer],
+    words: &[(&str, String)],
+    without: &[&str],
+    dir: &Path,
+) -> PathBuf {
     let password = "rule-s3cret";
-    let rule: Vec<String> = documented_rule(stream, password)
+    let rule: Vec<String> = documented_rule(words, password)
         .into_iter()
         .filter(|w| !without.contains(&w.as_str()))
         .collect();
