@@ -558,22 +558,24 @@ impl RedisCluster {
     /// key by key: IMPORTING and MIGRATING, then `MIGRATE` of `batch` keys at a
     /// time with `pause` between (clients meanwhile get ASK and TRYAGAIN), then the
     /// slot's new owner announced to every master.
+    /// Node `i`'s id in the cluster (`CLUSTER MYID`).
+    fn node_id(&self, i: usize) -> anyhow::Result<String> {
+        Ok(redis::cmd("CLUSTER")
+            .arg("MYID")
+            .query(&mut self.nodes[i].client())?)
+    }
+
     /// Moves `slots` hash slots from node `from` to node `to` (both masters) as an
     /// operator does: `redis-cli --cluster reshard`, which migrates the keys of
     /// each slot in turn while clients go on (ASK, TRYAGAIN meanwhile).
     pub fn reshard(&self, from: usize, to: usize, slots: usize) -> anyhow::Result<()> {
-        let id = |i: usize| -> anyhow::Result<String> {
-            Ok(redis::cmd("CLUSTER")
-                .arg("MYID")
-                .query(&mut self.nodes[i].client())?)
-        };
         let out = Command::new(binary("DELAYQ_TEST_REDIS_CLI", "redis-cli"))
             .args(["--cluster", "reshard"])
             .arg(format!("127.0.0.1:{}", self.nodes[from].port))
             .arg("--cluster-from")
-            .arg(id(from)?)
+            .arg(self.node_id(from)?)
             .arg("--cluster-to")
-            .arg(id(to)?)
+            .arg(self.node_id(to)?)
             .arg("--cluster-slots")
             .arg(slots.to_string())
             .args(["--cluster-yes", "--cluster-pipeline", "100"])
@@ -601,12 +603,7 @@ impl RedisCluster {
         if from == to {
             return Ok(());
         }
-        let id = |i: usize| -> anyhow::Result<String> {
-            Ok(redis::cmd("CLUSTER")
-                .arg("MYID")
-                .query(&mut self.nodes[i].client())?)
-        };
-        let (from_id, to_id) = (id(from)?, id(to)?);
+        let (from_id, to_id) = (self.node_id(from)?, self.node_id(to)?);
         let mut source = self.nodes[from].client();
         let mut target = self.nodes[to].client();
         let () = redis::cmd("CLUSTER")

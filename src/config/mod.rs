@@ -368,6 +368,7 @@ impl Config {
             streams.push(inbox.stream.clone());
             streams.push(inbox.rejected_stream.clone());
         }
+        streams.sort();
         streams.dedup();
         streams
     }

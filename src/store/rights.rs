@@ -173,15 +173,17 @@ fn checks(store: &Store, streams: &[String]) -> Vec<Vec<String>> {
     for channel in [store.keys.wake_channel(), store.keys.presence_channel(1)] {
         checks.extend(CHANNELS.iter().map(|t| words(t, "C", &channel)));
     }
-    checks.push(words("TIME", "", ""));
-    if store.replicas_acked.is_some() {
-        checks.push(words("WAIT 1 0", "", ""));
-    }
-    if store.conn.master_changes().is_some() {
-        checks.push(words("HELLO", "", ""));
-    }
-    if store.conn.is_cluster() {
-        checks.push(words("CLUSTER SLOTS", "", ""));
+    // Commands on no key, by what the store runs on.
+    let keyless = [
+        ("TIME", true),
+        ("WAIT 1 0", store.replicas_acked.is_some()),
+        ("HELLO", store.conn.master_changes().is_some()),
+        ("CLUSTER SLOTS", store.conn.is_cluster()),
+    ];
+    for (command, needed) in keyless {
+        if needed {
+            checks.push(command.split(' ').map(str::to_owned).collect());
+        }
     }
     checks
 }

@@ -252,38 +252,78 @@ impl Call<'_> {
     }
 
     /// Runs the call: as `FCALL` while the library is usable (loading it when
-    /// Redis does not have it), else as `EVALSHA`.
+    /// Redis does not have it), else as `EVALSHA` (loading the script when Redis
+    /// does not have it).
     pub(super) async fn invoke_async<T: FromRedisValue, C: ConnectionLike>(
         &self,
         conn: &mut C,
     ) -> RedisResult<T> {
-        let functions = &self.lua.functions;
-        if functions.on() {
-            match self.fcall(conn).await {
-                Err(e) if says(&e, "Function not found") => match load(conn).await {
-                    Ok(()) => return self.fcall(conn).await,
-                    Err(e) if refusal(&e) => functions.refused(&e),
-                    // A Redis at `maxmemory` takes no library, but still runs a
-                    // script that reads or frees: this call goes as `EVALSHA`.
-                    Err(e) if e.code() == Some("OOM") => {}
-                    Err(e) => return Err(e),
-                },
-                Err(e) if refusal(&e) => functions.refused(&e),
-                done => return done,
-            }
-        }
-        let mut inv = self.lua.script.prepare_invoke();
-        for key in &self.keys {
-            inv.key(key);
-        }
-        for arg in &self.args {
-            inv.arg(arg);
-        }
-        inv.invoke_async(conn).await
+        let (reply, _) = self.invoke_with(conn, None).await?;
+        Ok(redis::from_redis_value(reply)?)
     }
 
-    async fn fcall<T: FromRedisValue, C: ConnectionLike>(&self, conn: &mut C) -> RedisResult<T> {
-        self.fcall_cmd().query_async(conn).await
+    /// Runs the call and `WAIT wanted timeout` right behind it, as one pipeline on
+    /// one connection, so that the replicas are counted of the very master that
+    /// ran the call (WAIT counts the writes of the connection it comes on). On
+    /// Redis Cluster the pipeline goes where the call's key lives, and a
+    /// redirection sends both again to the node named. The call's reply, and how
+    /// many replicas confirmed: none when WAIT failed (a replica answering, a
+    /// master demoted meanwhile).
+    pub(super) async fn invoke_then_wait<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        wanted: u32,
+        timeout: std::time::Duration,
+    ) -> RedisResult<(redis::Value, u32)> {
+        let (reply, acked) = self.invoke_with(conn, Some((wanted, timeout))).await?;
+        Ok((reply, acked.unwrap_or(0)))
+    }
+
+    /// The one way a call is sent (see [`Call::invoke_async`]), with `WAIT`
+    /// behind it when `wait` says so: a library Redis does not have is loaded
+    /// once, a library it refuses sends this and later calls as `EVALSHA`, and a
+    /// script it does not have is loaded once.
+    async fn invoke_with<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        wait: Option<(u32, std::time::Duration)>,
+    ) -> RedisResult<(redis::Value, Option<u32>)> {
+        let functions = &self.lua.functions;
+        let mut fcall = functions.on();
+        let (mut library_loaded, mut script_loaded) = (false, false);
+        loop {
+            let cmd = if fcall {
+                self.fcall_cmd()
+            } else {
+                self.evalsha_cmd()
+            };
+            let error = match send(conn, cmd, wait).await {
+                Ok(done) => return Ok(done),
+                Err(e) => e,
+            };
+            if fcall && !library_loaded && says(&error, "Function not found") {
+                library_loaded = true;
+                match load(conn).await {
+                    Ok(()) => {}
+                    Err(e) if refusal(&e) => {
+                        functions.refused(&e);
+                        fcall = false;
+                    }
+                    // A Redis at `maxmemory` takes no library, but still runs a
+                    // script that reads or frees: this call goes as `EVALSHA`.
+                    Err(e) if e.code() == Some("OOM") => fcall = false,
+                    Err(e) => return Err(e),
+                }
+            } else if fcall && !library_loaded && refusal(&error) {
+                functions.refused(&error);
+                fcall = false;
+            } else if !fcall && !script_loaded && error.code() == Some("NOSCRIPT") {
+                script_loaded = true;
+                self.lua.script.load_async(conn).await?;
+            } else {
+                return Err(error);
+            }
+        }
     }
 
     fn fcall_cmd(&self) -> redis::Cmd {
@@ -303,73 +343,36 @@ impl Call<'_> {
             .arg(&self.args);
         cmd
     }
+}
 
-    /// Runs the call and `WAIT wanted timeout` right behind it, as one pipeline on
-    /// one connection, so that the replicas are counted of the very master that
-    /// ran the call (WAIT counts the writes of the connection it comes on). On
-    /// Redis Cluster the pipeline goes where the call's key lives, and a
-    /// redirection sends both again to the node named. The call's reply, and how
-    /// many replicas confirmed: none when WAIT failed (a replica answering, a
-    /// master demoted meanwhile).
-    pub(super) async fn invoke_then_wait<C: ConnectionLike>(
-        &self,
-        conn: &mut C,
-        wanted: u32,
-        timeout: std::time::Duration,
-    ) -> RedisResult<(redis::Value, u32)> {
-        let functions = &self.lua.functions;
-        let (mut fcall, mut loaded) = (functions.on(), false);
-        loop {
-            let mut pipe = redis::pipe();
-            pipe.add_command(if fcall {
-                self.fcall_cmd()
-            } else {
-                self.evalsha_cmd()
-            });
-            pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
-            let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
-            let (Some(reply), Some(waited)) = (replies.next(), replies.next()) else {
-                return Err(RedisError::from((
-                    redis::ErrorKind::Parse,
-                    "two replies were expected: the call's and WAIT's",
-                )));
-            };
-            let error = match reply {
-                redis::Value::ServerError(e) => RedisError::from(e),
-                reply => {
-                    let acked = match waited {
-                        redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-                        _ => 0,
-                    };
-                    return Ok((reply, acked));
-                }
-            };
-            match error {
-                e if fcall && !loaded && says(&e, "Function not found") => {
-                    loaded = true;
-                    match load(conn).await {
-                        Ok(()) => {}
-                        Err(e) if refusal(&e) => {
-                            functions.refused(&e);
-                            fcall = false;
-                        }
-                        // As in `invoke_async`: this call goes as EVALSHA.
-                        Err(e) if e.code() == Some("OOM") => fcall = false,
-                        Err(e) => return Err(e),
-                    }
-                }
-                e if fcall && refusal(&e) => {
-                    functions.refused(&e);
-                    fcall = false;
-                }
-                e if !fcall && !loaded && e.code() == Some("NOSCRIPT") => {
-                    loaded = true;
-                    self.lua.script.load_async(conn).await?;
-                }
-                e => return Err(e),
-            }
-        }
+/// `cmd` alone, or with `WAIT wanted timeout` behind it in one pipeline: its
+/// reply, and with the WAIT how many replicas confirmed (0 when WAIT failed).
+async fn send<C: ConnectionLike>(
+    conn: &mut C,
+    cmd: redis::Cmd,
+    wait: Option<(u32, std::time::Duration)>,
+) -> RedisResult<(redis::Value, Option<u32>)> {
+    let Some((wanted, timeout)) = wait else {
+        return Ok((cmd.query_async(conn).await?, None));
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(cmd);
+    pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
+    let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
+    let (Some(reply), Some(waited)) = (replies.next(), replies.next()) else {
+        return Err(RedisError::from((
+            redis::ErrorKind::Parse,
+            "two replies were expected: the call's and WAIT's",
+        )));
+    };
+    if let redis::Value::ServerError(e) = reply {
+        return Err(RedisError::from(e));
     }
+    let acked = match waited {
+        redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+        _ => 0,
+    };
+    Ok((reply, Some(acked)))
 }
 
 /// Loads the library (on Redis Cluster, into every master).

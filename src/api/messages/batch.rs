@@ -198,9 +198,9 @@ pub async fn batch(
                 if transient {
                     unavailable += 1;
                     refusal = match refusal {
-                        None if unavailable == 1 => Some(e.code),
+                        None => Some(e.code),
                         Some(code) if code == e.code => Some(code),
-                        _ => Some("unavailable"),
+                        Some(_) => Some("unavailable"),
                     };
                 }
                 ItemResult::failed(index, e)

@@ -12,15 +12,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq::harness::{EtcdServer, RedisServer};
 use delayq::store::{slot_master, slot_of};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::redis_cluster::{cluster_toml, kill_master_timed, own_cluster, reader};
-use crate::support::{
-    Api, delayq_bin, documented_user_with, entries, eventually, led_groups, logs_of,
-};
+use crate::support::{documented_user_with, entries, eventually, led_groups, logs_of};
 
 const GROUPS: usize = 3;
 
@@ -122,21 +120,11 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     );
     let text = cluster_toml(&cluster, "dep", &extra)
         .replace("url = \"redis://", "url = \"redis://delayq@");
-    let mut nodes: Vec<DelayqProcess> = (0..3)
-        .map(|i| DelayqProcess::start(&delayq_bin(), &format!("dep{i}"), &text).unwrap())
-        .collect();
-    let apis: Vec<Api> = nodes
-        .iter()
-        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(5)))
-        .collect();
-    for api in &apis {
-        eventually(
-            Duration::from_secs(20),
-            "ready as the documented user",
-            || async { (api.get("/readyz").await.0 == 200).then_some(()) },
-        )
-        .await;
-    }
+    let (mut nodes, apis) = super::ready_nodes(
+        &(0..3).map(|i| format!("dep{i}")).collect::<Vec<_>>(),
+        &text,
+    )
+    .await;
     eventually(Duration::from_secs(20), "every group led", || async {
         let mut seen = Vec::new();
         for api in &apis {

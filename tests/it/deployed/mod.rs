@@ -4,3 +4,32 @@
 
 mod cluster;
 mod sentinel;
+
+use std::time::Duration;
+
+use delayq::harness::DelayqProcess;
+
+use crate::support::{Api, delayq_bin, eventually};
+
+/// `delayq run` processes named `names`, all on `config`, once each is ready
+/// (`/readyz` 200: Redis writable, the Redis user's rights granted), with their
+/// APIs.
+async fn ready_nodes(names: &[String], config: &str) -> (Vec<DelayqProcess>, Vec<Api>) {
+    let nodes: Vec<DelayqProcess> = names
+        .iter()
+        .map(|name| DelayqProcess::start(&delayq_bin(), name, config).expect("start delayq"))
+        .collect();
+    let apis: Vec<Api> = nodes
+        .iter()
+        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(5)))
+        .collect();
+    for api in &apis {
+        eventually(
+            Duration::from_secs(20),
+            "ready as the documented user",
+            || async { (api.get("/readyz").await.0 == 200).then_some(()) },
+        )
+        .await;
+    }
+    (nodes, apis)
+}

@@ -13,15 +13,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{
-    DelayqProcess, EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet,
-};
+use delayq::harness::{EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{
-    Api, Entry, OneLeader, delayq_bin, documented_user, entry, eventually, logs_of, try_entries,
-    within,
+    Api, Entry, OneLeader, documented_user, entry, eventually, logs_of, try_entries, within,
 };
 use crate::tls::Pki;
 
@@ -215,22 +212,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         db.url_with_password(),
         etcd.endpoint()
     );
-    let mut nodes: Vec<DelayqProcess> = ["a", "b"]
-        .iter()
-        .map(|name| DelayqProcess::start(&delayq_bin(), name, &config).expect("start delayq"))
-        .collect();
-    let apis: Vec<Api> = nodes
-        .iter()
-        .map(|n| Api::new(n.api).with_timeout(Duration::from_secs(5)))
-        .collect();
-    for api in &apis {
-        eventually(
-            Duration::from_secs(20),
-            "ready as the documented user",
-            || async { (api.get("/readyz").await.0 == 200).then_some(()) },
-        )
-        .await;
-    }
+    let (mut nodes, apis) = super::ready_nodes(&["a", "b"].map(String::from), &config).await;
     let (leader, epoch) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
     let live = Arc::new(Mutex::new(apis.clone()));
     let load = Load::start(live.clone());
