@@ -370,6 +370,10 @@ async fn a_nearly_full_redis_and_a_refused_batch_are_warned_of() {
     let redis = RedisServer::start().unwrap();
     let (_node, api) = node_on(&redis, "memory");
     memory_warnings(&api, false, "no warning at start").await;
+    // A filler, so that the margins below (hundreds of KB) dwarf what delayq's
+    // own background writes add meanwhile.
+    let filler = "f".repeat(16 << 20);
+    run(&redis, &["SET", "test-filler", &filler]);
 
     let used = memory_field(&redis, "used_memory");
     run(
@@ -395,11 +399,11 @@ async fn a_nearly_full_redis_and_a_refused_batch_are_warned_of() {
             "CONFIG",
             "SET",
             "maxmemory",
-            &(used + 64 * 1024).to_string(),
+            &(used + 512 * 1024).to_string(),
         ],
     );
-    let payload = "x".repeat(200 * 1024);
-    let messages: Vec<_> = (0..20)
+    let payload = "x".repeat(900 * 1024);
+    let messages: Vec<_> = (0..8)
         .map(|i| serde_json::json!({"stream": "h", "id": format!("big-{i}"), "payload": payload, "delay": "1h"}))
         .collect();
     let (status, answer) = api
