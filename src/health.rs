@@ -5,9 +5,11 @@
 //! manager's status line and `delayq_redis_writable` read the outcome; nothing waits
 //! on a probe. Each round also reads whether Redis's memory settings can evict
 //! delayq's keys and whether a master is nearly full (`/readyz`'s warnings,
-//! `delayq_redis_evicting`, `delayq_redis_nearly_full`), and, at start, after Redis
-//! took writes again and every [`RIGHTS_EVERY`], whether the Redis user may run
-//! what delayq runs (a missing right makes `/readyz` 503). The watchdog reads when
+//! `delayq_redis_evicting`, `delayq_redis_nearly_full`), and, at start, after every
+//! reconnection (Redis took writes again, the connection was made anew to a new
+//! master or cluster), every [`RIGHTS_EVERY`] and every round while one is
+//! missing, whether the Redis user may run what delayq runs (a missing right
+//! makes `/readyz` 503). The watchdog reads when
 //! the loop last finished a round, which proves this process's own loops run,
 //! whatever state Redis is in.
 
@@ -274,21 +276,29 @@ async fn run(
     cancel: CancellationToken,
 ) {
     let mut rights_checked = Instant::now();
+    let mut renewals = store.renewals();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(PROBE_EVERY) => {}
         }
         let state = probe(&store, &node_id, timeout).await;
-        // Again once Redis takes writes after it did not (a reconnection, maybe
-        // to another master), and every while.
-        let check_rights = (state == RedisState::Writable && last != RedisState::Writable)
-            || rights_checked.elapsed() >= RIGHTS_EVERY;
-        report(&mut last, &state);
+        // Again after every reconnection: once Redis takes writes after it did
+        // not, once the connection was made anew (to another master, or a
+        // renewed cluster connection), and every while.
+        // While a right is missing, every round: readiness comes back as soon as
+        // an operator grants it.
         let (before_memory, before_rights) = {
             let probe = tx.borrow();
             (probe.memory.clone(), probe.rights.clone())
         };
+        let renewed = store.renewals();
+        let check_rights = (state == RedisState::Writable && last != RedisState::Writable)
+            || renewed != renewals
+            || matches!(before_rights, Rights::Missing(_))
+            || rights_checked.elapsed() >= RIGHTS_EVERY;
+        renewals = renewed;
+        report(&mut last, &state);
         let memory = memory(&store, timeout, &before_memory).await;
         report_memory(&before_memory, &memory);
         let rights = if check_rights {

@@ -87,6 +87,9 @@ struct Current {
     manager: Link,
     /// How many times the master has moved (0 on one Redis).
     generation: u64,
+    /// How many times the connection was made anew: the master moved, or the
+    /// cluster connection was renewed (the rights are checked again after each).
+    renewals: u64,
 }
 
 /// The shared connection to one node: the redis crate's connection manager, or
@@ -246,6 +249,7 @@ impl Conn {
                     dialer,
                     manager,
                     generation: 0,
+                    renewals: 0,
                 })),
                 sentinel: None,
                 cluster: None,
@@ -277,6 +281,7 @@ impl Conn {
                 dialer: None,
                 manager: Link::Manager(manager),
                 generation: 0,
+                renewals: 0,
             })),
             pin: None,
             cluster: None,
@@ -334,6 +339,7 @@ impl Conn {
                 dialer: None,
                 manager: Link::Cluster(connection),
                 generation: 0,
+                renewals: 0,
             })),
             sentinel: None,
             cluster: Some(Arc::new(Cluster {
@@ -566,6 +572,12 @@ impl Conn {
         }
     }
 
+    /// How many times the connection was made anew (a master moved, the cluster
+    /// connection renewed); the redis crate's own reconnections are not counted.
+    pub(super) fn renewals(&self) -> u64 {
+        self.current.lock().expect("not poisoned").renewals
+    }
+
     /// Master changes through Sentinel (a count and the new address); None on one Redis.
     pub(super) fn master_changes(&self) -> Option<watch::Receiver<(u64, String)>> {
         self.sentinel.as_ref().map(|f| f.changes.subscribe())
@@ -702,6 +714,7 @@ impl Conn {
             Ok(Ok(connection)) => {
                 let mut current = self.current.lock().expect("not poisoned");
                 current.manager = Link::Cluster(connection);
+                current.renewals += 1;
                 tracing::debug!("Redis Cluster connection made anew");
                 drop(current);
                 if let Some(said) = CLUSTER_UNREACHED.recovered() {
@@ -834,12 +847,12 @@ impl Conn {
         }
         {
             let mut current = self.current.lock().expect("not poisoned");
-            let generation = current.generation + 1;
             *current = Current {
                 client,
                 dialer: None,
                 manager: Link::Manager(manager),
-                generation,
+                generation: current.generation + 1,
+                renewals: current.renewals + 1,
             };
         }
         tracing::warn!(%address, "the Redis master moved (Sentinel failover): following it");

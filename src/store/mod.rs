@@ -495,6 +495,12 @@ impl Store {
         self.conn.pin()
     }
 
+    /// How many times the connection was made anew: a master followed through
+    /// Sentinel, a cluster connection renewed.
+    pub fn renewals(&self) -> u64 {
+        self.conn.renewals()
+    }
+
     /// Each move of the Redis master through Sentinel (a count and the new
     /// address); None without Sentinel.
     pub fn master_changes(&self) -> Option<tokio::sync::watch::Receiver<(u64, String)>> {

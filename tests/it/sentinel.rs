@@ -883,3 +883,47 @@ fn entries_on(node: &RedisServer, stream: &str) -> Vec<Entry> {
     }
     panic!("XRANGE {stream} on {}: {cut:?}\n{}", node.port, node.log())
 }
+
+/// ACL users are each node's own: a replica Sentinel promotes may lack a right
+/// its master granted. After following the failover the rights are checked
+/// again at once (not a minute later): `/readyz` answers 503 naming the missing
+/// right, and 200 again within seconds of an operator granting it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rights_are_checked_again_on_the_master_a_failover_moved_to() {
+    let watched = watched(1).await;
+    let dir = tempfile::tempdir().unwrap();
+    let password = documented_user(&[&watched.master], "s", &[], dir.path());
+    documented_user(&[&watched.replicas[0]], "s", &["~{delayq:*"], dir.path());
+    let mut text = config(&watched, "").replace(
+        &format!("url = \"redis://{NAME}\""),
+        &format!(
+            "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
+            password.display()
+        ),
+    );
+    text.push_str("[streams]\nallow = [\"s\"]\n");
+    let node = DelayqProcess::start(&delayq_bin(), "rights", &text).expect("start delayq");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(2));
+    eventually(
+        Duration::from_secs(10),
+        "ready on the first master",
+        || async { (api.get("/readyz").await.0 == 200).then_some(()) },
+    )
+    .await;
+
+    let new_master = planned_failover(&watched, 0).await;
+    let body = eventually(Duration::from_secs(15), "a missing right named", || async {
+        let (status, body) = api.get("/readyz").await;
+        (status == 503 && body["error"] == "redis_permission").then_some(body)
+    })
+    .await;
+    let detail = body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("{delayq:"), "{body}");
+
+    documented_user(&[new_master], "s", &[], dir.path());
+    eventually(Duration::from_secs(10), "ready once granted", || async {
+        (api.get("/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    assert!(node.log().contains("following it"), "{}", node.log());
+}
