@@ -68,9 +68,12 @@ const RESIGN_PAUSE: Duration = Duration::from_secs(1);
 /// request timeout, seconds after the leader before it resigned.
 const STUCK_CAMPAIGN_CHECK: Duration = Duration::from_millis(100);
 /// How long a node waits for its presence in Redis (see `takeover`) before it
-/// campaigns anyway: a node that cannot reach Redis may still lead while no
-/// standby can reach Redis either.
+/// campaigns anyway, if no other node campaigns: a node that cannot reach Redis
+/// may still lead while no standby can reach Redis either.
 const PRESENCE_WAIT: Duration = Duration::from_secs(1);
+/// How often a node whose Redis does not answer, standing aside, looks again
+/// whether another node still campaigns.
+const ASIDE_CHECK: Duration = Duration::from_secs(1);
 /// Bound on each of resign and revoke when a term ends, so shutdown stays fast
 /// even when etcd is gone.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -476,14 +479,55 @@ impl Node {
             r = tokio::time::timeout(
                 PRESENCE_WAIT,
                 self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
-            ) => r,
+            ) => r.is_ok_and(|r| r.is_ok()),
         };
-        if held.is_err() {
-            tracing::warn!(
-                "no presence in Redis yet (Redis does not answer); campaigning anyway, and a standby that reaches Redis may end this lease"
-            );
+        if held {
+            return Ok(());
         }
-        Ok(())
+        // Redis does not serve this node: it stays out of the race while another
+        // node campaigns (one that reaches Redis, or that gave up waiting first),
+        // so it never wins a group it cannot serve; alone, it campaigns anyway.
+        let mut said = false;
+        loop {
+            let others = self.other_campaigners().await;
+            if others == 0 {
+                tracing::warn!(
+                    "no presence in Redis yet (Redis does not answer); no other node campaigns, so campaigning anyway, and a standby that reaches Redis may end this lease"
+                );
+                return Ok(());
+            }
+            if !said {
+                tracing::warn!(
+                    others,
+                    "no presence in Redis (Redis does not answer this node); standing aside while other nodes campaign"
+                );
+                said = true;
+            }
+            tokio::select! {
+                _ = self.cancel.cancelled() => return Err(()),
+                r = tokio::time::timeout(
+                    ASIDE_CHECK,
+                    self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
+                ) => if r.is_ok_and(|r| r.is_ok()) {
+                    tracing::info!("presence in Redis held: campaigning");
+                    return Ok(());
+                },
+            }
+        }
+    }
+
+    /// How many other nodes campaign in this election now (an unreadable etcd
+    /// counts as none: the campaign then fails or waits on its own).
+    async fn other_campaigners(&self) -> usize {
+        let prefix = format!("{}/", self.config.election_prefix);
+        match observe::campaigners(&self.client, &self.config, &prefix, None).await {
+            Ok(read) => read
+                .kvs()
+                .iter()
+                .filter(|kv| LeaderValue::parse(kv.value()).node_id != self.me.node_id)
+                .count(),
+            Err(_) => 0,
+        }
     }
 
     /// Where this node's election failures count (`Complaint::failed_on`): its

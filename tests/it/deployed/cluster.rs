@@ -76,6 +76,8 @@ struct Push {
     sent: u64,
     status: u16,
     due: u64,
+    /// How long its answer took (ms).
+    took: u64,
 }
 
 /// How many slots the master on `port` serves in a `CLUSTER SLOTS` reply.
@@ -151,7 +153,9 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
                 }
                 let api = {
                     let live = live.lock().unwrap();
-                    apis[live[i % live.len()]].clone()
+                    apis[live[i % live.len()]]
+                        .clone()
+                        .with_timeout(Duration::from_secs(30))
                 };
                 let (id, stream, sent) = (
                     format!("c-{i}"),
@@ -168,6 +172,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
                     answers_500.lock().unwrap().push(answer.to_string());
                 }
                 let due = answer["deliver_at"].as_u64().unwrap_or(0);
+                let took = now_ms().saturating_sub(sent);
                 pushes.lock().unwrap().insert(
                     id,
                     Push {
@@ -175,6 +180,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
                         sent,
                         status,
                         due,
+                        took,
                     },
                 );
             }
@@ -279,6 +285,17 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     sampler.await.unwrap();
     let pushes = std::mem::take(&mut *pushes.lock().unwrap());
 
+    // Every push is answered in bounded time, whatever the cluster connection
+    // meets (a slot refresh that hangs included): each Redis call gives up after
+    // `redis.timeout` (2 s), and the connection is then made anew from the seeds
+    // (within 2 × `connect_timeout`).
+    let slowest = pushes.values().map(|p| p.took).max().unwrap_or(0);
+    println!("slowest answer: {slowest} ms of {} pushes", pushes.len());
+    assert!(
+        slowest < 10_000,
+        "a push waited {slowest} ms for its answer\n{}",
+        logs_of(&nodes)
+    );
     let answers_500 = answers_500.lock().unwrap().clone();
     assert!(answers_500.is_empty(), "answers 500: {answers_500:?}");
     let doubled = doubled.lock().unwrap().clone();

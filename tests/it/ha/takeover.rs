@@ -220,3 +220,48 @@ async fn a_redis_restart_seen_by_everybody_moves_nobody() {
     })
     .await;
 }
+
+/// A node cut off from Redis stays out of the race while a node that reaches
+/// Redis campaigns: even first in line when the leader is killed, it never wins
+/// (it would win, and lose again to the presence watch, once a lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cut_off_from_redis_never_wins_while_another_campaigns() {
+    let (proxy, mut cluster) = n0_through_a_proxy().await;
+    let (leader, _, producer, monitor) = settled(&cluster).await;
+    assert_eq!(leader, 0, "n0 starts first and leads");
+    let cut_at = Instant::now();
+    proxy.cut();
+    let (next, _, _) = takeover(&cluster, 0, cut_at, Duration::from_secs(15)).await;
+    eventually(Duration::from_secs(15), "n0 stands aside", || async {
+        cluster.nodes[0]
+            .log()
+            .contains("standing aside while other nodes campaign")
+            .then_some(())
+    })
+    .await;
+    let gained = |cluster: &Cluster| cluster.nodes[0].log().matches("leadership gained").count();
+    let gained_before = gained(&cluster);
+    // The other standby starts again, so that its candidacy is younger than any
+    // n0 might hold.
+    let other = 3 - next;
+    cluster.nodes[other].kill();
+    cluster.nodes[other].restart().expect("restart the standby");
+    flowing(&cluster, 10).await;
+    let killed_at = Instant::now();
+    cluster.nodes[next].kill();
+    let (last, _, took) = takeover(&cluster, next, killed_at, Duration::from_secs(15)).await;
+    assert_eq!(last, other, "the node that reaches Redis leads");
+    flowing(&cluster, 20).await;
+    assert_eq!(
+        gained(&cluster),
+        gained_before,
+        "n0, cut off from Redis, led meanwhile:\n{}",
+        cluster.logs()
+    );
+    proxy.restore();
+    cluster.nodes[next]
+        .restart()
+        .expect("restart the killed leader");
+    let delivery = stop_load(&cluster, producer, monitor).await;
+    println!("n0 cut off stood aside; n{last} took over after {took:?}; {delivery:?}");
+}
