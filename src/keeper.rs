@@ -10,7 +10,7 @@
 //!   metric.
 //! - **Loss of Redis's data.** The journal's marker token sits in Redis
 //!   (`<prefix>:journal`). The term starts held (no forwarding, no redelivery)
-//!   until the keeper has seen the marker; it checks again every second. A missing
+//!   until the keeper has seen the marker; it checks again every 100 ms. A missing
 //!   marker while the journal holds messages not finished means Redis lost its
 //!   data: forwarding stays held (so nothing restored is overtaken by a message
 //!   pushed later), `delayq_journal_redis_data_lost` is 1, an error is logged, and
@@ -46,7 +46,10 @@ const COPY_IN_FLIGHT: usize = 4;
 const COPY_MIN_LINES: usize = 2000;
 /// How often the outbox is copied when it was found empty.
 const COPY_EVERY: Duration = Duration::from_millis(100);
-const MARKER_EVERY: Duration = Duration::from_secs(1);
+/// How often the marker is read: a loss is seen within this of Redis losing its
+/// data, which bounds the restored messages counted as possibly sent before.
+pub const MARKER_EVERY: Duration = Duration::from_millis(100);
+const MARKER_RETRY: Duration = Duration::from_secs(1);
 const RECONCILE_EVERY: Duration = Duration::from_secs(10);
 /// A message scheduled in the journal is looked up in Redis once it is this far
 /// past due and unchanged this long.
@@ -206,8 +209,16 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
     };
     let lost = metrics::gauge!(m::JOURNAL_REDIS_LOST);
     let mut reported = false;
+    // When Redis was first seen without the marker (Redis's clock).
+    let mut lost_seen_ms = None;
     loop {
         let checked = check_marker(store, journal).await;
+        // Quickly while the marker is there; a loss, or a check that failed, is
+        // looked at again (and the journal asked again) after a second.
+        let wait = match &checked {
+            Ok(Marker::Present) => MARKER_EVERY,
+            _ => MARKER_RETRY,
+        };
         if checked.is_ok()
             && let Some(said) = MARKER_UNCHECKED.recovered_on(term.place())
         {
@@ -220,11 +231,15 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                     reported = false;
                 }
                 lost.set(0.0);
+                lost_seen_ms = None;
                 term.hold(false);
             }
             Ok(Marker::Lost { token, unfinished }) => {
                 term.hold(true);
                 lost.set(1.0);
+                if lost_seen_ms.is_none() {
+                    lost_seen_ms = store.now_ms().await.ok();
+                }
                 if !reported {
                     tracing::error!(
                         unfinished,
@@ -240,7 +255,7 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                     reported = true;
                 }
                 if settings.auto_restore {
-                    match restore_now(config, store, journal, None).await {
+                    match restore_now(config, store, journal, None, lost_seen_ms).await {
                         Ok(report) => {
                             if let Some(said) = RESTORE_FAILED.recovered_on(term.place()) {
                                 tracing::info!("{said}");
@@ -279,7 +294,7 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                 }
             }
         }
-        if !pause(term, MARKER_EVERY).await {
+        if !pause(term, wait).await {
             return;
         }
     }
@@ -292,11 +307,13 @@ async fn restore_now(
     store: &Store,
     journal: &Journal,
     id: Option<MessageId>,
+    lost_seen_ms: Option<u64>,
 ) -> Result<RestoreReport, RestoreError> {
     let options = RestoreOptions {
         include_overdue: true,
         dry_run: false,
         id,
+        lost_seen_ms,
     };
     restore(
         store,
@@ -412,7 +429,7 @@ async fn reconcile_page(
     }
     journal.apply(&learned).await.map_err(|e| e.to_string())?;
     for id in &missing {
-        let report = restore_now(config, store, journal, Some(id.clone()))
+        let report = restore_now(config, store, journal, Some(id.clone()), None)
             .await
             .map_err(|e| e.to_string())?;
         tracing::warn!(

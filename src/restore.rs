@@ -8,8 +8,9 @@
 //! holds (pending, or on record as finished) is a duplicate there and stays as it
 //! is. Messages the journal says are finished are never read. The only messages a
 //! restore can send twice are those delivered but not yet journaled as such when
-//! Redis lost its data (the outbox's lag): they are due before the restore began,
-//! and the report counts such restored messages as `possibly_duplicate`.
+//! Redis lost its data (the outbox's lag): they were due before Redis was seen
+//! without its data (or, where nobody saw when, before the restore began), and the
+//! report counts such restored messages as `possibly_duplicate`.
 
 use std::time::Duration;
 
@@ -34,6 +35,10 @@ pub struct RestoreOptions {
     pub dry_run: bool,
     /// This message only.
     pub id: Option<MessageId>,
+    /// When Redis was first seen without its data (Redis's clock, ms): a message
+    /// due later cannot have been delivered before the loss. The keeper, which
+    /// checks every [`MARKER_EVERY`](crate::keeper::MARKER_EVERY), knows it.
+    pub lost_seen_ms: Option<u64>,
 }
 
 /// What a restore found and did.
@@ -50,8 +55,10 @@ pub struct RestoreReport {
     pub finished_in_redis: u64,
     /// Past their due time and not restored (`include_overdue` false).
     pub overdue: u64,
-    /// Restored although due before the restore began: the only ones a consumer
-    /// may have received already (delivered but not yet journaled as such).
+    /// Restored although due before Redis was seen without its data (before the
+    /// restore began, where that is not known): the only ones a consumer may have
+    /// received already (delivered but not yet journaled as such). An upper bound:
+    /// a message can have been delivered only once due and before the loss.
     pub possibly_duplicate: u64,
     /// Refused by Redis (a due time beyond `api.limits.max_delay`, a stream it
     /// cannot hold); left in the journal.
@@ -224,23 +231,25 @@ async fn restore_page(
     let report = &mut report;
     report.journaled += page.len() as u64;
     let mut wanted = Vec::with_capacity(page.len());
+    // Due by the time the loss was seen: perhaps delivered before it.
+    let sent_by = options.lost_seen_ms.map_or(began, |seen| seen.min(began));
     for msg in page {
-        let overdue = msg.due.as_ms() <= began;
-        if overdue && !options.include_overdue {
+        if msg.due.as_ms() <= began && !options.include_overdue {
             report.overdue += 1;
         } else {
-            wanted.push((msg, overdue));
+            let maybe_sent = msg.due.as_ms() <= sent_by;
+            wanted.push((msg, maybe_sent));
         }
     }
     if options.dry_run {
         let found = store.statuses(wanted.iter().map(|(msg, _)| &msg.id)).await;
-        for ((_, overdue), status) in wanted.iter().zip(found) {
+        for ((_, maybe_sent), status) in wanted.iter().zip(found) {
             match status? {
                 Status::Scheduled(_) | Status::Corrupt(_) => report.already_present += 1,
                 Status::Done(_) => report.finished_in_redis += 1,
                 Status::Unknown => {
                     report.restored += 1;
-                    report.possibly_duplicate += u64::from(*overdue);
+                    report.possibly_duplicate += u64::from(*maybe_sent);
                 }
             }
         }
@@ -251,11 +260,11 @@ async fn restore_page(
         .map(|(msg, _)| BatchItem::new(msg.clone()))
         .collect();
     let outcomes = store.schedule_many(&items, max_delay, None).await;
-    for ((_, overdue), outcome) in wanted.iter().zip(outcomes) {
+    for ((_, maybe_sent), outcome) in wanted.iter().zip(outcomes) {
         match outcome {
             Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. }) => {
                 report.restored += 1;
-                report.possibly_duplicate += u64::from(*overdue);
+                report.possibly_duplicate += u64::from(*maybe_sent);
             }
             Ok(Scheduled::Duplicate { state, .. }) if state == "scheduled" => {
                 report.already_present += 1
@@ -269,7 +278,7 @@ async fn restore_page(
             // forwarding for as long as none is in sync.
             Err(StoreError::NotReplicated { .. }) => {
                 report.restored += 1;
-                report.possibly_duplicate += u64::from(*overdue);
+                report.possibly_duplicate += u64::from(*maybe_sent);
             }
             Err(StoreError::TooFar { .. } | StoreError::BadStream(_)) => report.refused += 1,
             Err(e) => return Err(e.into()),

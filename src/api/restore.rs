@@ -69,6 +69,7 @@ pub async fn restore_all(
         include_overdue: flag("include_overdue")?,
         dry_run: flag("dry_run")?,
         id: None,
+        lost_seen_ms: None,
     };
     run(&state, &options).await
 }
@@ -98,6 +99,7 @@ pub async fn restore_one(
         include_overdue: true,
         dry_run: false,
         id: Some(path_id(&id)?),
+        lost_seen_ms: None,
     };
     let report = run(&state, &options).await?;
     if report.journaled == 0 {

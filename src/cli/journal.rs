@@ -110,6 +110,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         include_overdue: args.include_overdue || id.is_some(),
         dry_run: args.dry_run,
         id,
+        lost_seen_ms: None,
     };
     crate::restore::check_safe(&store, config.records.retention, &options)
         .await
@@ -159,7 +160,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         println!(
             "{verb} {} of {} messages the journal holds not finished: {} already in Redis, \
              {} finished in Redis, {} overdue and left (--include-overdue), {} refused by Redis; \
-             {} possibly sent before (due before the restore began)",
+             {} possibly sent before (due before the restore began or the loss was seen)",
             report.restored,
             report.journaled,
             report.already_present,

@@ -284,17 +284,18 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         .expect("XRANGE, FLUSHALL, TIME");
     let flushed = time[0].parse::<u64>().unwrap() * 1000 + time[1].parse::<u64>().unwrap() / 1000;
     // The survivor restores by itself, and pushes are taken again.
-    eventually(
-        Duration::from_secs(30),
-        "restored from the journal",
-        || async {
-            nodes[survivor]
-                .full_log()
-                .contains("restored from the journal")
-                .then_some(())
-        },
-    )
-    .await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !nodes[survivor]
+        .full_log()
+        .contains("restored from the journal")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "not restored 30 s after the loss; the survivor's log:\n{}",
+            nodes[survivor].full_log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let redis::Value::Array(before) = before else {
         panic!("XRANGE: {before:?}")
     };
@@ -382,6 +383,19 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     );
     assert!(twice.is_empty(), "twice: {twice:?}\n{}", context());
     assert!(unknown.is_empty(), "never pushed: {unknown:?}");
+    // The restore's count of messages possibly sent twice bounds those resent, and
+    // counts none due well after the loss (it is seen within 100 ms).
+    let possibly = restored_possibly_duplicate(&nodes[survivor].full_log())
+        .expect("the restore's report in the log");
+    let due_by_then = told
+        .values()
+        .filter(|t| t.pushed == 201 && t.due <= flushed + 1_000)
+        .count() as u64;
+    println!("resent after the loss: {resent}; restore said possibly_duplicate {possibly}");
+    assert!(
+        resent <= possibly && possibly <= due_by_then,
+        "{resent} resent, {possibly} counted possibly, {due_by_then} due by 1 s after the loss"
+    );
     assert!(confirmed > 200, "{confirmed} confirmed");
     let after_loss = told
         .iter()
@@ -421,4 +435,19 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
          {cancelled} cancelled; delivering again {resumed_kill:?} after the kill's promotion, \
          {resumed_planned:?} after the planned one; {resent} resent after the loss, {after_loss} pushed and delivered after it"
     );
+}
+
+/// The `possibly_duplicate` counts of the restores a node's log reports, summed;
+/// None without a report.
+fn restored_possibly_duplicate(log: &str) -> Option<u64> {
+    let counts: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("restored from the journal"))
+        .map(|l| {
+            let (_, after) = l.split_once("possibly_duplicate: ").expect(l);
+            let digits: String = after.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u64>().expect(l)
+        })
+        .collect();
+    (!counts.is_empty()).then(|| counts.iter().sum())
 }
