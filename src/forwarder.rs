@@ -50,6 +50,7 @@ pub(crate) fn start(
     let tasks = workers;
     tasks.spawn(follow_paused(
         store.clone(),
+        term.clone(),
         paused_tx,
         wakers.clone(),
         cancel.clone(),
@@ -421,15 +422,30 @@ pub const PAUSED_EVERY: Duration = Duration::from_millis(250);
 /// Follows the paused streams (an operator's `POST /v1/streams/{stream}/pause`)
 /// until the term ends, waking every loop when they change: a resumed stream's
 /// held messages go at once. A read that fails keeps the last set; until the first
-/// read succeeds the loops forward nothing.
+/// read succeeds the loops forward nothing. While the term is held (Redis lost its
+/// data, and a restore puts the paused streams back) the set is unknown again:
+/// the loops wait for a read made after the hold.
 async fn follow_paused(
     store: Store,
+    term: Term,
     paused: watch::Sender<Option<Arc<BTreeSet<String>>>>,
     wakers: Arc<Vec<Notify>>,
     cancel: CancellationToken,
 ) {
     loop {
-        match store.paused().await {
+        if term.is_held() {
+            paused.send_replace(None);
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = term.unheld() => {}
+            }
+            continue;
+        }
+        let read = store.paused().await;
+        if term.is_held() {
+            continue; // read across a hold: perhaps from before the restore
+        }
+        match read {
             Ok(now) if paused.borrow().as_deref() != Some(&now) => {
                 if paused.borrow().is_some() || !now.is_empty() {
                     tracing::info!(paused = ?now, "paused streams");
@@ -442,6 +458,7 @@ async fn follow_paused(
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
+            _ = term.held() => {}
             _ = tokio::time::sleep(PAUSED_EVERY) => {}
         }
     }

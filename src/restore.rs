@@ -1,5 +1,6 @@
 //! Restore: every message the journal holds not finished and Redis does not hold
-//! is scheduled again, with its id and its journaled due time. Shared by `delayq
+//! is scheduled again, with its id and its journaled due time, and (a full
+//! restore) every stream the journal has as paused is paused again. Shared by `delayq
 //! restore`, `POST /v1/admin/restore[/{id}]` and the keeper's automatic restore.
 //!
 //! A restore schedules through the store's idempotent schedule call (as new, by
@@ -63,6 +64,9 @@ pub struct RestoreReport {
     /// Refused by Redis (a due time beyond `api.limits.max_delay`, a stream it
     /// cannot hold); left in the journal.
     pub refused: u64,
+    /// Streams the journal has as paused, paused (again) in Redis by a full
+    /// restore.
+    pub streams_paused: u64,
     pub dry_run: bool,
 }
 
@@ -180,11 +184,20 @@ pub async fn restore(
         merge(in_flight.join_next().await, &mut report, &mut failed);
         progress(report.journaled, total.max(report.journaled));
     }
-    crate::metrics::journal_restored(report.restored, options.dry_run);
-    match failed {
-        Some(e) => Err(e),
-        None => Ok(report),
+    if let Some(e) = failed {
+        return Err(e);
     }
+    // The streams an operator paused, paused again before forwarding resumes
+    // (pausing is the safe way: their messages wait).
+    let paused = answered(journal.paused()).await?;
+    report.streams_paused = paused.len() as u64;
+    if !options.dry_run {
+        for stream in &paused {
+            store.set_paused(stream, true).await?;
+        }
+    }
+    crate::metrics::journal_restored(report.restored, options.dry_run);
+    Ok(report)
 }
 
 /// Adds a page's counts to `report`, or keeps its error (the first one).

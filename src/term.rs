@@ -76,6 +76,20 @@ impl Term {
         }
     }
 
+    /// Whether forwarding is held now.
+    pub fn is_held(&self) -> bool {
+        *self.held.borrow()
+    }
+
+    /// Returns once forwarding is held (or the term ends).
+    pub async fn held(&self) {
+        let mut held = self.held.subscribe();
+        tokio::select! {
+            _ = self.token.cancelled() => {}
+            _ = held.wait_for(|h| *h) => {}
+        }
+    }
+
     /// The epoch every leader-only script call of this term carries.
     pub fn epoch(&self) -> u64 {
         self.epoch

@@ -680,6 +680,10 @@ pub struct PauseAnswer {
     paused: bool,
     /// Whether this request changed it.
     changed: bool,
+    /// The journal (`[journal]`) did not take the change within 1 s: a loss of
+    /// Redis's data before it does would undo it. Repeating it is safe.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    not_journaled: bool,
 }
 
 /// Pause forwarding to a stream: its messages wait, in due order, until it is resumed
@@ -718,15 +722,30 @@ async fn set_paused(
     paused: bool,
 ) -> Result<Json<PauseAnswer>, ApiError> {
     crate::message::validate_stream(&stream)?;
-    let changed = state.store.set_paused(&stream, paused).await?;
+    let (changed, at_ms) = state.store.set_paused(&stream, paused).await?;
     if changed {
         tracing::info!(%stream, paused, "stream forwarding {}", if paused { "paused" } else { "resumed" });
     }
+    // Kept in the journal too, so that a restore after a loss of Redis's data
+    // pauses the stream again before forwarding resumes.
+    let not_journaled = match state.ingest.journal() {
+        Some(journal) => {
+            let write = async {
+                journal
+                    .set_paused(&stream, paused, at_ms)
+                    .await
+                    .map(|()| true)
+            };
+            !super::durable::journaled(write).await
+        }
+        None => false,
+    };
     *state.board.streams.lock().await = None;
     Ok(Json(PauseAnswer {
         stream,
         paused,
         changed,
+        not_journaled,
     }))
 }
 

@@ -16,9 +16,9 @@ use super::input::{
     StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, read_json,
 };
 use super::streams::{ENTRY_ID_RULE, StreamPath, entry_id};
-use super::{ApiError, AppState, ErrorBody};
+use super::{ApiError, AppState, ErrorBody, durable};
 use crate::metrics as m;
-use crate::store::{DeadLetter, Replayed};
+use crate::store::{DeadLetter, OutboxCode, OutboxLine, Replayed};
 
 /// Most entries one list or one `all` request goes through; the answer's `next`
 /// continues from there.
@@ -126,6 +126,11 @@ pub struct ReplayedLetter {
     entry_id: String,
     /// Epoch milliseconds.
     deliver_at: u64,
+    /// The journal (`[journal]`) did not take the replay within 1 s (or holds no
+    /// body to restore the message from): a loss of Redis's data before it
+    /// does would lose the replayed message, which is no longer a dead letter.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    not_journaled: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -416,10 +421,22 @@ pub async fn replay(
         {
             Replayed::Replayed { due_ms } => {
                 metrics::counter!(m::DEAD_REPLAYED, "stream" => stream.clone()).increment(1);
+                let mut not_journaled = false;
+                if let (Some(journal), Some(id)) = (state.ingest.journal(), &id) {
+                    let line = OutboxLine {
+                        code: OutboxCode::Replayed,
+                        id: id.clone(),
+                        at_ms: due_ms,
+                        entry: Some(due_ms.to_string()),
+                        stream: Some(stream.clone()),
+                    };
+                    not_journaled = !durable::journaled(journal.replayed(&line)).await;
+                }
                 replayed.push(ReplayedLetter {
                     id,
                     entry_id,
                     deliver_at: due_ms,
+                    not_journaled,
                 });
                 continue;
             }

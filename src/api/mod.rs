@@ -7,6 +7,7 @@ mod auth;
 mod board;
 mod dead;
 mod drain;
+mod durable;
 mod error;
 mod guard;
 mod input;

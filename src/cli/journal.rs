@@ -160,14 +160,21 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         println!(
             "{verb} {} of {} messages the journal holds not finished: {} already in Redis, \
              {} finished in Redis, {} overdue and left (--include-overdue), {} refused by Redis; \
-             {} possibly sent before (due before the restore began or the loss was seen)",
+             {} possibly sent before (due before the restore began or the loss was seen); \
+             {} paused streams {}",
             report.restored,
             report.journaled,
             report.already_present,
             report.finished_in_redis,
             report.overdue,
             report.refused,
-            report.possibly_duplicate
+            report.possibly_duplicate,
+            report.streams_paused,
+            if report.dry_run {
+                "would be paused again"
+            } else {
+                "paused again"
+            }
         );
     }
     journal.close().await?;

@@ -12,6 +12,7 @@
 //! statements ran.
 
 mod commit;
+mod paused;
 
 use std::time::Duration;
 
@@ -65,7 +66,7 @@ fn state_of(code: OutboxCode) -> State {
         OutboxCode::Expired => State::Expired,
         OutboxCode::Dead => State::Dead,
         OutboxCode::Cancelled => State::Cancelled,
-        OutboxCode::Rescheduled => State::Scheduled,
+        OutboxCode::Rescheduled | OutboxCode::Replayed => State::Scheduled,
     }
 }
 
@@ -76,6 +77,27 @@ fn state_of(code: OutboxCode) -> State {
 /// a later push of the same id. Read before `updated_ms` is assigned.
 const MAY_FINISH: &str =
     "(state = 0 OR (state = 1 AND VALUES(state) = 3)) AND updated_ms < VALUES(updated_ms)";
+
+/// A dead letter replayed: its row scheduled again, due when replayed (the line's
+/// entry), unless the row changed since. A row without a body (a message the
+/// journal learned of only when it finished) stays as it is.
+const REPLAYED: &str = "UPDATE delayq_messages SET state = 0, due_ms = ?, entry_id = NULL, \
+     updated_ms = ? WHERE id = ? AND stream = ? AND state = 3 AND body <> '' AND updated_ms < ?";
+
+fn replayed_params(line: &OutboxLine, stream: Option<&str>) -> Vec<mysql_async::Value> {
+    let due: u64 = line
+        .entry
+        .as_deref()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(line.at_ms);
+    vec![
+        due.into(),
+        line.at_ms.into(),
+        line.id.as_str().into(),
+        stream.unwrap_or("").into(),
+        line.at_ms.into(),
+    ]
+}
 
 /// A push to journal: the message, its due time (epoch ms), and whether it
 /// replaces a message of the same id.
@@ -106,6 +128,7 @@ const ROWS_PER_STATEMENT: usize = 1000;
 const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "messages", include_str!("migrations/001_messages.sql")),
     (2, "marker", include_str!("migrations/002_marker.sql")),
+    (3, "paused", include_str!("migrations/003_paused.sql")),
 ];
 
 /// The schema version this delayq migrates to.
@@ -330,9 +353,9 @@ impl Journal {
             .pool
             .start_transaction(mysql_async::TxOpts::default())
             .await?;
-        let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines
-            .iter()
-            .partition(|l| l.code != OutboxCode::Rescheduled && l.stream.is_some());
+        let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines.iter().partition(|l| {
+            !matches!(l.code, OutboxCode::Rescheduled | OutboxCode::Replayed) && l.stream.is_some()
+        });
         for chunk in finished.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, '', ?, ?, ?, ?)"; chunk.len()].join(", ");
             // Assignments run left to right, each reading the values assigned
@@ -378,6 +401,10 @@ impl Journal {
                     )
                     .await?;
                 }
+                (OutboxCode::Replayed, stream) => {
+                    tx.exec_drop(REPLAYED, replayed_params(line, stream.as_deref()))
+                        .await?;
+                }
                 // A message whose body could not be read: its stream is unknown.
                 (code, _) => {
                     tx.exec_drop(
@@ -397,6 +424,22 @@ impl Journal {
         }
         tx.commit().await?;
         Ok(())
+    }
+
+    /// Records one replayed dead letter before its answer: whether the journal
+    /// now holds it scheduled again (false: it has no row of it with a body, say
+    /// trimmed after `journal.retention`, so a restore could not bring it back).
+    pub async fn replayed(&self, line: &OutboxLine) -> Result<bool> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(REPLAYED, replayed_params(line, line.stream.as_deref()))
+            .await?;
+        let rows: Option<u8> = conn
+            .exec_first(
+                "SELECT state FROM delayq_messages WHERE id = ? AND stream = ? AND body <> ''",
+                (line.id.as_str(), line.stream.as_deref().unwrap_or("")),
+            )
+            .await?;
+        Ok(rows == Some(State::Scheduled as u8))
     }
 
     /// What the journal holds of `id`: a row per target stream (one, but on Redis

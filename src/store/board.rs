@@ -253,14 +253,17 @@ impl Store {
     }
 
     /// Pauses (true) or resumes forwarding to `stream`; returns whether that changed
-    /// anything.
-    pub async fn set_paused(&self, stream: &str, paused: bool) -> Result<bool> {
-        let changed: i64 = redis::cmd(if paused { "SADD" } else { "SREM" })
+    /// anything, and Redis's time of the change (ms).
+    pub async fn set_paused(&self, stream: &str, paused: bool) -> Result<(bool, u64)> {
+        let (changed, (secs, micros)): (i64, (u64, u64)) = redis::pipe()
+            .atomic()
+            .cmd(if paused { "SADD" } else { "SREM" })
             .arg(self.keys.paused())
             .arg(stream)
+            .cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(changed > 0)
+        Ok((changed > 0, secs * 1000 + micros / 1000))
     }
 
     /// How many scheduled messages, held ones included, fall due by each of

@@ -300,7 +300,8 @@ impl Store {
             .arg(id_field)
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
-            .arg(self.apart_arg(target));
+            .arg(self.apart_arg(target))
+            .arg(if self.journal { "j" } else { "" });
         for name in own_field_names(id_field, attempt_field) {
             inv.arg(name);
         }

@@ -16,6 +16,8 @@ pub enum OutboxCode {
     Cancelled,
     /// A new due time (`reschedule`).
     Rescheduled,
+    /// A dead letter scheduled again (`replay`); the "entry" is its due time.
+    Replayed,
 }
 
 /// One change, as a script wrote it to the outbox: `<code> <id> <at ms> <entry id
@@ -39,6 +41,7 @@ impl OutboxLine {
             "X" => OutboxCode::Dead,
             "C" => OutboxCode::Cancelled,
             "R" => OutboxCode::Rescheduled,
+            "P" => OutboxCode::Replayed,
             _ => return None,
         };
         let id = parts.next().filter(|s| !s.is_empty())?.to_owned();

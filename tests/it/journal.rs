@@ -55,7 +55,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 0 -> 2")
+            .filter(|o| *o == "journal schema: version 0 -> 3")
             .count(),
         1,
         "{outputs:?}"
@@ -63,7 +63,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 2 (up to date)")
+            .filter(|o| *o == "journal schema: version 3 (up to date)")
             .count(),
         2,
         "{outputs:?}"
@@ -71,7 +71,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     let applied = db
         .sql("SELECT version, name FROM delayq.delayq_schema ORDER BY version")
         .unwrap();
-    assert_eq!(applied.trim(), "1\tmessages\n2\tmarker");
+    assert_eq!(applied.trim(), "1\tmessages\n2\tmarker\n3\tpaused");
     let indexes = db
         .sql("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'delayq' AND TABLE_NAME = 'delayq_messages' ORDER BY INDEX_NAME")
         .unwrap();
@@ -83,7 +83,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         text(&out.stdout).trim(),
-        "journal schema: version 2 (this delayq: 2)"
+        "journal schema: version 3 (this delayq: 3)"
     );
 
     // A wrong password: refused, and neither password is shown.

@@ -745,3 +745,97 @@ async fn without_records_a_restore_while_forwarding_is_refused() {
     assert_eq!(out.status.code(), Some(1), "{said}");
     assert!(said.contains("records.retention is 0s"), "{said}");
 }
+
+/// A pause and a replay answered before Redis lost its data are in the journal
+/// before their answers, so the restore brings both back: the replayed message
+/// (no longer a dead letter) is scheduled again, and the paused stream stays
+/// paused until it is resumed; then each message arrives once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(
+        &redis,
+        &db,
+        "[delivery]\ngroups = [\"g\"]\nack_timeout = \"300ms\"\nsweep_interval = \"50ms\"\n\
+         max_attempts = 1\n[delivery.streams.\"r\"]\n",
+    );
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
+    let mut conn = redis.client();
+    crate::support::create_group(&mut conn, "r", "g");
+    let push = |id: &'static str| {
+        let api = api.clone();
+        async move {
+            let body = json!({"stream": "r", "id": id, "payload": id, "delay_ms": 0});
+            let (status, answer) = api.post("/v1/messages", body).await;
+            assert_eq!(status, 201, "{answer}");
+        }
+    };
+    // A dead letter: read once, never acknowledged, one attempt allowed.
+    push("dl").await;
+    eventually(Duration::from_secs(15), "dl dead-lettered", || {
+        crate::support::read_group(&mut conn, "r", "g", "c");
+        let dead = entries(&mut conn, "r:dead").len();
+        async move { (dead == 1).then_some(()) }
+    })
+    .await;
+    eventually(Duration::from_secs(10), "the journal has dl dead", || {
+        let state = journal_rows(&db).get("dl").map(|r| r.0);
+        async move { (state == Some(3)).then_some(()) }
+    })
+    .await;
+
+    // Paused: what is replayed or pushed now waits.
+    let (status, answer) = api.post("/v1/streams/r/pause", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer.get("not_journaled"), None, "{answer}");
+    push("held").await;
+    let (status, answer) = api
+        .post("/v1/streams/r/dead/replay", json!({"ids": ["dl"]}))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["replayed"][0]["id"], "dl", "{answer}");
+    assert_eq!(answer["replayed"][0].get("not_journaled"), None, "{answer}");
+    let before = entries(&mut conn, "r").len();
+
+    let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
+    eventually(Duration::from_secs(30), "restored from the journal", || {
+        let log = node.log();
+        async move { log.contains("restored from the journal").then_some(()) }
+    })
+    .await;
+    let restored = node
+        .log()
+        .lines()
+        .find(|l| l.contains("restored from the journal"))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(restored.contains("streams_paused: 1"), "{restored}");
+    // Paused again: nothing arrives.
+    crate::support::never(
+        Duration::from_secs(1),
+        "a delivery to the paused stream",
+        || {
+            let got = entries(&mut conn, "r");
+            async move { (!got.is_empty()).then_some(got) }
+        },
+    )
+    .await;
+
+    let (status, answer) = api.post("/v1/streams/r/resume", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(Duration::from_secs(10), "both delivered", || {
+        let got = entries(&mut conn, "r").len();
+        async move { (got >= 2).then_some(()) }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let got = entries(&mut conn, "r");
+    let ids: BTreeSet<&str> = got.iter().filter_map(|e| e.get("delayq-id")).collect();
+    assert_eq!(
+        got.len(),
+        2,
+        "once each: {got:?} (before the loss: {before})"
+    );
+    assert_eq!(ids, BTreeSet::from(["dl", "held"]));
+}

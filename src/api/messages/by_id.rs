@@ -222,7 +222,7 @@ pub async fn cancel(
             entry: None,
             stream: None,
         };
-        not_journaled = !journal_before_answer(journal, line).await;
+        not_journaled = !crate::api::durable::journaled_line(journal, line).await;
     }
     match cancelled {
         Cancelled::Cancelled => {
@@ -289,32 +289,6 @@ async fn unknown(state: &AppState, id: &crate::message::MessageId) -> ApiError {
         )
     } else {
         ApiError::not_found(format!("message {id}: unknown"))
-    }
-}
-
-/// Longest a change's answer waits for the journal (MySQL hung): past it the
-/// outbox's copy alone carries the change there, and the answer says so.
-const JOURNAL_CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// Tells the journal of a change Redis made (a cancel, a reschedule) before it is
-/// answered, so that neither a push of the same id sent after the answer nor a
-/// restore after a loss of Redis's data meets the row as it was. Bounded, and
-/// never failing the change: Redis made it, and the outbox carries it to the
-/// journal regardless (the outbox's copy is idempotent). Whether the journal
-/// took it in time.
-async fn journal_before_answer(journal: &crate::journal::Journal, line: OutboxLine) -> bool {
-    match tokio::time::timeout(JOURNAL_CHANGE_WAIT, journal.apply(&[line])).await {
-        Ok(Ok(())) => true,
-        Ok(Err(e)) => {
-            tracing::warn!(error = %e, "a change answered before the journal took it: left to the outbox's copy");
-            false
-        }
-        Err(_) => {
-            tracing::warn!(
-                "a change answered before the journal took it (no commit within 1s): left to the outbox's copy"
-            );
-            false
-        }
     }
 }
 
@@ -430,7 +404,7 @@ pub async fn reschedule(
                     entry: Some(due_ms.to_string()),
                     stream: Some(stream),
                 };
-                answer.not_journaled = !journal_before_answer(journal, line).await;
+                answer.not_journaled = !crate::api::durable::journaled_line(journal, line).await;
             }
             Ok(Json(answer))
         }

@@ -520,8 +520,8 @@ local function journal_outbox(records)
 end
 
 -- An outbox line: `<code> <id> <at ms> <entry id or -> <stream or ->` (ids, entry ids
--- and stream names have no spaces; codes as STATE_CODES, R for a new due time,
--- whose "entry" is the due time).
+-- and stream names have no spaces; codes as STATE_CODES, R for a new due time and
+-- P for a replayed dead letter, whose "entry" is the due time).
 local function journal_line(code, id, at, entry, stream)
   if entry == nil or entry == '' then entry = '-' end
   if stream == nil or stream == '' then stream = '-' end

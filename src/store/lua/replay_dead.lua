@@ -10,7 +10,8 @@
 -- ARGV[8] the pending layout to store it in: "compact" | "hash" (see the prelude)
 -- ARGV[9] "apart" when the target stream is kept apart (streams.max_rate): the message
 --         goes to its held set instead (see Held in the prelude)
--- ARGV[10..] names of the fields delayq appends to entries (the id field among them);
+-- ARGV[10] "j" while the journal is on: the replay goes to the journal's outbox
+-- ARGV[11..] names of the fields delayq appends to entries (the id field among them);
 --           trailing fields with these names are not the producer's and are dropped
 -- returns: { "replayed", due_ms }  scheduled as attempt 1, the dead letter deleted
 --        | { "scheduled" }  the id is scheduled already; the dead letter stays
@@ -27,7 +28,7 @@ local dead_stream, entry, id = ARGV[2], ARGV[3], ARGV[4]
 local read = redis.call('XRANGE', dead_stream, entry, entry)
 if #read == 0 then return { 'gone' } end
 local own = {}
-for i = 10, #ARGV do own[ARGV[i]] = true end
+for i = 11, #ARGV do own[ARGV[i]] = true end
 local fields, extra = split_own_fields(read[1][2], own)
 if extra[ARGV[6]] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
 local P = pending_of(KEYS[1], KEYS[2])
@@ -40,5 +41,8 @@ local msg = new_msg({ stream = ARGV[5], fields = fields, priority = 0 }, 0, now,
 local wake = pending_add_one(P, KEYS[6], ARGV[8], ARGV[9] == 'apart', id, score, msg)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)
+if ARGV[10] == 'j' then
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('P', id, now, tostring(now), ARGV[5]))
+end
 if wake then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
 return { 'replayed', now }
