@@ -633,12 +633,12 @@ impl Store {
     }
 
     /// [`Store::cancel`], with Redis's time of the cancellation when it happened now
-    /// (what the journal orders it by).
+    /// (what the journal orders it by) and the message's stream where its body said.
     pub async fn cancel_timed(
         &self,
         id: &MessageId,
         retention: Duration,
-    ) -> Result<(Cancelled, Option<u64>)> {
+    ) -> Result<(Cancelled, Option<(u64, Option<String>)>)> {
         let found = self
             .probe(
                 id,
@@ -654,7 +654,7 @@ impl Store {
         shard: u16,
         id: &MessageId,
         retention: Duration,
-    ) -> Result<(Cancelled, Option<u64>)> {
+    ) -> Result<(Cancelled, Option<(u64, Option<String>)>)> {
         let k = self.keys.shard(shard);
         let mut call = shard_invocation(&self.scripts.cancel, &k);
         call.arg(0)
@@ -662,12 +662,14 @@ impl Store {
             .arg(self.records_arg(retention));
         let (reply, acked) = self.invoke_acked(&call).await?;
         let reply = text(&reply)?;
-        if let Some(at) = reply.strip_prefix("cancelled ") {
+        if let Some(said) = reply.strip_prefix("cancelled ") {
+            let (at, stream) = said.split_once(' ').unwrap_or((said, ""));
             let at = at
                 .parse()
                 .map_err(|_| StoreError::Reply(format!("cancel said {reply:?}")))?;
             acked::confirmed(acked)?;
-            return Ok((Cancelled::Cancelled, Some(at)));
+            let stream = (!stream.is_empty()).then(|| stream.to_owned());
+            return Ok((Cancelled::Cancelled, Some((at, stream))));
         }
         Ok((
             match reply.as_str() {

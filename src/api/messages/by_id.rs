@@ -209,20 +209,23 @@ pub async fn cancel(
         .store
         .cancel_timed(&id, state.config.records.retention)
         .await?;
-    // On Redis Cluster an id names a message per slot: the journal's row is found
-    // by its stream, which the outbox's line carries.
+    // The journal's row is found by the message's id and stream. On Redis Cluster
+    // an id names a message per slot: a cancel whose stream is not known (its
+    // body unreadable) is left to the outbox's copy there.
     let mut not_journaled = false;
-    if let (Some(journal), Some(at_ms), false) =
-        (state.ingest.journal(), at, state.store.is_cluster())
-    {
-        let line = OutboxLine {
-            code: OutboxCode::Cancelled,
-            id: id.as_str().to_owned(),
-            at_ms,
-            entry: None,
-            stream: None,
+    if let (Some(journal), Some((at_ms, stream))) = (state.ingest.journal(), at) {
+        not_journaled = if stream.is_none() && state.store.is_cluster() {
+            true
+        } else {
+            let line = OutboxLine {
+                code: OutboxCode::Cancelled,
+                id: id.as_str().to_owned(),
+                at_ms,
+                entry: None,
+                stream,
+            };
+            !crate::api::durable::journaled_line(journal, line).await
         };
-        not_journaled = !crate::api::durable::journaled_line(journal, line).await;
     }
     match cancelled {
         Cancelled::Cancelled => {

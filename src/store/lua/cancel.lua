@@ -4,7 +4,8 @@
 -- ARGV[1] epoch (0 for producers)
 -- ARGV[2] id
 -- ARGV[3] the records policy: how long to keep the cancellation on record, and how
--- returns: "cancelled <now ms>" (cancelled now, at Redis's time) | "already_cancelled" |
+-- returns: "cancelled <now ms> <stream>" (cancelled now, at Redis's time; the stream is
+--   empty where the body could not be read) | "already_cancelled" |
 --   "delivered" | "expired" | "dead" | "unknown"
 local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
@@ -16,9 +17,9 @@ local where = pending_find(P, id)
 if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
   pending_remove(P, id, where)
   local now = now_ms()
-  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3],
-    where.body and body_stream(where.body) or '')
-  return 'cancelled ' .. now
+  local stream = where.body and body_stream(where.body) or ''
+  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3], stream)
+  return 'cancelled ' .. now .. ' ' .. stream
 end
 local rec = find_record(KEYS[3], id)
 if rec then

@@ -55,6 +55,22 @@ async fn deliveries_in_every_slot_are_journaled_with_their_entries() {
         async move { agree.then_some(()) }
     })
     .await;
+
+    // One id in two streams (an id names a message per slot here): a cancel is
+    // journaled before its answer, on the row of the stream it cancelled in.
+    for stream in &streams[..2] {
+        let body = json!({"id": "twin", "stream": stream, "payload": "x", "delay": "1h"});
+        let (status, answer) = api.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (status, answer) = api.delete("/v1/messages/twin").await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer.get("not_journaled"), None, "{answer}");
+    let rows = db
+        .sql("SELECT stream, state FROM delayq.delayq_messages WHERE id = 'twin' ORDER BY state")
+        .unwrap();
+    let states: Vec<&str> = rows.lines().filter_map(|l| l.split('\t').nth(1)).collect();
+    assert_eq!(states, ["0", "4"], "{rows}");
     assert!(
         !node.log().contains("Redis has lost its data"),
         "a first start is no loss: {}",
