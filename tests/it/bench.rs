@@ -74,6 +74,14 @@ fn check_measured(row: &Value) {
             && scripts["us_each"].as_f64().unwrap_or(0.0) > 0.0,
         "script calls in {row}"
     );
+    // A call's µs split into other commands' and the rest, which add up.
+    let part = |k: &str| scripts[k].as_f64().unwrap_or(-1.0);
+    assert!(
+        part("us_commands") >= 0.0
+            && part("us_rest") >= 0.0
+            && (part("us_commands") + part("us_rest") - part("us_each")).abs() <= 0.2,
+        "a call's split in {row}"
+    );
 }
 
 #[test]
@@ -173,6 +181,17 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     assert_eq!(
         rows(&report, "delayq", "backlog-spread")[0]["backlog_still_pending"],
         2000
+    );
+
+    // An idle leader, per second: some script calls (its timers), no message.
+    let idle = rows(&report, "delayq", "idle");
+    assert_eq!(idle.len(), 1);
+    let i = idle[0];
+    assert_eq!(i["messages"], i["seconds"], "{i}");
+    assert_eq!(i["tally"]["delivered"], 0, "{i}");
+    assert!(
+        i["cpu_us_per_message"]["redis"].as_f64().unwrap_or(0.0) > 0.0,
+        "{i}"
     );
 
     for scenario in [
@@ -286,6 +305,7 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         "## Spread",
         "## Ingest",
         "## Catch-up",
+        "## Idle",
         "## redis-benchmark",
     ] {
         assert!(
@@ -295,7 +315,8 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     }
     assert!(markdown.contains("| delayq | 2000 |"), "{markdown}");
     assert!(
-        markdown.contains("(script calls/msg × µs each)") && markdown.contains(" µs) |"),
+        markdown.contains("(script calls/msg × µs each: commands, rest)")
+            && markdown.contains(" rest) |"),
         "{markdown}"
     );
 }

@@ -52,10 +52,19 @@ async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64>
     Ok(secs("used_cpu_user")? + secs("used_cpu_sys")?)
 }
 
-/// Script calls (`EVAL`, `EVALSHA`, `FCALL` and their read-only forms) Redis has run
-/// since it started or its stats were last reset, and its µs in them, nested
-/// commands included: (calls, µs).
-async fn script_totals(conn: &mut MultiplexedConnection) -> anyhow::Result<(u64, u64)> {
+/// Script calls (`EVAL`, `EVALSHA`, `FCALL` and their read-only forms) Redis has
+/// run since it started or its stats were last reset, their µs (nested commands
+/// included), and the µs of every other command but the bench's own (`INFO`,
+/// `CONFIG`, `PING`, ...): the scripts' nested commands and delayq's few direct
+/// ones, so an upper bound of what the scripts' commands took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScriptTotals {
+    pub calls: u64,
+    pub usec: u64,
+    pub other_usec: u64,
+}
+
+async fn script_totals(conn: &mut MultiplexedConnection) -> anyhow::Result<ScriptTotals> {
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(conn)
@@ -63,9 +72,9 @@ async fn script_totals(conn: &mut MultiplexedConnection) -> anyhow::Result<(u64,
     Ok(scripts_in(&info))
 }
 
-/// The script calls and their µs in `INFO commandstats` text; lines it does not
-/// understand count nothing.
-fn scripts_in(info: &str) -> (u64, u64) {
+/// The script calls, their µs and the other commands' µs in `INFO commandstats`
+/// text; lines it does not understand count nothing.
+fn scripts_in(info: &str) -> ScriptTotals {
     const SCRIPTS: [&str; 6] = [
         "eval",
         "evalsha",
@@ -74,7 +83,11 @@ fn scripts_in(info: &str) -> (u64, u64) {
         "fcall",
         "fcall_ro",
     ];
-    let (mut calls, mut usec) = (0u64, 0u64);
+    /// What the bench itself asks while it measures, and script loading.
+    const NOT_COUNTED: [&str; 9] = [
+        "info", "config", "ping", "latency", "slowlog", "client", "memory", "function", "dbsize",
+    ];
+    let mut totals = ScriptTotals::default();
     for line in info.lines() {
         let Some((name, stats)) = line
             .strip_prefix("cmdstat_")
@@ -82,18 +95,24 @@ fn scripts_in(info: &str) -> (u64, u64) {
         else {
             continue;
         };
-        if !SCRIPTS.contains(&name) {
+        let script = SCRIPTS.contains(&name);
+        let family = name.split('|').next().unwrap_or(name);
+        if !script && NOT_COUNTED.contains(&family) {
             continue;
         }
         for pair in stats.trim().split(',') {
-            match pair.split_once('=') {
-                Some(("calls", n)) => calls = calls.saturating_add(n.parse().unwrap_or(0)),
-                Some(("usec", n)) => usec = usec.saturating_add(n.parse().unwrap_or(0)),
+            let n = |v: &str| v.parse::<u64>().unwrap_or(0);
+            match (pair.split_once('='), script) {
+                (Some(("calls", v)), true) => totals.calls = totals.calls.saturating_add(n(v)),
+                (Some(("usec", v)), true) => totals.usec = totals.usec.saturating_add(n(v)),
+                (Some(("usec", v)), false) => {
+                    totals.other_usec = totals.other_usec.saturating_add(n(v))
+                }
                 _ => {}
             }
         }
     }
-    (calls, usec)
+    totals
 }
 
 /// User + system CPU seconds a live process has used, from `/proc/<pid>/stat`.
@@ -114,7 +133,7 @@ pub fn process_cpu_secs(pid: u32) -> Option<f64> {
 pub struct CpuMeter {
     redis_start: f64,
     /// Script calls and their µs so far (see [`script_totals`]).
-    scripts_start: (u64, u64),
+    scripts_start: ScriptTotals,
     /// The processes doing the work beside Redis (their CPU is summed).
     worker_pids: Vec<u32>,
     worker_start: f64,
@@ -190,14 +209,20 @@ impl CpuMeter {
     }
 }
 
-/// Script calls a message, and µs each, between two readings of
-/// [`script_totals`]; None when there were none, or the stats were reset between.
-fn script_calls(start: (u64, u64), end: (u64, u64), messages: u64) -> Option<ScriptCalls> {
-    let calls = end.0.checked_sub(start.0).filter(|&c| c > 0)?;
-    let usec = end.1.checked_sub(start.1)?;
+/// Script calls a message, and µs each (split into other commands' µs and the
+/// rest), between two readings of [`script_totals`]; None when there were none,
+/// or the stats were reset between.
+fn script_calls(start: ScriptTotals, end: ScriptTotals, messages: u64) -> Option<ScriptCalls> {
+    let calls = end.calls.checked_sub(start.calls).filter(|&c| c > 0)?;
+    let usec = end.usec.checked_sub(start.usec)?;
+    let other = end.other_usec.checked_sub(start.other_usec)?;
+    let each = |us: u64| (us as f64 / calls as f64 * 10.0).round() / 10.0;
+    let (us_each, us_commands) = (each(usec), each(other.min(usec)));
     Some(ScriptCalls {
         per_message: significant(calls as f64 / messages.max(1) as f64, 3),
-        us_each: (usec as f64 / calls as f64 * 10.0).round() / 10.0,
+        us_each,
+        us_commands,
+        us_rest: ((us_each - us_commands).max(0.0) * 10.0).round() / 10.0,
     })
 }
 
@@ -549,19 +574,37 @@ mod tests {
         cmdstat_eval_ro:calls=1,usec=5,usec_per_call=5.00,rejected_calls=0,failed_calls=0\r\n\
         cmdstat_function|load:calls=1,usec=4250,usec_per_call=4250.00,rejected_calls=0,failed_calls=0\r\n";
 
+    fn totals(calls: u64, usec: u64, other_usec: u64) -> ScriptTotals {
+        ScriptTotals {
+            calls,
+            usec,
+            other_usec,
+        }
+    }
+
     #[test]
     fn script_calls_are_summed_from_commandstats() {
-        assert_eq!(scripts_in(INFO), (18_361, 3_138_097));
-        assert_eq!(scripts_in(""), (0, 0));
+        // hset counts as another command; loading the library does not.
+        assert_eq!(scripts_in(INFO), totals(18_361, 3_138_097, 60_543));
+        assert_eq!(scripts_in(""), totals(0, 0, 0));
         assert_eq!(
             scripts_in("cmdstat_fcall:calls=x,usec=\ncmdstat_fcall"),
-            (0, 0)
+            totals(0, 0, 0)
+        );
+        assert_eq!(
+            scripts_in(
+                "cmdstat_info:calls=3,usec=90\ncmdstat_config|resetstat:calls=1,usec=9\ncmdstat_ping:calls=1,usec=1\ncmdstat_xadd:calls=2,usec=12"
+            ),
+            totals(0, 0, 12)
         );
     }
 
     #[test]
     fn script_calls_per_message_and_each() {
-        let calls = |start, end, n| script_calls(start, end, n).map(|s| (s.per_message, s.us_each));
+        let calls = |start: (u64, u64), end: (u64, u64), n| {
+            script_calls(totals(start.0, start.1, 0), totals(end.0, end.1, 0), n)
+                .map(|s| (s.per_message, s.us_each))
+        };
         assert_eq!(calls((10, 100), (30, 1100), 10), Some((2.0, 50.0)));
         assert_eq!(calls((0, 0), (1, 3), 3), Some((0.333, 3.0)));
         // Two batch calls for a thousand messages are not rounded away.
@@ -575,11 +618,23 @@ mod tests {
         assert_eq!(calls((0, 0), (4, 8), 0), Some((4.0, 2.0)));
     }
 
+    /// A call's µs split into the other commands' and the rest; other commands'
+    /// µs beyond the scripts' (delayq's direct ones) never make the rest negative.
+    #[test]
+    fn a_call_is_split_into_commands_and_the_rest() {
+        let split = |end: ScriptTotals| {
+            script_calls(totals(0, 0, 0), end, 100).map(|s| (s.us_each, s.us_commands, s.us_rest))
+        };
+        assert_eq!(split(totals(100, 10_000, 2_000)), Some((100.0, 20.0, 80.0)));
+        assert_eq!(split(totals(100, 1_000, 5_000)), Some((10.0, 10.0, 0.0)));
+        assert_eq!(split(totals(3, 100, 1)), Some((33.3, 0.3, 33.0)));
+    }
+
     proptest! {
         #[test]
         fn calls_a_message_are_never_rounded_away(calls in 1u64..10_000_000, messages in 1u64..100_000_000) {
             let exact = calls as f64 / messages as f64;
-            let got = script_calls((0, 0), (calls, 0), messages).expect("calls").per_message;
+            let got = script_calls(totals(0, 0, 0), totals(calls, 0, 0), messages).expect("calls").per_message;
             prop_assert!(got > 0.0 && (got - exact).abs() <= exact * 0.005, "{got} for {exact}");
         }
 
@@ -602,7 +657,8 @@ mod tests {
                 .collect();
             let script = |name: &str| !matches!(name, "hset" | "xadd" | "function|load");
             let expected = lines.iter().filter(|(n, ..)| script(n)).fold((0, 0), |(c, u), (_, calls, usec)| (c + calls, u + usec));
-            prop_assert_eq!(scripts_in(&text), expected);
+            let other: u64 = lines.iter().filter(|(n, ..)| matches!(*n, "hset" | "xadd")).map(|(_, _, usec)| usec).sum();
+            prop_assert_eq!(scripts_in(&text), totals(expected.0, expected.1, other));
         }
 
         /// Any `/proc/stat` first line of eight or more counts reads back; the

@@ -3,6 +3,7 @@
 //!
 //! - `scenarios`: delayq's burst, spread, spread search and backlog.
 //! - `catchup`: a backlog drained at a stream's limit while live traffic goes on.
+//! - `idle`: a leader with nothing to move (its Redis cost a second).
 //! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
 //!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
@@ -24,6 +25,7 @@ mod catchup;
 mod ceiling;
 mod cluster;
 mod failover;
+mod idle;
 mod ingest;
 mod leaders;
 mod measure;
@@ -585,6 +587,10 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             {
                 add(row);
             }
+        }
+        if !plan.rates.is_empty() {
+            progress(&format!("run {run}: delayq idle for {:?}", plan.duration));
+            add(bench.idle(plan.duration).await?);
         }
         if plan.catchup > 0 {
             progress(&format!(

@@ -46,6 +46,8 @@ pub enum Delayq {
     Spread(Spread),
     BacklogSpread(Spread),
     Catchup(Catchup),
+    /// A leader with nothing to move: its figures are per second, not per message.
+    Idle(Idle),
     IngestHttp(Ingest),
     IngestHttpBatch(Ingest),
     /// The same batches without ids: delayq makes them (in order, see `MessageId`).
@@ -116,6 +118,13 @@ pub struct Cpu {
 pub struct ScriptCalls {
     pub per_message: f64,
     pub us_each: f64,
+    /// Of `us_each`: every other command's µs a call (the nested commands, and
+    /// delayq's few direct ones: an upper bound of the nested ones).
+    #[serde(default)]
+    pub us_commands: f64,
+    /// Of `us_each`: the rest, spent in Lua and calling from it.
+    #[serde(default)]
+    pub us_rest: f64,
 }
 
 /// The worker's CPU, keyed by whose it is; null when it could not be measured
@@ -219,6 +228,15 @@ impl Burst {
         .collect();
         (!set.is_empty()).then(|| set.join(", "))
     }
+}
+
+/// A leader with nothing to move, watched for `seconds`: its `messages` are those
+/// seconds, so its CPU and script calls "per message" are per second.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Idle {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub seconds: u64,
 }
 
 /// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
@@ -471,6 +489,7 @@ impl Delayq {
             Delayq::Spread(_) => "spread",
             Delayq::BacklogSpread(_) => "backlog-spread",
             Delayq::Catchup(_) => "catchup",
+            Delayq::Idle(_) => "idle",
             Delayq::IngestHttp(_) => "ingest-http",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
             Delayq::IngestHttpBatchIdsGenerated(_) => "ingest-http-batch-ids-generated",
@@ -490,6 +509,7 @@ impl Delayq {
             Delayq::Burst(b) => &b.measured,
             Delayq::Spread(s) | Delayq::BacklogSpread(s) => &s.measured,
             Delayq::Catchup(c) => &c.measured,
+            Delayq::Idle(i) => &i.measured,
             Delayq::IngestHttp(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)

@@ -124,9 +124,11 @@ fn cpu(m: &Measured) -> String {
     let plain = format!("{} / {}", c.redis.cell(), c.process_us().cell());
     match &c.scripts {
         Some(s) => format!(
-            "{plain} ({} × {} µs)",
+            "{plain} ({} × {} µs: {} commands, {} rest)",
             s.per_message.cell(),
-            s.us_each.cell()
+            s.us_each.cell(),
+            s.us_commands.cell(),
+            s.us_rest.cell()
         ),
         None => plain,
     }
@@ -184,7 +186,7 @@ pub fn markdown(report: &Report) -> String {
     table(&mut md, "Targets", "target | measured | met", target_rows);
 
     // Columns every drain table shares.
-    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms)";
+    let measured = "lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each: commands, rest) | Redis unresponsive: probe / longest event (ms)";
     let burst_rows = rows.iter().filter_map(|r| {
         let b = r.figures.burst()?;
         let m = b.measured;
@@ -291,8 +293,28 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Ingest: messages accepted (due in a day, so nothing is forwarded meanwhile)",
-        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms) | lost / dup",
+        "path | N | run | load | accepted (msg/s) | request p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / delayq (script calls/msg × µs each: commands, rest) | Redis unresponsive: probe / longest event (ms) | lost / dup",
         ingest_rows,
+    );
+
+    let idle_rows = rows.iter().filter_map(|r| {
+        let Some(Delayq::Idle(i)) = r.figures.delayq() else {
+            return None;
+        };
+        let m = &i.measured;
+        Some(vec![
+            i.seconds.cell(),
+            r.run.cell(),
+            load(m),
+            cpu(m),
+            stalls(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Idle: a leader with nothing to move (per second, not per message)",
+        "seconds | run | load | CPU µs/s Redis / delayq (script calls/s × µs each: commands, rest) | Redis unresponsive: probe / longest event (ms)",
+        idle_rows,
     );
 
     let catchup_rows = rows.iter().filter_map(|r| {
@@ -322,7 +344,7 @@ pub fn markdown(report: &Report) -> String {
     table(
         &mut md,
         "Catch-up at a limit: a backlog overdue for one stream with streams.max_rate, live traffic to another meanwhile",
-        "backlog | limit (msg/s) | run | load | drain (ms) | backlog / limit (ms) | drained (msg/s) | live rate: offered / sent (msg/s) | live lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each) | Redis unresponsive: probe / longest event (ms) | lost / dup (both streams)",
+        "backlog | limit (msg/s) | run | load | drain (ms) | backlog / limit (ms) | drained (msg/s) | live rate: offered / sent (msg/s) | live lateness p50 / p99 / p99.9 / max (ms) | CPU µs/msg Redis / worker (script calls/msg × µs each: commands, rest) | Redis unresponsive: probe / longest event (ms) | lost / dup (both streams)",
         catchup_rows,
     );
 
