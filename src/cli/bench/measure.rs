@@ -406,6 +406,13 @@ pub struct Probe {
 }
 
 impl Probe {
+    /// No probe ran (a row whose Redis CPU the probe's own PINGs would swamp).
+    pub fn none() -> Probe {
+        Probe {
+            samples: Vec::new(),
+        }
+    }
+
     /// The longest round trip of a PING sent between two wall-clock times, in ms,
     /// rounded up to a tenth (a round trip is never shown as 0).
     pub fn longest_ms(&self, from_ms: u64, to_ms: u64) -> f64 {

@@ -302,18 +302,12 @@ pub fn markdown(report: &Report) -> String {
             return None;
         };
         let m = &i.measured;
-        Some(vec![
-            i.seconds.cell(),
-            r.run.cell(),
-            load(m),
-            cpu(m),
-            stalls(m),
-        ])
+        Some(vec![i.seconds.cell(), r.run.cell(), load(m), cpu(m)])
     });
     table(
         &mut md,
-        "Idle: a leader with nothing to move (per second, not per message)",
-        "seconds | run | load | CPU µs/s Redis / delayq (script calls/s × µs each: commands, rest) | Redis unresponsive: probe / longest event (ms)",
+        "Idle: a leader with nothing to move (per second, not per message; no PING probe meanwhile)",
+        "seconds | run | load | CPU µs/s Redis / delayq (script calls/s × µs each: commands, rest)",
         idle_rows,
     );
 
