@@ -75,6 +75,15 @@ local due_max = now * 10 + 9
 local ids, from_held, held_in, still_holds, held_upto = {}, {}, {}, {}, {}
 local held_ids, held_score, read_of = {}, {}, {}
 local held_streams = redis.call('SMEMBERS', KEYS[6])
+-- Nothing pending anywhere in the shard (no held set, an empty index, no bucket, no
+-- hash layout): the reply of a call that found nothing, before anything else is
+-- built (an idle leader's calls are most of them).
+if #held_streams == 0 then
+  local P = pending_of(KEYS[1], KEYS[2])
+  if P.ix.n == 0 and not P.hashed and redis.call('EXISTS', P.q) == 0 then
+    return { 0, 0, 0, -1, now, {}, {}, 0, '', 0, {}, now_us }
+  end
+end
 for _, stream in ipairs(held_streams) do
   local key = held_key(KEYS[6], stream)
   -- Each held set gives as many as the call may send (or its budget allows), so
