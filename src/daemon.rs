@@ -36,7 +36,7 @@ pub struct Daemon {
     registry_task: JoinHandle<()>,
     /// Where reloads asked over HTTP go, once someone rereads the configuration
     /// file ([`Daemon::take_reload_requests`]).
-    reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<api::ReloadRequest>>>,
+    reloads: tokio::sync::watch::Sender<Option<tokio::sync::mpsc::Sender<api::ReloadRequest>>>,
 }
 
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
@@ -157,7 +157,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         registry.clone(),
     ));
 
-    let reloads = Arc::new(std::sync::OnceLock::new());
+    let (reloads, taken_reloads) = tokio::sync::watch::channel(None);
     let api = CancellationToken::new();
     let router = api::router(api::AppState::new(api::App {
         config: config.clone(),
@@ -169,7 +169,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         health: health.clone(),
         metrics,
         board: Default::default(),
-        reloads: reloads.clone(),
+        reloads: taken_reloads,
     }));
     let api_task = tokio::spawn(
         axum::serve(api::listener::Listener(listener), router)
@@ -313,7 +313,13 @@ impl Daemon {
     /// refused (409); a second call gets a channel nothing is sent to.
     pub fn take_reload_requests(&mut self) -> tokio::sync::mpsc::Receiver<api::ReloadRequest> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
-        let _ = self.reloads.set(tx);
+        self.reloads.send_if_modified(|taken| {
+            let first = taken.is_none();
+            if first {
+                *taken = Some(tx);
+            }
+            first
+        });
         rx
     }
 

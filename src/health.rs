@@ -283,11 +283,10 @@ async fn run(
             _ = tokio::time::sleep(PROBE_EVERY) => {}
         }
         let state = probe(&store, &node_id, timeout).await;
-        // Again after every reconnection: once Redis takes writes after it did
-        // not, once the connection was made anew (to another master, or a
-        // renewed cluster connection), and every while.
-        // While a right is missing, every round: readiness comes back as soon as
-        // an operator grants it.
+        // The rights again after every reconnection (Redis takes writes after it
+        // did not; the connection was made anew, to another master or a renewed
+        // cluster connection), every while, and every round while one is missing
+        // (readiness comes back as soon as an operator grants it).
         let (before_memory, before_rights) = {
             let probe = tx.borrow();
             (probe.memory.clone(), probe.rights.clone())

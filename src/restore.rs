@@ -192,9 +192,7 @@ pub async fn restore(
     let paused = answered(journal.paused()).await?;
     report.streams_paused = paused.len() as u64;
     if !options.dry_run {
-        for stream in &paused {
-            store.set_paused(stream, true).await?;
-        }
+        store.pause_streams(&paused).await?;
     }
     crate::metrics::journal_restored(report.restored, options.dry_run);
     Ok(report)

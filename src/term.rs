@@ -69,25 +69,25 @@ impl Term {
 
     /// Returns once forwarding may go on (at once unless held), or the term ends.
     pub async fn unheld(&self) {
-        let mut held = self.held.subscribe();
+        self.until_held(false).await
+    }
+
+    /// Returns once forwarding is held (or the term ends).
+    pub async fn held(&self) {
+        self.until_held(true).await
+    }
+
+    async fn until_held(&self, held: bool) {
+        let mut state = self.held.subscribe();
         tokio::select! {
             _ = self.token.cancelled() => {}
-            _ = held.wait_for(|h| !*h) => {}
+            _ = state.wait_for(|h| *h == held) => {}
         }
     }
 
     /// Whether forwarding is held now.
     pub fn is_held(&self) -> bool {
         *self.held.borrow()
-    }
-
-    /// Returns once forwarding is held (or the term ends).
-    pub async fn held(&self) {
-        let mut held = self.held.subscribe();
-        tokio::select! {
-            _ = self.token.cancelled() => {}
-            _ = held.wait_for(|h| *h) => {}
-        }
     }
 
     /// The epoch every leader-only script call of this term carries.

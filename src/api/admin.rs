@@ -72,15 +72,13 @@ pub async fn reload(State(state): State<AppState>) -> Result<Json<Reloaded>, Api
     // `delayq run` takes reload requests moments after the API starts serving: a
     // reload sent right after the node first answered waits for that (it was
     // answered 409 as if there were no file), bounded.
-    let waited = tokio::time::timeout(RELOADS_TAKEN_WITHIN, async {
-        loop {
-            if let Some(requests) = state.reloads.get() {
-                return requests.clone();
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-        }
-    });
-    let Ok(requests) = waited.await else {
+    let mut taken = state.reloads.clone();
+    let waited = tokio::time::timeout(RELOADS_TAKEN_WITHIN, taken.wait_for(Option::is_some));
+    let Some(requests) = waited
+        .await
+        .ok()
+        .and_then(|taken| taken.ok().and_then(|sender| sender.clone()))
+    else {
         return Err(no_file());
     };
     let (tx, rx) = oneshot::channel();

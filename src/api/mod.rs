@@ -73,9 +73,9 @@ pub struct App {
     pub metrics: PrometheusHandle,
     /// The dashboard's answers computed recently.
     pub board: BoardCache,
-    /// Where `POST /v1/admin/reload` asks for a reload (unset: this process does not
-    /// reread a configuration file).
-    pub reloads: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<ReloadRequest>>>,
+    /// Where `POST /v1/admin/reload` asks for a reload, once the process takes
+    /// reload requests (None until then: it may never reread a file).
+    pub reloads: tokio::sync::watch::Receiver<Option<tokio::sync::mpsc::Sender<ReloadRequest>>>,
 }
 
 impl App {

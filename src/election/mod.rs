@@ -474,14 +474,7 @@ impl Node {
     /// [`PRESENCE_WAIT`]. Err when cancelled.
     async fn announce(&mut self, lease: i64) -> Result<(), ()> {
         self.want.send_replace(Some(lease));
-        let held = tokio::select! {
-            _ = self.cancel.cancelled() => return Err(()),
-            r = tokio::time::timeout(
-                PRESENCE_WAIT,
-                self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
-            ) => r.is_ok_and(|r| r.is_ok()),
-        };
-        if held {
+        if self.presence_within(lease, PRESENCE_WAIT).await? {
             return Ok(());
         }
         // Redis does not serve this node: it stays out of the race while another
@@ -503,16 +496,22 @@ impl Node {
                 );
                 said = true;
             }
-            tokio::select! {
-                _ = self.cancel.cancelled() => return Err(()),
-                r = tokio::time::timeout(
-                    ASIDE_CHECK,
-                    self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
-                ) => if r.is_ok_and(|r| r.is_ok()) {
-                    tracing::info!("presence in Redis held: campaigning");
-                    return Ok(());
-                },
+            if self.presence_within(lease, ASIDE_CHECK).await? {
+                tracing::info!("presence in Redis held: campaigning");
+                return Ok(());
             }
+        }
+    }
+
+    /// Whether this node's presence for `lease` is held within `wait`; Err when
+    /// cancelled.
+    async fn presence_within(&mut self, lease: i64, wait: Duration) -> Result<bool, ()> {
+        tokio::select! {
+            _ = self.cancel.cancelled() => Err(()),
+            r = tokio::time::timeout(
+                wait,
+                self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
+            ) => Ok(r.is_ok_and(|r| r.is_ok())),
         }
     }
 

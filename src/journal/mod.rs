@@ -433,6 +433,11 @@ impl Journal {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(REPLAYED, replayed_params(line, line.stream.as_deref()))
             .await?;
+        if conn.affected_rows() == 1 {
+            return Ok(true);
+        }
+        // Unchanged: scheduled already (the outbox's copy came first), or no row
+        // with a body to change.
         let rows: Option<u8> = conn
             .exec_first(
                 "SELECT state FROM delayq_messages WHERE id = ? AND stream = ? AND body <> ''",

@@ -266,6 +266,19 @@ impl Store {
         Ok((changed > 0, secs * 1000 + micros / 1000))
     }
 
+    /// Pauses forwarding to every one of `streams` (one call).
+    pub async fn pause_streams(&self, streams: &[String]) -> Result<()> {
+        if streams.is_empty() {
+            return Ok(());
+        }
+        let _: i64 = redis::cmd("SADD")
+            .arg(self.keys.paused())
+            .arg(streams)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(())
+    }
+
     /// How many scheduled messages, held ones included, fall due by each of
     /// `bounds_ms` (ascending epoch ms), and the earliest due time: `bounds_ms.len() +
     /// 1` counts, the first everything due by `bounds_ms[0]`, the last everything

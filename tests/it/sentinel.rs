@@ -133,6 +133,17 @@ enum User {
     Documented,
 }
 
+/// `text` (a configuration of `config`) with delayq as the documented user, its
+/// password in `password`, pushing to stream `s` only.
+fn as_documented_user(text: &str, password: &std::path::Path) -> String {
+    let user = format!(
+        "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
+        password.display()
+    );
+    let text = text.replace(&format!("url = \"redis://{NAME}\""), &user);
+    format!("{text}[streams]\nallow = [\"s\"]\n")
+}
+
 /// Runs the load through a failover; returns the tally of confirmed pushes on the
 /// new master, the time from the failover's start to forwarding again, the
 /// count of refused pushes and the time from the promotion seen to forwarding
@@ -162,14 +173,7 @@ async fn through_failover_as(
             .chain(&watched.replicas)
             .collect();
         let password = documented_user(&nodes, "s", &[], dir.path());
-        text = text.replace(
-            &format!("url = \"redis://{NAME}\""),
-            &format!(
-                "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
-                password.display()
-            ),
-        );
-        text.push_str("[streams]\nallow = [\"s\"]\n");
+        text = as_documented_user(&text, &password);
     }
     let node = DelayqProcess::start(&delayq_bin(), "sentinel", &text).expect("start delayq");
     let api = Api::new(node.api);
@@ -894,14 +898,7 @@ async fn rights_are_checked_again_on_the_master_a_failover_moved_to() {
     let dir = tempfile::tempdir().unwrap();
     let password = documented_user(&[&watched.master], "s", &[], dir.path());
     documented_user(&[&watched.replicas[0]], "s", &["~{delayq:*"], dir.path());
-    let mut text = config(&watched, "").replace(
-        &format!("url = \"redis://{NAME}\""),
-        &format!(
-            "url = \"redis://delayq@{NAME}\"\npassword_file = \"{}\"",
-            password.display()
-        ),
-    );
-    text.push_str("[streams]\nallow = [\"s\"]\n");
+    let text = as_documented_user(&config(&watched, ""), &password);
     let node = DelayqProcess::start(&delayq_bin(), "rights", &text).expect("start delayq");
     let api = Api::new(node.api).with_timeout(Duration::from_secs(2));
     eventually(

@@ -87,6 +87,7 @@ fn scripts_in(info: &str) -> ScriptTotals {
     const NOT_COUNTED: [&str; 9] = [
         "info", "config", "ping", "latency", "slowlog", "client", "memory", "function", "dbsize",
     ];
+    let n = |v: &str| v.parse::<u64>().unwrap_or(0);
     let mut totals = ScriptTotals::default();
     for line in info.lines() {
         let Some((name, stats)) = line
@@ -101,7 +102,6 @@ fn scripts_in(info: &str) -> ScriptTotals {
             continue;
         }
         for pair in stats.trim().split(',') {
-            let n = |v: &str| v.parse::<u64>().unwrap_or(0);
             match (pair.split_once('='), script) {
                 (Some(("calls", v)), true) => totals.calls = totals.calls.saturating_add(n(v)),
                 (Some(("usec", v)), true) => totals.usec = totals.usec.saturating_add(n(v)),
