@@ -13,6 +13,7 @@
 
 mod commit;
 mod paused;
+mod replayed;
 
 use std::time::Duration;
 
@@ -77,27 +78,6 @@ fn state_of(code: OutboxCode) -> State {
 /// a later push of the same id. Read before `updated_ms` is assigned.
 const MAY_FINISH: &str =
     "(state = 0 OR (state = 1 AND VALUES(state) = 3)) AND updated_ms < VALUES(updated_ms)";
-
-/// A dead letter replayed: its row scheduled again, due when replayed (the line's
-/// entry), unless the row changed since. A row without a body (a message the
-/// journal learned of only when it finished) stays as it is.
-const REPLAYED: &str = "UPDATE delayq_messages SET state = 0, due_ms = ?, entry_id = NULL, \
-     updated_ms = ? WHERE id = ? AND stream = ? AND state = 3 AND body <> '' AND updated_ms < ?";
-
-fn replayed_params(line: &OutboxLine, stream: Option<&str>) -> Vec<mysql_async::Value> {
-    let due: u64 = line
-        .entry
-        .as_deref()
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(line.at_ms);
-    vec![
-        due.into(),
-        line.at_ms.into(),
-        line.id.as_str().into(),
-        stream.unwrap_or("").into(),
-        line.at_ms.into(),
-    ]
-}
 
 /// A push to journal: the message, its due time (epoch ms), and whether it
 /// replaces a message of the same id.
@@ -402,8 +382,11 @@ impl Journal {
                     .await?;
                 }
                 (OutboxCode::Replayed, stream) => {
-                    tx.exec_drop(REPLAYED, replayed_params(line, stream.as_deref()))
-                        .await?;
+                    tx.exec_drop(
+                        replayed::REPLAYED,
+                        replayed::params(line, stream.as_deref()),
+                    )
+                    .await?;
                 }
                 // A message whose body could not be read: its stream is unknown.
                 (code, _) => {
@@ -424,27 +407,6 @@ impl Journal {
         }
         tx.commit().await?;
         Ok(())
-    }
-
-    /// Records one replayed dead letter before its answer: whether the journal
-    /// now holds it scheduled again (false: it has no row of it with a body, say
-    /// trimmed after `journal.retention`, so a restore could not bring it back).
-    pub async fn replayed(&self, line: &OutboxLine) -> Result<bool> {
-        let mut conn = self.pool.get_conn().await?;
-        conn.exec_drop(REPLAYED, replayed_params(line, line.stream.as_deref()))
-            .await?;
-        if conn.affected_rows() == 1 {
-            return Ok(true);
-        }
-        // Unchanged: scheduled already (the outbox's copy came first), or no row
-        // with a body to change.
-        let rows: Option<u8> = conn
-            .exec_first(
-                "SELECT state FROM delayq_messages WHERE id = ? AND stream = ? AND body <> ''",
-                (line.id.as_str(), line.stream.as_deref().unwrap_or("")),
-            )
-            .await?;
-        Ok(rows == Some(State::Scheduled as u8))
     }
 
     /// What the journal holds of `id`: a row per target stream (one, but on Redis
