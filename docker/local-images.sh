@@ -18,12 +18,34 @@
 #      Dockerfile's `prebuilt` target, in a build context of that binary and the
 #      default configuration alone.
 #
-# Environment: DEBIAN_MIRROR (default http://deb.debian.org/debian), DOCKERD_LOG
-# (default /var/log/delayq-dockerd.log), DELAYQ_IMAGE.
+# Environment: DEBIAN_MIRROR (default: the Debian archive this machine's own apt
+# sources name), DOCKERD_LOG (default /var/log/delayq-dockerd.log), DELAYQ_IMAGE.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/.." && pwd)
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+
+# The archive this machine installs its own packages from: the first URI of a
+# Debian source (deb822 .sources files, or one-line sources.list entries) that
+# carries the main suites rather than security updates.
+machine_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -e "$f" ] || continue
+    awk 'BEGIN { RS = ""; FS = "\n" }
+      /(^|\n)Types:[^\n]*deb([ \t\n]|$)/ && !/security/ {
+        for (i = 1; i <= NF; i++) if ($i ~ /^URIs:/) { split($i, u, /[ \t]+/); print u[2]; exit }
+      }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -e "$f" ] || continue
+    awk '$1 == "deb" && $0 !~ /security/ { for (i = 2; i <= NF; i++) if ($i !~ /^\[/) { print $i; exit } }' "$f"
+  done
+}
+mirror=${DEBIAN_MIRROR:-$(machine_mirror | head -n 1)}
+if [ -z "$mirror" ]; then
+  echo "local-images: no Debian archive in this machine's apt sources; set DEBIAN_MIRROR" >&2
+  exit 1
+fi
 dockerd_log=${DOCKERD_LOG:-/var/log/delayq-dockerd.log}
 base=delayq-local/debian:bookworm
 servers=delayq-local/servers:bookworm
