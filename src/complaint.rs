@@ -10,9 +10,9 @@
 //! summary line:
 //!
 //! ```text
-//! WARN delayq::forwarder: forward failed shard=2 error=Connection refused (os error 111)
-//! WARN delayq::forwarder: forward failed (143 times in the last 8s across 16 shards) shard=5 error=…
-//! INFO delayq::forwarder: forwarding works again after 171 failures over 12s
+//! WARN delayq::leader::forwarder: forward failed shard=2 error=Connection refused (os error 111)
+//! WARN delayq::leader::forwarder: forward failed (143 times in the last 8s across 16 shards) shard=5 error=…
+//! INFO delayq::leader::forwarder: forwarding works again after 171 failures over 12s
 //! ```
 //!
 //! A complaint may be told where each failure happened (a shard, an election

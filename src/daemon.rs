@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::leadership::Leadership;
 use crate::store::Store;
-use crate::{api, election, health, inbox, leadership, metrics, term};
+use crate::{api, election, health, inbox, leader, leadership, metrics};
 
 /// A running daemon.
 pub struct Daemon {
@@ -109,7 +109,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                         election.clone(),
                     )),
                 };
-                let work_task = tokio::spawn(term::run_while_leading(
+                let work_task = tokio::spawn(leader::run_while_leading(
                     live_config.clone(),
                     store.clone(),
                     journal.clone(),
@@ -234,7 +234,7 @@ fn start_groups(
             owned.clone(),
             election.clone(),
         ));
-        terms.spawn(term::run_while_leading(
+        terms.spawn(leader::run_while_leading(
             live.clone(),
             owned,
             journal.cloned(),

@@ -13,11 +13,9 @@
 //! - `leadership`: leadership as a watch value; the standalone elector.
 //! - `election`: the only module that speaks etcd: lease, campaign, keepalive
 //!   deadline, resign.
-//! - `term`: one leadership term: fences, then the leader-only workers.
-//! - `forwarder`: leader-only loops (due → stream, record trimming).
-//! - `timer`: a sleep that ends within µs of its deadline, for the forward loops.
-//! - `rate`: the forwarding rate limit, a token bucket the shard loops share.
-//! - `sweeper`: leader-only: unacknowledged entries → redelivered or dead-lettered.
+//! - `leader`: what runs only while this node leads: the term handle (fences),
+//!   the forward loops, the rate limits and their µs timer, the redelivery sweep
+//!   and the journal's keeper, started each term by `leader::run_while_leading`.
 //! - `inbox`: every instance schedules what producers XADD into the inbox stream.
 //! - `api`: the HTTP API (axum).
 //! - `reload`: SIGHUP: what may change at run time, and the live configuration.
@@ -58,8 +56,6 @@ mod daemon;
 #[cfg(feature = "server")]
 pub mod election;
 #[cfg(feature = "server")]
-pub mod forwarder;
-#[cfg(feature = "server")]
 pub mod health;
 #[cfg(feature = "server")]
 pub mod inbox;
@@ -68,13 +64,11 @@ pub mod ingest;
 #[cfg(feature = "server")]
 pub mod journal;
 #[cfg(feature = "server")]
-pub mod keeper;
+pub mod leader;
 #[cfg(feature = "server")]
 pub mod leadership;
 #[cfg(feature = "server")]
 pub mod metrics;
-#[cfg(feature = "server")]
-pub mod rate;
 #[cfg(feature = "server")]
 pub mod registry;
 #[cfg(feature = "server")]
@@ -83,12 +77,6 @@ pub mod reload;
 pub mod restore;
 #[cfg(feature = "server")]
 pub mod service;
-#[cfg(feature = "server")]
-pub mod sweeper;
-#[cfg(feature = "server")]
-pub mod term;
-#[cfg(feature = "server")]
-mod timer;
 
 #[cfg(feature = "server")]
 pub use daemon::{Daemon, run, start};

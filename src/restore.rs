@@ -38,7 +38,7 @@ pub struct RestoreOptions {
     pub id: Option<MessageId>,
     /// When Redis was first seen without its data (Redis's clock, ms): a message
     /// due later cannot have been delivered before the loss. The keeper, which
-    /// checks every [`MARKER_EVERY`](crate::keeper::MARKER_EVERY), knows it.
+    /// checks every [`MARKER_EVERY`](crate::leader::keeper::MARKER_EVERY), knows it.
     pub lost_seen_ms: Option<u64>,
 }
 

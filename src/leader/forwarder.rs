@@ -15,14 +15,14 @@ use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 
+use super::rate::{Limiter, StreamLimits};
+use super::term::Term;
+use super::timer::Timer;
 use crate::backoff::Backoff;
 use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::metrics as m;
-use crate::rate::{Limiter, StreamLimits};
 use crate::store::{ForwardOptions, HeldBack, Store, StoreError};
-use crate::term::Term;
-use crate::timer::Timer;
 
 /// Starts a term's forwarding work on `workers`: one forward loop per shard, the
 /// wake-up dispatcher, record trimming and the pending reports. Each stops when

@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::term::Term;
 use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::journal::{Journal, WRITE_TIMEOUT, now_ms};
@@ -36,7 +37,6 @@ use crate::message::MessageId;
 use crate::metrics as m;
 use crate::restore::{RestoreError, RestoreOptions, RestoreReport, restore};
 use crate::store::{OutboxCode, OutboxLine, RecordState, Status, Store, StoreError};
-use crate::term::Term;
 
 /// Outbox items (script calls' changes) copied per shard and round.
 const ITEMS_PER_ROUND: usize = 64;

@@ -25,12 +25,12 @@ use rand::Rng;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::term::Term;
 use crate::backoff::Backoff;
 use crate::config::{Config, DeliveryConfig, StreamDelivery};
 use crate::message::MessageId;
 use crate::metrics as m;
 use crate::store::{RedeliverOptions, Redelivered, Store, StoreError};
-use crate::term::Term;
 
 /// Sweeps the watched streams' consumer groups for one leader term (until `cancel`),
 /// following the live configuration: when a reload changes `[delivery]`, the sweep

@@ -12,7 +12,7 @@ const SHARDS: u16 = 16;
 const OUTAGE: Duration = Duration::from_secs(5);
 const STREAM: &str = "logged";
 
-/// The lines of `log` at `level` from `target` (a module: `delayq::forwarder`).
+/// The lines of `log` at `level` from `target` (a module: `delayq::leader::forwarder`).
 fn lines<'l>(log: &'l str, level: &str, target: &str) -> Vec<&'l str> {
     let mark = format!(" {level} {target}");
     log.lines().filter(|l| l.contains(&mark)).collect()
@@ -70,7 +70,7 @@ async fn a_redis_outage_is_logged_in_a_few_lines_and_its_end_in_one() {
     let shown = warned.join("\n");
     // 16 shard loops retrying every 20 ms to 2 s logged over 100 lines in 5 s; now
     // the first failure, then summaries after 1 s, 2 s, 4 s (and the wake-ups' own).
-    let forwarding = lines(&log, "WARN", "delayq::forwarder");
+    let forwarding = lines(&log, "WARN", "delayq::leader::forwarder");
     assert!(
         forwarding.len() <= 10,
         "{} WARN lines from the forwarder:\n{shown}",
@@ -91,7 +91,7 @@ async fn a_redis_outage_is_logged_in_a_few_lines_and_its_end_in_one() {
     );
     // Every other loop too (inbox, health, sweeps, ...): no flood.
     assert!(warned.len() <= 30, "{} WARN lines:\n{shown}", warned.len());
-    let recovered: Vec<&str> = lines(&log, "INFO", "delayq::forwarder")
+    let recovered: Vec<&str> = lines(&log, "INFO", "delayq::leader::forwarder")
         .into_iter()
         .filter(|l| l.contains("forwarding works again after"))
         .collect();

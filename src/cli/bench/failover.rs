@@ -79,7 +79,7 @@ impl Stop {
 /// The daemons' log filter during failover: quiet, but every step of an election,
 /// a term and a stop, so that a slow round's log shows where its time went.
 const HANDOVER_LOG: &str =
-    "warn,delayq::election=debug,delayq::leadership=info,delayq::term=info,delayq::daemon=info";
+    "warn,delayq::election=debug,delayq::leadership=info,delayq::leader=info,delayq::daemon=info";
 
 /// Where each log of a round stood just before its stop.
 struct LogMarks {
