@@ -2,7 +2,7 @@
 
 /// The daemon allocates and frees small buffers per request and per message on
 /// every thread: mimalloc's thread-local heaps take less CPU for that than glibc's
-/// allocator (see the README's benchmark notes).
+/// allocator (see docs/performance.md).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -4,7 +4,7 @@
 //! the same thing.
 //!
 //! - `table`: `METRICS`, every metric's type, labels, help text and the series it
-//!   has from the start (the README's metrics table must equal it).
+//!   has from the start (the metrics table of docs/metrics.md must equal it).
 //! - `known`: those series for one configuration (`known_series`), created at the
 //!   daemon's start (`register_known`) so that alerts see them before any event.
 //! - `exporter`: the Prometheus recorder (`install`) and the process metrics

@@ -12,7 +12,7 @@ pub enum Kind {
 }
 
 impl Kind {
-    /// The word in `# TYPE` lines and in the README's table.
+    /// The word in `# TYPE` lines and in the table of docs/metrics.md.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Counter => "counter",
@@ -51,7 +51,7 @@ pub enum Start {
 }
 
 /// One exported metric. `help` is its `# HELP` text and the "meaning" column of the
-/// README's metrics table (a test keeps the two equal).
+/// metrics table of docs/metrics.md (a test keeps the two equal).
 #[derive(Clone, Copy, Debug)]
 pub struct Described {
     pub name: &'static str,
@@ -78,7 +78,7 @@ const fn metric(
     }
 }
 
-/// Every metric delayq exports, in the README's order.
+/// Every metric delayq exports, in the order of docs/metrics.md.
 pub const METRICS: &[Described] = &[
     metric(
         SCHEDULED,

@@ -165,7 +165,7 @@ pub struct StoreConfig {
 pub enum RecordLayout {
     /// Small hashes Redis keeps in its listpack encoding, in generations that expire
     /// whole: about a third of the memory of `Hash`, and more Redis time per forwarded
-    /// message and per push (see the README's figures).
+    /// message and per push (see docs/performance.md).
     #[default]
     Compact,
     /// One hash field per record and an expiry entry per forward batch: faster to
@@ -191,7 +191,7 @@ impl RecordLayout {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum PendingLayout {
     /// Lists of at most 128 messages in due order and an id index of small hashes:
-    /// about 175 bytes a 100-byte message (see the README's figures).
+    /// about 175 bytes a 100-byte message (see docs/performance.md).
     #[default]
     Compact,
     /// A sorted set of ids by due time and a hash of bodies: about 320 bytes a

@@ -13,8 +13,8 @@ use delayq::config::Config;
 use delayq::metrics::{Kind, METRICS, Start, known_series};
 
 use crate::support::{
-    Api, Cluster, delayq_bin, etcd_config, eventually, readme_metrics, redis_config, series, value,
-    xlen,
+    Api, Cluster, delayq_bin, documented_metrics, etcd_config, eventually, redis_config, series,
+    value, xlen,
 };
 
 /// A standalone node (no etcd) on its own Redis.
@@ -326,7 +326,7 @@ async fn pending_messages_per_stream_show_the_largest_streams_and_the_rest() {
 const KNOWN_LABELS: &str = "[streams.max_rate]\norders = 50\n[delivery]\ngroups = [\"workers\"]\n[delivery.streams.orders]\n[delivery.streams.billing]\ngroups = [\"invoicing\", \"audit\"]\n";
 
 /// Checks the first `/metrics` of a node started with `config`, taken before any
-/// message was pushed: every metric of the README's table (read from the file) is
+/// message was pushed: every metric of the table of docs/metrics.md (read from the file) is
 /// exported but those with no series `config` makes known at the start; every
 /// series known at the start is there (histograms with their `_count`); every
 /// counter reads 0 but the node's own role changes (it may lead already) and its CPU
@@ -338,7 +338,7 @@ fn check_first_scrape(text: &str, config: &Config) -> Vec<(String, String)> {
         .filter_map(|l| l.strip_prefix("# TYPE "))
         .filter_map(|l| l.split(' ').next())
         .collect();
-    let documented = readme_metrics();
+    let documented = documented_metrics();
     assert!(documented.len() >= 60, "{documented:?}");
     let mut waiting = Vec::new();
     for (name, ..) in &documented {

@@ -1,26 +1,74 @@
-//! README.md as a new user reads it: every TOML snippet passes `check-config`, every
-//! `curl` example gets the answer the README shows from a real daemon, the Rust
-//! client example is the compiled `examples/producer.rs`, and every `delayq`
-//! command line the README shows parses. So the README cannot drift from the code.
+//! README.md and every document in docs/ as a new user reads them: every TOML
+//! snippet passes `check-config`, every `curl` example gets the answer the text
+//! shows from a real daemon, the Rust client example is the compiled
+//! `examples/producer.rs`, every `delayq` command line parses, and every relative
+//! link names a file that exists. So the docs cannot drift from the code.
 
 use std::path::Path;
 use std::process::Command;
 
 use crate::support::{Env, delayq_bin, repo, text};
 
-/// A fenced code block of README.md: its language, first line number and text.
+/// A fenced code block of a document: its language, where it starts (the file and
+/// its first line) and its text.
 struct Block {
     lang: String,
-    line: usize,
+    line: Place,
     text: String,
 }
 
-fn readme() -> String {
-    std::fs::read_to_string(repo().join("README.md")).expect("read README.md")
+/// A line of a document, shown as `docs/api.md line 12`.
+#[derive(Clone, Copy, Debug)]
+struct Place {
+    file: &'static str,
+    line: usize,
 }
 
-/// Every fenced block, indented ones (inside a list) included, their indent removed.
-fn blocks(readme: &str) -> Vec<Block> {
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} line {}", self.file, self.line)
+    }
+}
+
+impl std::ops::Add<usize> for Place {
+    type Output = Place;
+    fn add(self, lines: usize) -> Place {
+        Place {
+            file: self.file,
+            line: self.line + lines,
+        }
+    }
+}
+
+/// README.md, then every Markdown file of docs/ by name: (path from the repository, text).
+fn documents() -> Vec<(&'static str, String)> {
+    let mut names = vec!["README.md".to_owned()];
+    let mut docs: Vec<String> = std::fs::read_dir(repo().join("docs"))
+        .expect("read docs/")
+        .map(|e| {
+            e.expect("a docs/ entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with(".md"))
+        .map(|name| format!("docs/{name}"))
+        .collect();
+    docs.sort();
+    names.extend(docs);
+    names
+        .into_iter()
+        .map(|name| {
+            let text = std::fs::read_to_string(repo().join(&name))
+                .unwrap_or_else(|e| panic!("read {name}: {e}"));
+            (&*Box::leak(name.into_boxed_str()), text)
+        })
+        .collect()
+}
+
+/// Every fenced block of a document, indented ones (inside a list) included, their
+/// indent removed.
+fn blocks(file: &'static str, readme: &str) -> Vec<Block> {
     let mut blocks = Vec::new();
     let mut open: Option<(usize, Block)> = None;
     for (i, line) in readme.lines().enumerate() {
@@ -30,7 +78,7 @@ fn blocks(readme: &str) -> Vec<Block> {
             (None, Some(lang)) => {
                 let block = Block {
                     lang: lang.trim().to_owned(),
-                    line: i + 2,
+                    line: Place { file, line: i + 2 },
                     text: String::new(),
                 };
                 open = Some((indent, block));
@@ -43,13 +91,15 @@ fn blocks(readme: &str) -> Vec<Block> {
             (None, None) => {}
         }
     }
-    assert!(open.is_none(), "README.md: a code block is not closed");
+    assert!(open.is_none(), "{file}: a code block is not closed");
     blocks
 }
 
+/// The blocks of one language in every document, README.md's first.
 fn blocks_of(lang: &str) -> Vec<Block> {
-    blocks(&readme())
+    documents()
         .into_iter()
+        .flat_map(|(file, text)| blocks(file, &text))
         .filter(|b| b.lang == lang)
         .collect()
 }
@@ -118,7 +168,7 @@ fn every_toml_snippet_passes_check_config() {
         // A Cargo manifest's lines, not delayq's configuration.
         .filter(|b| !b.text.contains("[dependencies]"))
         .collect();
-    assert!(snippets.len() >= 10, "README.md has its TOML snippets");
+    assert!(snippets.len() >= 10, "the docs have their TOML snippets");
     for snippet in snippets {
         let dir = tempfile::tempdir().expect("tempdir");
         let text_with_files = make_named_files(&snippet.text, dir.path());
@@ -135,7 +185,7 @@ fn every_toml_snippet_passes_check_config() {
         assert_eq!(
             out.status.code(),
             Some(0),
-            "README.md line {}: check-config refused the snippet: {}\n{}",
+            "{}: check-config refused the snippet: {}\n{}",
             snippet.line,
             text(&out.stderr),
             snippet.text
@@ -143,11 +193,11 @@ fn every_toml_snippet_passes_check_config() {
     }
 }
 
-/// One `curl` of the README: method, path, whether it sends the token, body, and
+/// One `curl` of the docs: method, path, whether it sends the token, body, and
 /// the status its comment shows (None: any success).
 #[derive(Debug)]
 struct Curl {
-    line: usize,
+    line: Place,
     method: String,
     path: String,
     token: bool,
@@ -155,15 +205,15 @@ struct Curl {
     status: Option<u16>,
 }
 
-/// A command of a README shell block: its line, its text with continued lines
-/// joined, and the status the comment lines right after it end with, if any.
+/// A command of a shell block: its line, its text with continued lines joined, and
+/// the status the comment lines right after it end with, if any.
 struct ShellCommand {
-    line: usize,
+    line: Place,
     text: String,
     status: Option<u16>,
 }
 
-/// The commands of the README's shell blocks.
+/// The commands of the docs' shell blocks, README.md's first.
 fn shell_commands() -> Vec<ShellCommand> {
     let mut found = Vec::new();
     for block in blocks_of("sh") {
@@ -220,7 +270,7 @@ fn without_comment(command: &str) -> String {
         .join("\n")
 }
 
-/// The curl commands of the README's shell blocks.
+/// The curl commands of the docs' shell blocks, in the order they are read.
 fn curls() -> Vec<Curl> {
     shell_commands()
         .into_iter()
@@ -229,9 +279,9 @@ fn curls() -> Vec<Curl> {
         .collect()
 }
 
-fn parse_curl(line: usize, command: &str, status: Option<u16>) -> Curl {
+fn parse_curl(line: Place, command: &str, status: Option<u16>) -> Curl {
     let words = shlex::split(&without_comment(command))
-        .unwrap_or_else(|| panic!("README.md line {line}: curl not in shell words"));
+        .unwrap_or_else(|| panic!("{line}: curl not in shell words"));
     let mut curl = Curl {
         line,
         method: String::new(),
@@ -278,7 +328,7 @@ async fn every_curl_example_answers_as_the_readme_shows() {
     let curls = curls();
     assert!(
         curls.len() >= 10,
-        "README.md has its curl examples: {curls:?}"
+        "the docs have their curl examples: {curls:?}"
     );
     // The id the README's examples use stands for the last one pushed.
     let example_id = "01M80K2AE02CJQBD3JZ9KCS0JC";
@@ -298,22 +348,18 @@ async fn every_curl_example_answers_as_the_readme_shows() {
         }
         let restore = path.starts_with("/v1/admin/restore");
         match curl.status {
-            Some(want) => assert_eq!(
-                status, want,
-                "README.md line {}: {curl:?}: {answer}",
-                curl.line
-            ),
+            Some(want) => assert_eq!(status, want, "{}: {curl:?}: {answer}", curl.line),
             // Restoring needs a journal, which this daemon has not: it reads the body
             // first, so a 409 no_journal says the body was taken.
             None if restore => assert_eq!(
                 (status, answer["error"].as_str()),
                 (409, Some("no_journal")),
-                "README.md line {}: {curl:?}: {answer}",
+                "{}: {curl:?}: {answer}",
                 curl.line
             ),
             None => assert!(
                 (200..300).contains(&status),
-                "README.md line {}: {curl:?} answered {status} {answer}",
+                "{}: {curl:?} answered {status} {answer}",
                 curl.line
             ),
         }
@@ -337,15 +383,16 @@ async fn every_curl_example_answers_as_the_readme_shows() {
 fn the_rust_client_example_is_the_compiled_one() {
     let example = std::fs::read_to_string(repo().join("examples/producer.rs")).expect("read");
     let shown = blocks_of("rust");
-    assert_eq!(shown.len(), 1, "one Rust example in README.md");
+    assert_eq!(shown.len(), 1, "one Rust example in the docs");
     assert_eq!(
         shown[0].text, example,
-        "README.md's Rust example is examples/producer.rs"
+        "the Rust example of {} is examples/producer.rs",
+        shown[0].line
     );
     assert!(example.contains("async fn main()"), "a whole program");
 }
 
-/// Every `delayq ...` line of the README's shell blocks names a subcommand and
+/// Every `delayq ...` line of the docs' shell blocks names a subcommand and
 /// options that exist: `--help` after its words parses only if they do.
 #[test]
 fn every_delayq_command_line_parses() {
@@ -360,8 +407,7 @@ fn every_delayq_command_line_parses() {
         };
         let line = command.line;
         let rest = rest.split(';').next().unwrap_or(rest);
-        let words = shlex::split(rest)
-            .unwrap_or_else(|| panic!("README.md line {line}: {rest}: not shell words"));
+        let words = shlex::split(rest).unwrap_or_else(|| panic!("{line}: {rest}: not shell words"));
         // Everything up to the first option: the subcommand path; `--help` there
         // checks it exists, and its help text lists the options it takes.
         let sub: Vec<&str> = words
@@ -378,7 +424,7 @@ fn every_delayq_command_line_parses() {
         let help_text = text(&help.stdout);
         assert!(
             help.status.success(),
-            "README.md line {line}: {rest}: {}",
+            "{line}: {rest}: {}",
             text(&help.stderr)
         );
         for option in words.iter().filter(|w| w.starts_with("--")) {
@@ -387,7 +433,7 @@ fn every_delayq_command_line_parses() {
                 name == "--help"
                     || help_text.contains(&format!("{name} "))
                     || help_text.contains(&format!("{name}\n")),
-                "README.md line {line}: {rest}: {name} is not an option of `delayq {}`",
+                "{line}: {rest}: {name} is not an option of `delayq {}`",
                 sub.join(" ")
             );
         }
@@ -395,23 +441,29 @@ fn every_delayq_command_line_parses() {
     }
     assert!(
         checked >= 10,
-        "README.md shows delayq command lines ({checked})"
+        "the docs show delayq command lines ({checked})"
     );
 }
 
 #[test]
 fn the_blocks_parser_reads_indented_blocks() {
-    let found = blocks("text\n  ```sh\n  curl x\n    more\n  ```\n```toml\na = 1\n```\n");
+    let found = blocks(
+        "x.md",
+        "text\n  ```sh\n  curl x\n    more\n  ```\n```toml\na = 1\n```\n",
+    );
     let shown: Vec<(&str, usize, &str)> = found
         .iter()
-        .map(|b| (b.lang.as_str(), b.line, b.text.as_str()))
+        .map(|b| (b.lang.as_str(), b.line.line, b.text.as_str()))
         .collect();
     assert_eq!(
         shown,
         [("sh", 3, "curl x\n  more\n"), ("toml", 7, "a = 1\n")]
     );
     let curl = parse_curl(
-        1,
+        Place {
+            file: "x.md",
+            line: 1,
+        },
         "curl -w ' %{http_code}\\n' -X POST localhost:7070/v1/x -d '{\"a\":1}'   # note\n",
         Some(201),
     );
@@ -423,4 +475,178 @@ fn the_blocks_parser_reads_indented_blocks() {
         ),
         ("POST", "/v1/x", Some("{\"a\":1}"))
     );
+}
+
+/// The anchor a Markdown heading (`## Its words`) gets: lower case, spaces as
+/// hyphens, and only letters, digits, hyphens and underscores kept.
+fn anchor(heading: &str) -> String {
+    heading
+        .trim_start_matches('#')
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a document's headings (outside code blocks).
+fn anchors(text: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut found = Vec::new();
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code && line.starts_with('#') {
+            found.push(anchor(line));
+        }
+    }
+    found
+}
+
+/// The relative links of a document's text outside code blocks: (line, target).
+fn relative_links(text: &str) -> Vec<(usize, String)> {
+    let mut in_code = false;
+    let mut found = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+            continue;
+        }
+        if in_code {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("](") {
+            let after = &rest[at + 2..];
+            let Some(end) = after.find(')') else { break };
+            let target = &after[..end];
+            if !target.contains("://") && !target.starts_with("mailto:") && !target.is_empty() {
+                found.push((i + 1, target.to_owned()));
+            }
+            rest = &after[end..];
+        }
+    }
+    found
+}
+
+/// Every relative link of the docs names a file of the repository, from the
+/// document's own folder, and an anchor names a heading of the file it points into.
+#[test]
+fn every_relative_link_names_a_file_that_exists() {
+    let documents = documents();
+    let mut checked = 0;
+    for (file, text) in &documents {
+        let folder = repo().join(file).parent().expect("a folder").to_path_buf();
+        for (line, target) in relative_links(text) {
+            let place = Place { file, line };
+            let (path, fragment) = target.split_once('#').unwrap_or((&target, ""));
+            let linked = if path.is_empty() {
+                repo().join(file)
+            } else {
+                folder.join(path)
+            };
+            assert!(linked.exists(), "{place}: {target}: no such file");
+            if !fragment.is_empty() {
+                let linked_text = std::fs::read_to_string(&linked)
+                    .unwrap_or_else(|e| panic!("{place}: {target}: {e}"));
+                assert!(
+                    anchors(&linked_text).iter().any(|a| a == fragment),
+                    "{place}: {target}: no heading has the anchor #{fragment}"
+                );
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 20,
+        "the docs link to each other ({checked} links)"
+    );
+    assert_eq!(anchor("## Failover drills"), "failover-drills");
+    assert_eq!(
+        relative_links("a [b](docs/x.md#y) c ![d](e.png)\n```\n[f](g)\n```\n"),
+        [(1, "docs/x.md#y".to_owned()), (1, "e.png".to_owned())]
+    );
+}
+
+/// The rows of the key reference in docs/configuration.md: (key, default cell,
+/// reload cell), in order.
+fn documented_keys() -> Vec<(String, String, String)> {
+    let text = std::fs::read_to_string(repo().join("docs/configuration.md")).expect("read");
+    let reference = &text[text.find("## Every key").expect("a key reference")..];
+    reference
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| {
+            let cells: Vec<&str> = l.trim_matches('|').split(" | ").map(str::trim).collect();
+            assert!(cells.len() >= 4, "a row of four cells: {l}");
+            (
+                cells[0].trim_matches('`').to_owned(),
+                cells[1].to_owned(),
+                cells[2].to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Every key of the configuration, as its types give it with no file and no
+/// environment (`section.key` -> value), tables of streams left out.
+fn default_keys() -> Vec<(String, toml::Value)> {
+    fn flatten(prefix: &str, table: &toml::Table, out: &mut Vec<(String, toml::Value)>) {
+        for (key, value) in table {
+            let name = format!("{prefix}{key}");
+            match value {
+                toml::Value::Table(inner) => flatten(&format!("{name}."), inner, out),
+                other => out.push((name, other.clone())),
+            }
+        }
+    }
+    let (_, effective) =
+        delayq::config::Config::effective("", Vec::<(String, String)>::new()).expect("defaults");
+    let mut keys = Vec::new();
+    flatten("", &effective, &mut keys);
+    keys
+}
+
+/// docs/configuration.md documents every key the configuration types know, with its
+/// default as they set it and whether a reload applies it as the reloader decides.
+#[test]
+fn every_configuration_key_is_documented_with_its_default_and_reload() {
+    let documented = documented_keys();
+    let defaults = default_keys();
+    assert!(defaults.len() >= 50, "the defaults: {defaults:?}");
+    for (key, value) in &defaults {
+        let row = documented.iter().find(|(k, _, _)| k == key);
+        let Some((_, default, _)) = row else {
+            panic!("docs/configuration.md: {key} (default {value}) has no row in \"Every key\"");
+        };
+        // node.id is made at start from the host's name and the process id.
+        if key != "node.id" {
+            assert_eq!(
+                default,
+                &format!("`{value}`"),
+                "docs/configuration.md: {key}: the default the configuration sets"
+            );
+        }
+    }
+    for (key, default, reload) in &documented {
+        let want = if delayq::reload::is_reloadable(key) {
+            "SIGHUP"
+        } else {
+            "restart"
+        };
+        assert_eq!(
+            reload, want,
+            "docs/configuration.md: {key}: whether a reload applies it"
+        );
+        if !key.contains('<') && default != "unset" {
+            assert!(
+                defaults.iter().any(|(k, _)| k == key),
+                "docs/configuration.md: {key} has default {default} but the configuration has no such key"
+            );
+        }
+    }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use super::tool;
-use crate::support::{Cluster, eventually, readme_metrics, repo, text};
+use crate::support::{Cluster, documented_metrics, eventually, repo, text};
 
 /// Documented metrics a plain leader on etcd does not export, and why (the rest
 /// are there from the start: see `Start` in src/metrics/table.rs).
@@ -41,8 +41,8 @@ fn described_metrics() -> Vec<(String, String, String, String)> {
 }
 
 #[tokio::test]
-async fn the_readme_metrics_table_matches_what_delayq_exports() {
-    let documented = readme_metrics();
+async fn the_documented_metrics_table_matches_what_delayq_exports() {
+    let documented = documented_metrics();
     let described = described_metrics();
     let table: String = described
         .iter()
@@ -57,7 +57,7 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
         .collect();
     assert!(
         documented == described,
-        "the README's metrics table differs from src/metrics/table.rs (METRICS); it should read:\n{table}"
+        "the metrics table of docs/metrics.md differs from src/metrics/table.rs (METRICS); it should read:\n{table}"
     );
 
     // One node on etcd, leading (Cluster::start waits for that).
@@ -112,13 +112,13 @@ async fn the_readme_metrics_table_matches_what_delayq_exports() {
         .collect();
     assert!(
         missing.is_empty(),
-        "in the README's metrics table but not exported: {missing:?}"
+        "in the metrics table of docs/metrics.md but not exported: {missing:?}"
     );
     for (name, kind) in exported {
         let row = documented.iter().find(|(d, ..)| d == name);
         assert!(
             row.is_some(),
-            "{name} is exported but missing from the README's metrics table"
+            "{name} is exported but missing from the metrics table of docs/metrics.md"
         );
         assert_eq!(row.unwrap().2, kind, "{name}: type");
     }

@@ -6,7 +6,7 @@
 //!   command;
 //! - `drill`: the failover drill and the quickstart demo;
 //! - `functions`: listing and pruning the function libraries of other versions;
-//! - `metrics`: the README's metrics table and the alert rules against what
+//! - `metrics`: the metrics table of docs/metrics.md and the alert rules against what
 //!   delayq exports.
 
 mod config;

@@ -9,7 +9,7 @@
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;
 //! - `rights`: the Redis user of docs/redis-rights.md, from the rule's text;
-//! - `scrape`: reading a `/metrics` text, and the README's metrics table;
+//! - `scrape`: reading a `/metrics` text, and the metrics table of docs/metrics.md;
 //! - `browser`: headless Chromium over WebDriver, for the dashboard;
 //! - `panics`: a failure named again after a long message (nodes' logs), and the
 //!   last one kept for teardowns that print more.

@@ -24,11 +24,11 @@ pub fn series<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
         .collect()
 }
 
-/// The README's metrics table (its "## Metrics" section, as the file says now), one
-/// `(name, labels, type, meaning)` per row: `labels` as the row writes them inside
-/// the braces (`stream,group`), empty for none.
-pub fn readme_metrics() -> Vec<(String, String, String, String)> {
-    let readme = std::fs::read_to_string(super::repo().join("README.md")).unwrap();
+/// The metrics table of docs/metrics.md (its "## Metrics" section, as the file says
+/// now), one `(name, labels, type, meaning)` per row: `labels` as the row writes them
+/// inside the braces (`stream,group`), empty for none.
+pub fn documented_metrics() -> Vec<(String, String, String, String)> {
+    let readme = std::fs::read_to_string(super::repo().join("docs/metrics.md")).unwrap();
     let table = &readme[readme.find("## Metrics").expect("a Metrics section")..];
     let table = &table[..table[3..].find("\n## ").map_or(table.len(), |i| i + 3)];
     table
