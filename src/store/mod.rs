@@ -12,16 +12,22 @@ mod conn;
 mod dial;
 mod error;
 mod eviction;
+mod fences;
+mod forward;
 mod inbox;
 mod journal;
 mod keys;
 mod libraries;
 mod master;
+mod message;
 mod outcome;
 mod reply;
 mod rights;
 mod scripts;
 mod shard_count;
+mod shards;
+
+use shards::InUse;
 mod stats;
 mod streams;
 mod tls;
@@ -238,29 +244,6 @@ pub struct Store {
     apart: Arc<std::sync::RwLock<Arc<[String]>>>,
 }
 
-/// Shards this process knows to be listed in use (a bit each).
-struct InUse(Vec<std::sync::atomic::AtomicU64>);
-
-impl InUse {
-    fn new(shards: u16) -> Self {
-        InUse(
-            (0..usize::from(shards).div_ceil(64))
-                .map(|_| std::sync::atomic::AtomicU64::new(0))
-                .collect(),
-        )
-    }
-
-    fn has(&self, shard: u16) -> bool {
-        let bit = 1u64 << (shard % 64);
-        self.0[usize::from(shard / 64)].load(std::sync::atomic::Ordering::Relaxed) & bit != 0
-    }
-
-    fn add(&self, shard: u16) {
-        let bit = 1u64 << (shard % 64);
-        self.0[usize::from(shard / 64)].fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
-    }
-}
-
 /// Fails with `Unsupported` when `conn` reaches a Redis Cluster node without
 /// `redis.mode = "cluster"`: a standalone deployment's shards hold messages to any
 /// stream, whose writes Cluster refuses (or redirects) call by call. A Redis that will not say (`INFO` not allowed to this
@@ -335,49 +318,6 @@ impl Store {
         self.keys.is_cluster()
     }
 
-    /// The shard a message to `stream` with id `id` lives in (see [`Keys::shard_of`]).
-    pub fn shard_of(&self, id: &MessageId, stream: &str) -> u16 {
-        self.keys.shard_of(id, stream)
-    }
-
-    /// The shards that may hold messages: every shard, or on Redis Cluster those
-    /// listed in use (each listed before its first message was stored).
-    pub async fn shards_in_use(&self) -> Result<Vec<u16>> {
-        if !self.is_cluster() {
-            return Ok((0..self.shards()).collect());
-        }
-        let mut conn = self.conn.clone();
-        let listed: Vec<u16> = conn.smembers(self.keys.shards_in_use()).await?;
-        let mut shards: Vec<u16> = listed.into_iter().filter(|&s| s < self.shards()).collect();
-        shards.sort_unstable();
-        for &s in &shards {
-            self.in_use.add(s);
-        }
-        Ok(shards)
-    }
-
-    /// Lists `shard` in use before a message is first stored there (Redis Cluster;
-    /// once per shard and process).
-    async fn note_in_use(&self, shard: u16) -> Result<()> {
-        if !self.is_cluster() || self.in_use.has(shard) {
-            return Ok(());
-        }
-        let mut conn = self.conn.clone();
-        let _: u64 = conn.sadd(self.keys.shards_in_use(), shard).await?;
-        self.in_use.add(shard);
-        Ok(())
-    }
-
-    /// The shards of [`Store::shards_in_use`] this store's leader-only work covers.
-    pub async fn owned_in_use(&self) -> Result<Vec<u16>> {
-        Ok(self
-            .shards_in_use()
-            .await?
-            .into_iter()
-            .filter(|&s| self.owns(s))
-            .collect())
-    }
-
     /// `call` on each shard message `id` may live in (see [`Store::shards_for`]), in
     /// order, until an answer is `known`: that answer, or None. A call on a shard
     /// that does not know the id changes nothing there.
@@ -397,48 +337,6 @@ impl Store {
             }
         }
         Ok(None)
-    }
-
-    /// The shards a message `id` may live in when its stream is not known: its
-    /// one shard, or on Redis Cluster every shard in use.
-    async fn shards_for(&self, id: &MessageId) -> Result<Vec<u16>> {
-        if self.is_cluster() {
-            self.shards_in_use().await
-        } else {
-            Ok(vec![id.shard(self.shards())])
-        }
-    }
-
-    /// This store, with its leader-only work limited to `shards`: the fences it
-    /// raises, the shards forwarded and trimmed, the entries redelivered (by their
-    /// message's shard). What one election group's term works through.
-    pub fn owning(&self, mut shards: Vec<u16>) -> Store {
-        shards.sort_unstable();
-        Store {
-            owned: Some(shards.into()),
-            ..self.clone()
-        }
-    }
-
-    /// The shards this store's leader-only work covers, in order.
-    pub fn owned_shards(&self) -> Vec<u16> {
-        match &self.owned {
-            Some(shards) => shards.to_vec(),
-            None => (0..self.shards()).collect(),
-        }
-    }
-
-    /// Whether `shard` is one of [`Store::owned_shards`].
-    pub fn owns(&self, shard: u16) -> bool {
-        self.owned
-            .as_ref()
-            .is_none_or(|s| s.binary_search(&shard).is_ok())
-            && shard < self.shards()
-    }
-
-    /// Whether the message `id` to `stream` lives in one of [`Store::owned_shards`].
-    pub fn owns_message(&self, id: &MessageId, stream: &str) -> bool {
-        self.owns(self.shard_of(id, stream))
     }
 
     /// This store, refusing every command once the Redis master has moved (a
@@ -575,382 +473,6 @@ impl Store {
         found
     }
 
-    /// The state of message `id`: looked up in its shard, or on Redis Cluster in
-    /// each shard in use until one knows it.
-    pub async fn get(&self, id: &MessageId) -> Result<Status> {
-        // A read changes nothing: the shards it may be in are asked 64 at a time.
-        let shards = self.shards_for(id).await?;
-        for chunk in shards.chunks(64) {
-            let asked = chunk.iter().map(|&shard| self.get_in(shard, id));
-            let answers = futures::future::try_join_all(asked).await?;
-            if let Some(known) = answers.into_iter().find(|s| !matches!(s, Status::Unknown)) {
-                return Ok(known);
-            }
-        }
-        Ok(Status::Unknown)
-    }
-
-    async fn get_in(&self, shard: u16, id: &MessageId) -> Result<Status> {
-        let k = self.keys.shard(shard);
-        let reply: Value = self
-            .scripts
-            .get
-            .key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .arg(id.as_str())
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        let items = array(reply)?;
-        let state = string_at(&items, 0)?;
-        Ok(match state.as_str() {
-            "unknown" => Status::Unknown,
-            "corrupt" => Status::Corrupt(string_at(&items, 1)?),
-            "scheduled" => {
-                let values = array(items.into_iter().nth(1).unwrap_or(Value::Nil))?;
-                Status::Scheduled(StoredMessage::from_values(&values).map_err(StoreError::Reply)?)
-            }
-            other => {
-                let state = RecordState::parse(other)
-                    .ok_or_else(|| StoreError::Reply(format!("get said {other:?}")))?;
-                let stream = string_at(&items, 1)?;
-                let entry = string_at(&items, 2)?;
-                Status::Done(Record {
-                    state,
-                    stream: (!stream.is_empty()).then_some(stream),
-                    entry_id: (!entry.is_empty()).then_some(entry),
-                    at_ms: int_at(&items, 3)?,
-                    attempt: int_at(&items, 4)?,
-                })
-            }
-        })
-    }
-
-    /// Withdraws a scheduled message; the cancellation stays on record for `retention`.
-    pub async fn cancel(&self, id: &MessageId, retention: Duration) -> Result<Cancelled> {
-        Ok(self.cancel_timed(id, retention).await?.0)
-    }
-
-    /// [`Store::cancel`], with Redis's time of the cancellation when it happened now
-    /// (what the journal orders it by) and the message's stream where its body said.
-    pub async fn cancel_timed(
-        &self,
-        id: &MessageId,
-        retention: Duration,
-    ) -> Result<(Cancelled, Option<(u64, Option<String>)>)> {
-        let found = self
-            .probe(
-                id,
-                |(c, _)| !matches!(c, Cancelled::Unknown),
-                |shard| self.cancel_in(shard, id, retention),
-            )
-            .await?;
-        Ok(found.unwrap_or((Cancelled::Unknown, None)))
-    }
-
-    async fn cancel_in(
-        &self,
-        shard: u16,
-        id: &MessageId,
-        retention: Duration,
-    ) -> Result<(Cancelled, Option<(u64, Option<String>)>)> {
-        let k = self.keys.shard(shard);
-        let mut call = shard_invocation(&self.scripts.cancel, &k);
-        call.arg(0)
-            .arg(id.as_str())
-            .arg(self.records_arg(retention));
-        let (reply, acked) = self.invoke_acked(&call).await?;
-        let reply = text(&reply)?;
-        if let Some(said) = reply.strip_prefix("cancelled ") {
-            let (at, stream) = said.split_once(' ').unwrap_or((said, ""));
-            let at = at
-                .parse()
-                .map_err(|_| StoreError::Reply(format!("cancel said {reply:?}")))?;
-            acked::confirmed(acked)?;
-            let stream = (!stream.is_empty()).then(|| stream.to_owned());
-            return Ok((Cancelled::Cancelled, Some((at, stream))));
-        }
-        Ok((
-            match reply.as_str() {
-                // Answered as cancelled: confirmed by the replicas as the first
-                // answer would have been (that one may have been not_replicated).
-                "already_cancelled" => {
-                    acked::confirmed(acked)?;
-                    Cancelled::AlreadyDone(RecordState::Cancelled)
-                }
-                "unknown" => Cancelled::Unknown,
-                other => Cancelled::AlreadyDone(
-                    RecordState::parse(other)
-                        .ok_or_else(|| StoreError::Reply(format!("cancel said {other:?}")))?,
-                ),
-            },
-            None,
-        ))
-    }
-
-    pub async fn reschedule(
-        &self,
-        id: &MessageId,
-        due: Due,
-        max_delay: Duration,
-    ) -> Result<Rescheduled> {
-        let found = self
-            .probe(
-                id,
-                |r| !matches!(r, Rescheduled::Unknown),
-                |shard| self.reschedule_in(shard, id, due, max_delay),
-            )
-            .await?;
-        Ok(found.unwrap_or(Rescheduled::Unknown))
-    }
-
-    async fn reschedule_in(
-        &self,
-        shard: u16,
-        id: &MessageId,
-        due: Due,
-        max_delay: Duration,
-    ) -> Result<Rescheduled> {
-        let k = self.keys.shard(shard);
-        let [due_kind, due_value] = due.script_args();
-        let mut inv = self.scripts.reschedule.prepare_invoke();
-        inv.key(&k.due)
-            .key(&k.bodies)
-            .key(&k.records)
-            .key(&k.fence)
-            .key(&k.held)
-            .arg(0)
-            .arg(id.as_str())
-            .arg(due_kind)
-            .arg(due_value)
-            .arg(max_delay.as_millis() as u64)
-            .arg(self.keys.wake_channel())
-            .arg(self.pending_layout.script_arg())
-            .arg(if self.journal { "j" } else { "" });
-        // The message's stream is known only to the script.
-        for stream in self.kept_apart().iter() {
-            inv.arg(stream);
-        }
-        let (reply, acked) = self.invoke_acked(&inv).await?;
-        let items = array(reply)?;
-        let state = string_at(&items, 0)?;
-        if state == "rescheduled" {
-            acked::confirmed(acked)?;
-        }
-        Ok(match state.as_str() {
-            "rescheduled" => Rescheduled::Rescheduled {
-                due_ms: int_at(&items, 1)?,
-                at_ms: int_at(&items, 2)?,
-                stream: string_at(&items, 3)?,
-            },
-            "unknown" => Rescheduled::Unknown,
-            other => Rescheduled::NotScheduled(
-                RecordState::parse(other)
-                    .ok_or_else(|| StoreError::Reply(format!("reschedule said {other:?}")))?,
-            ),
-        })
-    }
-
-    /// Moves up to a batch of one shard's due messages into their streams, as the
-    /// leader of `epoch`. Every forward goes through this one function, so the
-    /// Redis Cluster path (claim, XADD, confirm) can replace it in one place.
-    pub async fn forward(
-        &self,
-        shard: u16,
-        epoch: u64,
-        options: &ForwardOptions,
-    ) -> Result<ForwardBatch> {
-        self.forward_at_most(shard, epoch, options, options.batch_size, &[])
-            .await
-    }
-
-    /// [`Store::forward`], moving at most `limit` messages (the global rate limit's
-    /// permits) instead of `options.batch_size`, and at most its budget (permits) to
-    /// each stream in `budgets`, which holds back the rest of its due messages (see
-    /// `streams.max_rate`). Streams not in `budgets` have no limit.
-    pub async fn forward_at_most(
-        &self,
-        shard: u16,
-        epoch: u64,
-        options: &ForwardOptions,
-        limit: usize,
-        budgets: &[(String, usize)],
-    ) -> Result<ForwardBatch> {
-        let k = self.keys.shard(shard);
-        let mut inv = shard_invocation(&self.scripts.forward, &k);
-        inv.arg(epoch)
-            .arg(limit)
-            .arg(self.records_arg(options.retention))
-            .arg(options.id_field.as_deref().unwrap_or(""))
-            .arg(options.attempt_field.as_deref().unwrap_or(""))
-            .arg(&options.dead_letter_suffix)
-            .arg(self.keys.unreadable_stream(shard))
-            .arg(options.default_maxlen)
-            .arg(if self.is_cluster() { "cluster" } else { "" })
-            .arg(budgets.len());
-        for (stream, budget) in budgets {
-            inv.arg(stream).arg(*budget);
-        }
-        for (stream, maxlen) in &options.maxlen {
-            inv.arg(stream).arg(*maxlen);
-        }
-        let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        let items = array(reply)?;
-        let next_due = int_signed_at(&items, 3)?;
-        let lateness = array(items.get(5).cloned().unwrap_or(Value::Nil))?
-            .iter()
-            .map(|v| int(v).map(|n| n.max(0) as u64))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(ForwardBatch {
-            forwarded: int_at(&items, 0)?,
-            expired: int_at(&items, 1)?,
-            dead: int_at(&items, 2)?,
-            next_due_ms: (next_due >= 0).then_some(next_due as u64),
-            now_us: int_at(&items, 4)?
-                .saturating_mul(1000)
-                .saturating_add(int_at(&items, 11)?.min(999)),
-            lateness_ms: lateness,
-            per_stream: stream_counts(items.get(6))?,
-            parked: int_at(&items, 7)?,
-            held_back: items
-                .get(8)
-                .map(text)
-                .transpose()?
-                .filter(|e| !e.is_empty()),
-            newly_held: int_at(&items, 9)?,
-            holding: stream_counts(items.get(10))?,
-        })
-    }
-
-    /// Forgets terminal records of a shard whose retention has passed, looking at about
-    /// `limit` of them (a forward batch's records expire together and are taken whole).
-    pub async fn trim_records(&self, shard: u16, epoch: u64, limit: usize) -> Result<Trimmed> {
-        let k = self.keys.shard(shard);
-        let (forgotten, looked_at): (u64, u64) = self
-            .scripts
-            .trim
-            .key(&k.records)
-            .key(&k.records_by_expiry)
-            .key(&k.fence)
-            .arg(epoch)
-            .arg(limit)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        Ok(Trimmed {
-            forgotten,
-            looked_at,
-        })
-    }
-
-    /// Raises every owned shard's fence to `epoch`, so that an older leader is refused from
-    /// its next script call on. Fails with `Fenced` if a newer leader got there first.
-    pub async fn raise_fences(&self, epoch: u64) -> Result<()> {
-        // All at once: the calls share the connection's pipeline (and go to each
-        // shard's master on a cluster), so a takeover waits one round trip, not one
-        // a shard.
-        let raises = self
-            .owned_in_use()
-            .await?
-            .into_iter()
-            .map(|shard| self.raise_fence(shard, epoch));
-        futures::future::try_join_all(raises).await?;
-        Ok(())
-    }
-
-    /// Raises one shard's fence to `epoch` (see [`Store::raise_fences`]).
-    pub async fn raise_fence(&self, shard: u16, epoch: u64) -> Result<()> {
-        let k = self.keys.shard(shard);
-        let _: u64 = self
-            .scripts
-            .raise_fence
-            .key(&k.fence)
-            .arg(epoch)
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        Ok(())
-    }
-
-    /// Each shard in use and its fence (0: never raised).
-    pub async fn fences(&self) -> Result<Vec<(u16, u64)>> {
-        let shards = self.shards_in_use().await?;
-        let gets = shards.iter().map(|&shard| {
-            let mut get = redis::cmd("GET");
-            get.arg(self.keys.shard(shard).fence);
-            get
-        });
-        let fences: Vec<Option<u64>> = self.query_each(gets.collect()).await?;
-        Ok(shards
-            .into_iter()
-            .zip(fences)
-            .map(|(s, f)| (s, f.unwrap_or(0)))
-            .collect())
-    }
-
-    /// The highest fence over all shards (0 if none was ever raised).
-    pub async fn highest_fence(&self) -> Result<u64> {
-        Ok(self
-            .fences()
-            .await?
-            .into_iter()
-            .map(|(_, f)| f)
-            .max()
-            .unwrap_or(0))
-    }
-
-    /// Sets every shard's fence to `epoch`, downwards too. For operators after an etcd
-    /// cluster was rebuilt from scratch (its revisions, and so epochs, restart low).
-    pub async fn reset_fences(&self, epoch: u64) -> Result<()> {
-        let sets = self.shards_in_use().await?.into_iter().map(|shard| {
-            let mut set = redis::cmd("SET");
-            set.arg(self.keys.shard(shard).fence).arg(epoch);
-            set
-        });
-        let _: Vec<Value> = self.query_each(sets.collect()).await?;
-        Ok(())
-    }
-
-    /// Each of `cmds`' replies, in order: one pipeline on a standalone Redis; on
-    /// Redis Cluster (where a pipeline must stay in one slot) the commands at once,
-    /// each to its own slot's master.
-    async fn query_each<T: redis::FromRedisValue>(&self, cmds: Vec<redis::Cmd>) -> Result<Vec<T>> {
-        if cmds.is_empty() {
-            return Ok(Vec::new());
-        }
-        if !self.is_cluster() {
-            let mut pipe = redis::pipe();
-            for cmd in cmds {
-                pipe.add_command(cmd);
-            }
-            return Ok(pipe.query_async(&mut self.conn.clone()).await?);
-        }
-        let calls = cmds.into_iter().map(|cmd| {
-            let mut conn = self.conn.clone();
-            async move { cmd.query_async::<T>(&mut conn).await }
-        });
-        Ok(futures::future::try_join_all(calls).await?)
-    }
-
-    /// A fresh epoch for an instance that leads without etcd. It exceeds every
-    /// epoch handed out before, so the newest standalone instance fences out older ones,
-    /// and `above` (an epoch this instance held before the master moved: the new
-    /// master may have lost the writes that raised the fences to it).
-    pub async fn next_standalone_epoch(&self, above: u64) -> Result<u64> {
-        let mut conn = self.conn.clone();
-        let floor = self.highest_fence().await?.max(above);
-        let key = self.keys.standalone_epoch();
-        let mut epoch: u64 = conn.incr(&key, 1).await?;
-        if epoch <= floor {
-            epoch = conn.incr(&key, floor + 1 - epoch).await?;
-        }
-        Ok(epoch)
-    }
-
     /// Shards whose earliest message just changed, as the schedule script announces
     /// them. The stream ends when the subscription's connection is lost.
     pub async fn wakeups(&self) -> Result<impl Stream<Item = u16> + use<>> {
@@ -982,19 +504,6 @@ impl Store {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         Ok(self.conn.separate_any(&config).await?)
     }
-}
-
-/// An invocation of `script` with a shard's keys in the order every script that
-/// A script's `{ stream, count, stream, count, ... }` list (absent: empty).
-fn stream_counts(list: Option<&Value>) -> Result<Vec<(String, u64)>> {
-    let items = array(list.cloned().unwrap_or(Value::Nil))?;
-    let mut counts = Vec::with_capacity(items.len() / 2);
-    for pair in items.chunks(2) {
-        if let [stream, count] = pair {
-            counts.push((text(stream)?, int(count)? as u64));
-        }
-    }
-    Ok(counts)
 }
 
 /// changes a shard lists them in its contract: due set, bodies, records, records by
