@@ -18,8 +18,9 @@
 //! fence refuses this one's scripts and the forwarder reports `FENCED`. Any
 //! *answer* from etcd that the lease or the key is gone ends the term.
 //!
-//! Layout: this file is the round loop (`run`, `Node`: grant, campaign, lead,
-//! release); `lease.rs` the lease's timings, local deadline, failsafe rule and
+//! Layout: this file is the round loop (`run`, `Node`: grant, then campaign and
+//! lead); `campaign.rs` the presence and the campaign; `lead.rs` the term and the
+//! lease given back after it; `lease.rs` the lease's timings, local deadline, failsafe rule and
 //! keepalive task; `key.rs` the leader key's check and watch while leading;
 //! `observe.rs` who leads as etcd says, for every node and for `delayq fence show`.
 
@@ -44,8 +45,10 @@ use crate::metrics as m;
 use crate::store::{Held, Store};
 
 mod balance;
+mod campaign;
 mod client;
 mod key;
+mod lead;
 mod lease;
 mod observe;
 mod takeover;
@@ -53,30 +56,11 @@ mod takeover;
 pub use balance::{balance, group_config};
 use client::*;
 use key::*;
+use lead::RESIGN_PAUSE;
 use lease::*;
 use observe::observe_leader;
 pub use observe::{ElectionView, candidates, view};
 pub use takeover::SILENT;
-
-/// How long a node that resigned stays out of the race, so that another takes
-/// over (those already campaigning win within milliseconds).
-const RESIGN_PAUSE: Duration = Duration::from_secs(1);
-/// How often a standby whose campaign has not returned asks etcd who leads. When
-/// the answer is its own key twice running, the campaign is stuck and is sent
-/// again, which returns at once (the key is already first in line). Seen after etcd
-/// members restart: the member serving a campaign can leave it waiting until etcd's
-/// request timeout, seconds after the leader before it resigned.
-const STUCK_CAMPAIGN_CHECK: Duration = Duration::from_millis(100);
-/// How long a node waits for its presence in Redis (see `takeover`) before it
-/// campaigns anyway, if no other node campaigns: a node that cannot reach Redis
-/// may still lead while no standby can reach Redis either.
-const PRESENCE_WAIT: Duration = Duration::from_secs(1);
-/// How often a node whose Redis does not answer, standing aside, looks again
-/// whether another node still campaigns.
-const ASIDE_CHECK: Duration = Duration::from_secs(1);
-/// Bound on each of resign and revoke when a term ends, so shutdown stays fast
-/// even when etcd is gone.
-const RELEASE_TIMEOUT: Duration = Duration::from_secs(1);
 
 // What the election's retries log: one line per condition for the process, the
 // place of a failure its election group (0 in the single-leader mode).
@@ -90,8 +74,6 @@ static NO_LEASE: Complaint = Complaint::across(
     "cannot get a lease from etcd; retrying",
     "etcd grants leases again",
 );
-static CAMPAIGN_FAILED: Complaint =
-    Complaint::across("group", "campaign failed", "campaigning works again");
 
 /// What a node puts in its leader key: who it is and where its API listens.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -323,32 +305,7 @@ async fn switchover_turns(switch: &mut watch::Receiver<Option<String>>, me: &str
     }
 }
 
-/// Longest a leader waits for the other standbys to leave the election before it
-/// hands over to a switchover's node.
-const STAND_ASIDE_WAIT: Duration = Duration::from_secs(2);
-
-impl Node {
-    /// Waits until every candidate but this node and `to` has left the election
-    /// (each standby does once it reads the switchover key), at most
-    /// [`STAND_ASIDE_WAIT`]: `to`, the one candidate left, then leads next.
-    async fn others_stood_aside(&self, to: &str) {
-        let prefix = format!("{}/", self.config.election_prefix);
-        let deadline = Instant::now() + STAND_ASIDE_WAIT;
-        loop {
-            let read = observe::campaigners(&self.client, &self.config, &prefix, None).await;
-            let only_us = read.is_ok_and(|r| {
-                r.kvs().iter().all(|kv| {
-                    let node = LeaderValue::parse(kv.value()).node_id;
-                    node == self.me.node_id || node == to
-                })
-            });
-            if only_us || Instant::now() >= deadline {
-                return;
-            }
-            tokio::time::sleep(SWITCHOVER_EVERY / 2).await;
-        }
-    }
-}
+impl Node {}
 
 /// Whether a switchover names a node other than `me`.
 fn handing_to_other(target: &Option<String>, me: &str) -> bool {
@@ -466,338 +423,6 @@ impl Node {
             // A node fenced again right after each win (an etcd cluster rebuilt
             // under an old fence) backs off further each time.
             _ => Next::Again(self.backoff.next_delay()),
-        }
-    }
-
-    /// Holds this node's presence for `lease` in Redis before it campaigns with it,
-    /// so that no standby ever finds a leader without one; waits at most
-    /// [`PRESENCE_WAIT`]. Err when cancelled.
-    async fn announce(&mut self, lease: i64) -> Result<(), ()> {
-        self.want.send_replace(Some(lease));
-        if self.presence_within(lease, PRESENCE_WAIT).await? {
-            return Ok(());
-        }
-        // Redis does not serve this node: it stays out of the race while another
-        // node campaigns (one that reaches Redis, or that gave up waiting first),
-        // so it never wins a group it cannot serve; alone, it campaigns anyway.
-        let mut said = false;
-        loop {
-            let others = self.other_campaigners().await;
-            if others == 0 {
-                tracing::warn!(
-                    "no presence in Redis yet (Redis does not answer); no other node campaigns, so campaigning anyway, and a standby that reaches Redis may end this lease"
-                );
-                return Ok(());
-            }
-            if !said {
-                tracing::warn!(
-                    others,
-                    "no presence in Redis (Redis does not answer this node); standing aside while other nodes campaign"
-                );
-                said = true;
-            }
-            if self.presence_within(lease, ASIDE_CHECK).await? {
-                tracing::info!("presence in Redis held: campaigning");
-                return Ok(());
-            }
-        }
-    }
-
-    /// Whether this node's presence for `lease` is held within `wait`; Err when
-    /// cancelled.
-    async fn presence_within(&mut self, lease: i64, wait: Duration) -> Result<bool, ()> {
-        tokio::select! {
-            _ = self.cancel.cancelled() => Err(()),
-            r = tokio::time::timeout(
-                wait,
-                self.held.wait_for(|h| h.is_some_and(|h| h.lease == lease)),
-            ) => Ok(r.is_ok_and(|r| r.is_ok())),
-        }
-    }
-
-    /// How many other nodes campaign in this election now (an unreadable etcd
-    /// counts as none: the campaign then fails or waits on its own).
-    async fn other_campaigners(&self) -> usize {
-        let prefix = format!("{}/", self.config.election_prefix);
-        match observe::campaigners(&self.client, &self.config, &prefix, None).await {
-            Ok(read) => read
-                .kvs()
-                .iter()
-                .filter(|kv| LeaderValue::parse(kv.value()).node_id != self.me.node_id)
-                .count(),
-            Err(_) => 0,
-        }
-    }
-
-    /// Where this node's election failures count (`Complaint::failed_on`): its
-    /// election group.
-    fn place(&self) -> u64 {
-        self.elector.group.map_or(0, u64::from)
-    }
-
-    /// Campaigns until this node leads; the lease stays alive meanwhile.
-    async fn campaign(&mut self, lease: &mut Lease) -> Result<LeaderKey, Next> {
-        let mut retry = Backoff::new(Duration::from_millis(50), Duration::from_secs(2));
-        let me = self.me.node_id.clone();
-        let mut switch = self.switchover.clone();
-        loop {
-            let mut election = self.client.election_client();
-            let attempt = election.campaign(
-                self.config.election_prefix.clone(),
-                self.value.clone(),
-                lease.id,
-            );
-            tokio::pin!(attempt);
-            let sent = Instant::now();
-            let mut check = tokio::time::interval(STUCK_CAMPAIGN_CHECK);
-            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            let mut named_leader = 0;
-            let failure = loop {
-                tokio::select! {
-                    _ = self.cancel.cancelled() => return Err(Next::Stop),
-                    state = lease.changed() => if state.contact == Contact::Gone {
-                        tracing::info!("lease expired while standing by; campaigning again with a new one");
-                        return Err(Next::Again(Duration::ZERO));
-                    },
-                    Some(request) = self.elector.requests.recv() => {
-                        tracing::debug!(?request, "not leading; step-down request ignored");
-                    }
-                    _ = switchover_turns(&mut switch, &me, true) => {
-                        return Err(Next::Again(Duration::ZERO));
-                    }
-                    result = &mut attempt => match result {
-                        Ok(mut resp) => match resp.take_leader() {
-                            Some(key) => {
-                                if let Some(said) = CAMPAIGN_FAILED.recovered_on(self.place()) {
-                                    tracing::info!("{said}");
-                                }
-                                return Ok(key);
-                            }
-                            None => break Some(anyhow!("etcd answered the campaign without a leader key")),
-                        },
-                        Err(e) => break Some(anyhow::Error::from(e)),
-                    },
-                    _ = check.tick() => {
-                        // A campaign that stands waits for the leader before it: etcd took it.
-                        if sent.elapsed() > Duration::from_secs(1)
-                            && let Some(said) = CAMPAIGN_FAILED.recovered_on(self.place())
-                        {
-                            tracing::info!("{said}");
-                        }
-                        if self.etcd_names_leader(lease.id).await {
-                            named_leader += 1;
-                        } else {
-                            named_leader = 0;
-                        }
-                        if named_leader >= 2 {
-                            break None;
-                        }
-                    }
-                }
-            };
-            let Some(failure) = failure else {
-                tracing::info!(
-                    "etcd names this node leader but its campaign has not returned; campaigning again at once"
-                );
-                continue;
-            };
-            // A campaign that stood a while before failing (its etcd member went away,
-            // or etcd timed it out when the leader resigned) is no failure streak: the
-            // next one goes out after the first, short delay, not a grown one.
-            if sent.elapsed() > Duration::from_secs(1) {
-                retry.reset();
-            }
-            let delay = retry.next_delay();
-            if let Some(said) = CAMPAIGN_FAILED.failed_on(self.place()) {
-                tracing::warn!(error = %explain(&self.config, failure.as_ref()), retry_in = ?delay, "{said}");
-            }
-            tokio::select! {
-                _ = self.cancel.cancelled() => return Err(Next::Stop),
-                _ = tokio::time::sleep(delay) => {}
-            }
-        }
-    }
-
-    /// Whether etcd's current leader key is this node's (made with `lease_id`);
-    /// false when etcd does not answer soon.
-    async fn etcd_names_leader(&self, lease_id: i64) -> bool {
-        let mut election = self.client.election_client();
-        let asked = tokio::time::timeout(
-            STUCK_CAMPAIGN_CHECK * 5,
-            election.leader(self.config.election_prefix.clone()),
-        )
-        .await;
-        matches!(asked, Ok(Ok(resp)) if resp.kv().is_some_and(|kv| kv.lease() == lease_id))
-    }
-
-    /// Leads until the term ends, and says why it ended. The role is `Follower`
-    /// again when this returns.
-    async fn lead(&mut self, lease: &mut Lease, epoch: u64, watch: &mut KeyWatch) -> TermEnd {
-        let failsafe = self.config.failsafe;
-        let state = lease.state();
-        if state.contact == Contact::Gone {
-            return TermEnd::LeaseGone;
-        }
-        if Instant::now() >= state.deadline
-            && at_deadline(state.contact, failsafe) == AtDeadline::StepDown
-        {
-            return TermEnd::Deadline;
-        }
-        self.elector.set(
-            Role::Leader(Term {
-                epoch,
-                since: SystemTime::now(),
-            }),
-            "won the etcd election",
-        );
-        self.publish_lease(state.deadline, epoch, lease.id);
-        let me = self.me.node_id.clone();
-        let mut switch = self.switchover.clone();
-        // Asked of Redis, not of the follower's last read: a leader with no other
-        // standby to wait for resigns at once, and this node may win before its
-        // follower has read the key. Left in place, the key would keep the other
-        // standbys out of the election until it expires.
-        // In the background: a Redis that does not answer (a cluster connection
-        // learning a new topology) must not keep this term from watching its
-        // lease and key, or a node that lost the group would go on claiming it.
-        let (store, node, within) = (self.store.clone(), me.clone(), self.config.connect_timeout);
-        tokio::spawn(async move {
-            match tokio::time::timeout(within, store.clear_switchover(&node)).await {
-                Ok(Ok(true)) => tracing::info!(epoch, "switchover done: this node leads"),
-                Ok(Ok(false)) => {}
-                Ok(Err(e)) => {
-                    tracing::warn!(error = %e, "cannot clear the switchover key; it expires by itself")
-                }
-                Err(_) => tracing::warn!(
-                    "cannot clear the switchover key (Redis did not answer in time); it expires by itself"
-                ),
-            }
-        });
-
-        // Past the deadline under failsafe: the deadline timer is off until a
-        // renewal moves the deadline again.
-        let mut beyond_deadline = false;
-        let mut told_unreachable = false;
-        let end = loop {
-            let deadline = lease.state().deadline;
-            tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => break TermEnd::Shutdown,
-                Some(request) = self.elector.requests.recv() => match request {
-                    StepDown::Fenced { epoch: caller, held } if caller == epoch => break TermEnd::Fenced { held },
-                    StepDown::Resign => break TermEnd::Resigned,
-                    StepDown::MasterMoved { epoch: caller } if caller == epoch => break TermEnd::MasterMoved,
-                    other => tracing::debug!(?other, "step-down request from an earlier term ignored"),
-                },
-                state = lease.changed() => match state.contact {
-                    Contact::Gone => break TermEnd::LeaseGone,
-                    Contact::Renewed => {
-                        if beyond_deadline {
-                            tracing::info!(epoch, "etcd answers again and the lease holds; leading under its deadline again");
-                        }
-                        beyond_deadline = false;
-                        told_unreachable = false;
-                        self.publish_lease(state.deadline, epoch, lease.id);
-                    }
-                    Contact::Unreachable => if !told_unreachable {
-                        told_unreachable = true;
-                        tracing::warn!(epoch, failsafe, left = ?state.deadline.saturating_duration_since(Instant::now()),
-                            "etcd does not answer lease renewals; leading until the lease deadline{}",
-                            if failsafe { ", and beyond it while etcd stays unreachable (failsafe)" } else { "" });
-                    },
-                },
-                _ = tokio::time::sleep_until(deadline), if !beyond_deadline => {
-                    match at_deadline(lease.state().contact, failsafe) {
-                        AtDeadline::StepDown => break TermEnd::Deadline,
-                        AtDeadline::KeepLeading => {
-                            beyond_deadline = true;
-                            tracing::warn!(epoch, "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence");
-                            self.publish_lease(deadline, epoch, lease.id);
-                        }
-                    }
-                }
-                () = watch.deleted() => break TermEnd::KeyDeleted,
-                _ = switchover_turns(&mut switch, &me, true) => {
-                    let to = switch.borrow().clone().unwrap_or_default();
-                    self.others_stood_aside(&to).await;
-                    break TermEnd::Switchover;
-                }
-            }
-        };
-        self.elector.end(end.kind(), &end.reason());
-        let me = self.me.node_id.clone();
-        self.elector.info.send_modify(|i| {
-            i.lease_deadline = None;
-            if i.node_id.as_deref() == Some(me.as_str()) {
-                i.node_id = None;
-                i.address = None;
-                i.epoch = None;
-                i.lease = None;
-            }
-        });
-        metrics::gauge!(m::LEASE_REMAINING).set(0.0);
-        if let TermEnd::Fenced { held } = end {
-            // The term said it, once for every group fenced with it (`Term::fenced`).
-            metrics::counter!(m::FENCED).increment(1);
-            tracing::debug!(epoch, held, "fenced out: the term is over");
-        }
-        end
-    }
-
-    /// Shows the lease time left on `/v1/leader` and in metrics (zero once the
-    /// deadline has passed, under failsafe).
-    fn publish_lease(&self, deadline: Instant, epoch: u64, lease: i64) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        metrics::gauge!(m::LEASE_REMAINING).set(left.as_secs_f64());
-        let me = self.me.clone();
-        self.elector.info.send_modify(|i| {
-            i.node_id = Some(me.node_id);
-            i.address = Some(me.address);
-            i.epoch = Some(epoch);
-            i.lease = Some(lease);
-            i.lease_deadline = Some(deadline);
-        });
-    }
-
-    /// Resigns (a standby takes over within milliseconds) and revokes the lease,
-    /// each bounded so that shutdown stays fast when etcd is gone.
-    async fn release(&self, lease: Lease, key: Option<LeaderKey>) {
-        let gone = lease.state().contact == Contact::Gone;
-        let id = lease.id;
-        drop(lease);
-        if gone {
-            return;
-        }
-        if let Some(key) = key {
-            let asked = Instant::now();
-            let election = self.client.election_client();
-            let resigned = call(RELEASE_TIMEOUT, || {
-                let mut c = election.clone();
-                let key = key.clone();
-                async move { c.resign(Some(ResignOptions::new().with_leader(key))).await }
-            })
-            .await;
-            match resigned {
-                Ok(_) => {
-                    tracing::debug!(took = ?asked.elapsed(), "resigned: the leader key is deleted")
-                }
-                Err(e) => tracing::warn!(
-                    error = %explain(&self.config, e.as_ref()),
-                    "cannot resign; the lease will expire instead"
-                ),
-            }
-        }
-        let lease_client = self.client.lease_client();
-        let revoked = call(RELEASE_TIMEOUT, || {
-            let mut c = lease_client.clone();
-            async move { c.revoke(id).await }
-        })
-        .await;
-        if let Err(e) = revoked {
-            tracing::debug!(
-                error = %readable(e.as_ref()),
-                "cannot revoke the lease; it will expire"
-            );
         }
     }
 }
