@@ -1,0 +1,131 @@
+//! Every stream delayq writes to, with its pending messages, rate, dead letters and
+//! consumer groups, as the dashboard's Streams page shows them.
+
+use super::*;
+
+/// Every target stream delayq knows of.
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct StreamTable {
+    streams: Vec<StreamView>,
+    /// False when the last count stopped early on a very large backlog (or there
+    /// is none yet).
+    exact: bool,
+    /// When the leader last counted the pending messages per stream (it does every
+    /// 2 to 30 s, by the backlog; Redis's clock, epoch ms); null before its first
+    /// count. Held, paused, delivered, dead letters and groups are read live.
+    #[schema(required)]
+    counted_at_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct StreamView {
+    stream: String,
+    /// Scheduled and not yet forwarded, held ones included, as last counted.
+    pending: u64,
+    /// Of those, due within the hour after the count.
+    due_next_hour: u64,
+    /// Due, waiting for the stream's rate limit or its pause.
+    held: u64,
+    paused: bool,
+    /// Over the last minute of samples.
+    delivered_per_s: f64,
+    /// Entries in its dead-letter stream.
+    dead: u64,
+    dead_letter_stream: String,
+    groups: Vec<GroupView>,
+}
+
+#[derive(Clone, Debug, Serialize, ToSchema)]
+pub struct GroupView {
+    name: String,
+    /// Entries the group has not been given yet; null when Redis cannot tell.
+    #[schema(required)]
+    lag: Option<u64>,
+    /// Given and not acknowledged.
+    pending: u64,
+}
+
+/// Per target stream: pending, due within the hour, held, paused, delivered/s, dead letters, consumer groups
+#[utoipa::path(get, path = "/v1/streams", operation_id = "streams",
+    responses(
+        (status = 200, description = "the streams", body = StreamTable),
+        (status = 503, description = "Redis unavailable", body = ErrorBody),
+    ),
+    security(("bearer" = [])))]
+pub async fn streams(State(state): State<AppState>) -> Result<Json<StreamTable>, ApiError> {
+    let mut cached = state.board.streams.lock().await;
+    if let Some((at, t)) = cached.as_ref()
+        && at.elapsed() < STREAMS_TTL
+    {
+        return Ok(Json(t.as_ref().clone()));
+    }
+    let fresh = Arc::new(compute_streams(&state).await?);
+    *cached = Some((Instant::now(), fresh.clone()));
+    Ok(Json(fresh.as_ref().clone()))
+}
+
+pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
+    let store = &state.store;
+    let config = state.current_config();
+    let (counts, held, paused, samples) = tokio::try_join!(
+        store.stream_counts(),
+        store.held(),
+        store.paused(),
+        store.samples(),
+    )?;
+    let counted_at_ms = counts.as_ref().map(|c| c.at_ms);
+    let exact = counts.as_ref().is_some_and(|c| c.exact);
+    let counts = counts.map(|c| c.streams).unwrap_or_default();
+    let recent = parse_samples(&samples, now_ms().saturating_sub(60_000));
+    let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
+    for s in &recent {
+        for (stream, n) in &s.streams {
+            *delivered.entry(stream.clone()).or_default() += n;
+        }
+    }
+    let mut names: BTreeSet<String> = BTreeSet::new();
+    names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
+    names.extend(held.per_stream.keys().cloned());
+    names.extend(paused.iter().cloned());
+    names.extend(delivered.keys().cloned());
+    names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
+    names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
+    let mut names: Vec<String> = names.into_iter().collect();
+    names.sort_by_key(|s| std::cmp::Reverse(counts.get(s).map_or(0, |c| c.0)));
+    names.truncate(MAX_STREAMS);
+    names.sort();
+    let dead_names: Vec<String> = names.iter().map(|s| config.dead_letter_stream(s)).collect();
+    let dead = store.stream_lengths(&dead_names).await?;
+    let groups = futures::future::try_join_all(names.iter().map(|s| store.groups_of(s))).await?;
+    let streams = names
+        .into_iter()
+        .zip(dead_names)
+        .zip(dead)
+        .zip(groups)
+        .map(
+            |(((stream, dead_letter_stream), dead), groups)| StreamView {
+                pending: counts.get(&stream).map_or(0, |c| c.0),
+                due_next_hour: counts.get(&stream).map_or(0, |c| c.1),
+                held: held.per_stream.get(&stream).copied().unwrap_or(0),
+                paused: paused.contains(&stream),
+                delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
+                dead,
+                dead_letter_stream,
+                groups: groups
+                    .into_iter()
+                    .map(|g| GroupView {
+                        name: g.name,
+                        lag: g.lag,
+                        pending: g.pending,
+                    })
+                    .collect(),
+                stream,
+            },
+        )
+        .collect();
+    Ok(StreamTable {
+        streams,
+        exact,
+        counted_at_ms,
+    })
+}
