@@ -8,10 +8,15 @@
 //! delivered, lost and duplicated, and the worst lateness. Exit status 1 when
 //! anything was lost or duplicated or a takeover did not happen.
 
+mod args;
 mod load;
 mod probe;
 mod report;
+mod round;
 mod target;
+
+pub use args::DrillArgs;
+use round::run_round;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -87,118 +92,6 @@ impl Scenario {
             Scenario::RedisFailover => "redis-failover",
         }
     }
-}
-
-#[derive(Args, Debug)]
-pub struct DrillArgs {
-    /// Scenarios, comma-separated. Default: every one the target can run.
-    #[arg(long, value_enum, value_delimiter = ',')]
-    scenarios: Vec<Scenario>,
-    /// Rounds per scenario.
-    #[arg(long, default_value_t = 3)]
-    rounds: u32,
-    /// Messages pushed per second, all through the run.
-    #[arg(long, default_value_t = 100)]
-    rate: u32,
-    /// How far ahead each message is due.
-    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
-    delay: Duration,
-    /// Load before the first scenario (the "steady" row: lateness without faults;
-    /// it counts the messages due within it, so make it longer than --delay).
-    #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
-    steady: Duration,
-    /// Steady load after each round, before the next one: each round's effects
-    /// land in its own scenario, and switchovers do not follow each other faster
-    /// than the election's resign pause.
-    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
-    gap: Duration,
-    /// How long an etcd member stays down in the etcd scenario.
-    #[arg(long, default_value = "4s", value_parser = crate::message::parse_duration)]
-    hold: Duration,
-    /// Give up on a takeover (or on the cluster settling) after this long.
-    /// Default: 5 × lease TTL + 5s for a local cluster, 30s otherwise.
-    #[arg(long, value_parser = crate::message::parse_duration)]
-    takeover_timeout: Option<Duration>,
-    /// Print the report as JSON on stdout.
-    #[arg(long)]
-    json: bool,
-    /// Bearer token for the nodes' API, when they have api.tokens set.
-    #[arg(long, env = "DELAYQ_TOKEN", hide_env_values = true)]
-    token: Option<String>,
-
-    /// Local cluster: delayq processes to start.
-    #[arg(long, default_value_t = 3)]
-    nodes: usize,
-    /// Local cluster: etcd.lease_ttl of the nodes (whole seconds, at least 2s).
-    #[arg(long, default_value = "2s", value_parser = crate::message::parse_duration)]
-    lease_ttl: Duration,
-    /// Local cluster: redis.shards of the nodes.
-    #[arg(long, default_value_t = 4)]
-    shards: u16,
-    /// Local cluster: run the nodes on a Redis Cluster of three masters and three
-    /// replicas (redis.mode = "cluster") instead of one redis-server; every
-    /// scenario but redis-cut (the nodes reach every master directly).
-    #[arg(long)]
-    redis_cluster: bool,
-    /// Local cluster: run the nodes on a Redis master with two replicas behind
-    /// three Sentinels (redis.sentinel, redis.min_replicas_acked = 1) instead of
-    /// one redis-server; adds the redis-failover scenario, drops redis-cut.
-    #[arg(long, conflicts_with = "redis_cluster")]
-    redis_sentinel: bool,
-
-    /// Existing cluster: a node as NAME=API_URL (repeat for each); NAME is what
-    /// {node} stands for in the commands. Without --node the drill starts its own.
-    #[arg(long = "node", value_name = "NAME=URL")]
-    node: Vec<String>,
-    /// Existing cluster: the Redis the nodes use (the drill reads the target stream).
-    #[arg(long, conflicts_with = "config")]
-    redis_url: Option<String>,
-    /// Existing cluster: a delayq configuration file to reach Redis as the nodes do
-    /// (TLS, an ACL user and its password file, Sentinel), instead of --redis-url.
-    #[arg(long)]
-    config: Option<std::path::PathBuf>,
-    /// Existing cluster: SIGKILL a node, e.g. "docker kill {node}" or
-    /// "systemctl kill -s SIGKILL delayq@{node}".
-    #[arg(long)]
-    kill_cmd: Option<String>,
-    /// Existing cluster: stop a node gracefully, e.g. "docker stop -t 20 {node}".
-    #[arg(long)]
-    term_cmd: Option<String>,
-    /// Existing cluster: start a node again, e.g. "docker start {node}".
-    #[arg(long)]
-    start_cmd: Option<String>,
-    /// Existing cluster: freeze a node, e.g. "docker pause {node}".
-    #[arg(long)]
-    pause_cmd: Option<String>,
-    /// Existing cluster: unfreeze a node, e.g. "docker unpause {node}".
-    #[arg(long)]
-    resume_cmd: Option<String>,
-    /// Existing cluster: cut a node off from Redis (etcd still in reach), e.g.
-    /// "docker network disconnect redis-net {node}".
-    #[arg(long)]
-    redis_cut_cmd: Option<String>,
-    /// Existing cluster: undo the cut, e.g. "docker network connect redis-net {node}".
-    #[arg(long)]
-    redis_restore_cmd: Option<String>,
-    /// Existing cluster: an etcd member's name, for {member} (repeat for each).
-    #[arg(long = "etcd-member", value_name = "NAME")]
-    etcd_member: Vec<String>,
-    /// Existing cluster: kill an etcd member, e.g. "docker kill {member}".
-    #[arg(long)]
-    etcd_kill_cmd: Option<String>,
-    /// Existing cluster: start an etcd member again, e.g. "docker start {member}".
-    #[arg(long)]
-    etcd_start_cmd: Option<String>,
-    /// Target stream (must be allowed by streams.allow). Default: drill-<run id>,
-    /// deleted when the drill ends (unless --keep-stream); a stream given here is kept.
-    #[arg(long)]
-    stream: Option<String>,
-    /// Keep the drill's own stream (drill-<run id>) when it ends, to look at it.
-    #[arg(long)]
-    keep_stream: bool,
-    /// The field carrying the message id in forwarded entries (forwarder.id_field).
-    #[arg(long, default_value = "delayq-id")]
-    id_field: String,
 }
 
 /// Exit status: 0 all good, 1 something was lost or duplicated or a round
@@ -575,113 +468,6 @@ struct Round {
     timeout: Duration,
     /// How long an etcd member stays down.
     hold: Duration,
-}
-
-/// Runs one round: waits for one leader, injects the fault, measures the
-/// takeover, undoes the fault and waits for the cluster to settle.
-async fn run_round(
-    target: &mut Target,
-    http: &reqwest::Client,
-    traffic: &Arc<Traffic>,
-    (store, stream): (&crate::store::Store, &str),
-    round: Round,
-) -> anyhow::Result<RoundResult> {
-    let Round {
-        scenario,
-        index: round,
-        timeout,
-        hold,
-    } = round;
-    let nodes = target.nodes();
-    let (leader, epoch) = wait_single_leader(http, &nodes, timeout).await?;
-    let fault = scenario.fault();
-    let (victim, measured) = match scenario {
-        Scenario::Etcd => {
-            let members = target.etcd_members();
-            let member = round % members.len();
-            let started = Instant::now();
-            let (injected, watched) = tokio::join!(
-                target.inject(fault, member),
-                watch_leadership(http, &nodes, epoch, hold)
-            );
-            injected?;
-            let (gap, changed) = watched;
-            let left = hold.saturating_sub(started.elapsed());
-            tokio::time::sleep(left).await;
-            (member, (Some(gap), changed))
-        }
-        Scenario::Switchover => {
-            let url = format!("{}/v1/admin/resign", nodes[leader].url);
-            let started = Instant::now();
-            let resign = async {
-                let resp = http
-                    .post(&url)
-                    .timeout(Duration::from_secs(10))
-                    .send()
-                    .await?;
-                let status = resp.status();
-                if !status.is_success() {
-                    bail!("{url}: {status} {}", resp.text().await.unwrap_or_default());
-                }
-                Ok(())
-            };
-            let (resigned, took) =
-                tokio::join!(resign, wait_takeover(http, &nodes, leader, epoch, timeout));
-            resigned?;
-            (
-                leader,
-                (took.map(|t| t.duration_since(started)), took.is_some()),
-            )
-        }
-        Scenario::RedisFailover => {
-            // Nobody is down: the leader follows the new master, or a standby
-            // takes over; either way forwarding resumes there.
-            let resumed = redis_failover(store, stream, timeout).await?;
-            (leader, (resumed, false))
-        }
-        _ => {
-            traffic.set_up(leader, false);
-            let started = Instant::now();
-            let (injected, took) = tokio::join!(
-                target.inject(fault, leader),
-                wait_takeover(http, &nodes, leader, epoch, timeout)
-            );
-            injected?;
-            let takeover = took.map(|t| t.duration_since(started));
-            (leader, (takeover, takeover.is_some()))
-        }
-    };
-    let (takeover, leader_changed) = measured;
-    target.restore(fault, victim, timeout).await?;
-    if scenario == Scenario::RedisFailover {
-        // Sentinel makes the old master a replica at its next look at it (in
-        // sync about 15 s after the switch here): longer than a takeover may take.
-        redis_settled(store, timeout.max(Duration::from_secs(60))).await?;
-    }
-    if matches!(
-        fault,
-        Fault::Kill | Fault::Term | Fault::Pause | Fault::RedisCut
-    ) {
-        traffic.set_up(victim, true);
-    }
-    settle(http, &nodes, traffic, timeout).await?;
-    let leader_changed = if scenario == Scenario::RedisFailover {
-        wait_single_leader(http, &nodes, timeout).await?.1 != epoch
-    } else {
-        leader_changed
-    };
-    let problem = takeover.is_none().then(|| match scenario {
-        Scenario::RedisFailover => format!(
-            "nothing written on the new Redis master within {}",
-            ms(timeout)
-        ),
-        _ => format!("no new leader within {}", ms(timeout)),
-    });
-    Ok(RoundResult {
-        takeover,
-        leader_changed,
-        problem,
-    })
 }
 
 #[cfg(test)]

@@ -1,0 +1,104 @@
+//! The bench's command line: which scenarios run, their sizes and rates, and the
+//! systems measured beside delayq.
+
+use super::*;
+
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Which set of scenarios and sizes; the options below override its choices.
+    #[arg(long, value_enum, default_value = "quick")]
+    pub suite: Suite,
+    /// Burst sizes (messages due at one instant), comma-separated; 0 skips.
+    #[arg(long, value_delimiter = ',')]
+    pub burst: Option<Vec<u64>>,
+    /// Spread rates (msg/s), comma-separated; with --search, the ladder climbed
+    /// until p99 lateness reaches 10 ms.
+    #[arg(long = "rate", value_delimiter = ',')]
+    pub rates: Option<Vec<u64>>,
+    /// Climb the rates until one is not on time (instead of running each).
+    #[arg(long)]
+    pub search: Option<bool>,
+    /// How long each spread sends.
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    pub duration: Option<Duration>,
+    /// Far-future messages pending during the backlog scenario (0 skips it).
+    #[arg(long)]
+    pub backlog: Option<u64>,
+    /// Messages in each ingest scenario (HTTP, batch HTTP, inbox); 0 skips them.
+    #[arg(long)]
+    pub ingest: Option<u64>,
+    /// Overdue messages in the catch-up scenario (0 skips it): drained at
+    /// --catchup-limit while 1000 msg/s of live traffic go to another stream.
+    #[arg(long)]
+    pub catchup: Option<u64>,
+    /// The catch-up stream's streams.max_rate (msg/s).
+    #[arg(long)]
+    pub catchup_limit: Option<u64>,
+    /// Runs of every scenario.
+    #[arg(long)]
+    pub repeat: Option<u32>,
+    /// Leaders of the per-shard burst (`election.mode = "per_shard"`, one election
+    /// group each, needs etcd), comma-separated: the first burst size drained by
+    /// each count of leaders; 0 skips.
+    #[arg(long, value_delimiter = ',')]
+    pub leaders: Option<Vec<u32>>,
+    /// Messages of each Redis Cluster burst (a 3-master cluster against a
+    /// standalone Redis, both started for it; 1 and 8 streams, 1 and 3 leaders);
+    /// 0 skips.
+    #[arg(long)]
+    pub cluster: Option<u64>,
+    /// Skip the BullMQ peer.
+    #[arg(long)]
+    pub no_peer: bool,
+    /// Skip the ceiling (Lua loop and redis-benchmark).
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// How the leader is stopped in the failover scenario, comma-separated.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub failover: Option<Vec<failover::Stop>>,
+    /// Skip failover under load (needs etcd).
+    #[arg(long)]
+    pub no_failover: bool,
+    /// Rounds of each failover (the leader stopped, started again as the standby,
+    /// the new leader stopped in turn); default by suite: SIGTERM 50, SIGKILL 20,
+    /// pause and redis-cut 5 in the full suite.
+    #[arg(long)]
+    pub failover_rounds: Option<u32>,
+    /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
+    #[arg(long, value_parser = crate::message::parse_duration)]
+    pub lease_ttl: Option<Duration>,
+    /// Payload bytes per message.
+    #[arg(long, default_value_t = 100)]
+    pub payload: usize,
+    /// Shards (redis.shards).
+    #[arg(long, default_value_t = 16)]
+    pub shards: u16,
+    /// Messages per forward call (forwarder.batch_size), also the ceiling's batch.
+    #[arg(long, default_value_t = 200)]
+    pub batch_size: usize,
+    /// Use this Redis instead of starting one. It is FLUSHALLed between scenarios.
+    #[arg(long)]
+    pub redis_url: Option<String>,
+    /// The delayq binary to run as the daemon under test (default: this one).
+    #[arg(long)]
+    pub delayq_bin: Option<PathBuf>,
+    /// Journal every daemon's messages into this MySQL / MariaDB (`[journal] url`,
+    /// password included), emptied with Redis between scenarios: the ingest rows
+    /// then include the journal's cost.
+    #[arg(long)]
+    pub journal_url: Option<String>,
+    /// Where the peer's package.json and script are.
+    #[arg(long, default_value = "bench/peer")]
+    pub peer_dir: PathBuf,
+    /// Dashboards open on the daemon under test during the burst and spread
+    /// scenarios: each asks for the overview, the nodes, the history and the
+    /// stream table every 2 s, as the page does (0: none).
+    #[arg(long, default_value_t = 0)]
+    pub dashboards: usize,
+    /// Write results.json and results.md here.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Print JSON instead of Markdown.
+    #[arg(long)]
+    pub json: bool,
+}
