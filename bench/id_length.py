@@ -53,8 +53,8 @@ def main():
         sys.exit(__doc__)
     per_call = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 20
-    prelude, schedule = (open(os.path.join(sc.LUA, n)).read()
-                         for n in ("prelude.lua", "schedule_batch.lua"))
+    prelude = sc.prelude_text()
+    schedule = open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
 
     def work(r):
         sc.load_library(r, "id_length", prelude, {"push": schedule})

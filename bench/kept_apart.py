@@ -48,7 +48,7 @@ def used_memory(r):
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    prelude = open(os.path.join(sc.LUA, "prelude.lua")).read()
+    prelude = sc.prelude_text()
     schedule = open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
 
     def run(r):

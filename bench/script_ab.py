@@ -45,13 +45,23 @@ def ulid(ms, rand):
 
 def scripts(revision):
     """(prelude, schedule_batch.lua) of `revision`, or of the working tree for None."""
-    names = ("prelude.lua", "schedule_batch.lua")
     if revision is None:
-        return tuple(open(os.path.join(sc.LUA, n)).read() for n in names)
-    return tuple(
-        subprocess.run(["git", "-C", sc.ROOT, "show", "%s:src/store/lua/%s" % (revision, n)],
-                       check=True, capture_output=True, text=True).stdout
-        for n in names)
+        return sc.prelude_text(), open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
+
+    def show(path):
+        return subprocess.run(["git", "-C", sc.ROOT, "show", "%s:%s" % (revision, path)],
+                              check=True, capture_output=True, text=True).stdout
+
+    # A revision keeps its prelude in one file, or (later) in parts joined by name.
+    parts = subprocess.run(["git", "-C", sc.ROOT, "ls-tree", "--name-only",
+                            "%s:src/store/lua/prelude" % revision],
+                           capture_output=True, text=True)
+    if parts.returncode == 0:
+        prelude = "\n".join(show("src/store/lua/prelude/" + n)
+                            for n in sorted(parts.stdout.split()) if n.endswith(".lua"))
+    else:
+        prelude = show("src/store/lua/prelude.lua")
+    return prelude, show("src/store/lua/schedule_batch.lua")
 
 
 def calls(tag, order, per_call, shards, ms, serial):

@@ -48,6 +48,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LUA = os.path.join(ROOT, "src", "store", "lua")
 
 
+def prelude_text(lua=None):
+    """The prelude as the daemon joins it: the parts of src/store/lua/prelude/ in
+    their names' order."""
+    folder = os.path.join(lua or LUA, "prelude")
+    return "\n".join(open(os.path.join(folder, n)).read() for n in sorted(os.listdir(folder))
+                     if n.endswith(".lua"))
+
+
 def encode(*args):
     out = [b"*%d\r\n" % len(args)]
     for a in args:
@@ -144,7 +152,7 @@ def with_redis(work):
 
 def main():
     calls = int(sys.argv[1]) if len(sys.argv) > 1 else 5000
-    prelude = open(os.path.join(LUA, "prelude.lua")).read()
+    prelude = prelude_text()
     schedule = open(os.path.join(LUA, "schedule_batch.lua")).read()
     with_redis(lambda r: run(r, calls, prelude, schedule))
 

@@ -306,7 +306,7 @@ mod tests {
     /// reads, in the same order after the format.
     #[test]
     fn the_prelude_schema_is_this_codec_order() {
-        let prelude = include_str!("../store/lua/prelude.lua");
+        let prelude = include_str!("../store/lua/prelude/20-body.lua");
         let schema = &prelude[prelude.find("local function body_fields(b)").unwrap()..];
         let schema = &schema[..schema.find("\nend").unwrap()];
         let mut named: Vec<(usize, &str)> = schema

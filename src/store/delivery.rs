@@ -103,7 +103,7 @@ pub enum Replayed {
     Foreign,
 }
 
-/// Splits an entry's fields as the scripts do (`split_own_fields` in prelude.lua):
+/// Splits an entry's fields as the scripts do (`split_own_fields` in `lua/prelude/20-body.lua`):
 /// trailing pairs named in `own`, each name once, are delayq's.
 pub fn split_own_fields(mut fields: Fields, own: &[&str]) -> (Fields, Fields) {
     let mut appended = Vec::new();

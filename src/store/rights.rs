@@ -205,8 +205,12 @@ mod tests {
             .chain(["TIME".to_owned()])
             .collect();
         let mut seen = 0;
-        for file in std::fs::read_dir(dir).unwrap() {
-            let path = file.unwrap().path();
+        let files = std::fs::read_dir(dir)
+            .unwrap()
+            .chain(std::fs::read_dir(format!("{dir}/prelude")).unwrap())
+            .map(|file| file.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "lua"));
+        for path in files {
             let text = std::fs::read_to_string(&path).unwrap();
             let calls = text
                 .split("redis.call('")

@@ -1,0 +1,154 @@
+-- 20-body.lua: a stored message's body and fields. Gives body_fields (the schema),
+-- decode_body, encode_body, body_stream, compact_body, full_body, body_values and
+-- split_own_fields.
+--
+-- Message body (a shard's bodies hash, field = id): a cmsgpack array, laid out by
+--   body_fields below, the one place that says which position holds which field.
+--   Scripts read and write bodies only through decode_body and encode_body, by name.
+
+-- The stored message's schema: which element of a body's array holds which field.
+-- Fields are added at the end: a body written before a field existed simply ends
+-- before it, and reads it as nil.
+local BODY_FORMAT = 1
+local function body_fields(b)
+  return {
+    format = b[1],          -- BODY_FORMAT
+    stream = b[2],          -- the target stream
+    fields = b[3],          -- { field, value, ... }, XADDed as they are
+    due = b[4],             -- ms
+    priority = b[5],        -- 0-9: higher goes first among messages due in the same ms
+    created = b[6],         -- ms, when this attempt was stored
+    attempt = b[7],         -- 1, and one more for each redelivery
+    expire_at = b[8],       -- ms after which it is dead-lettered as expired instead (0 = never)
+    first_delivered = b[9], -- ms, when attempt 1 reached its stream  } only on a message redelivered
+    reason = b[10],         -- why it was redelivered                 } because a group never acked it
+  }
+end
+
+-- A body as a message table with the schema's names, or nil and a reason when it
+-- cannot be read. This runs once per forwarded message: the schema's one table
+-- constructor names the elements, cheaper than any loop over them. score: the
+-- message's score, for a body of the compact pending layout, which leaves its due
+-- time out (written as false; see compact_body).
+local function decode_body(raw, score)
+  local ok, b = pcall(cmsgpack.unpack, raw)
+  if not ok then return nil, 'undecodable body' end
+  if type(b) ~= 'table' then return nil, 'malformed body' end
+  local msg = body_fields(b)
+  if score and msg.due == false then msg.due = math.floor(score / 10) end
+  local fields = msg.fields
+  if msg.format ~= BODY_FORMAT or type(msg.stream) ~= 'string' or type(fields) ~= 'table'
+      or type(msg.due) ~= 'number' or #fields == 0 or #fields % 2 ~= 0 then
+    return nil, 'malformed body'
+  end
+  if #fields > MAX_FIELD_VALUES then return nil, 'too many fields' end
+  return msg, nil
+end
+
+-- A body's target stream, read off its first bytes as encode_body writes them (an
+-- array whose first element is BODY_FORMAT and second the stream), without decoding
+-- the rest; nil when the body does not start that way.
+local function body_stream(raw)
+  local first = string.byte(raw, 1)
+  local i
+  if first and first >= 0x90 and first <= 0x9f then
+    i = 2
+  elseif first == 0xdc then
+    i = 4
+  else
+    return nil
+  end
+  if string.byte(raw, i) ~= BODY_FORMAT then return nil end
+  local kind, b1, b2 = string.byte(raw, i + 1, i + 3)
+  local len, from
+  if kind and kind >= 0xa0 and kind <= 0xbf then
+    len, from = kind - 0xa0, i + 2
+  elseif kind == 0xd9 and b1 then
+    len, from = b1, i + 3
+  elseif kind == 0xda and b2 then
+    len, from = b1 * 256 + b2, i + 4
+  else
+    return nil
+  end
+  if from + len - 1 > #raw then return nil end
+  return string.sub(raw, from, from + len - 1)
+end
+
+-- The schema's names by position, read off it once per call that needs them: the
+-- schema applied to a probe whose elements are their own positions (a body has far
+-- fewer than 64).
+local body_names
+local function body_layout()
+  if not body_names then
+    local probe = {}
+    for i = 1, 64 do probe[i] = i end
+    body_names = {}
+    for name, i in pairs(body_fields(probe)) do body_names[i] = name end
+  end
+  return body_names
+end
+
+-- A message table (the schema's names) as a body. Optional fields not set at the end
+-- are left out of the body, so it is exactly as long as the message needs; one not set
+-- before a field that is set is written as false, so the body stays an array.
+local function encode_body(msg)
+  local names = body_layout()
+  local body, gap = { unpack(names) }, nil -- sized once; every element is overwritten
+  body[1] = BODY_FORMAT
+  for i = 2, #names do
+    local value = msg[names[i]]
+    body[i] = value
+    if value == nil then
+      gap = gap or i
+    elseif gap then
+      for hole = gap, i - 1 do body[hole] = false end
+      gap = nil
+    end
+  end
+  return cmsgpack.pack(body)
+end
+
+-- A message table as the compact pending layout stores it: its due time left out
+-- (false; 8 bytes less), as the element's score says it.
+local function compact_body(msg)
+  local due = msg.due
+  msg.due = nil
+  local raw = encode_body(msg)
+  msg.due = due
+  return raw
+end
+
+-- A body of the compact pending layout (score: the message's) as the bodies hash
+-- keeps it, with its due time; one that cannot be read stays as it is.
+local function full_body(raw, score)
+  local msg = decode_body(raw, score)
+  if not msg then return raw end
+  return encode_body(msg)
+end
+
+-- A message table as a script answers it: the schema's fields after the format, in
+-- order, each one not set as false (nil to the caller). StoredMessage::from_values reads it.
+local function body_values(msg)
+  local names, values = body_layout(), {}
+  for i = 2, #names do
+    local value = msg[names[i]]
+    if value == nil then value = false end
+    values[i - 1] = value
+  end
+  return values
+end
+
+-- Splits a stream entry's flat field list into the fields a producer sent and the
+-- fields delayq appended after them: trailing pairs whose names are in `own` (a set)
+-- are delayq's. Returns the producer's fields and a table name -> value of delayq's.
+local function split_own_fields(flat, own)
+  local n = #flat
+  local found = {}
+  while n >= 2 and own[flat[n - 1]] and found[flat[n - 1]] == nil do
+    found[flat[n - 1]] = flat[n]
+    n = n - 2
+  end
+  local fields = {}
+  for i = 1, n do fields[i] = flat[i] end
+  return fields, found
+end

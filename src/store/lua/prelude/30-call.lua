@@ -1,0 +1,56 @@
+-- 30-call.lua: what every call starts with: its new messages read from ARGV, Redis's
+-- clock, the fence check, due times resolved against now. Gives read_new_message,
+-- now_ms_us, now_ms, fenced, fenced_reply, resolve_due.
+
+-- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
+-- due value, priority, ttl ms, stream, n, then n field/value pairs (the layout
+-- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
+-- message as it will be stored (the schema's names; new_msg sets the rest), and the
+-- index after it.
+local function read_new_message(argv, i)
+  local n = tonumber(argv[i + 6])
+  local fields = {}
+  for j = 1, 2 * n do fields[j] = argv[i + 6 + j] end
+  local msg = { stream = argv[i + 5], fields = fields, priority = tonumber(argv[i + 3]) }
+  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 7 + 2 * n
+end
+
+-- Redis's clock in ms, and the µs already past that ms.
+local function now_ms_us()
+  local t = redis.call('TIME')
+  local usec = tonumber(t[2])
+  return tonumber(t[1]) * 1000 + math.floor(usec / 1000), usec % 1000
+end
+
+local function now_ms()
+  return (now_ms_us())
+end
+
+-- Checks the caller's fence epoch against the shard's. Epoch 0 is a producer
+-- (schedule, cancel, reschedule from any instance) and is never fenced.
+-- Returns nil when the caller may go on, or the epoch Redis holds when it may not.
+local function fenced(fence_key, epoch)
+  epoch = tonumber(epoch)
+  if epoch == 0 then return nil end
+  local held = tonumber(redis.call('GET', fence_key) or '0')
+  if held > epoch then return held end
+  if epoch > held then redis.call('SET', fence_key, epoch) end
+  return nil
+end
+
+local function fenced_reply(held, epoch)
+  return redis.error_reply('FENCED epoch ' .. epoch .. ' is below the fence ' .. held)
+end
+
+-- Resolves a due time against now. kind "in": value is a delay in ms; "at": epoch ms.
+-- Returns the due ms (a time in the past means now), or nil and the TOO_FAR text when
+-- it lies more than max_delay ms after now.
+local function resolve_due(kind, value, max_delay, now)
+  local due = tonumber(value)
+  if kind == 'in' then due = now + due end
+  if due - now > tonumber(max_delay) then
+    return nil, 'TOO_FAR due time ' .. due .. ' is more than max_delay ' .. max_delay .. ' ms after now ' .. now
+  end
+  if due < now then due = now end
+  return due, nil
+end
