@@ -1,10 +1,16 @@
 //! Producer and operator interfaces against real servers: the HTTP API (with
-//! tokens, batches, stats, long polls), the inbox stream, and the `delayq` command.
+//! tokens, batches, stats, long polls; in a process of its own and in-process, `api`
+//! and `in_process`), its hygiene (`http`: load shedding, timeouts, access log), the
+//! inbox stream and its poison entries (`inbox`, `poison`), bad input (`refusals`),
+//! and the `delayq` command (`cli`).
 
 mod api;
 mod cli;
 mod consume;
+mod http;
+mod in_process;
 mod inbox;
+mod poison;
 mod refusals;
 
 /// The token tests configure when they want authentication.

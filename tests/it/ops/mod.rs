@@ -7,14 +7,28 @@
 //! - `drill`: the failover drill and the quickstart demo;
 //! - `functions`: listing and pruning the function libraries of other versions;
 //! - `metrics`: the metrics table of docs/metrics.md and the alert rules against what
-//!   delayq exports.
+//!   delayq exports; `exported`: what `/metrics` shows an operator;
+//! - `health`: `/healthz` and `/readyz` through Redis that refuses writes;
+//! - `logs`: the log through an outage; `secrets`: secrets never show;
+//! - `reload`: SIGHUP reaching every component;
+//! - `bench`: `delayq bench` at a tiny scale;
+//! - `deps`: the producer client's dependency tree;
+//! - `docs`: README.md and docs/ as a new user reads them.
 
+mod bench;
 mod config;
+mod deps;
+mod docs;
 pub(crate) mod drill;
+mod exported;
 pub(crate) mod functions;
+mod health;
+mod logs;
 mod metrics;
 mod notify;
 mod packaging;
+mod reload;
+mod secrets;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -12,11 +12,11 @@ use delayq::message::MessageId;
 use redis::Value;
 use serde_json::json;
 
-use crate::proxy::Proxy;
 use crate::support::{
     Bare, Cluster, Entry, Env, Tally, counter, create_group, entries, eventually, pending_count,
     pending_entries, read_group, redis_config, xadd, xlen,
 };
+use delayq::harness::Proxy;
 
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";

@@ -1,0 +1,7 @@
+//! The journal on a real MariaDB:
+//!
+//! - `schema`: `delayq journal migrate`, the schema and its migrations;
+//! - `daemon`: the daemon with its journal on, through Redis and MySQL failures.
+
+mod daemon;
+mod schema;

@@ -1,0 +1,13 @@
+//! The scripts and the stored data, driven through `Store` against a real Redis:
+//!
+//! - `cases`: every script as one-line cases of steps and expected answers;
+//! - `pending`: scheduled messages in both layouts and in the held sets;
+//! - `records`: terminal records in both layouts;
+//! - `stored`: the stored message across the Rust/Lua boundary;
+//! - `limits`: scripts at their limits (large batches, maxmemory, refusing targets).
+
+mod cases;
+mod limits;
+mod pending;
+mod records;
+mod stored;
