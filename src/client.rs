@@ -244,17 +244,11 @@ impl Producer {
         fields: &[(K, V)],
         delay: Duration,
     ) -> Result<Sent> {
-        let msg = NewMessage {
-            id: MessageId::generate(),
-            stream: stream.to_owned(),
-            fields: fields
-                .iter()
-                .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
-                .collect(),
-            due: Due::In(delay),
-            priority: 0,
-            ttl: None,
-        };
+        let fields = fields
+            .iter()
+            .map(|(k, v)| (k.as_ref().to_owned(), v.as_ref().to_owned()))
+            .collect();
+        let msg = NewMessage::new(stream, fields, Due::In(delay));
         msg.validate(&self.limits, &self.own_fields)?;
         if delay.is_zero() {
             let entry_id = self.store.append(&msg.stream, &msg.fields).await?;
@@ -290,12 +284,10 @@ impl Producer {
     /// use delayq::store::Scheduled;
     ///
     /// let producer = delayq::client::Producer::connect(&redis.url()).await?;
-    /// let msg = NewMessage {
-    ///     id: MessageId::parse("invoice-7-reminder")?,
-    ///     priority: 5,
-    ///     ttl: Some(Duration::from_secs(600)),
-    ///     ..NewMessage::payload("billing", "invoice 7 is due", Duration::from_secs(86_400))
-    /// };
+    /// let msg = NewMessage::payload("billing", "invoice 7 is due", Duration::from_secs(86_400))
+    ///     .with_id(MessageId::parse("invoice-7-reminder")?)
+    ///     .with_priority(5)
+    ///     .with_ttl(Some(Duration::from_secs(600)));
     /// assert!(matches!(producer.schedule(&msg).await?, Scheduled::Scheduled { .. }));
     /// // A retry of the same id is recognised.
     /// assert!(matches!(producer.schedule(&msg).await?, Scheduled::Duplicate { .. }));

@@ -93,14 +93,10 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
             "no message fields: the entry holds only {RESERVED_PREFIX}* fields"
         ));
     }
-    let msg = NewMessage {
-        id,
-        stream: stream.to_owned(),
-        fields,
-        due,
-        priority,
-        ttl,
-    };
+    let msg = NewMessage::new(stream, fields, due)
+        .with_id(id)
+        .with_priority(priority)
+        .with_ttl(ttl);
     msg.validate(
         &config.api.limits,
         &crate::message::OwnFields::of(&config.forwarder),

@@ -114,14 +114,10 @@ pub(super) fn message(id: &[u8], stream: &[u8], body: &[u8], due_ms: u64) -> Res
     let id = MessageId::parse(id).map_err(|e| bad(&e.to_string()))?;
     let stream = String::from_utf8(stream.to_vec()).map_err(|_| bad("stream is not UTF-8"))?;
     let body: Body = serde_json::from_slice(body).map_err(|e| bad(&format!("body: {e}")))?;
-    Ok(NewMessage {
-        id,
-        stream,
-        fields: body.fields,
-        due: Due::At(due_ms),
-        priority: body.priority,
-        ttl: body.ttl_ms.map(Duration::from_millis),
-    })
+    Ok(NewMessage::new(stream, body.fields, Due::At(due_ms))
+        .with_id(id)
+        .with_priority(body.priority)
+        .with_ttl(body.ttl_ms.map(Duration::from_millis)))
 }
 
 impl Journal {

@@ -43,16 +43,42 @@ pub struct NewMessage {
 }
 
 impl NewMessage {
-    /// A message with a single `payload` field, due after `delay`.
-    pub fn payload(stream: &str, payload: &str, delay: Duration) -> Self {
+    /// A message to `stream` with `fields`, due `due`, under a fresh id, at priority
+    /// 0 and with no ttl; `with_id`, `with_priority` and `with_ttl` set the rest.
+    pub fn new(stream: impl Into<String>, fields: Fields, due: Due) -> Self {
         NewMessage {
             id: MessageId::generate(),
-            stream: stream.to_owned(),
-            fields: vec![("payload".to_owned(), payload.to_owned())],
-            due: Due::In(delay),
+            stream: stream.into(),
+            fields,
+            due,
             priority: 0,
             ttl: None,
         }
+    }
+
+    /// A message with a single `payload` field, due after `delay`.
+    pub fn payload(stream: &str, payload: &str, delay: Duration) -> Self {
+        NewMessage::new(
+            stream,
+            vec![("payload".to_owned(), payload.to_owned())],
+            Due::In(delay),
+        )
+    }
+
+    /// The same message under `id`.
+    pub fn with_id(self, id: MessageId) -> Self {
+        NewMessage { id, ..self }
+    }
+
+    /// The same message at `priority` (0-9, higher first among messages due in the
+    /// same millisecond; [`NewMessage::validate`] checks the range).
+    pub fn with_priority(self, priority: u8) -> Self {
+        NewMessage { priority, ..self }
+    }
+
+    /// The same message, past `due + ttl` dead-lettered as expired instead (None: never).
+    pub fn with_ttl(self, ttl: Option<Duration>) -> Self {
+        NewMessage { ttl, ..self }
     }
 
     /// Bytes of stream name, field names and values: what the message costs to hold.

@@ -250,14 +250,10 @@ pub(super) fn parse_push(
         Some(Value::Bool(true)) => ScheduleMode::Replace,
         Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
     };
-    let msg = NewMessage {
-        id,
-        stream,
-        fields,
-        due,
-        priority,
-        ttl,
-    };
+    let msg = NewMessage::new(stream, fields, due)
+        .with_id(id)
+        .with_priority(priority)
+        .with_ttl(ttl);
     msg.validate(&config.api.limits, &OwnFields::of(&config.forwarder))?;
     Ok((msg, mode))
 }

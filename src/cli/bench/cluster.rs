@@ -166,14 +166,14 @@ impl Bench {
         let due_at = store.now_ms().await? + allowed;
         let items: Vec<BatchItem> = (0..n)
             .map(|i| {
-                BatchItem::new(NewMessage {
-                    id: MessageId::parse(&format!("c{i}")).expect("a valid id"),
-                    stream: names[(i % u64::from(streams)) as usize].clone(),
-                    fields: vec![("payload".to_owned(), self.payload.clone())],
-                    due: Due::At(due_at),
-                    priority: 0,
-                    ttl: None,
-                })
+                BatchItem::new(
+                    NewMessage::new(
+                        names[(i % u64::from(streams)) as usize].clone(),
+                        vec![("payload".to_owned(), self.payload.clone())],
+                        Due::At(due_at),
+                    )
+                    .with_id(MessageId::parse(&format!("c{i}")).expect("a valid id")),
+                )
             })
             .collect();
         for chunk in items.chunks(5000) {

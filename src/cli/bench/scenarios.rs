@@ -93,14 +93,12 @@ impl BurstSetup {
 
 impl Bench {
     pub(super) fn message(&self, stream: &str, id: String, due: Due) -> NewMessage {
-        NewMessage {
-            id: MessageId::parse(&id).expect("bench ids are valid"),
-            stream: stream.to_owned(),
-            fields: vec![("payload".to_owned(), self.payload.clone())],
+        NewMessage::new(
+            stream,
+            vec![("payload".to_owned(), self.payload.clone())],
             due,
-            priority: 0,
-            ttl: None,
-        }
+        )
+        .with_id(MessageId::parse(&id).expect("bench ids are valid"))
     }
 
     /// Schedules `<prefix>0 .. <prefix>n-1` through the schedule script, in batches of

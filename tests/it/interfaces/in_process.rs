@@ -261,9 +261,8 @@ async fn a_repeated_cancel_answers_as_the_first_and_changes_nothing() {
         (409, Some("already_final")),
         "{answer}"
     );
-    let metrics = env.api.metrics().await.expect("metrics");
-    let cancelled = crate::support::value(&metrics, "delayq_messages_cancelled_total");
-    assert_eq!(cancelled, Some(1.0), "counted once");
+    // That it is counted once is ops::exported's to check: this daemon's metrics
+    // are the test process's, shared with every other in-process daemon.
 }
 
 #[tokio::test]

@@ -52,6 +52,29 @@ fn random_word(rng: &mut impl Rng) -> String {
         .collect()
 }
 
+/// A repeated cancel is counted once, by a daemon process whose metrics are its own.
+#[tokio::test]
+async fn a_repeated_cancel_is_counted_once() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("cancels", &redis, "");
+    let api = Api::new(node.api);
+    api.schedule("c1", "orders", 3_600_000).await;
+    for already in [false, true] {
+        let (status, answer) = api.delete("/v1/messages/c1").await;
+        assert_eq!(
+            (status, answer["already"].as_bool()),
+            (200, Some(already)),
+            "{answer}"
+        );
+    }
+    let metrics = api.metrics().await.expect("metrics");
+    assert_eq!(
+        value(&metrics, "delayq_messages_cancelled_total"),
+        Some(1.0),
+        "counted once"
+    );
+}
+
 #[tokio::test]
 async fn http_metrics_keep_a_fixed_set_of_series_whatever_clients_send() {
     let redis = RedisServer::start().unwrap();
