@@ -87,5 +87,5 @@ pub use daemon::{Daemon, run, start};
 #[doc(hidden)]
 pub mod harness;
 #[cfg(all(feature = "server", not(feature = "test-support")))]
-#[allow(dead_code)]
+#[allow(dead_code, unused_imports)]
 mod harness;

@@ -5,6 +5,7 @@ mod api;
 mod delivery;
 mod election;
 mod etcd;
+mod inbox;
 mod journal;
 mod redis;
 mod topology;
@@ -27,7 +28,7 @@ use super::raw::{
 };
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,
-    PendingConfig, RecordsConfig, StreamsConfig, invalid,
+    PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::is_plain;
 use crate::pem;
@@ -321,32 +322,7 @@ impl Raw {
             max_rate,
         };
         let delivery = delivery.validate(&forwarder, retention, redis.cluster.is_some())?;
-        let RawInbox {
-            enabled,
-            stream: inbox_stream,
-            group: inbox_group,
-            rejected_stream,
-            batch_size: inbox_batch_size,
-            reclaim_after,
-        } = inbox;
-        let inbox_stream = inbox_stream.unwrap_or_else(|| format!("{}:inbox", redis.prefix));
-        let inbox_group = inbox_group.unwrap_or_else(|| redis.prefix.clone());
-        let rejected_default = match &redis.cluster {
-            // In the inbox's slot: the rejection script writes both.
-            Some(_) => crate::store::cluster_dead_letter_stream(&inbox_stream, ":rejected"),
-            None => None,
-        };
-        let rejected_stream = rejected_stream
-            .or(rejected_default)
-            .unwrap_or_else(|| format!("{}:inbox:rejected", redis.prefix));
-        if let (Some(_), true) = (&redis.cluster, enabled) {
-            cluster_same_slot(
-                "inbox.rejected_stream",
-                &rejected_stream,
-                "inbox.stream",
-                &inbox_stream,
-            )?;
-        }
+        let inbox = inbox.validate(&redis)?;
         if redis.cluster.is_some() {
             for s in &delivery.streams {
                 let key = format!("delivery.streams.{}", s.stream);
@@ -361,41 +337,6 @@ impl Raw {
                 )?;
             }
         }
-        let inbox = if enabled {
-            for (key, value) in [
-                ("inbox.stream", &inbox_stream),
-                ("inbox.group", &inbox_group),
-                ("inbox.rejected_stream", &rejected_stream),
-            ] {
-                if value.is_empty() || !is_plain(value) {
-                    return Err(invalid(
-                        key,
-                        format!(
-                            "{value:?}: must be non-empty, without spaces or control characters"
-                        ),
-                    ));
-                }
-            }
-            if rejected_stream == inbox_stream {
-                return Err(invalid(
-                    "inbox.rejected_stream",
-                    "must differ from inbox.stream (rejected entries would be read again)",
-                ));
-            }
-            if reclaim_after < Duration::from_millis(100) {
-                return Err(invalid("inbox.reclaim_after", "must be at least 100ms"));
-            }
-            Some(InboxConfig {
-                stream: inbox_stream,
-                group: inbox_group,
-                rejected_stream,
-                batch_size: positive_because("inbox.batch_size", inbox_batch_size, 5000, LONG_CALL)?
-                    as usize,
-                reclaim_after,
-            })
-        } else {
-            None
-        };
 
         let RawLog { level, format } = log;
         tracing_subscriber::EnvFilter::try_new(&level)
