@@ -37,8 +37,17 @@ pub async fn info_field(
         .with_context(|| format!("INFO {section} has no {field}"))
 }
 
+/// Redis's memory for data: `used_memory` less its clients' buffers
+/// (`mem_clients_normal`), which grow and shrink with the loads and scrapes around a
+/// measurement and, at a small scale, would be counted as (or against) the data.
 pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    Ok(info_field(conn, "memory", "used_memory").await?.parse()?)
+    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
+    let field = |name: &str| -> anyhow::Result<f64> {
+        Ok(info_value(&info, name)
+            .with_context(|| format!("INFO memory has no {name}"))?
+            .parse()?)
+    };
+    Ok(field("used_memory")? - field("mem_clients_normal")?)
 }
 
 async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
