@@ -52,16 +52,20 @@ def scripts(revision):
         return subprocess.run(["git", "-C", sc.ROOT, "show", "%s:%s" % (revision, path)],
                               check=True, capture_output=True, text=True).stdout
 
-    # A revision keeps its prelude in one file, or (later) in parts joined by name.
+    # A revision keeps its scripts under src/store/lua or (later) client/src/store/lua,
+    # its prelude in one file or (later) in parts joined by name.
+    lua = next(d for d in ("client/src/store/lua", "src/store/lua")
+               if subprocess.run(["git", "-C", sc.ROOT, "cat-file", "-e", "%s:%s" % (revision, d)],
+                                 capture_output=True).returncode == 0)
     parts = subprocess.run(["git", "-C", sc.ROOT, "ls-tree", "--name-only",
-                            "%s:src/store/lua/prelude" % revision],
+                            "%s:%s/prelude" % (revision, lua)],
                            capture_output=True, text=True)
     if parts.returncode == 0:
-        prelude = "\n".join(show("src/store/lua/prelude/" + n)
+        prelude = "\n".join(show(lua + "/prelude/" + n)
                             for n in sorted(parts.stdout.split()) if n.endswith(".lua"))
     else:
-        prelude = show("src/store/lua/prelude.lua")
-    return prelude, show("src/store/lua/schedule_batch.lua")
+        prelude = show(lua + "/prelude.lua")
+    return prelude, show(lua + "/schedule_batch.lua")
 
 
 def calls(tag, order, per_call, shards, ms, serial):

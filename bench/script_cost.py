@@ -4,7 +4,7 @@
     python3 bench/script_cost.py [calls]
 
 Starts a redis-server of its own on a free loopback port (removed at the end),
-loads src/store/lua (the prelude and schedule_batch.lua) and sends each variant
+loads client/src/store/lua (the prelude and schedule_batch.lua) and sends each variant
 below `calls` times (default 5000), pipelined, reading Redis's own CPU time
 (`INFO cpu`, user + sys) before and after: what one call costs Redis, its
 command parsing and reply included, with no client waiting in between. Every
@@ -45,11 +45,11 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LUA = os.path.join(ROOT, "src", "store", "lua")
+LUA = os.path.join(ROOT, "client", "src", "store", "lua")
 
 
 def prelude_text(lua=None):
-    """The prelude as the daemon joins it: the parts of src/store/lua/prelude/ in
+    """The prelude as the daemon joins it: the parts of client/src/store/lua/prelude/ in
     their names' order."""
     folder = os.path.join(lua or LUA, "prelude")
     return "\n".join(open(os.path.join(folder, n)).read() for n in sorted(os.listdir(folder))

@@ -1,4 +1,7 @@
-//! The `delayq` command: parse arguments, hand over to the subcommand.
+//! The `delayq` command: the service shell (`run`), the operator's subcommands and
+//! the tools (bench, drill, demo), over the daemon library.
+
+mod cli;
 
 /// The daemon allocates and frees small buffers per request and per message on
 /// every thread: mimalloc's thread-local heaps take less CPU for that than glibc's
@@ -7,5 +10,5 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    delayq::cli::main()
+    cli::main()
 }

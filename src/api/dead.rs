@@ -549,7 +549,7 @@ mod tests {
 
     proptest::proptest! {
         #[test]
-        fn selections_never_panic(body in crate::message::props::json(&["ids", "all", "after", "limit"])) {
+        fn selections_never_panic(body in delayq_harness::props::json(&["ids", "all", "after", "limit"])) {
             // What the reader takes, the documented type reads too.
             if parse_selection(&body).is_ok() {
                 proptest::prop_assert!(serde_json::from_value::<SelectionRequest>(body.clone()).is_ok(), "{}", body);

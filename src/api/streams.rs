@@ -301,7 +301,7 @@ mod tests {
     proptest::proptest! {
         /// What the reader takes, the documented type reads too.
         #[test]
-        fn an_accepted_ack_is_a_documented_one(body in crate::message::props::json(&["group", "ids"])) {
+        fn an_accepted_ack_is_a_documented_one(body in delayq_harness::props::json(&["group", "ids"])) {
             if parse_ack(&body).is_ok() {
                 proptest::prop_assert!(serde_json::from_value::<AckRequest>(body.clone()).is_ok(), "{}", body);
             }

@@ -497,7 +497,7 @@ fn print_stats(v: &Value) {
         // Whole seconds past a second: milliseconds only matter up close.
         Some(ms) if ms >= 1000 => format!(
             "next due in {}",
-            crate::human::duration(std::time::Duration::from_secs(ms / 1000))
+            delayq_client::human::duration(std::time::Duration::from_secs(ms / 1000))
         ),
         Some(ms) => format!("next due in {ms}ms"),
         None => "nothing due".to_owned(),

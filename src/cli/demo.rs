@@ -9,12 +9,12 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
     /// Delay of the demo messages.
-    #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = delayq_client::message::parse_duration)]
     delay: Duration,
     /// Exit after the show instead of serving until Ctrl-C.
     #[arg(long)]
@@ -214,7 +214,7 @@ async fn push_and_watch(
     last_entry: &mut String,
     order: &str,
 ) -> anyhow::Result<()> {
-    let delay = crate::human::duration(args.delay);
+    let delay = delayq_client::human::duration(args.delay);
     let body = json!({ "stream": "orders", "fields": { "order": order, "event": "reminder" }, "delay": delay });
     println!("   $ curl -X POST {api}/v1/messages -d '{body}'");
     let resp: Value = http

@@ -27,9 +27,9 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use tokio_util::sync::CancellationToken;
 
-use crate::client::ProducerOptions;
-use crate::config::Config;
-use crate::secret::RedisUrl;
+use delayq_client::client::ProducerOptions;
+use delayq_client::config::Config;
+use delayq_client::secret::RedisUrl;
 
 use load::{Load, Traffic};
 use probe::{
@@ -274,7 +274,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         nodes.len(),
         if target.is_local() { "started locally" } else { "existing cluster" },
         args.rate,
-        crate::human::duration(args.delay),
+        delayq_client::human::duration(args.delay),
         scenarios.iter().map(|s| s.name()).collect::<Vec<_>>().join(","),
         args.rounds,
     ));
@@ -289,7 +289,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     ));
 
     // Redis's clock, for phase boundaries comparable with due and entry times.
-    let connection = crate::client::Producer::with_options(target.redis())
+    let connection = delayq_client::client::Producer::with_options(target.redis())
         .await
         .context("connect to Redis")?;
     let clock = connection.store();

@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
-use crate::config::Config;
-use crate::election;
-use crate::store::Store;
+use delayq::election;
+use delayq_client::config::Config;
+use delayq_client::store::Store;
 
 #[derive(Args, Debug)]
 pub struct FenceArgs {

@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
-use crate::config::Config;
-use crate::store::{NodeLibraries, Store};
+use delayq_client::config::Config;
+use delayq_client::store::{NodeLibraries, Store};
 
 #[derive(Args, Debug)]
 pub struct FunctionsArgs {

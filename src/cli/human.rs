@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
 
-use crate::human;
+use delayq_client::human;
 
 /// Fields holding epoch milliseconds, besides those named `*_at` or `*_at_ms`.
 const TIME_FIELDS: &[&str] = &[

@@ -5,10 +5,10 @@ use std::path::PathBuf;
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
-use crate::config::Config;
-use crate::journal::Journal;
-use crate::restore::RestoreOptions;
-use crate::store::Store;
+use delayq::journal::Journal;
+use delayq::restore::RestoreOptions;
+use delayq_client::config::Config;
+use delayq_client::store::Store;
 
 #[derive(Args, Debug)]
 pub struct JournalArgs {
@@ -58,7 +58,7 @@ pub async fn main(args: JournalArgs) -> anyhow::Result<()> {
                 .with_context(|| format!("read {target}"))?;
             println!(
                 "journal schema: version {version} (this delayq: {})",
-                crate::journal::SCHEMA_VERSION
+                delayq::journal::SCHEMA_VERSION
             );
         }
     }
@@ -87,7 +87,7 @@ pub struct RestoreArgs {
 }
 
 /// `delayq restore`: every message the journal holds not finished and Redis does
-/// not is scheduled again (see `crate::restore`); a full restore then writes the
+/// not is scheduled again (see `delayq::restore`); a full restore then writes the
 /// journal's marker back to Redis, which lets a held leader forward again.
 pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     let config = Config::load(args.config.as_deref()).context("read the configuration")?;
@@ -97,7 +97,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     let id = args
         .id
         .as_deref()
-        .map(crate::message::MessageId::parse)
+        .map(delayq_client::message::MessageId::parse)
         .transpose()
         .context("--id")?;
     let journal = Journal::new(journal_config)?;
@@ -112,7 +112,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         id,
         lost_seen_ms: None,
     };
-    crate::restore::check_safe(&store, config.records.retention, &options)
+    delayq::restore::check_safe(&store, config.records.retention, &options)
         .await
         .context("restore")?;
     let bar = if args.json {
@@ -130,7 +130,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         bar.set_length(total);
         bar.set_position(done);
     };
-    let report = crate::restore::restore(
+    let report = delayq::restore::restore(
         &store,
         &journal,
         &options,
@@ -141,7 +141,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     .context("restore")?;
     bar.finish_and_clear();
     if options.id.is_none() && !options.dry_run {
-        let token = crate::restore::answered(journal.marker())
+        let token = delayq::restore::answered(journal.marker())
             .await
             .context("read the journal's marker")?;
         store

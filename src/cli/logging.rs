@@ -19,7 +19,7 @@ pub fn init_logging(level: &str, json: bool) {
 
 /// Sets up tracing and returns how to change its level later (a reload). With
 /// `RUST_LOG` set, the environment keeps winning and a reload leaves it alone.
-pub fn init_reloadable_logging(level: &str, json: bool) -> crate::reload::SetLogLevel {
+pub fn init_reloadable_logging(level: &str, json: bool) -> delayq::reload::SetLogLevel {
     let from_env = EnvFilter::try_from_default_env().ok();
     let pinned = from_env.is_some();
     let filter = from_env.unwrap_or_else(|| EnvFilter::new(level));
@@ -36,7 +36,7 @@ pub fn init_reloadable_logging(level: &str, json: bool) -> crate::reload::SetLog
         handle: tracing_subscriber::reload::Handle<L, S>,
         pinned: bool,
         make: fn(&str) -> anyhow::Result<L>,
-    ) -> crate::reload::SetLogLevel {
+    ) -> delayq::reload::SetLogLevel {
         Box::new(move |level: &str| {
             if pinned {
                 tracing::warn!(

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
+use delayq_client::config::Config;
 
 /// Exit code for a configuration error (EX_CONFIG would be 78; 64 is EX_USAGE,
 /// which systemd and operators expect for "fix your input").
@@ -153,7 +153,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
         }
     };
     let set_log_level = init_reloadable_logging(&config.log.level, config.log.json);
-    match runtime().block_on(crate::service::run(config, file, set_log_level)) {
+    match runtime().block_on(delayq::service::run(config, file, set_log_level)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), exit_code = 1, "delayq cannot run");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::config::Config;
+use delayq_client::config::Config;
 
 #[derive(Args, Debug)]
 pub struct CheckConfigArgs {
@@ -75,19 +75,22 @@ pub fn check_config(args: CheckConfigArgs) -> ExitCode {
 async fn connect(config: &Config) -> Result<String, String> {
     let target = config.redis_target();
     let within = config.redis.connect_timeout * 3;
-    let store = tokio::time::timeout(within, crate::store::Store::connect(&config.store_config()))
-        .await
-        .map_err(|_| format!("connect to {target}: no answer within {within:?}"))?
-        .map_err(|e| format!("connect to {target}: {e}"))?;
+    let store = tokio::time::timeout(
+        within,
+        delayq_client::store::Store::connect(&config.store_config()),
+    )
+    .await
+    .map_err(|_| format!("connect to {target}: no answer within {within:?}"))?
+    .map_err(|e| format!("connect to {target}: {e}"))?;
     let rights = tokio::time::timeout(within, store.rights(&config.checked_streams()))
         .await
         .map_err(|_| format!("{target}: the rights check got no answer within {within:?}"))?
         .map_err(|e| format!("{target}: the rights check failed: {e}"))?;
     match rights {
-        crate::store::Rights::Granted => Ok(format!(
+        delayq_client::store::Rights::Granted => Ok(format!(
             "{target}: connected; the Redis user may run what delayq runs"
         )),
-        crate::store::Rights::Unknown(why) => Ok(format!(
+        delayq_client::store::Rights::Unknown(why) => Ok(format!(
             "{target}: connected; the Redis user's rights are not checked: {why}"
         )),
         missing => Err(format!(
@@ -111,7 +114,7 @@ pub struct HealthArgs {
     #[arg(long)]
     url: Option<String>,
     /// Give up after this long.
-    #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = delayq_client::message::parse_duration)]
     timeout: Duration,
 }
 

@@ -218,7 +218,7 @@ mod tests {
         use proptest::prelude::*;
 
         use super::*;
-        use crate::message::props::text;
+        use delayq_harness::props::text;
 
         /// Field lists a producer could XADD: delayq's reserved names (with values
         /// that parsers look at, or anything) mixed with arbitrary fields.
@@ -297,7 +297,7 @@ mod tests {
 
             /// Numbers past 64 bits and negative times are refused, never wrapped.
             #[test]
-            fn out_of_range_due_times_are_refused(n in crate::message::props::beyond_u64(), neg in 1u64..) {
+            fn out_of_range_due_times_are_refused(n in delayq_harness::props::beyond_u64(), neg in 1u64..) {
                 prop_assert!(epoch_ms(&n).is_err());
                 let negative = format!("-{neg}");
                 prop_assert!(epoch_ms(&negative).is_err());

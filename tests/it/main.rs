@@ -1,5 +1,5 @@
 //! One integration binary: every test runs against real servers that it starts
-//! itself (see `delayq::harness`).
+//! itself (see `delayq_harness`).
 
 mod support;
 

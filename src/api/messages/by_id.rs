@@ -436,7 +436,7 @@ mod tests {
     proptest::proptest! {
         /// What the reader takes, the documented type reads too.
         #[test]
-        fn an_accepted_reschedule_is_a_documented_one(body in crate::message::props::json(DUE_KEYS)) {
+        fn an_accepted_reschedule_is_a_documented_one(body in delayq_harness::props::json(DUE_KEYS)) {
             if parse_reschedule(&body).is_ok() {
                 proptest::prop_assert!(serde_json::from_value::<RescheduleRequest>(body.clone()).is_ok(), "{}", body);
             }

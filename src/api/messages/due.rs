@@ -126,7 +126,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::message::props::{expect, text};
+    use delayq_harness::props::{expect, text};
 
     /// RFC 3339 texts at the edges of what is taken, and what each is refused for.
     #[test]
@@ -159,7 +159,7 @@ mod tests {
 
     proptest! {
         #[test]
-        fn deliver_at_never_panics(due in crate::message::props::json(DUE_KEYS)) {
+        fn deliver_at_never_panics(due in delayq_harness::props::json(DUE_KEYS)) {
             let _ = parse_deliver_at(&due);
         }
 
@@ -189,7 +189,7 @@ mod tests {
 
         /// What the reader takes as a `deliver_at`, the documented type reads too.
         #[test]
-        fn an_accepted_deliver_at_is_a_documented_one(due in crate::message::props::json(DUE_KEYS)) {
+        fn an_accepted_deliver_at_is_a_documented_one(due in delayq_harness::props::json(DUE_KEYS)) {
             if parse_deliver_at(&due).is_ok() {
                 prop_assert!(serde_json::from_value::<DeliverAt>(due.clone()).is_ok(), "{}", due);
             }

@@ -333,7 +333,7 @@ mod tests {
     use super::super::due::DUE_KEYS;
     use super::*;
     use crate::message::Due;
-    use crate::message::props::{expect, json};
+    use delayq_harness::props::{expect, json};
 
     fn config() -> Config {
         Config::from_toml("[forwarder]\nid_field = \"msg-id\"", std::iter::empty()).unwrap()

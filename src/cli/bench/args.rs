@@ -19,7 +19,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub search: Option<bool>,
     /// How long each spread sends.
-    #[arg(long, value_parser = crate::message::parse_duration)]
+    #[arg(long, value_parser = delayq_client::message::parse_duration)]
     pub duration: Option<Duration>,
     /// Far-future messages pending during the backlog scenario (0 skips it).
     #[arg(long)]
@@ -65,7 +65,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub failover_rounds: Option<u32>,
     /// etcd lease TTL of the daemons in the failover scenario (etcd.lease_ttl).
-    #[arg(long, value_parser = crate::message::parse_duration)]
+    #[arg(long, value_parser = delayq_client::message::parse_duration)]
     pub lease_ttl: Option<Duration>,
     /// Payload bytes per message.
     #[arg(long, default_value_t = 100)]

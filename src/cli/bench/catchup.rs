@@ -9,7 +9,7 @@ use super::Bench;
 use super::measure::{self, measured_delayq, summary, tally_stream};
 use super::rows::{Catchup, Delayq, Figures};
 use super::scenarios::SPREAD_DELAY;
-use crate::message::Due;
+use delayq_client::message::Due;
 
 const BACKLOG_STREAM: &str = "bench:catchup";
 const LIVE_STREAM: &str = "bench:live";

@@ -16,9 +16,9 @@ use super::Bench;
 use super::measure::{self, HostCpu, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
 use super::rows::{Delayq, Figures, Measured};
 use super::scenarios::until_meters_start;
-use crate::harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
-use crate::message::{Due, MessageId, NewMessage};
-use crate::store::BatchItem;
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::BatchItem;
+use delayq_harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
 
 /// A burst drained on one kind of Redis, by some leaders, into some streams.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -144,7 +144,7 @@ impl Bench {
                 wall_ms()
             ));
         }
-        let store = super::bench_store(&crate::config::Config::from_toml(
+        let store = super::bench_store(&delayq_client::config::Config::from_toml(
             &format!("{config}[api]\nlisten = \"127.0.0.1:0\"\n"),
             std::iter::empty(),
         )?)

@@ -28,7 +28,7 @@ use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured, summary, tally_stream, wall_ms};
 use super::rows::{Delayq, Failover, Figures, ProcessCpu};
 use super::scenarios::SPREAD_DELAY;
-use crate::harness::{DelayqProcess, EtcdServer, Proxy};
+use delayq_harness::{DelayqProcess, EtcdServer, Proxy};
 
 const STREAM: &str = "bench:failover";
 
@@ -173,7 +173,7 @@ impl Bench {
         let mut standby =
             DelayqProcess::start_with_env(&self.delayq_bin, "bench-b", &via(&kept), &log)?;
         let mut standby_since = Instant::now();
-        let etcd_config = crate::config::Config::from_toml(&config, std::iter::empty())?
+        let etcd_config = delayq_client::config::Config::from_toml(&config, std::iter::empty())?
             .etcd
             .ok_or_else(|| anyhow::anyhow!("the failover configuration names no etcd"))?;
 
@@ -369,10 +369,13 @@ impl Bench {
 }
 
 /// Waits (up to 20 s) until etcd holds `node`'s campaign (its node id is its name).
-async fn campaigning(etcd: &crate::config::EtcdConfig, node: &DelayqProcess) -> anyhow::Result<()> {
+async fn campaigning(
+    etcd: &delayq_client::config::EtcdConfig,
+    node: &DelayqProcess,
+) -> anyhow::Result<()> {
     let give_up = Instant::now() + Duration::from_secs(20);
     loop {
-        let candidates = crate::election::candidates(etcd).await?;
+        let candidates = delayq::election::candidates(etcd).await?;
         if candidates.contains(&node.name) {
             return Ok(());
         }

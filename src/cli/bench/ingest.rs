@@ -260,7 +260,7 @@ impl Bench {
         let probe = PingProbe::start(&self.url)?;
         let mut meter = CpuMeter::start(&mut conn, None).await?;
         let started = Instant::now();
-        let daemon = crate::harness::DelayqProcess::start(
+        let daemon = delayq_harness::DelayqProcess::start(
             &self.delayq_bin,
             "bench-ingest-inbox",
             &self.delayq_config,

@@ -12,7 +12,7 @@ use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, wall_ms};
 use super::rows::{Burst, Delayq, Figures};
 use super::scenarios::{BURST_STREAM, until_meters_start};
-use crate::harness::{DelayqProcess, EtcdServer};
+use delayq_harness::{DelayqProcess, EtcdServer};
 
 impl Bench {
     /// `n` messages due at one instant, drained by `leaders` leaders of one group each.

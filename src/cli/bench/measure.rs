@@ -14,7 +14,7 @@ use redis::Value;
 use redis::aio::MultiplexedConnection;
 
 use super::rows::{Counts, Cpu, Lateness, Measured, ProcessCpu, ScriptCalls};
-use crate::store::info_value;
+use delayq_client::store::info_value;
 
 /// Wall clock in epoch milliseconds: the clock Redis's `TIME` and node's `Date.now()`
 /// read on this machine, so figures from all three compare.

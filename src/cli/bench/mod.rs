@@ -47,9 +47,9 @@ use clap::{Args, ValueEnum};
 use redis::IntoConnectionInfo;
 use redis::aio::MultiplexedConnection;
 
-use crate::config::Config;
-use crate::harness::{EtcdServer, RedisServer};
-use crate::store::Store;
+use delayq_client::config::Config;
+use delayq_client::store::Store;
+use delayq_harness::{EtcdServer, RedisServer};
 use ingest::Ids;
 use rows::{Delayq, Figures, Row};
 use scenarios::BurstSetup;
@@ -97,7 +97,7 @@ pub struct Bench {
     batch_size: usize,
     http: reqwest::Client,
     /// `--journal-url`: emptied with Redis.
-    journal: Option<crate::journal::Journal>,
+    journal: Option<delayq::journal::Journal>,
     /// `--dashboards`.
     dashboards: usize,
     /// Where failover rounds slower than their target keep their logs
@@ -122,7 +122,7 @@ impl Bench {
         let conn = store.separate_connection().await?;
         let journal = match &config.journal {
             Some(settings) => {
-                let journal = crate::journal::Journal::new(settings)?;
+                let journal = delayq::journal::Journal::new(settings)?;
                 journal.migrate().await.context("migrate the journal")?;
                 Some(journal)
             }
@@ -171,12 +171,12 @@ impl Bench {
         let msg = self.message(
             "bench:warm-up",
             "warm-up".to_owned(),
-            crate::message::Due::In(Duration::ZERO),
+            delayq_client::message::Due::In(Duration::ZERO),
         );
         self.store
             .schedule(
                 &msg,
-                crate::store::ScheduleMode::New,
+                delayq_client::store::ScheduleMode::New,
                 self.config.api.limits.max_delay,
             )
             .await?;

@@ -21,9 +21,9 @@ use tokio::task::JoinSet;
 use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_stream};
 use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
-use crate::harness::DelayqProcess;
-use crate::message::{Due, MessageId, NewMessage};
-use crate::store::{BatchItem, PendingLayout, Scheduled, Store};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{BatchItem, PendingLayout, Scheduled, Store};
+use delayq_harness::DelayqProcess;
 
 /// How long after it is sent a spread message falls due.
 pub const SPREAD_DELAY: Duration = Duration::from_millis(500);

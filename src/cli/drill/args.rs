@@ -15,23 +15,23 @@ pub struct DrillArgs {
     #[arg(long, default_value_t = 100)]
     pub(super) rate: u32,
     /// How far ahead each message is due.
-    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = delayq_client::message::parse_duration)]
     pub(super) delay: Duration,
     /// Load before the first scenario (the "steady" row: lateness without faults;
     /// it counts the messages due within it, so make it longer than --delay).
-    #[arg(long, default_value = "3s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "3s", value_parser = delayq_client::message::parse_duration)]
     pub(super) steady: Duration,
     /// Steady load after each round, before the next one: each round's effects
     /// land in its own scenario, and switchovers do not follow each other faster
     /// than the election's resign pause.
-    #[arg(long, default_value = "1s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = delayq_client::message::parse_duration)]
     pub(super) gap: Duration,
     /// How long an etcd member stays down in the etcd scenario.
-    #[arg(long, default_value = "4s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "4s", value_parser = delayq_client::message::parse_duration)]
     pub(super) hold: Duration,
     /// Give up on a takeover (or on the cluster settling) after this long.
     /// Default: 5 × lease TTL + 5s for a local cluster, 30s otherwise.
-    #[arg(long, value_parser = crate::message::parse_duration)]
+    #[arg(long, value_parser = delayq_client::message::parse_duration)]
     pub(super) takeover_timeout: Option<Duration>,
     /// Print the report as JSON on stdout.
     #[arg(long)]
@@ -44,7 +44,7 @@ pub struct DrillArgs {
     #[arg(long, default_value_t = 3)]
     pub(super) nodes: usize,
     /// Local cluster: etcd.lease_ttl of the nodes (whole seconds, at least 2s).
-    #[arg(long, default_value = "2s", value_parser = crate::message::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = delayq_client::message::parse_duration)]
     pub(super) lease_ttl: Duration,
     /// Local cluster: redis.shards of the nodes.
     #[arg(long, default_value_t = 4)]

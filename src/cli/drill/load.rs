@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 use super::target::Node;
-use crate::message::EntryId;
+use delayq_client::message::EntryId;
 
 /// What the drill knows about its messages. Phase 0 is the steady run before the
 /// first scenario; phase `k` is the `k`-th scenario. A message belongs to the
@@ -330,7 +330,7 @@ async fn push_one(
 /// closes clients' connections when it switches masters), and a new one goes to
 /// the master as it is now.
 pub async fn consume(
-    store: crate::store::Store,
+    store: delayq_client::store::Store,
     stream: String,
     id_field: String,
     traffic: Arc<Traffic>,
@@ -340,7 +340,7 @@ pub async fn consume(
     let mut last = "0".to_owned();
     let options = StreamReadOptions::default().block(250).count(1000);
     let mut backoff =
-        crate::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
+        delayq_client::backoff::Backoff::new(Duration::from_millis(50), Duration::from_secs(1));
     while !cancel.is_cancelled() {
         let reply: redis::RedisResult<Option<StreamReadReply>> =
             redis::AsyncCommands::xread_options(
@@ -386,7 +386,7 @@ pub async fn consume(
 /// `complete`: nothing more is written to the stream (entries the live reader
 /// read after this read are kept otherwise).
 pub async fn recount(
-    store: &crate::store::Store,
+    store: &delayq_client::store::Store,
     stream: &str,
     id_field: &str,
     traffic: &Traffic,

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::load::Traffic;
 use super::report::ms;
 use super::target::Node;
-use crate::store::{Store, StoreError};
+use delayq_client::store::{Store, StoreError};
 
 /// The part of a leader's `/leader` answer the drill reads.
 #[derive(Deserialize)]

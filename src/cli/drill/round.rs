@@ -9,7 +9,7 @@ pub(super) async fn run_round(
     target: &mut Target,
     http: &reqwest::Client,
     traffic: &Arc<Traffic>,
-    (store, stream): (&crate::store::Store, &str),
+    (store, stream): (&delayq_client::store::Store, &str),
     round: Round,
 ) -> anyhow::Result<RoundResult> {
     let Round {

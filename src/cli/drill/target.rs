@@ -1,18 +1,18 @@
 //! The cluster a drill exercises: one it started itself (real processes from
-//! [`crate::harness`]) or an existing one reached through its nodes' APIs and
+//! [`delayq_harness`]) or an existing one reached through its nodes' APIs and
 //! operator commands (`docker kill {node}`, `systemctl kill -s SIGSTOP ...`).
 
-use crate::client::ProducerOptions;
-use crate::secret::RedisUrl;
+use delayq_client::client::ProducerOptions;
+use delayq_client::secret::RedisUrl;
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 
-use crate::harness::{
+use delayq_client::store::SentinelConfig;
+use delayq_harness::{
     DelayqProcess, EtcdServer, Proxy, RedisCluster, RedisServer, SentinelOptions, SentinelSet,
 };
-use crate::store::SentinelConfig;
 
 /// A delayq node: its name (what `{node}` stands for) and API base URL.
 #[derive(Clone, Debug)]

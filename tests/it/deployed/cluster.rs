@@ -12,8 +12,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{EtcdServer, RedisServer};
-use delayq::store::{slot_master, slot_of};
+use delayq_client::store::{slot_master, slot_of};
+use delayq_harness::{EtcdServer, RedisServer};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

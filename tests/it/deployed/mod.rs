@@ -7,7 +7,7 @@ mod sentinel;
 
 use std::time::Duration;
 
-use delayq::harness::DelayqProcess;
+use delayq_harness::DelayqProcess;
 
 use crate::support::{Api, delayq_bin, eventually};
 

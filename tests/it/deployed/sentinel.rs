@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet};
+use delayq_harness::{EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 

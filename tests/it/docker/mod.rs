@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use delayq::harness::free_port;
+use delayq_harness::free_port;
 use serde_json::{Value, json};
 use tokio::process::Command;
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 
 use super::checks::{check_delivered, check_records, records};
 use super::{Planned, W, config_text, message_fields, push_body};

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use serde_json::{Value, json};
 

@@ -5,10 +5,10 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisOptions};
 use delayq::leadership::Role;
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, ScheduleMode, Scheduled, Store};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{BatchItem, ScheduleMode, Scheduled, Store};
+use delayq_harness::{DelayqProcess, RedisOptions};
 use futures::StreamExt;
 use rand::Rng;
 
@@ -166,7 +166,7 @@ async fn scripts_are_reloaded_after_script_and_function_flush() {
 /// script as EVALSHA, exactly once all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_go_as_evalsha_where_functions_are_not_allowed() {
-    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
     let dir = tempfile::tempdir().unwrap();
     let rules = ["~*", "&*", "+@all", "-function", "-fcall", "-fcall_ro"];
     let extra = crate::support::acl_user(&redis, "dq", &rules, dir.path());
@@ -302,7 +302,7 @@ async fn records_are_forgotten_after_the_retention() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_drains_and_exits_zero_and_bad_config_exits_64() {
-    let redis = delayq::harness::RedisServer::start().unwrap();
+    let redis = delayq_harness::RedisServer::start().unwrap();
     let mut node = DelayqProcess::start(
         &delayq_bin(),
         "n1",

@@ -14,7 +14,7 @@ mod requests;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

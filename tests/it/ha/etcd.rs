@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
-use delayq::message::NewMessage;
-use delayq::store::{ScheduleMode, Store};
+use delayq_client::message::NewMessage;
+use delayq_client::store::{ScheduleMode, Store};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
 
 use super::{
     STREAM, TTL, campaigners, check_exactly_once, etcd_client, flowing, takeover, under_load,

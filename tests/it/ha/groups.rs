@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Producer, TTL, check_exactly_once, deliveries, flowing, node_counter, now_ms};
 use crate::support::{self, Api, Cluster, eventually};
-use delayq::store::Store;
+use delayq_client::store::Store;
 
 const GROUPS: usize = 6;
 const FORWARDED: &str = "delayq_messages_forwarded_total";

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use delayq::message::NewMessage;
-use delayq::store::{ScheduleMode, Store};
+use delayq_client::message::NewMessage;
+use delayq_client::store::{ScheduleMode, Store};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{Delivery, Monitor, Producer, check_exactly_once, flowing, node_counter, takeover};
 use crate::support::{Cluster, eventually, never};
-use delayq::harness::Proxy;
+use delayq_harness::Proxy;
 
 const LONG_TTL: &str =
     "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\nlease_ttl = \"6s\"\n[log]\nlevel = \"info\"\n";

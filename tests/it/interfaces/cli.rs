@@ -128,7 +128,7 @@ async fn every_client_command_with_its_output_and_exit_code() {
         got["fields"],
         serde_json::json!([["payload", "line one\nline two"]])
     );
-    let unreachable = format!("http://127.0.0.1:{}", delayq::harness::free_port());
+    let unreachable = format!("http://127.0.0.1:{}", delayq_harness::free_port());
     check(
         &env,
         line!(),

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use delayq::harness::DelayqProcess;
-use delayq::store::{BatchItem, EntryFields, InboxAck, InboxEntry, ScheduleMode, Scheduled};
+use delayq_client::store::{BatchItem, EntryFields, InboxAck, InboxEntry, ScheduleMode, Scheduled};
+use delayq_harness::DelayqProcess;
 
 use crate::support::{
     Deliveries, Entry, Env, Tally, create_group, delayq_bin, entries, eventually, never,
@@ -343,7 +343,7 @@ async fn none_lost_when_an_instance_is_killed_mid_batch() {
 /// message in each, delivered once by each to its own stream.
 #[tokio::test]
 async fn two_deployments_on_one_redis_keep_to_their_own_prefix() {
-    let redis = delayq::harness::RedisServer::start().unwrap();
+    let redis = delayq_harness::RedisServer::start().unwrap();
     let mut conn = redis.client();
     let nodes: Vec<DelayqProcess> = ["east", "west"]
         .iter()

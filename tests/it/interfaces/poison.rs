@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use delayq::inbox::MAX_ATTEMPTS;
-use delayq::message::MessageId;
+use delayq_client::message::MessageId;
 use redis::Value;
 use serde_json::json;
 
@@ -16,7 +16,7 @@ use crate::support::{
     Bare, Cluster, Entry, Env, Tally, counter, create_group, entries, eventually, pending_count,
     pending_entries, read_group, redis_config, xadd, xlen,
 };
-use delayq::harness::Proxy;
+use delayq_harness::Proxy;
 
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";
@@ -35,7 +35,7 @@ fn ordinary(n: usize, extra: &[(&str, &str)]) -> Vec<(String, String)> {
 }
 
 /// Waits until a daemon's reader has made the inbox's group.
-async fn inbox_group_made(redis: &delayq::harness::RedisServer) {
+async fn inbox_group_made(redis: &delayq_harness::RedisServer) {
     eventually(Duration::from_secs(10), "the inbox group", || {
         let mut conn = redis.client();
         async move {
@@ -148,7 +148,7 @@ fn assert_rejected(
 /// inbox, acknowledged, with its field `kept` (name, value), and that the reader
 /// goes on: a new entry is delivered once.
 async fn rejected_unread_and_kept(
-    redis: &delayq::harness::RedisServer,
+    redis: &delayq_harness::RedisServer,
     id: &str,
     (field, value): (&str, &str),
 ) {
@@ -442,7 +442,7 @@ struct Held {
 
 impl Held {
     async fn start(ns: std::ops::Range<usize>) -> Held {
-        let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+        let redis = delayq_harness::RedisServer::start().expect("start redis-server");
         let dir = tempfile::tempdir().unwrap();
         let extra = crate::support::acl_user(&redis, "dq", &["~*", "&*", "+@all"], dir.path());
         let bare = Bare::start_on(redis, &extra).await;

@@ -251,8 +251,8 @@ async fn bodies_are_read_as_json_whatever_their_content_type() {
 #[tokio::test]
 async fn fields_named_like_delayqs_own_are_refused_by_every_producer() {
     let env = Env::start(&strict("[forwarder]\nid_field = \"msg-id\"")).await;
-    let producer = delayq::client::Producer::with_options(
-        delayq::client::ProducerOptions::from_config(&env.config),
+    let producer = delayq_client::client::Producer::with_options(
+        delayq_client::client::ProducerOptions::from_config(&env.config),
     )
     .await
     .expect("connect");
@@ -293,7 +293,7 @@ async fn fields_named_like_delayqs_own_are_refused_by_every_producer() {
                 .await;
             let err = sent.expect_err("the client refuses it");
             assert!(
-                matches!(err, delayq::client::ClientError::Invalid(_)),
+                matches!(err, delayq_client::client::ClientError::Invalid(_)),
                 "{err:?}"
             );
             assert!(err.to_string().contains(&refusal), "client: {err}");

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use delayq::harness::{DelayqProcess, MariaDbServer, RedisServer};
+use delayq_harness::{DelayqProcess, MariaDbServer, RedisServer};
 use serde_json::json;
 
 use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually, within};

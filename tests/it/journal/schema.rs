@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::Output;
 
-use delayq::harness::MariaDbServer;
+use delayq_harness::MariaDbServer;
 
 use crate::support::{delayq_with_config, text};
 
@@ -101,7 +101,7 @@ async fn migrated_journal() -> (MariaDbServer, delayq::journal::Journal) {
         .await
         .unwrap()
         .expect("start MariaDB");
-    let config = delayq::config::Config::from_toml(
+    let config = delayq_client::config::Config::from_toml(
         &format!("[journal]\nurl = \"{}\"\n", db.url_with_password()),
         std::iter::empty(),
     )
@@ -119,8 +119,8 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
     use std::time::{Duration, Instant};
 
     use delayq::journal::Push;
-    use delayq::message::{Due, MessageId, NewMessage};
-    use delayq::store::{OutboxCode, OutboxLine};
+    use delayq_client::message::{Due, MessageId, NewMessage};
+    use delayq_client::store::{OutboxCode, OutboxLine};
 
     let (db, journal) = migrated_journal().await;
 
@@ -254,7 +254,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
 #[derive(Clone, Copy)]
 enum Write {
     Push(u64, &'static str, u64, bool),
-    Line(u64, delayq::store::OutboxCode, u64),
+    Line(u64, delayq_client::store::OutboxCode, u64),
 }
 
 /// Writes to one id in the order they reach the journal (an outbox line may come
@@ -263,7 +263,7 @@ type Ordering = (&'static [Write], (u8, &'static str, u64));
 
 #[rustfmt::skip]
 const ORDERINGS: &[Ordering] = {
-    use delayq::store::OutboxCode::{Cancelled, Delivered, Rescheduled};
+    use delayq_client::store::OutboxCode::{Cancelled, Delivered, Rescheduled};
     use Write::{Line, Push};
     &[
         // In order: pushed, cancelled, pushed again as new.
@@ -292,8 +292,8 @@ const ORDERINGS: &[Ordering] = {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_copied_late_never_undo_a_later_push() {
     use delayq::journal::Push;
-    use delayq::message::{Due, MessageId, NewMessage};
-    use delayq::store::{OutboxCode, OutboxLine};
+    use delayq_client::message::{Due, MessageId, NewMessage};
+    use delayq_client::store::{OutboxCode, OutboxLine};
 
     let (db, journal) = migrated_journal().await;
     for (case, (writes, (state, payload, due))) in ORDERINGS.iter().enumerate() {
@@ -353,7 +353,7 @@ async fn writes_copied_late_never_undo_a_later_push() {
 async fn a_restore_against_a_hung_mysql_fails_within_its_bound() {
     let (db, journal) = migrated_journal().await;
     journal.close().await.unwrap();
-    let redis = delayq::harness::RedisServer::start().unwrap();
+    let redis = delayq_harness::RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("delayq.toml");
     std::fs::write(

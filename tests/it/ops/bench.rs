@@ -326,7 +326,7 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
 /// command shows the URL without its password.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
-    let db = tokio::task::spawn_blocking(delayq::harness::MariaDbServer::start)
+    let db = tokio::task::spawn_blocking(delayq_harness::MariaDbServer::start)
         .await
         .unwrap()
         .expect("start MariaDB");

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 
 use super::delayq;
 use crate::support::{Api, delayq_bin, eventually, text};
@@ -301,7 +301,7 @@ async fn sighup_reloads_the_allow_list_and_log_level_and_keeps_the_rest() {
 #[tokio::test]
 async fn a_node_started_without_a_file_answers_a_reload_409() {
     let redis = RedisServer::start().unwrap();
-    let port = delayq::harness::free_port();
+    let port = delayq_harness::free_port();
     let mut child = tokio::process::Command::new(delayq_bin())
         .arg("run")
         .env_clear()

@@ -1,15 +1,19 @@
-//! The producer client's dependency tree: `delayq` without default features (the
-//! library a producer depends on) must not pull in any of the daemon's crates. The
-//! check reads `cargo tree` and compiles nothing; `.ci/run` also lints that build
-//! (`cargo clippy --no-default-features --lib`), so it keeps compiling.
+//! The producer crate's dependency tree: `delayq-client` (what a producer depends
+//! on) must not pull in any of the daemon's crates, nor the daemon itself. The
+//! check reads `cargo tree` and compiles nothing; `.ci/run` also lints that crate
+//! built alone (`cargo clippy -p delayq-client`), so it keeps compiling.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
 /// Crates only the daemon needs: etcd (and its gRPC stack, which needs protoc), the
 /// HTTP server and client, the OpenAPI generator, the CLI, the metrics exporters,
-/// service-manager glue and the benchmark's progress bars.
+/// service-manager glue, the journal's MySQL driver, the benchmark's progress bars
+/// and the crates of the daemon and its test harness.
 const SERVER_ONLY: &[&str] = &[
+    "delayq",
+    "delayq-harness",
+    "mysql_async",
     "etcd-client",
     "tonic",
     "tonic-build",
@@ -39,14 +43,15 @@ const SERVER_ONLY: &[&str] = &[
     "utoipa-axum",
 ];
 
-/// The normal (not build, not dev) dependencies of the client-only build, by name.
+/// The normal (not build, not dev) dependencies of `delayq-client`, by name.
 fn client_tree() -> BTreeSet<String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let out = Command::new(cargo)
         .args([
             "tree",
             "--offline",
-            "--no-default-features",
+            "--package",
+            "delayq-client",
             "--edges",
             "normal",
             "--prefix",
@@ -73,7 +78,7 @@ fn client_tree() -> BTreeSet<String> {
 fn the_client_library_has_none_of_the_daemons_crates() {
     let tree = client_tree();
     // The tree was read: the client's own crates are in it.
-    for needed in ["delayq", "redis", "tokio"] {
+    for needed in ["delayq-client", "redis", "tokio"] {
         assert!(tree.contains(needed), "{needed} missing from {tree:?}");
     }
     let found: Vec<&str> = SERVER_ONLY
@@ -83,7 +88,7 @@ fn the_client_library_has_none_of_the_daemons_crates() {
         .collect();
     assert!(
         found.is_empty(),
-        "`delayq` with default-features = false depends on the daemon's {found:?}; \
-         make them optional and part of the `server` feature"
+        "`delayq-client` depends on the daemon's {found:?}; \
+         what needs them belongs in the daemon (`delayq`)"
     );
 }

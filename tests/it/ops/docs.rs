@@ -1,7 +1,7 @@
 //! README.md and every document in docs/ as a new user reads them: every TOML
 //! snippet passes `check-config`, every `curl` example gets the answer the text
 //! shows from a real daemon, the Rust client example is the compiled
-//! `examples/producer.rs`, every `delayq` command line parses, and every relative
+//! `client/examples/producer.rs`, every `delayq` command line parses, and every relative
 //! link names a file that exists. So the docs cannot drift from the code.
 
 use std::path::Path;
@@ -381,12 +381,13 @@ async fn every_curl_example_answers_as_the_readme_shows() {
 
 #[test]
 fn the_rust_client_example_is_the_compiled_one() {
-    let example = std::fs::read_to_string(repo().join("examples/producer.rs")).expect("read");
+    let example =
+        std::fs::read_to_string(repo().join("client/examples/producer.rs")).expect("read");
     let shown = blocks_of("rust");
     assert_eq!(shown.len(), 1, "one Rust example in the docs");
     assert_eq!(
         shown[0].text, example,
-        "the Rust example of {} is examples/producer.rs",
+        "the Rust example of {} is client/examples/producer.rs",
         shown[0].line
     );
     assert!(example.contains("async fn main()"), "a whole program");
@@ -605,7 +606,8 @@ fn default_keys() -> Vec<(String, toml::Value)> {
         }
     }
     let (_, effective) =
-        delayq::config::Config::effective("", Vec::<(String, String)>::new()).expect("defaults");
+        delayq_client::config::Config::effective("", Vec::<(String, String)>::new())
+            .expect("defaults");
     let mut keys = Vec::new();
     flatten("", &effective, &mut keys);
     keys

@@ -3,7 +3,7 @@
 
 use std::process::Command;
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
 
 use super::delayq;
 use crate::support::{delayq_bin, etcd_config, patience, text};

@@ -3,14 +3,14 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 use futures::StreamExt;
 use rand::{Rng, SeedableRng};
 
 use serde_json::json;
 
-use delayq::config::Config;
 use delayq::metrics::{Kind, METRICS, Start, known_series};
+use delayq_client::config::Config;
 
 use crate::support::{
     Api, Cluster, delayq_bin, documented_metrics, etcd_config, eventually, redis_config, series,

@@ -5,8 +5,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use delayq::message::NewMessage;
-use delayq::store::{ScheduleMode, Scheduled, Status, Store};
+use delayq_client::message::NewMessage;
+use delayq_client::store::{ScheduleMode, Scheduled, Status, Store};
 
 use crate::support::{Bare, delayq_with_config, libraries, text};
 

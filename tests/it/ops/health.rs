@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 
 use crate::support::{
     Api, delayq_bin, delayq_with_config, documented_user, entries, eventually, text,
@@ -333,7 +333,7 @@ fn memory_field(redis: &RedisServer, field: &str) -> u64 {
         .arg("memory")
         .query(&mut redis.client())
         .unwrap();
-    delayq::store::info_value(&info, field)
+    delayq_client::store::info_value(&info, field)
         .unwrap()
         .parse()
         .unwrap()

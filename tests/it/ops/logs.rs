@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisOptions, RedisServer};
+use delayq_harness::{DelayqProcess, RedisOptions, RedisServer};
 
 use crate::support::{Api, Deliveries, delayq_bin, eventually, let_pass};
 

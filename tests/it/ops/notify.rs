@@ -6,7 +6,7 @@ use std::os::unix::net::UnixDatagram;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
 
 use crate::support::{delayq_bin, etcd_config, patience};
 

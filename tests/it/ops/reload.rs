@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 use futures::future::BoxFuture;
 
 use crate::support::{Api, delayq_bin, entries, eventually, xadd};

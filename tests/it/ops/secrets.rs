@@ -6,7 +6,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisServer};
+use delayq_harness::{DelayqProcess, RedisServer};
 
 use crate::support::{Api, delayq_bin, eventually};
 

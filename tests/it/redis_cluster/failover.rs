@@ -7,9 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayq::harness::RedisCluster;
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, Scheduled, Store, slot_master, slot_of};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{BatchItem, Scheduled, Store, slot_master, slot_of};
+use delayq_harness::RedisCluster;
 use tokio_util::sync::CancellationToken;
 
 use super::forwarding::now_ms;

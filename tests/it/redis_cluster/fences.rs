@@ -3,7 +3,7 @@
 //! leader is refused in every slot, and with several groups a group's new epoch
 //! fences its own slots only.
 
-use delayq::store::{Store, StoreError};
+use delayq_client::store::{Store, StoreError};
 
 use super::forwarding::{messages, now_ms, schedule_all};
 use super::{cluster_config, reader, shared_cluster};

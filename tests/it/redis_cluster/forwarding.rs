@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{BatchItem, Scheduled, Store, slot_of};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{BatchItem, Scheduled, Store, slot_of};
 
 use super::{cluster_config, reader, shared_cluster};
 use crate::support::{entries, xlen};

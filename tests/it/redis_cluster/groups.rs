@@ -7,8 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisCluster};
-use delayq::store::{Keys, Store};
+use delayq_client::store::{Keys, Store};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisCluster};
 
 use super::forwarding::{check_exactly_once, messages, now_ms, schedule_all};
 use super::{cluster_config, cluster_toml, kill_master_of, own_cluster, reader, shared_cluster};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, MariaDbServer};
+use delayq_harness::{DelayqProcess, MariaDbServer};
 use serde_json::json;
 
 use super::{cluster_toml, reader, shared_cluster};

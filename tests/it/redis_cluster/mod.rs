@@ -14,9 +14,9 @@ mod operations;
 
 use std::sync::{Arc, Mutex, Weak};
 
-use delayq::config::Config;
-use delayq::harness::RedisCluster;
-use delayq::store::{Store, StoreError};
+use delayq_client::config::Config;
+use delayq_client::store::{Store, StoreError};
+use delayq_harness::RedisCluster;
 
 use crate::support::{self, toml_layers};
 

@@ -197,7 +197,7 @@ async fn every_operation_works_on_the_cluster() {
 /// entry is acknowledged, and the message is delivered once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inbox_entry_whose_acknowledgement_was_lost_is_delivered_once() {
-    use delayq::store::faults::lose_inbox_acks;
+    use delayq_client::store::faults::lose_inbox_acks;
 
     let cluster = shared_cluster();
     let config = cluster_config(&cluster, "ack", "[node]\nid = \"ack-node\"\n");

@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use delayq::harness::{
+use delayq_harness::{
     DelayqProcess, EtcdServer, Proxy, RedisServer, SentinelOptions, SentinelServer, SentinelSet,
 };
 use libc::{SIGCONT, SIGSTOP};

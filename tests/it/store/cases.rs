@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{
     BatchItem, Cancelled, PendingLayout, RecordLayout, Rescheduled, ScheduleMode, Scheduled,
     Status, Store, StoreError,
 };
@@ -793,7 +793,7 @@ async fn the_largest_call_kept_apart_is_stored_whole_and_sent_by_the_largest_bat
     let held_key = bare.store.keys().shard(0).held_of(STREAM);
     let held: u64 = redis::cmd("ZCARD").arg(&held_key).query(&mut conn).unwrap();
     assert_eq!(held, 1000);
-    let options = delayq::store::ForwardOptions {
+    let options = delayq_client::store::ForwardOptions {
         batch_size: 10_000,
         ..bare.config.forward_options()
     };
@@ -1108,7 +1108,7 @@ async fn a_store_with_another_shard_count_is_refused() {
 /// (its count is taken at its word), and records nothing.
 #[tokio::test]
 async fn a_user_without_the_shard_count_key_is_taken_at_its_word() {
-    let redis = delayq::harness::RedisServer::start().expect("start redis-server");
+    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
     let mut conn = redis.client();
     let dir = tempfile::tempdir().unwrap();
     let extra = crate::support::acl_user(&redis, "dq", &["~{delayq:*", "&*", "+@all"], dir.path());

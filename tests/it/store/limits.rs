@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{
     BatchItem, ForwardBatch, ForwardOptions, InboxAck, RecordState, ScheduleMode, Status, Store,
 };
 

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{
     BatchItem, Cancelled, ForwardOptions, PendingLayout, RecordState, Rescheduled, ScheduleMode,
     Scheduled, Status, Store,
 };
@@ -97,7 +97,7 @@ async fn push(
     store: &Store,
     conn: &mut redis::Connection,
     items: &[BatchItem],
-) -> Result<Vec<delayq::store::Result<Scheduled>>, TestCaseError> {
+) -> Result<Vec<delayq_client::store::Result<Scheduled>>, TestCaseError> {
     let before = store.earliest_scheduled_ms().await.unwrap();
     let published = calls_of(conn, "publish");
     let answers = store.schedule_many(items, DAY, None).await;
@@ -495,7 +495,7 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
     for (n, it) in items.iter().enumerate().step_by(97) {
         let found = store.get(&it.msg.id).await.unwrap();
         assert!(
-            matches!(found, delayq::store::Status::Scheduled(_)),
+            matches!(found, delayq_client::store::Status::Scheduled(_)),
             "{n}: {found:?}"
         );
     }

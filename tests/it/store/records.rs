@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{
     BatchItem, Cancelled, ForwardOptions, RecordLayout, RecordState, Scheduled, Status, Store,
     StoreError,
 };

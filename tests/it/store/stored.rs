@@ -5,8 +5,8 @@
 
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage, StoredMessage};
-use delayq::store::{Rescheduled, ScheduleMode, Status, Store};
+use delayq_client::message::{Due, MessageId, NewMessage, StoredMessage};
+use delayq_client::store::{Rescheduled, ScheduleMode, Status, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 

@@ -31,7 +31,7 @@ pub fn screenshots() -> PathBuf {
 impl Browser {
     /// A browser window of a laptop's size on the node at `base`.
     pub async fn open(base: &str, name: &str) -> Browser {
-        let port = delayq::harness::free_port();
+        let port = delayq_harness::free_port();
         // Its own process group, so that drop ends Chromium with it.
         let driver = Command::new("chromedriver")
             .arg(format!("--port={port}"))

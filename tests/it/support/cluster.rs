@@ -5,9 +5,9 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use delayq::config::Config;
-use delayq::harness::{DelayqProcess, EtcdServer, RedisServer};
-use delayq::store::Store;
+use delayq_client::config::Config;
+use delayq_client::store::Store;
+use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
 
 use super::{Api, delayq_bin, toml_layers, within};
 

@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use delayq::config::Config;
-use delayq::harness::{RedisOptions, RedisServer};
-use delayq::store::Store;
+use delayq_client::config::Config;
+use delayq_client::store::Store;
+use delayq_harness::{RedisOptions, RedisServer};
 
 use super::{Api, OneLeader};
 
@@ -149,8 +149,10 @@ pub fn ids_in_every_shard(store: &Store, stream: &str, per_shard: usize) -> Vec<
     let mut ids = Vec::new();
     for i in 0.. {
         let id = format!("m{i}");
-        let shard =
-            usize::from(store.shard_of(&delayq::message::MessageId::parse(&id).unwrap(), stream));
+        let shard = usize::from(store.shard_of(
+            &delayq_client::message::MessageId::parse(&id).unwrap(),
+            stream,
+        ));
         if count[shard] < per_shard {
             count[shard] += 1;
             ids.push(id);

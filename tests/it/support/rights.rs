@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use delayq::harness::RedisServer;
+use delayq_harness::RedisServer;
 
 /// The words of the docs' `ACL SETUSER` rule, with `PASSWORD` replaced by
 /// `password` and each word named in `words` by its replacement (the example's

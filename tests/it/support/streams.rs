@@ -321,7 +321,7 @@ pub fn fill_to_maxmemory(conn: &mut impl redis::ConnectionLike, headroom: u64) {
 /// The keys of a shard's compact pending buckets (`<buckets>:<floor>`), in order.
 pub fn compact_buckets(
     conn: &mut redis::Connection,
-    shard: &delayq::store::ShardKeys,
+    shard: &delayq_client::store::ShardKeys,
 ) -> Vec<Vec<u8>> {
     let buckets = shard.buckets();
     let floors: Vec<Vec<u8>> = redis::cmd("ZRANGE")

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{RedeliverOptions, Redelivered, ScheduleMode, Status, StoreError};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{RedeliverOptions, Redelivered, ScheduleMode, Status, StoreError};
 
 use super::{CONSUMER, GROUP};
 use crate::support::{

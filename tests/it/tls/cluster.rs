@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, EtcdServer, RedisCluster};
+use delayq_harness::{DelayqProcess, EtcdServer, RedisCluster};
 use serde_json::json;
 
 use super::{Pki, acl_user_on, check_config};
@@ -84,7 +84,7 @@ async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
     );
     let masters: std::collections::BTreeSet<usize> = streams
         .iter()
-        .map(|s| cluster.master_of(delayq::store::slot_of(s)).unwrap())
+        .map(|s| cluster.master_of(delayq_client::store::slot_of(s)).unwrap())
         .collect();
     assert_eq!(masters.len(), 3, "the streams reach every master");
     assert!(

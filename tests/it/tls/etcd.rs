@@ -7,7 +7,7 @@
 use etcd_client::{Client, Permission};
 use libc::SIGKILL;
 
-use delayq::harness::EtcdServer;
+use delayq_harness::EtcdServer;
 
 use super::*;
 

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
+use delayq_harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
 use serde_json::json;
 
@@ -344,7 +344,7 @@ fn the_production_example_passes_check_config_with_its_files_in_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_over_tls_name_a_tls_master() {
-    use delayq::harness::{SentinelOptions, SentinelServer};
+    use delayq_harness::{SentinelOptions, SentinelServer};
     let pki = Pki::new();
     let redis = pki.redis(false);
     let password = acl_user(&redis, pki.dir.path());

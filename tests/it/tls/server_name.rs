@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use delayq::harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
+use delayq_harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
 use serde_json::json;
 
 use super::{NAMED_HOST, Pki, check_config, delivered, refused_naming};

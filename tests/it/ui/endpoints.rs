@@ -5,7 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use delayq::harness::{DelayqProcess, RedisServer, free_port};
+use delayq_harness::{DelayqProcess, RedisServer, free_port};
 use serde_json::{Value, json};
 
 use crate::support::{Api, Cluster, create_group, delayq_bin, entries, eventually, xlen};

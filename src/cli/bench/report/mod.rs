@@ -119,7 +119,7 @@ pub async fn machine(bench: &Bench, args: &BenchArgs, with_peer: bool) -> Machin
     let command = std::iter::once("delayq".to_owned())
         .chain(std::env::args().skip(1).map(|arg| {
             if arg.contains("://") {
-                crate::secret::shown_url(&arg)
+                delayq_client::secret::shown_url(&arg)
             } else {
                 arg
             }

@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{ScheduleMode, Scheduled, Store};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{ScheduleMode, Scheduled, Store};
 
 use crate::support::{self, Entry, Env, eventually};
 

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use delayq::message::{Due, MessageId, NewMessage};
-use delayq::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
+use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::store::{Cancelled, Rescheduled, ScheduleMode, Scheduled, Status};
 
 use super::{busiest_second, drained_from, push_overdue_to};
 use crate::support::{self, Cluster, Deliveries, Env, eventually};

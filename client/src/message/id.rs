@@ -115,8 +115,8 @@ mod tests {
 
     use proptest::prelude::*;
 
-    use super::super::props::{beyond_u64, expect};
     use super::*;
+    use delayq_harness::props::{beyond_u64, expect};
 
     proptest! {
         #[test]

@@ -189,8 +189,9 @@ pub enum InvalidMessage {
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::props::{daemon_fields, expect};
+    use super::super::props::daemon_fields;
     use super::*;
+    use delayq_harness::props::expect;
 
     fn validated(msg: NewMessage) -> Result<(), InvalidMessage> {
         msg.validate(&Limits::default(), &daemon_fields())

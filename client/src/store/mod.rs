@@ -6,7 +6,6 @@
 
 mod acked;
 mod batch;
-#[cfg(feature = "server")]
 mod board;
 mod conn;
 mod dial;
@@ -38,14 +37,13 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Value};
 
-#[cfg(feature = "test-support")]
+#[cfg(feature = "faults")]
 pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
-#[cfg(feature = "server")]
 pub use board::{
     DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,
 };
-pub use conn::{SentinelConfig, slot_master};
+pub use conn::{SentinelConfig, Separate, slot_master};
 pub use error::{Result, StoreError, oom_refused_within};
 pub use eviction::{Memory, NEARLY_FULL};
 pub use inbox::{
@@ -74,10 +72,8 @@ use scripts::{Call, Functions, Lua, lua};
 const PROBE_TTL_MS: u64 = 60_000;
 
 mod delivery;
-#[cfg(feature = "server")]
 mod presence;
 
-#[cfg(feature = "server")]
 pub use presence::{Held, LeaderSigns};
 
 pub use delivery::{
@@ -102,11 +98,8 @@ struct Scripts {
     pending_streams: Lua,
     pending_count: Lua,
     journal_ack: Lua,
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     due_histogram: Lua,
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     clear_switchover: Lua,
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     upcoming: Lua,
 }
 
@@ -500,7 +493,7 @@ impl Store {
     /// A connection of its own for blocking reads (the inbox, HTTP long polls, the
     /// benchmark's reads of target streams): to the one Redis, or on Redis Cluster a
     /// cluster connection of its own, which follows each key to its slot's master.
-    pub(crate) async fn blocking_connection(&self) -> Result<conn::Separate> {
+    pub async fn blocking_connection(&self) -> Result<conn::Separate> {
         let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
         Ok(self.conn.separate_any(&config).await?)
     }

@@ -19,9 +19,7 @@ pub(super) struct Cluster {
     pub(super) seeds: Vec<redis::Client>,
     /// The seeds' scheme, user, password and TLS settings, for a client of any
     /// node (see [`node_client`]): presence's pub/sub (the daemon's).
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(super) info: redis::ConnectionInfo,
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(super) tls: Option<RedisTls>,
     pub(super) response_timeout: Duration,
     pub(super) connect_timeout: Duration,
@@ -144,7 +142,6 @@ impl Conn {
 
     /// `cmd` sent to the master of `slot` on Redis Cluster (whatever keys it
     /// names, or none), to the current node otherwise.
-    #[cfg_attr(not(feature = "server"), allow(dead_code))]
     pub(in crate::store) async fn on_master_of(
         &self,
         slot: u16,
@@ -238,7 +235,6 @@ impl Conn {
     /// master of `slot` on Redis Cluster (as that master itself says: see
     /// [`Conn::master_address`]), with its address; the current node otherwise (no
     /// address: it follows the node).
-    #[cfg(feature = "server")]
     pub(in crate::store) async fn pubsub_on_master_of(
         &self,
         slot: u16,
@@ -259,7 +255,6 @@ impl Conn {
     /// Redis Cluster: the address of `slot`'s master, from the `CLUSTER SLOTS` of
     /// the node this connection sends the slot's commands to (a master that gave
     /// the slot away names its new owner). None where the reply names none.
-    #[cfg(feature = "server")]
     pub(in crate::store) async fn master_address(
         &self,
         slot: u16,

@@ -197,7 +197,10 @@ impl RedisServer {
             .arg("replication")
             .query(&mut client)
             .ok()?;
-        crate::store::info_value(&text, field).map(str::to_owned)
+        let prefix = format!("{field}:");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .map(|value| value.trim().to_owned())
     }
 
     /// A synchronous connection, for test assertions.

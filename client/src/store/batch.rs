@@ -18,7 +18,7 @@ use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shar
 use crate::message::NewMessage;
 
 /// Fault points for this crate's tests.
-#[cfg(feature = "test-support")]
+#[cfg(feature = "faults")]
 pub mod faults {
     use std::sync::Mutex;
 
@@ -378,7 +378,7 @@ impl Store {
         if entries.is_empty() {
             return Ok(());
         }
-        #[cfg(feature = "test-support")]
+        #[cfg(feature = "faults")]
         if faults::losing_acks_of(ack.stream) {
             return Err(StoreError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,

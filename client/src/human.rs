@@ -47,7 +47,6 @@ pub fn roughly(ms: u64) -> String {
 
 /// An epoch-milliseconds time in UTC, to the millisecond: `2026-11-26 19:22:09.186 UTC`
 /// (the raw number when it is past what a calendar holds).
-#[cfg(feature = "server")]
 pub fn time_utc(epoch_ms: u64) -> String {
     match timestamp(epoch_ms) {
         Some(t) => t.strftime("%Y-%m-%d %H:%M:%S%.3f UTC").to_string(),
@@ -56,7 +55,6 @@ pub fn time_utc(epoch_ms: u64) -> String {
 }
 
 /// Epoch milliseconds as a calendar instant, if a calendar holds it.
-#[cfg(feature = "server")]
 fn timestamp(epoch_ms: u64) -> Option<jiff::Timestamp> {
     let ms = i64::try_from(epoch_ms).ok()?;
     jiff::Timestamp::from_millisecond(ms).ok()
@@ -64,7 +62,6 @@ fn timestamp(epoch_ms: u64) -> Option<jiff::Timestamp> {
 
 /// An epoch-milliseconds time in this machine's time zone, with how far it is from
 /// `now_ms`: `2026-11-26 20:22:09.186 CET (in 20m)`, `… (3s ago)`.
-#[cfg(feature = "server")]
 pub fn time_local(epoch_ms: u64, now_ms: u64) -> String {
     let Some(when) = timestamp(epoch_ms) else {
         return format!("{epoch_ms} ms after 1970");
@@ -116,7 +113,6 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "server")]
     #[test]
     fn times_read_as_calendar_times() {
         assert_eq!(time_utc(0), "1970-01-01 00:00:00.000 UTC");

@@ -129,8 +129,8 @@ impl RedisCluster {
     /// Which node (index into `nodes`) serves `slot` as master now.
     pub fn master_of(&self, slot: u16) -> anyhow::Result<usize> {
         let mut conn = self.any_live()?;
-        let slots: redis::Value = redis::cmd("CLUSTER").arg("SLOTS").query(&mut conn)?;
-        let (_, port) = crate::store::slot_master(&slots, slot)
+        let nodes: String = redis::cmd("CLUSTER").arg("NODES").query(&mut conn)?;
+        let port = serving_master(&nodes, slot)
             .with_context(|| format!("no master serves slot {slot}"))?;
         self.nodes
             .iter()
@@ -275,4 +275,24 @@ impl RedisCluster {
         }
         Ok(())
     }
+}
+
+/// The port of the master that `CLUSTER NODES` (one line a node: id, address,
+/// flags, master, ping, pong, epoch, link, then its slots and ranges) says
+/// serves `slot`; slots being moved (`[…]`) are skipped.
+fn serving_master(nodes: &str, slot: u16) -> Option<u16> {
+    nodes.lines().find_map(|line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let flags = words.get(2)?;
+        let flags: Vec<&str> = flags.split(',').collect();
+        if !flags.contains(&"master") || flags.contains(&"fail") {
+            return None;
+        }
+        let serves = words.iter().skip(8).any(|range| {
+            let (low, high) = range.split_once('-').unwrap_or((range, range));
+            matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if (l..=h).contains(&slot))
+        });
+        let address = words.get(1)?.split('@').next()?;
+        serves.then(|| address.rsplit_once(':')?.1.parse().ok()).flatten()
+    })
 }

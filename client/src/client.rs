@@ -9,11 +9,11 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> anyhow::Result<()> {
-//! # let redis = delayq::harness::RedisServer::start()?;
+//! # let redis = delayq_harness::RedisServer::start()?;
 //! use std::time::Duration;
 //!
-//! use delayq::client::{Producer, Sent};
-//! use delayq::store::Status;
+//! use delayq_client::client::{Producer, Sent};
+//! use delayq_client::store::Status;
 //!
 //! let producer = Producer::connect(&redis.url()).await?;
 //!
@@ -25,43 +25,6 @@
 //! // No delay: XADDed to the stream at once, as a plain producer would.
 //! let now = producer.send("orders", &[("order", "43")], Duration::ZERO).await?;
 //! assert!(matches!(now, Sent::Appended { .. }));
-//! # Ok(())
-//! # }
-//! ```
-//!
-//! With a daemon running on the same Redis (here in-process), the message arrives in
-//! its stream when due, with its fields in order, plus `delayq-id`:
-//!
-//! ```
-//! # #[tokio::main]
-//! # async fn main() -> anyhow::Result<()> {
-//! # let redis = delayq::harness::RedisServer::start()?;
-//! use std::time::Duration;
-//!
-//! use delayq::client::{Producer, ProducerOptions};
-//! use delayq::config::Config;
-//! use redis::streams::{StreamReadOptions, StreamReadReply};
-//!
-//! let config = Config::from_toml(
-//!     &format!("[redis]\nurl = \"{}\"\n[api]\nlisten = \"127.0.0.1:0\"", redis.url()),
-//!     std::iter::empty(),
-//! )?;
-//! let daemon = delayq::start(config.clone()).await?;
-//! let producer = Producer::with_options(ProducerOptions::from_config(&config)).await?;
-//! producer.send("orders", &[("order", "42")], Duration::from_millis(200)).await?;
-//!
-//! let mut conn = producer.store().separate_connection().await?;
-//! let reply: StreamReadReply = redis::AsyncCommands::xread_options(
-//!     &mut conn,
-//!     &["orders"],
-//!     &["0"],
-//!     &StreamReadOptions::default().block(10_000),
-//! )
-//! .await?;
-//! let entry = &reply.keys[0].ids[0];
-//! assert_eq!(entry.get::<String>("order").as_deref(), Some("42"));
-//! assert!(entry.map.contains_key("delayq-id"));
-//! daemon.stop().await;
 //! # Ok(())
 //! # }
 //! ```
@@ -155,10 +118,10 @@ impl ProducerOptions {
     /// The options a daemon with this configuration uses, so both agree on the layout.
     ///
     /// ```
-    /// let config = delayq::config::Config::from_toml("[redis]\nshards = 4", std::iter::empty())?;
-    /// let options = delayq::client::ProducerOptions::from_config(&config);
+    /// let config = delayq_client::config::Config::from_toml("[redis]\nshards = 4", std::iter::empty())?;
+    /// let options = delayq_client::client::ProducerOptions::from_config(&config);
     /// assert_eq!(options.shards, 4);
-    /// # Ok::<(), delayq::config::ConfigError>(())
+    /// # Ok::<(), delayq_client::config::ConfigError>(())
     /// ```
     pub fn from_config(config: &Config) -> Self {
         ProducerOptions {
@@ -277,13 +240,13 @@ impl Producer {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> anyhow::Result<()> {
-    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// # let redis = delayq_harness::RedisServer::start()?;
     /// use std::time::Duration;
     ///
-    /// use delayq::message::{Due, MessageId, NewMessage};
-    /// use delayq::store::Scheduled;
+    /// use delayq_client::message::{Due, MessageId, NewMessage};
+    /// use delayq_client::store::Scheduled;
     ///
-    /// let producer = delayq::client::Producer::connect(&redis.url()).await?;
+    /// let producer = delayq_client::client::Producer::connect(&redis.url()).await?;
     /// let msg = NewMessage::payload("billing", "invoice 7 is due", Duration::from_secs(86_400))
     ///     .with_id(MessageId::parse("invoice-7-reminder")?)
     ///     .with_priority(5)
@@ -313,11 +276,11 @@ impl Producer {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> anyhow::Result<()> {
-    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// # let redis = delayq_harness::RedisServer::start()?;
     /// use std::time::Duration;
     ///
-    /// use delayq::client::{Producer, Sent};
-    /// use delayq::store::{Cancelled, RecordState, Status};
+    /// use delayq_client::client::{Producer, Sent};
+    /// use delayq_client::store::{Cancelled, RecordState, Status};
     ///
     /// let producer = Producer::connect(&redis.url()).await?;
     /// let Sent::Scheduled { id, .. } = producer.send("orders", &[("order", "42")], Duration::from_secs(60)).await? else {
@@ -341,12 +304,12 @@ impl Producer {
     /// ```
     /// # #[tokio::main(flavor = "current_thread")]
     /// # async fn main() -> anyhow::Result<()> {
-    /// # let redis = delayq::harness::RedisServer::start()?;
+    /// # let redis = delayq_harness::RedisServer::start()?;
     /// use std::time::Duration;
     ///
-    /// use delayq::client::{Producer, Sent};
-    /// use delayq::message::Due;
-    /// use delayq::store::Rescheduled;
+    /// use delayq_client::client::{Producer, Sent};
+    /// use delayq_client::message::Due;
+    /// use delayq_client::store::Rescheduled;
     ///
     /// let producer = Producer::connect(&redis.url()).await?;
     /// let Sent::Scheduled { id, due_ms } = producer.send("orders", &[("order", "42")], Duration::from_secs(60)).await? else {

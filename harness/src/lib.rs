@@ -20,7 +20,8 @@ mod cluster;
 mod delayq_process;
 mod etcd;
 mod mariadb;
-#[cfg(feature = "server")]
+#[cfg(feature = "props")]
+pub mod props;
 mod proxy;
 mod redis_server;
 mod sentinel;
@@ -29,7 +30,6 @@ pub use cluster::*;
 pub use delayq_process::*;
 pub use etcd::*;
 pub use mariadb::*;
-#[cfg(feature = "server")]
 pub use proxy::Proxy;
 pub use redis_server::*;
 pub use sentinel::*;

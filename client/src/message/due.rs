@@ -52,8 +52,8 @@ pub fn parse_duration_field(name: &str, value: &str) -> Result<Duration, String>
 mod tests {
     use proptest::prelude::*;
 
-    use super::super::props::{beyond_u64, expect};
     use super::*;
+    use delayq_harness::props::{beyond_u64, expect};
 
     proptest! {
         #[test]

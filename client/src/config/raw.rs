@@ -471,7 +471,7 @@ mod tests {
 
     #[test]
     fn the_shipped_config_file_is_valid_and_matches_the_defaults() {
-        let text = include_str!("../../config/delayq.toml");
+        let text = include_str!("../../../config/delayq.toml");
         let c = Config::from_toml(text, env(&[])).unwrap();
         let d = Config::from_toml("", env(&[])).unwrap();
         assert_eq!(c.redis.shards, d.redis.shards);

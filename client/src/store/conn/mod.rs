@@ -88,7 +88,7 @@ impl Link {
 /// A connection apart from the shared one, for blocking reads: to the one node,
 /// or a cluster connection of its own.
 #[derive(Clone)]
-pub(crate) enum Separate {
+pub enum Separate {
     Node(redis::aio::MultiplexedConnection),
     Cluster(ClusterConnection),
 }
