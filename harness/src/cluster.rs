@@ -296,3 +296,31 @@ fn serving_master(nodes: &str, slot: u16) -> Option<u16> {
         serves.then(|| address.rsplit_once(':')?.1.parse().ok()).flatten()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::serving_master;
+
+    const NODES: &str = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002 master - 0 1 2 connected 5461-10922 [5462->-c3]
+c3 127.0.0.1:7003@17003 master,fail - 0 1 3 disconnected 10923-16383
+d4 127.0.0.1:7004@17004 slave a1 0 1 1 connected
+e5 127.0.0.1:7005@17005 master - 0 1 5 connected 16000
+";
+
+    #[test]
+    fn the_master_serving_a_slot_is_read_from_cluster_nodes() {
+        for (slot, want) in [
+            (0, Some(7001)),
+            (5460, Some(7001)),
+            (5461, Some(7002)),
+            (5462, Some(7002)),
+            (10922, Some(7002)),
+            (12000, None),
+            (16000, Some(7005)),
+        ] {
+            assert_eq!(serving_master(NODES, slot), want, "slot {slot}");
+        }
+    }
+}
