@@ -3,6 +3,7 @@
 //! message id from the path; a stream checked against the allow list.
 
 use axum::body::Body;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{FromRequestParts, Query};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
@@ -139,6 +140,11 @@ pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), 
     }
 }
 
+/// A query string that cannot be read as parameters.
+fn bad_query(e: QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
+}
+
 /// axum's `Query`, refusing (`400 bad_query`) a query whose decoded bytes are not
 /// UTF-8: the plain extractor puts U+FFFD in their place, so that two different
 /// names (`group=%FF`, `group=%FE`) would read as one.
@@ -158,7 +164,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for StrictQuery<T>
         }
         let Query(query) = Query::<T>::from_request_parts(parts, state)
             .await
-            .map_err(super::streams::bad_query)?;
+            .map_err(bad_query)?;
         Ok(StrictQuery(query))
     }
 }

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
@@ -205,11 +204,6 @@ pub async fn next(
         consumer,
         messages,
     }))
-}
-
-/// A query string that cannot be read as parameters.
-pub(super) fn bad_query(e: QueryRejection) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
 }
 
 /// A stream entry id: `<ms>-<seq>` (or `<ms>`), each part below 2^64.

@@ -97,11 +97,8 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
         .with_id(id)
         .with_priority(priority)
         .with_ttl(ttl);
-    msg.validate(
-        &config.api.limits,
-        &crate::message::OwnFields::of(&config.forwarder),
-    )
-    .map_err(|e| e.to_string())?;
+    msg.validate(&config.api.limits, &config.forwarder.own_fields())
+        .map_err(|e| e.to_string())?;
     Ok(msg)
 }
 

@@ -208,6 +208,17 @@ pub struct ForwarderConfig {
     pub dead_letter_suffix: String,
 }
 
+impl ForwarderConfig {
+    /// The fields a daemon with this configuration adds to each delivered entry,
+    /// which no message may carry itself.
+    pub fn own_fields(&self) -> crate::message::OwnFields {
+        crate::message::OwnFields {
+            id_field: self.id_field.clone(),
+            attempt_field: self.attempt_field.clone(),
+        }
+    }
+}
+
 #[derive(Clone, Debug)]
 pub struct RecordsConfig {
     pub retention: Duration,

@@ -72,16 +72,6 @@ pub struct OwnFields {
     pub attempt_field: Option<String>,
 }
 
-impl OwnFields {
-    /// The names a daemon with this configuration writes.
-    pub fn of(forwarder: &crate::config::ForwarderConfig) -> Self {
-        OwnFields {
-            id_field: forwarder.id_field.clone(),
-            attempt_field: forwarder.attempt_field.clone(),
-        }
-    }
-}
-
 /// The one check of a message's field names, whichever way it comes in: none may
 /// be empty, start with [`RESERVED_PREFIX`], or equal a field the forwarder adds
 /// (a delivered entry would carry that name twice).

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::streams::wrong_type;
-use super::{Result, Store, StoreError, array, shard_invocation, text};
+use super::streams::{stream_entries, wrong_type};
+use super::{Result, Store, StoreError, array, shard_invocation};
 use crate::message::{Fields, MessageId};
 
 /// Fields delayq appends to dead-letter entries after the producer's own (besides
@@ -355,24 +355,6 @@ fn own_field_names<'a>(id_field: &'a str, attempt_field: &'a str) -> Vec<&'a str
     names.extend_from_slice(DEAD_LETTER_FIELDS);
     names.retain(|n| !n.is_empty());
     names
-}
-
-/// An XRANGE reply as (entry id, fields in order).
-pub(super) fn stream_entries(reply: Value) -> Result<Vec<(String, Fields)>> {
-    let mut out = Vec::new();
-    for item in array(reply)? {
-        let parts = array(item)?;
-        let id = super::string_at(&parts, 0)?;
-        let flat = array(parts.get(1).cloned().unwrap_or(Value::Nil))?;
-        let mut fields = Vec::with_capacity(flat.len() / 2);
-        for pair in flat.chunks(2) {
-            if let [name, value] = pair {
-                fields.push((text(name)?, text(value)?));
-            }
-        }
-        out.push((id, fields));
-    }
-    Ok(out)
 }
 
 #[cfg(test)]

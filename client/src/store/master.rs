@@ -77,7 +77,7 @@ pub(super) async fn ask_master(
                 continue;
             }
         };
-        let (_, client) = super::conn::node_client(data, tls, &host, port)?;
+        let (_, client) = super::tls::node_client(data, tls, &host, port)?;
         let confirmed = tokio::time::timeout(within, async {
             let mut c = client.get_multiplexed_async_connection().await?;
             says_master(&mut c, within).await

@@ -13,7 +13,8 @@ use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::Semaphore;
 
 use super::conn::Separate;
-use super::{Result, Store, StoreError, array};
+use super::{Result, Store, StoreError, array, text};
+use crate::message::Fields;
 
 /// Idle connections kept for the next long poll; more are opened when busier.
 const MAX_IDLE: usize = 8;
@@ -160,7 +161,7 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| wrong_type(e, stream))?;
-        Ok(super::delivery::stream_entries(reply)?
+        Ok(stream_entries(reply)?
             .into_iter()
             .map(|(id, fields)| StreamEntry { id, fields })
             .collect())
@@ -177,10 +178,7 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| wrong_type(e, stream))?;
-        Ok(super::delivery::stream_entries(reply)?
-            .into_iter()
-            .next()
-            .map(|(id, _)| id))
+        Ok(stream_entries(reply)?.into_iter().next().map(|(id, _)| id))
     }
 
     /// Appends an entry to a stream now (XADD), bypassing scheduling; returns its id.
@@ -364,4 +362,22 @@ fn owned_bytes(v: Value) -> Result<Vec<u8>> {
             "expected a string, got {other:?}"
         ))),
     }
+}
+
+/// An XRANGE reply as (entry id, fields in order).
+pub(super) fn stream_entries(reply: Value) -> Result<Vec<(String, Fields)>> {
+    let mut out = Vec::new();
+    for item in array(reply)? {
+        let parts = array(item)?;
+        let id = super::string_at(&parts, 0)?;
+        let flat = array(parts.get(1).cloned().unwrap_or(Value::Nil))?;
+        let mut fields = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks(2) {
+            if let [name, value] = pair {
+                fields.push((text(name)?, text(value)?));
+            }
+        }
+        out.push((id, fields));
+    }
+    Ok(out)
 }

@@ -38,3 +38,29 @@ pub(super) fn certificates(tls: &RedisTls) -> TlsCertificates {
         root_cert: tls.ca.as_ref().map(|ca| ca.as_bytes().to_vec()),
     }
 }
+
+/// A plain client of the node at `host`:`port` (a Cluster node, the master a
+/// Sentinel names), with `info`'s scheme, user, password and TLS settings, and
+/// its connection info.
+pub(super) fn node_client(
+    info: &redis::ConnectionInfo,
+    tls: Option<&RedisTls>,
+    host: &str,
+    port: u16,
+) -> redis::RedisResult<(redis::ConnectionInfo, redis::Client)> {
+    let addr = match info.addr() {
+        redis::ConnectionAddr::TcpTls { insecure, .. } => redis::ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: *insecure,
+            tls_params: None,
+        },
+        _ => redis::ConnectionAddr::Tcp(host.to_owned(), port),
+    };
+    let node = info.clone().set_addr(addr);
+    let client = match tls {
+        Some(t) => redis::Client::build_with_tls(node.clone(), certificates(t))?,
+        None => redis::Client::open(node.clone())?,
+    };
+    Ok((node, client))
+}

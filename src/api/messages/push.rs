@@ -18,7 +18,7 @@ use super::due::{DeliverAt, human_duration, non_negative_ms, parse_due};
 use crate::api::input::{body_limit, check_stream_allowed, documented_keys, object, read_json};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::config::Config;
-use crate::message::{Fields, MessageId, NewMessage, OwnFields};
+use crate::message::{Fields, MessageId, NewMessage};
 use crate::metrics as m;
 use crate::store::{ScheduleMode, Scheduled};
 
@@ -254,7 +254,7 @@ pub(super) fn parse_push(
         .with_id(id)
         .with_priority(priority)
         .with_ttl(ttl);
-    msg.validate(&config.api.limits, &OwnFields::of(&config.forwarder))?;
+    msg.validate(&config.api.limits, &config.forwarder.own_fields())?;
     Ok((msg, mode))
 }
 

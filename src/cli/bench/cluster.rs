@@ -10,28 +10,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use redis::aio::MultiplexedConnection;
-use serde::{Deserialize, Serialize};
 
 use super::Bench;
 use super::measure::{self, HostCpu, PhaseCpu, per_message_us, process_cpu_secs, wall_ms};
-use super::rows::{Delayq, Figures, Measured};
+use super::rows::{ClusterBurst, Delayq, Figures};
 use super::scenarios::until_meters_start;
 use delayq_client::message::{Due, MessageId, NewMessage};
 use delayq_client::store::BatchItem;
 use delayq_harness::{DelayqProcess, EtcdServer, RedisCluster, RedisServer};
-
-/// A burst drained on one kind of Redis, by some leaders, into some streams.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct ClusterBurst {
-    #[serde(flatten)]
-    pub measured: Measured,
-    /// "standalone" or "cluster".
-    pub redis: String,
-    /// Masters that did the work (1 for standalone).
-    pub masters: u32,
-    pub streams: u32,
-    pub leaders: u32,
-}
 
 /// What is measured: (streams, leaders).
 const SHAPES: [(u32, u32); 3] = [(1, 1), (8, 1), (8, 3)];

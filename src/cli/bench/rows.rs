@@ -58,7 +58,7 @@ pub enum Delayq {
     FailoverSigkill(Failover),
     FailoverPause(Failover),
     FailoverRedisCut(Failover),
-    ClusterBurst(super::cluster::ClusterBurst),
+    ClusterBurst(ClusterBurst),
 }
 
 /// The same work as a delayq burst, without delayq.
@@ -545,6 +545,19 @@ impl Delayq {
             _ => None,
         }
     }
+}
+
+/// A burst drained on one kind of Redis, by some leaders, into some streams.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterBurst {
+    #[serde(flatten)]
+    pub measured: Measured,
+    /// "standalone" or "cluster".
+    pub redis: String,
+    /// Masters that did the work (1 for standalone).
+    pub masters: u32,
+    pub streams: u32,
+    pub leaders: u32,
 }
 
 #[cfg(test)]

@@ -33,31 +33,6 @@ pub(super) fn cluster_config(response_timeout: Duration) -> ClusterConfig {
     ClusterConfig::new().set_response_timeout(response_timeout)
 }
 
-/// A plain client of the cluster node at `host`:`port`, with `info`'s scheme,
-/// user, password and TLS settings, and its connection info.
-pub(in crate::store) fn node_client(
-    info: &redis::ConnectionInfo,
-    tls: Option<&RedisTls>,
-    host: &str,
-    port: u16,
-) -> redis::RedisResult<(redis::ConnectionInfo, redis::Client)> {
-    let addr = match info.addr() {
-        ConnectionAddr::TcpTls { insecure, .. } => ConnectionAddr::TcpTls {
-            host: host.to_owned(),
-            port,
-            insecure: *insecure,
-            tls_params: None,
-        },
-        _ => ConnectionAddr::Tcp(host.to_owned(), port),
-    };
-    let node = info.clone().set_addr(addr);
-    let client = match tls {
-        Some(t) => redis::Client::build_with_tls(node.clone(), tls::certificates(t))?,
-        None => redis::Client::open(node.clone())?,
-    };
-    Ok((node, client))
-}
-
 /// The master's address for `slot` in a `CLUSTER SLOTS` reply (ranges of
 /// `[start, end, [host, port, id, …], replicas…]`); None where the reply has no
 /// such range or its master has no address.

@@ -45,9 +45,9 @@ mod announcements;
 mod cluster;
 mod sentinel;
 
+pub(super) use super::tls::node_client;
 use announcements::listen;
 use cluster::Cluster;
-pub(super) use cluster::node_client;
 pub use cluster::slot_master;
 pub use sentinel::SentinelConfig;
 use sentinel::{Follow, RESOLVE_EVERY, SWITCH_HOLD, sentinel_client, sentinel_clients};

@@ -3,14 +3,16 @@
 //!
 //! - `targets`: the targets and how each is checked.
 //! - `markdown`: the tables (bench/RESULTS.md is the latest full run's).
+//! - `cell`: how a figure reads in either.
 
+mod cell;
 mod markdown;
 mod targets;
 
 use serde::{Deserialize, Serialize};
 
 pub use markdown::markdown;
-pub use targets::{SPREAD_TARGETS, Target, targets};
+pub use targets::{Target, targets};
 
 use super::peer::PeerVersions;
 use super::rows::{Reference, Row};

@@ -4,8 +4,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::markdown::Cell;
+use super::cell::Cell;
 use crate::cli::bench::rows::{Burst, Delayq, Failover, Lateness, Row, Spread};
+use crate::cli::bench::scenarios::SPREAD_TARGETS;
 
 /// One target: what it asks, what each run measured (marked ✗ where it missed),
 /// and whether every run met it.
@@ -112,9 +113,6 @@ pub(super) fn burst_throughput(rows: &[Row], system: &str, run: u32, messages: u
 fn p99(lateness: Option<&Lateness>) -> Option<f64> {
     lateness.map(|l| l.p99 as f64)
 }
-
-/// Spread rates with a p99 lateness target (msg/s, ms).
-pub const SPREAD_TARGETS: [(u64, f64); 3] = [(1000, 2.0), (10_000, 10.0), (50_000, 5.0)];
 
 pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();

@@ -135,7 +135,7 @@ impl Bench {
             }
         }
         // The rates with a target are measured even above the first late one.
-        for (rate, _) in crate::cli::bench::report::SPREAD_TARGETS {
+        for (rate, _) in SPREAD_TARGETS {
             if ladder.contains(&rate) && !rows.iter().any(|r| r.rate_per_sec == rate) {
                 rows.push(self.spread(rate, duration).await?);
             }
