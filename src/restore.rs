@@ -13,13 +13,15 @@
 //! without its data (or, where nobody saw when, before the restore began), and the
 //! report counts such restored messages as `possibly_duplicate`.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::Serialize;
 
+use crate::journal::State;
 use crate::journal::{Journal, JournalError};
-use crate::message::{MessageId, NewMessage};
-use crate::store::{BatchItem, Scheduled, Status, Store, StoreError};
+use crate::message::{Due, MessageId, NewMessage};
+use crate::store::{BatchItem, Cancelled, Scheduled, Status, Store, StoreError};
 
 /// Messages read from the journal, and scheduled, at a time.
 const PAGE: usize = 5000;
@@ -40,6 +42,9 @@ pub struct RestoreOptions {
     /// due later cannot have been delivered before the loss. The keeper, which
     /// checks every [`MARKER_EVERY`](crate::leader::keeper::MARKER_EVERY), knows it.
     pub lost_seen_ms: Option<u64>,
+    /// `records.retention`: how long the record of a message the restore cancels
+    /// again (see [`settle`]) is kept.
+    pub records_retention: Duration,
 }
 
 /// What a restore found and did.
@@ -67,6 +72,10 @@ pub struct RestoreReport {
     /// Streams the journal has as paused, paused (again) in Redis by a full
     /// restore.
     pub streams_paused: u64,
+    /// Changed once more to what the journal says after the pages were read: a
+    /// cancel, reschedule or replay answered just before Redis lost its data whose
+    /// journal write came after the restore read the message (see [`settle`]).
+    pub settled: u64,
     pub dry_run: bool,
 }
 
@@ -136,10 +145,22 @@ pub async fn restore(
         ..RestoreReport::default()
     };
     let began = store.now_ms().await?;
+    let mut restored = Restored::new();
     if let Some(id) = &options.id {
         let messages = answered(journal.unfinished_by_id(id)).await?;
         let page = restore_page(store.clone(), messages, began, options.clone(), max_delay);
-        report.add(&page.await?);
+        let (page, copies) = page.await?;
+        report.add(&page);
+        settle(
+            store,
+            journal,
+            began,
+            &copies,
+            options,
+            max_delay,
+            &mut report,
+        )
+        .await?;
         progress(report.journaled, report.journaled);
         return Ok(report);
     }
@@ -163,7 +184,12 @@ pub async fn restore(
         ));
         let full = page.len() == PAGE;
         while in_flight.len() >= PAGES_IN_FLIGHT {
-            merge(in_flight.join_next().await, &mut report, &mut failed);
+            merge(
+                in_flight.join_next().await,
+                &mut report,
+                &mut restored,
+                &mut failed,
+            );
             progress(report.journaled, total.max(report.journaled));
         }
         if failed.is_some() {
@@ -181,12 +207,27 @@ pub async fn restore(
         }
     }
     while !in_flight.is_empty() {
-        merge(in_flight.join_next().await, &mut report, &mut failed);
+        merge(
+            in_flight.join_next().await,
+            &mut report,
+            &mut restored,
+            &mut failed,
+        );
         progress(report.journaled, total.max(report.journaled));
     }
     if let Some(e) = failed {
         return Err(e);
     }
+    settle(
+        store,
+        journal,
+        began,
+        &restored,
+        options,
+        max_delay,
+        &mut report,
+    )
+    .await?;
     // The streams an operator paused, paused again before forwarding resumes
     // (pausing is the safe way: their messages wait).
     let paused = answered(journal.paused()).await?;
@@ -198,14 +239,23 @@ pub async fn restore(
     Ok(report)
 }
 
-/// Adds a page's counts to `report`, or keeps its error (the first one).
+/// A page's outcome, as its task ends.
+type PageDone =
+    Option<Result<Result<(RestoreReport, Restored), RestoreError>, tokio::task::JoinError>>;
+
+/// Adds a page's counts to `report` and its copies to `restored`, or keeps its
+/// error (the first one).
 fn merge(
-    joined: Option<Result<Result<RestoreReport, RestoreError>, tokio::task::JoinError>>,
+    joined: PageDone,
     report: &mut RestoreReport,
+    restored: &mut Restored,
     failed: &mut Option<RestoreError>,
 ) {
     match joined {
-        Some(Ok(Ok(page))) => report.add(&page),
+        Some(Ok(Ok((page, copies)))) => {
+            report.add(&page);
+            restored.extend(copies);
+        }
         Some(Ok(Err(e))) => {
             failed.get_or_insert(e);
         }
@@ -227,17 +277,22 @@ impl RestoreReport {
         self.overdue += page.overdue;
         self.possibly_duplicate += page.possibly_duplicate;
         self.refused += page.refused;
+        self.settled += page.settled;
     }
 }
 
-/// One page's counts.
+/// The copies a restore scheduled: id → the due time it scheduled it at.
+type Restored = HashMap<String, u64>;
+
+/// One page's counts, and the copies it scheduled.
 async fn restore_page(
     store: Store,
     page: Vec<NewMessage>,
     began: u64,
     options: RestoreOptions,
     max_delay: Duration,
-) -> Result<RestoreReport, RestoreError> {
+) -> Result<(RestoreReport, Restored), RestoreError> {
+    let mut restored = Restored::new();
     let mut report = RestoreReport::default();
     let report = &mut report;
     report.journaled += page.len() as u64;
@@ -264,18 +319,19 @@ async fn restore_page(
                 }
             }
         }
-        return Ok(std::mem::take(report));
+        return Ok((std::mem::take(report), restored));
     }
     let items: Vec<BatchItem> = wanted
         .iter()
         .map(|(msg, _)| BatchItem::new(msg.clone()))
         .collect();
     let outcomes = store.schedule_many(&items, max_delay, None).await;
-    for ((_, maybe_sent), outcome) in wanted.iter().zip(outcomes) {
+    for ((msg, maybe_sent), outcome) in wanted.iter().zip(outcomes) {
         match outcome {
             Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. }) => {
                 report.restored += 1;
                 report.possibly_duplicate += u64::from(*maybe_sent);
+                restored.insert(msg.id.as_str().to_owned(), msg.due.as_ms());
             }
             Ok(Scheduled::Duplicate { state, .. }) if state == "scheduled" => {
                 report.already_present += 1
@@ -290,10 +346,103 @@ async fn restore_page(
             Err(StoreError::NotReplicated { .. }) => {
                 report.restored += 1;
                 report.possibly_duplicate += u64::from(*maybe_sent);
+                restored.insert(msg.id.as_str().to_owned(), msg.due.as_ms());
             }
             Err(StoreError::TooFar { .. } | StoreError::BadStream(_)) => report.refused += 1,
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(std::mem::take(report))
+    Ok((std::mem::take(report), restored))
+}
+
+/// Margin on the change window for reading it on two clocks: Redis's here, the
+/// answering node's monotonic clock there.
+const SETTLE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The changes answered around the loss, read again once they are all in. A
+/// cancel, reschedule or dead-letter replay that Redis made just before it lost
+/// its data, and that the journal took only after the pages above were read,
+/// would be undone by the restore (the message back, or at its old time) or lost
+/// (a replayed dead letter the journal still had as dead). Every change answered
+/// as journaled is in the journal within the change window of being sent to
+/// Redis (`api::durable`), so once Redis's clock is that far past `began`, the
+/// journal's rows last changed (by Redis's clock) from `began` less the window
+/// to `began` hold every such change: a copy this restore scheduled is cancelled
+/// or moved to match its row, and a row scheduled that Redis knows nothing of is
+/// scheduled (by id; overdue ones only as the options say), counted in
+/// `restored` and `possibly_duplicate` as the pages' are. Changes made after
+/// `began` went to Redis as it is now and are not the restore's; copies changed
+/// in Redis since the restore made them are left as they are.
+async fn settle(
+    store: &Store,
+    journal: &Journal,
+    began: u64,
+    restored: &Restored,
+    options: &RestoreOptions,
+    max_delay: Duration,
+    report: &mut RestoreReport,
+) -> Result<(), RestoreError> {
+    if options.dry_run {
+        return Ok(());
+    }
+    let sent_by = options.lost_seen_ms.map_or(began, |seen| seen.min(began));
+    let window = crate::journal::change_window(store.replicas_wait()) + SETTLE_MARGIN;
+    let window_ms = window.as_millis() as u64;
+    loop {
+        let now = store.now_ms().await?;
+        if now >= began + window_ms {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(began + window_ms - now)).await;
+    }
+    let rows = journal.changed_between(began.saturating_sub(window_ms), began);
+    for row in answered(rows).await? {
+        let copy = restored.get(&row.id).copied();
+        let ours = async |id: &MessageId| -> Result<bool, RestoreError> {
+            Ok(match store.get(id).await? {
+                Status::Scheduled(held) => Some(held.due_ms) == copy,
+                _ => false,
+            })
+        };
+        let Ok(id) = MessageId::parse(&row.id) else {
+            continue;
+        };
+        match (row.state, row.scheduled) {
+            (State::Scheduled, Some(msg)) if copy.is_none() => {
+                let other = options.id.as_ref().is_some_and(|only| *only != id);
+                let overdue = msg.due.as_ms() <= began && !options.include_overdue;
+                if other || overdue || !matches!(store.get(&id).await?, Status::Unknown) {
+                    continue;
+                }
+                let maybe_sent = msg.due.as_ms() <= sent_by;
+                let item = BatchItem::new(msg);
+                let scheduled = store.schedule_many(&[item], max_delay, None).await;
+                if let Some(Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. })) =
+                    scheduled.into_iter().next()
+                {
+                    tracing::info!(%id, "restore: scheduled, as the journal has it since");
+                    report.settled += 1;
+                    report.restored += 1;
+                    report.possibly_duplicate += u64::from(maybe_sent);
+                }
+            }
+            (State::Scheduled, _) => {
+                if copy != Some(row.due_ms) && ours(&id).await? {
+                    store
+                        .reschedule(&id, Due::At(row.due_ms), max_delay)
+                        .await?;
+                    tracing::info!(%id, due_ms = row.due_ms, "restore: moved, as the journal has it since");
+                    report.settled += 1;
+                }
+            }
+            _ => {
+                if copy.is_some() && ours(&id).await? {
+                    let cancelled = store.cancel(&id, options.records_retention).await?;
+                    tracing::info!(%id, ?cancelled, "restore: cancelled, as the journal has it since");
+                    report.settled += u64::from(cancelled == Cancelled::Cancelled);
+                }
+            }
+        }
+    }
+    Ok(())
 }

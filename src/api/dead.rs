@@ -414,6 +414,7 @@ pub async fn replay(
     for letter in &letters {
         let id = letter.message_id.as_ref().map(|id| id.as_str().to_owned());
         let entry_id = letter.entry_id.clone();
+        let sent = std::time::Instant::now();
         let why = match state
             .store
             .replay_dead_letter(&dead_stream, letter, &stream, id_field, attempt_field)
@@ -430,7 +431,8 @@ pub async fn replay(
                         entry: Some(due_ms.to_string()),
                         stream: Some(stream.clone()),
                     };
-                    not_journaled = !durable::journaled(journal.replayed(&line)).await;
+                    not_journaled =
+                        !durable::journaled(&state.store, sent, journal.replayed(&line)).await;
                 }
                 replayed.push(ReplayedLetter {
                     id,

@@ -70,6 +70,7 @@ pub async fn restore_all(
         dry_run: flag("dry_run")?,
         id: None,
         lost_seen_ms: None,
+        records_retention: state.config.records.retention,
     };
     run(&state, &options).await
 }
@@ -100,6 +101,7 @@ pub async fn restore_one(
         dry_run: false,
         id: Some(path_id(&id)?),
         lost_seen_ms: None,
+        records_retention: state.config.records.retention,
     };
     let report = run(&state, &options).await?;
     if report.journaled == 0 {

@@ -111,6 +111,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         dry_run: args.dry_run,
         id,
         lost_seen_ms: None,
+        records_retention: config.records.retention,
     };
     delayq::restore::check_safe(&store, config.records.retention, &options)
         .await

@@ -14,6 +14,7 @@
 mod commit;
 mod paused;
 mod read;
+pub use read::Changed;
 mod replayed;
 mod scheduled;
 mod schema;
@@ -23,6 +24,18 @@ pub use schema::{Migrated, SCHEMA_VERSION};
 use std::time::Duration;
 
 pub use commit::{Committer, WRITE_TIMEOUT, now_ms};
+
+/// Longest a change's answer waits for the journal (MySQL hung) beyond Redis's
+/// replicas (`redis.min_replicas_acked`): see [`change_window`].
+pub const CHANGE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// How long after it is sent to Redis a change answered as journaled (a cancel,
+/// reschedule, replay, pause or resume) is in the journal at the latest: the
+/// replicas' wait, then [`CHANGE_WAIT`]. A change answered later says
+/// `not_journaled`.
+pub fn change_window(replicas_wait: std::time::Duration) -> std::time::Duration {
+    replicas_wait + CHANGE_WAIT
+}
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};

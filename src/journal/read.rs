@@ -7,6 +7,9 @@ use super::*;
 /// A row as `unfinished` reads it: id, stream, body, due ms.
 pub(super) type PageRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64);
 
+/// A row as `changed_between` reads it: id, stream, body, due ms, state.
+type ChangedRow = (Vec<u8>, Vec<u8>, Vec<u8>, u64, u8);
+
 /// A row as `lookup` reads it: stream, due ms, state, entry id, updated ms.
 pub(super) type LookupRow = (Vec<u8>, u64, u8, Option<Vec<u8>>, u64);
 
@@ -138,4 +141,45 @@ impl Journal {
             .map(|(id, stream, body, due_ms)| message(&id, &stream, &body, due_ms))
             .collect()
     }
+
+    /// Every message last written from `since_ms` to before `until_ms` (Redis's
+    /// time of its last change), as it is now: what a restore reads again once the
+    /// changes answered around a loss of Redis's data are all in (see
+    /// `restore::settle`). A range of by_state_updated per state.
+    pub async fn changed_between(&self, since_ms: u64, until_ms: u64) -> Result<Vec<Changed>> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<ChangedRow> = conn
+            .exec(
+                "SELECT id, stream, body, due_ms, state FROM delayq_messages \
+                 WHERE state IN (0, 1, 2, 3, 4) AND updated_ms >= ? AND updated_ms < ?",
+                (since_ms, until_ms),
+            )
+            .await?;
+        rows.into_iter()
+            .map(|(id, stream, body, due_ms, state)| {
+                let state = State::from_code(state);
+                // A finished row the journal learned only from the outbox has no body.
+                let scheduled = match state {
+                    State::Scheduled => Some(message(&id, &stream, &body, due_ms)?),
+                    _ => None,
+                };
+                Ok(Changed {
+                    id: String::from_utf8_lossy(&id).into_owned(),
+                    due_ms,
+                    state,
+                    scheduled,
+                })
+            })
+            .collect()
+    }
+}
+
+/// A message as the journal holds it now (see [`Journal::changed_between`]).
+#[derive(Clone, Debug)]
+pub struct Changed {
+    pub id: String,
+    pub due_ms: u64,
+    pub state: State,
+    /// The message to schedule, while it is scheduled.
+    pub scheduled: Option<NewMessage>,
 }

@@ -314,6 +314,7 @@ async fn restore_now(
         dry_run: false,
         id,
         lost_seen_ms,
+        records_retention: config.records.retention,
     };
     restore(
         store,

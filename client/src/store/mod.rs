@@ -409,6 +409,12 @@ impl Store {
     /// Whether every replica of the master Sentinel knows is a replica of the
     /// master this store follows, with its link up: ready for another failover
     /// without discarding what the master took since the last one.
+    /// How long a change waits for replicas after it is made
+    /// (`redis.replicas_ack_timeout` with `redis.min_replicas_acked`; else none).
+    pub fn replicas_wait(&self) -> Duration {
+        self.replicas_acked.map_or(Duration::ZERO, |(_, wait)| wait)
+    }
+
     pub async fn sentinel_replicas_in_sync(&self) -> Result<bool> {
         Ok(self.conn.replicas_in_sync().await?)
     }

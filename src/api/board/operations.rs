@@ -88,6 +88,7 @@ pub(super) async fn set_paused(
     paused: bool,
 ) -> Result<Json<PauseAnswer>, ApiError> {
     crate::message::validate_stream(&stream)?;
+    let sent = std::time::Instant::now();
     let (changed, at_ms) = state.store.set_paused(&stream, paused).await?;
     if changed {
         tracing::info!(%stream, paused, "stream forwarding {}", if paused { "paused" } else { "resumed" });
@@ -102,7 +103,7 @@ pub(super) async fn set_paused(
                     .await
                     .map(|()| true)
             };
-            !crate::api::durable::journaled(write).await
+            !crate::api::durable::journaled(&state.store, sent, write).await
         }
         None => false,
     };

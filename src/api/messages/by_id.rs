@@ -205,6 +205,7 @@ pub async fn cancel(
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<CancelAnswer>, ApiError> {
     let id = path_id(&id)?;
+    let sent = std::time::Instant::now();
     let (cancelled, at) = state
         .store
         .cancel_timed(&id, state.config.records.retention)
@@ -224,7 +225,7 @@ pub async fn cancel(
                 entry: None,
                 stream,
             };
-            !crate::api::durable::journaled_line(journal, line).await
+            !crate::api::durable::journaled_line(&state.store, sent, journal, line).await
         };
     }
     match cancelled {
@@ -391,6 +392,7 @@ pub async fn reschedule(
     let due = parse_reschedule(&value)?;
     let limits = &state.config.api.limits;
     limits.check_delay(due)?;
+    let sent = std::time::Instant::now();
     match state.store.reschedule(&id, due, limits.max_delay).await? {
         Rescheduled::Rescheduled {
             due_ms,
@@ -407,7 +409,8 @@ pub async fn reschedule(
                     entry: Some(due_ms.to_string()),
                     stream: Some(stream),
                 };
-                answer.not_journaled = !crate::api::durable::journaled_line(journal, line).await;
+                answer.not_journaled =
+                    !crate::api::durable::journaled_line(&state.store, sent, journal, line).await;
             }
             Ok(Json(answer))
         }

@@ -45,6 +45,14 @@ struct Told {
     not_journaled: bool,
 }
 
+impl Told {
+    /// Pushed (201) and not cancelled for sure: it must arrive, once.
+    fn confirmed(&self) -> bool {
+        let cancelled = self.cancelled == Some(200) && !self.not_journaled;
+        self.pushed == 201 && !cancelled
+    }
+}
+
 /// Pushes (every 10 ms, due 0.3 to 1.5 s on) through the live nodes in turn,
 /// cancelling one of every ten (60 ms after its push) and moving another 2 s
 /// later (70 ms after its push).
@@ -118,6 +126,23 @@ impl Load {
             stop,
             task,
         }
+    }
+
+    /// Waits until `more` messages beyond those confirmed now are confirmed
+    /// (pushed, and not cancelled for sure): each phase runs under load by count,
+    /// not by time, however slow the machine.
+    async fn confirms(&self, more: usize, phase: &str) {
+        let confirmed = || {
+            let told = self.told.lock().unwrap();
+            told.values().filter(|t| t.confirmed()).count()
+        };
+        let wanted = confirmed() + more;
+        eventually(
+            Duration::from_secs(60),
+            &format!("{more} pushes confirmed {phase}"),
+            || async { (confirmed() >= wanted).then_some(()) },
+        )
+        .await;
     }
 
     async fn stop(self) -> (BTreeMap<String, Told>, Vec<String>) {
@@ -216,14 +241,14 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     let (leader, epoch) = OneLeader::among(&apis).wait(|| logs_of(&nodes)).await;
     let live = Arc::new(Mutex::new(apis.clone()));
     let load = Load::start(live.clone());
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    load.confirms(50, "before the faults").await;
 
     // 1. The master dies; Sentinel promotes one of the replicas, whichever.
     let first = watched.master.tls_port.unwrap_or(watched.master.port);
     watched.master.kill();
     let (second, resumed_kill) =
         promoted_and_delivering(&watched, first, "a replica promoted").await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    load.confirms(40, "after the master died").await;
 
     // 2. A planned switch to the other replica.
     // (Refused while Sentinel still ends the last failover: asked again.)
@@ -269,7 +294,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         has_replica,
     )
     .await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    load.confirms(40, "after the planned switch").await;
 
     // 3. The leader dies; the other node takes over.
     live.lock().unwrap().remove(leader);
@@ -281,7 +306,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         .within(Duration::from_secs(20))
         .wait(|| logs_of(&nodes))
         .await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    load.confirms(40, "after the leader died").await;
 
     // 4. Redis loses its data: the stream as it was, and the loss, at once.
     let master_now = master(&watched).expect("a master");
@@ -313,16 +338,13 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         panic!("XRANGE: {before:?}")
     };
     let before: Vec<Entry> = before.iter().map(entry).collect();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    load.confirms(50, "after the restore").await;
     let (told, answers_500) = load.stop().await;
     assert!(answers_500.is_empty(), "answers 500: {answers_500:?}");
 
     // Every message the producer was told of, against what arrived: before the
     // loss, and on the master at the end.
-    let expected = |t: &Told| {
-        let cancelled = t.cancelled == Some(200) && !t.not_journaled;
-        (t.pushed == 201 && !cancelled).then_some(())
-    };
+    let expected = |t: &Told| t.confirmed().then_some(());
     let deliveries = |end: &[Entry]| {
         let mut seen: BTreeMap<String, Vec<u64>> = BTreeMap::new();
         for e in before.iter().chain(end) {
@@ -389,9 +411,23 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     let context = || logs_of(&nodes);
     assert!(lost.is_empty(), "lost: {lost:?}\n{}", context());
     assert!(early.is_empty(), "early: {early:?}\n{}", context());
+    // What the nodes logged of a message (at debug level too), to tell its story.
+    let story = |lines: &[String]| {
+        let ids: Vec<&str> = lines.iter().filter_map(|l| l.split(':').next()).collect();
+        nodes
+            .iter()
+            .flat_map(|n| n.full_log().lines().map(str::to_owned).collect::<Vec<_>>())
+            .filter(|l| {
+                ids.iter()
+                    .any(|id| l.contains(&format!("{id} ")) || l.ends_with(id))
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     assert!(
         undone.is_empty(),
-        "cancels undone: {undone:?}\n{}",
+        "cancels undone: {undone:?}\n{}\n{}",
+        story(&undone),
         context()
     );
     assert!(twice.is_empty(), "twice: {twice:?}\n{}", context());
@@ -409,6 +445,8 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         resent <= possibly && possibly <= due_by_then,
         "{resent} resent, {possibly} counted possibly, {due_by_then} due by 1 s after the loss"
     );
+    // Each phase waited for its confirmed pushes (220 in all; a cancel after a
+    // phase's end takes back at most one of them).
     assert!(confirmed > 200, "{confirmed} confirmed");
     let after_loss = told
         .iter()

@@ -824,11 +824,17 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
 
     let (status, answer) = api.post("/v1/streams/r/resume", json!({})).await;
     assert_eq!(status, 200, "{answer}");
-    eventually(Duration::from_secs(10), "both delivered", || {
+    let both = within(Duration::from_secs(30), || {
         let got = entries(&mut conn, "r").len();
         async move { (got >= 2).then_some(()) }
     })
     .await;
+    assert!(
+        both.is_some(),
+        "not both delivered: {:?}\n{}",
+        entries(&mut conn, "r"),
+        node.full_log()
+    );
     tokio::time::sleep(Duration::from_millis(500)).await;
     let got = entries(&mut conn, "r");
     let ids: BTreeSet<&str> = got.iter().filter_map(|e| e.get("delayq-id")).collect();
@@ -838,4 +844,144 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
         "once each: {got:?} (before the loss: {before})"
     );
     assert_eq!(ids, BTreeSet::from(["dl", "held"]));
+}
+
+/// A cancel and a reschedule Redis made just before it lost its data, whose
+/// journal writes were held (their rows locked in MariaDB) until the restore had
+/// read the journal and brought both messages back as they were: both answered
+/// as journaled, and the restore, reading again once the change window has
+/// passed, cancels the one and moves the other (`settled: 2`). Without that, the
+/// cancelled message went out and the moved one at its old time. A round whose
+/// answers came after the change window (`not_journaled`, a slow machine) proves
+/// nothing, and is run again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changes_answered_around_a_loss_are_not_undone_by_the_restore() {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(30));
+    for round in 0..3 {
+        if changes_around_a_loss(&db, &redis, &node, &api, round).await {
+            return;
+        }
+    }
+    panic!(
+        "no round was answered within the change window\n{}",
+        node.log()
+    );
+}
+
+/// One round of the test above; false when an answer said `not_journaled`.
+async fn changes_around_a_loss(
+    db: &MariaDbServer,
+    redis: &RedisServer,
+    node: &DelayqProcess,
+    api: &Api,
+    round: u32,
+) -> bool {
+    use mysql_async::prelude::Queryable;
+
+    let (c, r) = (format!("c{round}"), format!("r{round}"));
+    let state_of = |id: &str| {
+        let path = format!("/v1/messages/{id}");
+        async move {
+            let (_, view) = api.get(&path).await;
+            (view["state"].as_str().unwrap_or("").to_owned(), view)
+        }
+    };
+    for id in [&c, &r] {
+        let body = json!({"id": id, "stream": "q", "payload": id, "delay": "10m"});
+        assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    }
+    let reports_before = restore_reports(node).len();
+    // The journal's writes of both rows wait for this transaction.
+    let pool = mysql_async::Pool::new(db.url_with_password().as_str());
+    let mut lock = pool.get_conn().await.unwrap();
+    lock.query_drop("BEGIN").await.unwrap();
+    lock.exec_drop(
+        "SELECT id FROM delayq_messages WHERE id IN (?, ?) FOR UPDATE",
+        (&c, &r),
+    )
+    .await
+    .unwrap();
+
+    let cancel = tokio::spawn({
+        let (api, path) = (api.clone(), format!("/v1/messages/{c}"));
+        async move { api.delete(&path).await }
+    });
+    let reschedule = tokio::spawn({
+        let (api, path) = (api.clone(), format!("/v1/messages/{r}/reschedule"));
+        async move { api.post(&path, json!({"delay": "20m"})).await }
+    });
+    // Redis made both changes; their answers wait for the journal.
+    eventually(Duration::from_secs(10), "cancelled in Redis", || async {
+        (state_of(&c).await.0 == "cancelled").then_some(())
+    })
+    .await;
+    let moved = eventually(Duration::from_secs(10), "moved in Redis", || async {
+        let (_, view) = state_of(&r).await;
+        let due = view["deliver_at"].as_u64().unwrap_or(0);
+        (due > now_ms() + 15 * 60_000).then_some(due)
+    })
+    .await;
+
+    // Redis loses its data; the restore reads the rows as they were (Redis's
+    // answers, not the journal's, which answers for both meanwhile).
+    let () = redis::cmd("FLUSHALL").query(&mut redis.client()).unwrap();
+    let restored = |id: String| async move {
+        let (state, view) = state_of(&id).await;
+        (state == "scheduled" && view.get("source").is_none()).then_some(view)
+    };
+    eventually(Duration::from_secs(10), "c restored as it was", || {
+        restored(c.clone())
+    })
+    .await;
+    let r_restored = eventually(Duration::from_secs(10), "r restored", || {
+        restored(r.clone())
+    })
+    .await;
+    assert!(
+        r_restored["deliver_at"].as_u64() < Some(moved),
+        "r restored at its old time: {r_restored}"
+    );
+    lock.query_drop("COMMIT").await.unwrap();
+    drop(lock);
+    pool.disconnect().await.unwrap();
+
+    let (status, cancelled) = cancel.await.unwrap();
+    assert_eq!(status, 200, "{cancelled}");
+    let (status, rescheduled) = reschedule.await.unwrap();
+    assert_eq!(status, 200, "{rescheduled}");
+    let in_window = [&cancelled, &rescheduled]
+        .iter()
+        .all(|answer| answer.get("not_journaled").is_none());
+
+    let report = eventually(Duration::from_secs(30), "restored from the journal", || {
+        let reports = restore_reports(node);
+        async move { reports.get(reports_before).cloned() }
+    })
+    .await;
+    if !in_window {
+        println!("round {round} answered after the change window: {cancelled} {rescheduled}");
+        return false;
+    }
+    assert!(report.contains("settled: 2"), "{report}\n{}", node.log());
+    let (state, view) = state_of(&c).await;
+    assert_eq!(state, "cancelled", "{view}");
+    let (state, view) = state_of(&r).await;
+    assert_eq!(
+        (state.as_str(), view["deliver_at"].as_u64()),
+        ("scheduled", Some(moved)),
+        "{view}"
+    );
+    true
+}
+
+/// The keeper's restore reports in `node`'s log, oldest first.
+fn restore_reports(node: &DelayqProcess) -> Vec<String> {
+    node.log()
+        .lines()
+        .filter(|l| l.contains("restored from the journal"))
+        .map(str::to_owned)
+        .collect()
 }
