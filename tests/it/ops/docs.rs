@@ -652,3 +652,19 @@ fn every_configuration_key_is_documented_with_its_default_and_reload() {
         }
     }
 }
+
+/// CI runs the suite exactly as the README tells a newcomer to.
+#[test]
+fn ci_runs_the_readmes_test_command() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
+    let ci = std::fs::read_to_string(repo().join(".ci/run")).expect(".ci/run");
+    let command = readme
+        .lines()
+        .find(|l| l.starts_with(".ci/install-deps --tests &&"))
+        .expect("the README's test command");
+    assert_eq!(
+        ci.lines().rfind(|l| !l.starts_with('#')),
+        Some(command),
+        ".ci/run ends with the README's test command"
+    );
+}

@@ -424,11 +424,15 @@ async fn a_nearly_full_redis_and_a_refused_batch_are_warned_of() {
             .any(|w| w.contains("refused a write for want of memory (OOM)")),
         "{warnings:?}"
     );
-    assert_eq!(
-        api.get("/readyz").await.0,
-        200,
-        "a small write still passes"
-    );
+    // A probe write made while Redis still held the refused batch's arguments
+    // (a query buffer it frees within a second or so) may have been refused too;
+    // the next ones pass.
+    eventually(
+        Duration::from_secs(10),
+        "a small write still passes",
+        || async { (api.get("/readyz").await.0 == 200).then_some(()) },
+    )
+    .await;
     run(&redis, &["CONFIG", "SET", "maxmemory", "0"]);
     memory_warnings(&api, false, "the refusal forgotten after 10 s").await;
 }

@@ -782,16 +782,24 @@ async fn a_standby_that_has_not_followed_a_failover_yet_takes_nobody_for_dead() 
 
     watched.sentinels[2].signal(SIGSTOP);
     let new_master = planned_failover(&watched, 2).await;
-    // c still asks the old master, where the others' presences linger: it sees
-    // nobody gone (without them, it ends the leader's lease within 0.2 s). A fixed
-    // window: Sentinel reconfigures the old master about 8 s after the switch.
-    // (Should c lead, when the successor won before following the switch and ended
-    // that term at once, the others may end c's lease, which is not on the new
-    // master: only c's own count is the test's.)
+    // c still asks the old master, where the others' presences linger: it takes
+    // nobody for gone (without them, it ends the leader's lease within 0.2 s). A
+    // fixed window: Sentinel reconfigures the old master about 8 s after the
+    // switch. The leader's probe, written on the new master now, ages on the old
+    // one, and from 3 s after the switch c may take the leader for cut off
+    // (*silent*): a wrong suspicion that costs a term, the cut-off rule's, which a
+    // loaded machine reaches within the window. Only a *gone* judgement is wrong
+    // here. (Should c lead, when the successor won before following the switch and
+    // ended that term at once, the others may end c's lease, which is not on the
+    // new master: only c's own judgements are the test's.)
     let window = Instant::now() + Duration::from_secs(2);
     while Instant::now() < window {
-        let n = leases_ended(&apis[2..]).await;
-        assert_eq!(n, 0.0, "c ended a lease\n{}", logs());
+        let c_log = nodes[2].full_log();
+        assert!(
+            !c_log.contains("ended the leader's lease: its presence in Redis is gone"),
+            "c took the leader for gone\n{}",
+            logs()
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(
