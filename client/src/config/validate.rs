@@ -5,13 +5,18 @@ mod api;
 mod delivery;
 mod election;
 mod etcd;
+mod forwarder;
 mod inbox;
 mod journal;
+mod log;
+mod records;
 mod redis;
+mod streams;
 mod topology;
 
 use election::election_config;
 use journal::{journal_config, with_password};
+use records::layout;
 use topology::{cluster_same_slot, cluster_seeds, sentinel_config};
 #[cfg(test)]
 mod tests;
@@ -224,134 +229,21 @@ impl Raw {
 
         let api = api.validate(&read_secret)?;
 
-        let RawStreams {
-            allow,
-            default_maxlen,
-            maxlen,
-            max_rate: stream_rates,
-        } = streams;
-        if let Some(bad) = allow.iter().find(|p| p.is_empty()) {
-            return Err(invalid(
-                "streams.allow",
-                format!("{bad:?}: an empty pattern matches nothing"),
-            ));
-        }
-        let default_maxlen = non_negative("streams.default_maxlen", default_maxlen)?;
-        let maxlen = maxlen
-            .into_iter()
-            .map(|(stream, n)| {
-                Ok((
-                    stream.clone(),
-                    non_negative(&format!("streams.maxlen.{stream}"), n)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-        let stream_rates = stream_rates
-            .into_iter()
-            .map(|(stream, n)| {
-                let key = format!("streams.max_rate.{stream}");
-                Ok((stream, positive(&key, n, MAX_RATE as i64)? as u64))
-            })
-            .collect::<Result<Vec<_>, ConfigError>>()?;
-
-        let RawForwarder {
-            batch_size,
-            idle_wakeup,
-            id_field,
-            attempt_field,
-            dead_letter_suffix,
-            max_rate,
-        } = forwarder;
-        let batch_size =
-            positive_because("forwarder.batch_size", batch_size, 10_000, LONG_CALL)? as usize;
-        if idle_wakeup < Duration::from_millis(10) {
-            return Err(invalid("forwarder.idle_wakeup", "must be at least 10ms"));
-        }
-        let max_rate = non_negative("forwarder.max_rate", max_rate)?;
-        if max_rate > MAX_RATE {
-            return Err(invalid(
-                "forwarder.max_rate",
-                format!("must be 0 (no limit) to {MAX_RATE} (got {max_rate})"),
-            ));
-        }
-        if dead_letter_suffix.is_empty() {
-            return Err(invalid(
-                "forwarder.dead_letter_suffix",
-                "must not be empty (dead letters would go to the stream itself)",
-            ));
-        }
-
-        let RawRecords {
-            retention,
-            trim_interval,
-            layout: records_layout,
-        } = records;
-        if trim_interval < Duration::from_millis(100) {
-            return Err(invalid("records.trim_interval", "must be at least 100ms"));
-        }
-        if retention > MAX_RETENTION {
-            return Err(invalid(
-                "records.retention",
-                format!(
-                    "must be 0s (no records) to {} (got {})",
-                    crate::human::duration(MAX_RETENTION),
-                    crate::human::duration(retention)
-                ),
-            ));
-        }
-        let records_layout = layout(
-            "records.layout",
-            &records_layout,
-            RecordLayout::Compact,
-            RecordLayout::Hash,
-        )?;
-        let pending_layout = layout(
-            "pending.layout",
-            &pending_layout,
-            PendingLayout::Compact,
-            PendingLayout::Hash,
-        )?;
+        let streams = streams.validate()?;
+        let forwarder = forwarder.validate()?;
+        let records = records.validate()?;
+        let pending = PendingConfig {
+            layout: layout(
+                "pending.layout",
+                &pending_layout,
+                PendingLayout::Compact,
+                PendingLayout::Hash,
+            )?,
+        };
         let election = election_config(election, redis.shards, etcd.is_some())?;
-
-        let forwarder = ForwarderConfig {
-            batch_size,
-            idle_wakeup,
-            id_field: optional_field("forwarder.id_field", id_field)?,
-            attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
-            dead_letter_suffix,
-            max_rate,
-        };
-        let delivery = delivery.validate(&forwarder, retention, redis.cluster.is_some())?;
+        let delivery = delivery.validate(&forwarder, records.retention, redis.cluster.is_some())?;
         let inbox = inbox.validate(&redis)?;
-        if redis.cluster.is_some() {
-            for s in &delivery.streams {
-                let key = format!("delivery.streams.{}", s.stream);
-                if let Some(refusal) = crate::store::cluster_stream_refusal(&s.stream) {
-                    return Err(invalid(&key, refusal));
-                }
-                cluster_same_slot(
-                    &format!("{key}.dead_letter_stream"),
-                    &s.dead_letter_stream,
-                    "its stream",
-                    &s.stream,
-                )?;
-            }
-        }
-
-        let RawLog { level, format } = log;
-        tracing_subscriber::EnvFilter::try_new(&level)
-            .map_err(|e| invalid("log.level", format!("{level:?}: {e}")))?;
-        let json = match format.as_str() {
-            "text" => false,
-            "json" => true,
-            other => {
-                return Err(invalid(
-                    "log.format",
-                    format!("{other:?}: must be \"text\" or \"json\""),
-                ));
-            }
-        };
-
+        let log = log.validate()?;
         let journal = journal_config(journal, &read_secret)?;
 
         Ok(Config {
@@ -359,39 +251,16 @@ impl Raw {
             redis,
             etcd,
             api,
-            streams: StreamsConfig {
-                allow,
-                default_maxlen,
-                maxlen,
-                max_rate: stream_rates,
-            },
+            streams,
             forwarder,
-            records: RecordsConfig {
-                retention,
-                trim_interval,
-                layout: records_layout,
-            },
-            pending: PendingConfig {
-                layout: pending_layout,
-            },
+            records,
+            pending,
             election,
-            log: LogConfig { level, json },
+            log,
             delivery,
             inbox,
             journal,
         })
-    }
-}
-
-/// A `*.layout` setting: "compact" or "hash".
-fn layout<T>(key: &str, value: &str, compact: T, hash: T) -> Result<T, ConfigError> {
-    match value {
-        "compact" => Ok(compact),
-        "hash" => Ok(hash),
-        other => Err(invalid(
-            key,
-            format!("{other:?}: must be \"compact\" or \"hash\""),
-        )),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{LONG_CALL, positive, positive_because};
+use super::{LONG_CALL, cluster_same_slot, positive, positive_because};
 use crate::config::raw::{RawDelivery, RawStreamDelivery};
 use crate::config::{
     Config, ConfigError, DeliveryConfig, ForwarderConfig, RetryBackoff, StreamDelivery, invalid,
@@ -153,6 +153,22 @@ impl RawDelivery {
                     "forwarder.attempt_field",
                     "must be set while [delivery.streams] watches streams (redelivery counts attempts by it)",
                 ));
+            }
+        }
+        // On Redis Cluster a script touches one slot: a watched stream and its
+        // dead letters share it.
+        if cluster {
+            for s in &watched {
+                let key = format!("delivery.streams.{}", s.stream);
+                if let Some(refusal) = crate::store::cluster_stream_refusal(&s.stream) {
+                    return Err(invalid(&key, refusal));
+                }
+                cluster_same_slot(
+                    &format!("{key}.dead_letter_stream"),
+                    &s.dead_letter_stream,
+                    "its stream",
+                    &s.stream,
+                )?;
             }
         }
         Ok(DeliveryConfig {
