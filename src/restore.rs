@@ -281,8 +281,10 @@ impl RestoreReport {
     }
 }
 
-/// The copies a restore scheduled: id → the due time it scheduled it at.
-type Restored = HashMap<String, u64>;
+/// The copies a restore scheduled: (id, stream) → the due time it scheduled it at
+/// (a journal keeps a row per id and stream: an id moved to another stream leaves
+/// its old row finished).
+type Restored = HashMap<(String, String), u64>;
 
 /// One page's counts, and the copies it scheduled.
 async fn restore_page(
@@ -331,7 +333,10 @@ async fn restore_page(
             Ok(Scheduled::Scheduled { .. } | Scheduled::Replaced { .. }) => {
                 report.restored += 1;
                 report.possibly_duplicate += u64::from(*maybe_sent);
-                restored.insert(msg.id.as_str().to_owned(), msg.due.as_ms());
+                restored.insert(
+                    (msg.id.as_str().to_owned(), msg.stream.clone()),
+                    msg.due.as_ms(),
+                );
             }
             Ok(Scheduled::Duplicate { state, .. }) if state == "scheduled" => {
                 report.already_present += 1
@@ -346,7 +351,10 @@ async fn restore_page(
             Err(StoreError::NotReplicated { .. }) => {
                 report.restored += 1;
                 report.possibly_duplicate += u64::from(*maybe_sent);
-                restored.insert(msg.id.as_str().to_owned(), msg.due.as_ms());
+                restored.insert(
+                    (msg.id.as_str().to_owned(), msg.stream.clone()),
+                    msg.due.as_ms(),
+                );
             }
             Err(StoreError::TooFar { .. } | StoreError::BadStream(_)) => report.refused += 1,
             Err(e) => return Err(e.into()),
@@ -397,10 +405,11 @@ async fn settle(
     }
     let rows = journal.changed_between(began.saturating_sub(window_ms), began);
     for row in answered(rows).await? {
-        let copy = restored.get(&row.id).copied();
+        let copy = restored.get(&(row.id.clone(), row.stream.clone())).copied();
+        // Redis holds the very copy this restore made: same stream, same due time.
         let ours = async |id: &MessageId| -> Result<bool, RestoreError> {
             Ok(match store.get(id).await? {
-                Status::Scheduled(held) => Some(held.due_ms) == copy,
+                Status::Scheduled(held) => held.stream == row.stream && Some(held.due_ms) == copy,
                 _ => false,
             })
         };

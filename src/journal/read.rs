@@ -165,6 +165,7 @@ impl Journal {
                 };
                 Ok(Changed {
                     id: String::from_utf8_lossy(&id).into_owned(),
+                    stream: String::from_utf8_lossy(&stream).into_owned(),
                     due_ms,
                     state,
                     scheduled,
@@ -178,6 +179,7 @@ impl Journal {
 #[derive(Clone, Debug)]
 pub struct Changed {
     pub id: String,
+    pub stream: String,
     pub due_ms: u64,
     pub state: State,
     /// The message to schedule, while it is scheduled.

@@ -90,34 +90,18 @@ pub(super) fn overwrite_params(push: &Push<'_>) -> Vec<mysql_async::Value> {
     ]
 }
 
-/// A message's `body` column (see the migration).
+/// A message's `body` column (see the migration), in the message codec's form.
 pub(super) fn body(msg: &NewMessage) -> Vec<u8> {
-    let ttl_ms = msg.ttl.map(|t| t.as_millis() as u64);
-    serde_json::to_vec(&serde_json::json!({
-        "fields": msg.fields,
-        "priority": msg.priority,
-        "ttl_ms": ttl_ms,
-    }))
-    .expect("strings and numbers serialize")
+    msg.journal_body()
 }
 
 /// The message a journal row holds, due at its journaled time.
 pub(super) fn message(id: &[u8], stream: &[u8], body: &[u8], due_ms: u64) -> Result<NewMessage> {
-    #[derive(serde::Deserialize)]
-    struct Body {
-        fields: Vec<(String, String)>,
-        priority: u8,
-        ttl_ms: Option<u64>,
-    }
     let bad = |what: &str| JournalError::Mysql(format!("journal row {id:?}: {what}"));
     let id = std::str::from_utf8(id).map_err(|_| bad("id is not UTF-8"))?;
     let id = MessageId::parse(id).map_err(|e| bad(&e.to_string()))?;
     let stream = String::from_utf8(stream.to_vec()).map_err(|_| bad("stream is not UTF-8"))?;
-    let body: Body = serde_json::from_slice(body).map_err(|e| bad(&format!("body: {e}")))?;
-    Ok(NewMessage::new(stream, body.fields, Due::At(due_ms))
-        .with_id(id)
-        .with_priority(body.priority)
-        .with_ttl(body.ttl_ms.map(Duration::from_millis)))
+    NewMessage::from_journal(id, stream, body, Due::At(due_ms)).map_err(|e| bad(&e))
 }
 
 impl Journal {

@@ -187,6 +187,42 @@ impl NewMessage {
     }
 }
 
+/// A message's own parts as the journal keeps them in its `body` column: JSON
+/// `{"fields": [[name, value], …], "priority": p, "ttl_ms": ms or null}`; the id,
+/// stream and due time have columns of their own.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct JournalBody {
+    fields: Fields,
+    priority: u8,
+    ttl_ms: Option<u64>,
+}
+
+impl NewMessage {
+    /// This message's journal `body` (see [`JournalBody`]).
+    pub fn journal_body(&self) -> Vec<u8> {
+        serde_json::to_vec(&JournalBody {
+            fields: self.fields.clone(),
+            priority: self.priority,
+            ttl_ms: self.ttl.map(|t| t.as_millis() as u64),
+        })
+        .expect("strings and numbers serialize")
+    }
+
+    /// The message a journal row holds: its id, stream and due time, and its body.
+    pub fn from_journal(
+        id: super::MessageId,
+        stream: String,
+        body: &[u8],
+        due: Due,
+    ) -> Result<NewMessage, String> {
+        let body: JournalBody = serde_json::from_slice(body).map_err(|e| format!("body: {e}"))?;
+        Ok(NewMessage::new(stream, body.fields, due)
+            .with_id(id)
+            .with_priority(body.priority)
+            .with_ttl(body.ttl_ms.map(std::time::Duration::from_millis)))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -195,6 +231,44 @@ mod tests {
 
     use super::*;
     use crate::message::MessageId;
+
+    #[test]
+    fn a_journal_body_reads_back_as_the_message_it_was() {
+        let fields = vec![
+            ("order".to_owned(), "42".to_owned()),
+            ("e".into(), "".into()),
+        ];
+        for (priority, ttl) in [
+            (0, None),
+            (9, Some(Duration::from_millis(1500))),
+            (5, Some(Duration::ZERO)),
+        ] {
+            let msg = NewMessage::new("s".to_owned(), fields.clone(), Due::At(1_700_000_000_000))
+                .with_id(MessageId::parse("m-1").unwrap())
+                .with_priority(priority)
+                .with_ttl(ttl);
+            let back =
+                NewMessage::from_journal(msg.id.clone(), "s".into(), &msg.journal_body(), msg.due)
+                    .unwrap();
+            assert_eq!(
+                (back.fields, back.priority, back.ttl),
+                (fields.clone(), priority, ttl)
+            );
+        }
+        // What journals hold already reads (the body's names are its format).
+        let old = br#"{"fields":[["a","b"]],"priority":3,"ttl_ms":null}"#;
+        let back =
+            NewMessage::from_journal(MessageId::parse("x").unwrap(), "s".into(), old, Due::At(1))
+                .unwrap();
+        assert_eq!(
+            (back.fields, back.priority, back.ttl),
+            (vec![("a".into(), "b".into())], 3, None)
+        );
+        assert!(
+            NewMessage::from_journal(MessageId::parse("x").unwrap(), "s".into(), b"{", Due::At(1))
+                .is_err()
+        );
+    }
 
     /// The body schema's names after the format: the order in which
     /// [`StoredMessage::from_values`] reads a stored message's fields.

@@ -219,6 +219,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
         }
     });
     tokio::time::sleep(Duration::from_secs(2)).await;
+    confirms(&pushes, 120, "before the faults").await;
 
     // 1. 1000 slots move from the first master to the second while pushes go
     // on; the third master is the one to die.
@@ -234,6 +235,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     .await
     .unwrap();
     tokio::time::sleep(Duration::from_secs(2)).await;
+    confirms(&pushes, 100, "after the reshard").await;
 
     // 2. The master of stream 0's slot dies; its replica takes over alone.
     let slots_now: redis::Value = redis::cmd("CLUSTER")
@@ -259,11 +261,13 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     assert_eq!(moved, 4, "the first four streams moved with the reshard");
     let (cluster, killed_at) = kill_master_timed(cluster, victim_slot).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
+    confirms(&pushes, 100, "after the master died").await;
 
     // 3. A node dies (SIGKILL), then another stops (SIGTERM): the last leads all.
     live.lock().unwrap().retain(|&i| i != 0);
     nodes[0].kill();
     tokio::time::sleep(Duration::from_secs(4)).await;
+    confirms(&pushes, 100, "after a node died").await;
     live.lock().unwrap().retain(|&i| i != 1);
     nodes[1].signal(libc::SIGTERM);
     eventually(
@@ -280,6 +284,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     )
     .await;
     tokio::time::sleep(Duration::from_secs(2)).await;
+    confirms(&pushes, 100, "with one node left").await;
     stop.cancel();
     load.await.unwrap();
     sampler.await.unwrap();
@@ -364,6 +369,7 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     for p in pushes.values().filter(|p| p.status != 201) {
         *refused.entry(p.status).or_default() += 1;
     }
+    // Each phase waited for its confirmed pushes (520 in all).
     assert!(confirmed.len() > 500, "{} confirmed", confirmed.len());
     println!(
         "deployed (Redis Cluster 3+3, ACL user, per_shard, acks, 3 nodes): {} confirmed and delivered once, refused by status (0: no answer) {refused:?}; \
@@ -371,4 +377,24 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
         confirmed.len(),
         on_victim.len()
     );
+}
+
+/// Waits until `more` pushes beyond those confirmed now are confirmed (201): each
+/// phase runs under load by count as well as by time, however slow the machine.
+async fn confirms(pushes: &Mutex<BTreeMap<String, Push>>, more: usize, phase: &str) {
+    let confirmed = || {
+        pushes
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|p| p.status == 201)
+            .count()
+    };
+    let wanted = confirmed() + more;
+    eventually(
+        Duration::from_secs(60),
+        &format!("{more} pushes confirmed {phase}"),
+        || async { (confirmed() >= wanted).then_some(()) },
+    )
+    .await;
 }

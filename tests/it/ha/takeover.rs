@@ -234,7 +234,7 @@ async fn a_node_cut_off_from_redis_never_wins_while_another_campaigns() {
     let (next, _, _) = takeover(&cluster, 0, cut_at, Duration::from_secs(15)).await;
     eventually(Duration::from_secs(15), "n0 stands aside", || async {
         cluster.nodes[0]
-            .log()
+            .full_log()
             .contains("standing aside while other nodes campaign")
             .then_some(())
     })

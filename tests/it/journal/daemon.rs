@@ -164,7 +164,7 @@ async fn redis_loses_its_data(loss: Loss) {
         let at: u64 = e.id.split('-').next().unwrap().parse().unwrap();
         assert!(at >= late_due, "{} sent at {at}, due at {late_due}", e.id);
     }
-    let log = node.log();
+    let log = node.full_log();
     assert!(log.contains("Redis has lost its data"), "{log}");
     assert!(log.contains("restored from the journal"), "{log}");
     // And the journal learns the later half's deliveries too.
@@ -800,12 +800,12 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
 
     let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
     eventually(Duration::from_secs(30), "restored from the journal", || {
-        let log = node.log();
+        let log = node.full_log();
         async move { log.contains("restored from the journal").then_some(()) }
     })
     .await;
     let restored = node
-        .log()
+        .full_log()
         .lines()
         .find(|l| l.contains("restored from the journal"))
         .unwrap_or_default()
@@ -979,7 +979,7 @@ async fn changes_around_a_loss(
 
 /// The keeper's restore reports in `node`'s log, oldest first.
 fn restore_reports(node: &DelayqProcess) -> Vec<String> {
-    node.log()
+    node.full_log()
         .lines()
         .filter(|l| l.contains("restored from the journal"))
         .map(str::to_owned)
