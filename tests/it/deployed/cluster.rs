@@ -379,22 +379,11 @@ async fn cluster_groups_and_acks_through_a_reshard_a_master_kill_and_node_deaths
     );
 }
 
-/// Waits until `more` pushes beyond those confirmed now are confirmed (201): each
-/// phase runs under load by count as well as by time, however slow the machine.
+/// Waits until `more` pushes beyond those confirmed now are confirmed (201).
 async fn confirms(pushes: &Mutex<BTreeMap<String, Push>>, more: usize, phase: &str) {
     let confirmed = || {
-        pushes
-            .lock()
-            .unwrap()
-            .values()
-            .filter(|p| p.status == 201)
-            .count()
+        let pushes = pushes.lock().unwrap();
+        pushes.values().filter(|p| p.status == 201).count()
     };
-    let wanted = confirmed() + more;
-    eventually(
-        Duration::from_secs(60),
-        &format!("{more} pushes confirmed {phase}"),
-        || async { (confirmed() >= wanted).then_some(()) },
-    )
-    .await;
+    super::confirmed_more(confirmed, more, phase).await;
 }

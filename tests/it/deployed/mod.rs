@@ -33,3 +33,16 @@ async fn ready_nodes(names: &[String], config: &str) -> (Vec<DelayqProcess>, Vec
     }
     (nodes, apis)
 }
+
+/// Waits until `confirmed()` has grown by `more`: each phase of a deployment test
+/// runs under load by a count of confirmed pushes as well as by time, however slow
+/// the machine.
+async fn confirmed_more(confirmed: impl Fn() -> usize, more: usize, phase: &str) {
+    let wanted = confirmed() + more;
+    eventually(
+        Duration::from_secs(60),
+        &format!("{more} pushes confirmed {phase}"),
+        || async { (confirmed() >= wanted).then_some(()) },
+    )
+    .await;
+}

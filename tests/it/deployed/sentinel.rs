@@ -129,20 +129,13 @@ impl Load {
     }
 
     /// Waits until `more` messages beyond those confirmed now are confirmed
-    /// (pushed, and not cancelled for sure): each phase runs under load by count,
-    /// not by time, however slow the machine.
+    /// (pushed, and not cancelled for sure).
     async fn confirms(&self, more: usize, phase: &str) {
         let confirmed = || {
             let told = self.told.lock().unwrap();
             told.values().filter(|t| t.confirmed()).count()
         };
-        let wanted = confirmed() + more;
-        eventually(
-            Duration::from_secs(60),
-            &format!("{more} pushes confirmed {phase}"),
-            || async { (confirmed() >= wanted).then_some(()) },
-        )
-        .await;
+        super::confirmed_more(confirmed, more, phase).await;
     }
 
     async fn stop(self) -> (BTreeMap<String, Told>, Vec<String>) {
