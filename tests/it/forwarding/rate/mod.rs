@@ -9,27 +9,35 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use delayq_client::message::{Due, MessageId, NewMessage};
-use delayq_client::store::{ScheduleMode, Scheduled, Store};
+use delayq_client::store::{BatchItem, Scheduled, Store};
 
 use crate::support::{self, Entry, Env, eventually};
 
 const STREAM: &str = "catchup";
 
-/// Pushes `n` messages already due to `stream`; returns each id with its due time
-/// as delayq took it (a time in the past is taken as the moment of the push).
+/// Pushes `n` messages already due to `stream` in schedule calls of up to 1000
+/// (so that the backlog is there at once, however slow the machine, rather than
+/// draining as it is pushed); returns each id with its due time as delayq took it
+/// (a time in the past is taken as the moment of the push).
 async fn push_overdue_to(store: &Store, stream: &str, n: usize) -> HashMap<String, u64> {
     let mut pushed = HashMap::new();
-    for _ in 0..n {
-        let mut msg = NewMessage::payload(stream, "x", Duration::ZERO);
-        msg.due = Due::At(1);
-        let stored = store
-            .schedule(&msg, ScheduleMode::New, Duration::from_secs(3600))
-            .await
-            .expect("schedule");
-        let Scheduled::Scheduled { due_ms } = stored else {
-            panic!("{stored:?}");
-        };
-        pushed.insert(msg.id.as_str().to_owned(), due_ms);
+    let items: Vec<BatchItem> = (0..n)
+        .map(|_| {
+            let mut msg = NewMessage::payload(stream, "x", Duration::ZERO);
+            msg.due = Due::At(1);
+            BatchItem::new(msg)
+        })
+        .collect();
+    for chunk in items.chunks(1000) {
+        let outcomes = store
+            .schedule_many(chunk, Duration::from_secs(3600), None)
+            .await;
+        for (item, stored) in chunk.iter().zip(outcomes) {
+            let Ok(Scheduled::Scheduled { due_ms }) = stored else {
+                panic!("{stored:?}");
+            };
+            pushed.insert(item.msg.id.as_str().to_owned(), due_ms);
+        }
     }
     pushed
 }
