@@ -141,7 +141,7 @@ edges! {
     max_message_bytes_small: [("api.max_message_bytes", "24")], Workload { fields: 1, bytes: 24, ..W };
     // One message of exactly the largest size: through a batch (whose body may be
     // larger than the default max_body_bytes) and through the inbox.
-    max_message_bytes_max: [("api.max_message_bytes", "67108864"), ("api.max_body_bytes", "268435456")], Workload { http: 1, chunk: 1, inbox: 1, streams: 1, fields: 1, bytes: 64 << 20, ..W };
+    max_message_bytes_max: [("api.max_message_bytes", "67108864"), ("api.max_body_bytes", "268435456"), ("redis.timeout", "\"30s\"")], Workload { http: 1, chunk: 1, inbox: 1, streams: 1, fields: 1, bytes: 64 << 20, ..W };
     inbox_batch_min: [("inbox.batch_size", "1")], Workload { http: 0, inbox: 100, ..W };
     inbox_batch_max: [("inbox.batch_size", "5000")], Workload { http: 0, inbox: 6000, ..W };
     // An instance takes over its own entries while it still works on them.
