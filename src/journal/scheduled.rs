@@ -22,7 +22,7 @@ pub(super) async fn write_scheduled<Q: Affected>(
     for push in rows {
         params.push(push.msg.id.as_str().into());
         params.push(push.msg.stream.as_str().into());
-        params.push(body(push.msg).into());
+        params.push(push.msg.journal_body().into());
         params.push(push.due_ms.into());
         params.push(push.at_ms.into());
     }
@@ -78,7 +78,7 @@ pub(super) fn overwrite_params(push: &Push<'_>) -> Vec<mysql_async::Value> {
     let at: mysql_async::Value = push.at_ms.into();
     vec![
         at.clone(),
-        body(push.msg).into(),
+        push.msg.journal_body().into(),
         at.clone(),
         push.due_ms.into(),
         at.clone(),
@@ -88,11 +88,6 @@ pub(super) fn overwrite_params(push: &Push<'_>) -> Vec<mysql_async::Value> {
         push.msg.id.as_str().into(),
         push.msg.stream.as_str().into(),
     ]
-}
-
-/// A message's `body` column (see the migration), in the message codec's form.
-pub(super) fn body(msg: &NewMessage) -> Vec<u8> {
-    msg.journal_body()
 }
 
 /// The message a journal row holds, due at its journaled time.
