@@ -23,8 +23,7 @@ if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
 end
 local rec = find_record(KEYS[3], id)
 if rec then
-  local state = record_state(rec)
-  if state == 'cancelled' then return 'already_cancelled' end
-  return state
+  if rec.state == 'cancelled' then return 'already_cancelled' end
+  return rec.state
 end
 return 'unknown'

@@ -15,6 +15,6 @@ if body then
   if not msg then return { 'corrupt', why } end
   return { 'scheduled', body_values(msg) }
 end
-local parts = find_record(KEYS[3], id)
-if parts then return { parts[1], parts[5], parts[2], tonumber(parts[3]), tonumber(parts[4]) } end
+local rec = find_record(KEYS[3], id)
+if rec then return { rec.state, rec.stream, rec.entry, tonumber(rec.at), tonumber(rec.attempt) } end
 return { 'unknown' }

@@ -71,16 +71,16 @@ if pending_find(P, id) then
   redis.call('XACK', stream, group, entry)
   return { 'superseded' }
 end
-local parts = find_record(KEYS[3], id)
-if parts then
-  if parts[2] ~= entry then
+local rec = find_record(KEYS[3], id)
+if rec then
+  if rec.entry ~= entry then
     redis.call('XACK', stream, group, entry)
     return { 'superseded' }
   end
-  attempt = tonumber(parts[4]) or attempt
-  first_delivered = tonumber(parts[6] or '') or first_delivered
-  priority = tonumber(parts[7] or '') or 0
-  expire_at = tonumber(parts[8] or '') or 0
+  attempt = tonumber(rec.attempt) or attempt
+  first_delivered = tonumber(rec.first_delivered) or first_delivered
+  priority = tonumber(rec.priority) or 0
+  expire_at = tonumber(rec.expire_at) or 0
 end
 
 local now = now_ms()

@@ -23,7 +23,7 @@ local where = pending_find(P, id)
 local body = where and where.body
 if not body then
   local rec = find_record(KEYS[3], id)
-  if rec then return { record_state(rec) } end
+  if rec then return { rec.state } end
   return { 'unknown' }
 end
 local msg, why = decode_body(body, where.score)

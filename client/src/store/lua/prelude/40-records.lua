@@ -1,5 +1,6 @@
 -- 40-records.lua: terminal records (delivered, expired, dead, cancelled), in either
--- layout, and the journal's outbox lines written with them. Gives record, find_record,
+-- layout, and the journal's outbox lines written with them. Gives record_fields (the
+-- schema), record, find_record,
 -- keep_records, keep_record, forget_record, records_policy, journal_line, and the
 -- linear hashing (record_bucket, split_bucket, hash_into) the pending index shares.
 --
@@ -36,6 +37,22 @@
 --   five to eight lines, the parts joined by "\n" (trailing '' left out), and records
 --   by expiry a sorted set: score = when records may be forgotten (ms), member =
 --   at_ms "|" id [ "\n" id ... ] (one for a forward batch; an id alone even older).
+
+-- The record's schema: which of a record's parts holds which field, the one place that
+-- says so. Scripts read a record found by find_record by these names; only this file
+-- handles parts by position (record writes them in this order).
+local function record_fields(p)
+  return {
+    state = p[1],           -- delivered | expired | dead | cancelled
+    entry = p[2],           -- the stream entry written, '' if none
+    at = p[3],              -- ms, when it reached this state
+    attempt = p[4],         -- the attempt that reached it
+    stream = p[5],          -- the target stream ('' for a cancelled message)
+    first_delivered = p[6], -- ms, when attempt 1 reached the stream; '' for attempt 1 itself
+    priority = p[7],        -- a delivered message's, '' when it and expire_at are 0
+    expire_at = p[8],       -- ms, a delivered message's (0 = never), '' as priority
+  }
+end
 
 -- A record's parts (see the format above); priority and expire_at are kept only when
 -- either is not 0. at and attempt may be numbers: they are written as text only when
@@ -200,24 +217,21 @@ local function hash_layout_has_records(records)
   return known
 end
 
--- A record's parts, or nil: the newest generation's first, then the hash layout's.
+-- A record by the schema's names (record_fields), or nil: the newest generation's
+-- first, then the hash layout's.
 local function find_record(records, id)
   local gens = record_gens(records)
   if #gens > 0 then
     local h = record_hash(id)
     for i = #gens, 1, -1 do
       local rec = redis.call('HGET', record_bucket(gens[i], h), id)
-      if rec then return expand_record(rec, gens[i].start) end
+      if rec then return record_fields(expand_record(rec, gens[i].start)) end
     end
   end
   if not hash_layout_has_records(records) then return nil end
   local rec = redis.call('HGET', records, id)
-  if rec then return record_parts(rec) end
+  if rec then return record_fields(record_parts(rec)) end
   return nil
-end
-
-local function record_state(parts)
-  return parts[1]
 end
 
 -- Splits the generation's next bucket in two (linear hashing).

@@ -32,9 +32,8 @@ local function admit(keys, id, replace)
   local rec = find_record(keys[3], id) or false
   if rec then
     -- A cancelled id may be pushed again as new; a delivered, expired or dead one only with replace.
-    local state = record_state(rec)
-    if state ~= 'cancelled' then
-      if not replace then return 'duplicate', 0, state end
+    if rec.state ~= 'cancelled' then
+      if not replace then return 'duplicate', 0, rec.state end
       replaced = true
     end
   end
