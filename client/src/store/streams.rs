@@ -67,6 +67,9 @@ impl Store {
         count: usize,
         wait: Duration,
     ) -> Result<Vec<StreamEntry>> {
+        // The read ends `wait` after it was asked for, however long the connection
+        // and the group took to make: its answer is due then.
+        let ends = (!wait.is_zero()).then(|| std::time::Instant::now() + wait);
         let _permit = self
             .polls
             .permits
@@ -85,7 +88,7 @@ impl Store {
         let limit = wait + self.response_timeout;
         let mut result = within(
             limit,
-            read_group(&mut conn, stream, group, consumer, count, wait),
+            read_group(&mut conn, stream, group, consumer, count, ends),
         )
         .await;
         if pooled
@@ -95,7 +98,7 @@ impl Store {
             conn = self.blocking_connection().await?;
             result = within(
                 limit,
-                read_group(&mut conn, stream, group, consumer, count, wait),
+                read_group(&mut conn, stream, group, consumer, count, ends),
             )
             .await;
         }
@@ -244,15 +247,18 @@ async fn read_group(
     group: &str,
     consumer: &str,
     count: usize,
-    wait: Duration,
+    ends: Option<std::time::Instant>,
 ) -> Result<Vec<RawEntry>> {
-    let block = (!wait.is_zero()).then_some(wait);
-    let cmd = xreadgroup(group, consumer, count, block, stream, ">");
-    let reply: Value = match cmd.query_async(conn).await {
+    // Blocks for what is left of the wait (not at all once it is spent).
+    let read = || {
+        let left = ends.map(|ends| ends.saturating_duration_since(std::time::Instant::now()));
+        xreadgroup(group, consumer, count, left.filter(|l| !l.is_zero()), stream, ">")
+    };
+    let reply: Value = match read().query_async(conn).await {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("NOGROUP") => {
             ensure_group(conn, stream, group).await?;
-            match cmd.query_async(conn).await {
+            match read().query_async(conn).await {
                 Ok(reply) => reply,
                 Err(e) if gone_meanwhile(&e) => return Ok(Vec::new()),
                 Err(e) => return Err(wrong_type(e, stream)),

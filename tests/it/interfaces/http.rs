@@ -131,7 +131,7 @@ async fn past_max_concurrent_requests_the_next_request_is_shed_with_429_and_retr
 #[tokio::test]
 async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time() {
     let env = Env::start(
-        "[api]\nrequest_timeout = \"100ms\"\nmax_wait = \"1s\"\n[redis]\ntimeout = \"10s\"",
+        "[api]\nrequest_timeout = \"500ms\"\nmax_wait = \"1s\"\n[redis]\ntimeout = \"10s\"",
     )
     .await;
 
@@ -167,7 +167,7 @@ async fn a_slow_request_gets_the_timeout_answer_but_a_long_poll_waits_its_time()
         (
             503,
             "timeout",
-            "no answer within 100ms (api.request_timeout)",
+            "no answer within 500ms (api.request_timeout)",
         ),
         "a push while Redis is paused",
     );
