@@ -252,7 +252,14 @@ async fn read_group(
     // Blocks for what is left of the wait (not at all once it is spent).
     let read = || {
         let left = ends.map(|ends| ends.saturating_duration_since(std::time::Instant::now()));
-        xreadgroup(group, consumer, count, left.filter(|l| !l.is_zero()), stream, ">")
+        xreadgroup(
+            group,
+            consumer,
+            count,
+            left.filter(|l| !l.is_zero()),
+            stream,
+            ">",
+        )
     };
     let reply: Value = match read().query_async(conn).await {
         Ok(reply) => reply,

@@ -12,7 +12,7 @@
 //! - `logs`: the log through an outage; `secrets`: secrets never show;
 //! - `reload`: SIGHUP reaching every component;
 //! - `bench`: `delayq bench` at a tiny scale;
-//! - `deps`: the producer client's dependency tree;
+//! - `deps`: the producer client's dependency tree; `modules`: no circles, no long files;
 //! - `docs`: README.md and docs/ as a new user reads them.
 
 mod bench;
@@ -25,6 +25,7 @@ pub(crate) mod functions;
 mod health;
 mod logs;
 mod metrics;
+mod modules;
 mod notify;
 mod packaging;
 mod reload;
