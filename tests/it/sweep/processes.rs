@@ -228,3 +228,72 @@ async fn a_reload_that_changes_the_delivery_settings_sweeps_with_them() {
         node.log()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_deployments_sharing_a_stream_each_redeliver_only_their_own() {
+    const N: usize = 20;
+    let stream = "shared";
+    let redis = RedisServer::start().unwrap();
+    let mut conn = redis.client();
+    create_group(&mut conn, stream, GROUP);
+    // Two deployments on one Redis (prefixes a and b), both watching the stream.
+    let watch = delivery(&[stream], "max_attempts = 3");
+    let start = |prefix: &str| {
+        let config = format!(
+            "[redis]\nurl = \"{}\"\nprefix = \"{prefix}\"\nshards = 2\n\n{watch}",
+            redis.url()
+        );
+        DelayqProcess::start(&delayq_bin(), prefix, &config).unwrap()
+    };
+    let (a, b) = (start("a"), start("b"));
+    for (node, prefix) in [(&a, "a"), (&b, "b")] {
+        let api = Api::new(node.api);
+        for i in 0..N {
+            let (status, body) = api
+                .post("/v1/messages", json!({ "stream": stream, "id": format!("{prefix}{i}"), "payload": "x", "delay_ms": 0 }))
+                .await;
+            assert_eq!(status, 201, "{body}");
+        }
+    }
+    // The consumer drops attempt 1 of everything and acks the rest: each message comes
+    // again exactly once, from the deployment that holds it.
+    let mut seen: Vec<Entry> = Vec::new();
+    eventually(Duration::from_secs(20), "every message twice", || {
+        for e in read_group(&mut conn, stream, GROUP, CONSUMER) {
+            if e.get("delayq-attempt") != Some("1") {
+                ack(&mut conn, stream, GROUP, &e.id);
+            }
+            seen.push(e);
+        }
+        std::future::ready((seen.len() >= 4 * N).then_some(()))
+    })
+    .await;
+    // Longer than a sweep pass and a backoff: a third copy would have come by now.
+    never(Duration::from_secs(2), "a third delivery", || {
+        for e in read_group(&mut conn, stream, GROUP, CONSUMER) {
+            ack(&mut conn, stream, GROUP, &e.id);
+            seen.push(e);
+        }
+        std::future::ready((seen.len() > 4 * N).then_some(seen.len()))
+    })
+    .await;
+    let mut attempts: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for e in &seen {
+        attempts
+            .entry(e.get("delayq-id").unwrap_or("?").to_owned())
+            .or_default()
+            .push(e.get("delayq-attempt").unwrap_or("?").to_owned());
+    }
+    assert_eq!(attempts.len(), 2 * N, "{attempts:?}");
+    for (id, tries) in &attempts {
+        assert_eq!(tries, &["1", "2"], "{id}: {attempts:?}\na: {}\nb: {}", a.log(), b.log());
+    }
+    for (node, prefix) in [(&a, "a"), (&b, "b")] {
+        let metrics = Api::new(node.api).metrics().await.unwrap();
+        assert_eq!(
+            counter(&metrics, &format!("delayq_messages_redelivered_total{{stream=\"{stream}\"}}")),
+            N as f64,
+            "deployment {prefix}: {metrics}"
+        );
+    }
+}

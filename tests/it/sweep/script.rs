@@ -15,7 +15,7 @@ const STREAM: &str = "s";
 
 // Each case is a list of `(step, expected)` on stream `s`, group `g`, consumer `c`:
 // - `opts K=V ...`: ack_timeout, max_attempts, backoff, backoff_max (ms), jitter,
-//   random (defaults 200, 2, 0, 0, 0, 0)
+//   random, retention (ms) (defaults 200, 2, 0, 0, 0, 0, 3600000)
 // - `push ID [replace] [p=N] [ttl=MS]`: scheduled due now, fields k=ID n=1
 // - `deliver`: forwards what is due and reads it as `c`; answers `ID@attempt` each
 // - `wait MS`, `ack ID`, `claim ID` (XCLAIM to `c`, resetting idle), `xdel ID`
@@ -23,6 +23,8 @@ const STREAM: &str = "s";
 //   answers `rescheduled N in Ss` (due − now, rounded), `dead N`, `fresh`, ...
 // - `scan`: message ids of the stale entries the store finds (`-` for foreign ones)
 // - `foreign`: an entry delayq did not write, read by `c`
+// - `other ID`: an entry as another deployment sharing `s` (another prefix) delivers
+//   message ID, read by `c`
 // - `fence N` raises the fences; `epoch N` is the sweeping leader's epoch (1)
 // - `hurry ID`: reschedule to now; `get ID`: the state (scheduled: the attempt, and
 //   the priority and whether it expires when they are set)
@@ -99,6 +101,7 @@ impl Case {
                         "backoff_max" => self.options.backoff_max = ms(),
                         "jitter" => self.options.backoff_jitter = v.parse().unwrap(),
                         "random" => self.random = v.parse().unwrap(),
+                        "retention" => self.options.retention = ms(),
                         _ => panic!("bad option {opt}"),
                     }
                 }
@@ -180,6 +183,19 @@ impl Case {
                         .unwrap();
                 }
                 String::new()
+            }
+            "other" => {
+                let fields = [
+                    ("k", words[1]),
+                    ("n", "1"),
+                    ("delayq-id", words[1]),
+                    ("delayq-attempt", "1"),
+                ];
+                let entry = xadd(&mut self.conn, STREAM, &fields);
+                self.delivered.push((entry, words[1].to_owned()));
+                read_group(&mut self.conn, STREAM, GROUP, CONSUMER)
+                    .len()
+                    .to_string()
             }
             "foreign" => {
                 xadd(&mut self.conn, STREAM, &[("x", "1")]);
@@ -489,6 +505,26 @@ async fn entries_not_written_by_delayq_or_deleted_are_not_redelivered() {
         ("sweep a", "gone"),
         ("scan", "-"),
         ("deliver", ""),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn an_entry_another_deployment_delivered_is_left_to_it() {
+    check(&[
+        ("other a", "1"),
+        ("push b", "scheduled"),
+        ("deliver", "b@1"),
+        ("wait 250", ""),
+        ("scan", "a,b"),
+        ("sweep a", "foreign"),
+        ("sweep b", "rescheduled 2 in 0s"),
+        ("pending", "a"),
+        ("get a", "Unknown"),
+        // Older than the retention, its record could be gone: taken as one's own.
+        ("opts retention=100", ""),
+        ("sweep a", "rescheduled 2 in 0s"),
+        ("pending", ""),
     ])
     .await;
 }

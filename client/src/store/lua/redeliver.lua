@@ -26,7 +26,9 @@
 --                            only the stale entry is acknowledged
 --        | { "gone" }        pending, but deleted from the stream; acknowledged
 --        | { "foreign" }     not an entry delayq wrote for this id (or more fields than
---                            delayq writes); left alone
+--                            delayq writes), or one that another deployment sharing
+--                            the stream wrote (no record of it here, younger than the
+--                            retention); left alone
 --        | { "nogroup" }     the stream or the group does not exist
 --        | error "FENCED ..." | error "DEADLETTER ..." (nothing was changed)
 -- Dead-letter entries: the producer's fields, then the id and attempt fields,
@@ -82,8 +84,13 @@ if rec then
   priority = tonumber(rec.priority) or 0
   expire_at = tonumber(rec.expire_at) or 0
 end
-
 local now = now_ms()
+-- No record of the entry: one this deployment delivered keeps its record at least the
+-- retention after it reached the stream, so an entry younger than that was written by
+-- another deployment sharing the stream (another prefix), which redelivers its own.
+if not rec and last_delivered and now - last_delivered < (records_policy(ARGV[15]) or 0) then
+  return { 'foreign' }
+end
 if attempt >= tonumber(ARGV[7]) then
   local args = { 'XADD', ARGV[12], '*' }
   for i = 1, #fields do args[#args + 1] = fields[i] end
