@@ -176,7 +176,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             .with_graceful_shutdown(api.clone().cancelled_owned())
             .into_future(),
     );
-    tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.url, shards = config.redis.shards, "delayq started");
+    tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.describe(), shards = config.redis.shards, "delayq started");
 
     Ok(Daemon {
         api_addr,

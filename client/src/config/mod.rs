@@ -11,6 +11,7 @@
 mod effective;
 mod env;
 mod raw;
+mod topology;
 mod validate;
 
 use std::net::SocketAddr;

@@ -40,6 +40,12 @@ async fn deliveries_in_every_slot_are_journaled_with_their_entries() {
         async move { (sent.len() == 600).then_some(sent) }
     })
     .await;
+    // The start line names the cluster's seeds, not a default URL.
+    assert!(
+        node.log().contains("redis=cluster via 127.0.0.1:"),
+        "{}",
+        node.log()
+    );
     eventually(Duration::from_secs(30), "all 600 journaled", || {
         let rows = db
             .sql("SELECT id, stream, state, entry_id FROM delayq.delayq_messages")

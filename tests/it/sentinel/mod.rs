@@ -256,6 +256,12 @@ async fn through_failover_as(
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
     assert!(node.log().contains("following it"), "{}", node.log());
+    // The start line names the Sentinels and the master, not a default URL.
+    assert!(
+        node.log().contains(" via sentinels 127.0.0.1:"),
+        "{}",
+        node.log()
+    );
     let after_promotion = (started + resumed).saturating_duration_since(promoted_at);
     (tally, resumed, refused.len(), after_promotion)
 }

@@ -286,12 +286,21 @@ async fn two_deployments_sharing_a_stream_each_redeliver_only_their_own() {
     }
     assert_eq!(attempts.len(), 2 * N, "{attempts:?}");
     for (id, tries) in &attempts {
-        assert_eq!(tries, &["1", "2"], "{id}: {attempts:?}\na: {}\nb: {}", a.log(), b.log());
+        assert_eq!(
+            tries,
+            &["1", "2"],
+            "{id}: {attempts:?}\na: {}\nb: {}",
+            a.log(),
+            b.log()
+        );
     }
     for (node, prefix) in [(&a, "a"), (&b, "b")] {
         let metrics = Api::new(node.api).metrics().await.unwrap();
         assert_eq!(
-            counter(&metrics, &format!("delayq_messages_redelivered_total{{stream=\"{stream}\"}}")),
+            counter(
+                &metrics,
+                &format!("delayq_messages_redelivered_total{{stream=\"{stream}\"}}")
+            ),
             N as f64,
             "deployment {prefix}: {metrics}"
         );
