@@ -150,6 +150,33 @@ pub fn supervise(daemon: &crate::Daemon, cancel: CancellationToken) -> Vec<JoinH
     ]
 }
 
+/// A SIGHUP that comes before `run` listens for it (a reload sent right after the
+/// start): noted by a handler installed first thing, so that it does not end the
+/// process as SIGHUP does by default, and raised again once `run` listens.
+pub struct EarlyHangup {
+    seen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handler: Option<signal_hook::SigId>,
+}
+
+impl EarlyHangup {
+    /// Installs the handler; call it before anything else.
+    pub fn install() -> Self {
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let handler = signal_hook::flag::register(signal_hook::consts::SIGHUP, seen.clone()).ok();
+        EarlyHangup { seen, handler }
+    }
+
+    /// Removes the handler once `run` listens, and raises a SIGHUP it saw again.
+    fn hand_over(self) {
+        if let Some(handler) = self.handler {
+            signal_hook::low_level::unregister(handler);
+        }
+        if self.seen.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = signal_hook::low_level::raise(signal_hook::consts::SIGHUP);
+        }
+    }
+}
+
 /// `delayq run`: starts the daemon, tells the service manager, reloads on SIGHUP,
 /// and stops in order on SIGTERM or SIGINT (a second one exits at once).
 /// `config_file` and `effective` are what the configuration was read from, for
@@ -158,9 +185,11 @@ pub async fn run(
     config: Config,
     config_file: Option<(PathBuf, toml::Table)>,
     set_log_level: SetLogLevel,
+    early: EarlyHangup,
 ) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     let mut signals = signal_hook_tokio::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    early.hand_over();
     notify(&[NotifyState::Status("starting: connecting to Redis")]);
     let node_id = config.node_id.clone();
     let mut daemon = crate::start(config).await?;

@@ -132,6 +132,7 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 pub use logging::{init_logging, init_reloadable_logging};
 
 fn run(path: Option<PathBuf>) -> ExitCode {
+    let early = delayq::service::EarlyHangup::install();
     // With a file, keep its effective table: a reload compares against it.
     let loaded = match &path {
         Some(path) => Config::load_effective(path)
@@ -153,7 +154,7 @@ fn run(path: Option<PathBuf>) -> ExitCode {
         }
     };
     let set_log_level = init_reloadable_logging(&config.log.level, config.log.json);
-    match runtime().block_on(delayq::service::run(config, file, set_log_level)) {
+    match runtime().block_on(delayq::service::run(config, file, set_log_level, early)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), exit_code = 1, "delayq cannot run");

@@ -215,3 +215,69 @@ async fn a_stream_rate_limit_reaches_the_forward_loops() {
     )
     .await;
 }
+
+/// Whether process `pid` catches SIGHUP now (`SigCgt` in /proc/<pid>/status).
+fn catches_sighup(pid: u32) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("SigCgt:"))
+        .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+        .is_some_and(|mask| mask & (1 << (libc::SIGHUP - 1)) != 0)
+}
+
+/// SIGHUPs from the moment `delayq run` catches it (its first step; before that a
+/// signal has its default action, as in any program) and every millisecond of its
+/// start after (a service manager's reload right after the start): the process
+/// goes on, and reloads once it listens for them.
+#[tokio::test]
+async fn sighups_while_the_daemon_starts_reload_instead_of_ending_the_process() {
+    let redis = RedisServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let port = delayq_harness::free_port();
+    let config = dir.path().join("delayq.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[api]\nlisten = \"127.0.0.1:{port}\"\n",
+            redis.url()
+        ),
+    )
+    .unwrap();
+    let log = dir.path().join("delayq.log");
+    let mut child = std::process::Command::new(delayq_bin())
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(std::fs::File::options().append(true).open(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    while !catches_sighup(pid) && child.try_wait().unwrap().is_none() {
+        std::hint::spin_loop();
+    }
+    let mut sent = 0;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err()
+        && child.try_wait().unwrap().is_none()
+    {
+        unsafe { libc::kill(pid as i32, libc::SIGHUP) };
+        sent += 1;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let reloaded = eventually(Duration::from_secs(10), "a reload once listening", || {
+        let exited = child.try_wait().unwrap();
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        std::future::ready(match exited {
+            Some(status) => Some(Err(format!("exited: {status:?}\n{text}"))),
+            None => text.contains("configuration reloaded").then_some(Ok(())),
+        })
+    })
+    .await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(sent > 0, "no SIGHUP was sent before the API listened");
+    assert_eq!(reloaded, Ok(()), "after {sent} SIGHUPs during the start");
+}
