@@ -109,6 +109,9 @@ pub struct Outcome {
     pub applied: Vec<Change>,
     /// Changed in the file; the running value stays until a restart.
     pub needs_restart: Vec<Change>,
+    /// Reloadable keys that a `DELAYQ_*` variable sets (key, variable): the process's
+    /// environment does not change, so the file's value of these is never used.
+    pub from_environment: Vec<(String, String)>,
 }
 
 /// Changes the log filter; an error means the level was not applied.
@@ -166,9 +169,14 @@ impl Reloader {
                 None => self.running.remove(&change.key),
             };
         }
+        let from_environment = crate::config::overridden_by_env(std::env::vars())
+            .into_iter()
+            .filter(|(key, _)| is_reloadable(key))
+            .collect();
         Ok(Outcome {
             applied,
             needs_restart,
+            from_environment,
         })
     }
 
@@ -187,6 +195,9 @@ impl Reloader {
                 }
                 for change in &outcome.needs_restart {
                     tracing::warn!(key = %change.key, running = %change.old.as_deref().unwrap_or("(unset)"), file = %change.new.as_deref().unwrap_or("(unset)"), "configuration reload: this key changes only at a restart; keeping the running value");
+                }
+                for (key, variable) in &outcome.from_environment {
+                    tracing::warn!(%key, %variable, "configuration reload: this key comes from the environment, which a reload does not change; the file's value is not used");
                 }
                 let keys: Vec<&str> = outcome.applied.iter().map(|c| c.key.as_str()).collect();
                 tracing::info!(

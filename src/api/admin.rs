@@ -34,6 +34,9 @@ pub struct Reloaded {
     changed: Vec<String>,
     /// Keys changed in the file that apply only at a restart.
     restart_needed: Vec<String>,
+    /// Reloadable keys a `DELAYQ_*` variable sets, as `key (VARIABLE)`: the
+    /// environment does not change at a reload, so the file's value is not used.
+    from_environment: Vec<String>,
 }
 
 impl Reloaded {
@@ -45,6 +48,11 @@ impl Reloaded {
                 .needs_restart
                 .iter()
                 .map(|c| c.key.clone())
+                .collect(),
+            from_environment: outcome
+                .from_environment
+                .iter()
+                .map(|(key, variable)| format!("{key} ({variable})"))
                 .collect(),
         }
     }

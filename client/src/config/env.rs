@@ -88,6 +88,17 @@ pub(super) fn blame_env(env: &[(String, String)], e: ConfigError) -> ConfigError
     }
 }
 
+/// The keys (`section.key`) that variables of `env` override, each with its
+/// variable's name, in the order given.
+pub fn overridden(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    env.into_iter()
+        .filter_map(|(name, _)| {
+            let (section, key) = env_key(&name)?;
+            Some((format!("{section}.{key}"), name))
+        })
+        .collect()
+}
+
 /// The section and key a `DELAYQ_<SECTION>_<KEY>` variable overrides, lowercase;
 /// None for any other name.
 fn env_key(name: &str) -> Option<(String, String)> {

@@ -24,6 +24,7 @@ use crate::message::Limits;
 use crate::secret::{RedisUrl, SecretString};
 
 pub use effective::redact;
+pub use env::overridden as overridden_by_env;
 
 use env::read_raw;
 

@@ -927,6 +927,8 @@
     let msg = `Reloaded the configuration of ${b.node_id} (the node serving this page): `;
     msg += changedKeys.length ? 'changed ' + changedKeys.join(', ') : 'nothing changed';
     if (restart.length) msg += '; needs a restart to apply: ' + restart.join(', ');
+    const fromEnv = b.from_environment || [];
+    if (fromEnv.length) msg += '; set by the environment, so the file is not used for: ' + fromEnv.join(', ');
     setStatus(msg + '.');
   }
 

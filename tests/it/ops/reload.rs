@@ -281,3 +281,47 @@ async fn sighups_while_the_daemon_starts_reload_instead_of_ending_the_process() 
     assert!(sent > 0, "no SIGHUP was sent before the API listened");
     assert_eq!(reloaded, Ok(()), "after {sent} SIGHUPs during the start");
 }
+
+/// A reloadable key that a `DELAYQ_*` variable sets keeps the variable's value: a
+/// reload says so, over HTTP and in the log, instead of ignoring the file silently.
+#[tokio::test]
+async fn a_reload_names_the_keys_the_environment_sets() {
+    let redis = RedisServer::start().unwrap();
+    let config = format!("[redis]\nurl = \"{}\"\nshards = 2\n", redis.url());
+    let process = DelayqProcess::start_with_env(
+        &delayq_bin(),
+        "env-set",
+        &config,
+        &[
+            ("DELAYQ_FORWARDER_MAX_RATE", "5"),
+            ("DELAYQ_REDIS_SHARDS", "2"),
+        ],
+    )
+    .unwrap();
+    let file = std::fs::read_to_string(process.config_path()).unwrap();
+    std::fs::write(
+        process.config_path(),
+        format!("{file}\n[forwarder]\nmax_rate = 9\n"),
+    )
+    .unwrap();
+    let (status, body) = Api::new(process.api)
+        .post("/v1/admin/reload", serde_json::json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    // redis.shards is set by a variable too, but it never reloads: not named.
+    assert_eq!(
+        body["from_environment"],
+        serde_json::json!(["forwarder.max_rate (DELAYQ_FORWARDER_MAX_RATE)"]),
+        "{body}"
+    );
+    assert_eq!(body["changed"], serde_json::json!([]), "{body}");
+    eventually(Duration::from_secs(5), "the warning", || {
+        let log = process.log();
+        std::future::ready(
+            (log.contains("comes from the environment")
+                && log.contains("DELAYQ_FORWARDER_MAX_RATE"))
+            .then_some(()),
+        )
+    })
+    .await;
+}
