@@ -396,7 +396,7 @@ async fn select(
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
-        (status = 503, description = "Redis unavailable", body = ErrorBody),
+        (status = 503, description = "Redis unavailable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -479,7 +479,7 @@ pub async fn replay(
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
-        (status = 503, description = "Redis unavailable", body = ErrorBody),
+        (status = 503, description = "Redis unavailable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]

@@ -253,17 +253,31 @@ impl Store {
     }
 
     /// Pauses (true) or resumes forwarding to `stream`; returns whether that changed
-    /// anything, and Redis's time of the change (ms).
-    pub async fn set_paused(&self, stream: &str, paused: bool) -> Result<(bool, u64)> {
-        let (changed, (secs, micros)): (i64, (u64, u64)) = redis::pipe()
-            .atomic()
+    /// anything, Redis's time of the change (ms), and whether enough replicas
+    /// confirmed it (`NotReplicated` when fewer than `redis.min_replicas_acked` did;
+    /// the change is made either way).
+    pub async fn set_paused(&self, stream: &str, paused: bool) -> Result<(bool, u64, Result<()>)> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI")
             .cmd(if paused { "SADD" } else { "SREM" })
             .arg(self.keys.paused())
             .arg(stream)
             .cmd("TIME")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok((changed > 0, secs * 1000 + micros / 1000))
+            .cmd("EXEC");
+        // The replies of MULTI and the two queued commands are skipped: EXEC's is both.
+        let (replies, acked) = self.query_acked(pipe, 3, 1).await?;
+        let (changed, (secs, micros)): (i64, (u64, u64)) = redis::from_redis_value(
+            replies
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Reply("pause: no reply".into()))?,
+        )
+        .map_err(|e| StoreError::Reply(format!("pause: {e}")))?;
+        Ok((
+            changed > 0,
+            secs * 1000 + micros / 1000,
+            super::acked::confirmed(acked),
+        ))
     }
 
     /// Pauses forwarding to every one of `streams` (one call).

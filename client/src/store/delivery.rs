@@ -305,12 +305,14 @@ impl Store {
         for name in own_field_names(id_field, attempt_field) {
             inv.arg(name);
         }
-        let reply: Value = inv
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
+        let (reply, acked) = self.invoke_acked(&inv).await?;
         let items = array(reply)?;
         let outcome = super::string_at(&items, 0)?;
+        // Replayed, or found replayed: confirmed by the replicas as the first answer
+        // would have been (that one may have been not_replicated).
+        if matches!(outcome.as_str(), "replayed" | "scheduled") {
+            super::acked::confirmed(acked)?;
+        }
         Ok(match outcome.as_str() {
             "replayed" => Replayed::Replayed {
                 due_ms: super::int_at(&items, 1)?,
@@ -323,29 +325,33 @@ impl Store {
     }
 
     /// Deletes the given entries of a dead-letter stream, or all of them (None). The
-    /// stream itself, and any consumer group on it, stays. Returns how many went.
+    /// stream itself, and any consumer group on it, stays. Returns how many went;
+    /// `NotReplicated` (they went) when fewer replicas than `redis.min_replicas_acked`
+    /// confirmed it.
     pub async fn purge_dead_letters(
         &self,
         dead_stream: &str,
         entries: Option<&[String]>,
     ) -> Result<u64> {
-        let mut conn = self.conn.clone();
-        let n: u64 = match entries {
-            None => redis::cmd("XTRIM")
-                .arg(dead_stream)
-                .arg("MAXLEN")
-                .arg(0)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| wrong_type(e, dead_stream))?,
-            Some([]) => 0,
-            Some(ids) => redis::cmd("XDEL")
-                .arg(dead_stream)
-                .arg(ids)
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| wrong_type(e, dead_stream))?,
+        let mut pipe = redis::pipe();
+        match entries {
+            None => pipe.cmd("XTRIM").arg(dead_stream).arg("MAXLEN").arg(0),
+            Some([]) => return Ok(0),
+            Some(ids) => pipe.cmd("XDEL").arg(dead_stream).arg(ids),
         };
+        let (replies, acked) = match self.query_acked(pipe, 0, 1).await {
+            Ok(done) => done,
+            Err(StoreError::Redis(e)) => return Err(wrong_type(e, dead_stream)),
+            Err(e) => return Err(e),
+        };
+        let n: u64 = redis::from_redis_value(
+            replies
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Reply("purge: no reply".into()))?,
+        )
+        .map_err(|e| StoreError::Reply(format!("purge: {e}")))?;
+        super::acked::confirmed(acked)?;
         Ok(n)
     }
 }

@@ -57,7 +57,7 @@ pub struct PauseAnswer {
     responses(
         (status = 200, description = "paused (takes effect within 250 ms)", body = PauseAnswer),
         (status = 400, description = "the stream name breaks a rule", body = ErrorBody),
-        (status = 503, description = "Redis unavailable", body = ErrorBody),
+        (status = 503, description = "Redis unavailable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 pub async fn pause(
@@ -72,7 +72,7 @@ pub async fn pause(
     responses(
         (status = 200, description = "resumed", body = PauseAnswer),
         (status = 400, description = "the stream name breaks a rule", body = ErrorBody),
-        (status = 503, description = "Redis unavailable", body = ErrorBody),
+        (status = 503, description = "Redis unavailable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 pub async fn resume(
@@ -89,7 +89,7 @@ pub(super) async fn set_paused(
 ) -> Result<Json<PauseAnswer>, ApiError> {
     crate::message::validate_stream(&stream)?;
     let sent = std::time::Instant::now();
-    let (changed, at_ms) = state.store.set_paused(&stream, paused).await?;
+    let (changed, at_ms, replicated) = state.store.set_paused(&stream, paused).await?;
     if changed {
         tracing::info!(%stream, paused, "stream forwarding {}", if paused { "paused" } else { "resumed" });
     }
@@ -108,6 +108,9 @@ pub(super) async fn set_paused(
         None => false,
     };
     *state.board.streams.lock().await = None;
+    // Made and journaled, but not confirmed by enough replicas: 503 not_replicated
+    // (asking again is safe).
+    replicated?;
     Ok(Json(PauseAnswer {
         stream,
         paused,

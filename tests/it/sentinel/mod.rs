@@ -938,3 +938,168 @@ async fn rights_are_checked_again_on_the_master_a_failover_moved_to() {
     .await;
     assert!(node.log().contains("following it"), "{}", node.log());
 }
+
+/// Dead letters of stream `s` as delayq writes them (a message's fields, then its
+/// id, attempt and reason), added to `s:dead` on `master`: their entry ids.
+fn dead_letters_on(master: &RedisServer, ids: &[&str]) -> Vec<String> {
+    let mut conn = master.client();
+    ids.iter()
+        .map(|id| {
+            redis::cmd("XADD")
+                .arg("s:dead")
+                .arg("*")
+                .arg(&["payload", "x", "delayq-id", id, "delayq-attempt", "1"])
+                .arg(&["delayq-reason", "max_attempts"])
+                .query::<String>(&mut conn)
+                .expect("XADD a dead letter")
+        })
+        .collect()
+}
+
+/// Each kind of change answered 200 (cancel, reschedule, replay, purge, pause,
+/// resume), the master SIGKILLed right after the last answer: on the replica
+/// promoted in its place every one of them holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_answered_200_survives_a_killed_master() {
+    let mut watched = watched(1).await;
+    let text = config(&watched, "min_replicas_acked = 1");
+    let node = DelayqProcess::start(&delayq_bin(), "changes", &text).expect("start delayq");
+    let api = Api::new(node.api);
+    let _ = dead_letters_on(&watched.master, &["d1", "d2", "d3"]);
+    for (id, delay) in [("c", "4s"), ("r", "1h")] {
+        let body = json!({"id": id, "stream": "s", "payload": id, "delay": delay});
+        let (status, answer) = api.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    let (status, answer) = api.post("/v1/streams/q/pause", json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    let changes = [
+        ("cancel", api.delete("/v1/messages/c").await),
+        (
+            "reschedule",
+            api.post("/v1/messages/r/reschedule", json!({"delay": "1s"}))
+                .await,
+        ),
+        (
+            "replay",
+            api.post("/v1/streams/s/dead/replay", json!({"ids": ["d1"]}))
+                .await,
+        ),
+        (
+            "purge",
+            api.post("/v1/streams/s/dead/purge", json!({"ids": ["d2", "d3"]}))
+                .await,
+        ),
+        ("pause", api.post("/v1/streams/p/pause", json!({})).await),
+        ("resume", api.post("/v1/streams/q/resume", json!({})).await),
+    ];
+    watched.master.kill();
+    for (what, (status, answer)) in &changes {
+        assert_eq!(*status, 200, "{what}: {answer}");
+    }
+    let promoted = eventually(Duration::from_secs(30), "a replica promoted", || async {
+        let port = watched.master_port()?;
+        watched.replicas.iter().position(|r| r.port == port)
+    })
+    .await;
+    let new_master = &watched.replicas[promoted];
+    // The rescheduled and the replayed messages arrive (the first an hour early).
+    let arrived = eventually(Duration::from_secs(30), "r and d1 delivered", || {
+        let ids: BTreeSet<String> = entries_on(new_master, "s")
+            .iter()
+            .filter_map(|e| e.get("delayq-id").map(str::to_owned))
+            .collect();
+        std::future::ready((ids.contains("r") && ids.contains("d1")).then_some(ids))
+    })
+    .await;
+    let mut conn = new_master.client();
+    let dead: Vec<String> = entries(&mut conn, "s:dead")
+        .iter()
+        .filter_map(|e| e.get("delayq-id").map(str::to_owned))
+        .collect();
+    assert!(dead.is_empty(), "dead letters left: {dead:?}");
+    let paused: BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg("delayq:paused")
+        .query(&mut conn)
+        .unwrap();
+    assert_eq!(paused, BTreeSet::from(["p".to_owned()]));
+    // The cancelled message stays cancelled past its due time.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ids: Vec<String> = entries_on(new_master, "s")
+        .iter()
+        .filter_map(|e| e.get("delayq-id").map(str::to_owned))
+        .collect();
+    assert!(
+        !ids.contains(&"c".to_owned()),
+        "the cancelled message came: {ids:?} (before: {arrived:?})\n{}",
+        node.log()
+    );
+}
+
+/// With more replicas asked for than exist, each kind of change is answered 503
+/// not_replicated, and made all the same (asking again is safe).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_too_few_replicas_confirm_is_answered_503_yet_made() {
+    let redis = RedisServer::start().expect("redis");
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nshards = 2\nmin_replicas_acked = 64\nreplicas_ack_timeout = \"1ms\"\n",
+        redis.url()
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "acked", &config).expect("start delayq");
+    let api = Api::new(node.api);
+    let _ = dead_letters_on(&redis, &["d1", "d2"]);
+    for id in ["c", "r"] {
+        let body = json!({"id": id, "stream": "s", "payload": id, "delay": "1h"});
+        let (status, answer) = api.post("/v1/messages", body).await;
+        assert_eq!(status, 503, "{answer}");
+    }
+    let changes = [
+        ("cancel", api.delete("/v1/messages/c").await),
+        (
+            "reschedule",
+            api.post("/v1/messages/r/reschedule", json!({"delay": "2h"}))
+                .await,
+        ),
+        (
+            "replay",
+            api.post("/v1/streams/s/dead/replay", json!({"ids": ["d1"]}))
+                .await,
+        ),
+        (
+            "purge",
+            api.post("/v1/streams/s/dead/purge", json!({"ids": ["d2"]}))
+                .await,
+        ),
+        ("pause", api.post("/v1/streams/p/pause", json!({})).await),
+        ("resume", api.post("/v1/streams/p/resume", json!({})).await),
+    ];
+    for (what, (status, answer)) in &changes {
+        assert_eq!(
+            (*status, &answer["error"]),
+            (503, &json!("not_replicated")),
+            "{what}: {answer}"
+        );
+    }
+    let (_, c) = api.get("/v1/messages/c").await;
+    assert_eq!(c["state"], "cancelled", "{c}");
+    let (_, r) = api.get("/v1/messages/r").await;
+    let due = r["deliver_at"].as_u64().unwrap_or(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    assert!(due > now + 3_600_000, "{r}");
+    let mut conn = redis.client();
+    assert_eq!(entries(&mut conn, "s:dead").len(), 0, "replayed and purged");
+    // Replayed due now: scheduled, or delivered already.
+    let (_, d1) = api.get("/v1/messages/d1").await;
+    assert!(
+        d1["state"] == "scheduled" || d1["state"] == "delivered",
+        "{d1}"
+    );
+    let paused: BTreeSet<String> = redis::cmd("SMEMBERS")
+        .arg("delayq:paused")
+        .query(&mut conn)
+        .unwrap();
+    assert!(paused.is_empty(), "paused, then resumed: {paused:?}");
+}
