@@ -46,6 +46,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let (live, live_config) = tokio::sync::watch::channel(config.clone());
     let metrics = metrics::install();
     // Every series known from the configuration, at 0 before the first event.
+    metrics::set_max_streams(config.metrics.max_streams);
     metrics::register_known(&config);
     ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
     let store = Store::connect(&config.store_config())

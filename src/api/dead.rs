@@ -421,7 +421,8 @@ pub async fn replay(
             .await?
         {
             Replayed::Replayed { due_ms } => {
-                metrics::counter!(m::DEAD_REPLAYED, "stream" => stream.clone()).increment(1);
+                metrics::counter!(m::DEAD_REPLAYED, "stream" => m::stream_label(&stream))
+                    .increment(1);
                 let mut not_journaled = false;
                 if let (Some(journal), Some(id)) = (state.ingest.journal(), &id) {
                     let line = OutboxLine {
@@ -513,7 +514,7 @@ pub async fn purge(
             )
         }
     };
-    metrics::counter!(m::DEAD_PURGED, "stream" => stream.clone()).increment(purged);
+    metrics::counter!(m::DEAD_PURGED, "stream" => m::stream_label(&stream)).increment(purged);
     tracing::info!(%stream, %dead_stream, purged, "dead letters purged");
     Ok(Json(PurgeAnswer {
         stream,

@@ -9,13 +9,15 @@
 //!   daemon's start (`register_known`) so that alerts see them before any event.
 //! - `exporter`: the Prometheus recorder (`install`) and the process metrics
 //!   (`upkeep`).
-//! - `pending`: `PendingStreams`, which bounds the per-stream pending series.
+//! - `pending`: `PendingStreams`, which bounds the per-stream pending series;
+//!   `streams`: `stream_label`, which bounds the other per-stream series.
 //! - `lateness`: the in-memory lateness histograms behind `/v1/stats`.
 
 mod exporter;
 mod known;
 mod lateness;
 mod pending;
+mod streams;
 mod table;
 
 pub use exporter::{install, upkeep};
@@ -24,6 +26,7 @@ pub use lateness::{
     LatenessSummary, Sample, lateness_summary, record_forwarded, record_lateness, take_sample,
 };
 pub use pending::{PendingStreams, REST_OF_STREAMS};
+pub use streams::{OTHER_STREAMS, set_max_streams, stream_label};
 pub use table::{Described, Kind, METRICS, Start};
 
 pub const SCHEDULED: &str = "delayq_messages_scheduled_total";

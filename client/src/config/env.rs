@@ -20,6 +20,7 @@ const SECTIONS: &[&str] = &[
     "delivery",
     "inbox",
     "journal",
+    "metrics",
 ];
 /// Keys that hold tables; their environment values are TOML inline tables
 /// (`{ orders = 100000 }`), merged into the file's table key by key.

@@ -10,6 +10,7 @@
 
 mod effective;
 mod env;
+mod glob;
 mod raw;
 mod topology;
 mod validate;
@@ -25,6 +26,7 @@ use crate::secret::{RedisUrl, SecretString};
 
 pub use effective::redact;
 pub use env::overridden as overridden_by_env;
+pub use glob::glob_match;
 
 use env::read_raw;
 
@@ -68,6 +70,15 @@ pub struct Config {
     pub inbox: Option<InboxConfig>,
     /// `[journal]`: None unless `journal.url` is set.
     pub journal: Option<JournalConfig>,
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: what the exported series may grow to.
+#[derive(Clone, Debug)]
+pub struct MetricsConfig {
+    /// Streams named in the per-stream series (`stream` label) of targets any
+    /// push may name; the others are counted under `stream="_other"`.
+    pub max_streams: usize,
 }
 
 /// `[journal]`: the MySQL / MariaDB journal of messages.
@@ -498,30 +509,6 @@ pub fn default_dead_letter_stream(stream: &str, suffix: &str, cluster: bool) -> 
     }
 }
 
-/// Shell-style glob: `*` matches any run of characters, `?` any one character.
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            pi += 1;
-            mark = ti;
-        } else if let Some(s) = star {
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    p[pi..].iter().all(|&c| c == '*')
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -577,24 +564,5 @@ mod tests {
             "orders",
             Some("not allowed (allowed: none: streams.allow is empty)"),
         );
-    }
-
-    #[track_caller]
-    fn check_glob(pattern: &str, text: &str, expected: bool) {
-        assert_eq!(glob_match(pattern, text), expected, "{pattern} ~ {text}");
-    }
-
-    #[test]
-    fn globs() {
-        check_glob("*", "", true);
-        check_glob("*", "orders", true);
-        check_glob("orders", "orders", true);
-        check_glob("orders", "orders2", false);
-        check_glob("orders*", "orders:eu", true);
-        check_glob("*:eu", "orders:eu", true);
-        check_glob("*:eu", "orders:us", false);
-        check_glob("o?ders", "orders", true);
-        check_glob("a*b*c", "aXXbYYc", true);
-        check_glob("a*b*c", "aXXbYY", false);
     }
 }

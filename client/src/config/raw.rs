@@ -22,6 +22,19 @@ pub(super) struct Raw {
     pub(super) delivery: RawDelivery,
     pub(super) inbox: RawInbox,
     pub(super) journal: RawJournal,
+    pub(super) metrics: RawMetrics,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawMetrics {
+    pub(super) max_streams: i64,
+}
+
+impl Default for RawMetrics {
+    fn default() -> Self {
+        RawMetrics { max_streams: 100 }
+    }
 }
 
 #[derive(Debug, Default, Deserialize, Serialize)]

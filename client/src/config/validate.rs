@@ -28,12 +28,12 @@ use std::time::Duration;
 use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawLog, RawNode, RawPending, RawRecords,
-    RawSentinel, RawStreams,
+    Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawLog, RawMetrics, RawNode, RawPending,
+    RawRecords, RawSentinel, RawStreams,
 };
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,
-    PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
+    MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::is_plain;
 use crate::pem;
@@ -208,6 +208,7 @@ impl Raw {
             delivery,
             inbox,
             journal,
+            metrics: RawMetrics { max_streams },
         } = self;
 
         let node_id = match id {
@@ -245,6 +246,9 @@ impl Raw {
         let inbox = inbox.validate(&redis)?;
         let log = log.validate()?;
         let journal = journal_config(journal, &read_secret)?;
+        let metrics = MetricsConfig {
+            max_streams: positive("metrics.max_streams", max_streams, 10_000)? as usize,
+        };
 
         Ok(Config {
             node_id,
@@ -260,6 +264,7 @@ impl Raw {
             delivery,
             inbox,
             journal,
+            metrics,
         })
     }
 }

@@ -325,7 +325,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                     m::record_lateness(&batch.lateness_ms);
                     m::record_forwarded(&batch.per_stream);
                     for (stream, count) in &batch.per_stream {
-                        metrics::counter!(m::FORWARDED, "stream" => stream.clone())
+                        metrics::counter!(m::FORWARDED, "stream" => m::stream_label(stream))
                             .increment(*count);
                     }
                     if batch.expired > 0 {

@@ -42,6 +42,8 @@ const BOUNDS: &[Bound] = &[
     ("forwarder.batch_size", "1", true), ("forwarder.batch_size", "10000", true),
     ("forwarder.batch_size", "0", false), ("forwarder.batch_size", "10001", false),
     ("forwarder.idle_wakeup", "\"10ms\"", true), ("forwarder.idle_wakeup", "\"9ms\"", false),
+    ("metrics.max_streams", "1", true), ("metrics.max_streams", "10000", true),
+    ("metrics.max_streams", "0", false), ("metrics.max_streams", "10001", false),
     ("forwarder.max_rate", "0", true), ("forwarder.max_rate", "10000000", true),
     ("forwarder.max_rate", "-1", false), ("forwarder.max_rate", "10000001", false),
     ("streams.max_rate.orders", "1", true), ("streams.max_rate.orders", "10000000", true),

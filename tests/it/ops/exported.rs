@@ -508,3 +508,42 @@ async fn the_held_gauge_goes_back_to_zero_once_a_lifted_limit_has_drained() {
     })
     .await;
 }
+
+/// With `allow = ["*"]` any stream is a target: past `metrics.max_streams` streams,
+/// the forwarded counter counts the others under `stream="_other"`, and every
+/// forward is counted once.
+#[tokio::test]
+async fn per_stream_series_stop_at_max_streams_and_count_the_rest_as_other() {
+    let redis = RedisServer::start().unwrap();
+    let node = standalone("bounded", &redis, "[metrics]\nmax_streams = 2\n");
+    let api = Api::new(node.api);
+    let messages: Vec<_> = (0..12)
+        .map(|i| json!({ "stream": format!("t{}", i % 6), "payload": "x", "delay_ms": 0 }))
+        .collect();
+    let (status, body) = api
+        .post("/v1/messages/batch", json!({ "messages": messages }))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let name = "delayq_messages_forwarded_total";
+    let counted = eventually(Duration::from_secs(10), "12 forwards counted", || async {
+        let text = api.metrics().await?;
+        let counted: Vec<(String, f64)> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix(name)?.strip_prefix("{stream=\""))
+            .filter_map(|l| {
+                let (stream, value) = l.split_once("\"} ")?;
+                Some((stream.to_owned(), value.parse().ok()?))
+            })
+            .collect();
+        (counted.iter().map(|(_, n)| n).sum::<f64>() == 12.0).then_some(counted)
+    })
+    .await;
+    let named: Vec<&String> = counted
+        .iter()
+        .map(|(s, _)| s)
+        .filter(|s| *s != "_other")
+        .collect();
+    assert_eq!(named.len(), 2, "{counted:?}");
+    let other = counted.iter().find(|(s, _)| s == "_other").map(|(_, n)| *n);
+    assert_eq!(other, Some(8.0), "{counted:?}");
+}
