@@ -37,6 +37,8 @@ pub struct Daemon {
     /// Where reloads asked over HTTP go, once someone rereads the configuration
     /// file ([`Daemon::take_reload_requests`]).
     reloads: tokio::sync::watch::Sender<Option<tokio::sync::mpsc::Sender<api::ReloadRequest>>>,
+    /// The API's certificate (`api.tls`), read again at each reload.
+    tls: Option<Arc<api::tls::ServerTls>>,
 }
 
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
@@ -68,6 +70,20 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .await
         .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
     let api_addr = listener.local_addr()?;
+    let tls = config
+        .api
+        .tls
+        .as_ref()
+        .map(api::tls::ServerTls::load)
+        .transpose()
+        .context("api.tls")?;
+    let listener = match &tls {
+        Some(tls) => api::listener::Listener::tls(listener, tls.acceptor()?)?,
+        None => api::listener::Listener::Plain(listener),
+    };
+    if tls.is_none() && !config.api.listen.ip().is_loopback() {
+        tracing::warn!(api = %api_addr, "the API listens beyond loopback over plain HTTP: tokens cross the network in clear (set api.tls)");
+    }
     let probe = CancellationToken::new();
     let (health, probe_task) = health::start(
         store.clone(),
@@ -173,7 +189,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         reloads: taken_reloads,
     }));
     let api_task = tokio::spawn(
-        axum::serve(api::listener::Listener(listener), router)
+        axum::serve(listener, router)
             .with_graceful_shutdown(api.clone().cancelled_owned())
             .into_future(),
     );
@@ -197,6 +213,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         registry,
         registry_task,
         reloads,
+        tls,
     })
 }
 
@@ -312,6 +329,25 @@ impl Daemon {
     /// Reloads asked over HTTP (`POST /v1/admin/reload`): the caller rereads the
     /// configuration and answers each. Until one calls this, every such request is
     /// refused (409); a second call gets a channel nothing is sent to.
+    /// Reads the API's certificate and key again (`api.tls`; nothing without it):
+    /// new connections get them. On an error the one served stays.
+    pub fn reload_tls(&self) -> Result<(), String> {
+        let Some(tls) = &self.tls else {
+            return Ok(());
+        };
+        match tls.reload() {
+            Ok(()) => {
+                tracing::info!("the API's certificate (api.tls) read again");
+                Ok(())
+            }
+            Err(e) => {
+                let problem = format!("api.tls: {e:#}; the certificate served before stays");
+                tracing::error!("{problem}");
+                Err(problem)
+            }
+        }
+    }
+
     pub fn take_reload_requests(&mut self) -> tokio::sync::mpsc::Receiver<api::ReloadRequest> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         self.reloads.send_if_modified(|taken| {

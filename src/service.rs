@@ -212,9 +212,10 @@ pub async fn run(
                         let outcome = reloader.reload();
                         reloader.report(&outcome);
                         let path = reloader.path().display().to_string();
+                        let tls = daemon.reload_tls();
                         outcome
-                            .map(|o| crate::api::Reloaded::new(node_id.clone(), &o))
                             .map_err(|e| format!("configuration reload refused; keeping the running configuration: {path}: {e}"))
+                            .and_then(|o| tls.map(|()| crate::api::Reloaded::new(node_id.clone(), &o)))
                     }
                 };
                 let _ = answer.send(outcome);
@@ -234,6 +235,7 @@ pub async fn run(
                     notify(&[NotifyState::Reloading, now]);
                 }
                 reloader.reload_and_log();
+                let _ = daemon.reload_tls();
                 notify(&[NotifyState::Ready]);
             }
             Some(sig) => {

@@ -9,27 +9,95 @@
 //! writes the same answer with a body instead. Nothing else can look like it: every
 //! other answer delayq gives has a body (JSON or Prometheus text), and neither
 //! holds a raw CR LF.
+//!
+//! With `api.tls` the connections are TLS: each handshake runs in a task of its own
+//! (at most [`HANDSHAKE_TIMEOUT`]), so that a slow or silent client holds up no
+//! other, and only connections whose handshake succeeded reach the HTTP server.
 
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
+use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::server::TlsStream;
 
-/// A TCP listener whose connections are [`RefusalIo`]s.
-pub struct Listener(pub TcpListener);
+/// Longest a TLS handshake may take before its connection is closed.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The API's listener: TCP, or TLS over it.
+pub enum Listener {
+    Plain(TcpListener),
+    Tls {
+        local: SocketAddr,
+        /// Connections whose handshake succeeded, from [`Listener::tls`]'s task.
+        ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+        accepting: tokio::task::JoinHandle<()>,
+    },
+}
+
+impl Listener {
+    /// TLS over `tcp`: connections are accepted and their handshakes run by a task
+    /// that ends with the listener.
+    pub fn tls(tcp: TcpListener, acceptor: tokio_rustls::TlsAcceptor) -> io::Result<Listener> {
+        let local = tcp.local_addr()?;
+        let (done, ready) = mpsc::channel(64);
+        let accepting = tokio::spawn(async move {
+            let mut tcp = tcp;
+            loop {
+                let (io, addr) = axum::serve::Listener::accept(&mut tcp).await;
+                let (acceptor, done) = (acceptor.clone(), done.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(io)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = done.send((tls, addr)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::debug!(%addr, error = %e, "TLS handshake failed");
+                        }
+                        Err(_) => tracing::debug!(%addr, "TLS handshake timed out"),
+                    }
+                });
+            }
+        });
+        Ok(Listener::Tls {
+            local,
+            ready,
+            accepting,
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Tls { accepting, .. } = self {
+            accepting.abort();
+        }
+    }
+}
 
 impl axum::serve::Listener for Listener {
     type Io = RefusalIo;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (RefusalIo, SocketAddr) {
-        let (io, addr) = axum::serve::Listener::accept(&mut self.0).await;
+        let (inner, addr) = match self {
+            Listener::Plain(tcp) => {
+                let (io, addr) = axum::serve::Listener::accept(tcp).await;
+                (Stream::Plain(io), addr)
+            }
+            Listener::Tls { ready, .. } => match ready.recv().await {
+                Some((tls, addr)) => (Stream::Tls(Box::new(tls)), addr),
+                // The accepting task ended (only when aborted): nothing comes.
+                None => std::future::pending().await,
+            },
+        };
         (
             RefusalIo {
-                inner: io,
+                inner,
                 pending: Vec::new(),
             },
             addr,
@@ -37,13 +105,62 @@ impl axum::serve::Listener for Listener {
     }
 
     fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.0.local_addr()
+        match self {
+            Listener::Plain(tcp) => tcp.local_addr(),
+            Listener::Tls { local, .. } => Ok(*local),
+        }
+    }
+}
+
+/// One connection, plain or TLS.
+pub enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_read(cx, buf),
+            Stream::Tls(io) => Pin::new(io.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_write(cx, buf),
+            Stream::Tls(io) => Pin::new(io.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_flush(cx),
+            Stream::Tls(io) => Pin::new(io.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Plain(io) => Pin::new(io).poll_shutdown(cx),
+            Stream::Tls(io) => Pin::new(io.as_mut()).poll_shutdown(cx),
+        }
     }
 }
 
 /// A connection that rewrites the HTTP server's bare refusals (see the module).
 pub struct RefusalIo {
-    inner: TcpStream,
+    inner: Stream,
     /// Bytes accepted from the server but not yet written out.
     pending: Vec<u8>,
 }

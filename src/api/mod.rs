@@ -18,6 +18,7 @@ mod openapi;
 mod restore;
 mod stats;
 mod streams;
+pub mod tls;
 mod ui;
 
 use std::sync::Arc;

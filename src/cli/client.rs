@@ -24,6 +24,10 @@ pub struct Target {
     /// Bearer token, when the daemon has api.tokens set.
     #[arg(long, env = "DELAYQ_TOKEN", global = true, hide_env_values = true)]
     pub(super) token: Option<String>,
+    /// PEM file of CAs to trust for an https:// URL besides the system's (the
+    /// daemon's api.tls certificate's CA).
+    #[arg(long, env = "DELAYQ_CA_FILE", global = true)]
+    pub(super) ca_file: Option<std::path::PathBuf>,
 }
 
 /// How client commands end, for scripts.
@@ -417,7 +421,11 @@ pub(super) async fn send(
     body: Option<Value>,
 ) -> Result<(reqwest::StatusCode, Value), ExitCode> {
     let url = format!("{}{}", target.url.trim_end_matches('/'), path);
-    let mut req = reqwest::Client::new().request(method, &url);
+    let client = super::https::client(target.ca_file.as_deref(), None).map_err(|e| {
+        eprintln!("delayq: {e:#}");
+        ExitCode::from(EXIT_REFUSED)
+    })?;
+    let mut req = client.request(method, &url);
     if let Some(token) = &target.token {
         req = req.bearer_auth(token);
     }
@@ -425,7 +433,8 @@ pub(super) async fn send(
         req = req.json(&body);
     }
     let resp = req.send().await.map_err(|e| {
-        eprintln!("delayq: cannot reach {url}: {e}");
+        // With its causes: "certificate not valid for name", "connection refused", ...
+        eprintln!("delayq: cannot reach {url}: {:#}", anyhow::Error::from(e));
         ExitCode::from(EXIT_UNREACHABLE)
     })?;
     let status = resp.status();

@@ -8,6 +8,7 @@ mod demo;
 mod drill;
 mod fence;
 mod functions;
+mod https;
 mod human;
 mod journal;
 mod logging;

@@ -116,6 +116,9 @@ pub struct HealthArgs {
     /// Give up after this long.
     #[arg(long, default_value = "3s", value_parser = delayq_client::message::parse_duration)]
     timeout: Duration,
+    /// PEM file of CAs to trust for an https:// URL besides the system's.
+    #[arg(long, env = "DELAYQ_CA_FILE")]
+    ca_file: Option<std::path::PathBuf>,
 }
 
 fn default_health_url() -> String {
@@ -131,12 +134,14 @@ fn default_health_url() -> String {
 pub async fn health(args: HealthArgs) -> ExitCode {
     let base = args.url.unwrap_or_else(default_health_url);
     let url = format!("{}/healthz", base.trim_end_matches('/'));
-    let client = reqwest::Client::builder().timeout(args.timeout).build();
-    let result = match client {
-        Ok(client) => client.get(&url).send().await,
-        Err(e) => Err(e),
+    let client = match super::https::client(args.ca_file.as_deref(), Some(args.timeout)) {
+        Ok(client) => client,
+        Err(e) => {
+            eprintln!("{url}: {e:#}");
+            return ExitCode::FAILURE;
+        }
     };
-    match result {
+    match client.get(&url).send().await {
         Ok(resp) if resp.status().is_success() => {
             println!("{url}: healthy");
             ExitCode::SUCCESS

@@ -164,6 +164,18 @@ pub struct ApiConfig {
     pub request_timeout: Duration,
     /// Most requests under `/v1` being served at once; more are answered `429`.
     pub max_concurrent_requests: usize,
+    /// HTTPS instead of HTTP (`api.tls`).
+    pub tls: Option<ApiTls>,
+}
+
+/// `api.tls`: the certificate the API serves, read again at each reload, and the
+/// CAs whose client certificates it asks for (mutual TLS).
+#[derive(Clone, Debug)]
+pub struct ApiTls {
+    pub cert_file: std::path::PathBuf,
+    pub key_file: std::path::PathBuf,
+    /// PEM; None: no client certificate asked for.
+    pub client_ca: Option<String>,
 }
 
 #[derive(Clone, Debug)]

@@ -195,6 +195,16 @@ pub(super) struct RawApi {
     #[serde(with = "humantime_serde")]
     pub(super) request_timeout: Duration,
     pub(super) max_concurrent_requests: i64,
+    /// HTTPS: `{ cert_file, key_file, client_ca_file }`.
+    pub(super) tls: Option<RawApiTls>,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawApiTls {
+    pub(super) cert_file: String,
+    pub(super) key_file: String,
+    pub(super) client_ca_file: Option<String>,
 }
 
 impl Default for RawApi {
@@ -215,6 +225,7 @@ impl Default for RawApi {
             max_wait: Duration::from_secs(60),
             max_polls: 64,
             request_timeout: Duration::from_secs(30),
+            tls: None,
             max_concurrent_requests: 1024,
         }
     }

@@ -183,6 +183,7 @@ impl Browser {
             .flatten()
             .unwrap_or_default();
         let url = format!("http://127.0.0.1:{}/session/{session}/se/log", self.port);
+        super::http::tls_provider();
         let answer: Value = reqwest::Client::new()
             .post(url)
             .json(&json!({ "type": "browser" }))

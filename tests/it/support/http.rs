@@ -17,9 +17,16 @@ pub struct Api {
     timeout: Duration,
 }
 
+/// Makes ring this test process's TLS provider, as `delayq` does for itself:
+/// every HTTP client here needs one.
+pub fn tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Api {
     /// The API at `addr` (`host:port`): no token, at most 30 s a request.
     pub fn new(addr: impl Display) -> Api {
+        tls_provider();
         Api {
             client: reqwest::Client::new(),
             base: format!("http://{addr}"),

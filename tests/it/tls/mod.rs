@@ -3,6 +3,7 @@
 //! the setting; with mutual TLS, a client certificate is needed and suffices.
 //! etcd over TLS with a user (`etcd`): the same, and a failover with TLS everywhere.
 
+mod api;
 mod cluster;
 mod etcd;
 mod server_name;

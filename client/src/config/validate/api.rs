@@ -7,10 +7,11 @@ use super::{
     LONG_CALL, MAX_DELAY_LIMIT, MAX_REQUEST_TIMEOUT, listen_address, positive, positive_because,
     token_list,
 };
-use crate::config::raw::RawApi;
-use crate::config::{ApiConfig, ConfigError, invalid};
+use crate::config::raw::{RawApi, RawApiTls};
+use crate::config::{ApiConfig, ApiTls, ConfigError, invalid};
 use crate::message::Limits;
 use crate::secret::SecretString;
+use crate::{pem, secret};
 
 impl RawApi {
     pub(super) fn validate(
@@ -34,6 +35,7 @@ impl RawApi {
             max_polls,
             request_timeout,
             max_concurrent_requests,
+            tls,
         } = self;
         let tokens = token_list("api.tokens", tokens, tokens_file, read_secret)?;
         let write_tokens = token_list(
@@ -128,6 +130,39 @@ impl RawApi {
             max_polls,
             request_timeout,
             max_concurrent_requests,
+            tls: tls.map(api_tls).transpose()?,
         })
     }
+}
+
+/// `api.tls`, its files checked to parse (and read again at each reload).
+fn api_tls(raw: RawApiTls) -> Result<ApiTls, ConfigError> {
+    let credentials = std::env::var_os("CREDENTIALS_DIRECTORY").map(std::path::PathBuf::from);
+    let resolved = |path: &str| secret::credential_path(path, credentials.as_deref());
+    let read = |key: &str, path: &std::path::Path| {
+        std::fs::read_to_string(path)
+            .map_err(|e| invalid(key, format!("cannot read {}: {e}", path.display())))
+    };
+    let cert_file = resolved(&raw.cert_file);
+    pem::check_certificates(&read("api.tls.cert_file", &cert_file)?)
+        .map_err(|e| invalid("api.tls.cert_file", format!("{}: {e}", cert_file.display())))?;
+    let key_file = resolved(&raw.key_file);
+    pem::check_key(&SecretString::from(read("api.tls.key_file", &key_file)?))
+        .map_err(|e| invalid("api.tls.key_file", format!("{}: {e}", key_file.display())))?;
+    let client_ca = match raw.client_ca_file {
+        None => None,
+        Some(path) => {
+            let path = resolved(&path);
+            let pem = read("api.tls.client_ca_file", &path)?;
+            pem::check_certificates(&pem).map_err(|e| {
+                invalid("api.tls.client_ca_file", format!("{}: {e}", path.display()))
+            })?;
+            Some(pem)
+        }
+    };
+    Ok(ApiTls {
+        cert_file,
+        key_file,
+        client_ca,
+    })
 }
