@@ -12,10 +12,38 @@ pub struct MariaDbServer {
     pub password: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
+    /// `mariadbd` options past the usual ones (TLS), kept for restarts.
+    extra: Vec<String>,
+}
+
+/// A MariaDB's TLS: its certificate and key (PEM files), and whether it refuses
+/// connections without TLS (`require_secure_transport`).
+pub struct MariaDbTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub required: bool,
 }
 
 impl MariaDbServer {
     pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(None)
+    }
+
+    /// [`MariaDbServer::start`], serving TLS with `tls`.
+    pub fn start_with(tls: Option<MariaDbTls>) -> anyhow::Result<Self> {
+        let extra: Vec<String> = match &tls {
+            None => Vec::new(),
+            Some(tls) => {
+                let mut args = vec![
+                    format!("--ssl-cert={}", tls.cert.display()),
+                    format!("--ssl-key={}", tls.key.display()),
+                ];
+                if tls.required {
+                    args.push("--require-secure-transport=ON".into());
+                }
+                args
+            }
+        };
         let dir = tempfile::Builder::new()
             .prefix("delayq-mariadb-")
             .tempdir()?;
@@ -44,15 +72,17 @@ impl MariaDbServer {
             );
         }
         let data_dir = data.clone();
+        let args = extra.clone();
         let (port, child) = retry_port_clash(move || {
             let port = free_port();
-            Ok((port, spawn_mariadbd(&data_dir, port)?))
+            Ok((port, spawn_mariadbd(&data_dir, port, &args)?))
         })?;
         let server = MariaDbServer {
             port,
             password: format!("pw-{}", ulid::Ulid::new()),
             dir,
             child: Some(child),
+            extra,
         };
         server.sql(&format!(
             "CREATE DATABASE delayq; CREATE USER 'delayq'@'%' IDENTIFIED BY '{}'; \
@@ -114,7 +144,7 @@ impl MariaDbServer {
     pub fn restart(&mut self) -> anyhow::Result<()> {
         self.stop();
         let data = self.dir.path().join("data");
-        self.child = Some(spawn_mariadbd(&data, self.port)?);
+        self.child = Some(spawn_mariadbd(&data, self.port, &self.extra)?);
         Ok(())
     }
 }
@@ -127,7 +157,7 @@ pub(super) fn mariadb_tmpdir(data: &Path) -> PathBuf {
 
 /// `mariadbd` on `data`, listening on loopback `port` and a socket in `data`,
 /// once its port accepts connections.
-pub(super) fn spawn_mariadbd(data: &Path, port: u16) -> anyhow::Result<Child> {
+pub(super) fn spawn_mariadbd(data: &Path, port: u16, extra: &[String]) -> anyhow::Result<Child> {
     let mut child = Command::new(binary("DELAYQ_TEST_MARIADBD", "mariadbd"))
         .arg("--no-defaults")
         .arg(format!("--datadir={}", data.display()))
@@ -143,6 +173,7 @@ pub(super) fn spawn_mariadbd(data: &Path, port: u16) -> anyhow::Result<Child> {
             "--skip-log-bin",
             "--innodb-buffer-pool-size=128M",
         ])
+        .args(extra)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())

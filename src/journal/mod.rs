@@ -136,8 +136,27 @@ pub enum JournalError {
 
 impl From<mysql_async::Error> for JournalError {
     fn from(e: mysql_async::Error) -> Self {
-        // The driver's errors carry no URL or password.
-        JournalError::Mysql(e.to_string())
+        // The driver's errors carry no URL or password. Those about TLS name the
+        // setting that decides it.
+        let text = e.to_string();
+        let setting = match &e {
+            mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer) => {
+                Some("the server offers no TLS, which journal.tls requires")
+            }
+            _ if text.contains("insecure transport") => {
+                Some("the server requires TLS: set journal.tls")
+            }
+            _ if text.to_lowercase().contains("certificate") => Some("journal.tls"),
+            // MariaDB answers so a connection without the TLS it requires.
+            _ if text.contains("Access denied") => {
+                Some("or the server requires TLS, which journal.tls sets")
+            }
+            _ => None,
+        };
+        match setting {
+            Some(setting) => JournalError::Mysql(format!("{text} ({setting})")),
+            None => JournalError::Mysql(text),
+        }
     }
 }
 
@@ -160,9 +179,20 @@ impl Journal {
             .map_err(|_| JournalError::Mysql(format!("{:?}: not a MySQL URL", config.url)))?;
         let pool_opts =
             PoolOpts::default().with_constraints(PoolConstraints::new(1, 8).expect("1 <= 8"));
-        let opts = OptsBuilder::from_opts(opts)
+        let mut opts = OptsBuilder::from_opts(opts)
             .pool_opts(pool_opts)
             .conn_ttl(Some(Duration::from_secs(60)));
+        // `journal.tls`: TLS required, the server's name and CA checked (a server
+        // that offers no TLS is refused).
+        if let Some(ca_file) = &config.tls {
+            let mut ssl = mysql_async::SslOpts::default();
+            if let Some(ca_file) = ca_file {
+                ssl = ssl
+                    .with_root_certs(vec![ca_file.clone().into()])
+                    .with_disable_built_in_roots(true);
+            }
+            opts = opts.ssl_opts(ssl);
+        }
         Ok(Journal {
             pool: Pool::new(opts),
             unique_ids: false,

@@ -90,6 +90,9 @@ pub struct JournalConfig {
     pub retention: Duration,
     /// Restore by itself when Redis has lost its data (see `keeper`).
     pub auto_restore: bool,
+    /// `journal.tls`: TLS required, the server's certificate checked against these
+    /// CAs (PEM; None: the system's roots) and the URL's host.
+    pub tls: Option<Option<std::path::PathBuf>>,
 }
 
 #[derive(Clone, Debug)]

@@ -244,6 +244,14 @@ pub(super) struct RawJournal {
     /// When Redis has lost its data, schedule every message the journal holds not
     /// finished again by itself (false: wait for `delayq restore`).
     pub(super) auto_restore: bool,
+    /// TLS to the server, required: `{ ca_file }` (none: the system's roots).
+    pub(super) tls: Option<RawJournalTls>,
+}
+
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawJournalTls {
+    pub(super) ca_file: Option<String>,
 }
 
 impl Default for RawJournal {
@@ -253,6 +261,7 @@ impl Default for RawJournal {
             password_file: None,
             retention: Duration::from_secs(30 * 86_400),
             auto_restore: true,
+            tls: None,
         }
     }
 }

@@ -28,8 +28,8 @@ use std::time::Duration;
 use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
-    Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawLog, RawMetrics, RawNode, RawPending,
-    RawRecords, RawSentinel, RawStreams,
+    Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawJournalTls, RawLog, RawMetrics,
+    RawNode, RawPending, RawRecords, RawSentinel, RawStreams,
 };
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,

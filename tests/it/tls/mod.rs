@@ -6,6 +6,7 @@
 mod api;
 mod cluster;
 mod etcd;
+mod journal;
 mod server_name;
 
 use std::path::{Path, PathBuf};

@@ -16,12 +16,29 @@ pub(super) fn journal_config(
         password_file,
         retention,
         auto_restore,
+        tls,
     } = raw;
     let Some(url) = url else {
         if password_file.is_some() {
             return Err(invalid("journal.password_file", "needs journal.url"));
         }
+        if tls.is_some() {
+            return Err(invalid("journal.tls", "needs journal.url"));
+        }
         return Ok(None);
+    };
+    let tls = match tls {
+        None => None,
+        Some(RawJournalTls { ca_file: None }) => Some(None),
+        Some(RawJournalTls {
+            ca_file: Some(path),
+        }) => {
+            let key = "journal.tls.ca_file";
+            let pem = std::fs::read_to_string(&path)
+                .map_err(|e| invalid(key, format!("cannot read {path}: {e}")))?;
+            pem::check_certificates(&pem).map_err(|e| invalid(key, format!("{path}: {e}")))?;
+            Some(Some(std::path::PathBuf::from(path)))
+        }
     };
     let parsed = url::Url::parse(&url)
         .map_err(|e| invalid("journal.url", format!("{:?}: {e}", secret::shown_url(&url))))?;
@@ -61,6 +78,7 @@ pub(super) fn journal_config(
         url: RedisUrl::new(url),
         retention,
         auto_restore,
+        tls,
     }))
 }
 
