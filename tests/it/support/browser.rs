@@ -31,6 +31,11 @@ pub fn screenshots() -> PathBuf {
 impl Browser {
     /// A browser window of a laptop's size on the node at `base`.
     pub async fn open(base: &str, name: &str) -> Browser {
+        Self::open_with(base, name, &[]).await
+    }
+
+    /// [`Browser::open`], with more Chromium arguments.
+    pub async fn open_with(base: &str, name: &str, more: &[&str]) -> Browser {
         let port = delayq_harness::free_port();
         // Its own process group, so that drop ends Chromium with it.
         let driver = Command::new("chromedriver")
@@ -40,11 +45,16 @@ impl Browser {
             .stderr(Stdio::null())
             .spawn()
             .expect("start chromedriver (install chromium-driver)");
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1366,900",
+        ];
+        args.extend_from_slice(more);
         let caps = json!({
-            "goog:chromeOptions": {
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
-                         "--disable-dev-shm-usage", "--window-size=1366,900"],
-            },
+            "goog:chromeOptions": { "args": args },
             "goog:loggingPrefs": { "browser": "ALL" },
         });
         let caps = caps.as_object().unwrap().clone();

@@ -262,3 +262,26 @@ async fn with_client_ca_file_a_client_certificate_is_needed_and_suffices() {
         "without a client certificate: {refused:?}"
     );
 }
+
+/// The dashboard over https: every call the page makes goes to its own origin, so
+/// it works unchanged (the test's browser takes the test's certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_works_over_https() {
+    let pki = Pki::new();
+    let redis = RedisServer::start().unwrap();
+    let node = https_node(&redis, &pki.path("server.pem"), &pki.path("server-key.pem"));
+    let base = format!("https://localhost:{}", node.api.port());
+    let browser = crate::support::browser::Browser::open_with(
+        &base,
+        "https",
+        &["--ignore-certificate-errors"],
+    )
+    .await;
+    browser.goto("/ui#/overview").await;
+    browser
+        .wait_text("#node-role", "this node's role", |t| t.contains("leader"))
+        .await;
+    let errors = browser.console_errors().await;
+    assert!(errors.is_empty(), "console errors over https: {errors:?}");
+    browser.screenshot("https-overview").await;
+}
