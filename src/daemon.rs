@@ -189,9 +189,12 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         reloads: taken_reloads,
     }));
     let api_task = tokio::spawn(
-        axum::serve(listener, router)
-            .with_graceful_shutdown(api.clone().cancelled_owned())
-            .into_future(),
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<api::listener::Peer>(),
+        )
+        .with_graceful_shutdown(api.clone().cancelled_owned())
+        .into_future(),
     );
     tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.describe(), shards = config.redis.shards, "delayq started");
 

@@ -95,6 +95,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/streams/{stream}/resume", Token(Admin)),
     ("POST", "/v1/admin/reload", Token(Admin)),
     ("POST", "/v1/admin/switchover", Token(Admin)),
+    ("GET", "/v1/admin/audit", Token(Admin)),
     ("GET", "/ui", Open),
     ("GET", "/ui/app.js", Open),
     ("GET", "/ui/app.css", Open),
@@ -217,7 +218,7 @@ pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Op
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if there is one.
-fn bearer(request: &Request) -> Option<&[u8]> {
+pub(super) fn bearer(request: &Request) -> Option<&[u8]> {
     bearer_of(request.headers())
 }
 

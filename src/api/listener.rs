@@ -112,6 +112,16 @@ impl axum::serve::Listener for Listener {
     }
 }
 
+/// A connection's peer address, for handlers that ask (`ConnectInfo<Peer>`).
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<axum::serve::IncomingStream<'_, Listener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, Listener>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
 /// One connection, plain or TLS.
 pub enum Stream {
     Plain(TcpStream),

@@ -3,6 +3,7 @@
 
 mod access;
 mod admin;
+mod audit;
 mod auth;
 mod board;
 mod dead;
@@ -135,7 +136,8 @@ fn routes() -> Routes {
             .routes(routes!(board::fences))
             .routes(routes!(board::pause))
             .routes(routes!(board::resume))
-            .routes(routes!(admin::reload)),
+            .routes(routes!(admin::reload))
+            .routes(routes!(audit::trail)),
         polls: OpenApiRouter::new()
             .routes(routes!(streams::next))
             .routes(routes!(admin::switchover)),
@@ -180,6 +182,11 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,
+        ))
+        // Outside the tokens' check, so that refusals are recorded too.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            audit::record,
         ))
         .layer(access::layer())
         .layer(axum::middleware::from_fn(count_requests))

@@ -169,6 +169,8 @@ pub struct ApiConfig {
     pub max_concurrent_requests: usize,
     /// HTTPS instead of HTTP (`api.tls`).
     pub tls: Option<ApiTls>,
+    /// Entries of the audit trail kept in Redis (`<prefix>:audit`; 0: only logged).
+    pub audit_length: u64,
 }
 
 /// `api.tls`: the certificate the API serves, read again at each reload, and the

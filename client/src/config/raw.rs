@@ -197,6 +197,8 @@ pub(super) struct RawApi {
     pub(super) max_concurrent_requests: i64,
     /// HTTPS: `{ cert_file, key_file, client_ca_file }`.
     pub(super) tls: Option<RawApiTls>,
+    /// Entries of the audit trail kept in Redis.
+    pub(super) audit_length: i64,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
@@ -226,6 +228,7 @@ impl Default for RawApi {
             max_polls: 64,
             request_timeout: Duration::from_secs(30),
             tls: None,
+            audit_length: 10_000,
             max_concurrent_requests: 1024,
         }
     }

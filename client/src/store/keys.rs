@@ -234,6 +234,11 @@ impl Keys {
         format!("{}:stream-counts", self.prefix)
     }
 
+    /// Stream: the audit trail of admin and state-changing actions (capped).
+    pub fn audit(&self) -> String {
+        format!("{}:audit", self.prefix)
+    }
+
     /// Set: the streams whose forwarding is paused.
     pub fn paused(&self) -> String {
         format!("{}:paused", self.prefix)

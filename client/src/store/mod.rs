@@ -5,6 +5,7 @@
 //! and arguments and turns their replies into types.
 
 mod acked;
+mod audit;
 mod batch;
 mod board;
 mod conn;
@@ -37,6 +38,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Value};
 
+pub use audit::AuditEntry;
 #[cfg(feature = "faults")]
 pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};

@@ -881,9 +881,26 @@
     }
     view.append(card('Fences', el('div', null, el('p', { id: 'fences-summary', class: 'muted small' }),
       el('div', { id: 'fences-box', class: 'scroll' }, table('fences', ['Shard'], [], 'loading…')))));
+    if (isAdmin()) {
+      view.append(card('Audit trail', el('div', null,
+        el('p', { class: 'muted small' }, 'Admin actions and cancels, refused ones too, newest first: who (a token\'s fingerprint), from where, what, and the answer.'),
+        el('div', { id: 'audit-box', class: 'scroll' }, table('audit', ['When'], [], 'loading…')))));
+    }
+  }
+
+  async function loadAudit(gen) {
+    const r = await api('GET', '/v1/admin/audit?limit=50');
+    if (gen !== state.gen || !$('audit-box')) return;
+    if (!r.ok || !r.body) { $('audit-box').replaceChildren(el('p', { class: 'empty' }, errText(r))); return; }
+    const now = Date.now();
+    const rows = (r.body.entries || []).map((e) => el('tr', { class: Number(e.status) >= 400 ? 'warn-row' : null },
+      td(when(Number(e.at), now)), td(e.who || '–'), td(e.from || '–'), td(e.what || '–'),
+      td(e.target || '–'), td(e.status || '–'), td(e.node || '–')));
+    $('audit-box').replaceChildren(table('audit', ['When', 'Who', 'From', 'What', 'Target', 'Answer', 'Node'], rows, 'nothing recorded yet'));
   }
 
   async function loadAdmin(gen) {
+    if (isAdmin()) loadAudit(gen);
     const [n, f] = await Promise.all([isAdmin() ? api('GET', '/v1/nodes') : null, api('GET', '/v1/fences')]);
     if (gen !== state.gen) return;
     loaded([n, f].filter(Boolean));

@@ -42,6 +42,8 @@ const BOUNDS: &[Bound] = &[
     ("forwarder.batch_size", "1", true), ("forwarder.batch_size", "10000", true),
     ("forwarder.batch_size", "0", false), ("forwarder.batch_size", "10001", false),
     ("forwarder.idle_wakeup", "\"10ms\"", true), ("forwarder.idle_wakeup", "\"9ms\"", false),
+    ("api.audit_length", "0", true), ("api.audit_length", "1000000", true),
+    ("api.audit_length", "-1", false), ("api.audit_length", "1000001", false),
     ("metrics.max_streams", "1", true), ("metrics.max_streams", "10000", true),
     ("metrics.max_streams", "0", false), ("metrics.max_streams", "10001", false),
     ("forwarder.max_rate", "0", true), ("forwarder.max_rate", "10000000", true),

@@ -11,10 +11,11 @@
 //! - `health`: `/healthz` and `/readyz` through Redis that refuses writes;
 //! - `logs`: the log through an outage; `secrets`: secrets never show;
 //! - `reload`: SIGHUP reaching every component;
-//! - `bench`: `delayq bench` at a tiny scale;
+//! - `bench`: `delayq bench` at a tiny scale; `audit`: the audit trail;
 //! - `deps`: the producer client's dependency tree; `modules`: no circles, no long files;
 //! - `docs`: README.md and docs/ as a new user reads them.
 
+mod audit;
 mod bench;
 mod config;
 mod deps;

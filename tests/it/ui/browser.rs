@@ -263,6 +263,14 @@ async fn pause_resume_and_switchover_from_the_page() {
     no_errors(&browser, "streams").await;
 
     browser.click("#nav-admin").await;
+    // The pause and the resume done from the page are in the audit trail.
+    browser
+        .wait_text("#audit-box", "the pause and resume recorded", |t| {
+            t.contains("POST /v1/streams/{stream}/pause")
+                && t.contains("POST /v1/streams/{stream}/resume")
+        })
+        .await;
+    browser.screenshot("admin-audit").await;
     browser
         .wait_for("#switchover-to option[value='n1']", "the standby to choose")
         .await;

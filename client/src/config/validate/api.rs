@@ -36,6 +36,7 @@ impl RawApi {
             request_timeout,
             max_concurrent_requests,
             tls,
+            audit_length,
         } = self;
         let tokens = token_list("api.tokens", tokens, tokens_file, read_secret)?;
         let write_tokens = token_list(
@@ -131,6 +132,15 @@ impl RawApi {
             request_timeout,
             max_concurrent_requests,
             tls: tls.map(api_tls).transpose()?,
+            audit_length: match audit_length {
+                0..=1_000_000 => audit_length as u64,
+                _ => {
+                    return Err(invalid(
+                        "api.audit_length",
+                        format!("must be 0 (only logged) to 1000000 (got {audit_length})"),
+                    ));
+                }
+            },
         })
     }
 }
