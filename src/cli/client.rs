@@ -411,9 +411,8 @@ async fn call(
     call_with(target, method, path, body, super::human::print).await
 }
 
-/// Sends one request (with the target's token, if any): the status and the JSON
-/// answer (Null when it is not JSON), or the exit code of an unreachable daemon,
-/// reported on stderr.
+/// Sends one request (with the target's token, if any): the status and the JSON answer
+/// (Null when it is not JSON), or the exit code of an unreachable daemon (on stderr).
 pub(super) async fn send(
     target: &Target,
     method: reqwest::Method,
@@ -421,7 +420,7 @@ pub(super) async fn send(
     body: Option<Value>,
 ) -> Result<(reqwest::StatusCode, Value), ExitCode> {
     let url = format!("{}{}", target.url.trim_end_matches('/'), path);
-    let client = super::https::client(target.ca_file.as_deref(), None).map_err(|e| {
+    let client = super::https::client(&url, target.ca_file.as_deref(), None).map_err(|e| {
         eprintln!("delayq: {e:#}");
         ExitCode::from(EXIT_REFUSED)
     })?;
@@ -433,7 +432,7 @@ pub(super) async fn send(
         req = req.json(&body);
     }
     let resp = req.send().await.map_err(|e| {
-        // With its causes: "certificate not valid for name", "connection refused", ...
+        // With its causes ("certificate not valid for name", "connection refused").
         eprintln!("delayq: cannot reach {url}: {:#}", anyhow::Error::from(e));
         ExitCode::from(EXIT_UNREACHABLE)
     })?;

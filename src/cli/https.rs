@@ -10,18 +10,23 @@ use anyhow::Context;
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject;
 
-/// A client trusting the system's roots and those of `ca_file`, each request
-/// bounded by `timeout` when given.
+/// A client for `url` trusting the system's roots and those of `ca_file`, each
+/// request bounded by `timeout` when given. The roots are read only for an
+/// `https://` URL: reading the system's takes a while, and plain HTTP needs none.
 pub fn client(
+    url: &str,
     ca_file: Option<&Path>,
     timeout: Option<Duration>,
 ) -> anyhow::Result<reqwest::Client> {
     let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A system root rustls cannot use is left out, as browsers do.
-        let _ = roots.add(cert);
+    let https = url.starts_with("https://");
+    if https {
+        for cert in rustls_native_certs::load_native_certs().certs {
+            // A system root rustls cannot use is left out, as browsers do.
+            let _ = roots.add(cert);
+        }
     }
-    if let Some(path) = ca_file {
+    if let Some(path) = ca_file.filter(|_| https) {
         let pem =
             std::fs::read(path).with_context(|| format!("read {} (--ca-file)", path.display()))?;
         let mut added = 0;

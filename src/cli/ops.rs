@@ -134,7 +134,7 @@ fn default_health_url() -> String {
 pub async fn health(args: HealthArgs) -> ExitCode {
     let base = args.url.unwrap_or_else(default_health_url);
     let url = format!("{}/healthz", base.trim_end_matches('/'));
-    let client = match super::https::client(args.ca_file.as_deref(), Some(args.timeout)) {
+    let client = match super::https::client(&url, args.ca_file.as_deref(), Some(args.timeout)) {
         Ok(client) => client,
         Err(e) => {
             eprintln!("{url}: {e:#}");

@@ -799,11 +799,16 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
     let before = entries(&mut conn, "r").len();
 
     let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
-    eventually(Duration::from_secs(30), "restored from the journal", || {
-        let log = node.full_log();
-        async move { log.contains("restored from the journal").then_some(()) }
-    })
-    .await;
+    // Bounded as `eventually` bounds it, with the whole log when it does not come.
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    while !node.full_log().contains("restored from the journal") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not restored from the journal within 90 s; its log:\n{}",
+            node.full_log()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let restored = node
         .full_log()
         .lines()

@@ -187,7 +187,13 @@ async fn through_failover_as(
         assert_eq!(status, 200, "{body}");
     }
     let load = Load::start(api.clone());
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Enough confirmed before the failover that every run counts over a hundred,
+    // however slowly a loaded machine pushes (about 1.5 s at 200 a second).
+    eventually(Duration::from_secs(30), "300 pushes confirmed", || {
+        let n = load.confirmed.lock().unwrap().len();
+        std::future::ready((n >= 300).then_some(()))
+    })
+    .await;
 
     let started = Instant::now();
     match failover {
