@@ -962,6 +962,41 @@ fn dead_letters_on(master: &RedisServer, ids: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// Each kind of change a user is answered for, made once through `api`, with its
+/// answer: cancel `c`, reschedule `r` to `delay` from now, replay `d1`, purge
+/// `purged`, pause `p`, resume `resumed`.
+async fn each_kind_of_change(
+    api: &Api,
+    delay: &str,
+    purged: &[&str],
+    resumed: &str,
+) -> [(&'static str, (u16, serde_json::Value)); 6] {
+    [
+        ("cancel", api.delete("/v1/messages/c").await),
+        (
+            "reschedule",
+            api.post("/v1/messages/r/reschedule", json!({ "delay": delay }))
+                .await,
+        ),
+        (
+            "replay",
+            api.post("/v1/streams/s/dead/replay", json!({"ids": ["d1"]}))
+                .await,
+        ),
+        (
+            "purge",
+            api.post("/v1/streams/s/dead/purge", json!({ "ids": purged }))
+                .await,
+        ),
+        ("pause", api.post("/v1/streams/p/pause", json!({})).await),
+        (
+            "resume",
+            api.post(&format!("/v1/streams/{resumed}/resume"), json!({}))
+                .await,
+        ),
+    ]
+}
+
 /// Each kind of change answered 200 (cancel, reschedule, replay, purge, pause,
 /// resume), the master SIGKILLed right after the last answer: on the replica
 /// promoted in its place every one of them holds.
@@ -979,26 +1014,7 @@ async fn every_change_answered_200_survives_a_killed_master() {
     }
     let (status, answer) = api.post("/v1/streams/q/pause", json!({})).await;
     assert_eq!(status, 200, "{answer}");
-    let changes = [
-        ("cancel", api.delete("/v1/messages/c").await),
-        (
-            "reschedule",
-            api.post("/v1/messages/r/reschedule", json!({"delay": "1s"}))
-                .await,
-        ),
-        (
-            "replay",
-            api.post("/v1/streams/s/dead/replay", json!({"ids": ["d1"]}))
-                .await,
-        ),
-        (
-            "purge",
-            api.post("/v1/streams/s/dead/purge", json!({"ids": ["d2", "d3"]}))
-                .await,
-        ),
-        ("pause", api.post("/v1/streams/p/pause", json!({})).await),
-        ("resume", api.post("/v1/streams/q/resume", json!({})).await),
-    ];
+    let changes = each_kind_of_change(&api, "1s", &["d2", "d3"], "q").await;
     watched.master.kill();
     for (what, (status, answer)) in &changes {
         assert_eq!(*status, 200, "{what}: {answer}");
@@ -1059,26 +1075,7 @@ async fn a_change_too_few_replicas_confirm_is_answered_503_yet_made() {
         let (status, answer) = api.post("/v1/messages", body).await;
         assert_eq!(status, 503, "{answer}");
     }
-    let changes = [
-        ("cancel", api.delete("/v1/messages/c").await),
-        (
-            "reschedule",
-            api.post("/v1/messages/r/reschedule", json!({"delay": "2h"}))
-                .await,
-        ),
-        (
-            "replay",
-            api.post("/v1/streams/s/dead/replay", json!({"ids": ["d1"]}))
-                .await,
-        ),
-        (
-            "purge",
-            api.post("/v1/streams/s/dead/purge", json!({"ids": ["d2"]}))
-                .await,
-        ),
-        ("pause", api.post("/v1/streams/p/pause", json!({})).await),
-        ("resume", api.post("/v1/streams/p/resume", json!({})).await),
-    ];
+    let changes = each_kind_of_change(&api, "2h", &["d2"], "p").await;
     for (what, (status, answer)) in &changes {
         assert_eq!(
             (*status, &answer["error"]),
