@@ -28,17 +28,33 @@ fn https_node(redis: &RedisServer, cert: &Path, key: &Path) -> DelayqProcess {
 
 /// A client that trusts only the CAs of `ca`.
 fn trusting(ca: &Path) -> reqwest::Client {
+    client_with(ca, None)
+}
+
+/// A client that trusts only the CAs of `ca`, showing the certificate chain and
+/// key of `identity` (PEM files) when asked for one.
+fn client_with(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::Client {
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(cert.unwrap()).unwrap();
     }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
     .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
+    .with_root_certificates(roots);
+    let tls = match identity {
+        None => builder.with_no_client_auth(),
+        Some((chain, key)) => {
+            let chain = CertificateDer::pem_file_iter(chain)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_file(key).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+    };
     reqwest::Client::builder()
         .use_preconfigured_tls(tls)
         .timeout(Duration::from_secs(10))
@@ -228,27 +244,10 @@ async fn with_client_ca_file_a_client_certificate_is_needed_and_suffices() {
     );
     let node = DelayqProcess::start(&delayq_bin(), "mtls", &config).expect("start delayq");
     let url = format!("https://127.0.0.1:{}/healthz", node.api.port());
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(pki.path("ca.pem")).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.path("client.pem"))
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(pki.path("client-key.pem")).unwrap();
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_client_auth_cert(chain, key)
-    .unwrap();
-    let with_cert = reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
-        .build()
-        .unwrap();
+    let with_cert = client_with(
+        &pki.path("ca.pem"),
+        Some((&pki.path("client.pem"), &pki.path("client-key.pem"))),
+    );
     let answer = eventually(
         Duration::from_secs(10),
         "an answer with a certificate",
