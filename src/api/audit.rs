@@ -18,9 +18,8 @@ use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
 use super::auth::{Access, Scope, access, bearer};
-use super::input::{StrictQuery, blank_as_none};
+use super::input::{StrictQuery, blank_as_none, page_cursor, page_limit};
 use super::listener::Peer;
-use super::streams::{ENTRY_ID_RULE, entry_id};
 use super::{ApiError, AppState, ErrorBody};
 
 /// Whether a request to `route` is recorded: the admin scope's changes, and cancels.
@@ -122,19 +121,9 @@ pub async fn trail(
     State(state): State<AppState>,
     StrictQuery(query): StrictQuery<AuditQuery>,
 ) -> Result<Json<AuditPage>, ApiError> {
-    let limit = match query.limit {
-        None => 100,
-        Some(n) if (1..=1000).contains(&n) => n,
-        Some(n) => return Err(ApiError::invalid(format!("limit {n}: must be 1 to 1000"))),
-    };
-    if let Some(before) = &query.before
-        && !entry_id(before)
-    {
-        return Err(ApiError::invalid(format!(
-            "before {before:?}: {ENTRY_ID_RULE}"
-        )));
-    }
-    let found = state.store.audit(limit, query.before.as_deref()).await?;
+    let limit = page_limit(query.limit, 100, 1000)?;
+    let before = page_cursor("before", query.before)?;
+    let found = state.store.audit(limit, before.as_deref()).await?;
     let next = (found.len() == limit)
         .then(|| found.last().map(|e| e.id.clone()))
         .flatten();

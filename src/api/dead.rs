@@ -13,9 +13,10 @@ use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::input::{
-    StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, read_json,
+    StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, page_cursor,
+    page_limit, read_json,
 };
-use super::streams::{ENTRY_ID_RULE, StreamPath, entry_id};
+use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody, durable};
 use crate::metrics as m;
 use crate::store::{DeadLetter, OutboxCode, OutboxLine, Replayed};
@@ -166,20 +167,11 @@ fn streams(state: &AppState, stream: &str) -> Result<(String, String), ApiError>
 }
 
 fn limit(given: Option<usize>) -> Result<usize, ApiError> {
-    match given {
-        None => Ok(DEFAULT_LIMIT),
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => Ok(n),
-        Some(n) => Err(ApiError::invalid(format!(
-            "limit {n}: must be 1 to {MAX_LIMIT}"
-        ))),
-    }
+    page_limit(given, DEFAULT_LIMIT, MAX_LIMIT)
 }
 
 fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
-    match after {
-        Some(a) if !entry_id(&a) => Err(ApiError::invalid(format!("after {a:?}: {ENTRY_ID_RULE}"))),
-        other => Ok(other),
-    }
+    page_cursor("after", after)
 }
 
 impl AppState {

@@ -168,3 +168,27 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for StrictQuery<T>
         Ok(StrictQuery(query))
     }
 }
+
+/// A page's `limit` parameter: `default` when not given, else 1 to `max`.
+pub(super) fn page_limit(
+    given: Option<usize>,
+    default: usize,
+    max: usize,
+) -> Result<usize, ApiError> {
+    match given {
+        None => Ok(default),
+        Some(n) if (1..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ApiError::invalid(format!("limit {n}: must be 1 to {max}"))),
+    }
+}
+
+/// A page's cursor parameter `name`: a stream entry id, when given.
+pub(super) fn page_cursor(name: &str, given: Option<String>) -> Result<Option<String>, ApiError> {
+    match given {
+        Some(id) if !super::streams::entry_id(&id) => Err(ApiError::invalid(format!(
+            "{name} {id:?}: {}",
+            super::streams::ENTRY_ID_RULE
+        ))),
+        other => Ok(other),
+    }
+}
