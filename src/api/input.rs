@@ -185,10 +185,45 @@ pub(super) fn page_limit(
 /// A page's cursor parameter `name`: a stream entry id, when given.
 pub(super) fn page_cursor(name: &str, given: Option<String>) -> Result<Option<String>, ApiError> {
     match given {
-        Some(id) if !super::streams::entry_id(&id) => Err(ApiError::invalid(format!(
+        Some(id) if !entry_id(&id) => Err(ApiError::invalid(format!(
             "{name} {id:?}: {}",
-            super::streams::ENTRY_ID_RULE
+            ENTRY_ID_RULE
         ))),
         other => Ok(other),
+    }
+}
+
+/// A stream entry id: `<ms>-<seq>` (or `<ms>`), each part below 2^64.
+pub(super) fn entry_id(id: &str) -> bool {
+    crate::message::EntryId::parse(id).is_some()
+}
+
+/// How an entry id refusal ends, after the id.
+pub(super) const ENTRY_ID_RULE: &str =
+    "not a stream entry id such as \"1700000000000-0\" (two whole numbers below 2^64)";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_ids() {
+        for (id, ok) in [
+            ("1700000000000-0", true),
+            ("1-2", true),
+            ("17", true),
+            ("", false),
+            ("1-", false),
+            ("-1", false),
+            ("a-1", false),
+            ("1-2-3", false),
+            ("1 -2", false),
+            ("18446744073709551615-18446744073709551615", true),
+            ("18446744073709551616-0", false),
+            ("1-18446744073709551616", false),
+            ("99999999999999999999999-0", false),
+        ] {
+            assert_eq!(entry_id(id), ok, "{id:?}");
+        }
     }
 }
