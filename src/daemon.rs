@@ -351,6 +351,40 @@ impl Daemon {
         }
     }
 
+    /// Records in the audit trail each scope whose tokens a reload changed (who:
+    /// what asked for the reload; the tokens by name or fingerprint), and logs it.
+    pub async fn audit_token_changes(&self, who: &str, outcome: &crate::reload::Outcome) {
+        let config = self.live.borrow().clone();
+        for change in outcome
+            .applied
+            .iter()
+            .filter(|c| crate::reload::TOKEN_KEYS.contains(&c.key.as_str()))
+        {
+            let what = "tokens changed".to_owned();
+            let target = change.to_string();
+            tracing::info!(target: "delayq::audit", %who, from = "this node", %what, %target, status = 200, "audit");
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let fields = [
+                ("at", at.to_string()),
+                ("node", config.node_id.clone()),
+                ("who", who.to_owned()),
+                ("from", "this node".to_owned()),
+                ("what", what),
+                ("target", target),
+                ("status", "200".to_owned()),
+            ];
+            if let Err(e) = self
+                .store
+                .append_audit(&fields, config.api.audit_length)
+                .await
+            {
+                tracing::warn!(error = %e, "the audit trail could not be written to Redis (the log has the change)");
+            }
+        }
+    }
+
     pub fn take_reload_requests(&mut self) -> tokio::sync::mpsc::Receiver<api::ReloadRequest> {
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         self.reloads.send_if_modified(|taken| {

@@ -17,6 +17,7 @@
 //! - `journal`: the only module that speaks MySQL; `restore` refills Redis from it.
 //! - `reload`: SIGHUP: what may change at run time, and the live configuration.
 //! - `service`: running under a service manager: readiness, status, watchdog.
+//! - `who`: what logs and the audit trail call a token (its name or fingerprint).
 //! - `start` brings a daemon up; `Daemon::stop` takes it down in order.
 //!
 //! # A producer and a daemon on one Redis
@@ -74,5 +75,6 @@ pub mod registry;
 pub mod reload;
 pub mod restore;
 pub mod service;
+pub mod who;
 
 pub use daemon::{Daemon, run, start};

@@ -19,16 +19,70 @@ use crate::config::{Config, ConfigError};
 /// `log.level`: the filter of the tracing subscriber. `streams.`: the allow list
 /// (read by the API on every push) and the MAXLEN settings (read by the forward
 /// loops before every batch). `forwarder.max_rate`: the forward loops' shared
-/// rate limit, read before every batch.
+/// rate limit, read before every batch. The tokens ([`TOKEN_KEYS`], reloadable as
+/// well): read by the API on every request, their files again at every reload.
 pub const RELOADABLE: &[&str] = &["log.level", "streams.", "delivery.", "forwarder.max_rate"];
 
+/// The keys that set tokens. A reload reports the tokens of a scope that changed
+/// as one change of its list's key, each token by name or fingerprint (never the
+/// token), wherever it was set.
+pub const TOKEN_KEYS: [&str; 6] = [
+    "api.tokens",
+    "api.tokens_file",
+    "api.write_tokens",
+    "api.write_tokens_file",
+    "api.read_tokens",
+    "api.read_tokens_file",
+];
+
+/// Each scope's list key and its tokens as a reload reports them: sorted names or
+/// fingerprints, each with its streams.
+fn token_summaries(api: &crate::config::ApiConfig) -> [(&'static str, String); 3] {
+    let summary = |tokens: &[crate::config::ApiToken]| {
+        let mut shown: Vec<String> = tokens
+            .iter()
+            .map(|t| match &t.streams {
+                None => crate::who::token(t),
+                Some(streams) => {
+                    format!("{} (streams={})", crate::who::token(t), streams.join(","))
+                }
+            })
+            .collect();
+        shown.sort();
+        shown.join(", ")
+    };
+    [
+        ("api.tokens", summary(&api.tokens)),
+        ("api.write_tokens", summary(&api.write_tokens)),
+        ("api.read_tokens", summary(&api.read_tokens)),
+    ]
+}
+
+/// The token changes between two configurations: one per scope whose tokens differ.
+pub fn token_changes(
+    running: &crate::config::ApiConfig,
+    file: &crate::config::ApiConfig,
+) -> Vec<Change> {
+    token_summaries(running)
+        .into_iter()
+        .zip(token_summaries(file))
+        .filter(|((_, old), (_, new))| old != new)
+        .map(|((key, old), (_, new))| Change {
+            key: key.to_owned(),
+            old: Some(old).filter(|s| !s.is_empty()),
+            new: Some(new).filter(|s| !s.is_empty()),
+        })
+        .collect()
+}
+
 pub fn is_reloadable(key: &str) -> bool {
-    RELOADABLE.iter().any(|r| match r.strip_suffix('.') {
-        Some(section) => key
-            .strip_prefix(section)
-            .is_some_and(|k| k.starts_with('.')),
-        None => key == *r,
-    })
+    TOKEN_KEYS.contains(&key)
+        || RELOADABLE.iter().any(|r| match r.strip_suffix('.') {
+            Some(section) => key
+                .strip_prefix(section)
+                .is_some_and(|k| k.starts_with('.')),
+            None => key == *r,
+        })
 }
 
 /// One key whose value differs between the running configuration and the file.
@@ -100,6 +154,9 @@ pub fn merge(running: &Config, file: &Config) -> Config {
     merged.streams = file.streams.clone();
     merged.delivery = file.delivery.clone();
     merged.forwarder.max_rate = file.forwarder.max_rate;
+    merged.api.tokens = file.api.tokens.clone();
+    merged.api.write_tokens = file.api.write_tokens.clone();
+    merged.api.read_tokens = file.api.read_tokens.clone();
     merged
 }
 
@@ -152,7 +209,13 @@ impl Reloader {
     pub fn reload(&mut self) -> Result<Outcome, ConfigError> {
         let (file, table) = Config::load_effective(&self.path)?;
         file.check_reload(&self.live.borrow())?;
-        let changes = diff(&self.running, &flatten(&table));
+        // Tokens are compared as what they are, not as the file's redacted text
+        // (a tokens file's lines change under the same path).
+        let mut changes: Vec<Change> = diff(&self.running, &flatten(&table))
+            .into_iter()
+            .filter(|c| !TOKEN_KEYS.contains(&c.key.as_str()))
+            .collect();
+        changes.extend(token_changes(&self.live.borrow().api, &file.api));
         let (applied, needs_restart): (Vec<Change>, Vec<Change>) =
             changes.into_iter().partition(|c| is_reloadable(&c.key));
         if applied.iter().any(|c| c.key == "log.level") {
@@ -163,7 +226,10 @@ impl Reloader {
         }
         let merged = merge(&self.live.borrow(), &file);
         self.live.send_replace(Arc::new(merged));
-        for change in &applied {
+        for change in applied
+            .iter()
+            .filter(|c| !TOKEN_KEYS.contains(&c.key.as_str()))
+        {
             match &change.new {
                 Some(v) => self.running.insert(change.key.clone(), v.clone()),
                 None => self.running.remove(&change.key),
@@ -178,12 +244,6 @@ impl Reloader {
             needs_restart,
             from_environment,
         })
-    }
-
-    /// [`Reloader::reload`], with every outcome logged and counted.
-    pub fn reload_and_log(&mut self) -> bool {
-        let outcome = self.reload();
-        self.report(&outcome)
     }
 
     /// Logs and counts a reload's outcome; returns whether it was applied.

@@ -211,6 +211,9 @@ pub async fn run(
                     Some(reloader) => {
                         let outcome = reloader.reload();
                         reloader.report(&outcome);
+                        if let Ok(outcome) = &outcome {
+                            daemon.audit_token_changes("reload request", outcome).await;
+                        }
                         let path = reloader.path().display().to_string();
                         let tls = daemon.reload_tls();
                         outcome
@@ -234,7 +237,11 @@ pub async fn run(
                 if let Ok(now) = now {
                     notify(&[NotifyState::Reloading, now]);
                 }
-                reloader.reload_and_log();
+                let outcome = reloader.reload();
+                reloader.report(&outcome);
+                if let Ok(outcome) = &outcome {
+                    daemon.audit_token_changes("SIGHUP", outcome).await;
+                }
                 let _ = daemon.reload_tls();
                 notify(&[NotifyState::Ready]);
             }

@@ -1,8 +1,8 @@
 //! The audit trail: every admin action and every cancel through the API (which the
 //! dashboard and the CLI use too), refused ones included, recorded once after it
-//! is answered: when, who (the token's fingerprint, never the token), from where,
-//! what (method and route), on what (the path) and the answer's status. Each is an
-//! INFO log line (target `delayq::audit`) and an entry of the capped stream
+//! is answered: when, who (the token's name, else its fingerprint; never the
+//! token), from where, what (method and route), on what (the path) and the
+//! answer's status. Each is an INFO log line (target `delayq::audit`) and an entry of the capped stream
 //! `<prefix>:audit` (`api.audit_length`), read at `GET /v1/admin/audit`.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -14,10 +14,9 @@ use axum::middleware::Next;
 use axum::response::Response;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use utoipa::{IntoParams, ToSchema};
 
-use super::auth::{Access, Scope, access, bearer};
+use super::auth::{Access, Scope, access};
 use super::input::{StrictQuery, blank_as_none, page_cursor, page_limit};
 use super::listener::Peer;
 use super::{ApiError, AppState, ErrorBody};
@@ -29,14 +28,6 @@ fn audited(method: &Method, route: Option<&str>, path: &str) -> bool {
     }
     matches!(access(method, route, path), Access::Token(Scope::Admin))
         || (method == Method::DELETE && path.starts_with("/v1/messages"))
-}
-
-/// The fingerprint a token is recorded by: `token:` and the first 12 hex digits of
-/// its SHA-256, enough to tell tokens apart, useless to present.
-pub(super) fn fingerprint(token: &[u8]) -> String {
-    let digest = Sha256::digest(token);
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    format!("token:{hex}")
 }
 
 pub(super) async fn record(
@@ -52,7 +43,7 @@ pub(super) async fn record(
     if !audited(&method, route.as_deref(), &path) {
         return next.run(request).await;
     }
-    let who = bearer(&request).map_or_else(|| "no token".to_owned(), fingerprint);
+    let who = super::auth::who(request.headers(), &state.live_config.borrow().api);
     let from = request
         .extensions()
         .get::<ConnectInfo<Peer>>()
@@ -191,13 +182,5 @@ mod tests {
                 "{method} {route}"
             );
         }
-    }
-
-    #[test]
-    fn a_fingerprint_tells_tokens_apart_and_shows_none() {
-        let (a, b) = (fingerprint(b"secret-one"), fingerprint(b"secret-two"));
-        assert_ne!(a, b);
-        assert_eq!(a.len(), "token:".len() + 12);
-        assert!(!a.contains("secret"));
     }
 }

@@ -17,10 +17,11 @@ use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use super::reach::Reach;
 use super::{ApiError, AppState};
-use crate::config::ApiConfig;
+use crate::config::{ApiConfig, ApiToken};
 use crate::metrics as m;
-use crate::secret::{ExposeSecret, SecretString};
+use crate::secret::ExposeSecret;
 
 /// Paths under this prefix need a token when tokens are configured, unknown ones too.
 const PROTECTED: &str = "/v1/";
@@ -130,10 +131,12 @@ pub(super) fn access(method: &Method, route: Option<&str>, path: &str) -> Access
 
 pub(super) async fn require_token(
     State(state): State<AppState>,
-    request: Request,
+    mut request: Request,
     next: Next,
 ) -> Response {
-    let api = &state.config.api;
+    // Tokens follow reloads: the running configuration's, not the start's.
+    let live = state.live_config.borrow().clone();
+    let api = &live.api;
     let route = request
         .extensions()
         .get::<MatchedPath>()
@@ -151,14 +154,21 @@ pub(super) async fn require_token(
                 needed.granted_by()
             ),
         ),
-        Some(presented) => match scope_of(presented, api) {
+        Some(presented) => match token_of(presented, api) {
             None => ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "invalid_token",
                 "the bearer token is not one of api.tokens, api.write_tokens or api.read_tokens",
             ),
-            Some(held) if held >= needed => return next.run(request).await,
-            Some(held) => {
+            Some((held, token)) if held >= needed => {
+                let reach = Reach {
+                    who: known_as(presented, Some(token)),
+                    streams: token.streams.clone().map(Into::into),
+                };
+                request.extensions_mut().insert(reach);
+                return next.run(request).await;
+            }
+            Some((held, _)) => {
                 let mut response = ApiError::new(
                     StatusCode::FORBIDDEN,
                     "insufficient_scope",
@@ -194,27 +204,48 @@ fn authenticates(api: &ApiConfig) -> bool {
     !(api.tokens.is_empty() && api.write_tokens.is_empty() && api.read_tokens.is_empty())
 }
 
-/// The scope of the configured token `presented` equals, if any. Every list is
-/// searched in full ([`accepted`]), whichever holds it.
-fn scope_of(presented: &[u8], api: &ApiConfig) -> Option<Scope> {
+/// The configured token `presented` equals, if any, and its scope (the highest of
+/// the lists that hold it). Every list is searched in full ([`accepted`]).
+fn token_of<'a>(presented: &[u8], api: &'a ApiConfig) -> Option<(Scope, &'a ApiToken)> {
     [
         (Admin, &api.tokens),
         (Write, &api.write_tokens),
         (Read, &api.read_tokens),
     ]
     .into_iter()
-    .filter(|(_, tokens)| accepted(presented, tokens))
-    .map(|(scope, _)| scope)
-    .max()
+    .filter_map(|(scope, tokens)| accepted(presented, tokens).map(|t| (scope, t)))
+    .max_by_key(|(scope, _)| *scope)
 }
 
-/// The scope a request's token holds: `admin` when no token is configured (every
-/// request may do everything), None when it carries no token this node knows.
-pub(super) fn scope_held(headers: &axum::http::HeaderMap, api: &ApiConfig) -> Option<Scope> {
-    if !authenticates(api) {
-        return Some(Admin);
+/// Who a presented token is, as logs and the audit trail say: its name (no `:` in
+/// one), else its fingerprint `token:<hex>` (never the token).
+pub(super) fn known_as(presented: &[u8], token: Option<&ApiToken>) -> String {
+    match token.and_then(|t| t.name.as_deref()) {
+        Some(name) => name.to_owned(),
+        None => crate::who::fingerprint(presented),
     }
-    bearer_of(headers).and_then(|t| scope_of(t, api))
+}
+
+/// [`known_as`] the token of these headers, looked up in `api`; "no token" without one.
+pub(super) fn who(headers: &axum::http::HeaderMap, api: &ApiConfig) -> String {
+    match bearer_of(headers) {
+        None => "no token".to_owned(),
+        Some(presented) => known_as(presented, token_of(presented, api).map(|(_, t)| t)),
+    }
+}
+
+/// The scope a request's token holds and the streams it is limited to (None:
+/// every stream): `admin` when no token is configured (every request may do
+/// everything), None when it carries no token this node knows.
+pub(super) fn scope_held(
+    headers: &axum::http::HeaderMap,
+    api: &ApiConfig,
+) -> Option<(Scope, Option<Vec<String>>)> {
+    if !authenticates(api) {
+        return Some((Admin, None));
+    }
+    let (scope, token) = token_of(bearer_of(headers)?, api)?;
+    Some((scope, token.streams.clone()))
 }
 
 /// The token of an `Authorization: Bearer <token>` header, if there is one.
@@ -233,12 +264,13 @@ fn bearer_of(headers: &axum::http::HeaderMap) -> Option<&[u8]> {
         .then(|| token.trim_ascii())
 }
 
-/// Whether `presented` equals one of `tokens`. Every token is compared in full, in
-/// time that depends only on the lengths, so timing tells nothing of how close a
-/// guess came.
-fn accepted(presented: &[u8], tokens: &[SecretString]) -> bool {
-    tokens.iter().fold(false, |found, token| {
-        found | constant_time_eq(presented, token.expose_secret().as_bytes())
+/// The one of `tokens` that `presented` equals, if any. Every token is compared in
+/// full, in time that depends only on the lengths, so timing tells nothing of how
+/// close a guess came.
+fn accepted<'a>(presented: &[u8], tokens: &'a [ApiToken]) -> Option<&'a ApiToken> {
+    tokens.iter().fold(None, |found, token| {
+        let equal = constant_time_eq(presented, token.secret.expose_secret().as_bytes());
+        if equal { Some(token) } else { found }
     })
 }
 
@@ -258,9 +290,9 @@ mod tests {
 
     #[track_caller]
     fn check(presented: &str, tokens: &[&str], expected: bool) {
-        let tokens: Vec<SecretString> = tokens.iter().map(|&t| t.into()).collect();
+        let tokens: Vec<ApiToken> = tokens.iter().map(|&t| ApiToken::plain(t.into())).collect();
         assert_eq!(
-            accepted(presented.as_bytes(), &tokens),
+            accepted(presented.as_bytes(), &tokens).is_some(),
             expected,
             "{presented:?} in {tokens:?}"
         );
@@ -283,7 +315,7 @@ mod tests {
             ("", None),
         ] {
             assert_eq!(
-                scope_of(presented.as_bytes(), &c.api),
+                token_of(presented.as_bytes(), &c.api).map(|(scope, _)| scope),
                 expected,
                 "{presented:?}"
             );

@@ -16,6 +16,7 @@ use super::input::{
     StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, page_cursor,
     page_limit, read_json,
 };
+use super::reach::Reach;
 use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody, durable};
 use crate::metrics as m;
@@ -208,7 +209,7 @@ fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
     responses(
         (status = 200, description = "a page of dead letters: id, reason, attempts, first and last delivery, original fields; next: cursor or null", body = DeadLetters),
         (status = 400, description = "query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),
@@ -217,10 +218,12 @@ fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
 )]
 pub async fn list(
     State(state): State<AppState>,
+    reach: Reach,
     Path(StreamPath { stream }): Path<StreamPath>,
     StrictQuery(query): StrictQuery<ListQuery>,
 ) -> Result<Json<DeadLetters>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
+    reach.check(&stream)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
@@ -384,7 +387,7 @@ async fn select(
     responses(
         (status = 200, description = "replayed and skipped, per id", body = ReplayAnswer),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
@@ -468,7 +471,7 @@ pub async fn replay(
     responses(
         (status = 200, description = "purged count", body = PurgeAnswer),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 409, description = "the dead-letter key is not a stream", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),

@@ -16,6 +16,7 @@ pub mod listener;
 mod messages;
 mod node;
 mod openapi;
+mod reach;
 mod restore;
 mod stats;
 mod streams;

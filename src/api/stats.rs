@@ -8,6 +8,7 @@ use axum::extract::State;
 use serde::Serialize;
 use utoipa::ToSchema;
 
+use super::reach::Reach;
 use super::{ApiError, AppState, ErrorBody};
 use crate::config::InboxConfig;
 use crate::metrics::{LatenessSummary, lateness_summary};
@@ -114,7 +115,7 @@ pub struct Inbox {
     ),
     security(("bearer" = [])),
 )]
-pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiError> {
+pub async fn stats(State(state): State<AppState>, reach: Reach) -> Result<Json<Stats>, ApiError> {
     let store = &state.store;
     let inbox = state.config.inbox.as_ref().map(InboxConfig::queue);
     let inbox_stats = async {
@@ -160,7 +161,12 @@ pub async fn stats(State(state): State<AppState>) -> Result<Json<Stats>, ApiErro
                 true => Vec::new(),
                 false => per_shard.iter().map(|(_, n)| *n).collect(),
             },
-            per_stream: per_stream.per_stream,
+            // Only the streams the token reaches (the totals count every stream).
+            per_stream: per_stream
+                .per_stream
+                .into_iter()
+                .filter(|(stream, _)| reach.sees(stream))
+                .collect(),
             per_stream_exact: per_stream.exact,
             next_due,
             next_due_in_ms: next_due.map(|due| due.saturating_sub(now)),

@@ -17,6 +17,7 @@ use super::input::{
     ENTRY_ID_RULE, SMALL_BODY, StrictQuery, check_stream_allowed, documented_keys, entry_id,
     object, read_json,
 };
+use super::reach::Reach;
 use super::{ApiError, AppState, ErrorBody};
 use crate::message::parse_duration_field;
 
@@ -101,9 +102,10 @@ pub struct Acked {
 
 static ACK_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<AckRequest>);
 
-fn checked_stream(stream: &str, state: &AppState) -> Result<(), ApiError> {
+fn checked_stream(stream: &str, state: &AppState, reach: &Reach) -> Result<(), ApiError> {
     crate::message::validate_stream(stream)?;
-    check_stream_allowed(stream, &state.current_config())
+    check_stream_allowed(stream, &state.current_config())?;
+    reach.check(stream)
 }
 
 /// A consumer group or consumer name: plain printable text.
@@ -130,7 +132,7 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
     responses(
         (status = 200, description = "entries (an empty list when the wait ran out)", body = Polled),
         (status = 400, description = "query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 409, description = "the key is not a stream", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule; the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unreachable, or api.max_polls polls waiting already (busy)", body = ErrorBody),
@@ -139,10 +141,11 @@ fn name(key: &str, value: Option<&str>) -> Result<String, ApiError> {
 )]
 pub async fn next(
     State(state): State<AppState>,
+    reach: Reach,
     Path(StreamPath { stream }): Path<StreamPath>,
     StrictQuery(params): StrictQuery<Vec<(String, String)>>,
 ) -> Result<Json<Polled>, ApiError> {
-    checked_stream(&stream, &state)?;
+    checked_stream(&stream, &state, &reach)?;
     if let Some((unknown, _)) = params.iter().find(|(k, _)| !NEXT_PARAMS.contains(k)) {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -217,7 +220,7 @@ pub async fn next(
     responses(
         (status = 200, description = "acknowledged", body = Acked),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 409, description = "the key is not a stream", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
@@ -227,10 +230,11 @@ pub async fn next(
 )]
 pub async fn ack(
     State(state): State<AppState>,
+    reach: Reach,
     Path(StreamPath { stream }): Path<StreamPath>,
     body: Body,
 ) -> Result<Json<Acked>, ApiError> {
-    checked_stream(&stream, &state)?;
+    checked_stream(&stream, &state, &reach)?;
     let (group, ids) = parse_ack(&read_json(body, SMALL_BODY * 16).await?)?;
     let acked = state.store.ack(&stream, &group, &ids).await?;
     Ok(Json(Acked {

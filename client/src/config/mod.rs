@@ -12,6 +12,7 @@ mod effective;
 mod env;
 mod glob;
 mod raw;
+mod token;
 mod topology;
 mod validate;
 
@@ -27,6 +28,7 @@ use crate::secret::{RedisUrl, SecretString};
 pub use effective::redact;
 pub use env::overridden as overridden_by_env;
 pub use glob::glob_match;
+pub use token::{ApiToken, MAX_NAME as MAX_TOKEN_NAME};
 
 use env::read_raw;
 
@@ -149,11 +151,13 @@ pub struct ApiConfig {
     pub limits: Limits,
     /// Bearer tokens of the admin scope: every `/v1/*` endpoint. With no token of
     /// any scope there is no authentication (loopback only).
-    pub tokens: Vec<SecretString>,
-    /// Bearer tokens of the write scope: scheduling, consuming, and what `read` allows.
-    pub write_tokens: Vec<SecretString>,
-    /// Bearer tokens of the read scope: looking, without changing anything.
-    pub read_tokens: Vec<SecretString>,
+    pub tokens: Vec<ApiToken>,
+    /// Bearer tokens of the write scope: scheduling, consuming, and what `read`
+    /// allows; each may be limited to some streams.
+    pub write_tokens: Vec<ApiToken>,
+    /// Bearer tokens of the read scope: looking, without changing anything; each
+    /// may be limited to some streams.
+    pub read_tokens: Vec<ApiToken>,
     /// Most messages in one `POST /v1/messages/batch`.
     pub max_batch: usize,
     /// Largest request body of a batch.
@@ -531,8 +535,8 @@ mod tests {
     use super::*;
     use crate::secret::ExposeSecret;
 
-    pub(super) fn exposed(tokens: &[SecretString]) -> Vec<&str> {
-        tokens.iter().map(|t| t.expose_secret()).collect()
+    pub(super) fn exposed(tokens: &[ApiToken]) -> Vec<&str> {
+        tokens.iter().map(|t| t.secret.expose_secret()).collect()
     }
 
     pub(super) fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -31,6 +31,7 @@ use super::raw::{
     Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawJournalTls, RawLog, RawMetrics,
     RawNode, RawPending, RawRecords, RawSentinel, RawStreams,
 };
+use super::token::{self, ApiToken};
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,
     MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
@@ -144,23 +145,14 @@ fn tls_files(
     Ok(Some(TlsFiles { ca, client }))
 }
 
-/// The tokens of one scope: `key`'s list and those of its `_file`, one a line.
+/// The tokens of one scope: `key`'s list and the lines of its `_file` (see
+/// [`super::token`]).
 fn token_list(
     key: &str,
-    mut tokens: Vec<String>,
+    tokens: Vec<String>,
     file: Option<String>,
     read_secret: &dyn Fn(&str, &str) -> Result<SecretString, ConfigError>,
-) -> Result<Vec<String>, ConfigError> {
-    if let Some(path) = file {
-        let file = read_secret(&format!("{key}_file"), &path)?;
-        tokens.extend(
-            file.expose_secret()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned),
-        );
-    }
+) -> Result<Vec<ApiToken>, ConfigError> {
     if let Some(bad) = tokens.iter().find(|t| t.is_empty() || !is_plain(t)) {
         let shown = if bad.is_empty() {
             "an empty token"
@@ -171,6 +163,14 @@ fn token_list(
             key,
             format!("{shown}: must be non-empty, without spaces or control characters"),
         ));
+    }
+    let mut tokens: Vec<ApiToken> = tokens.into_iter().map(ApiToken::plain).collect();
+    if let Some(path) = file {
+        let file_key = format!("{key}_file");
+        let file = read_secret(&file_key, &path)?;
+        for (i, line) in file.expose_secret().lines().enumerate() {
+            tokens.extend(token::parse_line(&file_key, i + 1, line)?);
+        }
     }
     Ok(tokens)
 }

@@ -32,6 +32,7 @@ use tokio::sync::Mutex;
 use utoipa::{IntoParams, ToSchema};
 
 use super::input::{StrictQuery, blank_as_none};
+use super::reach::Reach;
 use super::streams::StreamPath;
 use super::{ApiError, AppState, ErrorBody};
 use crate::health::RedisState;
@@ -69,6 +70,10 @@ pub struct Session {
     scope: Option<String>,
     /// Whether this node asks for tokens.
     tokens_required: bool,
+    /// The patterns of the streams the token reaches (`streams=` in its tokens
+    /// file); null: every stream.
+    #[schema(required)]
+    streams: Option<Vec<String>>,
     node_id: String,
     version: String,
 }
@@ -78,9 +83,12 @@ pub struct Session {
     responses((status = 200, description = "the caller's scope", body = Session)),
     security(()))]
 pub async fn session(State(state): State<AppState>, headers: HeaderMap) -> Json<Session> {
-    let api = &state.config.api;
+    let live = state.current_config();
+    let api = &live.api;
+    let held = super::auth::scope_held(&headers, api);
     Json(Session {
-        scope: super::auth::scope_held(&headers, api).map(|s| s.to_string()),
+        scope: held.as_ref().map(|(scope, _)| scope.to_string()),
+        streams: held.and_then(|(_, streams)| streams),
         tokens_required: !(api.tokens.is_empty()
             && api.write_tokens.is_empty()
             && api.read_tokens.is_empty()),

@@ -52,16 +52,25 @@ pub struct GroupView {
         (status = 503, description = "Redis unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
-pub async fn streams(State(state): State<AppState>) -> Result<Json<StreamTable>, ApiError> {
-    let mut cached = state.board.streams.lock().await;
-    if let Some((at, t)) = cached.as_ref()
-        && at.elapsed() < STREAMS_TTL
-    {
-        return Ok(Json(t.as_ref().clone()));
-    }
-    let fresh = Arc::new(compute_streams(&state).await?);
-    *cached = Some((Instant::now(), fresh.clone()));
-    Ok(Json(fresh.as_ref().clone()))
+pub async fn streams(
+    State(state): State<AppState>,
+    reach: Reach,
+) -> Result<Json<StreamTable>, ApiError> {
+    let table = {
+        let mut cached = state.board.streams.lock().await;
+        match cached.as_ref() {
+            Some((at, t)) if at.elapsed() < STREAMS_TTL => t.clone(),
+            _ => {
+                let fresh = Arc::new(compute_streams(&state).await?);
+                *cached = Some((Instant::now(), fresh.clone()));
+                fresh
+            }
+        }
+    };
+    let mut table = table.as_ref().clone();
+    // Only the streams the token reaches.
+    table.streams.retain(|view| reach.sees(&view.stream));
+    Ok(Json(table))
 }
 
 pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {

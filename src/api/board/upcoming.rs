@@ -43,12 +43,14 @@ pub struct UpcomingView {
     responses(
         (status = 200, description = "a page of messages; a page may be short (even empty) with a `next` when a stream filter matches little", body = UpcomingPage),
         (status = 400, description = "the query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
+        (status = 403, description = "the stream is out of the token's reach (stream_not_permitted)", body = ErrorBody),
         (status = 422, description = "a parameter breaks a rule (limit out of range, a cursor not given by `next`, a bad stream name); the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 pub async fn upcoming(
     State(state): State<AppState>,
+    reach: Reach,
     StrictQuery(q): StrictQuery<UpcomingQuery>,
 ) -> Result<Json<UpcomingPage>, ApiError> {
     let limit = match q.limit {
@@ -62,6 +64,7 @@ pub async fn upcoming(
     };
     if let Some(stream) = q.stream.as_deref() {
         crate::message::validate_stream(stream)?;
+        reach.check(stream)?;
     }
     let after = q.after.as_deref().map(parse_cursor).transpose()?;
     let page = state
@@ -76,6 +79,8 @@ pub async fn upcoming(
         messages: page
             .messages
             .into_iter()
+            // Only the streams the token reaches: a page may come out short.
+            .filter(|m| reach.sees(&m.stream))
             .map(|m| UpcomingView {
                 deliver_at: m.score / 10,
                 priority: 9 - (m.score % 10) as u8,

@@ -13,6 +13,7 @@ use utoipa::ToSchema;
 
 use super::push::{PushRequest, parse_push};
 use crate::api::input::{documented_keys, object, read_json};
+use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::metrics as m;
 use crate::store::{BatchItem, Scheduled};
@@ -108,6 +109,7 @@ static BATCH_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<Batch
 )]
 pub async fn batch(
     State(state): State<AppState>,
+    reach: Reach,
     body: Body,
 ) -> Result<Json<BatchAnswer>, ApiError> {
     // The live configuration: the stream allow list can change on reload.
@@ -148,7 +150,10 @@ pub async fn batch(
     let mut valid = Vec::with_capacity(items.len());
     let mut positions = Vec::with_capacity(items.len());
     for (i, item) in items.iter().enumerate() {
-        match parse_push(item, &config) {
+        match parse_push(item, &config).and_then(|parsed| {
+            reach.check(&parsed.0.stream)?;
+            Ok(parsed)
+        }) {
             Ok((msg, mode)) => {
                 valid.push(BatchItem {
                     msg,
@@ -159,6 +164,29 @@ pub async fn batch(
             }
             Err(e) => results[i] = Some(ItemResult::failed(i, e)),
         }
+    }
+    if !reach.is_everything() {
+        // Ids that name a message of a stream the token does not reach are refused.
+        let found = state
+            .store
+            .statuses(valid.iter().map(|item| &item.msg.id))
+            .await;
+        let suffix = &config.forwarder.dead_letter_suffix;
+        let mut kept = (Vec::new(), Vec::new());
+        for ((item, index), found) in valid.into_iter().zip(positions).zip(found) {
+            match found {
+                Ok(found) if reach.sees_status(&found, suffix) => {
+                    kept.0.push(item);
+                    kept.1.push(index);
+                }
+                Ok(_) => {
+                    let refusal = id_taken(item.msg.id.as_str());
+                    results[index] = Some(ItemResult::failed(index, refusal));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        (valid, positions) = kept;
     }
     let outcomes = state
         .ingest

@@ -15,8 +15,9 @@ use utoipa::{IntoParams, ToSchema};
 use super::due::{DeliverAt, parse_due};
 use super::push::Pushed;
 use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json};
+use crate::api::reach::Reach;
 use crate::api::{ApiError, AppState, ErrorBody};
-use crate::message::Due;
+use crate::message::{Due, MessageId};
 use crate::metrics as m;
 use crate::store::{Cancelled, OutboxCode, OutboxLine, RecordState, Rescheduled, Status};
 
@@ -126,10 +127,16 @@ pub struct CancelAnswer {
 )]
 pub async fn status(
     State(state): State<AppState>,
+    reach: Reach,
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<MessageStatus>, ApiError> {
     let id = path_id(&id)?;
-    let status = match state.store.get(&id).await? {
+    let mut found = state.store.get(&id).await?;
+    // A message of a stream the token does not reach is unknown to it.
+    if !reach.sees_status(&found, &state.config.forwarder.dead_letter_suffix) {
+        found = Status::Unknown;
+    }
+    let status = match found {
         Status::Unknown => {
             if let Some(journal) = state.ingest.journal() {
                 let rows = journal.lookup(&id).await.map_err(|e| {
@@ -141,7 +148,7 @@ pub async fn status(
                         ),
                     )
                 })?;
-                if let Some(row) = rows.into_iter().next() {
+                if let Some(row) = rows.into_iter().find(|row| reach.sees(&row.stream)) {
                     return Ok(Json(MessageStatus::Journaled {
                         id: id.as_str().to_owned(),
                         state: row.state.as_str().to_owned(),
@@ -202,9 +209,11 @@ pub async fn status(
 )]
 pub async fn cancel(
     State(state): State<AppState>,
+    reach: Reach,
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<CancelAnswer>, ApiError> {
     let id = path_id(&id)?;
+    check_reach(&state, &reach, &id).await?;
     let sent = std::time::Instant::now();
     let (cancelled, at) = state
         .store
@@ -253,6 +262,20 @@ pub async fn cancel(
             ),
         )),
         Cancelled::Unknown => Err(unknown(&state, &id).await),
+    }
+}
+
+/// For a token limited to some streams, a change to a message of another stream:
+/// `404`, as for a message it does not know (one Redis read first; the change
+/// itself is not bound to the stream it read).
+async fn check_reach(state: &AppState, reach: &Reach, id: &MessageId) -> Result<(), ApiError> {
+    if reach.is_everything() {
+        return Ok(());
+    }
+    let found = state.store.get(id).await?;
+    match reach.sees_status(&found, &state.config.forwarder.dead_letter_suffix) {
+        true => Ok(()),
+        false => Err(ApiError::not_found(format!("message {id}: unknown"))),
     }
 }
 
@@ -314,9 +337,12 @@ fn batch_id() -> Path<IdPath> {
     ),
     security(("bearer" = [])),
 )]
-pub async fn status_of_batch(state: State<AppState>) -> Result<Json<MessageStatus>, ApiError> {
+pub async fn status_of_batch(
+    state: State<AppState>,
+    reach: Reach,
+) -> Result<Json<MessageStatus>, ApiError> {
     // The static segment wins over `{id}`: this still reaches the message "batch".
-    status(state, batch_id()).await
+    status(state, reach, batch_id()).await
 }
 
 /// Cancel the message whose id is "batch" (as DELETE /v1/messages/{id})
@@ -332,8 +358,11 @@ pub async fn status_of_batch(state: State<AppState>) -> Result<Json<MessageStatu
     ),
     security(("bearer" = [])),
 )]
-pub async fn cancel_of_batch(state: State<AppState>) -> Result<Json<CancelAnswer>, ApiError> {
-    cancel(state, batch_id()).await
+pub async fn cancel_of_batch(
+    state: State<AppState>,
+    reach: Reach,
+) -> Result<Json<CancelAnswer>, ApiError> {
+    cancel(state, reach, batch_id()).await
 }
 
 /// A new due time for a scheduled message: exactly one of `delay`, `delay_ms` and
@@ -384,6 +413,7 @@ fn parse_reschedule(value: &Value) -> Result<Due, ApiError> {
 )]
 pub async fn reschedule(
     State(state): State<AppState>,
+    reach: Reach,
     Path(IdPath { id }): Path<IdPath>,
     body: Body,
 ) -> Result<Json<Pushed>, ApiError> {
@@ -392,6 +422,7 @@ pub async fn reschedule(
     let due = parse_reschedule(&value)?;
     let limits = &state.config.api.limits;
     limits.check_delay(due)?;
+    check_reach(&state, &reach, &id).await?;
     let sent = std::time::Instant::now();
     match state.store.reschedule(&id, due, limits.max_delay).await? {
         Rescheduled::Rescheduled {

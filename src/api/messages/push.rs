@@ -16,6 +16,7 @@ use utoipa::ToSchema;
 
 use super::due::{DeliverAt, human_duration, non_negative_ms, parse_due};
 use crate::api::input::{body_limit, check_stream_allowed, documented_keys, object, read_json};
+use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::config::Config;
 use crate::message::{Fields, MessageId, NewMessage};
@@ -133,7 +134,8 @@ impl Pushed {
         (status = 201, description = "scheduled", body = Pushed),
         (status = 200, description = "duplicate (id known) or replaced", body = Pushed),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
-        (status = 403, description = "stream not allowed (stream_not_allowed)", body = ErrorBody),
+        (status = 403, description = "stream not allowed (stream_not_allowed), or out of the token's reach (stream_not_permitted)", body = ErrorBody),
+        (status = 409, description = "the id names a message of a stream out of the token's reach (id_taken)", body = ErrorBody),
         (status = 413, description = "message over api.max_message_bytes, or body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
         (status = 500, description = "a fault of delayq's own", body = ErrorBody),
@@ -141,18 +143,25 @@ impl Pushed {
     ),
     security(("bearer" = [])),
 )]
-pub async fn push(State(state): State<AppState>, body: Body) -> Response {
-    match push_inner(&state, body).await {
+pub async fn push(State(state): State<AppState>, reach: Reach, body: Body) -> Response {
+    match push_inner(&state, &reach, body).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     }
 }
 
-async fn push_inner(state: &AppState, body: Body) -> Result<Response, ApiError> {
+async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Response, ApiError> {
     // The live configuration: the stream allow list can change on reload.
     let config = state.current_config();
     let value = read_json(body, body_limit(&config)).await?;
     let (msg, mode) = parse_push(&value, &config)?;
+    reach.check(&msg.stream)?;
+    if !reach.is_everything() {
+        let found = state.store.get(&msg.id).await?;
+        if !reach.sees_status(&found, &config.forwarder.dead_letter_suffix) {
+            return Err(id_taken(msg.id.as_str()));
+        }
+    }
     let outcome = state
         .ingest
         .schedule(&msg, mode, state.config.api.limits.max_delay)

@@ -883,7 +883,7 @@
       el('div', { id: 'fences-box', class: 'scroll' }, table('fences', ['Shard'], [], 'loading…')))));
     if (isAdmin()) {
       view.append(card('Audit trail', el('div', null,
-        el('p', { class: 'muted small' }, 'Admin actions and cancels, refused ones too, newest first: who (a token\'s fingerprint), from where, what, and the answer.'),
+        el('p', { class: 'muted small' }, 'Admin actions and cancels, refused ones too, newest first: who (a token\'s name or fingerprint), from where, what, and the answer.'),
         el('div', { id: 'audit-box', class: 'scroll' }, table('audit', ['When'], [], 'loading…')))));
     }
   }

@@ -120,6 +120,7 @@ async fn redis_loses_its_data(loss: Loss) {
     // The first half delivered, and the journal knows each one's entry.
     let started = std::time::Instant::now();
     push_batches(&api, early, None).await;
+    let pushed_in = started.elapsed().as_millis() as u64;
     let mut conn = redis.client();
     eventually(Duration::from_secs(60), "the first half delivered", || {
         let tally = Tally::of_ids(early, &entries(&mut conn, "s"));
@@ -129,9 +130,10 @@ async fn redis_loses_its_data(loss: Loss) {
     let sent_before = sent_of(entries(&mut conn, "s"));
     journal_agrees(&db, early, &sent_before).await;
     // The later half is due well after it is stored: as long again as the first
-    // half took (so a slow machine waits longer), at least 20 s.
+    // half took to be pushed and delivered, plus twice its push alone (the later
+    // half's push, which a busy machine may slow down as much again), at least 20 s.
     let took = started.elapsed().as_millis() as u64;
-    let late_due = now_ms() + took.max(20_000);
+    let late_due = now_ms() + (took + 2 * pushed_in).max(20_000);
     push_batches(&api, late, Some(late_due)).await;
     assert!(
         late_due > now_ms() + 2_000,
@@ -809,13 +811,20 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
     assert_eq!(answer["replayed"][0].get("not_journaled"), None, "{answer}");
     let before = entries(&mut conn, "r").len();
 
+    let rows = || {
+        db.sql("SELECT id, stream, state, due_ms, updated_ms FROM delayq.delayq_messages")
+            .unwrap_or_else(|e| e.to_string())
+    };
+    let rows_before = rows();
     let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
     // Bounded as `eventually` bounds it, with the whole log when it does not come.
     let deadline = std::time::Instant::now() + Duration::from_secs(90);
     while !node.full_log().contains("restored from the journal") {
         assert!(
             std::time::Instant::now() < deadline,
-            "not restored from the journal within 90 s; its log:\n{}",
+            "not restored from the journal within 90 s; the journal before the loss:\n\
+             {rows_before}and now:\n{}its log:\n{}",
+            rows(),
             node.full_log()
         );
         tokio::time::sleep(Duration::from_millis(50)).await;

@@ -31,6 +31,7 @@ mod notify;
 mod packaging;
 mod reload;
 mod secrets;
+mod tokens;
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -8,8 +8,9 @@ use super::{
     token_list,
 };
 use crate::config::raw::{RawApi, RawApiTls};
-use crate::config::{ApiConfig, ApiTls, ConfigError, invalid};
+use crate::config::{ApiConfig, ApiTls, ApiToken, ConfigError, invalid};
 use crate::message::Limits;
+use crate::secret::ExposeSecret;
 use crate::secret::SecretString;
 use crate::{pem, secret};
 
@@ -51,6 +52,13 @@ impl RawApi {
             read_tokens_file,
             read_secret,
         )?;
+        if tokens.iter().any(|t| t.streams.is_some()) {
+            return Err(invalid(
+                "api.tokens_file",
+                "streams=: an admin token reaches every stream; limit write or read tokens",
+            ));
+        }
+        let secret = |t: &ApiToken| t.secret.expose_secret().to_owned();
         for (key, list, others) in [
             ("api.write_tokens", &write_tokens, vec![&tokens]),
             (
@@ -59,10 +67,31 @@ impl RawApi {
                 vec![&tokens, &write_tokens],
             ),
         ] {
-            if list.iter().any(|t| others.iter().any(|o| o.contains(t))) {
+            if list.iter().any(|t| {
+                others
+                    .iter()
+                    .any(|o| o.iter().any(|o| secret(o) == secret(t)))
+            }) {
                 return Err(invalid(
                     key,
                     "a token is also of a higher scope: list each token once, in the scope it needs",
+                ));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (key, list) in [
+            ("api.tokens_file", &tokens),
+            ("api.write_tokens_file", &write_tokens),
+            ("api.read_tokens_file", &read_tokens),
+        ] {
+            if let Some(name) = list
+                .iter()
+                .filter_map(|t| t.name.as_deref())
+                .find(|n| !names.insert(*n))
+            {
+                return Err(invalid(
+                    key,
+                    format!("name={name}: another token has this name; names tell tokens apart"),
                 ));
             }
         }
@@ -122,9 +151,9 @@ impl RawApi {
         Ok(ApiConfig {
             listen,
             limits,
-            tokens: tokens.into_iter().map(SecretString::from).collect(),
-            write_tokens: write_tokens.into_iter().map(SecretString::from).collect(),
-            read_tokens: read_tokens.into_iter().map(SecretString::from).collect(),
+            tokens,
+            write_tokens,
+            read_tokens,
             max_batch,
             max_body_bytes,
             max_wait,
