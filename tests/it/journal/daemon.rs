@@ -798,10 +798,20 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
     })
     .await;
 
-    // Paused: what is replayed or pushed now waits.
+    // Paused: what is replayed or pushed now waits, once the forward loops have
+    // read the pause (within 250 ms of its answer, as documented).
     let (status, answer) = api.post("/v1/streams/r/pause", json!({})).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer.get("not_journaled"), None, "{answer}");
+    eventually(
+        Duration::from_secs(10),
+        "the pause read by the forwarder",
+        || {
+            let read = node.full_log().contains("paused streams paused={\"r\"}");
+            async move { read.then_some(()) }
+        },
+    )
+    .await;
     push("held").await;
     let (status, answer) = api
         .post("/v1/streams/r/dead/replay", json!({"ids": ["dl"]}))
