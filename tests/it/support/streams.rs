@@ -166,6 +166,45 @@ pub fn read_group(
     }
 }
 
+/// Reads through the group the entries the stream holds now, not those added while
+/// it reads (a sweep redelivering what an earlier read left pending, say): one
+/// XREADGROUP of as many entries as XLEN counted, the oldest the group has not had.
+pub fn read_group_present(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+) -> usize {
+    let len: usize = redis::cmd("XLEN").arg(stream).query(conn).expect("XLEN");
+    if len == 0 {
+        return 0;
+    }
+    let reply: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(len)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query(conn)
+        .expect("XREADGROUP");
+    match reply {
+        Value::Array(streams) => streams
+            .iter()
+            .map(|s| match s {
+                Value::Array(parts) => match &parts[1] {
+                    Value::Array(items) => items.len(),
+                    other => panic!("entries: {other:?}"),
+                },
+                other => panic!("stream: {other:?}"),
+            })
+            .sum(),
+        _ => 0,
+    }
+}
+
 pub fn ack(conn: &mut impl redis::ConnectionLike, stream: &str, group: &str, entry: &str) {
     let _: u64 = redis::cmd("XACK")
         .arg(stream)
