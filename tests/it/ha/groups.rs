@@ -366,3 +366,86 @@ async fn a_rate_limit_below_the_group_count_is_kept_by_the_groups_together() {
     assert_eq!(ids.len(), 40);
     assert_eq!(support::entries(&mut conn, "limited").len(), 40);
 }
+
+/// The backlog gauges with several active leaders: the node leading group 0 counts
+/// every shard, the others report nothing of it, so a sum (or max) over the nodes
+/// is the deployment's figure whichever node leads which groups. Thirty messages
+/// due now to a paused stream wait in every group's held sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_backlog_gauges_count_every_shard_once_over_the_nodes() {
+    let cluster = Cluster::start(2, 1, &settings()).await;
+    eventually(
+        Duration::from_secs(30),
+        "groups spread over both nodes",
+        || spread(&cluster, &[0, 1], true),
+    )
+    .await;
+    let api = &cluster.apis[0];
+    let (status, answer) = api.post("/v1/streams/p/pause", serde_json::json!({})).await;
+    assert_eq!(status, 200, "{answer}");
+    // In effect once every group's leader has read it (within 250 ms).
+    eventually(Duration::from_secs(10), "the pause read by every group", || {
+        let read: usize = cluster
+            .nodes
+            .iter()
+            .map(|n| n.full_log().matches("paused streams paused={\"p\"}").count())
+            .sum();
+        std::future::ready((read >= GROUPS).then_some(()))
+    })
+    .await;
+    let items: Vec<_> = (0..30)
+        .map(|i| serde_json::json!({ "id": format!("h{i}"), "stream": "p", "payload": "x", "delay_ms": 0 }))
+        .collect();
+    let (status, answer) = api
+        .post(
+            "/v1/messages/batch",
+            serde_json::json!({ "messages": items }),
+        )
+        .await;
+    assert_eq!(
+        (status, &answer["scheduled"]),
+        (200, &serde_json::json!(30)),
+        "{answer}"
+    );
+    let (_, stats) = api.get("/v1/stats").await;
+    let shards_used = stats["pending"]["per_shard"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n.as_u64() > Some(0))
+        .count();
+    assert!(shards_used > 1, "all in one shard: {stats}");
+    let held = |text: &str| {
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("delayq_held_messages{stream=\"p\"} ")?
+                    .parse::<f64>()
+                    .ok()
+            })
+            .unwrap_or(0.0)
+    };
+    // Reported every 5 s by the node leading group 0.
+    let last = Mutex::new(Vec::new());
+    let per_node = support::within(Duration::from_secs(30), || async {
+        let mut per_node = Vec::new();
+        for api in &cluster.apis {
+            per_node.push(held(&api.metrics().await?));
+        }
+        *last.lock().unwrap() = per_node.clone();
+        (per_node.iter().sum::<f64>() == 30.0).then_some(per_node)
+    })
+    .await
+    .unwrap_or_else(|| panic!("not 30 held over the nodes: {:?}", last.lock().unwrap()));
+    let mut zero_leader = None;
+    for i in [0, 1] {
+        if led(&cluster.apis[i])
+            .await
+            .is_some_and(|g| g.iter().any(|(g, _)| *g == 0))
+        {
+            zero_leader = Some(i);
+        }
+    }
+    let zero_leader = zero_leader.expect("a node leads group 0");
+    assert_eq!(per_node[zero_leader], 30.0, "{per_node:?}");
+    assert_eq!(per_node[1 - zero_leader], 0.0, "{per_node:?}");
+}
