@@ -279,7 +279,12 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         args.rounds,
     ));
 
-    let http = load::http_client(Duration::from_millis(500), args.token.as_deref())?;
+    let http = load::http_client(
+        Duration::from_millis(500),
+        args.token.as_deref(),
+        &nodes,
+        args.ca_file.as_deref(),
+    )?;
     let first = wait_single_leader(&http, &nodes, takeover_timeout)
         .await
         .context("waiting for the cluster to elect a leader")?;
@@ -311,6 +316,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
             delay: args.delay,
             run_id: format!("drill-{run_id}"),
             token: args.token.clone(),
+            ca_file: args.ca_file.clone(),
         },
         traffic.clone(),
         stop_producer.clone(),

@@ -18,8 +18,16 @@ pub fn client(
     ca_file: Option<&Path>,
     timeout: Option<Duration>,
 ) -> anyhow::Result<reqwest::Client> {
+    let mut builder = builder(url.starts_with("https://"), ca_file)?;
+    if let Some(timeout) = timeout {
+        builder = builder.timeout(timeout);
+    }
+    Ok(builder.build()?)
+}
+
+/// [`client`]'s builder, for URLs that are `https` or not.
+pub fn builder(https: bool, ca_file: Option<&Path>) -> anyhow::Result<reqwest::ClientBuilder> {
     let mut roots = rustls::RootCertStore::empty();
-    let https = url.starts_with("https://");
     if https {
         for cert in rustls_native_certs::load_native_certs().certs {
             // A system root rustls cannot use is left out, as browsers do.
@@ -49,9 +57,5 @@ pub fn client(
     .with_safe_default_protocol_versions()?
     .with_root_certificates(roots)
     .with_no_client_auth();
-    let mut builder = reqwest::Client::builder().use_preconfigured_tls(tls);
-    if let Some(timeout) = timeout {
-        builder = builder.timeout(timeout);
-    }
-    Ok(builder.build()?)
+    Ok(reqwest::Client::builder().use_preconfigured_tls(tls))
 }

@@ -39,6 +39,10 @@ pub struct DrillArgs {
     /// Bearer token for the nodes' API, when they have api.tokens set.
     #[arg(long, env = "DELAYQ_TOKEN", hide_env_values = true)]
     pub(super) token: Option<String>,
+    /// Existing cluster served over https (`api.tls`): a PEM file of CAs to trust
+    /// besides the system's.
+    #[arg(long, env = "DELAYQ_CA_FILE", value_name = "PEM")]
+    pub(super) ca_file: Option<std::path::PathBuf>,
 
     /// Local cluster: delayq processes to start.
     #[arg(long, default_value_t = 3)]

@@ -221,18 +221,27 @@ pub struct Load {
     pub run_id: String,
     /// Bearer token for the nodes' API.
     pub token: Option<String>,
+    /// More CAs for nodes served over https (`--ca-file`).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
-/// An HTTP client for the nodes: a timeout per request, and the bearer token on
-/// every request when there is one.
-pub fn http_client(timeout: Duration, token: Option<&str>) -> anyhow::Result<reqwest::Client> {
+/// An HTTP client for the nodes: a timeout per request, the bearer token on every
+/// request when there is one, and for nodes served over https the system's roots
+/// and those of `ca_file`.
+pub fn http_client(
+    timeout: Duration,
+    token: Option<&str>,
+    nodes: &[Node],
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<reqwest::Client> {
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(token) = token {
         let mut value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))?;
         value.set_sensitive(true);
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    Ok(reqwest::Client::builder()
+    let https = nodes.iter().any(|n| n.url.starts_with("https://"));
+    Ok(crate::cli::https::builder(https, ca_file)?
         .timeout(timeout)
         .default_headers(headers)
         .build()?)
@@ -243,8 +252,13 @@ pub fn http_client(timeout: Duration, token: Option<&str>) -> anyhow::Result<req
 /// following ones with the same id (a retry of a push that did get in is
 /// answered as a duplicate), for up to 5 s.
 pub async fn produce(load: Load, traffic: Arc<Traffic>, cancel: CancellationToken) {
-    let http = http_client(Duration::from_millis(800), load.token.as_deref())
-        .expect("build the HTTP client");
+    let http = http_client(
+        Duration::from_millis(800),
+        load.token.as_deref(),
+        &load.nodes,
+        load.ca_file.as_deref(),
+    )
+    .expect("build the HTTP client (checked by the drill before)");
     let load = Arc::new(load);
     // Bounds pushes in flight when nodes hang (SIGSTOP): the rate is kept by
     // the ticker, not by waiting for answers.

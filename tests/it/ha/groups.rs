@@ -384,14 +384,22 @@ async fn the_backlog_gauges_count_every_shard_once_over_the_nodes() {
     let (status, answer) = api.post("/v1/streams/p/pause", serde_json::json!({})).await;
     assert_eq!(status, 200, "{answer}");
     // In effect once every group's leader has read it (within 250 ms).
-    eventually(Duration::from_secs(10), "the pause read by every group", || {
-        let read: usize = cluster
-            .nodes
-            .iter()
-            .map(|n| n.full_log().matches("paused streams paused={\"p\"}").count())
-            .sum();
-        std::future::ready((read >= GROUPS).then_some(()))
-    })
+    eventually(
+        Duration::from_secs(10),
+        "the pause read by every group",
+        || {
+            let read: usize = cluster
+                .nodes
+                .iter()
+                .map(|n| {
+                    n.full_log()
+                        .matches("paused streams paused={\"p\"}")
+                        .count()
+                })
+                .sum();
+            std::future::ready((read >= GROUPS).then_some(()))
+        },
+    )
     .await;
     let items: Vec<_> = (0..30)
         .map(|i| serde_json::json!({ "id": format!("h{i}"), "stream": "p", "payload": "x", "delay_ms": 0 }))

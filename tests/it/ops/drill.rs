@@ -110,9 +110,14 @@ struct Existing {
 
 impl Existing {
     fn start() -> Existing {
+        Self::start_with("")
+    }
+
+    /// [`Existing::start`], each node's configuration with `extra` on top.
+    fn start_with(extra: &str) -> Existing {
         let redis = RedisServer::start().unwrap();
         let etcd = EtcdServer::start().unwrap();
-        let config = etcd_config(&redis.url(), &[etcd.endpoint()], "");
+        let config = etcd_config(&redis.url(), &[etcd.endpoint()], extra);
         let nodes = (1..=2)
             .map(|i| DelayqProcess::start(&delayq_bin(), &format!("e{i}"), &config).unwrap())
             .collect();
@@ -126,10 +131,15 @@ impl Existing {
     /// The drill's arguments for this cluster, then `more`: each node named by its
     /// pid (so `kill -STOP {node}` works), and the Redis.
     fn args(&self, more: &[&str]) -> Vec<String> {
+        self.args_at(|n| n.url(""), more)
+    }
+
+    /// [`Existing::args`], each node's API at `url_of(node)`.
+    fn args_at(&self, url_of: impl Fn(&DelayqProcess) -> String, more: &[&str]) -> Vec<String> {
         let nodes = self.nodes.iter().flat_map(|n| {
             [
                 "--node".to_owned(),
-                format!("{}={}", n.pid().unwrap(), n.url("")),
+                format!("{}={}", n.pid().unwrap(), url_of(n)),
             ]
         });
         nodes
@@ -194,6 +204,59 @@ fn drill_drives_an_existing_cluster_through_its_commands() {
     assert!(
         text(&out.stderr).contains("scenario kill: needs --kill-cmd and --start-cmd"),
         "{out:?}"
+    );
+}
+
+/// Nodes served over https (`api.tls`, a certificate the test's CA signed): the
+/// drill reaches them with `--ca-file`, and without it trusts none of them.
+#[test]
+fn drill_reaches_nodes_over_https_with_its_ca_file() {
+    let pki = crate::tls::Pki::new();
+    let cluster = Existing::start_with(&format!(
+        "[api]\ntls = {{ cert_file = \"{}\", key_file = \"{}\" }}\n",
+        pki.path("server.pem").display(),
+        pki.path("server-key.pem").display()
+    ));
+    let https = |n: &DelayqProcess| format!("https://localhost:{}", n.api.port());
+    let short = [
+        "--scenarios",
+        "switchover",
+        "--rounds",
+        "1",
+        "--rate",
+        "20",
+        "--steady",
+        "500ms",
+        "--delay",
+        "200ms",
+    ];
+    let ca = pki.path("ca.pem").display().to_string();
+    let with_ca: Vec<&str> = short
+        .iter()
+        .copied()
+        .chain(["--takeover-timeout", "15s", "--ca-file", &ca])
+        .collect();
+    let (code, report, stderr) = drill(&cluster.args_at(https, &with_ca));
+    assert_eq!(code, Some(0), "{report:#}\n{stderr}");
+    check_scenario(&report, "switchover", 1);
+    assert_eq!(report["total"]["lost"], 0, "{report:#}");
+
+    let without: Vec<&str> = short
+        .iter()
+        .copied()
+        .chain(["--takeover-timeout", "2s"])
+        .collect();
+    let out = Command::new(delayq_bin())
+        .arg("drill")
+        .args(cluster.args_at(https, &without))
+        .env_remove("DELAYQ_CA_FILE")
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("elect a leader"),
+        "{}",
+        text(&out.stderr)
     );
 }
 
