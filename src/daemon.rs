@@ -312,8 +312,10 @@ async fn open_journal(
             "journal schema migrated"
         );
     }
-    if store.journal_marker().await?.is_none() && journal.count_unfinished().await? == 0 {
-        store.set_journal_marker(&journal.marker().await?).await?;
+    if store.journal_marker().await?.is_none() {
+        let token = journal.marker().await?;
+        // Unfinished messages, or a loss meanwhile: the keeper finds it and restores.
+        let _ = crate::leader::keeper::mark_if_nothing_unfinished(store, &journal, &token).await;
     }
     Ok(journal)
 }

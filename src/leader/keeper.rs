@@ -347,19 +347,44 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
         return Ok(Marker::Present);
     }
     let token = journal.marker().await.map_err(|e| e.to_string())?;
+    match mark_if_nothing_unfinished(store, journal, &token).await? {
+        0 => {
+            tracing::info!("the journal's marker written to Redis");
+            Ok(Marker::Present)
+        }
+        unfinished => Ok(Marker::Lost { token, unfinished }),
+    }
+}
+
+/// Writes `token` as Redis's journal marker if the journal holds no message not
+/// finished; how many it holds (0: written). The marker goes to Redis
+/// provisionally before the journal is counted and is confirmed after: a loss of
+/// Redis's data in between takes the provisional value with it, the confirmation
+/// fails, and the marker stays missing for the next check to find the loss (a
+/// push taken meanwhile is not hidden by a marker written into an empty Redis).
+pub async fn mark_if_nothing_unfinished(
+    store: &Store,
+    journal: &Journal,
+    token: &str,
+) -> Result<u64, String> {
+    let provisional = store
+        .set_provisional_journal_marker(token)
+        .await
+        .map_err(|e| e.to_string())?;
     let unfinished = journal
         .count_unfinished()
         .await
         .map_err(|e| e.to_string())?;
-    if unfinished == 0 {
-        store
-            .set_journal_marker(&token)
-            .await
-            .map_err(|e| e.to_string())?;
-        tracing::info!("the journal's marker written to Redis");
-        return Ok(Marker::Present);
+    if unfinished > 0 {
+        return Ok(unfinished);
     }
-    Ok(Marker::Lost { token, unfinished })
+    match store.confirm_journal_marker(&provisional, token).await {
+        Ok(true) => Ok(0),
+        Ok(false) => {
+            Err("Redis lost its data while the journal's marker was written: checking again".into())
+        }
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 async fn reconcile(term: &Term, config: &Config, store: &Store, journal: &Journal) {

@@ -99,9 +99,38 @@ impl Store {
             .map_err(StoreError::from_script)
     }
 
-    /// The journal marker this Redis holds, if any.
+    /// The journal marker this Redis holds, if any (a provisional one, not yet
+    /// confirmed, is none: see [`Store::confirm_journal_marker`]).
     pub async fn journal_marker(&self) -> Result<Option<String>> {
-        Ok(self.conn.clone().get(self.keys.journal_marker()).await?)
+        let marker: Option<String> = self.conn.clone().get(self.keys.journal_marker()).await?;
+        Ok(marker.filter(|m| !m.starts_with(PROVISIONAL)))
+    }
+
+    /// Writes the journal marker provisionally, before the journal is counted;
+    /// returns the value written, for [`Store::confirm_journal_marker`].
+    pub async fn set_provisional_journal_marker(&self, token: &str) -> Result<String> {
+        let provisional = format!("{PROVISIONAL}{token}");
+        let () = self
+            .conn
+            .clone()
+            .set(self.keys.journal_marker(), &provisional)
+            .await?;
+        Ok(provisional)
+    }
+
+    /// Makes the provisional marker final (`token`) if Redis still holds it: false
+    /// when Redis lost its data since it was written (the marker stays missing, and
+    /// the next check finds the loss).
+    pub async fn confirm_journal_marker(&self, provisional: &str, token: &str) -> Result<bool> {
+        let confirmed: i64 = self
+            .scripts
+            .confirm_marker
+            .key(self.keys.journal_marker())
+            .arg(provisional)
+            .arg(token)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(confirmed == 1)
     }
 
     /// Writes the journal marker.
@@ -114,6 +143,9 @@ impl Store {
         Ok(())
     }
 }
+
+/// How a provisional journal marker's value begins.
+const PROVISIONAL: &str = "provisional:";
 
 #[cfg(test)]
 mod tests {

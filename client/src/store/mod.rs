@@ -102,6 +102,7 @@ struct Scripts {
     journal_ack: Lua,
     due_histogram: Lua,
     clear_switchover: Lua,
+    confirm_marker: Lua,
     upcoming: Lua,
 }
 
@@ -125,6 +126,7 @@ impl Scripts {
             journal_ack: lua("journal_ack", &f),
             due_histogram: lua("due_histogram", &f),
             clear_switchover: lua("clear_switchover", &f),
+            confirm_marker: lua("confirm_marker", &f),
             upcoming: lua("upcoming", &f),
         }
     }

@@ -41,7 +41,7 @@ enum Kind {
 }
 
 /// Every script: its name (the file `lua/<name>.lua`), body and kind.
-const SOURCES: [(&str, &str, Kind); 17] = [
+const SOURCES: [(&str, &str, Kind); 18] = [
     (
         "reschedule",
         include_str!("lua/reschedule.lua"),
@@ -97,6 +97,11 @@ const SOURCES: [(&str, &str, Kind); 17] = [
         "clear_switchover",
         include_str!("lua/clear_switchover.lua"),
         Kind::Frees,
+    ),
+    (
+        "confirm_marker",
+        include_str!("lua/confirm_marker.lua"),
+        Kind::Writes,
     ),
     ("upcoming", include_str!("lua/upcoming.lua"), Kind::Reads),
 ];

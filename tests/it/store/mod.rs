@@ -8,6 +8,7 @@
 
 mod cases;
 mod limits;
+mod marker;
 mod pending;
 mod records;
 mod stored;

@@ -1,0 +1,60 @@
+//! The journal's marker in Redis, against a real Redis: written provisionally
+//! before the journal is counted and confirmed after, so that a loss of Redis's
+//! data in between leaves it missing (for the keeper to find) instead of written
+//! into an emptied Redis; a provisional marker reads as none.
+
+use crate::support::Bare;
+
+#[tokio::test]
+async fn a_provisional_marker_is_confirmed_only_if_redis_kept_it() {
+    let bare = Bare::start("").await;
+    let store = &bare.store;
+    assert_eq!(store.journal_marker().await.unwrap(), None);
+
+    // Kept: confirmed, and read from then on.
+    let provisional = store.set_provisional_journal_marker("t1").await.unwrap();
+    assert_eq!(
+        store.journal_marker().await.unwrap(),
+        None,
+        "provisional reads as none"
+    );
+    assert!(
+        store
+            .confirm_journal_marker(&provisional, "t1")
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.journal_marker().await.unwrap().as_deref(), Some("t1"));
+
+    // Lost in between: not confirmed, still missing.
+    let provisional = store.set_provisional_journal_marker("t2").await.unwrap();
+    let () = redis::cmd("FLUSHALL")
+        .query(&mut bare.redis.client())
+        .unwrap();
+    assert!(
+        !store
+            .confirm_journal_marker(&provisional, "t2")
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.journal_marker().await.unwrap(), None);
+    let raw: Option<String> = redis::cmd("GET")
+        .arg("delayq:journal")
+        .query(&mut bare.redis.client())
+        .unwrap();
+    assert_eq!(raw, None);
+
+    // Another value meanwhile (a restore's marker) is left as it is.
+    let provisional = store.set_provisional_journal_marker("t3").await.unwrap();
+    store.set_journal_marker("restored").await.unwrap();
+    assert!(
+        !store
+            .confirm_journal_marker(&provisional, "t3")
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.journal_marker().await.unwrap().as_deref(),
+        Some("restored")
+    );
+}
