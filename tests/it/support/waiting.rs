@@ -6,8 +6,16 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-/// How often a condition is checked again.
+/// How often a cheap condition is checked again.
 const POLL: Duration = Duration::from_millis(10);
+
+/// The pause before the next check, after one that took `took`: a check that reads
+/// much (every entry of a 100k stream, every row of a table) is asked again only
+/// after three times its own length, so that waiting never takes more than a
+/// quarter of a core from the servers and the tests beside it.
+fn pause_after(took: Duration) -> Duration {
+    POLL.max(took * 3)
+}
 
 /// Multiplies test timeouts: `DELAYQ_TEST_PATIENCE` (default 1, or 3 when `CI` is set).
 pub fn patience() -> u32 {
@@ -30,13 +38,14 @@ where
 {
     let deadline = Instant::now() + timeout * patience();
     loop {
+        let began = Instant::now();
         if let Some(v) = check().await {
             return Some(v);
         }
         if Instant::now() > deadline {
             return None;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause_after(began.elapsed())).await;
     }
 }
 
@@ -66,13 +75,14 @@ where
 {
     let end = Instant::now() + window * patience();
     loop {
+        let began = Instant::now();
         if let Some(evidence) = happened().await {
             panic!("{what}: {evidence:?}");
         }
         if Instant::now() > end {
             return;
         }
-        tokio::time::sleep(POLL).await;
+        tokio::time::sleep(pause_after(began.elapsed())).await;
     }
 }
 
