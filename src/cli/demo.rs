@@ -2,6 +2,8 @@
 //! two `delayq run` processes (a primary and a standby), pushes a delayed message
 //! and shows it arrive in its stream, then stops the primary and shows the
 //! standby take over and deliver the next message. Ctrl-C tears it all down.
+//! With `--tls` the two nodes serve HTTPS with a certificate of a throwaway CA the
+//! demo makes, and everything the demo says and asks goes through that CA.
 
 use std::time::{Duration, Instant};
 
@@ -19,6 +21,10 @@ pub struct DemoArgs {
     /// Exit after the show instead of serving until Ctrl-C.
     #[arg(long)]
     once: bool,
+    /// Serve the API over HTTPS, with a certificate of a CA made for the demo (its
+    /// files are shown, for curl --cacert and delayq --ca-file).
+    #[arg(long)]
+    tls: bool,
 }
 
 /// Everything the demo started; dropping it stops every process.
@@ -27,6 +33,48 @@ struct Cluster {
     etcd: EtcdServer,
     primary: DelayqProcess,
     standby: DelayqProcess,
+    /// The demo CA's files when the nodes serve HTTPS (gone with the demo).
+    tls: Option<DemoCa>,
+}
+
+/// A CA made for the demo and a certificate it signed for 127.0.0.1 and localhost,
+/// written to a directory that lives as long as the demo.
+struct DemoCa {
+    dir: tempfile::TempDir,
+}
+
+impl DemoCa {
+    fn make() -> anyhow::Result<DemoCa> {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "delayq demo CA");
+        let ca = ca.self_signed(&ca_key)?;
+        let key = KeyPair::generate()?;
+        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
+            .signed_by(&key, &ca, &ca_key)?;
+        let dir = tempfile::Builder::new().prefix("delayq-demo-").tempdir()?;
+        std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
+        std::fs::write(dir.path().join("api.pem"), leaf.pem())?;
+        std::fs::write(dir.path().join("api-key.pem"), key.serialize_pem())?;
+        Ok(DemoCa { dir })
+    }
+
+    fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// The `[api]` section that serves HTTPS with the demo's certificate.
+    fn api_section(&self) -> String {
+        let file = |name: &str| format!("{:?}", self.dir.path().join(name).display().to_string());
+        format!(
+            "[api]\ntls = {{ cert_file = {}, key_file = {} }}\n",
+            file("api.pem"),
+            file("api-key.pem")
+        )
+    }
 }
 
 pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
@@ -40,12 +88,29 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn show(args: DemoArgs) -> anyhow::Result<()> {
-    let mut cluster = tokio::task::block_in_place(start)?;
-    let http = reqwest::Client::builder()
+    let tls = if args.tls {
+        Some(DemoCa::make()?)
+    } else {
+        None
+    };
+    let ca_file = tls.as_ref().map(DemoCa::ca_file);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let http = crate::cli::https::builder(tls.is_some(), ca_file.as_deref())?
         .timeout(Duration::from_secs(5))
         .build()?;
-    let primary = format!("http://{}", cluster.primary.api);
-    let standby = format!("http://{}", cluster.standby.api);
+    let mut cluster = start(tls, &http, scheme).await?;
+    let primary = format!("{scheme}://{}", cluster.primary.api);
+    let standby = format!("{scheme}://{}", cluster.standby.api);
+    let (cacert, ca_flag) = match cluster.tls.as_ref().map(DemoCa::ca_file) {
+        Some(path) => {
+            println!("demo CA        {}", path.display());
+            (
+                format!("--cacert {} ", path.display()),
+                format!(" --ca-file {}", path.display()),
+            )
+        }
+        None => (String::new(), String::new()),
+    };
     println!("redis-server   {}", cluster.redis.url());
     println!("etcd           {}", cluster.etcd.endpoint());
     println!(
@@ -67,7 +132,16 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
     let mut last_entry = "0".to_owned();
 
     println!("\n1. A delayed message, pushed to the primary:");
-    push_and_watch(&http, &primary, &args, &mut stream, &mut last_entry, "42").await?;
+    push_and_watch(
+        &http,
+        &primary,
+        &args,
+        &mut stream,
+        &mut last_entry,
+        &cacert,
+        "42",
+    )
+    .await?;
 
     println!("\n2. Stop the primary (SIGTERM: it finishes its batch, resigns, exits):");
     let stopped = Instant::now();
@@ -84,12 +158,21 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| "killed after 20s".into())
     );
     println!(
-        "   $ curl {standby}/v1/leader\n   {}",
+        "   $ curl {cacert}{standby}/v1/leader\n   {}",
         leader_json(&http, &standby).await
     );
 
     println!("\n3. The next message, pushed to the new leader:");
-    push_and_watch(&http, &standby, &args, &mut stream, &mut last_entry, "43").await?;
+    push_and_watch(
+        &http,
+        &standby,
+        &args,
+        &mut stream,
+        &mut last_entry,
+        &cacert,
+        "43",
+    )
+    .await?;
 
     tokio::task::block_in_place(|| cluster.primary.restart())?;
     let seen = describe_once_it_knows(&http, &primary, "standby").await;
@@ -101,60 +184,50 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "delayq".to_owned());
         println!(
-            "\nEverything keeps running. Try (in another terminal):\n  {me} push orders hello --delay 5s --url {standby}\n  curl {primary}/v1/leader\nCtrl-C stops everything."
+            "\nEverything keeps running. Try (in another terminal):\n  {me} push orders hello --delay 5s --url {standby}{ca_flag}\n  curl {cacert}{primary}/v1/leader\nCtrl-C stops everything."
         );
         std::future::pending::<()>().await;
     }
     Ok(())
 }
 
-fn start() -> anyhow::Result<Cluster> {
+/// Starts Redis, etcd and the primary, waits until the primary leads, then starts
+/// the standby behind it.
+async fn start(
+    tls: Option<DemoCa>,
+    http: &reqwest::Client,
+    scheme: &str,
+) -> anyhow::Result<Cluster> {
     let bin = std::env::current_exe().context("find the delayq binary")?;
-    let redis =
-        RedisServer::start().context("start redis-server (.ci/install-deps installs it)")?;
-    let etcd = EtcdServer::start().context("start etcd (.ci/install-deps installs it)")?;
+    let (redis, etcd) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
+        let redis =
+            RedisServer::start().context("start redis-server (.ci/install-deps installs it)")?;
+        let etcd = EtcdServer::start().context("start etcd (.ci/install-deps installs it)")?;
+        Ok((redis, etcd))
+    })?;
     let config = format!(
-        "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [\"{}\"]\ncluster = \"demo\"\nlease_ttl = \"2s\"\n\n[log]\nlevel = \"warn\"\n",
+        "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [\"{}\"]\ncluster = \"demo\"\nlease_ttl = \"2s\"\n\n[log]\nlevel = \"warn\"\n\n{}",
         redis.url(),
-        etcd.endpoint()
+        etcd.endpoint(),
+        tls.as_ref().map(DemoCa::api_section).unwrap_or_default()
     );
     // The primary starts first and wins; the standby lines up behind it.
-    let primary = DelayqProcess::start(&bin, "primary", &config)?;
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !leads_blocking(&format!("http://{}/leader", primary.api)) {
-        if Instant::now() > deadline {
-            bail!(
-                "the primary did not win the election; its log:\n{}",
-                primary.log()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let primary = tokio::task::block_in_place(|| DelayqProcess::start(&bin, "primary", &config))?;
+    let url = format!("{scheme}://{}", primary.api);
+    if let Err(e) = wait_leader(http, &url, Duration::from_secs(20)).await {
+        bail!(
+            "the primary did not win the election ({e}); its log:\n{}",
+            primary.log()
+        );
     }
-    let standby = DelayqProcess::start(&bin, "standby", &config)?;
+    let standby = tokio::task::block_in_place(|| DelayqProcess::start(&bin, "standby", &config))?;
     Ok(Cluster {
         redis,
         etcd,
         primary,
         standby,
+        tls,
     })
-}
-
-/// GET /leader without a runtime (the cluster starts on a blocking thread).
-fn leads_blocking(url: &str) -> bool {
-    use std::io::{Read, Write};
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let Ok(mut s) = std::net::TcpStream::connect(host) else {
-        return false;
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
-    let request = format!("GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-    let mut answer = String::new();
-    s.write_all(request.as_bytes()).is_ok()
-        && s.read_to_string(&mut answer).is_ok()
-        && answer.starts_with("HTTP/1.1 200")
 }
 
 async fn leader_json(http: &reqwest::Client, api: &str) -> Value {
@@ -212,11 +285,12 @@ async fn push_and_watch(
     args: &DemoArgs,
     stream: &mut redis::aio::MultiplexedConnection,
     last_entry: &mut String,
+    cacert: &str,
     order: &str,
 ) -> anyhow::Result<()> {
     let delay = delayq_client::human::duration(args.delay);
     let body = json!({ "stream": "orders", "fields": { "order": order, "event": "reminder" }, "delay": delay });
-    println!("   $ curl -X POST {api}/v1/messages -d '{body}'");
+    println!("   $ curl {cacert}-X POST {api}/v1/messages -d '{body}'");
     let resp: Value = http
         .post(format!("{api}/v1/messages"))
         .json(&body)

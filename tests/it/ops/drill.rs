@@ -318,6 +318,28 @@ fn demo_shows_a_delayed_message_and_the_standby_taking_over() {
 }
 
 #[test]
+fn demo_over_https_goes_through_its_own_ca_and_removes_it_at_the_end() {
+    let out = delayq(&["demo", "--once", "--tls", "--delay", "1s"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let ca = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("demo CA"))
+        .map(|path| std::path::PathBuf::from(path.trim()))
+        .expect("the demo names its CA");
+    assert!(
+        stdout.contains("primary        https://127.0.0.1:"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("standby (leader: primary)"), "{stdout}");
+    assert_eq!(stdout.matches("   arrived after").count(), 2, "{stdout}");
+    let cacert = format!("$ curl --cacert {} -X POST https://", ca.display());
+    assert_eq!(stdout.matches(&cacert).count(), 2, "{stdout}");
+    assert!(stdout.contains("the standby took over after"), "{stdout}");
+    assert!(!ca.exists(), "{} left behind", ca.display());
+}
+
+#[test]
 fn demo_tears_everything_down_on_ctrl_c() {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(delayq_bin())
