@@ -238,6 +238,19 @@ async fn a_token_reaches_only_its_streams_and_tokens_change_at_sighup() {
         (Some("billing"), Some("/v1/messages/b2")),
         "{trail}"
     );
+    // Its record names the stream: the canceller sees it cancelled, a token of
+    // "billing" alone does not see it at all.
+    let (status, cancelled) = api(BILLING).get("/v1/messages/b2").await;
+    assert_eq!(
+        (
+            status,
+            cancelled["state"].as_str(),
+            cancelled["stream"].as_str()
+        ),
+        (200, Some("cancelled"), Some("billing.eu")),
+        "{cancelled}"
+    );
+    assert_eq!(api(BILLING_READER).get("/v1/messages/b2").await.0, 404);
 
     // SIGHUP: the billing token is withdrawn, a new one comes, nothing restarts.
     const NEW: &str = "billing-N4v-secret";

@@ -18,7 +18,7 @@ if where and (where.score or unhold_message(KEYS[2], KEYS[6], id)) then
   pending_remove(P, id, where)
   local now = now_ms()
   local stream = where.body and body_stream(where.body) or ''
-  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, ''), now, ARGV[3], stream)
+  keep_record(KEYS[3], KEYS[4], id, record('cancelled', '', now, 0, stream), now, ARGV[3], stream)
   return 'cancelled ' .. now .. ' ' .. stream
 end
 local rec = find_record(KEYS[3], id)

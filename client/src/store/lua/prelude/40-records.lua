@@ -47,7 +47,8 @@ local function record_fields(p)
     entry = p[2],           -- the stream entry written, '' if none
     at = p[3],              -- ms, when it reached this state
     attempt = p[4],         -- the attempt that reached it
-    stream = p[5],          -- the target stream ('' for a cancelled message)
+    stream = p[5],          -- the target stream ('' for a cancelled message whose body was
+                            -- unreadable, or one cancelled before records named it)
     first_delivered = p[6], -- ms, when attempt 1 reached the stream; '' for attempt 1 itself
     priority = p[7],        -- a delivered message's, '' when it and expire_at are 0
     expire_at = p[8],       -- ms, a delivered message's (0 = never), '' as priority
