@@ -140,9 +140,15 @@ pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), 
     }
 }
 
-/// A query string that cannot be read as parameters.
+/// A query string that cannot be read as parameters: what is wrong, named by the
+/// parameter (serde's own words, without axum's "Failed to deserialize query
+/// string" in front).
 fn bad_query(e: QueryRejection) -> ApiError {
-    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", e.body_text())
+    let text = e.body_text();
+    let detail = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(&text);
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", detail.to_owned())
 }
 
 /// axum's `Query`, refusing (`400 bad_query`) a query whose decoded bytes are not
@@ -159,7 +165,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for StrictQuery<T>
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "bad_query",
-                format!("Failed to deserialize query string: not UTF-8 once decoded ({e})"),
+                format!("the query is not UTF-8 once decoded ({e})"),
             ));
         }
         let Query(query) = Query::<T>::from_request_parts(parts, state)

@@ -16,6 +16,7 @@ pub mod listener;
 mod messages;
 mod node;
 mod openapi;
+mod query;
 mod reach;
 mod restore;
 mod stats;
@@ -180,6 +181,9 @@ pub fn router(state: AppState) -> Router {
         .merge(polls)
         .merge(Router::from(open))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
+        // Inside the tokens' check: a request without a token learns nothing of
+        // what an endpoint takes.
+        .layer(axum::middleware::from_fn(query::refuse_unknown))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             auth::require_token,

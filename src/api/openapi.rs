@@ -174,6 +174,27 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
     .filter_map(|(method, op)| op.map(|op| (method, op)))
 }
 
+/// Each operation's query parameters, by (method in lower case, path as routed):
+/// what `query::refuse_unknown` lets through.
+pub(super) fn query_parameters() -> std::collections::HashMap<(String, String), Vec<String>> {
+    use utoipa::openapi::path::ParameterIn;
+    let mut doc = build();
+    let mut out = std::collections::HashMap::new();
+    for (path, item) in doc.paths.paths.iter_mut() {
+        for (method, op) in operations(item) {
+            let names = op
+                .parameters
+                .iter()
+                .flatten()
+                .filter(|p| matches!(p.parameter_in, ParameterIn::Query))
+                .map(|p| p.name.clone())
+                .collect();
+            out.insert((method.to_owned(), path.clone()), names);
+        }
+    }
+    out
+}
+
 /// The operation of `item` for `method` (upper case, as in `auth::ROUTES`).
 fn operation<'a>(item: &'a mut PathItem, method: &str) -> Option<&'a mut Operation> {
     operations(item)

@@ -209,21 +209,27 @@ async fn every_request_is_one_debug_access_line_without_ids_query_values_or_toke
         .call("POST", "/v1/messages", Some(TOKEN), Some(&push))
         .await;
     assert_eq!(pushed, 201);
-    let status_path = format!("/v1/messages/{ID}?sig={QUERY}");
-    assert_eq!(status(status_path.clone(), Some(TOKEN)).await, 200);
-    assert_eq!(status(status_path, None).await, 401);
+    assert_eq!(status(format!("/v1/messages/{ID}"), Some(TOKEN)).await, 200);
+    let upcoming = format!("/v1/upcoming?stream={QUERY}");
+    assert_eq!(status(upcoming, Some(TOKEN)).await, 200);
+    assert_eq!(
+        status(format!("/v1/messages/{ID}?sig={QUERY}"), None).await,
+        401
+    );
     assert_eq!(status(format!("/elsewhere?sig={QUERY}"), None).await, 404);
-    assert_eq!(status(format!("/healthz?sig={QUERY}"), None).await, 200);
+    // A parameter the endpoint does not take: refused, and still not logged.
+    assert_eq!(status(format!("/healthz?sig={QUERY}"), None).await, 400);
 
     // One line each, in order: method, route pattern and status.
     let expected = [
         ("POST", "/v1/messages", 201),
         ("GET", "/v1/messages/{id}", 200),
+        ("GET", "/v1/upcoming", 200),
         ("GET", "/v1/messages/{id}", 401),
         ("GET", "unmatched", 404),
-        ("GET", "/healthz", 200),
+        ("GET", "/healthz", 400),
     ];
-    let lines = eventually(Duration::from_secs(10), "five access lines", || async {
+    let lines = eventually(Duration::from_secs(10), "six access lines", || async {
         let lines: Vec<String> = node
             .full_log()
             .lines()
