@@ -17,6 +17,7 @@
     busy: 0,        // loads in flight (a poll tick is skipped while > 0)
     ticks: 0,
     seen: {},       // last rendered JSON per key, to skip identical redraws
+    leading: false, // whether the node serving this page leads (its header badge)
     up: { stream: '', after: null },
     dead: { stream: '', after: null, streams: [] },
   };
@@ -281,6 +282,23 @@
     b.textContent = isLeader ? 'leader' : 'standby';
     b.className = 'badge ' + (isLeader ? 'role-leader' : 'role-standby');
     $('standby-note').hidden = !!isLeader;
+    state.leading = !!isLeader;
+    showResign();
+  }
+
+  // Only a leader has leadership to resign: a standby shows why there is no button.
+  function showResign() {
+    const b = $('resign-go');
+    const note = $('resign-note');
+    if (b) b.hidden = !state.leading;
+    if (note) note.hidden = state.leading;
+  }
+
+  // A passing note ("Token saved…") belongs to the page it was said on: leaving the
+  // page drops it; an error stays until the next one or a success replaces it.
+  function dropPassingStatus() {
+    const s = $('status');
+    if (s && s.classList.contains('ok')) { clearTimeout(statusTimer); s.replaceChildren(); s.className = 'status'; }
   }
 
   // Role of this node for pages other than the overview (which has it already).
@@ -877,7 +895,9 @@
           el('p', { class: 'muted' }, `Acts on ${me}, the node serving this page.`),
           el('div', { class: 'actions' },
             button('Reload config', 'reload-go', '', reloadConfig),
-            button('Resign leadership', 'resign-go', 'danger', resign))))));
+            button('Resign leadership', 'resign-go', 'danger', resign)),
+          el('p', { id: 'resign-note', class: 'muted small' }, 'This node stands by: it has no leadership to resign.')))));
+      showResign();
     }
     view.append(card('Fences', el('div', null, el('p', { id: 'fences-summary', class: 'muted small' }),
       el('div', { id: 'fences-box', class: 'scroll' }, table('fences', ['Shard'], [], 'loading…')))));
@@ -1017,7 +1037,7 @@
     $('theme-toggle').addEventListener('click', safe(toggleTheme));
     $('token-form').addEventListener('submit', safe(saveToken));
     $('token-forget').addEventListener('click', safe(forgetToken));
-    window.addEventListener('hashchange', safe(route));
+    window.addEventListener('hashchange', safe(() => { dropPassingStatus(); return route(); }));
     document.addEventListener('visibilitychange', safe(() => { if (!document.hidden) tick(); }));
     updateTokenLink();
     await loadSession();

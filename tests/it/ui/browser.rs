@@ -213,6 +213,21 @@ async fn pause_resume_and_switchover_from_the_page() {
         (xlen(&mut cluster.redis.client(), "orders") == 1).then_some(())
     })
     .await;
+    browser
+        .wait_text("#status", "says the token is saved", |t| {
+            t.contains("Token saved")
+        })
+        .await;
+    // A standby has no leadership to resign: no button, a note saying why.
+    browser.click("#nav-admin").await;
+    browser
+        .wait_text("#resign-note", "says why there is no resign", |t| {
+            t.contains("stands by")
+        })
+        .await;
+    assert_eq!(browser.count("#resign-go[hidden]").await, 1);
+    // The passing note stayed on the page it was said on.
+    assert_eq!(browser.count("#status.ok").await, 0);
     browser.click("#nav-streams").await;
     browser.agree("").await;
     browser
@@ -295,6 +310,13 @@ async fn pause_resume_and_switchover_from_the_page() {
             t.contains("leader")
         })
         .await;
+    // Leading now, it offers to resign.
+    browser.click("#nav-admin").await;
+    browser
+        .wait_for("#resign-go:not([hidden])", "the resign button of a leader")
+        .await;
+    assert_eq!(browser.count("#resign-note[hidden]").await, 1);
+    browser.click("#nav-overview").await;
     browser
         .wait_text("#history", "the switchover", |t| t.contains("switchover"))
         .await;
