@@ -70,6 +70,12 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .await
         .with_context(|| format!("bind the API to {} (api.listen)", config.api.listen))?;
     let api_addr = listener.local_addr()?;
+    // What other nodes, the dashboard and the CLI are told to reach this node at.
+    let advertised = config
+        .api
+        .advertise
+        .clone()
+        .unwrap_or_else(|| api_addr.to_string());
     let tls = config
         .api
         .tls
@@ -102,7 +108,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 &config,
                 etcd,
                 (&store, journal.as_ref()),
-                api_addr,
+                &advertised,
                 live_config.clone(),
                 &election,
                 &work,
@@ -113,14 +119,14 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                     None => tokio::spawn(leadership::run_standalone(
                         store.clone(),
                         config.node_id.clone(),
-                        api_addr.to_string(),
+                        advertised.clone(),
                         elector,
                         election.clone(),
                     )),
                     Some(etcd) => tokio::spawn(election::run(
                         etcd.clone(),
                         config.node_id.clone(),
-                        api_addr.to_string(),
+                        advertised.clone(),
                         elector,
                         store.clone(),
                         election.clone(),
@@ -160,7 +166,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store.clone(),
         crate::registry::Identity {
             node_id: config.node_id.clone(),
-            address: api_addr.to_string(),
+            address: advertised.clone(),
             started_at_ms: crate::registry::epoch_ms(std::time::SystemTime::now()),
         },
         leadership.clone(),
@@ -229,7 +235,7 @@ fn start_groups(
     config: &Config,
     etcd: &crate::config::EtcdConfig,
     (store, journal): (&Store, Option<&crate::journal::Journal>),
-    api_addr: SocketAddr,
+    advertised: &str,
     live: tokio::sync::watch::Receiver<Arc<Config>>,
     election: &CancellationToken,
     work: &CancellationToken,
@@ -250,7 +256,7 @@ fn start_groups(
         elections.spawn(election::run(
             etcd,
             config.node_id.clone(),
-            api_addr.to_string(),
+            advertised.to_owned(),
             elector,
             owned.clone(),
             election.clone(),
@@ -275,7 +281,7 @@ fn start_groups(
         election.clone(),
     ));
     let (merged, merging) =
-        leadership::merge(config.node_id.clone(), api_addr.to_string(), &groups);
+        leadership::merge(config.node_id.clone(), advertised.to_owned(), &groups);
     tokio::spawn(merging);
     (
         merged,

@@ -148,6 +148,9 @@ pub struct EtcdTls {
 #[derive(Clone, Debug)]
 pub struct ApiConfig {
     pub listen: SocketAddr,
+    /// What this node tells others to reach it at (`host:port`), when the address
+    /// it listens on is not that (0.0.0.0 in a container); None: the bound address.
+    pub advertise: Option<String>,
     pub limits: Limits,
     /// Bearer tokens of the admin scope: every `/v1/*` endpoint. With no token of
     /// any scope there is no authentication (loopback only).

@@ -176,6 +176,8 @@ impl Default for RawEtcd {
 #[serde(default, deny_unknown_fields)]
 pub(super) struct RawApi {
     pub(super) listen: String,
+    /// The address other nodes, the dashboard and the CLI are told (host:port).
+    pub(super) advertise: Option<String>,
     pub(super) max_message_bytes: i64,
     #[serde(with = "humantime_serde")]
     pub(super) max_delay: Duration,
@@ -213,6 +215,7 @@ impl Default for RawApi {
     fn default() -> Self {
         RawApi {
             listen: "127.0.0.1:7070".into(),
+            advertise: None,
             max_message_bytes: 1 << 20,
             max_delay: Duration::from_secs(365 * 24 * 3600),
             max_fields: 1000,

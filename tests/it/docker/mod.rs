@@ -459,6 +459,36 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
 
     let (first, epoch) = leader_after(&apis, 0).await;
     let standby = (first + 1) % NODES.len();
+    // Every node is known by its name on the compose network (api.advertise), not
+    // the 0.0.0.0 it listens on: in the leader's view and in the registry.
+    let (_, view) = apis[standby].get("/v1/leader").await;
+    assert_eq!(
+        view["leader"]["address"],
+        format!("{}:7070", NODES[first]),
+        "{view}"
+    );
+    let listed = |nodes: &serde_json::Value| -> Vec<(String, String)> {
+        let all = nodes["nodes"].as_array().cloned().unwrap_or_default();
+        let mut listed: Vec<_> = all
+            .iter()
+            .map(|n| (n["node_id"].to_string(), n["address"].to_string()))
+            .collect();
+        listed.sort();
+        listed
+    };
+    let want: Vec<(String, String)> = NODES
+        .iter()
+        .map(|n| (format!("{n:?}"), format!("\"{n}:7070\"")))
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "every node registered by name",
+        || async {
+            let (_, nodes) = apis[standby].try_get("/v1/nodes").await?;
+            (listed(&nodes) == want).then_some(())
+        },
+    )
+    .await;
     let mut confirmed: Vec<(&str, Vec<String>)> = Vec::new();
     // Due across the crash takeover (lease TTL 6 s) and after it.
     let ids = push(&apis[standby], "e2e-kill", 40, Duration::from_millis(250)).await;
@@ -610,6 +640,36 @@ async fn compose_cluster_variant_forwards_through_redis_cluster() {
     let apis = d.apis();
     let (first, epoch) = leader_after(&apis, 0).await;
     let standby = (first + 1) % NODES.len();
+    // Every node is known by its name on the compose network (api.advertise), not
+    // the 0.0.0.0 it listens on: in the leader's view and in the registry.
+    let (_, view) = apis[standby].get("/v1/leader").await;
+    assert_eq!(
+        view["leader"]["address"],
+        format!("{}:7070", NODES[first]),
+        "{view}"
+    );
+    let listed = |nodes: &serde_json::Value| -> Vec<(String, String)> {
+        let all = nodes["nodes"].as_array().cloned().unwrap_or_default();
+        let mut listed: Vec<_> = all
+            .iter()
+            .map(|n| (n["node_id"].to_string(), n["address"].to_string()))
+            .collect();
+        listed.sort();
+        listed
+    };
+    let want: Vec<(String, String)> = NODES
+        .iter()
+        .map(|n| (format!("{n:?}"), format!("\"{n}:7070\"")))
+        .collect();
+    eventually(
+        Duration::from_secs(30),
+        "every node registered by name",
+        || async {
+            let (_, nodes) = apis[standby].try_get("/v1/nodes").await?;
+            (listed(&nodes) == want).then_some(())
+        },
+    )
+    .await;
     let streams = ["c-orders", "c-payments", "c-mail", "{c-t}x"];
     let mut confirmed = Vec::new();
     for stream in streams {

@@ -1,7 +1,8 @@
 //! HTTP hygiene against a real daemon and Redis: a bound on the requests served at
 //! once (the next is shed with `429` and `Retry-After`), request timeouts that
 //! leave long polls alone, an access log that shows routes, never ids, query
-//! values or tokens, and tokens in read, write and admin scopes.
+//! values or tokens, tokens in read, write and admin scopes, and the address a node
+//! is known by.
 
 use std::time::{Duration, Instant};
 
@@ -400,5 +401,38 @@ async fn large_bodies_nothing_reads_still_get_their_answer() {
                 .unwrap_or_else(|e| panic!("{method} {path} round {round}: no answer: {e}"));
             assert_eq!(status, want, "{method} {path}: {answer}");
         }
+    }
+}
+
+/// A node is known by `api.advertise`, in its leader entry and in the registry,
+/// and by its bound address without it.
+#[tokio::test]
+async fn a_node_is_known_by_its_advertised_address() {
+    const TOKEN: &str = "tok-Ad4-secret";
+    let redis = RedisServer::start().unwrap();
+    for advertise in [Some("node-a.example:7070"), None] {
+        let mut config = format!(
+            "[redis]\nurl = \"{}\"\nshards = 2\n[api]\ntokens = [\"{TOKEN}\"]\n",
+            redis.url()
+        );
+        if let Some(a) = advertise {
+            config.push_str(&format!("advertise = \"{a}\"\n"));
+        }
+        let node = DelayqProcess::start(&delayq_bin(), "advertised", &config).unwrap();
+        let api = Api::new(node.api).with_token(TOKEN);
+        let want = advertise.map_or_else(|| node.api.to_string(), str::to_owned);
+        let (_, view) = eventually(Duration::from_secs(10), "a leader", || async {
+            let (status, view) = api.try_get("/v1/leader").await?;
+            (status == 200 && view["is_leader"] == true).then_some((status, view))
+        })
+        .await;
+        assert_eq!(view["leader"]["address"], want.as_str(), "{view}");
+        eventually(Duration::from_secs(10), "registered", || async {
+            let (_, nodes) = api.try_get("/v1/nodes").await?;
+            (nodes["nodes"][0]["address"] == want.as_str()).then_some(())
+        })
+        .await;
+        drop(node);
+        let () = redis::cmd("FLUSHALL").query(&mut redis.client()).unwrap();
     }
 }

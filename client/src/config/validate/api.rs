@@ -21,6 +21,7 @@ impl RawApi {
     ) -> Result<ApiConfig, ConfigError> {
         let RawApi {
             listen,
+            advertise,
             max_message_bytes,
             max_delay,
             max_fields,
@@ -150,6 +151,7 @@ impl RawApi {
         }
         Ok(ApiConfig {
             listen,
+            advertise: advertise.map(|a| advertised(&a)).transpose()?,
             limits,
             tokens,
             write_tokens,
@@ -172,6 +174,44 @@ impl RawApi {
             },
         })
     }
+}
+
+/// `api.advertise`: `host:port`, the host a DNS name (letters, digits and hyphens
+/// in dot-separated labels of at most 63, 253 in all), an IPv4 address or an IPv6
+/// one in brackets; the port 1 to 65535. Kept as written.
+pub(super) fn advertised(text: &str) -> Result<String, ConfigError> {
+    let refuse = |why: &str| {
+        Err(invalid(
+            "api.advertise",
+            format!("{text:?}: {why} (write it host:port, as \"delayq-1:7070\")"),
+        ))
+    };
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return refuse("no port");
+    };
+    if !matches!(port.parse::<u32>(), Ok(1..=65535)) || port.starts_with(['+', '0']) {
+        return refuse("the port must be 1 to 65535");
+    }
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            host.parse::<std::net::Ipv4Addr>().is_ok()
+                || (!host.is_empty()
+                    && host.len() <= 253
+                    && host.split('.').all(|label| {
+                        (1..=63).contains(&label.len())
+                            && !label.starts_with('-')
+                            && !label.ends_with('-')
+                            && label
+                                .bytes()
+                                .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                    }))
+        }
+    };
+    if !host_ok {
+        return refuse("the host must be a DNS name, an IPv4 address or [an IPv6 one]");
+    }
+    Ok(text.to_owned())
 }
 
 /// `api.tls`, its files checked to parse (and read again at each reload).
@@ -204,4 +244,92 @@ fn api_tls(raw: RawApiTls) -> Result<ApiTls, ConfigError> {
         key_file,
         client_ca,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::advertised;
+    use crate::config::Config;
+
+    #[test]
+    fn an_advertised_address_is_a_host_and_a_port() {
+        for good in [
+            "delayq-1:7070",
+            "node.example.com:1",
+            "10.0.0.7:65535",
+            "[::1]:7070",
+            "[fd00::7]:443",
+            "a:80",
+        ] {
+            assert_eq!(advertised(good).ok().as_deref(), Some(good), "{good}");
+        }
+        for (bad, why) in [
+            ("delayq-1", "no port"),
+            ("delayq-1:", "the port"),
+            ("delayq-1:0", "the port"),
+            ("delayq-1:65536", "the port"),
+            ("delayq-1:+80", "the port"),
+            ("delayq-1:080", "the port"),
+            (":7070", "the host"),
+            ("-node:7070", "the host"),
+            ("node-:7070", "the host"),
+            ("a..b:7070", "the host"),
+            ("no de:7070", "the host"),
+            ("::1:7070", "the host"),
+            ("[nope]:7070", "the host"),
+            ("http://node:7070", "the host"),
+        ] {
+            let err = advertised(bad).expect_err(bad).to_string();
+            assert!(
+                err.starts_with("api.advertise") && err.contains(why),
+                "{bad}: {err}"
+            );
+        }
+        let long_label = format!("{}:7070", "a".repeat(64));
+        assert!(advertised(&long_label).is_err());
+        let label = "a".repeat(63);
+        let long_name = format!("{}:7070", [label.as_str(); 4].join("."));
+        assert!(advertised(&long_name).is_err(), "255 characters");
+        let longest = format!("{}.{}:7070", [label.as_str(); 3].join("."), "a".repeat(61));
+        assert_eq!(advertised(&longest).ok(), Some(longest.clone()));
+    }
+
+    #[test]
+    fn the_setting_and_its_variable_reach_the_config() {
+        let unset = Config::from_toml("", std::iter::empty()).unwrap();
+        assert_eq!(unset.api.advertise, None);
+        let set = Config::from_toml("[api]\nadvertise = \"delayq-2:7070\"", std::iter::empty());
+        assert_eq!(set.unwrap().api.advertise.as_deref(), Some("delayq-2:7070"));
+        let env = [("DELAYQ_API_ADVERTISE".to_owned(), "bad".to_owned())];
+        let err = Config::from_toml("", env).unwrap_err().to_string();
+        assert!(
+            err.contains("api.advertise") && err.contains("DELAYQ_API_ADVERTISE"),
+            "{err}"
+        );
+    }
+
+    mod props {
+        use super::advertised;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn names_and_ports_in_range_are_kept_as_written(
+                labels in proptest::collection::vec("[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?", 1..5),
+                port in 1u32..=65535,
+            ) {
+                let text = format!("{}:{port}", labels.join("."));
+                prop_assert_eq!(advertised(&text).ok(), Some(text.clone()));
+            }
+
+            #[test]
+            fn anything_else_is_refused_without_panicking(text in "\\PC{0,80}") {
+                if let Ok(kept) = advertised(&text) {
+                    prop_assert_eq!(&kept, &text);
+                    let (host, port) = text.rsplit_once(':').unwrap();
+                    prop_assert!(!host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0));
+                }
+            }
+        }
+    }
 }
