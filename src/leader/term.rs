@@ -217,7 +217,7 @@ impl Fences {
     fn message(&self) -> String {
         let s = if self.shards == 1 { "" } else { "s" };
         let hint = if self.hint {
-            ". If this repeats after every election, the etcd cluster was probably rebuilt and its revisions restarted below the fence: see `delayq fence show`"
+            ". If this repeats after every election, the fence is above the epochs etcd gives: a standalone instance (etcd.endpoints = []) ran on this Redis, or the etcd cluster was rebuilt. Once no such instance runs, etcd's revision passes a small fence within a few elections; otherwise see `delayq fence show` and docs/ha.md"
         } else {
             ""
         };
@@ -293,7 +293,9 @@ mod tests {
         assert!(
             one.message().starts_with(
                 "fenced on 1 shard by epoch 9; stepping down. If this repeats after every election"
-            ),
+            ) && one
+                .message()
+                .contains("a standalone instance (etcd.endpoints = [])"),
             "{}",
             one.message()
         );

@@ -202,3 +202,79 @@ async fn a_fence_left_by_an_older_etcd_cluster_is_reported_and_can_be_reset() {
         fenced.load(Ordering::Relaxed)
     );
 }
+
+/// A deployment that ran standalone (epochs from a counter in Redis) and is then
+/// elected through a fresh etcd: the first leaders win below that fence, are
+/// fenced, say why (the standalone run named first) and, as each campaign raises
+/// etcd's revision, one leads within a few elections, with no reset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_standalone_run_the_first_elected_leader_is_fenced_says_why_and_leads_soon() {
+    let redis = RedisServer::start().expect("start redis-server");
+    let standalone = format!("[redis]\nurl = \"{}\"\nshards = 4\n", redis.url());
+    let mut standalone_epoch = 0;
+    while standalone_epoch < 6 {
+        let mut node =
+            DelayqProcess::start(&delayq_bin(), "alone", &standalone).expect("start delayq");
+        let api = Api::new(node.api);
+        standalone_epoch = eventually(
+            Duration::from_secs(10),
+            "the standalone instance leads",
+            || async {
+                let (status, view) = api.try_call("GET", "/leader", None, None).await.ok()?;
+                (status == 200).then(|| view["epoch"].as_u64()).flatten()
+            },
+        )
+        .await;
+        node.terminate(Duration::from_secs(10));
+    }
+
+    let etcd = EtcdServer::start().expect("start etcd");
+    let config = etcd_config(
+        &redis.url(),
+        &[etcd.endpoint()],
+        "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\n",
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).expect("start delayq");
+    let api = Api::new(node.api);
+    // A leader below the fence leads until its first script is refused: wait for
+    // one at or above it (equal passes the fence too).
+    let epoch = eventually(
+        Duration::from_secs(15),
+        "a leader not below the standalone fence",
+        || async {
+            let (status, view) = api.try_call("GET", "/leader", None, None).await.ok()?;
+            let epoch = view["epoch"].as_u64().filter(|_| status == 200)?;
+            (epoch >= standalone_epoch).then_some(epoch)
+        },
+    )
+    .await;
+    let fenced = counter(
+        &api.metrics().await.expect("metrics"),
+        "delayq_fenced_total",
+    );
+    assert!(
+        fenced >= 1.0,
+        "the first leader was not fenced:\n{}",
+        node.full_log()
+    );
+    let log = node.full_log();
+    assert!(
+        log.contains("a standalone instance (etcd.endpoints = []) ran on this Redis"),
+        "{log}"
+    );
+    let store = Store::connect(&crate::support::config(&redis.url(), "").store_config())
+        .await
+        .unwrap();
+    let msg = NewMessage::payload(STREAM, "after standalone", Duration::ZERO);
+    store
+        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(5), "a message is forwarded", || async {
+        (!entries(&mut redis.client(), STREAM).is_empty()).then_some(())
+    })
+    .await;
+    println!(
+        "standalone epoch {standalone_epoch}, then elected at {epoch} after {fenced} fencings"
+    );
+}
