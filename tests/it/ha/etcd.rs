@@ -184,15 +184,7 @@ async fn a_fence_left_by_an_older_etcd_cluster_is_reported_and_can_be_reset() {
         .within(Duration::from_secs(8))
         .wait(|| node.log())
         .await;
-    let msg = NewMessage::payload(STREAM, "after reset", Duration::ZERO);
-    store
-        .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(5), "a message is forwarded", || async {
-        (!entries(&mut redis.client(), STREAM).is_empty()).then_some(())
-    })
-    .await;
+    forwards_one(&store, &redis, "after reset").await;
     assert!(
         store.highest_fence().await.unwrap() > 0,
         "the new leader raised the fence again"
@@ -265,7 +257,15 @@ async fn after_a_standalone_run_the_first_elected_leader_is_fenced_says_why_and_
     let store = Store::connect(&crate::support::config(&redis.url(), "").store_config())
         .await
         .unwrap();
-    let msg = NewMessage::payload(STREAM, "after standalone", Duration::ZERO);
+    forwards_one(&store, &redis, "after standalone").await;
+    println!(
+        "standalone epoch {standalone_epoch}, then elected at {epoch} after {fenced} fencings"
+    );
+}
+
+/// Schedules one message due now and waits until the leader has forwarded it.
+async fn forwards_one(store: &Store, redis: &RedisServer, payload: &str) {
+    let msg = NewMessage::payload(STREAM, payload, Duration::ZERO);
     store
         .schedule(&msg, ScheduleMode::New, Duration::from_secs(60))
         .await
@@ -274,7 +274,4 @@ async fn after_a_standalone_run_the_first_elected_leader_is_fenced_says_why_and_
         (!entries(&mut redis.client(), STREAM).is_empty()).then_some(())
     })
     .await;
-    println!(
-        "standalone epoch {standalone_epoch}, then elected at {epoch} after {fenced} fencings"
-    );
 }
