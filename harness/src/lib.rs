@@ -2,7 +2,7 @@
 //! `etcd` and `delayq` processes on free loopback ports, each in its own temporary
 //! directory, killed when dropped; a file a server (`redis_server.rs`, `cluster.rs`,
 //! `sentinel.rs`, `etcd.rs`, `mariadb.rs`, `delayq_process.rs`) beside the shared ports and
-//! signals here. Binaries are found on `PATH` unless
+//! signals here; `pki.rs` makes a CA and certificates for TLS. Binaries are found on `PATH` unless
 //! `DELAYQ_TEST_REDIS_SERVER` / `DELAYQ_TEST_ETCD` name them.
 
 use std::fs::File;
@@ -20,6 +20,7 @@ mod cluster;
 mod delayq_process;
 mod etcd;
 mod mariadb;
+mod pki;
 #[cfg(feature = "props")]
 pub mod props;
 mod proxy;
@@ -30,6 +31,7 @@ pub use cluster::*;
 pub use delayq_process::*;
 pub use etcd::*;
 pub use mariadb::*;
+pub use pki::*;
 pub use proxy::Proxy;
 pub use redis_server::*;
 pub use sentinel::*;

@@ -11,7 +11,7 @@ use anyhow::{Context, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use delayq_harness::{DelayqProcess, EtcdServer, RedisServer};
+use delayq_harness::{DelayqProcess, EtcdServer, Pki, RedisServer};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {
@@ -34,47 +34,18 @@ struct Cluster {
     primary: DelayqProcess,
     standby: DelayqProcess,
     /// The demo CA's files when the nodes serve HTTPS (gone with the demo).
-    tls: Option<DemoCa>,
+    _pki: Option<Pki>,
 }
 
-/// A CA made for the demo and a certificate it signed for 127.0.0.1 and localhost,
-/// written to a directory that lives as long as the demo.
-struct DemoCa {
-    dir: tempfile::TempDir,
-}
-
-impl DemoCa {
-    fn make() -> anyhow::Result<DemoCa> {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-        let ca_key = KeyPair::generate()?;
-        let mut ca = CertificateParams::new(Vec::<String>::new())?;
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "delayq demo CA");
-        let ca = ca.self_signed(&ca_key)?;
-        let key = KeyPair::generate()?;
-        let leaf = CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])?
-            .signed_by(&key, &ca, &ca_key)?;
-        let dir = tempfile::Builder::new().prefix("delayq-demo-").tempdir()?;
-        std::fs::write(dir.path().join("ca.pem"), ca.pem())?;
-        std::fs::write(dir.path().join("api.pem"), leaf.pem())?;
-        std::fs::write(dir.path().join("api-key.pem"), key.serialize_pem())?;
-        Ok(DemoCa { dir })
-    }
-
-    fn ca_file(&self) -> std::path::PathBuf {
-        self.dir.path().join("ca.pem")
-    }
-
-    /// The `[api]` section that serves HTTPS with the demo's certificate.
-    fn api_section(&self) -> String {
-        let file = |name: &str| format!("{:?}", self.dir.path().join(name).display().to_string());
-        format!(
-            "[api]\ntls = {{ cert_file = {}, key_file = {} }}\n",
-            file("api.pem"),
-            file("api-key.pem")
-        )
-    }
+/// The `[api]` section that serves HTTPS with `pki`'s server certificate (made for
+/// 127.0.0.1 and localhost).
+fn https_section(pki: &Pki) -> String {
+    let file = |name: &str| format!("{:?}", pki.path(name).display().to_string());
+    format!(
+        "[api]\ntls = {{ cert_file = {}, key_file = {} }}\n",
+        file("server.pem"),
+        file("server-key.pem")
+    )
 }
 
 pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
@@ -88,20 +59,19 @@ pub async fn main(args: DemoArgs) -> anyhow::Result<()> {
 }
 
 async fn show(args: DemoArgs) -> anyhow::Result<()> {
-    let tls = if args.tls {
-        Some(DemoCa::make()?)
-    } else {
-        None
+    let pki = match args.tls {
+        true => Some(Pki::new().context("make the demo's CA")?),
+        false => None,
     };
-    let ca_file = tls.as_ref().map(DemoCa::ca_file);
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let http = crate::cli::https::builder(tls.is_some(), ca_file.as_deref())?
+    let ca_file = pki.as_ref().map(|p| p.path("ca.pem"));
+    let scheme = if pki.is_some() { "https" } else { "http" };
+    let http = crate::cli::https::builder(pki.is_some(), ca_file.as_deref())?
         .timeout(Duration::from_secs(5))
         .build()?;
-    let mut cluster = start(tls, &http, scheme).await?;
+    let mut cluster = start(pki, &http, scheme).await?;
     let primary = format!("{scheme}://{}", cluster.primary.api);
     let standby = format!("{scheme}://{}", cluster.standby.api);
-    let (cacert, ca_flag) = match cluster.tls.as_ref().map(DemoCa::ca_file) {
+    let (cacert, ca_flag) = match &ca_file {
         Some(path) => {
             println!("demo CA        {}", path.display());
             (
@@ -193,11 +163,7 @@ async fn show(args: DemoArgs) -> anyhow::Result<()> {
 
 /// Starts Redis, etcd and the primary, waits until the primary leads, then starts
 /// the standby behind it.
-async fn start(
-    tls: Option<DemoCa>,
-    http: &reqwest::Client,
-    scheme: &str,
-) -> anyhow::Result<Cluster> {
+async fn start(pki: Option<Pki>, http: &reqwest::Client, scheme: &str) -> anyhow::Result<Cluster> {
     let bin = std::env::current_exe().context("find the delayq binary")?;
     let (redis, etcd) = tokio::task::block_in_place(|| -> anyhow::Result<_> {
         let redis =
@@ -209,7 +175,7 @@ async fn start(
         "[redis]\nurl = \"{}\"\nshards = 4\n\n[etcd]\nendpoints = [\"{}\"]\ncluster = \"demo\"\nlease_ttl = \"2s\"\n\n[log]\nlevel = \"warn\"\n\n{}",
         redis.url(),
         etcd.endpoint(),
-        tls.as_ref().map(DemoCa::api_section).unwrap_or_default()
+        pki.as_ref().map(https_section).unwrap_or_default()
     );
     // The primary starts first and wins; the standby lines up behind it.
     let primary = tokio::task::block_in_place(|| DelayqProcess::start(&bin, "primary", &config))?;
@@ -226,7 +192,7 @@ async fn start(
         etcd,
         primary,
         standby,
-        tls,
+        _pki: pki,
     })
 }
 

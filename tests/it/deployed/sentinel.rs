@@ -194,7 +194,7 @@ async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     // TLS to every data node (replication too); the Sentinels on plain TCP.
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let options = SentinelOptions {
         data_tls: Some(pki.server(false)),
         ..SentinelOptions::default()

@@ -211,7 +211,7 @@ fn drill_drives_an_existing_cluster_through_its_commands() {
 /// drill reaches them with `--ca-file`, and without it trusts none of them.
 #[test]
 fn drill_reaches_nodes_over_https_with_its_ca_file() {
-    let pki = crate::tls::Pki::new();
+    let pki = crate::tls::Pki::new().expect("a CA and its certificates");
     let cluster = Existing::start_with(&format!(
         "[api]\ntls = {{ cert_file = \"{}\", key_file = \"{}\" }}\n",
         pki.path("server.pem").display(),

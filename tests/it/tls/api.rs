@@ -102,7 +102,7 @@ fn cli_leader(url: &str, ca: Option<&Path>) -> (i32, String) {
 
 #[tokio::test]
 async fn the_api_answers_https_to_clients_that_trust_its_ca_and_refuses_the_others() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     let node = https_node(&redis, &pki.path("server.pem"), &pki.path("server-key.pem"));
     let base = format!("https://127.0.0.1:{}", node.api.port());
@@ -149,7 +149,7 @@ async fn the_api_answers_https_to_clients_that_trust_its_ca_and_refuses_the_othe
 
 #[tokio::test]
 async fn a_name_the_certificate_does_not_carry_is_refused() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     // Carries only redis.delayq.test: reached as 127.0.0.1, the name does not match.
     let node = https_node(&redis, &pki.path("named.pem"), &pki.path("named-key.pem"));
@@ -167,7 +167,7 @@ async fn a_name_the_certificate_does_not_carry_is_refused() {
 /// A certificate for localhost and 127.0.0.1 signed by a CA of its own: the CA's
 /// PEM file, and the certificate's and key's.
 fn another_ca_and_server(dir: &Path) -> (PathBuf, String, String) {
-    let (ca, ca_key) = authority("the next delayq test CA");
+    let (ca, ca_key) = authority("the next delayq test CA").expect("a CA");
     let key = KeyPair::generate().unwrap();
     let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
     params
@@ -184,7 +184,7 @@ fn another_ca_and_server(dir: &Path) -> (PathBuf, String, String) {
 
 #[tokio::test]
 async fn a_certificate_swapped_under_sighup_serves_new_connections_while_a_long_poll_stays() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let (cert, key) = (dir.path().join("api.pem"), dir.path().join("api-key.pem"));
@@ -233,7 +233,7 @@ async fn a_certificate_swapped_under_sighup_serves_new_connections_while_a_long_
 
 #[tokio::test]
 async fn with_client_ca_file_a_client_certificate_is_needed_and_suffices() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     let config = format!(
         "[redis]\nurl = \"{}\"\nshards = 2\n[api]\ntls = {{ cert_file = \"{}\", key_file = \"{}\", client_ca_file = \"{}\" }}\n",
@@ -266,7 +266,7 @@ async fn with_client_ca_file_a_client_certificate_is_needed_and_suffices() {
 /// it works unchanged (the test's browser takes the test's certificate).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dashboard_works_over_https() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     let node = https_node(&redis, &pki.path("server.pem"), &pki.path("server-key.pem"));
     let base = format!("https://localhost:{}", node.api.port());

@@ -18,7 +18,7 @@ use crate::support::{
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_delivers_through_a_tls_cluster_as_an_acl_user() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let files = pki.server(false);
     let cluster = tokio::task::spawn_blocking(move || RedisCluster::start_with(3, Some(files)))
         .await

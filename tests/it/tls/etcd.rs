@@ -60,8 +60,8 @@ async fn leads(node: &DelayqProcess) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_tls_everywhere_a_standby_takes_over_from_a_killed_leader() {
-    let pki = Pki::new();
-    let redis = pki.redis(true);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(true).expect("a TLS redis-server");
     let etcd = etcd(&pki).await;
     let password = acl_user(&redis, pki.dir.path());
     let config = format!(
@@ -98,7 +98,7 @@ async fn with_tls_everywhere_a_standby_takes_over_from_a_killed_leader() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_ca_server_name_password_or_permission_is_refused_naming_its_setting() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let etcd = etcd(&pki).await;
     let redis = RedisServer::start().expect("redis");
     #[rustfmt::skip]
@@ -156,7 +156,7 @@ async fn a_wrong_ca_server_name_password_or_permission_is_refused_naming_its_set
 
 #[test]
 fn etcd_tls_and_auth_settings_are_checked_before_anything_connects() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let p = |name: &str| pki.path(name).display().to_string();
     std::fs::write(pki.path("pw"), "pw\n").unwrap();
     let ok = format!(
@@ -196,8 +196,8 @@ fn etcd_tls_and_auth_settings_are_checked_before_anything_connects() {
 #[test]
 fn the_drill_drives_a_deployment_with_tls_everywhere_through_its_config() {
     let rt = tokio::runtime::Runtime::new().unwrap();
-    let pki = Pki::new();
-    let redis = pki.redis(true);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(true).expect("a TLS redis-server");
     let etcd = rt.block_on(etcd(&pki));
     let password = acl_user(&redis, pki.dir.path());
     let config = format!(

@@ -29,7 +29,7 @@ fn refused(config: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_goes_over_tls_checked_against_its_ca_and_nothing_less_is_taken() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = RedisServer::start().unwrap();
     let db = MariaDbServer::start_with(Some(MariaDbTls {
         cert: pki.path("server.pem"),

@@ -13,98 +13,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use delayq_harness::{DelayqProcess, RedisOptions, RedisServer, RedisTlsFiles};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
+use delayq_harness::{DelayqProcess, RedisServer};
 use serde_json::json;
 
 use crate::support::{Api, delayq_bin, entries, eventually, text, within};
 
-/// The one name the "named" server certificate carries.
-const NAMED_HOST: &str = "redis.delayq.test";
-
-/// A CA and the certificates it signs, as PEM files in a temp dir.
-pub(crate) struct Pki {
-    pub(crate) dir: tempfile::TempDir,
-}
-
-impl Pki {
-    /// A CA, a server certificate for 127.0.0.1, one for [`NAMED_HOST`] only and a
-    /// client certificate, all signed by it, and a second CA that signs nothing here.
-    pub(crate) fn new() -> Pki {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (ca, ca_key) = authority("delayq test CA");
-        let (other, _) = authority("another CA");
-        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
-        write("ca.pem", ca.pem());
-        write("other-ca.pem", other.pem());
-        // "named" carries only a name that resolves nowhere: reached by address,
-        // it takes redis.tls_server_name.
-        for (name, sans, dns) in [
-            ("server", true, "localhost"),
-            ("client", false, "localhost"),
-            ("named", false, NAMED_HOST),
-        ] {
-            let key = KeyPair::generate().unwrap();
-            let mut params = CertificateParams::new(vec![dns.to_owned()]).unwrap();
-            // A subject of its own: one equal to its issuer's reads as self-signed.
-            params
-                .distinguished_name
-                .push(DnType::CommonName, format!("delayq test {name}"));
-            if sans {
-                params
-                    .subject_alt_names
-                    .push(SanType::IpAddress("127.0.0.1".parse().unwrap()));
-            }
-            let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
-            write(&format!("{name}.pem"), cert.pem());
-            write(&format!("{name}-key.pem"), key.serialize_pem());
-        }
-        Pki { dir }
-    }
-
-    pub(crate) fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    /// The server's files, for a server that needs client certificates or not.
-    pub(crate) fn server(&self, client_auth: bool) -> RedisTlsFiles {
-        RedisTlsFiles {
-            cert: self.path("server.pem"),
-            key: self.path("server-key.pem"),
-            ca: self.path("ca.pem"),
-            client_auth,
-        }
-    }
-
-    fn redis(&self, client_auth: bool) -> RedisServer {
-        RedisServer::start_with(RedisOptions {
-            tls: Some(self.server(client_auth)),
-            ..RedisOptions::default()
-        })
-        .expect("a TLS redis-server")
-    }
-
-    /// `<section>.tls_*` lines: the CA, and the client certificate for mutual TLS.
-    pub(crate) fn settings(&self, ca: &str, client: bool) -> String {
-        let mut lines = format!("tls_ca_file = \"{}\"\n", self.path(ca).display());
-        if client {
-            lines += &format!(
-                "tls_cert_file = \"{}\"\ntls_key_file = \"{}\"\n",
-                self.path("client.pem").display(),
-                self.path("client-key.pem").display()
-            );
-        }
-        lines
-    }
-}
-
-fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
-    let key = KeyPair::generate().unwrap();
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params.distinguished_name.push(DnType::CommonName, name);
-    (params.self_signed(&key).unwrap(), key)
-}
+pub(crate) use delayq_harness::{NAMED_HOST, Pki, authority};
 
 /// An ACL user that may do what delayq does, with its password in a file.
 fn acl_user(redis: &RedisServer, dir: &Path) -> PathBuf {
@@ -188,8 +102,8 @@ fn check_config(config: &str) -> (bool, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_delivers_through_tls_redis_as_an_acl_user_and_never_shows_the_password() {
-    let pki = Pki::new();
-    let redis = pki.redis(false);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(false).expect("a TLS redis-server");
     let password = acl_user(&redis, pki.dir.path());
     let tls = format!("tls_ca_file = \"{}\"", pki.path("ca.pem").display());
     let config = config(&redis, &password, &tls);
@@ -203,8 +117,8 @@ async fn a_daemon_delivers_through_tls_redis_as_an_acl_user_and_never_shows_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_settings_are_checked_before_anything_connects() {
-    let pki = Pki::new();
-    let redis = pki.redis(false);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(false).expect("a TLS redis-server");
     let password = acl_user(&redis, pki.dir.path());
     let p = |name: &str| pki.path(name).display().to_string();
     #[rustfmt::skip]
@@ -234,8 +148,8 @@ async fn tls_settings_are_checked_before_anything_connects() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ca_that_did_not_sign_the_server_certificate_is_refused_naming_the_setting() {
-    let pki = Pki::new();
-    let redis = pki.redis(false);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(false).expect("a TLS redis-server");
     let password = acl_user(&redis, pki.dir.path());
     let tls = format!("tls_ca_file = \"{}\"", pki.path("other-ca.pem").display());
     let config = config(&redis, &password, &tls);
@@ -263,8 +177,8 @@ async fn refused_naming(config: &str, key: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mutual_tls_needs_a_client_certificate_and_works_with_one() {
-    let pki = Pki::new();
-    let redis = pki.redis(true);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(true).expect("a TLS redis-server");
     let password = acl_user(&redis, pki.dir.path());
     let ca = format!("tls_ca_file = \"{}\"", pki.path("ca.pem").display());
     let client = format!(
@@ -300,7 +214,7 @@ async fn mutual_tls_needs_a_client_certificate_and_works_with_one() {
 
 #[test]
 fn the_production_example_passes_check_config_with_its_files_in_place() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     // The certificates where the example names them, the secrets as credentials.
     let tls = pki.dir.path().join("tls");
     std::fs::create_dir(&tls).unwrap();
@@ -347,8 +261,8 @@ fn the_production_example_passes_check_config_with_its_files_in_place() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinels_over_tls_name_a_tls_master() {
     use delayq_harness::{SentinelOptions, SentinelServer};
-    let pki = Pki::new();
-    let redis = pki.redis(false);
+    let pki = Pki::new().expect("a CA and its certificates");
+    let redis = pki.redis(false).expect("a TLS redis-server");
     let password = acl_user(&redis, pki.dir.path());
     // The Sentinel serves TLS only, and watches the master on its TLS port.
     let sentinel = SentinelServer::start_with(

@@ -37,7 +37,7 @@ fn config(pki: &Pki, redis: &RedisServer, extra: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_name_reaches_a_redis_whose_certificate_names_another_host() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let mut redis = named_redis(&pki);
 
     // By address alone, and with a name the certificate does not carry.
@@ -77,7 +77,7 @@ async fn a_server_name_reaches_a_redis_whose_certificate_names_another_host() {
 
 #[test]
 fn a_server_name_is_checked_before_anything_connects() {
-    let pki = Pki::new();
+    let pki = Pki::new().expect("a CA and its certificates");
     let redis = named_redis(&pki);
     let sentinel = "sentinel = { master = \"m\", nodes = [\"127.0.0.1:26379\"] }";
     #[rustfmt::skip]
