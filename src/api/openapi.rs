@@ -7,6 +7,7 @@
 //! (`auth::ROUTES`), and the refusals of an overloaded or slow request (the group
 //! `guard` bounds it with).
 
+use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use axum::http::header::CONTENT_TYPE;
@@ -174,12 +175,12 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = (&'static str, &mut O
     .filter_map(|(method, op)| op.map(|op| (method, op)))
 }
 
-/// Each operation's query parameters, by (method in lower case, path as routed):
+/// Each operation's query parameters, by path as routed and method in lower case:
 /// what `query::refuse_unknown` lets through.
-pub(super) fn query_parameters() -> std::collections::HashMap<(String, String), Vec<String>> {
+pub(super) fn query_parameters() -> HashMap<String, HashMap<String, Vec<String>>> {
     use utoipa::openapi::path::ParameterIn;
     let mut doc = build();
-    let mut out = std::collections::HashMap::new();
+    let mut out: HashMap<String, HashMap<String, Vec<String>>> = HashMap::new();
     for (path, item) in doc.paths.paths.iter_mut() {
         for (method, op) in operations(item) {
             let names = op
@@ -189,7 +190,9 @@ pub(super) fn query_parameters() -> std::collections::HashMap<(String, String), 
                 .filter(|p| matches!(p.parameter_in, ParameterIn::Query))
                 .map(|p| p.name.clone())
                 .collect();
-            out.insert((method.to_owned(), path.clone()), names);
+            out.entry(path.clone())
+                .or_default()
+                .insert(method.to_owned(), names);
         }
     }
     out

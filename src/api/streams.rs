@@ -7,10 +7,8 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use utoipa::openapi::path::ParameterIn;
 use utoipa::{IntoParams, ToSchema};
 
 use super::input::{
@@ -53,14 +51,6 @@ pub struct NextQuery {
     #[param(minimum = 1, maximum = 1000, default = 1)]
     count: Option<usize>,
 }
-
-/// The names of [`NextQuery`]'s parameters, the only ones a long poll accepts.
-static NEXT_PARAMS: LazyLock<Vec<String>> = LazyLock::new(|| {
-    NextQuery::into_params(|| Some(ParameterIn::Query))
-        .into_iter()
-        .map(|p| p.name)
-        .collect()
-});
 
 /// Entries handed to a consumer.
 #[derive(Debug, Serialize, ToSchema)]
@@ -146,16 +136,7 @@ pub async fn next(
     StrictQuery(params): StrictQuery<Vec<(String, String)>>,
 ) -> Result<Json<Polled>, ApiError> {
     checked_stream(&stream, &state, &reach)?;
-    if let Some((unknown, _)) = params.iter().find(|(k, _)| !NEXT_PARAMS.contains(k)) {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_query",
-            format!(
-                "{unknown}: unknown parameter (known: {})",
-                NEXT_PARAMS.join(", ")
-            ),
-        ));
-    }
+    // A parameter it does not take was refused before it (`query::refuse_unknown`).
     let param = |key: &str| {
         params
             .iter()
@@ -311,7 +292,6 @@ mod tests {
 
     #[test]
     fn the_accepted_names_are_the_documented_ones() {
-        assert_eq!(*NEXT_PARAMS, ["group", "consumer", "wait", "count"]);
         assert_eq!(*ACK_KEYS, ["group", "ids"]);
     }
 }
