@@ -129,13 +129,7 @@ async fn a_fence_left_by_an_older_etcd_cluster_is_reported_and_can_be_reset() {
         .unwrap();
     // What the leaders of a previous etcd cluster left behind.
     store.raise_fences(1_000_000).await.unwrap();
-    let config = etcd_config(
-        &redis.url(),
-        &[etcd.endpoint()],
-        "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\n",
-    );
-    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).expect("start delayq");
-    let api = Api::new(node.api);
+    let (config, node, api) = elected_node(&redis, &etcd);
     let fenced = Arc::new(AtomicUsize::new(0));
     eventually(
         Duration::from_secs(5),
@@ -221,13 +215,7 @@ async fn after_a_standalone_run_the_first_elected_leader_is_fenced_says_why_and_
     }
 
     let etcd = EtcdServer::start().expect("start etcd");
-    let config = etcd_config(
-        &redis.url(),
-        &[etcd.endpoint()],
-        "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\n",
-    );
-    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).expect("start delayq");
-    let api = Api::new(node.api);
+    let (_, node, api) = elected_node(&redis, &etcd);
     // A leader below the fence leads until its first script is refused: wait for
     // one at or above it (equal passes the fence too).
     let epoch = eventually(
@@ -261,6 +249,18 @@ async fn after_a_standalone_run_the_first_elected_leader_is_fenced_says_why_and_
     println!(
         "standalone epoch {standalone_epoch}, then elected at {epoch} after {fenced} fencings"
     );
+}
+
+/// A node of 4 shards elected through `etcd`: its config, the process and its API.
+fn elected_node(redis: &RedisServer, etcd: &EtcdServer) -> (String, DelayqProcess, Api) {
+    let config = etcd_config(
+        &redis.url(),
+        &[etcd.endpoint()],
+        "[redis]\nshards = 4\n[etcd]\ncluster = \"ha\"\n",
+    );
+    let node = DelayqProcess::start(&delayq_bin(), "n0", &config).expect("start delayq");
+    let api = Api::new(node.api);
+    (config, node, api)
 }
 
 /// Schedules one message due now and waits until the leader has forwarded it.

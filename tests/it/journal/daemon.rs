@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use delayq_harness::{DelayqProcess, MariaDbServer, RedisServer};
 use serde_json::json;
 
-use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually, within};
+use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually, within, xlen};
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -47,12 +47,6 @@ fn journal_rows(db: &MariaDbServer) -> BTreeMap<String, (u8, String)> {
             ))
         })
         .collect()
-}
-
-/// The length of stream `s` (0 while Redis does not answer): a cheap question to
-/// ask before reading every entry.
-fn xlen(conn: &mut redis::Connection) -> usize {
-    redis::cmd("XLEN").arg("s").query(conn).unwrap_or(0)
 }
 
 /// Each entry's message id (`delayq-id`) → its entry id.
@@ -136,7 +130,7 @@ async fn redis_loses_its_data(loss: Loss) {
     let pushed_in = started.elapsed().as_millis() as u64;
     let mut conn = redis.client();
     eventually(Duration::from_secs(60), "the first half delivered", || {
-        let done = xlen(&mut conn) >= early.len()
+        let done = xlen(&mut conn, "s") >= early.len()
             && Tally::of_ids(early, &entries(&mut conn, "s"))
                 .lost
                 .is_empty();
@@ -168,7 +162,7 @@ async fn redis_loses_its_data(loss: Loss) {
         until_due + Duration::from_secs(60),
         "the later half delivered",
         || {
-            let done = (xlen(&mut conn) >= late.len()).then(|| {
+            let done = (xlen(&mut conn, "s") >= late.len()).then(|| {
                 let got = entries(&mut conn, "s");
                 let tally = Tally::of_ids(late, &got);
                 tally.lost.is_empty().then_some((tally, got))
