@@ -141,14 +141,13 @@ pub(super) fn check_stream_allowed(stream: &str, config: &Config) -> Result<(), 
 }
 
 /// A query string that cannot be read as parameters: what is wrong, named by the
-/// parameter (serde's own words, without axum's "Failed to deserialize query
-/// string" in front).
+/// parameter (the deserializer's own words, the cause axum's rejection wraps).
 fn bad_query(e: QueryRejection) -> ApiError {
-    let text = e.body_text();
-    let detail = text
-        .strip_prefix("Failed to deserialize query string: ")
-        .unwrap_or(&text);
-    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", detail.to_owned())
+    let detail = match std::error::Error::source(&e) {
+        Some(cause) => cause.to_string(),
+        None => e.body_text(),
+    };
+    ApiError::new(StatusCode::BAD_REQUEST, "bad_query", detail)
 }
 
 /// axum's `Query`, refusing (`400 bad_query`) a query whose decoded bytes are not
