@@ -79,6 +79,8 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/streams/{stream}/dead", Token(Read)),
     ("POST", "/v1/streams/{stream}/dead/replay", Token(Admin)),
     ("POST", "/v1/streams/{stream}/dead/purge", Token(Admin)),
+    ("GET", "/v1/streams/{stream}/keys/{key}", Token(Read)),
+    ("DELETE", "/v1/streams/{stream}/keys/{key}", Token(Write)),
     ("GET", "/v1/stats", Token(Read)),
     ("GET", "/v1/leader", Token(Read)),
     ("GET", "/v1/openapi.json", Token(Read)),

@@ -12,6 +12,7 @@ mod durable;
 mod error;
 mod guard;
 mod input;
+mod keys;
 pub mod listener;
 mod messages;
 mod node;
@@ -122,6 +123,7 @@ fn routes() -> Routes {
             .routes(routes!(dead::list))
             .routes(routes!(dead::replay))
             .routes(routes!(dead::purge))
+            .routes(routes!(keys::list, keys::cancel))
             .routes(routes!(stats::stats))
             .routes(routes!(streams::ack))
             .routes(routes!(openapi::document))

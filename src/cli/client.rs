@@ -1,12 +1,9 @@
 //! Subcommands that talk to a running daemon over HTTP.
 
-use std::io::Read;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
-
-use super::human::plain as text;
 
 #[derive(Args, Debug, Clone)]
 pub struct Target {
@@ -67,30 +64,8 @@ pub enum ClientCommand {
     ///   echo '{"a":1}' | delayq push orders - --delay 1h --id order-42-reminder
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Push {
-        stream: String,
-        /// Payload (the one field `payload`); `-` reads it from stdin (one trailing
-        /// newline dropped, as the shell's `$(…)` does).
-        payload: Option<String>,
-        /// A field, as name=value (repeatable, kept in order); instead of a payload.
-        #[arg(long = "field", short = 'f', value_name = "NAME=VALUE")]
-        fields: Vec<String>,
-        /// Delay, e.g. 20m, 1500ms, 1h30m (0 for now); this or --at is required, as
-        /// over HTTP.
-        #[arg(long, conflicts_with = "at", required_unless_present = "at")]
-        delay: Option<String>,
-        /// Absolute due time: epoch ms or RFC 3339.
-        #[arg(long)]
-        at: Option<String>,
-        #[arg(long)]
-        id: Option<String>,
-        #[arg(long, default_value_t = 0)]
-        priority: u8,
-        /// Give up delivering after due time plus this (e.g. 1h).
-        #[arg(long)]
-        ttl: Option<String>,
-        /// Overwrite a message with the same id instead of reporting a duplicate.
-        #[arg(long)]
-        replace: bool,
+        #[command(flatten)]
+        message: super::push::PushArgs,
         #[command(flatten)]
         target: Target,
     },
@@ -105,14 +80,37 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Cancel a scheduled message
+    /// Cancel a scheduled message, or every one of a business key in a stream
     ///
     /// Examples:
     ///   delayq cancel order-42-reminder
     ///   delayq cancel order-42-reminder || [ $? -eq 4 ]   # already delivered is fine
+    ///   delayq cancel --key order-42 --stream orders
     #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     Cancel {
-        id: String,
+        #[arg(required_unless_present = "key", conflicts_with = "key")]
+        id: Option<String>,
+        /// Every pending message of this business key (in --stream) instead.
+        #[arg(long, requires = "stream")]
+        key: Option<String>,
+        #[arg(long, requires = "key")]
+        stream: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// List a business key's messages in a stream: pending first, then finished
+    ///
+    /// Examples:
+    ///   delayq key orders order-42
+    ///   delayq key orders order-42 --after <next of the page before>
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
+    Key {
+        stream: String,
+        key: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
         #[command(flatten)]
         target: Target,
     },
@@ -224,69 +222,52 @@ pub enum ClientCommand {
 /// Runs a client command; the exit code tells scripts what happened ([`EXIT_CODES`]).
 pub async fn main(cmd: ClientCommand) -> ExitCode {
     match cmd {
-        ClientCommand::Push {
-            stream,
-            payload,
-            fields,
-            delay,
-            at,
-            id,
-            priority,
-            ttl,
-            replace,
-            target,
-        } => {
-            let mut body = json!({ "stream": stream, "priority": priority, "replace": replace });
-            match (payload, fields.is_empty()) {
-                (Some(p), true) => {
-                    let text = if p == "-" {
-                        let mut s = String::new();
-                        if let Err(e) = std::io::stdin().read_to_string(&mut s) {
-                            eprintln!("delayq: reading stdin: {e}");
-                            return ExitCode::from(EXIT_REFUSED);
-                        }
-                        without_final_newline(s)
-                    } else {
-                        p
-                    };
-                    body["payload"] = Value::String(text);
-                }
-                (None, false) => {
-                    let mut pairs = Vec::new();
-                    for f in &fields {
-                        let Some((k, v)) = f.split_once('=') else {
-                            eprintln!("delayq: --field {f:?}: write it as name=value");
-                            return ExitCode::from(EXIT_REFUSED);
-                        };
-                        pairs.push(json!([k, v]));
-                    }
-                    body["fields"] = Value::Array(pairs);
-                }
-                _ => {
-                    eprintln!("delayq: give a payload or --field name=value (not both)");
+        ClientCommand::Push { message, target } => {
+            let body = super::push::body(message);
+            let body = match body {
+                Ok(body) => body,
+                Err(why) => {
+                    eprintln!("delayq: {why}");
                     return ExitCode::from(EXIT_REFUSED);
                 }
-            }
-            let Some((name, value)) = due_field(delay, at) else {
-                eprintln!("delayq: give --delay or --at (--delay 0 for now)");
-                return ExitCode::from(EXIT_REFUSED);
             };
-            body[name] = value;
-            if let Some(id) = id {
-                body["id"] = Value::String(id);
-            }
-            if let Some(ttl) = ttl {
-                body["ttl"] = Value::String(ttl);
-            }
             call(&target, reqwest::Method::POST, "/v1/messages", Some(body)).await
         }
         ClientCommand::Get { id, target } => {
             let path = format!("/v1/messages/{}", encode(&id));
             call(&target, reqwest::Method::GET, &path, None).await
         }
-        ClientCommand::Cancel { id, target } => {
-            let path = format!("/v1/messages/{}", encode(&id));
+        ClientCommand::Cancel {
+            id,
+            key,
+            stream,
+            target,
+        } => {
+            let path = match (id, key, stream) {
+                (Some(id), _, _) => format!("/v1/messages/{}", encode(&id)),
+                (None, Some(key), Some(stream)) => {
+                    format!("/v1/streams/{}/keys/{}", encode(&stream), encode(&key))
+                }
+                _ => unreachable!("clap requires an id, or --key with --stream"),
+            };
             call(&target, reqwest::Method::DELETE, &path, None).await
+        }
+        ClientCommand::Key {
+            stream,
+            key,
+            after,
+            limit,
+            target,
+        } => {
+            let mut path = format!(
+                "/v1/streams/{}/keys/{}?limit={limit}",
+                encode(&stream),
+                encode(&key)
+            );
+            if let Some(after) = after {
+                path.push_str(&format!("&after={}", encode(&after)));
+            }
+            call(&target, reqwest::Method::GET, &path, None).await
         }
         ClientCommand::Reschedule {
             id,
@@ -308,7 +289,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
                 reqwest::Method::GET,
                 "/v1/stats",
                 None,
-                print_stats,
+                super::stats::print,
             )
             .await
         }
@@ -362,20 +343,12 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
     }
 }
 
-/// Text read from stdin, its one final line break dropped (`echo x` sends "x\n").
-fn without_final_newline(mut text: String) -> String {
-    if text.ends_with('\n') {
-        text.pop();
-        if text.ends_with('\r') {
-            text.pop();
-        }
-    }
-    text
-}
-
 /// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else
 /// RFC 3339 text); None when neither was given.
-fn due_field(delay: Option<String>, at: Option<String>) -> Option<(&'static str, Value)> {
+pub(super) fn due_field(
+    delay: Option<String>,
+    at: Option<String>,
+) -> Option<(&'static str, Value)> {
     match (delay, at) {
         (Some(d), _) => Some(("delay", Value::String(d))),
         (None, Some(a)) => Some((
@@ -486,71 +459,6 @@ pub(super) fn exit_code(status: reqwest::StatusCode, answer: &Value) -> u8 {
     }
 }
 
-fn print_stats(v: &Value) {
-    let leader = &v["leader"];
-    let role = if leader["is_leader"].as_bool() == Some(true) {
-        "leader"
-    } else {
-        "standby"
-    };
-    println!(
-        "node {} ({role}); leader {} epoch {} ({})",
-        text(&v["node_id"]),
-        text(&leader["node_id"]),
-        text(&leader["epoch"]),
-        text(&leader["mode"])
-    );
-    let pending = &v["pending"];
-    let next = match pending["next_due_in_ms"].as_u64() {
-        // Whole seconds past a second: milliseconds only matter up close.
-        Some(ms) if ms >= 1000 => format!(
-            "next due in {}",
-            delayq_client::human::duration(std::time::Duration::from_secs(ms / 1000))
-        ),
-        Some(ms) => format!("next due in {ms}ms"),
-        None => "nothing due".to_owned(),
-    };
-    println!("pending: {} ({next})", text(&pending["total"]));
-    if let Some(streams) = pending["per_stream"].as_object() {
-        let exact = if pending["per_stream_exact"].as_bool() == Some(false) {
-            " (counted in part)"
-        } else {
-            ""
-        };
-        for (stream, n) in streams {
-            println!("  {stream}: {n}{exact}");
-        }
-    }
-    if let Some(shards) = pending["per_shard"].as_array() {
-        let counts: Vec<String> = shards.iter().map(text).collect();
-        println!("per shard: {}", counts.join(" "));
-    }
-    for (label, key) in [
-        ("lateness, last minutes", "recent"),
-        ("lateness, since start", "since_start"),
-    ] {
-        let l = &v["lateness_ms"][key];
-        if l.is_object() {
-            println!(
-                "{label}: p50 {} ms, p99 {} ms, max {} ms ({} messages)",
-                text(&l["p50"]),
-                text(&l["p99"]),
-                text(&l["max"]),
-                text(&l["count"])
-            );
-        }
-    }
-    let inbox = &v["inbox"];
-    if inbox.is_object() {
-        println!(
-            "inbox {}: {} entries, {} being scheduled",
-            text(&inbox["stream"]),
-            text(&inbox["length"]),
-            text(&inbox["pending"])
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -577,23 +485,6 @@ mod tests {
                 super::exit_code(status, &json!({ "error": error })),
                 code,
                 "{status} {error}"
-            );
-        }
-    }
-
-    #[test]
-    fn one_final_newline_is_dropped_from_stdin() {
-        for (read, payload) in [
-            ("hi\n", "hi"),
-            ("hi\r\n", "hi"),
-            ("hi", "hi"),
-            ("hi\n\n", "hi\n"),
-            ("", ""),
-        ] {
-            assert_eq!(
-                super::without_final_newline(read.to_owned()),
-                payload,
-                "{read:?}"
             );
         }
     }

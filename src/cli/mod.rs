@@ -13,6 +13,8 @@ mod human;
 mod journal;
 mod logging;
 mod ops;
+mod push;
+mod stats;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -11,6 +11,7 @@ pub(super) const AT_FIELD: &str = "delayq-at";
 pub(super) const ID_FIELD: &str = "delayq-id";
 pub(super) const PRIORITY_FIELD: &str = "delayq-priority";
 pub(super) const TTL_FIELD: &str = "delayq-ttl";
+pub(super) const KEY_FIELD: &str = "delayq-key";
 pub(super) const RESERVED: &[&str] = &[
     STREAM_FIELD,
     DELAY_FIELD,
@@ -18,6 +19,7 @@ pub(super) const RESERVED: &[&str] = &[
     ID_FIELD,
     PRIORITY_FIELD,
     TTL_FIELD,
+    KEY_FIELD,
 ];
 /// Bytes the reserved fields may add to `api.max_message_bytes` in an entry whose
 /// fields are still copied into its rejection.
@@ -88,6 +90,9 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
     let ttl = get(TTL_FIELD)
         .map(|t| parse_duration_field(TTL_FIELD, t))
         .transpose()?;
+    let key = get(KEY_FIELD)
+        .map(|k| MessageKey::parse(k).map_err(|e| format!("{KEY_FIELD}: {e}")))
+        .transpose()?;
     if fields.is_empty() {
         return Err(format!(
             "no message fields: the entry holds only {RESERVED_PREFIX}* fields"
@@ -96,7 +101,8 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
     let msg = NewMessage::new(stream, fields, due)
         .with_id(id)
         .with_priority(priority)
-        .with_ttl(ttl);
+        .with_ttl(ttl)
+        .with_key(key);
     msg.validate(&config.api.limits, &config.forwarder.own_fields())
         .map_err(|e| e.to_string())?;
     Ok(msg)
@@ -140,6 +146,19 @@ mod tests {
     /// A parsed message: id, due time, message fields.
     type Parsed<'a> = (&'a str, Due, &'a [(&'a str, &'a str)]);
 
+    #[test]
+    fn a_key_field_is_the_message_s_key_not_a_field() {
+        let fields = [
+            ("delayq-stream", "orders"),
+            ("delayq-delay", "1s"),
+            ("delayq-key", "order-42"),
+            ("a", "1"),
+        ];
+        let msg = parse_entry(&entry(&fields), &config()).unwrap();
+        assert_eq!(msg.key.as_ref().map(|k| k.as_str()), Some("order-42"));
+        assert_eq!(msg.fields, vec![("a".to_owned(), "1".to_owned())]);
+    }
+
     #[track_caller]
     fn check(fields: &[(&str, &str)], expected: Result<Parsed<'_>, &str>) {
         let got = parse_entry(&entry(fields), &config());
@@ -177,6 +196,8 @@ mod tests {
         check(&[("delayq-stream", "orders"), ("delayq-delay", "400days"), ("a", "1")], Err("max_delay"));
         check(&[("delayq-stream", "orders"), ("delayq-at", "tomorrow"), ("a", "1")], Err("delayq-at \"tomorrow\": not epoch milliseconds"));
         check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-id", "a b"), ("a", "1")], Err("delayq-id: id \"a b\""));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-key", "a b"), ("a", "1")], Err("delayq-key: key \"a b\""));
+        check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-key", ""), ("a", "1")], Err("delayq-key: key \"\": must be 1 to 128"));
         check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-priority", "10"), ("a", "1")], Err("delayq-priority \"10\": must be an integer from 0 to 9"));
         check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-ttl", "-1s"), ("a", "1")], Err("delayq-ttl \"-1s\": must not be negative"));
         check(&[("delayq-stream", "orders"), ("delayq-delay", "1s"), ("delayq-dealy", "1s"), ("a", "1")], Err("delayq-dealy: unknown reserved field"));

@@ -9,6 +9,7 @@
 //! | `delayq-id` | message id (default: the inbox entry id, e.g. `1700000000000-0`) |
 //! | `delayq-priority` | 0–9 |
 //! | `delayq-ttl` | milliseconds or human, counted from the due time |
+//! | `delayq-key` | business key (`[A-Za-z0-9._:-]{1,128}`), to list or cancel by |
 //!
 //! Every other field is the message, forwarded verbatim and in order. Every instance
 //! (leader or not) reads the inbox through one consumer group, under its node id, and
@@ -17,7 +18,7 @@
 //! it is scheduled. An entry that cannot be scheduled goes, with its reason and
 //! original fields, to the rejected stream (also acknowledged atomically); an entry
 //! too large to copy there (more field/value pairs than `api.max_fields` plus the
-//! six reserved ones, or more bytes than `api.max_message_bytes` plus 4 KiB) goes
+//! seven reserved ones, or more bytes than `api.max_message_bytes` plus 4 KiB) goes
 //! with its id and reason only. Entries an instance read and never acknowledged (it
 //! died) are taken over by any live instance once idle for `inbox.reclaim_after`.
 //!
@@ -42,7 +43,7 @@ use tokio_util::sync::CancellationToken;
 use crate::backoff::Backoff;
 use crate::complaint::Complaint;
 use crate::config::{Config, InboxConfig};
-use crate::message::{Due, MessageId, NewMessage, parse_duration_field};
+use crate::message::{Due, MessageId, MessageKey, NewMessage, parse_duration_field};
 use crate::metrics as m;
 use crate::store::{
     BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection,

@@ -180,6 +180,7 @@ impl GroupSweep {
                 // Validation makes both set whenever a stream is watched.
                 id_field: config.forwarder.id_field.clone().unwrap_or_default(),
                 attempt_field: config.forwarder.attempt_field.clone().unwrap_or_default(),
+                key_field: config.forwarder.key_field.clone().unwrap_or_default(),
                 retention: config.records.retention,
             },
             cursor: None,

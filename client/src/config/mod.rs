@@ -242,6 +242,9 @@ pub struct ForwarderConfig {
     pub max_rate: u64,
     pub id_field: Option<String>,
     pub attempt_field: Option<String>,
+    /// Field that carries a message's business key on its entry (None = not added;
+    /// a message without a key gets none either way).
+    pub key_field: Option<String>,
     pub dead_letter_suffix: String,
 }
 
@@ -252,6 +255,7 @@ impl ForwarderConfig {
         crate::message::OwnFields {
             id_field: self.id_field.clone(),
             attempt_field: self.attempt_field.clone(),
+            key_field: self.key_field.clone(),
         }
     }
 }
@@ -382,6 +386,7 @@ impl Config {
             retention: self.records.retention,
             id_field: self.forwarder.id_field.clone(),
             attempt_field: self.forwarder.attempt_field.clone(),
+            key_field: self.forwarder.key_field.clone(),
             dead_letter_suffix: self.forwarder.dead_letter_suffix.clone(),
             default_maxlen: self.streams.default_maxlen,
             maxlen: self.streams.maxlen.clone(),

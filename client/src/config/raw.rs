@@ -328,6 +328,7 @@ pub(super) struct RawForwarder {
     pub(super) idle_wakeup: Duration,
     pub(super) id_field: String,
     pub(super) attempt_field: String,
+    pub(super) key_field: String,
     pub(super) dead_letter_suffix: String,
     pub(super) max_rate: i64,
 }
@@ -339,6 +340,7 @@ impl Default for RawForwarder {
             idle_wakeup: Duration::from_secs(1),
             id_field: "delayq-id".into(),
             attempt_field: "delayq-attempt".into(),
+            key_field: String::new(),
             dead_letter_suffix: ":dead".into(),
             max_rate: 0,
         }

@@ -25,6 +25,8 @@ pub struct StoredMessage {
     pub first_delivered_ms: Option<u64>,
     /// On a redelivery: why it was redelivered (the entry left unacknowledged, by whom).
     pub redelivery_reason: Option<String>,
+    /// The producer's business key, if it gave one.
+    pub key: Option<String>,
 }
 
 impl StoredMessage {
@@ -51,6 +53,7 @@ impl StoredMessage {
                 .map(text)
                 .transpose()?
                 .filter(|r| !r.is_empty()),
+            key: next.optional().map(text).transpose()?,
         })
     }
 
@@ -74,6 +77,7 @@ impl StoredMessage {
             number(self.expire_at_ms.unwrap_or(0)),
             self.first_delivered_ms.map_or(Value::Nil, number),
             self.redelivery_reason.as_deref().map_or(Value::Nil, text),
+            self.key.as_deref().map_or(Value::Nil, text),
         ]
     }
 }
@@ -165,7 +169,7 @@ impl Due {
 impl NewMessage {
     /// This message as a schedule call carries it, in the layout the prelude's
     /// `read_new_message` reads: id, due kind, due value, priority, ttl ms (0 = none),
-    /// stream, n, then the n field/value pairs.
+    /// key ("" = none), stream, n, then the n field/value pairs.
     pub(crate) fn script_args(&self) -> impl Iterator<Item = Arg<'_>> {
         let [due_kind, due_value] = self.due.script_args();
         let ttl_ms = self.ttl.map_or(0, |ttl| ttl.as_millis() as u64);
@@ -175,6 +179,7 @@ impl NewMessage {
             due_value,
             Arg::Number(u64::from(self.priority)),
             Arg::Number(ttl_ms),
+            Arg::Text(self.key.as_ref().map_or("", |k| k.as_str())),
             Arg::Text(&self.stream),
             Arg::Number(self.fields.len() as u64),
         ]
@@ -188,13 +193,16 @@ impl NewMessage {
 }
 
 /// A message's own parts as the journal keeps them in its `body` column: JSON
-/// `{"fields": [[name, value], …], "priority": p, "ttl_ms": ms or null}`; the id,
-/// stream and due time have columns of their own.
+/// `{"fields": [[name, value], …], "priority": p, "ttl_ms": ms or null}`, with
+/// `"key": k` when the message has a business key; the id, stream and due time have
+/// columns of their own.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct JournalBody {
     fields: Fields,
     priority: u8,
     ttl_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
 }
 
 impl NewMessage {
@@ -204,6 +212,7 @@ impl NewMessage {
             fields: self.fields.clone(),
             priority: self.priority,
             ttl_ms: self.ttl.map(|t| t.as_millis() as u64),
+            key: self.key.as_ref().map(|k| k.as_str().to_owned()),
         })
         .expect("strings and numbers serialize")
     }
@@ -216,10 +225,17 @@ impl NewMessage {
         due: Due,
     ) -> Result<NewMessage, String> {
         let body: JournalBody = serde_json::from_slice(body).map_err(|e| format!("body: {e}"))?;
+        let key = body
+            .key
+            .as_deref()
+            .map(super::MessageKey::parse)
+            .transpose()
+            .map_err(|e| format!("body: {e}"))?;
         Ok(NewMessage::new(stream, body.fields, due)
             .with_id(id)
             .with_priority(body.priority)
-            .with_ttl(body.ttl_ms.map(std::time::Duration::from_millis)))
+            .with_ttl(body.ttl_ms.map(std::time::Duration::from_millis))
+            .with_key(key))
     }
 }
 
@@ -238,23 +254,31 @@ mod tests {
             ("order".to_owned(), "42".to_owned()),
             ("e".into(), "".into()),
         ];
-        for (priority, ttl) in [
-            (0, None),
-            (9, Some(Duration::from_millis(1500))),
-            (5, Some(Duration::ZERO)),
+        for (priority, ttl, key) in [
+            (0, None, None),
+            (9, Some(Duration::from_millis(1500)), Some("order-42")),
+            (5, Some(Duration::ZERO), None),
         ] {
+            let key = key.map(|k| crate::message::MessageKey::parse(k).unwrap());
             let msg = NewMessage::new("s".to_owned(), fields.clone(), Due::At(1_700_000_000_000))
                 .with_id(MessageId::parse("m-1").unwrap())
                 .with_priority(priority)
-                .with_ttl(ttl);
+                .with_ttl(ttl)
+                .with_key(key.clone());
             let back =
                 NewMessage::from_journal(msg.id.clone(), "s".into(), &msg.journal_body(), msg.due)
                     .unwrap();
             assert_eq!(
-                (back.fields, back.priority, back.ttl),
-                (fields.clone(), priority, ttl)
+                (back.fields, back.priority, back.ttl, back.key),
+                (fields.clone(), priority, ttl, key)
             );
         }
+        // A key the journal holds is checked like any other.
+        let bad = br#"{"fields":[["a","b"]],"priority":0,"ttl_ms":null,"key":"a b"}"#;
+        assert!(
+            NewMessage::from_journal(MessageId::parse("x").unwrap(), "s".into(), bad, Due::At(1))
+                .is_err()
+        );
         // What journals hold already reads (the body's names are its format).
         let old = br#"{"fields":[["a","b"]],"priority":3,"ttl_ms":null}"#;
         let back =
@@ -272,7 +296,7 @@ mod tests {
 
     /// The body schema's names after the format: the order in which
     /// [`StoredMessage::from_values`] reads a stored message's fields.
-    const SCHEMA: [&str; 9] = [
+    const SCHEMA: [&str; 10] = [
         "stream",
         "fields",
         "due",
@@ -282,6 +306,7 @@ mod tests {
         "expire_at",
         "first_delivered",
         "reason",
+        "key",
     ];
 
     /// The largest whole number a Lua number (a double) holds exactly: every number
@@ -298,13 +323,14 @@ mod tests {
                 prop::option::of(1..=MAX_EXACT),
                 prop::option::of(1..=MAX_EXACT),
                 prop::option::of("\\PC{1,40}"),
+                prop::option::of("[A-Za-z0-9._:-]{1,20}"),
             ),
         )
             .prop_map(
                 |(
                     (stream, fields),
                     (due_ms, priority, created_ms, attempt),
-                    (expire_at_ms, first_delivered_ms, redelivery_reason),
+                    (expire_at_ms, first_delivered_ms, redelivery_reason, key),
                 )| StoredMessage {
                     stream,
                     fields,
@@ -315,6 +341,7 @@ mod tests {
                     expire_at_ms,
                     first_delivered_ms,
                     redelivery_reason,
+                    key,
                 },
             )
     }
@@ -350,6 +377,7 @@ mod tests {
             prop_assert_eq!(read, Ok(StoredMessage {
                 first_delivered_ms: None,
                 redelivery_reason: None,
+                key: None,
                 ..msg
             }));
         }
@@ -367,6 +395,7 @@ mod tests {
             expire_at_ms: None,
             first_delivered_ms: None,
             redelivery_reason: None,
+            key: None,
         };
         for (i, name) in SCHEMA.iter().enumerate().take(7) {
             let mut values = msg.to_values();
@@ -419,7 +448,7 @@ mod tests {
 
     #[test]
     fn a_new_message_as_script_arguments() {
-        check_args(msg(), "m1 in 1500 0 0 orders 1 payload hi");
+        check_args(msg(), "m1 in 1500 0 0  orders 1 payload hi");
         check_args(
             NewMessage {
                 due: Due::At(1_700_000_000_000),
@@ -428,7 +457,11 @@ mod tests {
                 fields: vec![("a".into(), "1".into()), ("b".into(), "".into())],
                 ..msg()
             },
-            "m1 at 1700000000000 9 60000 orders 2 a 1 b ",
+            "m1 at 1700000000000 9 60000  orders 2 a 1 b ",
+        );
+        check_args(
+            msg().with_key(Some(crate::message::MessageKey::parse("order-42").unwrap())),
+            "m1 in 1500 0 0 order-42 orders 1 payload hi",
         );
     }
 }

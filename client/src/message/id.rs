@@ -12,6 +12,25 @@ static GENERATOR: Mutex<ulid::Generator> = Mutex::new(ulid::Generator::new());
 /// Longest id a client may supply.
 pub const MAX_ID_LEN: usize = 128;
 
+/// The rule for words a producer names a message by (ids, business keys):
+/// `[A-Za-z0-9._:-]{1,max}`; the error names `what`.
+pub(super) fn check_word(what: &str, word: &str, max: usize) -> Result<(), String> {
+    if word.is_empty() || word.len() > max {
+        return Err(format!(
+            "{what} {word:?}: must be 1 to {max} characters long"
+        ));
+    }
+    if let Some(bad) = word
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
+    {
+        return Err(format!(
+            "{what} {word:?}: character {bad:?} is not allowed (allowed: A-Z a-z 0-9 . _ : -)"
+        ));
+    }
+    Ok(())
+}
+
 /// A message id: client-supplied (`[A-Za-z0-9._:-]{1,128}`) or generated (a ULID,
 /// which sorts by creation time, and within one process in the order generated).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -20,19 +39,7 @@ pub struct MessageId(String);
 impl MessageId {
     /// Checks a client-supplied id.
     pub fn parse(id: &str) -> Result<Self, InvalidMessage> {
-        if id.is_empty() || id.len() > MAX_ID_LEN {
-            return Err(InvalidMessage::Id(format!(
-                "id {id:?}: must be 1 to {MAX_ID_LEN} characters long"
-            )));
-        }
-        if let Some(bad) = id
-            .chars()
-            .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | ':' | '-')))
-        {
-            return Err(InvalidMessage::Id(format!(
-                "id {id:?}: character {bad:?} is not allowed (allowed: A-Z a-z 0-9 . _ : -)"
-            )));
-        }
+        check_word("id", id, MAX_ID_LEN).map_err(InvalidMessage::Id)?;
         Ok(MessageId(id.to_owned()))
     }
 

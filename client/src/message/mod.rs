@@ -3,6 +3,7 @@
 //! here is pure (no I/O).
 //!
 //! - `id.rs`: [`MessageId`] (checks, generation, shard) and [`EntryId`].
+//! - `key.rs`: [`MessageKey`], a message's business key.
 //! - `due.rs`: [`Due`], due-set scores and the durations clients write.
 //! - `validate.rs`: [`NewMessage::validate`] and the rules behind it.
 //! - `codec.rs`: [`StoredMessage`], and how a message crosses into the store's
@@ -11,6 +12,7 @@
 pub(crate) mod codec;
 mod due;
 mod id;
+mod key;
 mod validate;
 
 use std::time::Duration;
@@ -18,6 +20,7 @@ use std::time::Duration;
 pub use codec::StoredMessage;
 pub use due::{Due, due_score, parse_duration, parse_duration_field};
 pub use id::{EntryId, MAX_ID_LEN, MessageId};
+pub use key::{MAX_KEY_LEN, MessageKey};
 pub use validate::{
     InvalidMessage, Limits, OwnFields, RESERVED_PREFIX, check_field_names, is_plain,
     validate_stream,
@@ -40,6 +43,9 @@ pub struct NewMessage {
     /// After `due + ttl` the message is no longer worth delivering: it goes to the
     /// dead-letter stream with reason `expired` instead.
     pub ttl: Option<Duration>,
+    /// The producer's business key, under which the message can be listed and
+    /// cancelled with the others of its stream that carry it.
+    pub key: Option<MessageKey>,
 }
 
 impl NewMessage {
@@ -53,6 +59,7 @@ impl NewMessage {
             due,
             priority: 0,
             ttl: None,
+            key: None,
         }
     }
 
@@ -81,9 +88,15 @@ impl NewMessage {
         NewMessage { ttl, ..self }
     }
 
-    /// Bytes of stream name, field names and values: what the message costs to hold.
+    /// The same message under business key `key` (None: none).
+    pub fn with_key(self, key: Option<MessageKey>) -> Self {
+        NewMessage { key, ..self }
+    }
+
+    /// Bytes of stream name, key, field names and values: what the message costs to hold.
     pub fn size(&self) -> usize {
         self.stream.len()
+            + self.key.as_ref().map_or(0, |k| k.as_str().len())
             + self
                 .fields
                 .iter()
@@ -101,6 +114,7 @@ pub(crate) mod props {
         super::OwnFields {
             id_field: Some("delayq-id".into()),
             attempt_field: Some("delayq-attempt".into()),
+            key_field: None,
         }
     }
 }
@@ -119,6 +133,7 @@ mod tests {
             let _ = parse_duration(&text);
             let _ = parse_duration_field("delay", &text);
             let _ = MessageId::parse(&text);
+            let _ = MessageKey::parse(&text);
             let _ = EntryId::parse(&text);
             let _ = validate_stream(&text);
             let _ = check_field_names(&[(text.clone(), text.clone())], &daemon_fields());

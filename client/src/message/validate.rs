@@ -65,11 +65,12 @@ impl NewMessage {
 pub const RESERVED_PREFIX: &str = "delayq-";
 
 /// The fields the forwarder adds to each delivered entry (`forwarder.id_field`,
-/// `forwarder.attempt_field`); None when it adds none.
+/// `forwarder.attempt_field`, `forwarder.key_field`); None when it adds none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnFields {
     pub id_field: Option<String>,
     pub attempt_field: Option<String>,
+    pub key_field: Option<String>,
 }
 
 /// The one check of a message's field names, whichever way it comes in: none may
@@ -85,14 +86,14 @@ pub fn check_field_names(
                 "fields: field name \"\" must not be empty".into(),
             ));
         }
-        let added = [&own.id_field, &own.attempt_field]
+        let added = [&own.id_field, &own.attempt_field, &own.key_field]
             .into_iter()
             .flatten()
             .any(|f| f == name);
         if added || name.starts_with(RESERVED_PREFIX) {
             return Err(InvalidMessage::Fields(format!(
                 "fields: field name {name:?} is reserved: delayq writes {RESERVED_PREFIX}* \
-                 fields and the forwarder.id_field / forwarder.attempt_field fields itself; \
+                 fields and the forwarder.id_field / attempt_field / key_field fields itself; \
                  rename it"
             )));
         }
@@ -162,6 +163,8 @@ pub enum InvalidMessage {
     #[error("{0}")]
     Id(String),
     #[error("{0}")]
+    Key(String),
+    #[error("{0}")]
     Stream(String),
     #[error("{0}")]
     Fields(String),
@@ -205,7 +208,7 @@ mod tests {
         #[test]
         fn reserved_field_names_are_refused_by_name(rest in "\\PC{0,20}", own in "[a-z-]{1,12}") {
             let own = format!("x-{own}");
-            let own_fields = OwnFields { id_field: None, attempt_field: Some(own.clone()) };
+            let own_fields = OwnFields { id_field: None, attempt_field: Some(own.clone()), key_field: None };
             for name in [format!("{RESERVED_PREFIX}{rest}"), own] {
                 let fields = [("a".to_owned(), "1".to_owned()), (name.clone(), "v".to_owned())];
                 let refusal = check_field_names(&fields, &own_fields).unwrap_err().to_string();

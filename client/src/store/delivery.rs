@@ -46,6 +46,9 @@ pub struct RedeliverOptions {
     pub dead_letter_stream: String,
     pub id_field: String,
     pub attempt_field: String,
+    /// The field a delivered entry carries its message's business key in ("" =
+    /// none): the next attempt keeps the key.
+    pub key_field: String,
     /// How long the dead-letter record stays, like every terminal record.
     pub retention: Duration,
 }
@@ -216,6 +219,7 @@ impl Store {
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
             .arg(self.apart_arg(stream))
+            .arg(&options.key_field)
             .invoke_async(&mut self.conn.clone())
             .await
             .map_err(StoreError::from_script)?;

@@ -52,6 +52,7 @@ impl Store {
             .arg(self.keys.unreadable_stream(shard))
             .arg(options.default_maxlen)
             .arg(if self.is_cluster() { "cluster" } else { "" })
+            .arg(options.key_field.as_deref().unwrap_or(""))
             .arg(budgets.len());
         for (stream, budget) in budgets {
             inv.arg(stream).arg(*budget);
@@ -94,12 +95,14 @@ impl Store {
     /// `limit` of them (a forward batch's records expire together and are taken whole).
     pub async fn trim_records(&self, shard: u16, epoch: u64, limit: usize) -> Result<Trimmed> {
         let k = self.keys.shard(shard);
-        let (forgotten, looked_at): (u64, u64) = self
+        let (forgotten, looked_at, keys_pruned): (u64, u64, u64) = self
             .scripts
             .trim
             .key(&k.records)
             .key(&k.records_by_expiry)
             .key(&k.fence)
+            .key(&k.due)
+            .key(&k.bodies)
             .arg(epoch)
             .arg(limit)
             .invoke_async(&mut self.conn.clone())
@@ -108,6 +111,7 @@ impl Store {
         Ok(Trimmed {
             forgotten,
             looked_at,
+            keys_pruned,
         })
     }
 }

@@ -8,6 +8,7 @@ mod acked;
 mod audit;
 mod batch;
 mod board;
+mod by_key;
 mod conn;
 mod dial;
 mod error;
@@ -45,6 +46,7 @@ pub use batch::{BatchItem, InboxAck};
 pub use board::{
     DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,
 };
+pub use by_key::{KeyCancelled, KeyedMessage, KeyedState};
 pub use conn::{SentinelConfig, Separate, slot_master};
 pub use error::{Result, StoreError, oom_refused_within};
 pub use eviction::{Memory, NEARLY_FULL};
@@ -65,7 +67,7 @@ pub use stats::{HeldBack, PendingReport, StreamCounts};
 pub use streams::StreamEntry;
 pub use tls::{RedisTls, client as redis_client};
 
-use crate::message::{Due, MessageId, StoredMessage};
+use crate::message::{Due, MessageId, MessageKey, StoredMessage};
 use crate::secret::RedisUrl;
 use conn::Conn;
 use scripts::{Call, Functions, Lua, lua};
@@ -88,6 +90,8 @@ pub use delivery::{
 struct Scripts {
     reschedule: Lua,
     cancel: Lua,
+    cancel_key: Lua,
+    key_messages: Lua,
     get: Lua,
     forward: Lua,
     trim: Lua,
@@ -112,6 +116,8 @@ impl Scripts {
         Scripts {
             reschedule: lua("reschedule", &f),
             cancel: lua("cancel", &f),
+            cancel_key: lua("cancel_key", &f),
+            key_messages: lua("key_messages", &f),
             get: lua("get", &f),
             forward: lua("forward", &f),
             trim: lua("trim", &f),

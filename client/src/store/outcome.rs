@@ -130,6 +130,9 @@ pub struct ForwardOptions {
     pub id_field: Option<String>,
     /// Field added to every forwarded entry with the delivery attempt (None = not added).
     pub attempt_field: Option<String>,
+    /// Field added to a forwarded entry with the message's business key, if it has
+    /// one (None = not added).
+    pub key_field: Option<String>,
     pub dead_letter_suffix: String,
     /// `MAXLEN ~` applied to every target stream (0 = none) unless overridden per stream.
     pub default_maxlen: u64,
@@ -190,6 +193,8 @@ pub struct Trimmed {
     /// Record ids whose retention had passed, forgotten or not (an id recorded again
     /// since keeps its newer record).
     pub looked_at: u64,
+    /// Ids the key index dropped: neither pending nor on record any more.
+    pub keys_pruned: u64,
 }
 
 #[cfg(test)]

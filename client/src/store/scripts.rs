@@ -41,13 +41,23 @@ enum Kind {
 }
 
 /// Every script: its name (the file `lua/<name>.lua`), body and kind.
-const SOURCES: [(&str, &str, Kind); 18] = [
+const SOURCES: [(&str, &str, Kind); 20] = [
     (
         "reschedule",
         include_str!("lua/reschedule.lua"),
         Kind::Writes,
     ),
     ("cancel", include_str!("lua/cancel.lua"), Kind::Frees),
+    (
+        "cancel_key",
+        include_str!("lua/cancel_key.lua"),
+        Kind::Frees,
+    ),
+    (
+        "key_messages",
+        include_str!("lua/key_messages.lua"),
+        Kind::Reads,
+    ),
     ("get", include_str!("lua/get.lua"), Kind::Reads),
     ("forward", include_str!("lua/forward.lua"), Kind::Writes),
     ("trim", include_str!("lua/trim.lua"), Kind::Frees),
@@ -122,16 +132,19 @@ const PRELUDE: &str = concat!(
     include_str!("lua/prelude/60-pending.lua"),
     "\n",
     include_str!("lua/prelude/70-admit.lua"),
+    "\n",
+    include_str!("lua/prelude/80-keys.lua"),
 );
 
 /// The prelude's tables that hold what one call has read (id hashes, record
 /// generations, pending states): an `EVALSHA` starts each empty, and so must each
 /// function call, or one call would act on what an earlier one read.
-const PER_CALL_CACHES: [&str; 4] = [
+const PER_CALL_CACHES: [&str; 5] = [
     "id_hashes",
     "generations_of",
     "hash_layout_in_use",
     "pending_states",
+    "key_indexes",
 ];
 
 /// The library: its name, and its text for `FUNCTION LOAD`.
@@ -429,7 +442,7 @@ mod tests {
 
     /// The prelude's parts, in the order they are joined: each may use what the ones
     /// before it define (a test holds this list to the folder's files).
-    const PRELUDE_PARTS: [&str; 7] = [
+    const PRELUDE_PARTS: [&str; 8] = [
         "10-calls.lua",
         "20-body.lua",
         "30-call.lua",
@@ -437,6 +450,7 @@ mod tests {
         "50-held.lua",
         "60-pending.lua",
         "70-admit.lua",
+        "80-keys.lua",
     ];
 
     /// The prelude joins every part of `lua/prelude/`, in their names' order, and each

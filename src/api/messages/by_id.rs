@@ -52,6 +52,9 @@ pub enum MessageStatus {
         expires_at: Option<u64>,
         /// `[name, value]` pairs, in order.
         fields: Vec<(String, String)>,
+        /// Its business key, if it was pushed with one.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
     },
     Ended {
         id: String,
@@ -179,6 +182,7 @@ pub async fn status(
             attempt: s.attempt,
             expires_at: s.expire_at_ms,
             fields: s.fields,
+            key: s.key,
         },
         Status::Done(r) => MessageStatus::Ended {
             id: id.as_str().to_owned(),

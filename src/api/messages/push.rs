@@ -19,7 +19,7 @@ use crate::api::input::{body_limit, check_stream_allowed, documented_keys, objec
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::config::Config;
-use crate::message::{Fields, MessageId, NewMessage};
+use crate::message::{Fields, MessageId, MessageKey, NewMessage};
 use crate::metrics as m;
 use crate::store::{ScheduleMode, Scheduled};
 
@@ -35,7 +35,7 @@ pub struct PushRequest {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Value>,
     /// XADDed verbatim and in order. Names beginning with `delayq-`, and the
-    /// `forwarder.id_field` / `forwarder.attempt_field` names, are refused (422).
+    /// `forwarder.id_field` / `attempt_field` / `key_field` names, are refused (422).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fields: Option<FieldsBody>,
     /// In how long, as text such as `"20m"`, `"1500ms"` or `"1h 30m"`.
@@ -67,6 +67,11 @@ pub struct PushRequest {
     /// Replace the message of the same id if it is still scheduled.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub replace: Option<bool>,
+    /// A business key (`order-42`): the stream's messages that carry it can be
+    /// listed and cancelled together (`/v1/streams/{stream}/keys/{key}`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
+    pub key: Option<String>,
 }
 
 /// A message's fields: an object (in its order), or a list of `[name, value]` pairs.
@@ -259,10 +264,16 @@ pub(super) fn parse_push(
         Some(Value::Bool(true)) => ScheduleMode::Replace,
         Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
     };
+    let key = match given("key") {
+        None => None,
+        Some(Value::String(s)) => Some(MessageKey::parse(s)?),
+        Some(_) => return Err(ApiError::invalid("key: must be a string")),
+    };
     let msg = NewMessage::new(stream, fields, due)
         .with_id(id)
         .with_priority(priority)
-        .with_ttl(ttl);
+        .with_ttl(ttl)
+        .with_key(key);
     msg.validate(&config.api.limits, &config.forwarder.own_fields())?;
     Ok((msg, mode))
 }
@@ -396,7 +407,8 @@ mod tests {
                 "priority",
                 "ttl",
                 "ttl_ms",
-                "replace"
+                "replace",
+                "key"
             ]
         );
         let refusal = push(json!({ "colour": "red" })).unwrap_err();

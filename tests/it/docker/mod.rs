@@ -1,5 +1,5 @@
 //! The Docker deployment, for real: delayq's image built from docker/Dockerfile
-//! (its `prebuilt` target, with a release binary built here) on base images made
+//! (its `prebuilt` target, with the daemon the suite was built with) on base images made
 //! from Debian's packages by docker/local-images.sh, which also starts a Docker
 //! engine when none answers; then docker/compose.yaml brought up under a project
 //! name of its own, its ports on free loopback ports, and failed over: the leader
@@ -11,7 +11,7 @@
 //! there is none. The compose command is `docker compose` when that works, else
 //! `docker-compose`; DELAYQ_TEST_COMPOSE (e.g. "docker-compose") chooses.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Output;
 use std::time::{Duration, Instant};
 
@@ -55,46 +55,12 @@ async fn docker(args: &[&str]) -> String {
     ok(&format!("docker {args:?}"), run("docker", args, &[]).await)
 }
 
-/// The release binary, built here once (cargo rebuilds nothing when it is fresh),
-/// in the target directory these tests were built in.
-async fn release_binary() -> PathBuf {
-    let target = delayq_bin()
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>/delayq")
-        .to_path_buf();
-    let started = Instant::now();
-    // Niced: the other tests run meanwhile, some of them timing what they see.
-    let mut build = Command::new("nice");
-    build
-        .args(["-n", "10", env!("CARGO"), "build", "--release", "--locked"])
-        .args(["--bin", "delayq", "--target-dir"])
-        .arg(&target)
-        .current_dir(repo())
-        .kill_on_drop(true);
-    // Without what `cargo test` sets for this test binary: a build script that
-    // watches one of these (ring's watches CARGO_MANIFEST_DIR) would otherwise see
-    // it changed since `.ci/install-deps` built the release binary, and half the
-    // dependency tree would be built again beside the running tests.
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if (name.starts_with("CARGO_") && name != "CARGO_HOME") || name == "LD_LIBRARY_PATH" {
-            build.env_remove(name.as_ref());
-        }
-    }
-    let build = build.output();
-    let out = tokio::time::timeout(Duration::from_secs(40 * 60), build)
-        .await
-        .expect("cargo build --release did not finish within 40 minutes")
-        .expect("run cargo");
-    ok("cargo build --release", out);
-    eprintln!("release binary ready in {:.1?}", started.elapsed());
-    target.join("release/delayq")
-}
-
 /// A Docker engine, the local base images and `IMAGE`, or a clear failure.
 async fn images() {
-    let binary = release_binary().await;
+    // The daemon these tests were built with (local-images.sh strips it): what
+    // the image carries is under test, not how fast it was compiled, and a release
+    // build beside the suite would cost it minutes of both cores.
+    let binary = delayq_bin();
     let started = Instant::now();
     let script = Command::new(repo().join("docker/local-images.sh"))
         .arg(&binary)

@@ -38,6 +38,7 @@ async fn schedule_many(
             let id = format!("{tag}-{i}");
             async move {
                 let msg = NewMessage {
+                    key: None,
                     id: MessageId::parse(&id).unwrap(),
                     stream,
                     fields: vec![("n".into(), i.to_string())],

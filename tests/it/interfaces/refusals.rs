@@ -193,7 +193,8 @@ async fn every_operation_refuses_a_query_parameter_it_does_not_take() {
         let path = path
             .replace("{stream}", "orders")
             .replace("{id}", "m1")
-            .replace("{node}", "n1");
+            .replace("{node}", "n1")
+            .replace("{key}", "k1");
         assert!(!path.contains('{'), "a path parameter to fill in: {path}");
         for (method, _) in item.as_object().expect("operations") {
             let method = method.to_ascii_uppercase();

@@ -129,6 +129,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
     let messages: Vec<(NewMessage, u64)> = (0..N)
         .map(|i| {
             let msg = NewMessage {
+                key: None,
                 id: MessageId::parse(&format!("j{i}")).unwrap(),
                 stream: format!("s{}", i % 7),
                 fields: vec![("n".into(), i.to_string()), ("é".into(), "ü ✓".into())],
@@ -302,6 +303,7 @@ async fn writes_copied_late_never_undo_a_later_push() {
             match *write {
                 Write::Push(at_ms, payload, due_ms, replace) => {
                     let msg = NewMessage {
+                        key: None,
                         id: MessageId::parse(&id).unwrap(),
                         stream: "s".into(),
                         fields: vec![("payload".into(), payload.into())],

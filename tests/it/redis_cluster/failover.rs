@@ -41,6 +41,7 @@ fn produce(store: Store, streams: Vec<String>, stop: CancellationToken) -> Arc<M
                     .map(|k| {
                         n += 1;
                         BatchItem::new(NewMessage {
+                            key: None,
                             id: MessageId::parse(&format!("p{task}-{n}")).unwrap(),
                             stream: streams[n % streams.len()].clone(),
                             fields: vec![("k".to_owned(), k.to_string())],

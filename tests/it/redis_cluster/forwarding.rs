@@ -22,6 +22,7 @@ pub(super) fn messages(
         .map(|i| {
             let jitter = (i as u64).wrapping_mul(2_654_435_761) % spread_ms.max(1);
             BatchItem::new(NewMessage {
+                key: None,
                 id: MessageId::parse(&format!("{prefix}-{i}")).unwrap(),
                 stream: streams[i % streams.len()].clone(),
                 fields: vec![("n".to_owned(), i.to_string())],

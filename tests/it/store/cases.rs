@@ -1,7 +1,7 @@
 //! The scripts, driven through `Store` against a real Redis, as one-line cases.
 //!
 //! Each case is a list of `(step, expected)`:
-//! - `push ID +MS [p=N] [ttl=MS] [replace] [to=STREAM]`: due MS after the case's start
+//! - `push ID +MS [p=N] [ttl=MS] [key=K] [replace] [to=STREAM]`: due MS after the case's start
 //!   (Redis time); answers `scheduled`, `replaced` or `duplicate <state>`
 //! - `get ID`, `cancel ID`: the state
 //! - `reschedule ID +MS`: `rescheduled` or the state
@@ -10,12 +10,15 @@
 //! - `forward`: forwards everything due; answers the ids now in stream `s` (in
 //!   order) and `dead:ID` for each new entry of `s:dead`
 //! - `trim`: forgets the records whose retention has passed; answers how many
+//! - `key K [to=STREAM]`: the messages of business key K (pushed with `key=K`), as
+//!   `id:state`, by id; `cancelkey K [to=STREAM]`: `N cancelled, M delivered`
+//! - `prune`: trims; answers how many ids the key index dropped
 //! - `layout compact|hash`: goes on with a store that writes records in that layout
 //!   (`records.layout`), on the same Redis
 
 use std::time::Duration;
 
-use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::message::{Due, MessageId, MessageKey, NewMessage};
 use delayq_client::store::{
     BatchItem, Cancelled, PendingLayout, RecordLayout, Rescheduled, ScheduleMode, Scheduled,
     Status, Store, StoreError,
@@ -29,13 +32,13 @@ use crate::support::{
 const STREAM: &str = "s";
 
 #[track_caller]
-fn check(steps: &'static [(&'static str, &'static str)]) -> impl Future<Output = ()> {
+pub(super) fn check(steps: &'static [(&'static str, &'static str)]) -> impl Future<Output = ()> {
     check_with("", steps)
 }
 
 /// `check` with more config (TOML) than the single shard.
 #[track_caller]
-fn check_with(
+pub(super) fn check_with(
     extra: &'static str,
     steps: &'static [(&'static str, &'static str)],
 ) -> impl Future<Output = ()> {
@@ -71,6 +74,7 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
         let got = match words[0] {
             "push" => {
                 let mut msg = NewMessage {
+                    key: None,
                     id: id(1),
                     stream: STREAM.into(),
                     fields: vec![("k".into(), words[1].into())],
@@ -86,6 +90,7 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                             msg.ttl = Some(Duration::from_millis(n.parse().unwrap()))
                         }
                         Some(("to", s)) => msg.stream = s.into(),
+                        Some(("key", k)) => msg.key = Some(MessageKey::parse(k).unwrap()),
                         None if *opt == "replace" => mode = ScheduleMode::Replace,
                         _ => panic!("bad option {opt}"),
                     }
@@ -159,6 +164,43 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                     forgotten += store.trim_records(shard, 1, 1000).await.unwrap().forgotten;
                 }
                 forgotten.to_string()
+            }
+            "key" | "cancelkey" => {
+                let key = MessageKey::parse(words[1]).unwrap();
+                let stream = words
+                    .get(2)
+                    .and_then(|w| w.strip_prefix("to="))
+                    .unwrap_or(STREAM);
+                if words[0] == "key" {
+                    let mut found = store.key_messages(stream, &key).await.unwrap();
+                    found.sort_by(|a, b| a.id.cmp(&b.id));
+                    let shown: Vec<String> = found
+                        .iter()
+                        .map(|m| format!("{}:{}", m.id, m.state.as_str()))
+                        .collect();
+                    shown.join(" ")
+                } else {
+                    let done = store
+                        .cancel_key(stream, &key, options.retention)
+                        .await
+                        .unwrap();
+                    format!(
+                        "{} cancelled, {} delivered",
+                        done.cancelled.len(),
+                        done.delivered
+                    )
+                }
+            }
+            "prune" => {
+                let mut pruned = 0;
+                for shard in 0..store.shards() {
+                    pruned += store
+                        .trim_records(shard, 1, 1000)
+                        .await
+                        .unwrap()
+                        .keys_pruned;
+                }
+                pruned.to_string()
             }
             other => panic!("unknown step {other}"),
         };
@@ -443,6 +485,7 @@ async fn a_ttl_moves_with_a_reschedule() {
 async fn fields_arrive_verbatim_and_in_order_with_id_and_attempt() {
     let bare = Bare::start("").await;
     let msg = NewMessage {
+        key: None,
         id: MessageId::parse("order-42").unwrap(),
         stream: "orders".into(),
         fields: vec![

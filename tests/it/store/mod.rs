@@ -4,9 +4,11 @@
 //! - `pending`: scheduled messages in both layouts and in the held sets;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
+//! - `keys`: business keys: listed, cancelled together, on entries, pruned;
 //! - `limits`: scripts at their limits (large batches, maxmemory, refusing targets).
 
 mod cases;
+mod keys;
 mod limits;
 mod marker;
 mod pending;

@@ -27,6 +27,7 @@ fn new_message() -> impl Strategy<Value = NewMessage> {
     let ttl = prop::option::of((1u64..1_000_000_000).prop_map(Duration::from_millis));
     ("[a-z:._-]{1,20}", fields, due, 0u8..=9, ttl).prop_map(
         |(stream, fields, due, priority, ttl)| NewMessage {
+            key: None,
             id: MessageId::generate(),
             stream,
             fields,
@@ -59,6 +60,7 @@ async fn read_back(store: &Store, msg: NewMessage) -> Result<(), TestCaseError> 
     prop_assert!((earliest..=latest).contains(&stored.due_ms), "{stored:?}");
     prop_assert!((before..=after).contains(&stored.created_ms), "{stored:?}");
     let expected = StoredMessage {
+        key: None,
         stream: msg.stream,
         fields: msg.fields,
         due_ms: stored.due_ms,
@@ -248,6 +250,7 @@ async fn bodies_stored_before_read_move_and_deliver_as_ever() {
     assert_eq!(
         stored,
         StoredMessage {
+            key: None,
             stream: "s".into(),
             fields: vec![("k".into(), "again".into())],
             due_ms: now,

@@ -54,6 +54,7 @@ fn check(steps: &'static [(&'static str, &'static str)]) -> impl Future<Output =
         let mut case = Case {
             conn,
             options: RedeliverOptions {
+                key_field: String::new(),
                 ack_timeout: Duration::from_millis(200),
                 max_attempts: 2,
                 backoff_first: Duration::ZERO,
@@ -109,6 +110,7 @@ impl Case {
             }
             "push" => {
                 let msg = NewMessage {
+                    key: None,
                     id: id(1),
                     stream: STREAM.into(),
                     fields: vec![("k".into(), words[1].into()), ("n".into(), "1".into())],

@@ -1,5 +1,5 @@
 //! Validation of `[forwarder]`: batch size, idle wake-up, overall rate, the
-//! fields it adds to each entry and the dead-letter suffix.
+//! fields it adds to each entry (each once) and the dead-letter suffix.
 
 use super::*;
 
@@ -10,6 +10,7 @@ impl RawForwarder {
             idle_wakeup,
             id_field,
             attempt_field,
+            key_field,
             dead_letter_suffix,
             max_rate,
         } = self;
@@ -31,11 +32,45 @@ impl RawForwarder {
                 "must not be empty (dead letters would go to the stream itself)",
             ));
         }
+        let id_field = optional_field("forwarder.id_field", id_field)?;
+        let attempt_field = optional_field("forwarder.attempt_field", attempt_field)?;
+        let key_field = optional_field("forwarder.key_field", key_field)?;
+        // An entry carries each of them once.
+        for (key, a, other, b) in [
+            (
+                "forwarder.attempt_field",
+                &attempt_field,
+                "forwarder.id_field",
+                &id_field,
+            ),
+            (
+                "forwarder.key_field",
+                &key_field,
+                "forwarder.id_field",
+                &id_field,
+            ),
+            (
+                "forwarder.key_field",
+                &key_field,
+                "forwarder.attempt_field",
+                &attempt_field,
+            ),
+        ] {
+            if let (Some(a), Some(b)) = (a, b)
+                && a == b
+            {
+                return Err(invalid(
+                    key,
+                    format!("{a:?} is {other} already; name another field"),
+                ));
+            }
+        }
         Ok(ForwarderConfig {
             batch_size,
             idle_wakeup,
-            id_field: optional_field("forwarder.id_field", id_field)?,
-            attempt_field: optional_field("forwarder.attempt_field", attempt_field)?,
+            id_field,
+            attempt_field,
+            key_field,
             dead_letter_suffix,
             max_rate,
         })

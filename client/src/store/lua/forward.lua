@@ -13,12 +13,14 @@
 -- ARGV[8] default MAXLEN ~ for target streams (0 = none)
 -- ARGV[9] "cluster" when the shard is a Redis Cluster hash slot: a dead-letter stream
 --   is then named in its stream's slot (see dead_letter_stream below), else ""
--- ARGV[10] L, the number of rate-limited streams that follow
--- ARGV[11..10+2L] stream, budget, ...: how many messages each rate-limited stream may
+-- ARGV[10] name of the field that carries a message's business key ("" = none; a
+--   message without a key gets none)
+-- ARGV[11] L, the number of rate-limited streams that follow
+-- ARGV[12..11+2L] stream, budget, ...: how many messages each rate-limited stream may
 --   still take (its permits); a stream not listed has no limit. A budget above what
 --   the call may send (ARGV[2]) says the limit does not bind in this call: what the
 --   call leaves of that stream stays in place, in due order, instead of being set aside
--- ARGV[11+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
+-- ARGV[12+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
@@ -54,15 +56,15 @@ if held then return fenced_reply(held, ARGV[1]) end
 
 local now, now_us = now_ms_us()
 local batch = tonumber(ARGV[2])
-local id_field, attempt_field, dead_suffix = ARGV[4], ARGV[5], ARGV[6]
+local id_field, attempt_field, dead_suffix, key_field = ARGV[4], ARGV[5], ARGV[6], ARGV[10]
 
 local budget = {}
-local n_limited = tonumber(ARGV[10])
-for i = 11, 10 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
+local n_limited = tonumber(ARGV[11])
+for i = 12, 11 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- MAXLEN values stay the strings they came as: a Lua number is a double, and one
 -- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
 local maxlens = {}
-for i = 11 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
+for i = 12 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
 local default_maxlen = ARGV[8]
 
 -- Held messages that are due, read first (see the rate limits above), then merged
@@ -309,6 +311,7 @@ local function send(id, body, msg, is_expired)
   n = n + #fields
   if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
   if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
+  if key_field ~= '' and msg.key then args[n + 1] = key_field; args[n + 2] = msg.key; n = n + 2 end
   if is_expired then
     args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
     args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
@@ -506,7 +509,7 @@ if #held_streams > 0 or #hold_order > 0 then
   end
 end
 local holding = {}
-for i = 11, 10 + 2 * n_limited, 2 do
+for i = 12, 11 + 2 * n_limited, 2 do
   local n = redis.call('ZCOUNT', held_key(KEYS[6], ARGV[i]), '-inf', due_max)
   if n > 0 then
     holding[#holding + 1] = ARGV[i]

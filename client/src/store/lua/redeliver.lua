@@ -19,6 +19,8 @@
 -- ARGV[17] the pending layout to store the next attempt in: "compact" | "hash"
 -- ARGV[18] "apart" when the stream is kept apart (streams.max_rate): the next attempt
 --          goes to its held set instead (see Held in the prelude)
+-- ARGV[19] key field (forwarder.key_field, "" = none): the next attempt keeps the
+--          business key the entry carries there
 -- returns: { "rescheduled", attempt, due_ms }      the next attempt is scheduled
 --        | { "dead", attempts, dead_entry_id }     written to the dead-letter stream
 --        | { "fresh" }       no longer pending that long (acknowledged, or claimed again)
@@ -55,9 +57,11 @@ if #read == 0 then
   redis.call('XACK', stream, group, entry)
   return { 'gone' }
 end
+local key_field = ARGV[19] or ''
 local own = {}
 own[id_field] = true
 own[attempt_field] = true
+if key_field ~= '' then own[key_field] = true end
 local fields, extra = split_own_fields(read[1][2], own)
 -- More fields than delayq ever writes (see MAX_FIELD_VALUES): not delayq's entry.
 if extra[id_field] ~= id or #fields == 0 or #fields > MAX_FIELD_VALUES then return { 'foreign' } end
@@ -122,6 +126,7 @@ local why = 'ack_timeout: entry ' .. entry .. ' pending ' .. idle .. ' ms with c
 -- The creation time is the redelivery's.
 local msg = { stream = stream, fields = fields, due = due, priority = priority, created = now,
   attempt = attempt + 1, expire_at = expire_at, first_delivered = first_delivered, reason = why }
+if key_field ~= '' then msg.key = extra[key_field] end
 local score = score_of(due, priority)
 local wake = pending_add_one(P, KEYS[6], ARGV[17], ARGV[18] == 'apart', id, score, msg)
 forget_record(KEYS[3], KEYS[4], id)

@@ -22,8 +22,9 @@
 --   inbox entry id ("" = none), mode ("new" | "replace"), g (its shard's place in
 --   KEYS, from 1), then the message as the prelude's read_new_message reads it: id,
 --   due kind ("in": the due value is a delay in ms; "at": epoch ms), due value,
---   priority 0-9, ttl ms (0 = none), target stream, n (number of field/value pairs),
---   field, value, ... (2n values)
+--   priority 0-9, ttl ms (0 = none), business key ("" = none; listed in the shard's
+--   key index), target stream, n (number of field/value pairs), field, value, ...
+--   (2n values)
 -- returns: { status, due_ms, detail, ... }, three values per message, in order:
 --   "scheduled" | "replaced", due_ms, ""
 --   | "duplicate", due_ms (0 if no longer scheduled), state
@@ -116,7 +117,17 @@ end
 for _, S in ipairs(shards) do
   if S.P then
     for _, id in ipairs(S.in_way) do forget_record(S.keys[3], S.keys[4], id) end
-    for _, r in ipairs(S.replaced) do pending_remove(S.P, r[1], r[2]) end
+    for _, r in ipairs(S.replaced) do
+      -- A replaced message leaves its key's list (the new one joins its own below).
+      local old = r[2].body and decode_body(r[2].body, r[2].score)
+      if old and old.key then key_drop(key_index_of(S.keys[2]), old.key, old.stream, r[1]) end
+      pending_remove(S.P, r[1], r[2])
+    end
+    local keyed = {}
+    for k, id in ipairs(S.order) do
+      local key = S.msg[k].key
+      if key then keyed[#keyed + 1] = { key, S.msg[k].stream, id } end
+    end
     for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
     if n_apart > 0 then
       -- The messages kept apart go to their held sets; the rest stay in S, in order.
@@ -134,6 +145,7 @@ for _, S in ipairs(shards) do
       end
     end
     pending_add(S.P, layout, S.order, S.score, S.msg)
+    if #keyed > 0 then key_add(key_index_of(S.keys[2]), keyed) end
   end
 end
 

@@ -22,6 +22,7 @@ local function body_fields(b)
     expire_at = b[8],       -- ms after which it is dead-lettered as expired instead (0 = never)
     first_delivered = b[9], -- ms, when attempt 1 reached its stream  } only on a message redelivered
     reason = b[10],         -- why it was redelivered                 } because a group never acked it
+    key = b[11],            -- the producer's business key (see 80-keys.lua), nil if none
   }
 end
 

@@ -1,0 +1,171 @@
+//! Business keys in the scripts: a shard's key index, listing, cancelling by key,
+//! the key field on entries, and the index pruned by trim.
+
+use std::time::Duration;
+
+use delayq_client::message::{Due, MessageId, MessageKey, NewMessage};
+use delayq_client::store::{KeyedState, ScheduleMode};
+
+use super::cases::{check, check_with};
+use crate::support::{Bare, entries};
+
+const DAY: Duration = Duration::from_secs(86400);
+
+#[tokio::test]
+async fn a_key_lists_its_stream_s_messages_and_cancels_the_pending_ones_once() {
+    check(&[
+        ("push a +0 key=k", "scheduled"),
+        ("push b +60000 key=k", "scheduled"),
+        ("push c +60000 key=other", "scheduled"),
+        ("push d +60000 key=k to=t", "scheduled"),
+        ("push e +60000", "scheduled"),
+        ("forward", "a"),
+        ("key k", "a:delivered b:scheduled"),
+        ("key k to=t", "d:scheduled"),
+        ("cancelkey k", "1 cancelled, 1 delivered"),
+        ("key k", "a:delivered b:cancelled"),
+        // Again: nothing more to cancel.
+        ("cancelkey k", "0 cancelled, 1 delivered"),
+        ("cancelkey nobody", "0 cancelled, 0 delivered"),
+        ("get b", "cancelled"),
+        ("get c", "scheduled"),
+        ("get d", "scheduled"),
+        ("get e", "scheduled"),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn keys_work_alike_in_the_hash_pending_layout() {
+    check_with(
+        "[pending]\nlayout = \"hash\"\n",
+        &[
+            ("push a +0 key=k", "scheduled"),
+            ("push b +60000 key=k", "scheduled"),
+            ("forward", "a"),
+            ("key k", "a:delivered b:scheduled"),
+            ("cancelkey k", "1 cancelled, 1 delivered"),
+            ("key k", "a:delivered b:cancelled"),
+        ],
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_replaced_message_moves_to_its_new_key() {
+    check(&[
+        ("push a +60000 key=k", "scheduled"),
+        ("push a +60000 key=j replace", "replaced"),
+        ("key k", ""),
+        ("key j", "a:scheduled"),
+        ("cancelkey k", "0 cancelled, 0 delivered"),
+        ("get a", "scheduled"),
+        ("push a +60000 replace", "replaced"),
+        ("key j", ""),
+    ])
+    .await;
+}
+
+#[tokio::test]
+async fn trim_drops_from_the_index_what_is_neither_pending_nor_on_record() {
+    check_with(
+        "[records]\nretention = \"0s\"\n",
+        &[
+            ("push a +0 key=k", "scheduled"),
+            ("push b +60000 key=k", "scheduled"),
+            ("forward", "a"),
+            // Delivered with no record kept: no longer listed, then no longer indexed.
+            ("key k", "b:scheduled"),
+            ("prune", "1"),
+            ("prune", "0"),
+            ("key k", "b:scheduled"),
+        ],
+    )
+    .await;
+}
+
+fn keyed(id: &str, key: &str, stream: &str, after: Duration) -> NewMessage {
+    NewMessage::new(
+        stream,
+        vec![("k".to_owned(), id.to_owned())],
+        Due::In(after),
+    )
+    .with_id(MessageId::parse(id).unwrap())
+    .with_key(Some(MessageKey::parse(key).unwrap()))
+}
+
+#[tokio::test]
+async fn a_held_message_is_listed_as_held_and_cancelled_with_its_key() {
+    let bare = Bare::start("").await;
+    bare.store.keep_apart(["s".to_owned()]);
+    for id in ["h1", "h2"] {
+        bare.store
+            .schedule(
+                &keyed(id, "k", "s", Duration::from_secs(60)),
+                ScheduleMode::New,
+                DAY,
+            )
+            .await
+            .unwrap();
+    }
+    let key = MessageKey::parse("k").unwrap();
+    let listed = bare.store.key_messages("s", &key).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert!(
+        listed.iter().all(|m| m.state == KeyedState::Held),
+        "{listed:?}"
+    );
+    let done = bare.store.cancel_key("s", &key, DAY).await.unwrap();
+    assert_eq!(done.cancelled.len(), 2);
+    let left: u64 = bare
+        .store
+        .pending_per_shard()
+        .await
+        .unwrap()
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(left, 0);
+    for id in ["h1", "h2"] {
+        let got = bare
+            .store
+            .get(&MessageId::parse(id).unwrap())
+            .await
+            .unwrap();
+        assert!(
+            matches!(got, delayq_client::store::Status::Done(_)),
+            "{id}: {got:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_key_field_carries_the_key_to_the_entry() {
+    let bare = Bare::start("[redis]\nshards = 1\n[forwarder]\nkey_field = \"order-key\"\n").await;
+    for msg in [
+        keyed("a", "order-42", "orders", Duration::ZERO),
+        NewMessage::payload("orders", "no key", Duration::ZERO)
+            .with_id(MessageId::parse("b").unwrap()),
+    ] {
+        bare.store
+            .schedule(&msg, ScheduleMode::New, DAY)
+            .await
+            .unwrap();
+    }
+    bare.store
+        .forward(0, 1, &bare.config.forward_options())
+        .await
+        .unwrap();
+    let got = entries(&mut bare.redis.client(), "orders");
+    assert_eq!(got.len(), 2);
+    assert_eq!(got[0].get("order-key"), Some("order-42"));
+    assert_eq!(got[1].get("order-key"), None);
+    // Delivered, still listed under its key while its record is kept.
+    let key = MessageKey::parse("order-42").unwrap();
+    let stored = bare.store.key_messages("orders", &key).await.unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].state,
+        KeyedState::Done(delayq_client::store::RecordState::Delivered)
+    );
+}
