@@ -275,7 +275,7 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
             at,
             target,
         } => {
-            let Some((name, value)) = due_field(delay, at) else {
+            let Some((name, value)) = super::push::due_field(delay, at) else {
                 eprintln!("delayq: give --delay or --at");
                 return ExitCode::from(EXIT_REFUSED);
             };
@@ -340,24 +340,6 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Reload { target } => {
             call(&target, reqwest::Method::POST, "/v1/admin/reload", None).await
         }
-    }
-}
-
-/// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else
-/// RFC 3339 text); None when neither was given.
-pub(super) fn due_field(
-    delay: Option<String>,
-    at: Option<String>,
-) -> Option<(&'static str, Value)> {
-    match (delay, at) {
-        (Some(d), _) => Some(("delay", Value::String(d))),
-        (None, Some(a)) => Some((
-            "deliver_at",
-            a.parse::<u64>()
-                .map(Value::from)
-                .unwrap_or(Value::String(a)),
-        )),
-        (None, None) => None,
     }
 }
 

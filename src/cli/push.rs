@@ -4,8 +4,6 @@ use std::io::Read;
 
 use serde_json::{Value, json};
 
-use super::client::due_field;
-
 /// What `delayq push` was given.
 #[derive(clap::Args, Debug)]
 pub struct PushArgs {
@@ -88,6 +86,24 @@ pub(super) fn body(args: PushArgs) -> Result<Value, String> {
         }
     }
     Ok(body)
+}
+
+/// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else
+/// RFC 3339 text); None when neither was given.
+pub(super) fn due_field(
+    delay: Option<String>,
+    at: Option<String>,
+) -> Option<(&'static str, Value)> {
+    match (delay, at) {
+        (Some(d), _) => Some(("delay", Value::String(d))),
+        (None, Some(a)) => Some((
+            "deliver_at",
+            a.parse::<u64>()
+                .map(Value::from)
+                .unwrap_or(Value::String(a)),
+        )),
+        (None, None) => None,
+    }
 }
 
 /// Text read from stdin, its one final line break dropped (`echo x` sends "x\n").

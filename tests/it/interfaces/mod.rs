@@ -2,7 +2,7 @@
 //! tokens, batches, stats, long polls; in a process of its own and in-process, `api`
 //! and `in_process`), its hygiene (`http`: load shedding, timeouts, access log), the
 //! inbox stream and its poison entries (`inbox`, `poison`), bad input (`refusals`),
-//! and the `delayq` command (`cli`).
+//! the `delayq` command (`cli`), and business keys through all of them (`keys`).
 
 mod api;
 mod cli;
@@ -10,6 +10,7 @@ mod consume;
 mod http;
 mod in_process;
 mod inbox;
+mod keys;
 mod poison;
 mod refusals;
 

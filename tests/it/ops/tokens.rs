@@ -88,6 +88,22 @@ fn cases() -> Vec<Case> {
             Some("stream_not_permitted"),
         ),
         ("GET", "/v1/streams/billing/dead", None, 200, None),
+        (
+            "GET",
+            "/v1/streams/orders/keys/k1",
+            None,
+            403,
+            Some("stream_not_permitted"),
+        ),
+        (
+            "DELETE",
+            "/v1/streams/orders/keys/k1",
+            None,
+            403,
+            Some("stream_not_permitted"),
+        ),
+        ("GET", "/v1/streams/billing/keys/k1", None, 200, None),
+        ("DELETE", "/v1/streams/billing/keys/k1", None, 200, None),
     ]
 }
 

@@ -88,6 +88,27 @@ fn bad_values_name_their_key() {
     check_err("[forwarder]\nbatch_size = 0", &[], "forwarder.batch_size");
     check_err("[forwarder]\nid_field = \"a b\"", &[], "forwarder.id_field");
     check_err(
+        "[forwarder]\nkey_field = \"a b\"",
+        &[],
+        "forwarder.key_field",
+    );
+    check_err(
+        "[forwarder]\nkey_field = \"delayq-id\"",
+        &[],
+        "forwarder.key_field: \"delayq-id\" is forwarder.id_field already",
+    );
+    check_err(
+        "[forwarder]\nattempt_field = \"x\"\nid_field = \"x\"",
+        &[],
+        "forwarder.attempt_field",
+    );
+    let keyed = Config::from_toml("[forwarder]\nkey_field = \"order-key\"", env(&[])).unwrap();
+    assert_eq!(keyed.forwarder.key_field.as_deref(), Some("order-key"));
+    assert_eq!(
+        keyed.forwarder.own_fields().key_field.as_deref(),
+        Some("order-key")
+    );
+    check_err(
         "[streams.maxlen]\norders = -5",
         &[],
         "streams.maxlen.orders",
