@@ -18,14 +18,18 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-async fn mariadb() -> MariaDbServer {
+pub(super) async fn mariadb() -> MariaDbServer {
     tokio::task::spawn_blocking(MariaDbServer::start)
         .await
         .unwrap()
         .expect("start MariaDB")
 }
 
-fn journaled_node(redis: &RedisServer, db: &MariaDbServer, extra: &str) -> DelayqProcess {
+pub(super) fn journaled_node(
+    redis: &RedisServer,
+    db: &MariaDbServer,
+    extra: &str,
+) -> DelayqProcess {
     let config = format!(
         "[redis]\nurl = \"{}\"\nshards = 4\n[journal]\nurl = \"{}\"\n{extra}",
         redis.url(),

@@ -1,7 +1,9 @@
 //! The journal on a real MariaDB:
 //!
 //! - `schema`: `delayq journal migrate`, the schema and its migrations;
-//! - `daemon`: the daemon with its journal on, through Redis and MySQL failures.
+//! - `daemon`: the daemon with its journal on, through Redis and MySQL failures;
+//! - `keys`: business keys through a loss of Redis's data.
 
 mod daemon;
+mod keys;
 mod schema;
