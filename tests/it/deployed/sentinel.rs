@@ -1,7 +1,8 @@
 //! Sentinel as deployed: three Sentinels, a master and two replicas over TLS, the
 //! least-privilege Redis user of docs/redis-rights.md made from its text,
 //! `min_replicas_acked = 1`, the MySQL journal (MariaDB), two delayq nodes
-//! elected through etcd. Under a load of pushes, cancels and reschedules: the
+//! elected through etcd. Under a load of pushes (each with a business key),
+//! cancels by id and by key, and reschedules: the
 //! master is SIGKILLed, then a planned `SENTINEL FAILOVER`, then the leader is
 //! SIGKILLed, then Redis loses its data (`FLUSHALL`) and the journal restores it.
 //! Every push confirmed is delivered, none early for the due time last
@@ -53,9 +54,10 @@ impl Told {
     }
 }
 
-/// Pushes (every 10 ms, due 0.3 to 1.5 s on) through the live nodes in turn,
-/// cancelling one of every ten (60 ms after its push) and moving another 2 s
-/// later (70 ms after its push).
+/// Pushes (every 10 ms, due 0.3 to 1.5 s on, each under a key of its own) through
+/// the live nodes in turn, cancelling one of every ten (60 ms after its push),
+/// moving another 2 s later (70 ms after its push) and cancelling a third by its
+/// key (10 ms after its push).
 struct Load {
     told: Arc<Mutex<BTreeMap<String, Told>>>,
     answers_500: Arc<Mutex<Vec<String>>>,
@@ -89,12 +91,18 @@ impl Load {
                             Some(json!({"delay_ms": 2000}).to_string()),
                             i - 6,
                         ),
+                        9 => (
+                            "DELETE",
+                            format!("/v1/streams/s/keys/k-{}", i - 1),
+                            None,
+                            i - 1,
+                        ),
                         _ => (
                             "POST",
                             "/v1/messages".to_owned(),
                             Some(
                                 json!({"id": format!("d-{i}"), "stream": "s", "payload": "x",
-                                       "delay_ms": 300 + (i * 37) % 1200})
+                                       "key": format!("k-{i}"), "delay_ms": 300 + (i * 37) % 1200})
                                 .to_string(),
                             ),
                             i,
@@ -114,6 +122,12 @@ impl Load {
                     let due = answer["deliver_at"].as_u64().unwrap_or(0);
                     match i % 10 {
                         5 => t.cancelled = Some(status),
+                        // A key's cancel that found its message no longer pending
+                        // counts as a single cancel's 409 would.
+                        9 if status == 200 && answer["cancelled"] != json!(1) => {
+                            t.cancelled = Some(409)
+                        }
+                        9 => t.cancelled = Some(status),
                         7 => t.rescheduled = Some((status, due)),
                         _ => (t.pushed, t.due) = (status, due),
                     }
