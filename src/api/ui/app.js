@@ -626,8 +626,18 @@
       el('label', { for: 'upcoming-stream', class: 'sr-only' }, 'stream'),
       el('input', { id: 'upcoming-stream', type: 'search', placeholder: 'all streams', value: state.up.stream }),
       el('button', { id: 'upcoming-filter', type: 'submit' }, 'Filter'));
+    const byKey = el('form', { class: 'row', onsubmit: (e) => {
+      e.preventDefault();
+      return keyLookup($('key-stream').value.trim(), $('key-key').value.trim());
+    } },
+      el('label', { for: 'key-stream', class: 'sr-only' }, 'stream'),
+      el('input', { id: 'key-stream', type: 'search', placeholder: 'stream', spellcheck: 'false', value: state.params.get('stream') || '' }),
+      el('label', { for: 'key-key', class: 'sr-only' }, 'business key'),
+      el('input', { id: 'key-key', type: 'search', placeholder: 'business key', spellcheck: 'false', value: state.params.get('key') || '' }),
+      el('button', { id: 'key-go', type: 'submit' }, 'Find'));
     view.append(
       card('Find a message', el('div', null, lookup, el('div', { id: 'lookup-result', class: 'result' }))),
+      card('Find by business key', el('div', null, byKey, el('div', { id: 'key-result', class: 'result' }))),
       card('Upcoming', el('div', null,
         el('div', { id: 'upcoming-box', class: 'scroll' }, table('upcoming', ['Id'], [], 'loading…')),
         el('div', { class: 'pager' },
@@ -638,7 +648,48 @@
 
   async function loadMessages(gen) {
     const id = state.params.get('id');
-    await Promise.all([loadUpcoming(gen), id ? doLookup(id) : null]);
+    const key = state.params.get('key');
+    const stream = state.params.get('stream');
+    await Promise.all([loadUpcoming(gen), id ? doLookup(id) : null, key && stream ? keyLookup(stream, key) : null]);
+  }
+
+  // A business key's messages in a stream (pending first, then finished while
+  // records are kept), each id opening the message; a writer may cancel them all.
+  async function keyLookup(stream, key) {
+    const box = $('key-result');
+    if (!box) return;
+    if (!stream || !key) { box.replaceChildren(el('p', { class: 'muted' }, 'Enter a stream and a business key.')); return; }
+    box.replaceChildren(el('p', { class: 'muted' }, 'Looking up…'));
+    const r = await api('GET', `/v1/streams/${enc(stream)}/keys/${enc(key)}?limit=1000`);
+    if (!$('key-result')) return;
+    if (!r.ok || !r.body) { box.replaceChildren(el('p', { class: 'bad-text' }, errText(r))); return; }
+    const msgs = Array.isArray(r.body.messages) ? r.body.messages : [];
+    const now = Date.now();
+    const rows = msgs.map((m) => el('tr', { data: { id: m.id } },
+      td(el('a', { href: '#', class: 'mono', onclick: (e) => { e.preventDefault(); $('lookup-id').value = m.id; return doLookup(m.id); } }, m.id)),
+      td(badge(m.state, 'state state-' + m.state)),
+      td(m.deliver_at != null ? when(m.deliver_at, now) : (m.at != null ? when(m.at, now) : '–')),
+      td(m.entry_id != null ? code(m.entry_id) : '')));
+    const out = el('div', null, table('key-messages', ['Id', 'State', 'Due / when', 'Entry'], rows,
+      `no message of key ${key} in ${stream}, pending or on record`));
+    if (r.body.next) out.append(el('p', { class: 'muted' }, 'The first 1000 shown.'));
+    const pending = msgs.filter((m) => m.state === 'scheduled' || m.state === 'held').length;
+    if (pending > 0 && canWrite()) {
+      out.append(el('div', { class: 'actions' },
+        button(`Cancel all ${pending} pending`, 'key-cancel', 'danger', () => cancelKey(stream, key, pending))));
+    }
+    box.replaceChildren(out);
+  }
+
+  async function cancelKey(stream, key, pending) {
+    if (!window.confirm(`Cancel the ${pending} pending message(s) of key ${key} in ${stream}? They will not be delivered.`)) {
+      setStatus(`Key ${key}: nothing cancelled.`);
+      return;
+    }
+    const r = await api('DELETE', `/v1/streams/${enc(stream)}/keys/${enc(key)}`);
+    if (!r.ok) { failStatus('Cancel by key', r); return; }
+    setStatus(`Key ${key} in ${stream}: ${r.body.cancelled} cancelled, ${r.body.delivered} delivered before.`);
+    await keyLookup(stream, key);
   }
 
   async function loadUpcoming(gen, nextPage) {
@@ -692,6 +743,7 @@
     const kv = el('dl', { class: 'kv' });
     const add = (k, v) => { if (v != null) kv.append(el('dt', null, k), el('dd', null, v)); };
     add('Stream', m.stream);
+    add('Business key', m.key != null ? code(m.key) : null);
     add('Entry id', m.entry_id != null ? code(m.entry_id) : null);
     add('Deliver at', m.deliver_at != null ? when(m.deliver_at, now) : null);
     add(m.state === 'delivered' ? 'Delivered' : 'At', m.at != null ? when(m.at, now) : null);

@@ -205,6 +205,58 @@ async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finding_and_cancelling_a_business_key_from_the_page() {
+    let cluster = two_nodes().await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    for (id, delay_ms) in [
+        ("o42-now", 0),
+        ("o42-soon", 3_600_000),
+        ("o42-later", 7_200_000),
+    ] {
+        let body = json!({ "id": id, "stream": "orders", "payload": id, "delay_ms": delay_ms, "key": "order-42" });
+        let (status, answer) = admin.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    eventually(Duration::from_secs(10), "o42-now delivered", || async {
+        (xlen(&mut cluster.redis.client(), "orders") == 1).then_some(())
+    })
+    .await;
+
+    let browser = signed_in(&cluster, 1, ADMIN, "keys").await;
+    browser
+        .goto("/ui#/messages?stream=orders&key=order-42")
+        .await;
+    browser
+        .wait_text("#key-result", "the key's three messages", |t| {
+            t.contains("o42-soon") && t.contains("o42-later") && t.contains("delivered")
+        })
+        .await;
+    browser.screenshot("key").await;
+    // A message found by its key opens with its key shown.
+    browser.click("#key-result a").await;
+    browser
+        .wait_text("#lookup-result", "the message with its key", |t| {
+            t.contains("Business key") && t.contains("order-42")
+        })
+        .await;
+    browser.agree("").await;
+    browser.click("#key-cancel").await;
+    browser
+        .wait_text("#status", "says what was cancelled", |t| {
+            t.contains("2 cancelled, 1 delivered")
+        })
+        .await;
+    browser
+        .wait_text("#key-result", "shows them cancelled", |t| {
+            t.matches("cancelled").count() == 2
+        })
+        .await;
+    let (_, got) = admin.get("/v1/messages/o42-later").await;
+    assert_eq!(got["state"], json!("cancelled"), "{got}");
+    no_errors(&browser, "messages by key").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_switchover_from_the_page() {
     let cluster = two_nodes().await;
     let browser = signed_in(&cluster, 1, ADMIN, "admin").await;
