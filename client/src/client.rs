@@ -34,11 +34,11 @@ use std::time::Duration;
 use thiserror::Error;
 
 use crate::config::Config;
-use crate::message::{Due, InvalidMessage, Limits, MessageId, NewMessage, OwnFields};
+use crate::message::{Due, InvalidMessage, Limits, MessageId, MessageKey, NewMessage, OwnFields};
 use crate::secret::RedisUrl;
 use crate::store::{
-    Cancelled, PendingLayout, RecordLayout, RedisTls, Rescheduled, ScheduleMode, Scheduled,
-    SentinelConfig, Status, Store, StoreConfig, StoreError,
+    Cancelled, KeyCancelled, KeyedMessage, PendingLayout, RecordLayout, RedisTls, Rescheduled,
+    ScheduleMode, Scheduled, SentinelConfig, Status, Store, StoreConfig, StoreError,
 };
 
 /// Why a client call failed.
@@ -297,6 +297,44 @@ impl Producer {
             .store
             .cancel(&MessageId::parse(id)?, self.retention)
             .await?)
+    }
+
+    /// Withdraws every scheduled message pushed to `stream` with business `key`
+    /// (one atomic step per shard); again, it cancels nothing more.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> anyhow::Result<()> {
+    /// # let redis = delayq_harness::RedisServer::start()?;
+    /// use std::time::Duration;
+    ///
+    /// use delayq_client::client::Producer;
+    /// use delayq_client::message::{MessageKey, NewMessage};
+    ///
+    /// let producer = Producer::connect(&redis.url()).await?;
+    /// let order = MessageKey::parse("order-42")?;
+    /// for (text, minutes) in [("service notice", 20), ("rating request", 60)] {
+    ///     let msg = NewMessage::payload("orders", text, Duration::from_secs(minutes * 60))
+    ///         .with_key(Some(order.clone()));
+    ///     producer.schedule(&msg).await?;
+    /// }
+    /// assert_eq!(producer.key_messages("orders", "order-42").await?.len(), 2);
+    /// let done = producer.cancel_key("orders", "order-42").await?;
+    /// assert_eq!((done.cancelled.len(), done.delivered), (2, 0));
+    /// assert!(producer.cancel_key("orders", "order-42").await?.cancelled.is_empty());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub async fn cancel_key(&self, stream: &str, key: &str) -> Result<KeyCancelled> {
+        let key = MessageKey::parse(key)?;
+        Ok(self.store.cancel_key(stream, &key, self.retention).await?)
+    }
+
+    /// The messages pushed to `stream` with business `key`, pending or still on
+    /// record, in no particular order.
+    pub async fn key_messages(&self, stream: &str, key: &str) -> Result<Vec<KeyedMessage>> {
+        let key = MessageKey::parse(key)?;
+        Ok(self.store.key_messages(stream, &key).await?)
     }
 
     /// Moves a scheduled message to a new due time; its fields, priority and ttl stay.
