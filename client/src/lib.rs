@@ -10,6 +10,7 @@
 //! - [`store`]: the only module that speaks Redis; all changes happen in its Lua
 //!   scripts.
 //! - [`secret`], [`pem`]: credentials that never reach a log, and PEM files.
+//! - [`schedule`]: recurring schedules: when they fire, through daylight saving time.
 //! - [`human`]: durations and times as people read them.
 //! - [`complaint`], [`backoff`]: one log line per condition, and growing delays,
 //!   for loops that retry.
@@ -25,5 +26,6 @@ pub mod config;
 pub mod human;
 pub mod message;
 pub mod pem;
+pub mod schedule;
 pub mod secret;
 pub mod store;

@@ -48,7 +48,7 @@ impl Bench {
         // Redis's memory per message would count only what was left): allow for a
         // load of 5k messages a second, four times slower than a plain burst's.
         let lead_ms = 2000 + n / 5;
-        let loaded = self.load_burst(&self.store, n, lead_ms).await?;
+        let loaded = self.load_burst(&self.store, n, lead_ms, None).await?;
         until_meters_start(&self.store, n, loaded.first_due, lead_ms).await?;
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;

@@ -197,6 +197,10 @@ pub struct Burst {
     /// `records.retention` when not the default (24h): "0s" keeps no record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub records_retention: Option<String>,
+    /// Messages under one business key, when they were pushed with keys (None:
+    /// without).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub messages_per_key: Option<u64>,
     /// With `election.mode = "per_shard"`: the leaders that drained it, one
     /// election group each (None: one leader of every shard, the default mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,6 +222,10 @@ impl Burst {
             self.records_retention
                 .as_ref()
                 .map(|r| format!("records.retention = {r}")),
+        )
+        .chain(
+            self.messages_per_key
+                .map(|k| format!("a business key per {k} messages")),
         )
         .chain(self.leaders.map(|k| {
             format!(

@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_stream};
 use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
-use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::message::{Due, MessageId, MessageKey, NewMessage};
 use delayq_client::store::{BatchItem, PendingLayout, Scheduled, Store};
 use delayq_harness::DelayqProcess;
 
@@ -55,19 +55,26 @@ pub enum BurstSetup {
     HashLayouts,
     /// The default layouts, with `records.retention = "0s"`: no record kept.
     NoRecords,
+    /// The defaults, every message pushed with a business key, one key for each
+    /// [`MESSAGES_PER_KEY`] messages (an order's few reminders): what a key costs.
+    Keyed,
 }
 
+/// Messages under one business key in the keyed burst.
+pub const MESSAGES_PER_KEY: u64 = 3;
+
 impl BurstSetup {
-    pub const ALL: [BurstSetup; 3] = [
+    pub const ALL: [BurstSetup; 4] = [
         BurstSetup::Defaults,
         BurstSetup::HashLayouts,
         BurstSetup::NoRecords,
+        BurstSetup::Keyed,
     ];
 
     /// What the daemon's configuration adds to the bench's.
     fn config(self) -> &'static str {
         match self {
-            BurstSetup::Defaults => "",
+            BurstSetup::Defaults | BurstSetup::Keyed => "",
             BurstSetup::HashLayouts => {
                 "[records]\nlayout = \"hash\"\n[pending]\nlayout = \"hash\"\n"
             }
@@ -81,16 +88,22 @@ impl BurstSetup {
             BurstSetup::Defaults => "",
             BurstSetup::HashLayouts => ", records.layout = pending.layout = hash",
             BurstSetup::NoRecords => ", records.retention = 0s",
+            BurstSetup::Keyed => ", a business key per 3 messages",
         }
     }
 
     /// The row's records layout, pending layout and retention, where not the defaults.
     fn row_settings(self) -> (Option<String>, Option<String>, Option<String>) {
         match self {
-            BurstSetup::Defaults => (None, None, None),
+            BurstSetup::Defaults | BurstSetup::Keyed => (None, None, None),
             BurstSetup::HashLayouts => (Some("hash".into()), Some("hash".into()), None),
             BurstSetup::NoRecords => (None, None, Some("0s".into())),
         }
+    }
+
+    /// Messages per business key, for the keyed burst.
+    fn keyed(self) -> Option<u64> {
+        matches!(self, BurstSetup::Keyed).then_some(MESSAGES_PER_KEY)
     }
 }
 
@@ -114,10 +127,12 @@ impl Bench {
         n: u64,
         due: Due,
     ) -> anyhow::Result<(Vec<u64>, f64)> {
-        self.load_with(&self.store, stream, prefix, n, due).await
+        self.load_with(&self.store, stream, prefix, n, due, None)
+            .await
     }
 
-    /// `load` through `store` (e.g. one that writes another pending layout).
+    /// `load` through `store` (e.g. one that writes another pending layout); with
+    /// `keyed`, message i under business key `k<i / keyed>`.
     pub(super) async fn load_with(
         &self,
         store: &Store,
@@ -125,6 +140,7 @@ impl Bench {
         prefix: &str,
         n: u64,
         due: Due,
+        keyed: Option<u64>,
     ) -> anyhow::Result<(Vec<u64>, f64)> {
         let started = Instant::now();
         let max_delay = self.config.api.limits.max_delay;
@@ -133,7 +149,16 @@ impl Bench {
             .map(|first| {
                 let store = store.clone();
                 let items: Vec<BatchItem> = (first..(first + LOAD_BATCH).min(n))
-                    .map(|i| BatchItem::new(self.message(stream, format!("{prefix}{i}"), due)))
+                    .map(|i| {
+                        let key = keyed.map(|per| {
+                            MessageKey::parse(&format!("k{}", i / per))
+                                .expect("bench keys are valid")
+                        });
+                        BatchItem::new(
+                            self.message(stream, format!("{prefix}{i}"), due)
+                                .with_key(key),
+                        )
+                    })
                     .collect();
                 async move { (first, store.schedule_many(&items, max_delay, None).await) }
             })
@@ -163,7 +188,9 @@ impl Bench {
         };
         // The daemon starts after the load: a slower load only leaves the last
         // messages due when they were scheduled (`due_spread_ms` says so).
-        let loaded = self.load_burst(&store, n, 2000 + n / 20).await?;
+        let loaded = self
+            .load_burst(&store, n, 2000 + n / 20, setup.keyed())
+            .await?;
         self.wait_for_redis_time(loaded.last_due).await?;
 
         let load = measure::load_average();
@@ -181,6 +208,7 @@ impl Bench {
             records_layout,
             pending_layout,
             records_retention,
+            messages_per_key: setup.keyed(),
             ..burst
         })
         .into())
@@ -195,12 +223,13 @@ impl Bench {
         store: &Store,
         n: u64,
         lead_ms: u64,
+        keyed: Option<u64>,
     ) -> anyhow::Result<Loaded> {
         let mut conn = self.conn.clone();
         let mem_before = measure::used_memory(&mut conn).await?;
         let due_at = self.store.now_ms().await? + lead_ms;
         let (dues, load_rate) = self
-            .load_with(store, BURST_STREAM, "m", n, Due::At(due_at))
+            .load_with(store, BURST_STREAM, "m", n, Due::At(due_at), keyed)
             .await?;
         let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
         Ok(Loaded {
@@ -242,6 +271,7 @@ impl Bench {
             records_layout: None,
             pending_layout: None,
             records_retention: None,
+            messages_per_key: None,
             leaders: None,
         })
     }

@@ -213,6 +213,10 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
         bytes_per_pending(rows),
     ));
     out.push(target(
+        "a business key adds ≤ 40 bytes per pending message",
+        key_bytes(rows),
+    ));
+    out.push(target(
         "≤ 60 bytes per delivery record kept",
         delayq(rows, Some)
             .filter_map(|(run, d)| match d {
@@ -320,9 +324,11 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
         let (bytes, size) = match d {
             // The records layout alone does not change what a pending message costs.
             // Neither do the leaders that drain it.
+            // A business key is counted apart (`key_bytes`).
             Delayq::Burst(b)
                 if b.leaders.is_none()
                     && b.records_retention.is_none()
+                    && b.messages_per_key.is_none()
                     && (b.records_layout.is_none() || b.pending_layout.is_some()) =>
             {
                 (b.bytes_per_pending_message, b.measured.messages)
@@ -346,6 +352,40 @@ fn bytes_per_pending(rows: &[Row]) -> Vec<(String, bool)> {
         ));
     }
     checks
+}
+
+/// What a business key adds to a pending message: each keyed burst against the
+/// burst of the same size and run in the default layouts without keys.
+fn key_bytes(rows: &[Row]) -> Vec<(String, bool)> {
+    let bursts: Vec<(u32, &Burst)> = delayq(rows, Some)
+        .filter_map(|(run, d)| match d {
+            Delayq::Burst(b) if b.leaders.is_none() => Some((run, b)),
+            _ => None,
+        })
+        .collect();
+    let plain = |run: u32, n: u64| {
+        bursts
+            .iter()
+            .find(|(r, b)| *r == run && b.measured.messages == n && b.layouts().is_none())
+    };
+    bursts
+        .iter()
+        .filter(|(_, b)| b.messages_per_key.is_some())
+        .filter_map(|&(run, keyed)| {
+            let (_, without) = plain(run, keyed.measured.messages)?;
+            let added = keyed.bytes_per_pending_message - without.bytes_per_pending_message;
+            Some((
+                format!(
+                    "+{added} B ({} against {} B, burst {}{}, run {run})",
+                    keyed.bytes_per_pending_message,
+                    without.bytes_per_pending_message,
+                    keyed.measured.messages,
+                    layout_note(keyed)
+                ),
+                added <= 40,
+            ))
+        })
+        .collect()
 }
 
 fn failover_check(run: u32, f: &Failover, stop: &str) -> (String, bool) {
@@ -432,6 +472,29 @@ mod tests {
                 "50% at 1000 (run 1) ✗",
                 "50% at 1000, records.retention = 0s (run 1) ✗"
             ]
+        );
+    }
+
+    /// A keyed burst is measured against the plain one of its size and run, and
+    /// kept out of the plain message's bytes.
+    #[test]
+    fn a_key_s_bytes_are_what_the_keyed_burst_adds() {
+        let burst = |pending: i64, extra: &str| -> Row {
+            serde_json::from_str(&format!(
+                r#"{{"system": "delayq", "scenario": "burst", {MEASURED}, "cpu_us_per_message": {{"redis": 8.0, "delayq": 1.0}}, {TALLY}, "lateness_ms": null, "schedule_rate_per_sec": 1, "due_spread_ms": 0, "drain_ms": 2, "bytes_per_pending_message": {pending}, "bytes_per_record": 45{extra}, "run": 1}}"#
+            ))
+            .expect("a row")
+        };
+        let rows = [burst(190, ""), burst(236, r#", "messages_per_key": 3"#)];
+        let all = targets(&rows);
+        let find = |name: &str| all.iter().find(|t| t.target.starts_with(name)).unwrap();
+        assert_eq!(
+            find("a business key adds").measured,
+            ["+46 B (236 against 190 B, burst 1000, a business key per 3 messages, run 1) ✗"]
+        );
+        assert_eq!(
+            find("≤ 200 bytes per pending").measured,
+            ["190 B (burst 1000, run 1)"]
         );
     }
 }
