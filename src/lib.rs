@@ -59,7 +59,7 @@
 //! ```
 
 // What the daemon shares with producers, as `crate::…` paths.
-use delayq_client::{backoff, complaint, config, human, message, secret, store};
+use delayq_client::{backoff, complaint, config, human, message, schedule, secret, store};
 
 pub mod api;
 mod daemon;

@@ -20,6 +20,7 @@ mod openapi;
 mod query;
 mod reach;
 mod restore;
+mod schedules;
 mod stats;
 mod streams;
 pub mod tls;
@@ -124,6 +125,10 @@ fn routes() -> Routes {
             .routes(routes!(dead::replay))
             .routes(routes!(dead::purge))
             .routes(routes!(keys::list, keys::cancel))
+            .routes(routes!(schedules::create, schedules::list))
+            .routes(routes!(schedules::get, schedules::put, schedules::delete))
+            .routes(routes!(schedules::pause))
+            .routes(routes!(schedules::resume))
             .routes(routes!(stats::stats))
             .routes(routes!(streams::ack))
             .routes(routes!(openapi::document))

@@ -357,7 +357,7 @@ pub(super) fn encode(text: &str) -> String {
         .collect()
 }
 
-async fn call(
+pub(super) async fn call(
     target: &Target,
     method: reqwest::Method,
     path: &str,

@@ -14,6 +14,7 @@ mod journal;
 mod logging;
 mod ops;
 mod push;
+mod schedule;
 mod stats;
 
 use std::path::PathBuf;
@@ -52,6 +53,9 @@ enum Command {
     /// List, replay or purge a stream's dead letters.
     #[command(subcommand)]
     Dead(dead::DeadCommand),
+    /// Recurring schedules: add, list, get, rm, pause, resume.
+    #[command(subcommand)]
+    Schedule(schedule::ScheduleCommand),
     /// Benchmark: forwarding, the Redis ceiling, the BullMQ peer, ingest and failover.
     Bench(bench::BenchArgs),
     /// Quickstart: a local Redis, etcd and primary/standby pair; a delayed message, a takeover.
@@ -82,6 +86,7 @@ pub fn main() -> ExitCode {
         Command::Run { config } => run(config),
         Command::Client(cmd) => runtime().block_on(client::main(cmd)),
         Command::Dead(cmd) => runtime().block_on(dead::main(cmd)),
+        Command::Schedule(cmd) => runtime().block_on(schedule::main(cmd)),
         Command::Bench(args) => {
             init_logging("warn", false);
             report(runtime().block_on(bench::main(args)))

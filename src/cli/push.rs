@@ -53,6 +53,24 @@ pub(super) fn body(args: PushArgs) -> Result<Value, String> {
         key,
     } = args;
     let mut body = json!({ "stream": stream, "priority": priority, "replace": replace });
+    message_part(&mut body, payload, &fields)?;
+    let (name, value) = due_field(delay, at).ok_or("give --delay or --at (--delay 0 for now)")?;
+    body[name] = value;
+    for (name, given) in [("id", id), ("ttl", ttl), ("key", key)] {
+        if let Some(given) = given {
+            body[name] = Value::String(given);
+        }
+    }
+    Ok(body)
+}
+
+/// A message's payload (`-`: read from stdin) or its `--field name=value` pairs,
+/// into `body` as `payload` or `fields`.
+pub(super) fn message_part(
+    body: &mut Value,
+    payload: Option<String>,
+    fields: &[String],
+) -> Result<(), String> {
     match (payload, fields.is_empty()) {
         (Some(p), true) => {
             let text = if p == "-" {
@@ -68,7 +86,7 @@ pub(super) fn body(args: PushArgs) -> Result<Value, String> {
         }
         (None, false) => {
             let mut pairs = Vec::new();
-            for f in &fields {
+            for f in fields {
                 let (k, v) = f
                     .split_once('=')
                     .ok_or_else(|| format!("--field {f:?}: write it as name=value"))?;
@@ -78,14 +96,7 @@ pub(super) fn body(args: PushArgs) -> Result<Value, String> {
         }
         _ => return Err("give a payload or --field name=value (not both)".into()),
     }
-    let (name, value) = due_field(delay, at).ok_or("give --delay or --at (--delay 0 for now)")?;
-    body[name] = value;
-    for (name, given) in [("id", id), ("ttl", ttl), ("key", key)] {
-        if let Some(given) = given {
-            body[name] = Value::String(given);
-        }
-    }
-    Ok(body)
+    Ok(())
 }
 
 /// The API field for `--delay` (as text) or `--at` (epoch ms as a number, else

@@ -10,6 +10,7 @@
 pub mod forwarder;
 pub mod keeper;
 pub mod rate;
+pub mod schedules;
 pub mod sweeper;
 pub mod term;
 mod timer;
@@ -159,6 +160,7 @@ async fn serve(
         ));
     }
     forwarder::start(&mut workers, &term, live.clone(), &store);
+    workers.spawn(schedules::run(term.clone(), live.clone(), store.clone()));
     workers.spawn(sweeper::run(live, store, term));
     workers.join_all().await;
 }

@@ -103,6 +103,20 @@ pub const METRICS: &[Described] = &[
         "reschedules through the API",
     ),
     metric(
+        SCHEDULE_OCCURRENCES,
+        Kind::Counter,
+        &[],
+        Start::Zero,
+        "recurring schedules' occurrences made into messages by this node's leader",
+    ),
+    metric(
+        SCHEDULE_MISSED,
+        Kind::Counter,
+        &[],
+        Start::Zero,
+        "recurring schedules' occurrences missed while no leader made them (the misfire policy says which were sent)",
+    ),
+    metric(
         FORWARDED,
         Kind::Counter,
         &["stream"],

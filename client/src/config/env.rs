@@ -339,7 +339,7 @@ mod tests {
         );
         refused(
             "colour = 1",
-            "colour: unknown key (known: node, redis, etcd, api, streams, forwarder, records, pending, election, log, delivery, inbox, journal, metrics)",
+            "colour: unknown key (known: node, redis, etcd, api, streams, forwarder, records, pending, election, log, delivery, inbox, journal, metrics, schedules)",
         );
     }
 }

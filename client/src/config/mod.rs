@@ -12,6 +12,7 @@ mod effective;
 mod env;
 mod glob;
 mod raw;
+mod schedules;
 mod token;
 mod topology;
 mod validate;
@@ -28,6 +29,7 @@ use crate::secret::{RedisUrl, SecretString};
 pub use effective::redact;
 pub use env::overridden as overridden_by_env;
 pub use glob::glob_match;
+pub use schedules::SchedulesConfig;
 pub use token::{ApiToken, MAX_NAME as MAX_TOKEN_NAME};
 
 use env::read_raw;
@@ -73,6 +75,7 @@ pub struct Config {
     /// `[journal]`: None unless `journal.url` is set.
     pub journal: Option<JournalConfig>,
     pub metrics: MetricsConfig,
+    pub schedules: SchedulesConfig,
 }
 
 /// `[metrics]`: what the exported series may grow to.
@@ -242,8 +245,7 @@ pub struct ForwarderConfig {
     pub max_rate: u64,
     pub id_field: Option<String>,
     pub attempt_field: Option<String>,
-    /// Field that carries a message's business key on its entry (None = not added;
-    /// a message without a key gets none either way).
+    /// Field that carries a message's business key on its entry (None = not added).
     pub key_field: Option<String>,
     pub dead_letter_suffix: String,
 }

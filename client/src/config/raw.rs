@@ -23,6 +23,22 @@ pub(super) struct Raw {
     pub(super) inbox: RawInbox,
     pub(super) journal: RawJournal,
     pub(super) metrics: RawMetrics,
+    pub(super) schedules: RawSchedules,
+}
+
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(default, deny_unknown_fields)]
+pub(super) struct RawSchedules {
+    #[serde(with = "humantime_serde")]
+    pub(super) horizon: Duration,
+}
+
+impl Default for RawSchedules {
+    fn default() -> Self {
+        RawSchedules {
+            horizon: Duration::from_secs(60),
+        }
+    }
 }
 
 #[derive(Debug, Deserialize, Serialize)]

@@ -29,12 +29,13 @@ use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
     Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawJournalTls, RawLog, RawMetrics,
-    RawNode, RawPending, RawRecords, RawSentinel, RawStreams,
+    RawNode, RawPending, RawRecords, RawSchedules, RawSentinel, RawStreams,
 };
 use super::token::{self, ApiToken};
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,
-    MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
+    MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, SchedulesConfig, StreamsConfig,
+    invalid,
 };
 use crate::message::is_plain;
 use crate::pem;
@@ -209,6 +210,7 @@ impl Raw {
             inbox,
             journal,
             metrics: RawMetrics { max_streams },
+            schedules: RawSchedules { horizon },
         } = self;
 
         let node_id = match id {
@@ -250,6 +252,14 @@ impl Raw {
             max_streams: positive("metrics.max_streams", max_streams, 10_000)? as usize,
         };
 
+        if horizon < Duration::from_secs(1) || horizon > Duration::from_secs(3600) {
+            return Err(invalid(
+                "schedules.horizon",
+                format!("must be 1s to 1h (got {})", crate::human::duration(horizon)),
+            ));
+        }
+        let schedules = SchedulesConfig { horizon };
+
         Ok(Config {
             node_id,
             redis,
@@ -265,6 +275,7 @@ impl Raw {
             inbox,
             journal,
             metrics,
+            schedules,
         })
     }
 }

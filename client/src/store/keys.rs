@@ -239,6 +239,16 @@ impl Keys {
         format!("{}:audit", self.prefix)
     }
 
+    /// Hash: schedule id → its definition (JSON), and `<that>:state`, schedule id →
+    /// `<next> <last>`: the first occurrence not yet made and the last one made
+    /// (epoch ms, 0 for none). In shard 0's slot, beside the fence the leader's
+    /// advance is checked against.
+    pub fn schedules(&self) -> String {
+        let fence = self.shard(0).fence;
+        let tag_end = fence.find('}').map_or(0, |i| i + 1);
+        format!("{}:schedules", &fence[..tag_end])
+    }
+
     /// Set: the streams whose forwarding is paused.
     pub fn paused(&self) -> String {
         format!("{}:paused", self.prefix)

@@ -24,6 +24,7 @@ mod message;
 mod outcome;
 mod reply;
 mod rights;
+mod schedules;
 mod scripts;
 mod shard_count;
 mod shards;
@@ -63,6 +64,7 @@ pub use libraries::{Library, NodeLibraries, info_value};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use rights::Rights;
+pub use schedules::{Advanced, ScheduleState};
 pub use stats::{HeldBack, PendingReport, StreamCounts};
 pub use streams::StreamEntry;
 pub use tls::{RedisTls, client as redis_client};
@@ -108,6 +110,7 @@ struct Scripts {
     clear_switchover: Lua,
     confirm_marker: Lua,
     upcoming: Lua,
+    advance_schedule: Lua,
 }
 
 impl Scripts {
@@ -134,6 +137,7 @@ impl Scripts {
             clear_switchover: lua("clear_switchover", &f),
             confirm_marker: lua("confirm_marker", &f),
             upcoming: lua("upcoming", &f),
+            advance_schedule: lua("advance_schedule", &f),
         }
     }
 }

@@ -41,7 +41,7 @@ enum Kind {
 }
 
 /// Every script: its name (the file `lua/<name>.lua`), body and kind.
-const SOURCES: [(&str, &str, Kind); 20] = [
+const SOURCES: [(&str, &str, Kind); 21] = [
     (
         "reschedule",
         include_str!("lua/reschedule.lua"),
@@ -114,6 +114,11 @@ const SOURCES: [(&str, &str, Kind); 20] = [
         Kind::Writes,
     ),
     ("upcoming", include_str!("lua/upcoming.lua"), Kind::Reads),
+    (
+        "advance_schedule",
+        include_str!("lua/advance_schedule.lua"),
+        Kind::Writes,
+    ),
 ];
 
 /// The prelude: the parts of `lua/prelude/` joined in their names' order, each

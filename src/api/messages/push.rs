@@ -208,7 +208,7 @@ async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Respo
 pub(super) static PUSH_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<PushRequest>);
 
 /// Turns a push body into a message, naming the field and the rule on any error.
-pub(super) fn parse_push(
+pub(in crate::api) fn parse_push(
     value: &Value,
     config: &Config,
 ) -> Result<(NewMessage, ScheduleMode), ApiError> {

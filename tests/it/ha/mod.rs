@@ -11,12 +11,14 @@
 //! - `groups`: `election.mode = "per_shard"`, groups spread, moved on a kill,
 //!   rebalanced when a node joins;
 //! - `etcd`: etcd restarted, losing a member, its leader key deleted by hand, or
-//!   rebuilt under an older fence.
+//!   rebuilt under an older fence;
+//! - `schedules`: recurring schedules' occurrences through failovers and outages.
 
 mod etcd;
 mod failover;
 mod groups;
 mod lease;
+mod schedules;
 mod takeover;
 
 use std::collections::{BTreeMap, HashMap};

@@ -2,7 +2,8 @@
 //! tokens, batches, stats, long polls; in a process of its own and in-process, `api`
 //! and `in_process`), its hygiene (`http`: load shedding, timeouts, access log), the
 //! inbox stream and its poison entries (`inbox`, `poison`), bad input (`refusals`),
-//! the `delayq` command (`cli`), and business keys through all of them (`keys`).
+//! the `delayq` command (`cli`), business keys through all of them (`keys`), and
+//! recurring schedules over HTTP (`schedules`).
 
 mod api;
 mod cli;
@@ -13,6 +14,7 @@ mod inbox;
 mod keys;
 mod poison;
 mod refusals;
+mod schedules;
 
 /// The token tests configure when they want authentication.
 pub const TOKEN: &str = "t0ken-for-tests";

@@ -114,10 +114,11 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     );
 
     // One burst with the default layouts, then one with the hash layouts of both
-    // records and pending messages, then one that keeps no record, then one drained
-    // by two leaders of one election group each (`election.mode = "per_shard"`).
+    // records and pending messages, then one that keeps no record, then one pushed
+    // with business keys, then one drained by two leaders of one election group
+    // each (`election.mode = "per_shard"`).
     let burst = rows(&report, "delayq", "burst");
-    assert_eq!(burst.len(), 4);
+    assert_eq!(burst.len(), 5);
     assert_eq!(burst[0].get("records_layout"), None, "{}", burst[0]);
     assert_eq!(burst[0].get("pending_layout"), None, "{}", burst[0]);
     assert_eq!(burst[0].get("records_retention"), None, "{}", burst[0]);
@@ -126,8 +127,9 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     assert_eq!(burst[1]["pending_layout"], "hash", "{}", burst[1]);
     assert_eq!(burst[2]["records_retention"], "0s", "{}", burst[2]);
     assert_eq!(burst[2].get("records_layout"), None, "{}", burst[2]);
-    assert_eq!(burst[3]["leaders"], 2, "{}", burst[3]);
-    assert_eq!(burst[3].get("pending_layout"), None, "{}", burst[3]);
+    assert_eq!(burst[3]["messages_per_key"], 3, "{}", burst[3]);
+    assert_eq!(burst[4]["leaders"], 2, "{}", burst[4]);
+    assert_eq!(burst[4].get("pending_layout"), None, "{}", burst[4]);
     for b in &burst {
         check_delivered(b);
         check_lateness(b);
@@ -136,6 +138,14 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
             assert!(b["bytes_per_record"].as_f64().unwrap_or(0.0) > 10.0, "{b}");
         }
     }
+    // A key costs a pending message some bytes, never a share of another's.
+    let pending = |b: &serde_json::Value| b["bytes_per_pending_message"].as_f64().unwrap_or(0.0);
+    assert!(
+        pending(burst[3]) > pending(burst[0]),
+        "{} against {}",
+        burst[3],
+        burst[0]
+    );
     // Kept no record: what the drain itself left behind, well below the records.
     let bytes = |b: &serde_json::Value| b["bytes_per_record"].as_f64().unwrap_or(f64::MAX);
     assert!(

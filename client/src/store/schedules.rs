@@ -1,0 +1,179 @@
+//! Recurring schedules as Redis keeps them: their definitions (any node writes
+//! them, for the API) and how far the leader has made their occurrences (only the
+//! leader, fenced by shard 0's fence).
+
+use super::*;
+use crate::schedule::ScheduleSpec;
+
+/// How far a schedule's occurrences are made.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleState {
+    /// The first occurrence not yet made (epoch ms).
+    pub next: i64,
+    /// The last occurrence made (epoch ms), if any.
+    pub last: Option<i64>,
+}
+
+/// What the leader's advance did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Advanced {
+    Advanced,
+    /// Another leader advanced it first; nothing was written.
+    Moved,
+    /// The schedule was deleted meanwhile.
+    Gone,
+}
+
+fn state_key(schedules: &str) -> String {
+    format!("{schedules}:state")
+}
+
+fn parse_state(text: &str) -> Option<ScheduleState> {
+    let (next, last) = text.split_once(' ')?;
+    let last: i64 = last.parse().ok()?;
+    Some(ScheduleState {
+        next: next.parse().ok()?,
+        last: (last > 0).then_some(last),
+    })
+}
+
+impl Store {
+    /// Stores `spec` (a new schedule, or a changed one: its occurrences are then
+    /// made afresh from now on). Returns whether it is new.
+    pub async fn put_schedule(&self, spec: &ScheduleSpec) -> Result<bool> {
+        let key = self.keys.schedules();
+        let json = serde_json::to_string(spec).expect("a schedule serializes");
+        let (new, _): (bool, u64) = redis::pipe()
+            .atomic()
+            .hset(&key, &spec.id, json)
+            .hdel(state_key(&key), &spec.id)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(new)
+    }
+
+    /// Changes a schedule's paused flag, keeping how far it was made while paused
+    /// and starting afresh from now on when resumed. False when there is none.
+    pub async fn set_schedule_paused(&self, id: &str, paused: bool) -> Result<bool> {
+        let Some((mut spec, _)) = self.schedule_spec(id).await? else {
+            return Ok(false);
+        };
+        spec.paused = paused;
+        if !paused {
+            spec.since = self.now_ms().await?;
+        }
+        self.put_schedule(&spec).await?;
+        Ok(true)
+    }
+
+    /// One schedule and how far it is made.
+    pub async fn schedule_spec(
+        &self,
+        id: &str,
+    ) -> Result<Option<(ScheduleSpec, Option<ScheduleState>)>> {
+        let key = self.keys.schedules();
+        let (json, state): (Option<String>, Option<String>) = redis::pipe()
+            .hget(&key, id)
+            .hget(state_key(&key), id)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let Some(json) = json else { return Ok(None) };
+        let spec = serde_json::from_str(&json)
+            .map_err(|e| StoreError::Reply(format!("schedule {id}: {e}")))?;
+        Ok(Some((spec, state.as_deref().and_then(parse_state))))
+    }
+
+    /// Every schedule, by id, and how far each is made.
+    pub async fn schedule_specs(&self) -> Result<Vec<(ScheduleSpec, Option<ScheduleState>)>> {
+        let key = self.keys.schedules();
+        let (all, states): (
+            Vec<(String, String)>,
+            std::collections::HashMap<String, String>,
+        ) = redis::pipe()
+            .hgetall(&key)
+            .hgetall(state_key(&key))
+            .query_async(&mut self.conn.clone())
+            .await?;
+        let mut out = Vec::with_capacity(all.len());
+        for (id, json) in all {
+            let spec: ScheduleSpec = serde_json::from_str(&json)
+                .map_err(|e| StoreError::Reply(format!("schedule {id}: {e}")))?;
+            out.push((spec, states.get(&id).and_then(|s| parse_state(s))));
+        }
+        out.sort_by(|a, b| a.0.id.cmp(&b.0.id));
+        Ok(out)
+    }
+
+    /// Deletes a schedule (its messages already made stay scheduled). False when
+    /// there was none.
+    pub async fn delete_schedule(&self, id: &str) -> Result<bool> {
+        let key = self.keys.schedules();
+        let (gone, _): (u64, u64) = redis::pipe()
+            .atomic()
+            .hdel(&key, id)
+            .hdel(state_key(&key), id)
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(gone > 0)
+    }
+
+    /// Records, for the leader of `epoch`, that schedule `id`'s occurrences are made
+    /// up to `state` (its messages pushed first): only if it still reads `read`
+    /// (None: nothing made yet) and the epoch holds shard 0's fence.
+    pub async fn advance_schedule(
+        &self,
+        epoch: u64,
+        id: &str,
+        read: Option<ScheduleState>,
+        state: ScheduleState,
+    ) -> Result<Advanced> {
+        let key = self.keys.schedules();
+        let reply: String = self
+            .scripts
+            .advance_schedule
+            .key(self.keys.shard(0).fence)
+            .key(state_key(&key))
+            .key(&key)
+            .arg(epoch)
+            .arg(id)
+            .arg(read.map_or(0, |r| r.next))
+            .arg(state.next)
+            .arg(state.last.unwrap_or(0))
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)?;
+        match reply.as_str() {
+            "advanced" => Ok(Advanced::Advanced),
+            "moved" => Ok(Advanced::Moved),
+            "gone" => Ok(Advanced::Gone),
+            other => Err(StoreError::Reply(format!(
+                "advance_schedule said {other:?}"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_state_reads_back() {
+        assert_eq!(
+            parse_state("5 0"),
+            Some(ScheduleState {
+                next: 5,
+                last: None
+            })
+        );
+        assert_eq!(
+            parse_state("9 7"),
+            Some(ScheduleState {
+                next: 9,
+                last: Some(7)
+            })
+        );
+        assert_eq!(parse_state("9"), None);
+        assert_eq!(parse_state("x 1"), None);
+    }
+}

@@ -1,0 +1,221 @@
+//! Recurring schedules with real daemons: every occurrence exactly once and never
+//! early through a SIGKILL, a SIGSTOP and a SIGTERM of the leader; and after every
+//! node was down, exactly what each misfire policy promises.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use delayq_harness::{DelayqProcess, RedisServer};
+use serde_json::json;
+
+use crate::support::{Api, Cluster, delayq_bin, entries, eventually, within};
+
+/// A schedule's delivered occurrences: occurrence ms → the entries' ms.
+fn occurrences(redis: &RedisServer, stream: &str, schedule: &str) -> BTreeMap<i64, Vec<i64>> {
+    let mut out: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for e in entries(&mut redis.client(), stream) {
+        let id = e.get("delayq-id").unwrap_or_default();
+        let Some(at) = id.strip_prefix(&format!("{schedule}.")) else {
+            continue;
+        };
+        let at: i64 = at.parse().unwrap();
+        let sent: i64 = e.id.split('-').next().unwrap().parse().unwrap();
+        out.entry(at).or_default().push(sent);
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_occurrence_once_and_never_early_through_kill_stop_and_term_of_the_leader() {
+    let cluster = Cluster::start(3, 1, "[schedules]\nhorizon = \"2s\"\n").await;
+    let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
+    let body = json!({ "id": "tick", "stream": "ticks", "payload": "t", "every": "1s" });
+    let (status, answer) = cluster.apis[leader].post("/v1/schedules", body).await;
+    assert_eq!(status, 201, "{answer}");
+    let after = |n: usize| {
+        let cluster = &cluster;
+        async move {
+            eventually(Duration::from_secs(30), "occurrences delivered", || async {
+                (occurrences(&cluster.redis, "ticks", "tick").len() >= n).then_some(())
+            })
+            .await
+        }
+    };
+    after(3).await;
+    let mut down = Vec::new();
+    for (signal, name) in [
+        (libc::SIGKILL, "SIGKILL"),
+        (libc::SIGSTOP, "SIGSTOP"),
+        (libc::SIGTERM, "SIGTERM"),
+    ] {
+        let (old, epoch) = cluster
+            .one_leader()
+            .except(&down)
+            .wait(|| cluster.logs())
+            .await;
+        cluster.nodes[old].signal(signal);
+        down.push(old);
+        let (next, _) = cluster
+            .one_leader()
+            .except(&down)
+            .above(epoch)
+            .within(Duration::from_secs(30))
+            .wait(|| cluster.logs())
+            .await;
+        let seen = occurrences(&cluster.redis, "ticks", "tick").len();
+        after(seen + 3).await;
+        println!("{name} of n{old}: n{next} leads; {seen} occurrences before");
+        if signal == libc::SIGSTOP {
+            cluster.nodes[old].signal(libc::SIGCONT);
+            down.pop();
+        }
+        if signal == libc::SIGTERM {
+            break;
+        }
+    }
+    let (leader, _) = cluster
+        .one_leader()
+        .except(&down)
+        .wait(|| cluster.logs())
+        .await;
+    let (status, _) = cluster.apis[leader]
+        .call("DELETE", "/v1/schedules/tick", None, None)
+        .await;
+    assert_eq!(status, 200);
+    // What was made (up to the horizon) arrives; then nothing more.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let got = occurrences(&cluster.redis, "ticks", "tick");
+    let ats: Vec<i64> = got.keys().copied().collect();
+    assert!(ats.len() >= 10, "{ats:?}");
+    for w in ats.windows(2) {
+        assert_eq!(
+            w[1] - w[0],
+            1000,
+            "an occurrence missed between {} and {}\n{}",
+            w[0],
+            w[1],
+            cluster.logs()
+        );
+    }
+    for (at, sent) in &got {
+        assert_eq!(
+            sent.len(),
+            1,
+            "occurrence {at} sent {} times: {sent:?}",
+            sent.len()
+        );
+        assert!(sent[0] >= *at, "occurrence {at} sent early, at {}", sent[0]);
+    }
+}
+
+/// Three schedules, one for each policy, every second; the only node is killed for
+/// longer than the horizon and the grace, then started again.
+#[tokio::test]
+async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() {
+    let redis = RedisServer::start().unwrap();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\n[schedules]\nhorizon = \"1s\"\n",
+        redis.url()
+    );
+    let mut node = DelayqProcess::start(&delayq_bin(), "misfire", &config).unwrap();
+    let api = Api::new(node.api);
+    for (policy, catch_up) in [("skip", 10), ("once", 10), ("all", 3)] {
+        let body = json!({ "id": policy, "stream": "ticks", "payload": policy, "every": "1s",
+                           "misfire": policy, "max_catch_up": catch_up });
+        let (status, answer) = api.post("/v1/schedules", body).await;
+        assert_eq!(status, 201, "{answer}");
+    }
+    eventually(
+        Duration::from_secs(10),
+        "each schedule delivering",
+        || async {
+            ["skip", "once", "all"]
+                .iter()
+                .all(|p| occurrences(&redis, "ticks", p).len() >= 2)
+                .then_some(())
+        },
+    )
+    .await;
+    node.kill();
+    // Longer than the horizon (1 s) and the grace (5 s): occurrences are missed.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    node.restart().unwrap();
+    let started_at = now_ms();
+    let api = Api::new(node.api);
+    // Each policy's decision, as the leader logs it (its rules are plan.rs's unit
+    // tests); then every schedule delivers again, nothing twice.
+    for (policy, sent) in [("skip", 0), ("once", 1), ("all", 3)] {
+        let named = [
+            format!("schedule={policy} "),
+            format!("schedule=\"{policy}\""),
+        ];
+        let line = within(Duration::from_secs(20), || async {
+            node.log()
+                .lines()
+                .find(|l| {
+                    l.contains("missed occurrences") && named.iter().any(|n| l.contains(n.as_str()))
+                })
+                .map(str::to_owned)
+        })
+        .await
+        .unwrap_or_else(|| panic!("{policy}: no misfire decision logged:\n{}", node.log()));
+        assert!(line.contains(&format!(" sent={sent} ")), "{policy}: {line}");
+        let missed: usize = line
+            .split(" missed=")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        assert!(
+            missed >= 3,
+            "{policy}: a 10 s outage misses several: {line}"
+        );
+    }
+    eventually(
+        Duration::from_secs(20),
+        "each schedule delivering again",
+        || async {
+            ["skip", "once", "all"]
+                .iter()
+                .all(|p| {
+                    occurrences(&redis, "ticks", p)
+                        .keys()
+                        .any(|&at| at > started_at)
+                })
+                .then_some(())
+        },
+    )
+    .await;
+    for policy in ["skip", "once", "all"] {
+        let (status, _) = api
+            .call("DELETE", &format!("/v1/schedules/{policy}"), None, None)
+            .await;
+        assert_eq!(status, 200);
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    for p in ["skip", "once", "all"] {
+        let got = occurrences(&redis, "ticks", p);
+        assert!(
+            got.values().all(|sent| sent.len() == 1),
+            "{p}: an occurrence twice: {got:?}"
+        );
+        assert!(
+            got.iter().all(|(at, sent)| sent[0] >= *at),
+            "{p}: an occurrence early: {got:?}"
+        );
+    }
+    let text = api.metrics().await.unwrap();
+    let missed: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("delayq_schedule_missed_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(missed >= 9.0, "delayq_schedule_missed_total {missed}");
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
