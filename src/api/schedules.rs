@@ -123,7 +123,8 @@ static KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<ScheduleReq
         (status = 201, description = "created", body = ScheduleView),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
         (status = 403, description = "stream not allowed, or out of the token's reach", body = ErrorBody),
-        (status = 409, description = "a schedule of that id exists (schedule_exists), or there are api's most schedules already (too_many_schedules)", body = ErrorBody),
+        (status = 409, description = "a schedule of that id exists (schedule_exists), or 10,000 are kept already (too_many_schedules)", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
@@ -216,7 +217,10 @@ pub async fn get(
     request_body = ScheduleRequest,
     responses(
         (status = 200, description = "changed: its occurrences are made afresh from now on", body = ScheduleView),
+        (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
+        (status = 403, description = "stream not allowed, or out of the token's reach", body = ErrorBody),
         (status = 404, description = "no such schedule", body = ErrorBody),
+        (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
@@ -273,6 +277,7 @@ pub async fn delete(
     responses(
         (status = 200, description = "paused: no occurrence is made until resumed (those made already stay scheduled)", body = ScheduleView),
         (status = 404, description = "no such schedule", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -293,6 +298,7 @@ pub async fn pause(
     responses(
         (status = 200, description = "resumed: occurrences from now on (none of the paused time)", body = ScheduleView),
         (status = 404, description = "no such schedule", body = ErrorBody),
+        (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]

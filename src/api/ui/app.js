@@ -790,6 +790,40 @@
     await doLookup(id);
   }
 
+  // --- schedules
+
+  function renderSchedules(view) {
+    view.append(card('Recurring schedules', el('div', { id: 'schedules-box', class: 'scroll' },
+      table('schedules', ['Id'], [], 'loading…'))));
+  }
+
+  async function loadSchedules(gen) {
+    const r = await api('GET', '/v1/schedules');
+    if (gen !== state.gen) return;
+    loaded([r]);
+    if (!r.ok) { $('schedules-box').replaceChildren(el('p', { class: 'empty' }, errText(r))); return; }
+    const all = (r.body && Array.isArray(r.body.schedules)) ? r.body.schedules : [];
+    const now = Date.now();
+    const rows = all.map((s) => el('tr', { data: { id: s.id } },
+      td(code(s.id)),
+      td(s.stream),
+      td(s.cron ? `${s.cron} (${s.timezone || 'UTC'})` : `every ${s.every}`),
+      td(s.paused ? badge('paused', 'warn') : (Array.isArray(s.next) && s.next.length ? when(s.next[0], now) : '–')),
+      td(s.last != null ? when(s.last, now) : '–'),
+      td(s.misfire + (s.misfire === 'all' ? ` (≤ ${s.max_catch_up})` : '')),
+      td(canWrite() ? button(s.paused ? 'Resume' : 'Pause', 'schedule-' + (s.paused ? 'resume-' : 'pause-') + s.id, '',
+        () => pauseSchedule(s.id, !s.paused)) : '')));
+    $('schedules-box').replaceChildren(table('schedules', ['Id', 'Stream', 'When', 'Next', 'Last made', 'Misfire', ''], rows,
+      'no schedules: POST /v1/schedules or delayq schedule add makes one'));
+  }
+
+  async function pauseSchedule(id, pause) {
+    const r = await api('POST', `/v1/schedules/${enc(id)}/${pause ? 'pause' : 'resume'}`);
+    if (!r.ok) { failStatus(pause ? 'Pause' : 'Resume', r); return; }
+    setStatus(`Schedule ${id} ${pause ? 'paused: no occurrence until resumed' : 'resumed: occurrences from now on'}.`);
+    await loadSchedules(state.gen);
+  }
+
   // --- dead letters
 
   function renderDead(view) {
@@ -1039,6 +1073,7 @@
     streams: { render: renderStreams, load: loadStreams, poll: true },
     messages: { render: renderMessages, load: loadMessages },
     dead: { render: renderDead, load: loadDead },
+    schedules: { render: renderSchedules, load: loadSchedules, poll: true },
     admin: { render: renderAdmin, load: loadAdmin },
   };
 

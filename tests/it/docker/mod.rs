@@ -391,20 +391,26 @@ async fn fail_over(
 }
 
 /// Starts `node`'s container again and waits until it is healthy and a standby
-/// that names `leader`.
-async fn back_as_standby(d: &Deployment, apis: &[Api], node: usize, leader: usize) {
+/// that names the leader every node agrees on; returns that leader and its epoch.
+/// Usually the one that took over; under a load that stalls Redis for longer than
+/// a leader may go unheard, leadership may have moved on meanwhile, as it should.
+async fn back_as_standby(d: &Deployment, apis: &[Api], node: usize) -> (usize, u64) {
     let container = d.container(NODES[node]).await;
     docker(&["start", &container]).await;
     healthy(d, &[NODES[node]]).await;
     eventually(
         Duration::from_secs(30),
-        "the old leader is a standby",
+        "the old leader a standby that names the leader the others agree on",
         || async {
+            let (leader, epoch) = OneLeader::among(apis).agreed().now().await?;
             let (_, view) = apis[node].try_get("/v1/leader").await?;
-            (view["is_leader"] == false && view["leader"]["node_id"] == NODES[leader]).then_some(())
+            (leader != node
+                && view["is_leader"] == false
+                && view["leader"]["node_id"] == NODES[leader])
+                .then_some((leader, epoch))
         },
     )
-    .await;
+    .await
 }
 
 /// Every node is known by its name on the compose network (`api.advertise`), not the
@@ -470,7 +476,7 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
     confirmed.push(("e2e-kill", ids));
 
     // Crash: SIGKILL, the lease runs out, a standby takes over.
-    let (second, epoch, kill_takeover) = fail_over(&d, &apis, "kill", first, epoch).await;
+    let (second, _, kill_takeover) = fail_over(&d, &apis, "kill", first, epoch).await;
     eprintln!(
         "docker kill {}: {} leads after {kill_takeover:.2?}",
         NODES[first], NODES[second]
@@ -483,7 +489,7 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
     )
     .await;
     confirmed.push(("e2e-after-kill", ids));
-    back_as_standby(&d, &apis, first, second).await;
+    let (second, epoch) = back_as_standby(&d, &apis, first).await;
 
     // Handover: SIGTERM resigns on the way out.
     let other = (0..NODES.len()).find(|&n| n != second).unwrap();
@@ -494,7 +500,7 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
         "docker stop {}: {} leads after {term_takeover:.2?}",
         NODES[second], NODES[third]
     );
-    back_as_standby(&d, &apis, second, third).await;
+    let (third, _) = back_as_standby(&d, &apis, second).await;
 
     // Redis restarts (SIGTERM, then its append-only file): nothing scheduled is
     // lost, and the nodes reconnect on their own.

@@ -127,6 +127,11 @@ impl<'a> OneLeader<'a> {
         })
     }
 
+    /// One look: the leader if it is the one wanted (None: not now).
+    pub async fn now(&self) -> Option<(usize, u64)> {
+        self.once().await.0
+    }
+
     /// One look: the leader if it is the one wanted, and who said they lead.
     async fn once(&self) -> (Option<(usize, u64)>, Vec<(usize, u64, String)>) {
         let asked: Vec<usize> = (0..self.nodes.len())

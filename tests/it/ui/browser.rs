@@ -93,7 +93,7 @@ async fn a_standby_shows_the_leader_live_numbers_and_every_page_without_errors()
         .await;
     browser.screenshot("overview").await;
     no_errors(&browser, "overview").await;
-    for page in ["streams", "messages", "dead", "admin"] {
+    for page in ["streams", "messages", "dead", "schedules", "admin"] {
         browser.click(&format!("#nav-{page}")).await;
         browser
             .wait_for(&format!("#view[data-page='{page}']"), "the page drew")
@@ -254,6 +254,42 @@ async fn finding_and_cancelling_a_business_key_from_the_page() {
     let (_, got) = admin.get("/v1/messages/o42-later").await;
     assert_eq!(got["state"], json!("cancelled"), "{got}");
     no_errors(&browser, "messages by key").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_page_lists_schedules_and_pauses_one() {
+    let cluster = two_nodes().await;
+    let admin = cluster.apis[0].clone().with_token(ADMIN);
+    let body = json!({ "id": "nightly", "stream": "reports", "payload": "r", "cron": "0 3 * * *", "timezone": "Europe/Berlin" });
+    let (status, answer) = admin.post("/v1/schedules", body).await;
+    assert_eq!(status, 201, "{answer}");
+    let body = json!({ "id": "ping", "stream": "pings", "payload": "p", "every": "10m" });
+    assert_eq!(admin.post("/v1/schedules", body).await.0, 201);
+
+    let browser = signed_in(&cluster, 0, ADMIN, "schedules").await;
+    browser.click("#nav-schedules").await;
+    browser
+        .wait_text("#schedules-box", "both schedules", |t| {
+            t.contains("nightly")
+                && t.contains("0 3 * * * (Europe/Berlin)")
+                && t.contains("every 10m")
+        })
+        .await;
+    browser.screenshot("list").await;
+    browser.click("#schedule-pause-ping").await;
+    browser
+        .wait_text("#status", "says it paused", |t| {
+            t.contains("Schedule ping paused")
+        })
+        .await;
+    browser
+        .wait_text("#schedules-box", "shows it paused", |t| {
+            t.contains("paused")
+        })
+        .await;
+    let (_, got) = admin.get("/v1/schedules/ping").await;
+    assert_eq!(got["paused"], json!(true), "{got}");
+    no_errors(&browser, "schedules").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
