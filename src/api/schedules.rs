@@ -251,7 +251,7 @@ pub async fn put(
     operation_id = "deleteSchedule",
     params(SchedulePath),
     responses(
-        (status = 200, description = "deleted; messages it made already stay scheduled (cancel them by its key)", body = Object),
+        (status = 200, description = "deleted; the leader withdraws the occurrences it made ahead and that are not due yet", body = Object),
         (status = 404, description = "no such schedule", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),
@@ -275,7 +275,7 @@ pub async fn delete(
     operation_id = "pauseSchedule",
     params(SchedulePath),
     responses(
-        (status = 200, description = "paused: no occurrence is made until resumed (those made already stay scheduled)", body = ScheduleView),
+        (status = 200, description = "paused: no occurrence until resumed (those made ahead and not due yet are withdrawn)", body = ScheduleView),
         (status = 404, description = "no such schedule", body = ErrorBody),
         (status = 503, description = "Redis unreachable", body = ErrorBody),
     ),

@@ -33,7 +33,7 @@ pub enum ScheduleCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Delete a schedule (the messages it made already stay scheduled).
+    /// Delete a schedule (the occurrences it made ahead are withdrawn).
     Rm {
         id: String,
         #[command(flatten)]

@@ -22,7 +22,7 @@ use crate::complaint::Complaint;
 use crate::config::Config;
 use crate::message::{Due, MessageId, MessageKey, NewMessage};
 use crate::metrics as m;
-use crate::schedule::{ScheduleSpec, occurrence_id, plan};
+use crate::schedule::{ScheduleSpec, When, occurrence_id, plan};
 use crate::store::{Advanced, BatchItem, ScheduleState, Scheduled, Store, StoreError};
 
 /// How often the leader looks at the schedules.
@@ -34,15 +34,25 @@ static ROUND_FAILED: Complaint = Complaint::new(
     "schedules' occurrences are made again",
 );
 
+/// What this term knows of the schedules: their definitions as of `version` (read
+/// again only when another node changed one), each with when it fires and how far
+/// it is made. A term starts with none.
+#[derive(Default)]
+struct Known {
+    version: Option<u64>,
+    schedules: Vec<(ScheduleSpec, When, Option<ScheduleState>)>,
+}
+
 /// Makes the schedules' occurrences while `term` lasts (on the node whose term
 /// holds shard 0).
 pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
     if !store.owns(0) {
         return;
     }
+    let mut known = Known::default();
     loop {
         let config = live.borrow().clone();
-        match round(&term, &config, &store).await {
+        match round(&term, &config, &store, &mut known).await {
             Ok(()) => {
                 if let Some(said) = ROUND_FAILED.recovered() {
                     tracing::info!("{said}");
@@ -50,6 +60,8 @@ pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
             }
             Err(StoreError::Fenced { held, .. }) => return term.fenced("making schedules", held),
             Err(e) => {
+                // Read everything again: what failed may have half moved on.
+                known.version = None;
                 if let Some(said) = ROUND_FAILED.failed() {
                     tracing::warn!(error = %e, "{said}");
                 }
@@ -62,31 +74,74 @@ pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
     }
 }
 
-async fn round(term: &Term, config: &Config, store: &Store) -> Result<(), StoreError> {
+/// Reads the definitions again when their version moved (or none were read yet).
+async fn refresh(config: &Config, store: &Store, known: &mut Known) -> Result<(), StoreError> {
+    let version = store.schedules_version().await?;
+    if known.version == Some(version) {
+        return Ok(());
+    }
+    let own = config.forwarder.own_fields();
+    let before = std::mem::take(&mut known.schedules);
+    let stored = store.schedule_specs().await?;
+    // A schedule deleted, changed or paused since this term last read it: the
+    // occurrences it made and that are not due yet are withdrawn, so that a change
+    // takes effect now rather than a horizon later.
+    let now = store.now_ms().await? as i64;
+    for (old, when, made) in &before {
+        let Some(made) = made else { continue };
+        let still = stored.iter().find(|(spec, _)| spec.id == old.id);
+        if still.is_some_and(|(spec, _)| spec == old) {
+            continue;
+        }
+        let withdrawn = withdraw(store, config, old, when, *made, now).await?;
+        if withdrawn > 0 {
+            tracing::info!(
+                schedule = old.id,
+                withdrawn,
+                "schedule changed: occurrences made and not yet due withdrawn"
+            );
+        }
+    }
+    for (spec, state) in stored {
+        let rule = |fields: &crate::message::Fields| {
+            crate::message::check_field_names(fields, &own).map_err(|e| e.to_string())
+        };
+        match spec.validate(rule) {
+            Ok(when) => known.schedules.push((spec, when, state)),
+            Err(why) => {
+                tracing::warn!(schedule = spec.id, %why, "schedule left alone: it breaks a rule");
+            }
+        }
+    }
+    known.version = Some(version);
+    Ok(())
+}
+
+async fn round(
+    term: &Term,
+    config: &Config,
+    store: &Store,
+    known: &mut Known,
+) -> Result<(), StoreError> {
+    refresh(config, store, known).await?;
     let now = store.now_ms().await? as i64;
     let horizon = config
         .schedules
         .horizon_within(config.records.retention)
         .as_millis() as i64;
-    let own = config.forwarder.own_fields();
-    for (spec, state) in store.schedule_specs().await? {
+    for (spec, when, state) in known.schedules.iter_mut() {
         if spec.paused || term.is_over() {
             continue;
         }
-        let when = match spec.validate(|fields| {
-            crate::message::check_field_names(fields, &own).map_err(|e| e.to_string())
-        }) {
-            Ok(when) => when,
-            Err(why) => {
-                tracing::warn!(schedule = spec.id, %why, "schedule left alone: it breaks a rule");
-                continue;
-            }
-        };
+        // Nothing due within the horizon: no call at all.
+        if state.is_some_and(|s| s.next > now + horizon) {
+            continue;
+        }
         let next = match state {
             Some(s) => Some(s.next),
-            None => spec.first(&when),
+            None => spec.first(when),
         };
-        let planned = plan(&spec, &when, next, now, horizon, GRACE.as_millis() as i64);
+        let planned = plan(spec, when, next, now, horizon, GRACE.as_millis() as i64);
         if planned.is_empty() {
             continue;
         }
@@ -103,12 +158,12 @@ async fn round(term: &Term, config: &Config, store: &Store) -> Result<(), StoreE
         let items: Vec<BatchItem> = planned
             .late
             .iter()
-            .map(|&at| occurrence(&spec, at, Due::In(Duration::ZERO)))
+            .map(|&at| occurrence(spec, at, Due::In(Duration::ZERO)))
             .chain(
                 planned
                     .coming
                     .iter()
-                    .map(|&at| occurrence(&spec, at, Due::At(at as u64 + spec.jitter_of(at)))),
+                    .map(|&at| occurrence(spec, at, Due::At(at as u64 + spec.jitter_of(at)))),
             )
             .collect::<Result<_, _>>()?;
         let outcomes = match items.is_empty() {
@@ -127,25 +182,52 @@ async fn round(term: &Term, config: &Config, store: &Store) -> Result<(), StoreE
                 Scheduled::Duplicate { .. } | Scheduled::Replaced { .. } => {}
             }
         }
-        let advanced = store
-            .advance_schedule(
-                term.epoch(),
-                &spec.id,
-                state,
-                ScheduleState {
-                    next: planned.next.unwrap_or(i64::MAX),
-                    last: planned.last.or(state.and_then(|s| s.last)),
-                },
-            )
-            .await?;
-        if advanced == Advanced::Moved {
-            tracing::debug!(
-                schedule = spec.id,
-                "another leader advanced the schedule first"
-            );
+        let made = ScheduleState {
+            next: planned.next.unwrap_or(i64::MAX),
+            last: planned.last.or(state.and_then(|s| s.last)),
+        };
+        match store
+            .advance_schedule(term.epoch(), &spec.id, *state, made)
+            .await?
+        {
+            Advanced::Advanced => *state = Some(made),
+            // Changed or deleted meanwhile, or another leader went first: read
+            // everything again next round.
+            Advanced::Moved | Advanced::Gone => {
+                tracing::debug!(schedule = spec.id, "schedule changed under this round");
+                known.version = None;
+                return Ok(());
+            }
         }
     }
     Ok(())
+}
+
+/// Cancels `spec`'s occurrences after `now` that were made (before `made.next`);
+/// returns how many were still pending.
+async fn withdraw(
+    store: &Store,
+    config: &Config,
+    spec: &ScheduleSpec,
+    when: &When,
+    made: ScheduleState,
+    now: i64,
+) -> Result<usize, StoreError> {
+    let mut withdrawn = 0;
+    let mut at = when.next_after(now);
+    for _ in 0..crate::schedule::MAX_PER_ROUND {
+        let Some(t) = at.filter(|&t| t < made.next) else {
+            break;
+        };
+        let id = MessageId::parse(&occurrence_id(&spec.id, t))
+            .map_err(|e| StoreError::Reply(format!("schedule {}: {e}", spec.id)))?;
+        if store.cancel(&id, config.records.retention).await? == crate::store::Cancelled::Cancelled
+        {
+            withdrawn += 1;
+        }
+        at = when.next_after(t);
+    }
+    Ok(withdrawn)
 }
 
 /// The message of `spec`'s occurrence at `at`.

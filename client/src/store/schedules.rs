@@ -28,6 +28,12 @@ fn state_key(schedules: &str) -> String {
     format!("{schedules}:state")
 }
 
+/// String: a counter every change of a definition moves, so that the leader reads
+/// the definitions again only when one changed.
+fn version_key(schedules: &str) -> String {
+    format!("{schedules}:version")
+}
+
 fn parse_state(text: &str) -> Option<ScheduleState> {
     let (next, last) = text.split_once(' ')?;
     let last: i64 = last.parse().ok()?;
@@ -43,10 +49,11 @@ impl Store {
     pub async fn put_schedule(&self, spec: &ScheduleSpec) -> Result<bool> {
         let key = self.keys.schedules();
         let json = serde_json::to_string(spec).expect("a schedule serializes");
-        let (new, _): (bool, u64) = redis::pipe()
+        let (new, _, _): (bool, u64, u64) = redis::pipe()
             .atomic()
             .hset(&key, &spec.id, json)
             .hdel(state_key(&key), &spec.id)
+            .incr(version_key(&key), 1)
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(new)
@@ -104,14 +111,25 @@ impl Store {
         Ok(out)
     }
 
+    /// The definitions' version: it moves with every change of one (0: none yet).
+    pub async fn schedules_version(&self) -> Result<u64> {
+        let version: Option<u64> = self
+            .conn
+            .clone()
+            .get(version_key(&self.keys.schedules()))
+            .await?;
+        Ok(version.unwrap_or(0))
+    }
+
     /// Deletes a schedule (its messages already made stay scheduled). False when
     /// there was none.
     pub async fn delete_schedule(&self, id: &str) -> Result<bool> {
         let key = self.keys.schedules();
-        let (gone, _): (u64, u64) = redis::pipe()
+        let (gone, _, _): (u64, u64, u64) = redis::pipe()
             .atomic()
             .hdel(&key, id)
             .hdel(state_key(&key), id)
+            .incr(version_key(&key), 1)
             .query_async(&mut self.conn.clone())
             .await?;
         Ok(gone > 0)

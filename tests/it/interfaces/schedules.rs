@@ -220,3 +220,67 @@ async fn the_command_line_adds_lists_pauses_and_removes_a_schedule() {
     let (code, said) = run(&["schedule", "get", "cli-ping"]).await;
     assert_eq!(code, 3, "{said}");
 }
+
+/// A change or a deletion takes effect at once: the occurrences made ahead (the
+/// horizon, a minute by default) and not yet due are withdrawn.
+#[tokio::test]
+async fn a_changed_or_deleted_schedule_sends_nothing_more_of_what_it_was() {
+    use std::time::Duration;
+
+    use crate::support::{eventually, xlen};
+
+    let env = Env::start(&strict("")).await;
+    let body =
+        json!({ "id": "tick", "stream": "orders", "payload": "a", "every": "1s", "key": "ticks" });
+    let (status, answer) = call(&env, "POST", "/v1/schedules", Some(body)).await;
+    assert_eq!(status, 201, "{answer}");
+    let count = |stream: &str| xlen(&mut env.redis.client(), stream);
+    // The schedule's messages still pending in `stream`, by its key.
+    let pending = |stream: &'static str| {
+        let env = &env;
+        async move {
+            let path = format!("/v1/streams/{stream}/keys/ticks");
+            let (_, list) = call(env, "GET", &path, None).await;
+            list["messages"].as_array().map_or(0, |m| {
+                m.iter().filter(|m| m["state"] == "scheduled").count()
+            })
+        }
+    };
+    eventually(Duration::from_secs(10), "delivering to orders", || async {
+        (count("orders") >= 2).then_some(())
+    })
+    .await;
+    assert!(pending("orders").await > 10, "a horizon's worth made ahead");
+    let change = json!({ "stream": "orders-b", "payload": "b", "every": "1s", "key": "ticks" });
+    let (status, answer) = call(&env, "PUT", "/v1/schedules/tick", Some(change)).await;
+    assert_eq!(status, 200, "{answer}");
+    eventually(
+        Duration::from_secs(10),
+        "what was made for orders withdrawn",
+        || async { (pending("orders").await == 0).then_some(()) },
+    )
+    .await;
+    let to_a = count("orders");
+    eventually(
+        Duration::from_secs(10),
+        "delivering to orders-b",
+        || async { (count("orders-b") >= 2).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        count("orders"),
+        to_a,
+        "nothing more to the stream it had before"
+    );
+    let (status, _) = call(&env, "DELETE", "/v1/schedules/tick", None).await;
+    assert_eq!(status, 200);
+    eventually(
+        Duration::from_secs(10),
+        "what was made for orders-b withdrawn",
+        || async { (pending("orders-b").await == 0).then_some(()) },
+    )
+    .await;
+    let to_b = count("orders-b");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(count("orders-b"), to_b, "nothing more once deleted");
+}
