@@ -24,6 +24,10 @@ pub struct BenchArgs {
     /// Far-future messages pending during the backlog scenario (0 skips it).
     #[arg(long)]
     pub backlog: Option<u64>,
+    /// Recurring schedules firing together in the schedules scenario (0 skips it;
+    /// the suite sets how often they fire: tiny every 1s, quick 10s, full 1m).
+    #[arg(long)]
+    pub schedules: Option<u64>,
     /// Messages in each ingest scenario (HTTP, batch HTTP, inbox); 0 skips them.
     #[arg(long)]
     pub ingest: Option<u64>,

@@ -4,6 +4,7 @@
 //! - `scenarios`: delayq's burst, spread, spread search and backlog.
 //! - `catchup`: a backlog drained at a stream's limit while live traffic goes on.
 //! - `idle`: a leader with nothing to move (its Redis cost a second).
+//! - `schedules`: recurring schedules firing together (Redis CPU per occurrence).
 //! - `ingest`: messages into delayq: single HTTP pushes, batch HTTP, the inbox stream
 //!   (drained and live).
 //! - `ceiling`: the same work as a bare Lua script, and `redis-benchmark`.
@@ -38,6 +39,7 @@ mod plan;
 mod report;
 mod rows;
 mod scenarios;
+mod schedules;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -293,6 +295,13 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
         if !plan.rates.is_empty() {
             progress(&format!("run {run}: delayq idle for {:?}", plan.duration));
             add(bench.idle(plan.duration).await?);
+        }
+        let (schedules, every, fires) = plan.schedules;
+        if schedules > 0 {
+            progress(&format!(
+                "run {run}: delayq {schedules} schedules firing every {every:?}, {fires} times"
+            ));
+            add(bench.schedules(schedules, every, fires).await?);
         }
         if plan.catchup > 0 {
             progress(&format!(

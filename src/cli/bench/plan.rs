@@ -31,6 +31,9 @@ pub(super) struct Plan {
     /// Rounds of the SIGTERM and of the SIGKILL failover.
     pub(super) failover_rounds: (u32, u32),
     pub(super) lease_ttl: Duration,
+    /// Recurring schedules firing together (0: none), how often, and the firings
+    /// watched.
+    pub(super) schedules: (u64, Duration, u32),
 }
 
 impl Plan {
@@ -59,6 +62,7 @@ impl Plan {
                 failover_after: Duration::from_secs(1),
                 failover_rounds: (2, 1),
                 lease_ttl: Duration::from_secs(2),
+                schedules: (50, Duration::from_secs(1), 3),
             },
             Suite::Quick => Plan {
                 bursts: vec![100_000],
@@ -83,6 +87,7 @@ impl Plan {
                 failover_after: Duration::from_secs(3),
                 failover_rounds: (10, 5),
                 lease_ttl: Duration::from_secs(6),
+                schedules: (1000, Duration::from_secs(10), 3),
             },
             Suite::Full => Plan {
                 bursts: vec![100_000, 1_000_000],
@@ -112,6 +117,7 @@ impl Plan {
                 failover_after: Duration::from_secs(3),
                 failover_rounds: (50, 20),
                 lease_ttl: Duration::from_secs(6),
+                schedules: (10_000, Duration::from_secs(60), 2),
             },
         };
         if let Some(bursts) = &args.burst {
@@ -137,6 +143,9 @@ impl Plan {
         }
         if let Some(n) = args.backlog {
             plan.backlog = n;
+        }
+        if let Some(n) = args.schedules {
+            plan.schedules.0 = n;
         }
         if let Some(n) = args.ingest {
             plan.ingest = n;

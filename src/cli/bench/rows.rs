@@ -48,6 +48,8 @@ pub enum Delayq {
     Catchup(Catchup),
     /// A leader with nothing to move: its figures are per second, not per message.
     Idle(Idle),
+    /// Recurring schedules firing together: figures per occurrence.
+    Schedules(Schedules),
     IngestHttp(Ingest),
     IngestHttpBatch(Ingest),
     /// The same batches without ids: delayq makes them (in order, see `MessageId`).
@@ -245,6 +247,19 @@ pub struct Idle {
     #[serde(flatten)]
     pub measured: Measured,
     pub seconds: u64,
+}
+
+/// Recurring schedules, all firing at the same instants: `messages` are the
+/// occurrences expected (`schedules` × `fires`), the CPU is per occurrence, and the
+/// lateness is each occurrence's entry time less its instant.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Schedules {
+    #[serde(flatten)]
+    pub measured: Measured,
+    pub schedules: u64,
+    pub every_ms: u64,
+    pub fires: u32,
+    pub lateness_ms: Option<Lateness>,
 }
 
 /// delayq's catch-up at a limit: a backlog of overdue messages for one stream with
@@ -498,6 +513,7 @@ impl Delayq {
             Delayq::BacklogSpread(_) => "backlog-spread",
             Delayq::Catchup(_) => "catchup",
             Delayq::Idle(_) => "idle",
+            Delayq::Schedules(_) => "schedules",
             Delayq::IngestHttp(_) => "ingest-http",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
             Delayq::IngestHttpBatchIdsGenerated(_) => "ingest-http-batch-ids-generated",
@@ -518,6 +534,7 @@ impl Delayq {
             Delayq::Spread(s) | Delayq::BacklogSpread(s) => &s.measured,
             Delayq::Catchup(c) => &c.measured,
             Delayq::Idle(i) => &i.measured,
+            Delayq::Schedules(s) => &s.measured,
             Delayq::IngestHttp(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)

@@ -176,6 +176,35 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         burst[0]
     );
 
+    // Recurring schedules firing together: every occurrence once.
+    let schedules = rows(&report, "delayq", "schedules");
+    assert_eq!(schedules.len(), 1);
+    check_delivered(schedules[0]);
+    // No PING probe runs meanwhile (as for idle): its round trips would cost Redis
+    // more than a few schedules do.
+    assert!(
+        schedules[0]["cpu_us_per_message"]["redis"]
+            .as_f64()
+            .unwrap_or(0.0)
+            > 0.0,
+        "{}",
+        schedules[0]
+    );
+    assert_eq!(
+        (
+            schedules[0]["schedules"].as_u64(),
+            schedules[0]["fires"].as_u64()
+        ),
+        (Some(50), Some(3)),
+        "{}",
+        schedules[0]
+    );
+    assert!(
+        schedules[0]["lateness_ms"]["p99"].is_number(),
+        "{}",
+        schedules[0]
+    );
+
     let ceiling = rows(&report, "ceiling", "burst");
     assert_eq!(ceiling.len(), 1);
     check_delivered(ceiling[0]);

@@ -227,6 +227,29 @@ pub fn markdown(report: &Report) -> String {
         idle_rows,
     );
 
+    let schedule_rows = rows.iter().filter_map(|r| {
+        let Some(Delayq::Schedules(s)) = r.figures.delayq() else {
+            return None;
+        };
+        let m = &s.measured;
+        Some(vec![
+            s.schedules.cell(),
+            delayq_client::human::duration(std::time::Duration::from_millis(s.every_ms)),
+            s.fires.cell(),
+            r.run.cell(),
+            load(m),
+            lateness(s.lateness_ms.as_ref()),
+            cpu(m),
+            lost_dup(m),
+        ])
+    });
+    table(
+        &mut md,
+        "Schedules: recurring schedules firing together, made into messages by one leader (per occurrence)",
+        "schedules | every | firings | run | load | lateness p50 / p99 / p99.9 / max (ms) | CPU µs/occurrence Redis / delayq (script calls × µs each: commands, rest) | lost / dup",
+        schedule_rows,
+    );
+
     let catchup_rows = rows.iter().filter_map(|r| {
         let Some(Delayq::Catchup(c)) = r.figures.delayq() else {
             return None;
