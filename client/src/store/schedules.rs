@@ -135,41 +135,52 @@ impl Store {
         Ok(gone > 0)
     }
 
-    /// Records, for the leader of `epoch`, that schedule `id`'s occurrences are made
-    /// up to `state` (its messages pushed first): only if it still reads `read`
-    /// (None: nothing made yet) and the epoch holds shard 0's fence.
-    pub async fn advance_schedule(
+    /// Records, for the leader of `epoch`, how far each schedule's occurrences are
+    /// made (its messages pushed first): `(id, read, state)`, only where it still
+    /// reads `read` (None: nothing made yet) and the epoch holds shard 0's fence.
+    /// One call for up to [`ADVANCES_PER_CALL`] schedules; answers in order.
+    pub async fn advance_schedules(
         &self,
         epoch: u64,
-        id: &str,
-        read: Option<ScheduleState>,
-        state: ScheduleState,
-    ) -> Result<Advanced> {
+        advances: &[(String, Option<ScheduleState>, ScheduleState)],
+    ) -> Result<Vec<Advanced>> {
         let key = self.keys.schedules();
-        let reply: String = self
-            .scripts
-            .advance_schedule
-            .key(self.keys.shard(0).fence)
-            .key(state_key(&key))
-            .key(&key)
-            .arg(epoch)
-            .arg(id)
-            .arg(read.map_or(0, |r| r.next))
-            .arg(state.next)
-            .arg(state.last.unwrap_or(0))
-            .invoke_async(&mut self.conn.clone())
-            .await
-            .map_err(StoreError::from_script)?;
-        match reply.as_str() {
-            "advanced" => Ok(Advanced::Advanced),
-            "moved" => Ok(Advanced::Moved),
-            "gone" => Ok(Advanced::Gone),
-            other => Err(StoreError::Reply(format!(
-                "advance_schedule said {other:?}"
-            ))),
+        let mut out = Vec::with_capacity(advances.len());
+        for chunk in advances.chunks(ADVANCES_PER_CALL) {
+            let mut call = self.scripts.advance_schedule.prepare_invoke();
+            call.key(self.keys.shard(0).fence)
+                .key(state_key(&key))
+                .key(&key)
+                .arg(epoch);
+            for (id, read, state) in chunk {
+                call.arg(id)
+                    .arg(read.map_or(0, |r| r.next))
+                    .arg(state.next)
+                    .arg(state.last.unwrap_or(0));
+            }
+            let replies: Vec<String> = call
+                .invoke_async(&mut self.conn.clone())
+                .await
+                .map_err(StoreError::from_script)?;
+            for reply in replies {
+                out.push(match reply.as_str() {
+                    "advanced" => Advanced::Advanced,
+                    "moved" => Advanced::Moved,
+                    "gone" => Advanced::Gone,
+                    other => {
+                        return Err(StoreError::Reply(format!(
+                            "advance_schedule said {other:?}"
+                        )));
+                    }
+                });
+            }
         }
+        Ok(out)
     }
 }
+
+/// Schedules one advance call records.
+pub const ADVANCES_PER_CALL: usize = 250;
 
 #[cfg(test)]
 mod tests {
