@@ -148,7 +148,7 @@ pub async fn create(
             ),
         ));
     }
-    if state.store.schedule_specs().await?.len() >= MAX_SCHEDULES {
+    if state.store.schedule_count().await? >= MAX_SCHEDULES as u64 {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "too_many_schedules",
@@ -316,9 +316,15 @@ async fn set_paused(
     id: &str,
     paused: bool,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    found(state, reach, id).await?;
-    state.store.set_schedule_paused(id, paused).await?;
-    let (spec, made) = found(state, reach, id).await?;
+    let (mut spec, _) = found(state, reach, id).await?;
+    spec.paused = paused;
+    if !paused {
+        // Resumed: from now on, none of the paused time.
+        spec.since = state.store.now_ms().await?;
+    }
+    // Stored afresh, it is made from `since` on: nothing made is known.
+    state.store.put_schedule(&spec).await?;
+    let made = None;
     tracing::info!(
         schedule = id,
         paused,

@@ -74,8 +74,14 @@ pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
     }
 }
 
-/// Reads the definitions again when their version moved (or none were read yet).
-async fn refresh(config: &Config, store: &Store, known: &mut Known) -> Result<(), StoreError> {
+/// Reads the definitions again when their version moved (`now`: Redis's clock,
+/// for what a changed schedule withdraws).
+async fn refresh(
+    config: &Config,
+    store: &Store,
+    known: &mut Known,
+    now: i64,
+) -> Result<(), StoreError> {
     let version = store.schedules_version().await?;
     if known.version == Some(version) {
         return Ok(());
@@ -86,7 +92,6 @@ async fn refresh(config: &Config, store: &Store, known: &mut Known) -> Result<()
     // A schedule deleted, changed or paused since this term last read it: the
     // occurrences it made and that are not due yet are withdrawn, so that a change
     // takes effect now rather than a horizon later.
-    let now = store.now_ms().await? as i64;
     for (old, when, made) in &before {
         let Some(made) = made else { continue };
         let still = stored.iter().find(|(spec, _)| spec.id == old.id);
@@ -127,8 +132,8 @@ async fn round(
     store: &Store,
     known: &mut Known,
 ) -> Result<(), StoreError> {
-    refresh(config, store, known).await?;
     let now = store.now_ms().await? as i64;
+    refresh(config, store, known, now).await?;
     let horizon = config
         .schedules
         .horizon_within(config.records.retention)

@@ -59,18 +59,9 @@ impl Store {
         Ok(new)
     }
 
-    /// Changes a schedule's paused flag, keeping how far it was made while paused
-    /// and starting afresh from now on when resumed. False when there is none.
-    pub async fn set_schedule_paused(&self, id: &str, paused: bool) -> Result<bool> {
-        let Some((mut spec, _)) = self.schedule_spec(id).await? else {
-            return Ok(false);
-        };
-        spec.paused = paused;
-        if !paused {
-            spec.since = self.now_ms().await?;
-        }
-        self.put_schedule(&spec).await?;
-        Ok(true)
+    /// How many schedules there are.
+    pub async fn schedule_count(&self) -> Result<u64> {
+        Ok(self.conn.clone().hlen(self.keys.schedules()).await?)
     }
 
     /// One schedule and how far it is made.

@@ -6,26 +6,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{T, TOKEN, strict};
-use crate::support::{Env, delayq_bin, eventually, xadd};
+use super::{T, delayq_says, strict};
+use crate::support::{Env, eventually, xadd};
 
 const LIST: &str = "/v1/streams/orders/keys/order-42";
-
-async fn delayq(env: &Env, args: &[&str]) -> (i32, String) {
-    let out = tokio::process::Command::new(delayq_bin())
-        .args(args)
-        .env("DELAYQ_URL", env.url(""))
-        .env("DELAYQ_TOKEN", TOKEN)
-        .output()
-        .await
-        .expect("run delayq");
-    let text = String::from_utf8_lossy(if out.status.success() {
-        &out.stdout
-    } else {
-        &out.stderr
-    });
-    (out.status.code().unwrap_or(-1), text.into_owned())
-}
 
 fn states(list: &Value) -> Vec<(String, String)> {
     list["messages"]
@@ -84,7 +68,7 @@ async fn a_key_pushed_every_way_is_listed_in_pages_and_cancelled_once() {
             ("x", "1"),
         ],
     );
-    let (code, said) = delayq(
+    let (code, said) = delayq_says(
         &env,
         &[
             "push", "orders", "cli", "--delay", "50m", "--id", "k-cli", "--key", "order-42",
@@ -172,13 +156,14 @@ async fn a_key_pushed_every_way_is_listed_in_pages_and_cancelled_once() {
         (Some(4), Some(1)),
         "{answer}"
     );
-    let (code, said) = delayq(&env, &["cancel", "--key", "order-42", "--stream", "orders"]).await;
+    let (code, said) =
+        delayq_says(&env, &["cancel", "--key", "order-42", "--stream", "orders"]).await;
     assert_eq!(code, 0, "{said}");
     assert!(
         said.contains("cancelled: 0") && said.contains("delivered: 1"),
         "{said}"
     );
-    let (code, said) = delayq(&env, &["key", "orders", "order-42"]).await;
+    let (code, said) = delayq_says(&env, &["key", "orders", "order-42"]).await;
     assert_eq!(code, 0, "{said}");
     assert_eq!(said.matches("cancelled").count(), 4, "{said}");
     let (status, other) = env.api.call("GET", "/v1/messages/k-other", T, None).await;
@@ -187,6 +172,6 @@ async fn a_key_pushed_every_way_is_listed_in_pages_and_cancelled_once() {
         (200, Some("scheduled")),
         "{other}"
     );
-    let (code, said) = delayq(&env, &["cancel", "--key", "order-42"]).await;
+    let (code, said) = delayq_says(&env, &["cancel", "--key", "order-42"]).await;
     assert_eq!(code, 2, "--key needs --stream: {said}");
 }

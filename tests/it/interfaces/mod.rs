@@ -30,3 +30,24 @@ pub fn strict(extra: &str) -> String {
          [streams]\nallow = [\"orders*\", \"jobs\"]\n{extra}"
     )
 }
+
+/// Runs the `delayq` command against `env`'s daemon with [`TOKEN`]: its exit code,
+/// and what it printed (stdout when it succeeded, stderr when not).
+pub async fn delayq_says(env: &crate::support::Env, args: &[&str]) -> (i32, String) {
+    let out = tokio::process::Command::new(crate::support::delayq_bin())
+        .args(args)
+        .env("DELAYQ_URL", env.url(""))
+        .env("DELAYQ_TOKEN", TOKEN)
+        .output()
+        .await
+        .expect("run delayq");
+    let said = if out.status.success() {
+        &out.stdout
+    } else {
+        &out.stderr
+    };
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(said).into_owned(),
+    )
+}

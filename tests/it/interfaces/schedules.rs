@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use super::{T, strict};
+use super::{T, delayq_says, strict};
 use crate::support::Env;
 
 async fn call(env: &Env, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {
@@ -186,38 +186,28 @@ async fn bad_schedules_are_refused_naming_the_field() {
 #[tokio::test]
 async fn the_command_line_adds_lists_pauses_and_removes_a_schedule() {
     let env = Env::start(&strict("")).await;
-    let run = |args: &'static [&'static str]| {
-        let url = env.url("");
-        async move {
-            let out = tokio::process::Command::new(crate::support::delayq_bin())
-                .args(args)
-                .env("DELAYQ_URL", url)
-                .env("DELAYQ_TOKEN", super::TOKEN)
-                .output()
-                .await
-                .expect("run delayq");
-            let text = String::from_utf8_lossy(if out.status.success() {
-                &out.stdout
-            } else {
-                &out.stderr
-            });
-            (out.status.code().unwrap_or(-1), text.into_owned())
-        }
-    };
-    let (code, said) = run(&[
-        "schedule", "add", "orders", "ping", "--every", "1m", "--id", "cli-ping", "--key", "pings",
-    ])
+    let (code, said) = delayq_says(
+        &env,
+        &[
+            "schedule", "add", "orders", "ping", "--every", "1m", "--id", "cli-ping", "--key",
+            "pings",
+        ],
+    )
     .await;
     assert_eq!(code, 0, "{said}");
-    let (code, said) = run(&["schedule", "list"]).await;
+    let (code, said) = delayq_says(&env, &["schedule", "list"]).await;
     assert!(code == 0 && said.contains("cli-ping"), "{said}");
-    let (code, said) = run(&["schedule", "pause", "cli-ping"]).await;
+    let (code, said) = delayq_says(&env, &["schedule", "pause", "cli-ping"]).await;
     assert!(code == 0 && said.contains("paused: yes"), "{said}");
-    let (code, said) = run(&["schedule", "add", "orders", "x", "--cron", "0 0 31 2 *"]).await;
+    let (code, said) = delayq_says(
+        &env,
+        &["schedule", "add", "orders", "x", "--cron", "0 0 31 2 *"],
+    )
+    .await;
     assert!(code == 1 && said.contains("never fires"), "{said}");
-    let (code, said) = run(&["schedule", "rm", "cli-ping"]).await;
+    let (code, said) = delayq_says(&env, &["schedule", "rm", "cli-ping"]).await;
     assert_eq!(code, 0, "{said}");
-    let (code, said) = run(&["schedule", "get", "cli-ping"]).await;
+    let (code, said) = delayq_says(&env, &["schedule", "get", "cli-ping"]).await;
     assert_eq!(code, 3, "{said}");
 }
 

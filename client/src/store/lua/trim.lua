@@ -75,5 +75,5 @@ chunked({ 'ZREM', KEYS[2] }, done)
 
 -- About 160 ids a call: a few hundred microseconds of Redis time at most.
 local KEY_PRUNE_BUCKETS = 4
-local pruned = key_prune(key_index_of(KEYS[5]), pending_of(KEYS[4], KEYS[5]), KEYS[1], KEY_PRUNE_BUCKETS)
+local pruned = key_prune(key_index_of(KEYS[5]), KEYS[4], KEYS[5], KEYS[1], KEY_PRUNE_BUCKETS)
 return { forgotten, looked, pruned }

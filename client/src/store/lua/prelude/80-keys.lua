@@ -134,10 +134,11 @@ local function key_message_state(P, records, key, stream, id, where)
 end
 
 -- Looks at up to `buckets` buckets of the index from its cursor on, keeping the ids
--- still pending or on record and dropping the rest (and a key's field once it lists
--- none). Returns the ids dropped.
-local function key_prune(X, P, records, buckets)
+-- still pending or on record (the shard's due set and bodies, its records) and
+-- dropping the rest (and a key's field once it lists none). Returns the ids dropped.
+local function key_prune(X, due, bodies, records, buckets)
   if X.n == 0 then return 0 end
+  local P = pending_of(due, bodies)
   local dropped = 0
   local total = 2 ^ X.k + X.s
   for _ = 1, math.min(buckets, total) do
