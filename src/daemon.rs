@@ -150,6 +150,15 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         work.clone(),
     ));
 
+    // Every instance reconciles the schedules its file declares, at start and at
+    // each reload.
+    tokio::spawn(crate::schedules::declared::run(
+        live_config.clone(),
+        store.clone(),
+        journal.clone(),
+        work.clone(),
+    ));
+
     let upkeep = metrics.clone();
     let upkeep_token = work.clone();
     tokio::spawn(async move {
@@ -321,7 +330,7 @@ async fn open_journal(
     if store.journal_marker().await?.is_none() {
         let token = journal.marker().await?;
         // Unfinished messages, or a loss meanwhile: the keeper finds it and restores.
-        let _ = crate::leader::keeper::mark_if_nothing_unfinished(store, &journal, &token).await;
+        let _ = crate::leader::keeper::mark_if_nothing_to_restore(store, &journal, &token).await;
     }
     Ok(journal)
 }

@@ -13,6 +13,8 @@
 //!   the forward loops, the rate limits and their µs timer, the redelivery sweep
 //!   and the journal's keeper, started each term by `leader::run_while_leading`.
 //! - `inbox`: every instance schedules what producers XADD into the inbox stream.
+//! - `schedules`: recurring schedules' definitions written through to the journal,
+//!   and the ones the configuration file declares, reconciled.
 //! - `api`: the HTTP API (axum).
 //! - `journal`: the only module that speaks MySQL; `restore` refills Redis from it.
 //! - `reload`: SIGHUP: what may change at run time, and the live configuration.
@@ -74,6 +76,7 @@ pub mod metrics;
 pub mod registry;
 pub mod reload;
 pub mod restore;
+pub mod schedules;
 pub mod service;
 pub mod who;
 

@@ -19,9 +19,18 @@ use crate::config::{Config, ConfigError};
 /// `log.level`: the filter of the tracing subscriber. `streams.`: the allow list
 /// (read by the API on every push) and the MAXLEN settings (read by the forward
 /// loops before every batch). `forwarder.max_rate`: the forward loops' shared
-/// rate limit, read before every batch. The tokens ([`TOKEN_KEYS`], reloadable as
+/// rate limit, read before every batch. `schedules`: the declared schedules, which
+/// every node reconciles into Redis when they change; `scheduler.max_schedules`,
+/// read by the API at every create. The tokens ([`TOKEN_KEYS`], reloadable as
 /// well): read by the API on every request, their files again at every reload.
-pub const RELOADABLE: &[&str] = &["log.level", "streams.", "delivery.", "forwarder.max_rate"];
+pub const RELOADABLE: &[&str] = &[
+    "log.level",
+    "streams.",
+    "delivery.",
+    "forwarder.max_rate",
+    "schedules",
+    "scheduler.max_schedules",
+];
 
 /// The keys that set tokens. A reload reports the tokens of a scope that changed
 /// as one change of its list's key, each token by name or fingerprint (never the
@@ -154,6 +163,8 @@ pub fn merge(running: &Config, file: &Config) -> Config {
     merged.streams = file.streams.clone();
     merged.delivery = file.delivery.clone();
     merged.forwarder.max_rate = file.forwarder.max_rate;
+    merged.schedules = file.schedules.clone();
+    merged.scheduler.max_schedules = file.scheduler.max_schedules;
     merged.api.tokens = file.api.tokens.clone();
     merged.api.write_tokens = file.api.write_tokens.clone();
     merged.api.read_tokens = file.api.read_tokens.clone();
@@ -299,6 +310,9 @@ mod tests {
         check_reloadable("streamsx.allow", false);
         check_reloadable("redis.url", false);
         check_reloadable("api.listen", false);
+        check_reloadable("schedules", true);
+        check_reloadable("scheduler.max_schedules", true);
+        check_reloadable("scheduler.horizon", false);
     }
 
     fn effective(text: &str) -> (Config, BTreeMap<String, String>) {
@@ -348,5 +362,12 @@ mod tests {
             merged.delivery.stream("orders").map(|s| s.max_attempts),
             Some(3)
         );
+        let (file, _) = effective(
+            "[scheduler]\nmax_schedules = 3\nhorizon = \"2s\"\n[[schedules]]\nid = \"t\"\nstream = \"s\"\npayload = \"p\"\nevery = \"1m\"",
+        );
+        let merged = merge(&running, &file);
+        assert_eq!(merged.scheduler.max_schedules, 3);
+        assert_eq!(merged.scheduler.horizon, running.scheduler.horizon);
+        assert_eq!(merged.schedules.len(), 1);
     }
 }

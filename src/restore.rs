@@ -72,6 +72,10 @@ pub struct RestoreReport {
     /// Streams the journal has as paused, paused (again) in Redis by a full
     /// restore.
     pub streams_paused: u64,
+    /// Recurring schedules the journal holds and Redis did not, put back by a full
+    /// restore (with a dry run: the journal's schedules), each made as far as the
+    /// journal has its occurrences' messages.
+    pub schedules_restored: u64,
     /// Changed once more to what the journal says after the pages were read: a
     /// cancel, reschedule or replay answered just before Redis lost its data whose
     /// journal write came after the restore read the message (see [`settle`]).
@@ -235,8 +239,49 @@ pub async fn restore(
     if !options.dry_run {
         store.pause_streams(&paused).await?;
     }
+    report.schedules_restored = restore_schedules(store, journal, options.dry_run).await?;
     crate::metrics::journal_restored(report.restored, options.dry_run);
     Ok(report)
+}
+
+/// Puts back every schedule the journal holds and Redis does not, made as far as
+/// its latest occurrence the journal has a message of (each occurrence is
+/// journaled before it is pushed): the leader goes on from the next one, so none
+/// is made twice. Returns how many were put back (a dry run: how many the journal
+/// holds).
+async fn restore_schedules(
+    store: &Store,
+    journal: &Journal,
+    dry_run: bool,
+) -> Result<u64, RestoreError> {
+    let definitions = answered(journal.schedules()).await?;
+    if dry_run {
+        return Ok(definitions.len() as u64);
+    }
+    let mut restored = 0;
+    for json in definitions {
+        let spec: crate::schedule::ScheduleSpec = match serde_json::from_str(&json) {
+            Ok(spec) => spec,
+            Err(e) => {
+                tracing::warn!(error = %e, "a schedule in the journal is unreadable; left out");
+                continue;
+            }
+        };
+        let made = match spec.validate(|_| Ok(())) {
+            Ok(when) => answered(journal.last_occurrence(&spec.id))
+                .await?
+                .map(|last| crate::store::ScheduleState {
+                    next: when.next_after(last).unwrap_or(i64::MAX),
+                    last: Some(last),
+                }),
+            Err(_) => None,
+        };
+        if store.restore_schedule(&spec, made).await? {
+            tracing::info!(schedule = spec.id, last = ?made.and_then(|m| m.last), "schedule restored from the journal");
+            restored += 1;
+        }
+    }
+    Ok(restored)
 }
 
 /// A page's outcome, as its task ends.

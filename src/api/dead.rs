@@ -18,7 +18,8 @@ use super::input::{
 };
 use super::reach::Reach;
 use super::streams::StreamPath;
-use super::{ApiError, AppState, ErrorBody, durable};
+use super::{ApiError, AppState, ErrorBody};
+use crate::journal::durable;
 use crate::metrics as m;
 use crate::store::{DeadLetter, OutboxCode, OutboxLine, Replayed};
 

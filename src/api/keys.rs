@@ -9,7 +9,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::input::{StrictQuery, blank_as_none, check_stream_allowed, page_limit};
 use super::reach::Reach;
-use super::{ApiError, AppState, ErrorBody, durable};
+use super::{ApiError, AppState, ErrorBody};
+use crate::journal::durable;
 use crate::message::MessageKey;
 use crate::metrics as m;
 use crate::store::{KeyedMessage, KeyedState, OutboxCode, OutboxLine};

@@ -8,7 +8,6 @@ mod auth;
 mod board;
 mod dead;
 mod drain;
-mod durable;
 mod error;
 mod guard;
 mod input;

@@ -18,14 +18,11 @@ use super::messages::push::parse_push;
 use super::reach::Reach;
 use super::{ApiError, AppState, ErrorBody};
 use crate::message::parse_duration;
-use crate::schedule::{Misfire, ScheduleSpec, When};
+use crate::schedule::{DEFAULT_CATCH_UP, Misfire, ScheduleSpec, When};
 use crate::store::ScheduleState;
 
 /// Occurrences shown ahead with each schedule.
 const SHOWN_AHEAD: usize = 5;
-/// Most schedules a deployment keeps.
-pub const MAX_SCHEDULES: usize = 10_000;
-const DEFAULT_CATCH_UP: u32 = 10;
 
 /// The schedule named in the path.
 #[derive(Debug, Deserialize, IntoParams)]
@@ -103,6 +100,10 @@ pub struct ScheduleView {
     /// The last occurrence made into a message (epoch ms), if any.
     #[schema(required)]
     last: Option<i64>,
+    /// A change answered before the journal took it (journal on; a restore after a
+    /// loss of Redis's data may not bring it back).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    not_journaled: bool,
 }
 
 /// Every schedule.
@@ -123,10 +124,10 @@ static KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<ScheduleReq
         (status = 201, description = "created", body = ScheduleView),
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
         (status = 403, description = "stream not allowed, or out of the token's reach", body = ErrorBody),
-        (status = 409, description = "a schedule of that id exists (schedule_exists), or 10,000 are kept already (too_many_schedules)", body = ErrorBody),
+        (status = 409, description = "a schedule of that id exists (schedule_exists), or scheduler.max_schedules are kept already (too_many_schedules)", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -148,16 +149,21 @@ pub async fn create(
             ),
         ));
     }
-    if state.store.schedule_count().await? >= MAX_SCHEDULES as u64 {
+    let most = state.current_config().scheduler.max_schedules;
+    if state.store.schedule_count().await? >= most as u64 {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
             "too_many_schedules",
-            format!("schedules: {MAX_SCHEDULES} kept already, the most there may be"),
+            format!("schedules: {most} kept already, the most scheduler.max_schedules allows"),
         ));
     }
-    state.store.put_schedule(&spec).await?;
+    let written = crate::schedules::put(&state.store, state.ingest.journal(), &spec).await?;
     tracing::info!(schedule = spec.id, stream = spec.stream, "schedule created");
-    Ok((StatusCode::CREATED, Json(view(spec, None))))
+    written.replicated?;
+    Ok((
+        StatusCode::CREATED,
+        Json(view(spec, None).journaled(written.not_journaled)),
+    ))
 }
 
 /// Every recurring schedule, with its next occurrences
@@ -220,9 +226,10 @@ pub async fn get(
         (status = 400, description = "body is not JSON, or not an object", body = ErrorBody),
         (status = 403, description = "stream not allowed, or out of the token's reach", body = ErrorBody),
         (status = 404, description = "no such schedule", body = ErrorBody),
+        (status = 409, description = "declared in the configuration file: it changes there (schedule_declared)", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -232,16 +239,17 @@ pub async fn put(
     Path(SchedulePath { id }): Path<SchedulePath>,
     body: Body,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    let (old, _) = found(&state, &reach, &id).await?;
+    let (old, _) = changeable(&state, &reach, &id).await?;
     let value = read_json(body, SMALL_BODY).await?;
     let now = state.store.now_ms().await?;
     let spec = ScheduleSpec {
         created_at: old.created_at,
         ..parse(&state, &reach, &value, Some(&id), now)?
     };
-    state.store.put_schedule(&spec).await?;
+    let written = crate::schedules::put(&state.store, state.ingest.journal(), &spec).await?;
     tracing::info!(schedule = spec.id, "schedule changed");
-    Ok(Json(view(spec, None)))
+    written.replicated?;
+    Ok(Json(view(spec, None).journaled(written.not_journaled)))
 }
 
 /// Delete a recurring schedule
@@ -253,7 +261,8 @@ pub async fn put(
     responses(
         (status = 200, description = "deleted; the leader withdraws the occurrences it made ahead and that are not due yet", body = Object),
         (status = 404, description = "no such schedule", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 409, description = "declared in the configuration file: it changes there (schedule_declared)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -262,10 +271,15 @@ pub async fn delete(
     reach: Reach,
     Path(SchedulePath { id }): Path<SchedulePath>,
 ) -> Result<Json<Value>, ApiError> {
-    found(&state, &reach, &id).await?;
-    state.store.delete_schedule(&id).await?;
+    changeable(&state, &reach, &id).await?;
+    let written = crate::schedules::delete(&state.store, state.ingest.journal(), &id).await?;
     tracing::info!(schedule = id, "schedule deleted");
-    Ok(Json(json!({ "id": id, "deleted": true })))
+    written.replicated?;
+    let mut answer = json!({ "id": id, "deleted": true });
+    if written.not_journaled {
+        answer["not_journaled"] = json!(true);
+    }
+    Ok(Json(answer))
 }
 
 /// Pause a recurring schedule
@@ -277,7 +291,8 @@ pub async fn delete(
     responses(
         (status = 200, description = "paused: no occurrence until resumed (those made ahead and not due yet are withdrawn)", body = ScheduleView),
         (status = 404, description = "no such schedule", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 409, description = "declared in the configuration file: it changes there (schedule_declared)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -298,7 +313,8 @@ pub async fn pause(
     responses(
         (status = 200, description = "resumed: occurrences from now on (none of the paused time)", body = ScheduleView),
         (status = 404, description = "no such schedule", body = ErrorBody),
-        (status = 503, description = "Redis unreachable", body = ErrorBody),
+        (status = 409, description = "declared in the configuration file: it changes there (schedule_declared)", body = ErrorBody),
+        (status = 503, description = "Redis unreachable; or made, but fewer replicas than redis.min_replicas_acked confirmed it in time (not_replicated; asking again is safe)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -316,22 +332,22 @@ async fn set_paused(
     id: &str,
     paused: bool,
 ) -> Result<Json<ScheduleView>, ApiError> {
-    let (mut spec, _) = found(state, reach, id).await?;
+    let (mut spec, _) = changeable(state, reach, id).await?;
     spec.paused = paused;
     if !paused {
         // Resumed: from now on, none of the paused time.
         spec.since = state.store.now_ms().await?;
     }
     // Stored afresh, it is made from `since` on: nothing made is known.
-    state.store.put_schedule(&spec).await?;
-    let made = None;
+    let written = crate::schedules::put(&state.store, state.ingest.journal(), &spec).await?;
     tracing::info!(
         schedule = id,
         paused,
         "schedule {}",
         if paused { "paused" } else { "resumed" }
     );
-    Ok(Json(view(spec, made)))
+    written.replicated?;
+    Ok(Json(view(spec, None).journaled(written.not_journaled)))
 }
 
 /// The schedule `id`, if the token reaches its stream (404 otherwise, as for none).
@@ -343,6 +359,35 @@ async fn found(
     match state.store.schedule_spec(id).await? {
         Some((spec, made)) if reach.sees(&spec.stream) => Ok((spec, made)),
         _ => Err(ApiError::not_found(format!("schedule {id}: unknown"))),
+    }
+}
+
+/// [`found`], refused when the configuration file declares it (409
+/// `schedule_declared`): it changes there.
+async fn changeable(
+    state: &AppState,
+    reach: &Reach,
+    id: &str,
+) -> Result<(ScheduleSpec, Option<ScheduleState>), ApiError> {
+    let (spec, made) = found(state, reach, id).await?;
+    if spec.declared {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "schedule_declared",
+            format!(
+                "schedule {id}: declared in the configuration file ([[schedules]]); change it there and reload (SIGHUP)"
+            ),
+        ));
+    }
+    Ok((spec, made))
+}
+
+impl ScheduleView {
+    fn journaled(self, not_journaled: bool) -> ScheduleView {
+        ScheduleView {
+            not_journaled,
+            ..self
+        }
     }
 }
 
@@ -365,6 +410,7 @@ fn view(spec: ScheduleSpec, made: Option<ScheduleState>) -> ScheduleView {
         spec: serde_json::to_value(&spec).expect("a schedule serializes"),
         next,
         last,
+        not_journaled: false,
     }
 }
 
@@ -443,6 +489,7 @@ fn parse(
         misfire,
         max_catch_up,
         paused,
+        declared: false,
         created_at: now,
         since: now,
     };

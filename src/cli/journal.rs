@@ -162,7 +162,7 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
             "{verb} {} of {} messages the journal holds not finished: {} already in Redis, \
              {} finished in Redis, {} overdue and left (--include-overdue), {} refused by Redis; \
              {} possibly sent before (due before the restore began or the loss was seen); \
-             {} paused streams {}",
+             {} paused streams {}; {} schedules {}",
             report.restored,
             report.journaled,
             report.already_present,
@@ -175,6 +175,12 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
                 "would be paused again"
             } else {
                 "paused again"
+            },
+            report.schedules_restored,
+            if report.dry_run {
+                "in the journal"
+            } else {
+                "put back"
             }
         );
     }

@@ -9,14 +9,17 @@
 //! `delayq_schema` only once all of it ran); `scheduled.rs` the rows written before
 //! Redis is asked (and taken back); `read.rs` the reads (one message, the
 //! unfinished ones for a restore); `commit.rs` the group commit of pushes;
-//! `paused.rs` and `replayed.rs` the operator's pauses and replays.
+//! `paused.rs` and `replayed.rs` the operator's pauses and replays; `schedules.rs`
+//! recurring schedules' definitions.
 
 mod commit;
+pub mod durable;
 mod paused;
 mod read;
 pub use read::Changed;
 mod replayed;
 mod scheduled;
+mod schedules;
 mod schema;
 
 pub use schema::{Migrated, SCHEMA_VERSION};

@@ -99,6 +99,19 @@ impl Journal {
         Ok(n.unwrap_or(0))
     }
 
+    /// What a restore would bring back: messages not finished, schedules kept and
+    /// streams paused. Nothing of it: a Redis without the marker is new, not one
+    /// that lost its data.
+    pub async fn count_restorable(&self) -> Result<u64> {
+        let mut conn = self.pool.get_conn().await?;
+        let n: Option<u64> = conn
+            .query_first(
+                "SELECT (SELECT COUNT(*) FROM delayq_messages WHERE state = 0)                  + (SELECT COUNT(*) FROM delayq_schedules WHERE definition IS NOT NULL)                  + (SELECT COUNT(*) FROM delayq_paused WHERE paused = 1)",
+            )
+            .await?;
+        Ok(n.unwrap_or(0))
+    }
+
     /// Up to `limit` messages not finished, in due order after `after` (a page's
     /// last message's due time, id and stream), each as the message to schedule
     /// again (due at its journaled due time).

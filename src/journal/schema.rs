@@ -8,6 +8,7 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (1, "messages", include_str!("migrations/001_messages.sql")),
     (2, "marker", include_str!("migrations/002_marker.sql")),
     (3, "paused", include_str!("migrations/003_paused.sql")),
+    (4, "schedules", include_str!("migrations/004_schedules.sql")),
 ];
 
 /// The schema version this delayq migrates to.

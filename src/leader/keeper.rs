@@ -11,7 +11,8 @@
 //! - **Loss of Redis's data.** The journal's marker token sits in Redis
 //!   (`<prefix>:journal`). The term starts held (no forwarding, no redelivery)
 //!   until the keeper has seen the marker; it checks again every 100 ms. A missing
-//!   marker while the journal holds messages not finished means Redis lost its
+//!   marker while the journal holds messages not finished (or schedules, or paused
+//!   streams) means Redis lost its
 //!   data: forwarding stays held (so nothing restored is overtaken by a message
 //!   pushed later), `delayq_journal_redis_data_lost` is 1, an error is logged, and
 //!   with `journal.auto_restore` (the default) the keeper restores, overdue
@@ -244,7 +245,7 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                     tracing::error!(
                         unfinished,
                         auto_restore = settings.auto_restore,
-                        "Redis has lost its data: the journal holds {unfinished} messages not finished; \
+                        "Redis has lost its data: the journal holds {unfinished} messages not finished, schedules or paused streams; \
                          forwarding is held until they are restored{}",
                         if settings.auto_restore {
                             " (restoring now)"
@@ -328,7 +329,8 @@ async fn restore_now(
 
 enum Marker {
     Present,
-    /// Gone while the journal holds `unfinished` messages; `token` is to write back.
+    /// Gone while the journal holds `unfinished` things to restore (messages not
+    /// finished, schedules, paused streams); `token` is to write back.
     Lost {
         token: String,
         unfinished: u64,
@@ -336,7 +338,7 @@ enum Marker {
 }
 
 /// Whether Redis still holds the journal's data. A missing marker with nothing
-/// unfinished in the journal (a first start) is written, not a loss.
+/// to restore in the journal (a first start) is written, not a loss.
 async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String> {
     if store
         .journal_marker()
@@ -347,7 +349,7 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
         return Ok(Marker::Present);
     }
     let token = journal.marker().await.map_err(|e| e.to_string())?;
-    match mark_if_nothing_unfinished(store, journal, &token).await? {
+    match mark_if_nothing_to_restore(store, journal, &token).await? {
         0 => {
             tracing::info!("the journal's marker written to Redis");
             Ok(Marker::Present)
@@ -356,13 +358,14 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
     }
 }
 
-/// Writes `token` as Redis's journal marker if the journal holds no message not
-/// finished; how many it holds (0: written). The marker goes to Redis
+/// Writes `token` as Redis's journal marker if the journal holds nothing to
+/// restore (no message not finished, no schedule, no paused stream); how much it
+/// holds (0: written). The marker goes to Redis
 /// provisionally before the journal is counted and is confirmed after: a loss of
 /// Redis's data in between takes the provisional value with it, the confirmation
 /// fails, and the marker stays missing for the next check to find the loss (a
 /// push taken meanwhile is not hidden by a marker written into an empty Redis).
-pub async fn mark_if_nothing_unfinished(
+pub async fn mark_if_nothing_to_restore(
     store: &Store,
     journal: &Journal,
     token: &str,
@@ -372,7 +375,7 @@ pub async fn mark_if_nothing_unfinished(
         .await
         .map_err(|e| e.to_string())?;
     let unfinished = journal
-        .count_unfinished()
+        .count_restorable()
         .await
         .map_err(|e| e.to_string())?;
     if unfinished > 0 {

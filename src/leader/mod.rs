@@ -149,6 +149,11 @@ async fn serve(
         "fences raised; forwarding"
     );
     let mut workers = JoinSet::new();
+    // Occurrences of schedules are pushed as a producer's are: journaled first.
+    let ingest = crate::ingest::Ingest::new(
+        store.clone(),
+        journal.clone().map(crate::journal::Committer::start),
+    );
     if let Some(journal) = journal {
         // Held until the keeper has seen that Redis still has the journal's data.
         term.hold(true);
@@ -160,7 +165,7 @@ async fn serve(
         ));
     }
     forwarder::start(&mut workers, &term, live.clone(), &store);
-    workers.spawn(schedules::run(term.clone(), live.clone(), store.clone()));
+    workers.spawn(schedules::run(term.clone(), live.clone(), ingest));
     workers.spawn(sweeper::run(live, store, term));
     workers.join_all().await;
 }

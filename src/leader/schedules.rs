@@ -1,5 +1,5 @@
 //! Recurring schedules made into messages, by the leader of shard 0, each round
-//! (every [`ROUND`]) up to `schedules.horizon` ahead.
+//! (every [`ROUND`]) up to `scheduler.horizon` ahead.
 //!
 //! An occurrence is an ordinary delayed message whose id is the schedule's and the
 //! occurrence's (`<schedule>.<ms>`). The leader pushes a round's messages first and
@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use super::term::Term;
 use crate::complaint::Complaint;
 use crate::config::Config;
+use crate::ingest::Ingest;
 use crate::message::{Due, MessageId, MessageKey, NewMessage};
 use crate::metrics as m;
 use crate::schedule::{ScheduleSpec, When, occurrence_id, plan};
@@ -44,15 +45,18 @@ struct Known {
 }
 
 /// Makes the schedules' occurrences while `term` lasts (on the node whose term
-/// holds shard 0).
-pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store) {
+/// holds shard 0), pushing them through `ingest`: with the journal on, journaled
+/// first, so that a restore after a loss of Redis's data knows how far each
+/// schedule was made.
+pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, ingest: Ingest) {
+    let store = ingest.store().clone();
     if !store.owns(0) {
         return;
     }
     let mut known = Known::default();
     loop {
         let config = live.borrow().clone();
-        match round(&term, &config, &store, &mut known).await {
+        match round(&term, &config, &ingest, &mut known).await {
             Ok(()) => {
                 if let Some(said) = ROUND_FAILED.recovered() {
                     tracing::info!("{said}");
@@ -129,13 +133,14 @@ async fn refresh(
 async fn round(
     term: &Term,
     config: &Config,
-    store: &Store,
+    ingest: &Ingest,
     known: &mut Known,
 ) -> Result<(), StoreError> {
+    let store = ingest.store();
     let now = store.now_ms().await? as i64;
     refresh(config, store, known, now).await?;
     let horizon = config
-        .schedules
+        .scheduler
         .horizon_within(config.records.retention)
         .as_millis() as i64;
     let mut items = Vec::new();
@@ -190,7 +195,7 @@ async fn round(
     // Every message first: an advance recorded before its messages were stored
     // could lose them to a leader change.
     if !items.is_empty() {
-        for outcome in store
+        for outcome in ingest
             .schedule_many(&items, config.api.limits.max_delay, None)
             .await
         {

@@ -21,6 +21,7 @@ const SECTIONS: &[&str] = &[
     "inbox",
     "journal",
     "metrics",
+    "scheduler",
 ];
 /// Keys that hold tables; their environment values are TOML inline tables
 /// (`{ orders = 100000 }`), merged into the file's table key by key.
@@ -339,7 +340,7 @@ mod tests {
         );
         refused(
             "colour = 1",
-            "colour: unknown key (known: node, redis, etcd, api, streams, forwarder, records, pending, election, log, delivery, inbox, journal, metrics, schedules)",
+            "colour: unknown key (known: node, redis, etcd, api, streams, forwarder, records, pending, election, log, delivery, inbox, journal, metrics, scheduler, schedules)",
         );
     }
 }

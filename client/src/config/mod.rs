@@ -3,10 +3,9 @@
 //! `DELAYQ_<SECTION>_<KEY>` environment overrides, then validation into [`Config`],
 //! once, at start. Every error names the key.
 //!
-//! The stages live in their own files: `raw.rs` (the serde structs and their
-//! defaults), `env.rs` (environment overrides), `validate.rs` (raw into [`Config`],
-//! with `validate/delivery.rs` for `[delivery]`) and `effective.rs` (the effective
-//! table check-config prints and a reload compares, secrets redacted).
+//! The stages: `raw.rs` (serde structs, defaults), `env.rs` (overrides),
+//! `validate.rs` (raw into [`Config`], a file a section under `validate/`) and
+//! `effective.rs` (the table check-config prints and a reload compares).
 
 mod effective;
 mod env;
@@ -29,7 +28,7 @@ use crate::secret::{RedisUrl, SecretString};
 pub use effective::redact;
 pub use env::overridden as overridden_by_env;
 pub use glob::glob_match;
-pub use schedules::SchedulesConfig;
+pub use schedules::{MAX_SCHEDULES_RANGE, SchedulerConfig};
 pub use token::{ApiToken, MAX_NAME as MAX_TOKEN_NAME};
 
 use env::read_raw;
@@ -75,7 +74,9 @@ pub struct Config {
     /// `[journal]`: None unless `journal.url` is set.
     pub journal: Option<JournalConfig>,
     pub metrics: MetricsConfig,
-    pub schedules: SchedulesConfig,
+    pub scheduler: SchedulerConfig,
+    /// `[[schedules]]`: the schedules the file declares (each `declared`).
+    pub schedules: Vec<crate::schedule::ScheduleSpec>,
 }
 
 /// `[metrics]`: what the exported series may grow to.

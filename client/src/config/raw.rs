@@ -6,6 +6,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+mod schedule;
+pub(super) use schedule::{RawInstant, RawSchedule};
+
 #[derive(Debug, Default, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
 pub(super) struct Raw {
@@ -23,20 +26,23 @@ pub(super) struct Raw {
     pub(super) inbox: RawInbox,
     pub(super) journal: RawJournal,
     pub(super) metrics: RawMetrics,
-    pub(super) schedules: RawSchedules,
+    pub(super) scheduler: RawScheduler,
+    pub(super) schedules: Vec<RawSchedule>,
 }
 
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(default, deny_unknown_fields)]
-pub(super) struct RawSchedules {
+pub(super) struct RawScheduler {
     #[serde(with = "humantime_serde")]
     pub(super) horizon: Duration,
+    pub(super) max_schedules: i64,
 }
 
-impl Default for RawSchedules {
+impl Default for RawScheduler {
     fn default() -> Self {
-        RawSchedules {
+        RawScheduler {
             horizon: Duration::from_secs(60),
+            max_schedules: 10_000,
         }
     }
 }

@@ -11,6 +11,7 @@ mod journal;
 mod log;
 mod records;
 mod redis;
+mod schedules;
 mod streams;
 mod topology;
 
@@ -29,13 +30,12 @@ use crate::store::{PendingLayout, RecordLayout};
 
 use super::raw::{
     Raw, RawElection, RawForwarder, RawInbox, RawJournal, RawJournalTls, RawLog, RawMetrics,
-    RawNode, RawPending, RawRecords, RawSchedules, RawSentinel, RawStreams,
+    RawNode, RawPending, RawRecords, RawSentinel, RawStreams,
 };
 use super::token::{self, ApiToken};
 use super::{
     Config, ConfigError, ElectionConfig, ForwarderConfig, InboxConfig, JournalConfig, LogConfig,
-    MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, SchedulesConfig, StreamsConfig,
-    invalid,
+    MetricsConfig, PendingConfig, RecordsConfig, RedisConfig, StreamsConfig, invalid,
 };
 use crate::message::is_plain;
 use crate::pem;
@@ -210,7 +210,8 @@ impl Raw {
             inbox,
             journal,
             metrics: RawMetrics { max_streams },
-            schedules: RawSchedules { horizon },
+            scheduler,
+            schedules,
         } = self;
 
         let node_id = match id {
@@ -252,13 +253,8 @@ impl Raw {
             max_streams: positive("metrics.max_streams", max_streams, 10_000)? as usize,
         };
 
-        if horizon < Duration::from_secs(1) || horizon > Duration::from_secs(3600) {
-            return Err(invalid(
-                "schedules.horizon",
-                format!("must be 1s to 1h (got {})", crate::human::duration(horizon)),
-            ));
-        }
-        let schedules = SchedulesConfig { horizon };
+        let scheduler = scheduler.validate()?;
+        let schedules = schedules::declared(schedules, &scheduler, &streams, &forwarder)?;
 
         Ok(Config {
             node_id,
@@ -275,6 +271,7 @@ impl Raw {
             inbox,
             journal,
             metrics,
+            scheduler,
             schedules,
         })
     }

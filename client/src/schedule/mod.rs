@@ -17,7 +17,7 @@ mod when;
 
 pub use misfire::{Misfire, due_now};
 pub use plan::{MAX_MISSED_PER_ROUND, MAX_PER_ROUND, Plan, plan};
-pub use spec::{MAX_CATCH_UP, MAX_SCHEDULE_ID_LEN, MIN_EVERY, ScheduleSpec};
+pub use spec::{DEFAULT_CATCH_UP, MAX_CATCH_UP, MAX_SCHEDULE_ID_LEN, MIN_EVERY, ScheduleSpec};
 pub use when::{When, WhenError, zoned};
 
 /// The message id of a schedule's occurrence at `at` (epoch ms): `<schedule>.<at>`.

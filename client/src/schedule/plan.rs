@@ -101,6 +101,7 @@ mod tests {
             misfire,
             max_catch_up,
             paused: false,
+            declared: false,
             created_at: 0,
             since: 0,
         }

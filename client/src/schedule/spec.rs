@@ -14,6 +14,8 @@ pub const MAX_SCHEDULE_ID_LEN: usize = 100;
 pub const MIN_EVERY: Duration = Duration::from_secs(1);
 /// The most missed occurrences `misfire = "all"` sends.
 pub const MAX_CATCH_UP: u32 = 1000;
+/// `max_catch_up` when left out.
+pub const DEFAULT_CATCH_UP: u32 = 10;
 
 /// A schedule: a stream, the fields and key of the messages it makes, and when.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +56,9 @@ pub struct ScheduleSpec {
     pub max_catch_up: u32,
     #[serde(default)]
     pub paused: bool,
+    /// Declared in the configuration file (`[[schedules]]`): changed only there.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub declared: bool,
     /// When it was created (epoch ms): an `every` without `start_at` counts from it.
     pub created_at: u64,
     /// Its occurrences count from here (epoch ms): its creation, its last change or
@@ -166,6 +171,7 @@ mod tests {
             misfire: Misfire::Skip,
             max_catch_up: 10,
             paused: false,
+            declared: false,
             created_at: 1_798_761_600_000,
             since: 1_798_761_600_000,
         }

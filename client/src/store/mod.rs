@@ -64,7 +64,7 @@ pub use libraries::{Library, NodeLibraries, info_value};
 pub use outcome::*;
 use reply::{array, int, int_at, int_signed_at, string_at, text};
 pub use rights::Rights;
-pub use schedules::{Advanced, ScheduleState};
+pub use schedules::{Advanced, Changed as ScheduleChanged, ScheduleState};
 pub use stats::{HeldBack, PendingReport, StreamCounts};
 pub use streams::StreamEntry;
 pub use tls::{RedisTls, client as redis_client};

@@ -14,6 +14,15 @@ pub struct ScheduleState {
     pub last: Option<i64>,
 }
 
+/// A definition's change: whether it changed anything (a new schedule, one
+/// deleted), Redis's time of it, and whether enough replicas confirmed it.
+#[derive(Debug)]
+pub struct Changed {
+    pub changed: bool,
+    pub at_ms: u64,
+    pub replicated: Result<()>,
+}
+
 /// What the leader's advance did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Advanced {
@@ -45,18 +54,71 @@ fn parse_state(text: &str) -> Option<ScheduleState> {
 
 impl Store {
     /// Stores `spec` (a new schedule, or a changed one: its occurrences are then
-    /// made afresh from now on). Returns whether it is new.
-    pub async fn put_schedule(&self, spec: &ScheduleSpec) -> Result<bool> {
+    /// made afresh from now on), confirmed by replicas as
+    /// `redis.min_replicas_acked` asks: whether it is new, and Redis's time of the
+    /// change.
+    pub async fn put_schedule(&self, spec: &ScheduleSpec) -> Result<Changed> {
+        let json = serde_json::to_string(spec).expect("a schedule serializes");
+        let key = self.keys.schedules();
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI")
+            .cmd("HSET")
+            .arg(&key)
+            .arg(&spec.id)
+            .arg(json)
+            .cmd("HDEL")
+            .arg(state_key(&key))
+            .arg(&spec.id);
+        self.schedule_change(pipe, "put").await
+    }
+
+    /// The change queued in `pipe` (its first command's reply the answer), with the
+    /// version moved and Redis's time read in the same transaction.
+    async fn schedule_change(&self, mut pipe: redis::Pipeline, what: &str) -> Result<Changed> {
+        pipe.cmd("INCR")
+            .arg(version_key(&self.keys.schedules()))
+            .cmd("TIME")
+            .cmd("EXEC");
+        // MULTI and the four queued commands' replies are skipped: EXEC's holds them.
+        let (replies, acked) = self.query_acked(pipe, 5, 1).await?;
+        let (changed, _, _, (secs, micros)): (i64, i64, i64, (u64, u64)) = redis::from_redis_value(
+            replies
+                .into_iter()
+                .next()
+                .ok_or_else(|| StoreError::Reply(format!("schedule {what}: no reply")))?,
+        )
+        .map_err(|e| StoreError::Reply(format!("schedule {what}: {e}")))?;
+        Ok(Changed {
+            changed: changed > 0,
+            at_ms: secs * 1000 + micros / 1000,
+            replicated: super::acked::confirmed(acked),
+        })
+    }
+
+    /// Puts back a schedule a restore read from the journal, with how far it was
+    /// made, unless Redis holds one of its id: whether it was put back.
+    pub async fn restore_schedule(
+        &self,
+        spec: &ScheduleSpec,
+        made: Option<ScheduleState>,
+    ) -> Result<bool> {
         let key = self.keys.schedules();
         let json = serde_json::to_string(spec).expect("a schedule serializes");
-        let (new, _, _): (bool, u64, u64) = redis::pipe()
-            .atomic()
-            .hset(&key, &spec.id, json)
-            .hdel(state_key(&key), &spec.id)
-            .incr(version_key(&key), 1)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(new)
+        let new: bool = self.conn.clone().hset_nx(&key, &spec.id, json).await?;
+        if !new {
+            return Ok(false);
+        }
+        let mut pipe = redis::pipe();
+        if let Some(made) = made {
+            pipe.hset(
+                state_key(&key),
+                &spec.id,
+                format!("{} {}", made.next, made.last.unwrap_or(0)),
+            );
+        }
+        pipe.incr(version_key(&key), 1);
+        let _: () = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(true)
     }
 
     /// How many schedules there are.
@@ -112,18 +174,19 @@ impl Store {
         Ok(version.unwrap_or(0))
     }
 
-    /// Deletes a schedule (its messages already made stay scheduled). False when
-    /// there was none.
-    pub async fn delete_schedule(&self, id: &str) -> Result<bool> {
+    /// Deletes a schedule (its messages already made stay scheduled), confirmed by
+    /// replicas as [`Store::put_schedule`]: `changed` false when there was none.
+    pub async fn delete_schedule(&self, id: &str) -> Result<Changed> {
         let key = self.keys.schedules();
-        let (gone, _, _): (u64, u64, u64) = redis::pipe()
-            .atomic()
-            .hdel(&key, id)
-            .hdel(state_key(&key), id)
-            .incr(version_key(&key), 1)
-            .query_async(&mut self.conn.clone())
-            .await?;
-        Ok(gone > 0)
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI")
+            .cmd("HDEL")
+            .arg(&key)
+            .arg(id)
+            .cmd("HDEL")
+            .arg(state_key(&key))
+            .arg(id);
+        self.schedule_change(pipe, "delete").await
     }
 
     /// Records, for the leader of `epoch`, how far each schedule's occurrences are

@@ -103,7 +103,7 @@ pub(super) async fn set_paused(
                     .await
                     .map(|()| true)
             };
-            !crate::api::durable::journaled(&state.store, sent, write).await
+            !crate::journal::durable::journaled(&state.store, sent, write).await
         }
         None => false,
     };

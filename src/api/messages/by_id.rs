@@ -238,7 +238,7 @@ pub async fn cancel(
                 entry: None,
                 stream,
             };
-            !crate::api::durable::journaled_line(&state.store, sent, journal, line).await
+            !crate::journal::durable::journaled_line(&state.store, sent, journal, line).await
         };
     }
     match cancelled {
@@ -445,7 +445,8 @@ pub async fn reschedule(
                     stream: Some(stream),
                 };
                 answer.not_journaled =
-                    !crate::api::durable::journaled_line(&state.store, sent, journal, line).await;
+                    !crate::journal::durable::journaled_line(&state.store, sent, journal, line)
+                        .await;
             }
             Ok(Json(answer))
         }

@@ -42,6 +42,7 @@ impl Bench {
             misfire: Misfire::Skip,
             max_catch_up: 0,
             paused: false,
+            declared: false,
             created_at: now,
             since: now,
         });

@@ -27,7 +27,7 @@ fn occurrences(redis: &RedisServer, stream: &str, schedule: &str) -> BTreeMap<i6
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_occurrence_once_and_never_early_through_kill_stop_and_term_of_the_leader() {
-    let cluster = Cluster::start(3, 1, "[schedules]\nhorizon = \"2s\"\n").await;
+    let cluster = Cluster::start(3, 1, "[scheduler]\nhorizon = \"2s\"\n").await;
     let (leader, _) = cluster.one_leader().wait(|| cluster.logs()).await;
     let body = json!({ "id": "tick", "stream": "ticks", "payload": "t", "every": "1s" });
     let (status, answer) = cluster.apis[leader].post("/v1/schedules", body).await;
@@ -114,7 +114,7 @@ async fn every_occurrence_once_and_never_early_through_kill_stop_and_term_of_the
 async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() {
     let redis = RedisServer::start().unwrap();
     let config = format!(
-        "[redis]\nurl = \"{}\"\n[schedules]\nhorizon = \"1s\"\n",
+        "[redis]\nurl = \"{}\"\n[scheduler]\nhorizon = \"1s\"\n",
         redis.url()
     );
     let mut node = DelayqProcess::start(&delayq_bin(), "misfire", &config).unwrap();

@@ -2,8 +2,10 @@
 //!
 //! - `schema`: `delayq journal migrate`, the schema and its migrations;
 //! - `daemon`: the daemon with its journal on, through Redis and MySQL failures;
-//! - `keys`: business keys through a loss of Redis's data.
+//! - `keys`: business keys through a loss of Redis's data;
+//! - `schedules`: recurring schedules through a loss of Redis's data.
 
 mod daemon;
 mod keys;
+mod schedules;
 mod schema;

@@ -55,7 +55,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 0 -> 3")
+            .filter(|o| *o == "journal schema: version 0 -> 4")
             .count(),
         1,
         "{outputs:?}"
@@ -63,7 +63,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 3 (up to date)")
+            .filter(|o| *o == "journal schema: version 4 (up to date)")
             .count(),
         2,
         "{outputs:?}"
@@ -71,7 +71,10 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     let applied = db
         .sql("SELECT version, name FROM delayq.delayq_schema ORDER BY version")
         .unwrap();
-    assert_eq!(applied.trim(), "1\tmessages\n2\tmarker\n3\tpaused");
+    assert_eq!(
+        applied.trim(),
+        "1\tmessages\n2\tmarker\n3\tpaused\n4\tschedules"
+    );
     let indexes = db
         .sql("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'delayq' AND TABLE_NAME = 'delayq_messages' ORDER BY INDEX_NAME")
         .unwrap();
@@ -83,7 +86,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         text(&out.stdout).trim(),
-        "journal schema: version 3 (this delayq: 3)"
+        "journal schema: version 4 (this delayq: 4)"
     );
 
     // A wrong password: refused, and neither password is shown.
@@ -109,6 +112,54 @@ async fn migrated_journal() -> (MariaDbServer, delayq::journal::Journal) {
     let journal = delayq::journal::Journal::new(config.journal.as_ref().unwrap()).unwrap();
     journal.migrate().await.unwrap();
     (db, journal)
+}
+
+/// Schedules' definitions: the later change wins, a deletion keeps its row; a
+/// schedule's latest occurrence is read from its messages' ids alone (not those
+/// of a schedule whose id it begins, nor of one that differs where `_` would
+/// match any character).
+#[tokio::test]
+async fn schedules_are_kept_by_their_latest_change_and_their_occurrences_read() {
+    let (db, journal) = migrated_journal().await;
+    journal
+        .set_schedule("a", Some("{\"v\":2}"), 20)
+        .await
+        .unwrap();
+    journal
+        .set_schedule("a", Some("{\"v\":1}"), 10)
+        .await
+        .unwrap();
+    journal
+        .set_schedule("b", Some("{\"v\":1}"), 10)
+        .await
+        .unwrap();
+    journal.set_schedule("b", None, 30).await.unwrap();
+    journal
+        .set_schedule("b", Some("{\"v\":0}"), 5)
+        .await
+        .unwrap();
+    journal.set_schedule("a_b", Some("{}"), 10).await.unwrap();
+    assert_eq!(journal.schedules().await.unwrap(), ["{\"v\":2}", "{}"]);
+    db.sql(
+        "INSERT INTO delayq.delayq_messages (id, stream, body, due_ms, state, updated_ms) VALUES \
+         ('a.100', 's', '{}', 0, 1, 0), ('a.900', 's', '{}', 0, 0, 0), \
+         ('a.1.5000', 's', '{}', 0, 1, 0), ('a.x', 's', '{}', 0, 1, 0), \
+         ('axb.700', 's', '{}', 0, 1, 0), ('a_b.300', 's', '{}', 0, 1, 0)",
+    )
+    .unwrap();
+    for (id, last) in [
+        ("a", Some(900)),
+        ("a.1", Some(5000)),
+        ("a_b", Some(300)),
+        ("b", None),
+    ] {
+        assert_eq!(journal.last_occurrence(id).await.unwrap(), last, "{id}");
+    }
+    assert_eq!(
+        journal.count_restorable().await.unwrap(),
+        3,
+        "one message, two schedules"
+    );
 }
 
 /// The journal's batched writes and reads, on 10 000 messages: scheduled (again as

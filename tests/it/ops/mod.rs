@@ -10,7 +10,8 @@
 //!   delayq exports; `exported`: what `/metrics` shows an operator;
 //! - `health`: `/healthz` and `/readyz` through Redis that refuses writes;
 //! - `logs`: the log through an outage; `secrets`: secrets never show;
-//! - `reload`: SIGHUP reaching every component;
+//! - `reload`: SIGHUP reaching every component; `declared`: schedules the file
+//!   declares, reconciled at start and at a reload;
 //! - `bench`: `delayq bench` at a tiny scale; `audit`: the audit trail;
 //! - `deps`: the producer client's dependency tree; `modules`: no circles, no long files;
 //! - `docs`: README.md and docs/ as a new user reads them.
@@ -18,6 +19,7 @@
 mod audit;
 mod bench;
 mod config;
+mod declared;
 mod deps;
 mod docs;
 pub(crate) mod drill;

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use crate::journal::{Journal, Result, change_window};
+use super::{Journal, Result, change_window};
 use crate::store::{OutboxLine, Store};
 
 /// Whether `write` told the journal in time (and, where it says, that the journal

@@ -1,0 +1,72 @@
+//! A schedule's definition changed: in Redis first (with `redis.min_replicas_acked`,
+//! confirmed by that many replicas), then in the journal within the change window,
+//! so that a restore after Redis lost its data puts back what was answered.
+
+use std::time::Instant;
+
+use crate::journal::{Journal, durable};
+use crate::schedule::ScheduleSpec;
+use crate::store::{Store, StoreError};
+
+/// What a change did: whether it changed anything (a new schedule, one deleted),
+/// whether the journal did not take it in time, and whether enough replicas
+/// confirmed it (made either way).
+#[derive(Debug)]
+pub struct Written {
+    pub changed: bool,
+    pub not_journaled: bool,
+    pub replicated: Result<(), StoreError>,
+}
+
+/// Stores `spec` (new, or changed: made afresh from its `since`).
+pub async fn put(
+    store: &Store,
+    journal: Option<&Journal>,
+    spec: &ScheduleSpec,
+) -> Result<Written, StoreError> {
+    let sent = Instant::now();
+    let made = store.put_schedule(spec).await?;
+    let json = serde_json::to_string(spec).expect("a schedule serializes");
+    Ok(Written {
+        changed: made.changed,
+        not_journaled: !journaled(store, journal, sent, &spec.id, Some(&json), made.at_ms).await,
+        replicated: made.replicated,
+    })
+}
+
+/// Deletes schedule `id` (its messages already made stay scheduled).
+pub async fn delete(
+    store: &Store,
+    journal: Option<&Journal>,
+    id: &str,
+) -> Result<Written, StoreError> {
+    let sent = Instant::now();
+    let gone = store.delete_schedule(id).await?;
+    Ok(Written {
+        changed: gone.changed,
+        not_journaled: !journaled(store, journal, sent, id, None, gone.at_ms).await,
+        replicated: gone.replicated,
+    })
+}
+
+/// Whether the journal (when on) took `id`'s definition (None: deleted) within the
+/// change window of `sent`.
+async fn journaled(
+    store: &Store,
+    journal: Option<&Journal>,
+    sent: Instant,
+    id: &str,
+    definition: Option<&str>,
+    at_ms: u64,
+) -> bool {
+    let Some(journal) = journal else {
+        return true;
+    };
+    let write = async {
+        journal
+            .set_schedule(id, definition, at_ms)
+            .await
+            .map(|()| true)
+    };
+    durable::journaled(store, sent, write).await
+}
