@@ -273,6 +273,7 @@ async fn restore_schedules(
                 .map(|last| crate::store::ScheduleState {
                     next: when.next_after(last).unwrap_or(i64::MAX),
                     last: Some(last),
+                    missed: 0,
                 }),
             Err(_) => None,
         };

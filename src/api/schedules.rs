@@ -100,6 +100,10 @@ pub struct ScheduleView {
     /// The last occurrence made into a message (epoch ms), if any.
     #[schema(required)]
     last: Option<i64>,
+    /// Occurrences missed while no leader made them (every node down, or none
+    /// leading, past the grace) since the schedule was last stored; its `misfire`
+    /// policy sent some of them.
+    missed: u64,
     /// A change answered before the journal took it (journal on; a restore after a
     /// loss of Redis's data may not bring it back).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
@@ -407,6 +411,7 @@ fn view(spec: ScheduleSpec, made: Option<ScheduleState>) -> ScheduleView {
     };
     let last = made.and_then(|m| m.last);
     ScheduleView {
+        missed: made.map_or(0, |m| m.missed),
         spec: serde_json::to_value(&spec).expect("a schedule serializes"),
         next,
         last,

@@ -170,7 +170,11 @@ async fn round(
                 policy = ?spec.misfire,
                 "schedule missed occurrences while no leader made them"
             );
-            metrics::counter!(m::SCHEDULE_MISSED).increment(planned.missed as u64);
+            let label = m::schedule_label(&spec.id);
+            metrics::counter!(m::SCHEDULE_MISSED, "schedule" => label.clone())
+                .increment(planned.missed as u64);
+            metrics::counter!(m::SCHEDULE_SKIPPED, "schedule" => label)
+                .increment((planned.missed - planned.late.len()) as u64);
         }
         for &at in &planned.late {
             items.push(occurrence(spec, at, Due::In(Duration::ZERO))?);
@@ -185,6 +189,7 @@ async fn round(
         let made = ScheduleState {
             next: planned.next.unwrap_or(i64::MAX),
             last: planned.last.or(state.and_then(|s| s.last)),
+            missed: state.map_or(0, |s| s.missed) + planned.missed as u64,
         };
         advances.push((spec.id.clone(), *state, made));
         planned_of.push((i, made));
@@ -195,13 +200,17 @@ async fn round(
     // Every message first: an advance recorded before its messages were stored
     // could lose them to a leader change.
     if !items.is_empty() {
-        for outcome in ingest
+        let outcomes = ingest
             .schedule_many(&items, config.api.limits.max_delay, None)
-            .await
-        {
+            .await;
+        for (item, outcome) in items.iter().zip(outcomes) {
             match outcome? {
                 Scheduled::Scheduled { .. } => {
-                    metrics::counter!(m::SCHEDULE_OCCURRENCES).increment(1)
+                    // The schedule's id: the occurrence's, up to its last dot.
+                    let id = item.msg.id.as_str();
+                    let schedule = id.rsplit_once('.').map_or(id, |(s, _)| s);
+                    metrics::counter!(m::SCHEDULE_OCCURRENCES, "schedule" => m::schedule_label(schedule))
+                        .increment(1)
                 }
                 Scheduled::Duplicate { .. } | Scheduled::Replaced { .. } => {}
             }

@@ -26,7 +26,7 @@ pub use lateness::{
     LatenessSummary, Sample, lateness_summary, record_forwarded, record_lateness, take_sample,
 };
 pub use pending::{PendingStreams, REST_OF_STREAMS};
-pub use streams::{OTHER_STREAMS, set_max_streams, stream_label};
+pub use streams::{OTHER_STREAMS, schedule_label, set_max_streams, stream_label};
 pub use table::{Described, Kind, METRICS, Start};
 
 pub const SCHEDULED: &str = "delayq_messages_scheduled_total";
@@ -35,6 +35,7 @@ pub const CANCELLED: &str = "delayq_messages_cancelled_total";
 pub const RESCHEDULED: &str = "delayq_messages_rescheduled_total";
 pub const SCHEDULE_OCCURRENCES: &str = "delayq_schedule_occurrences_total";
 pub const SCHEDULE_MISSED: &str = "delayq_schedule_missed_total";
+pub const SCHEDULE_SKIPPED: &str = "delayq_schedule_skipped_total";
 pub const FORWARDED: &str = "delayq_messages_forwarded_total";
 pub const EXPIRED: &str = "delayq_messages_expired_total";
 pub const DEAD: &str = "delayq_messages_dead_total";

@@ -1,7 +1,8 @@
 //! The `stream` label of the per-stream series whose streams any push may name
 //! (forwarded, replayed, purged): the first `metrics.max_streams` streams seen are
 //! named, every later one is counted under [`OTHER_STREAMS`], so that `allow =
-//! ["*"]` cannot grow the exporter without bound.
+//! ["*"]` cannot grow the exporter without bound. The `schedule` label of the
+//! schedules' series is bounded the same way, by the same number.
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -15,6 +16,8 @@ static MAX_STREAMS: AtomicUsize = AtomicUsize::new(100);
 
 /// The streams named so far.
 static NAMED: LazyLock<Mutex<BTreeSet<String>>> = LazyLock::new(Default::default);
+/// The schedules named so far.
+static NAMED_SCHEDULES: LazyLock<Mutex<BTreeSet<String>>> = LazyLock::new(Default::default);
 
 /// Sets `metrics.max_streams`; streams named already stay named.
 pub fn set_max_streams(max: usize) {
@@ -28,6 +31,16 @@ pub fn stream_label(stream: &str) -> String {
         &mut NAMED.lock().expect("named streams"),
         MAX_STREAMS.load(Ordering::Relaxed),
         stream,
+    )
+}
+
+/// The `schedule` label for schedule `id`: its id while it is one of the first
+/// `metrics.max_streams` schedules seen, else [`OTHER_STREAMS`].
+pub fn schedule_label(id: &str) -> String {
+    label_in(
+        &mut NAMED_SCHEDULES.lock().expect("named schedules"),
+        MAX_STREAMS.load(Ordering::Relaxed),
+        id,
     )
 }
 

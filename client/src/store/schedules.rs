@@ -12,6 +12,9 @@ pub struct ScheduleState {
     pub next: i64,
     /// The last occurrence made (epoch ms), if any.
     pub last: Option<i64>,
+    /// Occurrences missed while no leader made them, since the schedule was last
+    /// stored (its misfire policy sent some of them).
+    pub missed: u64,
 }
 
 /// A definition's change: whether it changed anything (a new schedule, one
@@ -43,13 +46,30 @@ fn version_key(schedules: &str) -> String {
     format!("{schedules}:version")
 }
 
+/// `<next> <last> [<missed>]` (a state written before misfires were counted has
+/// none).
 fn parse_state(text: &str) -> Option<ScheduleState> {
-    let (next, last) = text.split_once(' ')?;
-    let last: i64 = last.parse().ok()?;
+    let mut parts = text.split(' ');
+    let next = parts.next()?.parse().ok()?;
+    let last: i64 = parts.next()?.parse().ok()?;
+    let missed = match parts.next() {
+        Some(m) => m.parse().ok()?,
+        None => 0,
+    };
+    if parts.next().is_some() {
+        return None;
+    }
     Some(ScheduleState {
-        next: next.parse().ok()?,
+        next,
         last: (last > 0).then_some(last),
+        missed,
     })
+}
+
+/// How `state` is written, after its next occurrence (the advance script's last
+/// argument of each schedule).
+fn state_tail(state: &ScheduleState) -> String {
+    format!("{} {}", state.last.unwrap_or(0), state.missed)
 }
 
 impl Store {
@@ -113,7 +133,7 @@ impl Store {
             pipe.hset(
                 state_key(&key),
                 &spec.id,
-                format!("{} {}", made.next, made.last.unwrap_or(0)),
+                format!("{} {}", made.next, state_tail(&made)),
             );
         }
         pipe.incr(version_key(&key), 1);
@@ -210,7 +230,7 @@ impl Store {
                 call.arg(id)
                     .arg(read.map_or(0, |r| r.next))
                     .arg(state.next)
-                    .arg(state.last.unwrap_or(0));
+                    .arg(state_tail(state));
             }
             let replies: Vec<String> = call
                 .invoke_async(&mut self.conn.clone())
@@ -242,21 +262,23 @@ mod tests {
 
     #[test]
     fn a_state_reads_back() {
-        assert_eq!(
-            parse_state("5 0"),
-            Some(ScheduleState {
-                next: 5,
-                last: None
-            })
-        );
-        assert_eq!(
-            parse_state("9 7"),
-            Some(ScheduleState {
-                next: 9,
-                last: Some(7)
-            })
-        );
-        assert_eq!(parse_state("9"), None);
-        assert_eq!(parse_state("x 1"), None);
+        for (text, state) in [
+            ("5 0", Some((5, None, 0))),
+            ("9 7", Some((9, Some(7), 0))),
+            ("9 7 3", Some((9, Some(7), 3))),
+            ("9", None),
+            ("x 1", None),
+            ("9 7 x", None),
+            ("9 7 3 1", None),
+        ] {
+            let want = state.map(|(next, last, missed)| ScheduleState { next, last, missed });
+            assert_eq!(parse_state(text), want, "{text}");
+            if let Some(want) = want {
+                assert_eq!(
+                    parse_state(&format!("{} {}", want.next, state_tail(&want))),
+                    Some(want)
+                );
+            }
+        }
     }
 }

@@ -811,9 +811,11 @@
       td(s.paused ? badge('paused', 'warn') : (Array.isArray(s.next) && s.next.length ? when(s.next[0], now) : '–')),
       td(s.last != null ? when(s.last, now) : '–'),
       td(s.misfire + (s.misfire === 'all' ? ` (≤ ${s.max_catch_up})` : '')),
-      td(canWrite() ? button(s.paused ? 'Resume' : 'Pause', 'schedule-' + (s.paused ? 'resume-' : 'pause-') + s.id, '',
+      td(s.missed ? badge(`${s.missed} missed`, 'warn') : '0'),
+      td(s.declared ? badge('config file', 'role-standby') : 'API'),
+      td(canWrite() && !s.declared ? button(s.paused ? 'Resume' : 'Pause', 'schedule-' + (s.paused ? 'resume-' : 'pause-') + s.id, '',
         () => pauseSchedule(s.id, !s.paused)) : '')));
-    $('schedules-box').replaceChildren(table('schedules', ['Id', 'Stream', 'When', 'Next', 'Last made', 'Misfire', ''], rows,
+    $('schedules-box').replaceChildren(table('schedules', ['Id', 'Stream', 'When', 'Next', 'Last made', 'Misfire', 'Missed', 'Declared in', ''], rows,
       'no schedules: POST /v1/schedules or delayq schedule add makes one'));
   }
 

@@ -204,14 +204,16 @@ async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() 
         },
     )
     .await;
-    for policy in ["skip", "once", "all"] {
+    for &(policy, missed, _) in &decided {
+        let (_, shown) = api.get(&format!("/v1/schedules/{policy}")).await;
+        assert_eq!(shown["missed"], json!(missed), "{shown}");
         let (status, _) = api
             .call("DELETE", &format!("/v1/schedules/{policy}"), None, None)
             .await;
         assert_eq!(status, 200);
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
-    for (p, missed, sent) in decided {
+    for &(p, missed, sent) in &decided {
         let got = occurrences(&redis, "ticks", p);
         assert!(
             got.values().all(|sent| sent.len() == 1),
@@ -244,13 +246,26 @@ async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() 
             "{p}: an occurrence early: {got:?}"
         );
     }
+    // The same counts, per schedule, in the metrics and the API.
     let text = api.metrics().await.unwrap();
-    let missed: f64 = text
-        .lines()
-        .find_map(|l| l.strip_prefix("delayq_schedule_missed_total "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    assert!(missed >= 9.0, "delayq_schedule_missed_total {missed}");
+    let counted = |name: &str, policy: &str| -> usize {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}{{schedule=\"{policy}\"}} ")))
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(-1.0) as usize
+    };
+    for (policy, missed, sent) in &decided {
+        assert_eq!(
+            counted("delayq_schedule_missed_total", policy),
+            *missed,
+            "{text}"
+        );
+        assert_eq!(
+            counted("delayq_schedule_skipped_total", policy),
+            missed - sent,
+            "{text}"
+        );
+    }
 }
 
 fn now_ms() -> i64 {

@@ -23,6 +23,9 @@ const ONLY_WITH: &[(&str, &str)] = &[
     ("delayq_sweep_group_missing", "[delivery] groups"),
     ("delayq_dead_letters_replayed_total", "a dead-letter replay"),
     ("delayq_dead_letters_purged_total", "a dead-letter purge"),
+    ("delayq_schedule_occurrences_total", "a recurring schedule"),
+    ("delayq_schedule_missed_total", "a schedule's misfire"),
+    ("delayq_schedule_skipped_total", "a schedule's misfire"),
 ];
 
 /// The README's table as `src/metrics/table.rs` describes it.

@@ -5,7 +5,8 @@
 -- KEYS[3] the schedules hash (a schedule deleted meanwhile is not brought back)
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2..] four per schedule: id, the next occurrence the leader read (ms; 0: none
---   yet), the next occurrence not yet made (ms), the last occurrence made (ms, 0: none)
+--   yet), the next occurrence not yet made (ms), and the rest of the state as text:
+--   `<last occurrence made (ms, 0: none)> <occurrences missed so far>`
 -- returns: one per schedule, in order: "advanced" | "moved" (another leader or a
 --   change of the schedule went first: nothing written) | "gone" (deleted)
 --   | error "FENCED ..."
