@@ -100,6 +100,9 @@ pub struct DeadLetterEntry {
     /// Epoch milliseconds.
     #[schema(required)]
     last_delivery: Option<u64>,
+    /// Its business key, when `forwarder.key_field` carries it on entries.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
     /// The fields the producer sent: `[name, value]` pairs, in order.
     fields: Vec<(String, String)>,
     /// The fields delayq appended, by name.
@@ -177,18 +180,23 @@ fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
 }
 
 impl AppState {
-    fn own_fields(&self) -> (&str, &str) {
+    /// The id, attempt and business key fields delayq appends to entries ("": none).
+    fn own_fields(&self) -> (&str, &str, &str) {
         let f = &self.config.forwarder;
         (
             f.id_field.as_deref().unwrap_or(""),
             f.attempt_field.as_deref().unwrap_or(""),
+            f.key_field.as_deref().unwrap_or(""),
         )
     }
 }
 
-fn letter_entry(letter: DeadLetter, attempt_field: &str) -> DeadLetterEntry {
+fn letter_entry(letter: DeadLetter, attempt_field: &str, key_field: &str) -> DeadLetterEntry {
     let number = |name: &str| letter.annotation(name).and_then(|v| v.parse::<u64>().ok());
     DeadLetterEntry {
+        key: (!key_field.is_empty())
+            .then(|| letter.annotation(key_field).map(str::to_owned))
+            .flatten(),
         reason: letter.annotation("delayq-reason").map(str::to_owned),
         attempt: number(attempt_field),
         first_delivery: number("delayq-first-delivery"),
@@ -228,13 +236,13 @@ pub async fn list(
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
     let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
-    let (_, attempt_field) = state.own_fields();
+    let (_, attempt_field, key_field) = state.own_fields();
     Ok(Json(DeadLetters {
         stream,
         dead_letter_stream: dead_stream,
         entries: letters
             .into_iter()
-            .map(|l| letter_entry(l, attempt_field))
+            .map(|l| letter_entry(l, attempt_field, key_field))
             .collect(),
         next,
     }))
@@ -248,10 +256,17 @@ async fn page(
     after: Option<&str>,
     limit: usize,
 ) -> Result<(Vec<DeadLetter>, Option<String>), ApiError> {
-    let (id_field, attempt_field) = state.own_fields();
+    let (id_field, attempt_field, key_field) = state.own_fields();
     let letters = state
         .store
-        .dead_letters(dead_stream, after, limit, id_field, attempt_field)
+        .dead_letters(
+            dead_stream,
+            after,
+            limit,
+            id_field,
+            attempt_field,
+            key_field,
+        )
         .await?;
     let next = (letters.len() == limit)
         .then(|| letters.last().map(|l| l.entry_id.clone()))
@@ -404,7 +419,7 @@ pub async fn replay(
     let (stream, dead_stream) = streams(&state, &stream)?;
     let selection = parse_selection(&read_json(body, MAX_BODY).await?)?;
     let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
-    let (id_field, attempt_field) = state.own_fields();
+    let (id_field, attempt_field, key_field) = state.own_fields();
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     for letter in &letters {
@@ -413,7 +428,14 @@ pub async fn replay(
         let sent = std::time::Instant::now();
         let why = match state
             .store
-            .replay_dead_letter(&dead_stream, letter, &stream, id_field, attempt_field)
+            .replay_dead_letter(
+                &dead_stream,
+                letter,
+                &stream,
+                id_field,
+                attempt_field,
+                key_field,
+            )
             .await?
         {
             Replayed::Replayed { due_ms } => {

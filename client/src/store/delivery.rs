@@ -253,9 +253,10 @@ impl Store {
         count: usize,
         id_field: &str,
         attempt_field: &str,
+        key_field: &str,
     ) -> Result<Vec<DeadLetter>> {
         let entries = self.stream_page(dead_stream, after, count).await?;
-        let own = own_field_names(id_field, attempt_field);
+        let own = own_field_names(id_field, attempt_field, key_field);
         Ok(entries
             .into_iter()
             .map(
@@ -288,6 +289,7 @@ impl Store {
         target: &str,
         id_field: &str,
         attempt_field: &str,
+        key_field: &str,
     ) -> Result<Replayed> {
         let Some(id) = &letter.message_id else {
             return Ok(Replayed::Foreign);
@@ -305,8 +307,9 @@ impl Store {
             .arg(self.keys.wake_channel())
             .arg(self.pending_layout.script_arg())
             .arg(self.apart_arg(target))
-            .arg(if self.journal { "j" } else { "" });
-        for name in own_field_names(id_field, attempt_field) {
+            .arg(if self.journal { "j" } else { "" })
+            .arg(key_field);
+        for name in own_field_names(id_field, attempt_field, key_field) {
             inv.arg(name);
         }
         let (reply, acked) = self.invoke_acked(&inv).await?;
@@ -360,8 +363,12 @@ impl Store {
     }
 }
 
-fn own_field_names<'a>(id_field: &'a str, attempt_field: &'a str) -> Vec<&'a str> {
-    let mut names = vec![id_field, attempt_field];
+fn own_field_names<'a>(
+    id_field: &'a str,
+    attempt_field: &'a str,
+    key_field: &'a str,
+) -> Vec<&'a str> {
+    let mut names = vec![id_field, attempt_field, key_field];
     names.extend_from_slice(DEAD_LETTER_FIELDS);
     names.retain(|n| !n.is_empty());
     names

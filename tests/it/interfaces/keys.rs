@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::{T, delayq_says, strict};
-use crate::support::{Env, eventually, xadd};
+use crate::support::{Env, entries, eventually, xadd};
 
 const LIST: &str = "/v1/streams/orders/keys/order-42";
 
@@ -174,4 +174,63 @@ async fn a_key_pushed_every_way_is_listed_in_pages_and_cancelled_once() {
     );
     let (code, said) = delayq_says(&env, &["cancel", "--key", "order-42"]).await;
     assert_eq!(code, 2, "--key needs --stream: {said}");
+}
+
+/// A dead letter keeps its business key through a replay: the key travels on its
+/// entries in `forwarder.key_field`, and the replayed message is listed under it
+/// and delivered with it.
+#[tokio::test]
+async fn a_replayed_dead_letter_keeps_its_key() {
+    let env = Env::start(&strict("[forwarder]\nkey_field = \"order-key\"\n")).await;
+    let api = &env.api.clone().with_token(super::TOKEN);
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+        - 60_000;
+    // Due a minute ago, for a millisecond: dead-lettered as expired.
+    let (status, answer) = api
+        .post(
+            "/v1/messages",
+            json!({ "id": "x1", "stream": "orders", "payload": "x", "deliver_at": past,
+                    "ttl_ms": 1, "key": "order-7" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{answer}");
+    let dead = eventually(Duration::from_secs(10), "x1 expired", || async {
+        entries(&mut env.redis.client(), "orders:dead").pop()
+    })
+    .await;
+    assert_eq!(dead.get("order-key"), Some("order-7"), "{dead:?}");
+    let (status, letters) = api.get("/v1/streams/orders/dead").await;
+    assert_eq!(status, 200, "{letters}");
+    assert_eq!(
+        (
+            letters["entries"][0]["id"].as_str(),
+            letters["entries"][0]["key"].as_str()
+        ),
+        (Some("x1"), Some("order-7")),
+        "{letters}"
+    );
+
+    let (status, answer) = api
+        .post("/v1/streams/orders/dead/replay", json!({ "ids": ["x1"] }))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["replayed"][0]["id"], "x1", "{answer}");
+    let delivered = eventually(Duration::from_secs(10), "x1 delivered again", || async {
+        entries(&mut env.redis.client(), "orders").pop()
+    })
+    .await;
+    assert_eq!(delivered.get("delayq-id"), Some("x1"));
+    assert_eq!(delivered.get("order-key"), Some("order-7"), "{delivered:?}");
+    let own: Vec<(String, String)> = delivered
+        .producer_fields()
+        .into_iter()
+        .filter(|(k, _)| k != "order-key")
+        .collect();
+    assert_eq!(own, [("payload".into(), "x".into())], "{delivered:?}");
+    let (status, list) = api.get("/v1/streams/orders/keys/order-7").await;
+    assert_eq!(status, 200, "{list}");
+    assert_eq!(states(&list), [("x1".into(), "delivered".into())], "{list}");
 }

@@ -343,13 +343,13 @@ impl Case {
                 let (id_field, attempt_field) =
                     (&self.options.id_field, &self.options.attempt_field);
                 let letters = store
-                    .dead_letters("s:dead", None, 100, id_field, attempt_field)
+                    .dead_letters("s:dead", None, 100, id_field, attempt_field, "")
                     .await
                     .unwrap();
                 let mut out = Vec::new();
                 for letter in &letters {
                     let replayed = store
-                        .replay_dead_letter("s:dead", letter, STREAM, id_field, attempt_field)
+                        .replay_dead_letter("s:dead", letter, STREAM, id_field, attempt_field, "")
                         .await
                         .unwrap();
                     out.push(
