@@ -7,7 +7,7 @@
 //! - `drill`: the failover drill and the quickstart demo;
 //! - `functions`: listing and pruning the function libraries of other versions;
 //! - `metrics`: the metrics table of docs/metrics.md and the alert rules against what
-//!   delayq exports; `exported`: what `/metrics` shows an operator;
+//!   delayq exports; `grafana`: the shipped dashboard against the same; `exported`: what `/metrics` shows an operator;
 //! - `health`: `/healthz` and `/readyz` through Redis that refuses writes;
 //! - `logs`: the log through an outage; `secrets`: secrets never show;
 //! - `reload`: SIGHUP reaching every component; `declared`: schedules the file
@@ -25,6 +25,7 @@ mod docs;
 pub(crate) mod drill;
 mod exported;
 pub(crate) mod functions;
+mod grafana;
 mod health;
 mod logs;
 mod metrics;
