@@ -197,6 +197,13 @@ impl Deployment {
     /// The deployment with `overrides` (files under docker/) over compose.yaml,
     /// under a project name of its own.
     async fn up_with(overrides: &[&str], cli: Compose) -> Deployment {
+        let d = Self::prepared(overrides, cli).await;
+        ok("compose up", d.compose(&["up", "-d", "--no-build"]).await);
+        d
+    }
+
+    /// [`Deployment::up_with`] before its `up`: nothing of the project left.
+    async fn prepared(overrides: &[&str], cli: Compose) -> Deployment {
         let secrets = tempfile::tempdir().unwrap();
         let token = format!("e2e-{}", ulid::Ulid::new());
         let file = secrets.path().join("api-tokens");
@@ -239,9 +246,26 @@ impl Deployment {
         // A project of the same name left by a run that could not clean up.
         d.compose(&["down", "-v", "--remove-orphans", "-t", "1"])
             .await;
-        let out = d.compose(&["up", "-d", "--no-build"]).await;
-        ok("compose up", out);
         d
+    }
+
+    /// Leaves a key in the project's volume `volume`, as a run of another
+    /// variant, or an earlier run, would.
+    async fn leave_data_in(&self, volume: &str) {
+        let volume = format!("{}_{volume}", self.project);
+        docker(&[
+            "run",
+            "--rm",
+            "-v",
+            &format!("{volume}:/data"),
+            SERVERS_IMAGE,
+            "sh",
+            "-c",
+            "redis-server --dir /data --appendonly yes --daemonize yes \
+             && until redis-cli ping; do sleep 0.1; done \
+             && redis-cli set left-over 1 && redis-cli shutdown",
+        ])
+        .await;
     }
 
     async fn compose(&self, args: &[&str]) -> Output {
@@ -598,9 +622,11 @@ async fn compose_deployment_survives_kill_stop_and_a_redis_restart_in_containers
 }
 
 /// docker/compose.cluster.yaml over compose.yaml: six Redis Cluster nodes joined by
-/// a one-shot container, three instances in `redis.mode = "cluster"`. Pushes to
-/// streams across the masters are forwarded once each; the leader's container is
-/// killed and the next leader forwards the rest.
+/// a one-shot container, three instances in `redis.mode = "cluster"`. A node's
+/// volume left with data makes `up` fail at once, saying so; the standalone
+/// variant's data left in its volume changes nothing (the variants start in either
+/// order). Pushes to streams across the masters are forwarded once each; the
+/// leader's container is killed and the next leader forwards the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compose_cluster_variant_forwards_through_redis_cluster() {
     const REDIS: [&str; 6] = [
@@ -609,7 +635,34 @@ async fn compose_cluster_variant_forwards_through_redis_cluster() {
     let started = Instant::now();
     images().await;
     // With compose v2 where it is installed: the other test runs Debian's 1.x.
-    let d = Deployment::up_with(&["compose.cluster.yaml"], Compose::V2).await;
+    let d = Deployment::prepared(&["compose.cluster.yaml"], Compose::V2).await;
+    d.leave_data_in("redis-2-data").await;
+    let refused = Instant::now();
+    let out = d.compose(&["up", "-d", "--no-build"]).await;
+    assert!(
+        !out.status.success(),
+        "up over a node with data: {}",
+        text(&out.stdout)
+    );
+    let said = text(
+        &d.compose(&["logs", "--no-color", "redis-cluster"])
+            .await
+            .stdout,
+    );
+    assert!(
+        said.contains("cannot form the cluster: redis-2 holds 1 keys") && said.contains("down -v"),
+        "{said}\n{}",
+        text(&out.stderr)
+    );
+    assert!(
+        refused.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        refused.elapsed()
+    );
+    ok("compose down", d.compose(&["down", "-v", "-t", "1"]).await);
+    // The standalone variant's Redis data, as its `down` (without -v) leaves it.
+    d.leave_data_in("redis-data").await;
+    ok("compose up", d.compose(&["up", "-d", "--no-build"]).await);
     let mut services: Vec<&str> = REDIS.to_vec();
     services.extend(NODES);
     healthy(&d, &services).await;
