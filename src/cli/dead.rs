@@ -31,10 +31,13 @@ pub enum DeadCommand {
     /// Examples:
     ///   delayq dead replay orders --id order-42-reminder
     ///   delayq dead replay orders --all
+    ///   delayq dead replay orders --all --reason expired --since 2026-12-01T00:00:00Z --dry-run
     Replay {
         stream: String,
         #[command(flatten)]
         which: Which,
+        #[command(flatten)]
+        filter: Filter,
         #[command(flatten)]
         target: Target,
     },
@@ -44,10 +47,13 @@ pub enum DeadCommand {
     /// Examples:
     ///   delayq dead purge orders --id order-42-reminder
     ///   delayq dead purge orders --all
+    ///   delayq dead purge orders --all --reason ack_timeout --until 1796000000000
     Purge {
         stream: String,
         #[command(flatten)]
         which: Which,
+        #[command(flatten)]
+        filter: Filter,
         #[command(flatten)]
         target: Target,
     },
@@ -65,6 +71,34 @@ pub struct Which {
     all: bool,
 }
 
+/// With `--all`: which dead letters it takes (the API refuses a filter with
+/// `--id`), and whether only to count them.
+#[derive(Args, Debug)]
+pub struct Filter {
+    /// Only dead letters whose reason begins with this (`expired`, `ack_timeout`, …).
+    #[arg(long)]
+    reason: Option<String>,
+    /// Only those dead-lettered at or after this time (epoch ms or RFC 3339).
+    #[arg(long, value_parser = instant)]
+    since: Option<u64>,
+    /// Only those dead-lettered at or before this time (epoch ms or RFC 3339).
+    #[arg(long, value_parser = instant)]
+    until: Option<u64>,
+    /// Count what would be taken; change nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
+/// Epoch milliseconds, or an RFC 3339 time.
+fn instant(text: &str) -> Result<u64, String> {
+    text.parse::<u64>().or_else(|_| {
+        text.parse::<jiff::Timestamp>()
+            .ok()
+            .and_then(|t| u64::try_from(t.as_millisecond()).ok())
+            .ok_or_else(|| format!("{text:?}: not epoch milliseconds or an RFC 3339 time"))
+    })
+}
+
 /// Exit codes: as the client commands' ([`super::client::EXIT_CODES`]); a replay or
 /// purge naming an id that has no dead letter ends 3 (not found) after doing the rest.
 pub async fn main(cmd: DeadCommand) -> ExitCode {
@@ -78,13 +112,15 @@ pub async fn main(cmd: DeadCommand) -> ExitCode {
         DeadCommand::Replay {
             stream,
             which,
+            filter,
             target,
-        } => act(&target, &stream, "replay", which).await,
+        } => act(&target, &stream, "replay", which, filter).await,
         DeadCommand::Purge {
             stream,
             which,
+            filter,
             target,
-        } => act(&target, &stream, "purge", which).await,
+        } => act(&target, &stream, "purge", which, filter).await,
     };
     result.unwrap_or_else(|code| code)
 }
@@ -140,12 +176,14 @@ async fn list(
     Ok(ExitCode::SUCCESS)
 }
 
-/// Replays or purges; with `--all`, page after page until the stream's end.
+/// Replays or purges (or counts, `--dry-run`); with `--all`, page after page until
+/// the stream's end.
 async fn act(
     target: &Target,
     stream: &str,
     action: &str,
     which: Which,
+    filter: Filter,
 ) -> Result<ExitCode, ExitCode> {
     let path = format!("/v1/streams/{}/dead/{action}", encode(stream));
     let mut body = if which.all {
@@ -153,28 +191,40 @@ async fn act(
     } else {
         json!({ "ids": which.ids })
     };
+    for (name, value) in [
+        ("reason", filter.reason.map(Value::from)),
+        ("since", filter.since.map(Value::from)),
+        ("until", filter.until.map(Value::from)),
+        ("dry_run", filter.dry_run.then_some(Value::Bool(true))),
+    ] {
+        if let Some(value) = value {
+            body[name] = value;
+        }
+    }
     let (mut done, mut skipped, mut not_found) = (0u64, Vec::new(), Vec::new());
     loop {
         let answer = request(target, reqwest::Method::POST, &path, Some(body.clone())).await?;
         if target.json {
             println!("{answer}");
         }
-        done += match action {
-            "replay" => answer["replayed"].as_array().map_or(0, |a| a.len() as u64),
+        done += match (action, filter.dry_run) {
+            (_, true) => answer["matched"].as_u64().unwrap_or(0),
+            ("replay", _) => answer["replayed"].as_array().map_or(0, |a| a.len() as u64),
             _ => answer["purged"].as_u64().unwrap_or(0),
         };
         skipped.extend(answer["skipped"].as_array().cloned().unwrap_or_default());
         not_found.extend(answer["not_found"].as_array().cloned().unwrap_or_default());
         match answer["next"].as_str() {
-            Some(next) => body = json!({ "all": true, "after": next }),
+            Some(next) => body["after"] = json!(next),
             None => break,
         }
     }
     if !target.json {
-        let verb = if action == "replay" {
-            "replayed"
-        } else {
-            "purged"
+        let verb = match (action, filter.dry_run) {
+            ("replay", true) => "would replay",
+            (_, true) => "would purge",
+            ("replay", false) => "replayed",
+            _ => "purged",
         };
         println!("{verb} {done} dead letter(s) of {stream}");
         for s in &skipped {

@@ -456,3 +456,122 @@ async fn dead_letters_after_the_last_possible_id_are_none() {
         "{answer}"
     );
 }
+
+/// Dead letters chosen by their reason and when they died: counted first
+/// (`dry_run`, nothing changes), then replayed or purged, and only those.
+#[tokio::test]
+async fn dead_letters_are_replayed_and_purged_by_reason_and_time() {
+    let env = Env::start(&strict("")).await;
+    let mut conn = env.redis.client();
+    for (entry, id, reason) in [
+        ("1000-0", "e1", "expired"),
+        ("2000-0", "e2", "expired"),
+        ("2500-0", "m1", "max_attempts"),
+        ("3000-0", "e3", "expired"),
+        ("4000-0", "c1", "cannot write to orders: WRONGTYPE"),
+    ] {
+        let _: String = redis::cmd("XADD")
+            .arg("orders:dead")
+            .arg(entry)
+            .arg(&["payload", id, "delayq-id", id, "delayq-reason", reason])
+            .query(&mut conn)
+            .unwrap();
+    }
+    let post = |path: &'static str, body: Value| {
+        let api = &env.api;
+        async move {
+            let (status, answer) = api.call("POST", path, T, Some(&body.to_string())).await;
+            assert_eq!(status, 200, "{path} {body}: {answer}");
+            answer
+        }
+    };
+    const REPLAY: &str = "/v1/streams/orders/dead/replay";
+    const PURGE: &str = "/v1/streams/orders/dead/purge";
+    let counted = post(
+        REPLAY,
+        json!({ "all": true, "reason": "expired", "since": 1500, "until": 3000, "dry_run": true }),
+    )
+    .await;
+    assert_eq!(
+        (counted["matched"].as_u64(), counted["dry_run"].as_bool()),
+        (Some(2), Some(true)),
+        "{counted}"
+    );
+    assert_eq!(counted["replayed"], json!([]), "{counted}");
+    let counted = post(
+        PURGE,
+        json!({ "all": true, "reason": "cannot write", "dry_run": true }),
+    )
+    .await;
+    assert_eq!(
+        (counted["matched"].as_u64(), counted["purged"].as_u64()),
+        (Some(1), Some(0)),
+        "{counted}"
+    );
+    let dead = |conn: &mut redis::Connection| -> Vec<String> {
+        entries(conn, "orders:dead")
+            .iter()
+            .map(|e| e.get("delayq-id").unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        dead(&mut conn),
+        ["e1", "e2", "m1", "e3", "c1"],
+        "nothing changed"
+    );
+    let (code, said) = super::delayq_says(
+        &env,
+        &[
+            "dead",
+            "replay",
+            "orders",
+            "--all",
+            "--reason",
+            "expired",
+            "--since",
+            "1970-01-01T00:00:01.500Z",
+            "--dry-run",
+        ],
+    )
+    .await;
+    assert_eq!(
+        (code, said.trim()),
+        (0, "would replay 2 dead letter(s) of orders")
+    );
+    let (code, said) = super::delayq_says(
+        &env,
+        &["dead", "purge", "orders", "--id", "e1", "--reason", "x"],
+    )
+    .await;
+    assert!(
+        code == 1 && said.contains("reason: only with \"all\""),
+        "{code}: {said}"
+    );
+    assert_eq!(dead(&mut conn).len(), 5, "nothing changed");
+
+    let replayed = post(
+        REPLAY,
+        json!({ "all": true, "reason": "expired", "since": 1500 }),
+    )
+    .await;
+    let ids: Vec<&str> = replayed["replayed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["e2", "e3"], "{replayed}");
+    let purged = post(PURGE, json!({ "all": true, "until": 2600 })).await;
+    assert_eq!(purged["purged"].as_u64(), Some(2), "{purged}");
+    assert_eq!(dead(&mut conn), ["c1"]);
+    eventually(Duration::from_secs(10), "e2 and e3 delivered", || {
+        let got: BTreeSet<String> = entries(&mut env.redis.client(), "orders")
+            .iter()
+            .filter_map(|e| e.get("delayq-id").map(str::to_owned))
+            .collect();
+        std::future::ready(
+            (got.len() == 2 && got.contains("e2") && got.contains("e3")).then_some(()),
+        )
+    })
+    .await;
+}

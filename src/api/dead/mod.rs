@@ -1,20 +1,21 @@
 //! `/v1/streams/{stream}/dead`: a stream's dead letters, listed, replayed (scheduled
-//! again, due now) and purged.
+//! again, due now) and purged; which ones a replay or purge takes is
+//! `selection.rs`'s.
 
-use std::collections::BTreeSet;
-use std::sync::LazyLock;
+mod selection;
+
+pub use selection::SelectionRequest;
+use selection::{parse_selection, select};
 
 use axum::Json;
 use axum::body::Body;
 use axum::extract::{Path, State};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::input::{
-    StrictQuery, blank_as_none, check_stream_allowed, documented_keys, object, page_cursor,
-    page_limit, read_json,
+    StrictQuery, blank_as_none, check_stream_allowed, page_cursor, page_limit, read_json,
 };
 use super::reach::Reach;
 use super::streams::StreamPath;
@@ -45,28 +46,6 @@ pub struct ListQuery {
     #[serde(default, deserialize_with = "blank_as_none")]
     limit: Option<usize>,
 }
-
-/// Which dead letters a replay or purge is about: `ids`, or `"all": true` (in pages:
-/// `after`, `limit`).
-#[derive(Debug, Deserialize, Serialize, ToSchema)]
-#[schema(example = json!({ "ids": ["order-42"] }))]
-pub struct SelectionRequest {
-    /// Every dead letter carrying one of these message ids.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub ids: Option<Vec<String>>,
-    /// Every dead letter (in pages: `after`, `limit`).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub all: Option<bool>,
-    /// With `all`: start after this stream entry id.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub after: Option<String>,
-    /// With `all`: at most this many entries, 1 to 10000.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1, maximum = 10000)]
-    pub limit: Option<u64>,
-}
-
-static SELECTION_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<SelectionRequest>);
 
 /// A page of a stream's dead letters.
 #[derive(Debug, Serialize, ToSchema)]
@@ -123,6 +102,11 @@ pub struct ReplayAnswer {
     /// With `all`: the `after` of the next page; null at the end.
     #[schema(required)]
     next: Option<String>,
+    /// The dead letters the selection took (with `dry_run`: would take).
+    matched: usize,
+    /// Only counted: nothing was replayed.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    dry_run: bool,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -161,6 +145,9 @@ pub struct PurgeAnswer {
     /// With `all` and `limit`: the `after` of the next page; null at the end.
     #[schema(required)]
     next: Option<String>,
+    /// With `dry_run`: the dead letters the selection would purge (nothing was).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matched: Option<usize>,
 }
 
 /// A stream name from the path, with its dead-letter stream.
@@ -274,125 +261,6 @@ async fn page(
     Ok((letters, next))
 }
 
-/// Which dead letters a replay or purge is about.
-enum Selection {
-    /// Every dead letter carrying one of these message ids.
-    Ids(BTreeSet<String>),
-    /// Every dead letter after `after`, at most `limit` of them (None: none given).
-    All {
-        after: Option<String>,
-        limit: Option<usize>,
-    },
-}
-
-fn parse_selection(body: &Value) -> Result<Selection, ApiError> {
-    let obj = object(body, &SELECTION_KEYS, "body must be a JSON object")?;
-    let all = match obj.get("all") {
-        None | Some(Value::Bool(false)) => false,
-        Some(Value::Bool(true)) => true,
-        Some(_) => return Err(ApiError::invalid("all: must be true or false")),
-    };
-    match (obj.get("ids"), all) {
-        (Some(_), true) => Err(ApiError::invalid("ids, all: give one, not both")),
-        (None, false) => Err(ApiError::invalid(
-            "ids: required (a list of message ids), or \"all\": true",
-        )),
-        (Some(ids), false) => {
-            if obj.contains_key("after") || obj.contains_key("limit") {
-                return Err(ApiError::invalid("after, limit: only with \"all\": true"));
-            }
-            let list = ids
-                .as_array()
-                .ok_or_else(|| ApiError::invalid("ids: must be a list of message ids"))?;
-            if list.is_empty() {
-                return Err(ApiError::invalid("ids: must not be empty"));
-            }
-            list.iter()
-                .enumerate()
-                .map(|(i, v)| match v {
-                    Value::String(s) => crate::message::MessageId::parse(s)
-                        .map(|id| id.as_str().to_owned())
-                        .map_err(|e| ApiError::invalid(format!("ids[{i}]: {e}"))),
-                    _ => Err(ApiError::invalid(format!("ids[{i}]: must be a string"))),
-                })
-                .collect::<Result<BTreeSet<_>, _>>()
-                .map(Selection::Ids)
-        }
-        (None, true) => {
-            let after = match obj.get("after") {
-                None | Some(Value::Null) => None,
-                Some(Value::String(s)) => Some(s.clone()),
-                Some(_) => return Err(ApiError::invalid("after: must be a stream entry id")),
-            };
-            let limit = match obj.get("limit") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(
-                    v.as_u64()
-                        .map(|n| n as usize)
-                        .ok_or_else(|| ApiError::invalid("limit: must be a whole number"))?,
-                ),
-            };
-            if let Some(n) = limit {
-                self::limit(Some(n))?;
-            }
-            Ok(Selection::All {
-                after: entry_cursor(after)?,
-                limit,
-            })
-        }
-    }
-}
-
-/// The dead letters a selection names, the ids not found, and where an `all`
-/// selection stopped (None: at the end).
-async fn select(
-    state: &AppState,
-    dead_stream: &str,
-    selection: &Selection,
-) -> Result<(Vec<DeadLetter>, Vec<String>, Option<String>), ApiError> {
-    match selection {
-        Selection::All { after, limit } => {
-            let (letters, next) = page(
-                state,
-                dead_stream,
-                after.as_deref(),
-                limit.unwrap_or(MAX_LIMIT),
-            )
-            .await?;
-            Ok((letters, Vec::new(), next))
-        }
-        Selection::Ids(ids) => {
-            let mut found = Vec::new();
-            let mut seen = BTreeSet::new();
-            let mut cursor: Option<String> = None;
-            loop {
-                let (letters, next) =
-                    page(state, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
-                for letter in letters {
-                    if let Some(id) = letter
-                        .message_id
-                        .as_ref()
-                        .filter(|id| ids.contains(id.as_str()))
-                    {
-                        seen.insert(id.as_str().to_owned());
-                        found.push(letter);
-                    }
-                }
-                cursor = next;
-                if cursor.is_none() {
-                    break;
-                }
-            }
-            let missing = ids
-                .iter()
-                .filter(|id| !seen.contains(*id))
-                .cloned()
-                .collect();
-            Ok((found, missing, None))
-        }
-    }
-}
-
 /// Schedule dead letters again, due now; removes from the dead-letter stream only what was scheduled
 #[utoipa::path(
     post,
@@ -417,12 +285,12 @@ pub async fn replay(
     body: Body,
 ) -> Result<Json<ReplayAnswer>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
-    let selection = parse_selection(&read_json(body, MAX_BODY).await?)?;
+    let (selection, dry_run) = parse_selection(&read_json(body, MAX_BODY).await?)?;
     let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
     let (id_field, attempt_field, key_field) = state.own_fields();
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
-    for letter in &letters {
+    for letter in letters.iter().filter(|_| !dry_run) {
         let id = letter.message_id.as_ref().map(|id| id.as_str().to_owned());
         let entry_id = letter.entry_id.clone();
         let sent = std::time::Instant::now();
@@ -481,6 +349,8 @@ pub async fn replay(
         skipped,
         not_found,
         next,
+        matched: letters.len(),
+        dry_run,
     }))
 }
 
@@ -508,29 +378,36 @@ pub async fn purge(
     body: Body,
 ) -> Result<Json<PurgeAnswer>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
-    let selection = parse_selection(&read_json(body, MAX_BODY).await?)?;
-    let (purged, not_found, next) = match &selection {
+    let (selection, dry_run) = parse_selection(&read_json(body, MAX_BODY).await?)?;
+    if dry_run {
+        let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
+        return Ok(Json(PurgeAnswer {
+            stream,
+            dead_letter_stream: dead_stream,
+            purged: 0,
+            not_found,
+            next,
+            matched: Some(letters.len()),
+        }));
+    }
+    let (purged, not_found, next) = if selection.is_everything() {
         // Everything, in one command, however long the stream.
-        Selection::All {
-            after: None,
-            limit: None,
-        } => (
+        (
             state.store.purge_dead_letters(&dead_stream, None).await?,
             Vec::new(),
             None,
-        ),
-        _ => {
-            let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
-            let entries: Vec<String> = letters.into_iter().map(|l| l.entry_id).collect();
-            (
-                state
-                    .store
-                    .purge_dead_letters(&dead_stream, Some(&entries))
-                    .await?,
-                not_found,
-                next,
-            )
-        }
+        )
+    } else {
+        let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
+        let entries: Vec<String> = letters.into_iter().map(|l| l.entry_id).collect();
+        (
+            state
+                .store
+                .purge_dead_letters(&dead_stream, Some(&entries))
+                .await?,
+            not_found,
+            next,
+        )
     };
     metrics::counter!(m::DEAD_PURGED, "stream" => m::stream_label(&stream)).increment(purged);
     tracing::info!(%stream, %dead_stream, purged, "dead letters purged");
@@ -540,74 +417,6 @@ pub async fn purge(
         purged,
         not_found,
         next,
+        matched: None,
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[track_caller]
-    fn check(body: &str, expected: Result<&str, &str>) {
-        let value: Value = serde_json::from_str(body).unwrap();
-        let got = match parse_selection(&value) {
-            Ok(Selection::Ids(ids)) => Ok(format!(
-                "ids {}",
-                ids.into_iter().collect::<Vec<_>>().join(",")
-            )),
-            Ok(Selection::All { after, limit }) => Ok(format!(
-                "all after {} limit {limit:?}",
-                after.unwrap_or_default()
-            )),
-            Err(e) => Err(e.detail),
-        };
-        match (got, expected) {
-            (Ok(g), Ok(e)) => assert_eq!(g, e, "{body}"),
-            (Err(g), Err(e)) => assert!(g.contains(e), "{body}: {g:?} should contain {e:?}"),
-            (g, e) => panic!("{body}: got {g:?}, expected {e:?}"),
-        }
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn selections_never_panic(body in delayq_harness::props::json(&["ids", "all", "after", "limit"])) {
-            // What the reader takes, the documented type reads too.
-            if parse_selection(&body).is_ok() {
-                proptest::prop_assert!(serde_json::from_value::<SelectionRequest>(body.clone()).is_ok(), "{}", body);
-            }
-        }
-    }
-
-    #[test]
-    fn the_accepted_keys_are_the_documented_ones() {
-        assert_eq!(*SELECTION_KEYS, ["ids", "all", "after", "limit"]);
-    }
-
-    #[test]
-    fn selections() {
-        check(r#"{"ids":["b","a","a"]}"#, Ok("ids a,b"));
-        check(r#"{"all":true}"#, Ok("all after  limit None"));
-        check(
-            r#"{"all":true,"after":"17-0","limit":5}"#,
-            Ok("all after 17-0 limit Some(5)"),
-        );
-        check(r#"{}"#, Err("ids: required"));
-        check(r#"{"ids":["a"],"all":true}"#, Err("ids, all: give one"));
-        check(r#"{"ids":[]}"#, Err("ids: must not be empty"));
-        check(r#"{"ids":["a b"]}"#, Err("ids[0]"));
-        check(r#"{"ids":[3]}"#, Err("ids[0]: must be a string"));
-        check(r#"{"all":"yes"}"#, Err("all: must be true or false"));
-        check(r#"{"all":true,"after":"x"}"#, Err("after \"x\""));
-        check(
-            r#"{"all":true,"after":"99999999999999999999999-0"}"#,
-            Err("below 2^64"),
-        );
-        check(
-            r#"{"all":true,"after":"1-18446744073709551616"}"#,
-            Err("below 2^64"),
-        );
-        check(r#"{"all":true,"limit":0}"#, Err("limit 0"));
-        check(r#"{"ids":["a"],"limit":3}"#, Err("only with \"all\""));
-        check(r#"{"id":"a"}"#, Err("id: unknown field"));
-    }
 }
