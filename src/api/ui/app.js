@@ -844,10 +844,21 @@
         el('button', { id: 'dead-stream-go', type: 'submit' }, 'Open')));
     const acts = isAdmin() ? el('div', { class: 'actions' },
       button('Replay selected', 'dead-replay-selected', 'primary', () => deadAction('replay', false)),
-      button('Replay all', 'dead-replay-all', '', () => deadAction('replay', true)),
+      button('Replay all matching', 'dead-replay-all', '', () => deadAction('replay', true)),
       button('Purge selected', 'dead-purge-selected', 'danger', () => deadAction('purge', false)),
-      button('Purge all', 'dead-purge-all', 'danger', () => deadAction('purge', true))) : null;
+      button('Purge all matching', 'dead-purge-all', 'danger', () => deadAction('purge', true))) : null;
+    // Which dead letters "all matching" takes: the start of the reason, and when they died.
+    const filter = isAdmin() ? el('form', { class: 'row', id: 'dead-filter', onsubmit: (e) => { e.preventDefault(); return countMatching(); } },
+      el('label', { for: 'dead-reason', class: 'muted' }, 'Reason starts with'),
+      el('input', { id: 'dead-reason', type: 'search', placeholder: 'expired, max_attempts, …' }),
+      el('label', { for: 'dead-since', class: 'muted' }, 'died from'),
+      el('input', { id: 'dead-since', type: 'datetime-local' }),
+      el('label', { for: 'dead-until', class: 'muted' }, 'to'),
+      el('input', { id: 'dead-until', type: 'datetime-local' }),
+      el('button', { id: 'dead-count', type: 'submit' }, 'Count matching'),
+      el('span', { id: 'dead-matching', class: 'muted small' })) : null;
     view.append(card('Dead letters', el('div', null,
+      filter,
       acts,
       el('p', { id: 'dead-summary', class: 'muted small' }),
       el('div', { id: 'dead-box', class: 'scroll' }),
@@ -899,15 +910,23 @@
     const all = el('input', { type: 'checkbox', id: 'dead-select-all', 'aria-label': 'select all on this page', onchange: (e) => {
       for (const c of document.querySelectorAll('#dead input.dead-select:not([disabled])')) c.checked = e.target.checked;
     } });
-    const rows = entries.map((e) => el('tr', { data: { entryId: e.entry_id } },
-      td(el('input', { type: 'checkbox', class: 'dead-select', value: e.id || '', disabled: e.id == null, 'aria-label': 'select ' + (e.id || e.entry_id) })),
-      td(e.id ? el('a', { href: '#/messages?id=' + enc(e.id), class: 'mono' }, e.id) : el('span', { class: 'muted' }, 'no id')),
-      td(e.reason || '–'),
-      td(e.attempt == null ? '–' : String(e.attempt)),
-      td(when(e.last_delivery, Date.now())),
-      td(code(e.entry_id)),
-      td(fieldsCell(e.fields))));
-    const t = table('dead', ['', 'Message id', 'Reason', 'Attempt', 'Last delivery', 'Entry', 'Fields'], rows, `no dead letters in ${d.dls}`);
+    const now = Date.now();
+    const rows = entries.map((e) => {
+      const extra = e.delayq || {};
+      const due = Number(extra['delayq-due']);
+      const held = extra['delayq-group'] ? `${extra['delayq-group']} / ${extra['delayq-consumer'] || '?'}` : '–';
+      return el('tr', { data: { entryId: e.entry_id } },
+        td(el('input', { type: 'checkbox', class: 'dead-select', value: e.id || '', disabled: e.id == null, 'aria-label': 'select ' + (e.id || e.entry_id) })),
+        td(e.id ? el('a', { href: '#/messages?id=' + enc(e.id), class: 'mono' }, e.id) : el('span', { class: 'muted' }, 'no id'),
+          e.key ? el('div', { class: 'muted small' }, 'key ', code(e.key)) : null),
+        td(el('div', { class: 'reason' }, e.reason || '–'),
+          e.reason === 'expired' && due ? el('div', { class: 'muted small' }, 'was due ', when(due, now)) : null),
+        td(el('span', { title: 'entry ' + e.entry_id }, when(Number(String(e.entry_id).split('-')[0]), now))),
+        td(e.attempt == null ? '–' : String(e.attempt)),
+        td(held, e.last_delivery ? el('div', { class: 'muted small' }, 'last ', when(e.last_delivery, now)) : null),
+        td(fieldsCell(e.fields)));
+    });
+    const t = table('dead', ['', 'Message id', 'Reason', 'Died', 'Attempt', 'Last held by', 'Fields'], rows, `no dead letters in ${d.dls}`);
     t.querySelector('th').append(all);
     $('dead-box').replaceChildren(t);
     $('dead-next').disabled = !d.next;
@@ -920,6 +939,43 @@
     fields.length > 6 ? el('div', { class: 'muted' }, `+${fields.length - 6} more`) : null);
   }
 
+  // The filter's fields of an "all" request, and how it reads.
+  function deadFilter() {
+    const f = { all: true };
+    const words = [];
+    const reason = ($('dead-reason') || {}).value;
+    if (reason && reason.trim()) { f.reason = reason.trim(); words.push(`reason "${f.reason}…"`); }
+    for (const [name, label] of [['since', 'from'], ['until', 'to']]) {
+      const v = ($('dead-' + name) || {}).value;
+      const ms = v ? new Date(v).getTime() : NaN;
+      if (Number.isFinite(ms)) { f[name] = ms; words.push(`${label} ${v.replace('T', ' ')}`); }
+    }
+    return { body: f, text: words.length ? 'matching ' + words.join(', ') : '' };
+  }
+
+  // How many dead letters "all matching" takes now: a dry run, page by page.
+  async function matchingCount() {
+    const d = state.dead;
+    const { body } = deadFilter();
+    let matched = 0, after = null, calls = 0;
+    do {
+      const r = await api('POST', `/v1/streams/${enc(d.stream)}/dead/replay`, { ...body, dry_run: true, ...(after ? { after } : {}) });
+      if (!r.ok || !r.body) return { fail: r };
+      matched += r.body.matched || 0;
+      after = r.body.next;
+      calls++;
+    } while (after && calls < 1000);
+    return { matched };
+  }
+
+  async function countMatching() {
+    const d = state.dead;
+    if (!d.stream) { setStatus('Choose a stream first.', 'err'); return; }
+    const { matched, fail } = await matchingCount();
+    if (fail) { setStatus(`Counting failed: ${errText(fail)}`, 'err'); return; }
+    setText('dead-matching', `${plural(matched, 'dead letter')} ${deadFilter().text || 'in all'}`);
+  }
+
   async function deadAction(kind, all) {
     const d = state.dead;
     if (!d.stream) { setStatus('Choose a stream first.', 'err'); return; }
@@ -929,8 +985,15 @@
       ids = [...new Set([...document.querySelectorAll('#dead input.dead-select:checked')].map((c) => c.value).filter(Boolean))];
       if (!ids.length) { setStatus('Select dead letters first (the boxes on the left).', 'err'); return; }
     }
-    const known = d.streams.find((s) => s.stream === d.stream);
-    const howMany = all ? (known ? `all ${known.dead}` : 'all') : String(ids.length);
+    const filter = deadFilter();
+    let howMany = String(ids.length);
+    if (all) {
+      // Counted first, so that the question says how many it takes.
+      const { matched, fail } = await matchingCount();
+      if (fail) { setStatus(`Counting failed: ${errText(fail)}`, 'err'); return; }
+      if (!matched) { setStatus(`No dead letters in ${dls} ${filter.text}.`.replace(' .', '.')); return; }
+      howMany = `${matched}` + (filter.text ? ` ${filter.text}` : '');
+    }
     if (kind === 'purge' && !window.confirm(`Purge ${howMany} dead letter(s) from ${dls}? This cannot be undone.`)) {
       setStatus('Purge not done.'); return;
     }
@@ -941,7 +1004,7 @@
     const acc = { replayed: 0, skipped: [], not_found: 0, purged: 0 };
     let after = null, calls = 0, fail = null;
     do {
-      const body = all ? (after ? { all: true, after } : { all: true }) : { ids };
+      const body = all ? (after ? { ...filter.body, after } : filter.body) : { ids };
       const r = await api('POST', path, body);
       if (!r.ok || !r.body) { fail = r; break; }
       const b = r.body;

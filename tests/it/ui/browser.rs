@@ -184,9 +184,22 @@ async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
     // The dead letter is replayed from the page and arrives.
     browser.goto("/ui#/dead?stream=invoices").await;
     browser
-        .wait_for("#dead tr[data-entry-id]", "the dead letter's row")
+        .wait_text("#dead tr[data-entry-id]", "the dead letter's row", |t| {
+            t.contains("expired") && t.contains("was due")
+        })
         .await;
     browser.screenshot("dead").await;
+    // Counted by a filter before anything is taken.
+    for (reason, says) in [
+        ("max_attempts", "0 dead letters"),
+        ("expir", "1 dead letter matching reason \"expir…\""),
+    ] {
+        browser.fill("#dead-reason", reason).await;
+        browser.click("#dead-count").await;
+        browser
+            .wait_text("#dead-matching", "the count", |t| t.starts_with(says))
+            .await;
+    }
     browser.agree("").await;
     browser.click("input.dead-select").await;
     browser.click("#dead-replay-selected").await;
