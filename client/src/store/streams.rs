@@ -170,6 +170,18 @@ impl Store {
             .collect())
     }
 
+    /// Whether `stream` still holds the entry `entry` (not deleted, not trimmed).
+    pub async fn holds_entry(&self, stream: &str, entry: &str) -> Result<bool> {
+        let reply: Value = redis::cmd("XRANGE")
+            .arg(stream)
+            .arg(entry)
+            .arg(entry)
+            .query_async(&mut self.conn.clone())
+            .await
+            .map_err(|e| wrong_type(e, stream))?;
+        Ok(!stream_entries(reply)?.is_empty())
+    }
+
     /// The id of the last entry of `stream`; None while it has none.
     pub async fn last_entry_id(&self, stream: &str) -> Result<Option<String>> {
         let reply: Value = redis::cmd("XREVRANGE")

@@ -70,6 +70,15 @@ pub enum MessageStatus {
         /// When it ended, epoch milliseconds.
         at: u64,
         attempt: u64,
+        /// Dead or expired: whether its dead letter is still in `stream`
+        /// (`present`), or was purged (or trimmed by that stream's MAXLEN:
+        /// `purged`); a replayed one is scheduled again instead.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        dead_letter: Option<String>,
+        /// Dead or expired: the stream it was meant for (where a replay sends it),
+        /// when the settings name it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        target: Option<String>,
     },
     /// Known only to the journal (`[journal]`): Redis has forgotten it (after
     /// `records.retention`), the journal keeps it for `journal.retention`.
@@ -184,14 +193,29 @@ pub async fn status(
             fields: s.fields,
             key: s.key,
         },
-        Status::Done(r) => MessageStatus::Ended {
-            id: id.as_str().to_owned(),
-            state: r.state.as_str().to_owned(),
-            stream: r.stream,
-            entry_id: r.entry_id,
-            at: r.at_ms,
-            attempt: r.attempt,
-        },
+        Status::Done(r) => {
+            let state_name = r.state.as_str();
+            let (mut dead_letter, mut target) = (None, None);
+            if let (true, Some(stream), Some(entry)) = (
+                matches!(state_name, "dead" | "expired"),
+                r.stream.as_deref(),
+                r.entry_id.as_deref(),
+            ) {
+                let held = state.store.holds_entry(stream, entry).await?;
+                dead_letter = Some(if held { "present" } else { "purged" }.to_owned());
+                target = target_of(&state.current_config(), stream);
+            }
+            MessageStatus::Ended {
+                id: id.as_str().to_owned(),
+                state: state_name.to_owned(),
+                stream: r.stream,
+                entry_id: r.entry_id,
+                at: r.at_ms,
+                attempt: r.attempt,
+                dead_letter,
+                target,
+            }
+        }
     };
     Ok(Json(status))
 }
@@ -272,6 +296,25 @@ pub async fn cancel(
 /// For a token limited to some streams, a change to a message of another stream:
 /// `404`, as for a message it does not know (one Redis read first; the change
 /// itself is not bound to the stream it read).
+/// The stream whose dead-letter stream is `dead`, by the settings: a stream under
+/// `[delivery.streams]` naming it, or `dead` without the suffix (on Cluster, the
+/// hash tag around the stream's name too).
+fn target_of(config: &crate::config::Config, dead: &str) -> Option<String> {
+    let stripped = dead.strip_suffix(config.forwarder.dead_letter_suffix.as_str());
+    config
+        .delivery
+        .streams
+        .iter()
+        .map(|s| s.stream.clone())
+        .chain(stripped.map(str::to_owned))
+        .chain(
+            stripped
+                .and_then(|s| s.strip_prefix('{')?.strip_suffix('}'))
+                .map(str::to_owned),
+        )
+        .find(|target| config.dead_letter_stream(target) == dead)
+}
+
 async fn check_reach(state: &AppState, reach: &Reach, id: &MessageId) -> Result<(), ApiError> {
     if reach.is_everything() {
         return Ok(());

@@ -759,6 +759,12 @@
       out.append(el('h3', null, 'Fields'), table('lookup-fields', ['Name', 'Value'],
         m.fields.map((f) => el('tr', null, td(code(f[0])), td(el('span', { class: 'val' }, String(f[1]))))), ''));
     }
+    if (m.dead_letter === 'purged') {
+      add('Dead letter', badge('purged', 'warn'));
+    } else if (m.dead_letter === 'present' && m.target && isAdmin()) {
+      out.append(el('div', { class: 'actions' },
+        button('Replay dead letter', 'msg-replay', 'primary', () => replayOne(m.id, m.target))));
+    }
     if (m.state === 'scheduled' && canWrite()) {
       out.append(el('div', { class: 'actions' },
         button('Deliver now', 'msg-deliver-now', 'primary', () => reschedule(m.id, { delay_ms: 0 })),
@@ -770,6 +776,15 @@
         button('Cancel message', 'msg-cancel', 'danger', () => cancelMessage(m.id))));
     }
     return out;
+  }
+
+  async function replayOne(id, target) {
+    const r = await api('POST', `/v1/streams/${enc(target)}/dead/replay`, { ids: [id] });
+    if (!r.ok) { failStatus('Replay', r); return; }
+    const done = (r.body.replayed || []).length;
+    const skipped = (r.body.skipped || [])[0];
+    setStatus(done ? `Message ${id} replayed into ${target}: due now.` : `Message ${id} not replayed: ${skipped ? skipped.why : 'not found'}.`, done ? '' : 'err');
+    await doLookup(id);
   }
 
   async function reschedule(id, body) {

@@ -107,6 +107,12 @@ async fn every_operation_works_on_the_cluster() {
     })
     .await;
     assert_eq!(dead.get("delayq-reason"), Some("expired"));
+    let (_, status) = api.get("/v1/messages/o3").await;
+    assert_eq!(
+        (status["dead_letter"].as_str(), status["target"].as_str()),
+        (Some("present"), Some("{ops-t}exp")),
+        "{status}"
+    );
     assert_eq!(xlen(&mut conn, "{ops-t}exp"), 0);
 
     // The inbox: scheduled (then acknowledged and deleted), or rejected into

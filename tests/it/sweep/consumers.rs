@@ -260,11 +260,24 @@ async fn dead_letters_can_be_listed_replayed_and_purged() {
         .await;
     assert_eq!(status, 422, "{body}");
 
+    // The dead one says where its dead letter is, and where a replay sends it.
+    let (_, status) = env.api.get("/v1/messages/d2").await;
+    assert_eq!(
+        (
+            status["state"].as_str(),
+            status["dead_letter"].as_str(),
+            status["target"].as_str()
+        ),
+        (Some("dead"), Some("present"), Some(stream)),
+        "{status}"
+    );
     // Purge the rest.
     let (code, out) = cli(&env, &["purge", stream, "--all"]).await;
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("purged 1 dead letter(s)"), "{out}");
     assert_eq!(xlen(&mut conn, "orders:dead"), 0);
+    let (_, status) = env.api.get("/v1/messages/d2").await;
+    assert_eq!(status["dead_letter"], "purged", "{status}");
 
     never(
         Duration::from_millis(1000),

@@ -179,6 +179,12 @@ async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
             t.contains("expired")
         })
         .await;
+    // Its page offers to replay its dead letter (the dead letters page does it below).
+    browser
+        .wait_text("#msg-replay", "the replay button", |t| {
+            t.contains("Replay dead letter")
+        })
+        .await;
     no_errors(&browser, "messages").await;
 
     // The dead letter is replayed from the page and arrives.
