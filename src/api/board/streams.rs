@@ -29,6 +29,12 @@ pub struct StreamView {
     paused: bool,
     /// Over the last minute of samples.
     delivered_per_s: f64,
+    /// Delivered in each minute of the last hour, oldest first (60 counts, from the
+    /// leaders' forwarding samples).
+    delivered_last_hour: Vec<u64>,
+    /// `streams.max_rate` for it, if it has a limit of its own (messages a second).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_rate: Option<u64>,
     /// Entries in its dead-letter stream.
     dead: u64,
     dead_letter_stream: String,
@@ -85,18 +91,21 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
     let counted_at_ms = counts.as_ref().map(|c| c.at_ms);
     let exact = counts.as_ref().is_some_and(|c| c.exact);
     let counts = counts.map(|c| c.streams).unwrap_or_default();
-    let recent = parse_samples(&samples, now_ms().saturating_sub(60_000));
+    let now = now_ms();
+    let recent = parse_samples(&samples, now.saturating_sub(60_000));
     let mut delivered: BTreeMap<String, u64> = BTreeMap::new();
     for s in &recent {
         for (stream, n) in &s.streams {
             *delivered.entry(stream.clone()).or_default() += n;
         }
     }
+    let hour = per_minute(&parse_samples(&samples, now.saturating_sub(3_600_000)), now);
     let mut names: BTreeSet<String> = BTreeSet::new();
     names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
     names.extend(held.per_stream.keys().cloned());
     names.extend(paused.iter().cloned());
-    names.extend(delivered.keys().cloned());
+    // A stream drained by now stays listed while it had traffic within the hour.
+    names.extend(hour.keys().cloned());
     names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
     names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
     let mut names: Vec<String> = names.into_iter().collect();
@@ -118,6 +127,13 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
                 held: held.per_stream.get(&stream).copied().unwrap_or(0),
                 paused: paused.contains(&stream),
                 delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
+                delivered_last_hour: hour.get(&stream).cloned().unwrap_or_else(|| vec![0; 60]),
+                max_rate: config
+                    .streams
+                    .max_rate
+                    .iter()
+                    .find(|(s, _)| *s == stream)
+                    .map(|(_, n)| *n),
                 dead,
                 dead_letter_stream,
                 groups: groups
@@ -137,4 +153,56 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
         exact,
         counted_at_ms,
     })
+}
+
+/// Each stream's deliveries in each of the 60 minutes before `now_ms`, oldest
+/// first, from `samples`.
+fn per_minute(samples: &[SampleRecord], now_ms: u64) -> BTreeMap<String, Vec<u64>> {
+    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for s in samples {
+        let Some(ago) = now_ms.checked_sub(s.t_ms).map(|ms| ms / 60_000) else {
+            continue;
+        };
+        if ago >= 60 {
+            continue;
+        }
+        for (stream, n) in &s.streams {
+            out.entry(stream.clone()).or_insert_with(|| vec![0; 60])[59 - ago as usize] += n;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deliveries_fall_into_their_minute_of_the_hour() {
+        let sample = |t_ms: u64, stream: &str, n: u64| SampleRecord {
+            t_ms,
+            node_id: "n".into(),
+            forwarded: n,
+            streams: [(stream.to_owned(), n)].into(),
+            p50_ms: None,
+            p99_ms: None,
+        };
+        let now = 10_000_000;
+        let got = per_minute(
+            &[
+                sample(now, "a", 1),
+                sample(now - 59_999, "a", 2),
+                sample(now - 60_000, "a", 4),
+                sample(now - 3_599_999, "b", 8),
+                sample(now - 3_600_000, "b", 16),
+                sample(now + 5, "a", 32),
+            ],
+            now,
+        );
+        assert_eq!(got["a"][59], 3);
+        assert_eq!(got["a"][58], 4);
+        assert_eq!(got["a"].iter().sum::<u64>(), 7);
+        assert_eq!(got["b"][0], 8);
+        assert_eq!(got["b"].iter().sum::<u64>(), 8);
+    }
 }

@@ -572,23 +572,35 @@
     const asOf = isNum(r.body.counted_at_ms) ? 'pending counted ' + fmtAge(r.body.counted_at_ms) : '';
     const estimate = r.body.exact === false ? 'counts are estimates (large streams)' : '';
     setText('streams-note', [asOf, estimate].filter(Boolean).join(' · '));
-    const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s', 'Dead', 'Consumer groups'];
+    const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s (last hour)', 'Dead', 'Consumer groups'];
     if (isAdmin()) heads.push('');
     const rows = list.map((s) => el('tr', { data: { stream: s.stream, paused: s.paused ? 'true' : 'false' }, class: s.paused ? 'paused' : null },
       td(el('strong', null, s.stream), el('div', { class: 'links small' },
         el('a', { href: `#/messages?stream=${enc(s.stream)}` }, 'upcoming'),
         el('a', { href: `#/dead?stream=${enc(s.stream)}` }, 'dead letters'))),
-      td(s.paused ? badge(`paused · ${fmtInt(s.held)} held`, 'warn') : badge('active', 'good')),
+      td(s.paused ? badge(`paused · ${fmtInt(s.held)} held`, 'warn') : badge('active', 'good'),
+        s.max_rate ? el('div', { class: 'muted small' }, `limit ${fmtInt(s.max_rate)}/s`) : null),
       td(fmtInt(s.pending)),
       td(fmtInt(s.due_next_hour)),
       td(fmtInt(s.held)),
-      td(fmtRate(s.delivered_per_s)),
+      td(fmtRate(s.delivered_per_s), sparkline(s.delivered_last_hour, `${s.stream}: delivered per minute, the last hour`)),
       td(s.dead ? el('a', { href: `#/dead?stream=${enc(s.stream)}`, class: 'bad-text', title: s.dead_letter_stream || '' }, fmtInt(s.dead)) : '0'),
       td(groupsCell(s.groups)),
       isAdmin() ? td(s.paused
         ? button('Resume', null, 'resume', () => pauseStream(s.stream, false))
         : button('Pause', null, 'pause', () => pauseStream(s.stream, true))) : null));
     fillBox('streams-box', table('streams', heads, rows, 'no streams yet: messages appear here once scheduled'));
+  }
+
+  // A small line of counts, oldest first (the last hour, a point a minute).
+  function sparkline(points, title) {
+    if (!Array.isArray(points) || !points.length) return null;
+    const w = 120, h = 24, max = Math.max(1, ...points);
+    const xy = points.map((n, i) => `${(i * w / Math.max(1, points.length - 1)).toFixed(1)},${(h - 1 - (n / max) * (h - 2)).toFixed(1)}`);
+    const total = points.reduce((a, b) => a + b, 0);
+    return svg('svg', { class: 'spark', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img', 'aria-label': `${title}: ${total} in all` },
+      svg('title', null, `${title}: ${fmtInt(total)} in all, at most ${fmtInt(max)} a minute`),
+      svg('polyline', { points: xy.join(' '), fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5 }));
   }
 
   function groupsCell(groups) {

@@ -547,6 +547,11 @@ async fn a_tour_of_every_page_in_both_themes() {
             t.contains("billing") && t.contains("mailer")
         })
         .await;
+    assert_eq!(
+        browser.count("#streams svg.spark").await,
+        3,
+        "a line of the last hour's deliveries for each stream"
+    );
     browser.screenshot("streams").await;
     no_errors(&browser, "streams").await;
 

@@ -249,7 +249,15 @@ async fn bad_input_and_scopes_are_refused_with_a_reason() {
 async fn a_paused_stream_waits_and_resuming_delivers_each_once_in_due_order() {
     // One shard: a backlog drains in due order shard by shard, so one shard shows
     // the whole order.
-    let cluster = Cluster::start(1, 1, &format!("{}[redis]\nshards = 1\n", tokens())).await;
+    let cluster = Cluster::start(
+        1,
+        1,
+        &format!(
+            "{}[redis]\nshards = 1\n[streams.max_rate]\nmail-out = 50\n",
+            tokens()
+        ),
+    )
+    .await;
     let admin = cluster.apis[0].clone().with_token(ADMIN);
     let mut conn = cluster.redis.client();
     create_group(&mut conn, "orders", "workers");
@@ -288,6 +296,32 @@ async fn a_paused_stream_waits_and_resuming_delivers_each_once_in_due_order() {
         (&json!(true), &json!("workers")),
         "{held}"
     );
+    // The emails' deliveries in the minutes of the last hour (from the leader's
+    // samples, every 5 s); a stream with a limit of its own shows it.
+    let emails = eventually(Duration::from_secs(15), "emails' last hour", || async {
+        let s = get(&cluster, 0, "/v1/streams").await;
+        let e = s["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["stream"] == "emails")?
+            .clone();
+        let minutes: Vec<u64> = e["delivered_last_hour"]
+            .as_array()?
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect();
+        (minutes.len() == 60 && minutes.iter().sum::<u64>() == 5).then_some(s)
+    })
+    .await;
+    let limited = emails["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stream"] == "mail-out")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(limited["max_rate"], 50, "{emails}");
+    assert_eq!(held.get("max_rate"), None, "{held}");
     assert_eq!(
         xlen(&mut conn, "orders"),
         0,
