@@ -424,9 +424,16 @@ const SETTLE_MARGIN: Duration = Duration::from_millis(250);
 /// to `began` hold every such change: a copy this restore scheduled is cancelled
 /// or moved to match its row, and a row scheduled that Redis knows nothing of is
 /// scheduled (by id; overdue ones only as the options say), counted in
-/// `restored` and `possibly_duplicate` as the pages' are. Changes made after
-/// `began` went to Redis as it is now and are not the restore's; copies changed
-/// in Redis since the restore made them are left as they are.
+/// `restored` and `possibly_duplicate` as the pages' are.
+///
+/// Changes made after `began` went to Redis as it is now, but one can still race
+/// a page: a page read before a cancel (or reschedule) and scheduled after it puts
+/// the message back (Redis takes a cancelled id pushed again as new) or at its old
+/// time. So the rows changed from `began` until the pages were all scheduled are
+/// read too, once the change window has passed that point: a copy Redis still
+/// holds as this restore made it is cancelled or moved to match. A copy changed in
+/// Redis since the restore made it is left as it is, and rows of messages this
+/// restore did not schedule are not looked at.
 async fn settle(
     store: &Store,
     journal: &Journal,
@@ -442,16 +449,26 @@ async fn settle(
     let sent_by = options.lost_seen_ms.map_or(began, |seen| seen.min(began));
     let window = crate::journal::change_window(store.replicas_wait()) + SETTLE_MARGIN;
     let window_ms = window.as_millis() as u64;
+    // Every page is scheduled by now.
+    let scheduled_by = store.now_ms().await?.max(began);
     loop {
         let now = store.now_ms().await?;
-        if now >= began + window_ms {
+        if now >= scheduled_by + window_ms {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(began + window_ms - now)).await;
+        tokio::time::sleep(Duration::from_millis(scheduled_by + window_ms - now)).await;
     }
-    let rows = journal.changed_between(began.saturating_sub(window_ms), began);
-    for row in answered(rows).await? {
+    let before = answered(journal.changed_between(began.saturating_sub(window_ms), began)).await?;
+    let during = answered(journal.changed_between(began, scheduled_by)).await?;
+    let rows = before
+        .into_iter()
+        .map(|row| (row, false))
+        .chain(during.into_iter().map(|row| (row, true)));
+    for (row, after_began) in rows {
         let copy = restored.get(&(row.id.clone(), row.stream.clone())).copied();
+        if after_began && copy.is_none() {
+            continue;
+        }
         // Redis holds the very copy this restore made: same stream, same due time.
         let ours = async |id: &MessageId| -> Result<bool, RestoreError> {
             Ok(match store.get(id).await? {

@@ -654,11 +654,14 @@ async fn compose_cluster_variant_forwards_through_redis_cluster() {
         "{said}\n{}",
         text(&out.stderr)
     );
+    // It failed because the init refused, not because something waited it out
+    // (the time depends on how fast Docker starts six containers; printed).
     assert!(
-        refused.elapsed() < Duration::from_secs(60),
-        "{:?}",
-        refused.elapsed()
+        text(&out.stderr).contains("redis-cluster"),
+        "up failed for another reason: {}",
+        text(&out.stderr)
     );
+    eprintln!("up refused after {:.1?}", refused.elapsed());
     ok("compose down", d.compose(&["down", "-v", "-t", "1"]).await);
     // The standalone variant's Redis data, as its `down` (without -v) leaves it.
     d.leave_data_in("redis-data").await;
