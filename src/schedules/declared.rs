@@ -94,13 +94,19 @@ pub async fn reconcile(
             since: now,
             ..wanted.clone()
         };
-        let written = super::put(store, journal, &spec).await?;
+        // A new one only if no node added it meanwhile (two nodes starting at
+        // once): the first one's stays, with its creation time.
+        let written = match found {
+            Some(_) => super::put(store, journal, &spec).await?,
+            None => super::add(store, journal, &spec).await?,
+        };
         if let Err(e) = written.replicated {
             tracing::warn!(schedule = spec.id, error = %e, "a declared schedule stored, not yet confirmed by replicas");
         }
-        match found {
-            Some(_) => did.changed += 1,
-            None => did.added += 1,
+        match (found, written.changed) {
+            (Some(_), _) => did.changed += 1,
+            (None, true) => did.added += 1,
+            (None, false) => {}
         }
     }
     for (gone, _) in stored

@@ -8,4 +8,4 @@
 pub mod declared;
 mod write;
 
-pub use write::{Written, delete, put};
+pub use write::{Written, add, delete, put};

@@ -24,8 +24,37 @@ pub async fn put(
     journal: Option<&Journal>,
     spec: &ScheduleSpec,
 ) -> Result<Written, StoreError> {
+    write(store, journal, spec, false).await
+}
+
+/// Stores `spec` only if no schedule of its id exists (`changed` false, and
+/// nothing written, when one does).
+pub async fn add(
+    store: &Store,
+    journal: Option<&Journal>,
+    spec: &ScheduleSpec,
+) -> Result<Written, StoreError> {
+    write(store, journal, spec, true).await
+}
+
+async fn write(
+    store: &Store,
+    journal: Option<&Journal>,
+    spec: &ScheduleSpec,
+    only_new: bool,
+) -> Result<Written, StoreError> {
     let sent = Instant::now();
-    let made = store.put_schedule(spec).await?;
+    let made = match only_new {
+        true => store.add_schedule(spec).await?,
+        false => store.put_schedule(spec).await?,
+    };
+    if only_new && !made.changed {
+        return Ok(Written {
+            changed: false,
+            not_journaled: false,
+            replicated: made.replicated,
+        });
+    }
     let json = serde_json::to_string(spec).expect("a schedule serializes");
     Ok(Written {
         changed: made.changed,

@@ -27,6 +27,7 @@ const OWN_KEYS: &[&str] = &[
     "HLEN K",
     "HSCAN K 0",
     "HSET K f v",
+    "HSETNX K f v",
     "LINDEX K 0",
     "LINSERT K BEFORE a b",
     "LLEN K",

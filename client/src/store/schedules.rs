@@ -92,6 +92,24 @@ impl Store {
         self.schedule_change(pipe, "put").await
     }
 
+    /// Stores `spec` only if no schedule of its id exists (`changed` false then,
+    /// and nothing written): two nodes adding the same declared schedule at once
+    /// keep the first one's.
+    pub async fn add_schedule(&self, spec: &ScheduleSpec) -> Result<Changed> {
+        let json = serde_json::to_string(spec).expect("a schedule serializes");
+        let key = self.keys.schedules();
+        let mut pipe = redis::pipe();
+        pipe.cmd("MULTI")
+            .cmd("HSETNX")
+            .arg(&key)
+            .arg(&spec.id)
+            .arg(json)
+            // A reply of the same shape as a put's second command; changes nothing.
+            .cmd("HLEN")
+            .arg(&key);
+        self.schedule_change(pipe, "add").await
+    }
+
     /// The change queued in `pipe` (its first command's reply the answer), with the
     /// version moved and Redis's time read in the same transaction.
     async fn schedule_change(&self, mut pipe: redis::Pipeline, what: &str) -> Result<Changed> {

@@ -5,6 +5,7 @@
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
 //! - `keys`: business keys: listed, cancelled together, on entries, pruned;
+//! - `schedules`: schedules' definitions put, added once, deleted;
 //! - `limits`: scripts at their limits (large batches, maxmemory, refusing targets).
 
 mod cases;
@@ -13,4 +14,5 @@ mod limits;
 mod marker;
 mod pending;
 mod records;
+mod schedules;
 mod stored;
