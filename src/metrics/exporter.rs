@@ -5,7 +5,7 @@ use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use super::{FORWARD_BATCH, JOURNAL_LAG, Kind, LATENESS_SECONDS, METRICS};
+use super::{FORWARD_BATCH, HELD_WAIT_SECONDS, JOURNAL_LAG, Kind, LATENESS_SECONDS, METRICS};
 
 /// Installs the process-wide recorder the first time, and returns its handle.
 /// Every metric gets its help text; the process metrics are read once. The series
@@ -32,6 +32,12 @@ pub fn install() -> PrometheusHandle {
                         .and_then(|b| {
                             // A burst of deliveries can outrun the journal for a while.
                             b.set_buckets_for_metric(Matcher::Full(JOURNAL_LAG.into()), &lateness)
+                        })
+                        .and_then(|b| {
+                            b.set_buckets_for_metric(
+                                Matcher::Full(HELD_WAIT_SECONDS.into()),
+                                &lateness,
+                            )
                         })
                 })
                 .and_then(|b| {

@@ -43,6 +43,7 @@ pub const PENDING: &str = "delayq_pending_messages";
 pub const FORWARD_BATCH: &str = "delayq_forward_batch_messages";
 pub const SCRIPT_SECONDS: &str = "delayq_script_duration_seconds";
 pub const LATENESS_SECONDS: &str = "delayq_forward_lateness_seconds";
+pub const HELD_WAIT_SECONDS: &str = "delayq_forward_held_wait_seconds";
 pub const FORWARD_ERRORS: &str = "delayq_forward_errors_total";
 pub const RECORDS_TRIMMED: &str = "delayq_records_trimmed_total";
 pub const IS_LEADER: &str = "delayq_is_leader";

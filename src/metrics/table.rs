@@ -177,7 +177,14 @@ pub const METRICS: &[Described] = &[
         Kind::Histogram,
         &[],
         Start::Zero,
-        "forward time − due time, both Redis's clock (buckets from 0.5 ms to 1 h)",
+        "forward time − due time, both Redis's clock (buckets from 0.5 ms to 1 h), of messages no held set kept",
+    ),
+    metric(
+        HELD_WAIT_SECONDS,
+        Kind::Histogram,
+        &[],
+        Start::Later("a message released from a held set (a paused or rate-limited stream)"),
+        "forward time − due time of messages their stream held on purpose (paused, or kept to streams.max_rate), apart from the lateness (buckets as it)",
     ),
     metric(
         OLDEST_OVERDUE,

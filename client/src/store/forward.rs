@@ -66,10 +66,14 @@ impl Store {
             .map_err(StoreError::from_script)?;
         let items = array(reply)?;
         let next_due = int_signed_at(&items, 3)?;
-        let lateness = array(items.get(5).cloned().unwrap_or(Value::Nil))?
-            .iter()
-            .map(|v| int(v).map(|n| n.max(0) as u64))
-            .collect::<Result<Vec<_>>>()?;
+        let ms_list = |at: usize| {
+            array(items.get(at).cloned().unwrap_or(Value::Nil))?
+                .iter()
+                .map(|v| int(v).map(|n| n.max(0) as u64))
+                .collect::<Result<Vec<_>>>()
+        };
+        let lateness = ms_list(5)?;
+        let held_wait = ms_list(12)?;
         Ok(ForwardBatch {
             forwarded: int_at(&items, 0)?,
             expired: int_at(&items, 1)?,
@@ -79,6 +83,7 @@ impl Store {
                 .saturating_mul(1000)
                 .saturating_add(int_at(&items, 11)?.min(999)),
             lateness_ms: lateness,
+            held_wait_ms: held_wait,
             per_stream: stream_counts(items.get(6))?,
             parked: int_at(&items, 7)?,
             held_back: items

@@ -149,8 +149,12 @@ pub struct ForwardBatch {
     pub next_due_ms: Option<u64>,
     /// Redis's clock when the batch was taken, in µs.
     pub now_us: u64,
-    /// Forward time minus due time of each forwarded message, by Redis's clock.
+    /// Forward time minus due time of each forwarded message no held set kept,
+    /// by Redis's clock.
     pub lateness_ms: Vec<u64>,
+    /// The same of each forwarded message its stream held on purpose (paused, or
+    /// kept to its rate limit): counted apart from lateness.
+    pub held_wait_ms: Vec<u64>,
     pub per_stream: Vec<(String, u64)>,
     /// Messages kept for later because neither their stream nor their dead-letter
     /// stream takes them (both refuse for reasons of their own, e.g. a wrong type).

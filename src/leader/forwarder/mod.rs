@@ -322,6 +322,9 @@ async fn forward_shard(mut l: ForwardLoop) {
                     for &ms in &batch.lateness_ms {
                         lateness.record(ms as f64 / 1000.0);
                     }
+                    for &ms in &batch.held_wait_ms {
+                        metrics::histogram!(m::HELD_WAIT_SECONDS).record(ms as f64 / 1000.0);
+                    }
                     m::record_lateness(&batch.lateness_ms);
                     m::record_forwarded(&batch.per_stream);
                     for (stream, count) in &batch.per_stream {

@@ -24,6 +24,10 @@ const ONLY_WITH: &[(&str, &str)] = &[
     ("delayq_dead_letters_replayed_total", "a dead-letter replay"),
     ("delayq_dead_letters_purged_total", "a dead-letter purge"),
     ("delayq_schedule_occurrences_total", "a recurring schedule"),
+    (
+        "delayq_forward_held_wait_seconds",
+        "a paused or rate-limited stream",
+    ),
     ("delayq_schedule_missed_total", "a schedule's misfire"),
     ("delayq_schedule_skipped_total", "a schedule's misfire"),
 ];

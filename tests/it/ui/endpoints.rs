@@ -347,6 +347,22 @@ async fn a_paused_stream_waits_and_resuming_delivers_each_once_in_due_order() {
         .collect();
     let want: Vec<String> = (0..20).map(|i| format!("o-{i:02}")).collect();
     assert_eq!(got, want, "each once, in due order");
+    // The held ones' wait is counted apart from the lateness: the emails alone are
+    // in that.
+    let text = cluster.apis[0].metrics().await.unwrap();
+    let count = |name: &str| -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name}_count ")))
+            .and_then(|v| v.parse().ok())
+    };
+    assert_eq!(
+        (
+            count("delayq_forward_held_wait_seconds"),
+            count("delayq_forward_lateness_seconds")
+        ),
+        (Some(20.0), Some(5.0)),
+        "{text}"
+    );
     // The CLI speaks to the same endpoints.
     for (cmd, paused) in [("pause", true), ("resume", false)] {
         let out = std::process::Command::new(delayq_bin())

@@ -24,7 +24,10 @@
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
---            now_us }
+--            now_us, { held_ms, ... } }
+--   lateness_ms: of each message forwarded that no held set kept; held_ms: the same
+--   (forward time - due time) of each one a held set kept (a paused stream's, or a
+--   rate-limited one's), whose wait was on purpose
 --   the list before last counts the due messages each rate-limited stream still
 --   holds after the call; now_us is the µs of now_ms already past (0-999), so that the caller can
 --   wait for the next due time to the µs.
@@ -198,7 +201,7 @@ end
 local PARK_MS = 60000
 
 local forwarded, expired, dead = 0, 0, 0
-local lateness, per_stream, per_stream_order = {}, {}, {}
+local lateness, held_lateness, per_stream, per_stream_order = {}, {}, {}, {}
 local recorded, records, moved, parked = {}, {}, {}, {}
 -- Each recorded message's target stream, for the journal's outbox (only while it is on).
 local targets = {}
@@ -335,7 +338,11 @@ local function send(id, body, msg, is_expired)
     if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
     rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
     forwarded = forwarded + 1
-    lateness[forwarded] = now - msg.due
+    if from_held[id] then
+      held_lateness[#held_lateness + 1] = now - msg.due
+    else
+      lateness[#lateness + 1] = now - msg.due
+    end
     local count = per_stream[stream]
     if not count then
       count = 0
@@ -544,4 +551,4 @@ for _, stream in ipairs(per_stream_order) do
   counts[#counts + 1] = stream
   counts[#counts + 1] = per_stream[stream]
 end
-return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding, now_us }
+return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding, now_us, held_lateness }
