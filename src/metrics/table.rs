@@ -183,7 +183,7 @@ pub const METRICS: &[Described] = &[
         HELD_WAIT_SECONDS,
         Kind::Histogram,
         &[],
-        Start::Later("a message released from a held set (a paused or rate-limited stream)"),
+        Start::Zero,
         "forward time − due time of messages their stream held on purpose (paused, or kept to streams.max_rate), apart from the lateness (buckets as it)",
     ),
     metric(
