@@ -298,7 +298,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
         .await
         .context("connect to Redis")?;
     let clock = connection.store();
-    let traffic = Traffic::new(nodes.len(), clock.now_ms().await?);
+    let traffic = Traffic::new(nodes.len(), redis_now(clock).await?);
     let stop_consumer = CancellationToken::new();
     let consumer = tokio::spawn(load::consume(
         connection.store().clone(),
@@ -344,7 +344,7 @@ async fn run(args: DrillArgs) -> anyhow::Result<bool> {
     // Set when the cluster did not settle after a failed round: no more faults.
     let mut stopped = false;
     for scenario in &scenarios {
-        traffic.next_phase(clock.now_ms().await.context("read Redis's clock")?);
+        traffic.next_phase(redis_now(clock).await?);
         let mut rounds = Vec::new();
         for r in 0..args.rounds {
             bar.set_message(format!(
@@ -474,6 +474,21 @@ struct Round {
     timeout: Duration,
     /// How long an etcd member stays down.
     hold: Duration,
+}
+
+/// Redis's clock, asked again for up to 30 s: a round that restarted or cut Redis,
+/// or a loaded machine, may leave one call timing out, which must not end the drill.
+async fn redis_now(store: &delayq_client::store::Store) -> anyhow::Result<u64> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match store.now_ms().await {
+            Ok(now) => return Ok(now),
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                return Err(anyhow::Error::new(e).context("read Redis's clock (30 s)"));
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
 }
 
 #[cfg(test)]
