@@ -450,13 +450,11 @@ async fn settle(
     let window = crate::journal::change_window(store.replicas_wait()) + SETTLE_MARGIN;
     let window_ms = window.as_millis() as u64;
     // Every page is scheduled by now.
-    let scheduled_by = store.now_ms().await?.max(began);
-    loop {
-        let now = store.now_ms().await?;
-        if now >= scheduled_by + window_ms {
-            break;
-        }
+    let mut now = store.now_ms().await?;
+    let scheduled_by = now.max(began);
+    while now < scheduled_by + window_ms {
         tokio::time::sleep(Duration::from_millis(scheduled_by + window_ms - now)).await;
+        now = store.now_ms().await?;
     }
     let before = answered(journal.changed_between(began.saturating_sub(window_ms), began)).await?;
     let during = answered(journal.changed_between(began, scheduled_by)).await?;

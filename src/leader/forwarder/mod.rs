@@ -256,6 +256,7 @@ async fn forward_shard(mut l: ForwardLoop) {
     let shard_label = l.shard.to_string();
     let script_seconds = metrics::histogram!(m::SCRIPT_SECONDS, "script" => "forward");
     let lateness = metrics::histogram!(m::LATENESS_SECONDS);
+    let held_wait = metrics::histogram!(m::HELD_WAIT_SECONDS);
     let batch_size = metrics::histogram!(m::FORWARD_BATCH);
     // Until a batch says otherwise, assume a backlog (a new term often starts on one).
     let mut draining = true;
@@ -323,7 +324,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                         lateness.record(ms as f64 / 1000.0);
                     }
                     for &ms in &batch.held_wait_ms {
-                        metrics::histogram!(m::HELD_WAIT_SECONDS).record(ms as f64 / 1000.0);
+                        held_wait.record(ms as f64 / 1000.0);
                     }
                     m::record_lateness(&batch.lateness_ms);
                     m::record_forwarded(&batch.per_stream);
