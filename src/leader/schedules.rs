@@ -154,11 +154,12 @@ async fn round(
         if state.is_some_and(|s| s.next > now + horizon) {
             continue;
         }
+        let grace = GRACE.as_millis() as i64;
         let next = match state {
-            Some(s) => Some(s.next),
+            Some(s) => made_unrecorded(store, spec, when, s.next, now - grace).await?,
             None => spec.first(when),
         };
-        let planned = plan(spec, when, next, now, horizon, GRACE.as_millis() as i64);
+        let planned = plan(spec, when, next, now, horizon, grace);
         if planned.is_empty() {
             continue;
         }
@@ -232,6 +233,33 @@ async fn round(
         }
     }
     Ok(())
+}
+
+/// The first of `spec`'s occurrences from `next` that is not in Redis, looking only
+/// at those already missed (before `late_before`): a leader that died between
+/// pushing a round's messages and recording the advance left them made, and they
+/// are neither missed nor sent again. In a steady round `next` is ahead of the
+/// clock and nothing is read.
+async fn made_unrecorded(
+    store: &Store,
+    spec: &ScheduleSpec,
+    when: &When,
+    next: i64,
+    late_before: i64,
+) -> Result<Option<i64>, StoreError> {
+    let mut next = Some(next);
+    for _ in 0..crate::schedule::MAX_PER_ROUND {
+        let Some(at) = next.filter(|&at| at < late_before) else {
+            break;
+        };
+        let id = MessageId::parse(&occurrence_id(&spec.id, at))
+            .map_err(|e| StoreError::Reply(format!("schedule {}: {e}", spec.id)))?;
+        if matches!(store.get(&id).await?, crate::store::Status::Unknown) {
+            break;
+        }
+        next = when.next_after(at);
+    }
+    Ok(next)
 }
 
 /// Cancels `spec`'s occurrences after `now` that were made (before `made.next`);
