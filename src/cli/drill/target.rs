@@ -138,11 +138,14 @@ impl Target {
                     section
                 }
                 LocalRedis::Cluster(cluster) => cluster.redis_section(),
-                // A push is confirmed once the replica has it too: a failover
-                // loses no confirmed push.
+                // A push is confirmed once every replica has it: whichever one a
+                // failover promotes has it, so no confirmed push is lost. (With
+                // fewer, a replica left following the old master can confirm a push
+                // taken there after the promotion, which the switch then discards.)
                 LocalRedis::Sentinel(set) => set.redis_section(&format!(
-                    "shards = {}\nmin_replicas_acked = 1\n",
-                    spec.shards
+                    "shards = {}\nmin_replicas_acked = {}\n",
+                    spec.shards,
+                    set.replicas.len()
                 )),
             };
             let node = DelayqProcess::start(spec.bin, &name, &config(&section))
