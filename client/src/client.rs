@@ -133,7 +133,7 @@ impl ProducerOptions {
             prefix: config.redis.prefix.clone(),
             shards: config.redis.shards,
             limits: config.api.limits.clone(),
-            own_fields: config.forwarder.own_fields(),
+            own_fields: config.own_fields(),
             retention: config.records.retention,
             record_layout: config.records.layout,
             pending_layout: config.pending.layout,

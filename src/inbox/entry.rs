@@ -103,7 +103,7 @@ pub fn parse_entry(entry: &InboxEntry, config: &Config) -> Result<NewMessage, St
         .with_priority(priority)
         .with_ttl(ttl)
         .with_key(key);
-    msg.validate(&config.api.limits, &config.forwarder.own_fields())
+    msg.validate(&config.api.limits, &config.own_fields())
         .map_err(|e| e.to_string())?;
     Ok(msg)
 }

@@ -90,7 +90,7 @@ async fn refresh(
     if known.version == Some(version) {
         return Ok(());
     }
-    let own = config.forwarder.own_fields();
+    let own = config.own_fields();
     let before = std::mem::take(&mut known.schedules);
     let stored = store.schedule_specs().await?;
     // A schedule deleted, changed or paused since this term last read it: the
@@ -113,7 +113,7 @@ async fn refresh(
     }
     for (spec, state) in stored {
         let rule = |fields: &crate::message::Fields| {
-            crate::message::check_field_names(fields, &own).map_err(|e| e.to_string())
+            crate::message::check_field_names(&spec.stream, fields, &own).map_err(|e| e.to_string())
         };
         match spec.validate(rule) {
             Ok(when) => known.schedules.push((spec, when, state)),

@@ -180,7 +180,10 @@ impl GroupSweep {
                 // Validation makes both set whenever a stream is watched.
                 id_field: config.forwarder.id_field.clone().unwrap_or_default(),
                 attempt_field: config.forwarder.attempt_field.clone().unwrap_or_default(),
-                key_field: config.forwarder.key_field.clone().unwrap_or_default(),
+                key_field: config
+                    .key_field_for(&s.stream)
+                    .unwrap_or_default()
+                    .to_owned(),
                 retention: config.records.retention,
             },
             cursor: None,

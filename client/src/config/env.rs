@@ -29,6 +29,7 @@ const TABLE_KEYS: &[&str] = &[
     "redis.sentinel",
     "streams.maxlen",
     "streams.max_rate",
+    "streams.key_field",
     "delivery.streams",
 ];
 /// Keys that hold lists; their environment values are comma-separated.

@@ -9,6 +9,7 @@
 
 mod effective;
 mod env;
+mod fields;
 mod glob;
 mod raw;
 mod schedules;
@@ -227,6 +228,9 @@ pub struct StreamsConfig {
     /// Most messages a second forwarded to each listed stream (the others have no
     /// limit but `forwarder.max_rate`).
     pub max_rate: Vec<(String, u64)>,
+    /// Streams whose entries carry the business key in a field of their own
+    /// (None: none), instead of `forwarder.key_field`.
+    pub key_field: Vec<(String, Option<String>)>,
 }
 
 impl StreamsConfig {
@@ -249,18 +253,6 @@ pub struct ForwarderConfig {
     /// Field that carries a message's business key on its entry (None = not added).
     pub key_field: Option<String>,
     pub dead_letter_suffix: String,
-}
-
-impl ForwarderConfig {
-    /// The fields a daemon with this configuration adds to each delivered entry,
-    /// which no message may carry itself.
-    pub fn own_fields(&self) -> crate::message::OwnFields {
-        crate::message::OwnFields {
-            id_field: self.id_field.clone(),
-            attempt_field: self.attempt_field.clone(),
-            key_field: self.key_field.clone(),
-        }
-    }
 }
 
 #[derive(Clone, Debug)]
@@ -390,6 +382,7 @@ impl Config {
             id_field: self.forwarder.id_field.clone(),
             attempt_field: self.forwarder.attempt_field.clone(),
             key_field: self.forwarder.key_field.clone(),
+            stream_key_fields: self.streams.key_field.clone(),
             dead_letter_suffix: self.forwarder.dead_letter_suffix.clone(),
             default_maxlen: self.streams.default_maxlen,
             maxlen: self.streams.maxlen.clone(),

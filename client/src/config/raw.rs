@@ -329,6 +329,7 @@ pub(super) struct RawStreams {
     pub(super) default_maxlen: i64,
     pub(super) maxlen: BTreeMap<String, i64>,
     pub(super) max_rate: BTreeMap<String, i64>,
+    pub(super) key_field: BTreeMap<String, String>,
 }
 
 impl Default for RawStreams {
@@ -338,6 +339,7 @@ impl Default for RawStreams {
             default_maxlen: 0,
             maxlen: BTreeMap::new(),
             max_rate: BTreeMap::new(),
+            key_field: BTreeMap::new(),
         }
     }
 }

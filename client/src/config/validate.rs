@@ -235,6 +235,7 @@ impl Raw {
 
         let streams = streams.validate()?;
         let forwarder = forwarder.validate()?;
+        streams::check_key_fields(&streams, &forwarder)?;
         let records = records.validate()?;
         let pending = PendingConfig {
             layout: layout(

@@ -114,7 +114,7 @@ pub(crate) mod props {
         super::OwnFields {
             id_field: Some("delayq-id".into()),
             attempt_field: Some("delayq-attempt".into()),
-            key_field: None,
+            ..super::OwnFields::default()
         }
     }
 }
@@ -136,7 +136,7 @@ mod tests {
             let _ = MessageKey::parse(&text);
             let _ = EntryId::parse(&text);
             let _ = validate_stream(&text);
-            let _ = check_field_names(&[(text.clone(), text.clone())], &daemon_fields());
+            let _ = check_field_names(&text, &[(text.clone(), text.clone())], &daemon_fields());
         }
     }
 }

@@ -27,7 +27,7 @@ impl NewMessage {
                 limits.max_fields
             )));
         }
-        check_field_names(&self.fields, own)?;
+        check_field_names(&self.stream, &self.fields, own)?;
         if self.priority > MAX_PRIORITY {
             return Err(InvalidMessage::Priority(format!(
                 "priority {}: must be 0 to {MAX_PRIORITY}",
@@ -65,36 +65,56 @@ impl NewMessage {
 pub const RESERVED_PREFIX: &str = "delayq-";
 
 /// The fields the forwarder adds to each delivered entry (`forwarder.id_field`,
-/// `forwarder.attempt_field`, `forwarder.key_field`); None when it adds none.
+/// `forwarder.attempt_field`, `forwarder.key_field` or the stream's
+/// `streams.key_field.<stream>`); None when it adds none.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OwnFields {
     pub id_field: Option<String>,
     pub attempt_field: Option<String>,
+    /// The key's field of every stream not in `stream_key_fields`.
     pub key_field: Option<String>,
+    /// Streams whose key's field is their own (None: their entries carry no key).
+    pub stream_key_fields: Vec<(String, Option<String>)>,
+}
+
+impl OwnFields {
+    /// The field that carries a message's business key on `stream`'s entries.
+    pub fn key_field_for(&self, stream: &str) -> Option<&str> {
+        match self.stream_key_fields.iter().find(|(s, _)| s == stream) {
+            Some((_, field)) => field.as_deref(),
+            None => self.key_field.as_deref(),
+        }
+    }
 }
 
 /// The one check of a message's field names, whichever way it comes in: none may
 /// be empty, start with [`RESERVED_PREFIX`], or equal a field the forwarder adds
-/// (a delivered entry would carry that name twice).
+/// to `stream`'s entries (a delivered entry would carry that name twice).
 pub fn check_field_names(
+    stream: &str,
     fields: &[(String, String)],
     own: &OwnFields,
 ) -> Result<(), InvalidMessage> {
+    let key_field = own.key_field_for(stream);
     for (name, _) in fields {
         if name.is_empty() {
             return Err(InvalidMessage::Fields(
                 "fields: field name \"\" must not be empty".into(),
             ));
         }
-        let added = [&own.id_field, &own.attempt_field, &own.key_field]
-            .into_iter()
-            .flatten()
-            .any(|f| f == name);
+        let added = [
+            own.id_field.as_deref(),
+            own.attempt_field.as_deref(),
+            key_field,
+        ]
+        .into_iter()
+        .flatten()
+        .any(|f| f == name);
         if added || name.starts_with(RESERVED_PREFIX) {
             return Err(InvalidMessage::Fields(format!(
                 "fields: field name {name:?} is reserved: delayq writes {RESERVED_PREFIX}* \
-                 fields and the forwarder.id_field / attempt_field / key_field fields itself; \
-                 rename it"
+                 fields and the forwarder.id_field / attempt_field / key_field (or the \
+                 stream's streams.key_field) fields itself; rename it"
             )));
         }
     }
@@ -190,6 +210,32 @@ mod tests {
         msg.validate(&Limits::default(), &daemon_fields())
     }
 
+    #[test]
+    fn a_stream_s_own_key_field_is_reserved_on_that_stream_only() {
+        let own = OwnFields {
+            key_field: Some("key".into()),
+            stream_key_fields: vec![
+                ("orders".into(), Some("order".into())),
+                ("quiet".into(), None),
+            ],
+            ..OwnFields::default()
+        };
+        for (stream, name, accepted) in [
+            ("orders", "order", false),
+            ("orders", "key", true),
+            ("billing", "key", false),
+            ("billing", "order", true),
+            ("quiet", "key", true),
+        ] {
+            let fields = [(name.to_owned(), "v".to_owned())];
+            let checked = check_field_names(stream, &fields, &own);
+            assert_eq!(checked.is_ok(), accepted, "{stream} {name}: {checked:?}");
+        }
+        assert_eq!(own.key_field_for("orders"), Some("order"));
+        assert_eq!(own.key_field_for("quiet"), None);
+        assert_eq!(own.key_field_for("billing"), Some("key"));
+    }
+
     proptest! {
         #[test]
         fn plain_stream_names_are_accepted(name in "[^\\s\\p{Cc}]{1,64}") {
@@ -208,10 +254,10 @@ mod tests {
         #[test]
         fn reserved_field_names_are_refused_by_name(rest in "\\PC{0,20}", own in "[a-z-]{1,12}") {
             let own = format!("x-{own}");
-            let own_fields = OwnFields { id_field: None, attempt_field: Some(own.clone()), key_field: None };
+            let own_fields = OwnFields { attempt_field: Some(own.clone()), ..OwnFields::default() };
             for name in [format!("{RESERVED_PREFIX}{rest}"), own] {
                 let fields = [("a".to_owned(), "1".to_owned()), (name.clone(), "v".to_owned())];
-                let refusal = check_field_names(&fields, &own_fields).unwrap_err().to_string();
+                let refusal = check_field_names("s", &fields, &own_fields).unwrap_err().to_string();
                 prop_assert!(refusal.contains(&format!("{name:?} is reserved")), "{}", refusal);
             }
         }
@@ -220,7 +266,7 @@ mod tests {
         fn other_field_names_are_accepted(name in "\\PC{1,20}") {
             prop_assume!(!name.starts_with(RESERVED_PREFIX));
             let fields = [(name.clone(), "v".to_owned())];
-            expect(&name, check_field_names(&fields, &daemon_fields()), Some(()))?;
+            expect(&name, check_field_names("s", &fields, &daemon_fields()), Some(()))?;
         }
 
         #[test]

@@ -57,6 +57,10 @@ impl Store {
         for (stream, budget) in budgets {
             inv.arg(stream).arg(*budget);
         }
+        inv.arg(options.stream_key_fields.len());
+        for (stream, field) in &options.stream_key_fields {
+            inv.arg(stream).arg(field.as_deref().unwrap_or(""));
+        }
         for (stream, maxlen) in &options.maxlen {
             inv.arg(stream).arg(*maxlen);
         }

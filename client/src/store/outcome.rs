@@ -133,6 +133,8 @@ pub struct ForwardOptions {
     /// Field added to a forwarded entry with the message's business key, if it has
     /// one (None = not added).
     pub key_field: Option<String>,
+    /// Streams whose entries carry the key in a field of their own (None: none).
+    pub stream_key_fields: Vec<(String, Option<String>)>,
     pub dead_letter_suffix: String,
     /// `MAXLEN ~` applied to every target stream (0 = none) unless overridden per stream.
     pub default_maxlen: u64,

@@ -79,7 +79,8 @@ pub struct DeadLetterEntry {
     /// Epoch milliseconds.
     #[schema(required)]
     last_delivery: Option<u64>,
-    /// Its business key, when `forwarder.key_field` carries it on entries.
+    /// Its business key, when `forwarder.key_field` (or the stream's `streams.key_field`)
+    /// carries it on entries.
     #[serde(skip_serializing_if = "Option::is_none")]
     key: Option<String>,
     /// The fields the producer sent: `[name, value]` pairs, in order.
@@ -167,13 +168,14 @@ fn entry_cursor(after: Option<String>) -> Result<Option<String>, ApiError> {
 }
 
 impl AppState {
-    /// The id, attempt and business key fields delayq appends to entries ("": none).
-    fn own_fields(&self) -> (&str, &str, &str) {
+    /// The id, attempt and business key fields delayq appends to `stream`'s entries
+    /// and dead letters ("": none).
+    fn own_fields(&self, stream: &str) -> (&str, &str, &str) {
         let f = &self.config.forwarder;
         (
             f.id_field.as_deref().unwrap_or(""),
             f.attempt_field.as_deref().unwrap_or(""),
-            f.key_field.as_deref().unwrap_or(""),
+            self.config.key_field_for(stream).unwrap_or(""),
         )
     }
 }
@@ -222,8 +224,8 @@ pub async fn list(
     reach.check(&stream)?;
     let limit = limit(query.limit)?;
     let after = entry_cursor(query.after)?;
-    let (letters, next) = page(&state, &dead_stream, after.as_deref(), limit).await?;
-    let (_, attempt_field, key_field) = state.own_fields();
+    let (letters, next) = page(&state, &stream, &dead_stream, after.as_deref(), limit).await?;
+    let (_, attempt_field, key_field) = state.own_fields(&stream);
     Ok(Json(DeadLetters {
         stream,
         dead_letter_stream: dead_stream,
@@ -239,11 +241,12 @@ pub async fn list(
 /// this one reached the end).
 async fn page(
     state: &AppState,
+    stream: &str,
     dead_stream: &str,
     after: Option<&str>,
     limit: usize,
 ) -> Result<(Vec<DeadLetter>, Option<String>), ApiError> {
-    let (id_field, attempt_field, key_field) = state.own_fields();
+    let (id_field, attempt_field, key_field) = state.own_fields(stream);
     let letters = state
         .store
         .dead_letters(
@@ -286,8 +289,8 @@ pub async fn replay(
 ) -> Result<Json<ReplayAnswer>, ApiError> {
     let (stream, dead_stream) = streams(&state, &stream)?;
     let (selection, dry_run) = parse_selection(&read_json(body, MAX_BODY).await?)?;
-    let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
-    let (id_field, attempt_field, key_field) = state.own_fields();
+    let (letters, not_found, next) = select(&state, &stream, &dead_stream, &selection).await?;
+    let (id_field, attempt_field, key_field) = state.own_fields(&stream);
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     for letter in letters.iter().filter(|_| !dry_run) {
@@ -380,7 +383,7 @@ pub async fn purge(
     let (stream, dead_stream) = streams(&state, &stream)?;
     let (selection, dry_run) = parse_selection(&read_json(body, MAX_BODY).await?)?;
     if dry_run {
-        let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
+        let (letters, not_found, next) = select(&state, &stream, &dead_stream, &selection).await?;
         return Ok(Json(PurgeAnswer {
             stream,
             dead_letter_stream: dead_stream,
@@ -398,7 +401,7 @@ pub async fn purge(
             None,
         )
     } else {
-        let (letters, not_found, next) = select(&state, &dead_stream, &selection).await?;
+        let (letters, not_found, next) = select(&state, &stream, &dead_stream, &selection).await?;
         let entries: Vec<String> = letters.into_iter().map(|l| l.entry_id).collect();
         (
             state

@@ -202,6 +202,7 @@ pub(super) fn parse_selection(body: &Value) -> Result<(Selection, bool), ApiErro
 /// times its limit of entries in one request.
 pub(super) async fn select(
     state: &AppState,
+    stream: &str,
     dead_stream: &str,
     selection: &Selection,
 ) -> Result<(Vec<DeadLetter>, Vec<String>, Option<String>), ApiError> {
@@ -213,6 +214,7 @@ pub(super) async fn select(
         } if filter.is_empty() => {
             let (letters, next) = page(
                 state,
+                stream,
                 dead_stream,
                 after.as_deref(),
                 limit.unwrap_or(MAX_LIMIT),
@@ -231,7 +233,7 @@ pub(super) async fn select(
             let mut read = 0;
             loop {
                 let (letters, next) =
-                    page(state, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
+                    page(state, stream, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
                 read += letters.len();
                 for letter in letters {
                     // Past `until`: nothing later is kept either.
@@ -263,7 +265,7 @@ pub(super) async fn select(
             let mut cursor: Option<String> = None;
             loop {
                 let (letters, next) =
-                    page(state, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
+                    page(state, stream, dead_stream, cursor.as_deref(), SCAN_PAGE).await?;
                 for letter in letters {
                     if let Some(id) = letter
                         .message_id

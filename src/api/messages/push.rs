@@ -274,7 +274,7 @@ pub(in crate::api) fn parse_push(
         .with_priority(priority)
         .with_ttl(ttl)
         .with_key(key);
-    msg.validate(&config.api.limits, &config.forwarder.own_fields())?;
+    msg.validate(&config.api.limits, &config.own_fields())?;
     Ok((msg, mode))
 }
 

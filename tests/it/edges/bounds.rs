@@ -50,6 +50,9 @@ const BOUNDS: &[Bound] = &[
     ("forwarder.max_rate", "-1", false), ("forwarder.max_rate", "10000001", false),
     ("streams.max_rate.orders", "1", true), ("streams.max_rate.orders", "10000000", true),
     ("streams.max_rate.orders", "0", false), ("streams.max_rate.orders", "10000001", false),
+    // A stream's key field: a plain name, "" for none, never a field every entry has.
+    ("streams.key_field.orders", "\"order-key\"", true), ("streams.key_field.orders", "\"\"", true),
+    ("streams.key_field.orders", "\"a b\"", false), ("streams.key_field.orders", "\"delayq-id\"", false),
     ("records.trim_interval", "\"100ms\"", true), ("records.trim_interval", "\"99ms\"", false),
     ("records.retention", "\"0s\"", true), ("records.retention", "\"3650days\"", true),
     ("records.retention", "\"3651days\"", false),

@@ -177,11 +177,14 @@ async fn a_key_pushed_every_way_is_listed_in_pages_and_cancelled_once() {
 }
 
 /// A dead letter keeps its business key through a replay: the key travels on its
-/// entries in `forwarder.key_field`, and the replayed message is listed under it
-/// and delivered with it.
+/// entries in the stream's `streams.key_field` (over `forwarder.key_field`), and
+/// the replayed message is listed under it and delivered with it.
 #[tokio::test]
 async fn a_replayed_dead_letter_keeps_its_key() {
-    let env = Env::start(&strict("[forwarder]\nkey_field = \"order-key\"\n")).await;
+    let env = Env::start(&strict(
+        "[forwarder]\nkey_field = \"k\"\n[streams.key_field]\norders = \"order-key\"\n",
+    ))
+    .await;
     let api = &env.api.clone().with_token(super::TOKEN);
     let past = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -141,11 +141,17 @@ async fn a_held_message_is_listed_as_held_and_cancelled_with_its_key() {
 
 #[tokio::test]
 async fn the_key_field_carries_the_key_to_the_entry() {
-    let bare = Bare::start("[redis]\nshards = 1\n[forwarder]\nkey_field = \"order-key\"\n").await;
+    let bare = Bare::start(
+        "[redis]\nshards = 1\n[forwarder]\nkey_field = \"order-key\"\n\
+         [streams.key_field]\nbilling = \"bill\"\nquiet = \"\"\n",
+    )
+    .await;
     for msg in [
         keyed("a", "order-42", "orders", Duration::ZERO),
         NewMessage::payload("orders", "no key", Duration::ZERO)
             .with_id(MessageId::parse("b").unwrap()),
+        keyed("c", "order-42", "billing", Duration::ZERO),
+        keyed("d", "order-42", "quiet", Duration::ZERO),
     ] {
         bare.store
             .schedule(&msg, ScheduleMode::New, DAY)
@@ -160,6 +166,21 @@ async fn the_key_field_carries_the_key_to_the_entry() {
     assert_eq!(got.len(), 2);
     assert_eq!(got[0].get("order-key"), Some("order-42"));
     assert_eq!(got[1].get("order-key"), None);
+    // A stream's own field, or none, instead of forwarder.key_field.
+    for (stream, field) in [("billing", Some("bill")), ("quiet", None)] {
+        let got = entries(&mut bare.redis.client(), stream);
+        let own: Vec<&str> = got[0]
+            .fields
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .filter(|name| !name.starts_with("delayq-") && *name != "k")
+            .collect();
+        assert_eq!(
+            own,
+            field.into_iter().collect::<Vec<_>>(),
+            "{stream}: {got:?}"
+        );
+    }
     // Delivered, still listed under its key while its record is kept.
     let key = MessageKey::parse("order-42").unwrap();
     let stored = bare.store.key_messages("orders", &key).await.unwrap();

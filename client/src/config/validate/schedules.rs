@@ -56,7 +56,7 @@ pub(in crate::config) fn declared(
             ),
         ));
     }
-    let own = forwarder.own_fields();
+    let own = super::super::fields::own_fields(forwarder, streams);
     let mut out: Vec<ScheduleSpec> = Vec::with_capacity(raw.len());
     for (i, schedule) in raw.into_iter().enumerate() {
         let place = format!("schedules[{i}] ({})", schedule.id);
@@ -67,8 +67,10 @@ pub(in crate::config) fn declared(
                 format!("stream {:?}: not in streams.allow", spec.stream),
             ));
         }
-        spec.validate(|fields| check_field_names(fields, &own).map_err(|e| e.to_string()))
-            .map_err(|e| invalid(&place, e))?;
+        spec.validate(|fields| {
+            check_field_names(&spec.stream, fields, &own).map_err(|e| e.to_string())
+        })
+        .map_err(|e| invalid(&place, e))?;
         if out.iter().any(|s| s.id == spec.id) {
             return Err(invalid(&place, "declared twice"));
         }

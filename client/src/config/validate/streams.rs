@@ -1,5 +1,5 @@
-//! Validation of `[streams]`: the allow list's patterns, the trim lengths and the
-//! per-stream rates.
+//! Validation of `[streams]`: the allow list's patterns, the trim lengths, the
+//! per-stream rates and key fields.
 
 use super::*;
 
@@ -10,6 +10,7 @@ impl RawStreams {
             default_maxlen,
             maxlen,
             max_rate,
+            key_field,
         } = self;
         if let Some(bad) = allow.iter().find(|p| p.is_empty()) {
             return Err(invalid(
@@ -34,11 +35,41 @@ impl RawStreams {
                 Ok((stream, positive(&key, n, MAX_RATE as i64)? as u64))
             })
             .collect::<Result<Vec<_>, ConfigError>>()?;
+        let key_field = key_field
+            .into_iter()
+            .map(|(stream, field)| {
+                let key = format!("streams.key_field.{stream}");
+                Ok((stream, optional_field(&key, field)?))
+            })
+            .collect::<Result<Vec<_>, ConfigError>>()?;
         Ok(StreamsConfig {
             allow,
             default_maxlen,
             maxlen,
             max_rate,
+            key_field,
         })
     }
+}
+
+/// A stream's key field is not one of the fields every entry already carries.
+pub(super) fn check_key_fields(
+    streams: &StreamsConfig,
+    forwarder: &ForwarderConfig,
+) -> Result<(), ConfigError> {
+    for (stream, field) in &streams.key_field {
+        let Some(field) = field else { continue };
+        for (other, name) in [
+            ("forwarder.id_field", &forwarder.id_field),
+            ("forwarder.attempt_field", &forwarder.attempt_field),
+        ] {
+            if name.as_deref() == Some(field.as_str()) {
+                return Err(invalid(
+                    &format!("streams.key_field.{stream}"),
+                    format!("{field:?} is {other} already; name another field"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }

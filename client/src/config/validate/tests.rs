@@ -104,10 +104,7 @@ fn bad_values_name_their_key() {
     );
     let keyed = Config::from_toml("[forwarder]\nkey_field = \"order-key\"", env(&[])).unwrap();
     assert_eq!(keyed.forwarder.key_field.as_deref(), Some("order-key"));
-    assert_eq!(
-        keyed.forwarder.own_fields().key_field.as_deref(),
-        Some("order-key")
-    );
+    assert_eq!(keyed.own_fields().key_field.as_deref(), Some("order-key"));
     check_err(
         "[streams.maxlen]\norders = -5",
         &[],

@@ -20,7 +20,10 @@
 --   still take (its permits); a stream not listed has no limit. A budget above what
 --   the call may send (ARGV[2]) says the limit does not bind in this call: what the
 --   call leaves of that stream stays in place, in due order, instead of being set aside
--- ARGV[12+2L..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
+-- ARGV[12+2L] K, the number of streams with a key field of their own that follow
+-- ARGV[13+2L..12+2L+2K] stream, field, ...: the field that carries the business key on
+--   that stream's entries (and its dead letters'), instead of ARGV[10] ("" = none)
+-- ARGV[13+2L+2K..] stream, maxlen, stream, maxlen, ...: per-stream MAXLEN ~ overrides
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
@@ -66,8 +69,12 @@ local n_limited = tonumber(ARGV[11])
 for i = 12, 11 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
 -- MAXLEN values stay the strings they came as: a Lua number is a double, and one
 -- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
+local key_fields = {}
+local n_keyed = tonumber(ARGV[12 + 2 * n_limited])
+local from = 13 + 2 * n_limited
+for i = from, from + 2 * n_keyed - 1, 2 do key_fields[ARGV[i]] = ARGV[i + 1] end
 local maxlens = {}
-for i = 12 + 2 * n_limited, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
+for i = from + 2 * n_keyed, #ARGV, 2 do maxlens[ARGV[i]] = ARGV[i + 1] end
 local default_maxlen = ARGV[8]
 
 -- Held messages that are due, read first (see the rate limits above), then merged
@@ -314,7 +321,10 @@ local function send(id, body, msg, is_expired)
   n = n + #fields
   if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
   if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
-  if key_field ~= '' and msg.key then args[n + 1] = key_field; args[n + 2] = msg.key; n = n + 2 end
+  if msg.key then
+    local field = key_fields[msg.stream] or key_field
+    if field ~= '' then args[n + 1] = field; args[n + 2] = msg.key; n = n + 2 end
+  end
   if is_expired then
     args[n + 1] = 'delayq-reason'; args[n + 2] = 'expired'
     args[n + 3] = 'delayq-due'; args[n + 4] = msg.due
