@@ -33,6 +33,12 @@ pub struct SampleRecord {
     pub streams: std::collections::BTreeMap<String, u64>,
     pub p50_ms: Option<u64>,
     pub p99_ms: Option<u64>,
+    /// Worst lateness (ms) per stream of its forwards no held set kept.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub worst_ms: std::collections::BTreeMap<String, u64>,
+    /// Messages dead-lettered per stream.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub dead: std::collections::BTreeMap<String, u64>,
 }
 
 /// Epoch milliseconds of `t`.
@@ -108,6 +114,8 @@ pub async fn run(
                     streams: taken.per_stream,
                     p50_ms: taken.p50,
                     p99_ms: taken.p99,
+                    worst_ms: taken.worst_per_stream,
+                    dead: taken.dead_per_stream,
                 };
                 let json = serde_json::to_string(&record).expect("a sample serializes");
                 if let Err(e) = store.push_sample(&json).await {

@@ -280,6 +280,7 @@ impl GroupSweep {
                 }
                 Redelivered::DeadLettered { attempts, entry_id } => {
                     metrics::counter!(m::DEAD_LETTERED, "stream" => self.stream.clone(), "reason" => "max_attempts").increment(1);
+                    m::record_dead(&self.stream, 1);
                     tracing::info!(stream = %self.stream, group = %self.group, %id, attempts, dead_letter_stream = %self.options.dead_letter_stream, dead_entry = %entry_id, "unacknowledged after the last attempt: dead-lettered");
                     "dead"
                 }

@@ -16,9 +16,12 @@ struct Lateness {
     current: Histogram<u64>,
     previous: Histogram<u64>,
     current_since: Instant,
-    /// Since the last [`take_sample`]: lateness, and messages forwarded per stream.
+    /// Since the last [`take_sample`]: lateness, and messages forwarded per stream,
+    /// the worst lateness per stream, and its messages dead-lettered.
     window: Histogram<u64>,
     window_streams: BTreeMap<String, u64>,
+    window_worst: BTreeMap<String, u64>,
+    window_dead: BTreeMap<String, u64>,
 }
 
 fn lateness() -> &'static Mutex<Lateness> {
@@ -33,6 +36,8 @@ fn lateness() -> &'static Mutex<Lateness> {
             current_since: Instant::now(),
             window: new(),
             window_streams: BTreeMap::new(),
+            window_worst: BTreeMap::new(),
+            window_dead: BTreeMap::new(),
         })
     })
 }
@@ -102,11 +107,40 @@ pub fn record_forwarded(per_stream: &[(String, u64)]) {
     }
 }
 
+/// Records each stream's worst lateness (forwards no held set kept) and its
+/// messages dead-lettered (past their ttl), for the next [`take_sample`].
+pub fn record_stream_times(times: &[delayq_client::store::StreamTimes]) {
+    if times.is_empty() {
+        return;
+    }
+    let mut l = lateness().lock().expect("lateness lock");
+    for t in times {
+        if let Some(ms) = t.worst_lateness_ms {
+            let worst = l.window_worst.entry(t.stream.clone()).or_default();
+            *worst = (*worst).max(ms);
+        }
+        if t.expired > 0 {
+            *l.window_dead.entry(t.stream.clone()).or_default() += t.expired;
+        }
+    }
+}
+
+/// Counts a stream's messages dead-lettered after their last attempt, for the next
+/// [`take_sample`].
+pub fn record_dead(stream: &str, n: u64) {
+    let mut l = lateness().lock().expect("lateness lock");
+    *l.window_dead.entry(stream.to_owned()).or_default() += n;
+}
+
 /// What this process forwarded since the last sample was taken.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Sample {
     pub forwarded: u64,
     pub per_stream: BTreeMap<String, u64>,
+    /// Worst lateness (ms) per stream of its forwards no held set kept.
+    pub worst_per_stream: BTreeMap<String, u64>,
+    /// Messages dead-lettered per stream (past their ttl, or out of attempts).
+    pub dead_per_stream: BTreeMap<String, u64>,
     /// Lateness percentiles (ms) of the forwards timed, if any.
     pub p50: Option<u64>,
     pub p99: Option<u64>,
@@ -116,11 +150,15 @@ pub struct Sample {
 pub fn take_sample() -> Sample {
     let mut l = lateness().lock().expect("lateness lock");
     let per_stream = std::mem::take(&mut l.window_streams);
+    let worst_per_stream = std::mem::take(&mut l.window_worst);
+    let dead_per_stream = std::mem::take(&mut l.window_dead);
     let summary = summarize(&l.window);
     l.window.reset();
     Sample {
         forwarded: per_stream.values().sum(),
         per_stream,
+        worst_per_stream,
+        dead_per_stream,
         p50: summary.map(|s| s.p50),
         p99: summary.map(|s| s.p99),
     }

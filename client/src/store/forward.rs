@@ -15,6 +15,23 @@ pub(super) fn stream_counts(list: Option<&Value>) -> Result<Vec<(String, u64)>> 
     Ok(counts)
 }
 
+/// forward.lua's `{ stream, worst_ms, expired, ... }` list (absent: empty).
+fn stream_times(list: Option<&Value>) -> Result<Vec<StreamTimes>> {
+    let items = array(list.cloned().unwrap_or(Value::Nil))?;
+    let mut times = Vec::with_capacity(items.len() / 3);
+    for triple in items.chunks(3) {
+        if let [stream, worst, expired] = triple {
+            let worst = int(worst)?;
+            times.push(StreamTimes {
+                stream: text(stream)?,
+                worst_lateness_ms: (worst >= 0).then_some(worst as u64),
+                expired: int(expired)?.max(0) as u64,
+            });
+        }
+    }
+    Ok(times)
+}
+
 impl Store {
     /// Moves up to a batch of one shard's due messages into their streams, as the
     /// leader of `epoch`. Every forward goes through this one function, so the
@@ -97,6 +114,7 @@ impl Store {
                 .filter(|e| !e.is_empty()),
             newly_held: int_at(&items, 9)?,
             holding: stream_counts(items.get(10))?,
+            per_stream_times: stream_times(items.get(13))?,
         })
     }
 

@@ -169,6 +169,20 @@ pub struct ForwardBatch {
     /// Messages each rate-limited stream (of the call's budgets) still holds in this
     /// shard, for the streams that hold any.
     pub holding: Vec<(String, u64)>,
+    /// Per stream the call forwarded or expired messages of: the worst lateness of
+    /// its forwards no held set kept, and how many expired into its dead letters.
+    pub per_stream_times: Vec<StreamTimes>,
+}
+
+/// One stream's share of a forward call, for the dashboard's charts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StreamTimes {
+    pub stream: String,
+    /// Worst forward time minus due time (ms) of the call's forwards to it that no
+    /// held set kept; None when there were none.
+    pub worst_lateness_ms: Option<u64>,
+    /// Its messages past their ttl, written to its dead-letter stream.
+    pub expired: u64,
 }
 
 impl ForwardBatch {

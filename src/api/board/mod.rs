@@ -308,6 +308,8 @@ mod tests {
             streams: BTreeMap::from([("orders".to_owned(), n)]),
             p50_ms: p99,
             p99_ms: p99,
+            worst_ms: BTreeMap::new(),
+            dead: BTreeMap::new(),
         })
         .unwrap()
     }

@@ -32,6 +32,12 @@ pub struct StreamView {
     /// Delivered in each minute of the last hour, oldest first (60 counts, from the
     /// leaders' forwarding samples).
     delivered_last_hour: Vec<u64>,
+    /// Dead-lettered in each minute of the last hour (past their ttl, or out of
+    /// attempts), oldest first.
+    dead_last_hour: Vec<u64>,
+    /// The worst lateness (ms) of each minute of the last hour, oldest first, of the
+    /// forwards no held set kept (0: none that minute).
+    worst_lateness_last_hour: Vec<u64>,
     /// `streams.max_rate` for it, if it has a limit of its own (messages a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     max_rate: Option<u64>,
@@ -99,13 +105,17 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
             *delivered.entry(stream.clone()).or_default() += n;
         }
     }
-    let hour = per_minute(&parse_samples(&samples, now.saturating_sub(3_600_000)), now);
+    let last_hour = parse_samples(&samples, now.saturating_sub(3_600_000));
+    let hour = per_minute(&last_hour, now, |s| &s.streams, |n, v| *n += v);
+    let dead_hour = per_minute(&last_hour, now, |s| &s.dead, |n, v| *n += v);
+    let worst_hour = per_minute(&last_hour, now, |s| &s.worst_ms, |n, v| *n = (*n).max(v));
     let mut names: BTreeSet<String> = BTreeSet::new();
     names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
     names.extend(held.per_stream.keys().cloned());
     names.extend(paused.iter().cloned());
     // A stream drained by now stays listed while it had traffic within the hour.
     names.extend(hour.keys().cloned());
+    names.extend(dead_hour.keys().cloned());
     names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
     names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
     let mut names: Vec<String> = names.into_iter().collect();
@@ -128,6 +138,14 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
                 paused: paused.contains(&stream),
                 delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
                 delivered_last_hour: hour.get(&stream).cloned().unwrap_or_else(|| vec![0; 60]),
+                dead_last_hour: dead_hour
+                    .get(&stream)
+                    .cloned()
+                    .unwrap_or_else(|| vec![0; 60]),
+                worst_lateness_last_hour: worst_hour
+                    .get(&stream)
+                    .cloned()
+                    .unwrap_or_else(|| vec![0; 60]),
                 max_rate: config
                     .streams
                     .max_rate
@@ -155,9 +173,15 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
     })
 }
 
-/// Each stream's deliveries in each of the 60 minutes before `now_ms`, oldest
-/// first, from `samples`.
-fn per_minute(samples: &[SampleRecord], now_ms: u64) -> BTreeMap<String, Vec<u64>> {
+/// Each stream's figure in each of the 60 minutes before `now_ms`, oldest first,
+/// from `samples`: `of` says which of a sample's per-stream figures, `fold` how a
+/// minute takes in another sample's (added up, or the worst).
+fn per_minute(
+    samples: &[SampleRecord],
+    now_ms: u64,
+    of: impl Fn(&SampleRecord) -> &BTreeMap<String, u64>,
+    fold: impl Fn(&mut u64, u64),
+) -> BTreeMap<String, Vec<u64>> {
     let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
     for s in samples {
         let Some(ago) = now_ms.checked_sub(s.t_ms).map(|ms| ms / 60_000) else {
@@ -166,8 +190,11 @@ fn per_minute(samples: &[SampleRecord], now_ms: u64) -> BTreeMap<String, Vec<u64
         if ago >= 60 {
             continue;
         }
-        for (stream, n) in &s.streams {
-            out.entry(stream.clone()).or_insert_with(|| vec![0; 60])[59 - ago as usize] += n;
+        for (stream, &n) in of(s) {
+            fold(
+                &mut out.entry(stream.clone()).or_insert_with(|| vec![0; 60])[59 - ago as usize],
+                n,
+            );
         }
     }
     out
@@ -186,6 +213,8 @@ mod tests {
             streams: [(stream.to_owned(), n)].into(),
             p50_ms: None,
             p99_ms: None,
+            worst_ms: [(stream.to_owned(), n * 10)].into(),
+            dead: BTreeMap::new(),
         };
         let now = 10_000_000;
         let got = per_minute(
@@ -198,11 +227,27 @@ mod tests {
                 sample(now + 5, "a", 32),
             ],
             now,
+            |s| &s.streams,
+            |n, v| *n += v,
         );
         assert_eq!(got["a"][59], 3);
         assert_eq!(got["a"][58], 4);
         assert_eq!(got["a"].iter().sum::<u64>(), 7);
         assert_eq!(got["b"][0], 8);
         assert_eq!(got["b"].iter().sum::<u64>(), 8);
+        // The worst of a minute is the worst of its samples, not their sum.
+        let worst = per_minute(
+            &[sample(now, "a", 1), sample(now - 1000, "a", 2)],
+            now,
+            |s| &s.worst_ms,
+            |n, v| *n = (*n).max(v),
+        );
+        assert_eq!(worst["a"][59], 20);
+        // A sample written before these figures existed reads as none.
+        let old: SampleRecord = serde_json::from_str(
+            r#"{"t_ms":1,"node_id":"n","forwarded":0,"streams":{},"p50_ms":null,"p99_ms":null}"#,
+        )
+        .unwrap();
+        assert!(old.worst_ms.is_empty() && old.dead.is_empty());
     }
 }

@@ -571,8 +571,8 @@
     const list = Array.isArray(r.body.streams) ? r.body.streams : [];
     const asOf = isNum(r.body.counted_at_ms) ? 'pending counted ' + fmtAge(r.body.counted_at_ms) : '';
     const estimate = r.body.exact === false ? 'counts are estimates (large streams)' : '';
-    setText('streams-note', [asOf, estimate].filter(Boolean).join(' · '));
-    const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s (last hour)', 'Dead', 'Consumer groups'];
+    setText('streams-note', [asOf, estimate, 'lines: each minute of the last hour'].filter(Boolean).join(' · '));
+    const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s', 'Worst lateness', 'Dead letters', 'Consumer groups'];
     if (isAdmin()) heads.push('');
     const rows = list.map((s) => el('tr', { data: { stream: s.stream, paused: s.paused ? 'true' : 'false' }, class: s.paused ? 'paused' : null },
       td(el('strong', null, s.stream), el('div', { class: 'links small' },
@@ -584,7 +584,9 @@
       td(fmtInt(s.due_next_hour)),
       td(fmtInt(s.held)),
       td(fmtRate(s.delivered_per_s), sparkline(s.delivered_last_hour, `${s.stream}: delivered per minute, the last hour`)),
-      td(s.dead ? el('a', { href: `#/dead?stream=${enc(s.stream)}`, class: 'bad-text', title: s.dead_letter_stream || '' }, fmtInt(s.dead)) : '0'),
+      td(worstCell(s.worst_lateness_last_hour, s.stream)),
+      td(s.dead ? el('a', { href: `#/dead?stream=${enc(s.stream)}`, class: 'bad-text', title: s.dead_letter_stream || '' }, fmtInt(s.dead)) : '0',
+        sparkline(s.dead_last_hour, `${s.stream}: dead-lettered per minute, the last hour`)),
       td(groupsCell(s.groups)),
       isAdmin() ? td(s.paused
         ? button('Resume', null, 'resume', () => pauseStream(s.stream, false))
@@ -592,15 +594,25 @@
     fillBox('streams-box', table('streams', heads, rows, 'no streams yet: messages appear here once scheduled'));
   }
 
-  // A small line of counts, oldest first (the last hour, a point a minute).
-  function sparkline(points, title) {
+  // A small line of counts, oldest first (the last hour, a point a minute);
+  // `said` words its title (by default the total and the busiest minute).
+  function sparkline(points, title, said) {
     if (!Array.isArray(points) || !points.length) return null;
-    const w = 120, h = 24, max = Math.max(1, ...points);
+    const w = 90, h = 24, max = Math.max(1, ...points);
     const xy = points.map((n, i) => `${(i * w / Math.max(1, points.length - 1)).toFixed(1)},${(h - 1 - (n / max) * (h - 2)).toFixed(1)}`);
     const total = points.reduce((a, b) => a + b, 0);
-    return svg('svg', { class: 'spark', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img', 'aria-label': `${title}: ${total} in all` },
-      svg('title', null, `${title}: ${fmtInt(total)} in all, at most ${fmtInt(max)} a minute`),
+    const text = said ? said(max) : `${fmtInt(total)} in all, at most ${fmtInt(max)} a minute`;
+    return svg('svg', { class: 'spark', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img', 'aria-label': `${title}: ${text}` },
+      svg('title', null, `${title}: ${text}`),
       svg('polyline', { points: xy.join(' '), fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5 }));
+  }
+
+  // The worst lateness of each minute of the last hour: the worst of all as text,
+  // the minutes as a line (held messages' waits are not in it).
+  function worstCell(points, stream) {
+    if (!Array.isArray(points) || !points.some((n) => n > 0)) return el('span', { class: 'muted' }, 'none');
+    const worst = Math.max(...points);
+    return [fmtMs(worst), sparkline(points, `${stream}: worst lateness per minute, the last hour`, (m) => `at worst ${fmtMs(m)}`)];
   }
 
   function groupsCell(groups) {

@@ -328,6 +328,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                     }
                     m::record_lateness(&batch.lateness_ms);
                     m::record_forwarded(&batch.per_stream);
+                    m::record_stream_times(&batch.per_stream_times);
                     for (stream, count) in &batch.per_stream {
                         metrics::counter!(m::FORWARDED, "stream" => m::stream_label(stream))
                             .increment(*count);

@@ -547,11 +547,14 @@ async fn a_tour_of_every_page_in_both_themes() {
             t.contains("billing") && t.contains("mailer")
         })
         .await;
-    assert_eq!(
-        browser.count("#streams svg.spark").await,
-        3,
-        "a line of the last hour's deliveries for each stream"
-    );
+    for (what, lines) in [("delivered", 3), ("dead-lettered", 3)] {
+        let selector = format!("#streams svg.spark[aria-label*='{what} per minute']");
+        assert_eq!(
+            browser.count(&selector).await,
+            lines,
+            "a line of the last hour's {what} messages for each stream"
+        );
+    }
     browser.screenshot("streams").await;
     no_errors(&browser, "streams").await;
 

@@ -10,19 +10,19 @@ use serde_json::{Value, json};
 
 use crate::support::{Api, Cluster, create_group, delayq_bin, entries, eventually, xlen};
 
-const ADMIN: &str = "board-admin-token";
-const READER: &str = "board-read-token";
+pub(super) const ADMIN: &str = "board-admin-token";
+pub(super) const READER: &str = "board-read-token";
 
-fn tokens() -> String {
+pub(super) fn tokens() -> String {
     format!("[api]\ntokens = [\"{ADMIN}\"]\nread_tokens = [\"{READER}\"]\n")
 }
 
-async fn push(cluster: &Cluster, node: usize, id: &str, stream: &str, delay_ms: u64) {
+pub(super) async fn push(cluster: &Cluster, node: usize, id: &str, stream: &str, delay_ms: u64) {
     let api = cluster.apis[node].clone().with_token(ADMIN);
     api.schedule(id, stream, delay_ms).await;
 }
 
-async fn get(cluster: &Cluster, node: usize, path: &str) -> Value {
+pub(super) async fn get(cluster: &Cluster, node: usize, path: &str) -> Value {
     let (status, body) = cluster.apis[node]
         .clone()
         .with_token(READER)

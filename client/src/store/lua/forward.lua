@@ -27,10 +27,12 @@
 -- returns: { forwarded, expired, dead, next_due_ms (-1 = none), now_ms,
 --            { lateness_ms, ... },  { stream, count, stream, count, ... },
 --            parked, held_back, newly_held, { stream, held, stream, held, ... },
---            now_us, { held_ms, ... } }
+--            now_us, { held_ms, ... }, { stream, worst_ms, expired, ... } }
 --   lateness_ms: of each message forwarded that no held set kept; held_ms: the same
 --   (forward time - due time) of each one a held set kept (a paused stream's, or a
---   rate-limited one's), whose wait was on purpose
+--   rate-limited one's), whose wait was on purpose; the last list, per stream the
+--   call forwarded or expired messages of: the worst lateness of its forwards no held
+--   set kept (-1: none) and how many of its messages expired into its dead letters
 --   the list before last counts the due messages each rate-limited stream still
 --   holds after the call; now_us is the µs of now_ms already past (0-999), so that the caller can
 --   wait for the next due time to the µs.
@@ -209,6 +211,17 @@ local PARK_MS = 60000
 
 local forwarded, expired, dead = 0, 0, 0
 local lateness, held_lateness, per_stream, per_stream_order = {}, {}, {}, {}
+-- Per stream: { worst lateness not held, expired }, and the streams in first-seen order.
+local times, times_order = {}, {}
+local function times_of(stream)
+  local t = times[stream]
+  if not t then
+    t = { -1, 0 }
+    times[stream] = t
+    times_order[#times_order + 1] = stream
+  end
+  return t
+end
 local recorded, records, moved, parked = {}, {}, {}, {}
 -- Each recorded message's target stream, for the journal's outbox (only while it is on).
 local targets = {}
@@ -341,6 +354,8 @@ local function send(id, body, msg, is_expired)
   elseif is_expired then
     rec = record('expired', entry, now, attempt, target)
     expired = expired + 1
+    local t = times_of(stream)
+    t[2] = t[2] + 1
   else
     -- A delivery's time is its entry id's, which readers take when the record has
     -- no first delivery time; a redelivered message keeps its first one.
@@ -351,7 +366,10 @@ local function send(id, body, msg, is_expired)
     if from_held[id] then
       held_lateness[#held_lateness + 1] = now - msg.due
     else
-      lateness[#lateness + 1] = now - msg.due
+      local late = now - msg.due
+      lateness[#lateness + 1] = late
+      local t = times_of(stream)
+      if late > t[1] then t[1] = late end
     end
     local count = per_stream[stream]
     if not count then
@@ -561,4 +579,11 @@ for _, stream in ipairs(per_stream_order) do
   counts[#counts + 1] = stream
   counts[#counts + 1] = per_stream[stream]
 end
-return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding, now_us, held_lateness }
+local per_stream_times = {}
+for _, stream in ipairs(times_order) do
+  local t = times[stream]
+  per_stream_times[#per_stream_times + 1] = stream
+  per_stream_times[#per_stream_times + 1] = t[1]
+  per_stream_times[#per_stream_times + 1] = t[2]
+end
+return { forwarded, expired, dead, next_due, now, lateness, counts, #parked / 2, held_back, newly_held, holding, now_us, held_lateness, per_stream_times }
