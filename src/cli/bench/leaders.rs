@@ -47,7 +47,8 @@ impl Bench {
         // due, or the meters below would miss what was forwarded meanwhile (and
         // Redis's memory per message would count only what was left): allow for a
         // load of 5k messages a second, four times slower than a plain burst's.
-        let lead_ms = 2000 + n / 5;
+        // (Times how busy the machine is: a busy one loads slower.)
+        let lead_ms = ((2000 + n / 5) as f64 * measure::busy_factor()) as u64;
         let loaded = self.load_burst(&self.store, n, lead_ms, None).await?;
         until_meters_start(&self.store, n, loaded.first_due, lead_ms).await?;
         let load = measure::load_average();

@@ -408,7 +408,7 @@ fn drill_on_a_local_redis_cluster_takes_over_a_crash_before_the_lease_runs_out()
     let kill = &scenario(&report, "kill")["takeover"];
     assert!(
         kill["max_ms"].as_u64().unwrap() < 2_500,
-        "kill: a takeover waited for the 4s lease: {kill}"
+        "kill: a takeover waited for the 4s lease: {kill}\n{stderr}"
     );
 }
 
