@@ -3,7 +3,8 @@
 //! read-only views of the pending messages (the due-time histogram, the next ones
 //! due) and of target streams (consumer groups, lengths). Everything here is small
 //! and bounded: the registry forgets a node a day after it was last seen, the
-//! history keeps [`TERMS_KEPT`] terms, the samples [`SAMPLES_KEPT`].
+//! history keeps [`TERMS_KEPT`] terms, the samples [`SAMPLES_KEPT`], their
+//! quarter-hour rollups [`ROLLUPS_KEPT`].
 
 use std::collections::BTreeSet;
 
@@ -18,6 +19,9 @@ pub const TERMS_KEPT: usize = 200;
 /// Samples kept: 15 minutes of one leader's, one every 5 s, and room for a few
 /// leaders at once (`election.mode = "per_shard"`).
 pub const SAMPLES_KEPT: usize = 180 * 8;
+/// Quarter-hour rollups of the samples kept: a day of one leader's, and room for a
+/// few leaders at once.
+pub const ROLLUPS_KEPT: usize = 96 * 8;
 /// A node not seen for this long is dropped from the registry.
 const NODE_FORGOTTEN_MS: u64 = 24 * 3_600_000;
 /// Most messages one shard's upcoming call looks at per source.
@@ -198,16 +202,38 @@ impl Store {
 
     /// Adds a forwarding sample (JSON, made by the caller), keeping [`SAMPLES_KEPT`].
     pub async fn push_sample(&self, json: &str) -> Result<()> {
-        let key = self.keys.samples();
+        self.push_kept(&self.keys.samples(), json, SAMPLES_KEPT)
+            .await
+    }
+
+    /// Adds a quarter-hour rollup of one node's samples (JSON, made by the caller),
+    /// keeping [`ROLLUPS_KEPT`].
+    pub async fn push_rollup(&self, json: &str) -> Result<()> {
+        self.push_kept(&self.keys.rollups(), json, ROLLUPS_KEPT)
+            .await
+    }
+
+    /// The rollups kept, newest first.
+    pub async fn rollups(&self) -> Result<Vec<String>> {
+        Ok(redis::cmd("LRANGE")
+            .arg(self.keys.rollups())
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut self.conn.clone())
+            .await?)
+    }
+
+    /// Pushes `json` onto the list at `key`, keeping its newest `kept`.
+    async fn push_kept(&self, key: &str, json: &str, kept: usize) -> Result<()> {
         let () = redis::pipe()
             .cmd("LPUSH")
-            .arg(&key)
+            .arg(key)
             .arg(json)
             .ignore()
             .cmd("LTRIM")
-            .arg(&key)
+            .arg(key)
             .arg(0)
-            .arg(SAMPLES_KEPT - 1)
+            .arg(kept - 1)
             .ignore()
             .query_async(&mut self.conn.clone())
             .await?;

@@ -222,6 +222,11 @@ impl Keys {
         format!("{}:samples", self.prefix)
     }
 
+    /// List: quarter-hour rollups of each node's samples (JSON), newest first.
+    pub fn rollups(&self) -> String {
+        format!("{}:samples:day", self.prefix)
+    }
+
     /// String (expiring): the node a switchover hands leadership to (see
     /// `election::run`).
     pub fn switchover(&self) -> String {

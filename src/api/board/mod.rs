@@ -10,6 +10,7 @@
 //! table's pending counts are the leader's own (it counts per stream for its
 //! metrics anyway), so no page makes Redis count again.
 
+mod day;
 mod nodes;
 mod operations;
 mod streams;

@@ -38,6 +38,16 @@ pub struct StreamView {
     /// The worst lateness (ms) of each minute of the last hour, oldest first, of the
     /// forwards no held set kept (0: none that minute).
     worst_lateness_last_hour: Vec<u64>,
+    /// With `window=day`: delivered in each quarter hour of the last day, oldest
+    /// first (96 counts; the last is the quarter hour under way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    delivered_last_day: Option<Vec<u64>>,
+    /// With `window=day`: dead-lettered in each quarter hour of the last day.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_last_day: Option<Vec<u64>>,
+    /// With `window=day`: the worst lateness (ms) of each quarter hour of the day.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    worst_lateness_last_day: Option<Vec<u64>>,
     /// `streams.max_rate` for it, if it has a limit of its own (messages a second).
     #[serde(skip_serializing_if = "Option::is_none")]
     max_rate: Option<u64>,
@@ -57,17 +67,40 @@ pub struct GroupView {
     pending: u64,
 }
 
-/// Per target stream: pending, due within the hour, held, paused, delivered/s, dead letters, consumer groups
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct StreamsQuery {
+    /// `hour` (the default): each stream's last hour, a minute a point; `day`: its
+    /// last day too, a quarter hour a point (the `*_last_day` series).
+    #[serde(default, deserialize_with = "blank_as_none")]
+    window: Option<String>,
+}
+
+/// Per target stream: pending, due within the hour, held, paused, delivered/s, dead letters, consumer groups; its last hour (and day)
 #[utoipa::path(get, path = "/v1/streams", operation_id = "streams",
+    params(StreamsQuery),
     responses(
         (status = 200, description = "the streams", body = StreamTable),
+        (status = 400, description = "query cannot be parsed, or names an unknown parameter (bad_query)", body = ErrorBody),
+        (status = 422, description = "window is neither hour nor day", body = ErrorBody),
         (status = 503, description = "Redis unavailable", body = ErrorBody),
     ),
     security(("bearer" = [])))]
 pub async fn streams(
     State(state): State<AppState>,
     reach: Reach,
+    StrictQuery(query): StrictQuery<StreamsQuery>,
 ) -> Result<Json<StreamTable>, ApiError> {
+    let with_day = match query.window.as_deref() {
+        None | Some("hour") => false,
+        Some("day") => true,
+        Some(other) => {
+            return Err(ApiError::invalid(format!(
+                "window {other:?}: must be hour or day"
+            )));
+        }
+    };
     let table = {
         let mut cached = state.board.streams.lock().await;
         match cached.as_ref() {
@@ -82,6 +115,27 @@ pub async fn streams(
     let mut table = table.as_ref().clone();
     // Only the streams the token reaches.
     table.streams.retain(|view| reach.sees(&view.stream));
+    if with_day {
+        let (rollups, samples) = tokio::try_join!(state.store.rollups(), state.store.samples())?;
+        let now = now_ms();
+        let day = day::day(
+            &parse_samples(&rollups, now.saturating_sub(25 * 3_600_000)),
+            &parse_samples(&samples, now.saturating_sub(day::QUARTER_MS_PAST)),
+            now,
+        );
+        let series = |of: &BTreeMap<String, Vec<u64>>, stream: &str| {
+            Some(
+                of.get(stream)
+                    .cloned()
+                    .unwrap_or_else(|| vec![0; day::QUARTERS]),
+            )
+        };
+        for view in &mut table.streams {
+            view.delivered_last_day = series(&day.delivered, &view.stream);
+            view.dead_last_day = series(&day.dead, &view.stream);
+            view.worst_lateness_last_day = series(&day.worst, &view.stream);
+        }
+    }
     Ok(Json(table))
 }
 
@@ -142,6 +196,9 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
                     .get(&stream)
                     .cloned()
                     .unwrap_or_else(|| vec![0; 60]),
+                delivered_last_day: None,
+                dead_last_day: None,
+                worst_lateness_last_day: None,
                 worst_lateness_last_hour: worst_hour
                     .get(&stream)
                     .cloned()

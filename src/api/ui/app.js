@@ -20,6 +20,7 @@
     leading: false, // whether the node serving this page leads (its header badge)
     up: { stream: '', after: null },
     dead: { stream: '', after: null, streams: [] },
+    window: 'hour', // the Streams page's lines: the last hour, or the last day
   };
 
   // --- small helpers
@@ -558,12 +559,20 @@
   // --- streams
 
   function renderStreams(view) {
+    const pick = (w, label) => button(label, `window-${w}`, state.window === w ? 'on' : '', () => {
+      state.window = w;
+      delete state.seen.streams;
+      for (const o of ['hour', 'day']) $(`window-${o}`).className = o === w ? 'on' : '';
+      loadStreams(state.gen);
+    });
     view.append(card('Streams', el('div', { id: 'streams-box', class: 'scroll' }, table('streams', ['Stream'], [], 'loading…')),
-      { extra: el('span', { id: 'streams-note', class: 'muted small' }) }));
+      { extra: el('span', { class: 'muted small' }, el('span', { id: 'streams-note' }), ' ',
+        pick('hour', 'Last hour'), pick('day', 'Last day')) }));
   }
 
   async function loadStreams(gen) {
-    const r = await api('GET', '/v1/streams');
+    const day = state.window === 'day';
+    const r = await api('GET', day ? '/v1/streams?window=day' : '/v1/streams');
     if (gen !== state.gen) return;
     loaded([r]);
     if (!r.ok || !r.body) { failBox('streams-box', r); return; }
@@ -571,7 +580,9 @@
     const list = Array.isArray(r.body.streams) ? r.body.streams : [];
     const asOf = isNum(r.body.counted_at_ms) ? 'pending counted ' + fmtAge(r.body.counted_at_ms) : '';
     const estimate = r.body.exact === false ? 'counts are estimates (large streams)' : '';
-    setText('streams-note', [asOf, estimate, 'lines: each minute of the last hour'].filter(Boolean).join(' · '));
+    const lines = day ? 'lines: each quarter hour of the last day' : 'lines: each minute of the last hour';
+    setText('streams-note', [asOf, estimate, lines].filter(Boolean).join(' · '));
+    const per = day ? 'per quarter hour, the last day' : 'per minute, the last hour';
     const heads = ['Stream', 'State', 'Pending', 'Due next hour', 'Held', 'Delivered / s', 'Worst lateness', 'Dead letters', 'Consumer groups'];
     if (isAdmin()) heads.push('');
     const rows = list.map((s) => el('tr', { data: { stream: s.stream, paused: s.paused ? 'true' : 'false' }, class: s.paused ? 'paused' : null },
@@ -583,10 +594,10 @@
       td(fmtInt(s.pending)),
       td(fmtInt(s.due_next_hour)),
       td(fmtInt(s.held)),
-      td(fmtRate(s.delivered_per_s), sparkline(s.delivered_last_hour, `${s.stream}: delivered per minute, the last hour`)),
-      td(worstCell(s.worst_lateness_last_hour, s.stream)),
+      td(fmtRate(s.delivered_per_s), sparkline(day ? s.delivered_last_day : s.delivered_last_hour, `${s.stream}: delivered ${per}`)),
+      td(worstCell(day ? s.worst_lateness_last_day : s.worst_lateness_last_hour, `${s.stream}: worst lateness ${per}`)),
       td(s.dead ? el('a', { href: `#/dead?stream=${enc(s.stream)}`, class: 'bad-text', title: s.dead_letter_stream || '' }, fmtInt(s.dead)) : '0',
-        sparkline(s.dead_last_hour, `${s.stream}: dead-lettered per minute, the last hour`)),
+        sparkline(day ? s.dead_last_day : s.dead_last_hour, `${s.stream}: dead-lettered ${per}`)),
       td(groupsCell(s.groups)),
       isAdmin() ? td(s.paused
         ? button('Resume', null, 'resume', () => pauseStream(s.stream, false))
@@ -594,25 +605,25 @@
     fillBox('streams-box', table('streams', heads, rows, 'no streams yet: messages appear here once scheduled'));
   }
 
-  // A small line of counts, oldest first (the last hour, a point a minute);
+  // A small line of counts, oldest first (a point a minute or a quarter hour);
   // `said` words its title (by default the total and the busiest minute).
   function sparkline(points, title, said) {
     if (!Array.isArray(points) || !points.length) return null;
     const w = 90, h = 24, max = Math.max(1, ...points);
     const xy = points.map((n, i) => `${(i * w / Math.max(1, points.length - 1)).toFixed(1)},${(h - 1 - (n / max) * (h - 2)).toFixed(1)}`);
     const total = points.reduce((a, b) => a + b, 0);
-    const text = said ? said(max) : `${fmtInt(total)} in all, at most ${fmtInt(max)} a minute`;
+    const text = said ? said(max) : `${fmtInt(total)} in all, at most ${fmtInt(max)} at one point`;
     return svg('svg', { class: 'spark', width: w, height: h, viewBox: `0 0 ${w} ${h}`, role: 'img', 'aria-label': `${title}: ${text}` },
       svg('title', null, `${title}: ${text}`),
       svg('polyline', { points: xy.join(' '), fill: 'none', stroke: 'currentColor', 'stroke-width': 1.5 }));
   }
 
-  // The worst lateness of each minute of the last hour: the worst of all as text,
-  // the minutes as a line (held messages' waits are not in it).
-  function worstCell(points, stream) {
+  // The worst lateness of each point of the window: the worst of all as text, the
+  // points as a line (held messages' waits are not in it).
+  function worstCell(points, title) {
     if (!Array.isArray(points) || !points.some((n) => n > 0)) return el('span', { class: 'muted' }, 'none');
     const worst = Math.max(...points);
-    return [fmtMs(worst), sparkline(points, `${stream}: worst lateness per minute, the last hour`, (m) => `at worst ${fmtMs(m)}`)];
+    return [fmtMs(worst), sparkline(points, title, (m) => `at worst ${fmtMs(m)}`)];
   }
 
   function groupsCell(groups) {

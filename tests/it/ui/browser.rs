@@ -557,6 +557,21 @@ async fn a_tour_of_every_page_in_both_themes() {
     }
     browser.screenshot("streams").await;
     no_errors(&browser, "streams").await;
+    // The same lines over the last day, a point a quarter hour.
+    browser.click("#window-day").await;
+    browser
+        .wait_text("#streams-note", "the day's lines", |t| {
+            t.contains("quarter hour")
+        })
+        .await;
+    let day = "#streams svg.spark[aria-label*='delivered per quarter hour']";
+    assert_eq!(
+        browser.count(day).await,
+        3,
+        "a line of the day for each stream"
+    );
+    no_errors(&browser, "streams, last day").await;
+    browser.click("#window-hour").await;
 
     browser.click("#nav-messages").await;
     browser.fill("#lookup-id", "orders-1").await;

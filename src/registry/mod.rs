@@ -2,8 +2,11 @@
 //! endpoints: its registry entry (who it is, its API address, version, whether it
 //! leads; every [`HEARTBEAT`]), the terms it leads (start and end, for the leadership
 //! history), and while it leads, what it forwarded (a sample every [`SAMPLE_EVERY`]:
-//! how many messages, to which streams, how late). Writes that fail are logged and
+//! how many messages, to which streams, how late; and each quarter hour's rollup of
+//! them, for a day's view). Writes that fail are logged and
 //! tried again on the next round; none of this is on any message's path.
+
+pub mod rollup;
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -90,6 +93,7 @@ pub async fn run(
     let mut sample = tokio::time::interval(SAMPLE_EVERY);
     sample.tick().await;
     let mut roles = node.subscribe();
+    let mut rollup = rollup::Rollup::default();
     loop {
         tokio::select! {
             _ = cancel.cancelled() => break,
@@ -121,15 +125,33 @@ pub async fn run(
                 if let Err(e) = store.push_sample(&json).await {
                     tracing::debug!(error = %e, "cannot write a forwarding sample");
                 }
+                if let Some(done) = rollup.add(&record) {
+                    push_rollup(&store, &done).await;
+                }
             }
         }
     }
     tasks.join_all().await;
+    // What it forwarded in the quarter hour under way is kept too.
+    if let Some(partial) = rollup.take() {
+        let _ = tokio::time::timeout(Duration::from_secs(1), push_rollup(&store, &partial)).await;
+    }
     let _ = tokio::time::timeout(
         Duration::from_secs(1),
         store.register_node(&entry(&me, &node, true)),
     )
     .await;
+}
+
+/// Writes a quarter hour's rollup, unless nothing was forwarded nor dead-lettered.
+async fn push_rollup(store: &Store, rollup: &SampleRecord) {
+    if rollup.forwarded == 0 && rollup.dead.is_empty() {
+        return;
+    }
+    let json = serde_json::to_string(rollup).expect("a rollup serializes");
+    if let Err(e) = store.push_rollup(&json).await {
+        tracing::debug!(error = %e, "cannot write a quarter hour's rollup");
+    }
 }
 
 fn entry(me: &Identity, node: &Leadership, stopped: bool) -> NodeRecord {

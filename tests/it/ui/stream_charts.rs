@@ -1,5 +1,6 @@
-//! A stream's last hour as the Streams page shows it, from the leader's samples:
-//! its worst lateness and its dead letters a minute, a paused stream's wait apart.
+//! A stream's last hour and day as the Streams page shows them: from the leader's
+//! samples, its worst lateness and its dead letters a minute, a paused stream's
+//! wait apart; from the nodes' quarter-hour rollups, its day.
 
 use std::time::Duration;
 
@@ -110,5 +111,104 @@ async fn a_stream_s_last_hour_shows_its_worst_lateness_and_dead_letters_not_held
         minutes(&held, "dead_last_hour").iter().sum::<u64>(),
         0,
         "{held}"
+    );
+}
+
+/// A stream's day: the quarter hours before this one from the nodes' rollups (one
+/// written here as a node writes it, one written by a node that stops), the one
+/// under way from the samples; a window other than hour or day is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_s_day_comes_from_the_rollups_and_the_quarter_hour_under_way() {
+    const QUARTER: u64 = 15 * 60_000;
+    let mut cluster = Cluster::start(1, 1, &tokens()).await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    // Two hours ago: eight quarter hours before the one under way.
+    let past_end = (now / QUARTER + 1 - 8) * QUARTER;
+    let rollup = json!({ "t_ms": past_end, "node_id": "gone", "forwarded": 7,
+                         "streams": { "daily": 7 }, "p50_ms": null, "p99_ms": null,
+                         "worst_ms": { "daily": 250 }, "dead": { "daily": 2 } });
+    let key = cluster.store.keys().rollups();
+    let () = redis::cmd("LPUSH")
+        .arg(&key)
+        .arg(rollup.to_string())
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    for i in 0..3 {
+        push(&cluster, 0, &format!("daily-{i}"), "daily", 50).await;
+    }
+    let last = std::sync::Mutex::new(Value::Null);
+    let daily = within(Duration::from_secs(20), || async {
+        let table = get(&cluster, 0, "/v1/streams?window=day").await;
+        *last.lock().unwrap() = table.clone();
+        let daily = table["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["stream"] == "daily")?
+            .clone();
+        let now_quarter = daily["delivered_last_day"].as_array()?.last()?.as_u64();
+        (now_quarter == Some(3)).then_some(daily)
+    })
+    .await
+    .unwrap_or_else(|| panic!("the day's figures: {}", last.lock().unwrap()));
+    let points = |field: &str| -> Vec<u64> {
+        daily[field]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    for field in [
+        "delivered_last_day",
+        "dead_last_day",
+        "worst_lateness_last_day",
+    ] {
+        assert_eq!(points(field).len(), 96, "{field}: {daily}");
+    }
+    // The quarter hour under way may have turned since `now`: the rollup is 8 or 9
+    // quarter hours back.
+    let at = (87..=88)
+        .find(|&i| points("delivered_last_day")[i] == 7)
+        .unwrap_or_else(|| panic!("{daily}"));
+    assert_eq!(points("dead_last_day")[at], 2, "{daily}");
+    assert_eq!(points("worst_lateness_last_day")[at], 250, "{daily}");
+    assert_eq!(
+        points("delivered_last_day").iter().sum::<u64>(),
+        10,
+        "{daily}"
+    );
+    // The hour alone carries no day.
+    let hour = get(&cluster, 0, "/v1/streams").await;
+    assert!(
+        hour["streams"][0].get("delivered_last_day").is_none(),
+        "{hour}"
+    );
+    let reader = cluster.apis[0].clone().with_token(super::endpoints::READER);
+    for (query, status) in [("window=week", 422), ("window=day&days=2", 400)] {
+        let (got, body) = reader.get(&format!("/v1/streams?{query}")).await;
+        assert_eq!(got, status, "{query}: {body}");
+    }
+    // A node that stops writes what it forwarded in the quarter hour under way.
+    assert!(
+        cluster.nodes[0]
+            .terminate(Duration::from_secs(20))
+            .is_some()
+    );
+    let rollups: Vec<String> = redis::cmd("LRANGE")
+        .arg(&key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut cluster.redis.client())
+        .unwrap();
+    let own: Vec<Value> = rollups
+        .iter()
+        .filter_map(|r| serde_json::from_str::<Value>(r).ok())
+        .filter(|r| r["node_id"] != "gone")
+        .collect();
+    assert!(
+        own.iter()
+            .any(|r| r["streams"]["daily"].as_u64().is_some_and(|n| n >= 1)),
+        "{rollups:?}"
     );
 }

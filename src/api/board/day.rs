@@ -1,0 +1,121 @@
+//! A stream's last day on the Streams page (`GET /v1/streams?window=day`): its
+//! deliveries, dead letters and worst lateness in each quarter hour, from the
+//! nodes' quarter-hour rollups and, for the quarter hour under way, their samples.
+
+use super::*;
+use crate::registry::rollup::{QUARTER_MS, quarter_end};
+
+/// Quarter hours in a day: the points of a day's series.
+pub(super) const QUARTERS: usize = 96;
+/// How far back the samples of the quarter hour under way may go.
+pub(super) const QUARTER_MS_PAST: u64 = QUARTER_MS;
+
+/// Each stream's day, a quarter hour a point, oldest first (the last one is the
+/// quarter hour under way).
+#[derive(Default)]
+pub(super) struct Day {
+    pub delivered: BTreeMap<String, Vec<u64>>,
+    pub dead: BTreeMap<String, Vec<u64>>,
+    pub worst: BTreeMap<String, Vec<u64>>,
+}
+
+/// The day before `now_ms` from `rollups` (finished quarter hours; a node that
+/// stopped mid-quarter left its part of one, which adds to the others') and
+/// `samples` (those of the quarter hour under way).
+pub(super) fn day(rollups: &[SampleRecord], samples: &[SampleRecord], now_ms: u64) -> Day {
+    let current = quarter_end(now_ms);
+    let of_rollups = rollups
+        .iter()
+        .filter(|r| r.t_ms < current)
+        .map(|r| (r.t_ms, r));
+    let of_samples = samples
+        .iter()
+        .filter(|s| quarter_end(s.t_ms) == current)
+        .map(|s| (current, s));
+    let records: Vec<(u64, &SampleRecord)> = of_rollups.chain(of_samples).collect();
+    Day {
+        delivered: per_quarter(&records, current, |s| &s.streams, |n, v| *n += v),
+        dead: per_quarter(&records, current, |s| &s.dead, |n, v| *n += v),
+        worst: per_quarter(&records, current, |s| &s.worst_ms, |n, v| *n = (*n).max(v)),
+    }
+}
+
+/// Each stream's figure in each of the [`QUARTERS`] quarter hours up to the one
+/// ending at `current`, from records named by the end of their quarter hour.
+fn per_quarter(
+    records: &[(u64, &SampleRecord)],
+    current: u64,
+    of: impl Fn(&SampleRecord) -> &BTreeMap<String, u64>,
+    fold: impl Fn(&mut u64, u64),
+) -> BTreeMap<String, Vec<u64>> {
+    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
+    for &(end, record) in records {
+        let Some(ago) = current
+            .checked_sub(end)
+            .map(|ms| (ms / QUARTER_MS) as usize)
+        else {
+            continue;
+        };
+        if ago >= QUARTERS {
+            continue;
+        }
+        for (stream, &n) in of(record) {
+            let points = out
+                .entry(stream.clone())
+                .or_insert_with(|| vec![0; QUARTERS]);
+            fold(&mut points[QUARTERS - 1 - ago], n);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(t_ms: u64, n: u64) -> SampleRecord {
+        SampleRecord {
+            t_ms,
+            node_id: "n".into(),
+            forwarded: n,
+            streams: [("s".to_owned(), n)].into(),
+            p50_ms: None,
+            p99_ms: None,
+            worst_ms: [("s".to_owned(), n * 10)].into(),
+            dead: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn finished_quarters_come_from_rollups_and_the_one_under_way_from_samples() {
+        let q = QUARTER_MS;
+        let now = 200 * q + 60_000;
+        let rollups = [
+            record(200 * q, 1),
+            // Two nodes' parts of one quarter add up; the worst is the worst.
+            record(199 * q, 2),
+            record(199 * q, 3),
+            record(106 * q, 4),
+            // A day ago and more: not in the day.
+            record(105 * q, 8),
+            // A rollup of the quarter under way (a node stopped mid-quarter) is left
+            // to the samples, which hold it too.
+            record(201 * q, 16),
+        ];
+        let samples = [
+            record(200 * q + 1, 32),
+            record(now, 64),
+            record(200 * q - 1, 128),
+        ];
+        let day = day(&rollups, &samples, now);
+        let delivered = &day.delivered["s"];
+        assert_eq!(delivered.len(), QUARTERS);
+        assert_eq!(delivered[95], 96);
+        assert_eq!(delivered[94], 1);
+        assert_eq!(delivered[93], 5);
+        assert_eq!(delivered[0], 4);
+        assert_eq!(delivered.iter().sum::<u64>(), 106);
+        assert_eq!(day.worst["s"][93], 30);
+        assert!(day.dead.is_empty());
+    }
+}
