@@ -275,7 +275,11 @@ impl Deployment {
             all.extend(["-f", file]);
         }
         all.extend(args);
-        run(&self.cli[0], &all, &self.env).await
+        // docker-compose 1.x gives dockerd 60 s an answer by default; creating
+        // containers on the vfs storage driver beside other work took longer.
+        let mut env = self.env.clone();
+        env.push(("COMPOSE_HTTP_TIMEOUT".to_owned(), "600".to_owned()));
+        run(&self.cli[0], &all, &env).await
     }
 
     /// The container of a service, by name (what `docker kill` takes).
