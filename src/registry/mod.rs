@@ -44,6 +44,24 @@ pub struct SampleRecord {
     pub dead: std::collections::BTreeMap<String, u64>,
 }
 
+#[cfg(test)]
+impl SampleRecord {
+    /// A sample of node `n`: `count` messages forwarded to stream `s`, `worst` ms
+    /// late at worst, none dead.
+    pub fn of_stream_s(t_ms: u64, count: u64, worst: u64) -> SampleRecord {
+        SampleRecord {
+            t_ms,
+            node_id: "n".into(),
+            forwarded: count,
+            streams: [("s".to_owned(), count)].into(),
+            p50_ms: None,
+            p99_ms: None,
+            worst_ms: [("s".to_owned(), worst)].into(),
+            dead: std::collections::BTreeMap::new(),
+        }
+    }
+}
+
 /// Epoch milliseconds of `t`.
 pub fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH)

@@ -79,14 +79,9 @@ mod tests {
 
     fn sample(t_ms: u64, n: u64, worst: u64) -> SampleRecord {
         SampleRecord {
-            t_ms,
-            node_id: "n".into(),
-            forwarded: n,
-            streams: [("s".to_owned(), n)].into(),
-            p50_ms: None,
             p99_ms: Some(worst),
-            worst_ms: [("s".to_owned(), worst)].into(),
             dead: [("s".to_owned(), 1)].into(),
+            ..SampleRecord::of_stream_s(t_ms, n, worst)
         }
     }
 

@@ -215,8 +215,13 @@ impl Store {
 
     /// The rollups kept, newest first.
     pub async fn rollups(&self) -> Result<Vec<String>> {
+        self.whole_list(&self.keys.rollups()).await
+    }
+
+    /// Every element of the list at `key`.
+    async fn whole_list(&self, key: &str) -> Result<Vec<String>> {
         Ok(redis::cmd("LRANGE")
-            .arg(self.keys.rollups())
+            .arg(key)
             .arg(0)
             .arg(-1)
             .query_async(&mut self.conn.clone())
@@ -242,12 +247,7 @@ impl Store {
 
     /// The samples kept, newest first.
     pub async fn samples(&self) -> Result<Vec<String>> {
-        Ok(redis::cmd("LRANGE")
-            .arg(self.keys.samples())
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut self.conn.clone())
-            .await?)
+        self.whole_list(&self.keys.samples()).await
     }
 
     /// Keeps the leader's last count of pending messages per stream.

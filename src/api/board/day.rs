@@ -74,16 +74,7 @@ mod tests {
     use super::*;
 
     fn record(t_ms: u64, n: u64) -> SampleRecord {
-        SampleRecord {
-            t_ms,
-            node_id: "n".into(),
-            forwarded: n,
-            streams: [("s".to_owned(), n)].into(),
-            p50_ms: None,
-            p99_ms: None,
-            worst_ms: [("s".to_owned(), n * 10)].into(),
-            dead: BTreeMap::new(),
-        }
+        SampleRecord::of_stream_s(t_ms, n, n * 10)
     }
 
     #[test]
