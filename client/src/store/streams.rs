@@ -172,6 +172,11 @@ impl Store {
 
     /// Whether `stream` still holds the entry `entry` (not deleted, not trimmed).
     pub async fn holds_entry(&self, stream: &str, entry: &str) -> Result<bool> {
+        Ok(self.entry(stream, entry).await?.is_some())
+    }
+
+    /// The fields of `stream`'s entry `entry`, while the stream holds it.
+    pub async fn entry(&self, stream: &str, entry: &str) -> Result<Option<Fields>> {
         let reply: Value = redis::cmd("XRANGE")
             .arg(stream)
             .arg(entry)
@@ -179,7 +184,10 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await
             .map_err(|e| wrong_type(e, stream))?;
-        Ok(!stream_entries(reply)?.is_empty())
+        Ok(stream_entries(reply)?
+            .into_iter()
+            .next()
+            .map(|(_, fields)| fields))
     }
 
     /// The id of the last entry of `stream`; None while it has none.

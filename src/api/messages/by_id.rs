@@ -79,6 +79,16 @@ pub enum MessageStatus {
         /// when the settings name it.
         #[serde(skip_serializing_if = "Option::is_none")]
         target: Option<String>,
+        /// The entry's fields as `stream` holds them (the producer's, then delayq's
+        /// own), while it holds the entry.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        fields: Option<Vec<(String, String)>>,
+        /// Its due time (epoch ms), when the journal (`[journal]`) knows it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        deliver_at: Option<u64>,
+        /// Delivered: how late (ms, `at` − `deliver_at`), when the due time is known.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        lateness_ms: Option<u64>,
     },
     /// Known only to the journal (`[journal]`): Redis has forgotten it (after
     /// `records.retention`), the journal keeps it for `journal.retention`.
@@ -195,16 +205,26 @@ pub async fn status(
         },
         Status::Done(r) => {
             let state_name = r.state.as_str();
-            let (mut dead_letter, mut target) = (None, None);
-            if let (true, Some(stream), Some(entry)) = (
-                matches!(state_name, "dead" | "expired"),
-                r.stream.as_deref(),
-                r.entry_id.as_deref(),
-            ) {
-                let held = state.store.holds_entry(stream, entry).await?;
-                dead_letter = Some(if held { "present" } else { "purged" }.to_owned());
-                target = target_of(&state.current_config(), stream);
+            let (mut dead_letter, mut target, mut fields) = (None, None, None);
+            if let (Some(stream), Some(entry)) = (r.stream.as_deref(), r.entry_id.as_deref()) {
+                fields = state.store.entry(stream, entry).await?;
+                if matches!(state_name, "dead" | "expired") {
+                    let held = fields.is_some();
+                    dead_letter = Some(if held { "present" } else { "purged" }.to_owned());
+                    target = target_of(&state.current_config(), stream);
+                }
             }
+            // The due time is the journal's to tell (a record does not keep it); a
+            // journal that does not answer leaves it out.
+            let mut deliver_at = None;
+            if let Some(journal) = state.ingest.journal()
+                && let Ok(rows) = journal.lookup(&id).await
+            {
+                deliver_at = rows.into_iter().next().map(|row| row.due_ms);
+            }
+            let lateness_ms = deliver_at
+                .filter(|_| state_name == "delivered")
+                .map(|due| r.at_ms.saturating_sub(due));
             MessageStatus::Ended {
                 id: id.as_str().to_owned(),
                 state: state_name.to_owned(),
@@ -214,6 +234,9 @@ pub async fn status(
                 attempt: r.attempt,
                 dead_letter,
                 target,
+                fields,
+                deliver_at,
+                lateness_ms,
             }
         }
     };

@@ -782,6 +782,7 @@
     add('Entry id', m.entry_id != null ? code(m.entry_id) : null);
     add('Deliver at', m.deliver_at != null ? when(m.deliver_at, now) : null);
     add(m.state === 'delivered' ? 'Delivered' : 'At', m.at != null ? when(m.at, now) : null);
+    add('Lateness', m.lateness_ms != null ? fmtMs(m.lateness_ms) : null);
     add('Priority', m.priority != null ? String(m.priority) : null);
     add('Created', m.created_at != null ? when(m.created_at, now) : null);
     add('Attempt', m.attempt != null ? String(m.attempt) : null);

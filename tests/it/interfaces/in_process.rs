@@ -1,6 +1,6 @@
 //! The HTTP API against a real Redis and an in-process daemon.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{Env, assert_refused, eventually};
 
@@ -134,6 +134,26 @@ async fn a_delivered_message_reports_its_entry_and_cannot_be_cancelled() {
     let got = crate::support::entries(&mut env.redis.client(), "billing:eu");
     assert_eq!(got[0].id, entry);
     assert_eq!(got[0].get("payload"), Some(r#"{"amount":5}"#));
+    // Its page shows the entry's fields as the stream holds them; without the
+    // journal, no due time.
+    let written: Vec<Value> = got[0].fields.iter().map(|(k, v)| json!([k, v])).collect();
+    assert_eq!(delivered["fields"], json!(written), "{delivered}");
+    assert_eq!(
+        (delivered.get("deliver_at"), delivered.get("lateness_ms")),
+        (None, None),
+        "{delivered}"
+    );
+    // Once the stream no longer holds the entry, no fields.
+    let () = redis::cmd("DEL")
+        .arg("billing:eu")
+        .query(&mut env.redis.client())
+        .unwrap();
+    let (_, gone) = env.api.get("/v1/messages/b-1").await;
+    assert_eq!(
+        (&gone["state"], gone.get("fields")),
+        (&json!("delivered"), None),
+        "{gone}"
+    );
     let (status, body) = env.api.delete("/v1/messages/b-1").await;
     assert_eq!(
         (status, &body["error"]),

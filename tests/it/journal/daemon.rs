@@ -435,6 +435,26 @@ async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
         },
     )
     .await;
+    // A delivered message's page: the entry's fields, its due time (the journal's)
+    // and how late it went.
+    let (status, sent) = api.get("/v1/messages/sent").await;
+    assert_eq!(
+        (status, &sent["state"]),
+        (200, &json!("delivered")),
+        "{sent}"
+    );
+    let fields = sent["fields"].as_array().cloned().unwrap_or_default();
+    assert!(
+        fields.contains(&json!(["payload", "x"])) && fields.contains(&json!(["delayq-id", "sent"])),
+        "{sent}"
+    );
+    let (at, sent_due) = (sent["at"].as_u64().unwrap(), sent["deliver_at"].as_u64());
+    assert!(sent_due.is_some(), "{sent}");
+    assert_eq!(
+        sent["lateness_ms"].as_u64(),
+        sent_due.map(|due| at - due),
+        "{sent}"
+    );
 
     // Moved later, each answered as journaled, then lost at once with Redis's data
     // (the outbox's copy, every 100 ms, would come too late).
