@@ -42,8 +42,10 @@ pub use sentinel::*;
 /// ephemeral port may then go to another process's outgoing connection or
 /// `bind(0)`, and stay taken for a minute in TIME_WAIT: the start would fail with
 /// "address already in use". The kernel hands out no port below the range, and a
-/// counter keeps this process from handing out one twice until it wraps. Where
-/// the range starts too low to leave room, the kernel picks (`bind(0)`).
+/// counter keeps this process from handing out one twice until it wraps; a lease
+/// kept in a directory every process shares (see [`PortLeases`]) keeps other
+/// processes from it for a while. Where the range starts too low to leave room,
+/// the kernel picks (`bind(0)`).
 pub fn free_port() -> u16 {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     match LowPorts::get() {
@@ -114,11 +116,56 @@ impl LowPorts {
         for _ in 0..span {
             let step = next.fetch_add(1, Ordering::Relaxed) % span;
             let port = (range.start + (start + step) % span) as u16;
-            if TcpListener::bind(("127.0.0.1", port)).is_ok() && also_free(port) {
+            if TcpListener::bind(("127.0.0.1", port)).is_ok()
+                && also_free(port)
+                && PortLeases::take(port)
+            {
                 return port;
             }
         }
         panic!("no free loopback port in {range:?}")
+    }
+}
+
+/// Ports handed out to any test process lately, one file each in a directory all
+/// of them share. A port a process handed out is not handed out again by another
+/// for [`PortLeases::HELD`], though its server is gone: a test that kills a
+/// server keeps others (replicas, Sentinels) trying its address, and another
+/// test's server started there meanwhile would answer them as if it were it (a
+/// killed master's port taken over keeps Sentinel from ever seeing it down).
+struct PortLeases;
+
+impl PortLeases {
+    const HELD: Duration = Duration::from_secs(300);
+
+    /// Takes `port`'s lease: false while another process's is fresh. Where the
+    /// directory cannot be used, every port is free to take.
+    fn take(port: u16) -> bool {
+        static DIR: OnceLock<Option<PathBuf>> = OnceLock::new();
+        let Some(dir) = DIR.get_or_init(|| {
+            let dir = std::env::temp_dir().join("delayq-harness-ports");
+            std::fs::create_dir_all(&dir).ok().map(|()| dir)
+        }) else {
+            return true;
+        };
+        let lease = dir.join(port.to_string());
+        let create = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lease)
+                .is_ok()
+        };
+        if create() {
+            return true;
+        }
+        let stale = std::fs::metadata(&lease)
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > Self::HELD);
+        // Of two processes that find it stale, one creates it again.
+        stale && std::fs::remove_file(&lease).is_ok() && create()
     }
 }
 
@@ -198,6 +245,24 @@ fn kill_and_wait(child: &mut Child) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_handed_out_is_leased_to_no_other_process_until_its_lease_is_stale() {
+        let port = free_port();
+        // Another process asking now is refused it.
+        assert!(!PortLeases::take(port));
+        let lease = std::env::temp_dir()
+            .join("delayq-harness-ports")
+            .join(port.to_string());
+        let old = std::time::SystemTime::now() - PortLeases::HELD - Duration::from_secs(1);
+        File::options()
+            .write(true)
+            .open(&lease)
+            .and_then(|f| f.set_modified(old))
+            .expect("age the lease");
+        assert!(PortLeases::take(port));
+        assert!(!PortLeases::take(port));
+    }
 
     #[test]
     fn free_ports_are_below_the_ephemeral_range_distinct_and_cluster_ports_apart() {

@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::support::{
     Api, Entry, OneLeader, Tally, counter, delayq_bin, documented_user, entries, eventually, leads,
-    logs_of, try_entries,
+    logs_of, try_entries, within,
 };
 
 const NAME: &str = "dq-main";
@@ -1019,11 +1019,18 @@ async fn every_change_answered_200_survives_a_killed_master() {
     for (what, (status, answer)) in &changes {
         assert_eq!(*status, 200, "{what}: {answer}");
     }
-    let promoted = eventually(Duration::from_secs(30), "a replica promoted", || async {
+    let promoted = within(Duration::from_secs(30), || async {
         let port = watched.master_port()?;
         watched.replicas.iter().position(|r| r.port == port)
     })
-    .await;
+    .await
+    .unwrap_or_else(|| {
+        let logs: Vec<String> = watched.sentinels.iter().map(|s| s.log()).collect();
+        panic!(
+            "no replica promoted; the Sentinels' logs:\n{}",
+            logs.join("\n---\n")
+        )
+    });
     let new_master = &watched.replicas[promoted];
     // The rescheduled and the replayed messages arrive (the first an hour early).
     let arrived = eventually(Duration::from_secs(30), "r and d1 delivered", || {
