@@ -182,6 +182,13 @@ pub struct SentinelSet {
 }
 
 impl SentinelSet {
+    /// Every Sentinel's log (its last lines), one after the other: what a test
+    /// shows when a failover did not happen.
+    pub fn logs(&self) -> String {
+        let logs: Vec<String> = self.sentinels.iter().map(|s| s.log()).collect();
+        logs.join("\n---\n")
+    }
+
     /// Starts them; the replicas replicate from `upstream` (the master's port, or
     /// a proxy's in front of it). Sentinels judge the master down after 1 s.
     /// Not ready for a failover until [`SentinelSet::ready`].

@@ -222,12 +222,15 @@ async fn round(
         match answer {
             Advanced::Advanced => known.schedules[i].2 = Some(made),
             // Changed or deleted meanwhile, or another leader went first: read
-            // everything again next round.
+            // everything again next round. What this round pushed is kept as made,
+            // so that the next round withdraws it if the schedule was changed or
+            // deleted (a DELETE answered while this round pushed left it stored).
             Advanced::Moved | Advanced::Gone => {
                 tracing::debug!(
                     schedule = known.schedules[i].0.id,
                     "schedule changed under this round"
                 );
+                known.schedules[i].2 = Some(made);
                 known.version = None;
             }
         }

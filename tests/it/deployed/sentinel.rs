@@ -192,10 +192,9 @@ async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -
     })
     .await
     .unwrap_or_else(|| {
-        let logs: Vec<String> = watched.sentinels.iter().map(|s| s.log()).collect();
         panic!(
             "{what}: not within 30 s; the Sentinels' logs:\n{}",
-            logs.join("\n---\n")
+            watched.logs()
         )
     });
     let (promoted, at) = (Instant::now(), now_ms());

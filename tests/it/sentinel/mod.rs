@@ -1025,10 +1025,9 @@ async fn every_change_answered_200_survives_a_killed_master() {
     })
     .await
     .unwrap_or_else(|| {
-        let logs: Vec<String> = watched.sentinels.iter().map(|s| s.log()).collect();
         panic!(
             "no replica promoted; the Sentinels' logs:\n{}",
-            logs.join("\n---\n")
+            watched.logs()
         )
     });
     let new_master = &watched.replicas[promoted];

@@ -74,15 +74,29 @@ async fn a_standby_shows_the_leader_live_numbers_and_every_page_without_errors()
             t.trim() == "30"
         })
         .await;
-    // Live: messages flow, and the page follows without a reload.
-    for i in 0..40 {
-        push(&cluster, &format!("now-{i}"), "orders", 200).await;
-    }
+    // Live: messages flow, and the page follows without a reload. They keep
+    // flowing until it does: the rate is the last 5 s sample's, which a page slowed
+    // by a busy machine can miss if the messages come all at once.
+    let flowing = tokio_util::sync::CancellationToken::new();
+    let producer = {
+        let (api, flowing) = (cluster.apis[0].clone().with_token(ADMIN), flowing.clone());
+        tokio::spawn(async move {
+            for i in 0.. {
+                if flowing.is_cancelled() {
+                    return;
+                }
+                api.schedule(&format!("now-{i}"), "orders", 200).await;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+    };
     browser
         .wait_text("#delivered-rate", "shows deliveries", |t| {
             t.trim().parse::<f64>().is_ok_and(|r| r > 0.0)
         })
         .await;
+    flowing.cancel();
+    producer.await.unwrap();
     browser
         .wait_text("#nodes", "lists both nodes", |t| {
             t.contains("n0") && t.contains("n1")
