@@ -41,6 +41,32 @@ pub struct Daemon {
     tls: Option<Arc<api::tls::ServerTls>>,
 }
 
+/// How long a start waits for Redis while it does not answer (a Redis still
+/// starting, a machine too busy to answer one connection in time); one that stays
+/// away longer fails the start, and the service manager starts the node again.
+const REDIS_AT_START: Duration = Duration::from_secs(30);
+
+/// The store, once Redis answers: transient failures are tried again, with a
+/// backoff, for [`REDIS_AT_START`]; any other (a password refused, a Redis Cluster
+/// where a single Redis is configured) fails at once.
+async fn connect_store(config: &Config) -> anyhow::Result<Store> {
+    let give_up = std::time::Instant::now() + REDIS_AT_START;
+    let mut backoff =
+        crate::backoff::Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+    loop {
+        match Store::connect(&config.store_config()).await {
+            Ok(store) => return Ok(store),
+            Err(e) if e.is_transient() && std::time::Instant::now() < give_up => {
+                tracing::warn!(error = %e, redis = %config.redis_target(), "Redis does not answer yet; trying again");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("connect to {}", config.redis_target()));
+            }
+        }
+    }
+}
+
 /// Connects to Redis, binds the API, joins the election and starts the leader-only
 /// loops (which run only while this node leads).
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
@@ -51,9 +77,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     metrics::set_max_streams(config.metrics.max_streams);
     metrics::register_known(&config);
     ::metrics::gauge!(metrics::BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
-    let store = Store::connect(&config.store_config())
-        .await
-        .with_context(|| format!("connect to {}", config.redis_target()))?;
+    let store = connect_store(&config).await?;
     let journal = match &config.journal {
         Some(settings) => Some(open_journal(settings, &store).await?),
         None => None,

@@ -436,3 +436,35 @@ async fn a_nearly_full_redis_and_a_refused_batch_are_warned_of() {
     run(&redis, &["CONFIG", "SET", "maxmemory", "0"]);
     memory_warnings(&api, false, "the refusal forgotten after 10 s").await;
 }
+
+/// A node started while its Redis does not answer waits for it (up to 30 s)
+/// instead of exiting, says so, and works once Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_started_before_its_redis_waits_for_it() {
+    let mut redis = RedisServer::start().unwrap();
+    redis.kill();
+    let config = format!(
+        "[redis]\nurl = \"{}\"\nconnect_timeout = \"200ms\"\n",
+        redis.url()
+    );
+    let back = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        redis.restart().expect("Redis back");
+        redis
+    });
+    let node = DelayqProcess::start(&delayq_bin(), "early", &config).expect("waits for Redis");
+    let redis = back.join().unwrap();
+    assert!(
+        node.log().contains("Redis does not answer yet"),
+        "{}",
+        node.log()
+    );
+    let api = Api::new(node.api);
+    let body = serde_json::json!({ "id": "m1", "stream": "s", "payload": "x", "delay_ms": 0 });
+    let (status, answer) = api.post("/v1/messages", body).await;
+    assert_eq!(status, 201, "{answer}");
+    eventually(Duration::from_secs(10), "m1 delivered", || async {
+        (entries(&mut redis.client(), "s").len() == 1).then_some(())
+    })
+    .await;
+}
