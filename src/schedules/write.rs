@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use crate::journal::{Journal, durable};
 use crate::schedule::ScheduleSpec;
-use crate::store::{Store, StoreError};
+use crate::store::{ScheduleChanged, Store, StoreError};
 
 /// What a change did: whether it changed anything (a new schedule, one deleted),
 /// whether the journal did not take it in time, and whether enough replicas
@@ -24,43 +24,28 @@ pub async fn put(
     journal: Option<&Journal>,
     spec: &ScheduleSpec,
 ) -> Result<Written, StoreError> {
-    write(store, journal, spec, false).await
+    let sent = Instant::now();
+    let made = store.put_schedule(spec).await?;
+    Ok(written(store, journal, sent, &spec.id, Some(spec), made).await)
 }
 
 /// Stores `spec` only if no schedule of its id exists (`changed` false, and
-/// nothing written, when one does).
+/// nothing written nor journaled, when one does).
 pub async fn add(
     store: &Store,
     journal: Option<&Journal>,
     spec: &ScheduleSpec,
 ) -> Result<Written, StoreError> {
-    write(store, journal, spec, true).await
-}
-
-async fn write(
-    store: &Store,
-    journal: Option<&Journal>,
-    spec: &ScheduleSpec,
-    only_new: bool,
-) -> Result<Written, StoreError> {
     let sent = Instant::now();
-    let made = match only_new {
-        true => store.add_schedule(spec).await?,
-        false => store.put_schedule(spec).await?,
-    };
-    if only_new && !made.changed {
+    let made = store.add_schedule(spec).await?;
+    if !made.changed {
         return Ok(Written {
             changed: false,
             not_journaled: false,
             replicated: made.replicated,
         });
     }
-    let json = serde_json::to_string(spec).expect("a schedule serializes");
-    Ok(Written {
-        changed: made.changed,
-        not_journaled: !journaled(store, journal, sent, &spec.id, Some(&json), made.at_ms).await,
-        replicated: made.replicated,
-    })
+    Ok(written(store, journal, sent, &spec.id, Some(spec), made).await)
 }
 
 /// Deletes schedule `id` (its messages already made stay scheduled).
@@ -71,11 +56,25 @@ pub async fn delete(
 ) -> Result<Written, StoreError> {
     let sent = Instant::now();
     let gone = store.delete_schedule(id).await?;
-    Ok(Written {
-        changed: gone.changed,
-        not_journaled: !journaled(store, journal, sent, id, None, gone.at_ms).await,
-        replicated: gone.replicated,
-    })
+    Ok(written(store, journal, sent, id, None, gone).await)
+}
+
+/// What a change `made` in Redis at `sent` did, once the journal (when on) took
+/// `id`'s definition (`spec`; None: deleted) or the change window passed.
+async fn written(
+    store: &Store,
+    journal: Option<&Journal>,
+    sent: Instant,
+    id: &str,
+    spec: Option<&ScheduleSpec>,
+    made: ScheduleChanged,
+) -> Written {
+    let json = spec.map(|s| serde_json::to_string(s).expect("a schedule serializes"));
+    Written {
+        changed: made.changed,
+        not_journaled: !journaled(store, journal, sent, id, json.as_deref(), made.at_ms).await,
+        replicated: made.replicated,
+    }
 }
 
 /// Whether the journal (when on) took `id`'s definition (None: deleted) within the

@@ -89,7 +89,7 @@ impl Store {
             .cmd("HDEL")
             .arg(state_key(&key))
             .arg(&spec.id);
-        self.schedule_change(pipe, "put").await
+        self.schedule_change(pipe, 2, "put").await
     }
 
     /// Stores `spec` only if no schedule of its id exists (`changed` false then,
@@ -103,29 +103,40 @@ impl Store {
             .cmd("HSETNX")
             .arg(&key)
             .arg(&spec.id)
-            .arg(json)
-            // A reply of the same shape as a put's second command; changes nothing.
-            .cmd("HLEN")
-            .arg(&key);
-        self.schedule_change(pipe, "add").await
+            .arg(json);
+        self.schedule_change(pipe, 1, "add").await
     }
 
-    /// The change queued in `pipe` (its first command's reply the answer), with the
-    /// version moved and Redis's time read in the same transaction.
-    async fn schedule_change(&self, mut pipe: redis::Pipeline, what: &str) -> Result<Changed> {
+    /// The change of `queued` commands queued in `pipe` after its MULTI (its first
+    /// command's reply the answer), with the version moved and Redis's time read in
+    /// the same transaction.
+    async fn schedule_change(
+        &self,
+        mut pipe: redis::Pipeline,
+        queued: usize,
+        what: &str,
+    ) -> Result<Changed> {
         pipe.cmd("INCR")
             .arg(version_key(&self.keys.schedules()))
             .cmd("TIME")
             .cmd("EXEC");
-        // MULTI and the four queued commands' replies are skipped: EXEC's holds them.
-        let (replies, acked) = self.query_acked(pipe, 5, 1).await?;
-        let (changed, _, _, (secs, micros)): (i64, i64, i64, (u64, u64)) = redis::from_redis_value(
+        // MULTI's and each queued command's replies are skipped: EXEC's holds them.
+        let (replies, acked) = self.query_acked(pipe, queued + 3, 1).await?;
+        let bad = |e: String| StoreError::Reply(format!("schedule {what}: {e}"));
+        let exec: Vec<Value> = redis::from_redis_value(
             replies
                 .into_iter()
                 .next()
-                .ok_or_else(|| StoreError::Reply(format!("schedule {what}: no reply")))?,
+                .ok_or_else(|| bad("no reply".into()))?,
         )
-        .map_err(|e| StoreError::Reply(format!("schedule {what}: {e}")))?;
+        .map_err(|e| bad(e.to_string()))?;
+        let (Some(first), Some(time)) = (exec.first(), exec.last()) else {
+            return Err(bad(format!("{} replies in EXEC's", exec.len())));
+        };
+        let changed: i64 =
+            redis::from_redis_value(first.clone()).map_err(|e| bad(e.to_string()))?;
+        let (secs, micros): (u64, u64) =
+            redis::from_redis_value(time.clone()).map_err(|e| bad(e.to_string()))?;
         Ok(Changed {
             changed: changed > 0,
             at_ms: secs * 1000 + micros / 1000,
@@ -224,7 +235,7 @@ impl Store {
             .cmd("HDEL")
             .arg(state_key(&key))
             .arg(id);
-        self.schedule_change(pipe, "delete").await
+        self.schedule_change(pipe, 2, "delete").await
     }
 
     /// Records, for the leader of `epoch`, how far each schedule's occurrences are
