@@ -54,21 +54,41 @@ impl Lateness {
             self.current_since = Instant::now();
         }
     }
+
+    /// Records the lateness (ms) of forwards no held set kept.
+    fn record_lateness(&mut self, lateness_ms: &[u64]) {
+        if lateness_ms.is_empty() {
+            return;
+        }
+        self.rotate();
+        for &ms in lateness_ms {
+            // Zero-lateness forwards count as 1 ms: the histogram's floor.
+            let ms = ms.max(1);
+            self.since_start.saturating_record(ms);
+            self.current.saturating_record(ms);
+            self.window.saturating_record(ms);
+        }
+    }
 }
 
-/// Records the lateness (forward time − due time, ms) of forwarded messages.
-pub fn record_lateness(lateness_ms: &[u64]) {
-    if lateness_ms.is_empty() {
-        return;
-    }
+/// Records one forward call's figures, under one lock: the lateness (forward time
+/// − due time, ms) of the messages no held set kept, and for the next
+/// [`take_sample`] the messages forwarded to each stream, each stream's worst
+/// lateness and its messages dead-lettered (past their ttl).
+pub fn record_batch(batch: &delayq_client::store::ForwardBatch) {
     let mut l = lateness().lock().expect("lateness lock");
-    l.rotate();
-    for &ms in lateness_ms {
-        // Zero-lateness forwards count as 1 ms: the histogram's floor.
-        let ms = ms.max(1);
-        l.since_start.saturating_record(ms);
-        l.current.saturating_record(ms);
-        l.window.saturating_record(ms);
+    l.record_lateness(&batch.lateness_ms);
+    for (stream, n) in &batch.per_stream {
+        *l.window_streams.entry(stream.clone()).or_default() += n;
+    }
+    for t in &batch.per_stream_times {
+        if let Some(ms) = t.worst_lateness_ms {
+            let worst = l.window_worst.entry(t.stream.clone()).or_default();
+            *worst = (*worst).max(ms);
+        }
+        if t.expired > 0 {
+            *l.window_dead.entry(t.stream.clone()).or_default() += t.expired;
+        }
     }
 }
 
@@ -97,32 +117,6 @@ pub fn lateness_summary() -> (Option<LatenessSummary>, Option<LatenessSummary>) 
     let mut recent = l.previous.clone();
     recent.add(&l.current).expect("same bounds");
     (summarize(&recent), summarize(&l.since_start))
-}
-
-/// Counts messages forwarded to each stream, for the next [`take_sample`].
-pub fn record_forwarded(per_stream: &[(String, u64)]) {
-    let mut l = lateness().lock().expect("lateness lock");
-    for (stream, n) in per_stream {
-        *l.window_streams.entry(stream.clone()).or_default() += n;
-    }
-}
-
-/// Records each stream's worst lateness (forwards no held set kept) and its
-/// messages dead-lettered (past their ttl), for the next [`take_sample`].
-pub fn record_stream_times(times: &[delayq_client::store::StreamTimes]) {
-    if times.is_empty() {
-        return;
-    }
-    let mut l = lateness().lock().expect("lateness lock");
-    for t in times {
-        if let Some(ms) = t.worst_lateness_ms {
-            let worst = l.window_worst.entry(t.stream.clone()).or_default();
-            *worst = (*worst).max(ms);
-        }
-        if t.expired > 0 {
-            *l.window_dead.entry(t.stream.clone()).or_default() += t.expired;
-        }
-    }
 }
 
 /// Counts a stream's messages dead-lettered after their last attempt, for the next

@@ -23,8 +23,7 @@ mod table;
 pub use exporter::{install, upkeep};
 pub use known::{Series, known_series, register_known};
 pub use lateness::{
-    LatenessSummary, Sample, lateness_summary, record_dead, record_forwarded, record_lateness,
-    record_stream_times, take_sample,
+    LatenessSummary, Sample, lateness_summary, record_batch, record_dead, take_sample,
 };
 pub use pending::{PendingStreams, REST_OF_STREAMS};
 pub use streams::{OTHER_STREAMS, schedule_label, set_max_streams, stream_label};

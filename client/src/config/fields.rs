@@ -14,10 +14,11 @@ impl Config {
     /// The field that carries a message's business key on `stream`'s entries
     /// (`streams.key_field.<stream>`, else `forwarder.key_field`).
     pub fn key_field_for(&self, stream: &str) -> Option<&str> {
-        match self.streams.key_field.iter().find(|(s, _)| s == stream) {
-            Some((_, field)) => field.as_deref(),
-            None => self.forwarder.key_field.as_deref(),
-        }
+        crate::message::key_field_of(
+            self.forwarder.key_field.as_deref(),
+            &self.streams.key_field,
+            stream,
+        )
     }
 }
 

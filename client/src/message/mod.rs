@@ -22,7 +22,7 @@ pub use due::{Due, due_score, parse_duration, parse_duration_field};
 pub use id::{EntryId, MAX_ID_LEN, MessageId};
 pub use key::{MAX_KEY_LEN, MessageKey};
 pub use validate::{
-    InvalidMessage, Limits, OwnFields, RESERVED_PREFIX, check_field_names, is_plain,
+    InvalidMessage, Limits, OwnFields, RESERVED_PREFIX, check_field_names, is_plain, key_field_of,
     validate_stream,
 };
 

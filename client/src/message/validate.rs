@@ -80,10 +80,20 @@ pub struct OwnFields {
 impl OwnFields {
     /// The field that carries a message's business key on `stream`'s entries.
     pub fn key_field_for(&self, stream: &str) -> Option<&str> {
-        match self.stream_key_fields.iter().find(|(s, _)| s == stream) {
-            Some((_, field)) => field.as_deref(),
-            None => self.key_field.as_deref(),
-        }
+        key_field_of(self.key_field.as_deref(), &self.stream_key_fields, stream)
+    }
+}
+
+/// The field that carries a message's business key on `stream`'s entries: the
+/// stream's own in `per_stream` (None there: none), else `default`.
+pub fn key_field_of<'a>(
+    default: Option<&'a str>,
+    per_stream: &'a [(String, Option<String>)],
+    stream: &str,
+) -> Option<&'a str> {
+    match per_stream.iter().find(|(s, _)| s == stream) {
+        Some((_, field)) => field.as_deref(),
+        None => default,
     }
 }
 

@@ -575,19 +575,20 @@ pub fn summary(h: &Histogram<u64>) -> Option<Lateness> {
     })
 }
 
-/// The 1-, 5- and 15-minute load averages, as `uptime` prints them.
 /// How many times over the machine is busy: its 1-minute load average per CPU, at
 /// least 1 (1 when it cannot be read). Waits that must outlast work on a busy
 /// machine (a burst's load before it falls due) are stretched by it.
 pub fn busy_factor() -> f64 {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse::<f64>().ok())
+    let load = load_average()
+        .split_whitespace()
+        .next()
+        .and_then(|one| one.parse::<f64>().ok())
         .unwrap_or(0.0);
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     (load / cpus).max(1.0)
 }
 
+/// The 1-, 5- and 15-minute load averages, as `uptime` prints them.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()

@@ -326,9 +326,7 @@ async fn forward_shard(mut l: ForwardLoop) {
                     for &ms in &batch.held_wait_ms {
                         held_wait.record(ms as f64 / 1000.0);
                     }
-                    m::record_lateness(&batch.lateness_ms);
-                    m::record_forwarded(&batch.per_stream);
-                    m::record_stream_times(&batch.per_stream_times);
+                    m::record_batch(&batch);
                     for (stream, count) in &batch.per_stream {
                         metrics::counter!(m::FORWARDED, "stream" => m::stream_label(stream))
                             .increment(*count);
