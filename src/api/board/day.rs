@@ -2,27 +2,19 @@
 //! deliveries, dead letters and worst lateness in each quarter hour, from the
 //! nodes' quarter-hour rollups and, for the quarter hour under way, their samples.
 
+use super::series::Series;
 use super::*;
 use crate::registry::rollup::{QUARTER_MS, quarter_end};
 
 /// Quarter hours in a day: the points of a day's series.
-pub(super) const QUARTERS: usize = 96;
-/// How far back the samples of the quarter hour under way may go.
-pub(super) const QUARTER_MS_PAST: u64 = QUARTER_MS;
+const QUARTERS: usize = 96;
 
-/// Each stream's day, a quarter hour a point, oldest first (the last one is the
-/// quarter hour under way).
-#[derive(Default)]
-pub(super) struct Day {
-    pub delivered: BTreeMap<String, Vec<u64>>,
-    pub dead: BTreeMap<String, Vec<u64>>,
-    pub worst: BTreeMap<String, Vec<u64>>,
-}
-
-/// The day before `now_ms` from `rollups` (finished quarter hours; a node that
-/// stopped mid-quarter left its part of one, which adds to the others') and
-/// `samples` (those of the quarter hour under way).
-pub(super) fn day(rollups: &[SampleRecord], samples: &[SampleRecord], now_ms: u64) -> Day {
+/// The day before `now_ms`, a quarter hour a point, oldest first (the last one
+/// is the quarter hour under way), from `rollups` (finished quarter hours; a node
+/// that stopped mid-quarter left its part of one, which adds to the others') and
+/// `samples` (those of the quarter hour under way: none older than a quarter hour
+/// are needed).
+pub(super) fn day(rollups: &[SampleRecord], samples: &[SampleRecord], now_ms: u64) -> Series {
     let current = quarter_end(now_ms);
     let of_rollups = rollups
         .iter()
@@ -33,40 +25,7 @@ pub(super) fn day(rollups: &[SampleRecord], samples: &[SampleRecord], now_ms: u6
         .filter(|s| quarter_end(s.t_ms) == current)
         .map(|s| (current, s));
     let records: Vec<(u64, &SampleRecord)> = of_rollups.chain(of_samples).collect();
-    Day {
-        delivered: per_quarter(&records, current, |s| &s.streams, |n, v| *n += v),
-        dead: per_quarter(&records, current, |s| &s.dead, |n, v| *n += v),
-        worst: per_quarter(&records, current, |s| &s.worst_ms, |n, v| *n = (*n).max(v)),
-    }
-}
-
-/// Each stream's figure in each of the [`QUARTERS`] quarter hours up to the one
-/// ending at `current`, from records named by the end of their quarter hour.
-fn per_quarter(
-    records: &[(u64, &SampleRecord)],
-    current: u64,
-    of: impl Fn(&SampleRecord) -> &BTreeMap<String, u64>,
-    fold: impl Fn(&mut u64, u64),
-) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for &(end, record) in records {
-        let Some(ago) = current
-            .checked_sub(end)
-            .map(|ms| (ms / QUARTER_MS) as usize)
-        else {
-            continue;
-        };
-        if ago >= QUARTERS {
-            continue;
-        }
-        for (stream, &n) in of(record) {
-            let points = out
-                .entry(stream.clone())
-                .or_insert_with(|| vec![0; QUARTERS]);
-            fold(&mut points[QUARTERS - 1 - ago], n);
-        }
-    }
-    out
+    Series::of(&records, current, QUARTER_MS, QUARTERS)
 }
 
 #[cfg(test)]

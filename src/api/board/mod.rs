@@ -13,6 +13,7 @@
 mod day;
 mod nodes;
 mod operations;
+mod series;
 mod streams;
 mod upcoming;
 

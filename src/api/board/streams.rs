@@ -1,6 +1,7 @@
 //! Every stream delayq writes to, with its pending messages, rate, dead letters and
 //! consumer groups, as the dashboard's Streams page shows them.
 
+use super::series::Series;
 use super::*;
 
 /// Every target stream delayq knows of.
@@ -120,20 +121,16 @@ pub async fn streams(
         let now = now_ms();
         let day = day::day(
             &parse_samples(&rollups, now.saturating_sub(25 * 3_600_000)),
-            &parse_samples(&samples, now.saturating_sub(day::QUARTER_MS_PAST)),
+            &parse_samples(
+                &samples,
+                now.saturating_sub(crate::registry::rollup::QUARTER_MS),
+            ),
             now,
         );
-        let series = |of: &BTreeMap<String, Vec<u64>>, stream: &str| {
-            Some(
-                of.get(stream)
-                    .cloned()
-                    .unwrap_or_else(|| vec![0; day::QUARTERS]),
-            )
-        };
         for view in &mut table.streams {
-            view.delivered_last_day = series(&day.delivered, &view.stream);
-            view.dead_last_day = series(&day.dead, &view.stream);
-            view.worst_lateness_last_day = series(&day.worst, &view.stream);
+            view.delivered_last_day = Some(day.line(&day.delivered, &view.stream));
+            view.dead_last_day = Some(day.line(&day.dead, &view.stream));
+            view.worst_lateness_last_day = Some(day.line(&day.worst, &view.stream));
         }
     }
     Ok(Json(table))
@@ -160,16 +157,15 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
         }
     }
     let last_hour = parse_samples(&samples, now.saturating_sub(3_600_000));
-    let hour = per_minute(&last_hour, now, |s| &s.streams, |n, v| *n += v);
-    let dead_hour = per_minute(&last_hour, now, |s| &s.dead, |n, v| *n += v);
-    let worst_hour = per_minute(&last_hour, now, |s| &s.worst_ms, |n, v| *n = (*n).max(v));
+    let records: Vec<(u64, &SampleRecord)> = last_hour.iter().map(|s| (s.t_ms, s)).collect();
+    let hour = Series::of(&records, now, 60_000, 60);
     let mut names: BTreeSet<String> = BTreeSet::new();
     names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
     names.extend(held.per_stream.keys().cloned());
     names.extend(paused.iter().cloned());
     // A stream drained by now stays listed while it had traffic within the hour.
-    names.extend(hour.keys().cloned());
-    names.extend(dead_hour.keys().cloned());
+    names.extend(hour.delivered.keys().cloned());
+    names.extend(hour.dead.keys().cloned());
     names.extend(config.delivery.streams.iter().map(|d| d.stream.clone()));
     names.extend(config.streams.max_rate.iter().map(|(s, _)| s.clone()));
     let mut names: Vec<String> = names.into_iter().collect();
@@ -191,18 +187,12 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
                 held: held.per_stream.get(&stream).copied().unwrap_or(0),
                 paused: paused.contains(&stream),
                 delivered_per_s: delivered.get(&stream).copied().unwrap_or(0) as f64 / 60.0,
-                delivered_last_hour: hour.get(&stream).cloned().unwrap_or_else(|| vec![0; 60]),
-                dead_last_hour: dead_hour
-                    .get(&stream)
-                    .cloned()
-                    .unwrap_or_else(|| vec![0; 60]),
+                delivered_last_hour: hour.line(&hour.delivered, &stream),
+                dead_last_hour: hour.line(&hour.dead, &stream),
+                worst_lateness_last_hour: hour.line(&hour.worst, &stream),
                 delivered_last_day: None,
                 dead_last_day: None,
                 worst_lateness_last_day: None,
-                worst_lateness_last_hour: worst_hour
-                    .get(&stream)
-                    .cloned()
-                    .unwrap_or_else(|| vec![0; 60]),
                 max_rate: config
                     .streams
                     .max_rate
@@ -228,83 +218,4 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
         exact,
         counted_at_ms,
     })
-}
-
-/// Each stream's figure in each of the 60 minutes before `now_ms`, oldest first,
-/// from `samples`: `of` says which of a sample's per-stream figures, `fold` how a
-/// minute takes in another sample's (added up, or the worst).
-fn per_minute(
-    samples: &[SampleRecord],
-    now_ms: u64,
-    of: impl Fn(&SampleRecord) -> &BTreeMap<String, u64>,
-    fold: impl Fn(&mut u64, u64),
-) -> BTreeMap<String, Vec<u64>> {
-    let mut out: BTreeMap<String, Vec<u64>> = BTreeMap::new();
-    for s in samples {
-        let Some(ago) = now_ms.checked_sub(s.t_ms).map(|ms| ms / 60_000) else {
-            continue;
-        };
-        if ago >= 60 {
-            continue;
-        }
-        for (stream, &n) in of(s) {
-            fold(
-                &mut out.entry(stream.clone()).or_insert_with(|| vec![0; 60])[59 - ago as usize],
-                n,
-            );
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn deliveries_fall_into_their_minute_of_the_hour() {
-        let sample = |t_ms: u64, stream: &str, n: u64| SampleRecord {
-            t_ms,
-            node_id: "n".into(),
-            forwarded: n,
-            streams: [(stream.to_owned(), n)].into(),
-            p50_ms: None,
-            p99_ms: None,
-            worst_ms: [(stream.to_owned(), n * 10)].into(),
-            dead: BTreeMap::new(),
-        };
-        let now = 10_000_000;
-        let got = per_minute(
-            &[
-                sample(now, "a", 1),
-                sample(now - 59_999, "a", 2),
-                sample(now - 60_000, "a", 4),
-                sample(now - 3_599_999, "b", 8),
-                sample(now - 3_600_000, "b", 16),
-                sample(now + 5, "a", 32),
-            ],
-            now,
-            |s| &s.streams,
-            |n, v| *n += v,
-        );
-        assert_eq!(got["a"][59], 3);
-        assert_eq!(got["a"][58], 4);
-        assert_eq!(got["a"].iter().sum::<u64>(), 7);
-        assert_eq!(got["b"][0], 8);
-        assert_eq!(got["b"].iter().sum::<u64>(), 8);
-        // The worst of a minute is the worst of its samples, not their sum.
-        let worst = per_minute(
-            &[sample(now, "a", 1), sample(now - 1000, "a", 2)],
-            now,
-            |s| &s.worst_ms,
-            |n, v| *n = (*n).max(v),
-        );
-        assert_eq!(worst["a"][59], 20);
-        // A sample written before these figures existed reads as none.
-        let old: SampleRecord = serde_json::from_str(
-            r#"{"t_ms":1,"node_id":"n","forwarded":0,"streams":{},"p50_ms":null,"p99_ms":null}"#,
-        )
-        .unwrap();
-        assert!(old.worst_ms.is_empty() && old.dead.is_empty());
-    }
 }
