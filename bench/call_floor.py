@@ -58,7 +58,7 @@ end)
 def delayq_library(name, at_once):
     """delayq's library as the daemon loads it; with `at_once`, each function
     returns before its script's first line."""
-    caches = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states"]
+    caches = sc.CACHES
     prelude = sc.prelude_text()
     text = "#!lua name=%s\n%s\nlocal function fresh()\n  %s = %s\nend\n" % (
         name, prelude, ", ".join(caches), ", ".join(["{}"] * len(caches)))

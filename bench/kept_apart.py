@@ -34,11 +34,7 @@ def fill(r, keys, n, apart):
             m[4], m[5] = "in", str(86_400_000 + i)
             args += m
         commands.append(sc.encode("FCALL", "push", len(keys), *keys, *args))
-    cost, replies = r.pipelined(commands)
-    for reply in replies:
-        if not isinstance(reply, list) or reply[0] != b"scheduled":
-            sys.exit("a call failed: %r" % (reply,))
-    return cost * len(commands) / n
+    return sc.pushed(r, commands) * len(commands) / n
 
 
 def used_memory(r):

@@ -114,14 +114,16 @@ def shard_keys(tag, shard):
     return [t + ":due", t + ":msg", t + ":done", t + ":done-by-expiry", t + ":fence", t + ":held"]
 
 
+# The prelude's per-call caches (store/scripts.rs, PER_CALL_CACHES).
+CACHES = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states", "key_indexes"]
 HEAD = ["0", "31536000000", "bench:wake", "", "", "compact", "0"]
 counter = iter(range(10**9))
 
 
 def message(group):
     # schedule_batch.lua's record: inbox entry, mode, shard, id, due kind and value,
-    # priority, ttl, stream, field count, field, value.
-    return ["", "new", str(group), "m%d" % next(counter), "in", "500000", "0", "0",
+    # priority, ttl, business key, stream, field count, field, value.
+    return ["", "new", str(group), "m%d" % next(counter), "in", "500000", "0", "0", "",
             "bench:spread", "1", "payload", "x" * 100]
 
 
@@ -205,10 +207,19 @@ def run(r, calls, prelude, schedule):
     drain(r, prelude, schedule)
 
 
+def pushed(r, commands):
+    """Sends push `commands` at once; Redis CPU µs a call. Exits if one was refused."""
+    cost, replies = r.pipelined(commands)
+    for reply in replies:
+        if not isinstance(reply, list) or reply[0] != b"scheduled":
+            sys.exit("a call failed: %r" % (reply,))
+    return cost
+
+
 def load_library(r, library, prelude, functions):
     """Loads `functions` (name -> script body) as a library of Redis Functions after
     the prelude; the prelude's per-call caches start empty in every call."""
-    caches = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states"]
+    caches = CACHES
     text = "#!lua name=%s\n%s\nlocal function fresh()\n%send\n" % (
         library, prelude, "".join("%s = {}\n" % c for c in caches))
     for name, body in functions.items():

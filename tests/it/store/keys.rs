@@ -190,3 +190,47 @@ async fn the_key_field_carries_the_key_to_the_entry() {
         KeyedState::Done(delayq_client::store::RecordState::Delivered)
     );
 }
+
+#[tokio::test]
+async fn each_stream_keeps_its_own_index_and_trim_empties_every_one() {
+    let bare = Bare::start("[redis]\nshards = 1\n[records]\nretention = \"0s\"\n").await;
+    let streams = ["orders", "billing", "mail"];
+    for (i, stream) in streams.iter().enumerate() {
+        for n in 0..3 {
+            let id = format!("{stream}-{n}");
+            let msg = keyed(&id, "order-42", stream, Duration::ZERO);
+            bare.store
+                .schedule(&msg, ScheduleMode::New, DAY)
+                .await
+                .unwrap();
+        }
+        // The same key in another stream is another list.
+        let key = MessageKey::parse("order-42").unwrap();
+        let listed = bare.store.key_messages(stream, &key).await.unwrap();
+        assert_eq!(listed.len(), 3, "{stream} after {i}: {listed:?}");
+    }
+    let index = format!("{}:keys", bare.store.keys().shard(0).bodies);
+    let mut redis = bare.redis.client();
+    let indexed: Vec<String> = redis::cmd("HKEYS").arg(&index).query(&mut redis).unwrap();
+    assert_eq!(indexed.len(), 3, "{indexed:?}");
+    bare.store
+        .forward(0, 1, &bare.config.forward_options())
+        .await
+        .unwrap();
+    // Delivered with no record kept: trim, one stream a call, drops them all.
+    let mut pruned = 0;
+    for _ in 0..200 {
+        pruned += bare
+            .store
+            .trim_records(0, 1, 1000)
+            .await
+            .unwrap()
+            .keys_pruned;
+        if pruned == 9 {
+            break;
+        }
+    }
+    assert_eq!(pruned, 9);
+    let left: u64 = redis::cmd("EXISTS").arg(&index).query(&mut redis).unwrap();
+    assert_eq!(left, 0, "an empty index leaves nothing behind");
+}

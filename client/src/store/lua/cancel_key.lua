@@ -13,11 +13,11 @@ local held = fenced(KEYS[5], ARGV[1])
 if held then return fenced_reply(held, ARGV[1]) end
 
 local stream, key = ARGV[2], ARGV[3]
-local X = key_index_of(KEYS[2])
+local X = key_index_of(KEYS[2], stream)
 local P = pending_of(KEYS[1], KEYS[2])
 local now = now_ms()
 local ids, parts, delivered = {}, {}, 0
-for _, id in ipairs(key_ids(X, key, stream)) do
+for _, id in ipairs(key_ids(X, key)) do
   local state, where = key_message_state(P, KEYS[3], key, stream, id)
   -- A body alone is a held message's, if its stream's held set has it (as in cancel.lua).
   if state and state[1] == 'held' and not unhold(KEYS[6], stream, id) then state = nil end

@@ -8,10 +8,10 @@
 -- Ids the index still lists but that are neither pending with this key nor on record
 -- are left out (trim drops them from the index).
 local stream, key = ARGV[1], ARGV[2]
-local X = key_index_of(KEYS[2])
+local X = key_index_of(KEYS[2], stream)
 local P = pending_of(KEYS[1], KEYS[2])
 local out = {}
-for _, id in ipairs(key_ids(X, key, stream)) do
+for _, id in ipairs(key_ids(X, key)) do
   local state = key_message_state(P, KEYS[3], key, stream, id)
   if state then
     out[#out + 1] = id

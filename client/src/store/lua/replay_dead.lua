@@ -48,11 +48,11 @@ local msg = new_msg({ stream = ARGV[5], fields = fields, priority = 0, key = key
 local wake = pending_add_one(P, KEYS[6], ARGV[8], ARGV[9] == 'apart', id, score, msg)
 if key then
   -- Listed under its key again unless it still is (trim may have pruned it).
-  local X, listed = key_index_of(KEYS[2]), false
-  for _, other in ipairs(key_ids(X, key, ARGV[5])) do
+  local X, listed = key_index_of(KEYS[2], ARGV[5]), false
+  for _, other in ipairs(key_ids(X, key)) do
     if other == id then listed = true end
   end
-  if not listed then key_add(X, { { key, ARGV[5], id } }) end
+  if not listed then key_add_to(X, { { key, id } }) end
 end
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)

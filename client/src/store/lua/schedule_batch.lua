@@ -120,7 +120,7 @@ for _, S in ipairs(shards) do
     for _, r in ipairs(S.replaced) do
       -- A replaced message leaves its key's list (the new one joins its own below).
       local old = r[2].body and decode_body(r[2].body, r[2].score)
-      if old and old.key then key_drop(key_index_of(S.keys[2]), old.key, old.stream, r[1]) end
+      if old and old.key then key_drop(key_index_of(S.keys[2], old.stream), old.key, r[1]) end
       pending_remove(S.P, r[1], r[2])
     end
     local keyed = {}
@@ -145,7 +145,7 @@ for _, S in ipairs(shards) do
       end
     end
     pending_add(S.P, layout, S.order, S.score, S.msg)
-    if #keyed > 0 then key_add(key_index_of(S.keys[2]), keyed) end
+    if #keyed > 0 then key_add(S.keys[2], keyed) end
   end
 end
 

@@ -7,8 +7,8 @@
 --   and counts as RECORD_LOAD records; a hash layout's batch entry is taken whole)
 -- returns: { records forgotten, records looked at, key index entries dropped }
 --   | error "FENCED ..."
--- The key index (see 80-keys.lua) is pruned KEY_PRUNE_BUCKETS buckets a call, going
--- round: an id whose message is neither pending nor on record leaves it.
+-- The key index (see 80-keys.lua) is pruned KEY_PRUNE_BUCKETS buckets of one stream's a
+-- call, going round: an id whose message is neither pending nor on record leaves it.
 -- A generation past its time (see the prelude) is forgotten at once: it leaves the
 -- generations, so no script reads it again, and its n records count as forgotten. Its
 -- buckets are deleted from then on, a few per call. The hash layout's expiry entries
@@ -75,5 +75,5 @@ chunked({ 'ZREM', KEYS[2] }, done)
 
 -- About 160 ids a call: a few hundred microseconds of Redis time at most.
 local KEY_PRUNE_BUCKETS = 4
-local pruned = key_prune(key_index_of(KEYS[5]), KEYS[4], KEYS[5], KEYS[1], KEY_PRUNE_BUCKETS)
+local pruned = key_prune(KEYS[4], KEYS[5], KEYS[1], KEY_PRUNE_BUCKETS)
 return { forgotten, looked, pruned }

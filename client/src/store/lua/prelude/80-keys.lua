@@ -1,37 +1,41 @@
--- 80-keys.lua: business keys. Gives key_index_of, key_ids, key_add, key_drop,
--- key_prune and key_message_state.
+-- 80-keys.lua: business keys. Gives key_index_of, key_ids, key_add_to, key_add,
+-- key_drop, key_prune and key_message_state.
 --
 -- A message may carry a business key (the body's `key`), so that a producer can find
 -- or cancel every message of, say, one order without knowing their ids. Each shard
--- keeps an index of the ids pushed with a key, next to its bodies:
---   B:kx      string "k s n c": the index's linear hashing (2^k + s buckets, n fields,
---             as the pending index and the record generations use it) and c, the
---             next bucket trim prunes.
---   B:kx:<b>  hash, "<key> <stream>" -> the ids pushed with that key to that stream,
---             space-separated, oldest first; small enough for Redis's listpack
---             encoding (a key has no spaces, so the first space ends it).
--- An id stays listed after its message finishes, while its record is kept, so that a
--- key's recent deliveries can be listed too; trim drops ids that are neither pending
--- nor on record any more (key_prune), a few buckets a call. Messages without a key
--- cost nothing here.
+-- keeps, for each stream its keyed messages go to, an index of their ids, next to its
+-- bodies:
+--   B:keys             hash, stream -> "k s n c": that stream's index (linear hashing,
+--                      as the pending index and the record generations use it: 2^k + s
+--                      buckets, n keys) and c, the next bucket trim prunes.
+--   B:keys:<stream>:<b>  hash, key -> the ids pushed with that key to that stream,
+--                      space-separated, oldest first; small enough for Redis's listpack
+--                      encoding. (<b> is a number: no two streams' buckets share a name.)
+-- A key is paid once per stream and shard it is used in, an id once; the stream's
+-- name once per shard. An id stays listed after its message finishes, while its record
+-- is kept, so that a key's recent deliveries can be listed too; trim drops ids that
+-- are neither pending nor on record any more (key_prune), a few buckets of one stream
+-- a call. Messages without a key cost nothing here.
 
-local function key_field(key, stream)
-  return key .. ' ' .. stream
-end
-
--- A shard's key index, read once a call (by its bodies key).
+-- A shard's index of one stream, read once a call (by its bodies key and the stream).
 local key_indexes = {}
-local function key_index_of(bodies)
-  local X = key_indexes[bodies]
+local function key_index_of(bodies, stream)
+  local of_shard = key_indexes[bodies]
+  if not of_shard then
+    of_shard = {}
+    key_indexes[bodies] = of_shard
+  end
+  local X = of_shard[stream]
   if X then return X end
-  X = { key = bodies .. ':kx', k = 0, s = 0, n = 0, c = 0 }
-  local meta = redis.call('GET', X.key)
-  if meta then
-    local k, s, n, c = string.match(meta, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not k then error('malformed key index ' .. X.key .. ': ' .. meta) end
+  local meta = bodies .. ':keys'
+  X = { meta = meta, stream = stream, key = meta .. ':' .. stream, k = 0, s = 0, n = 0, c = 0 }
+  local state = redis.call('HGET', meta, stream)
+  if state then
+    local k, s, n, c = string.match(state, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not k then error('malformed key index ' .. meta .. ' ' .. stream .. ': ' .. state) end
     X.k, X.s, X.n, X.c = tonumber(k), tonumber(s), tonumber(n), tonumber(c)
   end
-  key_indexes[bodies] = X
+  of_shard[stream] = X
   return X
 end
 
@@ -39,17 +43,16 @@ local function save_key_index(X)
   if X.n <= 0 then
     -- Empty: its buckets are gone (Redis deletes an empty hash), so it starts over.
     X.k, X.s, X.n, X.c, X.names = 0, 0, 0, 0, nil
-    redis.call('DEL', X.key)
+    redis.call('HDEL', X.meta, X.stream)
   else
-    redis.call('SET', X.key, X.k .. ' ' .. X.s .. ' ' .. X.n .. ' ' .. X.c)
+    redis.call('HSET', X.meta, X.stream, X.k .. ' ' .. X.s .. ' ' .. X.n .. ' ' .. X.c)
   end
 end
 
--- The ids listed under key in stream (each once, oldest first), or an empty table.
-local function key_ids(X, key, stream)
+-- The ids listed under key in X's stream (each once, oldest first), or an empty table.
+local function key_ids(X, key)
   if X.n == 0 then return {} end
-  local field = key_field(key, stream)
-  local value = redis.call('HGET', record_bucket(X, record_hash(field)), field)
+  local value = redis.call('HGET', record_bucket(X, record_hash(key)), key)
   local ids, seen = {}, {}
   if value then
     for id in string.gmatch(value, '%S+') do
@@ -62,49 +65,61 @@ local function key_ids(X, key, stream)
   return ids
 end
 
--- Lists ids under their keys: adds[i] = { key, stream, id }, in order. One HGET and
--- one HSET per key and stream the call names.
-local function key_add(X, adds)
-  if #adds == 0 then return end
-  local fields, order = {}, {}
-  for _, a in ipairs(adds) do
-    local field = key_field(a[1], a[2])
-    local ids = fields[field]
-    if not ids then
-      ids = {}
-      fields[field] = ids
-      order[#order + 1] = field
+-- The values of rows grouped by one of their elements, in first-seen order:
+-- lists[name] = { value(row), ... } with name = row[at], and the names in order.
+local function grouped(rows, at, value)
+  local lists, order = {}, {}
+  for _, row in ipairs(rows) do
+    local name = row[at]
+    local list = lists[name]
+    if not list then
+      list = {}
+      lists[name] = list
+      order[#order + 1] = name
     end
-    ids[#ids + 1] = a[3]
+    list[#list + 1] = value(row)
   end
+  return lists, order
+end
+
+-- Lists ids under their keys in one stream's index: adds[i] = { key, id }, in order.
+-- One HGET and one HSET per key the call names.
+local function key_add_to(X, adds)
+  local lists, order = grouped(adds, 1, function(a) return a[2] end)
   -- Split first, so that the buckets have room (see hash_into).
   while X.n + #order > RECORD_LOAD * (2 ^ X.k + X.s) do split_bucket(X) end
-  for _, field in ipairs(order) do
-    local bucket = record_bucket(X, record_hash(field))
-    local value = table.concat(fields[field], ' ')
-    local old = redis.call('HGET', bucket, field)
+  for _, key in ipairs(order) do
+    local bucket = record_bucket(X, record_hash(key))
+    local value = table.concat(lists[key], ' ')
+    local old = redis.call('HGET', bucket, key)
     if old then value = old .. ' ' .. value else X.n = X.n + 1 end
-    redis.call('HSET', bucket, field, value)
+    redis.call('HSET', bucket, key, value)
   end
   save_key_index(X)
 end
 
--- Takes id off key's list in stream (a message replaced under another key).
-local function key_drop(X, key, stream, id)
+-- Lists ids under their keys in a shard (by its bodies key): adds[i] = { key, stream,
+-- id }, in order.
+local function key_add(bodies, adds)
+  local lists, streams = grouped(adds, 2, function(a) return { a[1], a[3] } end)
+  for _, stream in ipairs(streams) do key_add_to(key_index_of(bodies, stream), lists[stream]) end
+end
+
+-- Takes id off key's list in X's stream (a message replaced under another key).
+local function key_drop(X, key, id)
   if X.n == 0 then return end
-  local field = key_field(key, stream)
-  local bucket = record_bucket(X, record_hash(field))
-  local value = redis.call('HGET', bucket, field)
+  local bucket = record_bucket(X, record_hash(key))
+  local value = redis.call('HGET', bucket, key)
   if not value then return end
   local kept = {}
   for other in string.gmatch(value, '%S+') do
     if other ~= id then kept[#kept + 1] = other end
   end
   if #kept == 0 then
-    redis.call('HDEL', bucket, field)
+    redis.call('HDEL', bucket, key)
     X.n = X.n - 1
   else
-    redis.call('HSET', bucket, field, table.concat(kept, ' '))
+    redis.call('HSET', bucket, key, table.concat(kept, ' '))
   end
   save_key_index(X)
 end
@@ -133,10 +148,15 @@ local function key_message_state(P, records, key, stream, id, where)
   return { rec.state, tonumber(rec.at), rec.entry }
 end
 
--- Looks at up to `buckets` buckets of the index from its cursor on, keeping the ids
--- still pending or on record (the shard's due set and bodies, its records) and
--- dropping the rest (and a key's field once it lists none). Returns the ids dropped.
-local function key_prune(X, due, bodies, records, buckets)
+-- Looks at up to `buckets` buckets of one stream's index (a stream picked at random
+-- among the shard's, so that each is looked at in turn on average) from its cursor on,
+-- keeping the ids still pending or on record (the shard's due set and bodies, its
+-- records) and dropping the rest (and a key's field once it lists none). Returns the
+-- ids dropped.
+local function key_prune(due, bodies, records, buckets)
+  local stream = redis.call('HRANDFIELD', bodies .. ':keys')
+  if not stream then return 0 end
+  local X = key_index_of(bodies, stream)
   if X.n == 0 then return 0 end
   local P = pending_of(due, bodies)
   local dropped = 0
