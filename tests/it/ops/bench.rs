@@ -1,5 +1,6 @@
 //! `delayq bench` at a tiny scale: the command runs every scenario (no peer) against
-//! its own Redis (and etcd, for failover) and writes a well-formed report with nothing lost or duplicated.
+//! its own Redis (and etcd, for failover) and writes a well-formed report with nothing lost or duplicated;
+//! and the bench's Python scripts run against the working tree's Lua.
 
 use std::process::Command;
 use std::time::Duration;
@@ -426,4 +427,28 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
     let status = db.sql("SHOW GLOBAL STATUS LIKE 'Handler_write'").unwrap();
     let inserted: u64 = status.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(inserted >= 5 * 2000, "{status}");
+}
+
+/// The bench's Python scripts load the working tree's Lua themselves: a small run of
+/// each that needs no git revision still gets through its calls.
+#[test]
+fn the_lua_bench_scripts_run_against_the_working_tree() {
+    for (script, args, says) in [
+        ("key_memory.py", &["3000", "1"][..], "a key adds"),
+        ("kept_apart.py", &["2000"][..], "kept apart"),
+        ("id_length.py", &["20", "2"][..], "b<n>"),
+    ] {
+        let out = std::process::Command::new("python3")
+            .arg(format!("{}/bench/{script}", env!("CARGO_MANIFEST_DIR")))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains(says),
+            "{script}: {}\n{text}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
