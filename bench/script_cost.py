@@ -239,11 +239,15 @@ def fill(r, function, keys, n, due_in_ms):
         r.call("FCALL", function, len(keys), *keys, *args)
 
 
-def forward_args(batch, retention_ms):
-    """forward.lua's arguments: epoch, batch, records retention, id and attempt fields,
-    dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no rate limits."""
-    return ["1", str(batch), str(retention_ms), "delayq-id", "delayq-attempt", ":dead",
-            "bench:unreadable", "0", "", "0"]
+def forward_args(batch, retention_ms, limited=()):
+    """forward.lua's arguments: epoch, batch, records policy, id and attempt fields,
+    dead-letter suffix, unreadable stream, MAXLEN, not a cluster, no key field, the
+    rate-limited streams' (stream, budget) pairs, no streams' own key fields."""
+    args = ["1", str(batch), str(retention_ms), "delayq-id", "delayq-attempt", ":dead",
+            "bench:unreadable", "0", "", "", str(len(limited))]
+    for stream, budget in limited:
+        args += [stream, str(budget)]
+    return args + ["0"]
 
 
 def steady(r, calls, prelude, schedule):
@@ -329,10 +333,10 @@ def drain(r, prelude, schedule, n=20_000, batch=1000):
     # there once permits allow (a budget above the batch: the limit no longer binds).
     # Records kept.
     due_now()
-    unlimited = forward_args(batch, "86400000")[:-1]
-    timed("limited stream, set aside (no permits)", unlimited + ["1", "bench:spread", "0"], 9)
+    timed("limited stream, set aside (no permits)",
+          forward_args(batch, "86400000", [("bench:spread", 0)]), 9)
     timed("limited stream, then sent from the held set",
-          unlimited + ["1", "bench:spread", str(10**9)])
+          forward_args(batch, "86400000", [("bench:spread", 10**9)]))
 
 
 if __name__ == "__main__":

@@ -97,6 +97,9 @@ pub struct ProducerOptions {
     pub retention: Duration,
     /// How a cancellation is put on record (the daemon's `records.layout`).
     pub record_layout: RecordLayout,
+    /// Whether a cancellation is listed among its stream's finished messages (the
+    /// daemon's `records.finished_list`).
+    pub finished_list: bool,
     /// How a message is stored (the daemon's `pending.layout`).
     pub pending_layout: PendingLayout,
     /// A Redis reply slower than this fails the call.
@@ -136,6 +139,7 @@ impl ProducerOptions {
             own_fields: config.own_fields(),
             retention: config.records.retention,
             record_layout: config.records.layout,
+            finished_list: config.records.finished_list,
             pending_layout: config.pending.layout,
             timeout: config.redis.timeout,
             kept_apart: config.kept_apart(),
@@ -177,6 +181,7 @@ impl Producer {
             connect_timeout: options.timeout,
             max_blocking_reads: 1,
             record_layout: options.record_layout,
+            finished_list: options.finished_list,
             pending_layout: options.pending_layout,
             journal: false,
         })

@@ -7,8 +7,9 @@ use axum::extract::{Path, State};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use super::input::{StrictQuery, blank_as_none, check_stream_allowed, page_limit};
+use super::input::{StrictQuery, blank_as_none, page_limit};
 use super::reach::Reach;
+use super::streams::checked_stream;
 use super::{ApiError, AppState, ErrorBody};
 use crate::journal::durable;
 use crate::message::MessageKey;
@@ -193,9 +194,7 @@ fn checked(
     stream: &str,
     key: &str,
 ) -> Result<MessageKey, ApiError> {
-    crate::message::validate_stream(stream)?;
-    check_stream_allowed(stream, &state.current_config())?;
-    reach.check(stream)?;
+    checked_stream(stream, state, reach)?;
     Ok(MessageKey::parse(key)?)
 }
 
@@ -215,17 +214,17 @@ fn shown(m: KeyedMessage) -> KeyMessage {
 /// `0.<due ms>.<id>` for a pending message, `1.<ms before u64::MAX>.<id>` for a
 /// finished one (latest first).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Place(u8, u64, String);
+pub(super) struct Place(u8, u64, String);
 
 impl Place {
-    fn of(m: &KeyedMessage) -> Place {
+    pub(super) fn of(m: &KeyedMessage) -> Place {
         match m.state {
             KeyedState::Scheduled | KeyedState::Held => Place(0, m.at_ms, m.id.clone()),
             KeyedState::Done(_) => Place(1, u64::MAX - m.at_ms, m.id.clone()),
         }
     }
 
-    fn parse(text: &str) -> Result<Place, ApiError> {
+    pub(super) fn parse(text: &str) -> Result<Place, ApiError> {
         let bad = || ApiError::invalid(format!("after {text:?}: not a cursor this list gave"));
         let mut parts = text.splitn(3, '.');
         let group = parts

@@ -9,6 +9,7 @@ mod board;
 mod dead;
 mod drain;
 mod error;
+mod finished;
 mod guard;
 mod input;
 mod keys;
@@ -124,6 +125,7 @@ fn routes() -> Routes {
             .routes(routes!(dead::replay))
             .routes(routes!(dead::purge))
             .routes(routes!(keys::list, keys::cancel))
+            .routes(routes!(finished::list))
             .routes(routes!(schedules::create, schedules::list))
             .routes(routes!(schedules::get, schedules::put, schedules::delete))
             .routes(routes!(schedules::pause))

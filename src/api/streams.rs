@@ -92,7 +92,13 @@ pub struct Acked {
 
 static ACK_KEYS: LazyLock<Vec<String>> = LazyLock::new(documented_keys::<AckRequest>);
 
-fn checked_stream(stream: &str, state: &AppState, reach: &Reach) -> Result<(), ApiError> {
+/// The path's stream, checked: a valid name the configuration allows and the token
+/// reaches.
+pub(super) fn checked_stream(
+    stream: &str,
+    state: &AppState,
+    reach: &Reach,
+) -> Result<(), ApiError> {
     crate::message::validate_stream(stream)?;
     check_stream_allowed(stream, &state.current_config())?;
     reach.check(stream)

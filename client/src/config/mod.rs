@@ -261,6 +261,9 @@ pub struct RecordsConfig {
     pub trim_interval: Duration,
     /// How terminal records are kept in Redis (see `store::RecordLayout`).
     pub layout: crate::store::RecordLayout,
+    /// Whether each stream's finished messages are listed too, newest first
+    /// (`GET /v1/streams/{stream}/finished`).
+    pub finished_list: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -485,6 +488,7 @@ impl Config {
             connect_timeout: self.redis.connect_timeout,
             max_blocking_reads: self.api.max_polls,
             record_layout: self.records.layout,
+            finished_list: self.records.finished_list,
             pending_layout: self.pending.layout,
             journal: self.journal.is_some(),
         }

@@ -379,6 +379,7 @@ pub(super) struct RawRecords {
     #[serde(with = "humantime_serde")]
     pub(super) trim_interval: Duration,
     pub(super) layout: String,
+    pub(super) finished_list: bool,
 }
 
 impl Default for RawRecords {
@@ -387,6 +388,7 @@ impl Default for RawRecords {
             retention: Duration::from_secs(24 * 3600),
             trim_interval: Duration::from_secs(10),
             layout: "compact".into(),
+            finished_list: true,
         }
     }
 }

@@ -53,7 +53,7 @@ pub struct KeyCancelled {
 
 impl Store {
     /// The shards that may hold messages to `stream`.
-    async fn shards_of_stream(&self, stream: &str) -> Result<Vec<u16>> {
+    pub(super) async fn shards_of_stream(&self, stream: &str) -> Result<Vec<u16>> {
         if self.is_cluster() {
             Ok(vec![keys::slot_of(stream)])
         } else {

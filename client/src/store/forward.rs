@@ -122,7 +122,7 @@ impl Store {
     /// `limit` of them (a forward batch's records expire together and are taken whole).
     pub async fn trim_records(&self, shard: u16, epoch: u64, limit: usize) -> Result<Trimmed> {
         let k = self.keys.shard(shard);
-        let (forgotten, looked_at, keys_pruned): (u64, u64, u64) = self
+        let (forgotten, looked_at, keys_pruned, unlisted, more): (u64, u64, u64, u64, u8) = self
             .scripts
             .trim
             .key(&k.records)
@@ -139,6 +139,8 @@ impl Store {
             forgotten,
             looked_at,
             keys_pruned,
+            unlisted,
+            more_to_unlist: more == 1,
         })
     }
 }

@@ -14,6 +14,7 @@ mod dial;
 mod error;
 mod eviction;
 mod fences;
+mod finished;
 mod forward;
 mod inbox;
 mod journal;
@@ -51,6 +52,7 @@ pub use by_key::{KeyCancelled, KeyedMessage, KeyedState};
 pub use conn::{SentinelConfig, Separate, slot_master};
 pub use error::{Result, StoreError, oom_refused_within};
 pub use eviction::{Memory, NEARLY_FULL};
+pub use finished::{FinishedCursor, FinishedMessage, FinishedPage};
 pub use inbox::{
     CopyLimit, EntryFields, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS,
     Rejection,
@@ -95,6 +97,7 @@ struct Scripts {
     cancel_key: Lua,
     key_messages: Lua,
     get: Lua,
+    finished: Lua,
     forward: Lua,
     trim: Lua,
     raise_fence: Lua,
@@ -122,6 +125,7 @@ impl Scripts {
             cancel_key: lua("cancel_key", &f),
             key_messages: lua("key_messages", &f),
             get: lua("get", &f),
+            finished: lua("finished", &f),
             forward: lua("forward", &f),
             trim: lua("trim", &f),
             raise_fence: lua("raise_fence", &f),
@@ -164,6 +168,8 @@ pub struct StoreConfig {
     pub max_blocking_reads: usize,
     /// How the scripts write terminal records.
     pub record_layout: RecordLayout,
+    /// Whether they list each stream's finished messages too (`records.finished_list`).
+    pub finished_list: bool,
     /// How the scripts store scheduled messages.
     pub pending_layout: PendingLayout,
     /// Whether the scripts write each change to a shard's journal outbox
@@ -237,6 +243,7 @@ pub struct Store {
     /// Connections for blocking reads on behalf of HTTP consumers.
     polls: Arc<streams::PollPool>,
     record_layout: RecordLayout,
+    finished_list: bool,
     pending_layout: PendingLayout,
     journal: bool,
     /// The shards a leader's term works on: every shard, or one election group's
@@ -302,6 +309,7 @@ impl Store {
             response_timeout: config.response_timeout,
             polls: Arc::new(streams::PollPool::new(config.max_blocking_reads)),
             record_layout: config.record_layout,
+            finished_list: config.finished_list,
             pending_layout: config.pending_layout,
             journal: config.journal,
             owned: None,
@@ -309,10 +317,13 @@ impl Store {
     }
 
     /// The records argument of a script that writes terminal records: the layout
-    /// and retention, marked for the journal's outbox while the journal is on (the
-    /// prelude's `records_policy`).
+    /// and retention, marked when finished messages are not listed and for the
+    /// journal's outbox while the journal is on (the prelude's `records_policy`).
     fn records_arg(&self, retention: Duration) -> String {
-        let arg = self.record_layout.script_arg(retention);
+        let mut arg = self.record_layout.script_arg(retention);
+        if !self.finished_list {
+            arg.insert_str(0, "n:");
+        }
         if self.journal {
             format!("j:{arg}")
         } else {

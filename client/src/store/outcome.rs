@@ -215,6 +215,11 @@ pub struct Trimmed {
     pub looked_at: u64,
     /// Ids the key index dropped: neither pending nor on record any more.
     pub keys_pruned: u64,
+    /// Ids the finished lists dropped: no longer on record.
+    pub unlisted: u64,
+    /// Whether the finished lists may have more such ids (the call stopped at its
+    /// bound): another call drops them.
+    pub more_to_unlist: bool,
 }
 
 #[cfg(test)]

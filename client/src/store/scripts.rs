@@ -41,7 +41,7 @@ enum Kind {
 }
 
 /// Every script: its name (the file `lua/<name>.lua`), body and kind.
-const SOURCES: [(&str, &str, Kind); 21] = [
+const SOURCES: [(&str, &str, Kind); 22] = [
     (
         "reschedule",
         include_str!("lua/reschedule.lua"),
@@ -59,6 +59,7 @@ const SOURCES: [(&str, &str, Kind); 21] = [
         Kind::Reads,
     ),
     ("get", include_str!("lua/get.lua"), Kind::Reads),
+    ("finished", include_str!("lua/finished.lua"), Kind::Reads),
     ("forward", include_str!("lua/forward.lua"), Kind::Writes),
     ("trim", include_str!("lua/trim.lua"), Kind::Frees),
     (
@@ -129,6 +130,8 @@ const PRELUDE: &str = concat!(
     include_str!("lua/prelude/20-body.lua"),
     "\n",
     include_str!("lua/prelude/30-call.lua"),
+    "\n",
+    include_str!("lua/prelude/35-finished.lua"),
     "\n",
     include_str!("lua/prelude/40-records.lua"),
     "\n",

@@ -19,6 +19,7 @@
     seen: {},       // last rendered JSON per key, to skip identical redraws
     leading: false, // whether the node serving this page leads (its header badge)
     up: { stream: '', after: null },
+    fin: { stream: '', state: '', key: '', after: null, next: null },
     dead: { stream: '', after: null, streams: [] },
     window: 'hour', // the Streams page's lines: the last hour, or the last day
   };
@@ -588,6 +589,7 @@
     const rows = list.map((s) => el('tr', { data: { stream: s.stream, paused: s.paused ? 'true' : 'false' }, class: s.paused ? 'paused' : null },
       td(el('strong', null, s.stream), el('div', { class: 'links small' },
         el('a', { href: `#/messages?stream=${enc(s.stream)}` }, 'upcoming'),
+        el('a', { href: `#/messages?stream=${enc(s.stream)}&finished=1` }, 'finished'),
         el('a', { href: `#/dead?stream=${enc(s.stream)}` }, 'dead letters'))),
       td(s.paused ? badge(`paused · ${fmtInt(s.held)} held`, 'warn') : badge('active', 'good'),
         s.max_rate ? el('div', { class: 'muted small' }, `limit ${fmtInt(s.max_rate)}/s`) : null),
@@ -670,6 +672,20 @@
       el('label', { for: 'key-key', class: 'sr-only' }, 'business key'),
       el('input', { id: 'key-key', type: 'search', placeholder: 'business key', spellcheck: 'false', value: state.params.get('key') || '' }),
       el('button', { id: 'key-go', type: 'submit' }, 'Find'));
+    state.fin = { stream: state.params.get('stream') || '', state: state.params.get('state') || '', key: '', after: null, next: null };
+    const finished = el('form', { class: 'row', onsubmit: (e) => {
+      e.preventDefault();
+      state.fin = { stream: $('finished-stream').value.trim(), state: $('finished-state').value, key: $('finished-key').value.trim(), after: null, next: null };
+      return loadFinished(state.gen);
+    } },
+      el('label', { for: 'finished-stream', class: 'sr-only' }, 'stream'),
+      el('input', { id: 'finished-stream', type: 'search', placeholder: 'stream', spellcheck: 'false', value: state.fin.stream }),
+      el('label', { for: 'finished-state', class: 'sr-only' }, 'state'),
+      el('select', { id: 'finished-state' }, ...['', 'delivered', 'expired', 'dead', 'cancelled'].map((s) =>
+        el('option', { value: s, selected: s === state.fin.state }, s || 'every state'))),
+      el('label', { for: 'finished-key', class: 'sr-only' }, 'business key'),
+      el('input', { id: 'finished-key', type: 'search', placeholder: 'any key', spellcheck: 'false' }),
+      el('button', { id: 'finished-go', type: 'submit' }, 'Show'));
     view.append(
       card('Find a message', el('div', null, lookup, el('div', { id: 'lookup-result', class: 'result' }))),
       card('Find by business key', el('div', null, byKey, el('div', { id: 'key-result', class: 'result' }))),
@@ -678,14 +694,52 @@
         el('div', { class: 'pager' },
           button('First page', 'upcoming-first', '', () => { state.up.after = null; return loadUpcoming(state.gen); }),
           button('Next page', 'upcoming-next', '', () => loadUpcoming(state.gen, true), { disabled: true }))),
-      { extra: filter }));
+      { extra: filter }),
+      card('Recently finished', el('div', null, finished,
+        el('div', { id: 'finished-box', class: 'scroll' }, el('p', { class: 'muted' }, 'Enter a stream to see its messages that finished while records are kept, newest first.')),
+        el('div', { class: 'pager' },
+          button('Newest', 'finished-first', '', () => { state.fin.after = null; return loadFinished(state.gen); }),
+          button('Older', 'finished-next', '', () => loadFinished(state.gen, true), { disabled: true })))));
+  }
+
+  // A stream's finished messages (delivered, expired, dead, cancelled), newest
+  // first, a page at a time; each id opens the message.
+  async function loadFinished(gen, nextPage) {
+    const f = state.fin;
+    const box = $('finished-box');
+    if (!box || !f.stream) return;
+    const after = nextPage ? f.next : f.after;
+    let q = `/v1/streams/${enc(f.stream)}/finished?limit=50`;
+    if (f.state) q += '&state=' + enc(f.state);
+    if (f.key) q += '&key=' + enc(f.key);
+    if (after) q += '&after=' + enc(after);
+    const r = await api('GET', q);
+    if (gen !== state.gen || !$('finished-box')) return;
+    if (!r.ok || !r.body) { box.replaceChildren(el('p', { class: 'bad-text' }, errText(r))); return; }
+    f.after = after || null;
+    f.next = r.body.next || null;
+    const msgs = Array.isArray(r.body.messages) ? r.body.messages : [];
+    const now = Date.now();
+    const rows = msgs.map((m) => el('tr', { data: { id: m.id } },
+      td(el('a', { href: '#', class: 'mono', onclick: (e) => { e.preventDefault(); $('lookup-id').value = m.id; return doLookup(m.id); } }, m.id)),
+      td(badge(m.state, 'state state-' + m.state)),
+      td(when(m.at, now)),
+      td(m.entry_id != null ? code(m.entry_id) : ''),
+      td(m.written_to && m.written_to !== f.stream ? m.written_to : ''),
+      td(m.attempt != null ? String(m.attempt) : '')));
+    const what = [f.state || 'finished', f.key ? `of key ${f.key}` : ''].filter(Boolean).join(' ');
+    box.replaceChildren(table('finished', ['Id', 'State', 'When', 'Entry', 'In', 'Attempt'], rows,
+      `nothing ${what} in ${f.stream} on record`));
+    $('finished-next').disabled = !f.next;
   }
 
   async function loadMessages(gen) {
     const id = state.params.get('id');
     const key = state.params.get('key');
     const stream = state.params.get('stream');
-    await Promise.all([loadUpcoming(gen), id ? doLookup(id) : null, key && stream ? keyLookup(stream, key) : null]);
+    await Promise.all([loadUpcoming(gen), id ? doLookup(id) : null, key && stream ? keyLookup(stream, key) : null,
+      stream ? loadFinished(gen) : null]);
+    if (state.params.get('finished') && $('finished-box')) $('finished-box').scrollIntoView();
   }
 
   // A business key's messages in a stream (pending first, then finished while
@@ -724,7 +778,7 @@
     const r = await api('DELETE', `/v1/streams/${enc(stream)}/keys/${enc(key)}`);
     if (!r.ok) { failStatus('Cancel by key', r); return; }
     setStatus(`Key ${key} in ${stream}: ${r.body.cancelled} cancelled, ${r.body.delivered} delivered before.`);
-    await keyLookup(stream, key);
+    await Promise.all([keyLookup(stream, key), loadUpcoming(state.gen), loadFinished(state.gen)]);
   }
 
   async function loadUpcoming(gen, nextPage) {

@@ -34,7 +34,12 @@ pub(super) async fn trim_records(store: Store, term: Term, every: Duration) {
                 match store.trim_records(shard, term.epoch(), LIMIT).await {
                     Ok(trimmed) => {
                         metrics::counter!(m::RECORDS_TRIMMED).increment(trimmed.forgotten);
-                        if (trimmed.looked_at as usize) < LIMIT {
+                        // Again while records, finished lists or the key index had
+                        // more to drop than one call takes.
+                        if (trimmed.looked_at as usize) < LIMIT
+                            && !trimmed.more_to_unlist
+                            && trimmed.keys_pruned == 0
+                        {
                             break;
                         }
                     }

@@ -58,6 +58,8 @@ const BOUNDS: &[Bound] = &[
     ("records.retention", "\"3651days\"", false),
     ("records.layout", "\"compact\"", true), ("records.layout", "\"hash\"", true),
     ("records.layout", "\"list\"", false),
+    ("records.finished_list", "true", true), ("records.finished_list", "false", true),
+    ("records.finished_list", "\"no\"", false),
     ("pending.layout", "\"compact\"", true), ("pending.layout", "\"hash\"", true),
     ("pending.layout", "\"list\"", false),
     ("delivery.ack_timeout", "\"10ms\"", true), ("delivery.ack_timeout", "\"9ms\"", false),

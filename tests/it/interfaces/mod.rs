@@ -8,6 +8,7 @@
 mod api;
 mod cli;
 mod consume;
+mod finished;
 mod http;
 mod in_process;
 mod inbox;

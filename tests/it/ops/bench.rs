@@ -436,6 +436,7 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
     for (script, args, says) in [
         ("key_memory.py", &["3000", "1"][..], "a key adds"),
         ("kept_apart.py", &["2000"][..], "kept apart"),
+        ("records_memory.py", &["2000", "1"][..], "the list adds"),
         ("id_length.py", &["20", "2"][..], "b<n>"),
     ] {
         let out = std::process::Command::new("python3")

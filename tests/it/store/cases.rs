@@ -13,6 +13,9 @@
 //! - `key K [to=STREAM]`: the messages of business key K (pushed with `key=K`), as
 //!   `id:state`, by id; `cancelkey K [to=STREAM]`: `N cancelled, M delivered`
 //! - `prune`: trims; answers how many ids the key index dropped
+//! - `finished [STATE ...] [to=STREAM]`: the stream's finished messages in those states
+//!   (any if none named), newest first, as `id:state`, read two a page
+//! - `unlist`: trims; answers how many ids the finished lists dropped
 //! - `layout compact|hash`: goes on with a store that writes records in that layout
 //!   (`records.layout`), on the same Redis
 
@@ -20,8 +23,8 @@ use std::time::Duration;
 
 use delayq_client::message::{Due, MessageId, MessageKey, NewMessage};
 use delayq_client::store::{
-    BatchItem, Cancelled, PendingLayout, RecordLayout, Rescheduled, ScheduleMode, Scheduled,
-    Status, Store, StoreError,
+    BatchItem, Cancelled, PendingLayout, RecordLayout, RecordState, Rescheduled, ScheduleMode,
+    Scheduled, Status, Store, StoreError,
 };
 
 use crate::support::{
@@ -190,6 +193,42 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                         done.delivered
                     )
                 }
+            }
+            "finished" => {
+                let stream = words
+                    .iter()
+                    .find_map(|w| w.strip_prefix("to="))
+                    .unwrap_or(STREAM);
+                let states: Vec<RecordState> = words[1..]
+                    .iter()
+                    .filter_map(|w| RecordState::parse(w))
+                    .collect();
+                let mut shown = Vec::new();
+                let mut after = None;
+                loop {
+                    let page = store
+                        .finished(stream, after.as_ref(), 2, &states)
+                        .await
+                        .unwrap();
+                    assert!(page.messages.len() <= 2, "{page:?}");
+                    shown.extend(
+                        page.messages
+                            .iter()
+                            .map(|m| format!("{}:{}", m.id, m.record.state.as_str())),
+                    );
+                    match page.next {
+                        Some(next) => after = Some(next),
+                        None => break,
+                    }
+                }
+                shown.join(" ")
+            }
+            "unlist" => {
+                let mut unlisted = 0;
+                for shard in 0..store.shards() {
+                    unlisted += store.trim_records(shard, 1, 1000).await.unwrap().unlisted;
+                }
+                unlisted.to_string()
             }
             "prune" => {
                 let mut pruned = 0;

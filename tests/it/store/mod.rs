@@ -9,6 +9,7 @@
 //! - `limits`: scripts at their limits (large batches, maxmemory, refusing targets).
 
 mod cases;
+mod finished;
 mod keys;
 mod limits;
 mod marker;

@@ -238,7 +238,7 @@ async fn looking_up_a_message_and_replaying_a_dead_letter_from_the_page() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn finding_and_cancelling_a_business_key_from_the_page() {
+async fn finding_and_cancelling_a_business_key_and_listing_what_finished_from_the_page() {
     let cluster = two_nodes().await;
     let admin = cluster.apis[0].clone().with_token(ADMIN);
     for (id, delay_ms) in [
@@ -286,6 +286,36 @@ async fn finding_and_cancelling_a_business_key_from_the_page() {
         .await;
     let (_, got) = admin.get("/v1/messages/o42-later").await;
     assert_eq!(got["state"], json!("cancelled"), "{got}");
+    // The stream's finished messages, newest first: the two cancelled, then the
+    // one delivered before; by state, and by key. The Streams page links here.
+    browser.goto("/ui#/messages?stream=orders&finished=1").await;
+    let text = browser
+        .wait_text("#finished-box", "what finished in orders", |t| {
+            t.contains("o42-now") && t.matches("cancelled").count() == 2
+        })
+        .await;
+    assert!(
+        text.find("o42-later").unwrap() < text.find("o42-now").unwrap(),
+        "newest first: {text}"
+    );
+    browser.screenshot("finished").await;
+    browser
+        .click("#finished-state option[value='delivered']")
+        .await;
+    browser.fill("#finished-key", "order-42").await;
+    browser.click("#finished-go").await;
+    browser
+        .wait_text("#finished-box", "only the delivered one", |t| {
+            t.contains("o42-now") && !t.contains("o42-later")
+        })
+        .await;
+    browser.fill("#finished-key", "order-7").await;
+    browser.click("#finished-go").await;
+    browser
+        .wait_text("#finished-box", "none of another key", |t| {
+            t.contains("nothing delivered of key order-7 in orders")
+        })
+        .await;
     no_errors(&browser, "messages by key").await;
 }
 

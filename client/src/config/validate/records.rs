@@ -9,6 +9,7 @@ impl RawRecords {
             retention,
             trim_interval,
             layout: records_layout,
+            finished_list,
         } = self;
         if trim_interval < Duration::from_millis(100) {
             return Err(invalid("records.trim_interval", "must be at least 100ms"));
@@ -32,6 +33,7 @@ impl RawRecords {
                 RecordLayout::Compact,
                 RecordLayout::Hash,
             )?,
+            finished_list,
         })
     }
 }

@@ -223,9 +223,11 @@ local function times_of(stream)
   return t
 end
 local recorded, records, moved, parked = {}, {}, {}, {}
--- Each recorded message's target stream, for the journal's outbox (only while it is on).
+-- Each recorded message's target stream, for the journal's outbox and the finished
+-- lists (only while either is on).
 local targets = {}
-local journaling = string.sub(ARGV[3], 1, 2) == 'j:'
+local _, _, journaling, listing = records_policy(ARGV[3])
+local targeting = journaling or listing
 local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
@@ -434,7 +436,7 @@ for i, id in ipairs(ids) do
       moved[#moved + 1] = id
       recorded[#recorded + 1] = id
       records[#records + 1] = rec
-      if journaling then targets[#recorded] = (msg and msg.stream) or stream or (body and body_stream(body)) or '' end
+      if targeting then targets[#recorded] = (msg and msg.stream) or stream or (body and body_stream(body)) or '' end
     elseif stop == 'park' then
       parked[#parked + 1] = score_of(now + PARK_MS, (msg and tonumber(msg.priority)) or 0)
       parked[#parked + 1] = id
@@ -558,7 +560,7 @@ if #recorded > 0 then
     local buckets = redis.call('ZLEXCOUNT', P.q, '-', '(' .. score_bytes(now * 10 + 10))
     return redis.call('ZCOUNT', KEYS[1], '-inf', now * 10 + 9) + buckets * PENDING_BUCKET * 3 / 4 + #recorded
   end
-  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now, journaling and targets or nil)
+  keep_records(KEYS[3], KEYS[4], recorded, records, now, ARGV[3], due_now, targeting and targets or nil)
 end
 
 -- The earliest due time left: known from the buckets' reads when the hash layout

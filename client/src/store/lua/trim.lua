@@ -5,9 +5,11 @@
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] how many records to look at in this call, about (a bucket is taken whole,
 --   and counts as RECORD_LOAD records; a hash layout's batch entry is taken whole)
--- returns: { records forgotten, records looked at, key index entries dropped }
+-- returns: { records forgotten, records looked at, key index entries dropped, ids the
+--   finished lists dropped, 1 when they may have more to drop (else 0) }
 --   | error "FENCED ..."
--- The key index (see 80-keys.lua) is pruned KEY_PRUNE_BUCKETS buckets of one stream's a
+-- Streams' finished lists (35-finished.lua) lose the ids at their heads no longer on
+-- record. The key index (see 80-keys.lua) is pruned KEY_PRUNE_BUCKETS buckets of one stream's a
 -- call, going round: an id whose message is neither pending nor on record leaves it.
 -- A generation past its time (see the prelude) is forgotten at once: it leaves the
 -- generations, so no script reads it again, and its n records count as forgotten. Its
@@ -76,4 +78,34 @@ chunked({ 'ZREM', KEYS[2] }, done)
 -- About 160 ids a call: a few hundred microseconds of Redis time at most.
 local KEY_PRUNE_BUCKETS = 4
 local pruned = key_prune(KEYS[4], KEYS[5], KEYS[1], KEY_PRUNE_BUCKETS)
-return { forgotten, looked, pruned }
+
+-- Up to 8 streams' finished lists (see 35-finished.lua, streams picked at random) lose
+-- the ids at their heads that are no longer on record, up to FINISHED_TRIM a call; the
+-- first id still on record stops a list (a list is in the order records were written).
+local FINISHED_TRIM, LOOK = 256, 32
+local unlisted = 0
+for _, listed in ipairs(redis.call('HRANDFIELD', finished_streams(KEYS[1]), 8)) do
+  local list = finished_list(KEYS[1], listed)
+  local more, popped = true, 0
+  while more and unlisted < FINISHED_TRIM do
+    local look = math.min(LOOK, FINISHED_TRIM - unlisted)
+    local head = redis.call('LRANGE', list, 0, look - 1)
+    local n = 0
+    for _, id in ipairs(head) do
+      if find_record(KEYS[1], id) then
+        more = false
+        break
+      end
+      n = n + 1
+    end
+    if n > 0 then redis.call('LPOP', list, n) end
+    popped, unlisted = popped + n, unlisted + n
+    if #head < look then more = false end
+  end
+  if redis.call('EXISTS', list) == 0 then
+    redis.call('HDEL', finished_streams(KEYS[1]), listed)
+  elseif popped > 0 then
+    redis.call('HINCRBY', finished_streams(KEYS[1]), listed, popped)
+  end
+end
+return { forgotten, looked, pruned, unlisted, unlisted >= FINISHED_TRIM and 1 or 0 }

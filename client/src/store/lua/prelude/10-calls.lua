@@ -1,5 +1,6 @@
--- 10-calls.lua: Redis commands built from lists of any length, and which failed
--- writes are a message's own fault. Gives chunked, CHUNK, MAX_FIELD_VALUES, own_fault.
+-- 10-calls.lua: Redis commands built from lists of any length, lists grouped for
+-- them, and which failed writes are a message's own fault. Gives chunked, CHUNK,
+-- grouped, MAX_FIELD_VALUES, own_fault.
 
 -- Lua in Redis cannot unpack more than a few thousand values into one command (its C
 -- stack holds 8000), so a command built from a list of any length goes through
@@ -26,6 +27,25 @@ local function chunked(head, list)
     end
   end
   return joined or sum
+end
+
+-- Items 1..n grouped by a name, in first-seen order: lists[name] = { value(i), ... }
+-- for each i whose name(i) is not nil, and the names in order.
+local function grouped(n, name, value)
+  local lists, order = {}, {}
+  for i = 1, n do
+    local of = name(i)
+    if of ~= nil then
+      local list = lists[of]
+      if not list then
+        list = {}
+        lists[of] = list
+        order[#order + 1] = of
+      end
+      list[#list + 1] = value(i)
+    end
+  end
+  return lists, order
 end
 
 -- The most values a stored message's field list may hold (field, value, ...). Ingest

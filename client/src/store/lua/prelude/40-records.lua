@@ -295,13 +295,16 @@ local function hash_into(gen, ids, values)
 end
 
 -- A records argument (what Store::records_arg writes): the retention in ms, prefixed
--- by "hash:" for the hash layout, the whole prefixed by "j:" while the journal is on.
--- Returns the retention, the layout and whether to journal.
+-- by "hash:" for the hash layout, that by "n:" when finished messages are not listed
+-- by stream (see 35-finished.lua), the whole prefixed by "j:" while the journal is on.
+-- Returns the retention, the layout, whether to journal and whether to list.
 local function records_policy(arg)
   local journal = string.sub(arg, 1, 2) == 'j:'
   if journal then arg = string.sub(arg, 3) end
-  if string.sub(arg, 1, 5) == 'hash:' then return tonumber(string.sub(arg, 6)), 'hash', journal end
-  return tonumber(arg), 'compact', journal
+  local listing = string.sub(arg, 1, 2) ~= 'n:'
+  if not listing then arg = string.sub(arg, 3) end
+  if string.sub(arg, 1, 5) == 'hash:' then return tonumber(string.sub(arg, 6)), 'hash', journal, listing end
+  return tonumber(arg), 'compact', journal, listing
 end
 
 -- The journal's outbox of a shard, next to its records: a list whose every item is
@@ -328,10 +331,11 @@ end
 -- caller's guess, e.g. the messages already due in the shard; called only then),
 -- whichever is more, so that it seldom splits: a bucket no record reaches costs
 -- nothing. While the journal is on, one outbox item gets a line per record, naming
--- each message's target stream (`targets`, else the record's). Hash: one field each in the records hash, and one expiry entry for them all
+-- each message's target stream (`targets`, else the record's); unless the policy says
+-- not to, each id is listed under that stream (list_finished). Hash: one field each in the records hash, and one expiry entry for them all
 -- in records_by_expiry.
 local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected, targets)
-  local retention, layout, journal = records_policy(policy)
+  local retention, layout, journal, listing = records_policy(policy)
   if journal then
     -- The journal knows a message by its id and target stream (targets[i]; the
     -- record's stream is where it was written, a dead-letter stream maybe).
@@ -344,6 +348,7 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
   end
   -- A retention of 0 keeps nothing on record (the journal's line above is not one).
   if retention == 0 then return end
+  if listing then list_finished(records, ids, parts, targets) end
   if layout == 'hash' then
     local args = {}
     for i, id in ipairs(ids) do

@@ -65,27 +65,10 @@ local function key_ids(X, key)
   return ids
 end
 
--- The values of rows grouped by one of their elements, in first-seen order:
--- lists[name] = { value(row), ... } with name = row[at], and the names in order.
-local function grouped(rows, at, value)
-  local lists, order = {}, {}
-  for _, row in ipairs(rows) do
-    local name = row[at]
-    local list = lists[name]
-    if not list then
-      list = {}
-      lists[name] = list
-      order[#order + 1] = name
-    end
-    list[#list + 1] = value(row)
-  end
-  return lists, order
-end
-
 -- Lists ids under their keys in one stream's index: adds[i] = { key, id }, in order.
 -- One HGET and one HSET per key the call names.
 local function key_add_to(X, adds)
-  local lists, order = grouped(adds, 1, function(a) return a[2] end)
+  local lists, order = grouped(#adds, function(i) return adds[i][1] end, function(i) return adds[i][2] end)
   -- Split first, so that the buckets have room (see hash_into).
   while X.n + #order > RECORD_LOAD * (2 ^ X.k + X.s) do split_bucket(X) end
   for _, key in ipairs(order) do
@@ -101,7 +84,8 @@ end
 -- Lists ids under their keys in a shard (by its bodies key): adds[i] = { key, stream,
 -- id }, in order.
 local function key_add(bodies, adds)
-  local lists, streams = grouped(adds, 2, function(a) return { a[1], a[3] } end)
+  local lists, streams = grouped(#adds, function(i) return adds[i][2] end,
+    function(i) return { adds[i][1], adds[i][3] } end)
   for _, stream in ipairs(streams) do key_add_to(key_index_of(bodies, stream), lists[stream]) end
 end
 
