@@ -81,6 +81,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("POST", "/v1/streams/{stream}/dead/purge", Token(Admin)),
     ("GET", "/v1/streams/{stream}/keys/{key}", Token(Read)),
     ("DELETE", "/v1/streams/{stream}/keys/{key}", Token(Write)),
+    ("GET", "/v1/streams/{stream}/finished", Token(Read)),
     ("POST", "/v1/schedules", Token(Write)),
     ("GET", "/v1/schedules", Token(Read)),
     ("GET", "/v1/schedules/{id}", Token(Read)),

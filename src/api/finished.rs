@@ -62,6 +62,9 @@ pub struct Finished {
     /// When attempt 1 reached the stream, for one delivered or dead after more.
     #[serde(skip_serializing_if = "Option::is_none")]
     first_delivered_at: Option<u64>,
+    /// Delivered: how long after its due time (ms).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lateness_ms: Option<u64>,
 }
 
 /// A page of a stream's finished messages, newest first.
@@ -181,6 +184,7 @@ async fn by_key(
                 written_to: None,
                 attempt: None,
                 first_delivered_at: None,
+                lateness_ms: None,
             }),
             _ => None,
         })
@@ -200,7 +204,9 @@ fn shown(m: FinishedMessage) -> Finished {
         entry_id,
         at_ms,
         attempt,
+        late_ms,
     } = record;
+    let delivered = state == RecordState::Delivered;
     Finished {
         id,
         state: state.as_str().to_owned(),
@@ -209,5 +215,6 @@ fn shown(m: FinishedMessage) -> Finished {
         entry_id,
         attempt: (attempt > 0).then_some(attempt),
         first_delivered_at: first_delivered_ms,
+        lateness_ms: delivered.then_some(late_ms.unwrap_or(0)),
     }
 }

@@ -165,23 +165,15 @@ impl Store {
             .await
             .map_err(StoreError::from_script)?;
         let items = array(reply)?;
-        if items.len() < 2 || (items.len() - 2) % 8 != 0 {
+        if items.len() < 2 || (items.len() - 2) % 9 != 0 {
             return Err(StoreError::Reply(format!(
                 "finished said {} values",
                 items.len()
             )));
         }
-        let number = |i: usize| -> Result<Option<u64>> {
-            let text = string_at(&items, i)?;
-            if text.is_empty() {
-                return Ok(None);
-            }
-            text.parse()
-                .map(Some)
-                .map_err(|_| StoreError::Reply(format!("finished said {text:?}")))
-        };
-        let mut found = Vec::with_capacity((items.len() - 2) / 8);
-        for i in (2..items.len()).step_by(8) {
+        let number = |i: usize| number_text_at(&items, i);
+        let mut found = Vec::with_capacity((items.len() - 2) / 9);
+        for i in (2..items.len()).step_by(9) {
             let said = string_at(&items, i + 1)?;
             let state = RecordState::parse(&said)
                 .ok_or_else(|| StoreError::Reply(format!("finished said {said:?}")))?;
@@ -193,6 +185,7 @@ impl Store {
                 entry_id: (!entry.is_empty()).then_some(entry),
                 at_ms: int_at(&items, i + 2)?,
                 attempt: number(i + 4)?.unwrap_or(0),
+                late_ms: number(i + 8)?,
             };
             let message = FinishedMessage {
                 id: string_at(&items, i)?,

@@ -51,6 +51,7 @@ impl Store {
                     entry_id: (!entry.is_empty()).then_some(entry),
                     at_ms: int_at(&items, 3)?,
                     attempt: int_at(&items, 4)?,
+                    late_ms: number_text_at(&items, 5)?,
                 })
             }
         })

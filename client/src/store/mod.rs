@@ -64,7 +64,7 @@ pub use keys::{
 };
 pub use libraries::{Library, NodeLibraries, info_value};
 pub use outcome::*;
-use reply::{array, int, int_at, int_signed_at, string_at, text};
+use reply::{array, int, int_at, int_signed_at, number_text_at, string_at, text};
 pub use rights::Rights;
 pub use schedules::{Advanced, Changed as ScheduleChanged, ScheduleState};
 pub use stats::{HeldBack, PendingReport, StreamCounts};

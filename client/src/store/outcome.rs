@@ -91,6 +91,9 @@ pub struct Record {
     pub entry_id: Option<String>,
     pub at_ms: u64,
     pub attempt: u64,
+    /// Delivered: how long after its due time it was sent (ms), when the record says
+    /// (records written before this was kept do not).
+    pub late_ms: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

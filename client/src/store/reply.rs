@@ -40,6 +40,17 @@ pub(super) fn string_at(items: &[Value], i: usize) -> Result<String> {
     text(items.get(i).unwrap_or(&Value::Nil))
 }
 
+/// A number sent as text, "" (or nothing) for none.
+pub(super) fn number_text_at(items: &[Value], i: usize) -> Result<Option<u64>> {
+    let text = string_at(items, i)?;
+    if text.is_empty() {
+        return Ok(None);
+    }
+    text.parse()
+        .map(Some)
+        .map_err(|_| StoreError::Reply(format!("expected a number, got {text:?}")))
+}
+
 pub(super) fn int_signed_at(items: &[Value], i: usize) -> Result<i64> {
     int(items.get(i).unwrap_or(&Value::Nil))
 }

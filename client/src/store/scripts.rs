@@ -450,10 +450,11 @@ mod tests {
 
     /// The prelude's parts, in the order they are joined: each may use what the ones
     /// before it define (a test holds this list to the folder's files).
-    const PRELUDE_PARTS: [&str; 8] = [
+    const PRELUDE_PARTS: [&str; 9] = [
         "10-calls.lua",
         "20-body.lua",
         "30-call.lua",
+        "35-finished.lua",
         "40-records.lua",
         "50-held.lua",
         "60-pending.lua",

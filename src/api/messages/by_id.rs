@@ -83,7 +83,8 @@ pub enum MessageStatus {
         /// own), while it holds the entry.
         #[serde(skip_serializing_if = "Option::is_none")]
         fields: Option<Vec<(String, String)>>,
-        /// Its due time (epoch ms), when the journal (`[journal]`) knows it.
+        /// Its due time (epoch ms): a delivered message's record keeps it; for the
+        /// others, when the journal (`[journal]`) knows it.
         #[serde(skip_serializing_if = "Option::is_none")]
         deliver_at: Option<u64>,
         /// Delivered: how late (ms, `at` − `deliver_at`), when the due time is known.
@@ -214,10 +215,13 @@ pub async fn status(
                     target = target_of(&state.current_config(), stream);
                 }
             }
-            // The due time is the journal's to tell (a record does not keep it); a
-            // journal that does not answer leaves it out.
+            // A delivery's record keeps how late it was (0 unsaid), so its due time;
+            // otherwise the due time is the journal's to tell (a journal that does
+            // not answer leaves it out).
             let mut deliver_at = None;
-            if let Some(journal) = state.ingest.journal()
+            if state_name == "delivered" {
+                deliver_at = Some(r.at_ms.saturating_sub(r.late_ms.unwrap_or(0)));
+            } else if let Some(journal) = state.ingest.journal()
                 && let Ok(rows) = journal.lookup(&id).await
             {
                 deliver_at = rows.into_iter().next().map(|row| row.due_ms);

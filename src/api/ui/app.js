@@ -724,11 +724,12 @@
       td(el('a', { href: '#', class: 'mono', onclick: (e) => { e.preventDefault(); $('lookup-id').value = m.id; return doLookup(m.id); } }, m.id)),
       td(badge(m.state, 'state state-' + m.state)),
       td(when(m.at, now)),
+      td(m.lateness_ms != null ? fmtMs(m.lateness_ms) : ''),
       td(m.entry_id != null ? code(m.entry_id) : ''),
       td(m.written_to && m.written_to !== f.stream ? m.written_to : ''),
       td(m.attempt != null ? String(m.attempt) : '')));
     const what = [f.state || 'finished', f.key ? `of key ${f.key}` : ''].filter(Boolean).join(' ');
-    box.replaceChildren(table('finished', ['Id', 'State', 'When', 'Entry', 'In', 'Attempt'], rows,
+    box.replaceChildren(table('finished', ['Id', 'State', 'When', 'Late', 'Entry', 'In', 'Attempt'], rows,
       `nothing ${what} in ${f.stream} on record`));
     $('finished-next').disabled = !f.next;
   }

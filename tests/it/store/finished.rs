@@ -219,3 +219,41 @@ async fn trim_says_when_the_finished_lists_have_more_to_drop_than_one_call_takes
         .unwrap();
     assert!(names.is_empty(), "{names:?}");
 }
+
+#[tokio::test]
+async fn a_delivery_record_keeps_how_late_it_was_in_both_layouts() {
+    for layout in ["compact", "hash"] {
+        let bare = Bare::start(&format!(
+            "[redis]\nshards = 1\n[records]\nlayout = \"{layout}\"\n"
+        ))
+        .await;
+        // One whose record needs no optional line but its lateness, one with them.
+        for (id, priority) in [("plain", 0), ("urgent", 7)] {
+            let msg = NewMessage::payload("s", "x", Duration::ZERO)
+                .with_id(MessageId::parse(id).unwrap())
+                .with_priority(priority);
+            bare.store
+                .schedule(&msg, ScheduleMode::New, DAY)
+                .await
+                .unwrap();
+        }
+        crate::support::let_pass(Duration::from_millis(150)).await;
+        let options = bare.config.forward_options();
+        while bare.store.forward(0, 1, &options).await.unwrap().moved() > 0 {}
+        let listed = bare.store.finished("s", None, 10, &[]).await.unwrap();
+        assert_eq!(listed.messages.len(), 2, "{layout}");
+        for m in &listed.messages {
+            let late = m.record.late_ms.unwrap_or(0);
+            assert!((150..60_000).contains(&late), "{layout}: {m:?}");
+            let got = bare
+                .store
+                .get(&MessageId::parse(&m.id).unwrap())
+                .await
+                .unwrap();
+            let delayq_client::store::Status::Done(record) = got else {
+                panic!("{layout}: {got:?}");
+            };
+            assert_eq!(record, m.record, "{layout}");
+        }
+    }
+}

@@ -10,17 +10,18 @@
 -- ARGV[5] the states wanted, space-separated ("" = every state)
 -- ARGV[6] how many ids to look at, at most
 -- returns: { next, last_at, id, state, at, entry, attempt, first_delivered, written_to,
---   place, ... }, eight values per message, newest first:
+--   place, late, ... }, nine values per message, newest first:
 --   next: the place of the next id to look at, "" when the list's start was reached
 --   last_at: the finish time of the last id shown or passed over ("" = none), for
 --   ARGV[3] next
 --   state: delivered | expired | dead | cancelled; at: when (ms); entry: the entry
 --   written ("" if none); attempt; first_delivered: when attempt 1 reached the stream
 --   ('' for attempt 1 itself); written_to: the stream written (a dead letter's is its
---   dead-letter stream)
+--   dead-letter stream); late: how long after its due time a delivered one was sent
+--   ("" when not at all, or not on record)
 local records, stream = KEYS[1], ARGV[1]
-local list = finished_list(records, stream)
-local popped = tonumber(redis.call('HGET', finished_streams(records), stream) or '0')
+local list = finished.list(records, stream)
+local popped = tonumber(redis.call('HGET', finished.streams(records), stream) or '0')
 local length = redis.call('LLEN', list)
 local place = popped + length - 1
 if ARGV[2] ~= '' then place = math.min(place, tonumber(ARGV[2])) end
@@ -55,6 +56,7 @@ while place >= popped and found < limit and budget > 0 do
         out[n + 1], out[n + 2], out[n + 3], out[n + 4] = id, rec.state, at, rec.entry
         out[n + 5], out[n + 6], out[n + 7], out[n + 8] = tostring(rec.attempt), rec.first_delivered,
           rec.stream, from + i - 1
+        out[n + 9] = rec.late
       end
     end
     place = from + i - 2

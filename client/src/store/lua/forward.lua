@@ -226,8 +226,10 @@ local recorded, records, moved, parked = {}, {}, {}, {}
 -- Each recorded message's target stream, for the journal's outbox and the finished
 -- lists (only while either is on).
 local targets = {}
-local _, _, journaling, listing = records_policy(ARGV[3])
-local targeting = journaling or listing
+local targeting = (function()
+  local _, _, journaling, listing = records_policy(ARGV[3])
+  return journaling or listing
+end)()
 local held_back = ''
 -- Due messages that wait for their stream's budget: stream -> { score, id, ... }.
 local to_hold, hold_order, newly_held = {}, {}, 0
@@ -363,7 +365,8 @@ local function send(id, body, msg, is_expired)
     -- no first delivery time; a redelivered message keeps its first one.
     local first_delivered = msg.first_delivered
     if type(first_delivered) ~= 'number' or first_delivered <= 0 then first_delivered = nil end
-    rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at)
+    rec = record('delivered', entry, now, attempt, stream, first_delivered, tonumber(msg.priority) or 0, expire_at,
+      now - msg.due)
     forwarded = forwarded + 1
     if from_held[id] then
       held_lateness[#held_lateness + 1] = now - msg.due

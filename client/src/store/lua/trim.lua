@@ -84,8 +84,8 @@ local pruned = key_prune(KEYS[4], KEYS[5], KEYS[1], KEY_PRUNE_BUCKETS)
 -- first id still on record stops a list (a list is in the order records were written).
 local FINISHED_TRIM, LOOK = 256, 32
 local unlisted = 0
-for _, listed in ipairs(redis.call('HRANDFIELD', finished_streams(KEYS[1]), 8)) do
-  local list = finished_list(KEYS[1], listed)
+for _, listed in ipairs(redis.call('HRANDFIELD', finished.streams(KEYS[1]), 8)) do
+  local list = finished.list(KEYS[1], listed)
   local more, popped = true, 0
   while more and unlisted < FINISHED_TRIM do
     local look = math.min(LOOK, FINISHED_TRIM - unlisted)
@@ -103,9 +103,9 @@ for _, listed in ipairs(redis.call('HRANDFIELD', finished_streams(KEYS[1]), 8)) 
     if #head < look then more = false end
   end
   if redis.call('EXISTS', list) == 0 then
-    redis.call('HDEL', finished_streams(KEYS[1]), listed)
+    redis.call('HDEL', finished.streams(KEYS[1]), listed)
   elseif popped > 0 then
-    redis.call('HINCRBY', finished_streams(KEYS[1]), listed, popped)
+    redis.call('HINCRBY', finished.streams(KEYS[1]), listed, popped)
   end
 end
 return { forgotten, looked, pruned, unlisted, unlisted >= FINISHED_TRIM and 1 or 0 }

@@ -1,5 +1,5 @@
 -- 35-finished.lua: each stream's finished messages, newest last (records.finished_list).
--- Gives finished_list, finished_streams and list_finished.
+-- Gives `finished`: finished.list, finished.streams and finished.add.
 --
 -- A shard lists, per target stream, the ids of its messages that reached a terminal
 -- state (delivered, expired, dead, cancelled) while records are kept, so that a
@@ -15,18 +15,21 @@
 -- R is the shard's records key. A record costs its id's length and a few bytes here;
 -- with records.finished_list = false nothing is listed (see bench/records_memory.py).
 
-local function finished_list(records, stream)
+-- (A table of functions: a script's chunk may hold at most 200 locals, prelude included.)
+local finished = {}
+
+function finished.list(records, stream)
   return records .. ':fin:' .. stream
 end
 
-local function finished_streams(records)
+function finished.streams(records)
   return records .. ':fins'
 end
 
 -- Lists ids[i] under its target stream: targets[i], else parts[i]'s stream (a record
 -- names where it was written: a dead letter's, its dead-letter stream, so callers
 -- that write those pass targets). One RPUSH per stream the call names.
-local function list_finished(records, ids, parts, targets)
+function finished.add(records, ids, parts, targets)
   local lists, streams = grouped(#ids, function(i)
     local stream = (targets and targets[i]) or parts[i][5]
     if stream == '' then return nil end
@@ -34,8 +37,8 @@ local function list_finished(records, ids, parts, targets)
   end, function(i) return ids[i] end)
   for _, stream in ipairs(streams) do
     local list = lists[stream]
-    local length = chunked({ 'RPUSH', finished_list(records, stream) }, list)
+    local length = chunked({ 'RPUSH', finished.list(records, stream) }, list)
     -- One chunk's reply is the list's length: it was new if that is all it holds.
-    if length == #list or #list > CHUNK then redis.call('HSETNX', finished_streams(records), stream, 0) end
+    if length == #list or #list > CHUNK then redis.call('HSETNX', finished.streams(records), stream, 0) end
   end
 end

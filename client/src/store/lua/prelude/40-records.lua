@@ -19,15 +19,16 @@
 --   A record is found by probing each generation, newest first, at the bucket of
 --   sha1(id) (its first 32 bits); then in R itself, the hash layout (below).
 -- Record parts (what scripts handle): { state, entry_id, at_ms, attempt, stream,
---   first_delivered_ms, priority, expire_at_ms }, all strings ('' where not set).
+--   first_delivered_ms, priority, expire_at_ms, late_ms }, all strings ('' where not set).
 --   state is delivered | expired | dead | cancelled; entry_id is the stream entry written
 --   ("" if none); first_delivered_ms (delivered and dead only) is when attempt 1 reached
 --   the stream, '' when that is its own entry's time (attempt 1); priority and
 --   expire_at_ms (0 = never) are a delivered message's, kept so that a redelivery keeps
---   them; '' when both are 0.
+--   them; '' when both are 0. late_ms (delivered only) is how long after its due time it
+--   was sent, '' when not at all (and in records written before it was kept).
 -- Compact record, its times relative to its generation's start:
 --   code entry_ms_rel "-" seq "\n" stream [ "\n" at_rel "\n" attempt "\n" first_delivered_ms
---     "\n" priority "\n" expire_at_ms ]
+--     "\n" priority "\n" expire_at_ms [ "\n" late_ms ] ]
 --   code is D | E | X | C (delivered, expired, dead, cancelled); entry_ms_rel "-" seq is
 --   left out when there is no entry; at_rel is '' when it is the entry's own time, attempt
 --   '' when 1; the bracketed lines are left out when all are ''. (A record whose entry id
@@ -52,17 +53,20 @@ local function record_fields(p)
     first_delivered = p[6], -- ms, when attempt 1 reached the stream; '' for attempt 1 itself
     priority = p[7],        -- a delivered message's, '' when it and expire_at are 0
     expire_at = p[8],       -- ms, a delivered message's (0 = never), '' as priority
+    late = p[9],            -- ms, how long after its due time a delivered message was sent
   }
 end
 
 -- A record's parts (see the format above); priority and expire_at are kept only when
 -- either is not 0. at and attempt may be numbers: they are written as text only when
 -- the compact record needs them (a number's text costs a sprintf).
-local function record(state, entry_id, at, attempt, stream, first_delivered, priority, expire_at)
+local function record(state, entry_id, at, attempt, stream, first_delivered, priority, expire_at, late)
   priority, expire_at = priority or 0, expire_at or 0
   local p, e = '', ''
   if priority ~= 0 or expire_at ~= 0 then p, e = tostring(priority), tostring(expire_at) end
-  return { state, entry_id, at, attempt, stream, tostring(first_delivered or ''), p, e }
+  local l = ''
+  if late and late ~= 0 then l = tostring(late) end
+  return { state, entry_id, at, attempt, stream, tostring(first_delivered or ''), p, e, l }
 end
 
 -- A record of the hash layout as its parts; an error if it is not one.
@@ -70,7 +74,7 @@ local function record_parts(rec)
   if not string.find(rec, '\n', 1, true) then error('malformed record: ' .. rec) end
   local parts = {}
   for part in string.gmatch(rec .. '\n', '([^\n]*)\n') do parts[#parts + 1] = part end
-  for i = #parts + 1, 8 do parts[i] = '' end
+  for i = #parts + 1, 9 do parts[i] = '' end
   return parts
 end
 
@@ -81,6 +85,9 @@ local STATE_NAMES = { D = 'delivered', E = 'expired', X = 'dead', C = 'cancelled
 -- of an unknown shape).
 local function record_lines(p)
   local rec = p[1] .. '\n' .. p[2] .. '\n' .. p[3] .. '\n' .. p[4] .. '\n' .. p[5]
+  if p[9] ~= '' then
+    return rec .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8] .. '\n' .. p[9]
+  end
   if p[7] ~= '' or p[8] ~= '' then return rec .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8] end
   if p[6] ~= '' then rec = rec .. '\n' .. p[6] end
   return rec
@@ -120,8 +127,9 @@ local function compact_record(p, base)
   end
   if at == entry_ms then at = '' else at = at - base end
   if attempt == 1 or attempt == '1' then attempt = '' end
-  if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' then
+  if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' or p[9] ~= '' then
     rec = rec .. '\n' .. at .. '\n' .. attempt .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8]
+    if p[9] ~= '' then rec = rec .. '\n' .. p[9] end
   end
   return rec
 end
@@ -145,7 +153,8 @@ local function expand_record(rec, base)
   if not at then error('malformed record: ' .. rec) end
   local attempt = lines[4] or ''
   if attempt == '' then attempt = '1' end
-  return { state, entry, tostring(at), attempt, lines[2] or '', lines[5] or '', lines[6] or '', lines[7] or '' }
+  return { state, entry, tostring(at), attempt, lines[2] or '', lines[5] or '', lines[6] or '', lines[7] or '',
+    lines[8] or '' }
 end
 
 -- Records per bucket, on average, before the next bucket splits: low enough that even
@@ -332,7 +341,7 @@ end
 -- whichever is more, so that it seldom splits: a bucket no record reaches costs
 -- nothing. While the journal is on, one outbox item gets a line per record, naming
 -- each message's target stream (`targets`, else the record's); unless the policy says
--- not to, each id is listed under that stream (list_finished). Hash: one field each in the records hash, and one expiry entry for them all
+-- not to, each id is listed under that stream (finished.add). Hash: one field each in the records hash, and one expiry entry for them all
 -- in records_by_expiry.
 local function keep_records(records, records_by_expiry, ids, parts, now, policy, expected, targets)
   local retention, layout, journal, listing = records_policy(policy)
@@ -348,7 +357,7 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
   end
   -- A retention of 0 keeps nothing on record (the journal's line above is not one).
   if retention == 0 then return end
-  if listing then list_finished(records, ids, parts, targets) end
+  if listing then finished.add(records, ids, parts, targets) end
   if layout == 'hash' then
     local args = {}
     for i, id in ipairs(ids) do
