@@ -15,16 +15,16 @@
 -- R is the shard's records key. A record costs its id's length and a few bytes here;
 -- with records.finished_list = false nothing is listed (see bench/records_memory.py).
 
--- (A table of functions: a script's chunk may hold at most 200 locals, prelude included.)
-local finished = {}
-
-function finished.list(records, stream)
-  return records .. ':fin:' .. stream
-end
-
-function finished.streams(records)
-  return records .. ':fins'
-end
+-- A table of functions (a script's chunk may hold at most 200 locals, prelude
+-- included), made whole here: the library empties only the caches, `local x = {}`.
+local finished = {
+  list = function(records, stream)
+    return records .. ':fin:' .. stream
+  end,
+  streams = function(records)
+    return records .. ':fins'
+  end,
+}
 
 -- Lists ids[i] under its target stream: targets[i], else parts[i]'s stream (a record
 -- names where it was written: a dead letter's, its dead-letter stream, so callers
