@@ -107,15 +107,13 @@ pub async fn streams(
         match cached.as_ref() {
             Some((at, t)) if at.elapsed() < STREAMS_TTL => t.clone(),
             _ => {
-                let fresh = Arc::new(compute_streams(&state).await?);
+                let fresh = Arc::new(compute_streams(&state, BTreeSet::new()).await?);
                 *cached = Some((Instant::now(), fresh.clone()));
                 fresh
             }
         }
     };
     let mut table = table.as_ref().clone();
-    // Only the streams the token reaches.
-    table.streams.retain(|view| reach.sees(&view.stream));
     if with_day {
         let (rollups, samples) = tokio::try_join!(state.store.rollups(), state.store.samples())?;
         let now = now_ms();
@@ -127,16 +125,36 @@ pub async fn streams(
             ),
             now,
         );
+        // A stream with traffic earlier in the day and none within the hour is
+        // listed in the day too.
+        let listed: BTreeSet<&str> = table.streams.iter().map(|v| v.stream.as_str()).collect();
+        let earlier: BTreeSet<String> = day
+            .delivered
+            .keys()
+            .chain(day.dead.keys())
+            .filter(|s| !listed.contains(s.as_str()))
+            .cloned()
+            .collect();
+        if !earlier.is_empty() {
+            table = compute_streams(&state, earlier).await?;
+        }
         for view in &mut table.streams {
             view.delivered_last_day = Some(day.line(&day.delivered, &view.stream));
             view.dead_last_day = Some(day.line(&day.dead, &view.stream));
             view.worst_lateness_last_day = Some(day.line(&day.worst, &view.stream));
         }
     }
+    // Only the streams the token reaches.
+    table.streams.retain(|view| reach.sees(&view.stream));
     Ok(Json(table))
 }
 
-pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, ApiError> {
+/// The table of every stream with messages, held or paused ones, traffic within the
+/// hour or a setting of its own, and the `extra` ones.
+pub(super) async fn compute_streams(
+    state: &AppState,
+    extra: BTreeSet<String>,
+) -> Result<StreamTable, ApiError> {
     let store = &state.store;
     let config = state.current_config();
     let (counts, held, paused, samples) = tokio::try_join!(
@@ -159,7 +177,7 @@ pub(super) async fn compute_streams(state: &AppState) -> Result<StreamTable, Api
     let last_hour = parse_samples(&samples, now.saturating_sub(3_600_000));
     let records: Vec<(u64, &SampleRecord)> = last_hour.iter().map(|s| (s.t_ms, s)).collect();
     let hour = Series::of(&records, now, 60_000, 60);
-    let mut names: BTreeSet<String> = BTreeSet::new();
+    let mut names: BTreeSet<String> = extra;
     names.extend(counts.keys().filter(|s| !s.is_empty()).cloned());
     names.extend(held.per_stream.keys().cloned());
     names.extend(paused.iter().cloned());

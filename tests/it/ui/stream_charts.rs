@@ -127,9 +127,10 @@ async fn a_stream_s_day_comes_from_the_rollups_and_the_quarter_hour_under_way() 
         .as_millis() as u64;
     // Two hours ago: eight quarter hours before the one under way.
     let past_end = (now / QUARTER + 1 - 8) * QUARTER;
-    let rollup = json!({ "t_ms": past_end, "node_id": "gone", "forwarded": 7,
-                         "streams": { "daily": 7 }, "p50_ms": null, "p99_ms": null,
-                         "worst_ms": { "daily": 250 }, "dead": { "daily": 2 } });
+    // "earlier" had traffic only then: listed in the day, not in the hour.
+    let rollup = json!({ "t_ms": past_end, "node_id": "gone", "forwarded": 12,
+                         "streams": { "daily": 7, "earlier": 5 }, "p50_ms": null, "p99_ms": null,
+                         "worst_ms": { "daily": 250, "earlier": 40 }, "dead": { "daily": 2 } });
     let key = cluster.store.keys().rollups();
     let () = redis::cmd("LPUSH")
         .arg(&key)
@@ -178,10 +179,27 @@ async fn a_stream_s_day_comes_from_the_rollups_and_the_quarter_hour_under_way() 
         10,
         "{daily}"
     );
-    // The hour alone carries no day.
+    let day = last.lock().unwrap().clone();
+    let earlier = day["streams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["stream"] == "earlier")
+        .unwrap_or_else(|| panic!("a stream with traffic earlier in the day: {day}"));
+    assert_eq!(earlier["delivered_last_day"][at], 5, "{earlier}");
+    assert_eq!(earlier["pending"], 0, "{earlier}");
+    // The hour alone carries no day, nor a stream quiet all hour.
     let hour = get(&cluster, 0, "/v1/streams").await;
     assert!(
         hour["streams"][0].get("delivered_last_day").is_none(),
+        "{hour}"
+    );
+    assert!(
+        hour["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["stream"] != "earlier"),
         "{hour}"
     );
     let reader = cluster.apis[0].clone().with_token(super::endpoints::READER);
