@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
+use super::stream_label;
+
 /// How long the recent lateness window lasts (reported: the last one to two windows).
 const LATENESS_WINDOW: Duration = Duration::from_secs(60);
 
@@ -74,20 +76,32 @@ impl Lateness {
 /// Records one forward call's figures, under one lock: the lateness (forward time
 /// − due time, ms) of the messages no held set kept, and for the next
 /// [`take_sample`] the messages forwarded to each stream, each stream's worst
-/// lateness and its messages dead-lettered (past their ttl).
+/// lateness and its messages dead-lettered (past their ttl). Streams are named as
+/// the metrics name them (the first `metrics.max_streams`, the rest together as
+/// [`super::OTHER_STREAMS`]), so that samples and rollups stay bounded too.
 pub fn record_batch(batch: &delayq_client::store::ForwardBatch) {
+    let per_stream: Vec<(String, u64)> = batch
+        .per_stream
+        .iter()
+        .map(|(stream, n)| (stream_label(stream), *n))
+        .collect();
+    let times: Vec<(String, Option<u64>, u64)> = batch
+        .per_stream_times
+        .iter()
+        .map(|t| (stream_label(&t.stream), t.worst_lateness_ms, t.expired))
+        .collect();
     let mut l = lateness().lock().expect("lateness lock");
     l.record_lateness(&batch.lateness_ms);
-    for (stream, n) in &batch.per_stream {
-        *l.window_streams.entry(stream.clone()).or_default() += n;
+    for (stream, n) in per_stream {
+        *l.window_streams.entry(stream).or_default() += n;
     }
-    for t in &batch.per_stream_times {
-        if let Some(ms) = t.worst_lateness_ms {
-            let worst = l.window_worst.entry(t.stream.clone()).or_default();
+    for (stream, worst_ms, expired) in times {
+        if let Some(ms) = worst_ms {
+            let worst = l.window_worst.entry(stream.clone()).or_default();
             *worst = (*worst).max(ms);
         }
-        if t.expired > 0 {
-            *l.window_dead.entry(t.stream.clone()).or_default() += t.expired;
+        if expired > 0 {
+            *l.window_dead.entry(stream).or_default() += expired;
         }
     }
 }
@@ -122,8 +136,9 @@ pub fn lateness_summary() -> (Option<LatenessSummary>, Option<LatenessSummary>) 
 /// Counts a stream's messages dead-lettered after their last attempt, for the next
 /// [`take_sample`].
 pub fn record_dead(stream: &str, n: u64) {
+    let stream = stream_label(stream);
     let mut l = lateness().lock().expect("lateness lock");
-    *l.window_dead.entry(stream.to_owned()).or_default() += n;
+    *l.window_dead.entry(stream).or_default() += n;
 }
 
 /// What this process forwarded since the last sample was taken.

@@ -546,4 +546,31 @@ async fn per_stream_series_stop_at_max_streams_and_count_the_rest_as_other() {
     assert_eq!(named.len(), 2, "{counted:?}");
     let other = counted.iter().find(|(s, _)| s == "_other").map(|(_, n)| *n);
     assert_eq!(other, Some(8.0), "{counted:?}");
+    // The forwarding samples (the Streams page's lines, the day's rollups) name the
+    // streams alike: bounded by the same number.
+    let sampled = eventually(
+        Duration::from_secs(20),
+        "a sample of the forwards",
+        || async {
+            let (_, table) = api.get("/v1/streams").await;
+            let lines: Vec<(String, u64)> = table["streams"]
+                .as_array()?
+                .iter()
+                .map(|s| {
+                    let n = s["delivered_last_hour"]
+                        .as_array()
+                        .map_or(0, |a| a.iter().filter_map(serde_json::Value::as_u64).sum());
+                    (s["stream"].as_str().unwrap_or("").to_owned(), n)
+                })
+                .filter(|(_, n)| *n > 0)
+                .collect();
+            (lines.iter().map(|(_, n)| n).sum::<u64>() == 12).then_some(lines)
+        },
+    )
+    .await;
+    assert_eq!(sampled.len(), 3, "{sampled:?}");
+    assert!(
+        sampled.iter().any(|(s, n)| s == "_other" && *n == 8),
+        "{sampled:?}"
+    );
 }
