@@ -115,7 +115,7 @@ def shard_keys(tag, shard):
 
 
 # The prelude's per-call caches (store/scripts.rs, PER_CALL_CACHES).
-CACHES = ["id_hashes", "generations_of", "hash_layout_in_use", "pending_states", "key_indexes"]
+CACHES = ["call_epoch", "id_hashes", "generations_of", "hash_layout_in_use", "pending_states", "key_indexes"]
 HEAD = ["0", "31536000000", "bench:wake", "", "", "compact", "0"]
 counter = iter(range(10**9))
 

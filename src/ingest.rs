@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::journal::{Committer, Journal};
+use crate::journal::{Came, Committer, Journal};
 use crate::message::{Due, NewMessage};
 use crate::store::{BatchItem, InboxAck, Result, ScheduleMode, Scheduled, Store, StoreError};
 
@@ -43,12 +43,13 @@ impl Ingest {
         self.journal.as_ref().map(Committer::journal)
     }
 
-    /// [`Store::schedule`], journaled first.
+    /// [`Store::schedule`], journaled first (`came`: how, for its transition log).
     pub async fn schedule(
         &self,
         msg: &NewMessage,
         mode: ScheduleMode,
         max_delay: Duration,
+        came: &Came,
     ) -> Result<Scheduled> {
         let Some(journal) = &self.journal else {
             return self.store.schedule(msg, mode, max_delay).await;
@@ -59,7 +60,7 @@ impl Ingest {
             ..msg.clone()
         };
         journal
-            .scheduled(&[(msg, mode == ScheduleMode::Replace)], at)
+            .scheduled(&[(msg, mode == ScheduleMode::Replace)], at, came)
             .await
             .map_err(|e| StoreError::NotJournaled(e.to_string()))?;
         let outcome = self.store.schedule(msg, mode, max_delay).await;
@@ -78,6 +79,7 @@ impl Ingest {
         items: &[BatchItem],
         max_delay: Duration,
         ack: Option<InboxAck<'_>>,
+        came: &Came,
     ) -> Vec<Result<Scheduled>> {
         let Some(journal) = &self.journal else {
             return self.store.schedule_many(items, max_delay, ack).await;
@@ -94,7 +96,7 @@ impl Ingest {
             .iter()
             .map(|i| (&i.msg, i.mode == ScheduleMode::Replace))
             .collect();
-        if let Err(e) = journal.scheduled(&rows, at).await {
+        if let Err(e) = journal.scheduled(&rows, at, came).await {
             let e = StoreError::NotJournaled(e.to_string());
             return items.iter().map(|_| Err(e.clone())).collect();
         }

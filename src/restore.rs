@@ -45,6 +45,8 @@ pub struct RestoreOptions {
     /// `records.retention`: how long the record of a message the restore cancels
     /// again (see [`settle`]) is kept.
     pub records_retention: Duration,
+    /// Who restores (its messages' transition logs say so).
+    pub by: crate::journal::Who,
 }
 
 /// What a restore found and did.
@@ -165,6 +167,7 @@ pub async fn restore(
             &mut report,
         )
         .await?;
+        log_restored(journal, &copies, began, options).await?;
         progress(report.journaled, report.journaled);
         return Ok(report);
     }
@@ -239,9 +242,28 @@ pub async fn restore(
     if !options.dry_run {
         store.pause_streams(&paused).await?;
     }
+    log_restored(journal, &restored, began, options).await?;
     report.schedules_restored = restore_schedules(store, journal, options.dry_run).await?;
     crate::metrics::journal_restored(report.restored, options.dry_run);
     Ok(report)
+}
+
+/// A "restored" step in the transition log of each message put back, at the time
+/// the restore began (Redis's clock).
+async fn log_restored(
+    journal: &Journal,
+    restored: &Restored,
+    began: u64,
+    options: &RestoreOptions,
+) -> Result<(), RestoreError> {
+    if options.dry_run || restored.is_empty() {
+        return Ok(());
+    }
+    let messages: Vec<(&str, &str)> = restored
+        .keys()
+        .map(|(id, stream)| (id.as_str(), stream.as_str()))
+        .collect();
+    answered(journal.restored(&messages, began, &options.by)).await
 }
 
 /// Puts back every schedule the journal holds and Redis does not, made as far as

@@ -82,6 +82,7 @@ pub(super) const ROUTES: &[(&str, &str, Access)] = &[
     ("GET", "/v1/streams/{stream}/keys/{key}", Token(Read)),
     ("DELETE", "/v1/streams/{stream}/keys/{key}", Token(Write)),
     ("GET", "/v1/streams/{stream}/finished", Token(Read)),
+    ("GET", "/v1/messages/{id}/history", Token(Read)),
     ("POST", "/v1/schedules", Token(Write)),
     ("GET", "/v1/schedules", Token(Read)),
     ("GET", "/v1/schedules/{id}", Token(Read)),

@@ -172,7 +172,8 @@ pub async fn cancel(
             })
             .collect();
         not_journaled = !durable::journaled(&state.store, sent, async {
-            journal.apply(&lines).await.map(|()| true)
+            let who = crate::journal::Who::api(&state.config.node_id, &reach.who);
+            journal.apply_as(&lines, &who).await.map(|()| true)
         })
         .await;
     }

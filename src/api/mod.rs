@@ -108,7 +108,7 @@ struct Routes {
 }
 
 fn routes() -> Routes {
-    use messages::{batch, by_id, push};
+    use messages::{batch, by_id, history, push};
     Routes {
         requests: OpenApiRouter::new()
             .routes(routes!(push::push))
@@ -121,6 +121,7 @@ fn routes() -> Routes {
             ))
             .routes(routes!(by_id::status, by_id::cancel))
             .routes(routes!(by_id::reschedule))
+            .routes(routes!(history::history))
             .routes(routes!(dead::list))
             .routes(routes!(dead::replay))
             .routes(routes!(dead::purge))

@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use crate::api::input::{SMALL_BODY, documented_keys, object, path_id, read_json_or_empty};
 use crate::api::messages::by_id::IdPath;
+use crate::api::reach::Reach;
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::restore::{RestoreError, RestoreOptions, RestoreReport, check_safe, restore};
 
@@ -49,6 +50,7 @@ pub struct RestoreRequest {
 )]
 pub async fn restore_all(
     State(state): State<AppState>,
+    reach: Reach,
     body: Body,
 ) -> Result<Json<RestoreReport>, ApiError> {
     let value = read_json_or_empty(body, SMALL_BODY).await?;
@@ -71,6 +73,7 @@ pub async fn restore_all(
         id: None,
         lost_seen_ms: None,
         records_retention: state.config.records.retention,
+        by: crate::journal::Who::api(&state.config.node_id, &reach.who),
     };
     run(&state, &options).await
 }
@@ -94,6 +97,7 @@ pub async fn restore_all(
 )]
 pub async fn restore_one(
     State(state): State<AppState>,
+    reach: Reach,
     Path(IdPath { id }): Path<IdPath>,
 ) -> Result<Json<RestoreReport>, ApiError> {
     let options = RestoreOptions {
@@ -102,6 +106,7 @@ pub async fn restore_one(
         id: Some(path_id(&id)?),
         lost_seen_ms: None,
         records_retention: state.config.records.retention,
+        by: crate::journal::Who::api(&state.config.node_id, &reach.who),
     };
     let report = run(&state, &options).await?;
     if report.journaled == 0 {

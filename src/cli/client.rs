@@ -175,9 +175,17 @@ pub enum ClientCommand {
         #[command(flatten)]
         target: Target,
     },
-    /// Show the leadership history: who led, from when to when, why it ended
-    #[command(after_help = EXIT_CODES)]
+    /// Show a message's journey as the journal keeps it (with an id), or the
+    /// leadership history: who led, from when to when, why it ended (without)
+    ///
+    /// Examples:
+    ///   delayq history order-42-reminder
+    ///   delayq history order-42-reminder --json
+    ///   delayq history
+    #[command(after_help = EXIT_CODES, verbatim_doc_comment)]
     History {
+        /// A message id: its steps, oldest first (needs the journal).
+        id: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -310,9 +318,12 @@ pub async fn main(cmd: ClientCommand) -> ExitCode {
         ClientCommand::Nodes { target } => {
             call(&target, reqwest::Method::GET, "/v1/nodes", None).await
         }
-        ClientCommand::History { target } => {
-            let path = "/v1/leadership/history";
-            call(&target, reqwest::Method::GET, path, None).await
+        ClientCommand::History { id, target } => {
+            let path = match id {
+                Some(id) => format!("/v1/messages/{}/history", encode(&id)),
+                None => "/v1/leadership/history".to_owned(),
+            };
+            call(&target, reqwest::Method::GET, &path, None).await
         }
         ClientCommand::Upcoming {
             stream,

@@ -112,6 +112,10 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
         id,
         lost_seen_ms: None,
         records_retention: config.records.retention,
+        by: delayq::journal::Who {
+            token: Some("delayq journal restore".into()),
+            ..Default::default()
+        },
     };
     delayq::restore::check_safe(&store, config.records.retention, &options)
         .await

@@ -431,13 +431,14 @@ impl Worker {
             group: &self.queue.group,
         });
         let max_delay = self.config().api.limits.max_delay;
+        let came = &crate::journal::Came::node("inbox", &self.config().node_id);
         let items = &items;
         let outcomes = isolate(items.len(), |indexes: Vec<usize>| async move {
             let outcomes = if indexes.len() == items.len() {
-                self.ingest.schedule_many(items, max_delay, ack).await
+                self.ingest.schedule_many(items, max_delay, ack, came).await
             } else {
                 let some: Vec<BatchItem> = indexes.iter().map(|&i| items[i].clone()).collect();
-                self.ingest.schedule_many(&some, max_delay, ack).await
+                self.ingest.schedule_many(&some, max_delay, ack, came).await
             };
             // Too far ahead is an answer about one message, not a failed call.
             outcomes

@@ -5,7 +5,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
-use super::{Journal, JournalError, Push, Result};
+use super::{Came, Journal, JournalError, Push, Result};
 use crate::message::{Due, NewMessage};
 
 /// Rows one transaction carries at most.
@@ -19,6 +19,7 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 /// One caller's pushes and where its answer goes.
 struct Job {
     rows: Vec<(NewMessage, u64, bool)>,
+    came: Came,
     /// Redis's time when the pushes began: their rows' `updated_ms`.
     at_ms: u64,
     done: oneshot::Sender<Result<()>>,
@@ -49,14 +50,25 @@ impl Committer {
     /// time read before the pushes: stamped on their rows (for [`Journal::discard`],
     /// and so that an outbox line of an earlier change does not undo them), and
     /// what a relative delay counts from (the caller hands Redis the same due time).
-    pub async fn scheduled(&self, messages: &[(&NewMessage, bool)], at_ms: u64) -> Result<()> {
+    /// `came` says how they came (their transition log's first step).
+    pub async fn scheduled(
+        &self,
+        messages: &[(&NewMessage, bool)],
+        at_ms: u64,
+        came: &Came,
+    ) -> Result<()> {
         let rows = messages
             .iter()
             .map(|(m, replace)| ((*m).clone(), due_ms(m.due, at_ms), *replace))
             .collect();
         let (done, answer) = oneshot::channel();
         self.jobs
-            .send(Job { rows, at_ms, done })
+            .send(Job {
+                rows,
+                came: came.clone(),
+                at_ms,
+                done,
+            })
             .await
             .map_err(|_| JournalError::Mysql("the journal's writer has stopped".into()))?;
         answer.await.unwrap_or_else(|_| {
@@ -107,12 +119,13 @@ async fn run(journal: Journal, mut jobs: mpsc::Receiver<Job>) {
         tokio::spawn(async move {
             let pushes: Vec<Push<'_>> = batch
                 .iter()
-                .flat_map(|job| job.rows.iter().map(|row| (row, job.at_ms)))
-                .map(|((msg, due_ms, replace), at_ms)| Push {
+                .flat_map(|job| job.rows.iter().map(move |row| (row, job)))
+                .map(|((msg, due_ms, replace), job)| Push {
                     msg,
                     due_ms: *due_ms,
                     replace: *replace,
-                    at_ms,
+                    at_ms: job.at_ms,
+                    came: &job.came,
                 })
                 .collect();
             let result = match tokio::time::timeout(

@@ -14,7 +14,7 @@
 use std::future::Future;
 use std::time::Instant;
 
-use super::{Journal, Result, change_window};
+use super::{Journal, Result, Who, change_window};
 use crate::store::{OutboxLine, Store};
 
 /// Whether `write` told the journal in time (and, where it says, that the journal
@@ -39,15 +39,17 @@ pub async fn journaled(
     }
 }
 
-/// [`journaled`] for an outbox line of the change (copied again later, harmlessly).
+/// [`journaled`] for an outbox line of the change `who` made (copied again later,
+/// harmlessly: the copy fills in the shard).
 pub async fn journaled_line(
     store: &Store,
     sent: Instant,
     journal: &Journal,
     line: OutboxLine,
+    who: &Who,
 ) -> bool {
     journaled(store, sent, async {
-        journal.apply(&[line]).await.map(|()| true)
+        journal.apply_as(&[line], who).await.map(|()| true)
     })
     .await
 }

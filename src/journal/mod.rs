@@ -10,7 +10,8 @@
 //! Redis is asked (and taken back); `read.rs` the reads (one message, the
 //! unfinished ones for a restore); `commit.rs` the group commit of pushes;
 //! `paused.rs` and `replayed.rs` the operator's pauses and replays; `schedules.rs`
-//! recurring schedules' definitions.
+//! recurring schedules' definitions; `transitions.rs` the transition log, a row per
+//! change of a message, written with the change.
 
 mod commit;
 pub mod durable;
@@ -21,6 +22,8 @@ mod replayed;
 mod scheduled;
 mod schedules;
 mod schema;
+mod transitions;
+pub use transitions::{Came, Step, Transition, Who};
 
 pub use schema::{Migrated, SCHEMA_VERSION};
 
@@ -88,7 +91,9 @@ fn state_of(code: OutboxCode) -> State {
         OutboxCode::Expired => State::Expired,
         OutboxCode::Dead => State::Dead,
         OutboxCode::Cancelled => State::Cancelled,
-        OutboxCode::Rescheduled | OutboxCode::Replayed => State::Scheduled,
+        OutboxCode::Rescheduled | OutboxCode::Replayed | OutboxCode::Redelivered => {
+            State::Scheduled
+        }
     }
 }
 
@@ -109,6 +114,8 @@ pub struct Push<'a> {
     pub replace: bool,
     /// Redis's time when the push began (its row's `updated_ms`).
     pub at_ms: u64,
+    /// How it came, for its transition log.
+    pub came: &'a Came,
 }
 
 /// A message as the journal knows it (see [`Journal::lookup`]).
@@ -216,8 +223,14 @@ impl Journal {
     /// delivered one may still become dead-lettered, by redelivery), with its entry
     /// id and time; a new due time moves a message still scheduled. A finished
     /// message the journal never had (pushed before the journal was on) gets a row
-    /// of its own, so its history is known.
+    /// of its own, so its history is known. Each line is a step of its message's
+    /// transition log too (made by nobody known: see [`Journal::apply_as`]).
     pub async fn apply(&self, lines: &[OutboxLine]) -> Result<()> {
+        self.apply_as(lines, &Who::default()).await
+    }
+
+    /// [`Journal::apply`] of changes `who` made (as far as it is known).
+    pub async fn apply_as(&self, lines: &[OutboxLine], who: &Who) -> Result<()> {
         if lines.is_empty() {
             return Ok(());
         }
@@ -226,7 +239,10 @@ impl Journal {
             .start_transaction(mysql_async::TxOpts::default())
             .await?;
         let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines.iter().partition(|l| {
-            !matches!(l.code, OutboxCode::Rescheduled | OutboxCode::Replayed) && l.stream.is_some()
+            !matches!(
+                l.code,
+                OutboxCode::Rescheduled | OutboxCode::Replayed | OutboxCode::Redelivered
+            ) && l.stream.is_some()
         });
         for chunk in finished.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, '', ?, ?, ?, ?)"; chunk.len()].join(", ");
@@ -273,6 +289,8 @@ impl Journal {
                     )
                     .await?;
                 }
+                // A step of the transition log only (written below).
+                (OutboxCode::Redelivered, _) => {}
                 (OutboxCode::Replayed, stream) => {
                     tx.exec_drop(
                         replayed::REPLAYED,
@@ -297,6 +315,11 @@ impl Journal {
                 }
             }
         }
+        let steps: Vec<transitions::Row> = lines
+            .iter()
+            .map(|line| transitions::Row::of_line(line, who))
+            .collect();
+        transitions::write(&mut tx, &steps).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -306,6 +329,7 @@ impl Journal {
     pub async fn truncate(&self) -> Result<()> {
         let mut conn = self.pool.get_conn().await?;
         conn.query_drop("TRUNCATE TABLE delayq_messages").await?;
+        conn.query_drop("TRUNCATE TABLE delayq_transitions").await?;
         Ok(())
     }
 

@@ -3,7 +3,7 @@
 
 use mysql_async::prelude::Queryable;
 
-use super::{Journal, Result, State};
+use super::{Journal, Result, State, Who, transitions};
 use crate::store::OutboxLine;
 
 /// A dead letter replayed: its row scheduled again, due when replayed (the line's
@@ -31,8 +31,10 @@ impl Journal {
     /// Records one replayed dead letter before its answer: whether the journal
     /// now holds it scheduled again (false: it has no row of it with a body, say
     /// trimmed after `journal.retention`, so a restore could not bring it back).
-    pub async fn replayed(&self, line: &OutboxLine) -> Result<bool> {
+    /// The replay is a step of the message's transition log, made by `who`.
+    pub async fn replayed(&self, line: &OutboxLine, who: &Who) -> Result<bool> {
         let mut conn = self.pool.get_conn().await?;
+        transitions::write(&mut conn, &[transitions::Row::of_line(line, who)]).await?;
         conn.exec_drop(REPLAYED, params(line, line.stream.as_deref()))
             .await?;
         if conn.affected_rows() == 1 {

@@ -2,6 +2,7 @@
 //! taken back: a push Redis refused, or answered as a duplicate.
 
 use super::*;
+use crate::journal::transitions;
 
 /// Writes pushes as scheduled (at most [`ROWS_PER_STATEMENT`]): new ids inserted;
 /// a known id overwritten and scheduled again where the push replaces or its row
@@ -105,7 +106,7 @@ impl Journal {
     /// already journaled is left as it is (a duplicate push) unless it was
     /// cancelled (Redis takes a cancelled id pushed again as new) or, for a push
     /// that replaces, overwritten and scheduled again; neither over a row written
-    /// later.
+    /// later. Each push is a step of its message's transition log too.
     pub async fn record_scheduled(&self, pushes: &[Push<'_>]) -> Result<()> {
         if pushes.is_empty() {
             return Ok(());
@@ -118,18 +119,7 @@ impl Journal {
             })
             .filter(|(_, rows): &(bool, Vec<_>)| !rows.is_empty())
             .collect();
-        // One statement commits by itself: one round trip instead of four (the
-        // statements that may follow it are idempotent, and the pushes are not
-        // confirmed before they ran).
-        // A replace that retires other streams' rows stays in a transaction, so that
-        // the two statements apply together.
-        if let [(replace, rows)] = &groups[..]
-            && rows.len() <= ROWS_PER_STATEMENT
-            && !(*replace && self.unique_ids)
-        {
-            let mut conn = self.pool.get_conn().await?;
-            return write_scheduled(&mut conn, rows, *replace, self.unique_ids).await;
-        }
+        // The rows and the pushes' steps in one transaction.
         let mut tx = self
             .pool
             .start_transaction(mysql_async::TxOpts::default())
@@ -139,6 +129,8 @@ impl Journal {
                 write_scheduled(&mut tx, chunk, *replace, self.unique_ids).await?;
             }
         }
+        let steps: Vec<transitions::Row> = pushes.iter().map(transitions::Row::of_push).collect();
+        transitions::write(&mut tx, &steps).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -151,6 +143,7 @@ impl Journal {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
+        transitions::forget_pushes(&mut conn, refused).await?;
         conn.exec_batch(
             "DELETE FROM delayq_messages WHERE id = ? AND stream = ? AND state = 0 AND updated_ms = ?",
             refused
@@ -166,11 +159,16 @@ impl Journal {
     /// where an id names one message whatever its stream): such a row is no
     /// message Redis holds, and a restore would send it. A duplicate of a message
     /// of the same stream wrote no row, and none is removed.
+    /// A duplicate's push is no step of its message: taken back whatever its stream.
     pub async fn retire_duplicates(&self, duplicates: &[(&NewMessage, u64)]) -> Result<()> {
-        if duplicates.is_empty() || !self.unique_ids {
+        if duplicates.is_empty() {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
+        transitions::forget_pushes(&mut conn, duplicates).await?;
+        if !self.unique_ids {
+            return Ok(());
+        }
         conn.exec_batch(
             "DELETE t FROM delayq_messages t JOIN delayq_messages o \
              ON o.id = t.id AND o.stream <> t.stream \

@@ -9,6 +9,11 @@ pub(super) const MIGRATIONS: &[(u32, &str, &str)] = &[
     (2, "marker", include_str!("migrations/002_marker.sql")),
     (3, "paused", include_str!("migrations/003_paused.sql")),
     (4, "schedules", include_str!("migrations/004_schedules.sql")),
+    (
+        5,
+        "transitions",
+        include_str!("migrations/005_transitions.sql"),
+    ),
 ];
 
 /// The schema version this delayq migrates to.

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use super::term::Term;
 use crate::complaint::Complaint;
 use crate::config::Config;
-use crate::journal::{Journal, WRITE_TIMEOUT, now_ms};
+use crate::journal::{Journal, WRITE_TIMEOUT, Who, now_ms};
 use crate::message::MessageId;
 use crate::metrics as m;
 use crate::restore::{RestoreError, RestoreOptions, RestoreReport, restore};
@@ -107,8 +107,9 @@ async fn pause(term: &Term, d: Duration) -> bool {
 async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
     let lag = metrics::histogram!(m::JOURNAL_LAG);
     let changes = metrics::counter!(m::JOURNAL_CHANGES);
+    let mut nodes = NodesOfEpochs::default();
     loop {
-        let copied = match copy_round(term, store, journal, &lag).await {
+        let copied = match copy_round(term, store, journal, &lag, &mut nodes).await {
             Ok(n) => {
                 if let Some(said) = COPY_FAILED.recovered_on(term.place()) {
                     tracing::info!("{said}");
@@ -141,12 +142,30 @@ enum CopyError {
     Other(String),
 }
 
+/// The node that led each epoch, as the leadership history says (read again when
+/// an item names an epoch not known yet).
+#[derive(Default)]
+struct NodesOfEpochs(std::collections::HashMap<u64, String>);
+
+impl NodesOfEpochs {
+    async fn of(&mut self, store: &Store, epoch: u64) -> Option<String> {
+        if !self.0.contains_key(&epoch)
+            && let Ok(terms) = store.terms().await
+        {
+            self.0
+                .extend(terms.into_iter().map(|t| (t.epoch, t.node_id)));
+        }
+        self.0.get(&epoch).cloned()
+    }
+}
+
 /// One round over the owned shards in use; the changes it copied.
 async fn copy_round(
     term: &Term,
     store: &Store,
     journal: &Journal,
     lag: &metrics::Histogram,
+    nodes: &mut NodesOfEpochs,
 ) -> Result<usize, CopyError> {
     let other = |e: &dyn std::fmt::Display| CopyError::Other(e.to_string());
     let shards = store.owned_in_use().await.map_err(|e| other(&e))?;
@@ -154,29 +173,59 @@ async fn copy_round(
         .outbox_items(&shards, ITEMS_PER_ROUND)
         .await
         .map_err(|e| other(&e))?;
-    let mut lines = Vec::new();
+    // The lines of each shard and epoch (an item a leader wrote opens with
+    // `@<epoch>`; a producer's names none), for the transition log's "who".
+    let mut groups: Vec<(Who, Vec<OutboxLine>)> = Vec::new();
+    let mut count = 0;
     // When each item's first change was made, for the lag once it is committed.
     let mut made = Vec::new();
-    for item in items.iter().flatten() {
-        let first = lines.len();
-        for text in item.split('\n') {
-            match OutboxLine::parse(text) {
-                Some(line) => lines.push(line),
-                None => tracing::error!(
-                    line = text,
-                    "an outbox line this delayq does not write; skipped"
-                ),
+    for (&shard, shard_items) in shards.iter().zip(&items) {
+        for item in shard_items {
+            let mut texts = item.split('\n').peekable();
+            let epoch = texts
+                .next_if(|t| t.starts_with('@'))
+                .and_then(|t| t[1..].parse::<u64>().ok());
+            let who = Who {
+                node: match epoch {
+                    Some(epoch) => nodes.of(store, epoch).await,
+                    None => None,
+                },
+                shard: Some(shard),
+                epoch,
+                token: None,
+            };
+            let at = match groups.iter().position(|(w, _)| *w == who) {
+                Some(at) => at,
+                None => {
+                    groups.push((who, Vec::new()));
+                    groups.len() - 1
+                }
+            };
+            let first = groups[at].1.len();
+            for text in texts {
+                match OutboxLine::parse(text) {
+                    Some(line) => groups[at].1.push(line),
+                    None => tracing::error!(
+                        line = text,
+                        "an outbox line this delayq does not write; skipped"
+                    ),
+                }
             }
-        }
-        if let Some(line) = lines.get(first) {
-            made.push(line.at_ms);
+            if let Some(line) = groups[at].1.get(first) {
+                made.push(line.at_ms);
+            }
+            count += groups[at].1.len() - first;
         }
     }
-    if !lines.is_empty() {
+    if count > 0 {
         // In a few transactions at once (each line's row is its own: they do not
         // contend), so that a burst of deliveries is journaled at MySQL's pace.
-        let per = lines.len().div_ceil(COPY_IN_FLIGHT).max(COPY_MIN_LINES);
-        let applied = futures::future::try_join_all(lines.chunks(per).map(|c| journal.apply(c)));
+        let per = count.div_ceil(COPY_IN_FLIGHT).max(COPY_MIN_LINES);
+        let applied = futures::future::try_join_all(
+            groups
+                .iter()
+                .flat_map(|(who, lines)| lines.chunks(per).map(move |c| journal.apply_as(c, who))),
+        );
         match tokio::time::timeout(WRITE_TIMEOUT, applied).await {
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(other(&e)),
@@ -199,7 +248,7 @@ async fn copy_round(
         }
     }
     metrics::gauge!(m::JOURNAL_OUTBOX).set(left as f64);
-    Ok(lines.len())
+    Ok(count)
 }
 
 /// Releases the term's hold while Redis has the marker; on a loss, holds and
@@ -256,7 +305,9 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                     reported = true;
                 }
                 if settings.auto_restore {
-                    match restore_now(config, store, journal, None, lost_seen_ms).await {
+                    match restore_now(config, store, journal, None, lost_seen_ms, term.epoch())
+                        .await
+                    {
                         Ok(report) => {
                             if let Some(said) = RESTORE_FAILED.recovered_on(term.place()) {
                                 tracing::info!("{said}");
@@ -309,6 +360,7 @@ async fn restore_now(
     journal: &Journal,
     id: Option<MessageId>,
     lost_seen_ms: Option<u64>,
+    epoch: u64,
 ) -> Result<RestoreReport, RestoreError> {
     let options = RestoreOptions {
         include_overdue: true,
@@ -316,6 +368,11 @@ async fn restore_now(
         id,
         lost_seen_ms,
         records_retention: config.records.retention,
+        by: Who {
+            node: Some(config.node_id.clone()),
+            epoch: Some(epoch),
+            ..Who::default()
+        },
     };
     restore(
         store,
@@ -397,7 +454,7 @@ async fn reconcile(term: &Term, config: &Config, store: &Store, journal: &Journa
             return;
         }
         term.unheld().await;
-        match reconcile_page(config, store, journal, after.as_ref()).await {
+        match reconcile_page(config, store, journal, after.as_ref(), term.epoch()).await {
             Ok(next) => {
                 after = next;
                 if let Some(said) = RECONCILE_FAILED.recovered_on(term.place()) {
@@ -420,6 +477,7 @@ async fn reconcile_page(
     store: &Store,
     journal: &Journal,
     after: Option<&(u64, String, String)>,
+    epoch: u64,
 ) -> Result<Option<(u64, String, String)>, String> {
     let now = store.now_ms().await.map_err(|e| e.to_string())?;
     let before = now.saturating_sub(RECONCILE_AFTER.as_millis() as u64);
@@ -458,7 +516,7 @@ async fn reconcile_page(
     }
     journal.apply(&learned).await.map_err(|e| e.to_string())?;
     for id in &missing {
-        let report = restore_now(config, store, journal, Some(id.clone()), None)
+        let report = restore_now(config, store, journal, Some(id.clone()), None, epoch)
             .await
             .map_err(|e| e.to_string())?;
         tracing::warn!(
@@ -485,15 +543,27 @@ async fn trim(term: &Term, config: &Config, journal: &Journal) {
         if !pause(term, TRIM_EVERY).await {
             return;
         }
-        let before = now_ms().saturating_sub(settings.retention.as_millis() as u64);
+        let now = now_ms();
+        let before = now.saturating_sub(settings.retention.as_millis() as u64);
+        let steps_before = now.saturating_sub(settings.transitions_retention.as_millis() as u64);
         loop {
-            match journal.trim(before, TRIM_BATCH).await {
-                Ok(n) => {
+            // Finished messages, then steps of the transition log, in batches.
+            let done = match journal.trim(before, TRIM_BATCH).await {
+                Ok(n) if n < TRIM_BATCH as u64 => journal
+                    .trim_transitions(steps_before, TRIM_BATCH)
+                    .await
+                    .map(|steps| (n, steps)),
+                Ok(n) => Ok((n, TRIM_BATCH as u64)),
+                Err(e) => Err(e),
+            };
+            match done {
+                Ok((n, steps)) => {
                     if let Some(said) = TRIM_FAILED.recovered_on(term.place()) {
                         tracing::info!("{said}");
                     }
                     trimmed.increment(n);
-                    if n < TRIM_BATCH as u64 || !pause(term, Duration::from_millis(50)).await {
+                    let more = n >= TRIM_BATCH as u64 || steps >= TRIM_BATCH as u64;
+                    if !more || !pause(term, Duration::from_millis(50)).await {
                         break;
                     }
                 }

@@ -202,7 +202,12 @@ async fn round(
     // could lose them to a leader change.
     if !items.is_empty() {
         let outcomes = ingest
-            .schedule_many(&items, config.api.limits.max_delay, None)
+            .schedule_many(
+                &items,
+                config.api.limits.max_delay,
+                None,
+                &crate::journal::Came::node("schedule", &config.node_id),
+            )
             .await;
         for (item, outcome) in items.iter().zip(outcomes) {
             match outcome? {

@@ -95,6 +95,8 @@ pub struct JournalConfig {
     pub url: crate::secret::RedisUrl,
     /// How long finished messages stay in the journal.
     pub retention: Duration,
+    /// How long a message's steps stay in the transition log.
+    pub transitions_retention: Duration,
     /// Restore by itself when Redis has lost its data (see `keeper`).
     pub auto_restore: bool,
     /// `journal.tls`: TLS required, the server's certificate checked against these

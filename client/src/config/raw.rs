@@ -269,6 +269,9 @@ pub(super) struct RawJournal {
     /// How long finished messages stay in the journal.
     #[serde(with = "humantime_serde")]
     pub(super) retention: Duration,
+    /// How long a message's steps stay in the transition log.
+    #[serde(with = "humantime_serde")]
+    pub(super) transitions_retention: Duration,
     /// When Redis has lost its data, schedule every message the journal holds not
     /// finished again by itself (false: wait for `delayq restore`).
     pub(super) auto_restore: bool,
@@ -288,6 +291,7 @@ impl Default for RawJournal {
             url: None,
             password_file: None,
             retention: Duration::from_secs(30 * 86_400),
+            transitions_retention: Duration::from_secs(30 * 86_400),
             auto_restore: true,
             tls: None,
         }

@@ -18,6 +18,10 @@ pub enum OutboxCode {
     Rescheduled,
     /// A dead letter scheduled again (`replay`); the "entry" is its due time.
     Replayed,
+    /// A delivery no consumer acknowledged in time, scheduled again (`redeliver`);
+    /// the "entry" is the entry left unacknowledged. The journal's message row
+    /// stays as it is: this is a step of its transition log only.
+    Redelivered,
 }
 
 /// One change, as a script wrote it to the outbox: `<code> <id> <at ms> <entry id
@@ -42,6 +46,7 @@ impl OutboxLine {
             "C" => OutboxCode::Cancelled,
             "R" => OutboxCode::Rescheduled,
             "P" => OutboxCode::Replayed,
+            "A" => OutboxCode::Redelivered,
             _ => return None,
         };
         let id = parts.next().filter(|s| !s.is_empty())?.to_owned();

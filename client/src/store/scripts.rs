@@ -147,7 +147,8 @@ const PRELUDE: &str = concat!(
 /// The prelude's tables that hold what one call has read (id hashes, record
 /// generations, pending states): an `EVALSHA` starts each empty, and so must each
 /// function call, or one call would act on what an earlier one read.
-const PER_CALL_CACHES: [&str; 5] = [
+const PER_CALL_CACHES: [&str; 6] = [
+    "call_epoch",
     "id_hashes",
     "generations_of",
     "hash_layout_in_use",

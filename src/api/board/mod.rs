@@ -78,6 +78,8 @@ pub struct Session {
     streams: Option<Vec<String>>,
     node_id: String,
     version: String,
+    /// Whether this node keeps a journal (`[journal]`): messages' histories.
+    journal: bool,
 }
 
 /// This request's scope, for a client deciding which actions to offer (open: a client learns here whether it needs a token, and whether the one it has is known, without a refusal)
@@ -96,6 +98,7 @@ pub async fn session(State(state): State<AppState>, headers: HeaderMap) -> Json<
             && api.read_tokens.is_empty()),
         node_id: state.config.node_id.clone(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
+        journal: state.ingest.journal().is_some(),
     })
 }
 

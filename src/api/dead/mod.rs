@@ -284,6 +284,7 @@ async fn page(
 )]
 pub async fn replay(
     State(state): State<AppState>,
+    reach: Reach,
     Path(StreamPath { stream }): Path<StreamPath>,
     body: Body,
 ) -> Result<Json<ReplayAnswer>, ApiError> {
@@ -291,6 +292,7 @@ pub async fn replay(
     let (selection, dry_run) = parse_selection(&read_json(body, MAX_BODY).await?)?;
     let (letters, not_found, next) = select(&state, &stream, &dead_stream, &selection).await?;
     let (id_field, attempt_field, key_field) = state.own_fields(&stream);
+    let who = crate::journal::Who::api(&state.config.node_id, &reach.who);
     let mut replayed = Vec::new();
     let mut skipped = Vec::new();
     for letter in letters.iter().filter(|_| !dry_run) {
@@ -322,7 +324,8 @@ pub async fn replay(
                         stream: Some(stream.clone()),
                     };
                     not_journaled =
-                        !durable::journaled(&state.store, sent, journal.replayed(&line)).await;
+                        !durable::journaled(&state.store, sent, journal.replayed(&line, &who))
+                            .await;
                 }
                 replayed.push(ReplayedLetter {
                     id,

@@ -190,7 +190,12 @@ pub async fn batch(
     }
     let outcomes = state
         .ingest
-        .schedule_many(&valid, config.api.limits.max_delay, None)
+        .schedule_many(
+            &valid,
+            config.api.limits.max_delay,
+            None,
+            &crate::journal::Came::api("batch", &config.node_id, &reach.who),
+        )
         .await;
     let (mut scheduled, mut duplicates, mut unavailable) = (0u64, 0u64, 0usize);
     // The code of the refusals Redis or the journal gave, while they all agree.

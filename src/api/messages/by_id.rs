@@ -289,7 +289,14 @@ pub async fn cancel(
                 entry: None,
                 stream,
             };
-            !crate::journal::durable::journaled_line(&state.store, sent, journal, line).await
+            !crate::journal::durable::journaled_line(
+                &state.store,
+                sent,
+                journal,
+                line,
+                &crate::journal::Who::api(&state.config.node_id, &reach.who),
+            )
+            .await
         };
     }
     match cancelled {
@@ -514,9 +521,14 @@ pub async fn reschedule(
                     entry: Some(due_ms.to_string()),
                     stream: Some(stream),
                 };
-                answer.not_journaled =
-                    !crate::journal::durable::journaled_line(&state.store, sent, journal, line)
-                        .await;
+                answer.not_journaled = !crate::journal::durable::journaled_line(
+                    &state.store,
+                    sent,
+                    journal,
+                    line,
+                    &crate::journal::Who::api(&state.config.node_id, &reach.who),
+                )
+                .await;
             }
             Ok(Json(answer))
         }

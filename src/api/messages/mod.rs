@@ -5,4 +5,5 @@
 pub(super) mod batch;
 pub(super) mod by_id;
 mod due;
+pub(super) mod history;
 pub(super) mod push;

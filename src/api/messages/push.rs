@@ -19,6 +19,7 @@ use crate::api::input::{body_limit, check_stream_allowed, documented_keys, objec
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::config::Config;
+use crate::journal::Came;
 use crate::message::{Fields, MessageId, MessageKey, NewMessage};
 use crate::metrics as m;
 use crate::store::{ScheduleMode, Scheduled};
@@ -169,7 +170,12 @@ async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Respo
     }
     let outcome = state
         .ingest
-        .schedule(&msg, mode, state.config.api.limits.max_delay)
+        .schedule(
+            &msg,
+            mode,
+            state.config.api.limits.max_delay,
+            &Came::api("http", &state.config.node_id, &reach.who),
+        )
         .await?;
     tracing::debug!(id = msg.id.as_str(), stream = %msg.stream, ?outcome, "push");
     let (status, answer) = match outcome {

@@ -826,6 +826,25 @@
       return;
     }
     box.replaceChildren(messageView(r.body));
+    if (state.session && state.session.journal) await loadJourney(id);
+  }
+
+  // A message's journey from the journal's transition log, oldest first, below its
+  // page (asked only of a node with a journal); nothing without a history (404).
+  async function loadJourney(id) {
+    const r = await api('GET', '/v1/messages/' + enc(id) + '/history');
+    const box = $('lookup-result');
+    if (!box || !r.ok || !r.body || !Array.isArray(r.body.steps)) return;
+    const now = Date.now();
+    const rows = r.body.steps.map((s) => el('tr', null,
+      td(when(s.at, now)),
+      td(badge(s.step.replace('_', ' '), 'state step-' + s.step)),
+      td(s.entry_id != null ? code(s.entry_id) : (s.deliver_at != null ? 'due ' + fmtTime(s.deliver_at) : '')),
+      td(s.lateness_ms != null ? fmtMs(s.lateness_ms) : ''),
+      td([s.node, s.epoch != null ? 'epoch ' + s.epoch : null, s.shard != null ? 'shard ' + s.shard : null].filter((x) => x != null).join(' · ')),
+      td(s.token || '')));
+    box.append(el('div', { id: 'journey' }, el('h3', null, 'Journey'),
+      table('journey', ['When', 'Step', 'Entry / due', 'Late', 'Node', 'Token'], rows, 'no step on record')));
   }
 
   function messageView(m) {

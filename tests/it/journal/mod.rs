@@ -2,10 +2,12 @@
 //!
 //! - `schema`: `delayq journal migrate`, the schema and its migrations;
 //! - `daemon`: the daemon with its journal on, through Redis and MySQL failures;
+//! - `history`: a message's journey in the transition log;
 //! - `keys`: business keys through a loss of Redis's data;
 //! - `schedules`: recurring schedules through a loss of Redis's data.
 
 mod daemon;
+mod history;
 mod keys;
 mod schedules;
 mod schema;

@@ -55,7 +55,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 0 -> 4")
+            .filter(|o| *o == "journal schema: version 0 -> 5")
             .count(),
         1,
         "{outputs:?}"
@@ -63,7 +63,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert_eq!(
         outputs
             .iter()
-            .filter(|o| *o == "journal schema: version 4 (up to date)")
+            .filter(|o| *o == "journal schema: version 5 (up to date)")
             .count(),
         2,
         "{outputs:?}"
@@ -73,7 +73,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
         .unwrap();
     assert_eq!(
         applied.trim(),
-        "1\tmessages\n2\tmarker\n3\tpaused\n4\tschedules"
+        "1\tmessages\n2\tmarker\n3\tpaused\n4\tschedules\n5\ttransitions"
     );
     let indexes = db
         .sql("SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS WHERE TABLE_SCHEMA = 'delayq' AND TABLE_NAME = 'delayq_messages' ORDER BY INDEX_NAME")
@@ -86,7 +86,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(
         text(&out.stdout).trim(),
-        "journal schema: version 4 (this delayq: 4)"
+        "journal schema: version 5 (this delayq: 5)"
     );
 
     // A wrong password: refused, and neither password is shown.
@@ -192,6 +192,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
             (msg, due)
         })
         .collect();
+    let came = delayq::journal::Came::default();
     let refs: Vec<Push<'_>> = messages
         .iter()
         .map(|(msg, due_ms)| Push {
@@ -199,6 +200,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
             due_ms: *due_ms,
             replace: false,
             at_ms: base,
+            came: &came,
         })
         .collect();
     let started = Instant::now();
@@ -214,6 +216,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
         due_ms,
         replace,
         at_ms: base,
+        came: &came,
     };
     journal
         .record_scheduled(&[push(&again, base + 1, false)])
@@ -367,6 +370,7 @@ async fn writes_copied_late_never_undo_a_later_push() {
                         due_ms,
                         replace,
                         at_ms,
+                        came: &delayq::journal::Came::default(),
                     };
                     journal.record_scheduled(&[push]).await.unwrap();
                 }

@@ -15,6 +15,7 @@ pub(super) fn journal_config(
         url,
         password_file,
         retention,
+        transitions_retention,
         auto_restore,
         tls,
     } = raw;
@@ -68,15 +69,21 @@ pub(super) fn journal_config(
         )?,
         None => url,
     };
-    if retention < Duration::from_secs(60) || retention > Duration::from_secs(3650 * 86_400) {
-        return Err(invalid(
-            "journal.retention",
-            format!("{}: must be 1m to 3650d", crate::human::duration(retention)),
-        ));
+    for (key, value) in [
+        ("journal.retention", retention),
+        ("journal.transitions_retention", transitions_retention),
+    ] {
+        if value < Duration::from_secs(60) || value > Duration::from_secs(3650 * 86_400) {
+            return Err(invalid(
+                key,
+                format!("{}: must be 1m to 3650d", crate::human::duration(value)),
+            ));
+        }
     }
     Ok(Some(JournalConfig {
         url: RedisUrl::new(url),
         retention,
+        transitions_retention,
         auto_restore,
         tls,
     }))

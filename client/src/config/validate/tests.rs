@@ -530,26 +530,28 @@ fn the_journal_restores_by_itself_unless_told_not_to() {
 
 #[test]
 fn the_journal_is_checked_key_by_key() {
+    // Both retentions at either end of their range, and a step outside it.
+    for key in ["retention", "transitions_retention"] {
+        for (value, ok) in [
+            ("1m", true),
+            ("3650d", true),
+            ("59s", false),
+            ("3651d", false),
+        ] {
+            let toml = format!("[journal]\nurl = \"mysql://dq@db/delayq\"\n{key} = \"{value}\"");
+            match Config::from_toml(&toml, env(&[])) {
+                Ok(_) => assert!(ok, "{toml}: accepted"),
+                Err(e) => assert!(
+                    !ok && e.to_string().contains(&format!("journal.{key}")),
+                    "{e}"
+                ),
+            }
+        }
+    }
     // (config, the key the refusal names, or None when accepted)
     for (toml, refused) in [
         ("", None),
         ("[journal]\nurl = \"mysql://dq@db:3306/delayq\"", None),
-        (
-            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"1m\"",
-            None,
-        ),
-        (
-            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"3650d\"",
-            None,
-        ),
-        (
-            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"59s\"",
-            Some("journal.retention"),
-        ),
-        (
-            "[journal]\nurl = \"mysql://dq@db/delayq\"\nretention = \"3651d\"",
-            Some("journal.retention"),
-        ),
         (
             "[journal]\nurl = \"postgres://dq@db/delayq\"",
             Some("journal.url"),

@@ -131,5 +131,9 @@ local score = score_of(due, priority)
 local wake = pending_add_one(P, KEYS[6], ARGV[17], ARGV[18] == 'apart', id, score, msg)
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
+if select(3, records_policy(ARGV[15])) then
+  -- A step of the message's transition log: the entry no consumer acknowledged.
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_item(journal_line('A', id, now, entry, stream)))
+end
 if wake then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
 return { 'rescheduled', attempt + 1, due }

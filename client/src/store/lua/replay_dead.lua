@@ -57,7 +57,7 @@ end
 forget_record(KEYS[3], KEYS[4], id)
 redis.call('XDEL', dead_stream, entry)
 if ARGV[10] == 'j' then
-  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('P', id, now, tostring(now), ARGV[5]))
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_item(journal_line('P', id, now, tostring(now), ARGV[5])))
 end
 if wake then redis.call('PUBLISH', ARGV[7], KEYS[1]) end
 return { 'replayed', now }

@@ -45,6 +45,6 @@ if pending_add_one(P, KEYS[5], ARGV[7], apart, id, score, msg) then
   redis.call('PUBLISH', ARGV[6], KEYS[1])
 end
 if ARGV[8] == 'j' then
-  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_line('R', id, now, tostring(due), msg.stream))
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_item(journal_line('R', id, now, tostring(due), msg.stream)))
 end
 return { 'rescheduled', due, now, msg.stream }

@@ -1,6 +1,6 @@
 -- 30-call.lua: what every call starts with: its new messages read from ARGV, Redis's
 -- clock, the fence check, due times resolved against now. Gives read_new_message,
--- now_ms_us, now_ms, fenced, fenced_reply, resolve_due.
+-- now_ms_us, now_ms, call_epoch, fenced, fenced_reply, resolve_due.
 
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
 -- due value, priority, ttl ms, key ("" = none), stream, n, then n field/value pairs
@@ -28,11 +28,16 @@ local function now_ms()
   return (now_ms_us())
 end
 
+-- The epoch of the call, as fenced() took it ([1]; 0 or nil: a producer's call), so
+-- that what the call writes to the journal's outbox names the term that made it.
+local call_epoch = {}
+
 -- Checks the caller's fence epoch against the shard's. Epoch 0 is a producer
 -- (schedule, cancel, reschedule from any instance) and is never fenced.
 -- Returns nil when the caller may go on, or the epoch Redis holds when it may not.
 local function fenced(fence_key, epoch)
   epoch = tonumber(epoch)
+  call_epoch[1] = epoch
   if epoch == 0 then return nil end
   local held = tonumber(redis.call('GET', fence_key) or '0')
   if held > epoch then return held end

@@ -1,7 +1,8 @@
 -- 40-records.lua: terminal records (delivered, expired, dead, cancelled), in either
 -- layout, and the journal's outbox lines written with them. Gives record_fields (the
 -- schema), record, find_record,
--- keep_records, keep_record, forget_record, records_policy, journal_line, and the
+-- keep_records, keep_record, forget_record, records_policy, journal_outbox, journal_line,
+-- journal_item, and the
 -- linear hashing (record_bucket, split_bucket, hash_into) the pending index shares.
 --
 -- Terminal records (delivered, expired, dead, cancelled) live in generations, so that
@@ -324,9 +325,19 @@ local function journal_outbox(records)
   return records .. ':journal'
 end
 
+-- An outbox item of `lines` (joined by "\n"), headed "@<epoch>" when a leader's call
+-- writes it (see call_epoch), so that the journal's transition log knows which term
+-- made its changes.
+local function journal_item(lines)
+  local epoch = call_epoch[1]
+  if epoch and epoch > 0 then return '@' .. string.format('%d', epoch) .. '\n' .. lines end
+  return lines
+end
+
 -- An outbox line: `<code> <id> <at ms> <entry id or -> <stream or ->` (ids, entry ids
--- and stream names have no spaces; codes as STATE_CODES, R for a new due time and
--- P for a replayed dead letter, whose "entry" is the due time).
+-- and stream names have no spaces; codes as STATE_CODES, R for a new due time, P for
+-- a replayed dead letter, whose "entry" is the due time, and A for a redelivery,
+-- whose "entry" is the one no consumer acknowledged).
 local function journal_line(code, id, at, entry, stream)
   if entry == nil or entry == '' then entry = '-' end
   if stream == nil or stream == '' then stream = '-' end
@@ -353,7 +364,7 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
       local p = parts[i]
       lines[i] = journal_line(STATE_CODES[p[1]], id, p[3], p[2], targets and targets[i] or p[5])
     end
-    redis.call('RPUSH', journal_outbox(records), table.concat(lines, '\n'))
+    redis.call('RPUSH', journal_outbox(records), journal_item(table.concat(lines, '\n')))
   end
   -- A retention of 0 keeps nothing on record (the journal's line above is not one).
   if retention == 0 then return end

@@ -1,0 +1,299 @@
+//! The transition log (`delayq_transitions`): every change of a message, a row
+//! each, written in the transaction that writes the change to `delayq_messages`, so
+//! that a message's journey can be told once Redis has forgotten it
+//! (`GET /v1/messages/{id}/history`). Pruned past `journal.transitions_retention`.
+
+use mysql_async::prelude::Queryable;
+
+use super::{Journal, ROWS_PER_STATEMENT, Result};
+use crate::store::{OutboxCode, OutboxLine};
+
+/// What a change did to a message (the `step` column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Pushed = 1,
+    Replaced = 2,
+    Rescheduled = 3,
+    Cancelled = 4,
+    Forwarded = 5,
+    Redelivered = 6,
+    Dead = 7,
+    Expired = 8,
+    Replayed = 9,
+    Restored = 10,
+}
+
+impl Step {
+    fn from_code(code: u8) -> Option<Step> {
+        Some(match code {
+            1 => Step::Pushed,
+            2 => Step::Replaced,
+            3 => Step::Rescheduled,
+            4 => Step::Cancelled,
+            5 => Step::Forwarded,
+            6 => Step::Redelivered,
+            7 => Step::Dead,
+            8 => Step::Expired,
+            9 => Step::Replayed,
+            10 => Step::Restored,
+            _ => return None,
+        })
+    }
+
+    /// The step's name, as the API says it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Step::Pushed => "pushed",
+            Step::Replaced => "replaced",
+            Step::Rescheduled => "rescheduled",
+            Step::Cancelled => "cancelled",
+            Step::Forwarded => "forwarded",
+            Step::Redelivered => "redelivered",
+            Step::Dead => "dead_lettered",
+            Step::Expired => "expired",
+            Step::Replayed => "replayed",
+            Step::Restored => "restored",
+        }
+    }
+
+    /// The step an outbox line tells of.
+    fn of_line(code: OutboxCode) -> Step {
+        match code {
+            OutboxCode::Delivered => Step::Forwarded,
+            OutboxCode::Expired => Step::Expired,
+            OutboxCode::Dead => Step::Dead,
+            OutboxCode::Cancelled => Step::Cancelled,
+            OutboxCode::Rescheduled => Step::Rescheduled,
+            OutboxCode::Replayed => Step::Replayed,
+            OutboxCode::Redelivered => Step::Redelivered,
+        }
+    }
+}
+
+/// Who made a change, as far as its writer knows: the node, the shard, the
+/// leader's epoch (a leader's step) and the API token's name (a step asked over
+/// HTTP). What one copy of a change leaves out, another may fill in.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Who {
+    pub node: Option<String>,
+    pub shard: Option<u16>,
+    pub epoch: Option<u64>,
+    pub token: Option<String>,
+}
+
+impl Who {
+    /// A change asked over HTTP of this node, with this token.
+    pub fn api(node: &str, token: &str) -> Who {
+        Who {
+            node: Some(node.to_owned()),
+            token: Some(token.to_owned()),
+            ..Who::default()
+        }
+    }
+}
+
+/// How pushes came: the path (`http`, `batch`, `inbox`, `schedule`) and who sent
+/// them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Came {
+    pub how: &'static str,
+    pub who: Who,
+}
+
+impl Came {
+    /// Pushes asked over HTTP of this node, with this token.
+    pub fn api(how: &'static str, node: &str, token: &str) -> Came {
+        Came {
+            how,
+            who: Who::api(node, token),
+        }
+    }
+
+    /// Pushes this node makes of its own accord (the inbox, schedules).
+    pub fn node(how: &'static str, node: &str) -> Came {
+        Came {
+            how,
+            who: Who {
+                node: Some(node.to_owned()),
+                ..Who::default()
+            },
+        }
+    }
+}
+
+/// One step of a message's journey.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Transition {
+    pub stream: String,
+    pub step: Step,
+    /// Redis's time of the change (epoch ms).
+    pub at_ms: u64,
+    pub who: Who,
+    /// The entry written (forwarded, dead-lettered, expired), the new due time
+    /// (rescheduled, epoch ms), or how it came (pushed).
+    pub detail: Option<String>,
+}
+
+/// The upsert of transition rows: a change copied again adds no row, and fills in
+/// who made it where the copy before did not know.
+const UPSERT: &str = "ON DUPLICATE KEY UPDATE node = COALESCE(node, VALUES(node)), \
+     shard = COALESCE(shard, VALUES(shard)), epoch = COALESCE(epoch, VALUES(epoch)), \
+     token = COALESCE(token, VALUES(token)), detail = COALESCE(detail, VALUES(detail))";
+
+/// A row to write: id, stream, step, at, who, detail.
+pub(super) struct Row<'a> {
+    pub id: &'a str,
+    pub stream: &'a str,
+    pub step: Step,
+    pub at_ms: u64,
+    pub who: &'a Who,
+    pub detail: Option<&'a str>,
+}
+
+impl<'a> Row<'a> {
+    /// The step of a push: pushed, or replaced (a push that replaces a message).
+    pub(super) fn of_push(push: &'a super::Push<'a>) -> Row<'a> {
+        Row {
+            id: push.msg.id.as_str(),
+            stream: &push.msg.stream,
+            step: if push.replace {
+                Step::Replaced
+            } else {
+                Step::Pushed
+            },
+            at_ms: push.at_ms,
+            who: &push.came.who,
+            detail: Some(push.came.how),
+        }
+    }
+
+    /// The row of an outbox line.
+    pub(super) fn of_line(line: &'a OutboxLine, who: &'a Who) -> Row<'a> {
+        let step = Step::of_line(line.code);
+        Row {
+            id: &line.id,
+            stream: line.stream.as_deref().unwrap_or(""),
+            step,
+            at_ms: line.at_ms,
+            who,
+            // A replay's line carries its due time, which is the change's time.
+            detail: (step != Step::Replayed)
+                .then_some(line.entry.as_deref())
+                .flatten(),
+        }
+    }
+}
+
+/// Takes back the steps of pushes Redis did not take (refused, or duplicates):
+/// those written at `at_ms`.
+pub(super) async fn forget_pushes<Q: Queryable>(
+    conn: &mut Q,
+    pushes: &[(&crate::message::NewMessage, u64)],
+) -> Result<()> {
+    conn.exec_batch(
+        "DELETE FROM delayq_transitions WHERE id = ? AND step IN (1, 2) AND at_ms = ?",
+        pushes.iter().map(|(m, at)| (m.id.as_str().to_owned(), *at)),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Writes `rows` on `conn` (a transaction's, so that they go with the change).
+pub(super) async fn write<Q: Queryable>(conn: &mut Q, rows: &[Row<'_>]) -> Result<()> {
+    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO delayq_transitions \
+             (id, stream, step, at_ms, node, shard, epoch, token, detail) VALUES {values} {UPSERT}"
+        );
+        let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 9);
+        for row in chunk {
+            params.push(row.id.into());
+            params.push(row.stream.into());
+            params.push((row.step as u8).into());
+            params.push(row.at_ms.into());
+            params.push(row.who.node.clone().into());
+            params.push(row.who.shard.into());
+            params.push(row.who.epoch.into());
+            params.push(row.who.token.clone().into());
+            params.push(row.detail.into());
+        }
+        conn.exec_drop(sql, params).await?;
+    }
+    Ok(())
+}
+
+type HistoryRow = (
+    Vec<u8>,
+    u8,
+    u64,
+    Option<Vec<u8>>,
+    Option<u16>,
+    Option<u64>,
+    Option<Vec<u8>>,
+    Option<Vec<u8>>,
+);
+
+impl Journal {
+    /// Every step of message `id` (of any stream) the journal keeps, oldest first.
+    pub async fn history(&self, id: &str) -> Result<Vec<Transition>> {
+        let mut conn = self.pool.get_conn().await?;
+        let rows: Vec<HistoryRow> = conn
+            .exec(
+                "SELECT stream, step, at_ms, node, shard, epoch, token, detail \
+                 FROM delayq_transitions WHERE id = ? ORDER BY at_ms, step, seq",
+                (id,),
+            )
+            .await?;
+        let text = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
+        Ok(rows
+            .into_iter()
+            .filter_map(|(stream, step, at_ms, node, shard, epoch, token, detail)| {
+                Some(Transition {
+                    stream: String::from_utf8_lossy(&stream).into_owned(),
+                    step: Step::from_code(step)?,
+                    at_ms,
+                    who: Who {
+                        node: text(node),
+                        shard,
+                        epoch,
+                        token: text(token),
+                    },
+                    detail: text(detail),
+                })
+            })
+            .collect())
+    }
+
+    /// Deletes up to `limit` steps made before `before_ms`; how many it deleted
+    /// (call again while it deletes `limit`).
+    pub async fn trim_transitions(&self, before_ms: u64, limit: usize) -> Result<u64> {
+        let mut conn = self.pool.get_conn().await?;
+        conn.exec_drop(
+            "DELETE FROM delayq_transitions WHERE at_ms < ? ORDER BY at_ms LIMIT ?",
+            (before_ms, limit as u64),
+        )
+        .await?;
+        Ok(conn.affected_rows())
+    }
+}
+
+impl Journal {
+    /// A "restored" step for each message (id, stream) a restore put back, at
+    /// `at_ms`, made by `who`.
+    pub async fn restored(&self, messages: &[(&str, &str)], at_ms: u64, who: &Who) -> Result<()> {
+        let rows: Vec<Row> = messages
+            .iter()
+            .map(|&(id, stream)| Row {
+                id,
+                stream,
+                step: Step::Restored,
+                at_ms,
+                who,
+                detail: None,
+            })
+            .collect();
+        let mut conn = self.pool.get_conn().await?;
+        write(&mut conn, &rows).await
+    }
+}
