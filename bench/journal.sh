@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The journal's cost and restore rate, on this machine: HTTP batch ingest with the
-# journal off and on, the journal's rows and bytes per message, and a restore of
-# every message after a FLUSHALL. Starts its own Redis, MariaDB and delayq
-# (target/release/delayq) on loopback ports in a temp dir.
+# journal off, on without its transition log and on; the journal's rows and bytes
+# per message and step; a restore of every message after a FLUSHALL. Starts its own
+# Redis, MariaDB and delayq (target/release/delayq) on loopback ports in a temp dir.
 #   bench/journal.sh [messages]   (default 200000)
 set -euo pipefail
 N=${1:-200000}
@@ -58,8 +58,17 @@ P=$(node off "")
 OFF=$(push "$P" off)
 kill "$(cat "$DIR/off.pid")"; sleep 1
 redis-cli -p "$RPORT" FLUSHALL > /dev/null
+# The journal without its transition log (journal.transitions = false), then with.
+P=$(node plain "${JOURNAL}transitions = false\n")
+PLAIN=$(push "$P" plain)
+kill "$(cat "$DIR/plain.pid")"; sleep 1
+redis-cli -p "$RPORT" FLUSHALL > /dev/null
+sql "TRUNCATE TABLE delayq.delayq_messages; TRUNCATE TABLE delayq.delayq_transitions"
 P=$(node on "$JOURNAL")
 ON=$(push "$P" on)
+STEPS=$(sql "SELECT COUNT(*) FROM delayq.delayq_transitions")
+sql "ANALYZE TABLE delayq.delayq_transitions" > /dev/null
+STEP_BYTES=$(sql "SELECT data_length + index_length FROM information_schema.TABLES WHERE table_schema = 'delayq' AND table_name = 'delayq_transitions'")
 ROWS=$(sql "SELECT COUNT(*) FROM delayq.delayq_messages")
 sql "ANALYZE TABLE delayq.delayq_messages" > /dev/null
 BYTES=$(sql "SELECT data_length + index_length FROM information_schema.TABLES WHERE table_schema = 'delayq' AND table_name = 'delayq_messages'")
@@ -98,7 +107,9 @@ read -r COLD_N COLD_S < <(restore)
 read -r WARM_N WARM_S < <(restore)
 echo "messages: $N (100-byte payload, HTTP batches of 1000, 4 clients)"
 echo "ingest, journal off: $OFF msg/s"
+echo "ingest, journal on without its transition log:  $PLAIN msg/s"
 echo "ingest, journal on:  $ON msg/s"
+echo "transition log: $STEPS rows, $(( STEP_BYTES / STEPS )) bytes per step (data + indexes, InnoDB)"
 echo "journal: $ROWS rows, $(( BYTES / ROWS )) bytes per message (data + indexes, InnoDB)"
 echo "delivery-journal lag p99 (change in Redis to commit in MySQL, $N deliveries): <= $LAG s"
 python3 -c "print(f'restore after FLUSHALL, journal pages cold: {$COLD_N} messages in {$COLD_S:.2f} s = {$COLD_N / $COLD_S:.0f} msg/s')"

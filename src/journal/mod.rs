@@ -180,6 +180,8 @@ pub struct Journal {
     /// where it names one per slot): a replacing push to another stream retires
     /// the id's rows of other streams.
     unique_ids: bool,
+    /// `journal.transitions`: every change is a row of the transition log too.
+    pub(super) transitions: bool,
 }
 
 impl Journal {
@@ -206,6 +208,7 @@ impl Journal {
         Ok(Journal {
             pool: Pool::new(opts),
             unique_ids: false,
+            transitions: config.transitions,
         })
     }
 
@@ -315,11 +318,13 @@ impl Journal {
                 }
             }
         }
-        let steps: Vec<transitions::Row> = lines
-            .iter()
-            .map(|line| transitions::Row::of_line(line, who))
-            .collect();
-        transitions::write(&mut tx, &steps).await?;
+        if self.transitions {
+            let steps: Vec<transitions::Row> = lines
+                .iter()
+                .map(|line| transitions::Row::of_line(line, who))
+                .collect();
+            transitions::write(&mut tx, &steps).await?;
+        }
         tx.commit().await?;
         Ok(())
     }

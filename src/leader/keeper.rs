@@ -89,7 +89,7 @@ static TRIM_FAILED: Complaint = Complaint::new(
 pub async fn run(term: Term, live: watch::Receiver<Arc<Config>>, store: Store, journal: Journal) {
     let config = live.borrow().clone();
     tokio::join!(
-        copy_outbox(&term, &store, &journal),
+        copy_outbox(&term, &config, &store, &journal),
         watch_marker(&term, &config, &store, &journal),
         reconcile(&term, &config, &store, &journal),
         trim(&term, &config, &journal),
@@ -104,10 +104,12 @@ async fn pause(term: &Term, d: Duration) -> bool {
     }
 }
 
-async fn copy_outbox(term: &Term, store: &Store, journal: &Journal) {
+async fn copy_outbox(term: &Term, config: &Config, store: &Store, journal: &Journal) {
     let lag = metrics::histogram!(m::JOURNAL_LAG);
     let changes = metrics::counter!(m::JOURNAL_CHANGES);
+    // This term's own changes are this node's, whether or not its record is written.
     let mut nodes = NodesOfEpochs::default();
+    nodes.known.insert(term.epoch(), config.node_id.clone());
     loop {
         let copied = match copy_round(term, store, journal, &lag, &mut nodes).await {
             Ok(n) => {
@@ -142,20 +144,26 @@ enum CopyError {
     Other(String),
 }
 
-/// The node that led each epoch, as the leadership history says (read again when
-/// an item names an epoch not known yet).
+/// The node that led each epoch, as the leadership history says: read again, at
+/// most once a round, when an item names an epoch not known yet (a term's record
+/// may be written a moment after its first changes).
 #[derive(Default)]
-struct NodesOfEpochs(std::collections::HashMap<u64, String>);
+struct NodesOfEpochs {
+    known: std::collections::HashMap<u64, String>,
+    read_this_round: bool,
+}
 
 impl NodesOfEpochs {
     async fn of(&mut self, store: &Store, epoch: u64) -> Option<String> {
-        if !self.0.contains_key(&epoch)
+        if !self.known.contains_key(&epoch)
+            && !self.read_this_round
             && let Ok(terms) = store.terms().await
         {
-            self.0
+            self.read_this_round = true;
+            self.known
                 .extend(terms.into_iter().map(|t| (t.epoch, t.node_id)));
         }
-        self.0.get(&epoch).cloned()
+        self.known.get(&epoch).cloned()
     }
 }
 
@@ -168,6 +176,7 @@ async fn copy_round(
     nodes: &mut NodesOfEpochs,
 ) -> Result<usize, CopyError> {
     let other = |e: &dyn std::fmt::Display| CopyError::Other(e.to_string());
+    nodes.read_this_round = false;
     let shards = store.owned_in_use().await.map_err(|e| other(&e))?;
     let items = store
         .outbox_items(&shards, ITEMS_PER_ROUND)

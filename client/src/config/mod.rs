@@ -95,7 +95,9 @@ pub struct JournalConfig {
     pub url: crate::secret::RedisUrl,
     /// How long finished messages stay in the journal.
     pub retention: Duration,
-    /// How long a message's steps stay in the transition log.
+    /// Whether every change of a message is a row of the transition log, and how
+    /// long a message's steps stay there.
+    pub transitions: bool,
     pub transitions_retention: Duration,
     /// Restore by itself when Redis has lost its data (see `keeper`).
     pub auto_restore: bool,
@@ -263,8 +265,7 @@ pub struct RecordsConfig {
     pub trim_interval: Duration,
     /// How terminal records are kept in Redis (see `store::RecordLayout`).
     pub layout: crate::store::RecordLayout,
-    /// Whether each stream's finished messages are listed too, newest first
-    /// (`GET /v1/streams/{stream}/finished`).
+    /// Whether each stream's finished messages are listed too (newest first).
     pub finished_list: bool,
 }
 

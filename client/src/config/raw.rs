@@ -269,6 +269,8 @@ pub(super) struct RawJournal {
     /// How long finished messages stay in the journal.
     #[serde(with = "humantime_serde")]
     pub(super) retention: Duration,
+    /// Whether every change of a message is a row of the transition log.
+    pub(super) transitions: bool,
     /// How long a message's steps stay in the transition log.
     #[serde(with = "humantime_serde")]
     pub(super) transitions_retention: Duration,
@@ -291,6 +293,7 @@ impl Default for RawJournal {
             url: None,
             password_file: None,
             retention: Duration::from_secs(30 * 86_400),
+            transitions: true,
             transitions_retention: Duration::from_secs(30 * 86_400),
             auto_restore: true,
             tls: None,

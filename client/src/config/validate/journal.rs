@@ -15,6 +15,7 @@ pub(super) fn journal_config(
         url,
         password_file,
         retention,
+        transitions,
         transitions_retention,
         auto_restore,
         tls,
@@ -83,6 +84,7 @@ pub(super) fn journal_config(
     Ok(Some(JournalConfig {
         url: RedisUrl::new(url),
         retention,
+        transitions,
         transitions_retention,
         auto_restore,
         tls,

@@ -523,8 +523,9 @@ fn the_journal_restores_by_itself_unless_told_not_to() {
         Config::from_toml(toml, env(vars)).unwrap().journal.unwrap()
     };
     let url = "[journal]\nurl = \"mysql://dq@db/delayq\"\n";
-    assert!(journal(url, &[]).auto_restore);
-    assert!(!journal(&format!("{url}auto_restore = false"), &[]).auto_restore);
+    let off = format!("{url}auto_restore = false\ntransitions = false");
+    let (on, off) = (journal(url, &[]), journal(&off, &[]));
+    assert!(on.auto_restore && on.transitions && !off.auto_restore && !off.transitions);
     assert!(!journal(url, &[("DELAYQ_JOURNAL_AUTO_RESTORE", "false")]).auto_restore);
 }
 
