@@ -54,6 +54,22 @@ impl ApiError {
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", detail)
     }
+
+    /// 409 `no_journal`: what is asked needs `[journal]`, which `why` names.
+    pub fn no_journal(why: &str) -> Self {
+        Self::new(
+            StatusCode::CONFLICT,
+            "no_journal",
+            format!("no journal configured (journal.url): {why}"),
+        )
+    }
+}
+
+/// The journal did not answer, or refused: 503, to be repeated.
+impl From<crate::journal::JournalError> for ApiError {
+    fn from(e: crate::journal::JournalError) -> Self {
+        Self::unavailable(format!("journal: {e}"))
+    }
 }
 
 impl From<InvalidMessage> for ApiError {

@@ -158,7 +158,7 @@ async fn by_key(
     after: Option<Place>,
     limit: usize,
 ) -> Result<(Vec<Finished>, Option<String>), ApiError> {
-    let mut found: Vec<_> = state
+    let found: Vec<_> = state
         .store
         .key_messages(stream, key)
         .await?
@@ -168,13 +168,9 @@ async fn by_key(
             _ => false,
         })
         .collect();
-    found.sort_by_cached_key(Place::of);
-    let start = after.map_or(0, |after| found.partition_point(|m| Place::of(m) <= after));
-    let page: Vec<_> = found.into_iter().skip(start).take(limit + 1).collect();
-    let next = (page.len() > limit).then(|| Place::of(&page[limit - 1]).to_string());
+    let (page, next) = Place::page(found, after, limit);
     let shown = page
         .into_iter()
-        .take(limit)
         .filter_map(|m| match m.state {
             KeyedState::Done(state) => Some(Finished {
                 id: m.id,

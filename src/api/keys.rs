@@ -117,15 +117,12 @@ pub async fn list(
     let key = checked(&state, &reach, &stream, &key)?;
     let limit = page_limit(query.limit, DEFAULT_LIMIT, MAX_LIMIT)?;
     let after = query.after.as_deref().map(Place::parse).transpose()?;
-    let mut found = state.store.key_messages(&stream, &key).await?;
-    found.sort_by_cached_key(Place::of);
-    let start = after.map_or(0, |after| found.partition_point(|m| Place::of(m) <= after));
-    let page: Vec<KeyedMessage> = found.into_iter().skip(start).take(limit + 1).collect();
-    let next = (page.len() > limit).then(|| Place::of(&page[limit - 1]).to_string());
+    let found = state.store.key_messages(&stream, &key).await?;
+    let (page, next) = Place::page(found, after, limit);
     Ok(Json(KeyMessages {
         stream,
         key: key.as_str().to_owned(),
-        messages: page.into_iter().take(limit).map(shown).collect(),
+        messages: page.into_iter().map(shown).collect(),
         next,
     }))
 }
@@ -223,6 +220,21 @@ impl Place {
             KeyedState::Scheduled | KeyedState::Held => Place(0, m.at_ms, m.id.clone()),
             KeyedState::Done(_) => Place(1, u64::MAX - m.at_ms, m.id.clone()),
         }
+    }
+
+    /// The page of `found` after `after` (all of them in listing order), at most
+    /// `limit`, and the next page's cursor when there are more.
+    pub(super) fn page(
+        mut found: Vec<KeyedMessage>,
+        after: Option<Place>,
+        limit: usize,
+    ) -> (Vec<KeyedMessage>, Option<String>) {
+        found.sort_by_cached_key(Place::of);
+        let start = after.map_or(0, |after| found.partition_point(|m| Place::of(m) <= after));
+        let mut page: Vec<KeyedMessage> = found.into_iter().skip(start).take(limit + 1).collect();
+        let next = (page.len() > limit).then(|| Place::of(&page[limit - 1]).to_string());
+        page.truncate(limit);
+        (page, next)
     }
 
     pub(super) fn parse(text: &str) -> Result<Place, ApiError> {

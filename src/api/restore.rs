@@ -119,17 +119,11 @@ pub async fn restore_one(
 
 async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreReport>, ApiError> {
     let Some(journal) = state.ingest.journal() else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "no_journal",
-            "no journal configured (journal.url): there is nothing to restore from",
-        ));
+        return Err(ApiError::no_journal("there is nothing to restore from"));
     };
     let max_delay = state.config.api.limits.max_delay;
-    let unavailable =
-        |what: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", what);
     let refused = |e| match e {
-        RestoreError::Journal(e) => unavailable(format!("journal: {e}")),
+        RestoreError::Journal(e) => ApiError::from(e),
         RestoreError::Store(e) => ApiError::from(e),
         RestoreError::Unsafe(why) => ApiError::new(StatusCode::CONFLICT, "unsafe_restore", why),
     };
@@ -140,10 +134,7 @@ async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreR
         .await
         .map_err(refused)?;
     if options.id.is_none() && !options.dry_run {
-        let token = journal
-            .marker()
-            .await
-            .map_err(|e| unavailable(format!("journal: {e}")))?;
+        let token = journal.marker().await?;
         state.store.set_journal_marker(&token).await?;
     }
     tracing::warn!(?report, "restore from the journal, asked through the API");

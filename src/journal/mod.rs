@@ -318,13 +318,11 @@ impl Journal {
                 }
             }
         }
-        if self.transitions {
-            let steps: Vec<transitions::Row> = lines
-                .iter()
-                .map(|line| transitions::Row::of_line(line, who))
-                .collect();
-            transitions::write(&mut tx, &steps).await?;
-        }
+        let steps: Vec<transitions::Row> = lines
+            .iter()
+            .map(|line| transitions::Row::of_line(line, who))
+            .collect();
+        self.write_steps(&mut tx, &steps).await?;
         tx.commit().await?;
         Ok(())
     }

@@ -34,9 +34,8 @@ impl Journal {
     /// The replay is a step of the message's transition log, made by `who`.
     pub async fn replayed(&self, line: &OutboxLine, who: &Who) -> Result<bool> {
         let mut conn = self.pool.get_conn().await?;
-        if self.transitions {
-            transitions::write(&mut conn, &[transitions::Row::of_line(line, who)]).await?;
-        }
+        self.write_steps(&mut conn, &[transitions::Row::of_line(line, who)])
+            .await?;
         conn.exec_drop(REPLAYED, params(line, line.stream.as_deref()))
             .await?;
         if conn.affected_rows() == 1 {

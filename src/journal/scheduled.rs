@@ -141,11 +141,8 @@ impl Journal {
                 write_scheduled(&mut tx, chunk, *replace, self.unique_ids).await?;
             }
         }
-        if self.transitions {
-            let steps: Vec<transitions::Row> =
-                pushes.iter().map(transitions::Row::of_push).collect();
-            transitions::write(&mut tx, &steps).await?;
-        }
+        let steps: Vec<transitions::Row> = pushes.iter().map(transitions::Row::of_push).collect();
+        self.write_steps(&mut tx, &steps).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -158,9 +155,7 @@ impl Journal {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
-        if self.transitions {
-            transitions::forget_pushes(&mut conn, refused).await?;
-        }
+        self.forget_pushes(&mut conn, refused).await?;
         conn.exec_batch(
             "DELETE FROM delayq_messages WHERE id = ? AND stream = ? AND state = 0 AND updated_ms = ?",
             refused
@@ -182,9 +177,7 @@ impl Journal {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
-        if self.transitions {
-            transitions::forget_pushes(&mut conn, duplicates).await?;
-        }
+        self.forget_pushes(&mut conn, duplicates).await?;
         if !self.unique_ids {
             return Ok(());
         }

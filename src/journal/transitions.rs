@@ -184,43 +184,57 @@ impl<'a> Row<'a> {
     }
 }
 
-/// Takes back the steps of pushes Redis did not take (refused, or duplicates):
-/// those written at `at_ms`.
-pub(super) async fn forget_pushes<Q: Queryable>(
-    conn: &mut Q,
-    pushes: &[(&crate::message::NewMessage, u64)],
-) -> Result<()> {
-    conn.exec_batch(
-        "DELETE FROM delayq_transitions WHERE id = ? AND step IN (1, 2) AND at_ms = ?",
-        pushes.iter().map(|(m, at)| (m.id.as_str().to_owned(), *at)),
-    )
-    .await?;
-    Ok(())
-}
-
-/// Writes `rows` on `conn` (a transaction's, so that they go with the change).
-pub(super) async fn write<Q: Queryable>(conn: &mut Q, rows: &[Row<'_>]) -> Result<()> {
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-        let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
-        let sql = format!(
-            "INSERT INTO delayq_transitions \
-             (id, stream, step, at_ms, node, shard, epoch, token, detail) VALUES {values} {UPSERT}"
-        );
-        let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 9);
-        for row in chunk {
-            params.push(row.id.into());
-            params.push(row.stream.into());
-            params.push((row.step as u8).into());
-            params.push(row.at_ms.into());
-            params.push(row.who.node.clone().into());
-            params.push(row.who.shard.into());
-            params.push(row.who.epoch.into());
-            params.push(row.who.token.clone().into());
-            params.push(row.detail.into());
+impl Journal {
+    /// Takes back the steps of pushes Redis did not take (refused, or duplicates):
+    /// those written at `at_ms`. Nothing while the log is off.
+    pub(super) async fn forget_pushes<Q: Queryable>(
+        &self,
+        conn: &mut Q,
+        pushes: &[(&crate::message::NewMessage, u64)],
+    ) -> Result<()> {
+        if !self.transitions {
+            return Ok(());
         }
-        conn.exec_drop(sql, params).await?;
+        conn.exec_batch(
+            "DELETE FROM delayq_transitions WHERE id = ? AND step IN (1, 2) AND at_ms = ?",
+            pushes.iter().map(|(m, at)| (m.id.as_str().to_owned(), *at)),
+        )
+        .await?;
+        Ok(())
     }
-    Ok(())
+
+    /// Writes `rows` on `conn` (a transaction's, so that they go with the change).
+    /// Nothing while the log is off (`journal.transitions = false`).
+    pub(super) async fn write_steps<Q: Queryable>(
+        &self,
+        conn: &mut Q,
+        rows: &[Row<'_>],
+    ) -> Result<()> {
+        if !self.transitions {
+            return Ok(());
+        }
+        for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let sql = format!(
+                "INSERT INTO delayq_transitions \
+                 (id, stream, step, at_ms, node, shard, epoch, token, detail) VALUES {values} {UPSERT}"
+            );
+            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 9);
+            for row in chunk {
+                params.push(row.id.into());
+                params.push(row.stream.into());
+                params.push((row.step as u8).into());
+                params.push(row.at_ms.into());
+                params.push(row.who.node.clone().into());
+                params.push(row.who.shard.into());
+                params.push(row.who.epoch.into());
+                params.push(row.who.token.clone().into());
+                params.push(row.detail.into());
+            }
+            conn.exec_drop(sql, params).await?;
+        }
+        Ok(())
+    }
 }
 
 type HistoryRow = (
@@ -282,9 +296,6 @@ impl Journal {
     /// A "restored" step for each message (id, stream) a restore put back, at
     /// `at_ms`, made by `who`.
     pub async fn restored(&self, messages: &[(&str, &str)], at_ms: u64, who: &Who) -> Result<()> {
-        if !self.transitions {
-            return Ok(());
-        }
         let rows: Vec<Row> = messages
             .iter()
             .map(|&(id, stream)| Row {
@@ -297,6 +308,6 @@ impl Journal {
             })
             .collect();
         let mut conn = self.pool.get_conn().await?;
-        write(&mut conn, &rows).await
+        self.write_steps(&mut conn, &rows).await
     }
 }

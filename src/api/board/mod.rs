@@ -60,8 +60,14 @@ const MAX_STREAMS: usize = 500;
 pub struct BoardCache {
     /// When it was computed, how long it is served, and the overview.
     overview: Mutex<Option<(Instant, Duration, Arc<Overview>)>>,
-    streams: Mutex<Option<(Instant, Arc<StreamTable>)>>,
+    /// The stream table, and the day's (with the streams only the day lists).
+    streams: TableSlot,
+    streams_day: TableSlot,
 }
+
+/// A stream table, when it was computed and the streams it lists besides those
+/// it always does.
+type TableSlot = Mutex<Option<(Instant, BTreeSet<String>, Arc<StreamTable>)>>;
 
 /// What the caller may do.
 #[derive(Clone, Debug, Serialize, ToSchema)]

@@ -102,18 +102,10 @@ pub async fn streams(
             )));
         }
     };
-    let table = {
-        let mut cached = state.board.streams.lock().await;
-        match cached.as_ref() {
-            Some((at, t)) if at.elapsed() < STREAMS_TTL => t.clone(),
-            _ => {
-                let fresh = Arc::new(compute_streams(&state, BTreeSet::new()).await?);
-                *cached = Some((Instant::now(), fresh.clone()));
-                fresh
-            }
-        }
-    };
-    let mut table = table.as_ref().clone();
+    let mut table = table_in(&state, &state.board.streams, BTreeSet::new())
+        .await?
+        .as_ref()
+        .clone();
     if with_day {
         let (rollups, samples) = tokio::try_join!(state.store.rollups(), state.store.samples())?;
         let now = now_ms();
@@ -136,7 +128,10 @@ pub async fn streams(
             .cloned()
             .collect();
         if !earlier.is_empty() {
-            table = compute_streams(&state, earlier).await?;
+            table = table_in(&state, &state.board.streams_day, earlier)
+                .await?
+                .as_ref()
+                .clone();
         }
         for view in &mut table.streams {
             view.delivered_last_day = Some(day.line(&day.delivered, &view.stream));
@@ -147,6 +142,25 @@ pub async fn streams(
     // Only the streams the token reaches.
     table.streams.retain(|view| reach.sees(&view.stream));
     Ok(Json(table))
+}
+
+/// The stream table with the `extra` streams: `slot`'s while it is fresh
+/// ([`STREAMS_TTL`]) and lists the same ones, else computed now and kept there.
+async fn table_in(
+    state: &AppState,
+    slot: &TableSlot,
+    extra: BTreeSet<String>,
+) -> Result<Arc<StreamTable>, ApiError> {
+    let mut cached = slot.lock().await;
+    if let Some((at, listed, table)) = cached.as_ref()
+        && at.elapsed() < STREAMS_TTL
+        && *listed == extra
+    {
+        return Ok(table.clone());
+    }
+    let fresh = Arc::new(compute_streams(state, extra.clone()).await?);
+    *cached = Some((Instant::now(), extra, fresh.clone()));
+    Ok(fresh)
 }
 
 /// The table of every stream with messages, held or paused ones, traffic within the

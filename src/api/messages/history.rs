@@ -4,7 +4,6 @@
 
 use axum::Json;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -82,20 +81,9 @@ pub async fn history(
 ) -> Result<Json<History>, ApiError> {
     let id = path_id(&id)?;
     let Some(journal) = state.ingest.journal() else {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "no_journal",
-            "no journal configured (journal.url): it keeps messages' histories",
-        ));
+        return Err(ApiError::no_journal("it keeps messages' histories"));
     };
-    let unavailable = |e: crate::journal::JournalError| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "unavailable",
-            format!("journal: {e}"),
-        )
-    };
-    let mut steps = journal.history(id.as_str()).await.map_err(unavailable)?;
+    let mut steps = journal.history(id.as_str()).await?;
     steps.retain(|t| reach.sees(&t.stream));
     if steps.is_empty() {
         return Err(ApiError::not_found(format!(

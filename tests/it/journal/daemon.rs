@@ -38,6 +38,19 @@ pub(super) fn journaled_node(
     DelayqProcess::start(&delayq_bin(), "journaled", &config).expect("start delayq")
 }
 
+/// Waits for the keeper's journal marker in Redis (written once at the start, when
+/// the journal has nothing to restore), so that a loss made after it is seen.
+pub(super) async fn marker_written(conn: &mut redis::Connection) {
+    eventually(Duration::from_secs(30), "the marker in Redis", || {
+        let there: bool = redis::cmd("EXISTS")
+            .arg("delayq:journal")
+            .query(conn)
+            .unwrap_or(false);
+        async move { there.then_some(()) }
+    })
+    .await;
+}
+
 /// The journal's finished rows: id → (state, entry id).
 fn journal_rows(db: &MariaDbServer) -> BTreeMap<String, (u8, String)> {
     db.sql("SELECT id, state, COALESCE(entry_id, '-') FROM delayq.delayq_messages")
@@ -820,14 +833,7 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
     // nothing to restore; a loss between its count and that write would go unseen
     // (a known race of the start, see the keeper), so the loss here comes after it.
     let mut conn = redis.client();
-    eventually(Duration::from_secs(30), "the marker in Redis", || {
-        let there: bool = redis::cmd("EXISTS")
-            .arg("delayq:journal")
-            .query(&mut conn)
-            .unwrap_or(false);
-        async move { there.then_some(()) }
-    })
-    .await;
+    marker_written(&mut conn).await;
     crate::support::create_group(&mut conn, "r", "g");
     let push = |id: &'static str| {
         let api = api.clone();

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::daemon::{journaled_node, mariadb};
+use super::daemon::{journaled_node, mariadb, marker_written};
 use delayq_harness::RedisServer;
 
 use crate::support::{Api, create_group, delayq_bin, entries, eventually, read_group, xlen};
@@ -181,14 +181,7 @@ async fn a_restore_adds_its_step_and_the_log_is_pruned_past_its_retention() {
     let node = journaled_node(&redis, &db, "");
     let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
     let mut conn = redis.client();
-    eventually(Duration::from_secs(30), "the marker in Redis", || {
-        let there: bool = redis::cmd("EXISTS")
-            .arg("delayq:journal")
-            .query(&mut conn)
-            .unwrap_or(false);
-        async move { there.then_some(()) }
-    })
-    .await;
+    marker_written(&mut conn).await;
     let body = json!({"stream": "s", "id": "kept", "payload": "x", "delay": "1h"});
     assert_eq!(api.post("/v1/messages", body).await.0, 201);
     let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
