@@ -37,24 +37,6 @@ pub async fn info_field(
         .with_context(|| format!("INFO {section} has no {field}"))
 }
 
-/// Redis's memory for data: `used_memory` less its clients' buffers
-/// (`mem_clients_normal`), which grow and shrink with the loads and scrapes around a
-/// measurement and, at a small scale, would be counted as (or against) the data.
-/// The slow log is emptied first: each entry keeps up to 32 of a slow command's
-/// arguments (a forward call's, past 10 ms on a loaded machine), up to 128 entries
-/// that no flush clears, and their hundreds of kilobytes came and went between two
-/// readings of a 2,000-message burst.
-pub async fn used_memory(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
-    let () = redis::cmd("SLOWLOG").arg("RESET").query_async(conn).await?;
-    let info: String = redis::cmd("INFO").arg("memory").query_async(conn).await?;
-    let field = |name: &str| -> anyhow::Result<f64> {
-        Ok(info_value(&info, name)
-            .with_context(|| format!("INFO memory has no {name}"))?
-            .parse()?)
-    };
-    Ok(field("used_memory")? - field("mem_clients_normal")?)
-}
-
 async fn redis_cpu_secs(conn: &mut MultiplexedConnection) -> anyhow::Result<f64> {
     // Both from one INFO, so they describe the same instant.
     let info: String = redis::cmd("INFO").arg("cpu").query_async(conn).await?;

@@ -34,6 +34,7 @@ mod idle;
 mod ingest;
 mod leaders;
 mod measure;
+mod memory;
 mod peer;
 mod plan;
 mod report;

@@ -14,10 +14,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
-use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured, wall_ms};
 use super::rows::{Bullmq, Counts, Figures, Lateness, PeerBurst, PeerSpread, ProcessCpu};
 use super::scenarios::{SPREAD_DELAY, SPREAD_P99_LIMIT_MS};
+use super::{Bench, memory};
 
 /// Jobs the worker runs at once: BullMQ's own advice for I/O-bound work, and far
 /// above what a no-op processor needs to keep Redis busy.
@@ -241,14 +241,14 @@ impl Bench {
     pub async fn peer_burst(&self, n: u64) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
-        let mem_before = measure::used_memory(&mut conn).await?;
+        let mem_before = memory::used_memory(&mut conn).await?;
         // Due after the adds should be over (assuming ≥ 5k adds/s); jobs added later
         // are due 1 ms after they were added.
         let due_at = wall_ms() + 2000 + n / 5;
         let produced = self
             .produce(n, &["--due-at".into(), due_at.to_string()])
             .await?;
-        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let bytes_per_pending = (memory::used_memory(&mut conn).await? - mem_before) / n as f64;
         while wall_ms() <= due_at {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }

@@ -18,9 +18,9 @@ use redis::AsyncCommands;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured_delayq, summary, tally_stream};
 use super::rows::{Backlog, Burst, Delayq, Figures, Spread};
+use super::{Bench, memory};
 use delayq_client::message::{Due, MessageId, MessageKey, NewMessage};
 use delayq_client::store::{BatchItem, PendingLayout, Scheduled, Store};
 use delayq_harness::DelayqProcess;
@@ -226,12 +226,12 @@ impl Bench {
         keyed: Option<u64>,
     ) -> anyhow::Result<Loaded> {
         let mut conn = self.conn.clone();
-        let mem_before = measure::used_memory(&mut conn).await?;
+        let mem_before = memory::used_memory(&mut conn).await?;
         let due_at = self.store.now_ms().await? + lead_ms;
         let (dues, load_rate) = self
             .load_with(store, BURST_STREAM, "m", n, Due::At(due_at), keyed)
             .await?;
-        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let bytes_per_pending = (memory::used_memory(&mut conn).await? - mem_before) / n as f64;
         Ok(Loaded {
             first_due: dues.iter().min().copied().unwrap_or(0),
             last_due: dues.iter().max().copied().unwrap_or(0),
@@ -259,7 +259,7 @@ impl Bench {
         let (drain_ms, drained) = measure::drain(tally.first_ms, tally.last_ms, tally.entries);
         let _: u64 = conn.del(BURST_STREAM).await?;
         let bytes_per_record =
-            (measure::used_memory(&mut conn).await? - loaded.mem_before) / n as f64;
+            (memory::used_memory(&mut conn).await? - loaded.mem_before) / n as f64;
         Ok(Burst {
             measured: measured_delayq(n, load, drained, cpu, probe, tally.counts()),
             schedule_rate_per_sec: loaded.load_rate.round() as u64,

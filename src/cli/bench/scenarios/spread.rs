@@ -152,11 +152,11 @@ impl Bench {
     ) -> anyhow::Result<Vec<Figures>> {
         self.flush().await?;
         let mut conn = self.conn.clone();
-        let mem_before = measure::used_memory(&mut conn).await?;
+        let mem_before = memory::used_memory(&mut conn).await?;
         let (_, load_rate) = self
             .load(BACKLOG_STREAM, "f", n, Due::In(Duration::from_secs(86_400)))
             .await?;
-        let bytes_per_pending = (measure::used_memory(&mut conn).await? - mem_before) / n as f64;
+        let bytes_per_pending = (memory::used_memory(&mut conn).await? - mem_before) / n as f64;
         let mut spreads = Vec::new();
         for &rate in rates {
             spreads.push(self.spread(rate, duration).await?);
