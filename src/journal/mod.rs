@@ -50,6 +50,7 @@ use thiserror::Error;
 use crate::config::JournalConfig;
 use crate::message::{Due, MessageId, NewMessage};
 use crate::store::{OutboxCode, OutboxLine};
+use transitions::CAME_EMPTIED;
 
 /// A message's state in the journal (the `state` column).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -129,7 +130,7 @@ pub struct Row {
 }
 
 /// Rows a statement carries at most (MySQL's placeholders per statement are
-/// bounded, 65535; each row here takes at most 7).
+/// bounded, 65535; each row here takes at most 9).
 const ROWS_PER_STATEMENT: usize = 1000;
 
 #[derive(Clone, Debug, Error)]
@@ -182,6 +183,9 @@ pub struct Journal {
     unique_ids: bool,
     /// `journal.transitions`: every change is a row of the transition log too.
     pub(super) transitions: bool,
+    /// Rows last written before this (epoch ms) hold no push step past its
+    /// retention any more (see [`Journal::trim_transitions`]).
+    came_pruned_to: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Journal {
@@ -209,6 +213,7 @@ impl Journal {
             pool: Pool::new(opts),
             unique_ids: false,
             transitions: config.transitions,
+            came_pruned_to: Default::default(),
         })
     }
 
@@ -239,8 +244,15 @@ impl Journal {
         }
         let mut tx = self
             .pool
-            .start_transaction(mysql_async::TxOpts::default())
+            .start_transaction(transitions::locking_only_rows())
             .await?;
+        // The push steps the rows about to change still hold go to the log first.
+        let changing: Vec<&str> = lines
+            .iter()
+            .filter(|l| !matches!(l.code, OutboxCode::Replayed | OutboxCode::Redelivered))
+            .map(|l| l.id.as_str())
+            .collect();
+        self.keep_pushes(&mut tx, &changing).await?;
         let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines.iter().partition(|l| {
             !matches!(
                 l.code,
@@ -255,6 +267,10 @@ impl Journal {
             let sql = format!(
                 "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
                  VALUES {values} ON DUPLICATE KEY UPDATE \
+                 came_step = IF({MAY_FINISH}, NULL, came_step), \
+                 came_how = IF({MAY_FINISH}, NULL, came_how), \
+                 came_node = IF({MAY_FINISH}, NULL, came_node), \
+                 came_token = IF({MAY_FINISH}, NULL, came_token), \
                  entry_id = IF({MAY_FINISH}, VALUES(entry_id), entry_id), \
                  state = IF({MAY_FINISH}, VALUES(state), state), \
                  updated_ms = IF(state = VALUES(state) AND entry_id <=> VALUES(entry_id) \
@@ -280,8 +296,10 @@ impl Journal {
                         .and_then(|d| d.parse().ok())
                         .unwrap_or(line.at_ms);
                     tx.exec_drop(
-                        "UPDATE delayq_messages SET due_ms = ?, updated_ms = ? \
-                         WHERE id = ? AND stream = ? AND state = 0 AND updated_ms < ?",
+                        format!(
+                            "UPDATE delayq_messages SET due_ms = ?, updated_ms = ?, {CAME_EMPTIED} \
+                             WHERE id = ? AND stream = ? AND state = 0 AND updated_ms < ?"
+                        ),
                         (
                             due,
                             line.at_ms,
@@ -304,8 +322,10 @@ impl Journal {
                 // A message whose body could not be read: its stream is unknown.
                 (code, _) => {
                     tx.exec_drop(
-                        "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ? \
-                         WHERE id = ? AND state = 0 AND updated_ms < ?",
+                        format!(
+                            "UPDATE delayq_messages SET state = ?, entry_id = ?, updated_ms = ?, \
+                             {CAME_EMPTIED} WHERE id = ? AND state = 0 AND updated_ms < ?"
+                        ),
                         (
                             state_of(code) as u8,
                             line.entry.clone(),

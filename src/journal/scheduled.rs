@@ -16,16 +16,19 @@ pub(super) async fn write_scheduled<Q: Affected>(
     rows: &[&Push<'_>],
     replace: bool,
     unique_ids: bool,
+    log: bool,
 ) -> Result<()> {
-    let values = vec!["(?, ?, ?, ?, 0, NULL, ?)"; rows.len()].join(", ");
-    let columns = "delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms)";
-    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(rows.len() * 5);
+    let values = vec!["(?, ?, ?, ?, 0, NULL, ?, ?, ?, ?, ?)"; rows.len()].join(", ");
+    let columns = "delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms, \
+                   came_step, came_how, came_node, came_token)";
+    let mut params: Vec<mysql_async::Value> = Vec::with_capacity(rows.len() * 9);
     for push in rows {
         params.push(push.msg.id.as_str().into());
         params.push(push.msg.stream.as_str().into());
         params.push(push.msg.journal_body().into());
         params.push(push.due_ms.into());
         params.push(push.at_ms.into());
+        params.extend(came_params(push, log));
     }
     if !replace {
         q.exec_drop(
@@ -36,7 +39,7 @@ pub(super) async fn write_scheduled<Q: Affected>(
         if q.affected() < rows.len() as u64 {
             q.exec_batch(
                 format!("UPDATE delayq_messages SET {OVERWRITE} WHERE id = ? AND stream = ? AND state = 4"),
-                rows.iter().map(|p| overwrite_params(p)),
+                rows.iter().map(|p| overwrite_params(p, log)),
             )
             .await?;
         }
@@ -52,7 +55,8 @@ pub(super) async fn write_scheduled<Q: Affected>(
              body = IF(updated_ms = VALUES(updated_ms), VALUES(body), body), \
              due_ms = IF(updated_ms = VALUES(updated_ms), VALUES(due_ms), due_ms), \
              entry_id = IF(updated_ms = VALUES(updated_ms), NULL, entry_id), \
-             state = IF(updated_ms = VALUES(updated_ms), 0, state)"
+             state = IF(updated_ms = VALUES(updated_ms), 0, state), \
+             {CAME_REPLACED}"
         ),
         params,
     )
@@ -69,26 +73,59 @@ pub(super) async fn write_scheduled<Q: Affected>(
     Ok(())
 }
 
-/// A cancelled row scheduled again by a push of its id, unless written later.
+/// The push's own step, which its row holds until the row next changes (the
+/// `came_*` columns): step, how it came, node, token; all NULL without the log.
+fn came_params(push: &Push<'_>, log: bool) -> [mysql_async::Value; 4] {
+    if !log {
+        return std::array::from_fn(|_| mysql_async::Value::NULL);
+    }
+    let step = transitions::Row::of_push(push).step as u8;
+    let who = &push.came.who;
+    [
+        step.into(),
+        push.came.how.into(),
+        who.node.clone().into(),
+        who.token.clone().into(),
+    ]
+}
+
+/// A replacing push's step overwrites the row's (the row's own was copied into
+/// the log before): assigned after `updated_ms`, as the other columns.
+const CAME_REPLACED: &str = "came_step = IF(updated_ms = VALUES(updated_ms), VALUES(came_step), came_step), \
+    came_how = IF(updated_ms = VALUES(updated_ms), VALUES(came_how), came_how), \
+    came_node = IF(updated_ms = VALUES(updated_ms), VALUES(came_node), came_node), \
+    came_token = IF(updated_ms = VALUES(updated_ms), VALUES(came_token), came_token)";
+
+/// A cancelled row scheduled again by a push of its id, unless written later (a
+/// cancelled row holds no push step: it was copied into the log when cancelled).
 pub(super) const OVERWRITE: &str = "body = IF(updated_ms <= ?, ?, body), due_ms = IF(updated_ms <= ?, ?, due_ms), \
     entry_id = IF(updated_ms <= ?, NULL, entry_id), state = IF(updated_ms <= ?, 0, state), \
+    came_step = IF(updated_ms <= ?, ?, came_step), came_how = IF(updated_ms <= ?, ?, came_how), \
+    came_node = IF(updated_ms <= ?, ?, came_node), came_token = IF(updated_ms <= ?, ?, came_token), \
     updated_ms = IF(updated_ms <= ?, ?, updated_ms)";
 
 /// [`OVERWRITE`]'s parameters for `push`, then its id and stream.
-pub(super) fn overwrite_params(push: &Push<'_>) -> Vec<mysql_async::Value> {
+pub(super) fn overwrite_params(push: &Push<'_>, log: bool) -> Vec<mysql_async::Value> {
     let at: mysql_async::Value = push.at_ms.into();
-    vec![
+    let mut params = vec![
         at.clone(),
         push.msg.journal_body().into(),
         at.clone(),
         push.due_ms.into(),
         at.clone(),
         at.clone(),
+    ];
+    for came in came_params(push, log) {
+        params.push(at.clone());
+        params.push(came);
+    }
+    params.extend([
         at.clone(),
         at,
         push.msg.id.as_str().into(),
         push.msg.stream.as_str().into(),
-    ]
+    ]);
+    params
 }
 
 /// The message a journal row holds, due at its journaled time.
@@ -119,30 +156,32 @@ impl Journal {
             })
             .filter(|(_, rows): &(bool, Vec<_>)| !rows.is_empty())
             .collect();
-        // Without the transition log, one statement commits by itself: one round
-        // trip instead of four (the statements that may follow it are idempotent,
-        // and the pushes are not confirmed before they ran). A replace that retires
-        // other streams' rows stays in a transaction, so that the two statements
-        // apply together; so do the rows and the pushes' steps.
-        if !self.transitions
-            && let [(replace, rows)] = &groups[..]
+        // One statement commits by itself: one round trip instead of four (the
+        // statements that may follow it are idempotent, and the pushes are not
+        // confirmed before they ran). A push's step goes in its row. A replace
+        // that retires other streams' rows, or overwrites rows whose push steps go
+        // to the log first, stays in a transaction, so that they apply together.
+        let log = self.transitions;
+        if let [(replace, rows)] = &groups[..]
             && rows.len() <= ROWS_PER_STATEMENT
-            && !(*replace && self.unique_ids)
+            && !(*replace && (self.unique_ids || log))
         {
             let mut conn = self.pool.get_conn().await?;
-            return write_scheduled(&mut conn, rows, *replace, self.unique_ids).await;
+            return write_scheduled(&mut conn, rows, *replace, self.unique_ids, log).await;
         }
         let mut tx = self
             .pool
-            .start_transaction(mysql_async::TxOpts::default())
+            .start_transaction(transitions::locking_only_rows())
             .await?;
         for (replace, rows) in &groups {
             for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-                write_scheduled(&mut tx, chunk, *replace, self.unique_ids).await?;
+                if *replace {
+                    let ids: Vec<&str> = chunk.iter().map(|p| p.msg.id.as_str()).collect();
+                    self.keep_pushes(&mut tx, &ids).await?;
+                }
+                write_scheduled(&mut tx, chunk, *replace, self.unique_ids, log).await?;
             }
         }
-        let steps: Vec<transitions::Row> = pushes.iter().map(transitions::Row::of_push).collect();
-        self.write_steps(&mut tx, &steps).await?;
         tx.commit().await?;
         Ok(())
     }
@@ -155,7 +194,6 @@ impl Journal {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
-        self.forget_pushes(&mut conn, refused).await?;
         conn.exec_batch(
             "DELETE FROM delayq_messages WHERE id = ? AND stream = ? AND state = 0 AND updated_ms = ?",
             refused
@@ -170,17 +208,13 @@ impl Journal {
     /// Redis answered as duplicates of a message of another stream (on one Redis,
     /// where an id names one message whatever its stream): such a row is no
     /// message Redis holds, and a restore would send it. A duplicate of a message
-    /// of the same stream wrote no row, and none is removed.
-    /// A duplicate's push is no step of its message: taken back whatever its stream.
+    /// of the same stream wrote no row, and none is removed. (A duplicate's push
+    /// is no step of its message: its step went with the row, or was never written.)
     pub async fn retire_duplicates(&self, duplicates: &[(&NewMessage, u64)]) -> Result<()> {
-        if duplicates.is_empty() {
+        if duplicates.is_empty() || !self.unique_ids {
             return Ok(());
         }
         let mut conn = self.pool.get_conn().await?;
-        self.forget_pushes(&mut conn, duplicates).await?;
-        if !self.unique_ids {
-            return Ok(());
-        }
         conn.exec_batch(
             "DELETE t FROM delayq_messages t JOIN delayq_messages o \
              ON o.id = t.id AND o.stream <> t.stream \

@@ -2,6 +2,10 @@
 //! each, written in the transaction that writes the change to `delayq_messages`, so
 //! that a message's journey can be told once Redis has forgotten it
 //! (`GET /v1/messages/{id}/history`). Pruned past `journal.transitions_retention`.
+//! A push's own step is kept in the row the push writes (`came_*`), so that a
+//! push writes one row, not two, and goes into the log when the row next changes.
+
+use std::sync::atomic::Ordering;
 
 use mysql_async::prelude::Queryable;
 
@@ -184,22 +188,54 @@ impl<'a> Row<'a> {
     }
 }
 
+/// The columns of a push's step still held by its row (`delayq_messages.came_*`,
+/// at the row's `updated_ms`), as the log's columns: what [`Journal::history`]
+/// reads beside the log's rows, and what [`Journal::keep_pushes`] copies.
+const CAME: &str = "id, updated_ms, came_step, stream, came_node, NULL, NULL, came_token, came_how";
+
+/// Empties a row's push step (once it is in the log, or past its retention).
+pub(super) const CAME_EMPTIED: &str =
+    "came_step = NULL, came_how = NULL, came_node = NULL, came_token = NULL";
+
+/// The options of a transaction that may copy push steps (see
+/// [`Journal::keep_pushes`]): `READ COMMITTED`, where locking the rows about to
+/// change locks those rows only, not the gaps beside them, which new pushes'
+/// rows would wait for (and deadlock on, with a copy of deliveries under way).
+pub(super) fn locking_only_rows() -> mysql_async::TxOpts {
+    let mut opts = mysql_async::TxOpts::default();
+    opts.with_isolation_level(mysql_async::IsolationLevel::ReadCommitted);
+    opts
+}
+
 impl Journal {
-    /// Takes back the steps of pushes Redis did not take (refused, or duplicates):
-    /// those written at `at_ms`. Nothing while the log is off.
-    pub(super) async fn forget_pushes<Q: Queryable>(
-        &self,
-        conn: &mut Q,
-        pushes: &[(&crate::message::NewMessage, u64)],
-    ) -> Result<()> {
-        if !self.transitions {
+    /// Copies into the log the push steps that the rows of `ids` still hold: called
+    /// in the transaction that is about to change those rows, which empty them,
+    /// with the rows locked. Nothing while the log is off.
+    pub(super) async fn keep_pushes<Q: Queryable>(&self, conn: &mut Q, ids: &[&str]) -> Result<()> {
+        if !self.transitions || ids.is_empty() {
             return Ok(());
         }
-        conn.exec_batch(
-            "DELETE FROM delayq_transitions WHERE id = ? AND step IN (1, 2) AND at_ms = ?",
-            pushes.iter().map(|(m, at)| (m.id.as_str().to_owned(), *at)),
-        )
-        .await?;
+        for chunk in ids.chunks(ROWS_PER_STATEMENT) {
+            let marks = vec!["?"; chunk.len()].join(", ");
+            // The rows locked for the change first: copying under shared locks and
+            // then changing them would deadlock two transactions doing so at once
+            // (a cancel told to the journal and its outbox copy).
+            conn.exec_drop(
+                format!("SELECT 1 FROM delayq_messages WHERE id IN ({marks}) FOR UPDATE"),
+                chunk.to_vec(),
+            )
+            .await?;
+            conn.exec_drop(
+                format!(
+                    "INSERT INTO delayq_transitions \
+                     (id, at_ms, step, stream, node, shard, epoch, token, detail) \
+                     SELECT {CAME} FROM delayq_messages \
+                     WHERE id IN ({marks}) AND came_step IS NOT NULL {UPSERT}"
+                ),
+                chunk.to_vec(),
+            )
+            .await?;
+        }
         Ok(())
     }
 
@@ -252,11 +288,17 @@ impl Journal {
     /// Every step of message `id` (of any stream) the journal keeps, oldest first.
     pub async fn history(&self, id: &str) -> Result<Vec<Transition>> {
         let mut conn = self.pool.get_conn().await?;
+        // The log's rows, and the push steps rows still hold.
         let rows: Vec<HistoryRow> = conn
             .exec(
+                // (UNION, not UNION ALL: a step copied into the log from a row
+                // that kept it too is told once.)
                 "SELECT stream, step, at_ms, node, shard, epoch, token, detail \
-                 FROM delayq_transitions WHERE id = ? ORDER BY at_ms, step, seq",
-                (id,),
+                 FROM delayq_transitions WHERE id = ? \
+                 UNION SELECT stream, came_step, updated_ms, came_node, NULL, NULL, \
+                 came_token, came_how FROM delayq_messages \
+                 WHERE id = ? AND came_step IS NOT NULL ORDER BY 3, 2",
+                (id, id),
             )
             .await?;
         let text = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
@@ -279,8 +321,12 @@ impl Journal {
             .collect())
     }
 
-    /// Deletes up to `limit` steps made before `before_ms`; how many it deleted
-    /// (call again while it deletes `limit`).
+    /// Deletes up to `limit` steps made before `before_ms`, the log's rows first,
+    /// then the push steps rows still hold; how many it deleted (call again while
+    /// it deletes `limit`). A row holds its push step only while unchanged since,
+    /// so those older than `before_ms` are rows of pending messages last written
+    /// before it; the ones emptied by an earlier call (`came_pruned_to`) are not
+    /// looked at again.
     pub async fn trim_transitions(&self, before_ms: u64, limit: usize) -> Result<u64> {
         let mut conn = self.pool.get_conn().await?;
         conn.exec_drop(
@@ -288,7 +334,24 @@ impl Journal {
             (before_ms, limit as u64),
         )
         .await?;
-        Ok(conn.affected_rows())
+        let steps = conn.affected_rows();
+        if steps >= limit as u64 {
+            return Ok(steps);
+        }
+        let from = self.came_pruned_to.load(Ordering::Relaxed).min(before_ms);
+        conn.exec_drop(
+            format!(
+                "UPDATE delayq_messages SET {CAME_EMPTIED} WHERE state = 0 \
+                 AND updated_ms >= ? AND updated_ms < ? AND came_step IS NOT NULL LIMIT ?"
+            ),
+            (from, before_ms, limit as u64 - steps),
+        )
+        .await?;
+        let came = conn.affected_rows();
+        if steps + came < limit as u64 {
+            self.came_pruned_to.fetch_max(before_ms, Ordering::Relaxed);
+        }
+        Ok(steps + came)
     }
 }
 

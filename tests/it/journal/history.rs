@@ -1,13 +1,14 @@
 //! A message's journey in the journal's transition log, against MariaDB and real
 //! daemons: each step in order with the node, the term and the token that made it,
-//! through a leader's SIGKILL; a restore's step; the log pruned past its retention.
+//! through a leader's SIGKILL; a push's step kept in its row until the row changes; a
+//! restore's step; the log pruned past its retention.
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use super::daemon::{journaled_node, mariadb, marker_written};
-use delayq_harness::RedisServer;
+use delayq_harness::{DelayqProcess, MariaDbServer, RedisServer};
 
 use crate::support::{Api, create_group, delayq_bin, entries, eventually, read_group, xlen};
 
@@ -176,14 +177,14 @@ async fn a_message_s_journey_names_who_made_each_step_through_a_leader_kill() {
 /// that restored it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restore_adds_its_step_and_the_log_is_pruned_past_its_retention() {
-    let db = mariadb().await;
-    let redis = RedisServer::start().unwrap();
-    let node = journaled_node(&redis, &db, "");
-    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
+    let (db, redis, _node, api) = journaled().await;
     let mut conn = redis.client();
-    marker_written(&mut conn).await;
     let body = json!({"stream": "s", "id": "kept", "payload": "x", "delay": "1h"});
     assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    // The push's step is in its row, the log's table has none yet; the history
+    // tells it all the same.
+    assert_eq!(pushes_held(&db, "kept"), ("1\thttp".into(), "0".into()));
+    assert_eq!(steps(&api, "kept").await.0, ["pushed@journaled"]);
     let () = redis::cmd("FLUSHALL").query(&mut conn).unwrap();
     let got = eventually(Duration::from_secs(30), "the restore's step", || async {
         let (got, _) = steps(&api, "kept").await;
@@ -210,12 +211,67 @@ async fn a_restore_adds_its_step_and_the_log_is_pruned_past_its_retention() {
     assert_eq!(journal.trim_transitions(cut, 1).await.unwrap(), 1);
     let left = journal.history("kept").await.unwrap();
     assert_eq!(left.len(), old.len() - 1);
+    // The push's step, still in its row (the message pending), went first.
+    assert_eq!(old[0].step.as_str(), "pushed");
+    assert_eq!(left[0].step.as_str(), "restored");
+    assert_eq!(pushes_held(&db, "kept"), ("NULL\tNULL".into(), "0".into()));
     assert_eq!(
         journal.trim_transitions(cut + 1, 1000).await.unwrap(),
         left.len() as u64
     );
     assert!(journal.history("kept").await.unwrap().is_empty());
     assert_eq!(api.get("/v1/messages/kept/history").await.0, 404);
+}
+
+/// A push's step waits in its row; a replacing push and then a cancel each copy
+/// the step the row holds into the log before writing their own: none is lost,
+/// none told twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_s_step_moves_from_its_row_to_the_log_when_the_row_changes() {
+    let (db, _redis, _node, api) = journaled().await;
+    let push = |replace: bool| json!({"stream": "s", "id": "r", "payload": "x", "delay": "1h", "replace": replace});
+    assert_eq!(api.post("/v1/messages", push(false)).await.0, 201);
+    assert_eq!(pushes_held(&db, "r"), ("1\thttp".into(), "0".into()));
+    let (status, body) = api.post("/v1/messages", push(true)).await;
+    assert!(status == 200 || status == 201, "{status} {body}");
+    assert_eq!(pushes_held(&db, "r"), ("2\thttp".into(), "1".into()));
+    assert_eq!(api.delete("/v1/messages/r").await.0, 200);
+    let want = [
+        "pushed@journaled",
+        "replaced@journaled",
+        "cancelled@journaled",
+    ];
+    eventually(Duration::from_secs(10), "the cancel's step", || async {
+        (steps(&api, "r").await.0 == want).then_some(())
+    })
+    .await;
+    assert_eq!(pushes_held(&db, "r"), ("NULL\tNULL".into(), "2".into()));
+}
+
+/// A journaled node on a Redis and a MariaDB of its own, its marker written.
+async fn journaled() -> (MariaDbServer, RedisServer, DelayqProcess, Api) {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
+    marker_written(&mut redis.client()).await;
+    (db, redis, node, api)
+}
+
+/// The push step `id`'s row holds ("step\thow", or "NULL\tNULL"), and how many
+/// push steps the log's table has of it.
+fn pushes_held(db: &MariaDbServer, id: &str) -> (String, String) {
+    let held = db
+        .sql(&format!(
+            "SELECT came_step, came_how FROM delayq.delayq_messages WHERE id = '{id}'"
+        ))
+        .unwrap();
+    let logged = db
+        .sql(&format!(
+            "SELECT COUNT(*) FROM delayq.delayq_transitions WHERE id = '{id}' AND step IN (1, 2)"
+        ))
+        .unwrap();
+    (held.trim().to_owned(), logged.trim().to_owned())
 }
 
 /// The dashboard's message page shows the message's journey, oldest first.
