@@ -107,7 +107,7 @@ impl Api {
     ) -> (u16, Value) {
         self.try_call(method, path, token, body)
             .await
-            .unwrap_or_else(|e| panic!("{method} {path}: no answer: {e}"))
+            .unwrap_or_else(|e| panic!("{method} {path}: no answer: {e:?}"))
     }
 
     /// `call`, or the client's error when the node does not answer.
@@ -150,6 +150,14 @@ impl Api {
             serde_json::json!({ "id": id, "stream": stream, "payload": id, "delay_ms": delay_ms });
         let (status, answer) = self.post("/v1/messages", body).await;
         assert_eq!(status, 201, "push {id}: {answer}");
+    }
+
+    /// POSTs JSON with this API's token, or the client's error when the node does
+    /// not answer.
+    pub async fn try_post(&self, path: &str, body: &Value) -> reqwest::Result<(u16, Value)> {
+        let body = body.to_string();
+        self.try_call("POST", path, self.token.as_deref(), Some(&body))
+            .await
     }
 
     /// POSTs JSON text as it is, with this API's token.
