@@ -166,6 +166,7 @@ pub async fn cancel(
                 at_ms: *at_ms,
                 entry: None,
                 stream: Some(stream.clone()),
+                attempt: None,
             })
             .collect();
         not_journaled = !durable::journaled(&state.store, sent, async {

@@ -85,12 +85,18 @@ impl State {
     }
 }
 
+/// Whether an outbox line tells the transition log only, not the message's row: a
+/// redelivery, or why a message was dead-lettered.
+fn log_only(code: OutboxCode) -> bool {
+    matches!(code, OutboxCode::Redelivered | OutboxCode::DeadReason)
+}
+
 /// The journal's state for what an outbox line says happened.
 fn state_of(code: OutboxCode) -> State {
     match code {
         OutboxCode::Delivered => State::Delivered,
         OutboxCode::Expired => State::Expired,
-        OutboxCode::Dead => State::Dead,
+        OutboxCode::Dead | OutboxCode::DeadReason => State::Dead,
         OutboxCode::Cancelled => State::Cancelled,
         OutboxCode::Rescheduled | OutboxCode::Replayed | OutboxCode::Redelivered => {
             State::Scheduled
@@ -249,15 +255,14 @@ impl Journal {
         // The push steps the rows about to change still hold go to the log first.
         let changing: Vec<&str> = lines
             .iter()
-            .filter(|l| !matches!(l.code, OutboxCode::Replayed | OutboxCode::Redelivered))
+            .filter(|l| !log_only(l.code) && l.code != OutboxCode::Replayed)
             .map(|l| l.id.as_str())
             .collect();
         self.keep_pushes(&mut tx, &changing).await?;
         let (finished, other): (Vec<&OutboxLine>, Vec<&OutboxLine>) = lines.iter().partition(|l| {
-            !matches!(
-                l.code,
-                OutboxCode::Rescheduled | OutboxCode::Replayed | OutboxCode::Redelivered
-            ) && l.stream.is_some()
+            !matches!(l.code, OutboxCode::Rescheduled | OutboxCode::Replayed)
+                && !log_only(l.code)
+                && l.stream.is_some()
         });
         for chunk in finished.chunks(ROWS_PER_STATEMENT) {
             let values = vec!["(?, ?, '', ?, ?, ?, ?)"; chunk.len()].join(", ");
@@ -310,8 +315,8 @@ impl Journal {
                     )
                     .await?;
                 }
-                // A step of the transition log only (written below).
-                (OutboxCode::Redelivered, _) => {}
+                // Steps (or a step's reason) of the transition log only (below).
+                (code, _) if log_only(code) => {}
                 (OutboxCode::Replayed, stream) => {
                     tx.exec_drop(
                         replayed::REPLAYED,

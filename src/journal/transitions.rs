@@ -70,6 +70,7 @@ impl Step {
             OutboxCode::Rescheduled => Step::Rescheduled,
             OutboxCode::Replayed => Step::Replayed,
             OutboxCode::Redelivered => Step::Redelivered,
+            OutboxCode::DeadReason => Step::Dead,
         }
     }
 }
@@ -136,13 +137,19 @@ pub struct Transition {
     /// The entry written (forwarded, dead-lettered, expired), the new due time
     /// (rescheduled, epoch ms), or how it came (pushed).
     pub detail: Option<String>,
+    /// A redelivery's attempt.
+    pub attempt: Option<u32>,
+    /// Why: a redelivery's (`ack_timeout`), a dead letter's (`corrupt`,
+    /// `unwritable`, `max_attempts`).
+    pub reason: Option<String>,
 }
 
 /// The upsert of transition rows: a change copied again adds no row, and fills in
 /// who made it where the copy before did not know.
 const UPSERT: &str = "ON DUPLICATE KEY UPDATE node = COALESCE(node, VALUES(node)), \
      shard = COALESCE(shard, VALUES(shard)), epoch = COALESCE(epoch, VALUES(epoch)), \
-     token = COALESCE(token, VALUES(token)), detail = COALESCE(detail, VALUES(detail))";
+     token = COALESCE(token, VALUES(token)), detail = COALESCE(detail, VALUES(detail)), \
+     attempt = COALESCE(attempt, VALUES(attempt)), reason = COALESCE(reason, VALUES(reason))";
 
 /// A row to write: id, stream, step, at, who, detail.
 pub(super) struct Row<'a> {
@@ -152,6 +159,8 @@ pub(super) struct Row<'a> {
     pub at_ms: u64,
     pub who: &'a Who,
     pub detail: Option<&'a str>,
+    pub attempt: Option<u32>,
+    pub reason: Option<&'a str>,
 }
 
 impl<'a> Row<'a> {
@@ -168,6 +177,8 @@ impl<'a> Row<'a> {
             at_ms: push.at_ms,
             who: &push.came.who,
             detail: Some(push.came.how),
+            attempt: None,
+            reason: None,
         }
     }
 
@@ -180,10 +191,17 @@ impl<'a> Row<'a> {
             step,
             at_ms: line.at_ms,
             who,
-            // A replay's line carries its due time, which is the change's time.
-            detail: (step != Step::Replayed)
+            // A replay's line carries its due time, which is the change's time; a
+            // reason's line its reason.
+            detail: (step != Step::Replayed && line.code != OutboxCode::DeadReason)
                 .then_some(line.entry.as_deref())
                 .flatten(),
+            attempt: line.attempt,
+            reason: match line.code {
+                OutboxCode::Redelivered => Some("ack_timeout"),
+                OutboxCode::DeadReason => line.entry.as_deref(),
+                _ => None,
+            },
         }
     }
 }
@@ -191,7 +209,8 @@ impl<'a> Row<'a> {
 /// The columns of a push's step still held by its row (`delayq_messages.came_*`,
 /// at the row's `updated_ms`), as the log's columns: what [`Journal::history`]
 /// reads beside the log's rows, and what [`Journal::keep_pushes`] copies.
-const CAME: &str = "id, updated_ms, came_step, stream, came_node, NULL, NULL, came_token, came_how";
+const CAME: &str =
+    "id, updated_ms, came_step, stream, came_node, NULL, NULL, came_token, came_how, NULL, NULL";
 
 /// Empties a row's push step (once it is in the log, or past its retention).
 pub(super) const CAME_EMPTIED: &str =
@@ -228,7 +247,7 @@ impl Journal {
             conn.exec_drop(
                 format!(
                     "INSERT INTO delayq_transitions \
-                     (id, at_ms, step, stream, node, shard, epoch, token, detail) \
+                     (id, at_ms, step, stream, node, shard, epoch, token, detail, attempt, reason) \
                      SELECT {CAME} FROM delayq_messages \
                      WHERE id IN ({marks}) AND came_step IS NOT NULL {UPSERT}"
                 ),
@@ -250,12 +269,13 @@ impl Journal {
             return Ok(());
         }
         for chunk in rows.chunks(ROWS_PER_STATEMENT) {
-            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
+            let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; chunk.len()].join(", ");
             let sql = format!(
                 "INSERT INTO delayq_transitions \
-                 (id, stream, step, at_ms, node, shard, epoch, token, detail) VALUES {values} {UPSERT}"
+                 (id, stream, step, at_ms, node, shard, epoch, token, detail, attempt, reason) \
+                 VALUES {values} {UPSERT}"
             );
-            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 9);
+            let mut params: Vec<mysql_async::Value> = Vec::with_capacity(chunk.len() * 11);
             for row in chunk {
                 params.push(row.id.into());
                 params.push(row.stream.into());
@@ -266,6 +286,8 @@ impl Journal {
                 params.push(row.who.epoch.into());
                 params.push(row.who.token.clone().into());
                 params.push(row.detail.into());
+                params.push(row.attempt.into());
+                params.push(row.reason.into());
             }
             conn.exec_drop(sql, params).await?;
         }
@@ -282,6 +304,8 @@ type HistoryRow = (
     Option<u64>,
     Option<Vec<u8>>,
     Option<Vec<u8>>,
+    Option<u32>,
+    Option<Vec<u8>>,
 );
 
 impl Journal {
@@ -293,10 +317,10 @@ impl Journal {
             .exec(
                 // (UNION, not UNION ALL: a step copied into the log from a row
                 // that kept it too is told once.)
-                "SELECT stream, step, at_ms, node, shard, epoch, token, detail \
+                "SELECT stream, step, at_ms, node, shard, epoch, token, detail, attempt, reason \
                  FROM delayq_transitions WHERE id = ? \
                  UNION SELECT stream, came_step, updated_ms, came_node, NULL, NULL, \
-                 came_token, came_how FROM delayq_messages \
+                 came_token, came_how, NULL, NULL FROM delayq_messages \
                  WHERE id = ? AND came_step IS NOT NULL ORDER BY 3, 2",
                 (id, id),
             )
@@ -304,20 +328,24 @@ impl Journal {
         let text = |b: Option<Vec<u8>>| b.map(|b| String::from_utf8_lossy(&b).into_owned());
         Ok(rows
             .into_iter()
-            .filter_map(|(stream, step, at_ms, node, shard, epoch, token, detail)| {
-                Some(Transition {
-                    stream: String::from_utf8_lossy(&stream).into_owned(),
-                    step: Step::from_code(step)?,
-                    at_ms,
-                    who: Who {
-                        node: text(node),
-                        shard,
-                        epoch,
-                        token: text(token),
-                    },
-                    detail: text(detail),
-                })
-            })
+            .filter_map(
+                |(stream, step, at_ms, node, shard, epoch, token, detail, attempt, reason)| {
+                    Some(Transition {
+                        stream: String::from_utf8_lossy(&stream).into_owned(),
+                        step: Step::from_code(step)?,
+                        at_ms,
+                        who: Who {
+                            node: text(node),
+                            shard,
+                            epoch,
+                            token: text(token),
+                        },
+                        detail: text(detail),
+                        attempt,
+                        reason: text(reason),
+                    })
+                },
+            )
             .collect())
     }
 
@@ -368,6 +396,8 @@ impl Journal {
                 at_ms,
                 who,
                 detail: None,
+                attempt: None,
+                reason: None,
             })
             .collect();
         let mut conn = self.pool.get_conn().await?;

@@ -518,6 +518,7 @@ async fn reconcile_page(
                 at_ms: record.at_ms,
                 entry: record.entry_id,
                 stream: Some(stream),
+                attempt: None,
             }),
             Status::Unknown if due > horizon => missing.push(id),
             Status::Unknown | Status::Scheduled(_) | Status::Corrupt(_) => {}

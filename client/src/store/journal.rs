@@ -8,8 +8,9 @@ use redis::AsyncCommands;
 use super::{Result, Store, StoreError};
 
 /// What an outbox line says happened.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum OutboxCode {
+    #[default]
     Delivered,
     Expired,
     Dead,
@@ -19,20 +20,27 @@ pub enum OutboxCode {
     /// A dead letter scheduled again (`replay`); the "entry" is its due time.
     Replayed,
     /// A delivery no consumer acknowledged in time, scheduled again (`redeliver`);
-    /// the "entry" is the entry left unacknowledged. The journal's message row
-    /// stays as it is: this is a step of its transition log only.
+    /// the "entry" is the entry left unacknowledged, and the line ends with the
+    /// redelivery's attempt. The journal's message row stays as it is: this is a
+    /// step of its transition log only.
     Redelivered,
+    /// Why the dead line before it was dead-lettered; the "entry" is the reason
+    /// (`corrupt`, `unwritable`, `max_attempts`). A step's detail only.
+    DeadReason,
 }
 
 /// One change, as a script wrote it to the outbox: `<code> <id> <at ms> <entry id
-/// or -> <stream or ->`; a new due time's "entry" is that due time.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// or -> <stream or ->`, a redelivery's then its attempt; a new due time's "entry"
+/// is that due time.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OutboxLine {
     pub code: OutboxCode,
     pub id: String,
     pub at_ms: u64,
     pub entry: Option<String>,
     pub stream: Option<String>,
+    /// A redelivery's attempt (the first delivery is attempt 1).
+    pub attempt: Option<u32>,
 }
 
 impl OutboxLine {
@@ -47,6 +55,7 @@ impl OutboxLine {
             "R" => OutboxCode::Rescheduled,
             "P" => OutboxCode::Replayed,
             "A" => OutboxCode::Redelivered,
+            "W" => OutboxCode::DeadReason,
             _ => return None,
         };
         let id = parts.next().filter(|s| !s.is_empty())?.to_owned();
@@ -54,6 +63,11 @@ impl OutboxLine {
         let dash = |s: &str| (s != "-").then(|| s.to_owned());
         let entry = dash(parts.next()?);
         let stream = dash(parts.next()?);
+        let attempt = match (code, parts.next()) {
+            (OutboxCode::Redelivered, Some(attempt)) => Some(attempt.parse().ok()?),
+            (_, None) => None,
+            (_, Some(_)) => return None,
+        };
         if parts.next().is_some() {
             return None;
         }
@@ -63,6 +77,7 @@ impl OutboxLine {
             at_ms,
             entry,
             stream,
+            attempt,
         })
     }
 }
@@ -166,7 +181,18 @@ mod tests {
                 at_ms: 1_700_000_000_123,
                 entry: Some("1700000000120-3".into()),
                 stream: Some("orders".into()),
+                attempt: None,
             })
+        );
+        let again = OutboxLine::parse("A m-1 9 1700000000120-3 orders 3").expect("a redelivery");
+        assert_eq!(
+            (again.code, again.attempt),
+            (OutboxCode::Redelivered, Some(3))
+        );
+        let why = OutboxLine::parse("W m-1 9 max_attempts orders").expect("a reason");
+        assert_eq!(
+            (why.code, why.entry.as_deref()),
+            (OutboxCode::DeadReason, Some("max_attempts"))
         );
         let cancelled = OutboxLine::parse("C m-2 5 - -").expect("a cancellation");
         assert_eq!((cancelled.entry, cancelled.stream), (None, None));
@@ -177,8 +203,27 @@ mod tests {
             "D m x - -",
             "D m 1 -",
             "D m 1 - - x",
+            "D m 1 - - 3",
+            "A m 1 e s x",
+            "A m 1 e s 3 4",
+            "W m 1 corrupt s 2",
         ] {
             assert_eq!(OutboxLine::parse(bad), None, "{bad:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_line_is_read_or_refused_without_panicking(line in ".{0,80}") {
+            let _ = OutboxLine::parse(&line);
+        }
+
+        #[test]
+        fn a_redelivery_s_line_reads_back(
+            id in "[a-z0-9-]{1,20}", at in 0u64..u64::MAX, attempt in 2u32..u32::MAX,
+        ) {
+            let line = OutboxLine::parse(&format!("A {id} {at} 5-0 s {attempt}")).unwrap();
+            proptest::prop_assert_eq!((line.id, line.at_ms, line.attempt), (id, at, Some(attempt)));
         }
     }
 }

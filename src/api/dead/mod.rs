@@ -322,6 +322,7 @@ pub async fn replay(
                         at_ms: due_ms,
                         entry: Some(due_ms.to_string()),
                         stream: Some(stream.clone()),
+                        attempt: None,
                     };
                     not_journaled =
                         !durable::journaled(&state.store, sent, journal.replayed(&line, &who))

@@ -288,6 +288,7 @@ pub async fn cancel(
                 at_ms,
                 entry: None,
                 stream,
+                attempt: None,
             };
             !crate::journal::durable::journaled_line(
                 &state.store,
@@ -520,6 +521,7 @@ pub async fn reschedule(
                     at_ms,
                     entry: Some(due_ms.to_string()),
                     stream: Some(stream),
+                    attempt: None,
                 };
                 answer.not_journaled = !crate::journal::durable::journaled_line(
                     &state.store,

@@ -49,6 +49,13 @@ pub struct HistoryStep {
     /// (a reschedule's or a replay's before it, else the message's journal row).
     #[serde(skip_serializing_if = "Option::is_none")]
     lateness_ms: Option<u64>,
+    /// Redelivered: the redelivery's attempt (the first delivery was attempt 1).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    attempt: Option<u32>,
+    /// Redelivered: `ack_timeout` (no consumer acknowledged the entry in time);
+    /// dead-lettered: `corrupt`, `unwritable` or `max_attempts`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reason: Option<String>,
 }
 
 /// A message's journey.
@@ -139,6 +146,8 @@ fn shown(steps: Vec<Transition>, row_due: Option<u64>) -> Vec<HistoryStep> {
                 via: t.detail.clone().filter(|_| pushed),
                 entry_id: t.detail.filter(|_| entry),
                 lateness_ms,
+                attempt: t.attempt,
+                reason: t.reason,
             }
         })
         .collect()

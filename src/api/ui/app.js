@@ -841,10 +841,11 @@
       td(badge(s.step.replace('_', ' '), 'state step-' + s.step)),
       td(s.entry_id != null ? code(s.entry_id) : (s.deliver_at != null ? 'due ' + fmtTime(s.deliver_at) : '')),
       td(s.lateness_ms != null ? fmtMs(s.lateness_ms) : ''),
+      td([s.attempt != null ? 'attempt ' + s.attempt : null, s.reason].filter((x) => x != null).join(' · ')),
       td([s.node, s.epoch != null ? 'epoch ' + s.epoch : null, s.shard != null ? 'shard ' + s.shard : null].filter((x) => x != null).join(' · ')),
       td(s.token || '')));
     box.append(el('div', { id: 'journey' }, el('h3', null, 'Journey'),
-      table('journey', ['When', 'Step', 'Entry / due', 'Late', 'Node', 'Token'], rows, 'no step on record')));
+      table('journey', ['When', 'Step', 'Entry / due', 'Late', 'Why', 'Node', 'Token'], rows, 'no step on record')));
   }
 
   function messageView(m) {

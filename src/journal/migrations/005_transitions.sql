@@ -7,6 +7,8 @@
 -- the leader's term for a leader's step. token: the API token's name (or
 -- fingerprint) for a step asked over HTTP. detail: the entry written (forwarded,
 -- dead-lettered, expired), the new due time (rescheduled), or how it came (pushed).
+-- attempt: a redelivery's attempt. reason: why it was redelivered (ack_timeout) or
+-- dead-lettered (corrupt, unwritable, max_attempts).
 -- A change is written once however often it is copied (the primary key), and a copy
 -- that knows more (the node and token of an API change, the shard and epoch of its
 -- outbox line) fills in what the other left empty. The primary key keeps a
@@ -22,6 +24,8 @@ CREATE TABLE IF NOT EXISTS delayq_transitions (
   epoch BIGINT NULL,
   token VARBINARY(128) NULL,
   detail VARBINARY(256) NULL,
+  attempt INT NULL,
+  reason VARBINARY(64) NULL,
   PRIMARY KEY (id, at_ms, step),
   KEY by_at (at_ms)
 ) ENGINE = InnoDB;

@@ -1,7 +1,8 @@
 //! A message's journey in the journal's transition log, against MariaDB and real
 //! daemons: each step in order with the node, the term and the token that made it,
-//! through a leader's SIGKILL; a push's step kept in its row until the row changes; a
-//! restore's step; the log pruned past its retention.
+//! through a leader's SIGKILL, with each redelivery's attempt and each dead letter's
+//! reason; a push's step kept in its row until the row changes; a restore's step;
+//! the log pruned past its retention.
 
 use std::time::Duration;
 
@@ -148,6 +149,23 @@ async fn a_message_s_journey_names_who_made_each_step_through_a_leader_kill() {
     assert!(forwarded["lateness_ms"].as_u64().is_some(), "{body}");
     let pushed = all.iter().find(|s| s["step"] == "pushed").unwrap();
     assert_eq!(pushed["via"], "http", "{body}");
+    // Each redelivery says its attempt and why; the dead letter why too.
+    let again: Vec<(&Value, &Value)> = all
+        .iter()
+        .filter(|s| s["step"] == "redelivered")
+        .map(|s| (&s["attempt"], &s["reason"]))
+        .collect();
+    assert_eq!(
+        again,
+        [
+            (&json!(2), &json!("ack_timeout")),
+            (&json!(3), &json!("ack_timeout"))
+        ],
+        "{body}"
+    );
+    let dead = all.iter().find(|s| s["step"] == "dead_lettered").unwrap();
+    assert_eq!(dead["reason"], "max_attempts", "{body}");
+    assert!(dead["entry_id"].as_str().is_some(), "{body}");
     println!("journey: {got:?}");
 
     // The command line tells the same.
@@ -166,6 +184,7 @@ async fn a_message_s_journey_names_who_made_each_step_through_a_leader_kill() {
         "redelivered",
         "dead_lettered",
         "replayed",
+        "max_attempts",
     ] {
         assert!(text.contains(step), "{step}: {text}");
     }
@@ -246,6 +265,35 @@ async fn a_push_s_step_moves_from_its_row_to_the_log_when_the_row_changes() {
     })
     .await;
     assert_eq!(pushes_held(&db, "r"), ("NULL\tNULL".into(), "2".into()));
+}
+
+/// A message its stream cannot take (the key holds a string) is dead-lettered, and
+/// its history says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_s_step_says_why() {
+    let (_db, redis, _node, api) = journaled().await;
+    let () = redis::cmd("SET")
+        .arg("w")
+        .arg("not a stream")
+        .query(&mut redis.client())
+        .unwrap();
+    let body = json!({"stream": "w", "id": "u", "payload": "x", "delay_ms": 0});
+    assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    let dead = eventually(
+        Duration::from_secs(10),
+        "the dead letter's step",
+        || async {
+            let (_, body) = steps(&api, "u").await;
+            body["steps"]
+                .as_array()?
+                .iter()
+                .find(|s| s["step"] == "dead_lettered")
+                .cloned()
+        },
+    )
+    .await;
+    assert_eq!(dead["reason"], "unwritable", "{dead}");
+    assert!(dead["entry_id"].as_str().is_some(), "{dead}");
 }
 
 /// A journaled node on a Redis and a MariaDB of its own, its marker written.

@@ -241,6 +241,7 @@ async fn messages_are_recorded_finished_paged_and_trimmed() {
             },
             entry: (i < 4002).then(|| format!("{base}-{i}")),
             at_ms: base + 10,
+            attempt: None,
         })
         .collect();
     let started = Instant::now();
@@ -385,6 +386,7 @@ async fn writes_copied_late_never_undo_a_later_push() {
                             _ => None,
                         },
                         stream: Some("s".into()),
+                        attempt: None,
                     };
                     journal.apply(&[line]).await.unwrap();
                 }

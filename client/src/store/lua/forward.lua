@@ -291,14 +291,17 @@ if #held_ids > 0 and #ids > #held_ids then
   held_room = batch - others
 end
 
--- Writes a dead letter for a message whose own target refused it. Returns its record,
--- or nil and "park" (the dead letter is refused too, for reasons of its own) or the
--- error that holds back the batch.
-local function dead_letter(id, why, body, attempt)
+-- Writes a dead letter for a message whose own target refused it (`code`: corrupt or
+-- unwritable, the record's `why` for the journal). Returns its record, or nil and
+-- "park" (the dead letter is refused too, for reasons of its own) or the error that
+-- holds back the batch.
+local function dead_letter(id, why, body, attempt, code)
   local entry, err = unreadable(id, why, body)
   if entry then
     dead = dead + 1
-    return record('dead', entry, now, attempt, ARGV[7]), nil
+    local rec = record('dead', entry, now, attempt, ARGV[7])
+    rec.why = code
+    return rec, nil
   end
   if own_fault(err) then return nil, 'park' end
   return nil, err
@@ -351,7 +354,7 @@ local function send(id, body, msg, is_expired)
   local entry = redis.pcall(unpack(args))
   if type(entry) == 'table' then
     if own_fault(entry.err) then
-      rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt)
+      rec, stop = dead_letter(id, 'cannot write to ' .. target .. ': ' .. tostring(entry.err), body, attempt, 'unwritable')
     else
       stop = entry.err
     end
@@ -431,7 +434,7 @@ for i, id in ipairs(ids) do
     if not body then
       moved[#moved + 1] = id -- scheduled without a body: nothing to send, only forget it
     elseif not msg then
-      rec, stop = dead_letter(id, why, body, 0)
+      rec, stop = dead_letter(id, why, body, 0, 'corrupt')
     else
       rec, stop = send(id, body, msg, is_expired)
     end

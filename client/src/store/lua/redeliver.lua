@@ -113,7 +113,9 @@ if attempt >= tonumber(ARGV[7]) then
   redis.call('XACK', stream, group, entry)
   -- The delivery record goes first: it may sit in another generation or layout.
   forget_record(KEYS[3], KEYS[4], id)
-  keep_record(KEYS[3], KEYS[4], id, record('dead', dead, now, attempt, ARGV[12], first_delivered), now, ARGV[15], stream)
+  local rec = record('dead', dead, now, attempt, ARGV[12], first_delivered)
+  rec.why = 'max_attempts'
+  keep_record(KEYS[3], KEYS[4], id, rec, now, ARGV[15], stream)
   return { 'dead', attempt, dead }
 end
 
@@ -133,7 +135,8 @@ forget_record(KEYS[3], KEYS[4], id)
 redis.call('XACK', stream, group, entry)
 if select(3, records_policy(ARGV[15])) then
   -- A step of the message's transition log: the entry no consumer acknowledged.
-  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_item(journal_line('A', id, now, entry, stream)))
+  local line = journal_line('A', id, now, entry, stream) .. ' ' .. (attempt + 1)
+  redis.call('RPUSH', journal_outbox(KEYS[3]), journal_item(line))
 end
 if wake then redis.call('PUBLISH', ARGV[16], KEYS[1]) end
 return { 'rescheduled', attempt + 1, due }

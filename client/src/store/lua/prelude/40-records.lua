@@ -336,8 +336,10 @@ end
 
 -- An outbox line: `<code> <id> <at ms> <entry id or -> <stream or ->` (ids, entry ids
 -- and stream names have no spaces; codes as STATE_CODES, R for a new due time, P for
--- a replayed dead letter, whose "entry" is the due time, and A for a redelivery,
--- whose "entry" is the one no consumer acknowledged).
+-- a replayed dead letter, whose "entry" is the due time, A for a redelivery, whose
+-- "entry" is the one no consumer acknowledged and which ends with the redelivery's
+-- attempt, and W for why the dead line before it was dead-lettered, whose "entry"
+-- is the reason: corrupt, unwritable or max_attempts).
 local function journal_line(code, id, at, entry, stream)
   if entry == nil or entry == '' then entry = '-' end
   if stream == nil or stream == '' then stream = '-' end
@@ -362,7 +364,10 @@ local function keep_records(records, records_by_expiry, ids, parts, now, policy,
     local lines = {}
     for i, id in ipairs(ids) do
       local p = parts[i]
-      lines[i] = journal_line(STATE_CODES[p[1]], id, p[3], p[2], targets and targets[i] or p[5])
+      local target = targets and targets[i] or p[5]
+      lines[#lines + 1] = journal_line(STATE_CODES[p[1]], id, p[3], p[2], target)
+      -- A dead record's reason (`why`, beside its parts) for the transition log.
+      if p.why then lines[#lines + 1] = journal_line('W', id, p[3], p.why, target) end
     end
     redis.call('RPUSH', journal_outbox(records), journal_item(table.concat(lines, '\n')))
   end
