@@ -167,6 +167,7 @@ async fn a_message_s_journey_names_who_made_each_step_through_a_leader_kill() {
     assert_eq!(dead["reason"], "max_attempts", "{body}");
     assert!(dead["entry_id"].as_str().is_some(), "{body}");
     println!("journey: {got:?}");
+    docs_example_is_such_a_journey(all);
 
     // The command line tells the same.
     let out = tokio::process::Command::new(delayq_bin())
@@ -265,6 +266,34 @@ async fn a_push_s_step_moves_from_its_row_to_the_log_when_the_row_changes() {
     })
     .await;
     assert_eq!(pushes_held(&db, "r"), ("NULL\tNULL".into(), "2".into()));
+}
+
+/// docs/journal.md's example of `delayq history --json` says of each step only what
+/// the same step of `real` (an answer of the API) says too.
+fn docs_example_is_such_a_journey(real: &[Value]) {
+    let doc = std::fs::read_to_string(crate::support::repo().join("docs/journal.md")).unwrap();
+    let example = doc
+        .split("```json\n")
+        .skip(1)
+        .filter_map(|block| block.split("\n```").next())
+        .find(|block| block.contains("\"steps\""))
+        .expect("docs/journal.md shows a history");
+    let example: Value = serde_json::from_str(example).expect("the example is JSON");
+    let steps = example["steps"].as_array().expect("its steps");
+    assert!(steps.len() >= 3, "{example}");
+    for step in steps {
+        let name = &step["step"];
+        let same = real
+            .iter()
+            .find(|s| &s["step"] == name)
+            .unwrap_or_else(|| panic!("no {name} step in {real:?}"));
+        for key in step.as_object().unwrap().keys() {
+            assert!(
+                same.get(key).is_some(),
+                "docs/journal.md: {name} has {key}; the API's: {same}"
+            );
+        }
+    }
 }
 
 /// A message its stream cannot take (the key holds a string) is dead-lettered, and
