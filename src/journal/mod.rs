@@ -269,13 +269,10 @@ impl Journal {
             // Assignments run left to right, each reading the values assigned
             // before it: `entry_id` and `state` read the row as it was; `updated_ms`
             // last, set where the two now say what the line says.
+            let came = transitions::came_where(MAY_FINISH, |_| "NULL".into());
             let sql = format!(
                 "INSERT INTO delayq_messages (id, stream, body, due_ms, state, entry_id, updated_ms) \
-                 VALUES {values} ON DUPLICATE KEY UPDATE \
-                 came_step = IF({MAY_FINISH}, NULL, came_step), \
-                 came_how = IF({MAY_FINISH}, NULL, came_how), \
-                 came_node = IF({MAY_FINISH}, NULL, came_node), \
-                 came_token = IF({MAY_FINISH}, NULL, came_token), \
+                 VALUES {values} ON DUPLICATE KEY UPDATE {came}, \
                  entry_id = IF({MAY_FINISH}, VALUES(entry_id), entry_id), \
                  state = IF({MAY_FINISH}, VALUES(state), state), \
                  updated_ms = IF(state = VALUES(state) AND entry_id <=> VALUES(entry_id) \

@@ -38,13 +38,21 @@ pub(super) async fn write_scheduled<Q: Affected>(
         .await?;
         if q.affected() < rows.len() as u64 {
             q.exec_batch(
-                format!("UPDATE delayq_messages SET {OVERWRITE} WHERE id = ? AND stream = ? AND state = 4"),
+                format!(
+                    "UPDATE delayq_messages SET {} WHERE id = ? AND stream = ? AND state = 4",
+                    overwrite()
+                ),
                 rows.iter().map(|p| overwrite_params(p, log)),
             )
             .await?;
         }
         return Ok(());
     }
+    // A replacing push's step overwrites the row's (the row's own was copied into
+    // the log before).
+    let came = transitions::came_where("updated_ms = VALUES(updated_ms)", |c| {
+        format!("VALUES({c})")
+    });
     // `updated_ms` first: the row it moves to the push's time is the one the
     // assignments after it overwrite (a row already at that time too: the later
     // of two writes in one millisecond wins).
@@ -55,8 +63,7 @@ pub(super) async fn write_scheduled<Q: Affected>(
              body = IF(updated_ms = VALUES(updated_ms), VALUES(body), body), \
              due_ms = IF(updated_ms = VALUES(updated_ms), VALUES(due_ms), due_ms), \
              entry_id = IF(updated_ms = VALUES(updated_ms), NULL, entry_id), \
-             state = IF(updated_ms = VALUES(updated_ms), 0, state), \
-             {CAME_REPLACED}"
+             state = IF(updated_ms = VALUES(updated_ms), 0, state), {came}"
         ),
         params,
     )
@@ -79,7 +86,7 @@ fn came_params(push: &Push<'_>, log: bool) -> [mysql_async::Value; 4] {
     if !log {
         return std::array::from_fn(|_| mysql_async::Value::NULL);
     }
-    let step = transitions::Row::of_push(push).step as u8;
+    let step = transitions::Step::of_push(push.replace) as u8;
     let who = &push.came.who;
     [
         step.into(),
@@ -89,22 +96,18 @@ fn came_params(push: &Push<'_>, log: bool) -> [mysql_async::Value; 4] {
     ]
 }
 
-/// A replacing push's step overwrites the row's (the row's own was copied into
-/// the log before): assigned after `updated_ms`, as the other columns.
-const CAME_REPLACED: &str = "came_step = IF(updated_ms = VALUES(updated_ms), VALUES(came_step), came_step), \
-    came_how = IF(updated_ms = VALUES(updated_ms), VALUES(came_how), came_how), \
-    came_node = IF(updated_ms = VALUES(updated_ms), VALUES(came_node), came_node), \
-    came_token = IF(updated_ms = VALUES(updated_ms), VALUES(came_token), came_token)";
-
 /// A cancelled row scheduled again by a push of its id, unless written later (a
 /// cancelled row holds no push step: it was copied into the log when cancelled).
-pub(super) const OVERWRITE: &str = "body = IF(updated_ms <= ?, ?, body), due_ms = IF(updated_ms <= ?, ?, due_ms), \
-    entry_id = IF(updated_ms <= ?, NULL, entry_id), state = IF(updated_ms <= ?, 0, state), \
-    came_step = IF(updated_ms <= ?, ?, came_step), came_how = IF(updated_ms <= ?, ?, came_how), \
-    came_node = IF(updated_ms <= ?, ?, came_node), came_token = IF(updated_ms <= ?, ?, came_token), \
-    updated_ms = IF(updated_ms <= ?, ?, updated_ms)";
+pub(super) fn overwrite() -> String {
+    format!(
+        "body = IF(updated_ms <= ?, ?, body), due_ms = IF(updated_ms <= ?, ?, due_ms), \
+         entry_id = IF(updated_ms <= ?, NULL, entry_id), state = IF(updated_ms <= ?, 0, state), \
+         {}, updated_ms = IF(updated_ms <= ?, ?, updated_ms)",
+        transitions::came_where("updated_ms <= ?", |_| "?".into())
+    )
+}
 
-/// [`OVERWRITE`]'s parameters for `push`, then its id and stream.
+/// [`overwrite`]'s parameters for `push`, then its id and stream.
 pub(super) fn overwrite_params(push: &Push<'_>, log: bool) -> Vec<mysql_async::Value> {
     let at: mysql_async::Value = push.at_ms.into();
     let mut params = vec![

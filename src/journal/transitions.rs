@@ -60,6 +60,15 @@ impl Step {
         }
     }
 
+    /// The step of a push: pushed, or replaced (a push that replaces a message).
+    pub(super) fn of_push(replace: bool) -> Step {
+        if replace {
+            Step::Replaced
+        } else {
+            Step::Pushed
+        }
+    }
+
     /// The step an outbox line tells of.
     fn of_line(code: OutboxCode) -> Step {
         match code {
@@ -164,24 +173,6 @@ pub(super) struct Row<'a> {
 }
 
 impl<'a> Row<'a> {
-    /// The step of a push: pushed, or replaced (a push that replaces a message).
-    pub(super) fn of_push(push: &'a super::Push<'a>) -> Row<'a> {
-        Row {
-            id: push.msg.id.as_str(),
-            stream: &push.msg.stream,
-            step: if push.replace {
-                Step::Replaced
-            } else {
-                Step::Pushed
-            },
-            at_ms: push.at_ms,
-            who: &push.came.who,
-            detail: Some(push.came.how),
-            attempt: None,
-            reason: None,
-        }
-    }
-
     /// The row of an outbox line.
     pub(super) fn of_line(line: &'a OutboxLine, who: &'a Who) -> Row<'a> {
         let step = Step::of_line(line.code);
@@ -215,6 +206,19 @@ const CAME: &str =
 /// Empties a row's push step (once it is in the log, or past its retention).
 pub(super) const CAME_EMPTIED: &str =
     "came_step = NULL, came_how = NULL, came_node = NULL, came_token = NULL";
+
+/// The columns of `delayq_messages` that hold a push's own step.
+const CAME_COLUMNS: [&str; 4] = ["came_step", "came_how", "came_node", "came_token"];
+
+/// Assignments of the push-step columns, in [`CAME_COLUMNS`]' order: each set to
+/// `value(column)` where `cond` holds, left as it is elsewhere.
+pub(super) fn came_where(cond: &str, value: impl Fn(&str) -> String) -> String {
+    CAME_COLUMNS
+        .iter()
+        .map(|c| format!("{c} = IF({cond}, {}, {c})", value(c)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// The options of a transaction that may copy push steps (see
 /// [`Journal::keep_pushes`]): `READ COMMITTED`, where locking the rows about to
