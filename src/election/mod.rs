@@ -60,7 +60,7 @@ use lead::RESIGN_PAUSE;
 use lease::*;
 use observe::observe_leader;
 pub use observe::{ElectionView, candidates, view};
-pub use takeover::SILENT;
+pub use takeover::{LEADER_IN_SIGHT, SILENT};
 
 // What the election's retries log: one line per condition for the process, the
 // place of a failure its election group (0 in the single-leader mode).

@@ -47,6 +47,11 @@ pub const SILENT: Duration = Duration::from_millis(3_000);
 /// made, rather than Redis refusing everybody (OOM, READONLY) or having just
 /// come back from doing so, when whoever probes first must not judge the others.
 const FRESH: Duration = Duration::from_millis(1_500);
+/// Logged once a standby has seen the leader's presence beside its own (once per
+/// leader lease and own presence): from then on it judges the leader's going
+/// without waiting out [`GRACE`].
+pub const LEADER_IN_SIGHT: &str =
+    "the leader's presence is in sight: a leader gone from Redis is replaced at once";
 /// After ending a lease, how long to let the election move before judging again.
 const COOLDOWN: Duration = Duration::from_millis(250);
 
@@ -207,8 +212,9 @@ impl Watcher {
                 continue;
             };
             let now = Instant::now();
-            if signs.present && own_signs.present {
+            if signs.present && own_signs.present && beside != Some((lease, own.since)) {
                 beside = Some((lease, own.since));
+                tracing::info!(%leader, lease, "{LEADER_IN_SIGHT}");
             }
             writing_since = if own_signs.probe_age.is_some_and(|age| age < FRESH) {
                 Some(writing_since.unwrap_or(now))

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::{Delivery, Monitor, Producer, check_exactly_once, flowing, node_counter, takeover};
 use crate::support::{Cluster, eventually, never};
+use delayq::election::LEADER_IN_SIGHT;
 use delayq_harness::Proxy;
 
 const LONG_TTL: &str =
@@ -105,7 +106,10 @@ async fn a_leader_killed_just_after_both_standbys_restarted_is_replaced_at_once(
     let (leader, _, producer, monitor) = settled(&cluster).await;
     // Both standbys start again (a rolling restart, or a drill's earlier rounds).
     let before = presences(&cluster);
-    for i in (0..3).filter(|i| *i != leader) {
+    let standbys: Vec<usize> = (0..3).filter(|i| *i != leader).collect();
+    let mut logged = Vec::new();
+    for &i in &standbys {
+        logged.push(cluster.nodes[i].full_log().len());
         cluster.nodes[i].kill();
         cluster.nodes[i].restart().expect("restart a standby");
     }
@@ -115,15 +119,31 @@ async fn a_leader_killed_just_after_both_standbys_restarted_is_replaced_at_once(
         || async { (presences(&cluster).difference(&before).count() == 2).then_some(()) },
     )
     .await;
-    // A few of their polls, well inside the 2 s a young presence waits before
-    // judging a leader it has not seen.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Each has seen the leader's presence beside its own (its first polls, well
+    // inside the 2 s a young presence waits before judging a leader it has not
+    // seen): from then on it must not wait that out.
+    eventually(
+        Duration::from_secs(10),
+        "both restarted standbys saw the leader's presence",
+        || async {
+            standbys
+                .iter()
+                .zip(&logged)
+                .all(|(&i, &from)| {
+                    let log = cluster.nodes[i].full_log();
+                    log.get(from..)
+                        .is_some_and(|new| new.contains(LEADER_IN_SIGHT))
+                })
+                .then_some(())
+        },
+    )
+    .await;
     let killed_at = Instant::now();
     cluster.nodes[leader].kill();
     let (_, _, took) = takeover(&cluster, leader, killed_at, Duration::from_secs(10)).await;
     let delivery = stop_load(&cluster, producer, monitor).await;
-    println!("SIGKILL 0.3 s after both standbys restarted: taken over in {took:?}; {delivery:?}");
-    // Waiting out the young presence's 2 s would take 1.7 s or more.
+    println!("SIGKILL just after both standbys restarted: taken over in {took:?}; {delivery:?}");
+    // Judged at once, a few polls; waiting out the young presence's 2 s, most of it.
     assert!(
         took < Duration::from_millis(1_400),
         "took {took:?}: the restarted standbys waited before judging a leader they had seen\n{}",
