@@ -77,6 +77,12 @@ pub struct BenchArgs {
     /// Shards (redis.shards).
     #[arg(long, default_value_t = 16)]
     pub shards: u16,
+    /// How often the spread producers send what has come due to be sent, in one
+    /// call each time (1ms to 1s): 1ms is a producer that sends each message as it
+    /// comes; longer gathers messages into fewer calls, as a producer or gateway
+    /// that batches its sends.
+    #[arg(long, default_value = "1ms", value_parser = parse_spread_tick)]
+    pub spread_tick: Duration,
     /// Messages per forward call (forwarder.batch_size), also the ceiling's batch.
     #[arg(long, default_value_t = 200)]
     pub batch_size: usize,
@@ -105,4 +111,56 @@ pub struct BenchArgs {
     /// Print JSON instead of Markdown.
     #[arg(long)]
     pub json: bool,
+}
+
+/// The range of `--spread-tick`.
+const SPREAD_TICK: std::ops::RangeInclusive<Duration> =
+    Duration::from_millis(1)..=Duration::from_secs(1);
+
+/// `--spread-tick`: a duration within [`SPREAD_TICK`].
+pub(super) fn parse_spread_tick(text: &str) -> Result<Duration, String> {
+    let tick = delayq_client::message::parse_duration(text)?;
+    if SPREAD_TICK.contains(&tick) {
+        Ok(tick)
+    } else {
+        Err(format!("{text}: the spread tick must be 1ms to 1s"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn the_spread_tick_is_taken_at_both_ends_and_refused_past_them() {
+        for (text, tick) in [("1ms", 1), ("1s", 1000), ("10ms", 10)] {
+            assert_eq!(
+                parse_spread_tick(text),
+                Ok(Duration::from_millis(tick)),
+                "{text}"
+            );
+        }
+        for text in ["0ms", "0s", "1001ms", "2s", "", "fast"] {
+            assert!(parse_spread_tick(text).is_err(), "{text}");
+        }
+        let err = parse_spread_tick("2s").unwrap_err();
+        assert!(err.contains("1ms to 1s"), "{err}");
+    }
+
+    proptest! {
+        #[test]
+        fn a_tick_in_milliseconds_is_taken_exactly_within_the_range(ms in 0u64..5000) {
+            let parsed = parse_spread_tick(&format!("{ms}ms"));
+            match ms {
+                1..=1000 => prop_assert_eq!(parsed, Ok(Duration::from_millis(ms))),
+                _ => prop_assert!(parsed.is_err()),
+            }
+        }
+
+        #[test]
+        fn any_text_is_read_without_panicking(text in any::<String>()) {
+            let _ = parse_spread_tick(&text);
+        }
+    }
 }

@@ -98,6 +98,8 @@ pub struct Bench {
     peer_dir: PathBuf,
     payload: String,
     batch_size: usize,
+    /// `--spread-tick`: how often the spread producers send.
+    spread_tick: Duration,
     http: reqwest::Client,
     /// `--journal-url`: emptied with Redis.
     journal: Option<delayq::journal::Journal>,
@@ -152,6 +154,7 @@ impl Bench {
             peer_dir: args.peer_dir.clone(),
             payload: "x".repeat(args.payload),
             batch_size: args.batch_size,
+            spread_tick: args.spread_tick,
             http: reqwest::Client::new(),
             journal,
             dashboards: args.dashboards,

@@ -193,6 +193,7 @@ impl Plan {
             spread_search: self.search,
             spread_seconds: self.duration.as_secs_f64(),
             spread_delay_ms: scenarios::SPREAD_DELAY.as_millis() as u64,
+            spread_tick_ms: args.spread_tick.as_millis() as u64,
             backlog: self.backlog,
             backlog_rates: self.backlog_rates.clone(),
             ingest: self.ingest,

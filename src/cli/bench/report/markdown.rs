@@ -388,11 +388,12 @@ fn header(md: &mut String, report: &Report) {
     );
     let _ = writeln!(
         md,
-        "Parameters: payload {} B, {} shards, batch {}, spread delay {} ms, spreads of {} s, {} run(s) of each scenario.",
+        "Parameters: payload {} B, {} shards, batch {}, spread delay {} ms, spread producers sending every {} ms, spreads of {} s, {} run(s) of each scenario.",
         p.payload_bytes.cell(),
         p.shards.cell(),
         p.batch_size.cell(),
         p.spread_delay_ms.cell(),
+        p.spread_tick_ms.cell(),
         p.spread_seconds.cell(),
         p.repeat.cell()
     );

@@ -66,6 +66,9 @@ pub struct Parameters {
     pub spread_search: bool,
     pub spread_seconds: f64,
     pub spread_delay_ms: u64,
+    /// How often the spread producers send (`--spread-tick`); 1 before it was set.
+    #[serde(default = "one_ms")]
+    pub spread_tick_ms: u64,
     pub backlog: u64,
     pub backlog_rates: Vec<u64>,
     pub ingest: u64,
@@ -164,4 +167,9 @@ pub fn assemble(
         rows,
         redis_benchmark,
     }
+}
+
+/// `Parameters::spread_tick_ms` of a report written before it was kept.
+fn one_ms() -> u64 {
+    1
 }

@@ -50,8 +50,9 @@ impl Bench {
 
     /// Schedules `total` messages `<prefix><n>` at `rate` a second, each due
     /// `SPREAD_DELAY` after it is sent; returns their due times and the rate achieved.
-    /// Every millisecond, what is due to be sent goes in one `schedule_many` (one
-    /// script call), so the producer can offer well over 100k msg/s.
+    /// Every `--spread-tick` (a millisecond unless set), what is due to be sent goes
+    /// in one `schedule_many` (one script call), so the producer can offer well over
+    /// 100k msg/s.
     pub(crate) fn producer(
         &self,
         stream: &str,
@@ -63,6 +64,7 @@ impl Bench {
         let max_delay = self.config.api.limits.max_delay;
         let template = self.message(stream, format!("{prefix}0"), Due::In(SPREAD_DELAY));
         let prefix = prefix.to_owned();
+        let every = self.spread_tick;
         async move {
             let dues: Arc<Vec<AtomicU64>> =
                 Arc::new((0..total).map(|_| AtomicU64::new(0)).collect());
@@ -70,7 +72,7 @@ impl Bench {
             // rate instead of an ever-growing queue of requests.
             let in_flight = Arc::new(Semaphore::new(PRODUCER_CALLS_IN_FLIGHT));
             let mut tasks = JoinSet::new();
-            let mut tick = tokio::time::interval(Duration::from_millis(1));
+            let mut tick = tokio::time::interval(every);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
             let started = Instant::now();
             let mut sent = 0u64;
