@@ -14,6 +14,7 @@
 //! change of a message, written with the change.
 
 mod commit;
+mod deadlock;
 pub mod durable;
 mod paused;
 mod read;
@@ -144,6 +145,10 @@ pub enum JournalError {
     /// The journal's MySQL refused or failed a call; the text names no secret.
     #[error("{0}")]
     Mysql(String),
+    /// The journal's MySQL ended the transaction as a deadlock's victim (rolled back
+    /// whole; see [`deadlock::retried`]).
+    #[error("{0}")]
+    Deadlock(String),
     /// The schema is newer than this delayq knows.
     #[error(
         "the journal's schema is at version {found}, newer than this delayq's {known}: upgrade delayq"
@@ -156,6 +161,11 @@ impl From<mysql_async::Error> for JournalError {
         // The driver's errors carry no URL or password. Those about TLS name the
         // setting that decides it.
         let text = e.to_string();
+        if let mysql_async::Error::Server(server) = &e
+            && server.code == deadlock::DEADLOCK
+        {
+            return JournalError::Deadlock(text);
+        }
         let setting = match &e {
             mysql_async::Error::Driver(mysql_async::DriverError::NoClientSslFlagFromServer) => {
                 Some("the server offers no TLS, which journal.tls requires")
@@ -248,6 +258,11 @@ impl Journal {
         if lines.is_empty() {
             return Ok(());
         }
+        deadlock::retried("outbox lines", || self.apply_once(lines, who)).await
+    }
+
+    /// [`Journal::apply_as`]'s transaction, once.
+    async fn apply_once(&self, lines: &[OutboxLine], who: &Who) -> Result<()> {
         let mut tx = self
             .pool
             .start_transaction(transitions::locking_only_rows())

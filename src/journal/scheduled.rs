@@ -151,6 +151,11 @@ impl Journal {
         if pushes.is_empty() {
             return Ok(());
         }
+        super::deadlock::retried("pushes", || self.record_scheduled_once(pushes)).await
+    }
+
+    /// [`Journal::record_scheduled`]'s statement or transaction, once.
+    async fn record_scheduled_once(&self, pushes: &[Push<'_>]) -> Result<()> {
         let groups: Vec<(bool, Vec<&Push<'_>>)> = [false, true]
             .into_iter()
             .map(|replace| {

@@ -99,7 +99,7 @@ async fn the_schema_is_made_once_and_migrating_again_changes_nothing() {
 }
 
 /// A MariaDB of its own, and a journal there with its schema.
-async fn migrated_journal() -> (MariaDbServer, delayq::journal::Journal) {
+pub(super) async fn migrated_journal() -> (MariaDbServer, delayq::journal::Journal) {
     let db = tokio::task::spawn_blocking(MariaDbServer::start)
         .await
         .unwrap()
