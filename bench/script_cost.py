@@ -29,7 +29,9 @@ Then a drain, as a burst's: 20,000 messages already due in one shard, forwarded 
 calls of 1000 (forward.lua) until none is left, with delivery records kept (a day)
 and with none (`records.retention = 0`); then the same 20,000 for a stream at its
 rate limit, set aside in its held set by calls with no permits, then sent from there
-by calls whose permits do not bind. Reported per message moved (set aside, in the
+by calls whose permits do not bind; and the same 20,000 drained by the bench's
+ceiling (src/cli/bench/ceiling.lua, only the XADD a message), side by side. Reported
+per message moved (set aside, in the
 third): Redis's CPU time in all, and the part of it that the commands the script
 calls took on their own (`INFO commandstats`); the rest is Lua and the calls into
 Redis from it.
@@ -328,6 +330,7 @@ def drain(r, prelude, schedule, n=20_000, batch=1000):
     for label, retention in (("records kept", "86400000"), ("no records", "0")):
         due_now()
         timed(label, forward_args(batch, retention))
+    ceiling(r, n, batch)
     # A stream at its limit (streams.max_rate): the calls set every due message aside
     # in its held set (no permits left; reply[9] counts them), then send them from
     # there once permits allow (a budget above the batch: the limit no longer binds).
@@ -337,6 +340,33 @@ def drain(r, prelude, schedule, n=20_000, batch=1000):
           forward_args(batch, "86400000", [("bench:spread", 0)]), 9)
     timed("limited stream, then sent from the held set",
           forward_args(batch, "86400000", [("bench:spread", 10**9)]))
+
+
+def ceiling(r, n, batch):
+    """The same drain by the bench's ceiling (src/cli/bench/ceiling.lua: per message
+    only the XADD, from a due set and a hash of bodies), as `delayq bench` measures
+    it: what a forward call's per-message work compares with, in the same run."""
+    text = open(os.path.join(ROOT, "src", "cli", "bench", "ceiling.lua")).read()
+    r.call("FLUSHALL")
+    sha = r.call("SCRIPT", "LOAD", text)
+    keys = ["{ceiling}:due", "{ceiling}:bodies", "bench:spread"]
+    body = "x" * 100
+    for first in range(0, n, 1000):
+        ids = ["c%d" % i for i in range(first, min(first + 1000, n))]
+        r.call("ZADD", keys[0], *[x for i in ids for x in ("1", i)])
+        r.call("HSET", keys[1], *[x for i in ids for x in (i, body)])
+    r.call("CONFIG", "RESETSTAT")
+    before = r.cpu_seconds()
+    moved = 0
+    while moved < n:
+        got = r.call("EVALSHA", sha, len(keys), *keys, batch)
+        if got == 0:
+            sys.exit("drain, ceiling: %d of %d, then none" % (moved, n))
+        moved += got
+    cost = (r.cpu_seconds() - before) / moved * 1e6
+    usec = sum(v for k, v in commandstats_usec(r).items() if k not in ("evalsha", "info"))
+    print("| drain %d due, calls of %d, the ceiling (only the XADD a message) | %.1f µs a message "
+          "| Redis commands' own %.1f µs |" % (n, batch, cost, usec / moved))
 
 
 if __name__ == "__main__":
