@@ -16,8 +16,9 @@ pub(super) const TRIES: u32 = 4;
 pub(super) const DEADLOCK: u16 = 1213;
 
 /// Runs `work` (one whole transaction) until it ends other than as a deadlock's
-/// victim, [`TRIES`] times at most; `what` names it in the log.
-pub(super) async fn retried<T, F, Fut>(what: &str, mut work: F) -> Result<T>
+/// victim, [`TRIES`] times at most; `op` names it in the log and the metric
+/// (`push` or `copy`).
+pub(super) async fn retried<T, F, Fut>(op: &'static str, mut work: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T>>,
@@ -27,7 +28,8 @@ where
         match work().await {
             Err(JournalError::Deadlock(e)) if tries < TRIES => {
                 tries += 1;
-                tracing::info!(error = %e, what, tries, "a journal transaction was a deadlock's victim: run again");
+                metrics::counter!(crate::metrics::JOURNAL_DEADLOCKS, "op" => op).increment(1);
+                tracing::info!(error = %e, op, tries, "a journal transaction was a deadlock's victim: run again");
             }
             done => return done,
         }

@@ -258,7 +258,7 @@ impl Journal {
         if lines.is_empty() {
             return Ok(());
         }
-        deadlock::retried("outbox lines", || self.apply_once(lines, who)).await
+        deadlock::retried("copy", || self.apply_once(lines, who)).await
     }
 
     /// [`Journal::apply_as`]'s transaction, once.

@@ -151,7 +151,7 @@ impl Journal {
         if pushes.is_empty() {
             return Ok(());
         }
-        super::deadlock::retried("pushes", || self.record_scheduled_once(pushes)).await
+        super::deadlock::retried("push", || self.record_scheduled_once(pushes)).await
     }
 
     /// [`Journal::record_scheduled`]'s statement or transaction, once.

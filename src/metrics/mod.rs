@@ -125,6 +125,8 @@ pub const JOURNAL_CHANGES: &str = "delayq_journal_changes_total";
 pub const JOURNAL_LAG: &str = "delayq_journal_lag_seconds";
 pub const JOURNAL_OUTBOX: &str = "delayq_journal_outbox_items";
 pub const JOURNAL_ERRORS: &str = "delayq_journal_errors_total";
+/// Journal transactions run again after InnoDB ended them as a deadlock's victim.
+pub const JOURNAL_DEADLOCKS: &str = "delayq_journal_deadlocks_total";
 /// 1 while Redis has lost the journal's data and forwarding waits for a restore.
 pub const JOURNAL_REDIS_LOST: &str = "delayq_journal_redis_data_lost";
 pub const JOURNAL_RESTORED: &str = "delayq_journal_restored_total";

@@ -539,6 +539,13 @@ pub const METRICS: &[Described] = &[
         "failed journal calls of the leader: `copy`, `marker`, `trim`, `reconcile`, `restore` (`journal.auto_restore`)",
     ),
     metric(
+        JOURNAL_DEADLOCKS,
+        Kind::Counter,
+        &["op"],
+        Start::Each(&["push", "copy"]),
+        "journal transactions InnoDB ended as a deadlock's victim and that were run again (up to four times in all): `push` (pushes' rows), `copy` (the outbox's changes)",
+    ),
+    metric(
         JOURNAL_REDIS_LOST,
         Kind::Gauge,
         &[],
