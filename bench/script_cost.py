@@ -297,9 +297,10 @@ def commandstats_usec(r):
     return usec
 
 
-def command_usec(r):
-    """Redis's own µs in commands other than FCALL and INFO, from INFO commandstats."""
-    return sum(v for k, v in commandstats_usec(r).items() if k not in ("fcall", "info"))
+def command_usec(r, script="fcall"):
+    """Redis's own µs in commands other than the script calls (`script`) and INFO,
+    from INFO commandstats."""
+    return sum(v for k, v in commandstats_usec(r).items() if k not in (script, "info"))
 
 
 def drain(r, prelude, schedule, n=20_000, batch=1000):
@@ -364,9 +365,8 @@ def ceiling(r, n, batch):
             sys.exit("drain, ceiling: %d of %d, then none" % (moved, n))
         moved += got
     cost = (r.cpu_seconds() - before) / moved * 1e6
-    usec = sum(v for k, v in commandstats_usec(r).items() if k not in ("evalsha", "info"))
     print("| drain %d due, calls of %d, the ceiling (only the XADD a message) | %.1f µs a message "
-          "| Redis commands' own %.1f µs |" % (n, batch, cost, usec / moved))
+          "| Redis commands' own %.1f µs |" % (n, batch, cost, command_usec(r, "evalsha") / moved))
 
 
 if __name__ == "__main__":

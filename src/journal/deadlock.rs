@@ -10,7 +10,7 @@ use std::future::Future;
 use super::{JournalError, Result};
 
 /// How many times a transaction is run in all while it ends as a deadlock's victim.
-pub(super) const TRIES: u32 = 4;
+const TRIES: u32 = 4;
 
 /// MySQL's and MariaDB's error for a deadlock's victim (`ER_LOCK_DEADLOCK`).
 pub(super) const DEADLOCK: u16 = 1213;
