@@ -34,7 +34,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import script_cost as sc  # noqa: E402
 
-LUA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "src", "store", "lua")
+LUA = sc.LUA
 SCRIPTS = ["schedule_batch"]
 
 FLOORS = """#!lua name=floors

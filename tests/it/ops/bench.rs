@@ -438,6 +438,12 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         ("kept_apart.py", &["2000"][..], "kept apart"),
         ("records_memory.py", &["2000", "1"][..], "the list adds"),
         ("id_length.py", &["20", "2"][..], "b<n>"),
+        ("call_floor.py", &["50", "1"][..], "least push"),
+        (
+            "spread_floor.py",
+            &["0.1", "1", "20"][..],
+            "least design's forward",
+        ),
     ] {
         let out = std::process::Command::new("python3")
             .arg(format!("{}/bench/{script}", env!("CARGO_MANIFEST_DIR")))
