@@ -2,17 +2,20 @@
 //! targets checked against them (results.json), and Markdown tables for people.
 //!
 //! - `targets`: the targets and how each is checked.
+//! - `steady`: the steady cost's targets (a message's Redis time in spread
+//!   traffic, a call's beyond its commands, bursts with records, ingest).
 //! - `markdown`: the tables (bench/RESULTS.md is the latest full run's).
 //! - `cell`: how a figure reads in either.
 
 mod cell;
 mod markdown;
+mod steady;
 mod targets;
 
 use serde::{Deserialize, Serialize};
 
 pub use markdown::markdown;
-pub use targets::{Target, targets};
+pub use targets::Target;
 
 use super::peer::PeerVersions;
 use super::rows::{Reference, Row};
@@ -163,7 +166,10 @@ pub fn assemble(
         started: started.to_string(),
         finished: jiff::Timestamp::now().to_string(),
         load_average_at_end: measure::load_average(),
-        targets: targets(&rows),
+        targets: targets::targets(&rows)
+            .into_iter()
+            .chain(steady::steady_targets(&rows))
+            .collect(),
         rows,
         redis_benchmark,
     }

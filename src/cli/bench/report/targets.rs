@@ -40,7 +40,7 @@ impl Met {
     }
 }
 
-fn target(name: &str, checks: Vec<(String, bool)>) -> Target {
+pub(super) fn target(name: &str, checks: Vec<(String, bool)>) -> Target {
     let met = if checks.is_empty() {
         Met::NotMeasured
     } else if checks.iter().all(|(_, ok)| *ok) {
@@ -66,7 +66,7 @@ pub(super) fn ratio(a: u64, b: u64) -> Option<f64> {
 }
 
 /// delayq's rows that `pick` chooses, with their run.
-fn delayq<'a, T: 'a>(
+pub(super) fn delayq<'a, T: 'a>(
     rows: &'a [Row],
     pick: impl Fn(&'a Delayq) -> Option<&'a T>,
 ) -> impl Iterator<Item = (u32, &'a T)> {
@@ -74,7 +74,7 @@ fn delayq<'a, T: 'a>(
         .filter_map(move |r| Some((r.run, pick(r.figures.delayq()?)?)))
 }
 
-fn bursts(d: &Delayq) -> Option<&Burst> {
+pub(super) fn bursts(d: &Delayq) -> Option<&Burst> {
     match d {
         Delayq::Burst(b) => Some(b),
         _ => None,
@@ -82,7 +82,7 @@ fn bursts(d: &Delayq) -> Option<&Burst> {
 }
 
 /// Spreads without a backlog.
-fn spreads(d: &Delayq) -> Option<&Spread> {
+pub(super) fn spreads(d: &Delayq) -> Option<&Spread> {
     match d {
         Delayq::Spread(s) => Some(s),
         _ => None,
@@ -160,21 +160,9 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
             150_000,
         ),
     ] {
-        let checks = rows
-            .iter()
-            .filter_map(|r| {
-                let d = r.figures.delayq()?;
-                let (_, label) = scenarios.iter().find(|(s, _)| *s == d.scenario())?;
-                let rate = d.ingest()?.measured.throughput_per_sec;
-                Some((
-                    format!("{} msg/s ({label}run {})", rate.cell(), r.run),
-                    rate >= floor,
-                ))
-            })
-            .collect();
         out.push(target(
             &format!("HTTP ingest of {what} ≥ {} msg/s", floor.cell()),
-            checks,
+            ingest_checks(rows, scenarios, floor),
         ));
     }
 
@@ -270,6 +258,26 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     }
     out.push(target("0 lost, 0 duplicated", checks));
     out
+}
+
+/// The ingest rows of `scenarios` (each with how it is named in the figures), each
+/// checked against `floor` msg/s.
+pub(super) fn ingest_checks(
+    rows: &[Row],
+    scenarios: &[(&str, &str)],
+    floor: u64,
+) -> Vec<(String, bool)> {
+    rows.iter()
+        .filter_map(|r| {
+            let d = r.figures.delayq()?;
+            let (_, label) = scenarios.iter().find(|(s, _)| *s == d.scenario())?;
+            let rate = d.ingest()?.measured.throughput_per_sec;
+            Some((
+                format!("{} msg/s ({label}run {})", rate.cell(), r.run),
+                rate >= floor,
+            ))
+        })
+        .collect()
 }
 
 /// Per run: the highest spread rate on time, and why the next was not.
