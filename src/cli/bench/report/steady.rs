@@ -5,7 +5,7 @@
 
 use super::cell::Cell;
 use super::targets::{
-    Target, burst_throughput, bursts, delayq, ingest_checks, ratio, spreads, target,
+    Target, best_on_time, ceiling_shares, delayq, ingest_checks, spreads, spreads_by_run, target,
 };
 use crate::cli::bench::rows::{Delayq, Row};
 
@@ -84,15 +84,10 @@ pub(super) fn steady_targets(rows: &[Row]) -> Vec<Target> {
         checks,
     ));
 
-    let mut runs: Vec<u32> = delayq(rows, spreads).map(|(run, _)| run).collect();
-    runs.dedup();
-    let checks = runs
+    let checks = spreads_by_run(rows)
         .into_iter()
-        .map(|run| {
-            let best = delayq(rows, spreads)
-                .filter(|(r, s)| *r == run && s.on_time)
-                .map(|(_, s)| s.rate_per_sec)
-                .max();
+        .map(|(run, in_run)| {
+            let best = best_on_time(&in_run);
             (
                 format!(
                     "{} msg/s (run {run})",
@@ -110,16 +105,13 @@ pub(super) fn steady_targets(rows: &[Row]) -> Vec<Target> {
         checks,
     ));
 
-    let checks = delayq(rows, bursts)
-        .filter(|(_, b)| b.layouts().is_none())
-        .filter_map(|(run, b)| {
-            let messages = b.measured.messages;
-            let x = burst_throughput(rows, "ceiling", run, messages)
-                .and_then(|c| ratio(b.measured.throughput_per_sec, c))?;
-            Some((
-                format!("{:.0}% at {messages} (run {run})", x * 100.0),
+    let checks = ceiling_shares(rows)
+        .filter(|(_, b, _)| b.layouts().is_none())
+        .map(|(run, b, x)| {
+            (
+                format!("{:.0}% at {} (run {run})", x * 100.0, b.measured.messages),
                 x >= VS_CEILING,
-            ))
+            )
         })
         .collect();
     out.push(target(
@@ -148,10 +140,10 @@ pub(super) fn steady_targets(rows: &[Row]) -> Vec<Target> {
 mod tests {
     use super::*;
     use crate::cli::bench::report::targets::Met;
+    use crate::cli::bench::rows::tests::{MEASURED, TALLY, ceiling_burst};
 
     /// The narrow space between a large figure's groups of three digits.
     const NB: char = '\u{202f}';
-    use crate::cli::bench::rows::tests::{MEASURED, TALLY};
 
     fn row(scenario: &str, throughput: u64, rest: &str, run: u32) -> Row {
         let measured = MEASURED.replace(
@@ -258,11 +250,6 @@ mod tests {
                 1,
             )
         };
-        let ceiling: Row = serde_json::from_str(&format!(
-            r#"{{"system": "ceiling", "scenario": "burst", {}, "cpu_us_per_message": {{"redis": 1.8}}, {TALLY}, "drain_ms": 1, "run": 1}}"#,
-            MEASURED.replace("\"throughput_per_sec\": 500", "\"throughput_per_sec\": 1000")
-        ))
-        .expect("a row");
         let ingest = |scenario: &str, rate: u64| {
             row(
                 scenario,
@@ -274,7 +261,7 @@ mod tests {
         let rows = [
             burst(400, ""),
             burst(900, r#", "records_retention": "0s""#),
-            ceiling,
+            ceiling_burst(1000),
             ingest("ingest-http", 26_000),
             ingest("ingest-http-batch", 99_000),
             ingest("ingest-inbox-drain", 80_000),

@@ -117,16 +117,16 @@ fn p99(lateness: Option<&Lateness>) -> Option<f64> {
 pub fn targets(rows: &[Row]) -> Vec<Target> {
     let mut out = Vec::new();
 
-    let mut vs_ceiling = Vec::new();
+    let vs_ceiling = ceiling_shares(rows)
+        .map(|(run, b, x)| {
+            let label = format!("{}{} (run {run})", b.measured.messages, layout_note(b));
+            (format!("{:.0}% at {label}", x * 100.0), x >= 0.70)
+        })
+        .collect();
     let mut vs_peer = Vec::new();
     for (run, b) in delayq(rows, bursts) {
         let (messages, throughput) = (b.measured.messages, b.measured.throughput_per_sec);
         let label = format!("{messages}{} (run {run})", layout_note(b));
-        if let Some(x) =
-            burst_throughput(rows, "ceiling", run, messages).and_then(|c| ratio(throughput, c))
-        {
-            vs_ceiling.push((format!("{:.0}% at {label}", x * 100.0), x >= 0.70));
-        }
         if let Some(x) =
             burst_throughput(rows, "bullmq", run, messages).and_then(|p| ratio(throughput, p))
         {
@@ -282,21 +282,9 @@ pub(super) fn ingest_checks(
 
 /// Per run: the highest spread rate on time, and why the next was not.
 fn highest_rates(rows: &[Row]) -> Vec<(String, bool)> {
-    let runs: BTreeSet<u32> = rows.iter().map(|r| r.run).collect();
     let mut highest = Vec::new();
-    for run in runs {
-        let in_run: Vec<&Spread> = delayq(rows, spreads)
-            .filter(|(r, _)| *r == run)
-            .map(|(_, s)| s)
-            .collect();
-        if in_run.is_empty() {
-            continue;
-        }
-        let best = in_run
-            .iter()
-            .filter(|s| s.on_time)
-            .map(|s| s.rate_per_sec)
-            .max();
+    for (run, in_run) in spreads_by_run(rows) {
+        let best = best_on_time(&in_run);
         let why = match in_run.iter().find(|s| !s.on_time) {
             Some(f) if !f.producer_kept_up => format!(
                 "; at {}/s the producer reached only {}/s",
@@ -319,6 +307,40 @@ fn highest_rates(rows: &[Row]) -> Vec<(String, bool)> {
         ));
     }
     highest
+}
+
+/// Each run's spreads (without a backlog), runs without any left out.
+pub(super) fn spreads_by_run(rows: &[Row]) -> Vec<(u32, Vec<&Spread>)> {
+    let runs: BTreeSet<u32> = rows.iter().map(|r| r.run).collect();
+    runs.into_iter()
+        .map(|run| {
+            let in_run = delayq(rows, spreads)
+                .filter(|(r, _)| *r == run)
+                .map(|(_, s)| s)
+                .collect();
+            (run, in_run)
+        })
+        .filter(|(_, in_run): &(u32, Vec<&Spread>)| !in_run.is_empty())
+        .collect()
+}
+
+/// The highest rate of `spreads` that was on time.
+pub(super) fn best_on_time(spreads: &[&Spread]) -> Option<u64> {
+    spreads
+        .iter()
+        .filter(|s| s.on_time)
+        .map(|s| s.rate_per_sec)
+        .max()
+}
+
+/// delayq's bursts with their run and their drain rate as a share of the ceiling's
+/// burst of the same size and run (those with a ceiling beside them).
+pub(super) fn ceiling_shares(rows: &[Row]) -> impl Iterator<Item = (u32, &Burst, f64)> {
+    delayq(rows, bursts).filter_map(|(run, b)| {
+        let x = burst_throughput(rows, "ceiling", run, b.measured.messages)
+            .and_then(|c| ratio(b.measured.throughput_per_sec, c))?;
+        Some((run, b, x))
+    })
 }
 
 /// Bursts, and the backlog spreads at the first backlog rate (they repeat the same
@@ -425,7 +447,7 @@ fn failover_check(run: u32, f: &Failover, stop: &str) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::bench::rows::tests::{MEASURED, TALLY};
+    use crate::cli::bench::rows::tests::{MEASURED, TALLY, ceiling_burst};
 
     #[test]
     fn a_target_is_met_when_every_run_met_it() {
@@ -453,15 +475,10 @@ mod tests {
             .expect("a row")
         };
         // The ceiling drained twice as fast: delayq's bursts are at 50% of it.
-        let ceiling: Row = serde_json::from_str(&format!(
-            r#"{{"system": "ceiling", "scenario": "burst", {}, "cpu_us_per_message": {{"redis": 1.8}}, {TALLY}, "drain_ms": 1, "run": 1}}"#,
-            MEASURED.replace("\"throughput_per_sec\": 500", "\"throughput_per_sec\": 1000")
-        ))
-        .expect("a row");
         let rows = [
             burst(45, ""),
             burst(2, r#", "records_retention": "0s""#),
-            ceiling,
+            ceiling_burst(1000),
         ];
         let all = targets(&rows);
         let find = |name: &str| {

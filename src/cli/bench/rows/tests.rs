@@ -19,6 +19,17 @@ fn check(json: &str, kind: &str) {
 pub(in crate::cli::bench) const MEASURED: &str = r#""messages": 1000, "load_average": "0.5 0.4 0.3", "throughput_per_sec": 500, "redis_unresponsive_ms": 2.8, "redis_longest_event_ms": 1"#;
 pub(in crate::cli::bench) const TALLY: &str =
     r#""tally": {"delivered": 1000, "lost": 0, "duplicated": 0, "unexpected": 0}"#;
+/// The ceiling's burst of 1000 messages in run 1, drained at `throughput` msg/s.
+pub(in crate::cli::bench) fn ceiling_burst(throughput: u64) -> Row {
+    let measured = MEASURED.replace(
+        "\"throughput_per_sec\": 500",
+        &format!("\"throughput_per_sec\": {throughput}"),
+    );
+    serde_json::from_str(&format!(
+        r#"{{"system": "ceiling", "scenario": "burst", {measured}, "cpu_us_per_message": {{"redis": 1.8}}, {TALLY}, "drain_ms": 1, "run": 1}}"#
+    ))
+    .expect("a ceiling row")
+}
 const LATENESS: &str = r#""lateness_ms": {"p50": 2, "p99": 5, "p99_9": 8, "max": 9}"#;
 
 #[test]
