@@ -92,6 +92,11 @@ class Redis:
         self.sock.sendall(encode(*args))
         return self.read()
 
+    def call_encoded(self, command):
+        """The reply to one command already encoded (encode)."""
+        self.sock.sendall(command)
+        return self.read()
+
     def cpu_seconds(self):
         info = self.call("INFO", "cpu").decode()
         fields = dict(l.split(":", 1) for l in info.splitlines() if ":" in l)

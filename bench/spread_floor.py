@@ -15,11 +15,11 @@ each (default 5, after a warm-up that fills the time ahead until messages are du
                 duplicate checks in one HMGET each, one RPUSH of the packed bodies in
                 due order, one HSET of the id index) and one forward call (a fence
                 GET, the clock, LRANGEs of the first due (8, then twice as many
-                while all are due), per message an unpack
-                and an XADD, one LTRIM, one HDEL of the index, one HSET of every
-                delivery record): the least a checked, fenced, recorded delay of one
-                shard does, almost no Lua beyond its commands, none of delayq's
-                features (priorities, ttl, limits, keys, expiry of records)
+                while all are due), per message an unpack and an XADD, one LTRIM,
+                one HDEL of the index, one HSET of every delivery record): the
+                least a checked, fenced, recorded delay of one shard does, almost
+                no Lua beyond its commands, none of delayq's features (priorities,
+                ttl, limits, keys, expiry of records)
   delayq        every tick, one call of delayq's push (schedule_batch, the compact
                 layouts) with the tick's messages and one forward (forward.lua) of
                 the same shard, loaded as the daemon loads them
@@ -28,8 +28,9 @@ at 1,000 and 10,000 messages a second, with a producer that sends every 1 ms (wh
 one-message HTTP push gives) and every 10 ms (what gathering single pushes for 10 ms
 would give). Every message is due `due_in_ms` (default 500) after it is sent; no
 entry has a MAXLEN. Reported: Redis's own CPU time (`INFO cpu`, user + sys, its event
-loop included) per message over the measured seconds, and calls per message. Each design's messages go
-to a stream of their own; the run exits unless each reached it exactly once.
+loop included) per message over the measured seconds, and calls per message. Each
+design's messages go to a stream of their own; the run exits unless each reached it
+exactly once.
 
 Then a burst: 20,000 messages already due in one shard, drained in calls of 1000 by
 the least design's forward and by the bench's ceiling (src/cli/bench/ceiling.lua,
@@ -122,12 +123,12 @@ DUE_IN_MS = 500
 class Design:
     """One design's calls for a tick's messages, into the stream it is given."""
 
+    writes = True
+
     def __init__(self, name):
         self.name = name
         self.ids = iter(range(10**9))
         self.stream = None
-
-    writes = True
 
     def next_ids(self, n):
         return ["%s%d" % (self.name[0], next(self.ids)) for _ in range(n)]
@@ -167,13 +168,13 @@ class Least(Design):
     batch = 200
 
     def tick(self, n):
-        out = []
-        if n:
-            args = [str(DUE_IN_MS), self.stream]
-            for i in self.next_ids(n):
-                args += [i, PAYLOAD]
-            out.append(sc.encode("FCALL", "least_push", 3, *self.KEYS[:3], *args))
-        return out + [self.forward()]
+        return ([self.push(n, DUE_IN_MS)] if n else []) + [self.forward()]
+
+    def push(self, n, due_in_ms):
+        args = [str(due_in_ms), self.stream]
+        for i in self.next_ids(n):
+            args += [i, PAYLOAD]
+        return sc.encode("FCALL", "least_push", 3, *self.KEYS[:3], *args)
 
     def forward(self):
         return sc.encode("FCALL", "least_forward", 4, *self.KEYS, "1", str(self.batch))
@@ -232,10 +233,11 @@ def drain(r, design, left):
     """Forwards the `left` messages still pending (due within DUE_IN_MS of being
     sent); exits if they are not all moved within a second more."""
     deadline = time.time() + DUE_IN_MS / 1000 + 1
-    while left > 0 and design.forward():
+    forward = design.forward()
+    while left > 0 and forward:
         if time.time() > deadline:
             sys.exit("%s: %d messages never forwarded" % (design.name, left))
-        left -= design.moved([r.call_raw(design.forward())], 0)
+        left -= design.moved([r.call_encoded(forward)], 0)
         time.sleep(0.001)
 
 
@@ -254,6 +256,9 @@ def delivered_once(r, stream, sent):
     r.call("DEL", stream)
 
 
+streams = iter(range(10**9))
+
+
 def measure(r, design, rate, tick_s, seconds):
     design.stream = "floor:%s:%d" % (design.name.split()[0], next(streams))
     # The warm-up fills the time ahead, so that forwards move what pushes add.
@@ -267,9 +272,6 @@ def measure(r, design, rate, tick_s, seconds):
     return cpu / sent * 1e6, calls / sent
 
 
-streams = iter(range(10**9))
-
-
 def main():
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
@@ -279,7 +281,6 @@ def main():
 
 
 def run(r, seconds, rounds):
-    r.call_raw = lambda command: (r.sock.sendall(command), r.read())[1]
     r.call("FUNCTION", "LOAD", "REPLACE", FLOOR)
     schedule = open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
     forward = open(os.path.join(sc.LUA, "forward.lua")).read()
@@ -323,14 +324,12 @@ def least_drain(r):
     design.batch = 1000
     design.stream = "floor:drain"
     for _ in range(BURST // 1000):
-        args = ["0", design.stream]
-        for i in design.next_ids(1000):
-            args += [i, PAYLOAD]
-        r.call("FCALL", "least_push", 3, *Least.KEYS[:3], *args)
+        r.call_encoded(design.push(1000, 0))
     time.sleep(0.01)
+    forward = design.forward()
     before, moved = r.cpu_seconds(), 0
     while moved < BURST:
-        got = r.call_raw(design.forward())
+        got = r.call_encoded(forward)
         if got == 0:
             sys.exit("least drain: %d of %d, then none" % (moved, BURST))
         moved += got
