@@ -31,7 +31,10 @@
 --   code entry_ms_rel "-" seq "\n" stream [ "\n" at_rel "\n" attempt "\n" first_delivered_ms
 --     "\n" priority "\n" expire_at_ms [ "\n" late_ms ] ]
 --   code is D | E | X | C (delivered, expired, dead, cancelled); entry_ms_rel "-" seq is
---   left out when there is no entry; at_rel is '' when it is the entry's own time, attempt
+--   left out when there is no entry; at_rel is '' when it is the entry's own time or lies
+--   at most AT_SLACK ms before it (the record's time is then its entry's: a forward call
+--   reads the clock when it starts and writes its entries in the milliseconds after,
+--   and a time relative to a generation's start takes up to eight digits), attempt
 --   '' when 1; the bracketed lines are left out when all are ''. (A record whose entry id
 --   is not "ms-seq" is kept in the hash layout's lines, which read the same way.)
 -- Hash layout (records.layout = "hash", and every record before the compact layout;
@@ -94,6 +97,10 @@ local function record_lines(p)
   return rec
 end
 
+-- How long before its entry's time a record's own may lie and still be left out of a
+-- compact record (read back as the entry's): longer than any call that writes entries.
+local AT_SLACK = 1000
+
 -- A record's parts as a compact record in the generation that starts at base. The
 -- last entry milliseconds seen and their text relative to a generation's start are
 -- kept between calls (they depend on nothing else): a forward call's entries mostly
@@ -126,7 +133,7 @@ local function compact_record(p, base)
   else
     rec = STATE_CODES[p[1]] .. '\n' .. p[5]
   end
-  if at == entry_ms then at = '' else at = at - base end
+  if entry_ms and at <= entry_ms and entry_ms - at <= AT_SLACK then at = '' else at = at - base end
   if attempt == 1 or attempt == '1' then attempt = '' end
   if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' or p[9] ~= '' then
     rec = rec .. '\n' .. at .. '\n' .. attempt .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8]
