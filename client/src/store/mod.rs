@@ -237,6 +237,10 @@ pub struct Store {
     /// holds up whatever is queued behind it there while it waits).
     acked: Option<Conn>,
     replicas_acked: Option<(u32, Duration)>,
+    /// With the journal on: a connection of its own for Redis's clock
+    /// ([`Store::now_ms`]), which every journaled push reads first, so that it does
+    /// not wait behind the script calls queued on `conn`.
+    clock: Option<Conn>,
     keys: Keys,
     scripts: Arc<Scripts>,
     response_timeout: Duration,
@@ -297,10 +301,16 @@ impl Store {
             Some(_) => Some(Conn::connect(config).await?),
             None => None,
         };
+        let clock = if config.journal {
+            Some(Conn::connect(config).await?)
+        } else {
+            None
+        };
         Ok(Store {
             conn,
             acked,
             replicas_acked: config.replicas_acked,
+            clock,
             in_use: Arc::new(InUse::new(keys.shards())),
             apart: Arc::default(),
             coalescer: Arc::new(batch::Coalescer::new(&keys)),
@@ -479,7 +489,7 @@ impl Store {
 
     /// Redis's clock, in epoch milliseconds.
     pub async fn now_ms(&self) -> Result<u64> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.clock.as_ref().unwrap_or(&self.conn).clone();
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         Ok(secs * 1000 + micros / 1000)
     }

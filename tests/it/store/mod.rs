@@ -1,6 +1,7 @@
 //! The scripts and the stored data, driven through `Store` against a real Redis:
 //!
 //! - `cases`: every script as one-line cases of steps and expected answers;
+//! - `clock`: Redis's clock, read apart from the scripts while the journal is on;
 //! - `pending`: scheduled messages in both layouts and in the held sets;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
@@ -9,6 +10,7 @@
 //! - `limits`: scripts at their limits (large batches, maxmemory, refusing targets).
 
 mod cases;
+mod clock;
 mod finished;
 mod keys;
 mod limits;
