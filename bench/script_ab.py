@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Redis time of the schedule script, one version against another, side by side.
 
-    python3 bench/script_ab.py BASE [ORDER] [PER_CALL] [SHARDS] [ROUNDS]
+    python3 bench/script_ab.py BASE [ORDER] [PER_CALL] [SHARDS] [ROUNDS] [MODE]
 
 Loads the prelude and schedule_batch.lua of git revision BASE and of the working
 tree as two libraries of Redis Functions in one redis-server of its own (a free
@@ -21,7 +21,9 @@ every call, as messages pushed with one delay are), with ids in ORDER:
   random     ULIDs whose random part is random (ids made elsewhere, UUID-like)
   counting   ULIDs counting up within the millisecond (the ids delayq makes)
   arrival    `a<n>` ids of the call shuffled (pushes that arrive together)
-ROUNDS (default 20) rounds of each.
+ROUNDS (default 20) rounds of each. MODE (default new) is every message's mode: new
+(its id looked up first) or fresh (an id the caller has just made, stored without a
+lookup; a BASE from before that mode takes it as new).
 
 Only Python's standard library and git; no delayq process is involved.
 """
@@ -68,7 +70,7 @@ def scripts(revision):
     return prelude, show(lua + "/schedule_batch.lua")
 
 
-def calls(tag, order, per_call, shards, ms, serial):
+def calls(tag, order, per_call, shards, ms, serial, mode="new"):
     """CALLS encoded FCALLs of `tag`'s library; the next millisecond and serial."""
     out = []
     keys = [k for s in range(shards) for k in sc.shard_keys(tag, s)]
@@ -84,7 +86,7 @@ def calls(tag, order, per_call, shards, ms, serial):
             else:
                 mid = "a%d" % (serial + j)
             m = sc.message(j % shards + 1)
-            m[3], m[4], m[5] = mid, "at", str(ms + 86_400_000)
+            m[1], m[3], m[4], m[5] = mode, mid, "at", str(ms + 86_400_000)
             msgs.append(m)
         serial += per_call
         if order == "arrival":
@@ -123,6 +125,9 @@ def main():
     per_call = int(sys.argv[3]) if len(sys.argv) > 3 else 200
     shards = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     rounds = int(sys.argv[5]) if len(sys.argv) > 5 else 20
+    mode = sys.argv[6] if len(sys.argv) > 6 else "new"
+    if mode not in ("new", "fresh"):
+        sys.exit("MODE is new or fresh, not %r" % mode)
     if order not in ("random", "counting", "arrival"):
         sys.exit("ORDER is random, counting or arrival, not %r" % order)
     versions = {"base": scripts(base), "tree": scripts(None)}
@@ -131,9 +136,9 @@ def main():
         for tag, (prelude, schedule) in versions.items():
             sc.load_library(r, "ab_" + tag, prelude, {"push_" + tag: schedule})
         cost = alternated(r, ("base", "tree"), rounds, per_call,
-                          lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial))
-        print("%s ids, %d a call over %d shard(s), median of %d rounds of %d calls:"
-              % (order, per_call, shards, rounds, CALLS))
+                          lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial, mode))
+        print("%s ids (%s), %d a call over %d shard(s), median of %d rounds of %d calls:"
+              % (order, mode, per_call, shards, rounds, CALLS))
         for tag, label in (("base", base), ("tree", "working tree")):
             print("  %-14s %.1f µs of Redis a message" % (label, statistics.median(cost[tag])))
 

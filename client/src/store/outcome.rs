@@ -10,6 +10,12 @@ pub enum ScheduleMode {
     New,
     /// An id that exists already is overwritten and scheduled again.
     Replace,
+    /// An id this node has just made ([`crate::message::MessageId::generate`]),
+    /// which nothing can hold yet: stored without looking it up in the pending
+    /// index or the records (a push's largest cost but its storing). Never for an
+    /// id a producer gave or one made again from something (an inbox entry's id):
+    /// those are [`ScheduleMode::New`].
+    Fresh,
 }
 
 impl ScheduleMode {
@@ -18,6 +24,7 @@ impl ScheduleMode {
         match self {
             ScheduleMode::New => "new",
             ScheduleMode::Replace => "replace",
+            ScheduleMode::Fresh => "fresh",
         }
     }
 }

@@ -241,6 +241,8 @@ pub(in crate::api) fn parse_push(
     };
 
     let due = parse_due(obj)?;
+    // An id made here is new to Redis: stored without looking it up.
+    let made_here = matches!(obj.get("id"), None | Some(Value::Null));
     let id = match obj.get("id") {
         None | Some(Value::Null) => MessageId::generate(),
         Some(Value::String(s)) => MessageId::parse(s)?,
@@ -270,6 +272,7 @@ pub(in crate::api) fn parse_push(
         Some(Value::Bool(true)) => ScheduleMode::Replace,
         Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
     };
+    let mode = if made_here { ScheduleMode::Fresh } else { mode };
     let key = match given("key") {
         None => None,
         Some(Value::String(s)) => Some(MessageKey::parse(s)?),
@@ -454,10 +457,31 @@ mod tests {
                 "{extra}"
             );
         }
-        let body = json!({ "stream": "orders", "payload": "x", "delay": "1s", "replace": null });
+        let body = json!({ "stream": "orders", "payload": "x", "delay": "1s", "id": "o-1", "replace": null });
         assert_eq!(parse(&body).unwrap().1, ScheduleMode::New);
         let both = push(json!({ "ttl": "1h", "ttl_ms": 5 })).unwrap_err();
         assert_eq!(both.detail, "ttl, ttl_ms: give one, not both");
+    }
+
+    #[test]
+    fn an_id_made_here_is_fresh_and_one_given_is_not() {
+        for (extra, mode) in [
+            (json!({}), ScheduleMode::Fresh),
+            (json!({ "id": null }), ScheduleMode::Fresh),
+            (json!({ "replace": true }), ScheduleMode::Fresh),
+            (json!({ "id": "o-1" }), ScheduleMode::New),
+            (json!({ "id": "o-1", "replace": false }), ScheduleMode::New),
+            (
+                json!({ "id": "o-1", "replace": true }),
+                ScheduleMode::Replace,
+            ),
+        ] {
+            let mut body = json!({ "stream": "orders", "payload": "x", "delay": "1s" });
+            body.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
+            assert_eq!(parse(&body).unwrap().1, mode, "{extra}");
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //!
 //! - `cases`: every script as one-line cases of steps and expected answers;
 //! - `clock`: Redis's clock, read apart from the scripts while the journal is on;
+//! - `fresh`: ids a node has just made, stored without a lookup;
 //! - `pending`: scheduled messages in both layouts and in the held sets;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
@@ -12,6 +13,7 @@
 mod cases;
 mod clock;
 mod finished;
+mod fresh;
 mod keys;
 mod limits;
 mod marker;

@@ -19,7 +19,8 @@
 --   pending layout, so that a backlog of a rate-limited stream never lies in front of
 --   the other streams' messages (see Held in the prelude)
 -- ARGV[8+A..] one record per message, in order:
---   inbox entry id ("" = none), mode ("new" | "replace"), g (its shard's place in
+--   inbox entry id ("" = none), mode ("new" | "replace" | "fresh": an id the caller
+--   has just made, which nothing can hold, stored without looking it up), g (its shard's place in
 --   KEYS, from 1), then the message as the prelude's read_new_message reads it: id,
 --   due kind ("in": the due value is a delay in ms; "at": epoch ms), due value,
 --   priority 0-9, ttl ms (0 = none), business key ("" = none; listed in the shard's
@@ -77,7 +78,8 @@ end
 local out, n_out, acks = {}, 0, {}
 local i = 8 + n_apart
 while i <= #ARGV do
-  local entry, replace = ARGV[i], ARGV[i + 1] == 'replace'
+  local entry, mode = ARGV[i], ARGV[i + 1]
+  local replace = mode == 'replace'
   local S = part_of(tonumber(ARGV[i + 2]))
   local id, due_kind, due_value, ttl, msg
   id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)
@@ -92,6 +94,8 @@ while i <= #ARGV do
   else
     if k then
       status = 'replaced'
+    elseif mode == 'fresh' then
+      status = 'scheduled'
     else
       local record_in_way, held_in, where
       status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace)
