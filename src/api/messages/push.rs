@@ -242,10 +242,9 @@ pub(in crate::api) fn parse_push(
 
     let due = parse_due(obj)?;
     // An id made here is new to Redis: stored without looking it up.
-    let made_here = matches!(obj.get("id"), None | Some(Value::Null));
-    let id = match obj.get("id") {
-        None | Some(Value::Null) => MessageId::generate(),
-        Some(Value::String(s)) => MessageId::parse(s)?,
+    let (id, made_here) = match obj.get("id") {
+        None | Some(Value::Null) => (MessageId::generate(), true),
+        Some(Value::String(s)) => (MessageId::parse(s)?, false),
         Some(_) => return Err(ApiError::invalid("id: must be a string")),
     };
     let priority = match obj.get("priority") {
