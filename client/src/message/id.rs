@@ -2,12 +2,8 @@
 //! a stream entry's id as a client gives it.
 
 use std::fmt;
-use std::sync::{Mutex, PoisonError};
 
 use super::InvalidMessage;
-
-/// Where this process's generated ids come from: each one above the one before.
-static GENERATOR: Mutex<ulid::Generator> = Mutex::new(ulid::Generator::new());
 
 /// Longest id a client may supply.
 pub const MAX_ID_LEN: usize = 128;
@@ -51,11 +47,16 @@ impl MessageId {
     /// instead of searching its bucket. Should the count run out within one
     /// millisecond (2^80 - start ids), the next id is random, out of that order.
     pub fn generate() -> Self {
-        let next = GENERATOR
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .generate();
-        MessageId(next.unwrap_or_else(|_| ulid::Ulid::new()).to_string())
+        MessageId(super::made::make(1).to_string())
+    }
+
+    /// A fresh id as [`MessageId::generate`]'s that, made in the same millisecond
+    /// as ids before it, lives in the same one of `shards` shards as they do (nearly
+    /// always, up to 64 shards): pushes that arrive together then share their
+    /// shard's part of one call into Redis. The first id of a millisecond picks its
+    /// shard at random, so shards still get even shares over time.
+    pub fn generate_in(shards: u16) -> Self {
+        MessageId(super::made::make(shards).to_string())
     }
 
     pub fn as_str(&self) -> &str {

@@ -13,6 +13,7 @@ pub(crate) mod codec;
 mod due;
 mod id;
 mod key;
+mod made;
 mod validate;
 
 use std::time::Duration;

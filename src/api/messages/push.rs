@@ -241,9 +241,17 @@ pub(in crate::api) fn parse_push(
     };
 
     let due = parse_due(obj)?;
-    // An id made here is new to Redis: stored without looking it up.
+    // An id made here is new to Redis: stored without looking it up. Ids made in
+    // one millisecond share a shard (on Redis Cluster the stream names the shard).
     let (id, made_here) = match obj.get("id") {
-        None | Some(Value::Null) => (MessageId::generate(), true),
+        None | Some(Value::Null) => {
+            let shards = if config.redis.cluster.is_some() {
+                1
+            } else {
+                config.redis.shards
+            };
+            (MessageId::generate_in(shards), true)
+        }
         Some(Value::String(s)) => (MessageId::parse(s)?, false),
         Some(_) => return Err(ApiError::invalid("id: must be a string")),
     };

@@ -1,5 +1,6 @@
 //! Ingest: how fast messages get into delayq, each due in a day so that no
-//! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight),
+//! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight; with
+//! ids, and without),
 //! `POST /v1/messages/batch` (500 messages a request, 4 in flight; with ids, and
 //! without, for delayq to make) and the inbox
 //! stream, two ways: drained (entries XADDed first, then a daemon started and timed
@@ -24,10 +25,10 @@ const BATCH_CONCURRENCY: usize = 4;
 /// Inbox entries XADDed per pipeline round trip.
 const XADD_PIPELINE: u64 = 1000;
 
-/// Whether the batches name their messages' ids.
+/// Whether the pushes name their messages' ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Ids {
-    /// `b0`, `b1`, …: as a producer that deduplicates its sends.
+    /// `i0`, `i1`, … (`b0`, … in batches): as a producer that deduplicates its sends.
     Given,
     /// None: delayq makes them.
     Generated,
@@ -84,8 +85,9 @@ impl Bench {
     }
 
     /// Ingest over HTTP: `n` single-message POSTs, 64 in flight, each due in a day
-    /// (so nothing is forwarded meanwhile). Measures what the API accepts.
-    pub async fn ingest_http(&self, n: u64) -> anyhow::Result<Figures> {
+    /// (so nothing is forwarded meanwhile), with ids or without. Measures what the
+    /// API accepts.
+    pub async fn ingest_http(&self, n: u64, ids: Ids) -> anyhow::Result<Figures> {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest").await?;
@@ -99,7 +101,11 @@ impl Bench {
         let mut refused = 0u64;
         let mut replies = futures::stream::iter(0..n)
             .map(|i| {
-                let body = json!({ "stream": "bench:ingest", "id": format!("i{i}"), "payload": self.payload, "delay": "1d" });
+                let mut body =
+                    json!({ "stream": "bench:ingest", "payload": self.payload, "delay": "1d" });
+                if ids == Ids::Given {
+                    body["id"] = json!(format!("i{i}"));
+                }
                 let req = self.http.post(&url).json(&body);
                 async move {
                     let sent = Instant::now();
@@ -131,7 +137,11 @@ impl Bench {
             max: (latency.max() as f64 / 100.0).round() / 10.0,
         });
         row.measured.tally.refused = Some(refused);
-        Ok(Delayq::IngestHttp(row).into())
+        Ok(match ids {
+            Ids::Given => Delayq::IngestHttp(row),
+            Ids::Generated => Delayq::IngestHttpIdsGenerated(row),
+        }
+        .into())
     }
 
     /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.

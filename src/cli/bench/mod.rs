@@ -321,7 +321,8 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
                 "run {run}: delayq ingest {} (HTTP, batch HTTP, inbox)",
                 plan.ingest
             ));
-            add(bench.ingest_http(plan.ingest).await?);
+            add(bench.ingest_http(plan.ingest, Ids::Given).await?);
+            add(bench.ingest_http(plan.ingest, Ids::Generated).await?);
             add(bench.ingest_batch(plan.ingest, Ids::Given).await?);
             add(bench.ingest_batch(plan.ingest, Ids::Generated).await?);
             add(bench.ingest_inbox_drain(plan.ingest).await?);

@@ -51,6 +51,9 @@ pub enum Delayq {
     /// Recurring schedules firing together: figures per occurrence.
     Schedules(Schedules),
     IngestHttp(Ingest),
+    /// The same single pushes without ids: delayq makes them (those of one
+    /// millisecond in one shard, see `MessageId::generate_in`).
+    IngestHttpIdsGenerated(Ingest),
     IngestHttpBatch(Ingest),
     /// The same batches without ids: delayq makes them (in order, see `MessageId`).
     IngestHttpBatchIdsGenerated(Ingest),
@@ -515,6 +518,7 @@ impl Delayq {
             Delayq::Idle(_) => "idle",
             Delayq::Schedules(_) => "schedules",
             Delayq::IngestHttp(_) => "ingest-http",
+            Delayq::IngestHttpIdsGenerated(_) => "ingest-http-ids-generated",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
             Delayq::IngestHttpBatchIdsGenerated(_) => "ingest-http-batch-ids-generated",
             Delayq::IngestInboxDrain(_) => "ingest-inbox-drain",
@@ -536,6 +540,7 @@ impl Delayq {
             Delayq::Idle(i) => &i.measured,
             Delayq::Schedules(s) => &s.measured,
             Delayq::IngestHttp(i)
+            | Delayq::IngestHttpIdsGenerated(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)
             | Delayq::IngestInboxDrain(i)
@@ -552,6 +557,7 @@ impl Delayq {
     pub fn ingest(&self) -> Option<&Ingest> {
         match self {
             Delayq::IngestHttp(i)
+            | Delayq::IngestHttpIdsGenerated(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)
             | Delayq::IngestInboxDrain(i)

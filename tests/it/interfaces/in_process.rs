@@ -409,6 +409,53 @@ async fn messages_pushed_without_ids_and_due_together_are_delivered_in_push_orde
     }
 }
 
+/// Messages pushed without an id get ids that put those made in one millisecond in
+/// one shard (so that pushes sharing a call into Redis pay for one shard's part of
+/// it): a batch's ids, grouped by their milliseconds, each group nearly whole in one
+/// shard, and Redis holds each message in the shard its id names.
+#[tokio::test]
+async fn ids_made_in_one_millisecond_put_their_messages_in_one_shard() {
+    let env = Env::start(&format!("{CONFIG}[redis]\nshards = 16\n")).await;
+    let messages: Vec<_> = (0..800)
+        .map(|n| json!({"stream": "orders", "payload": n.to_string(), "delay": "1h"}))
+        .collect();
+    let (status, body) = env
+        .api
+        .post("/v1/messages/batch", json!({ "messages": messages }))
+        .await;
+    assert_eq!((status, &body["scheduled"]), (200, &json!(800)), "{body}");
+    let mut by_ms: std::collections::HashMap<u64, Vec<u16>> = Default::default();
+    let mut per_shard = [0u64; 16];
+    for r in body["results"].as_array().unwrap() {
+        let id = r["id"].as_str().unwrap();
+        let ms = ulid::Ulid::from_string(id).unwrap().timestamp_ms();
+        let shard = delayq_client::message::MessageId::parse(id)
+            .unwrap()
+            .shard(16);
+        by_ms.entry(ms).or_default().push(shard);
+        per_shard[usize::from(shard)] += 1;
+    }
+    let shared: usize = by_ms
+        .values()
+        .map(|shards| {
+            let mut count = [0usize; 16];
+            for &s in shards {
+                count[usize::from(s)] += 1;
+            }
+            count.into_iter().max().unwrap()
+        })
+        .sum();
+    assert!(
+        shared * 100 >= 800 * 95,
+        "{shared} of 800 in their millisecond's shard ({} milliseconds)",
+        by_ms.len()
+    );
+    let stored: Vec<(u16, u64)> = env.store.pending_per_shard().await.unwrap();
+    for (shard, n) in stored {
+        assert_eq!(n, per_shard[usize::from(shard)], "shard {shard}");
+    }
+}
+
 /// A message of exactly `api.max_message_bytes` is taken however its JSON escapes
 /// it (`\u0001` is six bytes of body for one of message, `\u00e9` six for two), and
 /// written byte for byte; one byte more is refused for its size, not the body's.

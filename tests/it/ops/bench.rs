@@ -239,6 +239,7 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
 
     for scenario in [
         "ingest-http",
+        "ingest-http-ids-generated",
         "ingest-http-batch",
         "ingest-http-batch-ids-generated",
         "ingest-inbox-drain",
@@ -407,6 +408,7 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
     .expect("JSON");
     for scenario in [
         "ingest-http",
+        "ingest-http-ids-generated",
         "ingest-http-batch",
         "ingest-http-batch-ids-generated",
         "ingest-inbox-drain",

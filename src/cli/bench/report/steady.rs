@@ -36,7 +36,10 @@ const INGEST: [Ingest; 3] = [
     },
     Ingest {
         what: "single HTTP pushes",
-        scenarios: &[("ingest-http", "")],
+        scenarios: &[
+            ("ingest-http", ""),
+            ("ingest-http-ids-generated", "ids generated, "),
+        ],
         least: 25_000,
     },
     Ingest {

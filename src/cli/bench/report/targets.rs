@@ -150,7 +150,14 @@ pub fn targets(rows: &[Row]) -> Vec<Target> {
     }
 
     for (scenarios, what, floor) in [
-        (&[("ingest-http", "")][..], "single pushes", 50_000u64),
+        (
+            &[
+                ("ingest-http", ""),
+                ("ingest-http-ids-generated", "ids generated, "),
+            ][..],
+            "single pushes",
+            50_000u64,
+        ),
         (
             &[
                 ("ingest-http-batch", ""),

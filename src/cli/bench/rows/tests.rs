@@ -95,25 +95,25 @@ fn every_kind_of_row_reads_and_writes_back() {
         ),
         "backlog-spread",
     );
-    check(
-        &row(
-            "delayq",
-            "ingest-http",
-            &format!(
-                r#"{delayq}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0, "refused": 0}}, "request_ms": {{"p50": 19.5, "p99": 61.2, "p99_9": 62.1, "max": 62.1}}"#
+    for scenario in ["ingest-http", "ingest-http-ids-generated"] {
+        check(
+            &row(
+                "delayq",
+                scenario,
+                &format!(
+                    r#"{delayq}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0, "refused": 0}}, "request_ms": {{"p50": 19.5, "p99": 61.2, "p99_9": 62.1, "max": 62.1}}"#
+                ),
             ),
-        ),
-        "ingest-http",
-    );
+            scenario,
+        );
+    }
     let ingest = format!(r#"{delayq}, "tally": {{"delivered": 1000, "lost": 0, "duplicated": 0}}"#);
-    check(
-        &row(
-            "delayq",
-            "ingest-http-batch",
-            &format!(r#"{ingest}, "batch": 500"#),
-        ),
-        "ingest-http-batch",
-    );
+    for scenario in ["ingest-http-batch", "ingest-http-batch-ids-generated"] {
+        check(
+            &row("delayq", scenario, &format!(r#"{ingest}, "batch": 500"#)),
+            scenario,
+        );
+    }
     for scenario in ["ingest-inbox-drain", "ingest-inbox"] {
         check(
             &row(
