@@ -223,13 +223,25 @@ impl Store {
     /// cannot be read count under "".
     /// `due_soon` counts those due at or before `soon_ms` (0: none asked).
     pub async fn pending_per_stream(&self, limit: usize, soon_ms: u64) -> Result<StreamCounts> {
+        let shards = self.shards_in_use().await?;
+        self.pending_per_stream_in(&shards, limit, soon_ms).await
+    }
+
+    /// [`Store::pending_per_stream`] over `shards` alone (a caller that has just
+    /// counted the shards leaves out those with nothing scheduled: two calls each).
+    pub async fn pending_per_stream_in(
+        &self,
+        shards: &[u16],
+        limit: usize,
+        soon_ms: u64,
+    ) -> Result<StreamCounts> {
         let mut counts = StreamCounts {
             per_stream: BTreeMap::new(),
             due_soon: BTreeMap::new(),
             exact: true,
         };
         let mut seen = 0usize;
-        'shards: for shard in self.shards_in_use().await? {
+        'shards: for &shard in shards {
             let k = self.keys.shard(shard);
             let mut cursor = "0".to_owned();
             loop {

@@ -163,10 +163,17 @@ pub(super) async fn report_pending_streams(store: Store, cancel: CancellationTok
         wait = true;
         let counted = async {
             let now = store.now_ms().await?;
-            let (per_stream, per_shard) = tokio::try_join!(
-                store.pending_per_stream(PENDING_STREAMS_LIMIT, now + 3_600_000),
-                store.pending_per_shard()
-            )?;
+            let per_shard = store.pending_per_shard().await?;
+            // A shard with nothing scheduled has no stream to count: an idle
+            // leader's count then costs Redis no call a shard.
+            let busy: Vec<u16> = per_shard
+                .iter()
+                .filter(|(_, n)| *n > 0)
+                .map(|(s, _)| *s)
+                .collect();
+            let per_stream = store
+                .pending_per_stream_in(&busy, PENDING_STREAMS_LIMIT, now + 3_600_000)
+                .await?;
             Ok::<_, StoreError>((now, per_stream, per_shard))
         };
         match counted.await {

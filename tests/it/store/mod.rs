@@ -12,6 +12,7 @@
 
 mod cases;
 mod clock;
+mod counts;
 mod finished;
 mod fresh;
 mod keys;
