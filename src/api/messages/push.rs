@@ -245,7 +245,7 @@ pub(in crate::api) fn parse_push(
     // one millisecond share a shard (on Redis Cluster the stream names the shard).
     let (id, made_here) = match obj.get("id") {
         None | Some(Value::Null) => {
-            let shards = if config.redis.cluster.is_some() {
+            let shards = if config.is_cluster() {
                 1
             } else {
                 config.redis.shards

@@ -28,8 +28,8 @@ use delayq_client::store::{
 };
 
 use crate::support::{
-    Bare, calls_of, entries, eventually, fill_to_maxmemory, ids_in_every_shard, let_pass,
-    libraries, redis_config,
+    Bare, entries, eventually, fill_to_maxmemory, ids_in_every_shard, let_pass, libraries,
+    redis_config, script_calls,
 };
 
 const STREAM: &str = "s";
@@ -742,15 +742,6 @@ async fn corrupt_bodies_and_unwritable_targets_are_dead_lettered_without_stoppin
     }
 }
 
-/// Script calls Redis has run so far (FCALL, EVALSHA and EVAL).
-fn script_calls(bare: &Bare) -> u64 {
-    let mut conn = bare.redis.client();
-    ["fcall", "evalsha", "eval"]
-        .iter()
-        .map(|c| calls_of(&mut conn, c))
-        .sum()
-}
-
 /// Pushes `msg`, which must be new.
 async fn push_new(bare: &Bare, msg: &NewMessage) {
     let stored = bare
@@ -782,13 +773,13 @@ async fn a_batch_over_every_shard_is_one_script_call_with_an_outcome_each() {
         .collect();
     items.push(item(&ids[0], Duration::from_secs(60)));
     items.push(item("too-far", Duration::from_secs(7200)));
-    let before = script_calls(&bare);
+    let before = script_calls(&mut bare.redis.client());
     let outcomes = bare
         .store
         .schedule_many(&items, Duration::from_secs(3600), None)
         .await;
     assert_eq!(
-        script_calls(&bare) - before,
+        script_calls(&mut bare.redis.client()) - before,
         1,
         "one call for {} shards",
         ids.len() / 4
@@ -825,12 +816,12 @@ async fn the_largest_call_spans_every_shard_whole() {
     // The scripts loaded first (a first call that Redis does not know counts too).
     let warm = NewMessage::payload(STREAM, "warm", Duration::from_secs(60));
     push_new(&bare, &warm).await;
-    let before = script_calls(&bare);
+    let before = script_calls(&mut bare.redis.client());
     let outcomes = bare
         .store
         .schedule_many(&items, Duration::from_secs(3600), None)
         .await;
-    assert_eq!(script_calls(&bare) - before, 1);
+    assert_eq!(script_calls(&mut bare.redis.client()) - before, 1);
     assert!(
         outcomes
             .iter()
@@ -901,7 +892,7 @@ async fn the_largest_call_kept_apart_is_stored_whole_and_sent_by_the_largest_bat
 /// outcome, and they share calls.
 async fn single_pushes_share_calls(shards: u16) {
     let bare = Bare::start(&format!("[redis]\nshards = {shards}\n")).await;
-    let before = script_calls(&bare);
+    let before = script_calls(&mut bare.redis.client());
     let repeated = NewMessage::payload("orders", "again", Duration::from_secs(60));
     let mut pushes = tokio::task::JoinSet::new();
     for i in 0..220 {
@@ -929,7 +920,7 @@ async fn single_pushes_share_calls(shards: u16) {
     }
     // 200 distinct messages and the repeated one once; its 19 other pushes are duplicates.
     assert_eq!((new, duplicates), (201, 19));
-    let calls = script_calls(&bare) - before;
+    let calls = script_calls(&mut bare.redis.client()) - before;
     let per_shard = bare.store.pending_per_shard().await.unwrap();
     assert_eq!(per_shard.iter().map(|(_, n)| n).sum::<u64>(), 201);
     assert_eq!(per_shard.len(), usize::from(shards));
@@ -1243,23 +1234,23 @@ async fn a_backlog_of_many_buckets_is_counted_whole_in_short_calls() {
     schedule_in_calls(&bare.store, 2_000, Duration::from_secs(3 * 86_400)).await;
     let now = bare.store.now_ms().await.unwrap();
 
-    let before = script_calls(&bare);
+    let before = script_calls(&mut bare.redis.client());
     assert_eq!(bare.store.pending_report(now).await.unwrap().due, 17_300);
-    let calls = script_calls(&bare) - before;
+    let calls = script_calls(&mut bare.redis.client()) - before;
     assert!(
         calls >= 3,
         "17,000 compact messages counted in {calls} calls"
     );
 
     let bounds = [now, now + 60_000, now + 3_600_000, now + 86_400_000];
-    let before = script_calls(&bare);
+    let before = script_calls(&mut bare.redis.client());
     let histogram = bare.store.due_histogram(&bounds).await.unwrap();
     assert_eq!(histogram.counts, vec![17_300, 3_000, 3_200, 0, 2_000]);
     assert!(
         histogram.earliest_due_ms.is_some_and(|t| t <= now),
         "{histogram:?}"
     );
-    let calls = script_calls(&bare) - before;
+    let calls = script_calls(&mut bare.redis.client()) - before;
     assert!(
         calls >= 3,
         "23,000 compact messages up to a day ahead in {calls} calls"

@@ -7,7 +7,7 @@ use std::time::Duration;
 use delayq_client::message::{MessageId, NewMessage};
 use delayq_client::store::{BatchItem, Scheduled};
 
-use crate::support::{Bare, calls_of};
+use crate::support::{Bare, script_calls};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -36,10 +36,8 @@ async fn a_count_per_stream_reads_only_the_shards_named() {
             "{answer:?}"
         );
     }
-    let scripts =
-        |conn: &mut redis::Connection| calls_of(conn, "fcall") + calls_of(conn, "evalsha");
 
-    let before = scripts(&mut conn);
+    let before = script_calls(&mut conn);
     let none = store
         .pending_per_stream_in(&[], usize::MAX, 0)
         .await
@@ -49,7 +47,7 @@ async fn a_count_per_stream_reads_only_the_shards_named() {
         "{:?}",
         none.per_stream
     );
-    assert_eq!(scripts(&mut conn), before, "script calls for no shard");
+    assert_eq!(script_calls(&mut conn), before, "script calls for no shard");
 
     let some = store
         .pending_per_stream_in(&[1, 2], usize::MAX, 0)

@@ -327,6 +327,14 @@ pub fn calls_of(conn: &mut impl redis::ConnectionLike, command: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// Script calls Redis has run so far (FCALL, EVALSHA and EVAL).
+pub fn script_calls(conn: &mut impl redis::ConnectionLike) -> u64 {
+    ["fcall", "evalsha", "eval"]
+        .iter()
+        .map(|c| calls_of(conn, c))
+        .sum()
+}
+
 /// The names of the function libraries Redis holds (`FUNCTION LIST`).
 pub fn libraries(conn: &mut impl redis::ConnectionLike) -> Vec<String> {
     let list: Vec<std::collections::HashMap<String, redis::Value>> =
