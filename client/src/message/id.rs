@@ -27,11 +27,6 @@ pub(super) fn check_word(what: &str, word: &str, max: usize) -> Result<(), Strin
     Ok(())
 }
 
-/// The shard of the id whose text is `text` (see [`MessageId::shard`]).
-pub(super) fn shard_of_text(text: &[u8], shards: u16) -> u16 {
-    (crc32fast::hash(text) % u32::from(shards)) as u16
-}
-
 /// A message id: client-supplied (`[A-Za-z0-9._:-]{1,128}`) or generated (a ULID,
 /// which sorts by creation time, and within one process in the order generated).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -71,7 +66,7 @@ impl MessageId {
     /// The shard this id lives in. CRC-32 (IEEE) is fixed by a standard, so every
     /// version of the daemon and of the client agrees on it.
     pub fn shard(&self, shards: u16) -> u16 {
-        shard_of_text(self.0.as_bytes(), shards)
+        super::shard_of_text(self.0.as_bytes(), shards)
     }
 }
 

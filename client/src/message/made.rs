@@ -36,7 +36,7 @@ struct Made {
 fn shard_of(id: Ulid, shards: u16) -> u16 {
     let mut text = [0u8; ulid::ULID_LEN];
     id.array_to_str(&mut text);
-    super::id::shard_of_text(&text, shards)
+    super::shard_of_text(&text, shards)
 }
 
 /// A fresh ULID above every one this process made before it, in the shard (of
