@@ -261,6 +261,32 @@ async fn through_failover_as(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
+    if !tally.lost.is_empty() {
+        // What each node holds and how it replicates, and what the Sentinels did:
+        // the story of a loss.
+        let nodes: Vec<String> = watched
+            .replicas
+            .iter()
+            .map(|r| {
+                format!(
+                    "replica {} ({}, offset {:?}, {} entries in s); its log:\n{}",
+                    r.port,
+                    r.replication("role").unwrap_or_default(),
+                    r.replication("master_repl_offset"),
+                    entries_on(r, "s").len(),
+                    r.log()
+                )
+            })
+            .collect();
+        println!(
+            "lost {}: new master {}\n{}\nthe Sentinels' logs:\n{}\ndelayq's log:\n{}",
+            tally.lost.len(),
+            new_master.port,
+            nodes.join("\n"),
+            watched.logs(),
+            node.log()
+        );
+    }
     assert!(node.log().contains("following it"), "{}", node.log());
     // The start line names the Sentinels and the master, not a default URL.
     assert!(

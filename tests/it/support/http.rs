@@ -152,6 +152,66 @@ impl Api {
         assert_eq!(status, 201, "push {id}: {answer}");
     }
 
+    /// Pushes `body` (a message to `stream` due now with a ttl of a few ms) so that
+    /// it expires for sure: a forward a millisecond after the push would deliver
+    /// it. Its stream is paused first, and a probe due 300 ms later shows when the
+    /// leader holds the stream (a pause takes hold within 250 ms; a probe that went
+    /// out before is followed by another, and stays in the stream). The message
+    /// waits out its ttl there, the probe held is cancelled and the stream resumed,
+    /// so the message is dead-lettered as expired.
+    pub async fn push_expiring(&self, stream: &str, body: Value) {
+        let (status, answer) = self
+            .post(
+                &format!("/v1/streams/{stream}/pause"),
+                serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(status, 200, "pause {stream}: {answer}");
+        let held = self.held_probe(stream).await;
+        let ttl = body["ttl_ms"].as_u64().expect("a ttl_ms");
+        let (status, answer) = self.post("/v1/messages", body).await;
+        assert_eq!(status, 201, "{answer}");
+        // Its due time is Redis's now at the push; this clock runs with Redis's.
+        tokio::time::sleep(Duration::from_millis(ttl + 2)).await;
+        let (status, answer) = self.delete(&format!("/v1/messages/{held}")).await;
+        assert_eq!(status, 200, "cancel the probe: {answer}");
+        let (status, answer) = self
+            .post(
+                &format!("/v1/streams/{stream}/resume"),
+                serde_json::json!({}),
+            )
+            .await;
+        assert_eq!(status, 200, "resume {stream}: {answer}");
+    }
+
+    /// Pushes probes to a paused `stream` until one is held (listed as such under
+    /// its key); its id.
+    async fn held_probe(&self, stream: &str) -> String {
+        for n in 0..20 {
+            let probe = format!("pause-probe-{n}");
+            let (status, answer) = self
+                .post(
+                    "/v1/messages",
+                    serde_json::json!({ "id": probe, "stream": stream, "payload": probe, "delay_ms": 300, "key": probe }),
+                )
+                .await;
+            assert_eq!(status, 201, "push {probe}: {answer}");
+            let state = super::eventually(Duration::from_secs(10), "the probe due", || async {
+                let (_, answer) = self
+                    .get(&format!("/v1/streams/{stream}/keys/{probe}"))
+                    .await;
+                let state = answer["messages"][0]["state"].as_str().map(str::to_owned);
+                state.filter(|s| s != "scheduled")
+            })
+            .await;
+            if state == "held" {
+                return probe;
+            }
+            assert_eq!(state, "delivered", "{probe}");
+        }
+        panic!("a pause of {stream} never took hold")
+    }
+
     /// POSTs JSON with this API's token, or the client's error when the node does
     /// not answer.
     pub async fn try_post(&self, path: &str, body: &Value) -> reqwest::Result<(u16, Value)> {
