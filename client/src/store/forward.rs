@@ -60,6 +60,10 @@ impl Store {
     ) -> Result<ForwardBatch> {
         let k = self.keys.shard(shard);
         let mut inv = shard_invocation(&self.scripts.forward, &k);
+        if !self.is_cluster() {
+            // Read by the script itself: a pause is in force once Redis took it.
+            inv.key(self.keys.paused());
+        }
         inv.arg(epoch)
             .arg(limit)
             .arg(self.records_arg(options.retention))

@@ -383,7 +383,8 @@ async fn the_backlog_gauges_count_every_shard_once_over_the_nodes() {
     let api = &cluster.apis[0];
     let (status, answer) = api.post("/v1/streams/p/pause", serde_json::json!({})).await;
     assert_eq!(status, 200, "{answer}");
-    // In effect once every group's leader has read it (within 250 ms).
+    // In force at once (every forward call reads the set); each group's leader
+    // also reads it for its own waits, within 250 ms.
     eventually(
         Duration::from_secs(10),
         "the pause read by every group",

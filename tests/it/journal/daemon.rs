@@ -857,8 +857,8 @@ async fn a_pause_and_a_replay_answered_before_a_loss_survive_the_restore() {
     })
     .await;
 
-    // Paused: what is replayed or pushed now waits, once the forward loops have
-    // read the pause (within 250 ms of its answer, as documented).
+    // Paused: what is replayed or pushed now waits (in force once answered; the
+    // forward loops log the set they read within 250 ms).
     let (status, answer) = api.post("/v1/streams/r/pause", json!({})).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer.get("not_journaled"), None, "{answer}");

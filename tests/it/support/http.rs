@@ -155,8 +155,8 @@ impl Api {
     /// Pushes `body` (a message to `stream` due now with a ttl of a few ms) so that
     /// it expires for sure: a forward a millisecond after the push would deliver
     /// it. Its stream is paused first, and a probe due 300 ms later shows when the
-    /// leader holds the stream (a pause takes hold within 250 ms; a probe that went
-    /// out before is followed by another, and stays in the stream). The message
+    /// leader holds the stream (on Redis Cluster a pause takes hold within 250 ms; a
+    /// probe that went out before is followed by another, and stays in the stream). The message
     /// waits out its ttl there, the probe held is cancelled and the stream resumed,
     /// so the message is dead-lettered as expired.
     pub async fn push_expiring(&self, stream: &str, body: Value) {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use super::endpoints::stream_row;
 use crate::support::browser::Browser;
 use crate::support::{Cluster, Entry, entries, eventually, xlen};
 
@@ -395,8 +396,6 @@ async fn pause_resume_and_switchover_from_the_page() {
             "shows it paused",
         )
         .await;
-    // Let the leader see the pause (it reads the paused set every 250 ms).
-    tokio::time::sleep(Duration::from_millis(600)).await;
     for i in 0..10 {
         push(&cluster, &format!("held-{i}"), "orders", 100 + i).await;
     }
@@ -406,11 +405,7 @@ async fn pause_resume_and_switchover_from_the_page() {
             .with_token(READER)
             .get("/v1/streams")
             .await;
-        let o = s["streams"]
-            .as_array()?
-            .iter()
-            .find(|s| s["stream"] == "orders")?
-            .clone();
+        let o = stream_row(&s, "orders")?;
         (o["held"] == 10).then_some(())
     })
     .await;
@@ -498,7 +493,6 @@ async fn a_tour_of_every_page_in_both_themes() {
         admin.post("/v1/streams/invoices/pause", json!({})).await.0,
         200
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
     let (status, body) = admin
         .post("/v1/messages", json!({ "id": "invoice-7", "stream": "invoices", "fields": { "invoice": "7", "customer": "c-12" }, "delay_ms": 0, "ttl": "1s" }))
         .await;
@@ -519,7 +513,6 @@ async fn a_tour_of_every_page_in_both_themes() {
         admin.post("/v1/streams/invoices/pause", json!({})).await.0,
         200
     );
-    tokio::time::sleep(Duration::from_millis(600)).await;
     for i in 0..3 {
         push(&cluster, &format!("invoice-{}", 8 + i), "invoices", 0).await;
     }

@@ -8,7 +8,7 @@ use delayq_client::message::{MessageId, NewMessage};
 use delayq_client::store::ScheduleMode;
 use serde_json::{Value, json};
 
-use super::endpoints::{ADMIN, get, push, tokens};
+use super::endpoints::{ADMIN, get, push, stream_row, tokens};
 use crate::support::{Cluster, within};
 
 /// A stream's last hour on the Streams page: its worst lateness a minute and its
@@ -20,7 +20,6 @@ async fn a_stream_s_last_hour_shows_its_worst_lateness_and_dead_letters_not_held
     let admin = cluster.apis[0].clone().with_token(ADMIN);
     let (status, body) = admin.post("/v1/streams/held/pause", json!({})).await;
     assert_eq!(status, 200, "{body}");
-    tokio::time::sleep(Duration::from_millis(600)).await;
     for i in 0..3 {
         push(&cluster, 0, &format!("h-{i}"), "held", 100).await;
     }
@@ -144,11 +143,7 @@ async fn a_stream_s_day_comes_from_the_rollups_and_the_quarter_hour_under_way() 
     let daily = within(Duration::from_secs(20), || async {
         let table = get(&cluster, 0, "/v1/streams?window=day").await;
         *last.lock().unwrap() = table.clone();
-        let daily = table["streams"]
-            .as_array()?
-            .iter()
-            .find(|s| s["stream"] == "daily")?
-            .clone();
+        let daily = stream_row(&table, "daily")?;
         let now_quarter = daily["delivered_last_day"].as_array()?.last()?.as_u64();
         (now_quarter == Some(3)).then_some(daily)
     })

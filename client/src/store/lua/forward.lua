@@ -2,6 +2,10 @@
 -- atomically, so a crash can neither lose nor duplicate a forward.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
 -- KEYS[6] held streams (see the prelude)
+-- KEYS[7] (standalone Redis only) the streams an operator paused: a paused stream's
+--   budget is 0 whatever ARGV says, so that a pause is in force from the moment Redis
+--   took it. On Redis Cluster that set lies in another slot: there the caller's
+--   budgets of 0 carry a pause, from the caller's next read of the set.
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] batch size
 -- ARGV[3] the records policy: how long to keep delivery records (ms), and how (see
@@ -66,9 +70,12 @@ local now, now_us = now_ms_us()
 local batch = tonumber(ARGV[2])
 local id_field, attempt_field, dead_suffix, key_field = ARGV[4], ARGV[5], ARGV[6], ARGV[10]
 
-local budget = {}
+local budget, limited = {}, {}
 local n_limited = tonumber(ARGV[11])
-for i = 12, 11 + 2 * n_limited, 2 do budget[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 12, 11 + 2 * n_limited, 2 do
+  budget[ARGV[i]] = tonumber(ARGV[i + 1])
+  limited[#limited + 1] = ARGV[i]
+end
 -- MAXLEN values stay the strings they came as: a Lua number is a double, and one
 -- above 2^53 would reach Redis as "9.2233720368548e+18", which it refuses.
 local key_fields = {}
@@ -96,6 +103,12 @@ if #held_streams == 0 then
   local P = pending_of(KEYS[1], KEYS[2])
   if P.ix.n == 0 and not P.hashed and redis.call('EXISTS', P.q) == 0 then
     return { 0, 0, 0, -1, now, {}, {}, 0, '', 0, {}, now_us }
+  end
+end
+if KEYS[7] then
+  for _, stream in ipairs(redis.call('SMEMBERS', KEYS[7])) do
+    if not budget[stream] then limited[#limited + 1] = stream end
+    budget[stream] = 0
   end
 end
 for _, stream in ipairs(held_streams) do
@@ -394,7 +407,7 @@ end
 -- `batch` messages; past that, it only sets aside what waits for its stream's limit.
 -- Whether a pending message's stream is read in the loop: with limited streams, or
 -- once a held stream is capped.
-local sent, held_sent, by_stream = 0, 0, n_limited > 0
+local sent, held_sent, by_stream = 0, 0, #limited > 0
 for i, id in ipairs(ids) do
   local body = bodies[i]
   local msg, why, stream
@@ -552,10 +565,10 @@ if #held_streams > 0 or #hold_order > 0 then
   end
 end
 local holding = {}
-for i = 12, 11 + 2 * n_limited, 2 do
-  local n = redis.call('ZCOUNT', held_key(KEYS[6], ARGV[i]), '-inf', due_max)
+for _, stream in ipairs(limited) do
+  local n = redis.call('ZCOUNT', held_key(KEYS[6], stream), '-inf', due_max)
   if n > 0 then
-    holding[#holding + 1] = ARGV[i]
+    holding[#holding + 1] = stream
     holding[#holding + 1] = n
   end
 end
