@@ -106,14 +106,14 @@ impl NewMessage {
     }
 }
 
-/// The fields a daemon with the default configuration adds, for the parsers'
-/// property tests (their strategies are `delayq_harness::props`).
 /// The shard of the id whose text is `text` (see [`MessageId::shard`]; the id maker
 /// reads it off ids it has not written out yet).
 fn shard_of_text(text: &[u8], shards: u16) -> u16 {
     (crc32fast::hash(text) % u32::from(shards)) as u16
 }
 
+/// The fields a daemon with the default configuration adds, for the parsers'
+/// property tests (their strategies are `delayq_harness::props`).
 #[cfg(test)]
 pub(crate) mod props {
     /// The fields a daemon with the default configuration adds.

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use delayq_client::message::{Due, MessageId, NewMessage};
-use delayq_client::store::{BatchItem, Scheduled, Store, slot_of};
+use delayq_client::store::{BatchItem, Store, slot_of};
 
 use super::{cluster_config, reader, shared_cluster};
-use crate::support::{entries, xlen};
+use crate::support::{entries, schedule_new, xlen};
 
 /// `n` messages to `streams`, ids `<prefix>-<i>`, due at `start` plus 0 to `spread_ms`.
 pub(super) fn messages(
@@ -37,16 +37,7 @@ pub(super) fn messages(
 /// Schedules `items` a thousand at a time; panics unless each is stored anew.
 pub(super) async fn schedule_all(store: &Store, items: &[BatchItem]) {
     for chunk in items.chunks(1000) {
-        for (item, outcome) in chunk.iter().zip(
-            store
-                .schedule_many(chunk, Duration::from_secs(3600), None)
-                .await,
-        ) {
-            match outcome {
-                Ok(Scheduled::Scheduled { .. }) => {}
-                other => panic!("{}: {other:?}", item.msg.id),
-            }
-        }
+        schedule_new(store, chunk, Duration::from_secs(3600)).await;
     }
 }
 

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use delayq_client::message::{MessageId, NewMessage};
-use delayq_client::store::{BatchItem, Scheduled};
+use delayq_client::store::BatchItem;
 
-use crate::support::{Bare, script_calls};
+use crate::support::{Bare, schedule_new, script_calls};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -30,12 +30,7 @@ async fn a_count_per_stream_reads_only_the_shards_named() {
             BatchItem::new(msg)
         })
         .collect();
-    for answer in store.schedule_many(&items, DAY, None).await {
-        assert!(
-            matches!(answer, Ok(Scheduled::Scheduled { .. })),
-            "{answer:?}"
-        );
-    }
+    schedule_new(store, &items, DAY).await;
 
     let before = script_calls(&mut conn);
     let none = store

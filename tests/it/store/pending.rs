@@ -18,7 +18,7 @@ use delayq_client::store::{
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
-use crate::support::{Bare, calls_of, compact_buckets, config, entries, redis_cases};
+use crate::support::{Bare, calls_of, compact_buckets, config, entries, redis_cases, schedule_new};
 
 const DAY: Duration = Duration::from_secs(86_400);
 
@@ -366,12 +366,7 @@ async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
             it
         })
         .collect();
-    for answer in store.schedule_many(&items, DAY, None).await {
-        assert!(
-            matches!(answer, Ok(Scheduled::Scheduled { .. })),
-            "{answer:?}"
-        );
-    }
+    schedule_new(store, &items, DAY).await;
     let mut conn = bare.redis.client();
     assert_buckets_bounded(&mut conn, store);
     let mut dues: HashMap<String, u64> = HashMap::new();
@@ -458,12 +453,7 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
         })
         .collect();
     for chunk in items.chunks(250) {
-        for answer in store.schedule_many(chunk, DAY, None).await {
-            assert!(
-                matches!(answer, Ok(Scheduled::Scheduled { .. })),
-                "{answer:?}"
-            );
-        }
+        schedule_new(store, chunk, DAY).await;
     }
     let mut conn = bare.redis.client();
     let lens: Vec<u64> = compact_buckets(&mut conn, &store.keys().shard(0))
@@ -485,12 +475,7 @@ async fn messages_that_come_in_order_fill_their_buckets_whole() {
     let mut stray = item("stray", 0, 0, ScheduleMode::New);
     stray.msg.due = Due::At(later + 101);
     mixed.insert(100, stray);
-    for answer in store.schedule_many(&mixed, DAY, None).await {
-        assert!(
-            matches!(answer, Ok(Scheduled::Scheduled { .. })),
-            "{answer:?}"
-        );
-    }
+    schedule_new(store, &mixed, DAY).await;
     assert_buckets_bounded(&mut conn, store);
     for (n, it) in items.iter().enumerate().step_by(97) {
         let found = store.get(&it.msg.id).await.unwrap();
@@ -522,27 +507,11 @@ async fn messages_in_order_ahead_of_later_buckets_are_appended_together() {
     // Two full buckets soon, then two of a backlog due much later.
     let mut conn = bare.redis.client();
     for (prefix, n, from) in [("x", 256, base), ("z", 200, base + 600_000)] {
-        for answer in store
-            .schedule_many(&batch(prefix, n, from), DAY, None)
-            .await
-        {
-            assert!(
-                matches!(answer, Ok(Scheduled::Scheduled { .. })),
-                "{answer:?}"
-            );
-        }
+        schedule_new(store, &batch(prefix, n, from), DAY).await;
     }
     // 300 in order after the soon ones and before the backlog, in one call.
     let before = calls_of(&mut conn, "rpush") + calls_of(&mut conn, "linsert");
-    for answer in store
-        .schedule_many(&batch("y", 300, base + 300), DAY, None)
-        .await
-    {
-        assert!(
-            matches!(answer, Ok(Scheduled::Scheduled { .. })),
-            "{answer:?}"
-        );
-    }
+    schedule_new(store, &batch("y", 300, base + 300), DAY).await;
     let writes = calls_of(&mut conn, "rpush") + calls_of(&mut conn, "linsert") - before;
     assert!(
         writes <= 30,
@@ -591,12 +560,7 @@ async fn a_call_in_any_order_is_stored_in_order() {
             it
         })
         .collect();
-    for answer in store.schedule_many(&items, DAY, None).await {
-        assert!(
-            matches!(answer, Ok(Scheduled::Scheduled { .. })),
-            "{answer:?}"
-        );
-    }
+    schedule_new(store, &items, DAY).await;
     let after = calls(&mut conn);
     let [appends, reads, inserts] = [0, 1, 2].map(|i| after[i] - before[i]);
     assert!(appends <= 5, "{appends} appends for 300 messages");

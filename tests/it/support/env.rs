@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use delayq_client::config::Config;
-use delayq_client::store::Store;
+use delayq_client::store::{BatchItem, Scheduled, Store};
 use delayq_harness::{RedisOptions, RedisServer};
 
 use super::{Api, OneLeader};
@@ -140,6 +140,21 @@ impl Env {
         if let Some(d) = self.daemon.take() {
             d.stop().await;
         }
+    }
+}
+
+/// Schedules `items` in one call (`max_delay` the furthest due time taken); panics
+/// unless each one is stored anew.
+pub async fn schedule_new(store: &Store, items: &[BatchItem], max_delay: Duration) {
+    for (item, answer) in items
+        .iter()
+        .zip(store.schedule_many(items, max_delay, None).await)
+    {
+        assert!(
+            matches!(answer, Ok(Scheduled::Scheduled { .. })),
+            "{}: {answer:?}",
+            item.msg.id
+        );
     }
 }
 

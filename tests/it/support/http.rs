@@ -155,18 +155,12 @@ impl Api {
     /// Pushes `body` (a message to `stream` due now with a ttl of a few ms) so that
     /// it expires for sure: a forward a millisecond after the push would deliver
     /// it. Its stream is paused first, and a probe due 300 ms later shows when the
-    /// leader holds the stream (on Redis Cluster a pause takes hold within 250 ms; a
-    /// probe that went out before is followed by another, and stays in the stream). The message
-    /// waits out its ttl there, the probe held is cancelled and the stream resumed,
-    /// so the message is dead-lettered as expired.
+    /// leader holds the stream (on Redis Cluster a pause takes hold within 250 ms;
+    /// a probe that went out before is followed by another, and stays in the
+    /// stream). The message waits out its ttl there, the probe held is cancelled and
+    /// the stream resumed, so the message is dead-lettered as expired.
     pub async fn push_expiring(&self, stream: &str, body: Value) {
-        let (status, answer) = self
-            .post(
-                &format!("/v1/streams/{stream}/pause"),
-                serde_json::json!({}),
-            )
-            .await;
-        assert_eq!(status, 200, "pause {stream}: {answer}");
+        self.stream_action(stream, "pause").await;
         let held = self.held_probe(stream).await;
         let ttl = body["ttl_ms"].as_u64().expect("a ttl_ms");
         let (status, answer) = self.post("/v1/messages", body).await;
@@ -175,13 +169,18 @@ impl Api {
         tokio::time::sleep(Duration::from_millis(ttl + 2)).await;
         let (status, answer) = self.delete(&format!("/v1/messages/{held}")).await;
         assert_eq!(status, 200, "cancel the probe: {answer}");
+        self.stream_action(stream, "resume").await;
+    }
+
+    /// `POST /v1/streams/{stream}/{action}` (pause, resume), which must succeed.
+    async fn stream_action(&self, stream: &str, action: &str) {
         let (status, answer) = self
             .post(
-                &format!("/v1/streams/{stream}/resume"),
+                &format!("/v1/streams/{stream}/{action}"),
                 serde_json::json!({}),
             )
             .await;
-        assert_eq!(status, 200, "resume {stream}: {answer}");
+        assert_eq!(status, 200, "{action} {stream}: {answer}");
     }
 
     /// Pushes probes to a paused `stream` until one is held (listed as such under
