@@ -478,9 +478,12 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         ("SIGKILL", resumed_kill),
         ("SENTINEL FAILOVER", resumed_planned),
     ] {
+        // A slow resumption tells its story: what the nodes and the Sentinels did.
         assert!(
             resumed < Duration::from_secs(5),
-            "{what}: delivering again after {resumed:?}"
+            "{what}: delivering again after {resumed:?}\n{}\nthe Sentinels' logs:\n{}",
+            context(),
+            watched.logs()
         );
     }
     let mut statuses: BTreeMap<String, usize> = BTreeMap::new();

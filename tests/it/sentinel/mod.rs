@@ -971,6 +971,84 @@ async fn rights_are_checked_again_on_the_master_a_failover_moved_to() {
     assert!(node.log().contains("following it"), "{}", node.log());
 }
 
+/// A move to the master Sentinel announced that failed (here: the user is
+/// disabled there at first) is tried again every second, though no command fails
+/// meanwhile: a store that sends nothing follows within seconds of the user being
+/// enabled. (A demoted master may go on taking writes for a while after a planned
+/// failover, so a failed command cannot be counted on to ask again.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_to_the_new_master_that_failed_is_tried_again_without_a_failed_command() {
+    let watched = watched(1).await;
+    let replica = &watched.replicas[0];
+    let dir = tempfile::tempdir().unwrap();
+    let password = documented_user(&[&watched.master, replica], "s", &[], dir.path());
+    let set_user = |rule: &str| {
+        let () = redis::cmd("ACL")
+            .arg(&["SETUSER", "delayq", rule])
+            .query(&mut replica.client())
+            .expect("ACL SETUSER");
+    };
+    set_user("off");
+    let text = as_documented_user(&config(&watched, ""), &password);
+    let config = delayq_client::config::Config::from_toml(&text, std::iter::empty()).unwrap();
+    let store = delayq_client::store::Store::connect(&config.store_config())
+        .await
+        .expect("connect through Sentinel");
+    let changes = store
+        .master_changes()
+        .expect("a store that follows Sentinel");
+    let moves = changes.borrow().0;
+
+    planned_failover(&watched, 0).await;
+    // Every Sentinel has announced the switch, and the moves it asked for were
+    // refused (a move tries the login a few times).
+    let announced = watched.sentinels.len() as i64;
+    eventually(Duration::from_secs(15), "the moves refused", || async {
+        let all_switched = watched.master_port() == Some(replica.port);
+        (all_switched && refused_logins(replica) > 2 * announced + 2).then_some(())
+    })
+    .await;
+    assert_eq!(
+        changes.borrow().0,
+        moves,
+        "moved to a node that refused the login"
+    );
+
+    set_user("on");
+    let (count, address) = eventually(Duration::from_secs(10), "the new master followed", || {
+        let now = changes.borrow().clone();
+        std::future::ready((now.0 > moves).then_some(now))
+    })
+    .await;
+    assert_eq!(count, moves + 1);
+    assert!(
+        address.ends_with(&format!(":{}", replica.port)),
+        "{address} is not the new master {}",
+        replica.port
+    );
+}
+
+/// How many logins of user `delayq` `node` refused (its `ACL LOG`).
+fn refused_logins(node: &RedisServer) -> i64 {
+    let log: Vec<std::collections::HashMap<String, redis::Value>> = redis::cmd("ACL")
+        .arg("LOG")
+        .query(&mut node.client())
+        .expect("ACL LOG");
+    log.iter()
+        .filter(|e| {
+            let text = |k: &str| match e.get(k) {
+                Some(redis::Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            text("reason") == "auth" && text("username") == "delayq"
+        })
+        .map(|e| match e.get("count") {
+            Some(redis::Value::Int(n)) => *n,
+            _ => 0,
+        })
+        .sum()
+}
+
 /// Dead letters of stream `s` as delayq writes them (a message's fields, then its
 /// id, attempt and reason), added to `s:dead` on `master`: their entry ids.
 fn dead_letters_on(master: &RedisServer, ids: &[&str]) -> Vec<String> {

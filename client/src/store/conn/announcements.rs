@@ -70,8 +70,12 @@ pub(super) async fn listen(
             .map_err(|_| timeout("no Sentinel answered in time"))??;
     pubsub.subscribe(&ANNOUNCED[..]).await?;
     pubsub.psubscribe(ABORTS).await?;
-    // Asked once more now: a switch announced while nobody listened.
-    conn.follow(true).await;
+    // Asked once more now: a switch announced while nobody listened. Until this
+    // connection is at the master the Sentinels name, it asks again every second
+    // (`unfollowed`): a move that failed (the new master not reached in time, say)
+    // is tried again, where the old master, demoted in a planned failover, may go
+    // on taking writes for a while without a failed command to say so.
+    let mut unfollowed = !conn.follow(true).await;
     let master = f.master.clone();
     drop((conn, f));
     let mut messages = pubsub.into_on_message();
@@ -105,7 +109,7 @@ pub(super) async fn listen(
                         f.switching.send_if_modified(|s| s.remove(&sentinel).is_some());
                     }
                     Announcement::Switched { host, port } => {
-                        conn.follow_to(&host, port).await;
+                        unfollowed = !conn.follow_to(&host, port).await;
                         f.switching.send_if_modified(|s| {
                             let held = !s.is_empty();
                             s.clear();
@@ -114,7 +118,12 @@ pub(super) async fn listen(
                     }
                 }
             }
-            _ = check.tick() => if current.strong_count() == 0 { return Ok(()) },
+            _ = check.tick() => {
+                let Some(conn) = upgrade(current, follow) else { return Ok(()) };
+                if unfollowed {
+                    unfollowed = !conn.follow(true).await;
+                }
+            }
         }
     }
 }

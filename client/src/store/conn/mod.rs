@@ -350,7 +350,8 @@ impl Conn {
             return;
         }
         if failover_sign {
-            self.follow(false).await;
+            // Not at the master yet: the next failed command asks again.
+            let _ = self.follow(false).await;
         }
     }
 }

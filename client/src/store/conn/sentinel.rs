@@ -253,15 +253,16 @@ impl Conn {
     }
 
     /// Asks the Sentinels for the master (`anyway`: even if asked just now) and
-    /// moves to it if it is another node.
-    pub(super) async fn follow(&self, anyway: bool) {
+    /// moves to it if it is another node; whether this connection is at the master
+    /// they named (false too when not asked, or when no answer came).
+    pub(super) async fn follow(&self, anyway: bool) -> bool {
         let Some(follow) = &self.sentinel else {
-            return;
+            return true;
         };
         {
             let mut asked = follow.asked.lock().expect("not poisoned");
             if !anyway && asked.is_some_and(|at| at.elapsed() < RESOLVE_EVERY) {
-                return;
+                return false;
             }
             *asked = Some(Instant::now());
         }
@@ -288,38 +289,42 @@ impl Conn {
                 if let Some(said) = NO_MASTER.failed() {
                     tracing::warn!(error = %e, "{said}");
                 }
-                return;
+                return false;
             }
             Err(_) => {
                 if let Some(said) = NO_MASTER.failed() {
                     tracing::warn!(error = %"no Sentinel named a master in time", "{said}");
                 }
-                return;
+                return false;
             }
         };
         drop(sentinel);
-        self.move_to(follow, client).await;
+        self.move_to(follow, client).await
     }
 
     /// Moves to the master a Sentinel announced at `host:port` (asking the
-    /// Sentinels again could reach one that has not heard of the switch yet).
-    pub(super) async fn follow_to(&self, host: &str, port: u16) {
+    /// Sentinels again could reach one that has not heard of the switch yet);
+    /// whether this connection is there.
+    pub(super) async fn follow_to(&self, host: &str, port: u16) -> bool {
         let Some(follow) = &self.sentinel else {
-            return;
+            return true;
         };
         match node_client(&follow.data, follow.tls.as_ref(), host, port) {
             Ok((_, client)) => self.move_to(follow, client).await,
             Err(e) => {
-                tracing::warn!(error = %e, host, port, "cannot reach the announced Redis master")
+                tracing::warn!(error = %e, host, port, "cannot reach the announced Redis master");
+                false
             }
         }
     }
 
-    /// Moves every later command to the master `client` reaches, if it is another node.
-    pub(super) async fn move_to(&self, follow: &Follow, client: redis::Client) {
+    /// Moves every later command to the master `client` reaches, if it is another
+    /// node; whether this connection is at that master now (false: it could not
+    /// move there, and stays where it was).
+    pub(super) async fn move_to(&self, follow: &Follow, client: redis::Client) -> bool {
         let address = shown(client.get_connection_info().addr());
         if address == follow.changes.borrow().1 {
-            return;
+            return true;
         }
         let made = tokio::time::timeout(
             follow.connect_timeout * 2,
@@ -337,13 +342,13 @@ impl Conn {
                 if let Some(said) = NEW_MASTER_UNREACHED.failed() {
                     tracing::warn!(error = %e, %address, "{said}");
                 }
-                return;
+                return false;
             }
             Err(_) => {
                 if let Some(said) = NEW_MASTER_UNREACHED.failed() {
                     tracing::warn!(error = %"no answer in time", %address, "{said}");
                 }
-                return;
+                return false;
             }
         };
         // Never to a replica: only a node that says it is a master (in its HELLO
@@ -352,15 +357,15 @@ impl Conn {
             Ok(true) => {}
             Ok(false) => {
                 tracing::debug!(%address, "not moving to a node that does not say it is a master");
-                return;
+                return false;
             }
             Err(e) if e.code() == Some("NOPERM") => {
                 tracing::warn!(error = %e, %address, "cannot follow the Redis master: the Redis user may not run HELLO (see docs/redis-rights.md)");
-                return;
+                return false;
             }
             Err(e) => {
                 tracing::debug!(error = %e, %address, "not moving to a node that did not say what it is");
-                return;
+                return false;
             }
         }
         {
@@ -377,6 +382,7 @@ impl Conn {
         follow
             .changes
             .send_modify(|(count, at)| (*count, *at) = (*count + 1, address));
+        true
     }
 
     /// Follows every Sentinel's announcements while this connection is in use:
