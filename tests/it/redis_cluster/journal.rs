@@ -42,7 +42,7 @@ async fn deliveries_in_every_slot_are_journaled_with_their_entries() {
     .await;
     // The start line names the cluster's seeds, not a default URL.
     assert!(
-        node.log().contains("redis=cluster via 127.0.0.1:"),
+        node.full_log().contains("redis=cluster via 127.0.0.1:"),
         "{}",
         node.log()
     );
@@ -78,7 +78,7 @@ async fn deliveries_in_every_slot_are_journaled_with_their_entries() {
     let states: Vec<&str> = rows.lines().filter_map(|l| l.split('\t').nth(1)).collect();
     assert_eq!(states, ["0", "4"], "{rows}");
     assert!(
-        !node.log().contains("Redis has lost its data"),
+        !node.full_log().contains("Redis has lost its data"),
         "a first start is no loss: {}",
         node.log()
     );

@@ -287,13 +287,12 @@ async fn through_failover_as(
             node.log()
         );
     }
-    assert!(node.log().contains("following it"), "{}", node.log());
+    // The whole log: a loaded machine's Sentinels may fail over twice, and the
+    // start line is then far from the end.
+    let log = node.full_log();
+    assert!(log.contains("following it"), "{}", node.log());
     // The start line names the Sentinels and the master, not a default URL.
-    assert!(
-        node.log().contains(" via sentinels 127.0.0.1:"),
-        "{}",
-        node.log()
-    );
+    assert!(log.contains(" via sentinels 127.0.0.1:"), "{}", node.log());
     let after_promotion = (started + resumed).saturating_duration_since(promoted_at);
     (tally, resumed, refused.len(), after_promotion)
 }
@@ -897,7 +896,11 @@ async fn sentinels_with_a_password_are_asked_with_it() {
         (entries(&mut master.client(), "s").len() == 1).then_some(())
     })
     .await;
-    assert!(!node.log().contains("sentinel-s3cret"), "{}", node.log());
+    assert!(
+        !node.full_log().contains("sentinel-s3cret"),
+        "{}",
+        node.log()
+    );
     drop(node);
 
     // A wrong password: the start fails, naming the setting, never the password.
@@ -1015,17 +1018,15 @@ async fn a_move_to_the_new_master_that_failed_is_tried_again_without_a_failed_co
     );
 
     set_user("on");
-    let (count, address) = eventually(Duration::from_secs(10), "the new master followed", || {
-        let now = changes.borrow().clone();
-        std::future::ready((now.0 > moves).then_some(now))
+    // At the master the Sentinels name (the new one, or where a loaded machine's
+    // Sentinels failed over to since).
+    eventually(Duration::from_secs(10), "the new master followed", || {
+        let (count, address) = changes.borrow().clone();
+        let master = watched.master_port();
+        let there = master.is_some_and(|p| address.ends_with(&format!(":{p}")));
+        std::future::ready((count > moves && there).then_some(()))
     })
     .await;
-    assert_eq!(count, moves + 1);
-    assert!(
-        address.ends_with(&format!(":{}", replica.port)),
-        "{address} is not the new master {}",
-        replica.port
-    );
 }
 
 /// How many logins of user `delayq` `node` refused (its `ACL LOG`).

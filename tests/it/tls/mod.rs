@@ -112,7 +112,7 @@ async fn a_daemon_delivers_through_tls_redis_as_an_acl_user_and_never_shows_the_
     assert!(!shown.contains("s3cret-pw"), "{shown}");
     let node = DelayqProcess::start(&delayq_bin(), "tls", &config).expect("start delayq");
     delivered(&node, &redis, "orders").await;
-    assert!(!node.log().contains("s3cret-pw"), "{}", node.log());
+    assert!(!node.full_log().contains("s3cret-pw"), "{}", node.log());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
