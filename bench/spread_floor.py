@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """What spread traffic costs Redis at least, on this machine, whatever the scripts.
 
-    python3 bench/spread_floor.py [seconds] [rounds] [due_in_ms]
+    python3 bench/spread_floor.py [seconds] [rounds] [due_in_ms] [pending]
 
 Starts a redis-server of its own on a free loopback port (removed at the end) and
 paces messages at a steady rate, as the spread scenario's producer does, through
-four designs, each in turn, `rounds` times side by side (default 2), for `seconds`
+seven designs, each in turn, `rounds` times side by side (default 2), for `seconds`
 each (default 5, after a warm-up that fills the time ahead until messages are due):
 
   ping          every tick, one PING and nothing else: what waking Redis costs
@@ -19,10 +19,20 @@ each (default 5, after a warm-up that fills the time ahead until messages are du
                 one HDEL of the index, one HSET of every delivery record): the
                 least a checked, fenced, recorded delay of one shard does, almost
                 no Lua beyond its commands, none of delayq's features (priorities,
-                ttl, limits, keys, expiry of records)
+                ttl, limits, keys, expiry of records); its messages must come due
+                in the order they are sent (one list)
+  least sorted  the same with messages in any due order: a sorted set of ids by
+                due time and a hash of their bodies (the shape of delayq's hash
+                pending layout), read with one ZRANGEBYSCORE and one HMGET
+  least compact the same kept lean in memory (the shape of delayq's compact
+                layout): lists by due second in due order, the id index and the
+                records in 2,048 hashes by the id's SHA-1, small enough to stay
+                listpacks; a message that sorts before its second's last is
+                inserted in place
   delayq        every tick, one call of delayq's push (schedule_batch, the compact
                 layouts) with the tick's messages and one forward (forward.lua) of
                 the same shard, loaded as the daemon loads them
+  delayq hash   the same with both layouts "hash"
 
 at 1,000 and 10,000 messages a second, with a producer that sends every 1 ms (what a
 one-message HTTP push gives) and every 10 ms (what gathering single pushes for 10 ms
@@ -33,10 +43,11 @@ design's messages go to a stream of their own; the run exits unless each reached
 exactly once.
 
 Then a burst: 20,000 messages already due in one shard, drained in calls of 1000 by
-the least design's forward and by the bench's ceiling (src/cli/bench/ceiling.lua,
-only the XADD a message), side by side, `rounds` times: the least forward's share of
-the ceiling bounds from above what any forward that keeps a record of each delivery
-can reach.
+the three least designs' forwards and by the bench's ceiling (src/cli/bench/ceiling.lua,
+only the XADD a message), side by side, `rounds` times: a least forward's share of
+the ceiling bounds from above what a forward of its layout that keeps a record of
+each delivery can reach. Last, each design's Redis memory a pending message: `pending`
+messages (default 100,000) due in an hour, pushed in calls of 1000.
 
 Only Python's standard library; no delayq process is involved.
 """
@@ -60,21 +71,30 @@ redis.register_function('bare', function(KEYS, ARGV)
   end
   return #ARGV / 2
 end)
--- KEYS[1] due list  KEYS[2] id index  KEYS[3] records; ARGV[1] due in (ms), ARGV[2]
--- stream, then id, payload, ...
-redis.register_function('least_push', function(KEYS, ARGV)
+-- A push's due time, its ids and the places in them of those neither pending (in the
+-- hash KEYS[2]) nor on record (in the hash KEYS[3]), both checked in one HMGET each.
+local function new_ids(KEYS, ARGV)
   local due = now_ms() + tonumber(ARGV[1])
   local ids = {}
   for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
   local pending = redis.call('HMGET', KEYS[2], unpack(ids))
   local kept = redis.call('HMGET', KEYS[3], unpack(ids))
+  local new = {}
+  for k = 1, #ids do
+    if not pending[k] and not kept[k] then new[#new + 1] = k end
+  end
+  return due, ids, new
+end
+-- KEYS[1] due list  KEYS[2] id index  KEYS[3] records; ARGV[1] due in (ms), ARGV[2]
+-- stream, then id, payload, ...
+redis.register_function('least_push', function(KEYS, ARGV)
+  local due, ids, new = new_ids(KEYS, ARGV)
   local bodies, index = {}, {}
-  for k, id in ipairs(ids) do
-    if not pending[k] and not kept[k] then
-      bodies[#bodies + 1] = cmsgpack.pack({ id, due, ARGV[2], { 'payload', ARGV[2 * k + 2] } })
-      index[#index + 1] = id
-      index[#index + 1] = due
-    end
+  for _, k in ipairs(new) do
+    local id = ids[k]
+    bodies[#bodies + 1] = cmsgpack.pack({ id, due, ARGV[2], { 'payload', ARGV[2 * k + 2] } })
+    index[#index + 1] = id
+    index[#index + 1] = due
   end
   if #bodies > 0 then
     redis.call('RPUSH', KEYS[1], unpack(bodies))
@@ -112,6 +132,134 @@ redis.register_function('least_forward', function(KEYS, ARGV)
     redis.call('HDEL', KEYS[2], unpack(ids))
     redis.call('HSET', KEYS[3], unpack(records))
   end
+  return n
+end)
+-- The least design again, with messages in any due order: a sorted set of ids by
+-- due time (then priority, here 0) and a hash of their bodies, as the hash pending
+-- layout keeps them. KEYS[1] due set  KEYS[2] bodies  KEYS[3] records; ARGV as
+-- least_push's.
+redis.register_function('sorted_push', function(KEYS, ARGV)
+  local due, ids, new = new_ids(KEYS, ARGV)
+  local scores, bodies = {}, {}
+  for _, k in ipairs(new) do
+    local id = ids[k]
+    scores[#scores + 1] = due * 10
+    scores[#scores + 1] = id
+    bodies[#bodies + 1] = id
+    bodies[#bodies + 1] = cmsgpack.pack({ due, ARGV[2], { 'payload', ARGV[2 * k + 2] } })
+  end
+  if #bodies > 0 then
+    redis.call('ZADD', KEYS[1], unpack(scores))
+    redis.call('HSET', KEYS[2], unpack(bodies))
+  end
+  return #bodies / 2
+end)
+-- KEYS as sorted_push's, KEYS[4] fence; ARGV[1] epoch, ARGV[2] batch.
+redis.register_function('sorted_forward', function(KEYS, ARGV)
+  if redis.call('GET', KEYS[4]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+  local now = now_ms()
+  local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now * 10 + 9, 'LIMIT', 0, tonumber(ARGV[2]))
+  if #ids == 0 then return 0 end
+  local bodies = redis.call('HMGET', KEYS[2], unpack(ids))
+  local records = {}
+  for k, id in ipairs(ids) do
+    local m = cmsgpack.unpack(bodies[k])
+    local fields = m[3]
+    records[2 * k - 1] = id
+    records[2 * k] = redis.call('XADD', m[2], '*', 'delayq-id', id, fields[1], fields[2])
+  end
+  redis.call('ZREM', KEYS[1], unpack(ids))
+  redis.call('HDEL', KEYS[2], unpack(ids))
+  redis.call('HSET', KEYS[3], unpack(records))
+  return #ids
+end)
+-- The least design kept compact: messages in lists by due second (a sorted set of
+-- the seconds that hold any), each element the score's text (13 digits of due ms and
+-- the priority) .. the id's length .. the id .. its packed stream and fields, in
+-- score order; the id index and the records as hashes in 2^11 buckets by the id's
+-- SHA-1 (sized for the lab's 100,000 pending, so that each stays a listpack). No
+-- bucket ever grows or splits, no record expires: the least a memory-lean layout
+-- costs. KEYS[1] the seconds  KEYS[2] index prefix  KEYS[3] records prefix; ARGV as
+-- least_push's. A message that sorts before its second's last is inserted in place.
+local function bucket_no(id)
+  return ':' .. tonumber(string.sub(redis.sha1hex(id), 1, 3), 16) % 2048
+end
+local function score_text(due) return string.format('%013d0', due) end
+redis.register_function('compact_push', function(KEYS, ARGV)
+  local due = now_ms() + tonumber(ARGV[1])
+  local score, second = score_text(due), math.floor(due / 1000)
+  local list = KEYS[1] .. ':' .. second
+  local stored, last = 0, redis.call('LINDEX', list, -1)
+  local appended = {}
+  for i = 3, #ARGV, 2 do
+    local id = ARGV[i]
+    local b = bucket_no(id)
+    local ix, rec = KEYS[2] .. b, KEYS[3] .. b
+    if not redis.call('HGET', ix, id) and not redis.call('HGET', rec, id) then
+      local elem = score .. string.char(#id) .. id .. cmsgpack.pack({ ARGV[2], { 'payload', ARGV[i + 1] } })
+      if not last or string.sub(last, 1, 14) <= score then
+        if not last then redis.call('ZADD', KEYS[1], second, second) end
+        appended[#appended + 1] = elem
+        last = elem
+      else
+        local all = redis.call('LRANGE', list, 0, -1)
+        for _, e in ipairs(all) do
+          if string.sub(e, 1, 14) > score then
+            redis.call('LINSERT', list, 'BEFORE', e, elem)
+            break
+          end
+        end
+      end
+      redis.call('HSET', ix, id, score)
+      stored = stored + 1
+    end
+  end
+  if #appended > 0 then redis.call('RPUSH', list, unpack(appended)) end
+  return stored
+end)
+-- KEYS as compact_push's, KEYS[4] fence; ARGV[1] epoch, ARGV[2] batch.
+redis.register_function('compact_forward', function(KEYS, ARGV)
+  if redis.call('GET', KEYS[4]) ~= ARGV[1] then return redis.error_reply('FENCED') end
+  local now_score, batch = score_text(now_ms()) .. '9', tonumber(ARGV[2])
+  local n, index, records = 0, {}, {}
+  local function group(groups, key, a, b)
+    local g = groups[key]
+    if not g then g = { 'HSET', key }; groups[key] = g end
+    g[#g + 1] = a
+    if b then g[#g + 1] = b end
+  end
+  while n < batch do
+    local second = redis.call('ZRANGE', KEYS[1], 0, 0)[1]
+    if not second then break end
+    local list = KEYS[1] .. ':' .. second
+    local got = redis.call('LRANGE', list, 0, batch - n - 1)
+    local taken = 0
+    for _, e in ipairs(got) do
+      if string.sub(e, 1, 14) > now_score then break end
+      local len = string.byte(e, 15)
+      local id = string.sub(e, 16, 15 + len)
+      local m = cmsgpack.unpack(string.sub(e, 16 + len))
+      local fields = m[2]
+      local entry = redis.call('XADD', m[1], '*', 'delayq-id', id, fields[1], fields[2])
+      taken, n = taken + 1, n + 1
+      local b = bucket_no(id)
+      group(index, KEYS[2] .. b, id)
+      group(records, KEYS[3] .. b, id, entry)
+    end
+    if taken == 0 then break end
+    if taken == #got and redis.call('LLEN', list) == taken then
+      redis.call('DEL', list)
+      redis.call('ZREM', KEYS[1], second)
+    else
+      redis.call('LTRIM', list, taken, -1)
+      break
+    end
+  end
+  for _, g in pairs(index) do
+    g[1] = 'HDEL'
+    redis.call(unpack(g))
+  end
+  for _, g in pairs(records) do redis.call(unpack(g)) end
   return n
 end)
 """
@@ -164,6 +312,10 @@ class Bare(Design):
 
 
 class Least(Design):
+    """The least design; its subclasses' functions are FLOOR's <KIND>_push and
+    <KIND>_forward."""
+
+    KIND = "least"
     KEYS = ["{least}:q", "{least}:ix", "{least}:rec", "{least}:fence"]
     batch = 200
 
@@ -174,10 +326,10 @@ class Least(Design):
         args = [str(due_in_ms), self.stream]
         for i in self.next_ids(n):
             args += [i, PAYLOAD]
-        return sc.encode("FCALL", "least_push", 3, *self.KEYS[:3], *args)
+        return sc.encode("FCALL", self.KIND + "_push", 3, *self.KEYS[:3], *args)
 
     def forward(self):
-        return sc.encode("FCALL", "least_forward", 4, *self.KEYS, "1", str(self.batch))
+        return sc.encode("FCALL", self.KIND + "_forward", 4, *self.KEYS, "1", str(self.batch))
 
     def moved(self, replies, n):
         if n and replies[0] != n:
@@ -185,27 +337,52 @@ class Least(Design):
         return replies[-1]
 
 
+class Sorted(Least):
+    """The least design with messages in any due order (a sorted set and a hash)."""
+
+    KIND = "sorted"
+    KEYS = ["{sorted}:due", "{sorted}:bodies", "{sorted}:rec", "{sorted}:fence"]
+
+
+class Compact(Least):
+    """The least design kept compact (lists by due second, bucketed hashes)."""
+
+    KIND = "compact"
+    KEYS = ["{compact}:q", "{compact}:ix", "{compact}:rec", "{compact}:fence"]
+
+
 class Delayq(Design):
     KEYS = sc.shard_keys("delayq", 0)
+    LAYOUT, RECORDS = "compact", ""
 
     def tick(self, n):
-        out = []
-        if n:
-            args = list(sc.HEAD)
-            for i in self.next_ids(n):
-                m = sc.message(1)
-                m[3], m[5], m[9] = i, str(DUE_IN_MS), self.stream
-                args += m
-            out.append(sc.encode("FCALL", "floor_push", len(self.KEYS), *self.KEYS, *args))
-        return out + [self.forward()]
+        return ([self.push(n, DUE_IN_MS)] if n else []) + [self.forward()]
+
+    def push(self, n, due_in_ms):
+        args = list(sc.HEAD)
+        args[5] = self.LAYOUT
+        for i in self.next_ids(n):
+            m = sc.message(1)
+            m[3], m[5], m[9] = i, str(due_in_ms), self.stream
+            args += m
+        return sc.encode("FCALL", "floor_push", len(self.KEYS), *self.KEYS, *args)
 
     def forward(self):
-        return sc.encode("FCALL", "floor_forward", len(self.KEYS), *self.KEYS, *sc.forward_args(200, 86400000))
+        args = sc.forward_args(200, 86400000)
+        args[2] = self.RECORDS + args[2]
+        return sc.encode("FCALL", "floor_forward", len(self.KEYS), *self.KEYS, *args)
 
     def moved(self, replies, n):
         if n and not (isinstance(replies[0], list) and replies[0][0] == b"scheduled"):
             sys.exit("%s: a push was refused: %r" % (self.name, replies[0]))
         return replies[-1][0]
+
+
+class DelayqHash(Delayq):
+    """delayq with both layouts "hash" (pending.layout, records.layout)."""
+
+    KEYS = sc.shard_keys("delayqhash", 0)
+    LAYOUT, RECORDS = "hash", "hash:"
 
 
 def pace(r, design, rate, tick_s, seconds):
@@ -277,6 +454,8 @@ def main():
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     global DUE_IN_MS
     DUE_IN_MS = int(sys.argv[3]) if len(sys.argv) > 3 else DUE_IN_MS
+    global PENDING
+    PENDING = int(sys.argv[4]) if len(sys.argv) > 4 else PENDING
     sc.with_redis(lambda r: run(r, seconds, rounds))
 
 
@@ -286,9 +465,9 @@ def run(r, seconds, rounds):
     forward = open(os.path.join(sc.LUA, "forward.lua")).read()
     sc.load_library(r, "delayq_floor", sc.prelude_text(),
                     {"floor_push": schedule, "floor_forward": forward})
-    r.call("SET", "{least}:fence", "1")
-    r.call("SET", Delayq.KEYS[4], "1")
-    designs = [Ping("ping"), Bare("bare move"), Least("least design"), Delayq("delayq")]
+    fences(r)
+    designs = [Ping("ping"), Bare("bare move"), Least("least design"), Sorted("least sorted"),
+               Compact("least compact"), Delayq("delayq"), DelayqHash("delayq hash")]
     settings = [(rate, tick) for rate in (1000, 10000) for tick in (0.001, 0.01)]
     figures = {}
     for _ in range(rounds):
@@ -308,19 +487,53 @@ def run(r, seconds, rounds):
         print("| %s | %s |" % (design.name, " | ".join(cells)))
     print()
     for _ in range(rounds):
-        least = least_drain(r)
+        least = least_drain(r, Least)
+        least_sorted = least_drain(r, Sorted)
+        least_compact = least_drain(r, Compact)
         sc.ceiling(r, BURST, 1000)
         print("| drain %d due, calls of 1000, the least design's forward | %.1f µs a message |" % (BURST, least))
+        print("| the same, the least sorted design's forward | %.1f µs a message |" % least_sorted)
+        print("| the same, the least compact design's forward | %.1f µs a message |" % least_compact)
+    print()
+    print("| Redis memory a pending message (%d pending, 100-byte payload) | bytes |" % PENDING)
+    print("|---|---|")
+    for design in (Least("least design"), Sorted("least sorted"), Compact("least compact"), Delayq("delayq"),
+                   DelayqHash("delayq hash")):
+        print("| %s | %.0f |" % (design.name, pending_memory(r, design)))
 
 
 BURST = 20_000
+PENDING = 100_000
 
 
-def least_drain(r):
-    """Redis CPU µs a message for the least forward to drain BURST due messages."""
+def fences(r):
+    for design in (Least, Sorted, Compact, Delayq, DelayqHash):
+        r.call("SET", design.KEYS[4 if issubclass(design, Delayq) else 3], "1")
+
+
+def pending_memory(r, design):
+    """Redis's used memory a message for PENDING messages due in an hour, pushed in
+    calls of 1000 (the stream they name is never written)."""
     r.call("FLUSHALL")
-    r.call("SET", "{least}:fence", "1")
-    design = Least("least drain")
+    fences(r)
+    design.stream = "floor:memory"
+    before = used_memory(r)
+    per_call = min(1000, PENDING)
+    for _ in range(PENDING // per_call):
+        r.call_encoded(design.push(per_call, 3_600_000))
+    return (used_memory(r) - before) / PENDING
+
+
+def used_memory(r):
+    info = r.call("INFO", "memory").decode()
+    return int(dict(l.split(":", 1) for l in info.splitlines() if ":" in l)["used_memory"])
+
+
+def least_drain(r, kind):
+    """Redis CPU µs a message for a least design's forward to drain BURST due messages."""
+    r.call("FLUSHALL")
+    fences(r)
+    design = kind("least drain")
     design.batch = 1000
     design.stream = "floor:drain"
     for _ in range(BURST // 1000):
