@@ -444,7 +444,7 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         (
             "spread_floor.py",
             &["0.1", "1", "20", "2000"][..],
-            "least compact design's forward",
+            "Redis memory a message",
         ),
     ] {
         let out = std::process::Command::new("python3")
