@@ -240,22 +240,50 @@ impl SentinelSet {
     /// up, and every Sentinel knows every replica and the two other Sentinels (to
     /// reach the quorum and elect one of them to lead the failover).
     pub fn ready(&self) -> bool {
-        let linked = self
-            .replicas
-            .iter()
-            .all(|r| r.replication("master_link_status").as_deref() == Some("up"));
-        linked
-            && self.sentinels.iter().all(|s| {
-                let mut c = s.client();
-                let mut count = |what: &str| {
-                    redis::cmd("SENTINEL")
-                        .arg(what)
-                        .arg(&self.name)
-                        .query::<Vec<redis::Value>>(&mut c)
-                        .map_or(0, |v| v.len())
-                };
-                count("replicas") == self.replicas.len() && count("sentinels") == 2
-            })
+        self.unready().is_empty()
+    }
+
+    /// What keeps [`SentinelSet::ready`] false, a line each: a replica whose link
+    /// is not up, a Sentinel that does not know every replica or the two other
+    /// Sentinels (what it knows of them: each one's address and flags). Empty when
+    /// ready.
+    pub fn unready(&self) -> Vec<String> {
+        let mut unready = Vec::new();
+        for r in &self.replicas {
+            let link = r.replication("master_link_status");
+            if link.as_deref() != Some("up") {
+                unready.push(format!("replica {}: master link {link:?}", r.port));
+            }
+        }
+        for s in &self.sentinels {
+            let mut c = s.client();
+            let mut known = |what: &str| {
+                redis::cmd("SENTINEL")
+                    .arg(what)
+                    .arg(&self.name)
+                    .query::<Vec<std::collections::HashMap<String, String>>>(&mut c)
+                    .map(|all| {
+                        all.iter()
+                            .map(|one| {
+                                let at = |k: &str| one.get(k).map_or("?", String::as_str);
+                                format!("{}:{} ({})", at("ip"), at("port"), at("flags"))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|e| e.to_string())
+            };
+            let (replicas, sentinels) = (known("replicas"), known("sentinels"));
+            let enough = |known: &Result<Vec<String>, String>, want: usize| {
+                known.as_ref().is_ok_and(|k| k.len() == want)
+            };
+            if !enough(&replicas, self.replicas.len()) || !enough(&sentinels, 2) {
+                unready.push(format!(
+                    "Sentinel {}: knows replicas {replicas:?}, Sentinels {sentinels:?}",
+                    s.port
+                ));
+            }
+        }
+        unready
     }
 
     /// Waits until [`SentinelSet::ready`], up to `timeout`.
@@ -263,7 +291,11 @@ impl SentinelSet {
         let deadline = Instant::now() + timeout;
         while !self.ready() {
             if Instant::now() > deadline {
-                bail!("Sentinels not ready within {timeout:?}");
+                bail!(
+                    "Sentinels not ready within {timeout:?}: {}\n{}",
+                    self.unready().join("; "),
+                    self.logs()
+                );
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{
-    Api, Entry, OneLeader, documented_user, entry, eventually, logs_of, try_entries, within,
+    Api, Entry, OneLeader, documented_user, entry, eventually, logs_between, logs_of, try_entries,
+    within,
 };
 use crate::tls::Pki;
 
@@ -217,10 +218,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         ..SentinelOptions::default()
     };
     let mut watched = SentinelSet::start(NAME, 2, None, &options).unwrap();
-    eventually(Duration::from_secs(30), "Sentinels ready", || async {
-        watched.ready().then_some(())
-    })
-    .await;
+    crate::sentinel::ready(&watched).await;
     let db = tokio::task::spawn_blocking(MariaDbServer::start)
         .await
         .unwrap()
@@ -255,6 +253,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
 
     // 1. The master dies; Sentinel promotes one of the replicas, whichever.
     let first = watched.master.tls_port.unwrap_or(watched.master.port);
+    let killed_at = SystemTime::now();
     watched.master.kill();
     let (second, resumed_kill) =
         promoted_and_delivering(&watched, first, "a replica promoted").await;
@@ -262,6 +261,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
 
     // 2. A planned switch to the other replica.
     // (Refused while Sentinel still ends the last failover: asked again.)
+    let planned_at = SystemTime::now();
     eventually(
         Duration::from_secs(30),
         "SENTINEL FAILOVER taken",
@@ -474,15 +474,17 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         after_loss > 20,
         "{after_loss} confirmed and delivered after the loss"
     );
-    for (what, resumed) in [
-        ("SIGKILL", resumed_kill),
-        ("SENTINEL FAILOVER", resumed_planned),
+    for (what, from, resumed) in [
+        ("SIGKILL", killed_at, resumed_kill),
+        ("SENTINEL FAILOVER", planned_at, resumed_planned),
     ] {
-        // A slow resumption tells its story: what the nodes and the Sentinels did.
+        // A slow resumption tells its story: what the nodes and the Sentinels did
+        // from the fault until delivery resumed.
+        let until = from + resumed + Duration::from_secs(35);
         assert!(
             resumed < Duration::from_secs(5),
             "{what}: delivering again after {resumed:?}\n{}\nthe Sentinels' logs:\n{}",
-            context(),
+            logs_between(&nodes, from, until),
             watched.logs()
         );
     }

@@ -48,13 +48,26 @@ async fn watched_via(replicas: usize, proxy: Option<&Proxy>) -> Watched {
     if let Some(proxy) = proxy {
         proxy.lead_to(&watched.master.url());
     }
-    // A failover needs a replica in sync that every Sentinel knows, and
-    // Sentinels that know each other (to reach the quorum and elect a leader).
-    eventually(Duration::from_secs(30), "Sentinels ready", || async {
+    ready(&watched).await;
+    watched
+}
+
+/// Waits until a failover can happen: a replica in sync that every Sentinel knows,
+/// and Sentinels that know each other (to reach the quorum and elect a leader). If
+/// not within 30 s, fails saying what is missing, with the Sentinels' logs.
+pub(crate) async fn ready(watched: &SentinelSet) {
+    if within(Duration::from_secs(30), || async {
         watched.ready().then_some(())
     })
-    .await;
-    watched
+    .await
+    .is_none()
+    {
+        panic!(
+            "Sentinels not ready:\n{}\nthe Sentinels' logs:\n{}",
+            watched.unready().join("\n"),
+            watched.logs()
+        );
+    }
 }
 
 /// A delayq configuration's `[redis]` section on `watched`, two shards.

@@ -313,6 +313,35 @@ pub fn logs_of(nodes: &[DelayqProcess]) -> String {
         .join("\n")
 }
 
+/// Every node's whole log between `from` and `until` (by each line's timestamp), for a
+/// phase that went wrong long before a test's end: its last lines no longer cover it.
+pub fn logs_between(
+    nodes: &[DelayqProcess],
+    from: std::time::SystemTime,
+    until: std::time::SystemTime,
+) -> String {
+    // The daemon stamps its lines in RFC 3339 with microseconds, which sort as text.
+    let (from, until) = (
+        humantime::format_rfc3339_micros(from).to_string(),
+        humantime::format_rfc3339_micros(until).to_string(),
+    );
+    nodes
+        .iter()
+        .map(|n| {
+            let log = n.full_log();
+            let lines: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.get(..from.len())
+                        .is_some_and(|t| t >= &*from && t <= &*until)
+                })
+                .collect();
+            format!("--- {} ---\n{}", n.name, lines.join("\n"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// SIGKILLs `nodes[leader]`, which leads under `epoch`, and waits (15 s at most)
 /// for another node to lead under a newer epoch: that node, and how long after
 /// the kill it led.
