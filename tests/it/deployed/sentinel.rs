@@ -481,9 +481,25 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         // A slow resumption tells its story: what the nodes and the Sentinels did
         // from the fault until delivery resumed.
         let until = from + resumed + Duration::from_secs(35);
+        // And the messages due or delivered meanwhile: what was told, when sent.
+        let ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+        let meanwhile = |at: u64| at >= ms(from) && at <= ms(until);
+        let messages: Vec<String> = told
+            .iter()
+            .filter(|(id, t)| {
+                meanwhile(t.due)
+                    || t.rescheduled.is_some_and(|(_, due)| meanwhile(due))
+                    || seen
+                        .get(*id)
+                        .is_some_and(|at| at.iter().any(|&at| meanwhile(at)))
+            })
+            .map(|(id, t)| format!("{id}: {t:?}, sent at {:?}", seen.get(id)))
+            .collect();
         assert!(
             resumed < Duration::from_secs(5),
-            "{what}: delivering again after {resumed:?}\n{}\nthe Sentinels' logs:\n{}",
+            "{what}: delivering again after {resumed:?}\nfrom {} on:\n{}\n{}\nthe Sentinels' logs:\n{}",
+            ms(from),
+            messages.join("\n"),
             logs_between(&nodes, from, until),
             watched.logs()
         );
