@@ -59,6 +59,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import script_cost as sc  # noqa: E402
+from kept_apart import used_memory  # noqa: E402
 
 FLOOR = """#!lua name=spread_floor
 local function now_ms()
@@ -318,6 +319,7 @@ class Least(Design):
 
     KIND = "least"
     KEYS = ["{least}:q", "{least}:ix", "{least}:rec", "{least}:fence"]
+    FENCE = 3  # KEYS[FENCE] is the fence
     batch = 200
 
     def tick(self, n):
@@ -354,6 +356,7 @@ class Compact(Least):
 
 class Delayq(Design):
     KEYS = sc.shard_keys("delayq", 0)
+    FENCE = 4
     LAYOUT, RECORDS = "compact", ""
 
     def tick(self, n):
@@ -512,7 +515,7 @@ PENDING = 100_000
 
 def fences(r):
     for design in (Least, Sorted, Compact, Delayq, DelayqHash):
-        r.call("SET", design.KEYS[4 if issubclass(design, Delayq) else 3], "1")
+        r.call("SET", design.KEYS[design.FENCE], "1")
 
 
 def pending_memory(r, design):
@@ -527,11 +530,6 @@ def pending_memory(r, design):
         r.call_encoded(design.push(per_call, 3_600_000))
     cpu = r.cpu_seconds() - cpu
     return (used_memory(r) - before) / PENDING, cpu / PENDING * 1e6
-
-
-def used_memory(r):
-    info = r.call("INFO", "memory").decode()
-    return int(dict(l.split(":", 1) for l in info.splitlines() if ":" in l)["used_memory"])
 
 
 def least_drain(r, kind):
