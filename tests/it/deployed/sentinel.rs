@@ -27,10 +27,11 @@ use crate::tls::Pki;
 const NAME: &str = "dq-deployed";
 
 fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
+    epoch_ms(SystemTime::now())
+}
+
+fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
 
 /// What the producer was told of one message.
@@ -482,8 +483,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         // from the fault until delivery resumed.
         let until = from + resumed + Duration::from_secs(35);
         // And the messages due or delivered meanwhile: what was told, when sent.
-        let ms = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
-        let meanwhile = |at: u64| at >= ms(from) && at <= ms(until);
+        let meanwhile = |at: u64| at >= epoch_ms(from) && at <= epoch_ms(until);
         let messages: Vec<String> = told
             .iter()
             .filter(|(id, t)| {
@@ -498,7 +498,7 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         assert!(
             resumed < Duration::from_secs(5),
             "{what}: delivering again after {resumed:?}\nfrom {} on:\n{}\n{}\nthe Sentinels' logs:\n{}",
-            ms(from),
+            epoch_ms(from),
             messages.join("\n"),
             logs_between(&nodes, from, until),
             watched.logs()
