@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis::{ErrorKind, RedisError, Value};
 use tokio::sync::Semaphore;
 
-use super::conn::Separate;
+use super::conn::{Separate, master_moved};
 use super::{Result, Store, StoreError, array, text};
 use crate::message::Fields;
 
@@ -54,6 +54,13 @@ impl PollPool {
 }
 
 impl Store {
+    /// A connection for long polls: through Sentinel, a read under way when the
+    /// master moves ends there, and `read_group` makes it again on the new master
+    /// for what is left of its wait (sent again whole, it could outlast the wait).
+    async fn poll_connection(&self) -> Result<Separate> {
+        Ok(self.blocking_connection().await?.interrupted_by_moves())
+    }
+
     /// Reads up to `count` entries of `stream` not yet delivered to `group`, for
     /// `consumer`, waiting up to `wait` for the first (zero: not at all). The group is
     /// created if missing, reading from the stream's start (so entries written before
@@ -83,7 +90,7 @@ impl Store {
             })?;
         let (mut conn, pooled) = match self.polls.take() {
             Some(conn) => (conn, true),
-            None => (self.blocking_connection().await?, false),
+            None => (self.poll_connection().await?, false),
         };
         let limit = wait + self.response_timeout;
         let mut result = within(
@@ -95,7 +102,7 @@ impl Store {
             && matches!(&result, Err(StoreError::Redis(e)) if e.is_connection_dropped() || e.is_io_error())
         {
             // The idle connection went stale (Redis restarted, or a proxy cut it): once more on a fresh one.
-            conn = self.blocking_connection().await?;
+            conn = self.poll_connection().await?;
             result = within(
                 limit,
                 read_group(&mut conn, stream, group, consumer, count, ends),
@@ -281,7 +288,15 @@ async fn read_group(
             ">",
         )
     };
-    let reply: Value = match read().query_async(conn).await {
+    // A read under way when the master moved is made again there, for what is
+    // left of the wait (see `Store::poll_connection`).
+    let first = loop {
+        match read().query_async(conn).await {
+            Err(e) if master_moved(&e) => continue,
+            read => break read,
+        }
+    };
+    let reply: Value = match first {
         Ok(reply) => reply,
         Err(e) if e.code() == Some("NOGROUP") => {
             ensure_group(conn, stream, group).await?;

@@ -186,9 +186,17 @@ fn entries_on(node: &RedisServer) -> Vec<Entry> {
     panic!("stream s on {} not readable", node.port)
 }
 
+/// How delivery resumed on a new master: its port, how long after the promotion
+/// was seen, and what each look at the new master's stream found meanwhile.
+struct Resumption {
+    port: u16,
+    took: Duration,
+    looks: Vec<String>,
+}
+
 /// Waits for a promotion away from `from`, then for delivery on the new master
-/// of any entry written after the promotion: how long that took.
-async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -> (u16, Duration) {
+/// of any entry written after the promotion.
+async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -> Resumption {
     let port = within(Duration::from_secs(30), || async {
         watched.master_port().filter(|&p| p != from)
     })
@@ -201,13 +209,27 @@ async fn promoted_and_delivering(watched: &SentinelSet, from: u16, what: &str) -
     });
     let (promoted, at) = (Instant::now(), now_ms());
     let node = watched.server(port).unwrap();
+    let looks = Mutex::new(vec![format!("promoted: port {port}, at {at}")]);
     eventually(
         Duration::from_secs(30),
         "delivery on the new master",
-        || async { entries_on(node).iter().any(|e| e.ms() > at).then_some(()) },
+        || async {
+            let entries = entries_on(node);
+            let last = entries.last().map(|e| e.id.clone());
+            looks.lock().unwrap().push(format!(
+                "+{:?}: {} entries, the last {last:?}",
+                promoted.elapsed(),
+                entries.len()
+            ));
+            entries.iter().any(|e| e.ms() > at).then_some(())
+        },
     )
     .await;
-    (port, promoted.elapsed())
+    Resumption {
+        port,
+        took: promoted.elapsed(),
+        looks: looks.into_inner().unwrap(),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -256,8 +278,8 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     let first = watched.master.tls_port.unwrap_or(watched.master.port);
     let killed_at = SystemTime::now();
     watched.master.kill();
-    let (second, resumed_kill) =
-        promoted_and_delivering(&watched, first, "a replica promoted").await;
+    let resumed_kill = promoted_and_delivering(&watched, first, "a replica promoted").await;
+    let second = resumed_kill.port;
     load.confirms(40, "after the master died").await;
 
     // 2. A planned switch to the other replica.
@@ -275,8 +297,8 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         },
     )
     .await;
-    let (third, resumed_planned) =
-        promoted_and_delivering(&watched, second, "the planned switch").await;
+    let resumed_planned = promoted_and_delivering(&watched, second, "the planned switch").await;
+    let third = resumed_planned.port;
     // Pushes are confirmed again once Sentinel has made the old master a replica
     // of the new one (seconds after the switch). Sentinel does that only once the
     // new master has not been judged down for a while; on a loaded machine its
@@ -475,10 +497,12 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
         after_loss > 20,
         "{after_loss} confirmed and delivered after the loss"
     );
-    for (what, from, resumed) in [
+    let (took_kill, took_planned) = (resumed_kill.took, resumed_planned.took);
+    for (what, from, resumption) in [
         ("SIGKILL", killed_at, resumed_kill),
         ("SENTINEL FAILOVER", planned_at, resumed_planned),
     ] {
+        let resumed = resumption.took;
         // A slow resumption tells its story: what the nodes and the Sentinels did
         // from the fault until delivery resumed.
         let until = from + resumed + Duration::from_secs(35);
@@ -497,7 +521,8 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
             .collect();
         assert!(
             resumed < Duration::from_secs(5),
-            "{what}: delivering again after {resumed:?}\nfrom {} on:\n{}\n{}\nthe Sentinels' logs:\n{}",
+            "{what}: delivering again after {resumed:?}\nthe looks at the new master:\n{}\nfrom {} on:\n{}\n{}\nthe Sentinels' logs:\n{}",
+            resumption.looks.join("\n"),
             epoch_ms(from),
             messages.join("\n"),
             logs_between(&nodes, from, until),
@@ -522,8 +547,8 @@ async fn sentinel_tls_acl_acks_journal_and_two_nodes_through_every_fault() {
     let cancelled = told.values().filter(|t| t.cancelled == Some(200)).count();
     println!(
         "deployed (Sentinel, TLS, ACL user, acks, journal, 2 nodes): {confirmed} confirmed, {rescheduled} rescheduled, \
-         {cancelled} cancelled; delivering again {resumed_kill:?} after the kill's promotion, \
-         {resumed_planned:?} after the planned one; {resent} resent after the loss, {after_loss} pushed and delivered after it"
+         {cancelled} cancelled; delivering again {took_kill:?} after the kill's promotion, \
+         {took_planned:?} after the planned one; {resent} resent after the loss, {after_loss} pushed and delivered after it"
     );
 }
 

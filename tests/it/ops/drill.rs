@@ -19,8 +19,13 @@ pub(crate) fn drill<S: AsRef<std::ffi::OsStr>>(
         .output()
         .expect("run delayq drill");
     let stderr = text(&out.stderr);
-    let report = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("no JSON report ({e}): {}\n{stderr}", text(&out.stdout)));
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "no JSON report ({e}; the drill {}): {}\n{stderr}",
+            out.status,
+            text(&out.stdout)
+        )
+    });
     (out.status.code(), report, stderr)
 }
 

@@ -23,6 +23,8 @@ use crate::support::{
     logs_of, try_entries, within,
 };
 
+mod reads;
+
 const NAME: &str = "dq-main";
 
 /// The Redis side: master, replicas, Sentinels that know them all and each other.

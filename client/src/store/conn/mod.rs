@@ -8,8 +8,9 @@
 //! most every [`RESOLVE_EVERY`], and when they name another node (one that says it
 //! is master) it moves every later command there. The failed command is not sent
 //! again: callers retry as they do after any Redis error, so nothing is written
-//! twice. Connections made apart (pub/sub, blocking reads) go to the current
-//! master too ([`Conn::pubsub`], [`Conn::separate`]). It also listens to every
+//! twice. Connections made apart go to the current master too: pub/sub
+//! ([`Conn::pubsub`]) and blocking reads, which also follow it when it moves
+//! (`separate.rs`). It also listens to every
 //! Sentinel's announcements: from the moment the Sentinel leading a failover of
 //! this master says it promotes a replica until the new master is announced (at
 //! most [`SWITCH_HOLD`]), commands wait, then go to the new master, so that
@@ -44,6 +45,7 @@ use crate::secret::RedisUrl;
 mod announcements;
 mod cluster;
 mod sentinel;
+mod separate;
 
 pub(super) use super::tls::node_client;
 use announcements::listen;
@@ -51,6 +53,8 @@ use cluster::Cluster;
 pub use cluster::slot_master;
 pub use sentinel::SentinelConfig;
 use sentinel::{Follow, RESOLVE_EVERY, SWITCH_HOLD, sentinel_client, sentinel_clients};
+pub use separate::Separate;
+pub(in crate::store) use separate::master_moved;
 
 /// The node commands go to now.
 #[derive(Clone)]
@@ -81,42 +85,6 @@ impl Link {
             Link::Manager(m) => m.get_db(),
             Link::Redial(r) => r.get_db(),
             Link::Cluster(_) => 0,
-        }
-    }
-}
-
-/// A connection apart from the shared one, for blocking reads: to the one node,
-/// or a cluster connection of its own.
-#[derive(Clone)]
-pub enum Separate {
-    Node(redis::aio::MultiplexedConnection),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Separate {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Separate::Node(c) => c.req_packed_command(cmd),
-            Separate::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Separate::Node(c) => c.req_packed_commands(pipeline, offset, count),
-            Separate::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Separate::Node(c) => c.get_db(),
-            Separate::Cluster(_) => 0,
         }
     }
 }
@@ -225,25 +193,6 @@ impl Conn {
     /// Whether this is a Redis Cluster connection.
     pub(super) fn is_cluster(&self) -> bool {
         self.cluster.is_some()
-    }
-
-    /// A connection apart from this one for blocking reads, without a response
-    /// timeout (`config` says so for one node): to the current node, or a cluster
-    /// connection.
-    pub(super) async fn separate_any(
-        &self,
-        config: &redis::AsyncConnectionConfig,
-    ) -> redis::RedisResult<Separate> {
-        match &self.cluster {
-            Some(cluster) => {
-                // The cluster connection wants a timeout: a day is none.
-                let c = ClusterConfig::new().set_response_timeout(Duration::from_secs(24 * 3600));
-                Ok(Separate::Cluster(
-                    cluster.client.get_async_connection_with_config(c).await?,
-                ))
-            }
-            None => Ok(Separate::Node(self.separate(config).await?)),
-        }
     }
 
     /// A pub/sub connection to the current node (Redis Cluster: the first seed
