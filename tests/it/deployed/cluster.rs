@@ -8,9 +8,10 @@
 //! early; none sent to the dead master's slots after its death is confirmed (no
 //! replica had it); no answer is a 500; and no group has two leaders at once.
 
+use crate::support::now_ms;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use delayq_client::store::{slot_master, slot_of};
 use delayq_harness::{EtcdServer, RedisServer};
@@ -21,13 +22,6 @@ use crate::redis_cluster::{cluster_toml, kill_master_timed, own_cluster, reader}
 use crate::support::{documented_user_with, entries, eventually, led_groups, logs_of};
 
 const GROUPS: usize = 3;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// 24 streams over every master, four of them in the first 1000 slots of the
 /// master that serves slot 0 (the ones the reshard moves): `dep-<k>` names,

@@ -10,9 +10,10 @@
 //! a loss of Redis's data may resend (a delivery not yet journaled), no answer
 //! is a 500, and delivery resumes within 5 s of each promotion.
 
+use crate::support::{epoch_ms, now_ms};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use delayq_harness::{EtcdServer, MariaDbServer, RedisServer, SentinelOptions, SentinelSet};
 use serde_json::{Value, json};
@@ -25,14 +26,6 @@ use crate::support::{
 use crate::tls::Pki;
 
 const NAME: &str = "dq-deployed";
-
-fn now_ms() -> u64 {
-    epoch_ms(SystemTime::now())
-}
-
-fn epoch_ms(t: SystemTime) -> u64 {
-    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
-}
 
 /// What the producer was told of one message.
 #[derive(Clone, Debug, Default)]

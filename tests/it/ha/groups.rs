@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::{Producer, TTL, check_exactly_once, deliveries, flowing, node_counter, now_ms};
+use super::{Producer, TTL, check_exactly_once, deliveries, flowing, node_counter};
+use crate::support::now_ms;
 use crate::support::{self, Api, Cluster, eventually};
 use delayq_client::store::Store;
 

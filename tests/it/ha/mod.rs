@@ -21,10 +21,11 @@ mod lease;
 mod schedules;
 mod takeover;
 
+use crate::support::now_ms;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use delayq_client::message::NewMessage;
 use delayq_client::store::{ScheduleMode, Store};
@@ -38,13 +39,6 @@ const STREAM: &str = "ha";
 const ELECTION_PREFIX: &str = "/delayq/ha/leader";
 /// Messages are pushed this far ahead of their due time.
 const DELAY: Duration = Duration::from_millis(300);
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 /// The nodes' settings here (besides Redis and etcd): 4 shards, a lease of `TTL`,
 /// the failsafe as asked, and info logs to show in a failure.

@@ -4,6 +4,7 @@
 //! messages each misfire policy promises (an occurrence a dead leader pushed but did
 //! not record counted as made, not missed).
 
+use crate::support::now_ms;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -181,7 +182,7 @@ async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() 
     // Longer than the horizon (1 s) and the grace (5 s): occurrences are missed.
     tokio::time::sleep(Duration::from_secs(30)).await;
     node.restart().unwrap();
-    let started_at = now_ms();
+    let started_at = now_ms() as i64;
     let api = Api::new(node.api);
     // Each policy's decision, as the leader logs it (its rules are plan.rs's unit
     // tests); then every schedule delivers again, nothing twice.
@@ -292,11 +293,4 @@ async fn after_every_node_was_down_each_misfire_policy_sends_what_it_promises() 
             "{text}"
         );
     }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }

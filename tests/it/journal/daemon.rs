@@ -2,21 +2,15 @@
 //! its data and every message not finished comes back, once; MySQL stops under
 //! load and nothing confirmed is lost, and the two agree again after.
 
+use crate::support::now_ms;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use delayq_harness::{DelayqProcess, MariaDbServer, RedisServer};
 use serde_json::json;
 
 use crate::support::{Api, Entry, Tally, delayq_bin, entries, eventually, within, xlen};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 pub(super) async fn mariadb() -> MariaDbServer {
     tokio::task::spawn_blocking(MariaDbServer::start)

@@ -2,20 +2,14 @@
 //! puts every schedule back (a deleted one stays deleted), each made as far as the
 //! journal has its occurrences, so that none is made a second time.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use crate::support::now_ms;
+use std::time::Duration;
 
 use delayq_harness::RedisServer;
 use serde_json::{Value, json};
 
 use super::daemon::{journaled_node, mariadb};
 use crate::support::{Api, entries, eventually, within, xlen};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 async fn created(api: &Api, body: Value) {
     let (status, answer) = api.post("/v1/schedules", body).await;
@@ -30,7 +24,7 @@ async fn a_restore_brings_schedules_back_made_as_far_as_the_journal_knows() {
     let node = journaled_node(&redis, &db, "[scheduler]\nhorizon = \"1s\"\n");
     let api = Api::new(node.api);
     // Four ticks, a second apart, then none: every one missed would be sent again.
-    let start = (now_ms() / 1000 + 2) * 1000;
+    let start = (now_ms() as i64 / 1000 + 2) * 1000;
     let end = start + 3000;
     created(
         &api,
@@ -83,7 +77,7 @@ async fn a_restore_brings_schedules_back_made_as_far_as_the_journal_knows() {
     })
     .await
     .unwrap_or_else(|| panic!("the schedules restored: {}", node.full_log()));
-    let restored = now_ms();
+    let restored = now_ms() as i64;
     let tick = &listed[2];
     assert_eq!(
         tick["last"],

@@ -12,9 +12,9 @@ use delayq_client::store::{BatchItem, Scheduled, Store, slot_master, slot_of};
 use delayq_harness::RedisCluster;
 use tokio_util::sync::CancellationToken;
 
-use super::forwarding::now_ms;
 use super::{cluster_config, kill_master_timed, own_cluster, reader};
 use crate::support::entries;
+use crate::support::now_ms;
 
 /// What the producers pushed: confirmed ids with their stream and due time, and how
 /// many pushes failed (each may or may not have been stored).

@@ -5,8 +5,9 @@
 
 use delayq_client::store::{Store, StoreError};
 
-use super::forwarding::{messages, now_ms, schedule_all};
+use super::forwarding::{messages, schedule_all};
 use super::{cluster_config, reader, shared_cluster};
+use crate::support::now_ms;
 use crate::support::xlen;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

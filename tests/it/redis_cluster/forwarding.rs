@@ -1,6 +1,7 @@
 //! Forwarding on Redis Cluster: exactly once and never early, over streams whose
 //! slots spread across the masters.
 
+use crate::support::now_ms;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -39,14 +40,6 @@ pub(super) async fn schedule_all(store: &Store, items: &[BatchItem]) {
     for chunk in items.chunks(1000) {
         schedule_new(store, chunk, Duration::from_secs(3600)).await;
     }
-}
-
-/// Epoch ms now, by this machine's clock (the cluster's nodes share it).
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
 }
 
 /// Waits until `streams` hold `n` entries in all (panics after `timeout`), then

@@ -10,8 +10,9 @@ use std::time::{Duration, Instant};
 use delayq_client::store::{Keys, Store};
 use delayq_harness::{DelayqProcess, EtcdServer, RedisCluster};
 
-use super::forwarding::{check_exactly_once, messages, now_ms, schedule_all};
+use super::forwarding::{check_exactly_once, messages, schedule_all};
 use super::{cluster_config, cluster_toml, kill_master_of, own_cluster, reader, shared_cluster};
+use crate::support::now_ms;
 use crate::support::{
     Api, OneLeader, counter, delayq_bin, eventually, kill_and_time_takeover, led_groups, logs_of,
 };

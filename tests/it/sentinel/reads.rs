@@ -5,6 +5,7 @@
 //! nothing of what producers write to the new master meanwhile.
 
 use super::*;
+use crate::support::now_ms;
 
 const INBOX: &str = "delayq:inbox";
 
@@ -23,9 +24,13 @@ fn send_to_inbox(node: &RedisServer, n: &str) {
         .expect("XADD to the inbox");
 }
 
-/// Whether stream `s` on `node` holds the entry carrying `n`.
-fn holds(node: &RedisServer, n: &str) -> bool {
-    entries_on(node, "s").iter().any(|e| e.get("n") == Some(n))
+/// When the entry carrying `n` was written to stream `s` on `node` (by its id), if
+/// it was.
+fn delivered_at(node: &RedisServer, n: &str) -> Option<u64> {
+    entries_on(node, "s")
+        .iter()
+        .find(|e| e.get("n") == Some(n))
+        .map(Entry::ms)
 }
 
 /// How many clients `node` holds blocked (reads waiting in `XREADGROUP`).
@@ -48,7 +53,7 @@ async fn after_a_planned_failover_the_inbox_and_long_polls_read_the_new_master_a
     eventually(
         Duration::from_secs(20),
         "the inbox entry delivered",
-        || async { holds(&watched.master, "before").then_some(()) },
+        || async { delivered_at(&watched.master, "before") },
     )
     .await;
     // A consumer's long poll, waiting once every entry so far is read.
@@ -71,15 +76,15 @@ async fn after_a_planned_failover_the_inbox_and_long_polls_read_the_new_master_a
     .await;
 
     let new_master = planned_failover(&watched, 0).await;
-    let promoted = Instant::now();
+    let (promoted, promoted_ms) = (Instant::now(), now_ms());
     send_to_inbox(new_master, "after");
-    eventually(
+    let delivered_ms = eventually(
         Duration::from_secs(20),
         "the entry sent to the new master's inbox delivered",
-        || async { holds(new_master, "after").then_some(()) },
+        || async { delivered_at(new_master, "after") },
     )
     .await;
-    let delivered = promoted.elapsed();
+    let delivered = Duration::from_millis(delivered_ms.saturating_sub(promoted_ms));
     let old_role = watched.master.replication("role");
     let ((status, answer), answered) = poll.await.expect("the poll");
     assert_eq!(status, 200, "{answer}");

@@ -4,7 +4,8 @@
 //!   (`Env`), and the configurations tests write (`config`, `toml_layers`);
 //! - `http`: `Api`, the one way tests speak HTTP to a node;
 //! - `waiting`: the patience factor and every wait on a condition (`eventually`,
-//!   `within`), on its absence (`never`), and on time itself (`let_pass`);
+//!   `within`), on its absence (`never`), and on time itself (`let_pass`, and the
+//!   clock in epoch milliseconds: `now_ms`, `epoch_ms`);
 //! - `streams`: Redis streams as producers and consumers see them;
 //! - `tally`: exactly once, counted: which ids were lost, doubled or never expected;
 //! - `cluster`: `delayq run` processes elected through etcd, and who leads;

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often a cheap condition is checked again.
 const POLL: Duration = Duration::from_millis(10);
@@ -90,4 +90,14 @@ where
 /// an outage lasting, a due time coming); never a stand-in for a condition.
 pub async fn let_pass(time: Duration) {
     tokio::time::sleep(time).await;
+}
+
+/// This machine's clock in epoch milliseconds (Redis's nodes in tests share it).
+pub fn now_ms() -> u64 {
+    epoch_ms(SystemTime::now())
+}
+
+/// `t` in epoch milliseconds.
+pub fn epoch_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
 }
