@@ -19,6 +19,17 @@ pub struct SentinelOptions {
     pub failover_timeout: Option<Duration>,
 }
 
+/// How long a [`SentinelSet`]'s Sentinels wait before they judge a node down.
+///
+/// Sentinel promotes only a replica whose link to the master has been down for
+/// less than ten times this, plus how long the master has been judged down. A
+/// machine that stalls for 2 s puts every Sentinel in TILT mode for 30 s, during
+/// which none judges anything: a master killed just before is judged down only
+/// then, its replicas' links down for over 30 s already. With 1 s, no replica was
+/// ever good enough again (`-failover-abort-no-good-slave`, measured beside two
+/// CPU hogs); 5 s leaves 50 s.
+pub const DOWN_AFTER: Duration = Duration::from_secs(5);
+
 /// One `redis-sentinel` watching one master under a name.
 pub struct SentinelServer {
     pub port: u16,
@@ -223,7 +234,7 @@ impl SentinelSet {
                     name,
                     watched.unwrap_or(master.port),
                     2,
-                    Duration::from_millis(1000),
+                    DOWN_AFTER,
                     options,
                 )
             })
