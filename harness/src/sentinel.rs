@@ -354,6 +354,11 @@ impl SentinelSet {
         ports.all(|p| p == Some(first)).then_some(first)
     }
 
+    /// The server every Sentinel names as the master, once they agree.
+    pub fn current_master(&self) -> Option<&RedisServer> {
+        self.server(self.master_port()?)
+    }
+
     /// The server on `port` (plain or TLS): the master or one of the replicas.
     pub fn server(&self, port: u16) -> Option<&RedisServer> {
         std::iter::once(&self.master)

@@ -5,16 +5,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::{TOKEN, strict};
-use crate::support::{Env, assert_refused, eventually, patience, pending_count, xlen};
-
-/// How many clients Redis holds blocked (a long poll waiting in XREADGROUP).
-fn blocked_clients(conn: &mut redis::Connection) -> u64 {
-    let info: String = redis::cmd("INFO").arg("clients").query(conn).expect("INFO");
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("blocked_clients in INFO clients")
-}
+use crate::support::{
+    Env, assert_refused, blocked_clients, eventually, patience, pending_count, xlen,
+};
 
 /// A poll of `jobs` by `workers`/`w1` that does not wait.
 async fn poll_now(env: &Env) -> (u16, serde_json::Value) {

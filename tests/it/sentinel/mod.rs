@@ -271,14 +271,7 @@ async fn through_failover_as(
     // fail over a second time, to the other replica, and the first one promoted
     // then holds a replica's copy, stale until it has synchronized again.
     let deadline = Instant::now() + Duration::from_secs(15);
-    let master_now = || {
-        let port = watched.master_port();
-        watched
-            .replicas
-            .iter()
-            .find(|r| Some(r.port) == port)
-            .unwrap_or(new_master)
-    };
+    let master_now = || watched.current_master().unwrap_or(new_master);
     let tally = loop {
         let mut tally = Tally::of_ids(&ids, &entries_on(master_now(), "s"));
         refused_arrived(&mut tally);

@@ -5,7 +5,7 @@
 //! nothing of what producers write to the new master meanwhile.
 
 use super::*;
-use crate::support::now_ms;
+use crate::support::{blocked_clients, now_ms};
 
 const INBOX: &str = "delayq:inbox";
 
@@ -31,18 +31,6 @@ fn delivered_at(node: &RedisServer, n: &str) -> Option<u64> {
         .iter()
         .find(|e| e.get("n") == Some(n))
         .map(Entry::ms)
-}
-
-/// How many clients `node` holds blocked (reads waiting in `XREADGROUP`).
-fn blocked(node: &RedisServer) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("clients")
-        .query(&mut node.client())
-        .expect("INFO clients");
-    info.lines()
-        .find_map(|l| l.strip_prefix("blocked_clients:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("blocked_clients in INFO clients")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -71,7 +59,7 @@ async fn after_a_planned_failover_the_inbox_and_long_polls_read_the_new_master_a
     });
     // The inbox's read and the poll.
     eventually(Duration::from_secs(10), "both reads blocked", || async {
-        (blocked(&watched.master) >= 2).then_some(())
+        (blocked_clients(&mut watched.master.client()) >= 2).then_some(())
     })
     .await;
 

@@ -386,3 +386,12 @@ pub fn compact_buckets(
         })
         .collect()
 }
+
+/// How many clients Redis holds blocked (reads waiting in `XREADGROUP … BLOCK`).
+pub fn blocked_clients(conn: &mut redis::Connection) -> u64 {
+    let info: String = redis::cmd("INFO").arg("clients").query(conn).expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix("blocked_clients:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("blocked_clients in INFO clients")
+}

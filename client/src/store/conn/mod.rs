@@ -241,11 +241,15 @@ impl Conn {
     /// writes reaches a new master (whose fences may have gone back with the writes
     /// a failover lost) before a new term has raised them there.
     pub(super) fn pinned(&self) -> Conn {
-        let generation = self.current.lock().expect("not poisoned").generation;
         Conn {
-            pin: Some(generation),
+            pin: Some(self.generation()),
             ..self.clone()
         }
+    }
+
+    /// How many times the master has moved (0 on one Redis).
+    fn generation(&self) -> u64 {
+        self.current.lock().expect("not poisoned").generation
     }
 
     pub(super) fn pin(&self) -> Option<u64> {

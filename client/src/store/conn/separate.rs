@@ -70,20 +70,12 @@ impl Conn {
         let generation = self.generation();
         let link = Apart::Node(self.separate(config).await?);
         let follow = self.sentinel.is_some().then(|| Following {
-            shared: Conn {
-                pin: None,
-                ..self.clone()
-            },
+            shared: self.clone(),
             generation,
             config: config.clone(),
             interrupted: false,
         });
         Ok(Separate { link, follow })
-    }
-
-    /// How many times the master has moved (0 on one Redis).
-    fn generation(&self) -> u64 {
-        self.current.lock().expect("not poisoned").generation
     }
 }
 
