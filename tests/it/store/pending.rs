@@ -46,9 +46,15 @@ fn cases() -> impl Strategy<Value = (Case, usize, Option<usize>)> {
         1 => (0..300u64, 0..10u8).prop_map(|(d, p)| Fate::Replaced(d, p)),
     ];
     // Delays from a few values only, so that equal due times are common; ids of every
-    // length (the index keeps ids over 64 bytes too, outside the listpack encoding).
+    // length (the index keeps ids over 64 bytes too, outside the listpack encoding),
+    // and ids that share a long prefix, as ULIDs of one millisecond do (ids are compared
+    // eight bytes at a time).
     let delay = prop_oneof![Just(0u64), Just(150), 0..300u64];
-    let tail = prop_oneof!["[A-Za-z0-9:._-]{0,12}", "[a-z0-9-]{60,110}"];
+    let tail = prop_oneof![
+        "[A-Za-z0-9:._-]{0,12}",
+        "[a-z0-9-]{60,110}",
+        "01KAB7Z3QX[0-9A-Z]{0,4}[01]{0,12}",
+    ];
     let message = (tail, delay, 0..10u8, 0..3u8, fate, 0..3u8);
     let budget = prop_oneof![2 => Just(None), 1 => (1..40usize).prop_map(Some)];
     (prop::collection::vec(message, 1..400), 1..80usize, budget)
@@ -351,12 +357,25 @@ fn any_mix_of_layouts_and_changes_is_forwarded_once_in_due_order() {
 /// and the rest forwarded once, in due order.
 #[tokio::test]
 async fn a_crowd_due_in_one_ms_is_found_by_id_and_forwarded_once() {
+    crowd_due_in_one_ms(|n| format!("c{n}")).await;
+}
+
+/// The same with ids that share their first 22 bytes, as ULIDs made in one
+/// millisecond do: ids are compared eight bytes at a time, and these differ only in
+/// the last few.
+#[tokio::test]
+async fn a_crowd_of_ids_sharing_a_long_prefix_is_found_by_id_and_forwarded_once() {
+    crowd_due_in_one_ms(|n| format!("01KAB7Z3QXV8R2M4T6W9Y1{n:05}")).await;
+}
+
+/// The crowd test with ids made by `id` from numbers below 100,000.
+async fn crowd_due_in_one_ms(id: impl Fn(u32) -> String) {
     let bare = Bare::start("[redis]\nshards = 1\n").await;
     let store = &bare.store;
     let crowd_ms = SystemTimeMs::now() + 3_000;
     let due = Due::At(crowd_ms);
     let ids: Vec<String> = (0..3000u32)
-        .map(|i| format!("c{}", i.wrapping_mul(2_654_435_761) % 100_000))
+        .map(|i| id(i.wrapping_mul(2_654_435_761) % 100_000))
         .collect();
     let items: Vec<BatchItem> = ids
         .iter()
