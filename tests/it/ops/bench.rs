@@ -442,6 +442,11 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         ("id_length.py", &["20", "2"][..], "b<n>"),
         ("call_floor.py", &["50", "1"][..], "least push"),
         (
+            "replay_cost.py",
+            &["1000", "0.3", "1"][..],
+            "commands replayed",
+        ),
+        (
             "spread_floor.py",
             &["0.1", "1", "20", "2000"][..],
             "Redis memory a message",
