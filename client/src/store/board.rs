@@ -281,8 +281,16 @@ impl Store {
     /// Pauses (true) or resumes forwarding to `stream`; returns whether that changed
     /// anything, Redis's time of the change (ms), and whether enough replicas
     /// confirmed it (`NotReplicated` when fewer than `redis.min_replicas_acked` did;
-    /// the change is made either way).
+    /// the change is made either way). On Redis Cluster the stream's slot keeps a copy
+    /// of its name too ([`ShardKeys::paused`](super::keys::ShardKeys::paused)), which a
+    /// pause writes after the set and a resume takes out before it: whatever fails in
+    /// between, a stream is never left paused in its slot while the set says it is not
+    /// (the leader also reads the set every 250 ms and holds back what it names).
     pub async fn set_paused(&self, stream: &str, paused: bool) -> Result<(bool, u64, Result<()>)> {
+        let mut copied = Ok(());
+        if !paused {
+            copied = self.set_slot_paused(stream, false).await?;
+        }
         let mut pipe = redis::pipe();
         pipe.cmd("MULTI")
             .cmd(if paused { "SADD" } else { "SREM" })
@@ -299,14 +307,37 @@ impl Store {
                 .ok_or_else(|| StoreError::Reply("pause: no reply".into()))?,
         )
         .map_err(|e| StoreError::Reply(format!("pause: {e}")))?;
+        if paused {
+            copied = self.set_slot_paused(stream, true).await?;
+        }
         Ok((
             changed > 0,
             secs * 1000 + micros / 1000,
-            super::acked::confirmed(acked),
+            super::acked::confirmed(acked).and(copied),
         ))
     }
 
-    /// Pauses forwarding to every one of `streams` (one call).
+    /// On Redis Cluster, adds `stream` to (or takes it out of) its slot's copy of the
+    /// paused set; whether enough replicas confirmed it. Nothing on one Redis.
+    async fn set_slot_paused(&self, stream: &str, paused: bool) -> Result<Result<()>> {
+        if !self.is_cluster() {
+            return Ok(Ok(()));
+        }
+        let mut pipe = redis::pipe();
+        pipe.cmd(if paused { "SADD" } else { "SREM" })
+            .arg(self.slot_paused(stream))
+            .arg(stream);
+        let (_, acked) = self.query_acked(pipe, 0, 1).await?;
+        Ok(super::acked::confirmed(acked))
+    }
+
+    /// The copy of the paused set in `stream`'s slot (Redis Cluster).
+    fn slot_paused(&self, stream: &str) -> String {
+        self.keys.shard(super::keys::slot_of(stream)).paused
+    }
+
+    /// Pauses forwarding to every one of `streams` (one call; on Redis Cluster one
+    /// more for each slot's copy).
     pub async fn pause_streams(&self, streams: &[String]) -> Result<()> {
         if streams.is_empty() {
             return Ok(());
@@ -316,6 +347,15 @@ impl Store {
             .arg(streams)
             .query_async(&mut self.conn.clone())
             .await?;
+        if self.is_cluster() {
+            for stream in streams {
+                let _: i64 = redis::cmd("SADD")
+                    .arg(self.slot_paused(stream))
+                    .arg(stream)
+                    .query_async(&mut self.conn.clone())
+                    .await?;
+            }
+        }
         Ok(())
     }
 

@@ -60,8 +60,11 @@ impl Store {
     ) -> Result<ForwardBatch> {
         let k = self.keys.shard(shard);
         let mut inv = shard_invocation(&self.scripts.forward, &k);
-        if !self.is_cluster() {
-            // Read by the script itself: a pause is in force once Redis took it.
+        // Read by the script itself: a pause is in force once Redis took it. On Redis
+        // Cluster, the slot's own copy of the paused set (in the script's slot).
+        if self.is_cluster() {
+            inv.key(&k.paused);
+        } else {
             inv.key(self.keys.paused());
         }
         inv.arg(epoch)

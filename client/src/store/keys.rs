@@ -88,6 +88,10 @@ pub struct ShardKeys {
     /// (`streams.max_rate`). Each such stream's held messages are a sorted set, like
     /// the due set, at `<held>:<stream>` (the scripts derive that name).
     pub held: String,
+    /// Set (Redis Cluster): the streams of this slot whose forwarding is paused, a
+    /// copy of their names in [`Keys::paused`] kept where the forward script can read
+    /// it (a script touches one slot), so that a pause is in force once Redis took it.
+    pub paused: String,
 }
 
 impl ShardKeys {
@@ -163,6 +167,7 @@ impl Keys {
             records_by_expiry: format!("{tag}:done-by-expiry"),
             fence: format!("{tag}:fence"),
             held: format!("{tag}:held"),
+            paused: format!("{tag}:paused"),
         }
     }
 

@@ -3,9 +3,9 @@
 
 use super::*;
 
-/// How often a term reads the paused streams: a resume takes effect within this,
-/// and so does a pause on Redis Cluster (on one Redis every forward call reads the
-/// set itself, so a pause is in force once Redis took it).
+/// How often a term reads the paused streams: a resume takes effect within this. A
+/// pause is in force once Redis took it: every forward call reads the set itself (on
+/// Redis Cluster, its slot's copy of it).
 pub const PAUSED_EVERY: Duration = Duration::from_millis(250);
 
 /// Follows the paused streams (an operator's `POST /v1/streams/{stream}/pause`)

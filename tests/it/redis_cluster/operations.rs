@@ -244,6 +244,63 @@ async fn an_inbox_entry_whose_acknowledgement_was_lost_is_delivered_once() {
     daemon.stop().await;
 }
 
+/// A pause is in force once answered, as on one Redis: every forward call reads its
+/// slot's copy of the paused set, so messages due at once, pushed right after the
+/// answer, all wait (with the leader's own read of the set alone, every 250 ms, most
+/// of them went out); resumed, each is delivered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_is_in_force_as_soon_as_it_is_answered() {
+    let cluster = shared_cluster();
+    let config = cluster_config(&cluster, "paused", "");
+    let daemon = delayq::start(config).await.expect("start delayq");
+    let api = Api::new(daemon.api_addr);
+    let mut conn = reader(&cluster);
+    let stream = "paused-orders";
+    api.schedule("before", stream, 0).await;
+    eventually(Duration::from_secs(10), "the leader forwarding", || {
+        std::future::ready((xlen(&mut conn, stream) == 1).then_some(()))
+    })
+    .await;
+    let (status, body) = api
+        .post(&format!("/v1/streams/{stream}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for i in 0..40 {
+        api.schedule(&format!("o-{i:02}"), stream, 0).await;
+    }
+    eventually(Duration::from_secs(10), "all forty held", || async {
+        let (_, streams) = api.get("/v1/streams").await;
+        let held = streams["streams"]
+            .as_array()?
+            .iter()
+            .find(|s| s["stream"] == stream)?["held"]
+            .as_u64()?;
+        (held == 40).then_some(())
+    })
+    .await;
+    assert_eq!(
+        xlen(&mut conn, stream),
+        1,
+        "nothing pushed after the pause's answer went out"
+    );
+    let (status, body) = api
+        .post(&format!("/v1/streams/{stream}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    eventually(
+        Duration::from_secs(10),
+        "all delivered once resumed",
+        || std::future::ready((xlen(&mut conn, stream) == 41).then_some(())),
+    )
+    .await;
+    let ids: std::collections::HashSet<String> = entries(&mut conn, stream)
+        .iter()
+        .map(|e| e.get("delayq-id").unwrap().to_owned())
+        .collect();
+    assert_eq!(ids.len(), 41);
+    daemon.stop().await;
+}
+
 /// `delayq functions` on Redis Cluster: each master's libraries listed under its
 /// address, and an older version's library removed from every master that holds
 /// it, none refused by a master that does not.

@@ -2,10 +2,10 @@
 -- atomically, so a crash can neither lose nor duplicate a forward.
 -- KEYS[1] due set   KEYS[2] bodies   KEYS[3] records   KEYS[4] records by expiry   KEYS[5] fence
 -- KEYS[6] held streams (see the prelude)
--- KEYS[7] (standalone Redis only) the streams an operator paused: a paused stream's
---   budget is 0 whatever ARGV says, so that a pause is in force from the moment Redis
---   took it. On Redis Cluster that set lies in another slot: there the caller's
---   budgets of 0 carry a pause, from the caller's next read of the set.
+-- KEYS[7] the streams an operator paused: a paused stream's budget is 0 whatever ARGV
+--   says, so that a pause is in force from the moment Redis took it. On Redis Cluster,
+--   the slot's own copy of that set (the set itself lies in another slot). The
+--   caller's budgets of 0 carry a pause too, from its next read of the set.
 -- ARGV[1] epoch of the leader calling
 -- ARGV[2] batch size
 -- ARGV[3] the records policy: how long to keep delivery records (ms), and how (see
