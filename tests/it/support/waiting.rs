@@ -9,12 +9,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// How often a cheap condition is checked again.
 const POLL: Duration = Duration::from_millis(10);
 
+/// The longest pause between two checks: a check slowed down by a stall of the
+/// machine (seconds, now and then, beside other tests) must not keep the next one
+/// waiting three times as long, after the condition held.
+const MAX_PAUSE: Duration = Duration::from_secs(1);
+
 /// The pause before the next check, after one that took `took`: a check that reads
 /// much (every entry of a 100k stream, every row of a table) is asked again only
 /// after three times its own length, so that waiting never takes more than a
-/// quarter of a core from the servers and the tests beside it.
+/// quarter of a core from the servers and the tests beside it; at most [`MAX_PAUSE`].
 fn pause_after(took: Duration) -> Duration {
-    POLL.max(took * 3)
+    POLL.max(took * 3).min(MAX_PAUSE)
 }
 
 /// Multiplies test timeouts: `DELAYQ_TEST_PATIENCE` (default 1, or 3 when `CI` is set).
@@ -100,4 +105,22 @@ pub fn now_ms() -> u64 {
 /// `t` in epoch milliseconds.
 pub fn epoch_ms(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+#[test]
+fn a_check_is_asked_again_after_three_times_its_length_within_bounds() {
+    for (took_ms, pause_ms) in [
+        (0, 10),
+        (2, 10),
+        (100, 300),
+        (333, 999),
+        (400, 1000),
+        (5000, 1000),
+    ] {
+        assert_eq!(
+            pause_after(Duration::from_millis(took_ms)),
+            Duration::from_millis(pause_ms),
+            "{took_ms} ms"
+        );
+    }
 }
