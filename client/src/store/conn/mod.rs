@@ -208,7 +208,7 @@ impl Conn {
             }
             return Err(last.unwrap_or_else(|| timeout("no Redis Cluster seed node")));
         }
-        let (client, dialer) = self.node();
+        let (client, dialer, _) = self.node();
         match dialer {
             Some(dialer) => dialer.pubsub().await,
             None => client.get_async_pubsub().await,
@@ -220,20 +220,37 @@ impl Conn {
         &self,
         config: &redis::AsyncConnectionConfig,
     ) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
-        let (client, dialer) = self.node();
-        match dialer {
-            Some(dialer) => dialer.multiplexed(config).await,
+        Ok(self.separate_at(config).await?.0)
+    }
+
+    /// [`Conn::separate`], and the master's generation of the node it reaches: read
+    /// with the node's address, so that a master that moves while it is made never
+    /// leaves it counted older than the node it reaches (a command under way there
+    /// would be given up as if on the old master).
+    pub(super) async fn separate_at(
+        &self,
+        config: &redis::AsyncConnectionConfig,
+    ) -> redis::RedisResult<(redis::aio::MultiplexedConnection, u64)> {
+        let (client, dialer, generation) = self.node();
+        let conn = match dialer {
+            Some(dialer) => dialer.multiplexed(config).await?,
             None => {
                 client
                     .get_multiplexed_async_connection_with_config(config)
-                    .await
+                    .await?
             }
-        }
+        };
+        Ok((conn, generation))
     }
 
-    fn node(&self) -> (redis::Client, Option<Arc<Dialer>>) {
+    /// The current node: how to reach it, and the master's generation it is.
+    fn node(&self) -> (redis::Client, Option<Arc<Dialer>>, u64) {
         let current = self.current.lock().expect("not poisoned");
-        (current.client.clone(), current.dialer.clone())
+        (
+            current.client.clone(),
+            current.dialer.clone(),
+            current.generation,
+        )
     }
 
     /// This connection, refusing every command once the master has moved from the

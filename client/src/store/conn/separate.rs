@@ -67,8 +67,8 @@ impl Conn {
                 follow: None,
             });
         }
-        let generation = self.generation();
-        let link = Apart::Node(self.separate(config).await?);
+        let (link, generation) = self.separate_at(config).await?;
+        let link = Apart::Node(link);
         let follow = self.sentinel.is_some().then(|| Following {
             shared: self.clone(),
             generation,
@@ -103,11 +103,11 @@ impl Separate {
         let Some(follow) = &mut self.follow else {
             return Ok(());
         };
-        let generation = follow.shared.generation();
-        if generation == follow.generation {
+        if follow.shared.generation() == follow.generation {
             return Ok(());
         }
-        self.link = Apart::Node(follow.shared.separate(&follow.config).await?);
+        let (link, generation) = follow.shared.separate_at(&follow.config).await?;
+        self.link = Apart::Node(link);
         follow.generation = generation;
         tracing::debug!("the Redis master moved: a separate connection made again there");
         Ok(())
