@@ -33,10 +33,25 @@ fn delivered_at(node: &RedisServer, n: &str) -> Option<u64> {
         .map(Entry::ms)
 }
 
+/// The inbox's entries read but not acknowledged on `node`: id, consumer, ms since
+/// it was read, times read (`XPENDING`).
+fn pending_entries(node: &RedisServer) -> redis::Value {
+    redis::cmd("XPENDING")
+        .arg(INBOX)
+        .arg("delayq")
+        .arg("-")
+        .arg("+")
+        .arg(100)
+        .query(&mut node.client())
+        .unwrap_or(redis::Value::Nil)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_planned_failover_the_inbox_and_long_polls_read_the_new_master_at_once() {
     let watched = watched(1).await;
-    let (nodes, _apis) = instances(&[("a", &config(&watched, ""))]);
+    // How the reads moved, in the logs printed if the test fails.
+    let logged = "[log]\nlevel = \"info,delayq_client::store::conn=debug\"\n";
+    let (nodes, _apis) = instances(&[("a", &format!("{}{logged}", config(&watched, "")))]);
     send_to_inbox(&watched.master, "before");
     eventually(
         Duration::from_secs(20),
@@ -81,7 +96,8 @@ async fn after_a_planned_failover_the_inbox_and_long_polls_read_the_new_master_a
         fields
             .as_array()
             .is_some_and(|f| f.contains(&json!(["n", "after"]))),
-        "the poll answered {answer}\n{}",
+        "the poll answered {answer}\ninbox entries pending on the new master: {:?}\n{}",
+        pending_entries(new_master),
         logs_of(&nodes)
     );
     let polled = answered.duration_since(promoted);

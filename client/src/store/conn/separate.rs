@@ -93,6 +93,11 @@ impl Separate {
     /// None to send it again.
     fn given_up(&self) -> Option<redis::RedisError> {
         let interrupted = self.follow.as_ref().is_some_and(|f| f.interrupted);
+        tracing::debug!(
+            generation = self.follow.as_ref().map(|f| f.generation),
+            interrupted,
+            "the Redis master moved while a command was under way on a separate connection: given up there"
+        );
         interrupted.then(|| {
             redis::RedisError::from((redis::ErrorKind::Io, "master moved", MOVED.to_owned()))
         })
@@ -108,8 +113,12 @@ impl Separate {
         }
         let (link, generation) = follow.shared.separate_at(&follow.config).await?;
         self.link = Apart::Node(link);
+        tracing::debug!(
+            from = follow.generation,
+            to = generation,
+            "the Redis master moved: a separate connection made again there"
+        );
         follow.generation = generation;
-        tracing::debug!("the Redis master moved: a separate connection made again there");
         Ok(())
     }
 
