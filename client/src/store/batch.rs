@@ -17,31 +17,6 @@ use tokio::sync::oneshot;
 use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_keys, text};
 use crate::message::NewMessage;
 
-/// Fault points for this crate's tests.
-#[cfg(feature = "faults")]
-pub mod faults {
-    use std::sync::Mutex;
-
-    /// Inboxes whose entries are never acknowledged after their schedule call on
-    /// Redis Cluster (the step in another slot), as if the process died or its
-    /// connection dropped between the two.
-    static LOSING_ACKS: Mutex<Vec<String>> = Mutex::new(Vec::new());
-
-    /// Loses (`true`) or stops losing the acknowledgements of inbox `stream`.
-    pub fn lose_inbox_acks(stream: &str, lose: bool) {
-        let mut losing = LOSING_ACKS.lock().unwrap_or_else(|e| e.into_inner());
-        losing.retain(|s| s != stream);
-        if lose {
-            losing.push(stream.to_owned());
-        }
-    }
-
-    pub(super) fn losing_acks_of(stream: &str) -> bool {
-        let losing = LOSING_ACKS.lock().unwrap_or_else(|e| e.into_inner());
-        losing.iter().any(|s| s == stream)
-    }
-}
-
 /// Most messages in one script call: bounds how long one call holds Redis (and
 /// stays clear of Lua's limit on unpacked values).
 const MAX_PER_CALL: usize = 1000;
@@ -379,7 +354,7 @@ impl Store {
             return Ok(());
         }
         #[cfg(feature = "faults")]
-        if faults::losing_acks_of(ack.stream) {
+        if super::faults::losing_acks_of(ack.stream) {
             return Err(StoreError::Redis(redis::RedisError::from((
                 redis::ErrorKind::Io,
                 "test fault: the connection dropped before the inbox acknowledgement",

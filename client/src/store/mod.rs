@@ -13,6 +13,8 @@ mod conn;
 mod dial;
 mod error;
 mod eviction;
+#[cfg(feature = "faults")]
+pub mod faults;
 mod fences;
 mod finished;
 mod forward;
@@ -42,8 +44,6 @@ use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Value};
 
 pub use audit::AuditEntry;
-#[cfg(feature = "faults")]
-pub use batch::faults;
 pub use batch::{BatchItem, InboxAck};
 pub use board::{
     DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,

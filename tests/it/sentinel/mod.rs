@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::support::{
     Api, Entry, OneLeader, Tally, counter, delayq_bin, documented_user, entries, eventually, leads,
-    logs_of, try_entries, within,
+    logs_of, never, try_entries, within,
 };
 
 mod reads;
@@ -1045,6 +1045,45 @@ async fn a_move_to_the_new_master_that_failed_is_tried_again_without_a_failed_co
         let master = watched.master_port();
         let there = master.is_some_and(|p| address.ends_with(&format!(":{p}")));
         std::future::ready((count > moves && there).then_some(()))
+    })
+    .await;
+}
+
+/// Every Sentinel announces a switch, and a store follows their announcements side
+/// by side: one failover is one move, whichever announcement comes first (each move
+/// counts a new generation of the master, which ends the leader's term pinned to
+/// the one before and gives up the blocking reads under way on it). Moves are
+/// slowed down here so that the announcements are followed at once, as they were
+/// on a loaded machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_failover_announced_by_every_sentinel_is_one_move() {
+    delayq_client::store::faults::slow_master_moves(Duration::from_millis(500));
+    let watched = watched(1).await;
+    let config =
+        delayq_client::config::Config::from_toml(&config(&watched, ""), std::iter::empty())
+            .unwrap();
+    let store = delayq_client::store::Store::connect(&config.store_config())
+        .await
+        .expect("connect through Sentinel");
+    let changes = store
+        .master_changes()
+        .expect("a store that follows Sentinel");
+    let new_master = planned_failover(&watched, 0).await;
+    let there = format!(":{}", new_master.port);
+    eventually(Duration::from_secs(10), "the new master followed", || {
+        std::future::ready(changes.borrow().1.ends_with(&there).then_some(()))
+    })
+    .await;
+    // Every Sentinel has announced the switch by the time each names the new master.
+    eventually(
+        Duration::from_secs(10),
+        "every Sentinel switched",
+        || async { (watched.master_port() == Some(new_master.port)).then_some(()) },
+    )
+    .await;
+    never(Duration::from_secs(1), "more than one move", || {
+        let (count, address) = changes.borrow().clone();
+        std::future::ready((count != 1).then_some((count, address)))
     })
     .await;
 }

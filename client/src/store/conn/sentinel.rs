@@ -351,6 +351,8 @@ impl Conn {
                 return false;
             }
         };
+        #[cfg(feature = "faults")]
+        tokio::time::sleep(crate::store::faults::master_moves_slowed_by()).await;
         // Never to a replica: only a node that says it is a master (in its HELLO
         // reply, which a least-privilege user may ask for, unlike ROLE).
         match master::says_master(&mut manager, follow.connect_timeout).await {
@@ -370,6 +372,14 @@ impl Conn {
         }
         {
             let mut current = self.current.lock().expect("not poisoned");
+            // Each Sentinel announces the switch, and their announcements are
+            // followed side by side: the first to get here moves the connection, the
+            // others find it there. A second move to the same master would count a
+            // new generation, ending the term pinned to the first and giving up the
+            // reads under way there as if on the old master.
+            if shown(current.client.get_connection_info().addr()) == address {
+                return true;
+            }
             *current = Current {
                 client,
                 dialer: None,
