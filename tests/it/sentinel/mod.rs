@@ -1013,13 +1013,7 @@ async fn a_move_to_the_new_master_that_failed_is_tried_again_without_a_failed_co
     };
     set_user("off");
     let text = as_documented_user(&config(&watched, ""), &password);
-    let config = delayq_client::config::Config::from_toml(&text, std::iter::empty()).unwrap();
-    let store = delayq_client::store::Store::connect(&config.store_config())
-        .await
-        .expect("connect through Sentinel");
-    let changes = store
-        .master_changes()
-        .expect("a store that follows Sentinel");
+    let (_store, changes) = following_store(&text).await;
     let moves = changes.borrow().0;
 
     planned_failover(&watched, 0).await;
@@ -1059,15 +1053,7 @@ async fn a_move_to_the_new_master_that_failed_is_tried_again_without_a_failed_co
 async fn one_failover_announced_by_every_sentinel_is_one_move() {
     delayq_client::store::faults::slow_master_moves(Duration::from_millis(500));
     let watched = watched(1).await;
-    let config =
-        delayq_client::config::Config::from_toml(&config(&watched, ""), std::iter::empty())
-            .unwrap();
-    let store = delayq_client::store::Store::connect(&config.store_config())
-        .await
-        .expect("connect through Sentinel");
-    let changes = store
-        .master_changes()
-        .expect("a store that follows Sentinel");
+    let (_store, changes) = following_store(&config(&watched, "")).await;
     let new_master = planned_failover(&watched, 0).await;
     let there = format!(":{}", new_master.port);
     eventually(Duration::from_secs(10), "the new master followed", || {
@@ -1086,6 +1072,24 @@ async fn one_failover_announced_by_every_sentinel_is_one_move() {
         std::future::ready((count != 1).then_some((count, address)))
     })
     .await;
+}
+
+/// A store of config `text`, connected through Sentinel, and its master changes
+/// (a count of moves and the address it is at).
+async fn following_store(
+    text: &str,
+) -> (
+    delayq_client::store::Store,
+    tokio::sync::watch::Receiver<(u64, String)>,
+) {
+    let config = delayq_client::config::Config::from_toml(text, std::iter::empty()).unwrap();
+    let store = delayq_client::store::Store::connect(&config.store_config())
+        .await
+        .expect("connect through Sentinel");
+    let changes = store
+        .master_changes()
+        .expect("a store that follows Sentinel");
+    (store, changes)
 }
 
 /// How many logins of user `delayq` `node` refused (its `ACL LOG`).
