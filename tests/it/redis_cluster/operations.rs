@@ -10,7 +10,9 @@ use serde_json::json;
 
 use super::{cluster_config, cluster_toml, reader, shared_cluster};
 use crate::ops::functions::{functions, load_library};
-use crate::support::{Api, create_group, entries, eventually, libraries, read_group, xadd, xlen};
+use crate::support::{
+    Api, create_group, entries, eventually, libraries, read_group, stream_row, xadd, xlen,
+};
 
 const DELIVERY: &str = "[delivery]
 groups = [\"g\"]
@@ -270,12 +272,7 @@ async fn a_pause_is_in_force_as_soon_as_it_is_answered() {
     }
     eventually(Duration::from_secs(10), "all forty held", || async {
         let (_, streams) = api.get("/v1/streams").await;
-        let held = streams["streams"]
-            .as_array()?
-            .iter()
-            .find(|s| s["stream"] == stream)?["held"]
-            .as_u64()?;
-        (held == 40).then_some(())
+        (stream_row(&streams, stream)?["held"] == 40).then_some(())
     })
     .await;
     assert_eq!(

@@ -242,6 +242,15 @@ impl Api {
     }
 }
 
+/// The row of `stream` in a `GET /v1/streams` answer.
+pub fn stream_row(streams: &Value, stream: &str) -> Option<Value> {
+    streams["streams"]
+        .as_array()?
+        .iter()
+        .find(|s| s["stream"] == stream)
+        .cloned()
+}
+
 /// Asserts that an API answer is the refusal expected: its status, its error code
 /// (`"error"`) and a `"detail"` that mentions `detail_part`. `case` names the case
 /// in a failure message.

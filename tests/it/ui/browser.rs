@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use super::endpoints::stream_row;
 use crate::support::browser::Browser;
-use crate::support::{Cluster, Entry, entries, eventually, xlen};
+use crate::support::{Cluster, Entry, entries, eventually, stream_row, xlen};
 
 const ADMIN: &str = "ui-admin-token";
 const READER: &str = "ui-read-token";

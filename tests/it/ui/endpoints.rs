@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use delayq_harness::{DelayqProcess, RedisServer, free_port};
 use serde_json::{Value, json};
 
-use crate::support::{Api, Cluster, create_group, delayq_bin, entries, eventually, xlen};
+use crate::support::{
+    Api, Cluster, create_group, delayq_bin, entries, eventually, stream_row, xlen,
+};
 
 pub(super) const ADMIN: &str = "board-admin-token";
 pub(super) const READER: &str = "board-read-token";
@@ -20,15 +22,6 @@ pub(super) fn tokens() -> String {
 pub(super) async fn push(cluster: &Cluster, node: usize, id: &str, stream: &str, delay_ms: u64) {
     let api = cluster.apis[node].clone().with_token(ADMIN);
     api.schedule(id, stream, delay_ms).await;
-}
-
-/// The row of `stream` in a `GET /v1/streams` answer.
-pub(super) fn stream_row(streams: &Value, stream: &str) -> Option<Value> {
-    streams["streams"]
-        .as_array()?
-        .iter()
-        .find(|s| s["stream"] == stream)
-        .cloned()
 }
 
 pub(super) async fn get(cluster: &Cluster, node: usize, path: &str) -> Value {

@@ -8,8 +8,8 @@ use delayq_client::message::{MessageId, NewMessage};
 use delayq_client::store::ScheduleMode;
 use serde_json::{Value, json};
 
-use super::endpoints::{ADMIN, get, push, stream_row, tokens};
-use crate::support::{Cluster, within};
+use super::endpoints::{ADMIN, get, push, tokens};
+use crate::support::{Cluster, stream_row, within};
 
 /// A stream's last hour on the Streams page: its worst lateness a minute and its
 /// dead letters a minute, from the leader's samples; a paused stream's wait is not
