@@ -70,6 +70,13 @@ struct Current {
     renewals: u64,
 }
 
+impl Current {
+    /// Whether its node is the one at `address` (as [`shown`] writes it).
+    fn reaches(&self, address: &str) -> bool {
+        shown(self.client.get_connection_info().addr()) == address
+    }
+}
+
 /// The shared connection to one node: the redis crate's connection manager, or
 /// delayq's own with `redis.tls_server_name`.
 #[derive(Clone)]

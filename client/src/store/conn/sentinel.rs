@@ -318,12 +318,17 @@ impl Conn {
         }
     }
 
+    /// Whether this connection's commands go to the node at `address` now.
+    fn reaches(&self, address: &str) -> bool {
+        self.current.lock().expect("not poisoned").reaches(address)
+    }
+
     /// Moves every later command to the master `client` reaches, if it is another
     /// node; whether this connection is at that master now (false: it could not
     /// move there, and stays where it was).
     pub(super) async fn move_to(&self, follow: &Follow, client: redis::Client) -> bool {
         let address = shown(client.get_connection_info().addr());
-        if address == follow.changes.borrow().1 {
+        if self.reaches(&address) {
             return true;
         }
         let made = tokio::time::timeout(
@@ -374,10 +379,11 @@ impl Conn {
             let mut current = self.current.lock().expect("not poisoned");
             // Each Sentinel announces the switch, and their announcements are
             // followed side by side: the first to get here moves the connection, the
-            // others find it there. A second move to the same master would count a
-            // new generation, ending the term pinned to the first and giving up the
-            // reads under way there as if on the old master.
-            if shown(current.client.get_connection_info().addr()) == address {
+            // others find it there (asked again under the lock that moves it). A
+            // second move to the same master would count a new generation, ending
+            // the term pinned to the first and giving up the reads under way there
+            // as if on the old master.
+            if current.reaches(&address) {
                 return true;
             }
             *current = Current {
