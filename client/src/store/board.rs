@@ -337,7 +337,7 @@ impl Store {
     }
 
     /// Pauses forwarding to every one of `streams` (one call; on Redis Cluster one
-    /// more for each slot's copy).
+    /// more for each slot's copy they fall in).
     pub async fn pause_streams(&self, streams: &[String]) -> Result<()> {
         if streams.is_empty() {
             return Ok(());
@@ -348,10 +348,17 @@ impl Store {
             .query_async(&mut self.conn.clone())
             .await?;
         if self.is_cluster() {
+            let mut by_slot: std::collections::BTreeMap<String, Vec<&String>> = Default::default();
             for stream in streams {
+                by_slot
+                    .entry(self.slot_paused(stream))
+                    .or_default()
+                    .push(stream);
+            }
+            for (copy, streams) in by_slot {
                 let _: i64 = redis::cmd("SADD")
-                    .arg(self.slot_paused(stream))
-                    .arg(stream)
+                    .arg(copy)
+                    .arg(streams)
                     .query_async(&mut self.conn.clone())
                     .await?;
             }

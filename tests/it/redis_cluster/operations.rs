@@ -298,6 +298,36 @@ async fn a_pause_is_in_force_as_soon_as_it_is_answered() {
     daemon.stop().await;
 }
 
+/// Streams paused in one call (what a restore from the journal puts back) are held
+/// back by the forward script itself in each of their slots, before any leader has
+/// read the paused set: a forward call given no budgets sends none of their due
+/// messages and holds each.
+#[tokio::test]
+async fn streams_paused_in_one_call_are_held_in_each_of_their_slots() {
+    use super::forwarding::{messages, schedule_all};
+    use crate::support::now_ms;
+
+    let cluster = shared_cluster();
+    let config = cluster_config(&cluster, "pausemany", "");
+    let store = delayq_client::store::Store::connect(&config.store_config())
+        .await
+        .expect("connect");
+    let streams: Vec<String> = ["pm-a", "pm-b", "pm-c", "pm-d"].map(str::to_owned).into();
+    let items = messages("pm", streams.len(), &streams, now_ms() - 1000, 1);
+    schedule_all(&store, &items).await;
+    store.pause_streams(&streams).await.expect("pause");
+    let options = config.forward_options();
+    for (item, stream) in items.iter().zip(&streams) {
+        let shard = store.shard_of(&item.msg.id, stream);
+        let batch = store
+            .forward_at_most(shard, 1, &options, 100, &[])
+            .await
+            .expect("forward");
+        assert_eq!((batch.forwarded, batch.newly_held), (0, 1), "{stream}");
+    }
+    assert!(streams.iter().all(|s| xlen(&mut reader(&cluster), s) == 0));
+}
+
 /// `delayq functions` on Redis Cluster: each master's libraries listed under its
 /// address, and an older version's library removed from every master that holds
 /// it, none refused by a master that does not.
