@@ -85,10 +85,7 @@ def arguments(text):
 
 
 def setup(r):
-    schedule = open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
-    forward = open(os.path.join(sc.LUA, "forward.lua")).read()
-    sc.load_library(r, "delayq_floor", sc.prelude_text(),
-                    {"floor_push": schedule, "floor_forward": forward})
+    sf.load_delayq(r)
     r.call("FUNCTION", "LOAD", "REPLACE", REPLAY)
 
 

@@ -463,12 +463,18 @@ def main():
     sc.with_redis(lambda r: run(r, seconds, rounds))
 
 
-def run(r, seconds, rounds):
-    r.call("FUNCTION", "LOAD", "REPLACE", FLOOR)
+def load_delayq(r):
+    """delayq's push and forward as the Delayq designs call them (floor_push,
+    floor_forward), loaded as the daemon loads them."""
     schedule = open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
     forward = open(os.path.join(sc.LUA, "forward.lua")).read()
     sc.load_library(r, "delayq_floor", sc.prelude_text(),
                     {"floor_push": schedule, "floor_forward": forward})
+
+
+def run(r, seconds, rounds):
+    r.call("FUNCTION", "LOAD", "REPLACE", FLOOR)
+    load_delayq(r)
     fences(r)
     designs = [Ping("ping"), Bare("bare move"), Least("least design"), Sorted("least sorted"),
                Compact("least compact"), Delayq("delayq"), DelayqHash("delayq hash")]
