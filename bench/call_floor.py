@@ -47,7 +47,7 @@ redis.register_function('least_push', function(KEYS, ARGV)
   if redis.call('HGET', KEYS[2] .. ':ix:' .. h, id) then return { 'duplicate' } end
   if redis.call('HGET', KEYS[3] .. ':g:' .. h, id) then return { 'duplicate' } end
   local due = now + tonumber(ARGV[13])
-  local body = cmsgpack.pack({ 1, ARGV[16], { ARGV[18], ARGV[19] }, false, 0, now, 1, 0 })
+  local body = '\\152' .. cmsgpack.pack(1, ARGV[16]) .. ARGV[17] .. cmsgpack.pack(false, 0, now, 1, 0)
   redis.call('RPUSH', KEYS[1] .. ':q:last', body)
   redis.call('HSET', KEYS[2] .. ':ix:' .. h, id, due * 10 + 9)
   return { 'scheduled', due, '' }

@@ -13,7 +13,8 @@ see the same Redis, the same load on the machine and the same shapes of call, so
 their difference is the scripts' (the same script against itself differs by up
 to about 10%). Both are called with the working tree's arguments, so BASE must
 read them the same way (a revision from the one that added the streams kept apart,
-ARGV[7], on).
+ARGV[7], on), but for the fields: each version gets them packed or as pairs, as
+its prelude reads them.
 
 Each call carries PER_CALL (default 200) new 100-byte messages spread over SHARDS
 (default 1) shards, all due in the call's own millisecond (a day ahead, later with
@@ -70,8 +71,9 @@ def scripts(revision):
     return prelude, show(lua + "/schedule_batch.lua")
 
 
-def calls(tag, order, per_call, shards, ms, serial, mode="new"):
-    """CALLS encoded FCALLs of `tag`'s library; the next millisecond and serial."""
+def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True):
+    """CALLS encoded FCALLs of `tag`'s library (its messages' fields packed or not,
+    as its prelude reads them); the next millisecond and serial."""
     out = []
     keys = [k for s in range(shards) for k in sc.shard_keys(tag, s)]
     for _ in range(CALLS):
@@ -85,7 +87,7 @@ def calls(tag, order, per_call, shards, ms, serial, mode="new"):
                 mid = ulid(ms, start + j)
             else:
                 mid = "a%d" % (serial + j)
-            m = sc.message(j % shards + 1)
+            m = sc.message(j % shards + 1, packed)
             m[1], m[3], m[4], m[5] = mode, mid, "at", str(ms + 86_400_000)
             msgs.append(m)
         serial += per_call
@@ -135,8 +137,12 @@ def main():
     def work(r):
         for tag, (prelude, schedule) in versions.items():
             sc.load_library(r, "ab_" + tag, prelude, {"push_" + tag: schedule})
+        # A revision whose schedule calls carry the fields packed reads them as
+        # packed_fields (read_new_message); an older one, as a count and pairs.
+        packed = {tag: "packed_fields" in prelude for tag, (prelude, _) in versions.items()}
         cost = alternated(r, ("base", "tree"), rounds, per_call,
-                          lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial, mode))
+                          lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial,
+                                                        mode, packed[tag]))
         print("%s ids (%s), %d a call over %d shard(s), median of %d rounds of %d calls:"
               % (order, mode, per_call, shards, rounds, CALLS))
         for tag, label in (("base", base), ("tree", "working tree")):

@@ -127,11 +127,34 @@ HEAD = ["0", "31536000000", "bench:wake", "", "", "compact", "0"]
 counter = iter(range(10**9))
 
 
-def message(group):
-    # schedule_batch.lua's record: inbox entry, mode, shard, id, due kind and value,
-    # priority, ttl, business key, stream, field count, field, value.
-    return ["", "new", str(group), "m%d" % next(counter), "in", "500000", "0", "0", "",
-            "bench:spread", "1", "payload", "x" * 100]
+def packed_strings(strings):
+    """A list of strings as one MessagePack array, each in its shortest form (what
+    NewMessage::script_args sends as a message's fields)."""
+    n = len(strings)
+    out = [bytes([0x90 | n]) if n < 16 else b"\xdc" + n.to_bytes(2, "big")]
+    for s in strings:
+        b = s.encode()
+        if len(b) < 32:
+            out.append(bytes([0xa0 | len(b)]))
+        elif len(b) < 256:
+            out.append(b"\xd9" + bytes([len(b)]))
+        elif len(b) < 65536:
+            out.append(b"\xda" + len(b).to_bytes(2, "big"))
+        else:
+            out.append(b"\xdb" + len(b).to_bytes(4, "big"))
+        out.append(b)
+    return b"".join(out)
+
+
+def message(group, packed=True):
+    """schedule_batch.lua's record: inbox entry, mode, shard, id, due kind and value,
+    priority, ttl, business key, stream, then the fields packed (or, for scripts
+    before they came packed, `packed=False`: field count, field, value)."""
+    head = ["", "new", str(group), "m%d" % next(counter), "in", "500000", "0", "0", "",
+            "bench:spread"]
+    if packed:
+        return head + [packed_strings(["payload", "x" * 100])]
+    return head + ["1", "payload", "x" * 100]
 
 
 def with_redis(work):

@@ -135,11 +135,12 @@ fn pairs(v: &Value) -> Result<Fields, String> {
     }
 }
 
-/// One script argument, borrowed from the message it belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// One script argument, borrowed from the message it belongs to (or made for it).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Arg<'a> {
     Text(&'a str),
     Number(u64),
+    Bytes(Vec<u8>),
 }
 
 impl ToRedisArgs for Arg<'_> {
@@ -150,6 +151,7 @@ impl ToRedisArgs for Arg<'_> {
         match self {
             Arg::Text(text) => text.write_redis_args(out),
             Arg::Number(n) => n.write_redis_args(out),
+            Arg::Bytes(bytes) => out.write_arg(bytes),
         }
     }
 }
@@ -169,8 +171,8 @@ impl Due {
 impl NewMessage {
     /// This message as a schedule call carries it, in the layout the prelude's
     /// `read_new_message` reads: id, due kind, due value, priority, ttl ms (0 = none),
-    /// key ("" = none), stream, n, then the n field/value pairs.
-    pub(crate) fn script_args(&self) -> impl Iterator<Item = Arg<'_>> {
+    /// key ("" = none), stream, then its fields packed ([`packed_fields`]).
+    pub(crate) fn script_args(&self) -> [Arg<'_>; 8] {
         let [due_kind, due_value] = self.due.script_args();
         let ttl_ms = self.ttl.map_or(0, |ttl| ttl.as_millis() as u64);
         [
@@ -181,15 +183,25 @@ impl NewMessage {
             Arg::Number(ttl_ms),
             Arg::Text(self.key.as_ref().map_or("", |k| k.as_str())),
             Arg::Text(&self.stream),
-            Arg::Number(self.fields.len() as u64),
+            Arg::Bytes(packed_fields(&self.fields)),
         ]
-        .into_iter()
-        .chain(
-            self.fields
-                .iter()
-                .flat_map(|(name, value)| [Arg::Text(name), Arg::Text(value)]),
-        )
     }
+}
+
+/// Field/value pairs as the body of a stored message holds them: one MessagePack
+/// array of their strings, `[field, value, ...]`, each in the shortest form, as
+/// Redis's `cmsgpack.pack` writes a table of strings. The push's script splices it
+/// into the body as it is, rather than packing the pairs itself.
+pub(crate) fn packed_fields(fields: &Fields) -> Vec<u8> {
+    let size: usize = fields.iter().map(|(f, v)| f.len() + v.len() + 10).sum();
+    let mut out = Vec::with_capacity(size + 5);
+    // Writing into a Vec cannot fail, and no message has 2^32 strings.
+    let _ = rmp::encode::write_array_len(&mut out, (2 * fields.len()) as u32);
+    for (name, value) in fields {
+        let _ = rmp::encode::write_str(&mut out, name);
+        let _ = rmp::encode::write_str(&mut out, value);
+    }
+    out
 }
 
 /// A message's own parts as the journal keeps them in its `body` column: JSON
@@ -427,16 +439,51 @@ mod tests {
         assert_eq!(names[1..], SCHEMA);
     }
 
+    /// The arguments as text, the packed fields last as their hex.
     #[track_caller]
     fn check_args(msg: NewMessage, expected: &str) {
         let args: Vec<String> = msg
             .script_args()
+            .into_iter()
             .map(|arg| match arg {
                 Arg::Text(text) => text.to_owned(),
                 Arg::Number(n) => n.to_string(),
+                Arg::Bytes(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
             })
             .collect();
         assert_eq!(args.join(" "), expected);
+    }
+
+    /// The head of a packed string of `len` bytes, by MessagePack's forms.
+    #[test]
+    fn fields_are_packed_in_the_shortest_form_of_each_length() {
+        let head = |len: usize| {
+            let packed = packed_fields(&vec![("f".into(), "x".repeat(len))]);
+            assert_eq!(&packed[..3], [0x92, 0xa1, b'f'], "{len}");
+            assert!(packed.ends_with(&"x".repeat(len).into_bytes()), "{len}");
+            packed[3..packed.len() - len].to_vec()
+        };
+        for (len, expected) in [
+            (0, vec![0xa0]),
+            (31, vec![0xbf]),
+            (32, vec![0xd9, 32]),
+            (255, vec![0xd9, 255]),
+            (256, vec![0xda, 1, 0]),
+            (65_535, vec![0xda, 255, 255]),
+            (65_536, vec![0xdb, 0, 1, 0, 0]),
+        ] {
+            assert_eq!(head(len), expected, "a string of {len} bytes");
+        }
+        let pairs = |n: usize| -> Vec<u8> {
+            let fields = (0..n).map(|_| (String::new(), String::new())).collect();
+            packed_fields(&fields)[..3].to_vec()
+        };
+        assert_eq!(pairs(7)[0], 0x9e, "14 strings: a fixarray");
+        assert_eq!(pairs(8), [0xdc, 0, 16], "16 strings: an array 16");
+        assert_eq!(
+            packed_fields(&vec![("a".into(), "1".into())]),
+            [0x92, 0xa1, b'a', 0xa1, b'1']
+        );
     }
 
     fn msg() -> NewMessage {
@@ -448,7 +495,8 @@ mod tests {
 
     #[test]
     fn a_new_message_as_script_arguments() {
-        check_args(msg(), "m1 in 1500 0 0  orders 1 payload hi");
+        // The fields last, packed: [ "payload", "hi" ].
+        check_args(msg(), "m1 in 1500 0 0  orders 92a77061796c6f6164a26869");
         check_args(
             NewMessage {
                 due: Due::At(1_700_000_000_000),
@@ -457,11 +505,11 @@ mod tests {
                 fields: vec![("a".into(), "1".into()), ("b".into(), "".into())],
                 ..msg()
             },
-            "m1 at 1700000000000 9 60000  orders 2 a 1 b ",
+            "m1 at 1700000000000 9 60000  orders 94a161a131a162a0",
         );
         check_args(
             msg().with_key(Some(crate::message::MessageKey::parse("order-42").unwrap())),
-            "m1 in 1500 0 0 order-42 orders 1 payload hi",
+            "m1 in 1500 0 0 order-42 orders 92a77061796c6f6164a26869",
         );
     }
 }

@@ -87,6 +87,60 @@ fn a_scheduled_message_reads_back_as_it_was_given() {
         .unwrap();
 }
 
+/// A field name or value: short text, or a string at one of the lengths where
+/// MessagePack's form changes (fixstr, str 8, str 16, str 32).
+fn field_text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => "\\PC{0,12}",
+        1 => prop::sample::select(vec![31usize, 32, 255, 256, 65_535, 65_536])
+            .prop_map(|len| "x".repeat(len)),
+    ]
+}
+
+/// A new message's body has the bytes `cmsgpack.pack` makes of it (the push's script
+/// splices its fields in packed, and packs the rest itself), whatever its fields:
+/// from one pair to more than seven (past a fixarray's 15 strings), each string at
+/// any length.
+#[test]
+fn a_new_body_has_the_bytes_the_scripts_pack() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
+    let fields = prop::collection::vec((field_text(), field_text()), 1..10);
+    let cases = (fields, 0u8..=9, prop::option::of(1u64..1_000_000));
+    let mut runner = TestRunner::new(redis_cases(32));
+    runner
+        .run(&cases, |(fields, priority, ttl_ms)| {
+            let msg = NewMessage {
+                priority,
+                ttl: ttl_ms.map(Duration::from_millis),
+                fields: fields.clone(),
+                ..NewMessage::payload("orders", "", Duration::from_secs(3600))
+            };
+            let stored = runtime.block_on(async {
+                let store = &bare.store;
+                store.schedule(&msg, ScheduleMode::New, YEAR).await.unwrap();
+                scheduled(store.get(&msg.id).await.unwrap())
+            });
+            let flat: Vec<&String> = fields.iter().flat_map(|(f, v)| [f, v]).collect();
+            let body = serde_json::json!([
+                1,
+                "orders",
+                flat,
+                stored.due_ms,
+                priority,
+                stored.created_ms,
+                1,
+                ttl_ms.map_or(0, |ttl| stored.due_ms + ttl)
+            ]);
+            prop_assert_eq!(
+                raw_body(&bare, &msg.id),
+                as_stored(&bare, body, Layout::Compact)
+            );
+            Ok(())
+        })
+        .unwrap();
+}
+
 /// The body stored under `id`, as Redis holds it.
 /// The body stored for `id`, in whichever pending layout holds it: the bodies hash,
 /// or a compact bucket (elements `score (7 bytes) · len(id) · id · body`, the body's

@@ -24,8 +24,8 @@
 --   KEYS, from 1), then the message as the prelude's read_new_message reads it: id,
 --   due kind ("in": the due value is a delay in ms; "at": epoch ms), due value,
 --   priority 0-9, ttl ms (0 = none), business key ("" = none; listed in the shard's
---   key index), target stream, n (number of field/value pairs), field, value, ...
---   (2n values)
+--   key index), target stream, its field/value pairs as one MessagePack array of
+--   strings (stored in the body as they come)
 -- returns: { status, due_ms, detail, ... }, three values per message, in order:
 --   "scheduled" | "replaced", due_ms, ""
 --   | "duplicate", due_ms (0 if no longer scheduled), state

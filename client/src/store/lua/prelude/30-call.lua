@@ -3,18 +3,16 @@
 -- now_ms_us, now_ms, call_epoch, fenced, fenced_reply, resolve_due.
 
 -- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
--- due value, priority, ttl ms, key ("" = none), stream, n, then n field/value pairs
--- (the layout NewMessage::script_args writes). Returns the id, due kind, due value and
--- ttl, the message as it will be stored (the schema's names; new_msg sets the rest),
--- and the index after it.
+-- due value, priority, ttl ms, key ("" = none), stream, and its field/value pairs
+-- packed as the body holds them (one MessagePack array of strings; the layout
+-- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
+-- message as it will be stored (the schema's names, its fields as packed_fields,
+-- which encode_body splices in; new_msg sets the rest), and the index after it.
 local function read_new_message(argv, i)
-  local n = tonumber(argv[i + 7])
-  local fields = {}
-  for j = 1, 2 * n do fields[j] = argv[i + 7 + j] end
   local key = argv[i + 5]
   if key == '' then key = nil end
-  local msg = { stream = argv[i + 6], fields = fields, priority = tonumber(argv[i + 3]), key = key }
-  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 8 + 2 * n
+  local msg = { stream = argv[i + 6], packed_fields = argv[i + 7], priority = tonumber(argv[i + 3]), key = key }
+  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 8
 end
 
 -- Redis's clock in ms, and the µs already past that ms.
