@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use delayq_client::message::{Due, MessageId, NewMessage, StoredMessage};
+use delayq_client::message::{Due, MessageId, MessageKey, NewMessage, StoredMessage};
 use delayq_client::store::{Rescheduled, ScheduleMode, Status, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -100,20 +100,23 @@ fn field_text() -> impl Strategy<Value = String> {
 /// A new message's body has the bytes `cmsgpack.pack` makes of it (the push's script
 /// splices its fields in packed, and packs the rest itself), whatever its fields:
 /// from one pair to more than seven (past a fixarray's 15 strings), each string at
-/// any length.
+/// any length; with a business key or without (three elements more, two of them
+/// `false`).
 #[test]
 fn a_new_body_has_the_bytes_the_scripts_pack() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
     let fields = prop::collection::vec((field_text(), field_text()), 1..10);
-    let cases = (fields, 0u8..=9, prop::option::of(1u64..1_000_000));
+    let key = prop::option::of("[a-z0-9:._-]{1,30}");
+    let cases = (fields, 0u8..=9, prop::option::of(1u64..1_000_000), key);
     let mut runner = TestRunner::new(redis_cases(32));
     runner
-        .run(&cases, |(fields, priority, ttl_ms)| {
+        .run(&cases, |(fields, priority, ttl_ms, key)| {
             let msg = NewMessage {
                 priority,
                 ttl: ttl_ms.map(Duration::from_millis),
                 fields: fields.clone(),
+                key: key.as_deref().map(|k| MessageKey::parse(k).unwrap()),
                 ..NewMessage::payload("orders", "", Duration::from_secs(3600))
             };
             let stored = runtime.block_on(async {
@@ -122,7 +125,7 @@ fn a_new_body_has_the_bytes_the_scripts_pack() {
                 scheduled(store.get(&msg.id).await.unwrap())
             });
             let flat: Vec<&String> = fields.iter().flat_map(|(f, v)| [f, v]).collect();
-            let body = serde_json::json!([
+            let mut body = serde_json::json!([
                 1,
                 "orders",
                 flat,
@@ -132,6 +135,10 @@ fn a_new_body_has_the_bytes_the_scripts_pack() {
                 1,
                 ttl_ms.map_or(0, |ttl| stored.due_ms + ttl)
             ]);
+            if let Some(key) = &key {
+                let elements = body.as_array_mut().unwrap();
+                elements.extend([false.into(), false.into(), key.as_str().into()]);
+            }
             prop_assert_eq!(
                 raw_body(&bare, &msg.id),
                 as_stored(&bare, body, Layout::Compact)
