@@ -506,6 +506,23 @@ mod tests {
 
     /// Each script is a function of the library, named with its hash, flagged by
     /// its kind; only the library's first line names it.
+    /// Every script compiles as `EVALSHA` sends it (the prelude and the script as one
+    /// chunk), in a real Redis: its Lua allows a chunk at most 200 locals at once, a
+    /// limit the library's functions (a function each) never come near, so only this
+    /// mode can pass it, and a script that does is refused for good.
+    #[test]
+    fn every_script_compiles_as_eval() {
+        let redis = delayq_harness::RedisServer::start().expect("start redis-server");
+        let mut conn = redis.client();
+        for (name, source, _) in SOURCES {
+            let loaded: redis::RedisResult<String> = redis::cmd("SCRIPT")
+                .arg("LOAD")
+                .arg(format!("{PRELUDE}\n{source}"))
+                .query(&mut conn);
+            assert!(loaded.is_ok(), "{name}: {loaded:?}");
+        }
+    }
+
     #[test]
     fn the_library_registers_every_script_once() {
         let lib = &*LIBRARY;

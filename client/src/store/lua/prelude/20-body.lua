@@ -77,28 +77,38 @@ end
 
 -- The schema's names by position, and the fields' position, read off it once per
 -- call that needs them: the schema applied to a probe whose elements are their own
--- positions (a body has far fewer than 64).
-local body_names, fields_at
-local function body_layout()
-  if not body_names then
-    local probe = {}
-    for i = 1, 64 do probe[i] = i end
-    body_names = {}
-    for name, i in pairs(body_fields(probe)) do body_names[i] = name end
-    fields_at = body_fields(probe).fields
+-- positions (a body has far fewer than 64). (Its state, like encode_body's below, in
+-- a block: a script's chunk may hold at most 200 locals at once, prelude included,
+-- and forward.lua as EVAL is near that.)
+local body_layout
+do
+  local names, fields_at
+  body_layout = function()
+    if not names then
+      local probe = {}
+      for i = 1, 64 do probe[i] = i end
+      names = {}
+      for name, i in pairs(body_fields(probe)) do names[i] = name end
+      fields_at = body_fields(probe).fields
+    end
+    return names, fields_at
   end
-  return body_names
 end
 
--- Packers of body[from .. to] as MessagePack (one value after another, no array
--- around them), each keeping the values it packed last and their bytes between
--- calls: before a new message's fields come the format and its stream, after them its
--- due time (false in the compact layout), priority, when it was created (the call's
--- clock), attempt and expiry, which a call's messages mostly share, and packing them
--- is most of what such a body costs. (In a block: a script's chunk may hold at most
--- 200 locals at once, prelude included.)
-local pack_head, pack_tail
+-- A message table (the schema's names) as a body. Optional fields not set at the end
+-- are left out of the body, so it is exactly as long as the message needs; one not set
+-- before a field that is set is written as false, so the body stays an array. A new
+-- message's fields come packed already (packed_fields, see read_new_message): the
+-- body is then the other elements packed around them, the same bytes
+-- cmsgpack.pack makes of the whole.
+local encode_body
 do
+  -- Packers of body[from .. to] as MessagePack (one value after another, no array
+  -- around them), each keeping the values it packed last and their bytes between
+  -- calls: before a new message's fields come the format and its stream, after them
+  -- its due time (false in the compact layout), priority, when it was created (the
+  -- call's clock), attempt and expiry, which a call's messages mostly share, and
+  -- packing them is most of what such a body costs.
   local function packer()
     local last, last_n, last_text = {}, 0, ''
     return function(body, from, to)
@@ -119,39 +129,33 @@ do
       return last_text
     end
   end
-  pack_head, pack_tail = packer(), packer()
-end
+  local pack_head, pack_tail = packer(), packer()
 
--- A message table (the schema's names) as a body. Optional fields not set at the end
--- are left out of the body, so it is exactly as long as the message needs; one not set
--- before a field that is set is written as false, so the body stays an array. A new
--- message's fields come packed already (packed_fields, see read_new_message): the
--- body is then the other elements packed around them, the same bytes
--- cmsgpack.pack makes of the whole.
-local function encode_body(msg)
-  local names = body_layout()
-  local packed = msg.packed_fields
-  local body, gap, last = { unpack(names) }, nil, 1 -- sized once; every element is overwritten
-  body[1] = BODY_FORMAT
-  for i = 2, #names do
-    local value = msg[names[i]]
-    if packed and i == fields_at then value = true end
-    body[i] = value
-    if value == nil then
-      gap = gap or i
-    else
-      if gap then
-        for hole = gap, i - 1 do body[hole] = false end
-        gap = nil
+  encode_body = function(msg)
+    local names, fields_at = body_layout()
+    local packed = msg.packed_fields
+    local body, gap, last = { unpack(names) }, nil, 1 -- sized once; every element is overwritten
+    body[1] = BODY_FORMAT
+    for i = 2, #names do
+      local value = msg[names[i]]
+      if packed and i == fields_at then value = true end
+      body[i] = value
+      if value == nil then
+        gap = gap or i
+      else
+        if gap then
+          for hole = gap, i - 1 do body[hole] = false end
+          gap = nil
+        end
+        last = i
       end
-      last = i
     end
+    if not packed then return cmsgpack.pack(body) end
+    -- An array of at most 15 elements: its length in its first byte.
+    if last > 15 then error('a body of ' .. last .. ' elements') end
+    return string.char(0x90 + last) .. pack_head(body, 1, fields_at - 1) .. packed
+      .. pack_tail(body, fields_at + 1, last)
   end
-  if not packed then return cmsgpack.pack(body) end
-  -- An array of at most 15 elements: its length in its first byte.
-  if last > 15 then error('a body of ' .. last .. ' elements') end
-  return string.char(0x90 + last) .. pack_head(body, 1, fields_at - 1) .. packed
-    .. pack_tail(body, fields_at + 1, last)
 end
 
 -- A message table as the compact pending layout stores it: its due time left out
