@@ -114,6 +114,7 @@ struct Scripts {
     confirm_marker: Lua,
     upcoming: Lua,
     advance_schedule: Lua,
+    restore_schedule: Lua,
 }
 
 impl Scripts {
@@ -142,6 +143,7 @@ impl Scripts {
             confirm_marker: lua("confirm_marker", &f),
             upcoming: lua("upcoming", &f),
             advance_schedule: lua("advance_schedule", &f),
+            restore_schedule: lua("restore_schedule", &f),
         }
     }
 }

@@ -153,21 +153,18 @@ impl Store {
     ) -> Result<bool> {
         let key = self.keys.schedules();
         let json = serde_json::to_string(spec).expect("a schedule serializes");
-        let new: bool = self.conn.clone().hset_nx(&key, &spec.id, json).await?;
-        if !new {
-            return Ok(false);
-        }
-        let mut pipe = redis::pipe();
-        if let Some(made) = made {
-            pipe.hset(
-                state_key(&key),
-                &spec.id,
-                format!("{} {}", made.next, state_tail(&made)),
-            );
-        }
-        pipe.incr(version_key(&key), 1);
-        let _: () = pipe.query_async(&mut self.conn.clone()).await?;
-        Ok(true)
+        let state = made.map_or_else(String::new, |made| {
+            format!("{} {}", made.next, state_tail(&made))
+        });
+        // One script: the definition and how far it was made land together.
+        let mut call = self.scripts.restore_schedule.key(&key);
+        call.key(state_key(&key)).key(version_key(&key));
+        call.arg(&spec.id).arg(json).arg(state);
+        let restored: i64 = call
+            .invoke_async(&mut self.conn.clone())
+            .await
+            .map_err(StoreError::from_script)?;
+        Ok(restored == 1)
     }
 
     /// How many schedules there are.

@@ -41,7 +41,7 @@ enum Kind {
 }
 
 /// Every script: its name (the file `lua/<name>.lua`), body and kind.
-const SOURCES: [(&str, &str, Kind); 22] = [
+const SOURCES: [(&str, &str, Kind); 23] = [
     (
         "reschedule",
         include_str!("lua/reschedule.lua"),
@@ -118,6 +118,11 @@ const SOURCES: [(&str, &str, Kind); 22] = [
     (
         "advance_schedule",
         include_str!("lua/advance_schedule.lua"),
+        Kind::Writes,
+    ),
+    (
+        "restore_schedule",
+        include_str!("lua/restore_schedule.lua"),
         Kind::Writes,
     ),
 ];
