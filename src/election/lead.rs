@@ -25,8 +25,7 @@ impl Node {
         if state.contact == Contact::Gone {
             return TermEnd::LeaseGone;
         }
-        if Instant::now() >= state.deadline
-            && at_deadline(state.contact, failsafe) == AtDeadline::StepDown
+        if Instant::now() >= state.deadline && at_deadline(state, failsafe) == AtDeadline::StepDown
         {
             return TermEnd::Deadline;
         }
@@ -61,9 +60,10 @@ impl Node {
             }
         });
 
-        // Past the deadline under failsafe: the deadline timer is off until a
-        // renewal moves the deadline again.
+        // Past the deadline under failsafe, or waiting at it for the renewal out:
+        // the deadline timer is off until the lease's next news.
         let mut beyond_deadline = false;
+        let mut awaiting_renewal = false;
         let mut told_unreachable = false;
         let end = loop {
             let deadline = lease.state().deadline;
@@ -82,24 +82,42 @@ impl Node {
                         if beyond_deadline {
                             tracing::info!(epoch, "etcd answers again and the lease holds; leading under its deadline again");
                         }
+                        // A deadline that passed meanwhile fires again at once.
                         beyond_deadline = false;
+                        awaiting_renewal = false;
                         told_unreachable = false;
                         self.publish_lease(state.deadline, epoch, lease.id);
                     }
-                    Contact::Unreachable => if !told_unreachable {
-                        told_unreachable = true;
-                        tracing::warn!(epoch, failsafe, left = ?state.deadline.saturating_duration_since(Instant::now()),
-                            "etcd does not answer lease renewals; leading until the lease deadline{}",
-                            if failsafe { ", and beyond it while etcd stays unreachable (failsafe)" } else { "" });
-                    },
+                    Contact::Unreachable => {
+                        if !told_unreachable {
+                            told_unreachable = true;
+                            tracing::warn!(epoch, failsafe, left = ?state.deadline.saturating_duration_since(Instant::now()),
+                                "etcd does not answer lease renewals; leading until the lease deadline{}",
+                                if failsafe { ", and beyond it while etcd stays unreachable (failsafe)" } else { "" });
+                        }
+                        // The renewal waited for at the deadline failed: the
+                        // deadline's rule decides on that.
+                        if std::mem::take(&mut awaiting_renewal) {
+                            match at_deadline(state, failsafe) {
+                                AtDeadline::KeepLeading => {
+                                    beyond_deadline = true;
+                                    self.beyond_deadline(epoch, state.deadline, lease.id);
+                                }
+                                _ => break TermEnd::Deadline,
+                            }
+                        }
+                    }
                 },
-                _ = tokio::time::sleep_until(deadline), if !beyond_deadline => {
-                    match at_deadline(lease.state().contact, failsafe) {
+                _ = tokio::time::sleep_until(deadline), if !beyond_deadline && !awaiting_renewal => {
+                    match at_deadline(lease.state(), failsafe) {
                         AtDeadline::StepDown => break TermEnd::Deadline,
                         AtDeadline::KeepLeading => {
                             beyond_deadline = true;
-                            tracing::warn!(epoch, "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence");
-                            self.publish_lease(deadline, epoch, lease.id);
+                            self.beyond_deadline(epoch, deadline, lease.id);
+                        }
+                        AtDeadline::AwaitRenewal => {
+                            awaiting_renewal = true;
+                            tracing::debug!(epoch, "lease deadline reached with a renewal out: deciding on its answer");
                         }
                     }
                 }
@@ -129,6 +147,15 @@ impl Node {
             tracing::debug!(epoch, held, "fenced out: the term is over");
         }
         end
+    }
+
+    /// Past the lease deadline under failsafe, etcd unreachable: said, and shown.
+    fn beyond_deadline(&self, epoch: u64, deadline: Instant, lease: i64) {
+        tracing::warn!(
+            epoch,
+            "lease deadline passed while etcd is unreachable; failsafe: still forwarding under the fence"
+        );
+        self.publish_lease(deadline, epoch, lease);
     }
 
     /// Shows the lease time left on `/v1/leader` and in metrics (zero once the

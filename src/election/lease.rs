@@ -51,6 +51,9 @@ pub(super) enum Contact {
 pub(super) struct LeaseState {
     pub(super) contact: Contact,
     pub(super) deadline: Instant,
+    /// A renewal is sent and neither answered nor timed out yet. Set without
+    /// telling the receivers (it changes nothing until a deadline asks).
+    pub(super) in_flight: bool,
 }
 
 /// What a leader does when its lease deadline passes without a renewal.
@@ -60,13 +63,21 @@ pub(super) enum AtDeadline {
     /// etcd is unreachable and failsafe is on: nobody else can be elected now,
     /// and the fence stops this node if somebody is.
     KeepLeading,
+    /// A renewal is out and its answer, or its timeout, has not been taken in:
+    /// decide on what it brings (a timeout comes before the deadline unless the
+    /// process could not run, so this waits at most the renewal's own timeout).
+    AwaitRenewal,
 }
 
-pub(super) fn at_deadline(contact: Contact, failsafe: bool) -> AtDeadline {
-    match (contact, failsafe) {
+pub(super) fn at_deadline(state: LeaseState, failsafe: bool) -> AtDeadline {
+    match (state.contact, failsafe) {
         (Contact::Unreachable, true) => AtDeadline::KeepLeading,
-        // `Renewed` at the deadline means no renewal has even failed yet (the
-        // process was stalled): that says nothing about etcd, so step down.
+        // Renewed, a renewal out: the keepalive task has not run since its
+        // timeout passed (the machine was busy), so whether etcd answers is not
+        // known yet.
+        (Contact::Renewed, _) if state.in_flight => AtDeadline::AwaitRenewal,
+        // `Renewed` at the deadline with no renewal out means none was even sent
+        // (the process was stalled): that says nothing about etcd, so step down.
         _ => AtDeadline::StepDown,
     }
 }
@@ -89,6 +100,7 @@ impl Lease {
         let (tx, rx) = watch::channel(LeaseState {
             contact: Contact::Renewed,
             deadline: timing.deadline(granted_at),
+            in_flight: false,
         });
         let stop = CancellationToken::new();
         tokio::spawn(renew_lease(
@@ -152,6 +164,13 @@ pub(super) async fn renew_lease(
         state.send_replace(LeaseState {
             contact: Contact::Renewed,
             deadline: timing.deadline(sent),
+            in_flight: false,
+        });
+    };
+    let sending = || {
+        state.send_if_modified(|s| {
+            s.in_flight = true;
+            false
         });
     };
     let unreachable = |why: &dyn std::fmt::Display| {
@@ -160,6 +179,7 @@ pub(super) async fn renew_lease(
             None => tracing::debug!(lease = id, error = %why, "lease renewal failed again"),
         }
         state.send_if_modified(|s| {
+            s.in_flight = false;
             if s.contact == Contact::Unreachable {
                 return false;
             }
@@ -169,7 +189,10 @@ pub(super) async fn renew_lease(
     };
     let gone = || {
         tracing::warn!(lease = id, "etcd says the lease does not exist any more");
-        state.send_modify(|s| s.contact = Contact::Gone);
+        state.send_modify(|s| {
+            s.contact = Contact::Gone;
+            s.in_flight = false;
+        });
     };
 
     let mut next = granted_at + timing.renew_every;
@@ -180,6 +203,7 @@ pub(super) async fn renew_lease(
         }
         // Opening the stream sends a renewal and waits for its answer.
         let sent = Instant::now();
+        sending();
         let opened = tokio::select! {
             _ = stop.cancelled() => return,
             r = tokio::time::timeout(timing.renew_every, lease_client.keep_alive(id)) => r,
@@ -213,6 +237,7 @@ pub(super) async fn renew_lease(
                 _ = tokio::time::sleep_until(next) => {}
             }
             let sent = Instant::now();
+            sending();
             if let Err(e) = keeper.keep_alive().await {
                 unreachable(&readable(&e));
                 next = Instant::now();
@@ -305,22 +330,37 @@ mod tests {
     }
 
     #[track_caller]
-    fn check_deadline(contact: Contact, failsafe: bool, expected: AtDeadline) {
+    fn check_deadline(contact: Contact, in_flight: bool, failsafe: bool, expected: AtDeadline) {
+        let state = LeaseState {
+            contact,
+            deadline: Instant::now(),
+            in_flight,
+        };
         assert_eq!(
-            at_deadline(contact, failsafe),
+            at_deadline(state, failsafe),
             expected,
-            "{contact:?}, failsafe {failsafe}"
+            "{contact:?}, in flight {in_flight}, failsafe {failsafe}"
         );
     }
 
     #[test]
     fn only_an_unreachable_etcd_under_failsafe_keeps_a_leader_past_its_deadline() {
-        check_deadline(Contact::Unreachable, true, AtDeadline::KeepLeading);
-        check_deadline(Contact::Unreachable, false, AtDeadline::StepDown);
-        check_deadline(Contact::Gone, true, AtDeadline::StepDown);
-        check_deadline(Contact::Gone, false, AtDeadline::StepDown);
-        check_deadline(Contact::Renewed, true, AtDeadline::StepDown);
-        check_deadline(Contact::Renewed, false, AtDeadline::StepDown);
+        use AtDeadline::*;
+        use Contact::*;
+        for in_flight in [false, true] {
+            check_deadline(Unreachable, in_flight, true, KeepLeading);
+            check_deadline(Unreachable, in_flight, false, StepDown);
+            check_deadline(Gone, in_flight, true, StepDown);
+            check_deadline(Gone, in_flight, false, StepDown);
+        }
+        check_deadline(Renewed, false, true, StepDown);
+        check_deadline(Renewed, false, false, StepDown);
+    }
+
+    #[test]
+    fn a_renewal_still_out_at_the_deadline_is_waited_for() {
+        check_deadline(Contact::Renewed, true, true, AtDeadline::AwaitRenewal);
+        check_deadline(Contact::Renewed, true, false, AtDeadline::AwaitRenewal);
     }
 
     #[track_caller]
