@@ -28,7 +28,8 @@ pub(super) fn check_word(what: &str, word: &str, max: usize) -> Result<(), Strin
 }
 
 /// A message id: client-supplied (`[A-Za-z0-9._:-]{1,128}`) or generated (a ULID,
-/// which sorts by creation time, and within one process in the order generated).
+/// which sorts by creation time, and within one process in the order generated; or,
+/// for a push, an id that names the message's due time, see [`MessageId::placed`]).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct MessageId(String);
 
@@ -57,6 +58,17 @@ impl MessageId {
     /// shard at random, so shards still get even shares over time.
     pub fn generate_in(shards: u16) -> Self {
         MessageId(super::made::make(shards).to_string())
+    }
+
+    /// A fresh id that names the due-set score of a message due at `due_ms` with
+    /// `priority` (see `placed.rs`), in the shard of the ids made before it in its
+    /// millisecond as [`MessageId::generate_in`]'s; None for a due time too far to
+    /// name. Redis keeps no index entry for a message under such an id while the
+    /// message keeps that score.
+    pub fn placed(due_ms: u64, priority: u8, shards: u16) -> Option<Self> {
+        let score = due_ms.checked_mul(10)?.checked_add(9)?;
+        let score = score - u64::from(priority.min(super::MAX_PRIORITY));
+        super::placed::make(score, shards).map(MessageId)
     }
 
     pub fn as_str(&self) -> &str {

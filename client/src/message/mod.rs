@@ -2,7 +2,8 @@
 //! satisfy before it is stored, and the message as the store holds it. Everything
 //! here is pure (no I/O).
 //!
-//! - `id.rs`: [`MessageId`] (checks, generation, shard) and [`EntryId`].
+//! - `id.rs`: [`MessageId`] (checks, generation, shard) and [`EntryId`];
+//!   `made.rs` and `placed.rs` the ids this process makes.
 //! - `key.rs`: [`MessageKey`], a message's business key.
 //! - `due.rs`: [`Due`], due-set scores and the durations clients write.
 //! - `validate.rs`: [`NewMessage::validate`] and the rules behind it.
@@ -14,6 +15,7 @@ mod due;
 mod id;
 mod key;
 mod made;
+mod placed;
 mod validate;
 
 use std::time::Duration;
@@ -22,6 +24,7 @@ pub use codec::StoredMessage;
 pub use due::{Due, due_score, parse_duration, parse_duration_field};
 pub use id::{EntryId, MAX_ID_LEN, MessageId};
 pub use key::{MAX_KEY_LEN, MessageKey};
+pub use placed::placed_score;
 pub use validate::{
     InvalidMessage, Limits, OwnFields, RESERVED_PREFIX, check_field_names, is_plain, key_field_of,
     validate_stream,

@@ -25,6 +25,8 @@ mod libraries;
 mod master;
 mod message;
 mod outcome;
+#[cfg(test)]
+mod placed_ids;
 mod reply;
 mod rights;
 mod schedules;
@@ -262,7 +264,17 @@ pub struct Store {
     /// Streams whose messages go to their held set when pushed (see
     /// [`Store::keep_apart`]); shared by every clone.
     apart: Arc<std::sync::RwLock<Arc<[String]>>>,
+    /// When Redis's clock was last asked, and what it said, in epoch ms
+    /// ([`Store::clock_ahead_ms`]); shared by every clone.
+    clock_read: Arc<std::sync::Mutex<Option<(std::time::Instant, u64)>>>,
 }
+
+/// How long [`Store::clock_ahead_ms`] carries a reading of Redis's clock forward.
+const CLOCK_READ_FOR: Duration = Duration::from_secs(1);
+
+/// The longest round trip of a reading of Redis's clock that is carried forward
+/// (a reading that waited behind other calls would put due times late).
+const CLOCK_TRIP: Duration = Duration::from_millis(2);
 
 /// Fails with `Unsupported` when `conn` reaches a Redis Cluster node without
 /// `redis.mode = "cluster"`: a standalone deployment's shards hold messages to any
@@ -315,6 +327,7 @@ impl Store {
             clock,
             in_use: Arc::new(InUse::new(keys.shards())),
             apart: Arc::default(),
+            clock_read: Arc::default(),
             coalescer: Arc::new(batch::Coalescer::new(&keys)),
             keys,
             scripts: Arc::new(Scripts::new()),
@@ -494,6 +507,26 @@ impl Store {
         let mut conn = self.clock.as_ref().unwrap_or(&self.conn).clone();
         let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut conn).await?;
         Ok(secs * 1000 + micros / 1000)
+    }
+
+    /// Redis's clock now, in epoch ms, never behind it but by a millisecond's
+    /// rounding: `TIME` read now, or a reading of at most a second ago whose round
+    /// trip took at most [`CLOCK_TRIP`], carried forward on this process's monotonic
+    /// clock from when it was sent (ahead by up to that trip; a step of the wall
+    /// clock here changes nothing).
+    pub async fn clock_ahead_ms(&self) -> Result<u64> {
+        let known = *self.clock_read.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((sent, redis_ms)) = known
+            && sent.elapsed() < CLOCK_READ_FOR
+        {
+            return Ok(redis_ms + sent.elapsed().as_millis() as u64);
+        }
+        let sent = std::time::Instant::now();
+        let redis_ms = self.now_ms().await?;
+        if sent.elapsed() <= CLOCK_TRIP {
+            *self.clock_read.lock().unwrap_or_else(|e| e.into_inner()) = Some((sent, redis_ms));
+        }
+        Ok(redis_ms)
     }
 
     /// [`Store::get`] of each of `ids`, in order, 64 lookups at once.

@@ -129,7 +129,7 @@ const SOURCES: [(&str, &str, Kind); 23] = [
 
 /// The prelude: the parts of `lua/prelude/` joined in their names' order, each
 /// using what the ones before it define (a test holds this to the folder).
-const PRELUDE: &str = concat!(
+pub(super) const PRELUDE: &str = concat!(
     include_str!("lua/prelude/10-calls.lua"),
     "\n",
     include_str!("lua/prelude/20-body.lua"),

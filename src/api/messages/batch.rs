@@ -16,7 +16,7 @@ use crate::api::input::{documented_keys, object, read_json};
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::metrics as m;
-use crate::store::{BatchItem, Scheduled};
+use crate::store::{BatchItem, ScheduleMode, Scheduled};
 
 /// Push bodies to schedule together.
 #[derive(Debug, Deserialize, Serialize, ToSchema)]
@@ -165,6 +165,12 @@ pub async fn batch(
             Err(e) => results[i] = Some(ItemResult::failed(i, e)),
         }
     }
+    let made_here = valid
+        .iter_mut()
+        .filter(|item| item.mode == ScheduleMode::Fresh)
+        .map(|item| &mut item.msg)
+        .collect();
+    super::place::place(&state.store, &config, made_here).await;
     if !reach.is_everything() {
         // Ids that name a message of a stream the token does not reach are refused.
         let found = state

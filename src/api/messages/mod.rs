@@ -6,4 +6,5 @@ pub(super) mod batch;
 pub(super) mod by_id;
 mod due;
 pub(super) mod history;
+mod place;
 pub(super) mod push;

@@ -49,8 +49,9 @@ pub struct PushRequest {
     /// When (a time in the past: as soon as possible).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deliver_at: Option<DeliverAt>,
-    /// The message's id (a ULID is generated if none is given); a push with a known
-    /// id is a duplicate, not a second message.
+    /// The message's id (if none is given, one that names the message's due time
+    /// and priority is generated); a push with a known id is a duplicate, not a
+    /// second message.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(pattern = "^[A-Za-z0-9._:-]{1,128}$")]
     pub id: Option<String>,
@@ -160,8 +161,11 @@ async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Respo
     // The live configuration: the stream allow list can change on reload.
     let config = state.current_config();
     let value = read_json(body, body_limit(&config)).await?;
-    let (msg, mode) = parse_push(&value, &config)?;
+    let (mut msg, mode) = parse_push(&value, &config)?;
     reach.check(&msg.stream)?;
+    if mode == ScheduleMode::Fresh {
+        super::place::place(&state.store, &config, vec![&mut msg]).await;
+    }
     if !reach.is_everything() {
         let found = state.store.get(&msg.id).await?;
         if !reach.sees_status(&found, &config.forwarder.dead_letter_suffix) {
@@ -244,14 +248,10 @@ pub(in crate::api) fn parse_push(
     // An id made here is new to Redis: stored without looking it up. Ids made in
     // one millisecond share a shard (on Redis Cluster the stream names the shard).
     let (id, made_here) = match obj.get("id") {
-        None | Some(Value::Null) => {
-            let shards = if config.is_cluster() {
-                1
-            } else {
-                config.redis.shards
-            };
-            (MessageId::generate_in(shards), true)
-        }
+        None | Some(Value::Null) => (
+            MessageId::generate_in(super::place::id_shards(config)),
+            true,
+        ),
         Some(Value::String(s)) => (MessageId::parse(s)?, false),
         Some(_) => return Err(ApiError::invalid("id: must be a string")),
     };

@@ -409,47 +409,42 @@ async fn messages_pushed_without_ids_and_due_together_are_delivered_in_push_orde
     }
 }
 
-/// Messages pushed without an id get ids that put those made in one millisecond in
-/// one shard (so that pushes sharing a call into Redis pay for one shard's part of
-/// it): a batch's ids, grouped by their milliseconds, each group nearly whole in one
-/// shard, and Redis holds each message in the shard its id names.
+/// Messages pushed without an id get ids that name their due time and priority (so
+/// that Redis keeps no index entry for them) and that put those made in one
+/// millisecond in one shard (so that pushes sharing a call into Redis pay for one
+/// shard's part of it): a batch's ids, in the order made, change shard seldom, and
+/// Redis holds each message in the shard its id names.
 #[tokio::test]
-async fn ids_made_in_one_millisecond_put_their_messages_in_one_shard() {
+async fn ids_made_here_name_their_time_and_share_their_millisecond_s_shard() {
     let env = Env::start(&format!("{CONFIG}[redis]\nshards = 16\n")).await;
     let messages: Vec<_> = (0..800)
-        .map(|n| json!({"stream": "orders", "payload": n.to_string(), "delay": "1h"}))
+        .map(|n| json!({"stream": "orders", "payload": n.to_string(), "delay": "1h", "priority": n % 10}))
         .collect();
     let (status, body) = env
         .api
         .post("/v1/messages/batch", json!({ "messages": messages }))
         .await;
     assert_eq!((status, &body["scheduled"]), (200, &json!(800)), "{body}");
-    let mut by_ms: std::collections::HashMap<u64, Vec<u16>> = Default::default();
+    let mut shards = Vec::new();
     let mut per_shard = [0u64; 16];
-    for r in body["results"].as_array().unwrap() {
+    for (n, r) in body["results"].as_array().unwrap().iter().enumerate() {
         let id = r["id"].as_str().unwrap();
-        let ms = ulid::Ulid::from_string(id).unwrap().timestamp_ms();
+        let due = r["deliver_at"].as_u64().unwrap();
+        assert_eq!(
+            delayq_client::message::placed_score(id),
+            Some(delayq_client::message::due_score(due, (n % 10) as u8)),
+            "{r}"
+        );
         let shard = delayq_client::message::MessageId::parse(id)
             .unwrap()
             .shard(16);
-        by_ms.entry(ms).or_default().push(shard);
+        shards.push(shard);
         per_shard[usize::from(shard)] += 1;
     }
-    let shared: usize = by_ms
-        .values()
-        .map(|shards| {
-            let mut count = [0usize; 16];
-            for &s in shards {
-                count[usize::from(s)] += 1;
-            }
-            count.into_iter().max().unwrap()
-        })
-        .sum();
-    assert!(
-        shared * 100 >= 800 * 95,
-        "{shared} of 800 in their millisecond's shard ({} milliseconds)",
-        by_ms.len()
-    );
+    // Ids change shard with their millisecond (a batch is placed in a few) and when
+    // the count's steps run out (a few percent).
+    let changes = shards.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(changes <= 60, "{changes} changes of shard over 800 ids");
     let stored: Vec<(u16, u64)> = env.store.pending_per_shard().await.unwrap();
     for (shard, n) in stored {
         assert_eq!(n, per_shard[usize::from(shard)], "shard {shard}");

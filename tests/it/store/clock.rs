@@ -57,3 +57,33 @@ async fn with_the_journal_on_the_clock_is_read_on_a_connection_of_its_own() {
         );
     }
 }
+
+/// Redis's clock in ms, read on a connection of the test's own.
+fn redis_ms(conn: &mut redis::Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(conn).unwrap();
+    secs * 1000 + micros / 1000
+}
+
+#[tokio::test]
+async fn the_clock_carried_forward_is_never_behind_redis_and_at_most_a_trip_ahead() {
+    let redis = RedisServer::start().unwrap();
+    let store = Store::connect(&config(&redis.url(), "").store_config())
+        .await
+        .unwrap();
+    let mut conn = redis.client();
+    // Over more than a second: readings carried forward, and read again.
+    let until = std::time::Instant::now() + Duration::from_millis(1500);
+    let mut asked = 0;
+    while std::time::Instant::now() < until {
+        let before = redis_ms(&mut conn);
+        let carried = store.clock_ahead_ms().await.unwrap();
+        let after = redis_ms(&mut conn);
+        // A millisecond's rounding on each side; ahead by up to the 2 ms trip of
+        // the reading carried forward.
+        assert!(before <= carried + 2, "{before} > {carried}");
+        assert!(carried <= after + 3, "{carried} > {after}");
+        asked += 1;
+        tokio::time::sleep(Duration::from_millis(3)).await;
+    }
+    assert!(asked > 50, "{asked} readings");
+}

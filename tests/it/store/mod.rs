@@ -4,6 +4,7 @@
 //! - `clock`: Redis's clock, read apart from the scripts while the journal is on;
 //! - `fresh`: ids a node has just made, stored without a lookup;
 //! - `pending`: scheduled messages in both layouts and in the held sets;
+//! - `placed`: messages under ids that name their score, which need no index entry;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
 //! - `keys`: business keys: listed, cancelled together, on entries, pruned;
@@ -19,6 +20,7 @@ mod keys;
 mod limits;
 mod marker;
 mod pending;
+mod placed;
 mod records;
 mod schedules;
 mod stored;

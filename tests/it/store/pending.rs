@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use delayq_client::message::{Due, MessageId, NewMessage};
+use delayq_client::message::{Due, MessageId, NewMessage, placed_score};
 use delayq_client::store::{
     BatchItem, Cancelled, ForwardOptions, PendingLayout, RecordState, Rescheduled, ScheduleMode,
     Scheduled, Status, Store,
@@ -50,20 +50,30 @@ fn cases() -> impl Strategy<Value = (Case, usize, Option<usize>)> {
     // and ids that share a long prefix, as ULIDs of one millisecond do (ids are compared
     // eight bytes at a time).
     let delay = prop_oneof![Just(0u64), Just(150), 0..300u64];
+    // PLACED: an id that names its score, as the daemon makes them (see `ids`).
     let tail = prop_oneof![
         "[A-Za-z0-9:._-]{0,12}",
         "[a-z0-9-]{60,110}",
         "01KAB7Z3QX[0-9A-Z]{0,4}[01]{0,12}",
+        Just(PLACED.to_owned()),
     ];
     let message = (tail, delay, 0..10u8, 0..3u8, fate, 0..3u8);
     let budget = prop_oneof![2 => Just(None), 1 => (1..40usize).prop_map(Some)];
     (prop::collection::vec(message, 1..400), 1..80usize, budget)
 }
 
+/// The tail of a case's message whose id names its score (`MessageId::placed`).
+const PLACED: &str = "placed";
+
+/// A message pushed with a delay, or, under an id that names a score, due at the
+/// score's time.
 fn item(id: &str, delay_ms: u64, priority: u8, mode: ScheduleMode) -> BatchItem {
     let mut msg = NewMessage::payload("s", id, Duration::from_millis(delay_ms));
     msg.id = MessageId::parse(id).unwrap();
-    msg.due = Due::In(Duration::from_millis(delay_ms));
+    msg.due = match placed_score(id) {
+        Some(score) => Due::At(score / 10),
+        None => Due::In(Duration::from_millis(delay_ms)),
+    };
     msg.priority = priority;
     BatchItem {
         msg,
@@ -126,11 +136,19 @@ async fn round_trip(
     batch: usize,
     budget: Option<usize>,
 ) -> Result<(), TestCaseError> {
-    // Unique: what follows the last '-' is the index alone.
+    // Unique: what follows the last '-' is the index alone; an id that names its
+    // score is unique by its count.
+    let now = stores.compact.clock_ahead_ms().await.unwrap();
     let ids: Vec<String> = case
         .iter()
         .enumerate()
-        .map(|(i, m)| format!("{}-{i}", m.0))
+        .map(|(i, m)| match m.0.as_str() {
+            PLACED => MessageId::placed(now + m.1, m.2, 1)
+                .unwrap()
+                .as_str()
+                .to_owned(),
+            tail => format!("{tail}-{i}"),
+        })
         .collect();
     let mut conn = bare.redis.client();
     // Pushed in runs of one layout, in the case's order.

@@ -491,7 +491,7 @@ local function unschedule(list)
   end
   chunked({ 'ZREM', KEYS[1] }, from_due)
   for key, held_ids in pairs(by_held) do chunked({ 'ZREM', key }, held_ids) end
-  if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids, bucket_lens) end
+  if #bucket_ids > 0 then buckets_consume(P, taken, bucket_floor, bucket_ids, due_scores, bucket_lens) end
   return #bucket_ids
 end
 

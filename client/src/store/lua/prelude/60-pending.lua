@@ -20,7 +20,9 @@
 --              time left out (compact_body; the score has it)
 --   B:ix       string "k s n": the index's linear hashing (2^k + s buckets, split like
 --              the records' buckets) and n, the messages in the compact layout
---   B:ix:<b>   hash, id -> score, small enough for Redis's listpack encoding
+--   B:ix:<b>   hash, id -> score, small enough for Redis's listpack encoding, for
+--              every message in the compact layout but those whose id names their
+--              score (placed_score): such a message is found from its id alone
 -- Lua compares strings with strcoll (Redis sets LC_COLLATE from its environment), so
 -- elements are never compared as strings: by score, then by id byte by byte.
 local PENDING_BUCKET = 128
@@ -132,22 +134,44 @@ local function save_index(P)
   end
 end
 
--- Adds ids[i] -> scores[i] to the index (none of them in it yet).
+-- The score an id names, or nil: "d", the score in 12 hex digits, then 16 more
+-- characters (MessageId::placed, the ids the daemon makes). Any id of that shape
+-- names a score, whoever made it; what counts is whether its message has that score.
+local function placed_score(id)
+  if #id ~= 29 or string.byte(id, 1) ~= 100 then return nil end
+  local hex = string.match(id, '^d(%x%x%x%x%x%x%x%x%x%x%x%x)')
+  return hex and tonumber(hex, 16)
+end
+
+-- Adds ids[i] -> scores[i] to the index (none of them in it yet), counting them in n;
+-- an id that names its score gets no entry.
 local function index_put(P, ids, scores)
-  hash_into(P.ix, ids, scores)
+  local ix, entered, entries = P.ix, {}, {}
+  for i, id in ipairs(ids) do
+    if placed_score(id) ~= scores[i] then
+      entered[#entered + 1], entries[#entries + 1] = id, scores[i]
+    end
+  end
+  -- The buckets split by the messages counted, so that they keep room for entries.
+  while ix.n + #ids > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
+  if #entered > 0 then
+    for _, list in ipairs(by_bucket(ix, 'HSET', entered, entries)) do send_gathered(list) end
+  end
+  ix.n = ix.n + #ids
   save_index(P)
 end
 
-local function index_del(P, ids)
-  for _, list in ipairs(by_bucket(P.ix, 'HDEL', ids)) do P.ix.n = P.ix.n - send_gathered(list) end
+-- Takes ids (each in the compact layout, at scores[id]) out of the index.
+local function index_del(P, ids, scores)
+  local entered = {}
+  for _, id in ipairs(ids) do
+    if placed_score(id) ~= scores[id] then entered[#entered + 1] = id end
+  end
+  if #entered > 0 then
+    for _, list in ipairs(by_bucket(P.ix, 'HDEL', entered)) do send_gathered(list) end
+  end
+  P.ix.n = P.ix.n - #ids
   save_index(P)
-end
-
--- The score of id in the compact layout, or nil.
-local function index_get(P, id)
-  if P.ix.n == 0 then return nil end
-  local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
-  return score and tonumber(score)
 end
 
 local function bucket_key(P, floor)
@@ -288,6 +312,17 @@ local function bucket_remove(P, name, key, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
 
+-- The score of id in the compact layout, or nil: its index entry's, or the score its
+-- id names when its bucket holds it there.
+local function index_get(P, id)
+  if P.ix.n == 0 then return nil end
+  local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
+  if score then return tonumber(score) end
+  score = placed_score(id)
+  if score and bucket_find(P, id, score) then return score end
+  return nil
+end
+
 -- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
 -- | { layout = 'hash', score (nil while held), body (nil: scheduled without one) } | nil.
 -- Read a body with decode_body(where.body, where.score): a compact one has no due time.
@@ -313,7 +348,7 @@ end
 local function pending_remove(P, id, where)
   if where.layout == 'compact' then
     bucket_remove(P, where.name, where.key, where.elem)
-    index_del(P, { id })
+    index_del(P, { id }, { [id] = where.score })
   else
     redis.call('ZREM', P.due, id)
     redis.call('HDEL', P.bodies, id)
@@ -501,9 +536,9 @@ local function buckets_due(P, max, limit)
 end
 
 -- Takes the first `count[key]` elements of each bucket out (what buckets_due gave and
--- the caller used), and their ids out of the index. lens: the lengths buckets_due
--- found (a bucket not in it is asked).
-local function buckets_consume(P, taken, names, ids, lens)
+-- the caller used), and their ids out of the index (scores: id -> its score). lens:
+-- the lengths buckets_due found (a bucket not in it is asked).
+local function buckets_consume(P, taken, names, ids, scores, lens)
   P.tail = nil
   for key, count in pairs(taken) do
     if (lens[key] or redis.call('LLEN', key)) <= count then
@@ -513,5 +548,5 @@ local function buckets_consume(P, taken, names, ids, lens)
       redis.call('LTRIM', key, count, -1)
     end
   end
-  if #ids > 0 then index_del(P, ids) end
+  if #ids > 0 then index_del(P, ids, scores) end
 end
