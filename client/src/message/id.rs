@@ -66,8 +66,9 @@ impl MessageId {
     /// name. Redis keeps no index entry for a message under such an id while the
     /// message keeps that score.
     pub fn placed(due_ms: u64, priority: u8, shards: u16) -> Option<Self> {
-        let score = due_ms.checked_mul(10)?.checked_add(9)?;
-        let score = score - u64::from(priority.min(super::MAX_PRIORITY));
+        // Past u64 / 10 the score overflows; far below that it is too high to name.
+        let due_ms = (due_ms <= u64::MAX / 10).then_some(due_ms)?;
+        let score = super::due_score(due_ms, priority.min(super::MAX_PRIORITY));
         super::placed::make(score, shards).map(MessageId)
     }
 

@@ -29,7 +29,7 @@ struct Made {
     /// The last id made in order.
     last: Option<Ulid>,
     /// The shard the ids of a millisecond go to: (ms, shards, shard).
-    shard: Option<(u64, u16, u16)>,
+    shard: MsShard,
 }
 
 /// The shard of an id (as [`super::MessageId::shard`] reads it), without its text.
@@ -54,25 +54,53 @@ pub(super) fn make(shards: u16) -> Ulid {
         },
         _ => random,
     };
-    if shards > 1 {
-        let ms = id.timestamp_ms();
-        match made.shard {
-            Some((at, of, shard)) if at == ms && of == shards => {
-                for _ in 0..MAX_STEPS {
-                    if shard_of(id, shards) == shard {
-                        break;
-                    }
-                    match id.increment() {
-                        Some(next) => id = next,
-                        None => return random,
-                    }
-                }
-            }
-            _ => made.shard = Some((ms, shards, shard_of(id, shards))),
-        }
+    let in_shard = keep_in_ms_shard(
+        &mut made.shard,
+        id.timestamp_ms(),
+        shards,
+        &mut id,
+        |id| shard_of(*id, shards),
+        |id| id.increment().map(|next| *id = next).is_some(),
+    );
+    if !in_shard {
+        return random;
     }
     made.last = Some(id);
     id
+}
+
+/// The shard the ids of a millisecond go to: (ms, shards, shard).
+pub(super) type MsShard = Option<(u64, u16, u16)>;
+
+/// Steps `id` up (`step`, false once it cannot) until `shard_of` puts it in the
+/// shard of the ids made before it in millisecond `ms`, at most [`MAX_STEPS`] times
+/// (then it stays where it got); the first id of a millisecond sets that shard in
+/// `slot`. False when `step` ran out.
+pub(super) fn keep_in_ms_shard<T>(
+    slot: &mut MsShard,
+    ms: u64,
+    shards: u16,
+    id: &mut T,
+    shard_of: impl Fn(&T) -> u16,
+    mut step: impl FnMut(&mut T) -> bool,
+) -> bool {
+    if shards <= 1 {
+        return true;
+    }
+    match *slot {
+        Some((at, of, shard)) if at == ms && of == shards => {
+            for _ in 0..MAX_STEPS {
+                if shard_of(id) == shard {
+                    break;
+                }
+                if !step(id) {
+                    return false;
+                }
+            }
+        }
+        _ => *slot = Some((ms, shards, shard_of(id))),
+    }
+    true
 }
 
 #[cfg(test)]

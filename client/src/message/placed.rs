@@ -16,15 +16,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use ulid::Ulid;
 
+use super::made::{MsShard, keep_in_ms_shard};
+
 /// The number of characters of a placed id.
 pub const PLACED_LEN: usize = 29;
 
 /// The highest score a placed id can name (12 hex digits): due times before the
 /// year 2800 or so.
 const MAX_SCORE: u64 = (1 << 48) - 1;
-
-/// Steps of the count looking for a millisecond's shard, as for ULIDs.
-const MAX_STEPS: u32 = 64;
 
 /// The count's values: 80 bits.
 const COUNT_MASK: u128 = (1 << 80) - 1;
@@ -33,8 +32,7 @@ static COUNT: Mutex<Option<Count>> = Mutex::new(None);
 
 struct Count {
     next: u128,
-    /// The shard of this millisecond's ids: (ms, shards, shard).
-    shard: Option<(u64, u16, u16)>,
+    shard: MsShard,
 }
 
 /// Crockford's base 32, as ULIDs write it.
@@ -69,30 +67,22 @@ pub(super) fn make(score: u64, shards: u16) -> Option<String> {
         return None;
     }
     let mut count = COUNT.lock().unwrap_or_else(PoisonError::into_inner);
-    let count = count.get_or_insert_with(|| Count {
+    let Count { next, shard } = count.get_or_insert_with(|| Count {
         next: rand_count(),
         shard: None,
     });
+    let mut take = |text: &mut [u8; PLACED_LEN]| {
+        set_count(text, *next);
+        *next = (*next + 1) & COUNT_MASK;
+        true
+    };
     let mut id = head(score);
-    set_count(&mut id, count.next);
-    count.next = (count.next + 1) & COUNT_MASK;
-    if shards > 1 {
-        let ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        match count.shard {
-            Some((at, of, shard)) if at == ms && of == shards => {
-                for _ in 0..MAX_STEPS {
-                    if super::shard_of_text(&id, shards) == shard {
-                        break;
-                    }
-                    set_count(&mut id, count.next);
-                    count.next = (count.next + 1) & COUNT_MASK;
-                }
-            }
-            _ => count.shard = Some((ms, shards, super::shard_of_text(&id, shards))),
-        }
-    }
+    take(&mut id);
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let shard_of = |text: &[u8; PLACED_LEN]| super::shard_of_text(text, shards);
+    keep_in_ms_shard(shard, ms, shards, &mut id, shard_of, take);
     Some(id.iter().map(|&b| char::from(b)).collect())
 }
 

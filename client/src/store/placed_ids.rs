@@ -7,14 +7,14 @@
 fn the_scripts_read_the_score_an_id_names_as_the_daemon_writes_it() {
     use proptest::prelude::*;
     let redis = delayq_harness::RedisServer::start().expect("start redis-server");
-    let mut conn = redis.client();
+    let conn = std::cell::RefCell::new(redis.client());
     let sha: String = redis::cmd("SCRIPT")
         .arg("LOAD")
         .arg(format!(
             "{}\nreturn placed_score(ARGV[1]) or -1",
             super::scripts::PRELUDE
         ))
-        .query(&mut conn)
+        .query(&mut *conn.borrow_mut())
         .unwrap();
     let ids = prop_oneof![
         "d[0-9a-fA-F]{12}[0-9A-Z]{16}",
@@ -22,7 +22,6 @@ fn the_scripts_read_the_score_an_id_names_as_the_daemon_writes_it() {
         "[dD][-+x0-9a-f ]{11,13}[0-9A-Z]{16}",
         "[A-Za-z0-9._:-]{1,40}",
     ];
-    let shared = std::cell::RefCell::new(redis.client());
     let mut runner = proptest::test_runner::TestRunner::default();
     runner
         .run(&ids, |id| {
@@ -30,7 +29,7 @@ fn the_scripts_read_the_score_an_id_names_as_the_daemon_writes_it() {
                 .arg(&sha)
                 .arg(0)
                 .arg(&id)
-                .query(&mut *shared.borrow_mut())
+                .query(&mut *conn.borrow_mut())
                 .unwrap();
             let want = crate::message::placed_score(&id).map_or(-1, |s| s as i64);
             prop_assert_eq!(read, want, "{}", id);
@@ -43,7 +42,7 @@ fn the_scripts_read_the_score_an_id_names_as_the_daemon_writes_it() {
         .arg(&sha)
         .arg(0)
         .arg(id.as_str())
-        .query(&mut conn)
+        .query(&mut *conn.borrow_mut())
         .unwrap();
     assert_eq!(read, 18_000_000_000_005, "{}", id.as_str());
 }

@@ -28,7 +28,7 @@ pub(super) fn id_shards(config: &Config) -> u16 {
 /// Gives each of `msgs` (made here, each under an id made here) an id that names
 /// its score, and its due time as an epoch time.
 pub(super) async fn place(store: &Store, config: &Config, msgs: Vec<&mut NewMessage>) {
-    let max_delay = config.api.limits.max_delay;
+    let (max_delay, shards) = (config.api.limits.max_delay, id_shards(config));
     let mut now = None;
     for msg in msgs {
         let due_ms = match msg.due {
@@ -44,7 +44,7 @@ pub(super) async fn place(store: &Store, config: &Config, msgs: Vec<&mut NewMess
             }
             Due::In(_) => continue,
         };
-        if let Some(id) = MessageId::placed(due_ms, msg.priority, id_shards(config)) {
+        if let Some(id) = MessageId::placed(due_ms, msg.priority, shards) {
             msg.id = id;
             msg.due = Due::At(due_ms);
         }

@@ -312,15 +312,11 @@ local function bucket_remove(P, name, key, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
 
--- The score of id in the compact layout, or nil: its index entry's, or the score its
--- id names when its bucket holds it there.
+-- The score of id's index entry, or nil (an id that names its score has none).
 local function index_get(P, id)
   if P.ix.n == 0 then return nil end
   local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
-  if score then return tonumber(score) end
-  score = placed_score(id)
-  if score and bucket_find(P, id, score) then return score end
-  return nil
+  return score and tonumber(score)
 end
 
 -- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
@@ -330,9 +326,16 @@ end
 local function pending_find(P, id, indexed)
   local score = indexed
   if score == nil then score = index_get(P, id) end
+  local name, key, elem
   if score then
-    local name, key, elem = bucket_find(P, id, score)
+    name, key, elem = bucket_find(P, id, score)
     if not name then error('pending index names ' .. id .. ' at ' .. score .. ' but no bucket has it') end
+  else
+    -- No entry: an id that names its score is asked of the bucket it names.
+    score = P.ix.n > 0 and placed_score(id)
+    if score then name, key, elem = bucket_find(P, id, score) end
+  end
+  if name then
     local _, _, body = elem_parts(elem)
     return { layout = 'compact', score = score, body = body, name = name, key = key, elem = elem }
   end
