@@ -127,8 +127,9 @@ def record(rate, seconds):
                 call = []
                 ticks[-1].append(call)
                 if args[1] == b"floor_push":
-                    # FCALL, name, numkeys, keys, the push's 7 leading values, 13 a message.
-                    pushed[-1] = (len(args) - 3 - int(args[2]) - 7) // 13
+                    # FCALL, name, numkeys, keys, the push's leading values, then the
+                    # messages, each as long as the lab's own (script_cost.message).
+                    pushed[-1] = (len(args) - 3 - int(args[2]) - len(sc.HEAD)) // len(sc.message(0))
         elif call is not None:
             call.append(args)
     return ticks, pushed
