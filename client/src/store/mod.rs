@@ -26,6 +26,8 @@ mod master;
 mod message;
 mod outcome;
 #[cfg(test)]
+mod packed_bodies;
+#[cfg(test)]
 mod placed_ids;
 mod reply;
 mod rights;

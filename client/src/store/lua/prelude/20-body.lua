@@ -130,40 +130,69 @@ do
     end
   end
   local pack_head, pack_tail = packer(), packer()
+  -- The elements before and after a packed message's fields, reused by every call
+  -- (the packers copy what they keep).
+  local head, tail = {}, {}
 
-  encode_body = function(msg)
+  -- A packed message's body: no array of the whole is built, and the body is made
+  -- in one concatenation, after `score` (7 bytes), `id_len` and `id` when given (a
+  -- compact element, make_elem's bytes).
+  local function encode_packed(msg, names, fields_at, score, id_len, id)
+    local last = fields_at
+    for i = #names, fields_at + 1, -1 do
+      if msg[names[i]] ~= nil then
+        last = i
+        break
+      end
+    end
+    -- An array of at most 15 elements: its length in its first byte.
+    if last > 15 then error('a body of ' .. last .. ' elements') end
+    head[1] = BODY_FORMAT
+    for i = 2, fields_at - 1 do
+      local value = msg[names[i]]
+      if value == nil then value = false end
+      head[i] = value
+    end
+    for i = fields_at + 1, last do
+      local value = msg[names[i]]
+      if value == nil then value = false end
+      tail[i - fields_at] = value
+    end
+    local h, t = pack_head(head, 1, fields_at - 1), pack_tail(tail, 1, last - fields_at)
+    if score then
+      return score .. id_len .. id .. string.char(0x90 + last) .. h .. msg.packed_fields .. t
+    end
+    return string.char(0x90 + last) .. h .. msg.packed_fields .. t
+  end
+
+  encode_body = function(msg, score, id_len, id)
     local names, fields_at = body_layout()
-    local packed = msg.packed_fields
-    local body, gap, last = { unpack(names) }, nil, 1 -- sized once; every element is overwritten
+    if msg.packed_fields then return encode_packed(msg, names, fields_at, score, id_len, id) end
+    local body, gap = { unpack(names) }, nil -- sized once; every element is overwritten
     body[1] = BODY_FORMAT
     for i = 2, #names do
       local value = msg[names[i]]
-      if packed and i == fields_at then value = true end
       body[i] = value
       if value == nil then
         gap = gap or i
-      else
-        if gap then
-          for hole = gap, i - 1 do body[hole] = false end
-          gap = nil
-        end
-        last = i
+      elseif gap then
+        for hole = gap, i - 1 do body[hole] = false end
+        gap = nil
       end
     end
-    if not packed then return cmsgpack.pack(body) end
-    -- An array of at most 15 elements: its length in its first byte.
-    if last > 15 then error('a body of ' .. last .. ' elements') end
-    return string.char(0x90 + last) .. pack_head(body, 1, fields_at - 1) .. packed
-      .. pack_tail(body, fields_at + 1, last)
+    local raw = cmsgpack.pack(body)
+    if score then return score .. id_len .. id .. raw end
+    return raw
   end
 end
 
 -- A message table as the compact pending layout stores it: its due time left out
--- (false; 8 bytes less), as the element's score says it.
-local function compact_body(msg)
+-- (false; 8 bytes less), as the element's score says it. Given score (its 7 bytes),
+-- id_len and id, the element itself (make_elem's bytes), made in one piece.
+local function compact_body(msg, score, id_len, id)
   local due = msg.due
   msg.due = nil
-  local raw = encode_body(msg)
+  local raw = encode_body(msg, score, id_len, id)
   msg.due = due
   return raw
 end

@@ -11,7 +11,9 @@
 local function read_new_message(argv, i)
   local key = argv[i + 5]
   if key == '' then key = nil end
-  local msg = { stream = argv[i + 6], packed_fields = argv[i + 7], priority = tonumber(argv[i + 3]), key = key }
+  -- Every name new_msg sets is named here too, so that the table is sized once.
+  local msg = { stream = argv[i + 6], packed_fields = argv[i + 7], priority = tonumber(argv[i + 3]), key = key,
+    due = nil, created = nil, attempt = nil, expire_at = nil }
   return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 8
 end
 

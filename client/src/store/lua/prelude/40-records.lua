@@ -1,9 +1,8 @@
 -- 40-records.lua: terminal records (delivered, expired, dead, cancelled), in either
 -- layout, and the journal's outbox lines written with them. Gives record_fields (the
--- schema), record, find_record,
--- keep_records, keep_record, forget_record, records_policy, journal_outbox, journal_line,
--- journal_item, and the
--- linear hashing (record_bucket, split_bucket, hash_into) the pending index shares.
+-- schema), record, find_record, keep_records, keep_record, forget_record,
+-- records_policy, journal_outbox, journal_line, journal_item, and the linear hashing
+-- (record_bucket, split_bucket, send_by_bucket, hash_into) the pending index shares.
 --
 -- Terminal records (delivered, expired, dead, cancelled) live in generations, so that
 --   they expire a whole generation at a time and each costs about 55 bytes: the records
@@ -273,42 +272,67 @@ local function split_bucket(gen)
   if gen.s == m then gen.k, gen.s = gen.k + 1, 0 end
 end
 
--- ids grouped by their bucket in a linear hashing (gen: { key, k, s }, as
--- record_bucket reads it), each group a command for its bucket: { command, key, id,
--- ... } (with values, each id followed by values[i]: an HSET's field/value pairs);
--- the groups in the order their buckets were first met.
-local function by_bucket(gen, command, ids, values)
-  local groups, order = {}, {}
-  for i, id in ipairs(ids) do
-    local key = record_bucket(gen, record_hash(id))
-    local list = groups[key]
-    if not list then
-      list = { command, key }
-      groups[key] = list
-      order[#order + 1] = list
+-- send_by_bucket and its helpers, in a block: a script's chunk may hold at most 200
+-- locals at once, prelude included.
+local send_by_bucket
+do
+  -- ids grouped by their bucket in a linear hashing (gen: { key, k, s }, as
+  -- record_bucket reads it), each group a command for its bucket: { command, key, id,
+  -- ... } (with values, each id followed by values[i]: an HSET's field/value pairs);
+  -- the groups in the order their buckets were first met.
+  local function by_bucket(gen, command, ids, values)
+    local groups, order = {}, {}
+    for i, id in ipairs(ids) do
+      local key = record_bucket(gen, record_hash(id))
+      local list = groups[key]
+      if not list then
+        list = { command, key }
+        groups[key] = list
+        order[#order + 1] = list
+      end
+      list[#list + 1] = id
+      if values then list[#list + 1] = values[i] end
     end
-    list[#list + 1] = id
-    if values then list[#list + 1] = values[i] end
+    return order
   end
-  return order
+
+  -- Sends a command gathered whole, { command, key, value, ... } (by_bucket's), in
+  -- chunks when more than CHUNK values follow the key; returns its replies added up.
+  local function send_gathered(list)
+    if #list <= CHUNK + 2 then return redis.call(unpack(list)) end
+    local rest = {}
+    for i = 3, #list do rest[i - 2] = list[i] end
+    return chunked({ list[1], list[2] }, rest)
+  end
+
+  -- Sends command to the bucket of each id (followed by values[i] when given: an
+  -- HSET's field and value) and returns the replies added up. Ids fewer than half the
+  -- buckets mostly have a bucket each, and are sent one by one as they come; more are
+  -- gathered by bucket first (by_bucket): a call costs more than a field.
+  send_by_bucket = function(gen, command, ids, values)
+    local total = 0
+    if #ids * 2 < 2 ^ gen.k + gen.s then
+      for i, id in ipairs(ids) do
+        local key = record_bucket(gen, record_hash(id))
+        if values then
+          total = total + redis.call(command, key, id, values[i])
+        else
+          total = total + redis.call(command, key, id)
+        end
+      end
+    else
+      for _, list in ipairs(by_bucket(gen, command, ids, values)) do total = total + send_gathered(list) end
+    end
+    return total
+  end
 end
 
--- Sends a command gathered whole, { command, key, value, ... } (by_bucket's), in
--- chunks when more than CHUNK values follow the key; returns its replies added up.
-local function send_gathered(list)
-  if #list <= CHUNK + 2 then return redis.call(unpack(list)) end
-  local rest = {}
-  for i = 3, #list do rest[i - 2] = list[i] end
-  return chunked({ list[1], list[2] }, rest)
-end
-
--- Writes ids[i] -> values[i] into a linear hashing (gen, counting them in gen.n), one
--- HSET per bucket: a call costs more than a field. The buckets split first, so that
--- they have room: a bucket that once outgrows the listpack encoding would never go
--- back to it.
+-- Writes ids[i] -> values[i] into a linear hashing (gen, counting them in gen.n)
+-- through send_by_bucket. The buckets split first, so that they have room: a bucket
+-- that once outgrows the listpack encoding would never go back to it.
 local function hash_into(gen, ids, values)
   while gen.n + #ids > RECORD_LOAD * (2 ^ gen.k + gen.s) do split_bucket(gen) end
-  for _, list in ipairs(by_bucket(gen, 'HSET', ids, values)) do gen.n = gen.n + send_gathered(list) end
+  gen.n = gen.n + send_by_bucket(gen, 'HSET', ids, values)
 end
 
 -- A records argument (what Store::records_arg writes): the retention in ms, prefixed

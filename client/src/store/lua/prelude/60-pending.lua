@@ -154,9 +154,7 @@ local function index_put(P, ids, scores)
   end
   -- The buckets split by the messages counted, so that they keep room for entries.
   while ix.n + #ids > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
-  if #entered > 0 then
-    for _, list in ipairs(by_bucket(ix, 'HSET', entered, entries)) do send_gathered(list) end
-  end
+  send_by_bucket(ix, 'HSET', entered, entries)
   ix.n = ix.n + #ids
   save_index(P)
 end
@@ -167,9 +165,7 @@ local function index_del(P, ids, scores)
   for _, id in ipairs(ids) do
     if placed_score(id) ~= scores[id] then entered[#entered + 1] = id end
   end
-  if #entered > 0 then
-    for _, list in ipairs(by_bucket(P.ix, 'HDEL', entered)) do send_gathered(list) end
-  end
+  send_by_bucket(P.ix, 'HDEL', entered)
   P.ix.n = P.ix.n - #ids
   save_index(P)
 end
@@ -417,7 +413,8 @@ local function pending_add(P, layout, ids, scores, msgs)
       if tail.len >= PENDING_BUCKET then tail = bucket_start(P, scores[i], ids[i]) end
       local elems = {}
       while i <= #ids and #elems < PENDING_BUCKET - tail.len and at_tail(tail, i) do
-        elems[#elems + 1] = make_elem(scores[i], ids[i], compact_body(msgs[i]))
+        -- The element made in one piece (make_elem of compact_body's bytes).
+        elems[#elems + 1] = compact_body(msgs[i], score_bytes(scores[i]), string.char(#ids[i]), ids[i])
         tail.score, tail.id = scores[i], ids[i]
         i = i + 1
       end
