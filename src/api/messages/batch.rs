@@ -173,23 +173,29 @@ pub async fn batch(
     super::place::place(&state.store, &config, made_here).await;
     if !reach.is_everything() {
         // Ids that name a message of a stream the token does not reach are refused.
+        // An id made here names no message yet, and is not looked up.
+        let asked: Vec<usize> = (0..valid.len())
+            .filter(|&k| valid[k].mode != ScheduleMode::Fresh)
+            .collect();
         let found = state
             .store
-            .statuses(valid.iter().map(|item| &item.msg.id))
+            .statuses(asked.iter().map(|&k| &valid[k].msg.id))
             .await;
+        let mut found = asked.into_iter().zip(found).peekable();
         let suffix = &config.forwarder.dead_letter_suffix;
         let mut kept = (Vec::new(), Vec::new());
-        for ((item, index), found) in valid.into_iter().zip(positions).zip(found) {
-            match found {
-                Ok(found) if reach.sees_status(&found, suffix) => {
-                    kept.0.push(item);
-                    kept.1.push(index);
-                }
-                Ok(_) => {
-                    let refusal = id_taken(item.msg.id.as_str());
-                    results[index] = Some(ItemResult::failed(index, refusal));
-                }
-                Err(e) => return Err(e.into()),
+        for (k, (item, index)) in valid.into_iter().zip(positions).enumerate() {
+            let seen = match found.next_if(|(asked, _)| *asked == k) {
+                None => true,
+                Some((_, Ok(found))) => reach.sees_status(&found, suffix),
+                Some((_, Err(e))) => return Err(e.into()),
+            };
+            if seen {
+                kept.0.push(item);
+                kept.1.push(index);
+            } else {
+                let refusal = id_taken(item.msg.id.as_str());
+                results[index] = Some(ItemResult::failed(index, refusal));
             }
         }
         (valid, positions) = kept;

@@ -166,7 +166,8 @@ async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Respo
     if mode == ScheduleMode::Fresh {
         super::place::place(&state.store, &config, vec![&mut msg]).await;
     }
-    if !reach.is_everything() {
+    // An id made here names no message yet: only a producer's is looked up.
+    if !reach.is_everything() && mode != ScheduleMode::Fresh {
         let found = state.store.get(&msg.id).await?;
         if !reach.sees_status(&found, &config.forwarder.dead_letter_suffix) {
             return Err(id_taken(msg.id.as_str()));

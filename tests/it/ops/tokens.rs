@@ -40,6 +40,14 @@ fn cases() -> Vec<Case> {
             Some("stream_not_permitted"),
         ),
         ("POST", "/v1/messages", push("b2", "billing.eu"), 201, None),
+        // An id made here is nobody's yet.
+        (
+            "POST",
+            "/v1/messages",
+            Some(json!({"stream": "billing", "payload": "x", "delay": "1h"})),
+            201,
+            None,
+        ),
         // An id of another stream's message is not taken over, nor its message shown.
         (
             "POST",
@@ -184,10 +192,12 @@ async fn a_token_reaches_only_its_streams_and_tokens_change_at_sighup() {
                 {"stream": "orders", "payload": "x", "delay": "1h"},
                 {"stream": "billing", "payload": "x", "delay": "1h"},
                 {"id": "o1", "stream": "billing", "payload": "x", "delay": "1h"},
+                {"stream": "billing", "payload": "x", "delay": "1h"},
+                {"id": "b3", "stream": "billing", "payload": "x", "delay": "1h"},
             ]}),
         )
         .await;
-    assert_eq!((status, &answer["scheduled"]), (200, &json!(1)), "{answer}");
+    assert_eq!((status, &answer["scheduled"]), (200, &json!(3)), "{answer}");
     let errors: Vec<&str> = answer["results"]
         .as_array()
         .unwrap()
