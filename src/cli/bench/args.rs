@@ -97,6 +97,11 @@ pub struct BenchArgs {
     /// then include the journal's cost.
     #[arg(long)]
     pub journal_url: Option<String>,
+    /// Batch ingest with ids once more with the journal on, into a MariaDB of the
+    /// bench's own (`mariadbd` on a free loopback port): the full suite's default,
+    /// skipped under --journal-url (every row is journaled then).
+    #[arg(long)]
+    pub journaled: Option<bool>,
     /// Where the peer's package.json and script are.
     #[arg(long, default_value = "bench/peer")]
     pub peer_dir: PathBuf,

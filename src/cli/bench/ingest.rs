@@ -2,7 +2,7 @@
 //! forwarding competes. Three paths: single `POST /v1/messages` (64 in flight; with
 //! ids, and without),
 //! `POST /v1/messages/batch` (500 messages a request, 4 in flight; with ids, and
-//! without, for delayq to make) and the inbox
+//! without, for delayq to make; with ids again with the journal on) and the inbox
 //! stream, two ways: drained (entries XADDed first, then a daemon started and timed
 //! until every one is scheduled: delayq's own intake rate) and live (entries XADDed
 //! by a pipelined producer, 1000 per round trip, while the daemon schedules them).
@@ -146,9 +146,51 @@ impl Bench {
 
     /// `n` messages through `POST /v1/messages/batch`, `HTTP_BATCH` a request.
     pub async fn ingest_batch(&self, n: u64, ids: Ids) -> anyhow::Result<Figures> {
+        let row = self
+            .batch_row(n, ids, "bench-ingest-batch", &self.delayq_config)
+            .await?;
+        Ok(match ids {
+            Ids::Given => Delayq::IngestHttpBatch(row),
+            Ids::Generated => Delayq::IngestHttpBatchIdsGenerated(row),
+        }
+        .into())
+    }
+
+    /// [`Bench::ingest_batch`] with ids and the journal on, into the MySQL or
+    /// MariaDB at `journal_url` (migrated and emptied first): a push is answered
+    /// once both have it.
+    pub async fn ingest_batch_journaled(
+        &self,
+        n: u64,
+        journal_url: &str,
+    ) -> anyhow::Result<Figures> {
+        let config = format!("{}[journal]\nurl = \"{journal_url}\"\n", self.delayq_config);
+        let settings = delayq_client::config::Config::from_toml(
+            &format!("{config}[api]\nlisten = \"127.0.0.1:0\"\n"),
+            std::iter::empty(),
+        )?
+        .journal
+        .context("a journal")?;
+        let journal = delayq::journal::Journal::new(&settings)?;
+        journal.migrate().await.context("migrate the journal")?;
+        journal.truncate().await.context("empty the journal")?;
+        let row = self
+            .batch_row(n, Ids::Given, "bench-ingest-journaled", &config)
+            .await?;
+        Ok(Delayq::IngestHttpBatchJournaled(row).into())
+    }
+
+    /// The figures of `n` messages batch-pushed to a daemon started with `config`.
+    async fn batch_row(
+        &self,
+        n: u64,
+        ids: Ids,
+        name: &str,
+        config: &str,
+    ) -> anyhow::Result<Ingest> {
         self.flush().await?;
         let mut conn = self.conn.clone();
-        let daemon = self.start_delayq("bench-ingest-batch").await?;
+        let daemon = self.start_delayq_with(name, config).await?;
         let url = daemon.url("/v1/messages/batch");
         // Bodies are built before the clock starts: the client's JSON work is not delayq's.
         let bodies: Vec<String> = (0..n)
@@ -203,11 +245,7 @@ impl Bench {
         let pending = self.pending().await?;
         let mut row = Self::ingest_row(n, load, secs, cpu, &probe, pending);
         row.batch = Some(HTTP_BATCH);
-        Ok(match ids {
-            Ids::Given => Delayq::IngestHttpBatch(row),
-            Ids::Generated => Delayq::IngestHttpBatchIdsGenerated(row),
-        }
-        .into())
+        Ok(row)
     }
 
     /// XADDs inbox entries `x<from>` .. `x<to - 1>`, pipelined.

@@ -228,6 +228,18 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             "start etcd for the failover, per-shard and cluster scenarios (--no-failover --leaders 0 --cluster 0 skip them)",
         )?)
     };
+    // The journaled ingest's MariaDB: without one, that row is not measured.
+    let mariadb = if plan.journaled && plan.ingest > 0 {
+        match delayq_harness::MariaDbServer::start() {
+            Ok(db) => Some(db),
+            Err(e) => {
+                eprintln!("bench: no journaled ingest: {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let started = jiff::Timestamp::now();
     let machine = report::machine(&bench, &args, plan.peer).await;
     let mut rows: Vec<Row> = Vec::new();
@@ -325,6 +337,11 @@ pub async fn main(args: BenchArgs) -> anyhow::Result<()> {
             add(bench.ingest_http(plan.ingest, Ids::Generated).await?);
             add(bench.ingest_batch(plan.ingest, Ids::Given).await?);
             add(bench.ingest_batch(plan.ingest, Ids::Generated).await?);
+            if let Some(db) = &mariadb {
+                add(bench
+                    .ingest_batch_journaled(plan.ingest, &db.url_with_password())
+                    .await?);
+            }
             add(bench.ingest_inbox_drain(plan.ingest).await?);
             add(bench.ingest_inbox(plan.ingest).await?);
         }

@@ -17,6 +17,8 @@ pub(super) struct Plan {
     pub(super) backlog: u64,
     pub(super) backlog_rates: Vec<u64>,
     pub(super) ingest: u64,
+    /// Batch ingest journaled too (see `BenchArgs::journaled`).
+    pub(super) journaled: bool,
     pub(super) catchup: u64,
     pub(super) catchup_limit: u64,
     pub(super) repeat: u32,
@@ -49,6 +51,7 @@ impl Plan {
                 backlog: 2000,
                 backlog_rates: vec![500],
                 ingest: 1000,
+                journaled: false,
                 catchup: 2000,
                 catchup_limit: 1000,
                 repeat: 1,
@@ -74,6 +77,7 @@ impl Plan {
                 backlog: 100_000,
                 backlog_rates: vec![1000, 10_000],
                 ingest: 20_000,
+                journaled: false,
                 catchup: 100_000,
                 catchup_limit: 20_000,
                 repeat: 1,
@@ -99,6 +103,7 @@ impl Plan {
                 backlog: 1_000_000,
                 backlog_rates: vec![1000, 10_000],
                 ingest: 100_000,
+                journaled: true,
                 catchup: 500_000,
                 catchup_limit: 50_000,
                 repeat: 2,
@@ -149,6 +154,12 @@ impl Plan {
         }
         if let Some(n) = args.ingest {
             plan.ingest = n;
+        }
+        if let Some(journaled) = args.journaled {
+            plan.journaled = journaled;
+        }
+        if args.journal_url.is_some() {
+            plan.journaled = false;
         }
         if let Some(n) = args.catchup {
             plan.catchup = n;

@@ -57,6 +57,8 @@ pub enum Delayq {
     IngestHttpBatch(Ingest),
     /// The same batches without ids: delayq makes them (in order, see `MessageId`).
     IngestHttpBatchIdsGenerated(Ingest),
+    /// The batches with ids, journaled into a MariaDB of the bench's own.
+    IngestHttpBatchJournaled(Ingest),
     IngestInboxDrain(Ingest),
     IngestInbox(Ingest),
     FailoverSigterm(Failover),
@@ -521,6 +523,7 @@ impl Delayq {
             Delayq::IngestHttpIdsGenerated(_) => "ingest-http-ids-generated",
             Delayq::IngestHttpBatch(_) => "ingest-http-batch",
             Delayq::IngestHttpBatchIdsGenerated(_) => "ingest-http-batch-ids-generated",
+            Delayq::IngestHttpBatchJournaled(_) => "ingest-http-batch-journaled",
             Delayq::IngestInboxDrain(_) => "ingest-inbox-drain",
             Delayq::IngestInbox(_) => "ingest-inbox",
             Delayq::FailoverSigterm(_) => "failover-sigterm",
@@ -543,6 +546,7 @@ impl Delayq {
             | Delayq::IngestHttpIdsGenerated(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)
+            | Delayq::IngestHttpBatchJournaled(i)
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => &i.measured,
             Delayq::FailoverSigterm(f)
@@ -560,6 +564,7 @@ impl Delayq {
             | Delayq::IngestHttpIdsGenerated(i)
             | Delayq::IngestHttpBatch(i)
             | Delayq::IngestHttpBatchIdsGenerated(i)
+            | Delayq::IngestHttpBatchJournaled(i)
             | Delayq::IngestInboxDrain(i)
             | Delayq::IngestInbox(i) => Some(i),
             _ => None,

@@ -365,35 +365,21 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
     );
 }
 
-/// `--journal-url`: the ingest scenarios run with the daemons journaling into a
-/// real MariaDB (emptied with Redis between them), nothing lost, and the report's
-/// command shows the URL without its password.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
-    let db = tokio::task::spawn_blocking(delayq_harness::MariaDbServer::start)
-        .await
-        .unwrap()
-        .expect("start MariaDB");
+/// Runs `delayq bench` with `ingest` messages in each ingest scenario, the other
+/// scenarios off but as `extra` says; returns its results.json and results.md.
+async fn ingest_bench(ingest: &str, extra: &[&str]) -> (Value, String) {
     let out = tempfile::tempdir().expect("temp dir");
     let status = tokio::process::Command::new(delayq_bin())
-        .args(["bench", "--ingest", "2000", "--burst", "0", "--rate", "0"])
+        .args(["bench", "--ingest", ingest, "--burst", "0", "--rate", "0"])
+        .args(["--backlog", "0", "--catchup", "0", "--leaders", "0"])
         .args([
-            "--backlog",
-            "0",
-            "--catchup",
-            "0",
-            "--leaders",
-            "0",
             "--cluster",
             "0",
-        ])
-        .args([
             "--no-peer",
             "--no-ceiling",
             "--no-failover",
-            "--journal-url",
         ])
-        .arg(db.url_with_password())
+        .args(extra)
         .arg("--out")
         .arg(out.path())
         .env_remove("RUST_LOG")
@@ -406,6 +392,21 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
         &std::fs::read_to_string(out.path().join("results.json")).expect("results.json"),
     )
     .expect("JSON");
+    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
+    (report, md)
+}
+
+/// `--journal-url`: the ingest scenarios run with the daemons journaling into a
+/// real MariaDB (emptied with Redis between them), nothing lost, and the report's
+/// command shows the URL without its password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
+    let db = tokio::task::spawn_blocking(delayq_harness::MariaDbServer::start)
+        .await
+        .unwrap()
+        .expect("start MariaDB");
+    let url = db.url_with_password();
+    let (report, md) = ingest_bench("2000", &["--journal-url", &url]).await;
     for scenario in [
         "ingest-http",
         "ingest-http-ids-generated",
@@ -419,7 +420,6 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
         check_delivered(found[0]);
         check_measured(found[0]);
     }
-    let md = std::fs::read_to_string(out.path().join("results.md")).unwrap();
     assert!(
         md.contains("--journal-url mysql://delayq:<redacted>@"),
         "{md}"
@@ -429,6 +429,22 @@ async fn ingest_with_the_journal_loses_nothing_and_hides_the_password() {
     let status = db.sql("SHOW GLOBAL STATUS LIKE 'Handler_write'").unwrap();
     let inserted: u64 = status.split_whitespace().nth(1).unwrap().parse().unwrap();
     assert!(inserted >= 5 * 2000, "{status}");
+}
+
+/// `--journaled true`: batch ingest once more with the journal on, into a MariaDB
+/// the bench starts itself; nothing lost, the row and its target in the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn journaled_ingest_runs_into_a_mariadb_of_its_own() {
+    let (report, md) = ingest_bench("1000", &["--schedules", "0", "--journaled", "true"]).await;
+    let found = rows(&report, "delayq", "ingest-http-batch-journaled");
+    assert_eq!(found.len(), 1, "{report}");
+    check_delivered(found[0]);
+    check_measured(found[0]);
+    assert!(
+        md.contains("| journaled batch HTTP ingest ≥ 30")
+            && md.contains("| ingest-http-batch-journaled |"),
+        "{md}"
+    );
 }
 
 /// The bench's Python scripts load the working tree's Lua themselves: a small run of

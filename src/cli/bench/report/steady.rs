@@ -25,7 +25,7 @@ struct Ingest {
     least: u64,
 }
 
-const INGEST: [Ingest; 3] = [
+const INGEST: [Ingest; 4] = [
     Ingest {
         what: "batch HTTP ingest",
         scenarios: &[
@@ -49,6 +49,11 @@ const INGEST: [Ingest; 3] = [
             ("ingest-inbox", "live, "),
         ],
         least: 80_000,
+    },
+    Ingest {
+        what: "journaled batch HTTP ingest",
+        scenarios: &[("ingest-http-batch-journaled", "")],
+        least: 30_000,
     },
 ];
 
