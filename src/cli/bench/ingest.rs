@@ -7,6 +7,7 @@
 //! until every one is scheduled: delayq's own intake rate) and live (entries XADDed
 //! by a pipelined producer, 1000 per round trip, while the daemon schedules them).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -285,13 +286,25 @@ impl Bench {
             .clone())
     }
 
-    /// Waits until `n` messages are pending (or a generous deadline passes).
-    async fn wait_pending(&self, n: u64, started: Instant) -> anyhow::Result<u64> {
+    /// Waits until the inbox is empty once `produced` is set (a generous deadline
+    /// aside), then counts what is pending. An entry leaves the inbox in the call
+    /// that schedules it, so its length says when the daemon is done; a `XLEN` a
+    /// poll costs Redis next to nothing, where counting the shards' pending
+    /// messages every poll took script calls the rows would charge to delayq.
+    async fn wait_inbox_drained(
+        &self,
+        inbox: &str,
+        n: u64,
+        started: Instant,
+        produced: &AtomicBool,
+    ) -> anyhow::Result<u64> {
         let deadline = started + Duration::from_secs(60) + Duration::from_millis(n);
+        let mut conn = self.conn.clone();
         loop {
-            let pending = self.pending().await?;
-            if pending >= n || Instant::now() > deadline {
-                return Ok(pending);
+            let done = produced.load(Ordering::Acquire);
+            let left: u64 = redis::cmd("XLEN").arg(inbox).query_async(&mut conn).await?;
+            if (done && left == 0) || Instant::now() > deadline {
+                return self.pending().await;
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -314,7 +327,9 @@ impl Bench {
             &self.delayq_config,
         )?;
         meter.attach_new_process(daemon.pid());
-        let pending = self.wait_pending(n, started).await?;
+        let pending = self
+            .wait_inbox_drained(&inbox, n, started, &AtomicBool::new(true))
+            .await?;
         let secs = started.elapsed().as_secs_f64();
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
@@ -335,8 +350,14 @@ impl Bench {
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
         let started = Instant::now();
+        let produced = AtomicBool::new(false);
+        let fill = async {
+            let filled = self.fill_inbox(&inbox, 0, n).await;
+            produced.store(true, Ordering::Release);
+            filled
+        };
         let (produced_in, pending) =
-            tokio::join!(self.fill_inbox(&inbox, 0, n), self.wait_pending(n, started));
+            tokio::join!(fill, self.wait_inbox_drained(&inbox, n, started, &produced));
         let (produced_in, pending) = (produced_in?, pending?);
         let secs = started.elapsed().as_secs_f64();
         let cpu = meter.stop(&mut conn, n).await?;
