@@ -1,5 +1,5 @@
 //! A new message's body, made around its packed fields without an array of the
-//! whole (`encode_body`, `compact_body` in the prelude), is the same bytes as the
+//! whole (`encode_body`, `compact_elem` in the prelude), is the same bytes as the
 //! body made from its fields one by one, in Redis.
 
 /// For messages of every optional shape (key, expiry, redelivery, priority, fields
@@ -29,8 +29,8 @@ local out = {}
 for _ = 1, 2 do
   out[#out + 1] = encode_body(packed)
   out[#out + 1] = encode_body(whole)
-  out[#out + 1] = compact_body(packed, score_bytes(score), string.char(#id), id)
-  out[#out + 1] = make_elem(score, id, compact_body(whole))
+  out[#out + 1] = compact_elem(score, id, packed)
+  out[#out + 1] = score_bytes(score) .. string.char(#id) .. id .. compact_body(whole)
 end
 local read = decode_body(encode_body(packed))
 out[#out + 1] = cmsgpack.pack(read.fields)

@@ -166,14 +166,9 @@ impl Bench {
         journal_url: &str,
     ) -> anyhow::Result<Figures> {
         let config = format!("{}[journal]\nurl = \"{journal_url}\"\n", self.delayq_config);
-        let settings = delayq_client::config::Config::from_toml(
-            &format!("{config}[api]\nlisten = \"127.0.0.1:0\"\n"),
-            std::iter::empty(),
-        )?
-        .journal
-        .context("a journal")?;
-        let journal = delayq::journal::Journal::new(&settings)?;
-        journal.migrate().await.context("migrate the journal")?;
+        let journal = super::migrated_journal(&super::daemon_config(&config)?)
+            .await?
+            .context("a journal")?;
         journal.truncate().await.context("empty the journal")?;
         let row = self
             .batch_row(n, Ids::Given, "bench-ingest-journaled", &config)

@@ -75,6 +75,24 @@ const CATCHUP_LIVE_RATE: u64 = 1000;
 /// Redis: see [`bench_store`].
 const BENCH_RESPONSE_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The daemons' config as delayq reads it (`delayq_config` and an API on any port).
+fn daemon_config(delayq_config: &str) -> anyhow::Result<Config> {
+    Ok(Config::from_toml(
+        &format!("{delayq_config}[api]\nlisten = \"127.0.0.1:0\"\n"),
+        std::iter::empty(),
+    )?)
+}
+
+/// The journal `config` names, migrated; None without one.
+async fn migrated_journal(config: &Config) -> anyhow::Result<Option<delayq::journal::Journal>> {
+    let Some(settings) = &config.journal else {
+        return Ok(None);
+    };
+    let journal = delayq::journal::Journal::new(settings)?;
+    journal.migrate().await.context("migrate the journal")?;
+    Ok(Some(journal))
+}
+
 /// The bench's own store for `config`. Its calls wait as long as Redis takes: its
 /// producers keep calls of up to 1000 messages queued at a saturated Redis on purpose
 /// (the spread search's top rates), which can take longer than `redis.timeout`. The
@@ -119,20 +137,10 @@ impl Bench {
         if let Some(journal) = &args.journal_url {
             delayq_config.push_str(&format!("[journal]\nurl = \"{journal}\"\n"));
         }
-        let config = Config::from_toml(
-            &format!("{delayq_config}[api]\nlisten = \"127.0.0.1:0\"\n"),
-            std::iter::empty(),
-        )?;
+        let config = daemon_config(&delayq_config)?;
         let store = bench_store(&config).await?;
         let conn = store.separate_connection().await?;
-        let journal = match &config.journal {
-            Some(settings) => {
-                let journal = delayq::journal::Journal::new(settings)?;
-                journal.migrate().await.context("migrate the journal")?;
-                Some(journal)
-            }
-            None => None,
-        };
+        let journal = migrated_journal(&config).await?;
         let info = url.as_str().into_connection_info()?;
         let (host, port) = match info.addr() {
             redis::ConnectionAddr::Tcp(host, port) => (host.clone(), *port),

@@ -136,7 +136,7 @@ do
 
   -- A packed message's body: no array of the whole is built, and the body is made
   -- in one concatenation, after `score` (7 bytes), `id_len` and `id` when given (a
-  -- compact element, make_elem's bytes).
+  -- compact element, compact_elem's bytes).
   local function encode_packed(msg, names, fields_at, score, id_len, id)
     local last = fields_at
     for i = #names, fields_at + 1, -1 do
@@ -188,7 +188,7 @@ end
 
 -- A message table as the compact pending layout stores it: its due time left out
 -- (false; 8 bytes less), as the element's score says it. Given score (its 7 bytes),
--- id_len and id, the element itself (make_elem's bytes), made in one piece.
+-- id_len and id, the element itself (compact_elem's bytes), made in one piece.
 local function compact_body(msg, score, id_len, id)
   local due = msg.due
   msg.due = nil

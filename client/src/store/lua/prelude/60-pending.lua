@@ -67,8 +67,10 @@ local function elem_parts(e)
   return elem_score(e), string.sub(e, 9, 8 + n), string.sub(e, 9 + n)
 end
 
-local function make_elem(score, id, body)
-  return score_bytes(score) .. string.char(#id) .. id .. body
+-- A message table as its compact element: score, id and compact body, made in one
+-- piece (see compact_body).
+local function compact_elem(score, id, msg)
+  return compact_body(msg, score_bytes(score), string.char(#id), id)
 end
 
 -- Whether id a sorts before id b, byte by byte. Ids that sort near each other share
@@ -228,11 +230,11 @@ local function key_before(score, id, score2, id2)
   return id_less(id, id2)
 end
 
--- Stores one message (not yet in the compact layout) that does not sort after the
--- tail (pending_add appends those) in its bucket, splitting a bucket that grows past
--- PENDING_BUCKET in two. The index is the caller's (index_put).
-local function bucket_insert(P, score, id, body)
-  local elem = make_elem(score, id, body)
+-- Stores one message (its table; not yet in the compact layout) that does not sort
+-- after the tail (pending_add appends those) in its bucket, splitting a bucket that
+-- grows past PENDING_BUCKET in two. The index is the caller's (index_put).
+local function bucket_insert(P, score, id, msg)
+  local elem = compact_elem(score, id, msg)
   local floor = bucket_of(P, score, id)
   -- Whether it goes ahead of every message of the layout: before every bucket, or
   -- first in the first one (see P.new_first).
@@ -413,14 +415,13 @@ local function pending_add(P, layout, ids, scores, msgs)
       if tail.len >= PENDING_BUCKET then tail = bucket_start(P, scores[i], ids[i]) end
       local elems = {}
       while i <= #ids and #elems < PENDING_BUCKET - tail.len and at_tail(tail, i) do
-        -- The element made in one piece (make_elem of compact_body's bytes).
-        elems[#elems + 1] = compact_body(msgs[i], score_bytes(scores[i]), string.char(#ids[i]), ids[i])
+        elems[#elems + 1] = compact_elem(scores[i], ids[i], msgs[i])
         tail.score, tail.id = scores[i], ids[i]
         i = i + 1
       end
       tail.len = redis.call('RPUSH', tail.list, unpack(elems))
     else
-      bucket_insert(P, scores[i], ids[i], compact_body(msgs[i]))
+      bucket_insert(P, scores[i], ids[i], msgs[i])
       i = i + 1
     end
   end
