@@ -447,6 +447,22 @@ async fn journaled_ingest_runs_into_a_mariadb_of_its_own() {
     );
 }
 
+/// `--journaled` takes true or false; anything else is refused, naming it, before
+/// the bench starts anything.
+#[test]
+fn journaled_takes_true_or_false_and_refuses_the_rest() {
+    let out = std::process::Command::new(delayq_bin())
+        .args(["bench", "--journaled", "maybe"])
+        .output()
+        .expect("run delayq bench");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("--journaled") && stderr.contains("maybe"),
+        "{stderr}"
+    );
+}
+
 /// The bench's Python scripts load the working tree's Lua themselves: a small run of
 /// each that needs no git revision still gets through its calls.
 #[test]
