@@ -27,6 +27,16 @@
 -- elements are never compared as strings: by score, then by id byte by byte.
 local PENDING_BUCKET = 128
 
+-- The index starts with 2^INDEX_MIN_K buckets, not one: linear hashing re-hashes a
+-- bucket's ids each time one splits (about 1.5 SHA-1s and a move a new entry while
+-- it grows), and growth costs most while the index is small. A bucket is a hash that
+-- Redis makes with its first entry and deletes with its last, so an index of few
+-- entries costs a small hash an entry, at most 2^INDEX_MIN_K of them a shard; from
+-- about RECORD_LOAD * 2^INDEX_MIN_K entries on, it has the buckets its entries need,
+-- as before. An index written with fewer buckets keeps its own count (the meta says
+-- it): the minimum applies when an index starts.
+local INDEX_MIN_K = 7
+
 -- A score as 7 bytes, big-endian. The last score's bytes are kept between calls (they
 -- depend on nothing else): a call's messages often share a due time. (In a block: a
 -- script's chunk may hold at most 200 locals at once, prelude included.)
@@ -108,7 +118,7 @@ local pending_states = {}
 local function pending_of(due, bodies)
   local P = pending_states[due]
   if P then return P end
-  local ix = { key = bodies .. ':ix', k = 0, s = 0, n = 0 }
+  local ix = { key = bodies .. ':ix', k = INDEX_MIN_K, s = 0, n = 0 }
   local meta = redis.call('GET', ix.key)
   if meta then
     local k, s, n = string.match(meta, '^(%d+) (%d+) (%d+)$')
@@ -129,7 +139,7 @@ local function save_index(P)
   local ix = P.ix
   if ix.n <= 0 then
     -- Empty: its buckets are gone (Redis deletes an empty hash), so it starts over.
-    ix.k, ix.s, ix.n, ix.names = 0, 0, 0, nil
+    ix.k, ix.s, ix.n, ix.names = INDEX_MIN_K, 0, 0, nil
     redis.call('DEL', ix.key)
   else
     redis.call('SET', ix.key, ix.k .. ' ' .. ix.s .. ' ' .. ix.n)

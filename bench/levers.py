@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""What each remaining lever of a push could win at most, side by side.
+
+    python3 bench/levers.py [ORDER] [PER_CALL] [ROUNDS] [LEVER ...]
+
+Loads the working tree's prelude and schedule_batch.lua twice into one redis-server
+of its own (a free loopback port, removed at the end): once as they are, once with
+one lever pulled as far as it goes, then alternates rounds of pushes of new messages
+into one shard (as bench/script_ab.py does: 50 calls a round, `cmdstat_fcall` after
+`CONFIG RESETSTAT`) and prints the median round of each, in µs of Redis a message.
+A lever's copy is changed in memory by text replacements that must find their text
+(the tool stops when the scripts no longer read that way), and does only what its
+measurement needs: its messages are not readable by a forward, so nothing else runs.
+
+The levers (all of them, or those named):
+  hash     the id's SHA-1 handed in with the message (as the daemon could compute it),
+           not computed by the script
+  order    the call's messages handed in in (score, id) order (as the daemon could sort
+           them), so the script's check finds them sorted and does not sort
+  element  the compact element made of its score, id and packed fields alone: the
+           least the script could do if the daemon wrote the body (an upper bound: the
+           clock's `created` would still have to go in)
+  rehash   an index split that finds every id's hash kept (as if the index stored
+           it), so it moves entries without a SHA-1
+  ahead    the index sized ahead (2^13 buckets from the start), so it never splits
+  all      every lever above at once (ahead rather than rehash)
+
+ORDER is random (ULIDs with a random part; default) or counting (ULIDs counting up
+within the millisecond); PER_CALL (default 400) messages a call, all due in the
+call's own millisecond a day ahead; ROUNDS (default 10) rounds of each.
+
+Only Python's standard library; no delayq process is involved.
+"""
+
+import hashlib
+import random
+import statistics
+import sys
+
+import script_ab as ab
+import script_cost as sc
+
+# Each lever: (replacements in the prelude, in schedule_batch.lua, whether the calls
+# carry the ids' hashes, whether they come in order).
+HASH_IN = (
+    "  local entry, mode = ARGV[i], ARGV[i + 1]\n",
+    "  local entry, mode = ARGV[i], ARGV[i + 1]\n"
+    "  local handed\n"
+    "  if #mode > 8 then handed = tonumber(string.sub(mode, -8), 16); mode = string.sub(mode, 1, -10) end\n",
+)
+HASH_KEPT = (
+    "  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)\n",
+    "  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)\n"
+    "  if handed then id_hashes[id] = handed end\n",
+)
+ELEMENT = (
+    "  return compact_body(msg, score_bytes(score), string.char(#id), id)\n",
+    "  return score_bytes(score) .. string.char(#id) .. id .. msg.packed_fields\n",
+)
+REHASH_KEEP = (
+    "    id_hashes[id] = h\n",
+    "    id_hashes[id] = h\n    kept_hashes[id] = h\n",
+)
+REHASH_DECL = ("local id_hashes = {}\n", "local id_hashes = {}\nlocal kept_hashes = {}\n")
+REHASH_USE = (
+    "if record_hash(all[i]) % (2 * m) ~= gen.s then",
+    "if (kept_hashes[all[i]] or record_hash(all[i])) % (2 * m) ~= gen.s then",
+)
+AHEAD = (
+    "local ix = { key = bodies .. ':ix', k = 0, s = 0, n = 0 }",
+    "local ix = { key = bodies .. ':ix', k = 13, s = 0, n = 0 }",
+)
+
+LEVERS = {
+    "hash": ([], [HASH_IN, HASH_KEPT], True, False),
+    "order": ([], [], False, True),
+    "element": ([ELEMENT], [], False, False),
+    "rehash": ([REHASH_DECL, REHASH_KEEP, REHASH_USE], [], False, False),
+    "ahead": ([AHEAD], [], False, False),
+    "all": ([ELEMENT, AHEAD], [HASH_IN, HASH_KEPT], True, True),
+}
+
+
+def pulled(text, replacements):
+    for old, new in replacements:
+        if text.count(old) != 1:
+            sys.exit("the scripts no longer read %r once: update bench/levers.py" % old.strip())
+        text = text.replace(old, new)
+    return text
+
+
+def calls(tag, order, per_call, ms, serial, hashed=False, ordered=False):
+    """ab.CALLS encoded FCALLs of `tag`'s push, each of per_call new messages into
+    shard 0, due a day after the call's millisecond; the next millisecond and serial."""
+    out = []
+    keys = sc.shard_keys(tag, 0)
+    for _ in range(ab.CALLS):
+        ms += 1
+        start = random.getrandbits(79)
+        msgs = []
+        for j in range(per_call):
+            if order == "random":
+                mid = ab.ulid(ms, random.getrandbits(80))
+            else:
+                mid = ab.ulid(ms, start + j)
+            m = sc.message(1)
+            m[1], m[3], m[4], m[5] = "new", mid, "at", str(ms + 86_400_000)
+            if hashed:
+                m[1] = "new:" + hashlib.sha1(mid.encode()).hexdigest()[:8]
+            msgs.append(m)
+        if ordered:
+            msgs.sort(key=lambda m: m[3])
+        serial += per_call
+        args = list(sc.HEAD) + [a for m in msgs for a in m]
+        out.append(sc.encode("FCALL", "push_" + tag, len(keys), *keys, *args))
+    return out, ms, serial
+
+
+def main():
+    if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help"):
+        sys.exit(__doc__)
+    order = sys.argv[1] if len(sys.argv) > 1 else "random"
+    per_call = int(sys.argv[2]) if len(sys.argv) > 2 else 400
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 10
+    names = sys.argv[4:] or list(LEVERS)
+    if order not in ("random", "counting"):
+        sys.exit("ORDER is random or counting, not %r" % order)
+    for name in names:
+        if name not in LEVERS:
+            sys.exit("no lever %r (%s)" % (name, ", ".join(LEVERS)))
+    prelude, schedule = ab.scripts(None)
+
+    def work(r):
+        print("%s ids, %d a call into one shard, median of %d rounds of %d calls, µs of Redis a message:"
+              % (order, per_call, rounds, ab.CALLS))
+        for name in names:
+            in_prelude, in_schedule, hashed, ordered = LEVERS[name]
+            sc.load_library(r, "as_is", prelude, {"push_as_is": schedule})
+            sc.load_library(r, "lever", pulled(prelude, in_prelude),
+                            {"push_lever": pulled(schedule, in_schedule)})
+            r.call("FLUSHALL")
+
+            def calls_of(tag, ms, serial):
+                if tag == "lever":
+                    return calls(tag, order, per_call, ms, serial, hashed, ordered)
+                return calls(tag, order, per_call, ms, serial)
+
+            cost = ab.alternated(r, ("as_is", "lever"), rounds, per_call, calls_of)
+            as_is, lever = statistics.median(cost["as_is"]), statistics.median(cost["lever"])
+            print("  %-8s as it is %5.1f   lever pulled %5.1f   %+5.1f" % (name, as_is, lever, lever - as_is))
+
+    sc.with_redis(work)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+//! The pending index (id -> score of every message in the compact layout whose id
+//! does not name its score), against a real Redis: it starts with 128 buckets, a
+//! small hash each that exists while it holds an entry, and splits one bucket at a
+//! time once its entries outgrow them; through the splits every bucket stays small
+//! enough for Redis's listpack encoding and every id stays found.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use delayq_client::message::{MessageId, NewMessage};
+use delayq_client::store::{BatchItem, Cancelled, Scheduled, Status};
+
+use crate::support::{Bare, schedule_new};
+
+const DAY: Duration = Duration::from_secs(86_400);
+
+/// The buckets an index starts with (INDEX_MIN_K in 60-pending.lua).
+const MIN_BUCKETS: u64 = 128;
+
+/// The index meta's "k s n" of the one shard, and its buckets' keys.
+fn index(bare: &Bare) -> ((u64, u64, u64), Vec<String>) {
+    let mut conn = bare.redis.client();
+    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
+    assert_eq!(metas.len(), 1, "{metas:?}");
+    let meta: String = redis::cmd("GET").arg(&metas[0]).query(&mut conn).unwrap();
+    let parts: Vec<u64> = meta.split(' ').map(|v| v.parse().unwrap()).collect();
+    let buckets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{}:*", metas[0]))
+        .query(&mut conn)
+        .unwrap();
+    ((parts[0], parts[1], parts[2]), buckets)
+}
+
+fn given(ids: impl Iterator<Item = u32>) -> Vec<BatchItem> {
+    ids.map(|i| {
+        BatchItem::new(
+            NewMessage::payload("s", "x", DAY / 2)
+                .with_id(MessageId::parse(&format!("given-{i}")).unwrap()),
+        )
+    })
+    .collect()
+}
+
+#[tokio::test]
+async fn a_small_index_has_a_bucket_an_id_and_a_large_one_splits_past_its_first_buckets() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    schedule_new(store, &given(0..10), DAY).await;
+    let ((k, s, n), buckets) = index(&bare);
+    assert_eq!((1 << k, s, n), (MIN_BUCKETS, 0, 10));
+    assert!(buckets.len() <= 10, "{buckets:?}");
+
+    // 6000 entries outgrow 128 buckets of 40: the index splits, a bucket at a time.
+    for from in (10..6000).step_by(1000) {
+        schedule_new(store, &given(from..(from + 1000).min(6000)), DAY).await;
+    }
+    let ((k, s, n), buckets) = index(&bare);
+    assert_eq!(n, 6000);
+    let count = (1u64 << k) + s;
+    assert!(
+        count > MIN_BUCKETS && count <= 6000 / 40 + 1,
+        "{count} buckets"
+    );
+    let mut conn = bare.redis.client();
+    let mut entries = 0;
+    for key in &buckets {
+        let len: u64 = redis::cmd("HLEN").arg(key).query(&mut conn).unwrap();
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(key)
+            .query(&mut conn)
+            .unwrap();
+        assert!(len <= 128, "{key}: {len}");
+        assert_eq!(encoding, "listpack", "{key}");
+        entries += len;
+    }
+    assert_eq!(entries, 6000);
+
+    // Every id is found where its bucket says: a duplicate when pushed again, its
+    // status by id, and cancelled by id.
+    for answer in store.schedule_many(&given(0..6000), DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Duplicate { .. })),
+            "{answer:?}"
+        );
+    }
+    let mut cancelled = HashSet::new();
+    for i in (0..6000).step_by(7) {
+        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        assert!(matches!(
+            store.get(&id).await.unwrap(),
+            Status::Scheduled(_)
+        ));
+        assert_eq!(store.cancel(&id, DAY).await.unwrap(), Cancelled::Cancelled);
+        cancelled.insert(i);
+    }
+    let ((_, _, n), _) = index(&bare);
+    assert_eq!(n, 6000 - cancelled.len() as u64);
+    for i in (1..6000).step_by(11).filter(|i| !cancelled.contains(i)) {
+        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        match store.get(&id).await.unwrap() {
+            Status::Scheduled(m) => assert_eq!(m.stream, "s"),
+            other => panic!("given-{i}: {other:?}"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_index_emptied_starts_again_with_its_first_buckets() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    schedule_new(store, &given(0..5200), DAY).await;
+    let ((k, s, _), _) = index(&bare);
+    assert!((1u64 << k) + s > MIN_BUCKETS);
+    for i in 0..5200 {
+        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        assert_eq!(store.cancel(&id, DAY).await.unwrap(), Cancelled::Cancelled);
+    }
+    let mut conn = bare.redis.client();
+    let left: Vec<String> = redis::cmd("KEYS").arg("*:ix*").query(&mut conn).unwrap();
+    assert!(left.is_empty(), "{left:?}");
+    schedule_new(store, &given(6000..6001), DAY).await;
+    let ((k, s, n), buckets) = index(&bare);
+    assert_eq!((1 << k, s, n, buckets.len()), (MIN_BUCKETS, 0, 1, 1));
+}
