@@ -22,7 +22,8 @@ The levers (all of them, or those named):
            clock's `created` would still have to go in)
   rehash   an index split that finds every id's hash kept (as if the index stored
            it), so it moves entries without a SHA-1
-  ahead    the index sized ahead (2^13 buckets from the start), so it never splits
+  ahead    the index sized ahead (2^13 buckets from the start, not 2^INDEX_MIN_K), so
+           it never splits here
   all      every lever above at once (ahead rather than rehash)
 
 ORDER is random (ULIDs with a random part; default) or counting (ULIDs counting up
@@ -67,7 +68,7 @@ REHASH_USE = (
     "if (kept_hashes[all[i]] or record_hash(all[i])) % (2 * m) ~= gen.s then",
 )
 AHEAD = (
-    "local ix = { key = bodies .. ':ix', k = 0, s = 0, n = 0 }",
+    "local ix = { key = bodies .. ':ix', k = INDEX_MIN_K, s = 0, n = 0 }",
     "local ix = { key = bodies .. ':ix', k = 13, s = 0, n = 0 }",
 )
 
