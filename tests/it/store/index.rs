@@ -123,3 +123,55 @@ async fn an_index_emptied_starts_again_with_its_first_buckets() {
     let ((k, s, n), buckets) = index(&bare);
     assert_eq!((1 << k, s, n, buckets.len()), (MIN_BUCKETS, 0, 1, 1));
 }
+
+/// An index written before it started with 128 buckets (one bucket while small, as
+/// the meta says): read as its meta says, and grown from there.
+#[tokio::test]
+async fn an_index_of_one_bucket_written_before_is_read_and_grown_as_its_meta_says() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    schedule_new(store, &given(0..30), DAY).await;
+    // The same entries as an older release left them: all in bucket 0 of "0 0 30".
+    let ((_, _, n), buckets) = index(&bare);
+    let mut conn = bare.redis.client();
+    let meta = buckets[0].rsplit_once(':').unwrap().0.to_owned();
+    let mut all: Vec<(String, String)> = Vec::new();
+    for key in &buckets {
+        let entries: Vec<(String, String)> =
+            redis::cmd("HGETALL").arg(key).query(&mut conn).unwrap();
+        all.extend(entries);
+        let _: () = redis::cmd("DEL").arg(key).query(&mut conn).unwrap();
+    }
+    assert_eq!((all.len(), n), (30, 30));
+    let _: () = redis::cmd("HSET")
+        .arg(format!("{meta}:0"))
+        .arg(all)
+        .query(&mut conn)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&meta)
+        .arg("0 0 30")
+        .query(&mut conn)
+        .unwrap();
+
+    for answer in store.schedule_many(&given(0..30), DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Duplicate { .. })),
+            "{answer:?}"
+        );
+    }
+    schedule_new(store, &given(30..400), DAY).await;
+    let ((k, s, n), _) = index(&bare);
+    assert_eq!(n, 400);
+    assert!(
+        (1u64 << k) + s < MIN_BUCKETS,
+        "grown from one bucket: {k} {s}"
+    );
+    for i in 0..400 {
+        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        assert!(
+            matches!(store.get(&id).await.unwrap(), Status::Scheduled(_)),
+            "given-{i}"
+        );
+    }
+}
