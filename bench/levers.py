@@ -34,7 +34,6 @@ Only Python's standard library; no delayq process is involved.
 """
 
 import hashlib
-import random
 import statistics
 import sys
 
@@ -90,31 +89,22 @@ def pulled(text, replacements):
     return text
 
 
-def calls(tag, order, per_call, ms, serial, hashed=False, ordered=False):
-    """ab.CALLS encoded FCALLs of `tag`'s push, each of per_call new messages into
-    shard 0, due a day after the call's millisecond; the next millisecond and serial."""
-    out = []
-    keys = sc.shard_keys(tag, 0)
-    for _ in range(ab.CALLS):
-        ms += 1
-        start = random.getrandbits(79)
-        msgs = []
-        for j in range(per_call):
-            if order == "random":
-                mid = ab.ulid(ms, random.getrandbits(80))
-            else:
-                mid = ab.ulid(ms, start + j)
-            m = sc.message(1)
-            m[1], m[3], m[4], m[5] = "new", mid, "at", str(ms + 86_400_000)
-            if hashed:
-                m[1] = "new:" + hashlib.sha1(mid.encode()).hexdigest()[:8]
-            msgs.append(m)
+def shaping(hashed, ordered):
+    """What a lever does to a call's messages before they are sent: each id's SHA-1
+    handed in after its mode, the messages sorted by id (one due time and priority:
+    their (score, id) order); None when it does neither."""
+    if not (hashed or ordered):
+        return None
+
+    def shaped(msgs):
+        if hashed:
+            for m in msgs:
+                m[1] = m[1] + ":" + hashlib.sha1(m[3].encode()).hexdigest()[:8]
         if ordered:
             msgs.sort(key=lambda m: m[3])
-        serial += per_call
-        args = list(sc.HEAD) + [a for m in msgs for a in m]
-        out.append(sc.encode("FCALL", "push_" + tag, len(keys), *keys, *args))
-    return out, ms, serial
+        return msgs
+
+    return shaped
 
 
 def main():
@@ -142,9 +132,8 @@ def main():
             r.call("FLUSHALL")
 
             def calls_of(tag, ms, serial):
-                if tag == "lever":
-                    return calls(tag, order, per_call, ms, serial, hashed, ordered)
-                return calls(tag, order, per_call, ms, serial)
+                shaped = shaping(hashed, ordered) if tag == "lever" else None
+                return ab.calls(tag, order, per_call, 1, ms, serial, shaped=shaped)
 
             cost = ab.alternated(r, ("as_is", "lever"), rounds, per_call, calls_of)
             as_is, lever = statistics.median(cost["as_is"]), statistics.median(cost["lever"])

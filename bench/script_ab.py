@@ -71,9 +71,10 @@ def scripts(revision):
     return prelude, show(lua + "/schedule_batch.lua")
 
 
-def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True):
+def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True, shaped=None):
     """CALLS encoded FCALLs of `tag`'s library (its messages' fields packed or not,
-    as its prelude reads them); the next millisecond and serial."""
+    as its prelude reads them; each call's messages as `shaped(messages)` returns
+    them, when given); the next millisecond and serial."""
     out = []
     keys = [k for s in range(shards) for k in sc.shard_keys(tag, s)]
     for _ in range(CALLS):
@@ -93,6 +94,8 @@ def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True):
         serial += per_call
         if order == "arrival":
             random.shuffle(msgs)
+        if shaped:
+            msgs = shaped(msgs)
         args = list(sc.HEAD) + [a for m in msgs for a in m]
         out.append(sc.encode("FCALL", "push_" + tag, len(keys), *keys, *args))
     return out, ms, serial

@@ -470,13 +470,13 @@ fn in_stored_order(places: &mut [usize], items: &[BatchItem]) {
         std::mem::discriminant(&msg.due) == kind && msg.key.is_none() && ids.insert(msg.id.as_str())
     });
     if free {
-        places.sort_unstable_by(|&a, &b| {
-            let (a, b) = (&items[a].msg, &items[b].msg);
-            (a.due.as_ms(), b.priority, a.id.as_str()).cmp(&(
-                b.due.as_ms(),
-                a.priority,
-                b.id.as_str(),
-            ))
+        places.sort_unstable_by_key(|&i| {
+            let msg = &items[i].msg;
+            (
+                msg.due.as_ms(),
+                std::cmp::Reverse(msg.priority),
+                msg.id.as_str(),
+            )
         });
     }
 }

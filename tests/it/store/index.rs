@@ -31,14 +31,14 @@ fn index(bare: &Bare) -> ((u64, u64, u64), Vec<String>) {
     ((parts[0], parts[1], parts[2]), buckets)
 }
 
+/// The id of the `i`th message a producer gives.
+fn given_id(i: u32) -> MessageId {
+    MessageId::parse(&format!("given-{i}")).unwrap()
+}
+
 fn given(ids: impl Iterator<Item = u32>) -> Vec<BatchItem> {
-    ids.map(|i| {
-        BatchItem::new(
-            NewMessage::payload("s", "x", DAY / 2)
-                .with_id(MessageId::parse(&format!("given-{i}")).unwrap()),
-        )
-    })
-    .collect()
+    ids.map(|i| BatchItem::new(NewMessage::payload("s", "x", DAY / 2).with_id(given_id(i))))
+        .collect()
 }
 
 #[tokio::test]
@@ -86,7 +86,7 @@ async fn a_small_index_has_a_bucket_an_id_and_a_large_one_splits_past_its_first_
     }
     let mut cancelled = HashSet::new();
     for i in (0..6000).step_by(7) {
-        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        let id = given_id(i);
         assert!(matches!(
             store.get(&id).await.unwrap(),
             Status::Scheduled(_)
@@ -97,7 +97,7 @@ async fn a_small_index_has_a_bucket_an_id_and_a_large_one_splits_past_its_first_
     let ((_, _, n), _) = index(&bare);
     assert_eq!(n, 6000 - cancelled.len() as u64);
     for i in (1..6000).step_by(11).filter(|i| !cancelled.contains(i)) {
-        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        let id = given_id(i);
         match store.get(&id).await.unwrap() {
             Status::Scheduled(m) => assert_eq!(m.stream, "s"),
             other => panic!("given-{i}: {other:?}"),
@@ -113,7 +113,7 @@ async fn an_index_emptied_starts_again_with_its_first_buckets() {
     let ((k, s, _), _) = index(&bare);
     assert!((1u64 << k) + s > MIN_BUCKETS);
     for i in 0..5200 {
-        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        let id = given_id(i);
         assert_eq!(store.cancel(&id, DAY).await.unwrap(), Cancelled::Cancelled);
     }
     let mut conn = bare.redis.client();
@@ -168,7 +168,7 @@ async fn an_index_of_one_bucket_written_before_is_read_and_grown_as_its_meta_say
         "grown from one bucket: {k} {s}"
     );
     for i in 0..400 {
-        let id = MessageId::parse(&format!("given-{i}")).unwrap();
+        let id = given_id(i);
         assert!(
             matches!(store.get(&id).await.unwrap(), Status::Scheduled(_)),
             "given-{i}"
