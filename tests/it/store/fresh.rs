@@ -17,11 +17,11 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// several script calls' worth.
 const N: usize = 5000;
 
-/// Lookups of an id so far: in the compact index and the records (`HGET`), and in
-/// the hash layout (`ZSCORE`).
+/// Lookups of an id so far: in the compact index (`HSETNX` as a push takes the id
+/// in, `HGET` otherwise) and the records (`HGET`), and in the hash layout (`ZSCORE`).
 fn lookups(bare: &Bare) -> u64 {
     let mut conn = bare.redis.client();
-    calls_of(&mut conn, "hget") + calls_of(&mut conn, "zscore")
+    calls_of(&mut conn, "hget") + calls_of(&mut conn, "hsetnx") + calls_of(&mut conn, "zscore")
 }
 
 fn items(n: usize, mode: ScheduleMode) -> Vec<BatchItem> {

@@ -175,3 +175,92 @@ async fn an_index_of_one_bucket_written_before_is_read_and_grown_as_its_meta_say
         );
     }
 }
+
+/// A push looks its id up and enters it in the index in one command; one that fails
+/// after that (here the shard's records cannot be read) takes its entries back: the
+/// call changes nothing, and the same push is then scheduled, not a duplicate.
+#[tokio::test]
+async fn a_push_that_fails_after_entering_its_ids_takes_them_back() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    schedule_new(store, &given(0..3), DAY).await;
+    let (meta, buckets) = index(&bare);
+    let mut conn = bare.redis.client();
+    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
+    let tag = metas[0].strip_suffix(":msg:ix").unwrap();
+    let gens = format!("{tag}:done:gens");
+    let _: () = redis::cmd("SET")
+        .arg(&gens)
+        .arg("not a hash")
+        .query(&mut conn)
+        .unwrap();
+
+    for answer in store.schedule_many(&given(3..300), DAY, None).await {
+        let error = answer.expect_err("refused");
+        assert!(format!("{error:#}").contains("WRONGTYPE"), "{error:#}");
+    }
+    let (meta_after, mut buckets_after) = index(&bare);
+    buckets_after.sort();
+    let mut buckets = buckets;
+    buckets.sort();
+    assert_eq!((meta_after, buckets_after), (meta, buckets.clone()));
+    let mut entries = 0;
+    for key in &buckets {
+        let len: u64 = redis::cmd("HLEN").arg(key).query(&mut conn).unwrap();
+        entries += len;
+    }
+    assert_eq!(entries, 3);
+
+    let _: () = redis::cmd("DEL").arg(&gens).query(&mut conn).unwrap();
+    schedule_new(store, &given(3..300), DAY).await;
+    let ((_, _, n), _) = index(&bare);
+    assert_eq!(n, 300);
+}
+
+/// A push that fails while the index splits to make room for its ids (here the
+/// bucket a split would fill is not a hash) keeps the splits done before, as its
+/// meta says, and takes its entries back: every id pushed before is still found, and
+/// none of the failed push's.
+#[tokio::test]
+async fn a_push_that_fails_while_the_index_splits_keeps_it_whole() {
+    let bare = Bare::start("[redis]\nshards = 1\n").await;
+    let store = &bare.store;
+    schedule_new(store, &given(0..5100), DAY).await;
+    let ((k, s, n), _) = index(&bare);
+    assert_eq!((1 << k, s, n), (MIN_BUCKETS, 0, 5100));
+    let mut conn = bare.redis.client();
+    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
+    // Room for 5400 entries takes seven splits, of buckets 0 to 6; the seventh
+    // would fill bucket 134.
+    let blocked = format!("{}:134", metas[0]);
+    let _: () = redis::cmd("SET")
+        .arg(&blocked)
+        .arg("not a hash")
+        .query(&mut conn)
+        .unwrap();
+
+    for answer in store.schedule_many(&given(5100..5400), DAY, None).await {
+        let error = answer.expect_err("refused");
+        assert!(format!("{error:#}").contains("WRONGTYPE"), "{error:#}");
+    }
+    let ((k, s, n), _) = index(&bare);
+    assert_eq!((1 << k, s, n), (MIN_BUCKETS, 6, 5100));
+    for answer in store.schedule_many(&given(0..5100), DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Duplicate { .. })),
+            "{answer:?}"
+        );
+    }
+    for i in (5100..5400).step_by(13) {
+        let id = given_id(i);
+        assert!(
+            matches!(store.get(&id).await.unwrap(), Status::Unknown),
+            "given-{i}"
+        );
+    }
+
+    let _: () = redis::cmd("DEL").arg(&blocked).query(&mut conn).unwrap();
+    schedule_new(store, &given(5100..5400), DAY).await;
+    let ((k, s, n), _) = index(&bare);
+    assert_eq!((1 << k, s, n), (MIN_BUCKETS, 7, 5400));
+}

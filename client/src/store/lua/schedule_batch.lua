@@ -48,7 +48,9 @@ local now = now_ms()
 local max_delay, inbox, group, layout = ARGV[2], ARGV[4], ARGV[5], ARGV[6]
 local apart, n_apart = {}, tonumber(ARGV[7])
 for a = 8, 7 + n_apart do apart[ARGV[a]] = true end
--- Every check comes before the first write (below the loop), so the call is all or nothing.
+-- Every check comes before the first write (below the loop) but for the index entries
+-- index_entry.enter writes as it looks ids up, which a call that fails takes back (after
+-- the loop), so the call is all or nothing.
 if inbox ~= '' then
   local kind = redis.call('TYPE', inbox)['ok']
   if kind ~= 'stream' and kind ~= 'none' then
@@ -75,46 +77,75 @@ local function part_of(g)
   return S
 end
 
-local out, n_out, acks = {}, 0, {}
-local i = 8 + n_apart
-while i <= #ARGV do
-  local entry, mode = ARGV[i], ARGV[i + 1]
-  local replace = mode == 'replace'
-  local S = part_of(tonumber(ARGV[i + 2]))
-  local id, due_kind, due_value, ttl, msg
-  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)
+-- The status of a message not yet in the call (mode "new" or "replace"), and what
+-- storing it takes away (see admit). A new one bound for the compact layout is
+-- looked up in the index and entered there in one command; its entry is taken back
+-- if it is not stored.
+local function admit_into(S, id, replace, stream, score)
+  local entered
+  if not replace and S.compact_only and not apart[stream] then entered = index_entry.enter(S.P, id, score) end
+  if entered and entered ~= true then return 'duplicate', math.floor(entered / 10), 'scheduled' end
+  local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, entered and false)
+  if entered and status == 'duplicate' then index_entry.take_back(S.P, id) end
+  if record_in_way then S.in_way[#S.in_way + 1] = id end
+  if held_in then S.unholds[#S.unholds + 1] = { held_in, id } end
+  if where then S.replaced[#S.replaced + 1] = { id, where } end
+  return status, at, state
+end
 
-  local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
-  local k = S.slot[id]
-  local status, at, state
-  if not due then
-    status, at, state = 'too_far', 0, too_far
-  elseif k and not replace then
-    status, at, state = 'duplicate', S.due[k], 'scheduled'
-  else
-    if k then
-      status = 'replaced'
-    elseif mode == 'fresh' then
-      status = 'scheduled'
+local out, n_out, acks = {}, 0, {}
+local function admit_all()
+  local i = 8 + n_apart
+  while i <= #ARGV do
+    local entry, mode = ARGV[i], ARGV[i + 1]
+    local replace = mode == 'replace'
+    local S = part_of(tonumber(ARGV[i + 2]))
+    local id, due_kind, due_value, ttl, msg
+    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)
+
+    local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
+    local k = S.slot[id]
+    local status, at, state
+    if not due then
+      status, at, state = 'too_far', 0, too_far
+    elseif k and not replace then
+      status, at, state = 'duplicate', S.due[k], 'scheduled'
     else
-      local record_in_way, held_in, where
-      status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace)
-      if record_in_way then S.in_way[#S.in_way + 1] = id end
-      if held_in then S.unholds[#S.unholds + 1] = { held_in, id } end
-      if where then S.replaced[#S.replaced + 1] = { id, where } end
-    end
-    if status ~= 'duplicate' then
-      if not k then
-        k = #S.order + 1
-        S.order[k], S.slot[id] = id, k
+      local score = score_of(due, msg.priority)
+      if k then
+        status = 'replaced'
+        -- Its earlier self's entry goes: index_put enters it again at its new score.
+        if S.P.entered[id] then index_entry.take_back(S.P, id) end
+      elseif mode == 'fresh' then
+        status = 'scheduled'
+      else
+        status, at, state = admit_into(S, id, replace, msg.stream, score)
       end
-      S.due[k], S.score[k], S.msg[k] = due, score_of(due, msg.priority), new_msg(msg, ttl, due, now)
-      at, state = due, ''
+      if status ~= 'duplicate' then
+        if not k then
+          k = #S.order + 1
+          S.order[k], S.slot[id] = id, k
+        end
+        S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, ttl, due, now)
+        at, state = due, ''
+      end
+    end
+    out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
+    n_out = n_out + 3
+    if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+  end
+end
+
+local admitted, failure = pcall(admit_all)
+if not admitted then
+  -- The index as it was, but for its splits, which moved entries: its shape is kept.
+  for _, S in ipairs(shards) do
+    if S.P then
+      for id in pairs(S.P.entered) do index_entry.take_back(S.P, id) end
+      save_index(S.P)
     end
   end
-  out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
-  n_out = n_out + 3
-  if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+  error(failure, 0)
 end
 
 -- Records and messages in the way (see admit), then the messages, shard by shard.
@@ -149,6 +180,8 @@ for _, S in ipairs(shards) do
       end
     end
     pending_add(S.P, layout, S.order, S.score, S.msg)
+    -- The index split for entries none of which stayed: its meta says so still.
+    if S.P.ix.split then save_index(S.P) end
     if #keyed > 0 then key_add(S.keys[2], keyed) end
   end
 end

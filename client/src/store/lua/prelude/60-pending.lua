@@ -1,6 +1,7 @@
 -- 60-pending.lua: pending messages in their two layouts, found, added and removed.
 -- Gives pending_of, pending_find, pending_remove, pending_add, pending_add_one,
--- pending_add_apart, pending_first, buckets_due, buckets_consume and their helpers.
+-- pending_add_apart, pending_first, index_entry, save_index,
+-- buckets_due, buckets_consume and their helpers.
 
 -- Pending messages (scheduled, not yet forwarded) in two layouts. Every script reads
 -- and removes both; a caller that stores a message names the layout to write
@@ -129,7 +130,7 @@ local function pending_of(due, bodies)
   -- there for every message; pending_add sets it when it writes there). new_first
   -- (set by bucket_insert): a message stored in the compact layout during the call
   -- went ahead of every message it held then.
-  P = { due = due, bodies = bodies, q = due .. ':q', ix = ix,
+  P = { due = due, bodies = bodies, q = due .. ':q', ix = ix, entered = {},
     hashed = redis.call('EXISTS', due, bodies) > 0 }
   pending_states[due] = P
   return P
@@ -137,6 +138,7 @@ end
 
 local function save_index(P)
   local ix = P.ix
+  ix.split = nil
   if ix.n <= 0 then
     -- Empty: its buckets are gone (Redis deletes an empty hash), so it starts over.
     ix.k, ix.s, ix.n, ix.names = INDEX_MIN_K, 0, 0, nil
@@ -156,18 +158,21 @@ local function placed_score(id)
 end
 
 -- Adds ids[i] -> scores[i] to the index (none of them in it yet), counting them in n;
--- an id that names its score gets no entry.
+-- an id that names its score gets no entry, and one index_entry.enter took in during
+-- the call (P.entered) has its entry and its count already.
 local function index_put(P, ids, scores)
-  local ix, entered, entries = P.ix, {}, {}
+  local ix, taken_in, writing, values = P.ix, P.entered, {}, {}
+  local adding = 0
   for i, id in ipairs(ids) do
-    if placed_score(id) ~= scores[i] then
-      entered[#entered + 1], entries[#entries + 1] = id, scores[i]
+    if not taken_in[id] then
+      adding = adding + 1
+      if placed_score(id) ~= scores[i] then writing[#writing + 1], values[#values + 1] = id, scores[i] end
     end
   end
   -- The buckets split by the messages counted, so that they keep room for entries.
-  while ix.n + #ids > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
-  send_by_bucket(ix, 'HSET', entered, entries)
-  ix.n = ix.n + #ids
+  while ix.n + adding > RECORD_LOAD * (2 ^ ix.k + ix.s) do split_bucket(ix) end
+  send_by_bucket(ix, 'HSET', writing, values)
+  ix.n = ix.n + adding
   save_index(P)
 end
 
@@ -320,12 +325,45 @@ local function bucket_remove(P, name, key, elem)
   if redis.call('EXISTS', key) == 0 then redis.call('ZREM', P.q, name) end
 end
 
--- The score of id's index entry, or nil (an id that names its score has none).
-local function index_get(P, id)
-  if P.ix.n == 0 then return nil end
-  local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
-  return score and tonumber(score)
-end
+-- The index's entries, one id at a time (in one table: a script's chunk may hold at
+-- most 200 locals at once, prelude included).
+local index_entry = {
+  -- The score of id's index entry, or nil (an id that names its score has none).
+  get = function(P, id)
+    if P.ix.n == 0 then return nil end
+    local score = redis.call('HGET', record_bucket(P.ix, record_hash(id)), id)
+    return score and tonumber(score)
+  end,
+
+  -- A push's index lookup and its entry in one command: enters id -> score unless
+  -- the index has id already, and counts it in n. Returns true when it entered id,
+  -- the score of the entry the index has, or nil for an id that names its score (no
+  -- entry: look it up as pending_find does). The buckets split after the entry
+  -- goes in, as they would before it (a bucket not yet split holds about twice the
+  -- average, far below Redis's listpack limit), and only for an entry that went in;
+  -- P.ix.split tells that the meta must be saved, stored message or not. P.entered
+  -- is the set of ids entered so far in the call: index_put counts them as in, and
+  -- one whose message is then not stored is taken back (take_back) within the call.
+  enter = function(P, id, score)
+    if placed_score(id) == score then return nil end
+    local ix = P.ix
+    local bucket = record_bucket(ix, record_hash(id))
+    if redis.call('HSETNX', bucket, id, score) == 0 then return tonumber(redis.call('HGET', bucket, id)) end
+    ix.n = ix.n + 1
+    P.entered[id] = true
+    while ix.n > RECORD_LOAD * (2 ^ ix.k + ix.s) do
+      split_bucket(ix)
+      ix.split = true
+    end
+    return true
+  end,
+
+  take_back = function(P, id)
+    redis.call('HDEL', record_bucket(P.ix, record_hash(id)), id)
+    P.ix.n = P.ix.n - 1
+    P.entered[id] = nil
+  end,
+}
 
 -- Where a scheduled id is: { layout = 'compact', score, body, name, key, elem }
 -- | { layout = 'hash', score (nil while held), body (nil: scheduled without one) } | nil.
@@ -333,7 +371,7 @@ end
 -- indexed: the id's score in the index, or false, if the caller has asked it already.
 local function pending_find(P, id, indexed)
   local score = indexed
-  if score == nil then score = index_get(P, id) end
+  if score == nil then score = index_entry.get(P, id) end
   local name, key, elem
   if score then
     name, key, elem = bucket_find(P, id, score)
@@ -367,7 +405,8 @@ local function pending_remove(P, id, where)
 end
 
 -- Stores messages (none of them pending) in the layout named: ids[i], scores[i],
--- msgs[i] (message tables, the schema's names).
+-- msgs[i] (message tables, the schema's names); those index_entry.enter took in have
+-- their index entries already.
 local function pending_add(P, layout, ids, scores, msgs)
   if #ids == 0 then return end
   if layout == 'hash' then

@@ -4,16 +4,17 @@
 -- scheduled id, or one with a record other than a cancellation, is a duplicate unless
 -- replace. Read-only: a record in the way is the caller's to forget when it writes, a
 -- pending message it replaces the caller's to remove (pending_remove, then unhold).
--- keys: { due set, bodies, records, records by expiry }.
+-- keys: { due set, bodies, records, records by expiry }. indexed: false when the
+-- caller knows the index has no entry for id (index_entry.enter), nil to look.
 -- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream, where (the
 --          id may be stored; held_stream: the stream whose held set has it; where: the
 --          pending message it replaces, as pending_find gives it)
 --        | "duplicate", due (0 if no longer scheduled), state
-local function admit(keys, id, replace)
+local function admit(keys, id, replace, indexed)
   local P = pending_of(keys[1], keys[2])
   local existing, held_in = nil, nil
   -- A duplicate in the compact layout is answered from the index alone.
-  local indexed = index_get(P, id) or false
+  if indexed == nil then indexed = index_entry.get(P, id) or false end
   if indexed and not replace then return 'duplicate', math.floor(indexed / 10), 'scheduled' end
   local where = pending_find(P, id, indexed)
   if where then
