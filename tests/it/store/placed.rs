@@ -129,8 +129,11 @@ async fn placed_ids_need_no_index_entry_and_are_found_moved_and_forwarded_once()
         }
     }
 
-    // Due now: forwarded once each, leaving the others and their counts as they were.
-    let soon = placed(&bare, 400, 30, ScheduleMode::Fresh).await;
+    // Due soon: forwarded once each, leaving the others and their counts as they
+    // were. Far enough ahead that the push comes before the due time on a loaded
+    // machine: a due time already past is stored as now, another score than the id
+    // names, which takes an index entry.
+    let soon = placed(&bare, 400, 1500, ScheduleMode::Fresh).await;
     push_all(&bare, &soon).await;
     assert_eq!((index_entries(&bare), pending(&bare).await), (300, 1299));
     let options = bare.config.forward_options();

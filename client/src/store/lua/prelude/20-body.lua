@@ -189,12 +189,33 @@ end
 -- A message table as the compact pending layout stores it: its due time left out
 -- (false; 8 bytes less), as the element's score says it. Given score (its 7 bytes),
 -- id_len and id, the element itself (compact_elem's bytes), made in one piece.
-local function compact_body(msg, score, id_len, id)
-  local due = msg.due
-  msg.due = nil
-  local raw = encode_body(msg, score, id_len, id)
-  msg.due = due
-  return raw
+-- A new message as a push stores it (its fields packed, attempt 1, an expiry, no
+-- key, never delivered: the schema's elements up to expire_at, eight) is made from
+-- two parts a call's messages mostly share, each packed again only when it changes:
+-- before its fields the format and its stream, after them its due time (false),
+-- priority, created, attempt and expiry. The same bytes as encode_body's
+-- (store::packed_bodies checks both in Redis), without its walk of the schema.
+local compact_body
+do
+  local stream, head, priority, created, expire_at, tail
+  compact_body = function(msg, score, id_len, id)
+    if msg.packed_fields and msg.attempt == 1 and msg.expire_at and msg.key == nil
+        and msg.first_delivered == nil and msg.reason == nil then
+      if msg.stream ~= stream then stream, head = msg.stream, cmsgpack.pack(BODY_FORMAT, msg.stream) end
+      if msg.priority ~= priority or msg.created ~= created or msg.expire_at ~= expire_at then
+        priority, created, expire_at = msg.priority, msg.created, msg.expire_at
+        tail = cmsgpack.pack(false, priority, created, 1, expire_at)
+      end
+      -- '\152': an array of eight elements.
+      if score then return score .. id_len .. id .. '\152' .. head .. msg.packed_fields .. tail end
+      return '\152' .. head .. msg.packed_fields .. tail
+    end
+    local due = msg.due
+    msg.due = nil
+    local raw = encode_body(msg, score, id_len, id)
+    msg.due = due
+    return raw
+  end
 end
 
 -- A body of the compact pending layout (score: the message's) as the bodies hash
