@@ -41,7 +41,7 @@ def main():
         calls, _, _ = ab.calls(tag, "random", count // ab.CALLS, SHARDS, 1_800_000_000_000, 0)
         _, replies = r.pipelined(calls)
         for reply in replies:
-            if not (isinstance(reply, list) and reply[0] == b"scheduled"):
+            if not sc.stored(reply):
                 sys.exit("%s: unexpected reply %r" % (tag, reply))
         return (used_memory(r) - before) / count
 

@@ -116,7 +116,7 @@ def alternated(r, tags, rounds, per_call, calls_of):
             r.call("CONFIG", "RESETSTAT")
             _, replies = r.pipelined(commands)
             for reply in replies:
-                if not (isinstance(reply, list) and reply[0] == b"scheduled"):
+                if not sc.stored(reply):
                     sys.exit("%s: unexpected reply %r" % (tag, reply))
             cost[tag].append(sc.commandstats_usec(r).get("fcall", 0) / len(commands) / per_call)
     return cost

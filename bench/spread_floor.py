@@ -377,7 +377,7 @@ class Delayq(Design):
         return sc.encode("FCALL", "floor_forward", len(self.KEYS), *self.KEYS, *args)
 
     def moved(self, replies, n):
-        if n and not (isinstance(replies[0], list) and replies[0][0] == b"scheduled"):
+        if n and not sc.stored(replies[0]):
             sys.exit("%s: a push was refused: %r" % (self.name, replies[0]))
         return replies[-1][0]
 

@@ -26,8 +26,10 @@
 --   priority 0-9, ttl ms (0 = none), business key ("" = none; listed in the shard's
 --   key index), target stream, its field/value pairs as one MessagePack array of
 --   strings (stored in the body as they come)
--- returns: { status, due_ms, detail, ... }, three values per message, in order:
---   "scheduled" | "replaced", due_ms, ""
+-- returns: the outcome of each message, in order: a message stored as new answers its
+--   due time alone (an integer, ms; most do, and a value is cheaper to answer than
+--   three), any other three values, its status first (a string):
+--   "replaced", due_ms, ""
 --   | "duplicate", due_ms (0 if no longer scheduled), state
 --   | "too_far", 0, text: nothing stored and the inbox entry NOT acknowledged
 --   | error "FENCED ..."
@@ -130,8 +132,13 @@ local function admit_all()
         at, state = due, ''
       end
     end
-    out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
-    n_out = n_out + 3
+    if status == 'scheduled' then
+      out[n_out + 1] = at
+      n_out = n_out + 1
+    else
+      out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
+      n_out = n_out + 3
+    end
     if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
   end
 end
