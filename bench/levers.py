@@ -24,7 +24,13 @@ The levers (all of them, or those named):
            it), so it moves entries without a SHA-1
   ahead    the index sized ahead (2^13 buckets from the start, not 2^INDEX_MIN_K), so
            it never splits here
-  all      every lever above at once (ahead rather than rehash)
+  compare  no id compared with the bucket's last as messages are appended (what an
+           order known without comparing bytes would save; ULIDs of one millisecond
+           share 24 of their 26 bytes)
+  entry    no index entry written (its `HSETNX` left out, and with it what the
+           splits move): the index's own part of a push, an upper bound
+  answer   the call answers one value in all, not one for each message stored
+  all      hash, order, element and ahead at once
 
 ORDER is random (ULIDs with a random part; default) or counting (ULIDs counting up
 within the millisecond); PER_CALL (default 400) messages a call, all due in the
@@ -70,6 +76,12 @@ AHEAD = (
     "local ix = { key = bodies .. ':ix', k = INDEX_MIN_K, s = 0, n = 0 }",
     "local ix = { key = bodies .. ':ix', k = 13, s = 0, n = 0 }",
 )
+COMPARE = ("    if not key_before(tail.score, tail.id, scores[i], ids[i]) then return false end\n", "")
+ENTRY = (
+    "    if redis.call('HSETNX', bucket, id, score) == 0 then",
+    "    if false then",
+)
+ANSWER = ("\nreturn out\n", "\nreturn { 1 }\n")
 
 LEVERS = {
     "hash": ([], [HASH_IN, HASH_KEPT], True, False),
@@ -77,6 +89,9 @@ LEVERS = {
     "element": ([ELEMENT], [], False, False),
     "rehash": ([REHASH_DECL, REHASH_KEEP, REHASH_USE], [], False, False),
     "ahead": ([AHEAD], [], False, False),
+    "compare": ([COMPARE], [], False, False),
+    "entry": ([ENTRY], [], False, False),
+    "answer": ([], [ANSWER], False, False),
     "all": ([ELEMENT, AHEAD], [HASH_IN, HASH_KEPT], True, True),
 }
 

@@ -12,10 +12,9 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use redis::Value;
 use tokio::sync::oneshot;
 
-use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, int, shard_keys, text};
+use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, shard_keys};
 use crate::message::NewMessage;
 
 /// Most messages in one script call: bounds how long one call holds Redis (and
@@ -418,7 +417,7 @@ impl Store {
         }
         let (reply, acked) = self.invoke_acked(&inv).await?;
         super::acked::confirmed(acked)?;
-        let outcomes = outcomes(array(reply)?)?;
+        let outcomes = Scheduled::answers(array(reply)?)?;
         if outcomes.len() != carried {
             return Err(StoreError::Reply(format!(
                 "schedule_batch answered {} outcomes for {carried} messages",
@@ -427,36 +426,6 @@ impl Store {
         }
         Ok(outcomes)
     }
-}
-
-/// schedule_batch.lua's answer, message by message: a due time alone for a message
-/// stored as new, its status, due time and detail for any other.
-fn outcomes(values: Vec<Value>) -> Result<Vec<Result<Scheduled>>> {
-    let mut values = values.into_iter();
-    let mut outcomes = Vec::with_capacity(values.len());
-    while let Some(first) = values.next() {
-        if let Value::Int(due) = first {
-            outcomes.push(Ok(Scheduled::Scheduled {
-                due_ms: due.max(0) as u64,
-            }));
-            continue;
-        }
-        let (Some(due), Some(detail)) = (values.next(), values.next()) else {
-            return Err(StoreError::Reply(
-                "schedule_batch answered an outcome cut short".into(),
-            ));
-        };
-        let (status, due, detail) = (text(&first)?, int(&due)?.max(0) as u64, text(&detail)?);
-        if status == "too_far" {
-            outcomes.push(Err(StoreError::too_far(&detail)));
-            continue;
-        }
-        match Scheduled::from_reply(&status, due, detail) {
-            Some(scheduled) => outcomes.push(Ok(scheduled)),
-            None => return Err(StoreError::Reply(format!("schedule_batch said {status:?}"))),
-        }
-    }
-    Ok(outcomes)
 }
 
 /// Places (in a caller's list) grouped by shard, each shard's in the list's order.
@@ -570,57 +539,6 @@ mod tests {
             // Standalone: as few calls as the bound allows.
             if !cluster {
                 prop_assert_eq!(plans.len(), shards.len().div_ceil(MAX_PER_CALL));
-            }
-        }
-
-        /// The script's answer reads back as the outcomes it tells, in order: a due
-        /// time alone for a message stored as new, three values for any other; an
-        /// answer cut short is an error, not fewer outcomes.
-        #[test]
-        fn the_schedule_answer_reads_back_outcome_by_outcome(
-            told in proptest::collection::vec((0u8..4, 0i64..(1 << 53), "[a-z]{0,12}"), 0..200),
-            cut in 1usize..3,
-        ) {
-            let mut values = Vec::new();
-            for (kind, due, detail) in &told {
-                let status = match kind {
-                    0 => {
-                        values.push(Value::Int(*due));
-                        continue;
-                    }
-                    1 => "replaced",
-                    2 => "duplicate",
-                    _ => "too_far",
-                };
-                let detail = match kind {
-                    3 => format!("TOO_FAR due time {due} is more than max_delay 5 ms after now 1"),
-                    _ => detail.clone(),
-                };
-                values.push(Value::BulkString(status.into()));
-                values.push(Value::Int(*due));
-                values.push(Value::BulkString(detail.into_bytes()));
-            }
-            let read = outcomes(values.clone()).unwrap();
-            prop_assert_eq!(read.len(), told.len());
-            for ((kind, due, detail), outcome) in told.iter().zip(&read) {
-                let due = *due as u64;
-                match (kind, outcome) {
-                    (0, Ok(Scheduled::Scheduled { due_ms })) | (1, Ok(Scheduled::Replaced { due_ms })) => {
-                        prop_assert_eq!(*due_ms, due)
-                    }
-                    (2, Ok(Scheduled::Duplicate { due_ms, state })) => {
-                        prop_assert_eq!((*due_ms, state), ((due > 0).then_some(due), detail))
-                    }
-                    (3, Err(StoreError::TooFar { due_ms, .. })) => prop_assert_eq!(*due_ms, due),
-                    other => prop_assert!(false, "{:?}", other),
-                }
-            }
-            if let Some(last) = told.iter().rposition(|t| t.0 != 0) {
-                // The last message of three values loses its end (the ones after it
-                // are one value each).
-                let mut short = values;
-                short.truncate(short.len() - (told.len() - last - 1) - cut);
-                prop_assert!(outcomes(short).is_err());
             }
         }
 

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+use redis::Value;
+
+use super::{Result, StoreError, int, text};
 use crate::message::StoredMessage;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +60,37 @@ impl Scheduled {
             },
             _ => return None,
         })
+    }
+
+    /// schedule_batch.lua's answer, message by message: a due time alone for a
+    /// message stored as new, its status, due time and detail for any other; a due
+    /// time too far ahead is that message's error.
+    pub(super) fn answers(values: Vec<Value>) -> Result<Vec<Result<Scheduled>>> {
+        let mut values = values.into_iter();
+        let mut outcomes = Vec::with_capacity(values.len());
+        while let Some(first) = values.next() {
+            if let Value::Int(due) = first {
+                outcomes.push(Ok(Scheduled::Scheduled {
+                    due_ms: due.max(0) as u64,
+                }));
+                continue;
+            }
+            let (Some(due), Some(detail)) = (values.next(), values.next()) else {
+                return Err(StoreError::Reply(
+                    "schedule_batch answered an outcome cut short".into(),
+                ));
+            };
+            let (status, due, detail) = (text(&first)?, int(&due)?.max(0) as u64, text(&detail)?);
+            if status == "too_far" {
+                outcomes.push(Err(StoreError::too_far(&detail)));
+                continue;
+            }
+            match Scheduled::from_reply(&status, due, detail) {
+                Some(scheduled) => outcomes.push(Ok(scheduled)),
+                None => return Err(StoreError::Reply(format!("schedule_batch said {status:?}"))),
+            }
+        }
+        Ok(outcomes)
     }
 }
 
@@ -234,7 +268,62 @@ pub struct Trimmed {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
+
+    proptest! {
+        /// The script's answer reads back as the outcomes it tells, in order: a due
+        /// time alone for a message stored as new, three values for any other; an
+        /// answer cut short is an error, not fewer outcomes.
+        #[test]
+        fn the_schedule_answer_reads_back_outcome_by_outcome(
+            told in proptest::collection::vec((0u8..4, 0i64..(1 << 53), "[a-z]{0,12}"), 0..200),
+            cut in 1usize..3,
+        ) {
+            let mut values = Vec::new();
+            for (kind, due, detail) in &told {
+                let status = match kind {
+                    0 => {
+                        values.push(Value::Int(*due));
+                        continue;
+                    }
+                    1 => "replaced",
+                    2 => "duplicate",
+                    _ => "too_far",
+                };
+                let detail = match kind {
+                    3 => format!("TOO_FAR due time {due} is more than max_delay 5 ms after now 1"),
+                    _ => detail.clone(),
+                };
+                values.push(Value::BulkString(status.into()));
+                values.push(Value::Int(*due));
+                values.push(Value::BulkString(detail.into_bytes()));
+            }
+            let read = Scheduled::answers(values.clone()).unwrap();
+            prop_assert_eq!(read.len(), told.len());
+            for ((kind, due, detail), outcome) in told.iter().zip(&read) {
+                let due = *due as u64;
+                match (kind, outcome) {
+                    (0, Ok(Scheduled::Scheduled { due_ms })) | (1, Ok(Scheduled::Replaced { due_ms })) => {
+                        prop_assert_eq!(*due_ms, due)
+                    }
+                    (2, Ok(Scheduled::Duplicate { due_ms, state })) => {
+                        prop_assert_eq!((*due_ms, state), ((due > 0).then_some(due), detail))
+                    }
+                    (3, Err(StoreError::TooFar { due_ms, .. })) => prop_assert_eq!(*due_ms, due),
+                    other => prop_assert!(false, "{:?}", other),
+                }
+            }
+            if let Some(last) = told.iter().rposition(|t| t.0 != 0) {
+                // The last message of three values loses its end (the ones after it
+                // are one value each).
+                let mut short = values;
+                short.truncate(short.len() - (told.len() - last - 1) - cut);
+                prop_assert!(Scheduled::answers(short).is_err());
+            }
+        }
+    }
 
     fn batch(next_due_ms: Option<u64>, now_ms: u64, now_us: u64) -> ForwardBatch {
         ForwardBatch {
