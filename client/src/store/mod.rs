@@ -18,6 +18,8 @@ pub mod faults;
 mod fences;
 mod finished;
 mod forward;
+#[cfg(test)]
+mod id_order;
 mod inbox;
 mod journal;
 mod keys;
