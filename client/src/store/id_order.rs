@@ -7,16 +7,9 @@
 #[test]
 fn the_scripts_order_ids_as_their_bytes() {
     use proptest::prelude::*;
-    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
-    let conn = std::cell::RefCell::new(redis.client());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(format!(
-            "{}\nreturn {{ id_less(ARGV[1], ARGV[2]) and 1 or 0, id_less(ARGV[2], ARGV[1]) and 1 or 0 }}",
-            super::scripts::PRELUDE
-        ))
-        .query(&mut *conn.borrow_mut())
-        .unwrap();
+    let (_redis, conn, sha) = super::scripts::prelude_lab(
+        "return { id_less(ARGV[1], ARGV[2]) and 1 or 0, id_less(ARGV[2], ARGV[1]) and 1 or 0 }",
+    );
     let bytes = |max| proptest::collection::vec(any::<u8>(), 0..max);
     // A shared prefix (up to past 48 bytes, a call's worth), then each one's own end.
     let pairs = (bytes(120), bytes(12), bytes(12)).prop_map(|(shared, a, b)| {

@@ -8,8 +8,6 @@
 #[test]
 fn a_packed_body_is_the_same_bytes_as_one_packed_whole() {
     use proptest::prelude::*;
-    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
-    let conn = std::cell::RefCell::new(redis.client());
     // ARGV: stream, packed fields, priority, created, attempt, expire_at, key,
     // first_delivered, reason ("" = not set), score, id.
     let script = r#"
@@ -36,11 +34,7 @@ local read = decode_body(encode_body(packed))
 out[#out + 1] = cmsgpack.pack(read.fields)
 return out
 "#;
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(format!("{}\n{script}", super::scripts::PRELUDE))
-        .query(&mut *conn.borrow_mut())
-        .unwrap();
+    let (_redis, conn, sha) = super::scripts::prelude_lab(script);
     let optional = |s: &'static str| prop_oneof![Just(String::new()), s];
     let message = (
         "[a-z:]{1,12}",

@@ -6,16 +6,7 @@
 #[test]
 fn the_scripts_read_the_score_an_id_names_as_the_daemon_writes_it() {
     use proptest::prelude::*;
-    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
-    let conn = std::cell::RefCell::new(redis.client());
-    let sha: String = redis::cmd("SCRIPT")
-        .arg("LOAD")
-        .arg(format!(
-            "{}\nreturn placed_score(ARGV[1]) or -1",
-            super::scripts::PRELUDE
-        ))
-        .query(&mut *conn.borrow_mut())
-        .unwrap();
+    let (_redis, conn, sha) = super::scripts::prelude_lab("return placed_score(ARGV[1]) or -1");
     let ids = prop_oneof![
         "d[0-9a-fA-F]{12}[0-9A-Z]{16}",
         "d[0-9a-zA-Z:._-]{28}",

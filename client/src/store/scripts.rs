@@ -450,6 +450,28 @@ fn says(error: &RedisError, what: &str) -> bool {
     error.to_string().contains(what)
 }
 
+/// A redis-server of its own with `body` loaded after the prelude as one script, as
+/// `EVALSHA` sends it: the server (stopped on drop), a connection for the calls of a
+/// property test (in a `RefCell`: its cases borrow it in turn), and the script's
+/// SHA. For tests of the prelude's functions in Redis.
+#[cfg(test)]
+pub(super) fn prelude_lab(
+    body: &str,
+) -> (
+    delayq_harness::RedisServer,
+    std::cell::RefCell<redis::Connection>,
+    String,
+) {
+    let redis = delayq_harness::RedisServer::start().expect("start redis-server");
+    let mut conn = redis.client();
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(format!("{PRELUDE}\n{body}"))
+        .query(&mut conn)
+        .unwrap();
+    (redis, std::cell::RefCell::new(conn), sha)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

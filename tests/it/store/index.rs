@@ -17,17 +17,27 @@ const DAY: Duration = Duration::from_secs(86_400);
 /// The buckets an index starts with (INDEX_MIN_K in 60-pending.lua).
 const MIN_BUCKETS: u64 = 128;
 
-/// The index meta's "k s n" of the one shard, and its buckets' keys.
+/// The key of the one shard's index meta.
+fn meta_key(bare: &Bare) -> String {
+    let metas: Vec<String> = redis::cmd("KEYS")
+        .arg("*:ix")
+        .query(&mut bare.redis.client())
+        .unwrap();
+    assert_eq!(metas.len(), 1, "{metas:?}");
+    metas[0].clone()
+}
+
+/// The index meta's "k s n" of the one shard, and its buckets' keys, sorted.
 fn index(bare: &Bare) -> ((u64, u64, u64), Vec<String>) {
     let mut conn = bare.redis.client();
-    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
-    assert_eq!(metas.len(), 1, "{metas:?}");
-    let meta: String = redis::cmd("GET").arg(&metas[0]).query(&mut conn).unwrap();
+    let meta_key = meta_key(bare);
+    let meta: String = redis::cmd("GET").arg(&meta_key).query(&mut conn).unwrap();
     let parts: Vec<u64> = meta.split(' ').map(|v| v.parse().unwrap()).collect();
-    let buckets: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("{}:*", metas[0]))
+    let mut buckets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{meta_key}:*"))
         .query(&mut conn)
         .unwrap();
+    buckets.sort();
     ((parts[0], parts[1], parts[2]), buckets)
 }
 
@@ -134,7 +144,7 @@ async fn an_index_of_one_bucket_written_before_is_read_and_grown_as_its_meta_say
     // The same entries as an older release left them: all in bucket 0 of "0 0 30".
     let ((_, _, n), buckets) = index(&bare);
     let mut conn = bare.redis.client();
-    let meta = buckets[0].rsplit_once(':').unwrap().0.to_owned();
+    let meta = meta_key(&bare);
     let mut all: Vec<(String, String)> = Vec::new();
     for key in &buckets {
         let entries: Vec<(String, String)> =
@@ -186,9 +196,8 @@ async fn a_push_that_fails_after_entering_its_ids_takes_them_back() {
     schedule_new(store, &given(0..3), DAY).await;
     let (meta, buckets) = index(&bare);
     let mut conn = bare.redis.client();
-    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
-    let tag = metas[0].strip_suffix(":msg:ix").unwrap();
-    let gens = format!("{tag}:done:gens");
+    let meta_key = meta_key(&bare);
+    let gens = format!("{}:done:gens", meta_key.strip_suffix(":msg:ix").unwrap());
     let _: () = redis::cmd("SET")
         .arg(&gens)
         .arg("not a hash")
@@ -199,11 +208,7 @@ async fn a_push_that_fails_after_entering_its_ids_takes_them_back() {
         let error = answer.expect_err("refused");
         assert!(format!("{error:#}").contains("WRONGTYPE"), "{error:#}");
     }
-    let (meta_after, mut buckets_after) = index(&bare);
-    buckets_after.sort();
-    let mut buckets = buckets;
-    buckets.sort();
-    assert_eq!((meta_after, buckets_after), (meta, buckets.clone()));
+    assert_eq!(index(&bare), (meta, buckets.clone()));
     let mut entries = 0;
     for key in &buckets {
         let len: u64 = redis::cmd("HLEN").arg(key).query(&mut conn).unwrap();
@@ -229,10 +234,9 @@ async fn a_push_that_fails_while_the_index_splits_keeps_it_whole() {
     let ((k, s, n), _) = index(&bare);
     assert_eq!((1 << k, s, n), (MIN_BUCKETS, 0, 5100));
     let mut conn = bare.redis.client();
-    let metas: Vec<String> = redis::cmd("KEYS").arg("*:ix").query(&mut conn).unwrap();
     // Room for 5400 entries takes seven splits, of buckets 0 to 6; the seventh
     // would fill bucket 134.
-    let blocked = format!("{}:134", metas[0]);
+    let blocked = format!("{}:134", meta_key(&bare));
     let _: () = redis::cmd("SET")
         .arg(&blocked)
         .arg("not a hash")

@@ -81,14 +81,16 @@ end
 
 -- The status of a message not yet in the call (mode "new" or "replace"), and what
 -- storing it takes away (see admit). A new one bound for the compact layout is
--- looked up in the index and entered there in one command; its entry is taken back
--- if it is not stored.
+-- looked up in the index and entered there in one command (admit then knows what
+-- the index holds: no entry, or the score of the one it has); its entry is taken
+-- back if it is not stored.
 local function admit_into(S, id, replace, stream, score)
   local entered
   if not replace and S.compact_only and not apart[stream] then entered = index_entry.enter(S.P, id, score) end
-  if entered and entered ~= true then return 'duplicate', math.floor(entered / 10), 'scheduled' end
-  local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, entered and false)
-  if entered and status == 'duplicate' then index_entry.take_back(S.P, id) end
+  local indexed = entered
+  if entered == true then indexed = false end
+  local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, indexed)
+  if entered == true and status == 'duplicate' then index_entry.take_back(S.P, id) end
   if record_in_way then S.in_way[#S.in_way + 1] = id end
   if held_in then S.unholds[#S.unholds + 1] = { held_in, id } end
   if where then S.replaced[#S.replaced + 1] = { id, where } end

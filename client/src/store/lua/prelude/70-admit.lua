@@ -4,8 +4,9 @@
 -- scheduled id, or one with a record other than a cancellation, is a duplicate unless
 -- replace. Read-only: a record in the way is the caller's to forget when it writes, a
 -- pending message it replaces the caller's to remove (pending_remove, then unhold).
--- keys: { due set, bodies, records, records by expiry }. indexed: false when the
--- caller knows the index has no entry for id (index_entry.enter), nil to look.
+-- keys: { due set, bodies, records, records by expiry }. indexed: what the caller
+-- found in the index already (index_entry.enter): false for no entry, or the score
+-- of id's entry; nil to look.
 -- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream, where (the
 --          id may be stored; held_stream: the stream whose held set has it; where: the
 --          pending message it replaces, as pending_find gives it)
