@@ -28,7 +28,7 @@
 //! go on; transient failures are retried on the entries held, without reading them
 //! again; and an entry handed out more than [`MAX_ATTEMPTS`] times is rejected untried
 //! (one that could not be read even on its own, unread: the entry is acknowledged and
-//! left in the inbox, where its fields can still be read).
+//! left in the inbox, pending in the kept group, where its fields can still be read).
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -407,8 +407,9 @@ impl Worker {
                 );
                 if entry.fields == EntryFields::Unread {
                     let (stream, id) = (&self.queue.stream, &entry.id);
+                    let kept = self.queue.kept_group();
                     reason += &format!(
-                        " unread, the last times failing to be read; the entry is left in the inbox, acknowledged (XRANGE {stream} {id} {id})"
+                        " unread, the last times failing to be read; the entry is left in the inbox, acknowledged and kept (XRANGE {stream} {id} {id}; XACK {stream} {kept} {id} lets it go)"
                     );
                 }
                 rejects.push((entry, reason));

@@ -21,6 +21,14 @@ pub struct InboxQueue {
     pub rejected_stream: String,
 }
 
+impl InboxQueue {
+    /// The group in which entries rejected unread stay pending, so that no trim of
+    /// the inbox takes them (`inbox_entries.KEPT` in `lua/prelude/15-inbox.lua`).
+    pub fn kept_group(&self) -> String {
+        format!("{}:kept", self.group)
+    }
+}
+
 /// An inbox entry as XADDed by a producer: raw bytes, field order kept.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InboxEntry {
@@ -94,7 +102,8 @@ pub struct Rejection<'a> {
     entry_id: &'a str,
     reason: String,
     fields: &'a [(Vec<u8>, Vec<u8>)],
-    /// The entry was never read: it is acknowledged but left in the inbox.
+    /// The entry was never read: it is acknowledged but left in the inbox, pending
+    /// in the kept group ([`InboxQueue::kept_group`]).
     unread: bool,
 }
 
@@ -189,7 +198,7 @@ impl Store {
 
     /// Writes each rejection, with its reason and the fields it carries, to the
     /// rejected stream, and acknowledges and deletes its entry from the inbox (an
-    /// unread one is acknowledged and kept), atomically.
+    /// unread one is acknowledged and kept, pending in the kept group), atomically.
     pub async fn reject_inbox_entries(
         &self,
         queue: &InboxQueue,

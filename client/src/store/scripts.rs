@@ -132,6 +132,8 @@ const SOURCES: [(&str, &str, Kind); 23] = [
 pub(super) const PRELUDE: &str = concat!(
     include_str!("lua/prelude/10-calls.lua"),
     "\n",
+    include_str!("lua/prelude/15-inbox.lua"),
+    "\n",
     include_str!("lua/prelude/20-body.lua"),
     "\n",
     include_str!("lua/prelude/30-call.lua"),
@@ -478,8 +480,9 @@ mod tests {
 
     /// The prelude's parts, in the order they are joined: each may use what the ones
     /// before it define (a test holds this list to the folder's files).
-    const PRELUDE_PARTS: [&str; 9] = [
+    const PRELUDE_PARTS: [&str; 10] = [
         "10-calls.lua",
+        "15-inbox.lua",
         "20-body.lua",
         "30-call.lua",
         "35-finished.lua",

@@ -182,6 +182,21 @@ async fn rejected_unread_and_kept(
     .await;
     assert_delivered_once(&entries(&mut conn, "orders"), 1..2);
     assert_eq!(entries(&mut conn, REJECTED).len(), 1);
+    // The next entry's acknowledgement trims the inbox: not past the kept one.
+    eventually(
+        Duration::from_secs(10),
+        "the next entry gone from the inbox",
+        || {
+            let left = entries(&mut conn, INBOX);
+            async move { (left.len() == 1).then_some(()) }
+        },
+    )
+    .await;
+    assert_eq!(entries(&mut conn, INBOX)[0].id, id);
+    assert_eq!(
+        pending_count(&mut conn, INBOX, &format!("{GROUP}:kept")),
+        Some(1)
+    );
 }
 
 /// Adds `n` entries to the inbox in one pipeline (so that a reader takes them in one
@@ -535,7 +550,8 @@ async fn a_reader_starting_over_again_and_again_uses_no_attempt() {
 /// An entry that cannot be read even on its own (here: `XRANGE` refused; in life,
 /// one too large to read within `redis.timeout`) uses an attempt each time its
 /// reading fails, and once given up is rejected unread, left in the inbox,
-/// acknowledged, with its fields; the reader goes on with new entries.
+/// acknowledged and pending in the kept group, with its fields, through the trims
+/// of later entries; the reader goes on with new entries.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_that_cannot_be_read_even_alone_is_rejected_unread_and_kept() {
     let held = Held::start(0..1).await;

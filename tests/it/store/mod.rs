@@ -5,6 +5,7 @@
 //! - `fresh`: ids a node has just made, stored without a lookup;
 //! - `pending`: scheduled messages in both layouts and in the held sets;
 //! - `placed`: messages under ids that name their score, which need no index entry;
+//! - `inbox`: what leaves the inbox once acknowledged, and what stays;
 //! - `index`: the pending index of the other ids, from its first buckets through its splits;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
@@ -17,6 +18,7 @@ mod clock;
 mod counts;
 mod finished;
 mod fresh;
+mod inbox;
 mod index;
 mod keys;
 mod limits;

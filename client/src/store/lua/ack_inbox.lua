@@ -14,5 +14,5 @@ if kind == 'none' then return 0 end
 local ids = {}
 for i = 2, #ARGV do ids[#ids + 1] = ARGV[i] end
 local acked = chunked({ 'XACK', KEYS[1], ARGV[1] }, ids)
-chunked({ 'XDEL', KEYS[1] }, ids)
+inbox_entries.forget(KEYS[1], ARGV[1], ids)
 return acked

@@ -1,12 +1,14 @@
 -- reject_inbox.lua: move inbox entries that cannot be scheduled to the rejected stream,
 -- each with its reason and original fields, and acknowledge (and delete) them, in one
 -- atomic call: an entry leaves the inbox exactly when its rejection is written (one
--- never read stays in the stream, acknowledged, so its fields are not lost).
+-- never read stays in the stream, acknowledged and pending in the kept group, so its
+-- fields are not lost; see inbox_entries.forget).
 -- KEYS[1] rejected stream   KEYS[2] inbox stream
 -- ARGV[1] inbox consumer group
 -- ARGV[2..] one record per entry: inbox entry id, reason,
 --   n (number of field/value pairs), field, value, ... (2n values);
 --   n = -1: the entry was never read (no fields follow): it is acknowledged but kept
+--   (pending in group .. inbox_entries.KEPT, under consumer "delayq")
 -- returns: number of entries rejected | error "WRONGTYPE ...", "ERR ... exhausted ..."
 --   (the rejected stream has too few ids left) or an XADD's error (nothing was changed)
 -- All or nothing: both keys are checked before the first write, and an entry with more
@@ -54,12 +56,13 @@ if left and left < #starts then
 end
 
 local group = ARGV[1]
-local ids, deleted, rejections = {}, {}, {}
+local ids, deleted, kept, rejections = {}, {}, {}, {}
 for _, i in ipairs(starts) do
   local entry, reason, n = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   local args = { 'XADD', KEYS[1], '*', 'delayq-reason', reason, 'delayq-inbox-id', entry }
   if n < 0 then
     n = 0
+    kept[#kept + 1] = entry
   else
     deleted[#deleted + 1] = entry
   end
@@ -77,5 +80,14 @@ for _, i in ipairs(starts) do
   ids[#ids + 1] = entry
 end
 chunked({ 'XACK', KEYS[2], group }, ids)
-chunked({ 'XDEL', KEYS[2] }, deleted)
+-- An entry never read stays in the inbox, pending in the kept group, so that no trim
+-- takes it (see inbox_entries.forget); an operator lets it go with XACK.
+if #kept > 0 then
+  local kept_group = group .. inbox_entries.KEPT
+  redis.pcall('XGROUP', 'CREATE', KEYS[2], kept_group, '$')
+  for _, entry in ipairs(kept) do
+    redis.call('XCLAIM', KEYS[2], kept_group, 'delayq', 0, entry, 'FORCE', 'JUSTID')
+  end
+end
+inbox_entries.forget(KEYS[2], group, deleted)
 return #ids

@@ -197,7 +197,7 @@ end
 
 if inbox ~= '' then
   chunked({ 'XACK', inbox, group }, acks)
-  chunked({ 'XDEL', inbox }, acks)
+  inbox_entries.forget(inbox, group, acks)
 end
 
 -- A shard's earliest due time moved earlier exactly when this call stored a message
