@@ -127,28 +127,32 @@ const SOURCES: [(&str, &str, Kind); 23] = [
     ),
 ];
 
-/// The prelude: the parts of `lua/prelude/` joined in their names' order, each
-/// using what the ones before it define (a test holds this to the folder).
-pub(super) const PRELUDE: &str = concat!(
-    include_str!("lua/prelude/10-calls.lua"),
-    "\n",
-    include_str!("lua/prelude/15-inbox.lua"),
-    "\n",
-    include_str!("lua/prelude/20-body.lua"),
-    "\n",
-    include_str!("lua/prelude/30-call.lua"),
-    "\n",
-    include_str!("lua/prelude/35-finished.lua"),
-    "\n",
-    include_str!("lua/prelude/40-records.lua"),
-    "\n",
-    include_str!("lua/prelude/50-held.lua"),
-    "\n",
-    include_str!("lua/prelude/60-pending.lua"),
-    "\n",
-    include_str!("lua/prelude/70-admit.lua"),
-    "\n",
-    include_str!("lua/prelude/80-keys.lua"),
+/// Defines PRELUDE, the parts of `lua/prelude/` joined in their names' order, each
+/// using what the ones before it define, and (for the test that holds it to the
+/// folder) the list of its parts.
+macro_rules! prelude {
+    ($first:literal $(, $part:literal)* $(,)?) => {
+        /// The prelude: the parts of `lua/prelude/` joined in their names' order.
+        pub(super) const PRELUDE: &str = concat!(
+            include_str!(concat!("lua/prelude/", $first))
+            $(, "\n", include_str!(concat!("lua/prelude/", $part)))*
+        );
+        /// The prelude's parts, in the order they are joined.
+        #[cfg(test)]
+        const PRELUDE_PARTS: &[&str] = &[$first $(, $part)*];
+    };
+}
+prelude!(
+    "10-calls.lua",
+    "15-inbox.lua",
+    "20-body.lua",
+    "30-call.lua",
+    "35-finished.lua",
+    "40-records.lua",
+    "50-held.lua",
+    "60-pending.lua",
+    "70-admit.lua",
+    "80-keys.lua",
 );
 
 /// The prelude's tables that hold what one call has read (id hashes, record
@@ -477,21 +481,6 @@ pub(super) fn prelude_lab(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The prelude's parts, in the order they are joined: each may use what the ones
-    /// before it define (a test holds this list to the folder's files).
-    const PRELUDE_PARTS: [&str; 10] = [
-        "10-calls.lua",
-        "15-inbox.lua",
-        "20-body.lua",
-        "30-call.lua",
-        "35-finished.lua",
-        "40-records.lua",
-        "50-held.lua",
-        "60-pending.lua",
-        "70-admit.lua",
-        "80-keys.lua",
-    ];
 
     /// The prelude joins every part of `lua/prelude/`, in their names' order, and each
     /// part opens with its name and what it gives.
