@@ -21,6 +21,8 @@ mod forward;
 #[cfg(test)]
 mod id_order;
 mod inbox;
+#[cfg(test)]
+mod inbox_forget;
 mod journal;
 mod keys;
 mod libraries;
