@@ -62,6 +62,52 @@ fn pending(conn: &mut redis::Connection, group: &str) -> Vec<String> {
     reply.map(firsts).unwrap_or_default()
 }
 
+/// Adds an entry: its id.
+fn add(conn: &mut redis::Connection) -> String {
+    redis::cmd("XADD")
+        .arg(INBOX)
+        .arg("*")
+        .arg("n")
+        .arg(1)
+        .query(conn)
+        .unwrap()
+}
+
+/// Hands up to `count` entries out to `consumer`: their ids.
+fn read(conn: &mut redis::Connection, consumer: &str, count: usize) -> Vec<String> {
+    let reply: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(GROUP)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(INBOX)
+        .arg(">")
+        .query(conn)
+        .unwrap();
+    let Value::Array(streams) = reply else {
+        return Vec::new();
+    };
+    streams
+        .into_iter()
+        .filter_map(|s| match s {
+            Value::Array(parts) => parts.into_iter().nth(1),
+            _ => None,
+        })
+        .flat_map(firsts)
+        .collect()
+}
+
+fn ack(conn: &mut redis::Connection, group: &str, id: &str) {
+    let _: i64 = redis::cmd("XACK")
+        .arg(INBOX)
+        .arg(group)
+        .arg(id)
+        .query(conn)
+        .unwrap();
+}
+
 #[test]
 fn a_trim_takes_only_what_was_acknowledged_and_leaves_nothing_behind() {
     let (_redis, conn, sha) = super::scripts::prelude_lab(
@@ -99,38 +145,9 @@ fn a_trim_takes_only_what_was_acknowledged_and_leaves_nothing_behind() {
             let mut delivered = BTreeSet::new();
             for step in steps {
                 match step {
-                    Step::Add(n) => {
-                        for i in 0..n {
-                            let id: String = redis::cmd("XADD")
-                                .arg(INBOX)
-                                .arg("*")
-                                .arg("n")
-                                .arg(i)
-                                .query(conn)
-                                .unwrap();
-                            added.push(id);
-                        }
-                    }
+                    Step::Add(n) => added.extend((0..n).map(|_| add(conn))),
                     Step::Read(consumer, n) => {
-                        let reply: Value = redis::cmd("XREADGROUP")
-                            .arg("GROUP")
-                            .arg(GROUP)
-                            .arg(format!("c{consumer}"))
-                            .arg("COUNT")
-                            .arg(n)
-                            .arg("STREAMS")
-                            .arg(INBOX)
-                            .arg(">")
-                            .query(conn)
-                            .unwrap();
-                        if let Value::Array(streams) = reply {
-                            for s in streams {
-                                if let Value::Array(parts) = s {
-                                    let entries = parts.into_iter().nth(1).unwrap_or(Value::Nil);
-                                    delivered.extend(firsts(entries));
-                                }
-                            }
-                        }
+                        delivered.extend(read(conn, &format!("c{consumer}"), n))
                     }
                     Step::Ack(picks) => {
                         let held = pending(conn, GROUP);
@@ -153,12 +170,7 @@ fn a_trim_takes_only_what_was_acknowledged_and_leaves_nothing_behind() {
                         }
                         // As reject_inbox.lua keeps an entry rejected unread.
                         let id = &held[p % held.len()];
-                        let _: i64 = redis::cmd("XACK")
-                            .arg(INBOX)
-                            .arg(GROUP)
-                            .arg(id)
-                            .query(conn)
-                            .unwrap();
+                        ack(conn, GROUP, id);
                         let _: redis::RedisResult<()> = redis::cmd("XGROUP")
                             .arg("CREATE")
                             .arg(INBOX)
@@ -179,12 +191,7 @@ fn a_trim_takes_only_what_was_acknowledged_and_leaves_nothing_behind() {
                     Step::LetGo(p) => {
                         let kept = pending(conn, KEPT);
                         if let Some(id) = kept.get(p % kept.len().max(1)) {
-                            let _: i64 = redis::cmd("XACK")
-                                .arg(INBOX)
-                                .arg(KEPT)
-                                .arg(id)
-                                .query(conn)
-                                .unwrap();
+                            ack(conn, KEPT, id);
                         }
                     }
                 }
@@ -210,31 +217,10 @@ fn a_trim_takes_only_what_was_acknowledged_and_leaves_nothing_behind() {
                 prop_assert!(lost.is_empty(), "taken: {:?}", lost);
             }
             // Everything read, acknowledged and let go: the next call empties the inbox.
-            let _: String = redis::cmd("XADD")
-                .arg(INBOX)
-                .arg("*")
-                .arg("n")
-                .arg("last")
-                .query(conn)
-                .unwrap();
-            let _: Value = redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(GROUP)
-                .arg("c0")
-                .arg("COUNT")
-                .arg(10_000)
-                .arg("STREAMS")
-                .arg(INBOX)
-                .arg(">")
-                .query(conn)
-                .unwrap();
+            add(conn);
+            read(conn, "c0", 10_000);
             for id in pending(conn, KEPT) {
-                let _: i64 = redis::cmd("XACK")
-                    .arg(INBOX)
-                    .arg(KEPT)
-                    .arg(&id)
-                    .query(conn)
-                    .unwrap();
+                ack(conn, KEPT, &id);
             }
             let held = pending(conn, GROUP);
             forget(conn, &held);

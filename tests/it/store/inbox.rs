@@ -8,9 +8,8 @@ use std::time::Duration;
 use delayq_client::store::{
     BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, Rejection, ScheduleMode,
 };
-use redis::Value;
 
-use crate::support::{Bare, create_group, pending_count, xadd};
+use crate::support::{Bare, create_group, pending_count, read_group_up_to, xadd};
 
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";
@@ -39,38 +38,10 @@ fn add(conn: &mut redis::Connection, n: usize) -> Vec<String> {
 
 /// Up to `count` entries never handed out, to `consumer`: their ids.
 fn take(conn: &mut redis::Connection, consumer: &str, count: usize) -> Vec<String> {
-    let reply: Value = redis::cmd("XREADGROUP")
-        .arg("GROUP")
-        .arg(GROUP)
-        .arg(consumer)
-        .arg("COUNT")
-        .arg(count)
-        .arg("STREAMS")
-        .arg(INBOX)
-        .arg(">")
-        .query(conn)
-        .expect("XREADGROUP");
-    let mut ids = Vec::new();
-    if let Value::Array(streams) = reply {
-        for s in streams {
-            let Value::Array(parts) = s else {
-                panic!("{s:?}")
-            };
-            let Value::Array(items) = &parts[1] else {
-                panic!("{parts:?}")
-            };
-            for item in items {
-                let Value::Array(e) = item else {
-                    panic!("{item:?}")
-                };
-                let Value::BulkString(id) = &e[0] else {
-                    panic!("{e:?}")
-                };
-                ids.push(crate::support::text(id));
-            }
-        }
-    }
-    ids
+    read_group_up_to(conn, INBOX, GROUP, consumer, count)
+        .into_iter()
+        .map(|e| e.id)
+        .collect()
 }
 
 /// The ids the inbox holds, in order.
@@ -108,6 +79,28 @@ async fn store(bare: &Bare, ids: &[String]) {
     {
         outcome.expect("stored");
     }
+}
+
+/// Rejects the entry `id` as never read (kept in the inbox): the rejections written.
+async fn reject_unread(bare: &Bare, id: &str) -> u64 {
+    let queue = InboxQueue {
+        stream: INBOX.into(),
+        group: GROUP.into(),
+        rejected_stream: "delayq:inbox:rejected".into(),
+    };
+    let unread = InboxEntry {
+        id: id.to_owned(),
+        fields: EntryFields::Unread,
+    };
+    let limit = CopyLimit {
+        pairs: 100,
+        bytes: 10_000,
+    };
+    let rejection = Rejection::new(&unread, "unread".into(), limit);
+    bare.store
+        .reject_inbox_entries(&queue, &[rejection])
+        .await
+        .expect("rejected")
 }
 
 async fn inbox() -> (Bare, redis::Connection) {
@@ -174,25 +167,7 @@ async fn an_entry_rejected_unread_stays_until_let_go() {
     let (bare, mut conn) = inbox().await;
     let ids = add(&mut conn, 30);
     let read = take(&mut conn, "mine", 30);
-    let unread = InboxEntry {
-        id: read[5].clone(),
-        fields: EntryFields::Unread,
-    };
-    let queue = InboxQueue {
-        stream: INBOX.into(),
-        group: GROUP.into(),
-        rejected_stream: "delayq:inbox:rejected".into(),
-    };
-    let limit = CopyLimit {
-        pairs: 100,
-        bytes: 10_000,
-    };
-    let rejected = bare
-        .store
-        .reject_inbox_entries(&queue, &[Rejection::new(&unread, "unread".into(), limit)])
-        .await
-        .expect("rejected");
-    assert_eq!(rejected, 1);
+    assert_eq!(reject_unread(&bare, &read[5]).await, 1);
     let others: Vec<String> = read.iter().filter(|id| **id != read[5]).cloned().collect();
     store(&bare, &others).await;
     assert_eq!(held(&mut conn), vec![ids[5].clone()]);
@@ -221,4 +196,22 @@ async fn an_entry_rejected_unread_stays_until_let_go() {
         Vec::<String>::new(),
         "let go: {more:?} {last:?}"
     );
+}
+
+/// The most entries a read takes (`inbox.batch_size` at most 5000), stored in calls
+/// of the most messages a call carries: every one leaves the inbox; with an entry
+/// kept before them, they go one by one (each call's full list) and it stays.
+#[tokio::test]
+async fn the_largest_reads_leave_whole_with_or_without_an_entry_kept() {
+    let (bare, mut conn) = inbox().await;
+    let ids = add(&mut conn, 5000);
+    let read = take(&mut conn, "mine", 5000);
+    assert_eq!(read, ids);
+    store(&bare, &read).await;
+    assert_eq!(held(&mut conn), Vec::<String>::new());
+    let ids = add(&mut conn, 5001);
+    let read = take(&mut conn, "mine", 5001);
+    assert_eq!(reject_unread(&bare, &read[0]).await, 1);
+    store(&bare, &read[1..]).await;
+    assert_eq!(held(&mut conn), vec![ids[0].clone()]);
 }

@@ -136,34 +136,48 @@ pub fn read_group(
 ) -> Vec<Entry> {
     let mut out = Vec::new();
     loop {
-        let reply: Value = redis::cmd("XREADGROUP")
-            .arg("GROUP")
-            .arg(group)
-            .arg(consumer)
-            .arg("COUNT")
-            .arg(10_000)
-            .arg("STREAMS")
-            .arg(stream)
-            .arg(">")
-            .query(conn)
-            .expect("XREADGROUP");
-        let Value::Array(streams) = reply else {
-            return out;
-        };
-        let before = out.len();
-        for s in streams {
-            let Value::Array(parts) = s else {
-                panic!("stream: {s:?}")
-            };
-            let Value::Array(items) = &parts[1] else {
-                panic!("entries: {parts:?}")
-            };
-            out.extend(items.iter().map(entry));
-        }
-        if out.len() == before {
+        let read = read_group_up_to(conn, stream, group, consumer, 10_000);
+        if read.is_empty() {
             return out;
         }
+        out.extend(read);
     }
+}
+
+/// One XREADGROUP `>` as `consumer`: up to `count` entries never handed to the group
+/// before, without blocking.
+pub fn read_group_up_to(
+    conn: &mut impl redis::ConnectionLike,
+    stream: &str,
+    group: &str,
+    consumer: &str,
+    count: usize,
+) -> Vec<Entry> {
+    let reply: Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(group)
+        .arg(consumer)
+        .arg("COUNT")
+        .arg(count)
+        .arg("STREAMS")
+        .arg(stream)
+        .arg(">")
+        .query(conn)
+        .expect("XREADGROUP");
+    let Value::Array(streams) = reply else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for s in streams {
+        let Value::Array(parts) = s else {
+            panic!("stream: {s:?}")
+        };
+        let Value::Array(items) = &parts[1] else {
+            panic!("entries: {parts:?}")
+        };
+        out.extend(items.iter().map(entry));
+    }
+    out
 }
 
 /// Reads through the group the entries the stream holds now, not those added while

@@ -28,7 +28,7 @@ local inbox_entries = {
 function inbox_entries.forget(inbox, group, acks)
   if #acks == 0 then return end
   local groups = redis.pcall('XINFO', 'GROUPS', inbox)
-  local last, kept
+  local last, held, kept
   if type(groups) == 'table' and not groups.err then
     local kept_name = group .. inbox_entries.KEPT
     for _, g in ipairs(groups) do
@@ -44,7 +44,7 @@ function inbox_entries.forget(inbox, group, acks)
         end
       end
       if name == group then
-        last = delivered
+        last, held = delivered, pending
       elseif name == kept_name and pending > 0 then
         kept = redis.call('XPENDING', inbox, kept_name, '-', '+', 1)[1][1]
       end
@@ -55,7 +55,9 @@ function inbox_entries.forget(inbox, group, acks)
     return
   end
   local below = kept or last
-  local first = redis.call('XPENDING', inbox, group, '-', below, 1)[1]
+  -- The first entry pending in the group below that (none to ask for when the group
+  -- holds nothing pending: a drained inbox's every call).
+  local first = held > 0 and redis.call('XPENDING', inbox, group, '-', below, 1)[1]
   if first then below = first[1] end
   redis.call('XTRIM', inbox, 'MINID', below)
   if kept then
