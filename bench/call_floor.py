@@ -91,7 +91,7 @@ def run(r, calls, rounds):
 
     def command(function, i):
         keys = sc.shard_keys("floor", i % 16)
-        return sc.encode("FCALL", function, len(keys), *keys, *(sc.HEAD + sc.message(1)))
+        return sc.encode("FCALL", function, len(keys), *keys, *sc.push_args([sc.message(1)]))
 
     def paced(function):
         r.call("CONFIG", "RESETSTAT")

@@ -37,14 +37,14 @@ def calls(kind, per_call, ms, serial):
     for _ in range(CALLS):
         ms += 1
         start = random.getrandbits(79)
-        args = list(sc.HEAD)
+        msgs = []
         for j in range(per_call):
             mid = ab.ulid(ms, start + j) if kind == "ulid" else "b%d" % (serial + j)
             m = sc.message(1)
             m[3], m[4], m[5] = mid, "at", str(ms + 86_400_000)
-            args += m
+            msgs.append(m)
         serial += per_call
-        out.append(sc.encode("FCALL", "push", len(keys), *keys, *args))
+        out.append(sc.encode("FCALL", "push", len(keys), *keys, *sc.push_args(msgs)))
     return out, ms, serial
 
 

@@ -28,12 +28,12 @@ def fill(r, keys, n, apart):
         head[-1:] = ["1", "bench:spread"]
     commands = []
     for start in range(0, n, 1000):
-        args = list(head)
+        msgs = []
         for i in range(start, min(start + 1000, n)):
             m = sc.message(1)
             m[4], m[5] = "in", str(86_400_000 + i)
-            args += m
-        commands.append(sc.encode("FCALL", "push", len(keys), *keys, *args))
+            msgs.append(m)
+        commands.append(sc.encode("FCALL", "push", len(keys), *keys, *sc.push_args(msgs, head)))
     return sc.pushed(r, commands) * len(commands) / n
 
 

@@ -31,14 +31,14 @@ def fill(r, keys, n, stream, keyed):
     """Stores n messages over the shards of `keys`."""
     commands = []
     for start in range(0, n, 1000):
-        args = list(sc.HEAD)
+        msgs = []
         for i in range(start, min(start + 1000, n)):
             mid = "m%d" % i
             m = sc.message(zlib.crc32(mid.encode()) % SHARDS + 1)
             m[3], m[4], m[5] = mid, "in", str(86_400_000)
             m[8], m[9] = ("k%d" % (i // 3) if keyed else ""), stream
-            args += m
-        commands.append(sc.encode("FCALL", "push", len(keys), *keys, *args))
+            msgs.append(m)
+        commands.append(sc.encode("FCALL", "push", len(keys), *keys, *sc.push_args(msgs)))
     sc.pushed(r, commands)
 
 

@@ -48,16 +48,10 @@ import script_cost as sc
 
 # Each lever: (replacements in the prelude, in schedule_batch.lua, whether the calls
 # carry the ids' hashes, whether they come in order).
-HASH_IN = (
-    "  local entry, mode = ARGV[i], ARGV[i + 1]\n",
-    "  local entry, mode = ARGV[i], ARGV[i + 1]\n"
-    "  local handed\n"
-    "  if #mode > 8 then handed = tonumber(string.sub(mode, -8), 16); mode = string.sub(mode, 1, -10) end\n",
-)
 HASH_KEPT = (
-    "  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)\n",
-    "  id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 3)\n"
-    "  if handed then id_hashes[id] = handed end\n",
+    "    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 1, context)\n",
+    "    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 1, context)\n"
+    "    if msg.key then id_hashes[id] = tonumber(msg.key, 16); msg.key = nil end\n",
 )
 ELEMENT = (
     "  return compact_body(msg, score_bytes(score), string.char(#id), id)\n",
@@ -84,7 +78,7 @@ ENTRY = (
 ANSWER = ("\nreturn out\n", "\nreturn { 1 }\n")
 
 LEVERS = {
-    "hash": ([], [HASH_IN, HASH_KEPT], True, False),
+    "hash": ([], [HASH_KEPT], True, False),
     "order": ([], [], False, True),
     "element": ([ELEMENT], [], False, False),
     "rehash": ([REHASH_DECL, REHASH_KEEP, REHASH_USE], [], False, False),
@@ -92,7 +86,7 @@ LEVERS = {
     "compare": ([COMPARE], [], False, False),
     "entry": ([ENTRY], [], False, False),
     "answer": ([], [ANSWER], False, False),
-    "all": ([ELEMENT, AHEAD], [HASH_IN, HASH_KEPT], True, True),
+    "all": ([ELEMENT, AHEAD], [HASH_KEPT], True, True),
 }
 
 
@@ -106,7 +100,7 @@ def pulled(text, replacements):
 
 def shaping(hashed, ordered):
     """What a lever does to a call's messages before they are sent: each id's SHA-1
-    handed in after its mode, the messages sorted by id (one due time and priority:
+    handed in as its business key (none is given here), the messages sorted by id (one due time and priority:
     their (score, id) order); None when it does neither."""
     if not (hashed or ordered):
         return None
@@ -114,7 +108,7 @@ def shaping(hashed, ordered):
     def shaped(msgs):
         if hashed:
             for m in msgs:
-                m[1] = m[1] + ":" + hashlib.sha1(m[3].encode()).hexdigest()[:8]
+                m[8] = hashlib.sha1(m[3].encode()).hexdigest()[:8]
         if ordered:
             msgs.sort(key=lambda m: m[3])
         return msgs

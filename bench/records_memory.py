@@ -36,12 +36,12 @@ def run_once(n, listed):
         before = used_memory(r)
         commands = []
         for start in range(0, n, 1000):
-            args = list(sc.HEAD)
+            msgs = []
             for i in range(start, min(start + 1000, n)):
                 m = sc.message(1)
                 m[3], m[4], m[5] = "m%d" % i, "in", "0"
-                args += m
-            commands.append(sc.encode("FCALL", "push", len(keys), *keys, *args))
+                msgs.append(m)
+            commands.append(sc.encode("FCALL", "push", len(keys), *keys, *sc.push_args(msgs)))
         sc.pushed(r, commands)
         time.sleep(0.01)
         policy = "86400000" if listed else "n:86400000"

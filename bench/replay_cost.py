@@ -127,9 +127,11 @@ def record(rate, seconds):
                 call = []
                 ticks[-1].append(call)
                 if args[1] == b"floor_push":
-                    # FCALL, name, numkeys, keys, the push's leading values, then the
-                    # messages, each as long as the lab's own (script_cost.message).
-                    pushed[-1] = (len(args) - 3 - int(args[2]) - len(sc.HEAD)) // len(sc.message(0))
+                    # FCALL, name, numkeys, keys, the push's leading values, its
+                    # contexts (a count, six values each), then five values a message
+                    # (script_cost.push_args).
+                    rest = args[3 + int(args[2]) + len(sc.HEAD):]
+                    pushed[-1] = (len(rest) - 1 - 6 * int(rest[0])) // 5
         elif call is not None:
             call.append(args)
     return ticks, pushed

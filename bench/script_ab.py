@@ -71,10 +71,11 @@ def scripts(revision):
     return prelude, show(lua + "/schedule_batch.lua")
 
 
-def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True, shaped=None):
+def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True, shaped=None, flat=False):
     """CALLS encoded FCALLs of `tag`'s library (its messages' fields packed or not,
     as its prelude reads them; each call's messages as `shaped(messages)` returns
-    them, when given); the next millisecond and serial."""
+    them, when given; flat: records whole, as revisions before the contexts take
+    them, see sc.push_args); the next millisecond and serial."""
     out = []
     keys = [k for s in range(shards) for k in sc.shard_keys(tag, s)]
     for _ in range(CALLS):
@@ -96,7 +97,7 @@ def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True, sha
             random.shuffle(msgs)
         if shaped:
             msgs = shaped(msgs)
-        args = list(sc.HEAD) + [a for m in msgs for a in m]
+        args = sc.push_args(msgs, flat=flat)
         out.append(sc.encode("FCALL", "push_" + tag, len(keys), *keys, *args))
     return out, ms, serial
 
@@ -143,9 +144,11 @@ def main():
         # A revision whose schedule calls carry the fields packed reads them as
         # packed_fields (read_new_message); an older one, as a count and pairs.
         packed = {tag: "packed_fields" in prelude for tag, (prelude, _) in versions.items()}
+        # One whose schedule calls carry contexts names them in schedule_batch.lua.
+        flat = {tag: "n_contexts" not in schedule for tag, (_, schedule) in versions.items()}
         cost = alternated(r, ("base", "tree"), rounds, per_call,
                           lambda tag, ms, serial: calls(tag, order, per_call, shards, ms, serial,
-                                                        mode, packed[tag]))
+                                                        mode, packed[tag], flat=flat[tag]))
         print("%s ids (%s), %d a call over %d shard(s), median of %d rounds of %d calls:"
               % (order, mode, per_call, shards, rounds, CALLS))
         for tag, label in (("base", base), ("tree", "working tree")):

@@ -157,6 +157,28 @@ def message(group, packed=True):
     return head + ["1", "payload", "x" * 100]
 
 
+def push_args(msgs, head=HEAD, flat=False):
+    """schedule_batch.lua's arguments for `msgs` (records as message() makes them) after
+    `head`: what messages share, once (contexts: mode, shard, due kind, priority, ttl,
+    stream), then each message's context number, its inbox entry (when `head` names an
+    inbox), id, due value, key and fields. flat: each record whole, as revisions before
+    the contexts (2026-12-06) take them."""
+    if flat:
+        return list(head) + [a for m in msgs for a in m]
+    contexts, numbers, own = [], {}, []
+    inbox = head[3] != ""
+    for m in msgs:
+        shared = (m[1], m[2], m[4], m[6], m[7], m[9])
+        if shared not in numbers:
+            numbers[shared] = str(len(contexts) + 1)
+            contexts.append(shared)
+        own.append(numbers[shared])
+        if inbox:
+            own.append(m[0])
+        own += [m[3], m[5], m[8], m[10]]
+    return list(head) + [str(len(contexts))] + [v for c in contexts for v in c] + own
+
+
 def with_redis(work):
     """Runs `work(connection)` against a redis-server of its own on a free loopback
     port, in a temporary directory, stopped and removed afterwards."""
@@ -201,29 +223,23 @@ def run(r, calls, prelude, schedule):
                 sys.exit("%s: unexpected reply %r" % (label, reply[:3]))
         print("| %s | %.1f µs | %.1f µs |" % (label, cost, cost / per))
 
-    one = lambda tag: (shard_keys(tag, 0), HEAD + message(1))
+    one = lambda tag: (shard_keys(tag, 0), push_args([message(1)]))
     print("| variant | Redis CPU per call | per message |")
     print("|---|---|---|")
     show("return 1", evalsha("return 1", [one("a")] * calls), 1)
     show("prelude, return 1", evalsha(prelude + "\nreturn 1", [one("a")] * calls), 1)
     sixteen = []
     for _ in range(calls // 16):
-        sixteen += [(shard_keys("b", s), HEAD + message(1)) for s in range(16)]
+        sixteen += [(shard_keys("b", s), push_args([message(1)])) for s in range(16)]
     show("push, 16 shards: 16 calls of one message", evalsha(prelude + "\n" + schedule, sixteen), 1)
     together = []
     for _ in range(calls // 16):
-        keys, args = [], list(HEAD)
-        for s in range(16):
-            keys += shard_keys("c", s)
-            args += message(s + 1)
-        together.append((keys, args))
+        keys = [k for s in range(16) for k in shard_keys("c", s)]
+        together.append((keys, push_args([message(s + 1) for s in range(16)])))
     show("push, 16 shards: 1 call of 16 messages", evalsha(prelude + "\n" + schedule, together), 16)
     one_shard = []
     for _ in range(calls // 16):
-        args = list(HEAD)
-        for _ in range(16):
-            args += message(1)
-        one_shard.append((shard_keys("f", 0), args))
+        one_shard.append((shard_keys("f", 0), push_args([message(1) for _ in range(16)])))
     show("push, 1 shard: 1 call of 16 messages", evalsha(prelude + "\n" + schedule, one_shard), 16)
     load_library(r, "delayq_cost", prelude, {"push": schedule})
     fcalls = []
@@ -268,12 +284,12 @@ def fill(r, function, keys, n, due_in_ms):
     """Stores n messages in the shard of `keys`, due due_in_ms after they are stored,
     in calls of 1000 of the push `function`."""
     for start in range(0, n, 1000):
-        args = list(HEAD)
+        msgs = []
         for _ in range(min(1000, n - start)):
             m = message(1)
             m[5] = str(due_in_ms)
-            args += m
-        r.call("FCALL", function, len(keys), *keys, *args)
+            msgs.append(m)
+        r.call("FCALL", function, len(keys), *keys, *push_args(msgs))
 
 
 def forward_args(batch, retention_ms, limited=()):
@@ -297,12 +313,12 @@ def steady(r, calls, prelude, schedule):
         keys = shard_keys(tag, 0)
         out = []
         for _ in range(n):
-            args = list(HEAD)
+            msgs = []
             for _ in range(2):
                 m = message(1)
                 m[5] = "200"  # due in 200 ms
-                args += m
-            out.append(encode("FCALL", "steady_push", len(keys), *keys, *args))
+                msgs.append(m)
+            out.append(encode("FCALL", "steady_push", len(keys), *keys, *push_args(msgs)))
             out.append(encode("FCALL", "steady_forward", len(keys), *keys, *steady_forward_args))
         return out
 

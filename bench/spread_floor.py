@@ -363,13 +363,14 @@ class Delayq(Design):
         return ([self.push(n, DUE_IN_MS)] if n else []) + [self.forward()]
 
     def push(self, n, due_in_ms):
-        args = list(sc.HEAD)
-        args[5] = self.LAYOUT
+        head = list(sc.HEAD)
+        head[5] = self.LAYOUT
+        msgs = []
         for i in self.next_ids(n):
             m = sc.message(1)
             m[3], m[5], m[9] = i, str(due_in_ms), self.stream
-            args += m
-        return sc.encode("FCALL", "floor_push", len(self.KEYS), *self.KEYS, *args)
+            msgs.append(m)
+        return sc.encode("FCALL", "floor_push", len(self.KEYS), *self.KEYS, *sc.push_args(msgs, head))
 
     def forward(self):
         args = sc.forward_args(200, 86400000)

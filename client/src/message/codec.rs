@@ -160,29 +160,48 @@ impl Due {
     /// The due time as the scripts take it: its kind (`in`: the value is a delay in
     /// ms; `at`: epoch ms) and its value.
     pub(crate) fn script_args(self) -> [Arg<'static>; 2] {
-        let kind = match self {
+        [Arg::Text(self.kind()), Arg::Number(self.as_ms())]
+    }
+
+    /// The due time's kind as the scripts take it.
+    fn kind(self) -> &'static str {
+        match self {
             Due::In(_) => "in",
             Due::At(_) => "at",
-        };
-        [Arg::Text(kind), Arg::Number(self.as_ms())]
+        }
     }
 }
 
+/// What messages of one schedule call may share, carried once for all of them (a
+/// context, in the layout the prelude's `read_new_message` reads): the due time's
+/// kind, priority, ttl ms (0 = none) and target stream.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SharedArgs<'a> {
+    pub due_kind: &'static str,
+    pub priority: u8,
+    pub ttl_ms: u64,
+    pub stream: &'a str,
+}
+
 impl NewMessage {
-    /// This message as a schedule call carries it, in the layout the prelude's
-    /// `read_new_message` reads: id, due kind, due value, priority, ttl ms (0 = none),
-    /// key ("" = none), stream, then its fields packed ([`packed_fields`]).
-    pub(crate) fn script_args(&self) -> [Arg<'_>; 8] {
-        let [due_kind, due_value] = self.due.script_args();
-        let ttl_ms = self.ttl.map_or(0, |ttl| ttl.as_millis() as u64);
+    /// What this message may share with others of its call ([`SharedArgs`]).
+    pub(crate) fn shared_args(&self) -> SharedArgs<'_> {
+        SharedArgs {
+            due_kind: self.due.kind(),
+            priority: self.priority,
+            ttl_ms: self.ttl.map_or(0, |ttl| ttl.as_millis() as u64),
+            stream: &self.stream,
+        }
+    }
+
+    /// This message's own arguments in a schedule call, after its context's number
+    /// (see [`SharedArgs`]): id, due value, key ("" = none), then its fields packed
+    /// ([`packed_fields`]).
+    pub(crate) fn script_args(&self) -> [Arg<'_>; 4] {
         [
             Arg::Text(self.id.as_str()),
-            due_kind,
-            due_value,
-            Arg::Number(u64::from(self.priority)),
-            Arg::Number(ttl_ms),
+            Arg::Number(self.due.as_ms()),
             Arg::Text(self.key.as_ref().map_or("", |k| k.as_str())),
-            Arg::Text(&self.stream),
             Arg::Bytes(packed_fields(&self.fields)),
         ]
     }
@@ -439,10 +458,12 @@ mod tests {
         assert_eq!(names[1..], SCHEMA);
     }
 
-    /// The arguments as text, the packed fields last as their hex.
+    /// What the message shares, then its own arguments, as text (the packed fields
+    /// last as their hex).
     #[track_caller]
     fn check_args(msg: NewMessage, expected: &str) {
-        let args: Vec<String> = msg
+        let shared = msg.shared_args();
+        let own: Vec<String> = msg
             .script_args()
             .into_iter()
             .map(|arg| match arg {
@@ -451,7 +472,11 @@ mod tests {
                 Arg::Bytes(bytes) => bytes.iter().map(|b| format!("{b:02x}")).collect(),
             })
             .collect();
-        assert_eq!(args.join(" "), expected);
+        let shared = format!(
+            "{} {} {} {}",
+            shared.due_kind, shared.priority, shared.ttl_ms, shared.stream
+        );
+        assert_eq!(format!("{shared} | {}", own.join(" ")), expected);
     }
 
     /// The head of a packed string of `len` bytes, by MessagePack's forms.
@@ -496,7 +521,7 @@ mod tests {
     #[test]
     fn a_new_message_as_script_arguments() {
         // The fields last, packed: [ "payload", "hi" ].
-        check_args(msg(), "m1 in 1500 0 0  orders 92a77061796c6f6164a26869");
+        check_args(msg(), "in 0 0 orders | m1 1500  92a77061796c6f6164a26869");
         check_args(
             NewMessage {
                 due: Due::At(1_700_000_000_000),
@@ -505,11 +530,11 @@ mod tests {
                 fields: vec![("a".into(), "1".into()), ("b".into(), "".into())],
                 ..msg()
             },
-            "m1 at 1700000000000 9 60000  orders 94a161a131a162a0",
+            "at 9 60000 orders | m1 1700000000000  94a161a131a162a0",
         );
         check_args(
             msg().with_key(Some(crate::message::MessageKey::parse("order-42").unwrap())),
-            "m1 in 1500 0 0 order-42 orders 92a77061796c6f6164a26869",
+            "in 0 0 orders | m1 1500 order-42 92a77061796c6f6164a26869",
         );
     }
 }

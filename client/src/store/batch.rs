@@ -9,6 +9,7 @@
 //! commit, see [`Coalescer`]): no push waits for a timer, and under load one call
 //! carries many.
 
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -16,6 +17,7 @@ use tokio::sync::oneshot;
 
 use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, shard_keys};
 use crate::message::NewMessage;
+use crate::message::codec::SharedArgs;
 
 /// Most messages in one script call: bounds how long one call holds Redis (and
 /// stays clear of Lua's limit on unpacked values).
@@ -402,19 +404,42 @@ impl Store {
         for stream in apart.iter() {
             inv.arg(stream);
         }
-        let mut carried = 0;
+        // What the messages share goes once, as contexts they name by number.
+        let mut contexts: HashMap<(ScheduleMode, usize, SharedArgs<'_>), usize> = HashMap::new();
+        let mut order = Vec::new();
+        let mut named = Vec::new();
         for (g, &(_, places)) in plan.iter().enumerate() {
             for &i in places {
                 let message = &messages[i];
-                inv.arg(message.inbox_entry)
-                    .arg(message.mode.as_arg())
-                    .arg(g + 1);
-                for arg in message.msg.script_args() {
-                    inv.arg(arg);
-                }
+                let context = (message.mode, g + 1, message.msg.shared_args());
+                let next = contexts.len() + 1;
+                let number = *contexts.entry(context).or_insert_with(|| {
+                    order.push(context);
+                    next
+                });
+                named.push((number, message));
             }
-            carried += places.len();
         }
+        inv.arg(order.len());
+        for (mode, g, shared) in &order {
+            inv.arg(mode.as_arg())
+                .arg(g)
+                .arg(shared.due_kind)
+                .arg(shared.priority)
+                .arg(shared.ttl_ms)
+                .arg(shared.stream);
+        }
+        let inbox = ack.is_some();
+        for &(number, message) in &named {
+            inv.arg(number);
+            if inbox {
+                inv.arg(message.inbox_entry);
+            }
+            for arg in message.msg.script_args() {
+                inv.arg(arg);
+            }
+        }
+        let carried = named.len();
         let (reply, acked) = self.invoke_acked(&inv).await?;
         super::acked::confirmed(acked)?;
         let outcomes = Scheduled::answers(array(reply)?)?;

@@ -7,7 +7,7 @@ use redis::Value;
 use super::{Result, StoreError, int, text};
 use crate::message::StoredMessage;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ScheduleMode {
     /// An id that exists already is a duplicate and nothing changes.
     New,

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use delayq_client::message::{Due, MessageId, MessageKey, NewMessage, StoredMessage};
-use delayq_client::store::{Rescheduled, ScheduleMode, Status, Store};
+use delayq_client::store::{BatchItem, Rescheduled, ScheduleMode, Scheduled, Status, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
@@ -17,16 +17,27 @@ const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 /// A body exactly as the scripts have always packed it (an array, format 1 first).
 const PACK: &str = "return cmsgpack.pack(cjson.decode(ARGV[1]))";
 
+/// A new message; of a batch's, many share their stream, priority, ttl or kind of
+/// due time (what a schedule call carries once for all that share it).
 fn new_message() -> impl Strategy<Value = NewMessage> {
     let due = prop_oneof![
         (0u64..1_000_000_000).prop_map(|ms| Due::In(Duration::from_millis(ms))),
         (0u64..1_000).prop_map(Due::At),
         (2_000_000_000_000u64..2_100_000_000_000).prop_map(Due::At),
+        Just(Due::In(Duration::from_secs(60))),
+    ];
+    let stream = prop_oneof![
+        prop::sample::select(vec!["orders", "invoices"]).prop_map(String::from),
+        "[a-z:._-]{1,20}",
     ];
     let fields = prop::collection::vec(("\\PC{1,10}", "\\PC{0,30}"), 1..5);
-    let ttl = prop::option::of((1u64..1_000_000_000).prop_map(Duration::from_millis));
-    ("[a-z:._-]{1,20}", fields, due, 0u8..=9, ttl).prop_map(
-        |(stream, fields, due, priority, ttl)| NewMessage {
+    let ttl = prop_oneof![
+        Just(None),
+        Just(Some(Duration::from_secs(60))),
+        (1u64..1_000_000_000).prop_map(|ms| Some(Duration::from_millis(ms))),
+    ];
+    (stream, fields, due, 0u8..=9, ttl).prop_map(|(stream, fields, due, priority, ttl)| {
+        NewMessage {
             key: None,
             id: MessageId::generate(),
             stream,
@@ -34,55 +45,73 @@ fn new_message() -> impl Strategy<Value = NewMessage> {
             due,
             priority,
             ttl,
-        },
-    )
+        }
+    })
 }
 
-/// Schedules `msg` and reads it back: the store holds what the producer gave, due
-/// and created by Redis's clock.
-async fn read_back(store: &Store, msg: NewMessage) -> Result<(), TestCaseError> {
+/// Schedules `msgs` in one batch, each new or replacing (nothing), and reads each
+/// back: the store holds what the producer gave, due and created by Redis's clock.
+async fn read_back(store: &Store, msgs: Vec<(NewMessage, bool)>) -> Result<(), TestCaseError> {
     let before = store.now_ms().await.unwrap();
-    store
-        .schedule(&msg, ScheduleMode::New, 100 * YEAR)
-        .await
-        .unwrap();
+    let items: Vec<BatchItem> = msgs
+        .iter()
+        .map(|(msg, replace)| BatchItem {
+            mode: if *replace {
+                ScheduleMode::Replace
+            } else {
+                ScheduleMode::New
+            },
+            ..BatchItem::new(msg.clone())
+        })
+        .collect();
+    for outcome in store.schedule_many(&items, 100 * YEAR, None).await {
+        prop_assert!(
+            matches!(outcome, Ok(Scheduled::Scheduled { .. })),
+            "{outcome:?}"
+        );
+    }
     let after = store.now_ms().await.unwrap();
-    let Status::Scheduled(stored) = store.get(&msg.id).await.unwrap() else {
-        return Err(TestCaseError::fail(format!("{} is not scheduled", msg.id)));
-    };
-    let (earliest, latest) = match msg.due {
-        Due::In(delay) => (
-            before + delay.as_millis() as u64,
-            after + delay.as_millis() as u64,
-        ),
-        Due::At(ms) => (ms.max(before), ms.max(after)),
-    };
-    prop_assert!((earliest..=latest).contains(&stored.due_ms), "{stored:?}");
-    prop_assert!((before..=after).contains(&stored.created_ms), "{stored:?}");
-    let expected = StoredMessage {
-        key: None,
-        stream: msg.stream,
-        fields: msg.fields,
-        due_ms: stored.due_ms,
-        priority: msg.priority,
-        created_ms: stored.created_ms,
-        attempt: 1,
-        expire_at_ms: msg.ttl.map(|ttl| stored.due_ms + ttl.as_millis() as u64),
-        first_delivered_ms: None,
-        redelivery_reason: None,
-    };
-    prop_assert_eq!(stored, expected);
+    for (msg, _) in msgs {
+        let Status::Scheduled(stored) = store.get(&msg.id).await.unwrap() else {
+            return Err(TestCaseError::fail(format!("{} is not scheduled", msg.id)));
+        };
+        let (earliest, latest) = match msg.due {
+            Due::In(delay) => (
+                before + delay.as_millis() as u64,
+                after + delay.as_millis() as u64,
+            ),
+            Due::At(ms) => (ms.max(before), ms.max(after)),
+        };
+        prop_assert!((earliest..=latest).contains(&stored.due_ms), "{stored:?}");
+        prop_assert!((before..=after).contains(&stored.created_ms), "{stored:?}");
+        let expected = StoredMessage {
+            key: None,
+            stream: msg.stream,
+            fields: msg.fields,
+            due_ms: stored.due_ms,
+            priority: msg.priority,
+            created_ms: stored.created_ms,
+            attempt: 1,
+            expire_at_ms: msg.ttl.map(|ttl| stored.due_ms + ttl.as_millis() as u64),
+            first_delivered_ms: None,
+            redelivery_reason: None,
+        };
+        prop_assert_eq!(stored, expected);
+    }
     Ok(())
 }
 
+/// Alone or in a batch of up to 40 over both shards, each message new or replacing,
+/// whatever it shares with the others.
 #[test]
 fn a_scheduled_message_reads_back_as_it_was_given() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
+    let batch = prop::collection::vec((new_message(), any::<bool>()), 1..40);
     let mut runner = TestRunner::new(redis_cases(64));
     runner
-        .run(&new_message(), |msg| {
-            runtime.block_on(read_back(&bare.store, msg))
+        .run(&batch, |msgs| {
+            runtime.block_on(read_back(&bare.store, msgs))
         })
         .unwrap();
 }

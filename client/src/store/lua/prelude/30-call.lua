@@ -2,19 +2,20 @@
 -- clock, the fence check, due times resolved against now. Gives read_new_message,
 -- now_ms_us, now_ms, call_epoch, fenced, fenced_reply, resolve_due.
 
--- One new message from a schedule call's arguments, starting at argv[i]: id, due kind,
--- due value, priority, ttl ms, key ("" = none), stream, and its field/value pairs
--- packed as the body holds them (one MessagePack array of strings; the layout
--- NewMessage::script_args writes). Returns the id, due kind, due value and ttl, the
--- message as it will be stored (the schema's names, its fields as packed_fields,
--- which encode_body splices in; new_msg sets the rest), and the index after it.
-local function read_new_message(argv, i)
-  local key = argv[i + 5]
+-- One new message from a schedule call's arguments, starting at argv[i]: id, due
+-- value, key ("" = none) and its field/value pairs packed as the body holds them (one
+-- MessagePack array of strings; the layout NewMessage::script_args writes); the rest
+-- from its context, what it shares with others of its call (due kind, priority, ttl
+-- ms, stream; SharedArgs). Returns the id, due kind, due value and ttl, the message
+-- as it will be stored (the schema's names, its fields as packed_fields, which
+-- encode_body splices in; new_msg sets the rest), and the index after it.
+local function read_new_message(argv, i, context)
+  local key = argv[i + 2]
   if key == '' then key = nil end
   -- Every name new_msg sets is named here too, so that the table is sized once.
-  local msg = { stream = argv[i + 6], packed_fields = argv[i + 7], priority = tonumber(argv[i + 3]), key = key,
+  local msg = { stream = context.stream, packed_fields = argv[i + 3], priority = context.priority, key = key,
     due = nil, created = nil, attempt = nil, expire_at = nil }
-  return argv[i], argv[i + 1], argv[i + 2], tonumber(argv[i + 4]), msg, i + 8
+  return argv[i], context.due_kind, argv[i + 1], context.ttl, msg, i + 4
 end
 
 -- Redis's clock in ms, and the µs already past that ms.
