@@ -42,12 +42,14 @@ redis.register_function('empty', function(KEYS, ARGV) return 1 end)
 redis.register_function('least_push', function(KEYS, ARGV)
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-  local id = ARGV[11]
+  -- The arguments as delayq's push takes them (script_cost.push_args): one context
+  -- (ARGV[9..14], its stream last), then one message (ARGV[15..19]).
+  local id = ARGV[16]
   local h = tonumber(string.sub(redis.sha1hex(id), 1, 8), 16) % 4
   if redis.call('HGET', KEYS[2] .. ':ix:' .. h, id) then return { 'duplicate' } end
   if redis.call('HGET', KEYS[3] .. ':g:' .. h, id) then return { 'duplicate' } end
-  local due = now + tonumber(ARGV[13])
-  local body = '\\152' .. cmsgpack.pack(1, ARGV[16]) .. ARGV[17] .. cmsgpack.pack(false, 0, now, 1, 0)
+  local due = now + tonumber(ARGV[17])
+  local body = '\\152' .. cmsgpack.pack(1, ARGV[14]) .. ARGV[19] .. cmsgpack.pack(false, 0, now, 1, 0)
   redis.call('RPUSH', KEYS[1] .. ':q:last', body)
   redis.call('HSET', KEYS[2] .. ':ix:' .. h, id, due * 10 + 9)
   return { 'scheduled', due, '' }

@@ -9,15 +9,14 @@
 //! commit, see [`Coalescer`]): no push waits for a timer, and under load one call
 //! carries many.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use super::push_args::{PushArg, write_messages};
 use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, shard_keys};
 use crate::message::NewMessage;
-use crate::message::codec::SharedArgs;
 
 /// Most messages in one script call: bounds how long one call holds Redis (and
 /// stays clear of Lua's limit on unpacked values).
@@ -404,42 +403,15 @@ impl Store {
         for stream in apart.iter() {
             inv.arg(stream);
         }
-        // What the messages share goes once, as contexts they name by number.
-        let mut contexts: HashMap<(ScheduleMode, usize, SharedArgs<'_>), usize> = HashMap::new();
-        let mut order = Vec::new();
-        let mut named = Vec::new();
-        for (g, &(_, places)) in plan.iter().enumerate() {
-            for &i in places {
-                let message = &messages[i];
-                let context = (message.mode, g + 1, message.msg.shared_args());
-                let next = contexts.len() + 1;
-                let number = *contexts.entry(context).or_insert_with(|| {
-                    order.push(context);
-                    next
-                });
-                named.push((number, message));
-            }
-        }
-        inv.arg(order.len());
-        for (mode, g, shared) in &order {
-            inv.arg(mode.as_arg())
-                .arg(g)
-                .arg(shared.due_kind)
-                .arg(shared.priority)
-                .arg(shared.ttl_ms)
-                .arg(shared.stream);
-        }
-        let inbox = ack.is_some();
-        for &(number, message) in &named {
-            inv.arg(number);
-            if inbox {
-                inv.arg(message.inbox_entry);
-            }
-            for arg in message.msg.script_args() {
-                inv.arg(arg);
-            }
-        }
-        let carried = named.len();
+        let calls = plan.iter().enumerate().flat_map(|(g, &(_, places))| {
+            places.iter().map(move |&i| PushArg {
+                mode: messages[i].mode,
+                g: g + 1,
+                inbox_entry: messages[i].inbox_entry,
+                msg: messages[i].msg,
+            })
+        });
+        let carried = write_messages(&mut inv, calls, ack.is_some());
         let (reply, acked) = self.invoke_acked(&inv).await?;
         super::acked::confirmed(acked)?;
         let outcomes = Scheduled::answers(array(reply)?)?;

@@ -33,14 +33,13 @@ mod outcome;
 mod packed_bodies;
 #[cfg(test)]
 mod placed_ids;
+mod push_args;
 mod reply;
 mod rights;
 mod schedules;
 mod scripts;
 mod shard_count;
 mod shards;
-
-use shards::InUse;
 mod stats;
 mod streams;
 mod tls;
@@ -50,6 +49,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use redis::{AsyncCommands, Value};
+use shards::InUse;
 
 pub use audit::AuditEntry;
 pub use batch::{BatchItem, InboxAck};

@@ -473,6 +473,7 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         ("records_memory.py", &["2000", "1"][..], "the list adds"),
         ("id_length.py", &["20", "2"][..], "b<n>"),
         ("call_floor.py", &["50", "1"][..], "least push"),
+        ("arg_cost.py", &["1"][..], "shared values once"),
         // Its levers find the text they change, or it stops.
         ("levers.py", &["random", "20", "1"][..], "all      as it is"),
         (
