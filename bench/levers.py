@@ -49,8 +49,8 @@ import script_cost as sc
 # Each lever: (replacements in the prelude, in schedule_batch.lua, whether the calls
 # carry the ids' hashes, whether they come in order).
 HASH_KEPT = (
-    "    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 1, context)\n",
-    "    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 1, context)\n"
+    "    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)\n",
+    "    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)\n"
     "    if msg.key then id_hashes[id] = tonumber(msg.key, 16); msg.key = nil end\n",
 )
 ELEMENT = (

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::push_args::{PushArg, write_messages};
+use super::push_args::{ToSchedule, write_messages};
 use super::{Result, ScheduleMode, Scheduled, Store, StoreError, array, shard_keys};
 use crate::message::NewMessage;
 
@@ -111,13 +111,6 @@ impl Drop for Turn<'_> {
 /// The messages of one script call, by shard: each shard once, with the places
 /// (in the caller's list) of its messages.
 type CallPlan<'a> = Vec<(u16, &'a [usize])>;
-
-/// One message of a script call: what [`BatchItem`] holds, borrowed.
-struct ToSchedule<'a> {
-    msg: &'a NewMessage,
-    mode: ScheduleMode,
-    inbox_entry: &'a str,
-}
 
 impl Store {
     /// Stores a message, idempotently by id (see [`ScheduleMode`]). `max_delay` bounds
@@ -403,15 +396,11 @@ impl Store {
         for stream in apart.iter() {
             inv.arg(stream);
         }
-        let calls = plan.iter().enumerate().flat_map(|(g, &(_, places))| {
-            places.iter().map(move |&i| PushArg {
-                mode: messages[i].mode,
-                g: g + 1,
-                inbox_entry: messages[i].inbox_entry,
-                msg: messages[i].msg,
-            })
-        });
-        let carried = write_messages(&mut inv, calls, ack.is_some());
+        let in_call = plan
+            .iter()
+            .enumerate()
+            .flat_map(|(g, &(_, places))| places.iter().map(move |&i| (g + 1, &messages[i])));
+        let carried = write_messages(&mut inv, in_call, ack.is_some());
         let (reply, acked) = self.invoke_acked(&inv).await?;
         super::acked::confirmed(acked)?;
         let outcomes = Scheduled::answers(array(reply)?)?;

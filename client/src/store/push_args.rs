@@ -11,30 +11,28 @@ use super::scripts::Call;
 use crate::message::NewMessage;
 use crate::message::codec::SharedArgs;
 
-/// One message of a schedule call.
-pub(super) struct PushArg<'a> {
+/// One message of a schedule call: what [`super::BatchItem`] holds, borrowed.
+pub(super) struct ToSchedule<'a> {
+    pub msg: &'a NewMessage,
     pub mode: ScheduleMode,
-    /// Its shard's place in the call's keys, from 1.
-    pub g: usize,
     /// The inbox entry it came from ("" = none).
     pub inbox_entry: &'a str,
-    pub msg: &'a NewMessage,
 }
 
-/// Writes `messages` into `inv`: the count of contexts, each context, then each
-/// message: its context's number, its inbox entry (only when the call acknowledges
-/// an inbox, `inbox`), then [`NewMessage::script_args`]. Returns how many messages
-/// it wrote.
+/// Writes `messages` into `inv`, each with its shard's place in the call's keys
+/// (from 1): the count of contexts, each context, then each message: its context's
+/// number, its inbox entry (only when the call acknowledges an inbox, `inbox`), then
+/// [`NewMessage::script_args`]. Returns how many messages it wrote.
 pub(super) fn write_messages<'a>(
     inv: &mut Call<'_>,
-    messages: impl IntoIterator<Item = PushArg<'a>>,
+    messages: impl IntoIterator<Item = (usize, &'a ToSchedule<'a>)>,
     inbox: bool,
 ) -> usize {
     let mut numbers: HashMap<(ScheduleMode, usize, SharedArgs<'a>), usize> = HashMap::new();
     let mut contexts = Vec::new();
     let mut named = Vec::new();
-    for message in messages {
-        let context = (message.mode, message.g, message.msg.shared_args());
+    for (g, message) in messages {
+        let context = (message.mode, g, message.msg.shared_args());
         let next = numbers.len() + 1;
         let number = *numbers.entry(context).or_insert_with(|| {
             contexts.push(context);

@@ -124,10 +124,10 @@ local function admit_all()
     local mode = context.mode
     local replace = mode == 'replace'
     local S = part_of(context.g)
-    local id, due_kind, due_value, ttl, msg
-    id, due_kind, due_value, ttl, msg, i = read_new_message(ARGV, i + 1, context)
+    local id, due_value, msg
+    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)
 
-    local due, too_far = resolve_due(due_kind, due_value, max_delay, now)
+    local due, too_far = resolve_due(context.due_kind, due_value, max_delay, now)
     local k = S.slot[id]
     local status, at, state
     if not due then
@@ -150,7 +150,7 @@ local function admit_all()
           k = #S.order + 1
           S.order[k], S.slot[id] = id, k
         end
-        S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, ttl, due, now)
+        S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, context.ttl, due, now)
         at, state = due, ''
       end
     end

@@ -6,16 +6,16 @@
 -- value, key ("" = none) and its field/value pairs packed as the body holds them (one
 -- MessagePack array of strings; the layout NewMessage::script_args writes); the rest
 -- from its context, what it shares with others of its call (due kind, priority, ttl
--- ms, stream; SharedArgs). Returns the id, due kind, due value and ttl, the message
--- as it will be stored (the schema's names, its fields as packed_fields, which
--- encode_body splices in; new_msg sets the rest), and the index after it.
+-- ms, stream; SharedArgs). Returns the id, the due value, the message as it will be
+-- stored (the schema's names, its fields as packed_fields, which encode_body splices
+-- in; new_msg sets the rest), and the index after it.
 local function read_new_message(argv, i, context)
   local key = argv[i + 2]
   if key == '' then key = nil end
   -- Every name new_msg sets is named here too, so that the table is sized once.
   local msg = { stream = context.stream, packed_fields = argv[i + 3], priority = context.priority, key = key,
     due = nil, created = nil, attempt = nil, expire_at = nil }
-  return argv[i], context.due_kind, argv[i + 1], context.ttl, msg, i + 4
+  return argv[i], argv[i + 1], msg, i + 4
 end
 
 -- Redis's clock in ms, and the µs already past that ms.
