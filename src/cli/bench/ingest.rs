@@ -12,12 +12,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use futures::StreamExt;
-use hdrhistogram::Histogram;
 use serde_json::json;
 
-use super::Bench;
 use super::measure::{self, CpuMeter, PingProbe, measured};
 use super::rows::{Counts, Delayq, Figures, Ingest, ProcessCpu, Quantiles};
+use super::{Bench, pushers};
 
 /// Messages per batch request.
 pub const HTTP_BATCH: u64 = 500;
@@ -92,36 +91,22 @@ impl Bench {
         self.flush().await?;
         let mut conn = self.conn.clone();
         let daemon = self.start_delayq("bench-ingest").await?;
-        let url = daemon.url("/v1/messages");
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
         let started = Instant::now();
-        let mut latency = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)?;
-        let mut accepted = 0u64;
-        let mut refused = 0u64;
-        let mut replies = futures::stream::iter(0..n)
-            .map(|i| {
-                let mut body =
-                    json!({ "stream": "bench:ingest", "payload": self.payload, "delay": "1d" });
-                if ids == Ids::Given {
-                    body["id"] = json!(format!("i{i}"));
-                }
-                let req = self.http.post(&url).json(&body);
-                async move {
-                    let sent = Instant::now();
-                    let status = req.send().await.map(|r| r.status().as_u16());
-                    (status, sent.elapsed())
-                }
-            })
-            .buffer_unordered(64);
-        while let Some((status, took)) = replies.next().await {
-            latency.record(took.as_micros() as u64)?;
-            match status {
-                Ok(201) => accepted += 1,
-                _ => refused += 1,
+        // Each body as a producer would send it; the payload's JSON made once.
+        let payload = serde_json::to_string(&self.payload)?;
+        let body = move |i: u64| match ids {
+            Ids::Given => format!(
+                r#"{{"stream":"bench:ingest","payload":{payload},"delay":"1d","id":"i{i}"}}"#
+            ),
+            Ids::Generated => {
+                format!(r#"{{"stream":"bench:ingest","payload":{payload},"delay":"1d"}}"#)
             }
-        }
+        };
+        let pushed = pushers::push_all(daemon.api, "/v1/messages", n, 64, body).await?;
+        let (accepted, refused, latency) = (pushed.accepted, pushed.refused, pushed.latency);
         let secs = started.elapsed().as_secs_f64();
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;

@@ -37,6 +37,7 @@ mod measure;
 mod memory;
 mod peer;
 mod plan;
+mod pushers;
 mod report;
 mod rows;
 mod scenarios;

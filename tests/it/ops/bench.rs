@@ -250,6 +250,15 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         check_delivered(ingest[0]);
         check_measured(ingest[0]);
     }
+    // Single pushes: every one answered 201 over the bench's own connections, each
+    // answer timed.
+    for scenario in ["ingest-http", "ingest-http-ids-generated"] {
+        let row = rows(&report, "delayq", scenario)[0];
+        assert_eq!(row["tally"]["refused"], 0, "{row}");
+        let request = &row["request_ms"];
+        assert!(request["p50"].as_f64().is_some_and(|p| p > 0.0), "{row}");
+        assert!(request["p50"].as_f64() <= request["max"].as_f64(), "{row}");
+    }
 
     // The catch-up: 2000 overdue at 1000/s while live traffic goes to another stream.
     let catchup = rows(&report, "delayq", "catchup");
