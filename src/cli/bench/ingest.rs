@@ -20,6 +20,8 @@ use super::{Bench, pushers};
 
 /// Messages per batch request.
 pub const HTTP_BATCH: u64 = 500;
+/// Single pushes in flight at once, each over a connection of its own.
+const SINGLE_CONCURRENCY: usize = 64;
 /// Batch requests in flight at once.
 const BATCH_CONCURRENCY: usize = 4;
 /// Inbox entries XADDed per pipeline round trip.
@@ -95,18 +97,20 @@ impl Bench {
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
         let started = Instant::now();
-        // Each body as a producer would send it; the payload's JSON made once.
-        let payload = serde_json::to_string(&self.payload)?;
+        // Each body as a producer would send it; what all share made once.
+        let head = format!(
+            r#"{{"stream":"bench:ingest","payload":{},"delay":"1d""#,
+            serde_json::to_string(&self.payload)?
+        );
         let body = move |i: u64| match ids {
-            Ids::Given => format!(
-                r#"{{"stream":"bench:ingest","payload":{payload},"delay":"1d","id":"i{i}"}}"#
-            ),
-            Ids::Generated => {
-                format!(r#"{{"stream":"bench:ingest","payload":{payload},"delay":"1d"}}"#)
-            }
+            Ids::Given => format!(r#"{head},"id":"i{i}"}}"#),
+            Ids::Generated => format!("{head}}}"),
         };
-        let pushed = pushers::push_all(daemon.api, "/v1/messages", n, 64, body).await?;
-        let (accepted, refused, latency) = (pushed.accepted, pushed.refused, pushed.latency);
+        let pushers::Pushed {
+            accepted,
+            refused,
+            latency,
+        } = pushers::push_all(daemon.api, "/v1/messages", n, SINGLE_CONCURRENCY, body).await?;
         let secs = started.elapsed().as_secs_f64();
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;

@@ -16,7 +16,8 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
 use hyper::client::conn::http1::{self, SendRequest};
-use hyper::{Request, header};
+use hyper::header::{self, HeaderValue};
+use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
@@ -30,6 +31,16 @@ pub struct Pushed {
     pub latency: Histogram<u64>,
 }
 
+impl Pushed {
+    fn none() -> anyhow::Result<Pushed> {
+        Ok(Pushed {
+            accepted: 0,
+            refused: 0,
+            latency: Histogram::new_with_bounds(1, 60_000_000, 3)?,
+        })
+    }
+}
+
 /// Posts `n` bodies (`body(i)` for i in 0..n) to `path` at `addr`, `connections`
 /// at a time.
 pub async fn push_all(
@@ -39,36 +50,35 @@ pub async fn push_all(
     connections: usize,
     body: impl Fn(u64) -> String + Send + Sync + 'static,
 ) -> anyhow::Result<Pushed> {
+    // What every request shares, made once: its target and its Host header.
+    let uri: Uri = path.parse()?;
+    let host = HeaderValue::from_str(&addr.to_string())?;
     let next = Arc::new(AtomicU64::new(0));
     let body = Arc::new(body);
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..connections {
-        let (next, body, path) = (next.clone(), body.clone(), path.to_owned());
+        let (next, body, uri, host) = (next.clone(), body.clone(), uri.clone(), host.clone());
         tasks.spawn(async move {
-            let mut pushed = Pushed {
-                accepted: 0,
-                refused: 0,
-                latency: latency_histogram()?,
-            };
+            let mut pushed = Pushed::none()?;
             let mut sender = connect(addr).await?;
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= n {
                     return anyhow::Ok(pushed);
                 }
-                let request = Request::post(path.as_str())
-                    .header(header::HOST, addr.to_string())
+                let request = Request::post(uri.clone())
+                    .header(header::HOST, host.clone())
                     .header(header::CONTENT_TYPE, "application/json")
                     .body(Full::new(Bytes::from(body(i))))?;
                 let sent = Instant::now();
-                let answered = match sender.send_request(request).await {
-                    Ok(response) => {
-                        let status = response.status().as_u16();
-                        // The answer read whole, so that the connection takes the next.
-                        response.into_body().collect().await.map(|_| status)
-                    }
-                    Err(e) => Err(e),
-                };
+                let answered = async {
+                    let response = sender.send_request(request).await?;
+                    let status = response.status().as_u16();
+                    // The answer read whole, so that the connection takes the next.
+                    response.into_body().collect().await?;
+                    Ok::<_, hyper::Error>(status)
+                }
+                .await;
                 pushed.latency.record(sent.elapsed().as_micros() as u64)?;
                 match answered {
                     Ok(201) => pushed.accepted += 1,
@@ -83,11 +93,7 @@ pub async fn push_all(
             }
         });
     }
-    let mut all = Pushed {
-        accepted: 0,
-        refused: 0,
-        latency: latency_histogram()?,
-    };
+    let mut all = Pushed::none()?;
     while let Some(done) = tasks.join_next().await {
         let pushed = done.context("a pushing task")??;
         all.accepted += pushed.accepted;
@@ -95,10 +101,6 @@ pub async fn push_all(
         all.latency.add(&pushed.latency)?;
     }
     Ok(all)
-}
-
-fn latency_histogram() -> anyhow::Result<Histogram<u64>> {
-    Ok(Histogram::new_with_bounds(1, 60_000_000, 3)?)
 }
 
 /// A keep-alive connection to `addr`, its I/O driven by a task of its own.
