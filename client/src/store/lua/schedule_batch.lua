@@ -73,7 +73,7 @@ local function part_of(g)
   local S = shards[g]
   if not S then error('schedule_batch: a message names shard ' .. tostring(g) .. ' of ' .. #shards) end
   if not S.P then
-    S.P = pending_of(S.keys[1], S.keys[2])
+    S.P = pending_of(S.keys[1], S.keys[2], S.keys[3])
     S.compact_only = layout == 'compact' and not S.P.hashed
     if not S.compact_only then S.before = pending_first(S.P) end
     S.slot, S.order, S.due, S.score, S.msg = {}, {}, {}, {}, {}

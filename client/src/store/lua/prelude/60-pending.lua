@@ -115,10 +115,17 @@ end
 
 -- A shard's pending state, read once a call: { due, bodies, q, ix } where ix is
 -- the index's linear hashing { key, k, s, n } (record_bucket and split_bucket work on it).
+-- records (optional): the shard's records key, for a caller that will look records
+-- up: whether the hash layouts hold anything is then asked of both in one EXISTS
+-- (as a rule neither does; find_record asks no more).
 local pending_states = {}
-local function pending_of(due, bodies)
+local function pending_of(due, bodies, records)
   local P = pending_states[due]
   if P then return P end
+  local hashed, all = 0, nil
+  if records and hash_layout_in_use[records] == nil then all = redis.call('EXISTS', due, bodies, records) end
+  if all ~= 0 then hashed = redis.call('EXISTS', due, bodies) end
+  if all then hash_layout_in_use[records] = all > hashed end
   local ix = { key = bodies .. ':ix', k = INDEX_MIN_K, s = 0, n = 0 }
   local meta = redis.call('GET', ix.key)
   if meta then
@@ -130,8 +137,7 @@ local function pending_of(due, bodies)
   -- there for every message; pending_add sets it when it writes there). new_first
   -- (set by bucket_insert): a message stored in the compact layout during the call
   -- went ahead of every message it held then.
-  P = { due = due, bodies = bodies, q = due .. ':q', ix = ix, entered = {},
-    hashed = redis.call('EXISTS', due, bodies) > 0 }
+  P = { due = due, bodies = bodies, q = due .. ':q', ix = ix, entered = {}, hashed = hashed > 0 }
   pending_states[due] = P
   return P
 end

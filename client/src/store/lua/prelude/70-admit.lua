@@ -12,7 +12,7 @@
 --          pending message it replaces, as pending_find gives it)
 --        | "duplicate", due (0 if no longer scheduled), state
 local function admit(keys, id, replace, indexed)
-  local P = pending_of(keys[1], keys[2])
+  local P = pending_of(keys[1], keys[2], keys[3])
   local existing, held_in = nil, nil
   -- A duplicate in the compact layout is answered from the index alone.
   if indexed == nil then indexed = index_entry.get(P, id) or false end
