@@ -10,8 +10,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use axum::Json;
 use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::Method;
-use axum::middleware::Next;
-use axum::response::Response;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -30,48 +28,67 @@ fn audited(method: &Method, route: Option<&str>, path: &str) -> bool {
         || (method == Method::DELETE && path.starts_with("/v1/messages"))
 }
 
-pub(super) async fn record(
-    State(state): State<AppState>,
-    request: Request,
-    next: Next,
-) -> Response {
+/// An action to record once it is answered: what was known of it when it came.
+pub(super) struct Pending {
+    who: String,
+    from: String,
+    what: String,
+    path: String,
+}
+
+/// The record of this request to come, when it is one the trail keeps.
+pub(super) fn begin(state: &AppState, request: &Request) -> Option<Pending> {
     let route = request
         .extensions()
         .get::<MatchedPath>()
-        .map(|r| r.as_str().to_owned());
-    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
-    if !audited(&method, route.as_deref(), &path) {
-        return next.run(request).await;
+        .map(MatchedPath::as_str);
+    let (method, path) = (request.method(), request.uri().path());
+    if !audited(method, route, path) {
+        return None;
     }
     let who = super::auth::who(request.headers(), &state.live_config.borrow().api);
     let from = request
         .extensions()
         .get::<ConnectInfo<Peer>>()
         .map_or_else(|| "unknown".to_owned(), |c| c.0.0.ip().to_string());
-    let response = next.run(request).await;
-    let status = response.status().as_u16();
-    let what = format!("{method} {}", route.as_deref().unwrap_or("unmatched"));
-    tracing::info!(target: "delayq::audit", %who, %from, %what, target = %path, status, "audit");
-    let at = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let fields = [
-        ("at", at.to_string()),
-        ("node", state.config.node_id.clone()),
-        ("who", who),
-        ("from", from),
-        ("what", what),
-        ("target", path),
-        ("status", status.to_string()),
-    ];
-    if let Err(e) = state
-        .store
-        .append_audit(&fields, state.config.api.audit_length)
-        .await
-    {
-        tracing::warn!(error = %e, "the audit trail could not be written to Redis (the log has the action)");
+    Some(Pending {
+        who,
+        from,
+        what: format!("{method} {}", route.unwrap_or("unmatched")),
+        path: path.to_owned(),
+    })
+}
+
+impl Pending {
+    /// Records the action with the status it was answered.
+    pub(super) async fn answered(self, state: &AppState, status: u16) {
+        let Pending {
+            who,
+            from,
+            what,
+            path,
+        } = self;
+        tracing::info!(target: "delayq::audit", %who, %from, %what, target = %path, status, "audit");
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let fields = [
+            ("at", at.to_string()),
+            ("node", state.config.node_id.clone()),
+            ("who", who),
+            ("from", from),
+            ("what", what),
+            ("target", path),
+            ("status", status.to_string()),
+        ];
+        if let Err(e) = state
+            .store
+            .append_audit(&fields, state.config.api.audit_length)
+            .await
+        {
+            tracing::warn!(error = %e, "the audit trail could not be written to Redis (the log has the action)");
+        }
     }
-    response
 }
 
 /// Which recorded actions to show: the newest first, before `before` when given.

@@ -11,10 +11,9 @@
 
 use std::fmt;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{MatchedPath, Request};
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::reach::Reach;
@@ -140,11 +139,10 @@ pub(super) fn access(method: &Method, route: Option<&str>, path: &str) -> Access
     }
 }
 
-pub(super) async fn require_token(
-    State(state): State<AppState>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// Lets a request through (None) when its route needs no token or it carries one
+/// of the scope needed (what that token may reach then goes with it, [`Reach`]);
+/// else the refusal to answer with (401, or 403 with the scope needed).
+pub(super) fn require_token(state: &AppState, request: &mut Request) -> Option<Response> {
     // Tokens follow reloads: the running configuration's, not the start's.
     let live = state.live_config.borrow().clone();
     let api = &live.api;
@@ -154,9 +152,9 @@ pub(super) async fn require_token(
         .map(MatchedPath::as_str);
     let needed = match access(request.method(), route, request.uri().path()) {
         Token(needed) if authenticates(api) => needed,
-        _ => return next.run(request).await,
+        _ => return None,
     };
-    let refusal = match bearer(&request) {
+    let refusal = match bearer(request) {
         None => ApiError::new(
             StatusCode::UNAUTHORIZED,
             "missing_token",
@@ -177,7 +175,7 @@ pub(super) async fn require_token(
                     streams: token.streams.clone().map(Into::into),
                 };
                 request.extensions_mut().insert(reach);
-                return next.run(request).await;
+                return None;
             }
             Some((held, _)) => {
                 let mut response = ApiError::new(
@@ -197,7 +195,7 @@ pub(super) async fn require_token(
                 if let Ok(value) = HeaderValue::from_str(&challenge) {
                     response.headers_mut().insert(WWW_AUTHENTICATE, value);
                 }
-                return response;
+                return Some(response);
             }
         },
     };
@@ -207,7 +205,7 @@ pub(super) async fn require_token(
         WWW_AUTHENTICATE,
         HeaderValue::from_static("Bearer realm=\"delayq\""),
     );
-    response
+    Some(response)
 }
 
 /// Whether requests need a token: some token, of any scope, is configured.

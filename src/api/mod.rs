@@ -3,6 +3,7 @@
 
 mod access;
 mod admin;
+mod around;
 mod audit;
 mod auth;
 mod board;
@@ -190,20 +191,10 @@ pub fn router(state: AppState) -> Router {
         .merge(polls)
         .merge(Router::from(open))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
-        // Inside the tokens' check: a request without a token learns nothing of
-        // what an endpoint takes.
-        .layer(axum::middleware::from_fn(query::refuse_unknown))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
-            auth::require_token,
+            around::around,
         ))
-        // Outside the tokens' check, so that refusals are recorded too.
-        .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
-            audit::record,
-        ))
-        .layer(access::layer())
-        .layer(axum::middleware::from_fn(count_requests))
         .with_state(state);
     // Around the whole router, not per route: axum completes some answers (the Allow
     // header of a 405) outside route-level layers.
@@ -211,43 +202,4 @@ pub fn router(state: AppState) -> Router {
         .fallback_service(app)
         .layer(axum::middleware::map_response(error::json_errors))
         .layer(axum::middleware::from_fn(drain::unread_bodies))
-}
-
-/// Counts every request and times it, by route pattern (not by path, so ids do
-/// not make a label each), method and status. Every label value comes from a fixed
-/// set, whatever a client sends: paths no route matches count as `unmatched`,
-/// methods outside the usual seven as `other`.
-async fn count_requests(
-    request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let route = request
-        .extensions()
-        .get::<axum::extract::MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = method_label(request.method());
-    let started = std::time::Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!(crate::metrics::HTTP_SECONDS, "route" => route.clone())
-        .record(started.elapsed().as_secs_f64());
-    metrics::counter!(crate::metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
-        .increment(1);
-    response
-}
-
-/// The `method` label: one of the methods the API knows, or `other`.
-fn method_label(method: &axum::http::Method) -> &'static str {
-    use axum::http::Method;
-    match *method {
-        Method::GET => "GET",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::DELETE => "DELETE",
-        Method::PATCH => "PATCH",
-        Method::HEAD => "HEAD",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
-    }
 }

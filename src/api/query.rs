@@ -9,8 +9,6 @@ use std::sync::OnceLock;
 
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 
 use super::error::ApiError;
 
@@ -24,16 +22,9 @@ fn taken() -> &'static Taken {
     TAKEN.get_or_init(super::openapi::query_parameters)
 }
 
-/// The middleware: refuses a request whose query names a parameter its route does
-/// not take. Routes the document does not know (none today) are let through.
-pub(super) async fn refuse_unknown(request: Request, next: Next) -> Response {
-    if let Err(refusal) = check(&request) {
-        return refusal.into_response();
-    }
-    next.run(request).await
-}
-
-fn check(request: &Request) -> Result<(), ApiError> {
+/// Refuses a request whose query names a parameter its route does not take. Routes
+/// the document does not know (none today) are let through.
+pub(super) fn refuse_unknown(request: &Request) -> Result<(), ApiError> {
     let Some(query) = request.uri().query().filter(|q| !q.is_empty()) else {
         return Ok(());
     };
