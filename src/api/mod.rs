@@ -31,7 +31,6 @@ use std::sync::Arc;
 
 use axum::Router;
 use metrics_exporter_prometheus::PrometheusHandle;
-use tower::limit::GlobalConcurrencyLimitLayer;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -172,7 +171,7 @@ pub fn router(state: AppState) -> Router {
         open,
     } = routes();
     // One bound for every guarded route together.
-    let limit = GlobalConcurrencyLimitLayer::new(api.max_concurrent_requests);
+    let limit = Arc::new(tokio::sync::Semaphore::new(api.max_concurrent_requests));
     let polls = guard::guarded(
         Router::from(polls),
         &limit,
