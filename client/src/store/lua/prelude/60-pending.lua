@@ -277,6 +277,16 @@ local function bucket_insert(P, score, id, msg)
   local len, cut
   if not last or elem_before(last, score, id) then
     len = redis.call('RPUSH', key, elem)
+    if len > PENDING_BUCKET and not redis.call('ZRANGEBYLEX', P.q, '(' .. floor, '+', 'LIMIT', 0, 1)[1] then
+      -- After every message, in a full last bucket: it starts a new last bucket, as
+      -- the tail's appends do (bucket_start), rather than split the full one in
+      -- halves (messages that come one a shard a call would keep buckets half full).
+      redis.call('LTRIM', key, 0, -2)
+      floor = score_bytes(score) .. id
+      redis.call('ZADD', P.q, 0, floor)
+      key = bucket_key(P, floor)
+      len = redis.call('RPUSH', key, elem)
+    end
     if not P.tail then
       -- Its bucket's end is where the messages after it in this call go too, up to
       -- the next bucket's floor (upto, read when first asked: see tail_upto).
