@@ -29,11 +29,11 @@ pub(super) async fn around(
     let span = access::span(request.method(), route.as_deref());
     let response = async {
         // Before the token's check, so that refusals are recorded too.
-        let audit = audit::begin(&state, &request);
+        let audit = audit::begin(&state, &request, route.as_deref());
         // The query's names inside the token's check: a request without a token
         // learns nothing of what an endpoint takes.
-        let refusal = auth::require_token(&state, &mut request).or_else(|| {
-            query::refuse_unknown(&request)
+        let refusal = auth::require_token(&state, &mut request, route.as_deref()).or_else(|| {
+            query::refuse_unknown(&request, route.as_deref())
                 .err()
                 .map(IntoResponse::into_response)
         });

@@ -8,7 +8,7 @@
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::Json;
-use axum::extract::{ConnectInfo, MatchedPath, Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::Method;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
@@ -36,12 +36,9 @@ pub(super) struct Pending {
     path: String,
 }
 
-/// The record of this request to come, when it is one the trail keeps.
-pub(super) fn begin(state: &AppState, request: &Request) -> Option<Pending> {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(MatchedPath::as_str);
+/// The record of this request to come (its route: the pattern it matched, None for
+/// none), when it is one the trail keeps.
+pub(super) fn begin(state: &AppState, request: &Request, route: Option<&str>) -> Option<Pending> {
     let (method, path) = (request.method(), request.uri().path());
     if !audited(method, route, path) {
         return None;

@@ -11,7 +11,7 @@
 
 use std::fmt;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::Request;
 use axum::http::header::{AUTHORIZATION, WWW_AUTHENTICATE};
 use axum::http::{HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -139,17 +139,18 @@ pub(super) fn access(method: &Method, route: Option<&str>, path: &str) -> Access
     }
 }
 
-/// Lets a request through (None) when its route needs no token or it carries one
-/// of the scope needed (what that token may reach then goes with it, [`Reach`]);
-/// else the refusal to answer with (401, or 403 with the scope needed).
-pub(super) fn require_token(state: &AppState, request: &mut Request) -> Option<Response> {
+/// Lets a request through (None) when its route (the pattern it matched, None for
+/// none) needs no token or it carries one of the scope needed (what that token may
+/// reach then goes with it, [`Reach`]); else the refusal to answer with (401, or
+/// 403 with the scope needed).
+pub(super) fn require_token(
+    state: &AppState,
+    request: &mut Request,
+    route: Option<&str>,
+) -> Option<Response> {
     // Tokens follow reloads: the running configuration's, not the start's.
     let live = state.live_config.borrow().clone();
     let api = &live.api;
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(MatchedPath::as_str);
     let needed = match access(request.method(), route, request.uri().path()) {
         Token(needed) if authenticates(api) => needed,
         _ => return None,

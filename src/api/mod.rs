@@ -171,17 +171,17 @@ pub fn router(state: AppState) -> Router {
         open,
     } = routes();
     // One bound for every guarded route together.
-    let limit = Arc::new(tokio::sync::Semaphore::new(api.max_concurrent_requests));
+    let permits = Arc::new(tokio::sync::Semaphore::new(api.max_concurrent_requests));
     let polls = guard::guarded(
         Router::from(polls),
-        &limit,
+        &permits,
         api.max_concurrent_requests,
         api.max_wait + api.request_timeout,
         "api.max_wait + api.request_timeout",
     );
     let requests = guard::guarded(
         Router::from(requests),
-        &limit,
+        &permits,
         api.max_concurrent_requests,
         api.request_timeout,
         "api.request_timeout",

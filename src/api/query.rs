@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::Request;
 use axum::http::{Method, StatusCode};
 
 use super::error::ApiError;
@@ -22,13 +22,14 @@ fn taken() -> &'static Taken {
     TAKEN.get_or_init(super::openapi::query_parameters)
 }
 
-/// Refuses a request whose query names a parameter its route does not take. Routes
-/// the document does not know (none today) are let through.
-pub(super) fn refuse_unknown(request: &Request) -> Result<(), ApiError> {
+/// Refuses a request whose query names a parameter its route (the pattern it
+/// matched, None for none) does not take. Routes the document does not know (none
+/// today) are let through.
+pub(super) fn refuse_unknown(request: &Request, route: Option<&str>) -> Result<(), ApiError> {
     let Some(query) = request.uri().query().filter(|q| !q.is_empty()) else {
         return Ok(());
     };
-    let Some(route) = request.extensions().get::<MatchedPath>() else {
+    let Some(route) = route else {
         return Ok(());
     };
     // The document names methods in lower case; axum answers HEAD with the GET route.
@@ -40,10 +41,7 @@ pub(super) fn refuse_unknown(request: &Request) -> Result<(), ApiError> {
         Method::PATCH => "patch",
         _ => return Ok(()),
     };
-    let Some(known) = taken()
-        .get(route.as_str())
-        .and_then(|methods| methods.get(method))
-    else {
+    let Some(known) = taken().get(route).and_then(|methods| methods.get(method)) else {
         return Ok(());
     };
     match unknown_name(query, known) {
