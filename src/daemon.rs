@@ -215,7 +215,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
 
     let (reloads, taken_reloads) = tokio::sync::watch::channel(None);
     let api = CancellationToken::new();
-    let router = api::router(api::AppState::new(api::App {
+    let state = api::AppState::new(api::App {
         config: config.clone(),
         live_config,
         store: store.clone(),
@@ -226,15 +226,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         metrics,
         board: Default::default(),
         reloads: taken_reloads,
-    }));
-    let api_task = tokio::spawn(
-        axum::serve(
-            listener,
-            router.into_make_service_with_connect_info::<api::listener::Peer>(),
-        )
-        .with_graceful_shutdown(api.clone().cancelled_owned())
-        .into_future(),
-    );
+    });
+    let api_task = tokio::spawn(api::serve(listener, state, api.clone()));
     tracing::info!(node = %config.node_id, api = %api_addr, redis = %config.redis.describe(), shards = config.redis.shards, "delayq started");
 
     Ok(Daemon {

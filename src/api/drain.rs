@@ -14,8 +14,6 @@ use std::time::Duration;
 
 use axum::body::{Body, BodyDataStream, Bytes};
 use axum::extract::Request;
-use axum::middleware::Next;
-use axum::response::Response;
 use futures::{Stream, StreamExt};
 
 /// Most bytes of a body left unread that are read and dropped.
@@ -40,13 +38,25 @@ impl Stream for Lent {
     }
 }
 
-pub(super) async fn unread_bodies(request: Request, next: Next) -> Response {
+/// Lends `request`'s body to the handlers (see the module); `finish` then reads and
+/// drops what they left.
+pub(super) fn lend(request: Request) -> (Request, Unread) {
     let (parts, body) = request.into_parts();
     let slot: Slot = Arc::new(Mutex::new(Some(body.into_data_stream())));
     let lent = Body::from_stream(Lent(slot.clone()));
-    let response = next.run(Request::from_parts(parts, lent)).await;
-    let rest = slot.lock().expect("body slot").take();
-    if let Some(mut rest) = rest {
+    (Request::from_parts(parts, lent), Unread(slot))
+}
+
+/// What the handlers left of a lent body.
+pub(super) struct Unread(Slot);
+
+impl Unread {
+    /// Reads and drops it, up to [`DRAIN_LIMIT`] bytes and for [`DRAIN_TIME`].
+    pub(super) async fn finish(self) {
+        let rest = self.0.lock().expect("body slot").take();
+        let Some(mut rest) = rest else {
+            return;
+        };
         let _ = tokio::time::timeout(DRAIN_TIME, async {
             let mut read = 0usize;
             while read <= DRAIN_LIMIT {
@@ -58,5 +68,4 @@ pub(super) async fn unread_bodies(request: Request, next: Next) -> Response {
         })
         .await;
     }
-    response
 }

@@ -22,6 +22,7 @@ mod query;
 mod reach;
 mod restore;
 mod schedules;
+mod serve;
 mod stats;
 mod streams;
 pub mod tls;
@@ -37,6 +38,7 @@ use utoipa_axum::routes;
 pub use admin::{ReloadRequest, Reloaded};
 pub use board::BoardCache;
 pub use error::{ApiError, ErrorBody};
+pub use serve::serve;
 
 use crate::config::Config;
 use crate::leadership::Leadership;
@@ -163,7 +165,7 @@ fn routes() -> Routes {
     }
 }
 
-pub fn router(state: AppState) -> Router {
+fn router(state: AppState) -> Router {
     let api = &state.config.api;
     let Routes {
         requests,
@@ -186,7 +188,8 @@ pub fn router(state: AppState) -> Router {
         api.request_timeout,
         "api.request_timeout",
     );
-    let app = requests
+    // Served whole inside what every request goes through outside the routes (serve.rs).
+    requests
         .merge(polls)
         .merge(Router::from(open))
         .fallback(|| async { ApiError::not_found("no such endpoint") })
@@ -194,11 +197,5 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             around::around,
         ))
-        .with_state(state);
-    // Around the whole router, not per route: axum completes some answers (the Allow
-    // header of a 405) outside route-level layers.
-    Router::new()
-        .fallback_service(app)
-        .layer(axum::middleware::map_response(error::json_errors))
-        .layer(axum::middleware::from_fn(drain::unread_bodies))
+        .with_state(state)
 }
