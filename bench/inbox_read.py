@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""What reading the inbox costs Redis: through the consumer group (XREADGROUP,
+whose pending entries an XACK then takes away), against XREAD from a cursor of
+the reader's own (no group, nothing pending).
+
+    python3 bench/inbox_read.py [ENTRIES] [PER_READ] [ROUNDS]
+
+A redis-server of its own gets ENTRIES (default 100,000) entries of an inbox's
+shape (a target stream, a delay, an id, a 100-byte payload) and a group made at id
+0; a reader then reads PER_READ (default 400) at a time, one way or the other,
+until none is left: `XREADGROUP` and one `XACK` of the read's ids, or `XREAD`
+after the last id read. Prints, for each round (default 3), Redis's CPU µs an
+entry for the reads and acknowledgements, and each command's own µs an entry
+(INFO commandstats). Only Python's standard library.
+"""
+
+import sys
+
+import script_cost as sc
+
+
+def fill(r, entries):
+    r.call("DEL", "inbox")
+    adds = [sc.encode("XADD", "inbox", "*", "delayq-stream", "orders", "delayq-delay", "20000",
+                      "delayq-id", "x%d" % i, "payload", "x" * 100) for i in range(entries)]
+    for i in range(0, entries, 10_000):
+        r.pipelined(adds[i:i + 10_000])
+    r.call("XGROUP", "CREATE", "inbox", "g", "0")
+
+
+def through_group(r, per_read):
+    read = 0
+    while True:
+        reply = r.call("XREADGROUP", "GROUP", "g", "c", "COUNT", per_read, "STREAMS", "inbox", ">")
+        if not reply:
+            return read
+        ids = [e[0] for e in reply[0][1]]
+        r.call("XACK", "inbox", "g", *ids)
+        read += len(ids)
+
+
+def from_cursor(r, per_read):
+    read, cursor = 0, "0"
+    while True:
+        reply = r.call("XREAD", "COUNT", per_read, "STREAMS", "inbox", cursor)
+        if not reply:
+            return read
+        entries = reply[0][1]
+        cursor = entries[-1][0]
+        read += len(entries)
+
+
+WAYS = {"XREADGROUP + XACK": through_group, "XREAD from a cursor": from_cursor}
+
+
+def main():
+    entries = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    per_read = int(sys.argv[2]) if len(sys.argv) > 2 else 400
+    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+
+    def work(r):
+        print("| round | way | Redis CPU µs an entry | commands' own µs an entry |")
+        print("|---|---|---|---|")
+        for n in range(1, rounds + 1):
+            for name, way in WAYS.items():
+                fill(r, entries)
+                r.call("CONFIG", "RESETSTAT")
+                before = r.cpu_seconds()
+                read = way(r, per_read)
+                cpu = (r.cpu_seconds() - before) / entries * 1e6
+                if read != entries:
+                    raise SystemExit("%s read %d entries of %d" % (name, read, entries))
+                own = sc.commandstats_usec(r)
+                own = ", ".join("%s %.2f" % (k, own[k] / entries)
+                                for k in ("xreadgroup", "xack", "xread") if k in own)
+                print("| %d | %s | %.2f | %s |" % (n, name, cpu, own))
+
+    sc.with_redis(work)
+
+
+if __name__ == "__main__":
+    main()
