@@ -14,8 +14,6 @@ entry for the reads and acknowledgements, and each command's own µs an entry
 (INFO commandstats). Only Python's standard library.
 """
 
-import sys
-
 import script_cost as sc
 
 
@@ -54,9 +52,7 @@ WAYS = {"XREADGROUP + XACK": through_group, "XREAD from a cursor": from_cursor}
 
 
 def main():
-    entries = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    per_read = int(sys.argv[2]) if len(sys.argv) > 2 else 400
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    entries, per_read, rounds = sc.int_args(100_000, 400, 3)
 
     def work(r):
         print("| round | way | Redis CPU µs an entry | commands' own µs an entry |")

@@ -13,8 +13,6 @@ MINID` at the read's last entry, or `XACK` alone. Prints, for each round (defaul
 command's own µs an entry (INFO commandstats). Only Python's standard library.
 """
 
-import sys
-
 import script_cost as sc
 
 ACK = "redis.call('XACK', KEYS[1], 'g', unpack(ARGV))\n"
@@ -52,9 +50,7 @@ def measure(r, script, entries, per_call):
 
 
 def main():
-    entries = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    per_call = int(sys.argv[2]) if len(sys.argv) > 2 else 500
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
+    entries, per_call, rounds = sc.int_args(100_000, 500, 3)
 
     def work(r):
         print("| round | way | script µs an entry | read µs an entry | commands' own µs an entry | left |")

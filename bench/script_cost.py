@@ -337,6 +337,11 @@ def steady(r, calls, prelude, schedule):
               % (label, per_round, moved(replies) / calls))
 
 
+def int_args(*defaults):
+    """The command line's arguments as integers, each missing one its default."""
+    return [int(sys.argv[i + 1]) if len(sys.argv) > i + 1 else d for i, d in enumerate(defaults)]
+
+
 def commandstats_usec(r):
     """Redis's µs in each command since the last CONFIG RESETSTAT (INFO commandstats),
     by command name."""

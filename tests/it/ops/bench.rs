@@ -483,6 +483,17 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         ("id_length.py", &["20", "2"][..], "b<n>"),
         ("call_floor.py", &["50", "1"][..], "least push"),
         ("arg_cost.py", &["1"][..], "shared values once"),
+        // inbox_read stops unless each way read every entry.
+        (
+            "inbox_read.py",
+            &["2000", "400", "1"][..],
+            "XREAD from a cursor",
+        ),
+        (
+            "inbox_trim.py",
+            &["2000", "500", "1"][..],
+            "XACK + XTRIM MINID",
+        ),
         // Its levers find the text they change, or it stops.
         ("levers.py", &["random", "20", "1"][..], "all      as it is"),
         (
