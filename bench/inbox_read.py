@@ -17,15 +17,6 @@ entry for the reads and acknowledgements, and each command's own µs an entry
 import script_cost as sc
 
 
-def fill(r, entries):
-    r.call("DEL", "inbox")
-    adds = [sc.encode("XADD", "inbox", "*", "delayq-stream", "orders", "delayq-delay", "20000",
-                      "delayq-id", "x%d" % i, "payload", "x" * 100) for i in range(entries)]
-    for i in range(0, entries, 10_000):
-        r.pipelined(adds[i:i + 10_000])
-    r.call("XGROUP", "CREATE", "inbox", "g", "0")
-
-
 def through_group(r, per_read):
     read = 0
     while True:
@@ -55,21 +46,21 @@ def main():
     entries, per_read, rounds = sc.int_args(100_000, 400, 3)
 
     def work(r):
-        print("| round | way | Redis CPU µs an entry | commands' own µs an entry |")
-        print("|---|---|---|---|")
-        for n in range(1, rounds + 1):
-            for name, way in WAYS.items():
-                fill(r, entries)
-                r.call("CONFIG", "RESETSTAT")
-                before = r.cpu_seconds()
-                read = way(r, per_read)
-                cpu = (r.cpu_seconds() - before) / entries * 1e6
-                if read != entries:
-                    raise SystemExit("%s read %d entries of %d" % (name, read, entries))
-                own = sc.commandstats_usec(r)
-                own = ", ".join("%s %.2f" % (k, own[k] / entries)
-                                for k in ("xreadgroup", "xack", "xread") if k in own)
-                print("| %d | %s | %.2f | %s |" % (n, name, cpu, own))
+        def row(n, name, way):
+            sc.fill_inbox(r, entries, ids=True)
+            r.call("CONFIG", "RESETSTAT")
+            before = r.cpu_seconds()
+            read = way(r, per_read)
+            cpu = (r.cpu_seconds() - before) / entries * 1e6
+            if read != entries:
+                raise SystemExit("%s read %d entries of %d" % (name, read, entries))
+            own = sc.commandstats_usec(r)
+            own = ", ".join("%s %.2f" % (k, own[k] / entries)
+                            for k in ("xreadgroup", "xack", "xread") if k in own)
+            return [str(n), name, "%.2f" % cpu, own]
+
+        sc.rounds_table(["round", "way", "Redis CPU µs an entry", "commands' own µs an entry"],
+                        rounds, WAYS, row)
 
     sc.with_redis(work)
 

@@ -24,12 +24,7 @@ WAYS = {
 
 
 def measure(r, script, entries, per_call):
-    r.call("DEL", "inbox")
-    adds = [sc.encode("XADD", "inbox", "*", "delayq-stream", "orders", "delayq-delay", "20000",
-                      "payload", "x" * 100) for _ in range(entries)]
-    for i in range(0, entries, 10_000):
-        r.pipelined(adds[i:i + 10_000])
-    r.call("XGROUP", "CREATE", "inbox", "g", "0")
+    sc.fill_inbox(r, entries)
     sha = r.call("SCRIPT", "LOAD", script)
     r.call("CONFIG", "RESETSTAT")
     in_calls = in_reads = 0.0
@@ -53,13 +48,13 @@ def main():
     entries, per_call, rounds = sc.int_args(100_000, 500, 3)
 
     def work(r):
-        print("| round | way | script µs an entry | read µs an entry | commands' own µs an entry | left |")
-        print("|---|---|---|---|---|---|")
-        for n in range(1, rounds + 1):
-            for name, script in WAYS.items():
-                calls, reads, own, left = measure(r, script, entries, per_call)
-                own = ", ".join("%s %.2f" % kv for kv in sorted(own.items()))
-                print("| %d | %s | %.2f | %.2f | %s | %d |" % (n, name, calls, reads, own, left))
+        def row(n, name, script):
+            calls, reads, own, left = measure(r, script, entries, per_call)
+            own = ", ".join("%s %.2f" % kv for kv in sorted(own.items()))
+            return [str(n), name, "%.2f" % calls, "%.2f" % reads, own, str(left)]
+
+        sc.rounds_table(["round", "way", "script µs an entry", "read µs an entry",
+                         "commands' own µs an entry", "left"], rounds, WAYS, row)
 
     sc.with_redis(work)
 

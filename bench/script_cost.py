@@ -342,6 +342,32 @@ def int_args(*defaults):
     return [int(sys.argv[i + 1]) if len(sys.argv) > i + 1 else d for i, d in enumerate(defaults)]
 
 
+def fill_inbox(r, entries, ids=False):
+    """A new inbox of `entries` entries of the inbox's shape (a target stream, a delay,
+    with `ids` an id, a 100-byte payload), XADDed pipelined, and a group g made at id 0."""
+    r.call("DEL", "inbox")
+    adds = [inbox_xadd(i, ids) for i in range(entries)]
+    for i in range(0, entries, 10_000):
+        r.pipelined(adds[i:i + 10_000])
+    r.call("XGROUP", "CREATE", "inbox", "g", "0")
+
+
+def inbox_xadd(i, ids):
+    own_id = ("delayq-id", "x%d" % i) if ids else ()
+    return encode("XADD", "inbox", "*", "delayq-stream", "orders", "delayq-delay", "20000",
+                  *own_id, "payload", "x" * 100)
+
+
+def rounds_table(columns, rounds, ways, row):
+    """Prints a Markdown table of `columns`: for each round (1..rounds) and each of
+    `ways` (name -> what is measured), the cells `row(n, name, way)` gives."""
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for n in range(1, rounds + 1):
+        for name, way in ways.items():
+            print("| " + " | ".join(row(n, name, way)) + " |")
+
+
 def commandstats_usec(r):
     """Redis's µs in each command since the last CONFIG RESETSTAT (INFO commandstats),
     by command name."""
