@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::{Body, BodyDataStream, Bytes};
+use axum::body::{Body, BodyDataStream, Bytes, HttpBody};
 use axum::extract::Request;
 use futures::{Stream, StreamExt};
 
@@ -39,21 +39,28 @@ impl Stream for Lent {
 }
 
 /// Lends `request`'s body to the handlers (see the module); `finish` then reads and
-/// drops what they left.
+/// drops what they left. A body that has nothing to read (none, or a
+/// `content-length` of 0) is handed on as it is.
 pub(super) fn lend(request: Request) -> (Request, Unread) {
+    if request.body().is_end_stream() {
+        return (request, Unread(None));
+    }
     let (parts, body) = request.into_parts();
     let slot: Slot = Arc::new(Mutex::new(Some(body.into_data_stream())));
     let lent = Body::from_stream(Lent(slot.clone()));
-    (Request::from_parts(parts, lent), Unread(slot))
+    (Request::from_parts(parts, lent), Unread(Some(slot)))
 }
 
-/// What the handlers left of a lent body.
-pub(super) struct Unread(Slot);
+/// What the handlers left of a lent body (None: nothing was lent).
+pub(super) struct Unread(Option<Slot>);
 
 impl Unread {
     /// Reads and drops it, up to [`DRAIN_LIMIT`] bytes and for [`DRAIN_TIME`].
     pub(super) async fn finish(self) {
-        let rest = self.0.lock().expect("body slot").take();
+        let Some(slot) = self.0 else {
+            return;
+        };
+        let rest = slot.lock().expect("body slot").take();
         let Some(mut rest) = rest else {
             return;
         };
