@@ -225,6 +225,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         health: health.clone(),
         metrics,
         board: Default::default(),
+        meters: Default::default(),
         reloads: taken_reloads,
     });
     let api_task = tokio::spawn(api::serve(listener, state, api.clone()));

@@ -1,5 +1,5 @@
 //! What every routed request passes through, outermost first: its count and time
-//! (`delayq_http_*`), its access line ([`access`]), its audit record ([`audit`]),
+//! (`delayq_http_*`, [`meters`]), its access line ([`access`]), its audit record ([`audit`]),
 //! its token ([`auth`]) and its query's names ([`query`]). One layer for all five:
 //! a layer of its own each cost every request a clone of the route's service and
 //! a boxed future to poll through, about a fifth of the daemon's CPU for a single
@@ -21,19 +21,18 @@ pub(super) async fn around(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
+    // The route's pattern is shared (a reference count), not copied.
+    let matched = request.extensions().get::<MatchedPath>().cloned();
+    let route = matched.as_ref().map(MatchedPath::as_str);
     let method = method_label(request.method());
-    let span = access::span(request.method(), route.as_deref());
+    let span = access::span(request.method(), route);
     let response = async {
         // Before the token's check, so that refusals are recorded too.
-        let audit = audit::begin(&state, &request, route.as_deref());
+        let audit = audit::begin(&state, &request, route);
         // The query's names inside the token's check: a request without a token
         // learns nothing of what an endpoint takes.
-        let refusal = auth::require_token(&state, &mut request, route.as_deref()).or_else(|| {
-            query::refuse_unknown(&request, route.as_deref())
+        let refusal = auth::require_token(&state, &mut request, route).or_else(|| {
+            query::refuse_unknown(&request, route)
                 .err()
                 .map(IntoResponse::into_response)
         });
@@ -49,21 +48,14 @@ pub(super) async fn around(
     }
     .instrument(span)
     .await;
-    count(route, method, &response, started);
+    // Counted and timed by route pattern (not by path, so ids do not make a label
+    // each), method and status. Every label value comes from a fixed set, whatever a
+    // client sends: paths no route matches count as `unmatched`, methods outside the
+    // usual seven as `other`.
+    state
+        .meters
+        .record(route, method, response.status().as_u16(), started.elapsed());
     response
-}
-
-/// Counts the request and times it, by route pattern (not by path, so ids do not
-/// make a label each), method and status. Every label value comes from a fixed
-/// set, whatever a client sends: paths no route matches count as `unmatched`,
-/// methods outside the usual seven as `other`.
-fn count(route: Option<String>, method: &'static str, response: &Response, started: Instant) {
-    let route = route.unwrap_or_else(|| "unmatched".to_owned());
-    let status = response.status().as_u16().to_string();
-    metrics::histogram!(crate::metrics::HTTP_SECONDS, "route" => route.clone())
-        .record(started.elapsed().as_secs_f64());
-    metrics::counter!(crate::metrics::HTTP_REQUESTS, "method" => method, "route" => route, "status" => status)
-        .increment(1);
 }
 
 /// The `method` label: one of the methods the API knows, or `other`.

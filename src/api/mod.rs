@@ -16,6 +16,7 @@ mod input;
 mod keys;
 pub mod listener;
 mod messages;
+mod meters;
 mod node;
 mod openapi;
 mod query;
@@ -38,6 +39,7 @@ use utoipa_axum::routes;
 pub use admin::{ReloadRequest, Reloaded};
 pub use board::BoardCache;
 pub use error::{ApiError, ErrorBody};
+pub use meters::Meters;
 pub use serve::serve;
 
 use crate::config::Config;
@@ -81,6 +83,8 @@ pub struct App {
     pub metrics: PrometheusHandle,
     /// The dashboard's answers computed recently.
     pub board: BoardCache,
+    /// The request meters, registered once each.
+    pub meters: Meters,
     /// Where `POST /v1/admin/reload` asks for a reload, once the process takes
     /// reload requests (None until then: it may never reread a file).
     pub reloads: tokio::sync::watch::Receiver<Option<tokio::sync::mpsc::Sender<ReloadRequest>>>,
