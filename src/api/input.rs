@@ -59,13 +59,13 @@ pub(super) async fn read_json_or_empty(body: Body, limit: usize) -> Result<Value
     parse_json(&bytes)
 }
 
-fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
+pub(super) fn parse_json(bytes: &[u8]) -> Result<Value, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::malformed(format!("body is not valid JSON: {e}")))
 }
 
 /// A request body's bytes, refused past `limit` bytes with a 413.
-async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
+pub(super) async fn read_body(body: Body, limit: usize) -> Result<Vec<u8>, ApiError> {
     use futures::StreamExt;
     let mut chunks = body.into_data_stream();
     let mut bytes = Vec::new();

@@ -9,12 +9,15 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::push::{PushRequest, parse_push};
-use crate::api::input::{documented_keys, object, read_json};
+use super::push::{PushRequest, parse_push, parse_push_bytes};
+use crate::api::input::{documented_keys, object, parse_json, read_body};
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
+use crate::config::Config;
+use crate::message::NewMessage;
 use crate::metrics as m;
 use crate::store::{BatchItem, ScheduleMode, Scheduled};
 
@@ -114,43 +117,13 @@ pub async fn batch(
 ) -> Result<Json<BatchAnswer>, ApiError> {
     // The live configuration: the stream allow list can change on reload.
     let config = state.current_config();
-    let value = read_json(body, config.api.max_body_bytes).await?;
-    let obj = object(
-        &value,
-        &BATCH_KEYS,
-        "body must be a JSON object such as {\"messages\": [...]}",
-    )?;
-    let items = match obj.get("messages") {
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(ApiError::invalid("messages: must be a list of push bodies")),
-        None => {
-            return Err(ApiError::invalid(
-                "messages: required (a list of push bodies)",
-            ));
-        }
-    };
-    if items.is_empty() {
-        return Err(ApiError::invalid(
-            "messages: must hold at least one message",
-        ));
-    }
-    if items.len() > config.api.max_batch {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "batch_too_large",
-            format!(
-                "messages: {} items is more than api.max_batch {}; split the batch",
-                items.len(),
-                config.api.max_batch
-            ),
-        ));
-    }
-
-    let mut results: Vec<Option<ItemResult>> = (0..items.len()).map(|_| None).collect();
+    let bytes = read_body(body, config.api.max_body_bytes).await?;
+    let items = parse_items(&bytes, &config)?;
+    let mut results: Vec<Option<ItemResult>> = items.iter().map(|_| None).collect();
     let mut valid = Vec::with_capacity(items.len());
     let mut positions = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        match parse_push(item, &config).and_then(|parsed| {
+    for (i, item) in items.into_iter().enumerate() {
+        match item.and_then(|parsed| {
             reach.check(&parsed.0.stream)?;
             Ok(parsed)
         }) {
@@ -275,4 +248,131 @@ pub async fn batch(
         failed,
         results,
     }))
+}
+
+/// A batch body's items, each parsed as a single push body would be. A body that is
+/// an object holding only `messages`, a list, has its items read from their own
+/// bytes (each of the common shape straight into its values, see `plain`); any
+/// other body goes through the tree, whose rules name what is wrong with it.
+fn parse_items(bytes: &[u8], config: &Config) -> Result<Vec<Parsed>, ApiError> {
+    if let Some(batch) = PlainBatch::read(bytes) {
+        check_count(batch.messages.len(), config)?;
+        let parsed = batch.messages.iter();
+        return Ok(parsed
+            .map(|item| parse_push_bytes(item.get().as_bytes(), config))
+            .collect());
+    }
+    parse_items_tree(&parse_json(bytes)?, config)
+}
+
+/// [`parse_items`] of a body read as a JSON tree.
+fn parse_items_tree(value: &Value, config: &Config) -> Result<Vec<Parsed>, ApiError> {
+    let obj = object(
+        value,
+        &BATCH_KEYS,
+        "body must be a JSON object such as {\"messages\": [...]}",
+    )?;
+    let items = match obj.get("messages") {
+        Some(Value::Array(items)) => items,
+        Some(_) => return Err(ApiError::invalid("messages: must be a list of push bodies")),
+        None => {
+            return Err(ApiError::invalid(
+                "messages: required (a list of push bodies)",
+            ));
+        }
+    };
+    check_count(items.len(), config)?;
+    Ok(items.iter().map(|item| parse_push(item, config)).collect())
+}
+
+/// What parsing one item made, or its refusal.
+type Parsed = Result<(NewMessage, ScheduleMode), ApiError>;
+
+/// A batch body of the common shape: `messages` alone, a list, its items unread.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlainBatch<'a> {
+    #[serde(borrow)]
+    messages: Vec<&'a RawValue>,
+}
+
+impl<'a> PlainBatch<'a> {
+    fn read(bytes: &'a [u8]) -> Option<PlainBatch<'a>> {
+        // Only an object: a struct is read from an array too, by position.
+        let object = bytes.trim_ascii_start().starts_with(b"{");
+        object.then(|| serde_json::from_slice(bytes).ok())?
+    }
+}
+
+/// At least one item, and at most `api.max_batch`.
+fn check_count(items: usize, config: &Config) -> Result<(), ApiError> {
+    if items == 0 {
+        return Err(ApiError::invalid(
+            "messages: must hold at least one message",
+        ));
+    }
+    if items > config.api.max_batch {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "batch_too_large",
+            format!(
+                "messages: {items} items is more than api.max_batch {}; split the batch",
+                config.api.max_batch
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::super::push::tests::{outcome, push_like};
+    use super::*;
+
+    fn config() -> Config {
+        Config::from_toml("[api]\nmax_batch = 4", std::iter::empty()).unwrap()
+    }
+
+    /// What parsing a batch made of each item, or the batch's refusal.
+    fn outcomes(parsed: Result<Vec<Parsed>, ApiError>) -> Result<Vec<String>, String> {
+        parsed
+            .map(|items| items.iter().map(outcome).collect())
+            .map_err(|e| format!("{} {}: {}", e.status, e.code, e.detail))
+    }
+
+    /// A batch body: mostly `messages` holding push bodies, sometimes another key
+    /// beside it, or `messages` of another kind.
+    fn batch_like() -> impl Strategy<Value = Value> {
+        let items = prop::collection::vec(
+            prop_oneof![4 => push_like(), 1 => delayq_harness::props::json(&["stream"])],
+            0..6,
+        );
+        prop_oneof![
+            8 => items.prop_map(|items| json!({ "messages": items })),
+            1 => items_beside().prop_map(|(items, other)| json!({ "messages": items, "colour": other })),
+            1 => delayq_harness::props::json(&["messages"]),
+        ]
+    }
+
+    fn items_beside() -> impl Strategy<Value = (Vec<Value>, Value)> {
+        (
+            prop::collection::vec(push_like(), 1..3),
+            delayq_harness::props::json(&["a"]),
+        )
+    }
+
+    proptest! {
+        /// Read from its bytes (each item straight into its values when it has the
+        /// common shape) or through the tree, a batch makes the same items or the
+        /// same refusal.
+        #[test]
+        fn a_batch_reads_the_same_either_way(body in batch_like()) {
+            let config = config();
+            let from_bytes = outcomes(parse_items(body.to_string().as_bytes(), &config));
+            prop_assert_eq!(from_bytes, outcomes(parse_items_tree(&body, &config)), "{}", body);
+        }
+    }
 }

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::given::{Given, Keyed};
 use crate::api::ApiError;
 use crate::message::{Due, parse_duration};
 
@@ -26,20 +27,25 @@ pub enum DeliverAt {
 
 /// The due time of a push or a reschedule, read from the body's keys (a due-time key
 /// that is present but unusable is refused, not ignored).
-pub(super) fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
+pub(super) fn parse_due(body: &impl Keyed) -> Result<Due, ApiError> {
+    let value = |key| body.get(key);
     let given: Vec<&str> = DUE_KEYS
         .iter()
         .copied()
-        .filter(|k| obj.contains_key(*k))
+        .filter(|k| value(k).is_some())
         .collect();
-    match given[..] {
-        ["delay"] => Ok(Due::In(human_duration("delay", &obj["delay"])?)),
-        ["delay_ms"] => Ok(Due::In(Duration::from_millis(non_negative_ms(
-            "delay_ms",
-            &obj["delay_ms"],
+    match (
+        &given[..],
+        value("delay"),
+        value("delay_ms"),
+        value("deliver_at"),
+    ) {
+        (["delay"], Some(v), _, _) => Ok(Due::In(human_duration("delay", v)?)),
+        (["delay_ms"], _, Some(v), _) => Ok(Due::In(Duration::from_millis(non_negative_ms(
+            "delay_ms", v,
         )?))),
-        ["deliver_at"] => parse_deliver_at(&obj["deliver_at"]),
-        [] => Err(ApiError::invalid(
+        (["deliver_at"], _, _, Some(v)) => parse_deliver_at(v),
+        ([], ..) => Err(ApiError::invalid(
             "delay: required (or delay_ms, or deliver_at)",
         )),
         _ => Err(ApiError::invalid(format!(
@@ -50,13 +56,13 @@ pub(super) fn parse_due(obj: &Map<String, Value>) -> Result<Due, ApiError> {
 }
 
 /// Parses `"20m"`-style text; a leading minus is called out as negative.
-pub(super) fn human_duration(key: &str, v: &Value) -> Result<Duration, ApiError> {
+pub(super) fn human_duration(key: &str, v: Given) -> Result<Duration, ApiError> {
     match v {
-        Value::String(s) if s.trim_start().starts_with('-') => Err(ApiError::invalid(format!(
+        Given::Text(s) if s.trim_start().starts_with('-') => Err(ApiError::invalid(format!(
             "{key} {s:?}: must not be negative"
         ))),
-        Value::String(s) => parse_duration(s).map_err(|e| ApiError::invalid(format!("{key}: {e}"))),
-        Value::Number(_) => Err(ApiError::invalid(format!(
+        Given::Text(s) => parse_duration(s).map_err(|e| ApiError::invalid(format!("{key}: {e}"))),
+        v if v.is_number() => Err(ApiError::invalid(format!(
             "{key}: must be text such as \"20m\"; for milliseconds use {key}_ms"
         ))),
         _ => Err(ApiError::invalid(format!(
@@ -65,24 +71,25 @@ pub(super) fn human_duration(key: &str, v: &Value) -> Result<Duration, ApiError>
     }
 }
 
-pub(super) fn non_negative_ms(key: &str, v: &Value) -> Result<u64, ApiError> {
+pub(super) fn non_negative_ms(key: &str, v: Given) -> Result<u64, ApiError> {
     match v {
-        Value::Number(n) if n.as_i64().is_some_and(|n| n < 0) => Err(ApiError::invalid(format!(
-            "{key} {n}: must not be negative"
+        Given::Whole(ms) => Ok(ms),
+        Given::Tree(Value::Number(n)) if n.as_i64().is_some_and(|n| n < 0) => Err(
+            ApiError::invalid(format!("{key} {n}: must not be negative")),
+        ),
+        Given::Tree(Value::Number(n)) => Err(ApiError::invalid(format!(
+            "{key} {n}: must be a whole number of milliseconds"
         ))),
-        Value::Number(n) => n.as_u64().ok_or_else(|| {
-            ApiError::invalid(format!("{key} {n}: must be a whole number of milliseconds"))
-        }),
         _ => Err(ApiError::invalid(format!(
             "{key}: must be a whole number of milliseconds"
         ))),
     }
 }
 
-pub(super) fn parse_deliver_at(v: &Value) -> Result<Due, ApiError> {
+pub(super) fn parse_deliver_at(v: Given) -> Result<Due, ApiError> {
     match v {
-        Value::Number(_) => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
-        Value::String(s) => {
+        v if v.is_number() => Ok(Due::At(non_negative_ms("deliver_at", v)?)),
+        Given::Text(s) => {
             let ts = rfc3339(s)?;
             let ms = ts.as_millisecond();
             if ms < 0 {
@@ -149,7 +156,7 @@ mod tests {
             ("1969-12-31T23:59:59Z", Err("before 1970")),
         ];
         for (text, want) in cases {
-            match (parse_deliver_at(&json!(text)), want) {
+            match (parse_deliver_at(Given::of(&json!(text))), want) {
                 (Ok(Due::At(ms)), Ok(want)) => assert_eq!(ms, *want, "{text}"),
                 (Err(e), Err(want)) => assert!(e.detail.contains(want), "{text}: {}", e.detail),
                 (got, want) => panic!("{text}: {got:?}, wanted {want:?}"),
@@ -160,37 +167,37 @@ mod tests {
     proptest! {
         #[test]
         fn deliver_at_never_panics(due in delayq_harness::props::json(DUE_KEYS)) {
-            let _ = parse_deliver_at(&due);
+            let _ = parse_deliver_at(Given::of(&due));
         }
 
         #[test]
         fn deliver_at_epoch_ms_round_trips(ms: u64) {
-            expect(&ms.to_string(), parse_deliver_at(&json!(ms)), Some(Due::At(ms)))?;
+            expect(&ms.to_string(), parse_deliver_at(Given::of(&json!(ms))), Some(Due::At(ms)))?;
         }
 
         #[test]
         fn deliver_at_rfc3339_round_trips(ms in 0..=jiff::Timestamp::MAX.as_millisecond()) {
             let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
-            expect(&text, parse_deliver_at(&json!(text)), Some(Due::At(ms as u64)))?;
+            expect(&text, parse_deliver_at(Given::of(&json!(text))), Some(Due::At(ms as u64)))?;
         }
 
         #[test]
         fn deliver_at_before_1970_is_refused(ms in jiff::Timestamp::MIN.as_millisecond()..0) {
             let text = jiff::Timestamp::from_millisecond(ms).unwrap().to_string();
-            expect(&text, parse_deliver_at(&json!(text)), None)?;
-            expect(&text, parse_deliver_at(&json!(ms)), None)?;
+            expect(&text, parse_deliver_at(Given::of(&json!(text))), None)?;
+            expect(&text, parse_deliver_at(Given::of(&json!(ms))), None)?;
         }
 
         #[test]
         fn deliver_at_text_that_is_not_a_time_is_refused(text in text()) {
             prop_assume!(text.parse::<jiff::Timestamp>().is_err());
-            expect(&text, parse_deliver_at(&json!(text)), None)?;
+            expect(&text, parse_deliver_at(Given::of(&json!(text))), None)?;
         }
 
         /// What the reader takes as a `deliver_at`, the documented type reads too.
         #[test]
         fn an_accepted_deliver_at_is_a_documented_one(due in delayq_harness::props::json(DUE_KEYS)) {
-            if parse_deliver_at(&due).is_ok() {
+            if parse_deliver_at(Given::of(&due)).is_ok() {
                 prop_assert!(serde_json::from_value::<DeliverAt>(due.clone()).is_ok(), "{}", due);
             }
         }

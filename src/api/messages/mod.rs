@@ -5,6 +5,8 @@
 pub(super) mod batch;
 pub(super) mod by_id;
 mod due;
+mod given;
 pub(super) mod history;
 mod place;
+mod plain;
 pub(super) mod push;

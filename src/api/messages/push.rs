@@ -15,7 +15,11 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::due::{DeliverAt, human_duration, non_negative_ms, parse_due};
-use crate::api::input::{body_limit, check_stream_allowed, documented_keys, object, read_json};
+use super::given::{Given, Keyed};
+use super::plain::Plain;
+use crate::api::input::{
+    body_limit, check_stream_allowed, documented_keys, object, parse_json, read_body,
+};
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
 use crate::config::Config;
@@ -160,8 +164,8 @@ pub async fn push(State(state): State<AppState>, reach: Reach, body: Body) -> Re
 async fn push_inner(state: &AppState, reach: &Reach, body: Body) -> Result<Response, ApiError> {
     // The live configuration: the stream allow list can change on reload.
     let config = state.current_config();
-    let value = read_json(body, body_limit(&config)).await?;
-    let (mut msg, mode) = parse_push(&value, &config)?;
+    let bytes = read_body(body, body_limit(&config)).await?;
+    let (mut msg, mode) = parse_push_bytes(&bytes, &config)?;
     reach.check(&msg.stream)?;
     if mode == ScheduleMode::Fresh {
         super::place::place(&state.store, &config, vec![&mut msg]).await;
@@ -224,9 +228,28 @@ pub(in crate::api) fn parse_push(
     config: &Config,
 ) -> Result<(NewMessage, ScheduleMode), ApiError> {
     let obj = object(value, &PUSH_KEYS, "body must be a JSON object")?;
+    parse_push_body(obj, config)
+}
 
+/// [`parse_push`] of a body's bytes: one of the common shape ([`Plain`]) read
+/// straight into its values, any other (and any that is not JSON) through the tree.
+pub(super) fn parse_push_bytes(
+    bytes: &[u8],
+    config: &Config,
+) -> Result<(NewMessage, ScheduleMode), ApiError> {
+    match Plain::read(bytes) {
+        Some(plain) => parse_push_body(&plain, config),
+        None => parse_push(&parse_json(bytes)?, config),
+    }
+}
+
+/// The rules of a push, over its keys however they were read.
+fn parse_push_body(
+    obj: &impl Keyed,
+    config: &Config,
+) -> Result<(NewMessage, ScheduleMode), ApiError> {
     let stream = match obj.get("stream") {
-        Some(Value::String(s)) => s.clone(),
+        Some(Given::Text(s)) => s.to_owned(),
         Some(_) => return Err(ApiError::invalid("stream: must be a string")),
         None => return Err(ApiError::invalid("stream: required")),
     };
@@ -236,54 +259,56 @@ pub(in crate::api) fn parse_push(
     let fields = match (obj.get("payload"), obj.get("fields")) {
         (Some(_), Some(_)) => return Err(ApiError::invalid("payload, fields: give one, not both")),
         (None, None) => return Err(ApiError::invalid("fields: required (or payload)")),
-        (Some(Value::String(s)), None) => vec![("payload".to_owned(), s.clone())],
-        (Some(Value::Null), None) => return Err(ApiError::invalid("payload: must not be null")),
+        (Some(Given::Text(s)), None) => vec![("payload".to_owned(), s.to_owned())],
+        (Some(other), None) if other.is_null() => {
+            return Err(ApiError::invalid("payload: must not be null"));
+        }
         (Some(other), None) => {
-            exact_numbers("payload", other)?;
+            if let Given::Tree(tree) = other {
+                exact_numbers("payload", tree)?;
+            }
             vec![("payload".to_owned(), other.to_string())]
         }
-        (None, Some(fields)) => parse_fields(fields)?,
+        (None, Some(Given::Tree(fields))) => parse_fields(fields)?,
+        (None, Some(_)) => return Err(not_fields()),
     };
 
     let due = parse_due(obj)?;
     // An id made here is new to Redis: stored without looking it up. Ids made in
     // one millisecond share a shard (on Redis Cluster the stream names the shard).
-    let (id, made_here) = match obj.get("id") {
-        None | Some(Value::Null) => (
+    let (id, made_here) = match obj.given("id") {
+        None => (
             MessageId::generate_in(super::place::id_shards(config)),
             true,
         ),
-        Some(Value::String(s)) => (MessageId::parse(s)?, false),
+        Some(Given::Text(s)) => (MessageId::parse(s)?, false),
         Some(_) => return Err(ApiError::invalid("id: must be a string")),
     };
-    let priority = match obj.get("priority") {
-        None | Some(Value::Null) => 0,
-        Some(v) => match v.as_u64() {
-            Some(p) if p <= u64::from(crate::message::MAX_PRIORITY) => p as u8,
-            _ => {
-                return Err(ApiError::invalid(format!(
-                    "priority {v}: must be an integer from 0 to 9"
-                )));
-            }
-        },
+    let priority = match obj.given("priority") {
+        None => 0,
+        Some(Given::Whole(p)) if p <= u64::from(crate::message::MAX_PRIORITY) => p as u8,
+        Some(v) => {
+            return Err(ApiError::invalid(format!(
+                "priority {v}: must be an integer from 0 to 9"
+            )));
+        }
     };
     // An optional key given as null is not given, as for `id` and `priority`.
-    let given = |key: &str| obj.get(key).filter(|v| !v.is_null());
-    let ttl = match (given("ttl"), given("ttl_ms")) {
+    let ttl = match (obj.given("ttl"), obj.given("ttl_ms")) {
         (Some(_), Some(_)) => return Err(ApiError::invalid("ttl, ttl_ms: give one, not both")),
         (Some(v), None) => Some(human_duration("ttl", v)?),
         (None, Some(v)) => Some(Duration::from_millis(non_negative_ms("ttl_ms", v)?)),
         (None, None) => None,
     };
-    let mode = match given("replace") {
-        None | Some(Value::Bool(false)) => ScheduleMode::New,
-        Some(Value::Bool(true)) => ScheduleMode::Replace,
+    let mode = match obj.given("replace") {
+        None | Some(Given::Flag(false)) => ScheduleMode::New,
+        Some(Given::Flag(true)) => ScheduleMode::Replace,
         Some(_) => return Err(ApiError::invalid("replace: must be true or false")),
     };
     let mode = if made_here { ScheduleMode::Fresh } else { mode };
-    let key = match given("key") {
+    let key = match obj.given("key") {
         None => None,
-        Some(Value::String(s)) => Some(MessageKey::parse(s)?),
+        Some(Given::Text(s)) => Some(MessageKey::parse(s)?),
         Some(_) => return Err(ApiError::invalid("key: must be a string")),
     };
     let msg = NewMessage::new(stream, fields, due)
@@ -293,6 +318,10 @@ pub(in crate::api) fn parse_push(
         .with_key(key);
     msg.validate(&config.api.limits, &config.own_fields())?;
     Ok((msg, mode))
+}
+
+fn not_fields() -> ApiError {
+    ApiError::invalid("fields: must be an object or a list of [name, value] pairs")
 }
 
 fn scalar_text(v: &Value) -> Option<String> {
@@ -353,247 +382,10 @@ fn parse_fields(v: &Value) -> Result<Fields, ApiError> {
                 ))),
             })
             .collect::<Result<_, _>>()?,
-        _ => {
-            return Err(ApiError::invalid(
-                "fields: must be an object or a list of [name, value] pairs",
-            ));
-        }
+        _ => return Err(not_fields()),
     };
     Ok(pairs)
 }
 
 #[cfg(test)]
-mod tests {
-    use proptest::prelude::*;
-    use serde_json::json;
-
-    use super::super::due::DUE_KEYS;
-    use super::*;
-    use crate::message::Due;
-    use delayq_harness::props::{expect, json};
-
-    fn config() -> Config {
-        Config::from_toml("[forwarder]\nid_field = \"msg-id\"", std::iter::empty()).unwrap()
-    }
-
-    /// The push keys, for the strategies that want them static.
-    fn keys() -> &'static [&'static str] {
-        static KEYS: LazyLock<Vec<&'static str>> =
-            LazyLock::new(|| PUSH_KEYS.iter().map(String::as_str).collect());
-        &KEYS
-    }
-
-    /// `parse_push`, checking on the way that a body it accepts is one the
-    /// documented type describes.
-    fn parse(body: &Value) -> Result<(NewMessage, ScheduleMode), ApiError> {
-        let parsed = parse_push(body, &config());
-        if parsed.is_ok() {
-            let typed = serde_json::from_value::<PushRequest>(body.clone());
-            assert!(typed.is_ok(), "accepted {body}, undocumented: {typed:?}");
-        }
-        parsed
-    }
-
-    /// A push of `x` to `orders` in 1s, with `extra`'s keys put over it (a due-time
-    /// key replaces the delay).
-    fn push(extra: Value) -> Result<NewMessage, ApiError> {
-        let mut body = json!({ "stream": "orders", "payload": "x", "delay": "1s" });
-        let extra = extra.as_object().unwrap();
-        if extra.keys().any(|k| DUE_KEYS.contains(&k.as_str())) {
-            body.as_object_mut().unwrap().remove("delay");
-        }
-        if extra.contains_key("fields") {
-            body.as_object_mut().unwrap().remove("payload");
-        }
-        body.as_object_mut().unwrap().extend(extra.clone());
-        parse(&body).map(|(msg, _)| msg)
-    }
-
-    #[test]
-    fn the_accepted_keys_are_the_documented_ones_in_order() {
-        assert_eq!(
-            keys(),
-            [
-                "stream",
-                "payload",
-                "fields",
-                "delay",
-                "delay_ms",
-                "deliver_at",
-                "id",
-                "priority",
-                "ttl",
-                "ttl_ms",
-                "replace",
-                "key"
-            ]
-        );
-        let refusal = push(json!({ "colour": "red" })).unwrap_err();
-        assert_eq!(
-            refusal.detail,
-            format!("colour: unknown field (known: {})", keys().join(", "))
-        );
-    }
-
-    #[test]
-    fn own_field_names_are_refused_in_either_form() {
-        for fields in [
-            json!({ "a": "1", "delayq-id": "x" }),
-            json!([["a", "1"], ["msg-id", "x"]]),
-        ] {
-            let refusal = push(json!({ "fields": fields })).unwrap_err();
-            assert_eq!(refusal.status, StatusCode::UNPROCESSABLE_ENTITY);
-            assert!(refusal.detail.contains("is reserved"), "{}", refusal.detail);
-        }
-    }
-
-    /// An optional key sent as null is the key left out.
-    #[test]
-    fn null_optional_keys_are_not_given() {
-        let plain = push(json!({})).unwrap();
-        for extra in [
-            json!({ "id": null }),
-            json!({ "priority": null }),
-            json!({ "ttl": null }),
-            json!({ "ttl_ms": null }),
-            json!({ "ttl": null, "ttl_ms": null }),
-        ] {
-            let msg = push(extra.clone()).unwrap();
-            assert_eq!(
-                (msg.priority, msg.ttl),
-                (plain.priority, plain.ttl),
-                "{extra}"
-            );
-        }
-        let body = json!({ "stream": "orders", "payload": "x", "delay": "1s", "id": "o-1", "replace": null });
-        assert_eq!(parse(&body).unwrap().1, ScheduleMode::New);
-        let both = push(json!({ "ttl": "1h", "ttl_ms": 5 })).unwrap_err();
-        assert_eq!(both.detail, "ttl, ttl_ms: give one, not both");
-    }
-
-    #[test]
-    fn an_id_made_here_is_fresh_and_one_given_is_not() {
-        for (extra, mode) in [
-            (json!({}), ScheduleMode::Fresh),
-            (json!({ "id": null }), ScheduleMode::Fresh),
-            (json!({ "replace": true }), ScheduleMode::Fresh),
-            (json!({ "id": "o-1" }), ScheduleMode::New),
-            (json!({ "id": "o-1", "replace": false }), ScheduleMode::New),
-            (
-                json!({ "id": "o-1", "replace": true }),
-                ScheduleMode::Replace,
-            ),
-        ] {
-            let mut body = json!({ "stream": "orders", "payload": "x", "delay": "1s" });
-            body.as_object_mut()
-                .unwrap()
-                .extend(extra.as_object().unwrap().clone());
-            assert_eq!(parse(&body).unwrap().1, mode, "{extra}");
-        }
-    }
-
-    #[test]
-    fn every_form_of_each_field_is_documented() {
-        for extra in [
-            json!({ "payload": { "a": [1, null] } }),
-            json!({ "payload": 5 }),
-            json!({ "fields": { "a": "1", "b": 2.5, "c": true } }),
-            json!({ "fields": [["a", "1"], ["b", -2], ["c", false]] }),
-            json!({ "delay_ms": 5 }),
-            json!({ "deliver_at": 1_600_000_000_000u64 }),
-            json!({ "deliver_at": "2026-11-22T10:00:00Z" }),
-            json!({ "id": "order-42", "priority": 9, "ttl": "1h", "replace": true }),
-            json!({ "id": null, "priority": null, "ttl_ms": 1000, "replace": false }),
-            json!({ "ttl": null, "ttl_ms": 1000, "replace": null }),
-            json!({ "ttl": "1h", "ttl_ms": null }),
-        ] {
-            push(extra.clone()).unwrap_or_else(|e| panic!("{extra}: {}", e.detail));
-        }
-    }
-
-    /// Numbers are written as their value; one that a double cannot hold exactly
-    /// is refused, wherever it is, rather than written with other digits.
-    #[test]
-    fn numbers_are_written_as_their_value_or_refused() {
-        #[rustfmt::skip]
-        let cases: &[(&str, Option<&str>)] = &[
-            (r#"{"fields": {"n": 42}}"#, Some("42")),
-            (r#"{"fields": {"n": -9223372036854775808}}"#, Some("-9223372036854775808")),
-            (r#"{"fields": {"n": 18446744073709551615}}"#, Some("18446744073709551615")),
-            (r#"{"fields": {"n": 2.5}}"#, Some("2.5")),
-            (r#"{"fields": {"n": 1e2}}"#, Some("100.0")),
-            (r#"{"fields": {"n": 9007199254740991.0}}"#, Some("9007199254740991.0")),
-            (r#"{"fields": {"n": 9007199254740992.0}}"#, None),
-            (r#"{"fields": {"n": 18446744073709551616}}"#, None),
-            (r#"{"fields": {"n": -9223372036854775809}}"#, None),
-            (r#"{"fields": [["n", 12345678901234567890123]]}"#, None),
-            (r#"{"payload": 12345678901234567890123}"#, None),
-            (r#"{"payload": {"a": [1, {"b": 1e300}]}}"#, None),
-            (r#"{"payload": {"a": [1, {"b": 1.5}]}}"#, Some(r#"{"a":[1,{"b":1.5}]}"#)),
-        ];
-        for (extra, want) in cases {
-            let got = push(serde_json::from_str(extra).unwrap());
-            match (got, want) {
-                (Ok(msg), Some(text)) => assert_eq!(msg.fields[0].1, *text, "{extra}"),
-                (Err(e), None) => assert!(
-                    e.detail.contains("cannot be kept exactly"),
-                    "{extra}: {}",
-                    e.detail
-                ),
-                (got, want) => panic!("{extra}: {got:?}, wanted {want:?}"),
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn numbers_a_double_holds_exactly_are_written_as_that_double(x in -EXACT_UP_TO..EXACT_UP_TO) {
-            let body = format!(r#"{{"fields": {{"n": {x:e}}}}}"#);
-            let msg = push(serde_json::from_str(&body).unwrap()).unwrap();
-            prop_assert_eq!(msg.fields[0].1.parse::<f64>().unwrap(), x, "{}", body);
-        }
-
-        #[test]
-        fn push_bodies_never_panic(body in json(keys())) {
-            let _ = parse(&body);
-        }
-
-        #[test]
-        fn push_fields_never_panic(fields in json(&["a", "delayq-id"])) {
-            let _ = push(json!({ "fields": fields }));
-        }
-
-        #[test]
-        fn delays_past_max_delay_are_refused_not_saturated(ms: u64) {
-            let max = config().api.limits.max_delay.as_millis() as u64;
-            let want = (ms <= max).then_some(Due::In(Duration::from_millis(ms)));
-            expect(&ms.to_string(), push(json!({ "delay_ms": ms })).map(|m| m.due), want)?;
-        }
-
-        #[test]
-        fn field_lists_round_trip(pairs in prop::collection::vec(("[a-z][a-z0-9_]{0,10}", "\\PC{0,20}"), 1..10)) {
-            let got = push(json!({ "fields": pairs })).map(|m| m.fields);
-            expect("fields", got, Some(pairs.clone()))?;
-        }
-
-        #[test]
-        fn priorities_outside_0_to_9_are_refused(priority: i64) {
-            let want = (0..=9).contains(&priority).then_some(priority as u8);
-            expect(&priority.to_string(), push(json!({ "priority": priority })).map(|m| m.priority), want)?;
-        }
-
-        #[test]
-        fn ttl_ms_round_trips(ms in 1u64..) {
-            let want = Some(Some(Duration::from_millis(ms)));
-            expect(&ms.to_string(), push(json!({ "ttl_ms": ms })).map(|m| m.ttl), want)?;
-        }
-
-        #[test]
-        fn ttls_beyond_u64_milliseconds_are_refused(secs: u64) {
-            let text = humantime::format_duration(Duration::from_secs(secs)).to_string();
-            let fits = secs > 0 && secs.checked_mul(1000).is_some();
-            let want = fits.then_some(Some(Duration::from_secs(secs)));
-            expect(&text, push(json!({ "ttl": text })).map(|m| m.ttl), want)?;
-        }
-    }
-}
+pub(super) mod tests;
