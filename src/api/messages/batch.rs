@@ -12,7 +12,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::push::{PushRequest, parse_push, parse_push_bytes};
+use super::push::{PushRequest, parse_push, parse_push_json};
 use crate::api::input::{documented_keys, object, parse_json, read_body};
 use crate::api::reach::{Reach, id_taken};
 use crate::api::{ApiError, AppState, ErrorBody};
@@ -257,10 +257,16 @@ pub async fn batch(
 fn parse_items(bytes: &[u8], config: &Config) -> Result<Vec<Parsed>, ApiError> {
     if let Some(batch) = PlainBatch::read(bytes) {
         check_count(batch.messages.len(), config)?;
-        let parsed = batch.messages.iter();
-        return Ok(parsed
-            .map(|item| parse_push_bytes(item.get().as_bytes(), config))
-            .collect());
+        let items = batch.messages.iter();
+        // An item no tree holds (a number past a double's range: the list reads
+        // its items' text unchecked) makes the body one no tree holds: it goes to
+        // the tree, which refuses it whole.
+        let parsed: Option<Vec<Parsed>> = items
+            .map(|item| parse_push_json(item.get().as_bytes(), config))
+            .collect();
+        if let Some(parsed) = parsed {
+            return Ok(parsed);
+        }
     }
     parse_items_tree(&parse_json(bytes)?, config)
 }
@@ -362,6 +368,26 @@ mod tests {
             prop::collection::vec(push_like(), 1..3),
             delayq_harness::props::json(&["a"]),
         )
+    }
+
+    /// A body whose items a list reads but a tree cannot hold (a number past a
+    /// double's range) is refused whole, as the tree refuses it, not item by item.
+    #[test]
+    fn a_body_no_tree_holds_is_refused_whole() {
+        let config = config();
+        for body in [
+            r#"{"messages":[{"stream":"a","payload":"x","delay":"1s"},{"stream":"a","payload":"y","delay_ms":-1e400}]}"#,
+            r#"{"messages":[{"stream":"a","payload":"x","delay":"1s"},1e400]}"#,
+            r#"{"messages":[{"stream":"a","payload":"x","delay":"1s","colour":[1e999]}]}"#,
+        ] {
+            let refusal = outcomes(parse_items(body.as_bytes(), &config)).unwrap_err();
+            assert!(
+                refusal.starts_with(
+                    "400 Bad Request malformed_json: body is not valid JSON: number out of range"
+                ),
+                "{body}: {refusal}"
+            );
+        }
     }
 
     proptest! {

@@ -243,6 +243,19 @@ pub(super) fn parse_push_bytes(
     }
 }
 
+/// [`parse_push_bytes`] of bytes that are JSON a tree holds; None for any other.
+pub(super) fn parse_push_json(
+    bytes: &[u8],
+    config: &Config,
+) -> Option<Result<(NewMessage, ScheduleMode), ApiError>> {
+    match Plain::read(bytes) {
+        Some(plain) => Some(parse_push_body(&plain, config)),
+        None => serde_json::from_slice(bytes)
+            .ok()
+            .map(|value| parse_push(&value, config)),
+    }
+}
+
 /// The rules of a push, over its keys however they were read.
 fn parse_push_body(
     obj: &impl Keyed,
