@@ -441,11 +441,6 @@ async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
     let redis = RedisServer::start().unwrap();
     let node = journaled_node(&redis, &db, "auto_restore = false\n");
     let api = Api::new(node.api);
-    let due = now_ms() + 3_000;
-    for i in 0..20 {
-        let body = json!({"id": format!("p{i}"), "stream": "s", "payload": "x", "deliver_at": due});
-        assert_eq!(api.post("/v1/messages", body).await.0, 201);
-    }
     let body = json!({"id": "sent", "stream": "s", "payload": "x", "delay_ms": 0});
     assert_eq!(api.post("/v1/messages", body).await.0, 201);
     let mut conn = redis.client();
@@ -479,6 +474,14 @@ async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
         "{sent}"
     );
 
+    // Pushed (each answered as journaled) once "sent" is through, so that nothing
+    // slow lies between these pushes and the loss below: they must still be
+    // scheduled when Redis loses them, however slow the machine.
+    let due = now_ms() + 3_000;
+    for i in 0..20 {
+        let body = json!({"id": format!("p{i}"), "stream": "s", "payload": "x", "deliver_at": due});
+        assert_eq!(api.post("/v1/messages", body).await.0, 201);
+    }
     // Moved later, each answered as journaled, then lost at once with Redis's data
     // (the outbox's copy, every 100 ms, would come too late).
     let moved = due + 10_000;
