@@ -28,29 +28,16 @@ impl Meters {
     /// with `status`, and records its time.
     pub fn record(&self, route: Option<&str>, method: &'static str, status: u16, took: Duration) {
         let route = route.unwrap_or("unmatched");
-        let found = self.0.read().ok().and_then(|routes| {
-            let meters = routes.get(route)?;
-            let requests = Self::requests_of(meters, method, status)?;
-            Some((meters.seconds.clone(), requests))
-        });
-        let (seconds, requests) = match found {
-            Some(found) => found,
-            None => self.register(route, method, status),
-        };
-        seconds.record(took.as_secs_f64());
-        requests.increment(1);
-    }
-
-    fn requests_of(route: &Route, method: &str, status: u16) -> Option<Counter> {
-        route
-            .requests
-            .iter()
-            .find(|(m, s, _)| *m == method && *s == status)
-            .map(|(_, _, counter)| counter.clone())
-    }
-
-    /// The meters of a route, method and status not met before, registered.
-    fn register(&self, route: &str, method: &'static str, status: u16) -> (Histogram, Counter) {
+        let took = took.as_secs_f64();
+        if let Ok(routes) = self.0.read()
+            && let Some(meters) = routes.get(route)
+            && let Some(requests) = meters.requests_of(method, status)
+        {
+            meters.seconds.record(took);
+            requests.increment(1);
+            return;
+        }
+        // Met for the first time: registered.
         let mut routes = self
             .0
             .write()
@@ -59,12 +46,25 @@ impl Meters {
             seconds: metrics::histogram!(m::HTTP_SECONDS, "route" => route.to_owned()),
             requests: Vec::new(),
         });
-        let requests = Self::requests_of(meters, method, status).unwrap_or_else(|| {
-            let counter = metrics::counter!(m::HTTP_REQUESTS, "method" => method, "route" => route.to_owned(), "status" => status.to_string());
-            meters.requests.push((method, status, counter.clone()));
-            counter
-        });
-        (meters.seconds.clone(), requests)
+        meters.seconds.record(took);
+        match meters.requests_of(method, status) {
+            Some(requests) => requests.increment(1),
+            None => {
+                let requests = metrics::counter!(m::HTTP_REQUESTS, "method" => method, "route" => route.to_owned(), "status" => status.to_string());
+                requests.increment(1);
+                meters.requests.push((method, status, requests));
+            }
+        }
+    }
+}
+
+impl Route {
+    fn requests_of(&self, method: &str, status: u16) -> Option<&Counter> {
+        let found = self
+            .requests
+            .iter()
+            .find(|(m, s, _)| *m == method && *s == status);
+        found.map(|(_, _, counter)| counter)
     }
 }
 
