@@ -28,30 +28,26 @@ pub enum DeliverAt {
 /// The due time of a push or a reschedule, read from the body's keys (a due-time key
 /// that is present but unusable is refused, not ignored).
 pub(super) fn parse_due(body: &impl Keyed) -> Result<Due, ApiError> {
-    let value = |key| body.get(key);
-    let given: Vec<&str> = DUE_KEYS
+    let given: Vec<(&str, Given)> = DUE_KEYS
         .iter()
-        .copied()
-        .filter(|k| value(k).is_some())
+        .filter_map(|&key| body.get(key).map(|value| (key, value)))
         .collect();
-    match (
-        &given[..],
-        value("delay"),
-        value("delay_ms"),
-        value("deliver_at"),
-    ) {
-        (["delay"], Some(v), _, _) => Ok(Due::In(human_duration("delay", v)?)),
-        (["delay_ms"], _, Some(v), _) => Ok(Due::In(Duration::from_millis(non_negative_ms(
+    match given[..] {
+        [("delay", v)] => Ok(Due::In(human_duration("delay", v)?)),
+        [("delay_ms", v)] => Ok(Due::In(Duration::from_millis(non_negative_ms(
             "delay_ms", v,
         )?))),
-        (["deliver_at"], _, _, Some(v)) => parse_deliver_at(v),
-        ([], ..) => Err(ApiError::invalid(
+        [("deliver_at", v)] => parse_deliver_at(v),
+        [] => Err(ApiError::invalid(
             "delay: required (or delay_ms, or deliver_at)",
         )),
-        _ => Err(ApiError::invalid(format!(
-            "{}: give only one",
-            given.join(", ")
-        ))),
+        _ => {
+            let names: Vec<&str> = given.iter().map(|(key, _)| *key).collect();
+            Err(ApiError::invalid(format!(
+                "{}: give only one",
+                names.join(", ")
+            )))
+        }
     }
 }
 
