@@ -12,6 +12,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
+use super::plain::read_object;
 use super::push::{PushRequest, parse_push, parse_push_json};
 use crate::api::input::{documented_keys, object, parse_json, read_body};
 use crate::api::reach::{Reach, id_taken};
@@ -255,7 +256,7 @@ pub async fn batch(
 /// bytes (each of the common shape straight into its values, see `plain`); any
 /// other body goes through the tree, whose rules name what is wrong with it.
 fn parse_items(bytes: &[u8], config: &Config) -> Result<Vec<Parsed>, ApiError> {
-    if let Some(batch) = PlainBatch::read(bytes) {
+    if let Some(batch) = read_object::<PlainBatch>(bytes) {
         check_count(batch.messages.len(), config)?;
         let items = batch.messages.iter();
         // An item no tree holds (a number past a double's range: the list reads
@@ -302,14 +303,6 @@ struct PlainBatch<'a> {
     messages: Vec<&'a RawValue>,
 }
 
-impl<'a> PlainBatch<'a> {
-    fn read(bytes: &'a [u8]) -> Option<PlainBatch<'a>> {
-        // Only an object: a struct is read from an array too, by position.
-        let object = bytes.trim_ascii_start().starts_with(b"{");
-        object.then(|| serde_json::from_slice(bytes).ok())?
-    }
-}
-
 /// At least one item, and at most `api.max_batch`.
 fn check_count(items: usize, config: &Config) -> Result<(), ApiError> {
     if items == 0 {
@@ -335,7 +328,7 @@ mod tests {
     use proptest::prelude::*;
     use serde_json::json;
 
-    use super::super::push::tests::{outcome, push_like};
+    use super::super::push::tests::{outcome, push_like, refusal};
     use super::*;
 
     fn config() -> Config {
@@ -346,7 +339,7 @@ mod tests {
     fn outcomes(parsed: Result<Vec<Parsed>, ApiError>) -> Result<Vec<String>, String> {
         parsed
             .map(|items| items.iter().map(outcome).collect())
-            .map_err(|e| format!("{} {}: {}", e.status, e.code, e.detail))
+            .map_err(|e| refusal(&e))
     }
 
     /// A batch body: mostly `messages` holding push bodies, sometimes another key

@@ -40,13 +40,11 @@ pub(super) struct Plain<'a> {
     key: Option<Cow<'a, str>>,
 }
 
-impl<'a> Plain<'a> {
-    /// `bytes` as a push of the common shape, or None.
-    pub(super) fn read(bytes: &'a [u8]) -> Option<Plain<'a>> {
-        // Only an object: a struct is read from an array too, by position.
-        let object = bytes.trim_ascii_start().starts_with(b"{");
-        object.then(|| serde_json::from_slice(bytes).ok())?
-    }
+/// `bytes` as a `T` read from a JSON object, or None (for an array too: a struct
+/// is read from an array by position).
+pub(super) fn read_object<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Option<T> {
+    let object = bytes.trim_ascii_start().starts_with(b"{");
+    object.then(|| serde_json::from_slice(bytes).ok())?
 }
 
 /// A key that, when present, holds a value (null is an error, not None).

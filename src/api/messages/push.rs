@@ -16,7 +16,7 @@ use utoipa::ToSchema;
 
 use super::due::{DeliverAt, human_duration, non_negative_ms, parse_due};
 use super::given::{Given, Keyed};
-use super::plain::Plain;
+use super::plain::{Plain, read_object};
 use crate::api::input::{
     body_limit, check_stream_allowed, documented_keys, object, parse_json, read_body,
 };
@@ -237,8 +237,9 @@ pub(super) fn parse_push_bytes(
     bytes: &[u8],
     config: &Config,
 ) -> Result<(NewMessage, ScheduleMode), ApiError> {
-    match Plain::read(bytes) {
-        Some(plain) => parse_push_body(&plain, config),
+    match parse_push_json(bytes, config) {
+        Some(parsed) => parsed,
+        // Not JSON a tree holds: the tree's refusal says why.
         None => parse_push(&parse_json(bytes)?, config),
     }
 }
@@ -248,7 +249,7 @@ pub(super) fn parse_push_json(
     bytes: &[u8],
     config: &Config,
 ) -> Option<Result<(NewMessage, ScheduleMode), ApiError>> {
-    match Plain::read(bytes) {
+    match read_object::<Plain>(bytes) {
         Some(plain) => Some(parse_push_body(&plain, config)),
         None => serde_json::from_slice(bytes)
             .ok()

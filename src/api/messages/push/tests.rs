@@ -45,8 +45,13 @@ pub(in crate::api::messages) fn outcome(
             }
             format!("{mode:?} {msg:?}")
         }
-        Err(e) => format!("{} {}: {}", e.status, e.code, e.detail),
+        Err(e) => refusal(e),
     }
+}
+
+/// A refusal as its status, code and detail.
+pub(in crate::api::messages) fn refusal(e: &ApiError) -> String {
+    format!("{} {}: {}", e.status, e.code, e.detail)
 }
 
 /// A body whose keys are mostly push keys holding mostly their kind of value,
@@ -153,7 +158,11 @@ fn the_common_shape_is_read_straight_from_the_bytes() {
         ),
         (r#"["orders","x","1s"]"#, false),
     ] {
-        assert_eq!(Plain::read(body.as_bytes()).is_some(), plain, "{body}");
+        assert_eq!(
+            read_object::<Plain>(body.as_bytes()).is_some(),
+            plain,
+            "{body}"
+        );
         parse(&serde_json::from_str(body).unwrap()).ok();
     }
 }
