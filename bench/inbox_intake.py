@@ -105,27 +105,7 @@ WAYS = {"pending entries (delayq)": with_pending, "reads in flight": with_reads_
 
 
 def main():
-    entries, per_read, rounds = sc.int_args(100_000, 400, 3)
-
-    def work(r):
-        def row(n, name, way):
-            sc.fill_inbox(r, entries, ids=True)
-            r.call("CONFIG", "RESETSTAT")
-            before = r.cpu_seconds()
-            read = way(r, per_read)
-            cpu = (r.cpu_seconds() - before) / entries * 1e6
-            left = r.call("XLEN", "inbox")
-            if read != entries or left != 0:
-                raise SystemExit("%s read %d entries of %d, left %d" % (name, read, entries, left))
-            own = sc.commandstats_usec(r)
-            own = ", ".join("%s %.2f" % (k, v / entries) for k, v in sorted(own.items())
-                            if k not in ("info", "config", "script") and v / entries >= 0.01)
-            return [str(n), name, "%.2f" % cpu, own]
-
-        sc.rounds_table(["round", "way", "Redis CPU µs an entry", "commands' own µs an entry"],
-                        rounds, WAYS, row)
-
-    sc.with_redis(work)
+    sc.inbox_ways(WAYS, emptied=True)
 
 
 if __name__ == "__main__":

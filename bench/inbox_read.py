@@ -58,26 +58,7 @@ WAYS = {
 
 
 def main():
-    entries, per_read, rounds = sc.int_args(100_000, 400, 3)
-
-    def work(r):
-        def row(n, name, way):
-            sc.fill_inbox(r, entries, ids=True)
-            r.call("CONFIG", "RESETSTAT")
-            before = r.cpu_seconds()
-            read = way(r, per_read)
-            cpu = (r.cpu_seconds() - before) / entries * 1e6
-            if read != entries:
-                raise SystemExit("%s read %d entries of %d" % (name, read, entries))
-            own = sc.commandstats_usec(r)
-            own = ", ".join("%s %.2f" % (k, own[k] / entries)
-                            for k in ("xreadgroup", "xack", "xread") if k in own)
-            return [str(n), name, "%.2f" % cpu, own]
-
-        sc.rounds_table(["round", "way", "Redis CPU µs an entry", "commands' own µs an entry"],
-                        rounds, WAYS, row)
-
-    sc.with_redis(work)
+    sc.inbox_ways(WAYS, commands=("xreadgroup", "xack", "xread"))
 
 
 if __name__ == "__main__":

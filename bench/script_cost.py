@@ -358,6 +358,37 @@ def inbox_xadd(i, ids):
                   *own_id, "payload", "x" * 100)
 
 
+def inbox_ways(ways, commands=None, emptied=False):
+    """The inbox labs' command line and table: for each round and each of `ways`
+    (name -> way(r, per_read), which reads the whole inbox and returns how many
+    entries it read), a new inbox of ENTRIES entries (`fill_inbox`, with ids) read
+    PER_READ at a time, and Redis's CPU µs an entry and each command's own µs an
+    entry: of `commands`, or of every command but the lab's own (at least 0.01).
+    Checks that every entry was read once, and with `emptied` that none is left."""
+    entries, per_read, rounds = int_args(100_000, 400, 3)
+
+    def work(r):
+        def row(n, name, way):
+            fill_inbox(r, entries, ids=True)
+            r.call("CONFIG", "RESETSTAT")
+            before = r.cpu_seconds()
+            read = way(r, per_read)
+            cpu = (r.cpu_seconds() - before) / entries * 1e6
+            left = r.call("XLEN", "inbox") if emptied else 0
+            if read != entries or left != 0:
+                raise SystemExit("%s read %d entries of %d, left %d" % (name, read, entries, left))
+            usec = {k: v / entries for k, v in sorted(commandstats_usec(r).items())}
+            names = commands or [k for k, v in usec.items()
+                                 if k not in ("info", "config", "script") and v >= 0.01]
+            own = ", ".join("%s %.2f" % (k, usec[k]) for k in names if k in usec)
+            return [str(n), name, "%.2f" % cpu, own]
+
+        rounds_table(["round", "way", "Redis CPU µs an entry", "commands' own µs an entry"],
+                     rounds, ways, row)
+
+    with_redis(work)
+
+
 def rounds_table(columns, rounds, ways, row):
     """Prints a Markdown table of `columns`: for each round (1..rounds) and each of
     `ways` (name -> what is measured), the cells `row(n, name, way)` gives."""
