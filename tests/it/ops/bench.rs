@@ -494,6 +494,12 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
             &["2000", "500", "1"][..],
             "XACK + XTRIM MINID",
         ),
+        // inbox_intake stops unless each way read every entry and left none.
+        (
+            "inbox_intake.py",
+            &["2000", "400", "1"][..],
+            "reads in flight",
+        ),
         // Its levers find the text they change, or it stops.
         ("levers.py", &["random", "20", "1"][..], "all      as it is"),
         (
