@@ -96,6 +96,7 @@ impl Bench {
         let load = measure::load_average();
         let probe = PingProbe::start(&self.url)?;
         let meter = CpuMeter::start(&mut conn, daemon.pid()).await?;
+        let own = measure::process_cpu_secs(std::process::id());
         let started = Instant::now();
         // Each body as a producer would send it; what all share made once.
         let head = format!(
@@ -112,6 +113,9 @@ impl Bench {
             latency,
         } = pushers::push_all(daemon.api, "/v1/messages", n, SINGLE_CONCURRENCY, body).await?;
         let secs = started.elapsed().as_secs_f64();
+        let own = own
+            .zip(measure::process_cpu_secs(std::process::id()))
+            .map(|(before, after)| ((after - before) * 1e7 / n as f64).round() / 10.0);
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         drop(daemon);
@@ -127,6 +131,7 @@ impl Bench {
             max: (latency.max() as f64 / 100.0).round() / 10.0,
         });
         row.measured.tally.refused = Some(refused);
+        row.measured.cpu_us_per_message.bench = own;
         Ok(match ids {
             Ids::Given => Delayq::IngestHttp(row),
             Ids::Generated => Delayq::IngestHttpIdsGenerated(row),

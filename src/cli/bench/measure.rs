@@ -341,6 +341,7 @@ pub fn measured(
             redis: cpu.redis_us,
             process,
             scripts: cpu.scripts.clone(),
+            bench: None,
         },
         redis_unresponsive_ms: probe.longest_overall_ms(),
         redis_longest_event_ms: cpu.longest_event_ms,

@@ -1,7 +1,7 @@
 //! The single pushes' load generator: keep-alive HTTP/1.1 connections, each a task
 //! of its own that takes the next message's number and posts it, one request at a
 //! time, over hyper's own client connection (no pool, no request builder, a body
-//! formatted straight into bytes). The bench's client shares the machine's cores
+//! formatted straight into bytes), all on one thread's event loop. The bench's client shares the machine's cores
 //! with delayq and Redis, so what it costs is taken from what it measures: a
 //! general client (a connection pool, a JSON value built and serialized a request)
 //! took about 30 µs of CPU a push, about as much as delayq's own HTTP work.
@@ -42,8 +42,33 @@ impl Pushed {
 }
 
 /// Posts `n` bodies (`body(i)` for i in 0..n) to `path` at `addr`, `connections`
-/// at a time.
+/// at a time, from a thread of its own: one event loop drives every connection, as
+/// a load generator's thread does, so that no request wakes another thread.
 pub async fn push_all(
+    addr: SocketAddr,
+    path: &str,
+    n: u64,
+    connections: usize,
+    body: impl Fn(u64) -> String + Send + Sync + 'static,
+) -> anyhow::Result<Pushed> {
+    let path = path.to_owned();
+    let (done, pushed) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("bench-pushers".into())
+        .spawn(move || {
+            let pushed = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(anyhow::Error::from)
+                .and_then(|runtime| {
+                    runtime.block_on(push_on_this_thread(addr, &path, n, connections, body))
+                });
+            let _ = done.send(pushed);
+        })?;
+    pushed.await.context("the pushers' thread")?
+}
+
+async fn push_on_this_thread(
     addr: SocketAddr,
     path: &str,
     n: u64,

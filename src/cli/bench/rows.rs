@@ -115,6 +115,11 @@ pub struct Cpu {
     /// measured, and for Redis Cluster).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scripts: Option<ScriptCalls>,
+    /// The bench process's own CPU a message where it made the load on this
+    /// machine (the single pushes: its pushers, and its Redis probe), which it
+    /// takes from what delayq and Redis can use.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bench: Option<f64>,
 }
 
 /// Script calls (`EVAL`, `EVALSHA`, `FCALL`) Redis ran during a phase, whoever made

@@ -251,13 +251,15 @@ fn tiny_suite_reports_every_scenario_with_nothing_lost() {
         check_measured(ingest[0]);
     }
     // Single pushes: every one answered 201 over the bench's own connections, each
-    // answer timed.
+    // answer timed, and what the pushers cost the bench process measured.
     for scenario in ["ingest-http", "ingest-http-ids-generated"] {
         let row = rows(&report, "delayq", scenario)[0];
         assert_eq!(row["tally"]["refused"], 0, "{row}");
         let request = &row["request_ms"];
         assert!(request["p50"].as_f64().is_some_and(|p| p > 0.0), "{row}");
         assert!(request["p50"].as_f64() <= request["max"].as_f64(), "{row}");
+        let bench = row["cpu_us_per_message"]["bench"].as_f64();
+        assert!(bench.is_some_and(|us| us > 0.0), "{row}");
     }
 
     // The catch-up: 2000 overdue at 1000/s while live traffic goes to another stream.

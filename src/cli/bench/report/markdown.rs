@@ -37,7 +37,10 @@ fn lateness<T: Cell>(q: Option<&Quantiles<T>>) -> String {
 
 fn cpu(m: &Measured) -> String {
     let c = &m.cpu_us_per_message;
-    let plain = format!("{} / {}", c.redis.cell(), c.process_us().cell());
+    let mut plain = format!("{} / {}", c.redis.cell(), c.process_us().cell());
+    if let Some(bench) = c.bench {
+        plain.push_str(&format!(", bench {}", bench.cell()));
+    }
     match &c.scripts {
         Some(s) => format!(
             "{plain} ({} × {} µs: {} commands, {} rest)",
@@ -442,5 +445,21 @@ mod tests {
             "1.20 1.31 1.40, 0% stolen",
         );
         check(load(&row("")), "1.20 1.31 1.40");
+    }
+
+    /// The CPU cell names the bench's own share where the row measured it; a row
+    /// without it (every other row, and results from before) reads as it did.
+    #[test]
+    fn the_cpu_cell_names_the_bench_share_where_measured() {
+        let row = |bench: &str| {
+            serde_json::from_str::<Measured>(&format!(
+                r#"{{"messages":1,"load_average":"1","throughput_per_sec":1,
+                "cpu_us_per_message":{{"redis":22.5,"delayq":23.7{bench}}},"redis_unresponsive_ms":1.0,
+                "redis_longest_event_ms":0,"tally":{{"delivered":1,"lost":0,"duplicated":0}}}}"#
+            ))
+            .unwrap()
+        };
+        check(cpu(&row(r#","bench":12.4"#)), "22.5 / 23.7, bench 12.4");
+        check(cpu(&row("")), "22.5 / 23.7");
     }
 }
