@@ -1,10 +1,12 @@
 //! The single pushes' load generator: keep-alive HTTP/1.1 connections, each a task
 //! of its own that takes the next message's number and posts it, one request at a
 //! time, over hyper's own client connection (no pool, no request builder, a body
-//! formatted straight into bytes), all on one thread's event loop. The bench's client shares the machine's cores
-//! with delayq and Redis, so what it costs is taken from what it measures: a
-//! general client (a connection pool, a JSON value built and serialized a request)
-//! took about 30 µs of CPU a push, about as much as delayq's own HTTP work.
+//! formatted straight into bytes), all on one thread's event loop. The bench's
+//! client shares the machine's cores with delayq and Redis, so what it costs is
+//! taken from what it measures: a general client (a connection pool, a JSON value
+//! built and serialized a request) took about 30 µs of CPU a push, about as much as
+//! delayq's own HTTP work; these connections on the bench's runtime 14–16 µs, on one
+//! thread of their own 12–13 (the rows report it as the bench's CPU).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -68,6 +70,7 @@ pub async fn push_all(
     pushed.await.context("the pushers' thread")?
 }
 
+/// [`push_all`]'s connections, on the current thread's runtime.
 async fn push_on_this_thread(
     addr: SocketAddr,
     path: &str,
