@@ -115,7 +115,7 @@ impl Bench {
         let secs = started.elapsed().as_secs_f64();
         let own = own
             .zip(measure::process_cpu_secs(std::process::id()))
-            .map(|(before, after)| ((after - before) * 1e7 / n as f64).round() / 10.0);
+            .map(|(before, after)| measure::per_message_us(after - before, n));
         let cpu = meter.stop(&mut conn, n).await?;
         let probe = probe.finish()?;
         drop(daemon);
