@@ -58,8 +58,8 @@ ELEMENT = (
     "  return score_bytes(score) .. string.char(#id) .. id .. msg.packed_fields\n",
 )
 REHASH_KEEP = (
-    "    id_hashes[id] = h\n",
-    "    id_hashes[id] = h\n    kept_hashes[id] = h\n",
+    "      id_hashes[id] = h\n",
+    "      id_hashes[id] = h\n      kept_hashes[id] = h\n",
 )
 REHASH_DECL = ("local id_hashes = {}\n", "local id_hashes = {}\nlocal kept_hashes = {}\n")
 REHASH_USE = (
@@ -72,7 +72,7 @@ AHEAD = (
 )
 COMPARE = ("    if not key_before(tail.score, tail.id, scores[i], ids[i]) then return false end\n", "")
 ENTRY = (
-    "    if redis.call('HSETNX', bucket, id, score) == 0 then",
+    "    if redis.call('HSETNX', bucket, id, int_text(score)) == 0 then",
     "    if false then",
 )
 ANSWER = ("\nreturn out\n", "\nreturn { 1 }\n")

@@ -353,7 +353,7 @@ local function send(id, body, msg, is_expired)
   for j = 1, #fields do args[n + j] = fields[j] end
   n = n + #fields
   if id_field ~= '' then args[n + 1] = id_field; args[n + 2] = id; n = n + 2 end
-  if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = attempt; n = n + 2 end
+  if attempt_field ~= '' then args[n + 1] = attempt_field; args[n + 2] = int_text(attempt); n = n + 2 end
   if msg.key then
     local field = key_fields[msg.stream] or key_field
     if field ~= '' then args[n + 1] = field; args[n + 2] = msg.key; n = n + 2 end

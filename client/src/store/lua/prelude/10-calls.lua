@@ -1,6 +1,6 @@
 -- 10-calls.lua: Redis commands built from lists of any length, lists grouped for
--- them, and which failed writes are a message's own fault. Gives chunked, CHUNK,
--- grouped, MAX_FIELD_VALUES, own_fault.
+-- them, integers as a command's text, and which failed writes are a message's own
+-- fault. Gives chunked, CHUNK, grouped, int_text, MAX_FIELD_VALUES, own_fault.
 
 -- Lua in Redis cannot unpack more than a few thousand values into one command (its C
 -- stack holds 8000), so a command built from a list of any length goes through
@@ -46,6 +46,25 @@ local function grouped(n, name, value)
     end
   end
   return lists, order
+end
+
+-- An integer as the text a command takes. A number handed to redis.call as it is
+-- becomes text through Redis's "%.17g" (about 0.8 µs for a score's 14 digits, 0.4
+-- for a small one, measured in one EVAL on Redis 7.0); "%d" takes a third of that,
+-- with the same digits for every integer a double holds exactly. The last one's text
+-- is kept (a call's messages mostly share a score, an attempt). Anything but a
+-- nonzero integer a double holds exactly (a fraction, -0, a string from a malformed
+-- body) is handed back as it is, for Redis to take as before.
+local int_text
+do
+  local last, last_text = 1, '1'
+  int_text = function(n)
+    if n ~= last then
+      if type(n) ~= 'number' or n % 1 ~= 0 or n == 0 or n >= 2 ^ 53 or n <= -2 ^ 53 then return n end
+      last, last_text = n, string.format('%d', n)
+    end
+    return last_text
+  end
 end
 
 -- The most values a stored message's field list may hold (field, value, ...). Ingest

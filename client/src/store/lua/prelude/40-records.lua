@@ -102,43 +102,46 @@ local AT_SLACK = 1000
 
 -- A record's parts as a compact record in the generation that starts at base. The
 -- last entry milliseconds seen and their text relative to a generation's start are
--- kept between calls (they depend on nothing else): a forward call's entries mostly
--- share their milliseconds, and a number's text costs a sprintf.
-local last_ms_text, last_base, last_ms, last_rel
-local function compact_record(p, base)
-  local entry, at, attempt = p[2], tonumber(p[3]), p[4]
-  local dash = entry ~= '' and string.find(entry, '-', 1, true)
-  local entry_ms, rel
-  if dash then
-    local ms_text = string.sub(entry, 1, dash - 1)
-    if ms_text == last_ms_text and base == last_base then
-      entry_ms, rel = last_ms, last_rel
-    else
-      entry_ms = tonumber(ms_text)
-      -- Past 2^53 a double no longer holds the id's milliseconds exactly (a stream
-      -- whose ids were set near 2^64 by hand): such an id is kept as its text.
-      if entry_ms and entry_ms >= 9007199254740992 then entry_ms = nil end
-      if entry_ms then
-        rel = tostring(entry_ms - base)
-        last_ms_text, last_base, last_ms, last_rel = ms_text, base, entry_ms, rel
+-- kept between calls, in a block (they depend on nothing else): a forward call's
+-- entries mostly share their milliseconds, and a number's text costs a sprintf.
+local compact_record
+do
+  local last_ms_text, last_base, last_ms, last_rel
+  compact_record = function(p, base)
+    local entry, at, attempt = p[2], tonumber(p[3]), p[4]
+    local dash = entry ~= '' and string.find(entry, '-', 1, true)
+    local entry_ms, rel
+    if dash then
+      local ms_text = string.sub(entry, 1, dash - 1)
+      if ms_text == last_ms_text and base == last_base then
+        entry_ms, rel = last_ms, last_rel
+      else
+        entry_ms = tonumber(ms_text)
+        -- Past 2^53 a double no longer holds the id's milliseconds exactly (a stream
+        -- whose ids were set near 2^64 by hand): such an id is kept as its text.
+        if entry_ms and entry_ms >= 9007199254740992 then entry_ms = nil end
+        if entry_ms then
+          rel = tostring(entry_ms - base)
+          last_ms_text, last_base, last_ms, last_rel = ms_text, base, entry_ms, rel
+        end
       end
     end
+    local rec
+    if entry_ms then
+      rec = STATE_CODES[p[1]] .. rel .. string.sub(entry, dash) .. '\n' .. p[5]
+    elseif entry ~= '' then
+      return record_lines(p)
+    else
+      rec = STATE_CODES[p[1]] .. '\n' .. p[5]
+    end
+    if entry_ms and at <= entry_ms and entry_ms - at <= AT_SLACK then at = '' else at = at - base end
+    if attempt == 1 or attempt == '1' then attempt = '' end
+    if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' or p[9] ~= '' then
+      rec = rec .. '\n' .. at .. '\n' .. attempt .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8]
+      if p[9] ~= '' then rec = rec .. '\n' .. p[9] end
+    end
+    return rec
   end
-  local rec
-  if entry_ms then
-    rec = STATE_CODES[p[1]] .. rel .. string.sub(entry, dash) .. '\n' .. p[5]
-  elseif entry ~= '' then
-    return record_lines(p)
-  else
-    rec = STATE_CODES[p[1]] .. '\n' .. p[5]
-  end
-  if entry_ms and at <= entry_ms and entry_ms - at <= AT_SLACK then at = '' else at = at - base end
-  if attempt == 1 or attempt == '1' then attempt = '' end
-  if at ~= '' or attempt ~= '' or p[6] ~= '' or p[7] ~= '' or p[8] ~= '' or p[9] ~= '' then
-    rec = rec .. '\n' .. at .. '\n' .. attempt .. '\n' .. p[6] .. '\n' .. p[7] .. '\n' .. p[8]
-    if p[9] ~= '' then rec = rec .. '\n' .. p[9] end
-  end
-  return rec
 end
 
 -- A stored record (compact, in the generation that starts at base, or in the hash
@@ -170,15 +173,26 @@ end
 local RECORD_LOAD = 40
 
 -- The first 32 bits of SHA-1 of an id, computed once a call (a push asks it for the
--- pending index and for every records generation).
+-- pending index and for every records generation). Its first eight hex digits are read
+-- as bytes through a table: a third less than cutting them out and parsing them
+-- (string.sub, tonumber), the same number.
 local id_hashes = {}
-local function record_hash(id)
-  local h = id_hashes[id]
-  if not h then
-    h = tonumber(string.sub(redis.sha1hex(id), 1, 8), 16)
-    id_hashes[id] = h
+local record_hash
+do
+  local hex_value = {}
+  for d = 0, 9 do hex_value[48 + d] = d end
+  for d = 0, 5 do hex_value[97 + d] = 10 + d end
+  record_hash = function(id)
+    local h = id_hashes[id]
+    if not h then
+      local c1, c2, c3, c4, c5, c6, c7, c8 = string.byte(redis.sha1hex(id), 1, 8)
+      local v = hex_value
+      h = ((((((v[c1] * 16 + v[c2]) * 16 + v[c3]) * 16 + v[c4]) * 16 + v[c5]) * 16 + v[c6]) * 16 + v[c7]) * 16
+        + v[c8]
+      id_hashes[id] = h
+    end
+    return h
   end
-  return h
 end
 
 -- The generations of a records key (see the format above), oldest first, read once a call.

@@ -172,7 +172,7 @@ local function index_put(P, ids, scores)
   for i, id in ipairs(ids) do
     if not taken_in[id] then
       adding = adding + 1
-      if placed_score(id) ~= scores[i] then writing[#writing + 1], values[#values + 1] = id, scores[i] end
+      if placed_score(id) ~= scores[i] then writing[#writing + 1], values[#values + 1] = id, int_text(scores[i]) end
     end
   end
   -- The buckets split by the messages counted, so that they keep room for entries.
@@ -364,7 +364,7 @@ local index_entry = {
     if placed_score(id) == score then return nil end
     local ix = P.ix
     local bucket = record_bucket(ix, record_hash(id))
-    if redis.call('HSETNX', bucket, id, score) == 0 then return tonumber(redis.call('HGET', bucket, id)) end
+    if redis.call('HSETNX', bucket, id, int_text(score)) == 0 then return tonumber(redis.call('HGET', bucket, id)) end
     ix.n = ix.n + 1
     P.entered[id] = true
     while ix.n > RECORD_LOAD * (2 ^ ix.k + ix.s) do
