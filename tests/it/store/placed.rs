@@ -81,6 +81,25 @@ async fn placed_ids_need_no_index_entry_and_are_found_moved_and_forwarded_once()
             "{answer:?}"
         );
     }
+    // And again with another due time: the index has no entry for them, so the push
+    // enters one, and the bucket its id names still finds it pending: a duplicate,
+    // whose entry is taken back.
+    let elsewhere: Vec<BatchItem> = later[50..100]
+        .iter()
+        .map(|item| {
+            let mut msg = item.msg.clone();
+            msg.due = Due::At(item.msg.due.as_ms() + 1000);
+            BatchItem::new(msg)
+        })
+        .collect();
+    for answer in store.schedule_many(&elsewhere, DAY, None).await {
+        assert!(
+            matches!(answer, Ok(Scheduled::Duplicate { .. })),
+            "{answer:?}"
+        );
+    }
+    assert_eq!(index_entries(&bare), 0, "every entry taken back");
+    assert_eq!(pending(&bare).await, 600);
     // Ids given by producers keep their entries beside them.
     let given: Vec<BatchItem> = (0..300)
         .map(|i| {

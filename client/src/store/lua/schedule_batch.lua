@@ -90,6 +90,11 @@ end
 local function admit_into(S, id, replace, stream, score)
   local entered
   if not replace and S.compact_only and not apart[stream] then entered = index_entry.enter(S.P, id, score) end
+  -- New to the index of a shard whose messages are all in the compact layout, and an
+  -- id that names no score (a message under such an id may be pending with no
+  -- entry): it is not pending, and only a record can be in its way. admit's answer
+  -- for most pushes, without its lookups.
+  if entered == true and not placed_score(id) and not find_record(S.keys[3], id) then return 'scheduled' end
   local indexed = entered
   if entered == true then indexed = false end
   local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, indexed)
