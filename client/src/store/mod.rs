@@ -33,8 +33,6 @@ mod outcome;
 mod packed_bodies;
 #[cfg(test)]
 mod placed_ids;
-#[cfg(test)]
-mod prelude_shortcuts;
 mod push_args;
 mod reply;
 mod rights;

@@ -479,6 +479,9 @@ pub(super) fn prelude_lab(
 }
 
 #[cfg(test)]
+mod prelude_shortcuts;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 

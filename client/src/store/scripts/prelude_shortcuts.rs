@@ -18,7 +18,7 @@ for i = 1, #ARGV do
 end
 return out
 "#;
-    let (_redis, conn, sha) = super::scripts::prelude_lab(script);
+    let (_redis, conn, sha) = super::prelude_lab(script);
     let mut runner = proptest::test_runner::TestRunner::default();
     runner
         .run(
@@ -57,7 +57,7 @@ for i = 1, #ARGV do
 end
 return out
 "#;
-    let (_redis, conn, sha) = super::scripts::prelude_lab(script);
+    let (_redis, conn, sha) = super::prelude_lab(script);
     const EDGES: [&str; 17] = [
         "0",
         "1",
