@@ -17,6 +17,7 @@ Redis in each version. BASE must take the working tree's push and forward argume
 Only Python's standard library and git; no delayq process is involved.
 """
 
+import os
 import statistics
 import subprocess
 import sys
@@ -28,7 +29,7 @@ import script_cost as sc
 
 def forward_of(revision):
     if revision is None:
-        return open(sc.os.path.join(sc.LUA, "forward.lua")).read()
+        return open(os.path.join(sc.LUA, "forward.lua")).read()
     return subprocess.run(["git", "-C", sc.ROOT, "show", "%s:client/src/store/lua/forward.lua" % revision],
                           check=True, capture_output=True, text=True).stdout
 

@@ -475,7 +475,8 @@ fn journaled_takes_true_or_false_and_refuses_the_rest() {
 }
 
 /// The bench's Python scripts load the working tree's Lua themselves: a small run of
-/// each that needs no git revision still gets through its calls.
+/// each still gets through its calls (those that compare a git revision with the
+/// working tree, against HEAD).
 #[test]
 fn the_lua_bench_scripts_run_against_the_working_tree() {
     for (script, args, says) in [
@@ -504,6 +505,17 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
         ),
         // Its levers find the text they change, or it stops.
         ("levers.py", &["random", "20", "1"][..], "all      as it is"),
+        // These two compare a revision with the working tree: here HEAD's.
+        (
+            "script_ab.py",
+            &["HEAD", "arrival", "20", "2", "1"][..],
+            "working tree",
+        ),
+        (
+            "forward_ab.py",
+            &["HEAD", "200", "1", "1000"][..],
+            "working tree",
+        ),
         (
             "replay_cost.py",
             &["1000", "0.3", "1"][..],

@@ -90,10 +90,10 @@ end
 local function admit_into(S, id, replace, stream, score)
   local entered
   if not replace and S.compact_only and not apart[stream] then entered = index_entry.enter(S.P, id, score) end
-  -- New to the index of a shard whose messages are all in the compact layout, and an
-  -- id that names no score (a message under such an id may be pending with no
-  -- entry): it is not pending, and only a record can be in its way. admit's answer
-  -- for most pushes, without its lookups.
+  -- New to the index of a shard whose messages are all in the compact layout, under
+  -- an id that names no score (one that names its message's score has no entry, so
+  -- the index cannot vouch for it): not pending, and only a record can be in its
+  -- way. admit's answer for most pushes, without its lookups.
   if entered == true and not placed_score(id) and not find_record(S.keys[3], id) then return 'scheduled' end
   local indexed = entered
   if entered == true then indexed = false end
