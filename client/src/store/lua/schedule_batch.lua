@@ -93,11 +93,16 @@ local function admit_into(S, id, replace, stream, score)
   -- New to the index of a shard whose messages are all in the compact layout, under
   -- an id that names no score (one that names its message's score has no entry, so
   -- the index cannot vouch for it): not pending, and only a record can be in its
-  -- way. admit's answer for most pushes, without its lookups.
-  if entered == true and not placed_score(id) and not find_record(S.keys[3], id) then return 'scheduled' end
+  -- way. admit's answer for most pushes, without its lookups; one with a record goes
+  -- on to admit with it.
+  local rec
+  if entered == true and not placed_score(id) then
+    rec = find_record(S.keys[3], id) or false
+    if not rec then return 'scheduled' end
+  end
   local indexed = entered
   if entered == true then indexed = false end
-  local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, indexed)
+  local status, at, state, record_in_way, held_in, where = admit(S.keys, id, replace, indexed, rec)
   if entered == true and status == 'duplicate' then index_entry.take_back(S.P, id) end
   if record_in_way then S.in_way[#S.in_way + 1] = id end
   if held_in then S.unholds[#S.unholds + 1] = { held_in, id } end

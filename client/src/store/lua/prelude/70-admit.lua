@@ -6,12 +6,13 @@
 -- pending message it replaces the caller's to remove (pending_remove, then unhold).
 -- keys: { due set, bodies, records, records by expiry }. indexed: what the caller
 -- found in the index already (index_entry.enter): false for no entry, or the score
--- of id's entry; nil to look.
+-- of id's entry; nil to look. rec: id's record (as find_record gives it, false for
+-- none) if the caller has looked it up already; nil to look.
 -- returns: "scheduled" | "replaced", nil, nil, record_in_way, held_stream, where (the
 --          id may be stored; held_stream: the stream whose held set has it; where: the
 --          pending message it replaces, as pending_find gives it)
 --        | "duplicate", due (0 if no longer scheduled), state
-local function admit(keys, id, replace, indexed)
+local function admit(keys, id, replace, indexed, rec)
   local P = pending_of(keys[1], keys[2], keys[3])
   local existing, held_in = nil, nil
   -- A duplicate in the compact layout is answered from the index alone.
@@ -31,7 +32,7 @@ local function admit(keys, id, replace, indexed)
     return 'duplicate', math.floor(tonumber(existing) / 10), 'scheduled'
   end
   local replaced = where ~= nil
-  local rec = find_record(keys[3], id) or false
+  if rec == nil then rec = find_record(keys[3], id) or false end
   if rec then
     -- A cancelled id may be pushed again as new; a delivered, expired or dead one only with replace.
     if rec.state ~= 'cancelled' then
