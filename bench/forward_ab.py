@@ -17,21 +17,12 @@ Redis in each version. BASE must take the working tree's push and forward argume
 Only Python's standard library and git; no delayq process is involved.
 """
 
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import script_ab
 import script_cost as sc
-
-
-def forward_of(revision):
-    if revision is None:
-        return open(os.path.join(sc.LUA, "forward.lua")).read()
-    return subprocess.run(["git", "-C", sc.ROOT, "show", "%s:client/src/store/lua/forward.lua" % revision],
-                          check=True, capture_output=True, text=True).stdout
 
 
 def main():
@@ -41,11 +32,11 @@ def main():
     batch = int(sys.argv[2]) if len(sys.argv) > 2 else 200
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 10
     n = int(sys.argv[4]) if len(sys.argv) > 4 else 10_000
-    versions = {"base": (script_ab.scripts(base), forward_of(base)),
-                "tree": (script_ab.scripts(None), forward_of(None))}
+    versions = {tag: script_ab.scripts(revision, "schedule_batch.lua", "forward.lua")
+                for tag, revision in (("base", base), ("tree", None))}
 
     def work(r):
-        for tag, ((prelude, schedule), forward) in versions.items():
+        for tag, (prelude, schedule, forward) in versions.items():
             sc.load_library(r, "fab_" + tag, prelude, {"push_" + tag: schedule, "fwd_" + tag: forward})
         args = sc.forward_args(batch, 86_400_000)
         cost = {tag: [] for tag in versions}

@@ -46,10 +46,12 @@ def ulid(ms, rand):
     return "".join(B32[(v >> (5 * (25 - i))) & 31] for i in range(26))
 
 
-def scripts(revision):
-    """(prelude, schedule_batch.lua) of `revision`, or of the working tree for None."""
+def scripts(revision, *names):
+    """(prelude, the script of each name, schedule_batch.lua when none is named) of
+    `revision`, or of the working tree for None."""
+    names = names or ("schedule_batch.lua",)
     if revision is None:
-        return sc.prelude_text(), open(os.path.join(sc.LUA, "schedule_batch.lua")).read()
+        return (sc.prelude_text(),) + tuple(open(os.path.join(sc.LUA, n)).read() for n in names)
 
     def show(path):
         return subprocess.run(["git", "-C", sc.ROOT, "show", "%s:%s" % (revision, path)],
@@ -68,7 +70,7 @@ def scripts(revision):
                             for n in sorted(parts.stdout.split()) if n.endswith(".lua"))
     else:
         prelude = show(lua + "/prelude.lua")
-    return prelude, show(lua + "/schedule_batch.lua")
+    return (prelude,) + tuple(show(lua + "/" + n) for n in names)
 
 
 def calls(tag, order, per_call, shards, ms, serial, mode="new", packed=True, shaped=None, flat=False):
