@@ -49,13 +49,18 @@ import script_cost as sc
 # Each lever: (replacements in the prelude, in schedule_batch.lua, whether the calls
 # carry the ids' hashes, whether they come in order).
 HASH_KEPT = (
-    "    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)\n",
-    "    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)\n"
-    "    if msg.key then id_hashes[id] = tonumber(msg.key, 16); msg.key = nil end\n",
+    "    local S, id = context.S, ARGV[i + 1]\n",
+    "    local S, id = context.S, ARGV[i + 1]\n"
+    "    if ARGV[i + 3] ~= '' then id_hashes[id] = tonumber(ARGV[i + 3], 16) end\n",
+)
+HASH_KEY_IGNORED = (
+    "context.plain and S.compact_only and ARGV[i + 3] == '' and",
+    "context.plain and S.compact_only and",
 )
 ELEMENT = (
-    "  return compact_body(msg, score_bytes(score), string.char(#id), id)\n",
-    "  return score_bytes(score) .. string.char(#id) .. id .. msg.packed_fields\n",
+    "        S.msg[k] = new_body(context.stream, ARGV[i + 4], context.priority, now, expire_at, score_bytes(score),\n"
+    "          string.char(#id), id)\n",
+    "        S.msg[k] = score_bytes(score) .. string.char(#id) .. id .. ARGV[i + 4]\n",
 )
 REHASH_KEEP = (
     "      id_hashes[id] = h\n",
@@ -78,15 +83,15 @@ ENTRY = (
 ANSWER = ("\nreturn out\n", "\nreturn { 1 }\n")
 
 LEVERS = {
-    "hash": ([], [HASH_KEPT], True, False),
+    "hash": ([], [HASH_KEPT, HASH_KEY_IGNORED], True, False),
     "order": ([], [], False, True),
-    "element": ([ELEMENT], [], False, False),
+    "element": ([], [ELEMENT], False, False),
     "rehash": ([REHASH_DECL, REHASH_KEEP, REHASH_USE], [], False, False),
     "ahead": ([AHEAD], [], False, False),
     "compare": ([COMPARE], [], False, False),
     "entry": ([ENTRY], [], False, False),
     "answer": ([], [ANSWER], False, False),
-    "all": ([ELEMENT, AHEAD], [HASH_KEPT], True, True),
+    "all": ([AHEAD], [HASH_KEPT, HASH_KEY_IGNORED, ELEMENT], True, True),
 }
 
 

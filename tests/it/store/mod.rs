@@ -23,6 +23,7 @@ mod index;
 mod keys;
 mod limits;
 mod marker;
+mod mixed;
 mod pending;
 mod placed;
 mod records;

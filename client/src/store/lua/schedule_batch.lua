@@ -66,7 +66,9 @@ end
 -- A shard's part of the call, set up when its first message comes. Bodies and scores
 -- are written once for the whole call, so messages stored earlier in this call are
 -- tracked here, in arrays by slot (order[k] is the id in slot k): a repeated id is a
--- duplicate of its earlier self, or replaces it. before: the shard's earliest score
+-- duplicate of its earlier self, or replaces it. msg[k] is the message's table, or
+-- its compact element (a string) for one of the common kind (see admit_all); keyed:
+-- whether a message of the call has a business key. before: the shard's earliest score
 -- before the call, asked only when the hash layout is in play: in the compact layout
 -- alone, the insertions tell whether a message went ahead of all (P.new_first).
 local function part_of(g)
@@ -111,13 +113,66 @@ local function admit_into(S, id, replace, stream, score)
 end
 
 local out, n_out, acks = {}, 0, {}
+
+-- Admits the message at ARGV[i] (its record, after its context and inbox entry:
+-- read_new_message's) of the call's context, its inbox entry `entry` ("" = none), and
+-- records its outcome. status, at, state: its admission's answer, when admit_into
+-- gave one already (a duplicate). Returns the index of the next message's record.
+local function admit_message(S, context, entry, i, status, at, state)
+  local mode = context.mode
+  local replace = mode == 'replace'
+  local id, due_value, msg
+  id, due_value, msg, i = read_new_message(ARGV, i, context)
+  local due, too_far = resolve_due(context.due_kind, due_value, max_delay, now)
+  local k = S.slot[id]
+  if status then
+    -- answered already
+  elseif not due then
+    status, at, state = 'too_far', 0, too_far
+  elseif k and not replace then
+    status, at, state = 'duplicate', S.due[k], 'scheduled'
+  else
+    local score = score_of(due, msg.priority)
+    if k then
+      status = 'replaced'
+      -- Its earlier self's entry goes: index_put enters it again at its new score.
+      if S.P.entered[id] then index_entry.take_back(S.P, id) end
+    elseif mode == 'fresh' then
+      status = 'scheduled'
+    else
+      status, at, state = admit_into(S, id, replace, msg.stream, score)
+    end
+    if status ~= 'duplicate' then
+      if not k then
+        k = #S.order + 1
+        S.order[k], S.slot[id] = id, k
+      end
+      S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, context.ttl, due, now)
+      if msg.key then S.keyed = true end
+      at, state = due, ''
+    end
+  end
+  if status == 'scheduled' then
+    out[n_out + 1] = at
+    n_out = n_out + 1
+  else
+    out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
+    n_out = n_out + 3
+  end
+  if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+  return i
+end
+
 local function admit_all()
   local contexts, i = {}, 8 + n_apart
   local n_contexts = tonumber(ARGV[i])
   for c = 1, n_contexts do
     local b = i + 6 * (c - 1)
-    contexts[tostring(c)] = { mode = ARGV[b + 1], g = tonumber(ARGV[b + 2]), due_kind = ARGV[b + 3],
+    local context = { mode = ARGV[b + 1], g = tonumber(ARGV[b + 2]), due_kind = ARGV[b + 3],
       priority = tonumber(ARGV[b + 4]), ttl = tonumber(ARGV[b + 5]), stream = ARGV[b + 6] }
+    -- plain: its messages may be of the common kind (below); S: its shard's part.
+    context.plain = (context.mode == 'new' or context.mode == 'fresh') and not apart[context.stream]
+    contexts[tostring(c)] = context
   end
   i = i + 1 + 6 * n_contexts
   local with_entry = inbox ~= ''
@@ -131,47 +186,40 @@ local function admit_all()
       entry = ARGV[i + 1]
       i = i + 1
     end
-    local mode = context.mode
-    local replace = mode == 'replace'
-    local S = part_of(context.g)
-    local id, due_value, msg
-    id, due_value, msg, i = read_new_message(ARGV, i + 1, context)
-
-    local due, too_far = resolve_due(context.due_kind, due_value, max_delay, now)
-    local k = S.slot[id]
+    -- Most messages are of the common kind: new (or fresh), without a business key,
+    -- not yet in the call, due within max_delay, bound for a shard whose messages are
+    -- all in the compact layout and for a stream not kept apart. One that admission
+    -- takes as new is stored as admit_message would store it, but its element is made
+    -- from its values (new_body) instead of a table. Every other goes to admit_message.
+    local S, id = context.S, ARGV[i + 1]
+    if not S then
+      S = part_of(context.g)
+      context.S = S
+    end
+    local due = context.plain and S.compact_only and ARGV[i + 3] == '' and not S.slot[id]
+      and resolve_due(context.due_kind, ARGV[i + 2], max_delay, now)
     local status, at, state
-    if not due then
-      status, at, state = 'too_far', 0, too_far
-    elseif k and not replace then
-      status, at, state = 'duplicate', S.due[k], 'scheduled'
-    else
-      local score = score_of(due, msg.priority)
-      if k then
-        status = 'replaced'
-        -- Its earlier self's entry goes: index_put enters it again at its new score.
-        if S.P.entered[id] then index_entry.take_back(S.P, id) end
-      elseif mode == 'fresh' then
+    if due then
+      local score = score_of(due, context.priority)
+      if context.mode == 'fresh' then
         status = 'scheduled'
       else
-        status, at, state = admit_into(S, id, replace, msg.stream, score)
+        status, at, state = admit_into(S, id, false, context.stream, score)
       end
-      if status ~= 'duplicate' then
-        if not k then
-          k = #S.order + 1
-          S.order[k], S.slot[id] = id, k
-        end
-        S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, context.ttl, due, now)
-        at, state = due, ''
+      if status == 'scheduled' then
+        local k = #S.order + 1
+        S.order[k], S.slot[id], S.due[k], S.score[k] = id, k, due, score
+        local expire_at = 0
+        if context.ttl > 0 then expire_at = due + context.ttl end
+        S.msg[k] = new_body(context.stream, ARGV[i + 4], context.priority, now, expire_at, score_bytes(score),
+          string.char(#id), id)
+        out[n_out + 1] = due
+        n_out = n_out + 1
+        if entry ~= '' then acks[#acks + 1] = entry end
+        i = i + 5
       end
     end
-    if status == 'scheduled' then
-      out[n_out + 1] = at
-      n_out = n_out + 1
-    else
-      out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
-      n_out = n_out + 3
-    end
-    if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+    if status ~= 'scheduled' then i = admit_message(S, context, entry, i + 1, status, at, state) end
   end
 end
 
@@ -198,16 +246,19 @@ for _, S in ipairs(shards) do
       pending_remove(S.P, r[1], r[2])
     end
     local keyed = {}
-    for k, id in ipairs(S.order) do
-      local key = S.msg[k].key
-      if key then keyed[#keyed + 1] = { key, S.msg[k].stream, id } end
+    if S.keyed then
+      for k, id in ipairs(S.order) do
+        local msg = S.msg[k]
+        if type(msg) == 'table' and msg.key then keyed[#keyed + 1] = { msg.key, msg.stream, id } end
+      end
     end
     for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
     if n_apart > 0 then
       -- The messages kept apart go to their held sets; the rest stay in S, in order.
       local o, sc, m, ao, asc, am = {}, {}, {}, {}, {}, {}
       for k, id in ipairs(S.order) do
-        if apart[S.msg[k].stream] then
+        local msg = S.msg[k]
+        if type(msg) == 'table' and apart[msg.stream] then
           ao[#ao + 1], asc[#asc + 1], am[#am + 1] = id, S.score[k], S.msg[k]
         else
           o[#o + 1], sc[#sc + 1], m[#m + 1] = id, S.score[k], S.msg[k]

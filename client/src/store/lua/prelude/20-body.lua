@@ -195,20 +195,25 @@ end
 -- before its fields the format and its stream, after them its due time (false),
 -- priority, created, attempt and expiry. The same bytes as encode_body's
 -- (store::packed_bodies checks both in Redis), without its walk of the schema.
-local compact_body
+-- new_body: the same of a new message given as its values (no table), which a push
+-- stores most messages as.
+local compact_body, new_body
 do
   local stream, head, priority, created, expire_at, tail
+  new_body = function(s, packed, p, c, e, score, id_len, id)
+    if s ~= stream then stream, head = s, cmsgpack.pack(BODY_FORMAT, s) end
+    if p ~= priority or c ~= created or e ~= expire_at then
+      priority, created, expire_at = p, c, e
+      tail = cmsgpack.pack(false, p, c, 1, e)
+    end
+    -- '\152': an array of eight elements.
+    if score then return score .. id_len .. id .. '\152' .. head .. packed .. tail end
+    return '\152' .. head .. packed .. tail
+  end
   compact_body = function(msg, score, id_len, id)
     if msg.packed_fields and msg.attempt == 1 and msg.expire_at and msg.key == nil
         and msg.first_delivered == nil and msg.reason == nil then
-      if msg.stream ~= stream then stream, head = msg.stream, cmsgpack.pack(BODY_FORMAT, msg.stream) end
-      if msg.priority ~= priority or msg.created ~= created or msg.expire_at ~= expire_at then
-        priority, created, expire_at = msg.priority, msg.created, msg.expire_at
-        tail = cmsgpack.pack(false, priority, created, 1, expire_at)
-      end
-      -- '\152': an array of eight elements.
-      if score then return score .. id_len .. id .. '\152' .. head .. msg.packed_fields .. tail end
-      return '\152' .. head .. msg.packed_fields .. tail
+      return new_body(msg.stream, msg.packed_fields, msg.priority, msg.created, msg.expire_at, score, id_len, id)
     end
     local due = msg.due
     msg.due = nil

@@ -79,8 +79,9 @@ local function elem_parts(e)
 end
 
 -- A message table as its compact element: score, id and compact body, made in one
--- piece (see compact_body).
+-- piece (see compact_body); an element already made (a string) as it is.
 local function compact_elem(score, id, msg)
+  if type(msg) == 'string' then return msg end
   return compact_body(msg, score_bytes(score), string.char(#id), id)
 end
 
@@ -421,8 +422,9 @@ local function pending_remove(P, id, where)
 end
 
 -- Stores messages (none of them pending) in the layout named: ids[i], scores[i],
--- msgs[i] (message tables, the schema's names); those index_entry.enter took in have
--- their index entries already.
+-- msgs[i] (message tables, the schema's names; in the compact layout, a message's
+-- element already made, a string, too); those index_entry.enter took in have their
+-- index entries already.
 local function pending_add(P, layout, ids, scores, msgs)
   if #ids == 0 then return end
   if layout == 'hash' then
