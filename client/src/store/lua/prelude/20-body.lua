@@ -1,6 +1,6 @@
 -- 20-body.lua: a stored message's body and fields. Gives body_fields (the schema),
--- decode_body, encode_body, body_stream, compact_body, full_body, body_values and
--- split_own_fields.
+-- decode_body, encode_body, body_stream, compact_body, new_body, full_body,
+-- body_values and split_own_fields.
 --
 -- Message body (a shard's bodies hash, field = id): a cmsgpack array, laid out by
 --   body_fields below, the one place that says which position holds which field.
