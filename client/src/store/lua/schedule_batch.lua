@@ -67,10 +67,10 @@ end
 -- are written once for the whole call, so messages stored earlier in this call are
 -- tracked here, in arrays by slot (order[k] is the id in slot k): a repeated id is a
 -- duplicate of its earlier self, or replaces it. msg[k] is the message's table, or
--- its compact element (a string) for one of the common kind (see admit_all); keyed:
--- whether a message of the call has a business key. before: the shard's earliest score
--- before the call, asked only when the hash layout is in play: in the compact layout
--- alone, the insertions tell whether a message went ahead of all (P.new_first).
+-- its compact element (a string) for one of the common kind (see admit_all). before:
+-- the shard's earliest score before the call, asked only when the hash layout is in
+-- play: in the compact layout alone, the insertions tell whether a message went ahead
+-- of all (P.new_first).
 local function part_of(g)
   local S = shards[g]
   if not S then error('schedule_batch: a message names shard ' .. tostring(g) .. ' of ' .. #shards) end
@@ -148,7 +148,6 @@ local function admit_message(S, context, entry, i, status, at, state)
         S.order[k], S.slot[id] = id, k
       end
       S.due[k], S.score[k], S.msg[k] = due, score, new_msg(msg, context.ttl, due, now)
-      if msg.key then S.keyed = true end
       at, state = due, ''
     end
   end
@@ -246,11 +245,10 @@ for _, S in ipairs(shards) do
       pending_remove(S.P, r[1], r[2])
     end
     local keyed = {}
-    if S.keyed then
-      for k, id in ipairs(S.order) do
-        local msg = S.msg[k]
-        if type(msg) == 'table' and msg.key then keyed[#keyed + 1] = { msg.key, msg.stream, id } end
-      end
+    for k, id in ipairs(S.order) do
+      -- (A message stored as its element has no key.)
+      local msg = S.msg[k]
+      if type(msg) == 'table' and msg.key then keyed[#keyed + 1] = { msg.key, msg.stream, id } end
     end
     for _, h in ipairs(S.unholds) do unhold(S.held, h[1], h[2]) end
     if n_apart > 0 then
