@@ -52,6 +52,17 @@ pub(super) fn check_with(
     }
 }
 
+/// The messages of business key `key` on `stream`, as `id:state`, by id.
+pub(super) async fn key_listing(store: &Store, stream: &str, key: &MessageKey) -> String {
+    let mut found = store.key_messages(stream, key).await.unwrap();
+    found.sort_by(|a, b| a.id.cmp(&b.id));
+    let shown: Vec<String> = found
+        .iter()
+        .map(|m| format!("{}:{}", m.id, m.state.as_str()))
+        .collect();
+    shown.join(" ")
+}
+
 async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Location<'_>) {
     let mut current = bare.store.clone();
     let mut conn = bare.redis.client();
@@ -175,13 +186,7 @@ async fn run_steps(bare: &Bare, steps: &[(&str, &str)], caller: &std::panic::Loc
                     .and_then(|w| w.strip_prefix("to="))
                     .unwrap_or(STREAM);
                 if words[0] == "key" {
-                    let mut found = store.key_messages(stream, &key).await.unwrap();
-                    found.sort_by(|a, b| a.id.cmp(&b.id));
-                    let shown: Vec<String> = found
-                        .iter()
-                        .map(|m| format!("{}:{}", m.id, m.state.as_str()))
-                        .collect();
-                    shown.join(" ")
+                    key_listing(store, stream, &key).await
                 } else {
                     let done = store
                         .cancel_key(stream, &key, options.retention)

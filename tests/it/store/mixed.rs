@@ -16,6 +16,7 @@ use delayq_client::store::{BatchItem, ScheduleMode, Status, Store};
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
+use super::cases::key_listing;
 use crate::support::{Bare, redis_cases};
 
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -60,9 +61,14 @@ fn cases() -> impl Strategy<Value = (Vec<Before>, Vec<Item>)> {
     )
 }
 
+/// Pool id `n` of case `case`.
+fn id(case: usize, n: usize) -> MessageId {
+    MessageId::parse(&format!("c{case}-{n}")).unwrap()
+}
+
 fn message(case: usize, n: usize, key: Option<u8>, due: u64, priority: u8) -> NewMessage {
     NewMessage {
-        id: MessageId::parse(&format!("c{case}-{n}")).unwrap(),
+        id: id(case, n),
         stream: STREAM.into(),
         fields: vec![("n".into(), format!("{n}-{due}-{priority}"))],
         due: Due::At(due),
@@ -92,10 +98,7 @@ async fn run(bare: &Bare, case: usize, before: &[Before], items: &[Item]) -> Vec
             .await
             .unwrap();
         if let Before::Cancelled = state {
-            store
-                .cancel(&message(case, n, None, due, 0).id, options.retention)
-                .await
-                .unwrap();
+            store.cancel(&id(case, n), options.retention).await.unwrap();
         }
     }
     for shard in 0..store.shards() {
@@ -131,7 +134,7 @@ async fn run(bare: &Bare, case: usize, before: &[Before], items: &[Item]) -> Vec
         })
         .collect();
     for n in 0..POOL {
-        let id = message(case, n, None, 0, 0).id;
+        let id = id(case, n);
         seen.push(match store.get(&id).await.unwrap() {
             Status::Scheduled(mut stored) => {
                 stored.created_ms = 0;
@@ -143,13 +146,7 @@ async fn run(bare: &Bare, case: usize, before: &[Before], items: &[Item]) -> Vec
     }
     for k in 0..2 {
         let key = MessageKey::parse(&format!("c{case}-k{k}")).unwrap();
-        let mut found = store.key_messages(STREAM, &key).await.unwrap();
-        found.sort_by(|a, b| a.id.cmp(&b.id));
-        let shown: Vec<String> = found
-            .iter()
-            .map(|m| format!("{}:{}", m.id, m.state.as_str()))
-            .collect();
-        seen.push(format!("{key}: {}", shown.join(" ")));
+        seen.push(format!("{key}: {}", key_listing(store, STREAM, &key).await));
     }
     seen
 }
