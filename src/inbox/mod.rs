@@ -46,12 +46,13 @@ use crate::config::{Config, InboxConfig};
 use crate::message::{Due, MessageId, MessageKey, NewMessage, parse_duration_field};
 use crate::metrics as m;
 use crate::store::{
-    BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxReader, Rejection,
-    ScheduleMode, Scheduled, Store, StoreError,
+    BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxRead, InboxReader,
+    MAX_PER_CALL, Rejection, ScheduleMode, Scheduled, Store, StoreError,
 };
 
 mod entry;
 mod isolate;
+mod whole;
 
 pub use entry::parse_entry;
 use entry::*;
@@ -178,10 +179,15 @@ impl Worker {
         count: &mut usize,
         suspect: &mut Option<String>,
     ) -> Result<(), StoreError> {
-        let mut reader = self
-            .store
-            .inbox_reader(&self.queue, &self.config().node_id)
-            .await?;
+        let node = self.config().node_id.clone();
+        let mut reader = self.store.inbox_reader(&self.queue, &node).await?;
+        // Marked reads an earlier life left unfinished go entry by entry, as its
+        // other leftovers do.
+        for read in reader.own_reads().await? {
+            self.store
+                .release_inbox_read(&self.queue, &read, &node, 0, Duration::ZERO)
+                .await?;
+        }
         let batch = self.inbox.batch_size;
         let grow = |count: &mut usize| *count = (*count * 2).min(batch);
         // What this consumer held before (a restart under the same node id), page by
@@ -220,6 +226,7 @@ impl Worker {
             .clamp(Duration::from_millis(50), Duration::from_secs(10));
         let block = reclaim_every.min(MAX_BLOCK);
         let mut next_reclaim = Instant::now();
+        let mut marked = false;
         // Batches being scheduled while the next one is read, so Redis is not left idle
         // while this process parses; one ends in error only when cancelled while it
         // waits to retry, its entries still pending for the next start.
@@ -240,25 +247,38 @@ impl Worker {
                 }
                 if Instant::now() >= next_reclaim {
                     self.reclaim(&mut reader, cancel).await?;
+                    marked = self.reads_marked(&mut reader, marked).await?;
                     next_reclaim = Instant::now() + reclaim_every;
                 }
                 // Never abandoned half-way (not even for cancellation): entries a read
                 // returns are pending for this consumer and must be handled. The
                 // batches in flight go on meanwhile.
-                let read = reader.next(*count, block);
+                let asked = *count;
+                let reader = &mut reader;
+                let read = async move {
+                    if marked {
+                        reader.next_marked(asked, block).await
+                    } else {
+                        let entries = reader.next(asked, block).await?;
+                        Ok(InboxRead {
+                            entries,
+                            marked: None,
+                        })
+                    }
+                };
                 tokio::pin!(read);
-                let entries = loop {
+                let read = loop {
                     tokio::select! {
-                        entries = &mut read => {
-                            let entries = entries?;
+                        read = &mut read => {
+                            let read = read?;
                             grow(count);
-                            break entries;
+                            break read;
                         }
                         Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
                     }
                 };
-                if !entries.is_empty() {
-                    in_flight.push(async move { self.handle(&entries, None, cancel).await });
+                if !read.entries.is_empty() || read.marked.is_some() {
+                    in_flight.push(async move { self.handle_read(read, cancel).await });
                 }
             }
         }
@@ -430,6 +450,7 @@ impl Worker {
         let ack = Some(InboxAck {
             stream: &self.queue.stream,
             group: &self.queue.group,
+            read: None,
         });
         let max_delay = self.config().api.limits.max_delay;
         let came = &crate::journal::Came::node("inbox", &self.config().node_id);

@@ -20,7 +20,7 @@ use crate::message::NewMessage;
 
 /// Most messages in one script call: bounds how long one call holds Redis (and
 /// stays clear of Lua's limit on unpacked values).
-const MAX_PER_CALL: usize = 1000;
+pub const MAX_PER_CALL: usize = 1000;
 
 /// One message of a batch.
 #[derive(Clone, Debug)]
@@ -48,6 +48,9 @@ impl BatchItem {
 pub struct InboxAck<'a> {
     pub stream: &'a str,
     pub group: &'a str,
+    /// The marked read (its consumer) the batch stores whole, settled by the same
+    /// call instead of each entry acknowledged (standalone Redis, one call).
+    pub read: Option<&'a str>,
 }
 
 /// Single pushes waiting for the call in flight of their lane: one lane on
@@ -286,6 +289,12 @@ impl Store {
             })
             .collect();
         let plans = plan_calls(&by_shard, self.is_cluster());
+        if ack.is_some_and(|a| a.read.is_some()) && (self.is_cluster() || plans.len() > 1) {
+            let e = StoreError::Reply(format!(
+                "a marked inbox read is stored in one call of at most {MAX_PER_CALL} messages, on standalone Redis"
+            ));
+            return items.iter().map(|_| Err(e.clone())).collect();
+        }
         let calls = plans.iter().map(|plan| {
             let messages = &messages;
             async move {
@@ -389,7 +398,10 @@ impl Store {
             .arg(max_delay.as_millis() as u64)
             .arg(self.keys.wake_channel())
             .arg(ack.map_or("", |a| a.stream))
-            .arg(ack.map_or("", |a| a.group))
+            .arg(ack.map_or(String::new(), |a| match a.read {
+                Some(read) => format!("{}\n{read}", a.group),
+                None => a.group.to_owned(),
+            }))
             .arg(self.pending_layout.script_arg());
         let apart = self.kept_apart();
         inv.arg(apart.len());

@@ -171,10 +171,15 @@ pub struct InboxStats {
 /// One consumer's reads of the inbox, on a connection of its own: `next` blocks,
 /// which must never happen on the shared connection.
 pub struct InboxReader {
-    conn: Separate,
-    queue: InboxQueue,
-    consumer: String,
-    timeout: Duration,
+    pub(super) conn: Separate,
+    pub(super) queue: InboxQueue,
+    pub(super) consumer: String,
+    pub(super) timeout: Duration,
+    /// For the scripts of the takeover and of marked reads.
+    pub(super) store: Store,
+    /// The group's last delivered id as this reader last saw it: where its next
+    /// marked read starts (see `inbox_read`).
+    pub(super) cursor: Option<String>,
 }
 
 impl Store {
@@ -193,6 +198,8 @@ impl Store {
             queue: queue.clone(),
             consumer: consumer.to_owned(),
             timeout: self.response_timeout,
+            store: self.clone(),
+            cursor: None,
         })
     }
 
@@ -407,31 +414,51 @@ impl InboxReader {
             .collect())
     }
 
-    /// Takes over up to `count` entries that other consumers (instances that died)
-    /// left unacknowledged for at least `min_idle`, scanning the pending list from
-    /// `cursor` ("0-0" to start). Returns the next cursor ("0-0" when the scan is
-    /// done) and the entries taken.
+    /// Takes over the entries that other consumers (instances that died) left
+    /// pending for at least `min_idle`, looking at up to `count` pending entries from
+    /// `cursor` ("0-0" to start): each handed out once more, a marked read's whole
+    /// range with its ends (`lua/inbox_reclaim.lua`). Returns the next cursor ("0-0"
+    /// when the scan is done) and the entries taken.
     pub async fn reclaim(
         &mut self,
         min_idle: Duration,
         count: usize,
         cursor: &str,
     ) -> Result<(String, Vec<InboxEntry>)> {
-        let mut cmd = redis::cmd("XAUTOCLAIM");
-        cmd.arg(&self.queue.stream)
+        let start = if cursor == "0-0" { "-" } else { cursor };
+        let mut inv = self.store.scripts.inbox_reclaim.prepare_invoke();
+        inv.key(&self.queue.stream)
             .arg(&self.queue.group)
             .arg(&self.consumer)
             .arg(min_idle.as_millis() as u64)
-            .arg(cursor)
-            .arg("COUNT")
+            .arg(start)
             .arg(count);
-        let conn = &mut self.conn;
-        let reply: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
+        let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
         let mut parts = array(reply)?.into_iter();
         let next = text(&parts.next().unwrap_or(Value::Nil))?;
         let entries = entry_list(parts.next().unwrap_or(Value::Nil))?;
-        Ok((next, entries.into_iter().map(InboxEntry::from).collect()))
+        let entries = entries.into_iter().map(InboxEntry::from).collect();
+        let next = if next.is_empty() {
+            "0-0".to_owned()
+        } else {
+            next
+        };
+        Ok((next, entries))
     }
+}
+
+/// A script call on a reader's connection, answered within `timeout`.
+pub(super) async fn script_call(
+    conn: &mut Separate,
+    timeout: Duration,
+    inv: &super::Call<'_>,
+) -> Result<Value> {
+    within(timeout, async {
+        inv.invoke_async(conn)
+            .await
+            .map_err(StoreError::from_script)
+    })
+    .await
 }
 
 /// One entry of an extended `XPENDING` reply (`[id, consumer, idle ms, deliveries]`):

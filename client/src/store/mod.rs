@@ -23,6 +23,7 @@ mod id_order;
 mod inbox;
 #[cfg(test)]
 mod inbox_forget;
+mod inbox_read;
 mod journal;
 mod keys;
 mod libraries;
@@ -52,7 +53,7 @@ use redis::{AsyncCommands, Value};
 use shards::InUse;
 
 pub use audit::AuditEntry;
-pub use batch::{BatchItem, InboxAck};
+pub use batch::{BatchItem, InboxAck, MAX_PER_CALL};
 pub use board::{
     DueClasses, GroupInfo, NodeRecord, StreamCountRecord, TermRecord, Upcoming, UpcomingMessage,
 };
@@ -65,6 +66,7 @@ pub use inbox::{
     CopyLimit, EntryFields, InboxEntry, InboxQueue, InboxReader, InboxStats, MAX_COPIED_PAIRS,
     Rejection,
 };
+pub use inbox_read::{Read as InboxRead, is_read_consumer};
 pub use journal::{OutboxCode, OutboxLine};
 pub use keys::{
     CLUSTER_SLOTS, DEFAULT_SHARDS, Keys, MAX_SHARDS, ShardKeys, cluster_dead_letter_stream,
@@ -82,7 +84,7 @@ pub use tls::{RedisTls, client as redis_client};
 use crate::message::{Due, MessageId, MessageKey, StoredMessage};
 use crate::secret::RedisUrl;
 use conn::Conn;
-use scripts::{Call, Functions, Lua, lua};
+use scripts::{Call, Lua, Scripts};
 
 /// Time to live of a node's health probe key (see [`Store::probe_write`]).
 const PROBE_TTL_MS: u64 = 60_000;
@@ -96,65 +98,6 @@ pub use delivery::{
     DEAD_LETTER_FIELDS, DeadLetter, PendingEntry, RedeliverOptions, Redelivered, Replayed,
     split_own_fields,
 };
-
-/// The scripts, compiled into the binary and loaded lazily: as a library of Redis
-/// Functions where Redis allows it, else each by `EVALSHA` (see `scripts`).
-struct Scripts {
-    reschedule: Lua,
-    cancel: Lua,
-    cancel_key: Lua,
-    key_messages: Lua,
-    get: Lua,
-    finished: Lua,
-    forward: Lua,
-    trim: Lua,
-    raise_fence: Lua,
-    redeliver: Lua,
-    replay_dead: Lua,
-    schedule_batch: Lua,
-    reject_inbox: Lua,
-    ack_inbox: Lua,
-    pending_streams: Lua,
-    pending_count: Lua,
-    journal_ack: Lua,
-    due_histogram: Lua,
-    clear_switchover: Lua,
-    confirm_marker: Lua,
-    upcoming: Lua,
-    advance_schedule: Lua,
-    restore_schedule: Lua,
-}
-
-impl Scripts {
-    fn new() -> Self {
-        let f = Functions::new();
-        Scripts {
-            reschedule: lua("reschedule", &f),
-            cancel: lua("cancel", &f),
-            cancel_key: lua("cancel_key", &f),
-            key_messages: lua("key_messages", &f),
-            get: lua("get", &f),
-            finished: lua("finished", &f),
-            forward: lua("forward", &f),
-            trim: lua("trim", &f),
-            raise_fence: lua("raise_fence", &f),
-            redeliver: lua("redeliver", &f),
-            replay_dead: lua("replay_dead", &f),
-            schedule_batch: lua("schedule_batch", &f),
-            reject_inbox: lua("reject_inbox", &f),
-            ack_inbox: lua("ack_inbox", &f),
-            pending_streams: lua("pending_streams", &f),
-            pending_count: lua("pending_count", &f),
-            journal_ack: lua("journal_ack", &f),
-            due_histogram: lua("due_histogram", &f),
-            clear_switchover: lua("clear_switchover", &f),
-            confirm_marker: lua("confirm_marker", &f),
-            upcoming: lua("upcoming", &f),
-            advance_schedule: lua("advance_schedule", &f),
-            restore_schedule: lua("restore_schedule", &f),
-        }
-    }
-}
 
 /// How to reach Redis and lay out keys.
 #[derive(Clone, Debug)]

@@ -71,7 +71,7 @@ async fn prune_removes_other_versions_libraries_and_leaves_the_rest() {
     assert!(
         listed.contains(&format!("this version's library: {current}"))
             && listed.contains("redis: 2 libraries of delayq's")
-            && listed.contains(&format!("{current}  23 functions  (this version)"))
+            && listed.contains(&format!("{current}  26 functions  (this version)"))
             && listed.contains(&format!("{old}  1 function  (another version)"))
             && !listed.contains("delayq_mine")
             && !listed.lines().any(|l| l.trim_start().starts_with("other")),

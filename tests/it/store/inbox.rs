@@ -14,6 +14,7 @@ use crate::support::{Bare, create_group, pending_count, read_group_up_to, xadd};
 const INBOX: &str = "delayq:inbox";
 const GROUP: &str = "delayq";
 const ACK: InboxAck = InboxAck {
+    read: None,
     stream: INBOX,
     group: GROUP,
 };

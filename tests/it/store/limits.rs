@@ -205,6 +205,7 @@ async fn a_batch_schedule_is_all_or_nothing() {
         })
         .collect();
     let ack = InboxAck {
+        read: None,
         stream: "inbox-not-a-stream",
         group: "g",
     };

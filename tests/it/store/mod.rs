@@ -6,6 +6,7 @@
 //! - `pending`: scheduled messages in both layouts and in the held sets;
 //! - `placed`: messages under ids that name their score, which need no index entry;
 //! - `inbox`: what leaves the inbox once acknowledged, and what stays;
+//! - `marked`: marked reads of the inbox, settled, released and taken over;
 //! - `index`: the pending index of the other ids, from its first buckets through its splits;
 //! - `records`: terminal records in both layouts;
 //! - `stored`: the stored message across the Rust/Lua boundary;
@@ -22,6 +23,7 @@ mod inbox;
 mod index;
 mod keys;
 mod limits;
+mod marked;
 mod marker;
 mod mixed;
 mod pending;

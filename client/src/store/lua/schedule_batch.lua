@@ -11,7 +11,9 @@
 -- ARGV[2] max delay ms: a due time further than this from now is refused, per message
 -- ARGV[3] wake-up channel, published to with a shard's due set when its earliest due time moves earlier
 -- ARGV[4] inbox stream ("" = no entries to acknowledge)
--- ARGV[5] inbox consumer group
+-- ARGV[5] inbox consumer group; for a marked read stored whole, the group, a newline and
+--   the read's consumer: the read is settled (see 15-inbox.lua) instead of each entry
+--   acknowledged, and an entry too far ahead is made pending for the read's node
 -- ARGV[6] the pending layout to store messages in: "compact" | "hash" (see the prelude)
 -- ARGV[7] A, the number of streams kept apart that follow (streams.max_rate)
 -- ARGV[8..7+A] streams kept apart: a message to one goes straight to that stream's
@@ -34,7 +36,8 @@
 --   three), any other three values, its status first (a string):
 --   "replaced", due_ms, ""
 --   | "duplicate", due_ms (0 if no longer scheduled), state
---   | "too_far", 0, text: nothing stored and the inbox entry NOT acknowledged
+--   | "too_far", 0, text: nothing stored and the inbox entry NOT acknowledged (pending
+--     for the read's node, when the call settles a marked read)
 --   | error "FENCED ..."
 -- The inbox stream is named in ARGV, not KEYS, like forward.lua's target streams: it
 -- lives outside the shards' hash tags.
@@ -51,6 +54,9 @@ end
 
 local now = now_ms()
 local max_delay, inbox, group, layout = ARGV[2], ARGV[4], ARGV[5], ARGV[6]
+local read
+local newline = string.find(group, '\n', 1, true)
+if newline then group, read = string.sub(group, 1, newline - 1), string.sub(group, newline + 1) end
 local apart, n_apart = {}, tonumber(ARGV[7])
 for a = 8, 7 + n_apart do apart[ARGV[a]] = true end
 -- Every check comes before the first write (below the loop) but for the index entries
@@ -112,7 +118,7 @@ local function admit_into(S, id, replace, stream, score)
   return status, at, state
 end
 
-local out, n_out, acks = {}, 0, {}
+local out, n_out, acks, far = {}, 0, {}, {}
 
 -- Admits the message at ARGV[i] (its record, after its context and inbox entry:
 -- read_new_message's) of the call's context, its inbox entry `entry` ("" = none), and
@@ -158,7 +164,9 @@ local function admit_message(S, context, entry, i, status, at, state)
     out[n_out + 1], out[n_out + 2], out[n_out + 3] = status, at, state
     n_out = n_out + 3
   end
-  if status ~= 'too_far' and entry ~= '' then acks[#acks + 1] = entry end
+  if entry ~= '' then
+    if status ~= 'too_far' then acks[#acks + 1] = entry else far[#far + 1] = entry end
+  end
   return i
 end
 
@@ -275,7 +283,7 @@ for _, S in ipairs(shards) do
 end
 
 if inbox ~= '' then
-  chunked({ 'XACK', inbox, group }, acks)
+  if read then inbox_entries.settle(inbox, group, read, far) else chunked({ 'XACK', inbox, group }, acks) end
   inbox_entries.forget(inbox, group, acks)
 end
 

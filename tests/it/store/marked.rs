@@ -1,0 +1,333 @@
+//! Marked reads of the inbox (`delayq_client::store::InboxRead`), against a real
+//! Redis: over any interleaving of entries added, reads by two readers (marked or
+//! not), reads stored whole, released, abandoned and taken over, no entry is ever
+//! trimmed before it is stored or rejected, each ends stored or rejected, none is
+//! stored twice, and nothing is left pending once every read has ended.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use delayq_client::store::{
+    BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxRead, InboxReader,
+    Rejection, ScheduleMode, Scheduled, is_read_consumer,
+};
+use proptest::prelude::*;
+use proptest::test_runner::TestRunner;
+
+use crate::support::{Bare, entries, pending_entries, redis_cases, xadd};
+
+const GROUP: &str = "delayq";
+/// Most delay a call takes; an entry due later is too far ahead, and rejected.
+const MAX_DELAY: Duration = Duration::from_secs(3600);
+
+#[derive(Clone, Debug)]
+enum Step {
+    /// Entries added: n valid ones, the last one too far ahead when the flag says.
+    Add(usize, bool),
+    /// Reader r reads up to n entries, marked or not.
+    Read(usize, usize, bool),
+    /// An open read (picked by place) stored whole and settled.
+    Settle(usize),
+    /// An open read released by its reader, its entries then stored one by one, or
+    /// (the flag) left pending one by one: its reader stopped right after.
+    Release(usize, bool),
+    /// An open read abandoned: its reader stopped.
+    Abandon(usize),
+    /// Reader r takes over every pending entry and read.
+    Reclaim(usize),
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        3 => (1..6usize, any::<bool>()).prop_map(|(n, far)| Step::Add(n, far)),
+        3 => (0..2usize, 1..8usize, prop::bool::weighted(0.8)).prop_map(|(r, n, m)| Step::Read(r, n, m)),
+        2 => (0..8usize).prop_map(Step::Settle),
+        1 => (0..8usize, any::<bool>()).prop_map(|(p, stop)| Step::Release(p, stop)),
+        1 => (0..8usize).prop_map(Step::Abandon),
+        1 => (0..2usize).prop_map(Step::Reclaim),
+    ]
+}
+
+/// What the entries came to so far.
+#[derive(Default)]
+struct Tally {
+    added: Vec<String>,
+    far: BTreeSet<String>,
+    stored: BTreeSet<String>,
+    rejected: BTreeSet<String>,
+}
+
+struct Case<'a> {
+    bare: &'a Bare,
+    queue: InboxQueue,
+    readers: Vec<InboxReader>,
+    /// Reads not yet ended, with the node that read them.
+    open: Vec<(usize, InboxRead)>,
+    tally: Tally,
+}
+
+impl Case<'_> {
+    fn node(r: usize) -> String {
+        format!("n{r}")
+    }
+
+    fn ack<'s>(&'s self, read: Option<&'s str>) -> InboxAck<'s> {
+        InboxAck {
+            stream: &self.queue.stream,
+            group: &self.queue.group,
+            read,
+        }
+    }
+
+    /// Schedules `entries` (settling `read` when given), then rejects those too far.
+    async fn store(&mut self, entries: &[InboxEntry], read: Option<&str>) {
+        let items: Vec<BatchItem> = entries
+            .iter()
+            .map(|e| BatchItem {
+                msg: delayq::inbox::parse_entry(e, &self.bare.config).expect("valid"),
+                mode: ScheduleMode::New,
+                inbox_entry: Some(e.id.clone()),
+            })
+            .collect();
+        let outcomes = self
+            .bare
+            .store
+            .schedule_many(&items, MAX_DELAY, Some(self.ack(read)))
+            .await;
+        let mut far = Vec::new();
+        for (entry, outcome) in entries.iter().zip(outcomes) {
+            match outcome {
+                Ok(Scheduled::Duplicate { .. }) => {}
+                Ok(_) => assert!(
+                    self.tally.stored.insert(entry.id.clone()),
+                    "{} stored twice",
+                    entry.id
+                ),
+                Err(e) => {
+                    assert!(e.to_string().contains("max_delay"), "{e}");
+                    far.push(entry);
+                }
+            }
+        }
+        let limit = CopyLimit {
+            pairs: 100,
+            bytes: 100_000,
+        };
+        let rejections: Vec<Rejection> = far
+            .iter()
+            .map(|e| Rejection::new(e, "too far".into(), limit))
+            .collect();
+        self.bare
+            .store
+            .reject_inbox_entries(&self.queue, &rejections)
+            .await
+            .expect("rejected");
+        self.tally.rejected.extend(far.iter().map(|e| e.id.clone()));
+    }
+
+    async fn reclaim(&mut self, r: usize) {
+        let mut cursor = "0-0".to_owned();
+        loop {
+            let (next, taken) = self.readers[r]
+                .reclaim(Duration::ZERO, 100, &cursor)
+                .await
+                .expect("reclaim");
+            let taken: Vec<InboxEntry> = taken
+                .into_iter()
+                .filter(|e| matches!(e.fields, EntryFields::Read(_)))
+                .collect();
+            self.store(&taken, None).await;
+            if next == "0-0" {
+                return;
+            }
+            cursor = next;
+        }
+    }
+
+    async fn step(&mut self, step: Step) {
+        match step {
+            Step::Add(n, far) => {
+                let mut conn = self.bare.redis.client();
+                for i in 0..n {
+                    let too_far = far && i == n - 1;
+                    let delay = if too_far { "7200000" } else { "60000" };
+                    let id = xadd(
+                        &mut conn,
+                        &self.queue.stream,
+                        &[
+                            ("delayq-stream", "jobs"),
+                            ("delayq-delay", delay),
+                            ("n", "1"),
+                        ],
+                    );
+                    if too_far {
+                        self.tally.far.insert(id.clone());
+                    }
+                    self.tally.added.push(id);
+                }
+            }
+            Step::Read(r, n, marked) => {
+                let reader = &mut self.readers[r];
+                let read = if marked {
+                    reader.next_marked(n, Duration::from_millis(1)).await
+                } else {
+                    reader
+                        .next(n, Duration::from_millis(1))
+                        .await
+                        .map(|entries| InboxRead {
+                            entries,
+                            marked: None,
+                        })
+                }
+                .expect("read");
+                if read.marked.is_some() {
+                    self.open.push((r, read));
+                } else {
+                    self.store(&read.entries, None).await;
+                }
+            }
+            Step::Settle(p) if !self.open.is_empty() => {
+                let (_, read) = self.open.remove(p % self.open.len());
+                self.store(&read.entries, read.marked.as_deref()).await;
+            }
+            Step::Release(p, stop) if !self.open.is_empty() => {
+                let (r, read) = self.open.remove(p % self.open.len());
+                let marked = read.marked.as_deref().unwrap();
+                let ids = self
+                    .bare
+                    .store
+                    .release_inbox_read(&self.queue, marked, &Self::node(r), 0, Duration::ZERO)
+                    .await
+                    .expect("released");
+                let released: Vec<InboxEntry> = read
+                    .entries
+                    .into_iter()
+                    .filter(|e| ids.contains(&e.id))
+                    .collect();
+                let mut conn = self.bare.redis.client();
+                let pending =
+                    pending_entries(&mut conn, &self.queue.stream, GROUP, Some(&Self::node(r)));
+                for e in &released {
+                    assert!(
+                        pending.iter().any(|(id, _)| *id == e.id),
+                        "{} released, not pending",
+                        e.id
+                    );
+                }
+                if !stop {
+                    self.store(&released, None).await;
+                }
+            }
+            Step::Abandon(p) if !self.open.is_empty() => {
+                self.open.remove(p % self.open.len());
+            }
+            Step::Reclaim(r) => self.reclaim(r).await,
+            Step::Settle(_) | Step::Release(..) | Step::Abandon(_) => {}
+        }
+    }
+
+    /// Every entry not yet stored or rejected is still in the inbox.
+    fn none_trimmed(&self) -> Result<(), TestCaseError> {
+        let mut conn = self.bare.redis.client();
+        let present: BTreeSet<String> = entries(&mut conn, &self.queue.stream)
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        let lost: Vec<&String> = self
+            .tally
+            .added
+            .iter()
+            .filter(|id| !self.tally.stored.contains(*id) && !self.tally.rejected.contains(*id))
+            .filter(|id| !present.contains(*id))
+            .collect();
+        prop_assert!(
+            lost.is_empty(),
+            "trimmed before stored or rejected: {:?}",
+            lost
+        );
+        Ok(())
+    }
+}
+
+#[test]
+fn no_entry_of_a_marked_read_is_lost_or_stored_twice() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let bare = runtime.block_on(Bare::start("[redis]\nshards = 2\n"));
+    let case = std::sync::atomic::AtomicUsize::new(0);
+    let mut runner = TestRunner::new(redis_cases(48));
+    runner
+        .run(&prop::collection::vec(step(), 1..30), |steps| {
+            let case = case.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            runtime.block_on(async {
+                let queue = InboxQueue {
+                    stream: format!("inbox{case}"),
+                    group: GROUP.into(),
+                    rejected_stream: format!("inbox{case}:rejected"),
+                };
+                let mut readers = Vec::new();
+                for r in 0..2 {
+                    let node = Case::node(r);
+                    readers.push(bare.store.inbox_reader(&queue, &node).await.unwrap());
+                }
+                let mut c = Case {
+                    bare: &bare,
+                    queue,
+                    readers,
+                    open: Vec::new(),
+                    tally: Tally::default(),
+                };
+                for step in steps {
+                    c.step(step).await;
+                    c.none_trimmed()?;
+                }
+                // Every read ends: the open ones settled, the abandoned ones taken over,
+                // and what is left read and stored.
+                while !c.open.is_empty() {
+                    c.step(Step::Settle(0)).await;
+                }
+                c.reclaim(0).await;
+                loop {
+                    let read = c.readers[1]
+                        .next_marked(100, Duration::from_millis(1))
+                        .await
+                        .unwrap();
+                    if read.entries.is_empty() {
+                        break;
+                    }
+                    c.store(&read.entries, read.marked.as_deref()).await;
+                }
+                c.none_trimmed()?;
+                let Tally {
+                    added,
+                    far,
+                    stored,
+                    rejected,
+                } = &c.tally;
+                let valid: BTreeSet<String> = added
+                    .iter()
+                    .filter(|id| !far.contains(*id))
+                    .cloned()
+                    .collect();
+                prop_assert_eq!(stored, &valid, "every valid entry stored");
+                prop_assert_eq!(rejected, far, "every entry too far rejected");
+                let mut conn = bare.redis.client();
+                let stream = &c.queue.stream;
+                prop_assert_eq!(pending_entries(&mut conn, stream, GROUP, None), vec![]);
+                prop_assert_eq!(entries(&mut conn, stream).len(), 0, "the inbox emptied");
+                let consumers: Vec<redis::Value> = redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(stream)
+                    .arg(GROUP)
+                    .query(&mut conn)
+                    .unwrap();
+                let names = format!("{consumers:?}");
+                prop_assert!(
+                    !names.split('"').any(is_read_consumer),
+                    "a read's consumer left: {}",
+                    names
+                );
+                Ok(())
+            })
+        })
+        .unwrap();
+}
