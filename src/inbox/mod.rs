@@ -277,6 +277,14 @@ impl Worker {
                         Some(done) = in_flight.next(), if !in_flight.is_empty() => done?,
                     }
                 };
+                if !read.entries.is_empty() {
+                    let way = if read.marked.is_some() {
+                        "marked"
+                    } else {
+                        "entries"
+                    };
+                    metrics::counter!(m::INBOX_READS, "way" => way).increment(1);
+                }
                 if !read.entries.is_empty() || read.marked.is_some() {
                     in_flight.push(async move { self.handle_read(read, cancel).await });
                 }

@@ -76,6 +76,8 @@ pub const BUILD_INFO: &str = "delayq_build_info";
 pub const INBOX_ENTRIES: &str = "delayq_inbox_entries_total";
 /// Inbox entries taken over from instances that left them unacknowledged.
 pub const INBOX_RECLAIMED: &str = "delayq_inbox_reclaimed_total";
+/// Inbox reads that took entries, by way (marked, entries).
+pub const INBOX_READS: &str = "delayq_inbox_reads_total";
 /// Failed inbox reads or batches (retried with backoff).
 pub const INBOX_ERRORS: &str = "delayq_inbox_errors_total";
 /// 1 while this node's probe write to Redis succeeds, 0 while Redis refuses writes

@@ -362,6 +362,13 @@ pub const METRICS: &[Described] = &[
         "inbox entries taken over from instances that left them unacknowledged",
     ),
     metric(
+        INBOX_READS,
+        Kind::Counter,
+        &["way"],
+        Start::Each(&["marked", "entries"]),
+        "inbox reads that took entries: `marked` (handed out together) or `entries` (one by one)",
+    ),
+    metric(
         INBOX_ERRORS,
         Kind::Counter,
         &[],

@@ -220,6 +220,7 @@ impl InboxReader {
         Ok(consumers.iter().any(|c| {
             c.idle < OLDER_READER_SEEN
                 && c.name != self.consumer
+                && !c.name.ends_with('@')
                 && !is_read_consumer(&c.name)
                 && !marked.contains(c.name.as_str())
         }))

@@ -9,7 +9,7 @@ use delayq_harness::DelayqProcess;
 
 use crate::support::{
     Deliveries, Entry, Env, Tally, create_group, delayq_bin, entries, eventually, never,
-    pending_count, read_group, xadd, xlen,
+    pending_count, read_group, value, xadd, xlen,
 };
 
 const INBOX: &str = "delayq:inbox";
@@ -133,6 +133,11 @@ async fn inbox_entries_are_scheduled_once_and_delivered_verbatim() {
     })
     .await;
     assert_eq!(xlen(&mut conn, REJECTED), 0);
+    // Read marked: each read's entries handed out together, its consumer gone with it.
+    let text = env.api.metrics().await.expect("metrics");
+    let reads = |way: &str| value(&text, &format!("delayq_inbox_reads_total{{way=\"{way}\"}}"));
+    assert!(reads("marked").unwrap_or(0.0) >= 1.0, "{text}");
+    assert_eq!(reads("entries"), Some(0.0), "{text}");
 }
 
 #[tokio::test]

@@ -331,3 +331,88 @@ fn no_entry_of_a_marked_read_is_lost_or_stored_twice() {
         })
         .unwrap();
 }
+
+/// A reader reads marked only while no reader of an older release reads the inbox:
+/// a plain consumer seen in the last seconds without a `<name>@` beside it is one;
+/// a reader of this release (which keeps its `<name>@`) is not, nor is the reader
+/// itself, nor a plain consumer long idle.
+#[tokio::test]
+async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
+    let bare = Bare::start("").await;
+    let queue = InboxQueue {
+        stream: "inbox".into(),
+        group: GROUP.into(),
+        rejected_stream: "inbox:rejected".into(),
+    };
+    let mut conn = bare.redis.client();
+    let mut mine = bare.store.inbox_reader(&queue, "n0").await.unwrap();
+    let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
+    assert!(!mine.older_readers().await.unwrap(), "alone");
+    // n0's own plain consumer, fresh (its leftovers read at start), is not another.
+    mine.next(1, Duration::from_millis(1)).await.unwrap();
+    assert!(
+        !mine.older_readers().await.unwrap(),
+        "its own plain consumer"
+    );
+    // n1 of this release: its plain consumer fresh, its `n1@` made as it asks.
+    other.next(1, Duration::from_millis(1)).await.unwrap();
+    assert!(!other.older_readers().await.unwrap());
+    assert!(
+        !mine.older_readers().await.unwrap(),
+        "a reader of this release"
+    );
+    // "old" reads as an older release does: plain, every half second (here, an
+    // entry it holds).
+    let read = |conn: &mut redis::Connection| {
+        let _: redis::Value = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(GROUP)
+            .arg("old")
+            .arg("COUNT")
+            .arg(1)
+            .arg("STREAMS")
+            .arg("inbox")
+            .arg(">")
+            .query(conn)
+            .unwrap();
+    };
+    xadd(&mut conn, "inbox", &[("delayq-stream", "jobs")]);
+    read(&mut conn);
+    assert!(
+        mine.older_readers().await.unwrap(),
+        "an older release reads"
+    );
+    assert!(
+        other.older_readers().await.unwrap(),
+        "an older release reads"
+    );
+    // Gone: its consumer deleted (as good as idle past the window).
+    let () = redis::cmd("XGROUP")
+        .arg("DELCONSUMER")
+        .arg("inbox")
+        .arg(GROUP)
+        .arg("old")
+        .query(&mut conn)
+        .map(|_: i64| ())
+        .unwrap();
+    assert!(
+        !mine.older_readers().await.unwrap(),
+        "the older reader gone"
+    );
+    // Marked reads go on: an entry added is read marked.
+    xadd(
+        &mut conn,
+        "inbox",
+        &[("delayq-stream", "jobs"), ("delayq-delay", "60000")],
+    );
+    let read = mine
+        .next_marked(10, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(read.entries.len(), 1);
+    assert!(
+        read.marked.as_deref().is_some_and(is_read_consumer),
+        "{:?}",
+        read.marked
+    );
+}
