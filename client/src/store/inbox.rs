@@ -177,9 +177,10 @@ pub struct InboxReader {
     pub(super) timeout: Duration,
     /// For the scripts of the takeover and of marked reads.
     pub(super) store: Store,
-    /// The group's last delivered id as this reader last saw it: where its next
-    /// marked read starts (see `inbox_read`).
-    pub(super) cursor: Option<String>,
+    /// Where its next marked read starts (see `inbox_read`): the group's last
+    /// delivered id as this reader last saw it, and the entries after it read
+    /// already, when they were (with the last read's hand-out).
+    pub(super) ahead: Option<(String, Option<Vec<InboxEntry>>)>,
 }
 
 impl Store {
@@ -199,7 +200,7 @@ impl Store {
             consumer: consumer.to_owned(),
             timeout: self.response_timeout,
             store: self.clone(),
-            cursor: None,
+            ahead: None,
         })
     }
 

@@ -84,7 +84,8 @@ impl Store {
 impl InboxReader {
     /// New entries, read marked, waiting up to `block` for the first (`XREAD
     /// BLOCK`, which hands nothing out). A read that another reader's came before
-    /// takes what that one left, or nothing (the caller reads again).
+    /// takes what that one left, or reads on from where it ended; none comes back
+    /// only when no entry was left to hand out.
     ///
     /// A marked read that Redis refuses (a right the user lacks: `NOPERM`) hands
     /// nothing out: the entries are read unmarked then, as an older release reads.
@@ -103,12 +104,16 @@ impl InboxReader {
     }
 
     async fn marked_read(&mut self, count: usize, block: Duration) -> Result<Read> {
-        let mut after = match self.cursor.take() {
-            Some(after) => after,
-            None => self.delivered().await?,
+        let (mut after, fetched) = match self.ahead.take() {
+            Some(ahead) => ahead,
+            None => (self.delivered().await?, None),
         };
-        let mut entries = self.range_after(&after, count).await?;
+        let mut entries = match fetched {
+            Some(entries) => entries,
+            None => self.range_after(&after, count).await?,
+        };
         if entries.is_empty() {
+            // An entry already there answers at once.
             let mut wait = redis::cmd("XREAD");
             wait.arg("COUNT")
                 .arg(1)
@@ -128,47 +133,63 @@ impl InboxReader {
         }
         while let (Some(first), Some(last)) = (entries.first(), entries.last()) {
             let (first, last) = (first.id.clone(), last.id.clone());
-            let (read, now) = self.take(&after, &first, &last).await?;
-            if now == last {
-                self.cursor = Some(now);
-                // None left to hand out: deleted from the inbox since they were read.
-                if read.is_empty() {
-                    return Ok(Read::default());
+            let (took, now, next) = self.take(&after, &first, &last, count).await?;
+            match took {
+                Took::Read(read) => {
+                    self.ahead = Some((now, Some(next)));
+                    return Ok(Read {
+                        entries,
+                        marked: Some(read),
+                    });
                 }
-                return Ok(Read {
-                    entries,
-                    marked: Some(read),
-                });
+                // Deleted from the inbox since they were read: on with what follows.
+                Took::Deleted => (after, entries) = (now, next),
+                // Another reader moved the group first: what it left of these, else
+                // what came after.
+                Took::Moved => {
+                    let moved = entry_id(&now);
+                    entries.retain(|e| entry_id(&e.id) > moved);
+                    after = now;
+                    if entries.is_empty() {
+                        entries = self.range_after(&after, count).await?;
+                    }
+                }
             }
-            // Another reader moved the group first: what it left of these, if any.
-            let moved = entry_id(&now);
-            entries.retain(|e| entry_id(&e.id) > moved);
-            after = now;
         }
-        self.cursor = Some(after);
+        self.ahead = Some((after, Some(Vec::new())));
         Ok(Read::default())
     }
 
     /// Up to `count` entries after `after`, handing nothing out.
     async fn range_after(&mut self, after: &str, count: usize) -> Result<Vec<InboxEntry>> {
+        let cmd = self.range_cmd(after, count);
+        let conn = &mut self.conn;
+        let reply: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
+        range_reply(reply)
+    }
+
+    fn range_cmd(&self, after: &str, count: usize) -> redis::Cmd {
         let mut cmd = redis::cmd("XRANGE");
         cmd.arg(&self.queue.stream)
             .arg(format!("({after}"))
             .arg("+")
             .arg("COUNT")
             .arg(count);
-        let conn = &mut self.conn;
-        let reply: Value = within(self.timeout, async { Ok(cmd.query_async(conn).await?) }).await?;
-        Ok(entry_list(reply)?
-            .into_iter()
-            .map(InboxEntry::from)
-            .collect())
+        cmd
     }
 
     /// Hands out the entries from `first` to `last` as one marked read if the group
-    /// is still at `after` (`lua/inbox_take.lua`): the read's consumer ("" when none
-    /// of them was left) and the group's last delivered id now.
-    async fn take(&mut self, after: &str, first: &str, last: &str) -> Result<(String, String)> {
+    /// is still at `after` (`lua/inbox_take.lua`), and reads up to `count` entries
+    /// after `last` in the same round trip (the next read's, if this one took
+    /// them): what the take did, the group's last delivered id now, and the entries
+    /// after `last`.
+    async fn take(
+        &mut self,
+        after: &str,
+        first: &str,
+        last: &str,
+        count: usize,
+    ) -> Result<(Took, String, Vec<InboxEntry>)> {
         let mut inv = self.store.scripts.inbox_take.prepare_invoke();
         inv.key(&self.queue.stream)
             .arg(&self.queue.group)
@@ -176,16 +197,29 @@ impl InboxReader {
             .arg(after)
             .arg(first)
             .arg(last);
-        let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
-        match &array(reply)?[..] {
-            [read, now] => Ok((text(read)?, text(now)?)),
-            other => Err(StoreError::Reply(format!("inbox_take answered {other:?}"))),
-        }
+        let next = self.range_cmd(last, count);
+        let conn = &mut self.conn;
+        let (reply, next) = within(self.timeout, async {
+            inv.invoke_then(conn, &next)
+                .await
+                .map_err(StoreError::from_script)
+        })
+        .await?;
+        let (took, now) = take_reply(reply)?;
+        Ok((took, now, range_reply(next)?))
     }
 
     /// The group's last delivered id: a take of nothing answers it.
     async fn delivered(&mut self) -> Result<String> {
-        Ok(self.take("", "", "").await?.1)
+        let mut inv = self.store.scripts.inbox_take.prepare_invoke();
+        inv.key(&self.queue.stream)
+            .arg(&self.queue.group)
+            .arg("")
+            .arg("")
+            .arg("")
+            .arg("");
+        let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
+        Ok(take_reply(reply)?.1)
     }
 
     /// This reader's marked reads that a life of it before left unfinished (their
@@ -246,6 +280,43 @@ impl InboxReader {
         }
         array(reply)?.into_iter().map(consumer).collect()
     }
+}
+
+/// What a take did (`lua/inbox_take.lua`).
+enum Took {
+    /// Handed the entries out as the read of this consumer.
+    Read(String),
+    /// Moved the group past them, none of them left to hand out.
+    Deleted,
+    /// Nothing: another reader had moved the group.
+    Moved,
+}
+
+/// `inbox_take.lua`'s answer: what it did and the group's last delivered id.
+fn take_reply(reply: Value) -> Result<(Took, String)> {
+    match &array(reply)?[..] {
+        [read, now, moved] => {
+            let read = text(read)?;
+            let took = match super::int(moved)? {
+                0 => Took::Moved,
+                _ if read.is_empty() => Took::Deleted,
+                _ => Took::Read(read),
+            };
+            Ok((took, text(now)?))
+        }
+        other => Err(StoreError::Reply(format!("inbox_take answered {other:?}"))),
+    }
+}
+
+/// An `XRANGE` reply as entries (an error reply fails).
+fn range_reply(reply: Value) -> Result<Vec<InboxEntry>> {
+    if let Value::ServerError(e) = reply {
+        return Err(StoreError::Redis(e.into()));
+    }
+    Ok(entry_list(reply)?
+        .into_iter()
+        .map(InboxEntry::from)
+        .collect())
 }
 
 /// A consumer of the inbox's group, as `XINFO CONSUMERS` lists it.

@@ -231,19 +231,37 @@ impl Call<'_> {
         wanted: u32,
         timeout: std::time::Duration,
     ) -> RedisResult<(redis::Value, u32)> {
-        let (reply, acked) = self.invoke_with(conn, Some((wanted, timeout))).await?;
-        Ok((reply, acked.unwrap_or(0)))
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(wanted).arg(timeout.as_millis() as u64);
+        let (reply, waited) = self.invoke_then(conn, &wait).await?;
+        let acked = match waited {
+            redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
+            _ => 0,
+        };
+        Ok((reply, acked))
     }
 
-    /// The one way a call is sent (see [`Call::invoke_async`]), with `WAIT`
-    /// behind it when `wait` says so: a library Redis does not have is loaded
+    /// Runs the call and `behind` right after it, as one pipeline on one
+    /// connection: the call's reply (an error reply fails it) and `behind`'s (an
+    /// error reply as a value).
+    pub(super) async fn invoke_then<C: ConnectionLike>(
+        &self,
+        conn: &mut C,
+        behind: &redis::Cmd,
+    ) -> RedisResult<(redis::Value, redis::Value)> {
+        let (reply, behind) = self.invoke_with(conn, Some(behind)).await?;
+        Ok((reply, behind.unwrap_or(redis::Value::Nil)))
+    }
+
+    /// The one way a call is sent (see [`Call::invoke_async`]), with a command
+    /// behind it when given (see [`Call::invoke_then`]): a library Redis does not have is loaded
     /// once, a library it refuses sends this and later calls as `EVALSHA`, and a
     /// script it does not have is loaded once.
     async fn invoke_with<C: ConnectionLike>(
         &self,
         conn: &mut C,
-        wait: Option<(u32, std::time::Duration)>,
-    ) -> RedisResult<(redis::Value, Option<u32>)> {
+        behind: Option<&redis::Cmd>,
+    ) -> RedisResult<(redis::Value, Option<redis::Value>)> {
         let functions = &self.lua.functions;
         let mut fcall = functions.on();
         let (mut library_loaded, mut script_loaded) = (false, false);
@@ -253,7 +271,7 @@ impl Call<'_> {
             } else {
                 self.evalsha_cmd()
             };
-            let error = match send(conn, cmd, wait).await {
+            let error = match send(conn, cmd, behind).await {
                 Ok(done) => return Ok(done),
                 Err(e) => e,
             };
@@ -306,29 +324,25 @@ impl Call<'_> {
 async fn send<C: ConnectionLike>(
     conn: &mut C,
     cmd: redis::Cmd,
-    wait: Option<(u32, std::time::Duration)>,
-) -> RedisResult<(redis::Value, Option<u32>)> {
-    let Some((wanted, timeout)) = wait else {
+    behind: Option<&redis::Cmd>,
+) -> RedisResult<(redis::Value, Option<redis::Value>)> {
+    let Some(behind) = behind else {
         return Ok((cmd.query_async(conn).await?, None));
     };
     let mut pipe = redis::pipe();
     pipe.add_command(cmd);
-    pipe.cmd("WAIT").arg(wanted).arg(timeout.as_millis() as u64);
+    pipe.add_command(behind.clone());
     let mut replies = conn.req_packed_commands(&pipe, 0, 2).await?.into_iter();
-    let (Some(reply), Some(waited)) = (replies.next(), replies.next()) else {
+    let (Some(reply), Some(second)) = (replies.next(), replies.next()) else {
         return Err(RedisError::from((
             redis::ErrorKind::Parse,
-            "two replies were expected: the call's and WAIT's",
+            "two replies were expected: the call's and the command's behind it",
         )));
     };
     if let redis::Value::ServerError(e) = reply {
         return Err(RedisError::from(e));
     }
-    let acked = match waited {
-        redis::Value::Int(n) => u32::try_from(n.max(0)).unwrap_or(u32::MAX),
-        _ => 0,
-    };
-    Ok((reply, Some(acked)))
+    Ok((reply, Some(second)))
 }
 
 /// Loads the library (on Redis Cluster, into every master).

@@ -12,8 +12,9 @@
 -- ARGV[3] the group's last delivered id the reader read after ("" = not known yet)
 -- ARGV[4] F, the first entry read
 -- ARGV[5] L, the last entry read
--- returns: { the read's consumer ("" when nothing was handed out), the group's last
---   delivered id now } | error NOGROUP (no group)
+-- returns: { the read's consumer ("" when none of the entries is left), the group's last
+--   delivered id now, 1 when this call moved it past L (else 0: another reader moved
+--   it first) } | error NOGROUP (no group)
 local inbox, group = KEYS[1], ARGV[1]
 local delivered
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
@@ -24,7 +25,7 @@ for _, g in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
   end
 end
 if not delivered then return redis.error_reply('NOGROUP no group ' .. group .. ' on ' .. inbox) end
-if delivered ~= ARGV[3] or ARGV[4] == '' then return { '', delivered } end
+if delivered ~= ARGV[3] or ARGV[4] == '' then return { '', delivered, 0 } end
 local first, last = ARGV[4], ARGV[5]
 local read = ARGV[2] .. first .. '..' .. last
 local head = redis.call('XRANGE', inbox, first, last, 'COUNT', 1)[1]
@@ -35,4 +36,4 @@ else
   read = ''
 end
 redis.call('XGROUP', 'SETID', inbox, group, last)
-return { read, last }
+return { read, last, 1 }
