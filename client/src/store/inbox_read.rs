@@ -133,7 +133,8 @@ impl InboxReader {
         }
         while let (Some(first), Some(last)) = (entries.first(), entries.last()) {
             let (first, last) = (first.id.clone(), last.id.clone());
-            let (took, now, next) = self.take(&after, &first, &last, count).await?;
+            let read = (entries.len(), first.as_str(), last.as_str());
+            let (took, now, next) = self.take(&after, read, count).await?;
             match took {
                 Took::Read(read) => {
                     self.ahead = Some((now, Some(next)));
@@ -178,7 +179,7 @@ impl InboxReader {
         cmd
     }
 
-    /// Hands out the entries from `first` to `last` as one marked read if the group
+    /// Hands out the `n` entries from `first` to `last` as one marked read if the group
     /// is still at `after` (`lua/inbox_take.lua`), and reads up to `count` entries
     /// after `last` in the same round trip (the next read's, if this one took
     /// them): what the take did, the group's last delivered id now, and the entries
@@ -186,8 +187,7 @@ impl InboxReader {
     async fn take(
         &mut self,
         after: &str,
-        first: &str,
-        last: &str,
+        (n, first, last): (usize, &str, &str),
         count: usize,
     ) -> Result<(Took, String, Vec<InboxEntry>)> {
         let mut inv = self.store.scripts.inbox_take.prepare_invoke();
@@ -196,7 +196,8 @@ impl InboxReader {
             .arg(format!("{}@", self.consumer))
             .arg(after)
             .arg(first)
-            .arg(last);
+            .arg(last)
+            .arg(n);
         let next = self.range_cmd(last, count);
         let conn = &mut self.conn;
         let (reply, next) = within(self.timeout, async {
@@ -217,7 +218,8 @@ impl InboxReader {
             .arg("")
             .arg("")
             .arg("")
-            .arg("");
+            .arg("")
+            .arg(0);
         let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
         Ok(take_reply(reply)?.1)
     }

@@ -415,4 +415,22 @@ async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
         "{:?}",
         read.marked
     );
+    // The group still counts what was read, so XINFO GROUPS tells the lag.
+    xadd(&mut conn, "inbox", &[("delayq-stream", "jobs")]);
+    let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg("inbox")
+        .query(&mut conn)
+        .unwrap();
+    let field = |name: &str| {
+        let at = groups[0]
+            .iter()
+            .position(|v| *v == redis::Value::BulkString(name.as_bytes().to_vec()))
+            .unwrap();
+        groups[0][at + 1].clone()
+    };
+    assert_eq!(
+        (field("entries-read"), field("lag")),
+        (redis::Value::Int(2), redis::Value::Int(1))
+    );
 }

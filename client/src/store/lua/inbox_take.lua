@@ -12,15 +12,21 @@
 -- ARGV[3] the group's last delivered id the reader read after ("" = not known yet)
 -- ARGV[4] F, the first entry read
 -- ARGV[5] L, the last entry read
+-- ARGV[6] how many entries the reader read from F to L: the group's count of entries
+--   read grows by it, so that XINFO GROUPS still tells the inbox's lag
 -- returns: { the read's consumer ("" when none of the entries is left), the group's last
 --   delivered id now, 1 when this call moved it past L (else 0: another reader moved
 --   it first) } | error NOGROUP (no group)
 local inbox, group = KEYS[1], ARGV[1]
-local delivered
+local delivered, entries_read
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
   if g[2] == group then
     for f = 1, #g, 2 do
-      if g[f] == 'last-delivered-id' then delivered = g[f + 1] end
+      if g[f] == 'last-delivered-id' then
+        delivered = g[f + 1]
+      elseif g[f] == 'entries-read' then
+        entries_read = g[f + 1]
+      end
     end
   end
 end
@@ -35,5 +41,9 @@ if head then
 else
   read = ''
 end
-redis.call('XGROUP', 'SETID', inbox, group, last)
+if type(entries_read) == 'number' then
+  redis.call('XGROUP', 'SETID', inbox, group, last, 'ENTRIESREAD', entries_read + tonumber(ARGV[6]))
+else
+  redis.call('XGROUP', 'SETID', inbox, group, last)
+end
 return { read, last, 1 }
