@@ -13,14 +13,15 @@
 //!
 //! Every other field is the message, forwarded verbatim and in order. Every instance
 //! (leader or not) reads the inbox through one consumer group, under its node id, and
-//! schedules each batch with [`Store::schedule_many`], which acknowledges each entry
-//! in the same script that stores its message: an entry is acknowledged exactly when
-//! it is scheduled. An entry that cannot be scheduled goes, with its reason and
-//! original fields, to the rejected stream (also acknowledged atomically); an entry
-//! too large to copy there (more field/value pairs than `api.max_fields` plus the
-//! seven reserved ones, or more bytes than `api.max_message_bytes` plus 4 KiB) goes
-//! with its id and reason only. Entries an instance read and never acknowledged (it
-//! died) are taken over by any live instance once idle for `inbox.reclaim_after`.
+//! schedules each batch with [`Store::schedule_many`], which acknowledges each entry in
+//! the same script that stores its message: an entry is acknowledged exactly when it is
+//! scheduled (a marked read's, `delayq_client::store::InboxRead`, all settled at once).
+//! An entry that cannot be scheduled goes, with its reason and original fields, to the
+//! rejected stream (also acknowledged atomically); an entry too large to copy there
+//! (more field/value pairs than `api.max_fields` plus the seven reserved ones, or more
+//! bytes than `api.max_message_bytes` plus 4 KiB) goes with its id and reason only.
+//! Entries an instance read and never acknowledged (it died) are taken over by any live
+//! instance once idle for `inbox.reclaim_after`.
 //!
 //! Poison input is isolated, never retried forever: a call that fails for any reason
 //! but a transient one (Redis unreachable, slow, or refusing writes for now) is split
