@@ -13,12 +13,7 @@
 --   taken over, as XRANGE answers them: read here, in the call that takes them over, so
 --   that a reader that stores them meanwhile cannot make them look deleted }
 local inbox, group, to, idle = KEYS[1], ARGV[1], ARGV[2], tonumber(ARGV[3])
-if redis.call('TYPE', inbox)['ok'] ~= 'stream' then return { '', {} } end
-local found = false
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
-  if g[2] == group then found = true end
-end
-if not found then return { '', {} } end
+if not inbox_entries.groups(inbox)[group] then return { '', {} } end
 local pending = redis.call('XPENDING', inbox, group, 'IDLE', idle, ARGV[4], '+', tonumber(ARGV[5]))
 local taken, released = {}, {}
 for _, e in ipairs(pending) do

@@ -9,15 +9,8 @@
 -- ARGV[5] least idle time of its ends, ms (0: any)
 -- returns: the ids of the entries now pending for ARGV[3], in order (none when the read
 --   was settled or released already, or its ends are younger than ARGV[5])
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind ~= 'stream' then return {} end
-local groups = redis.call('XINFO', 'GROUPS', KEYS[1])
-for _, g in ipairs(groups) do
-  if g[2] == ARGV[1] then
-    local ids = {}
-    for i, e in ipairs(inbox_entries.release(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]),
-      tonumber(ARGV[5]))) do ids[i] = e[1] end
-    return ids
-  end
-end
-return {}
+if not inbox_entries.groups(KEYS[1])[ARGV[1]] then return {} end
+local ids = {}
+for i, e in ipairs(inbox_entries.release(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]),
+  tonumber(ARGV[5]))) do ids[i] = e[1] end
+return ids

@@ -18,19 +18,9 @@
 --   delivered id now, 1 when this call moved it past L (else 0: another reader moved
 --   it first) } | error NOGROUP (no group)
 local inbox, group = KEYS[1], ARGV[1]
-local delivered, entries_read
-for _, g in ipairs(redis.call('XINFO', 'GROUPS', inbox)) do
-  if g[2] == group then
-    for f = 1, #g, 2 do
-      if g[f] == 'last-delivered-id' then
-        delivered = g[f + 1]
-      elseif g[f] == 'entries-read' then
-        entries_read = g[f + 1]
-      end
-    end
-  end
-end
-if not delivered then return redis.error_reply('NOGROUP no group ' .. group .. ' on ' .. inbox) end
+local mine = inbox_entries.groups(inbox)[group]
+if not mine then return redis.error_reply('NOGROUP no group ' .. group .. ' on ' .. inbox) end
+local delivered, entries_read = mine['last-delivered-id'], mine['entries-read']
 if delivered ~= ARGV[3] or ARGV[4] == '' then return { '', delivered, 0 } end
 local first, last = ARGV[4], ARGV[5]
 local read = ARGV[2] .. first .. '..' .. last

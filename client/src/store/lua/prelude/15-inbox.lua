@@ -1,6 +1,6 @@
 -- 15-inbox.lua: how acknowledged inbox entries leave the inbox, and how a marked read
--- ends. Gives inbox_entries: inbox_entries.KEPT, inbox_entries.forget,
--- inbox_entries.settle and inbox_entries.release (in one table: a script's chunk may
+-- ends. Gives inbox_entries: inbox_entries.KEPT, inbox_entries.groups,
+-- inbox_entries.forget, inbox_entries.settle and inbox_entries.release (in one table: a script's chunk may
 -- hold at most 200 locals at once, prelude included).
 --
 -- An entry leaves the inbox once acknowledged (its message stored, or its rejection
@@ -27,6 +27,20 @@ local inbox_entries = {
   -- The suffix of the group's kept group: group .. KEPT.
   KEPT = ':kept',
 }
+
+-- The inbox's consumer groups by name, each its XINFO GROUPS fields by name
+-- ('pending', 'last-delivered-id', 'entries-read', ...); none when the inbox is no
+-- stream.
+function inbox_entries.groups(inbox)
+  local reply, groups = redis.pcall('XINFO', 'GROUPS', inbox), {}
+  if type(reply) ~= 'table' or reply.err then return groups end
+  for _, g in ipairs(reply) do
+    local fields = {}
+    for f = 1, #g, 2 do fields[g[f]] = g[f + 1] end
+    groups[fields.name] = fields
+  end
+  return groups
+end
 
 -- Makes `ids` pending for consumer `to`, handed out `count` times (XCLAIM ... FORCE,
 -- which makes an entry pending that was not).
@@ -86,32 +100,15 @@ end
 -- Without the group (the inbox deleted and made again), they are deleted one by one.
 function inbox_entries.forget(inbox, group, acks)
   if #acks == 0 then return end
-  local groups = redis.pcall('XINFO', 'GROUPS', inbox)
-  local last, held, kept
-  if type(groups) == 'table' and not groups.err then
-    local kept_name = group .. inbox_entries.KEPT
-    for _, g in ipairs(groups) do
-      local name, pending, delivered
-      for f = 1, #g, 2 do
-        local field = g[f]
-        if field == 'name' then
-          name = g[f + 1]
-        elseif field == 'pending' then
-          pending = g[f + 1]
-        elseif field == 'last-delivered-id' then
-          delivered = g[f + 1]
-        end
-      end
-      if name == group then
-        last, held = delivered, pending
-      elseif name == kept_name and pending > 0 then
-        kept = redis.call('XPENDING', inbox, kept_name, '-', '+', 1)[1][1]
-      end
-    end
-  end
-  if not last then
+  local groups = inbox_entries.groups(inbox)
+  local mine, kept_group = groups[group], groups[group .. inbox_entries.KEPT]
+  if not mine then
     chunked({ 'XDEL', inbox }, acks)
     return
+  end
+  local last, held, kept = mine['last-delivered-id'], mine.pending, nil
+  if kept_group and kept_group.pending > 0 then
+    kept = redis.call('XPENDING', inbox, group .. inbox_entries.KEPT, '-', '+', 1)[1][1]
   end
   local below = kept or last
   -- The first entry pending in the group below that (none to ask for when the group
