@@ -53,6 +53,7 @@ use crate::store::{
 
 mod entry;
 mod isolate;
+mod retry;
 mod whole;
 
 pub use entry::parse_entry;
@@ -349,7 +350,7 @@ impl Worker {
         reader: &mut InboxReader,
         cancel: &CancellationToken,
     ) -> Result<(), StoreError> {
-        let mut cursor = "0-0".to_owned();
+        let mut cursor = "-".to_owned();
         loop {
             let (next, entries) = reader
                 .reclaim(self.inbox.reclaim_after, self.inbox.batch_size, &cursor)
@@ -363,7 +364,7 @@ impl Worker {
                 let deliveries = reader.deliveries(&entries).await?;
                 self.handle(&entries, Some(&deliveries), cancel).await?;
             }
-            if next == "0-0" || next.is_empty() {
+            if next.is_empty() {
                 return Ok(());
             }
             cursor = next;
@@ -391,15 +392,9 @@ impl Worker {
                 }
                 return Ok(());
             };
-            metrics::counter!(m::INBOX_ERRORS).increment(1);
-            let delay = backoff.next_delay();
-            if let Some(said) = BATCH_FAILED.failed() {
-                tracing::warn!(error = %error, entries = left.len(), retry_in = ?delay, inbox = %self.queue.stream, "{said}");
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return Err(error),
-                _ = tokio::time::sleep(delay) => {}
-            }
+            let what = format!("{} entries", left.len());
+            self.wait_to_retry(&mut backoff, error, &what, cancel)
+                .await?;
             let ids: Vec<&str> = left.iter().map(|e| e.id.as_str()).collect();
             if let Err(e) = self
                 .store

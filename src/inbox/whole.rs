@@ -118,18 +118,13 @@ impl Worker {
                 .store
                 .release_inbox_read(&self.queue, marked, &node, 0, Duration::ZERO)
                 .await;
-            let error = match released {
+            match released {
                 Ok(ids) => return Ok(!ids.is_empty()),
-                Err(e) => e,
-            };
-            metrics::counter!(m::INBOX_ERRORS).increment(1);
-            let delay = backoff.next_delay();
-            if let Some(said) = BATCH_FAILED.failed() {
-                tracing::warn!(error = %error, read = marked, retry_in = ?delay, inbox = %self.queue.stream, "{said}");
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return Err(error),
-                _ = tokio::time::sleep(delay) => {}
+                Err(error) => {
+                    let what = format!("the release of read {marked}");
+                    self.wait_to_retry(&mut backoff, error, &what, cancel)
+                        .await?
+                }
             }
         }
     }
