@@ -417,8 +417,8 @@ impl InboxReader {
 
     /// Takes over the entries that other consumers (instances that died) left
     /// pending for at least `min_idle`, looking at up to `count` pending entries from
-    /// `cursor` ("0-0" to start): each handed out once more, a marked read's whole
-    /// range with its ends (`lua/inbox_reclaim.lua`). Returns the next cursor ("0-0"
+    /// `cursor` ("-" to start): each handed out once more, a marked read's whole
+    /// range with its ends (`lua/inbox_reclaim.lua`). Returns the next cursor (""
     /// when the scan is done) and the entries taken.
     pub async fn reclaim(
         &mut self,
@@ -426,24 +426,18 @@ impl InboxReader {
         count: usize,
         cursor: &str,
     ) -> Result<(String, Vec<InboxEntry>)> {
-        let start = if cursor == "0-0" { "-" } else { cursor };
         let mut inv = self.store.scripts.inbox_reclaim.prepare_invoke();
         inv.key(&self.queue.stream)
             .arg(&self.queue.group)
             .arg(&self.consumer)
             .arg(min_idle.as_millis() as u64)
-            .arg(start)
+            .arg(cursor)
             .arg(count);
         let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
         let mut parts = array(reply)?.into_iter();
         let next = text(&parts.next().unwrap_or(Value::Nil))?;
         let entries = entry_list(parts.next().unwrap_or(Value::Nil))?;
         let entries = entries.into_iter().map(InboxEntry::from).collect();
-        let next = if next.is_empty() {
-            "0-0".to_owned()
-        } else {
-            next
-        };
         Ok((next, entries))
     }
 }

@@ -126,7 +126,7 @@ impl Case<'_> {
     }
 
     async fn reclaim(&mut self, r: usize) {
-        let mut cursor = "0-0".to_owned();
+        let mut cursor = "-".to_owned();
         loop {
             let (next, taken) = self.readers[r]
                 .reclaim(Duration::ZERO, 100, &cursor)
@@ -137,7 +137,7 @@ impl Case<'_> {
                 .filter(|e| matches!(e.fields, EntryFields::Read(_)))
                 .collect();
             self.store(&taken, None).await;
-            if next == "0-0" {
+            if next.is_empty() {
                 return;
             }
             cursor = next;
