@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use delayq_client::store::{
     BatchItem, CopyLimit, EntryFields, InboxAck, InboxEntry, InboxQueue, InboxRead, InboxReader,
-    Rejection, ScheduleMode, Scheduled, is_read_consumer,
+    MAX_PER_CALL, Rejection, ScheduleMode, Scheduled, is_read_consumer,
 };
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
@@ -433,4 +433,96 @@ async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
         (field("entries-read"), field("lag")),
         (redis::Value::Int(2), redis::Value::Int(1))
     );
+}
+
+/// The largest marked read (as many entries as one schedule call carries): read,
+/// stored whole and settled; and read, released, every entry pending on its own
+/// (`XCLAIM` in chunks) and taken over once idle.
+#[tokio::test]
+async fn the_largest_marked_read_is_settled_or_released_whole() {
+    let bare = Bare::start("").await;
+    let queue = InboxQueue {
+        stream: "inbox".into(),
+        group: GROUP.into(),
+        rejected_stream: "inbox:rejected".into(),
+    };
+    let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
+    let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
+    let mut conn = bare.redis.client();
+    let add = |conn: &mut redis::Connection| {
+        let mut pipe = redis::pipe();
+        for _ in 0..MAX_PER_CALL {
+            pipe.cmd("XADD")
+                .arg("inbox")
+                .arg("*")
+                .arg("delayq-stream")
+                .arg("jobs")
+                .arg("delayq-delay")
+                .arg("60000")
+                .arg("n")
+                .arg(1)
+                .ignore();
+        }
+        let () = pipe.query(conn).unwrap();
+    };
+    let mut case = Case {
+        bare: &bare,
+        queue: queue.clone(),
+        readers: Vec::new(),
+        open: Vec::new(),
+        tally: Tally::default(),
+    };
+    add(&mut conn);
+    let read = reader
+        .next_marked(MAX_PER_CALL, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(read.entries.len(), MAX_PER_CALL);
+    case.store(&read.entries, read.marked.as_deref()).await;
+    assert_eq!(case.tally.stored.len(), MAX_PER_CALL);
+    assert_eq!(pending_entries(&mut conn, "inbox", GROUP, None), vec![]);
+    assert_eq!(entries(&mut conn, "inbox").len(), 0, "settled and trimmed");
+
+    add(&mut conn);
+    let read = reader
+        .next_marked(MAX_PER_CALL, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(read.entries.len(), MAX_PER_CALL);
+    let marked = read.marked.as_deref().unwrap();
+    assert_eq!(
+        pending_entries(&mut conn, "inbox", GROUP, None).len(),
+        2,
+        "its two ends"
+    );
+    let (_, taken) = other
+        .reclaim(Duration::from_secs(3600), 100, "-")
+        .await
+        .unwrap();
+    assert!(
+        taken.is_empty(),
+        "a read younger than the idle time stays its reader's"
+    );
+    let ids = bare
+        .store
+        .release_inbox_read(&queue, marked, "n0", 0, Duration::ZERO)
+        .await
+        .unwrap();
+    let read_ids: Vec<String> = read.entries.iter().map(|e| e.id.clone()).collect();
+    assert_eq!(ids, read_ids);
+    let pending = pending_entries(&mut conn, "inbox", GROUP, Some("n0"));
+    assert_eq!(pending.len(), MAX_PER_CALL);
+    assert!(
+        pending.iter().all(|(_, times)| *times == 1),
+        "handed out once each"
+    );
+    let (next, taken) = other
+        .reclaim(Duration::ZERO, MAX_PER_CALL, "-")
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), MAX_PER_CALL);
+    assert_eq!(next, "(".to_owned() + &read_ids[MAX_PER_CALL - 1]);
+    case.store(&taken, None).await;
+    assert_eq!(case.tally.stored.len(), 2 * MAX_PER_CALL);
+    assert_eq!(pending_entries(&mut conn, "inbox", GROUP, None), vec![]);
 }
