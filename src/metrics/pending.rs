@@ -28,6 +28,8 @@ impl PendingStreams {
 
     /// The gauge values for one count: `counted` per stream (possibly a part of
     /// the messages; "" for bodies that could not be read) out of `total` scheduled.
+    /// The rest comes last: set in this order, a scrape that shows this count's
+    /// rest shows every stream of it.
     pub fn values(&mut self, counted: &BTreeMap<String, u64>, total: u64) -> Vec<(String, u64)> {
         let mut ranked: Vec<(&String, u64)> = counted
             .iter()
