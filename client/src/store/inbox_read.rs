@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::batch::MAX_PER_CALL;
 use super::inbox::{InboxEntry, InboxQueue, InboxReader, script_call};
 use super::streams::{entry_list, within};
 use super::{Result, Store, StoreError, array, text};
@@ -37,12 +38,47 @@ pub struct Read {
 
 /// Whether `consumer` is a marked read's: `…@<ms>-<seq>..<ms>-<seq>`.
 pub fn is_read_consumer(consumer: &str) -> bool {
-    let Some((_, range)) = consumer.rsplit_once('@') else {
-        return false;
-    };
-    range
-        .split_once("..")
-        .is_some_and(|(first, last)| entry_id(first).is_some() && entry_id(last).is_some())
+    read_range(consumer).is_some()
+}
+
+/// The first and last entry of a marked read's consumer.
+fn read_range(consumer: &str) -> Option<(&str, &str)> {
+    let (_, range) = consumer.rsplit_once('@')?;
+    let (first, last) = range.split_once("..")?;
+    (entry_id(first).is_some() && entry_id(last).is_some()).then_some((first, last))
+}
+
+/// Of the group's `consumers` (name, entries pending), the marked reads': the
+/// entries pending under them (their ends) and the entries of the inbox they
+/// stand for (at most [`MAX_PER_CALL`] a read, as many as a read takes).
+pub(super) async fn marked_entries(
+    conn: &mut (impl redis::aio::ConnectionLike + Send),
+    stream: &str,
+    consumers: &[(String, i64)],
+) -> Result<(i64, u64)> {
+    let mut ends = 0;
+    let mut ranges = redis::pipe();
+    for (name, pending) in consumers {
+        if let Some((first, last)) = read_range(name) {
+            ends += pending;
+            ranges
+                .cmd("XRANGE")
+                .arg(stream)
+                .arg(first)
+                .arg(last)
+                .arg("COUNT")
+                .arg(MAX_PER_CALL);
+        }
+    }
+    if ranges.is_empty() {
+        return Ok((ends, 0));
+    }
+    let read: Vec<Value> = ranges.query_async(conn).await?;
+    let entries = read
+        .into_iter()
+        .map(|r| array(r).map(|e| e.len() as u64))
+        .sum::<Result<u64>>()?;
+    Ok((ends, entries))
 }
 
 /// A stream entry id as its two numbers, which order ids as Redis does.

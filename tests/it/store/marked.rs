@@ -48,6 +48,12 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// An entry id as its two numbers, which order ids as Redis does.
+fn entry_id(id: &str) -> (u64, u64) {
+    let (ms, seq) = id.split_once('-').expect("an entry id");
+    (ms.parse().unwrap(), seq.parse().unwrap())
+}
+
 /// What the entries came to so far.
 #[derive(Default)]
 struct Tally {
@@ -226,6 +232,37 @@ impl Case<'_> {
         }
     }
 
+    /// `/v1/stats`'s pending entries are the entries read (up to the group's last
+    /// delivered id) and not yet stored or rejected: a marked read counts as its
+    /// entries, not as its two ends.
+    async fn pending_counted(&self) -> Result<(), TestCaseError> {
+        let mut conn = self.bare.redis.client();
+        let stream = &self.queue.stream;
+        let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+            .arg("GROUPS")
+            .arg(stream)
+            .query(&mut conn)
+            .unwrap();
+        let group = groups
+            .iter()
+            .find(|g| g.contains(&redis::Value::BulkString(GROUP.into())))
+            .expect("the group");
+        let at = group
+            .iter()
+            .position(|v| *v == redis::Value::BulkString(b"last-delivered-id".to_vec()))
+            .unwrap();
+        let last: String = redis::from_redis_value(group[at + 1].clone()).unwrap();
+        let last = entry_id(&last);
+        let read = entries(&mut conn, stream)
+            .into_iter()
+            .filter(|e| entry_id(&e.id) <= last)
+            .filter(|e| !self.tally.stored.contains(&e.id) && !self.tally.rejected.contains(&e.id))
+            .count() as u64;
+        let stats = self.bare.store.inbox_stats(&self.queue).await.unwrap();
+        prop_assert_eq!(stats.pending, read, "pending entries");
+        Ok(())
+    }
+
     /// Every entry not yet stored or rejected is still in the inbox.
     fn none_trimmed(&self) -> Result<(), TestCaseError> {
         let mut conn = self.bare.redis.client();
@@ -279,6 +316,7 @@ fn no_entry_of_a_marked_read_is_lost_or_stored_twice() {
                 for step in steps {
                     c.step(step).await;
                     c.none_trimmed()?;
+                    c.pending_counted().await?;
                 }
                 // Every read ends: the open ones settled, the abandoned ones taken over,
                 // and what is left read and stored.
@@ -495,6 +533,8 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
         2,
         "its two ends"
     );
+    let stats = bare.store.inbox_stats(&queue).await.unwrap();
+    assert_eq!(stats.pending, MAX_PER_CALL as u64, "counted as its entries");
     let (_, taken) = other
         .reclaim(Duration::from_secs(3600), 100, "-")
         .await
