@@ -256,42 +256,6 @@ impl Store {
             .await?;
         Ok(())
     }
-
-    /// Length of the inbox and entries pending in its group (0 before the group
-    /// exists). A marked read in flight counts as its entries, not as the two ends
-    /// the group holds of it.
-    pub async fn inbox_stats(&self, queue: &InboxQueue) -> Result<InboxStats> {
-        let mut conn = self.conn.clone();
-        let length: u64 = redis::cmd("XLEN")
-            .arg(&queue.stream)
-            .query_async(&mut conn)
-            .await?;
-        let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
-            .arg(&queue.stream)
-            .arg(&queue.group)
-            .query_async(&mut conn)
-            .await;
-        let summary = match summary {
-            Ok(reply) => array(reply)?,
-            Err(e) if e.code() == Some("NOGROUP") => Vec::new(),
-            Err(e) => return Err(e.into()),
-        };
-        let pending = summary.first().map(super::int).transpose()?.unwrap_or(0);
-        let mut consumers = Vec::new();
-        if let Some(Value::Array(listed)) = summary.get(3) {
-            for item in listed {
-                if let [name, count] = &array(item.clone())?[..] {
-                    consumers.push((text(name)?, super::int(count)?));
-                }
-            }
-        }
-        let (ends, entries) =
-            super::inbox_read::marked_entries(&mut conn, &queue.stream, &consumers).await?;
-        Ok(InboxStats {
-            length,
-            pending: (pending - ends).max(0) as u64 + entries,
-        })
-    }
 }
 
 impl InboxReader {

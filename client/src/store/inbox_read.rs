@@ -18,7 +18,7 @@ use std::time::Duration;
 use redis::Value;
 
 use super::batch::MAX_PER_CALL;
-use super::inbox::{InboxEntry, InboxQueue, InboxReader, script_call};
+use super::inbox::{InboxEntry, InboxQueue, InboxReader, InboxStats, script_call};
 use super::streams::{entry_list, within};
 use super::{Result, Store, StoreError, array, text};
 
@@ -51,7 +51,7 @@ fn read_range(consumer: &str) -> Option<(&str, &str)> {
 /// Of the group's `consumers` (name, entries pending), the marked reads': the
 /// entries pending under them (their ends) and the entries of the inbox they
 /// stand for (at most [`MAX_PER_CALL`] a read, as many as a read takes).
-pub(super) async fn marked_entries(
+async fn marked_entries(
     conn: &mut (impl redis::aio::ConnectionLike + Send),
     stream: &str,
     consumers: &[(String, i64)],
@@ -93,6 +93,41 @@ fn entry_id(id: &str) -> Option<(u64, u64)> {
 }
 
 impl Store {
+    /// Length of the inbox and entries pending in its group (0 before the group
+    /// exists). A marked read in flight counts as its entries, not as the two ends
+    /// the group holds of it.
+    pub async fn inbox_stats(&self, queue: &InboxQueue) -> Result<InboxStats> {
+        let mut conn = self.conn.clone();
+        let length: u64 = redis::cmd("XLEN")
+            .arg(&queue.stream)
+            .query_async(&mut conn)
+            .await?;
+        let summary: redis::RedisResult<Value> = redis::cmd("XPENDING")
+            .arg(&queue.stream)
+            .arg(&queue.group)
+            .query_async(&mut conn)
+            .await;
+        let summary = match summary {
+            Ok(reply) => array(reply)?,
+            Err(e) if e.code() == Some("NOGROUP") => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        let pending = summary.first().map(super::int).transpose()?.unwrap_or(0);
+        let mut consumers = Vec::new();
+        if let Some(Value::Array(listed)) = summary.get(3) {
+            for item in listed {
+                if let [name, count] = &array(item.clone())?[..] {
+                    consumers.push((text(name)?, super::int(count)?));
+                }
+            }
+        }
+        let (ends, entries) = marked_entries(&mut conn, &queue.stream, &consumers).await?;
+        Ok(InboxStats {
+            length,
+            pending: (pending - ends).max(0) as u64 + entries,
+        })
+    }
+
     /// Releases the marked read `read` once its ends have been idle `min_idle`: its
     /// every entry becomes pending for `to`, handed out `added` times more than its
     /// ends were. Returns their ids (none when it was settled or released already).
