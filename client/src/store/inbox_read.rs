@@ -12,6 +12,9 @@
 //! An older release takes over an idle pending entry on its own, and would take a
 //! dead reader's two ends without the entries between: a reader reads marked only
 //! while no such reader is about ([`InboxReader::older_readers`]).
+//!
+//! The inbox's stats count a read in flight by its entries, not by its two ends
+//! ([`Store::inbox_stats`]).
 
 use std::time::Duration;
 
