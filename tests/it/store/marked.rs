@@ -14,7 +14,7 @@ use delayq_client::store::{
 use proptest::prelude::*;
 use proptest::test_runner::TestRunner;
 
-use crate::support::{Bare, entries, pending_entries, redis_cases, xadd};
+use crate::support::{Bare, entries, pending_entries, redis_cases, redis_config, xadd};
 
 const GROUP: &str = "delayq";
 /// Most delay a call takes; an entry due later is too far ahead, and rejected.
@@ -565,4 +565,44 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
     case.store(&taken, None).await;
     assert_eq!(case.tally.stored.len(), 2 * MAX_PER_CALL);
     assert_eq!(pending_entries(&mut conn, "inbox", GROUP, None), vec![]);
+}
+
+/// At `maxmemory` Redis refuses `XGROUP CREATECONSUMER`, while reads, claims and the
+/// take's script still run: the check for older readers goes on without the
+/// reader's `<name>@`, and a read is taken marked and released as at any time (the
+/// daemon's inbox loop failed on the check until memory was freed, and read
+/// nothing).
+#[tokio::test]
+async fn at_maxmemory_a_reader_still_reads_marked() {
+    let bare = Bare::start("").await;
+    let queue = InboxQueue {
+        stream: "inbox".into(),
+        group: GROUP.into(),
+        rejected_stream: "inbox:rejected".into(),
+    };
+    let mut conn = bare.redis.client();
+    let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
+    let added: Vec<String> = (0..3)
+        .map(|_| xadd(&mut conn, "inbox", &[("delayq-stream", "jobs")]))
+        .collect();
+    redis_config(&mut conn, "maxmemory", "1");
+    assert!(!reader.older_readers().await.unwrap(), "no older reader");
+    let read = reader
+        .next_marked(10, Duration::from_millis(1))
+        .await
+        .unwrap();
+    let marked = read.marked.expect("read marked");
+    let ids = bare
+        .store
+        .release_inbox_read(&queue, &marked, "n0", 0, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(ids, added);
+    let pending = pending_entries(&mut conn, "inbox", GROUP, Some("n0"));
+    assert_eq!(
+        pending,
+        added.iter().map(|id| (id.clone(), 1)).collect::<Vec<_>>(),
+        "each handed out once"
+    );
+    redis_config(&mut conn, "maxmemory", "0");
 }
