@@ -48,6 +48,15 @@ fn step() -> impl Strategy<Value = Step> {
     ]
 }
 
+/// The inbox of the tests that read one: `inbox`, its group [`GROUP`].
+fn inbox() -> InboxQueue {
+    InboxQueue {
+        stream: "inbox".into(),
+        group: GROUP.into(),
+        rejected_stream: "inbox:rejected".into(),
+    }
+}
+
 /// An entry id as its two numbers, which order ids as Redis does.
 fn entry_id(id: &str) -> (u64, u64) {
     let (ms, seq) = id.split_once('-').expect("an entry id");
@@ -377,11 +386,7 @@ fn no_entry_of_a_marked_read_is_lost_or_stored_twice() {
 #[tokio::test]
 async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
     let bare = Bare::start("").await;
-    let queue = InboxQueue {
-        stream: "inbox".into(),
-        group: GROUP.into(),
-        rejected_stream: "inbox:rejected".into(),
-    };
+    let queue = inbox();
     let mut conn = bare.redis.client();
     let mut mine = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
@@ -479,11 +484,7 @@ async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
 #[tokio::test]
 async fn the_largest_marked_read_is_settled_or_released_whole() {
     let bare = Bare::start("").await;
-    let queue = InboxQueue {
-        stream: "inbox".into(),
-        group: GROUP.into(),
-        rejected_stream: "inbox:rejected".into(),
-    };
+    let queue = inbox();
     let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
     let mut conn = bare.redis.client();
@@ -575,11 +576,7 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
 #[tokio::test]
 async fn at_maxmemory_a_reader_still_reads_marked() {
     let bare = Bare::start("").await;
-    let queue = InboxQueue {
-        stream: "inbox".into(),
-        group: GROUP.into(),
-        rejected_stream: "inbox:rejected".into(),
-    };
+    let queue = inbox();
     let mut conn = bare.redis.client();
     let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let added: Vec<String> = (0..3)
