@@ -57,6 +57,24 @@ fn inbox() -> InboxQueue {
     }
 }
 
+/// A field of [`GROUP`]'s on `stream`, as `XINFO GROUPS` tells it.
+fn group_field(conn: &mut redis::Connection, stream: &str, field: &str) -> redis::Value {
+    let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
+        .arg("GROUPS")
+        .arg(stream)
+        .query(conn)
+        .unwrap();
+    let group = groups
+        .iter()
+        .find(|g| g.contains(&redis::Value::BulkString(GROUP.into())))
+        .expect("the group");
+    let at = group
+        .iter()
+        .position(|v| *v == redis::Value::BulkString(field.as_bytes().to_vec()))
+        .unwrap_or_else(|| panic!("no {field} in {group:?}"));
+    group[at + 1].clone()
+}
+
 /// An entry id as its two numbers, which order ids as Redis does.
 fn entry_id(id: &str) -> (u64, u64) {
     let (ms, seq) = id.split_once('-').expect("an entry id");
@@ -247,20 +265,8 @@ impl Case<'_> {
     async fn pending_counted(&self) -> Result<(), TestCaseError> {
         let mut conn = self.bare.redis.client();
         let stream = &self.queue.stream;
-        let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
-            .arg("GROUPS")
-            .arg(stream)
-            .query(&mut conn)
-            .unwrap();
-        let group = groups
-            .iter()
-            .find(|g| g.contains(&redis::Value::BulkString(GROUP.into())))
-            .expect("the group");
-        let at = group
-            .iter()
-            .position(|v| *v == redis::Value::BulkString(b"last-delivered-id".to_vec()))
-            .unwrap();
-        let last: String = redis::from_redis_value(group[at + 1].clone()).unwrap();
+        let last: String =
+            redis::from_redis_value(group_field(&mut conn, stream, "last-delivered-id")).unwrap();
         let last = entry_id(&last);
         let read = entries(&mut conn, stream)
             .into_iter()
@@ -460,22 +466,37 @@ async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
     );
     // The group still counts what was read, so XINFO GROUPS tells the lag.
     xadd(&mut conn, "inbox", &[("delayq-stream", "jobs")]);
-    let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
-        .arg("GROUPS")
-        .arg("inbox")
-        .query(&mut conn)
-        .unwrap();
-    let field = |name: &str| {
-        let at = groups[0]
-            .iter()
-            .position(|v| *v == redis::Value::BulkString(name.as_bytes().to_vec()))
-            .unwrap();
-        groups[0][at + 1].clone()
-    };
     assert_eq!(
-        (field("entries-read"), field("lag")),
+        (
+            group_field(&mut conn, "inbox", "entries-read"),
+            group_field(&mut conn, "inbox", "lag")
+        ),
         (redis::Value::Int(2), redis::Value::Int(1))
     );
+}
+
+/// As many entries added as one schedule call carries, then read in one marked read.
+async fn largest_read(conn: &mut redis::Connection, reader: &mut InboxReader) -> InboxRead {
+    let mut pipe = redis::pipe();
+    for _ in 0..MAX_PER_CALL {
+        pipe.cmd("XADD")
+            .arg("inbox")
+            .arg("*")
+            .arg("delayq-stream")
+            .arg("jobs")
+            .arg("delayq-delay")
+            .arg("60000")
+            .arg("n")
+            .arg(1)
+            .ignore();
+    }
+    let () = pipe.query(conn).unwrap();
+    let read = reader
+        .next_marked(MAX_PER_CALL, Duration::from_millis(1))
+        .await
+        .unwrap();
+    assert_eq!(read.entries.len(), MAX_PER_CALL);
+    read
 }
 
 /// The largest marked read (as many entries as one schedule call carries): read,
@@ -488,22 +509,6 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
     let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
     let mut conn = bare.redis.client();
-    let add = |conn: &mut redis::Connection| {
-        let mut pipe = redis::pipe();
-        for _ in 0..MAX_PER_CALL {
-            pipe.cmd("XADD")
-                .arg("inbox")
-                .arg("*")
-                .arg("delayq-stream")
-                .arg("jobs")
-                .arg("delayq-delay")
-                .arg("60000")
-                .arg("n")
-                .arg(1)
-                .ignore();
-        }
-        let () = pipe.query(conn).unwrap();
-    };
     let mut case = Case {
         bare: &bare,
         queue: queue.clone(),
@@ -511,23 +516,13 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
         open: Vec::new(),
         tally: Tally::default(),
     };
-    add(&mut conn);
-    let read = reader
-        .next_marked(MAX_PER_CALL, Duration::from_millis(1))
-        .await
-        .unwrap();
-    assert_eq!(read.entries.len(), MAX_PER_CALL);
+    let read = largest_read(&mut conn, &mut reader).await;
     case.store(&read.entries, read.marked.as_deref()).await;
     assert_eq!(case.tally.stored.len(), MAX_PER_CALL);
     assert_eq!(pending_entries(&mut conn, "inbox", GROUP, None), vec![]);
     assert_eq!(entries(&mut conn, "inbox").len(), 0, "settled and trimmed");
 
-    add(&mut conn);
-    let read = reader
-        .next_marked(MAX_PER_CALL, Duration::from_millis(1))
-        .await
-        .unwrap();
-    assert_eq!(read.entries.len(), MAX_PER_CALL);
+    let read = largest_read(&mut conn, &mut reader).await;
     let marked = read.marked.as_deref().unwrap();
     assert_eq!(
         pending_entries(&mut conn, "inbox", GROUP, None).len(),
