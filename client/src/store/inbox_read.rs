@@ -22,6 +22,7 @@ use redis::Value;
 
 use super::batch::MAX_PER_CALL;
 use super::inbox::{InboxEntry, InboxQueue, InboxReader, InboxStats, script_call};
+use super::scripts::Call;
 use super::streams::{entry_list, within};
 use super::{Result, Store, StoreError, array, text};
 
@@ -117,9 +118,9 @@ impl Store {
         };
         let pending = summary.first().map(super::int).transpose()?.unwrap_or(0);
         let mut consumers = Vec::new();
-        if let Some(Value::Array(listed)) = summary.get(3) {
+        if let Some(Value::Array(listed)) = summary.into_iter().nth(3) {
             for item in listed {
-                if let [name, count] = &array(item.clone())?[..] {
+                if let [name, count] = &array(item)?[..] {
                     consumers.push((text(name)?, super::int(count)?));
                 }
             }
@@ -264,14 +265,13 @@ impl InboxReader {
         (n, first, last): (usize, &str, &str),
         count: usize,
     ) -> Result<(Took, String, Vec<InboxEntry>)> {
-        let mut inv = self.store.scripts.inbox_take.prepare_invoke();
-        inv.key(&self.queue.stream)
-            .arg(&self.queue.group)
-            .arg(format!("{}@", self.consumer))
-            .arg(after)
-            .arg(first)
-            .arg(last)
-            .arg(n);
+        let inv = take_call(
+            &self.store,
+            &self.queue,
+            &self.consumer,
+            after,
+            (n, first, last),
+        );
         let next = self.range_cmd(last, count);
         let conn = &mut self.conn;
         let (reply, next) = within(self.timeout, async {
@@ -286,14 +286,7 @@ impl InboxReader {
 
     /// The group's last delivered id: a take of nothing answers it.
     async fn delivered(&mut self) -> Result<String> {
-        let mut inv = self.store.scripts.inbox_take.prepare_invoke();
-        inv.key(&self.queue.stream)
-            .arg(&self.queue.group)
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg("")
-            .arg(0);
+        let inv = take_call(&self.store, &self.queue, &self.consumer, "", (0, "", ""));
         let reply = script_call(&mut self.conn, self.timeout, &inv).await?;
         Ok(take_reply(reply)?.1)
     }
@@ -328,11 +321,10 @@ impl InboxReader {
         let conn = &mut self.conn;
         let made: Result<Value> =
             within(self.timeout, async { Ok(made.query_async(conn).await?) }).await;
-        match made {
-            Err(e) if e.refusal().is_some_and(|r| r.starts_with("OOM")) => {}
-            made => {
-                made?;
-            }
+        if let Err(e) = made
+            && !e.refusal().is_some_and(|r| r.starts_with("OOM "))
+        {
+            return Err(e);
         }
         let consumers = self.consumers().await?;
         let marked: std::collections::HashSet<&str> = consumers
@@ -368,6 +360,27 @@ impl InboxReader {
         }
         array(reply)?.into_iter().map(consumer).collect()
     }
+}
+
+/// `lua/inbox_take.lua` for `consumer`'s read of the `n` entries from `first` to
+/// `last`, read after `after` (all "" and 0: a take of nothing, which answers the
+/// group's last delivered id).
+fn take_call<'s>(
+    store: &'s Store,
+    queue: &InboxQueue,
+    consumer: &str,
+    after: &str,
+    (n, first, last): (usize, &str, &str),
+) -> Call<'s> {
+    let mut inv = store.scripts.inbox_take.prepare_invoke();
+    inv.key(&queue.stream)
+        .arg(&queue.group)
+        .arg(format!("{consumer}@"))
+        .arg(after)
+        .arg(first)
+        .arg(last)
+        .arg(n);
+    inv
 }
 
 /// What a take did (`lua/inbox_take.lua`).
