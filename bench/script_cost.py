@@ -460,6 +460,13 @@ def ceiling(r, n, batch):
     """The same drain by the bench's ceiling (src/cli/bench/ceiling.lua: per message
     only the XADD, from a due set and a hash of bodies), as `delayq bench` measures
     it: what a forward call's per-message work compares with, in the same run."""
+    cost = ceiling_cost(r, n, batch)
+    print("| drain %d due, calls of %d, the ceiling (only the XADD a message) | %.1f µs a message "
+          "| Redis commands' own %.1f µs |" % (n, batch, cost, command_usec(r, "evalsha") / n))
+
+
+def ceiling_cost(r, n, batch):
+    """Redis CPU µs a message for the ceiling to drain `n` due messages (see ceiling)."""
     text = open(os.path.join(ROOT, "src", "cli", "bench", "ceiling.lua")).read()
     r.call("FLUSHALL")
     sha = r.call("SCRIPT", "LOAD", text)
@@ -477,9 +484,7 @@ def ceiling(r, n, batch):
         if got == 0:
             sys.exit("drain, ceiling: %d of %d, then none" % (moved, n))
         moved += got
-    cost = (r.cpu_seconds() - before) / moved * 1e6
-    print("| drain %d due, calls of %d, the ceiling (only the XADD a message) | %.1f µs a message "
-          "| Redis commands' own %.1f µs |" % (n, batch, cost, command_usec(r, "evalsha") / moved))
+    return (r.cpu_seconds() - before) / moved * 1e6
 
 
 if __name__ == "__main__":

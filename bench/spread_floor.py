@@ -46,7 +46,17 @@ Then a burst: 20,000 messages already due in one shard, drained in calls of 1000
 the three least designs' forwards and by the bench's ceiling (src/cli/bench/ceiling.lua,
 only the XADD a message), side by side, `rounds` times: a least forward's share of
 the ceiling bounds from above what a forward of its layout that keeps a record of
-each delivery can reach. Last, each design's Redis memory and CPU time a pending
+each delivery can reach.
+
+    python3 bench/spread_floor.py drain [rounds] [batch] [messages]
+
+runs only the burst, in calls of `batch` (default 200, the forwarder's batch_size),
+`rounds` times (default 3), of `messages` (default 20,000): the three least designs'
+forwards, the least compact one
+keeping no record at all (a bound for any way of keeping records, per message or per
+call), delayq's forward (forward.lua, records kept a day) in both layouts, and the
+ceiling, each draining the same due messages in turn; each forward's share of its
+round's ceiling. Last, each design's Redis memory and CPU time a pending
 message, `rounds` times: `pending` messages (default 100,000) due in an hour, pushed
 in calls of 1000 (the Redis side of a batch ingest).
 
@@ -219,7 +229,8 @@ redis.register_function('compact_push', function(KEYS, ARGV)
   if #appended > 0 then redis.call('RPUSH', list, unpack(appended)) end
   return stored
 end)
--- KEYS as compact_push's, KEYS[4] fence; ARGV[1] epoch, ARGV[2] batch.
+-- KEYS as compact_push's, KEYS[4] fence; ARGV[1] epoch, ARGV[2] batch, ARGV[3]
+-- "none" to keep no record of a delivery (a bound for any way of keeping them).
 redis.register_function('compact_forward', function(KEYS, ARGV)
   if redis.call('GET', KEYS[4]) ~= ARGV[1] then return redis.error_reply('FENCED') end
   local now_score, batch = score_text(now_ms()) .. '9', tonumber(ARGV[2])
@@ -261,7 +272,9 @@ redis.register_function('compact_forward', function(KEYS, ARGV)
     g[1] = 'HDEL'
     redis.call(unpack(g))
   end
-  for _, g in pairs(records) do redis.call(unpack(g)) end
+  if ARGV[3] ~= 'none' then
+    for _, g in pairs(records) do redis.call(unpack(g)) end
+  end
   return n
 end)
 """
@@ -354,10 +367,19 @@ class Compact(Least):
     KEYS = ["{compact}:q", "{compact}:ix", "{compact}:rec", "{compact}:fence"]
 
 
+class CompactUnrecorded(Compact):
+    """The least compact design's forward keeping no record at all: what any way of
+    keeping records (per message, per call) costs at least on top of the rest."""
+
+    def forward(self):
+        return sc.encode("FCALL", "compact_forward", 4, *self.KEYS, "1", str(self.batch), "none")
+
+
 class Delayq(Design):
     KEYS = sc.shard_keys("delayq", 0)
     FENCE = 4
     LAYOUT, RECORDS = "compact", ""
+    batch = 200
 
     def tick(self, n):
         return ([self.push(n, DUE_IN_MS)] if n else []) + [self.forward()]
@@ -373,7 +395,7 @@ class Delayq(Design):
         return sc.encode("FCALL", "floor_push", len(self.KEYS), *self.KEYS, *sc.push_args(msgs, head))
 
     def forward(self):
-        args = sc.forward_args(200, 86400000)
+        args = sc.forward_args(self.batch, 86400000)
         args[2] = self.RECORDS + args[2]
         return sc.encode("FCALL", "floor_forward", len(self.KEYS), *self.KEYS, *args)
 
@@ -454,7 +476,32 @@ def measure(r, design, rate, tick_s, seconds):
     return cpu / sent * 1e6, calls / sent
 
 
+def drains(r, rounds, batch):
+    """Only the burst: each forward and the ceiling drain the same BURST due messages
+    in calls of `batch`, in turn, `rounds` times; each forward's share of the
+    ceiling of its own round."""
+    r.call("FUNCTION", "LOAD", "REPLACE", FLOOR)
+    load_delayq(r)
+    kinds = [("least design", Least), ("least sorted", Sorted), ("least compact", Compact),
+             ("least compact, no records", CompactUnrecorded),
+             ("delayq, compact layouts", Delayq), ("delayq, hash layouts", DelayqHash)]
+    print("| round | the ceiling | %s |" % " | ".join(name for name, _ in kinds))
+    print("|---|---|" + "---|" * len(kinds))
+    for n in range(rounds):
+        cells = [least_drain(r, kind, batch) for _, kind in kinds]
+        ceiling = sc.ceiling_cost(r, BURST, batch)
+        print("| %d | %.2f µs | %s |" % (n + 1, ceiling, " | ".join(
+            "%.2f µs (%.0f%%)" % (c, 100 * ceiling / c) for c in cells)))
+
+
 def main():
+    if sys.argv[1:2] == ["drain"]:
+        rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
+        batch = int(sys.argv[3]) if len(sys.argv) > 3 else 200
+        global BURST
+        BURST = int(sys.argv[4]) if len(sys.argv) > 4 else BURST
+        sc.with_redis(lambda r: drains(r, rounds, batch))
+        return
     seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 5
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 2
     global DUE_IN_MS
@@ -539,12 +586,13 @@ def pending_memory(r, design):
     return (used_memory(r) - before) / PENDING, cpu / PENDING * 1e6
 
 
-def least_drain(r, kind):
-    """Redis CPU µs a message for a least design's forward to drain BURST due messages."""
+def least_drain(r, kind, batch=1000):
+    """Redis CPU µs a message for a design's forward (a least design's, or delayq's)
+    to drain BURST due messages in calls of `batch`."""
     r.call("FLUSHALL")
     fences(r)
     design = kind("least drain")
-    design.batch = 1000
+    design.batch = batch
     design.stream = "floor:drain"
     for _ in range(BURST // 1000):
         r.call_encoded(design.push(1000, 0))
@@ -552,7 +600,7 @@ def least_drain(r, kind):
     forward = design.forward()
     before, moved = r.cpu_seconds(), 0
     while moved < BURST:
-        got = r.call_encoded(forward)
+        got = design.moved([r.call_encoded(forward)], 0)
         if got == 0:
             sys.exit("least drain: %d of %d, then none" % (moved, BURST))
         moved += got

@@ -526,6 +526,12 @@ fn the_lua_bench_scripts_run_against_the_working_tree() {
             &["0.1", "1", "20", "2000"][..],
             "Redis memory a message",
         ),
+        // Its drain stops unless every forward moved each message exactly once.
+        (
+            "spread_floor.py",
+            &["drain", "1", "200", "2000"][..],
+            "least compact, no records",
+        ),
     ] {
         let out = std::process::Command::new("python3")
             .arg(format!("{}/bench/{script}", env!("CARGO_MANIFEST_DIR")))
