@@ -354,7 +354,7 @@ async fn open_journal(
 }
 
 impl Daemon {
-    /// Publishes the running configuration; [`reload::Reloader`] sends on it.
+    /// Publishes the running configuration; [`Reloader`](crate::reload::Reloader) sends on it.
     pub fn live_config(&self) -> tokio::sync::watch::Sender<Arc<Config>> {
         self.live.clone()
     }

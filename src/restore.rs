@@ -43,7 +43,7 @@ pub struct RestoreOptions {
     /// checks every [`MARKER_EVERY`](crate::leader::keeper::MARKER_EVERY), knows it.
     pub lost_seen_ms: Option<u64>,
     /// `records.retention`: how long the record of a message the restore cancels
-    /// again (see [`settle`]) is kept.
+    /// again (see `settle`) is kept.
     pub records_retention: Duration,
     /// Who restores (its messages' transition logs say so).
     pub by: crate::journal::Who,
@@ -80,7 +80,7 @@ pub struct RestoreReport {
     pub schedules_restored: u64,
     /// Changed once more to what the journal says after the pages were read: a
     /// cancel, reschedule or replay answered just before Redis lost its data whose
-    /// journal write came after the restore read the message (see [`settle`]).
+    /// journal write came after the restore read the message (see `settle`).
     pub settled: u64,
     pub dry_run: bool,
 }
@@ -125,7 +125,7 @@ const JOURNAL_ANSWER: Duration = Duration::from_secs(10);
 /// shows: without it the total is what was read so far.
 const JOURNAL_COUNT: Duration = Duration::from_secs(5);
 
-/// `read`, failed when the journal does not answer within [`JOURNAL_ANSWER`].
+/// `read`, failed when the journal does not answer within `JOURNAL_ANSWER`.
 pub async fn answered<T>(
     read: impl std::future::Future<Output = crate::journal::Result<T>>,
 ) -> Result<T, RestoreError> {

@@ -43,7 +43,7 @@ pub use sentinel::*;
 /// `bind(0)`, and stay taken for a minute in TIME_WAIT: the start would fail with
 /// "address already in use". The kernel hands out no port below the range, and a
 /// counter keeps this process from handing out one twice until it wraps; a lease
-/// kept in a directory every process shares (see [`PortLeases`]) keeps other
+/// kept in a directory every process shares (see `PortLeases`) keeps other
 /// processes from it for a while. Where the range starts too low to leave room,
 /// the kernel picks (`bind(0)`).
 pub fn free_port() -> u16 {

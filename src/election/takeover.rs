@@ -49,7 +49,7 @@ pub const SILENT: Duration = Duration::from_millis(3_000);
 const FRESH: Duration = Duration::from_millis(1_500);
 /// Logged once a standby has seen the leader's presence beside its own (once per
 /// leader lease and own presence): from then on it judges the leader's going
-/// without waiting out [`GRACE`].
+/// without waiting out `GRACE`.
 pub const LEADER_IN_SIGHT: &str =
     "the leader's presence is in sight: a leader gone from Redis is replaced at once";
 /// After ending a lease, how long to let the election move before judging again.

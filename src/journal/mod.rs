@@ -146,7 +146,7 @@ pub enum JournalError {
     #[error("{0}")]
     Mysql(String),
     /// The journal's MySQL ended the transaction as a deadlock's victim (rolled back
-    /// whole; see [`deadlock::retried`]).
+    /// whole; see `deadlock::retried`).
     #[error("{0}")]
     Deadlock(String),
     /// The schema is newer than this delayq knows.

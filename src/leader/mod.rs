@@ -1,5 +1,5 @@
 //! What runs only while this node leads. [`run_while_leading`] starts a
-//! [`Term`](term::Term) each time this node becomes leader: it raises the fences,
+//! [`Term`] each time this node becomes leader: it raises the fences,
 //! then starts the leader-only workers (the forward loops and their housekeeping
 //! in [`forwarder`], the redelivery sweep in [`sweeper`], the journal's keeper in
 //! [`keeper`]) under the term's own cancellation token, and stops them, each after

@@ -237,7 +237,7 @@ struct JournalBody {
 }
 
 impl NewMessage {
-    /// This message's journal `body` (see [`JournalBody`]).
+    /// This message's journal `body` (see `JournalBody`).
     pub fn journal_body(&self) -> Vec<u8> {
         serde_json::to_vec(&JournalBody {
             fields: self.fields.clone(),

@@ -118,7 +118,7 @@ type CallPlan<'a> = Vec<(u16, &'a [usize])>;
 impl Store {
     /// Stores a message, idempotently by id (see [`ScheduleMode`]). `max_delay` bounds
     /// how far from Redis's now it may be due: a message due later is `TooFar`.
-    /// While another push's call of the same lane is in flight (see [`Coalescer`]),
+    /// While another push's call of the same lane is in flight (see `Coalescer`),
     /// the message waits and goes in the next call with whatever else waited
     /// meanwhile.
     pub async fn schedule(

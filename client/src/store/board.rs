@@ -155,7 +155,7 @@ impl Store {
     }
 
     /// Writes a term (its start, or later its end), keeping the newest
-    /// [`TERMS_KEPT`].
+    /// `TERMS_KEPT`.
     pub async fn record_term(&self, term: &TermRecord) -> Result<()> {
         let key = self.keys.terms();
         let json = serde_json::to_string(term).expect("a term record serializes");
@@ -200,14 +200,14 @@ impl Store {
         Ok(terms)
     }
 
-    /// Adds a forwarding sample (JSON, made by the caller), keeping [`SAMPLES_KEPT`].
+    /// Adds a forwarding sample (JSON, made by the caller), keeping `SAMPLES_KEPT`.
     pub async fn push_sample(&self, json: &str) -> Result<()> {
         self.push_kept(&self.keys.samples(), json, SAMPLES_KEPT)
             .await
     }
 
     /// Adds a quarter-hour rollup of one node's samples (JSON, made by the caller),
-    /// keeping [`ROLLUPS_KEPT`].
+    /// keeping `ROLLUPS_KEPT`.
     pub async fn push_rollup(&self, json: &str) -> Result<()> {
         self.push_kept(&self.keys.rollups(), json, ROLLUPS_KEPT)
             .await

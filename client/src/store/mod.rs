@@ -460,7 +460,7 @@ impl Store {
 
     /// Redis's clock now, in epoch ms, never behind it but by a millisecond's
     /// rounding: `TIME` read now, or a reading of at most a second ago whose round
-    /// trip took at most [`CLOCK_TRIP`], carried forward on this process's monotonic
+    /// trip took at most `CLOCK_TRIP`, carried forward on this process's monotonic
     /// clock from when it was sent (ahead by up to that trip; a step of the wall
     /// clock here changes nothing).
     pub async fn clock_ahead_ms(&self) -> Result<u64> {

@@ -238,7 +238,7 @@ impl Store {
     /// Records, for the leader of `epoch`, how far each schedule's occurrences are
     /// made (its messages pushed first): `(id, read, state)`, only where it still
     /// reads `read` (None: nothing made yet) and the epoch holds shard 0's fence.
-    /// One call for up to [`ADVANCES_PER_CALL`] schedules; answers in order.
+    /// One call for up to `ADVANCES_PER_CALL` schedules; answers in order.
     pub async fn advance_schedules(
         &self,
         epoch: u64,

@@ -1,7 +1,7 @@
 //! Leader-only work: forwarding due messages into their streams, forgetting old
 //! records, and reporting what is pending.
 //!
-//! [`start`] is called by each [`Term`] once its fences are raised: one forward
+//! `start` is called by each [`Term`] once its fences are raised: one forward
 //! loop per shard plus the housekeeping loops, all ending with the term. A loop
 //! finishes at most the script call in flight; a `FENCED` reply goes to
 //! [`Term::fenced`].
