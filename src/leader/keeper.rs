@@ -417,7 +417,7 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
     let token = journal.marker().await.map_err(|e| e.to_string())?;
     match mark_if_nothing_to_restore(store, journal, &token).await? {
         0 => {
-            tracing::info!("the journal's marker written to Redis");
+            tracing::info!("the journal's marker is in Redis");
             Ok(Marker::Present)
         }
         unfinished => Ok(Marker::Lost { token, unfinished }),
@@ -426,7 +426,8 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
 
 /// Writes `token` as Redis's journal marker if the journal holds nothing to
 /// restore (no message not finished, no schedule, no paused stream); how much it
-/// holds (0: written). The marker goes to Redis
+/// holds (0: the marker is there, written now or by a restore since the caller
+/// read none). The marker goes to Redis
 /// provisionally before the journal is counted and is confirmed after: a loss of
 /// Redis's data in between takes the provisional value with it, the confirmation
 /// fails, and the marker stays missing for the next check to find the loss (a
@@ -436,10 +437,13 @@ pub async fn mark_if_nothing_to_restore(
     journal: &Journal,
     token: &str,
 ) -> Result<u64, String> {
-    let provisional = store
+    let Some(provisional) = store
         .set_provisional_journal_marker(token)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())?
+    else {
+        return Ok(0);
+    };
     let unfinished = journal
         .count_restorable()
         .await

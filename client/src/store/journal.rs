@@ -126,16 +126,27 @@ impl Store {
         Ok(marker.filter(|m| !m.starts_with(PROVISIONAL)))
     }
 
-    /// Writes the journal marker provisionally, before the journal is counted;
-    /// returns the value written, for [`Store::confirm_journal_marker`].
-    pub async fn set_provisional_journal_marker(&self, token: &str) -> Result<String> {
+    /// Writes the journal marker provisionally, before the journal is counted,
+    /// unless Redis holds a final marker: one a restore wrote after the caller read
+    /// none is never overwritten (a keeper's check would otherwise take it for a
+    /// loss until the next restore). Returns the provisional value for
+    /// [`Store::confirm_journal_marker`] (one an earlier check left, or this one),
+    /// or None when a final marker is there. One command (`SET … NX GET`), so that
+    /// no restore's write falls between the read and the write.
+    pub async fn set_provisional_journal_marker(&self, token: &str) -> Result<Option<String>> {
         let provisional = format!("{PROVISIONAL}{token}");
-        let () = self
-            .conn
-            .clone()
-            .set(self.keys.journal_marker(), &provisional)
+        let before: Option<String> = redis::cmd("SET")
+            .arg(self.keys.journal_marker())
+            .arg(&provisional)
+            .arg("NX")
+            .arg("GET")
+            .query_async(&mut self.conn.clone())
             .await?;
-        Ok(provisional)
+        Ok(match before {
+            None => Some(provisional),
+            Some(left) if left.starts_with(PROVISIONAL) => Some(left),
+            Some(_) => None,
+        })
     }
 
     /// Makes the provisional marker final (`token`) if Redis still holds it: false

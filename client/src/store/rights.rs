@@ -17,6 +17,7 @@ const OWN_KEYS: &[&str] = &[
     "EXISTS K",
     "GET K",
     "SET K v",
+    "SET K v NX GET",
     "INCR K",
     "PTTL K",
     "TYPE K",
