@@ -582,12 +582,26 @@ async fn without_auto_restore_forwarding_waits_for_an_operators_restore() {
     );
     let mut want: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
     want.push("later".into());
-    let got = eventually(Duration::from_secs(40), "all delivered", || {
+    let delivered = within(Duration::from_secs(40), || {
         let got = entries(&mut conn, "s");
         let tally = Tally::of_ids(&want, &got);
         async move { tally.lost.is_empty().then_some(got) }
     })
     .await;
+    let Some(got) = delivered else {
+        let tally = Tally::of_ids(&want, &entries(&mut conn, "s"));
+        let metrics = api.metrics().await.unwrap_or_default();
+        let held: Vec<&str> = metrics
+            .lines()
+            .filter(|l| l.starts_with("delayq_journal") || l.starts_with("delayq_pending"))
+            .collect();
+        panic!(
+            "not all delivered after the restore: lost {:?}\n{}\nthe node's log:\n{}",
+            tally.lost,
+            held.join("\n"),
+            node.log()
+        );
+    };
     tokio::time::sleep(Duration::from_millis(500)).await;
     Tally::of_ids(&want, &entries(&mut conn, "s")).assert_exact(&node.log());
     for e in got.iter().filter(|e| e.get("delayq-id") != Some("later")) {
