@@ -94,6 +94,12 @@ pub enum RestoreError {
     /// Not run: it would send messages a second time (see [`check_safe`]).
     #[error("{0}")]
     Unsafe(String),
+    /// A full restore ran, but Redis lost its data again meanwhile (see
+    /// `mark_restored`): the marker stays missing, and the restore is to run again.
+    #[error(
+        "Redis lost its data again during the restore: the journal's marker is not written back; run the restore again"
+    )]
+    Interrupted,
 }
 
 /// Refuses an operator's restore (not a dry run) that could send delivered
@@ -171,6 +177,15 @@ pub async fn restore(
         progress(report.journaled, report.journaled);
         return Ok(report);
     }
+    // A full restore ends by writing the journal's marker back, which ends a hold
+    // on forwarding; it begins by writing it provisionally (see `mark_restored`).
+    let marking = if options.dry_run {
+        None
+    } else {
+        let token = answered(journal.marker()).await?;
+        let begun = store.set_provisional_journal_marker(&token).await?;
+        Some((token, begun))
+    };
     let total = match tokio::time::timeout(JOURNAL_COUNT, journal.count_unfinished()).await {
         Ok(total) => total?,
         Err(_) => 0,
@@ -245,7 +260,35 @@ pub async fn restore(
     log_restored(journal, &restored, began, options).await?;
     report.schedules_restored = restore_schedules(store, journal, options.dry_run).await?;
     crate::metrics::journal_restored(report.restored, options.dry_run);
+    if let Some((token, begun)) = marking {
+        mark_restored(store, &token, begun).await?;
+    }
     Ok(report)
+}
+
+/// Writes the journal's marker back after a full restore. The restore began by
+/// writing it provisionally (`begun`; None when a final marker was there already,
+/// a restore with nothing lost): it is made final only if Redis kept it through
+/// the restore. A loss of Redis's data during the restore takes the provisional
+/// marker with it, and with it some of what the restore wrote; the marker then
+/// stays missing, so that forwarding stays held and the keeper's next check finds
+/// the loss, instead of a marker written into an emptied Redis hiding it. A final
+/// marker another restore wrote meanwhile is left as it is.
+async fn mark_restored(
+    store: &Store,
+    token: &str,
+    begun: Option<String>,
+) -> Result<(), RestoreError> {
+    let Some(provisional) = begun else {
+        store.set_journal_marker(token).await?;
+        return Ok(());
+    };
+    if store.confirm_journal_marker(&provisional, token).await?
+        || store.journal_marker().await?.is_some()
+    {
+        return Ok(());
+    }
+    Err(RestoreError::Interrupted)
 }
 
 /// A "restored" step in the transition log of each message put back, at the time

@@ -44,7 +44,7 @@ pub struct RestoreRequest {
         (status = 409, description = "no journal configured (no_journal), or records.retention = 0s while forwarding is not held (unsafe_restore)", body = ErrorBody),
         (status = 413, description = "body too large", body = ErrorBody),
         (status = 422, description = "a field breaks a rule; the detail names it", body = ErrorBody),
-        (status = 503, description = "the journal or Redis unavailable", body = ErrorBody),
+        (status = 503, description = "the journal or Redis unavailable, or Redis lost its data again during the restore (restore_interrupted: run it again)", body = ErrorBody),
     ),
     security(("bearer" = [])),
 )]
@@ -126,6 +126,11 @@ async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreR
         RestoreError::Journal(e) => ApiError::from(e),
         RestoreError::Store(e) => ApiError::from(e),
         RestoreError::Unsafe(why) => ApiError::new(StatusCode::CONFLICT, "unsafe_restore", why),
+        e @ RestoreError::Interrupted => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "restore_interrupted",
+            e.to_string(),
+        ),
     };
     check_safe(&state.store, state.config.records.retention, options)
         .await
@@ -133,10 +138,6 @@ async fn run(state: &AppState, options: &RestoreOptions) -> Result<Json<RestoreR
     let report = restore(&state.store, journal, options, max_delay, &|_, _| {})
         .await
         .map_err(refused)?;
-    if options.id.is_none() && !options.dry_run {
-        let token = journal.marker().await?;
-        state.store.set_journal_marker(&token).await?;
-    }
     tracing::warn!(?report, "restore from the journal, asked through the API");
     Ok(Json(report))
 }

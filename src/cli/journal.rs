@@ -145,15 +145,6 @@ pub async fn restore(args: RestoreArgs) -> anyhow::Result<()> {
     .await
     .context("restore")?;
     bar.finish_and_clear();
-    if options.id.is_none() && !options.dry_run {
-        let token = delayq::restore::answered(journal.marker())
-            .await
-            .context("read the journal's marker")?;
-        store
-            .set_journal_marker(&token)
-            .await
-            .context("write the journal's marker to Redis")?;
-    }
     if args.json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

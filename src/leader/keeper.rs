@@ -72,10 +72,6 @@ static MARKER_UNCHECKED: Complaint = Complaint::new(
 );
 static RESTORE_FAILED: Complaint =
     Complaint::new("restore failed; trying again", "restoring works again");
-static MARKER_UNWRITTEN: Complaint = Complaint::new(
-    "cannot write the journal's marker back yet",
-    "the journal's marker is written back",
-);
 static RECONCILE_FAILED: Complaint = Complaint::new(
     "reconciliation of the journal with Redis failed; trying again",
     "reconciliation of the journal with Redis works again",
@@ -293,7 +289,7 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                 lost_seen_ms = None;
                 term.hold(false);
             }
-            Ok(Marker::Lost { token, unfinished }) => {
+            Ok(Marker::Lost { unfinished }) => {
                 term.hold(true);
                 lost.set(1.0);
                 if lost_seen_ms.is_none() {
@@ -318,23 +314,11 @@ async fn watch_marker(term: &Term, config: &Config, store: &Store, journal: &Jou
                         .await
                     {
                         Ok(report) => {
+                            // The restore wrote the marker back (see `restore`).
                             if let Some(said) = RESTORE_FAILED.recovered_on(term.place()) {
                                 tracing::info!("{said}");
                             }
                             tracing::warn!(?report, "restored from the journal");
-                            match store.set_journal_marker(&token).await {
-                                Ok(()) => {
-                                    if let Some(said) = MARKER_UNWRITTEN.recovered_on(term.place())
-                                    {
-                                        tracing::info!("{said}");
-                                    }
-                                }
-                                Err(e) => {
-                                    if let Some(said) = MARKER_UNWRITTEN.failed_on(term.place()) {
-                                        tracing::warn!(error = %e, "{said}");
-                                    }
-                                }
-                            }
                             continue;
                         }
                         Err(e) => {
@@ -396,9 +380,8 @@ async fn restore_now(
 enum Marker {
     Present,
     /// Gone while the journal holds `unfinished` things to restore (messages not
-    /// finished, schedules, paused streams); `token` is to write back.
+    /// finished, schedules, paused streams).
     Lost {
-        token: String,
         unfinished: u64,
     },
 }
@@ -420,7 +403,7 @@ async fn check_marker(store: &Store, journal: &Journal) -> Result<Marker, String
             tracing::info!("the journal's marker is in Redis");
             Ok(Marker::Present)
         }
-        unfinished => Ok(Marker::Lost { token, unfinished }),
+        unfinished => Ok(Marker::Lost { unfinished }),
     }
 }
 

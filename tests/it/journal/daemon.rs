@@ -32,6 +32,16 @@ pub(super) fn journaled_node(
     DelayqProcess::start(&delayq_bin(), "journaled", &config).expect("start delayq")
 }
 
+/// A journaled node on a Redis and a MariaDB of its own, its marker written.
+pub(super) async fn journaled() -> (MariaDbServer, RedisServer, DelayqProcess, Api) {
+    let db = mariadb().await;
+    let redis = RedisServer::start().unwrap();
+    let node = journaled_node(&redis, &db, "");
+    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
+    marker_written(&mut redis.client()).await;
+    (db, redis, node, api)
+}
+
 /// Waits for the keeper's journal marker in Redis (written once at the start, when
 /// the journal has nothing to restore), so that a loss made after it is seen.
 pub(super) async fn marker_written(conn: &mut redis::Connection) {

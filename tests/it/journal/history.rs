@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::daemon::{journaled_node, mariadb, marker_written};
-use delayq_harness::{DelayqProcess, MariaDbServer, RedisServer};
+use super::daemon::{journaled, mariadb};
+use delayq_harness::MariaDbServer;
 
 use crate::support::{Api, create_group, delayq_bin, entries, eventually, read_group, xlen};
 
@@ -323,16 +323,6 @@ async fn a_dead_letter_s_step_says_why() {
     .await;
     assert_eq!(dead["reason"], "unwritable", "{dead}");
     assert!(dead["entry_id"].as_str().is_some(), "{dead}");
-}
-
-/// A journaled node on a Redis and a MariaDB of its own, its marker written.
-async fn journaled() -> (MariaDbServer, RedisServer, DelayqProcess, Api) {
-    let db = mariadb().await;
-    let redis = RedisServer::start().unwrap();
-    let node = journaled_node(&redis, &db, "");
-    let api = Api::new(node.api).with_timeout(Duration::from_secs(10));
-    marker_written(&mut redis.client()).await;
-    (db, redis, node, api)
 }
 
 /// The push step `id`'s row holds ("step\thow", or "NULL\tNULL"), and how many
