@@ -322,7 +322,7 @@ impl InboxReader {
         let made: Result<Value> =
             within(self.timeout, async { Ok(made.query_async(conn).await?) }).await;
         if let Err(e) = made
-            && !e.refusal().is_some_and(|r| r.starts_with("OOM "))
+            && !matches!(&e, StoreError::Redis(r) if r.code() == Some("OOM"))
         {
             return Err(e);
         }
