@@ -57,6 +57,14 @@ fn inbox() -> InboxQueue {
     }
 }
 
+/// A Redis of its own, the inbox on it, and the reader of node "n0".
+async fn with_reader() -> (Bare, InboxQueue, InboxReader) {
+    let bare = Bare::start("").await;
+    let queue = inbox();
+    let reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
+    (bare, queue, reader)
+}
+
 /// A field of [`GROUP`]'s on `stream`, as `XINFO GROUPS` tells it.
 fn group_field(conn: &mut redis::Connection, stream: &str, field: &str) -> redis::Value {
     let groups: Vec<Vec<redis::Value>> = redis::cmd("XINFO")
@@ -391,10 +399,8 @@ fn no_entry_of_a_marked_read_is_lost_or_stored_twice() {
 /// itself, nor a plain consumer long idle.
 #[tokio::test]
 async fn an_older_release_reading_the_inbox_is_told_from_this_one() {
-    let bare = Bare::start("").await;
-    let queue = inbox();
+    let (bare, queue, mut mine) = with_reader().await;
     let mut conn = bare.redis.client();
-    let mut mine = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
     assert!(!mine.older_readers().await.unwrap(), "alone");
     // n0's own plain consumer, fresh (its leftovers read at start), is not another.
@@ -504,9 +510,7 @@ async fn largest_read(conn: &mut redis::Connection, reader: &mut InboxReader) ->
 /// (`XCLAIM` in chunks) and taken over once idle.
 #[tokio::test]
 async fn the_largest_marked_read_is_settled_or_released_whole() {
-    let bare = Bare::start("").await;
-    let queue = inbox();
-    let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
+    let (bare, queue, mut reader) = with_reader().await;
     let mut other = bare.store.inbox_reader(&queue, "n1").await.unwrap();
     let mut conn = bare.redis.client();
     let mut case = Case {
@@ -570,10 +574,8 @@ async fn the_largest_marked_read_is_settled_or_released_whole() {
 /// nothing).
 #[tokio::test]
 async fn at_maxmemory_a_reader_still_reads_marked() {
-    let bare = Bare::start("").await;
-    let queue = inbox();
+    let (bare, queue, mut reader) = with_reader().await;
     let mut conn = bare.redis.client();
-    let mut reader = bare.store.inbox_reader(&queue, "n0").await.unwrap();
     let added: Vec<String> = (0..3)
         .map(|_| xadd(&mut conn, "inbox", &[("delayq-stream", "jobs")]))
         .collect();
